@@ -1,0 +1,23 @@
+"""onnx2edge: ONNX models -> verified, fast inference code for edge devices.
+
+The Python API mirrors the CLI: `inspect`, `to_json`/`from_json`, `export_weights`/
+`import_weights`, `convert`, `run`, `verify` (see `onnx2edge.api`).
+"""
+
+__version__ = "0.1.0"
+
+from .api import convert, export_weights, from_json, import_weights, inspect, run, to_json, verify  # noqa: E402
+from .errors import Onnx2EdgeError, UnsupportedError  # noqa: E402
+
+__all__ = [
+    "Onnx2EdgeError",
+    "UnsupportedError",
+    "convert",
+    "export_weights",
+    "from_json",
+    "import_weights",
+    "inspect",
+    "run",
+    "to_json",
+    "verify",
+]

@@ -1,0 +1,321 @@
+"""The Python API; the CLI is a thin layer over these functions, one per subcommand."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from . import frontend
+from .analysis import inspect_graph
+from .backends import ConvertResult, get_backend, read_manifest
+from .backends.base import MANIFEST
+from .errors import Onnx2EdgeError, UnsupportedError
+from .frontend.loader import fix_input_shapes, infer_shapes, load_model, read_model_proto
+from .fsutil import atomic_dir, resolve_inside, write_bytes_atomic, write_text_atomic
+from .ir import Graph
+from .ir.proto import graph_from_model, model_from_graph
+from .jsonio import dumps, loads, model_from_json, model_to_json
+from .passes import run_passes
+from .runtime import complete_inputs, ort_run
+from .verify import VerifyReport, compare_all
+
+Shapes = Mapping[str, Sequence[int]] | None
+
+# What `verify --target onnx` exercises: the frontend plus the target-independent passes.
+DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
+
+
+def _progress(msg: str) -> None:
+    print(f"onnx2edge: {msg}", file=sys.stderr, flush=True)
+
+
+# --- inspect ------------------------------------------------------------------------------
+def inspect(model: str | Path, *, input_shapes: Shapes = None) -> dict[str, Any]:
+    return inspect_graph(frontend.load(model, input_shapes=input_shapes))
+
+
+# --- JSON round trip ------------------------------------------------------------------------
+def _external_locations(model: onnx.ModelProto) -> list[str]:
+    from onnx import external_data_helper
+
+    locs = []
+    for t in external_data_helper._get_all_tensors(model):
+        if external_data_helper.uses_external_data(t):
+            locs.extend(e.value for e in t.external_data if e.key == "location")
+    return sorted(set(locs))
+
+
+def _copy_external(locs: list[str], src_dir: Path, dst_dir: Path, what: str) -> None:
+    if src_dir.resolve() == dst_dir.resolve():
+        return
+    for loc in locs:
+        src = resolve_inside(src_dir, loc, f"{what}: external data")
+        dst = resolve_inside(dst_dir, loc, f"{what}: external data")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+
+
+def to_json(model: str | Path, out: str | Path, *, weights: str = "auto") -> Path:
+    """Write `out` (JSON) and, for weights kept as .npy, the folder `<out stem>.weights/`."""
+    model, out = Path(model), Path(out)
+    proto = read_model_proto(model, load_external=False)
+    npy_ref = f"{out.stem}.weights"
+    doc, files = model_to_json(proto, weights=weights, npy_ref=npy_ref)
+    if files:
+        with atomic_dir(out.parent / npy_ref) as tmp:
+            for name, arr in files.items():
+                np.save(tmp / name, arr, allow_pickle=False)
+    _copy_external(_external_locations(proto), model.parent, out.parent, str(model))
+    write_text_atomic(out, dumps(doc))
+    return out
+
+
+def from_json(doc_path: str | Path, out: str | Path) -> Path:
+    doc_path, out = Path(doc_path), Path(out)
+    if not doc_path.is_file():
+        raise Onnx2EdgeError(f"{doc_path}: no such file")
+    proto = model_from_json(
+        loads(doc_path.read_text(encoding="utf-8"), str(doc_path)), doc_path.parent
+    )
+    _copy_external(_external_locations(proto), doc_path.parent, out.parent, str(doc_path))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Check the file where it will live, so the checker finds external data beside it.
+    tmp = out.with_name(f".{out.name}.checking.onnx")
+    try:
+        tmp.write_bytes(proto.SerializeToString(deterministic=True))
+        onnx.checker.check_model(str(tmp))
+        os.replace(tmp, out)
+    except (onnx.checker.ValidationError, ValueError) as e:
+        raise Onnx2EdgeError(
+            f"{doc_path}: the JSON describes an invalid model: {str(e).splitlines()[0]}"
+        ) from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+# --- weights --------------------------------------------------------------------------------
+WEIGHTS_INDEX = "index.json"
+
+
+def _safe_file_name(name: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "tensor"
+    fname, i = f"{base}.npy", 1
+    while fname in taken:
+        fname, i = f"{base}_{i}.npy", i + 1
+    taken.add(fname)
+    return fname
+
+
+def export_weights(model: str | Path, out_dir: str | Path) -> Path:
+    proto = load_model(model)
+    taken: set[str] = set()
+    entries = []
+    with atomic_dir(out_dir) as tmp:
+        for t in proto.graph.initializer:
+            arr = numpy_helper.to_array(t)
+            fname = _safe_file_name(t.name, taken)
+            np.save(tmp / fname, arr, allow_pickle=False)
+            entries.append(
+                {"name": t.name, "file": fname, "shape": list(arr.shape), "dtype": str(arr.dtype)}
+            )
+        index = {
+            "format": "onnx2edge-weights",
+            "version": 1,
+            "model": Path(model).name,
+            "tensors": entries,
+        }
+        (tmp / WEIGHTS_INDEX).write_text(json.dumps(index, indent=1) + "\n")
+    return Path(out_dir)
+
+
+def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) -> Path:
+    proto = load_model(model)
+    weights_dir = Path(weights_dir)
+    index_path = weights_dir / WEIGHTS_INDEX
+    if not index_path.is_file():
+        raise Onnx2EdgeError(
+            f"{weights_dir}: no {WEIGHTS_INDEX}; export one with `onnx2edge weights export`"
+        )
+    index = loads(index_path.read_text(encoding="utf-8"), str(index_path))
+    tensors = index.get("tensors") if isinstance(index, dict) else None
+    if not isinstance(tensors, list):
+        raise Onnx2EdgeError(f"{index_path}: $.tensors: expected a list of tensors")
+    by_name = {t.name: t for t in proto.graph.initializer}
+    for i, entry in enumerate(tensors):
+        where = f"{index_path}: $.tensors[{i}]"
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("name"), str)
+            or not isinstance(entry.get("file"), str)
+        ):
+            raise Onnx2EdgeError(f"{where}: expected an object with 'name' and 'file'")
+        name = entry["name"]
+        if name not in by_name:
+            raise Onnx2EdgeError(f"{where}: the model has no initializer '{name}'")
+        file = resolve_inside(weights_dir, entry["file"], f"{where}: file")
+        if not file.is_file():
+            raise Onnx2EdgeError(f"{where}: file '{entry['file']}' not found")
+        try:
+            arr = np.load(file, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise Onnx2EdgeError(f"{where}: cannot read '{entry['file']}': {e}") from None
+        old = numpy_helper.to_array(by_name[name])
+        if arr.shape != old.shape:
+            raise Onnx2EdgeError(
+                f"{where}: '{name}' has shape {list(arr.shape)} in {entry['file']}, the model needs {list(old.shape)}"
+            )
+        if arr.dtype != old.dtype:
+            raise Onnx2EdgeError(
+                f"{where}: '{name}' has dtype {arr.dtype} in {entry['file']}, the model needs {old.dtype}"
+            )
+        new = numpy_helper.from_array(arr, name=name)
+        by_name[name].CopyFrom(new)
+    write_bytes_atomic(out, proto.SerializeToString(deterministic=True))
+    return Path(out)
+
+
+# --- convert / run --------------------------------------------------------------------------
+def prepare(model: str | Path, target: str, *, input_shapes: Shapes = None) -> Graph:
+    """Frontend + the backend's passes + the backend's coverage check."""
+    backend = get_backend(target)
+    graph = run_passes(
+        frontend.load(model, input_shapes=input_shapes), (*DEFAULT_PASSES, *backend.required_passes)
+    )
+    problems = backend.unsupported(graph)
+    if problems:
+        raise UnsupportedError(
+            f"{model}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
+            f"to {target}: " + "; ".join(problems)
+        )
+    return graph
+
+
+def convert(
+    model: str | Path,
+    target: str,
+    out_dir: str | Path,
+    *,
+    input_shapes: Shapes = None,
+    options: Mapping[str, Any] | None = None,
+) -> ConvertResult:
+    graph = prepare(model, target, input_shapes=input_shapes)
+    backend = get_backend(target)
+    options = dict(options or {})
+    with atomic_dir(out_dir) as tmp:
+        res = backend.emit(graph, tmp, options)
+        manifest = {
+            "tool": "onnx2edge",
+            "target": target,
+            "model": Path(model).name,
+            "options": {
+                k: v for k, v in sorted(options.items()) if isinstance(v, str | int | float | bool)
+            },
+            "inputs": [_io_entry(graph, n) for n in graph.inputs],
+            "outputs": [_io_entry(graph, n) for n in graph.outputs],
+            "stats": res.stats,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    res.out_dir = Path(out_dir)
+    return res
+
+
+def _io_entry(graph: Graph, name: str) -> dict[str, Any]:
+    t = graph.type_of(name)
+    assert t is not None and t.is_static
+    return {"name": name, "shape": list(t.static_shape), "dtype": str(t.dtype)}
+
+
+def run(
+    out_dir: str | Path,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, np.ndarray]:
+    manifest = read_manifest(out_dir)
+    backend = get_backend(manifest["target"])
+    feeds: dict[str, np.ndarray] = {}
+    for spec in manifest["inputs"]:
+        if spec["name"] not in inputs:
+            raise Onnx2EdgeError(
+                f"missing --input {spec['name']}=FILE.npy (shape {'x'.join(map(str, spec['shape']))}, {spec['dtype']})"
+            )
+        arr = np.asarray(inputs[spec["name"]])
+        if list(arr.shape) != spec["shape"]:
+            raise Onnx2EdgeError(
+                f"--input {spec['name']}: shape {'x'.join(map(str, arr.shape))}, the model was converted for "
+                f"{'x'.join(map(str, spec['shape']))}"
+            )
+        feeds[spec["name"]] = arr.astype(spec["dtype"], copy=False)
+    for name in inputs:
+        if name not in feeds:
+            raise Onnx2EdgeError(f"--input names '{name}', which is not an input of the model")
+    return backend.run(Path(out_dir), feeds, dict(options or {}))
+
+
+# --- verify -----------------------------------------------------------------------------------
+def _with_all_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy whose graph outputs include every node output (typed where inference knows)."""
+    m = infer_shapes(model)
+    typed = {vi.name: vi for vi in m.graph.value_info}
+    present = {o.name for o in m.graph.output}
+    names = [o for n in m.graph.node for o in n.output if o]
+    for name in names:
+        if name in present:
+            continue
+        vi = typed.get(name) or onnx.helper.make_empty_tensor_value_info(name)
+        m.graph.output.append(vi)
+        present.add(name)
+    return m, names
+
+
+def verify(
+    model: str | Path,
+    *,
+    target: str = "onnx",
+    input_shapes: Shapes = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-6,
+    per_layer: bool = False,
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+    work_dir: str | Path | None = None,
+) -> VerifyReport:
+    import tempfile
+
+    original = fix_input_shapes(load_model(model), input_shapes or {}, quiet=True)
+    ref_graph = graph_from_model(infer_shapes(original))
+    feeds = complete_inputs(ref_graph, inputs or {}, seed)
+    ref_model, layer_names = _with_all_outputs(original) if per_layer else (original, [])
+    ref = ort_run(ref_model, feeds)
+    if target == "onnx":
+        graph = run_passes(
+            frontend.load(model, input_shapes=input_shapes, quiet=True), DEFAULT_PASSES
+        )
+        cand = model_from_graph(graph)
+        if per_layer:
+            cand, _ = _with_all_outputs(cand)
+        ours = ort_run(cand, feeds)
+    else:
+        opts = {**(options or {}), "per_layer": per_layer}
+        with tempfile.TemporaryDirectory(prefix="onnx2edge-verify-") as tmp:
+            out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
+            convert(model, target, out, input_shapes=input_shapes, options=opts)
+            ours = run(out, feeds, options=opts)
+    outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
+    missing = [n for n in ref_graph.outputs if n not in ours]
+    if missing:
+        raise Onnx2EdgeError(f"target {target} produced no output named {', '.join(missing)}")
+    layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
+    return VerifyReport(target, rtol, atol, outputs, layers)

@@ -1,0 +1,85 @@
+"""The backend seam.
+
+A backend is a class with a `name`, the passes it needs, a check that names every node it
+cannot express, `emit` (IR -> files in a folder), and `run` (execute a converted folder on
+numpy inputs, for `verify` and `run`). `convert` in `onnx2edge.api` drives them all the same
+way: load -> passes -> check -> emit into a temporary folder -> rename, and writes a manifest
+(`onnx2edge.json`) so `onnx2edge run OUT/` knows which backend made OUT/.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import Onnx2EdgeError
+from ..ir import Graph
+
+MANIFEST = "onnx2edge.json"
+
+
+@dataclass
+class ConvertResult:
+    out_dir: Path
+    files: list[str]
+    # Facts worth printing after a conversion (arena bytes, weight bytes, ...).
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    name: str = ""
+    # Pass names (see onnx2edge.passes.PASSES), ordered by their declared dependencies.
+    required_passes: tuple[str, ...] = ()
+
+    @abstractmethod
+    def unsupported(self, graph: Graph) -> list[str]:
+        """One line per node this backend cannot express: name, op, opset, and why/what to do."""
+
+    @abstractmethod
+    def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
+        """Write the generated sources into `out_dir` (an empty temporary folder)."""
+
+    @abstractmethod
+    def run(
+        self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
+        """Build `out_dir` if needed (cached) and run it on `inputs`; outputs by ONNX name."""
+
+
+BACKENDS: dict[str, type[Backend]] = {}
+
+
+def register_backend(cls: type[Backend]) -> type[Backend]:
+    BACKENDS[cls.name] = cls
+    return cls
+
+
+def get_backend(name: str) -> Backend:
+    # Importing the package registers the built-in backends.
+    from . import c as _c  # noqa: F401
+
+    try:
+        from . import mps as _mps  # noqa: F401
+    except ImportError:
+        pass
+    if name not in BACKENDS:
+        raise Onnx2EdgeError(f"unknown target '{name}' (available: {', '.join(sorted(BACKENDS))})")
+    return BACKENDS[name]()
+
+
+def read_manifest(out_dir: str | Path) -> dict[str, Any]:
+    path = Path(out_dir) / MANIFEST
+    if not path.is_file():
+        raise Onnx2EdgeError(
+            f"{out_dir}: no {MANIFEST} here; pass a folder written by `onnx2edge convert`"
+        )
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise Onnx2EdgeError(f"{path}: corrupt manifest ({e}); convert the model again") from e

@@ -1,0 +1,247 @@
+"""Load and check an ONNX model, fix its symbolic dimensions, build the IR.
+
+Every way a file can be wrong ends in one `Onnx2EdgeError` naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+from ..errors import Onnx2EdgeError, UnsupportedError
+from ..fsutil import resolve_inside
+from ..ir import Graph
+from ..ir.proto import graph_from_model
+
+MIN_OPSET = 7
+MAX_OPSET = onnx.defs.onnx_opset_version()
+# Domains whose ops onnxruntime implements natively; anything else must come with a function.
+KNOWN_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "ai.onnx.preview.training"}
+
+
+def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    yield from external_data_helper._get_all_tensors(model)
+
+
+def _check_external_data(model: onnx.ModelProto, base_dir: Path, source: Path) -> None:
+    """Refuse external-data locations that escape the model's folder, or point past a file's end."""
+    for t in _all_tensors(model):
+        if not external_data_helper.uses_external_data(t):
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        if not loc:
+            raise Onnx2EdgeError(
+                f"{source}: tensor '{t.name}' uses external data without a location"
+            )
+        path = resolve_inside(base_dir, loc, f"{source}: external data of tensor '{t.name}'")
+        if not path.is_file():
+            raise Onnx2EdgeError(
+                f"{source}: external data file '{loc}' of tensor '{t.name}' not found next to the model"
+            )
+        size = path.stat().st_size
+        offset = int(info.get("offset", 0) or 0)
+        length = int(info.get("length", size - offset) or 0)
+        if offset < 0 or length < 0 or offset + length > size:
+            raise Onnx2EdgeError(
+                f"{source}: external data of tensor '{t.name}' needs bytes {offset}..{offset + length} "
+                f"of '{loc}', which has {size}: the file is truncated"
+            )
+
+
+def _check_opsets(model: onnx.ModelProto, source: Path) -> int:
+    versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    if "" not in versions:
+        raise Onnx2EdgeError(f"{source}: the model imports no default-domain opset")
+    opset = versions[""]
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise UnsupportedError(
+            f"{source}: opset {opset} is not supported (supported: {MIN_OPSET} to {MAX_OPSET}); "
+            "convert it with onnx.version_converter.convert_version first"
+        )
+    return opset
+
+
+def _check_ops(model: onnx.ModelProto, source: Path, opset: int) -> None:
+    """Name every node whose op is not defined at the model's opset, all at once."""
+    local = {(f.domain, f.name) for f in model.functions}
+    versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    bad = []
+    for i, n in enumerate(model.graph.node):
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        label = f"node '{n.name or f'#{i}'}' (op {n.op_type}, domain '{domain or 'ai.onnx'}', opset {versions.get(domain, opset)})"
+        if (n.domain, n.op_type) in local:
+            continue
+        if domain not in KNOWN_DOMAINS:
+            bad.append(f"{label}: unknown domain")
+            continue
+        try:
+            onnx.defs.get_schema(n.op_type, versions.get(domain, opset), domain)
+        except onnx.defs.SchemaError:
+            bad.append(label)
+    if bad:
+        raise UnsupportedError(
+            f"{source}: unknown op{'s' if len(bad) > 1 else ''}: "
+            + "; ".join(bad)
+            + " — not in the ONNX spec at this opset; replace the node or update the opset import"
+        )
+
+
+def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.ModelProto:
+    """Parse the file; check (and optionally load) its external data. No op or opset checks."""
+    source = Path(path)
+    if not source.exists():
+        raise Onnx2EdgeError(f"{source}: no such file")
+    if not source.is_file():
+        raise Onnx2EdgeError(f"{source}: not a file")
+    data = source.read_bytes()
+    if not data:
+        raise Onnx2EdgeError(f"{source}: empty file, not an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise Onnx2EdgeError(
+            f"{source}: not a valid ONNX model (truncated or corrupt protobuf: {e}); re-export it"
+        ) from e
+    if model.ir_version < 3 or not model.HasField("graph"):
+        raise Onnx2EdgeError(f"{source}: not an ONNX model (no graph or IR version)")
+    base_dir = source.resolve().parent
+    _check_external_data(model, base_dir, source)
+    if load_external:
+        try:
+            external_data_helper.load_external_data_for_model(model, str(base_dir))
+        except (OSError, ValueError) as e:
+            raise Onnx2EdgeError(f"{source}: cannot read external data: {e}") from e
+    return model
+
+
+def load_model(path: str | Path, *, check: bool = True) -> onnx.ModelProto:
+    """Read, validate and return a model with its external data loaded."""
+    source = Path(path)
+    model = read_model_proto(source)
+    opset = _check_opsets(model, source)
+    if check:
+        _check_ops(model, source, opset)
+        try:
+            onnx.checker.check_model(model)
+        except (onnx.checker.ValidationError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise Onnx2EdgeError(f"{source}: invalid ONNX model: {first}") from e
+    return model
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Parse `NAME=1x3x224x224` (or `NAME=1,3,224,224`) items."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        if not sep or not name or not dims:
+            raise Onnx2EdgeError(
+                f"bad --input-shape '{spec}': expected NAME=DIMS, e.g. input=1x3x224x224"
+            )
+        try:
+            shape = tuple(int(d) for d in dims.replace(",", "x").split("x"))
+        except ValueError:
+            raise Onnx2EdgeError(
+                f"bad --input-shape '{spec}': dimensions must be integers, e.g. input=1x3x224x224"
+            ) from None
+        if any(d <= 0 for d in shape):
+            raise Onnx2EdgeError(f"bad --input-shape '{spec}': dimensions must be positive")
+        shapes[name] = shape
+    return shapes
+
+
+def fix_input_shapes(
+    model: onnx.ModelProto,
+    shapes: Mapping[str, Sequence[int]],
+    *,
+    default_dim: int = 1,
+    quiet: bool = False,
+) -> onnx.ModelProto:
+    """Return a copy whose graph inputs have static shapes.
+
+    Dims given by the user win; remaining symbolic dims become `default_dim` (batch 1), with
+    a notice on stderr so the choice is never silent.
+    """
+    model = _copy(model)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    for name in shapes:
+        if name not in inputs:
+            raise Onnx2EdgeError(
+                f"--input-shape names '{name}', which is not an input of the model "
+                f"(inputs: {', '.join(inputs) or 'none'})"
+            )
+    for name, vi in inputs.items():
+        tt = vi.type.tensor_type
+        if name in shapes:
+            want = shapes[name]
+            if tt.HasField("shape") and len(tt.shape.dim) != len(want):
+                raise Onnx2EdgeError(
+                    f"--input-shape {name}={'x'.join(map(str, want))} has rank {len(want)}, "
+                    f"but input '{name}' has rank {len(tt.shape.dim)}"
+                )
+            for d, (dim, w) in enumerate(zip(tt.shape.dim, want, strict=False)):
+                if dim.HasField("dim_value") and dim.dim_value != w:
+                    raise Onnx2EdgeError(
+                        f"--input-shape {name}: dimension {d} is fixed to {dim.dim_value} by the model, not {w}"
+                    )
+            tt.ClearField("shape")
+            for w in want:
+                tt.shape.dim.add().dim_value = int(w)
+            continue
+        for d, dim in enumerate(tt.shape.dim):
+            if not dim.HasField("dim_value"):
+                label = dim.dim_param or "?"
+                dim.Clear()
+                dim.dim_value = default_dim
+                if not quiet:
+                    print(
+                        f"onnx2edge: note: input '{name}' dimension {d} ('{label}') set to "
+                        f"{default_dim}; use --input-shape {name}=... to choose",
+                        file=sys.stderr,
+                    )
+    # Stale intermediate shapes would contradict the new input shapes.
+    del model.graph.value_info[:]
+    return model
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx's shape inference with data propagation (folds Shape->Gather->... dims)."""
+    try:
+        return onnx.shape_inference.infer_shapes(
+            model, check_type=False, strict_mode=False, data_prop=True
+        )
+    except Exception as e:  # noqa: BLE001 - onnx raises several unrelated types here
+        raise Onnx2EdgeError(f"shape inference failed: {str(e).splitlines()[0]}") from e
+
+
+def load(
+    path: str | Path,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fold: bool = True,
+    quiet: bool = False,
+) -> Graph:
+    """The whole frontend: file -> checked model -> static input shapes -> IR -> folded IR."""
+    from ..passes import fold_constants
+    from ..passes import infer_shapes as infer_shapes_pass
+
+    model = load_model(path)
+    model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
+    graph = graph_from_model(infer_shapes(model))
+    if fold:
+        graph = infer_shapes_pass(fold_constants(graph))
+    return graph

@@ -1,0 +1,21 @@
+"""Graph passes: pure functions `Graph -> Graph` that never mutate their input.
+
+Each pass is registered by decorator with the passes it must run after; a backend declares the
+list it needs and `run_passes` orders it. A pass's docstring draws the graph before and after.
+"""
+
+from .fold_constants import fold_constants  # noqa: E402, I001  (registers itself)
+from .infer_shapes import infer_shapes  # noqa: E402
+from .registry import PASSES, fixed_point, register_pass, run_passes
+from .simplify import eliminate_dead_nodes, remove_identity  # noqa: E402
+
+__all__ = [
+    "PASSES",
+    "eliminate_dead_nodes",
+    "fixed_point",
+    "fold_constants",
+    "infer_shapes",
+    "register_pass",
+    "remove_identity",
+    "run_passes",
+]

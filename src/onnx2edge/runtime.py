@@ -1,0 +1,116 @@
+"""onnxruntime as the reference: sessions, seeded inputs, input files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from .errors import Onnx2EdgeError
+from .ir import Graph
+
+
+def ort_session(model: onnx.ModelProto, *, threads: int = 1, optimize: bool = True):  # noqa: ANN201
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        return ort.InferenceSession(
+            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        )
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Onnx2EdgeError(f"onnxruntime cannot load the model: {first}") from e
+
+
+def ort_run(
+    model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
+    sess = ort_session(model)
+    names = list(outputs) if outputs is not None else [o.name for o in sess.get_outputs()]
+    feeds = {i.name: inputs[i.name] for i in sess.get_inputs() if i.name in inputs}
+    try:
+        res = sess.run(names, feeds)
+    except Exception as e:  # noqa: BLE001
+        raise Onnx2EdgeError(
+            f"onnxruntime failed to run the model: {str(e).splitlines()[0]}"
+        ) from e
+    return dict(zip(names, (np.asarray(r) for r in res), strict=True))
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs: N(0,1) floats, small non-negative integers (valid as indices), random bools."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        t = graph.type_of(name)
+        if t is None or not t.is_static:
+            raise Onnx2EdgeError(
+                f"input '{name}' has no static shape; pass --input-shape {name}=..."
+            )
+        shape, dtype = t.static_shape, t.dtype
+        if dtype.kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[name] = rng.random(shape) < 0.5
+        elif dtype.kind in "iu":
+            feeds[name] = rng.integers(0, 4, size=shape).astype(dtype)
+        else:
+            raise Onnx2EdgeError(
+                f"input '{name}' has dtype {dtype}; pass it with --input {name}=FILE.npy"
+            )
+    return feeds
+
+
+def parse_input_files(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    """`NAME=FILE.npy` items -> arrays."""
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not file:
+            raise Onnx2EdgeError(f"bad --input '{spec}': expected NAME=FILE.npy")
+        path = Path(file)
+        if not path.is_file():
+            raise Onnx2EdgeError(f"--input {name}: no such file '{file}'")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise Onnx2EdgeError(f"--input {name}: cannot read '{file}' as .npy: {e}") from None
+    return out
+
+
+def complete_inputs(
+    graph: Graph, given: Mapping[str, np.ndarray], seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Check user inputs against the graph; fill the missing ones with seeded random data."""
+    for name in given:
+        if name not in graph.inputs:
+            raise Onnx2EdgeError(
+                f"--input names '{name}', which is not an input of the model (inputs: {', '.join(graph.inputs)})"
+            )
+    feeds = random_inputs(
+        graph.replace(inputs=tuple(n for n in graph.inputs if n not in given)), seed
+    )
+    for name, arr in given.items():
+        t = graph.type_of(name)
+        assert t is not None
+        if t.is_static and tuple(arr.shape) != t.static_shape:
+            raise Onnx2EdgeError(
+                f"--input {name}: array shape {'x'.join(map(str, arr.shape))} does not match the model's "
+                f"{'x'.join(map(str, t.static_shape))} (use --input-shape to change the model's)"
+            )
+        if arr.dtype != t.dtype:
+            if not np.can_cast(arr.dtype, t.dtype, casting="same_kind"):
+                raise Onnx2EdgeError(
+                    f"--input {name}: dtype {arr.dtype} cannot be used for {t.dtype}"
+                )
+            arr = arr.astype(t.dtype)
+        feeds[name] = arr
+    return {n: feeds[n] for n in graph.inputs}

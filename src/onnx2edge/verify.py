@@ -1,0 +1,140 @@
+"""Numerical verification of a converted model against onnxruntime.
+
+The reference is always onnxruntime running the user's original file. The candidate is the
+model after the frontend and passes, re-emitted as ONNX (`target="onnx"`), or a backend's
+generated code built and run (`target="c"`, `"mps"`).
+
+A tensor passes when max|ours - ref| <= atol + rtol * max|ref|: the error is measured
+against the tensor's scale, so a 1e-4 relative tolerance means "1e-4 of the largest output",
+which is what float32 reassociation in a different kernel order can produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .ir import Graph
+
+
+@dataclass
+class TensorReport:
+    name: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float  # max_abs / max|ref|
+    ok: bool
+    node: str = ""  # producing node, for per-layer reports
+    op: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "max_abs_error": self.max_abs,
+            "max_rel_error": self.max_rel,
+            "ok": self.ok,
+            **({"node": self.node, "op": self.op} if self.node else {}),
+        }
+
+
+@dataclass
+class VerifyReport:
+    target: str
+    rtol: float
+    atol: float
+    outputs: list[TensorReport]
+    layers: list[TensorReport] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+    @property
+    def first_divergence(self) -> TensorReport | None:
+        return next((r for r in self.layers if not r.ok), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "target": self.target,
+            "ok": self.ok,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "outputs": [o.as_dict() for o in self.outputs],
+        }
+        if self.layers:
+            fd = self.first_divergence
+            d["layers"] = [r.as_dict() for r in self.layers]
+            d["first_divergence"] = fd.as_dict() if fd else None
+        return d
+
+    def format(self) -> str:
+        lines = []
+        for o in self.outputs:
+            lines.append(
+                f"{'ok  ' if o.ok else 'FAIL'} {o.name} {'x'.join(map(str, o.shape))}: "
+                f"max abs error {o.max_abs:.3g}, max rel error {o.max_rel:.3g}"
+            )
+        if self.layers:
+            fd = self.first_divergence
+            lines.append(
+                f"per-layer: {sum(r.ok for r in self.layers)}/{len(self.layers)} intermediate tensors match"
+            )
+            if fd is not None:
+                lines.append(
+                    f"first divergence: node '{fd.node}' ({fd.op}) output '{fd.name}': "
+                    f"max abs error {fd.max_abs:.3g}, max rel error {fd.max_rel:.3g}"
+                )
+        verdict = "PASS" if self.ok else "FAIL"
+        lines.append(
+            f"{verdict}: target {self.target}, tolerance max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
+        )
+        return "\n".join(lines)
+
+
+def compare(name: str, ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> TensorReport:
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    if ours.shape != ref.shape:
+        return TensorReport(name, tuple(ref.shape), float("inf"), float("inf"), False)
+    if ref.size == 0:
+        return TensorReport(name, tuple(ref.shape), 0.0, 0.0, True)
+    if ref.dtype.kind not in "fc":
+        diff = (
+            np.abs(ours.astype(np.float64) - ref.astype(np.float64))
+            if ref.dtype.kind != "b"
+            else (ours != ref).astype(np.float64)
+        )
+        err = float(diff.max())
+        return TensorReport(name, tuple(ref.shape), err, err, err == 0.0)
+    r, o = ref.astype(np.float64), ours.astype(np.float64)
+    same_nonfinite = bool(
+        np.array_equal(np.isnan(r), np.isnan(o)) and np.array_equal(r[np.isinf(r)], o[np.isinf(r)])
+    )
+    finite = np.isfinite(r) & np.isfinite(o)
+    err = float(np.abs(o[finite] - r[finite]).max()) if finite.any() else 0.0
+    scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
+    rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+    ok = same_nonfinite and err <= atol + rtol * scale
+    return TensorReport(name, tuple(ref.shape), err, rel, ok)
+
+
+def compare_all(
+    names: list[str],
+    ours: Mapping[str, np.ndarray],
+    ref: Mapping[str, np.ndarray],
+    rtol: float,
+    atol: float,
+    graph: Graph | None = None,
+) -> list[TensorReport]:
+    out = []
+    for n in names:
+        if n not in ours or n not in ref:
+            continue
+        rep = compare(n, ours[n], ref[n], rtol, atol)
+        if graph is not None and (p := graph.producer(n)) is not None:
+            rep.node, rep.op = p.name, p.op_type
+        out.append(rep)
+    return out

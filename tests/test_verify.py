@@ -1,0 +1,88 @@
+"""verify (target onnx): the frontend + passes against onnxruntime, whole-model and per layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2edge import api
+from onnx2edge.errors import Onnx2EdgeError
+from onnx2edge.verify import compare
+
+from conftest import LIGHT_MODELS, make_model, save, tensor, vi
+
+
+@pytest.mark.parametrize("path", LIGHT_MODELS, ids=lambda p: p.stem)
+def test_light_models_verify(path: Path) -> None:
+    rep = api.verify(path)
+    assert rep.ok, rep.format()
+
+
+def test_example_per_layer(example: Path) -> None:
+    rep = api.verify(example, per_layer=True)
+    assert rep.ok and len(rep.layers) == 17 and rep.first_divergence is None
+
+
+def test_user_inputs(tmp_path: Path, example: Path) -> None:
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    rep = api.verify(example, inputs={"input": x})
+    assert rep.ok
+    with pytest.raises(Onnx2EdgeError, match="does not match"):
+        api.verify(example, inputs={"input": x[:, :2]})
+    with pytest.raises(Onnx2EdgeError, match="not an input"):
+        api.verify(example, inputs={"nope": x})
+
+
+def test_compare_catches_errors() -> None:
+    ref = np.array([1.0, -2.0, 100.0], np.float32)
+    assert compare("y", ref + 0.001, ref, rtol=1e-4, atol=0).ok  # 0.001 <= 1e-4 * 100
+    bad = compare("y", ref + np.array([0, 0.5, 0], np.float32), ref, rtol=1e-4, atol=0)
+    assert not bad.ok and bad.max_abs == pytest.approx(0.5) and bad.max_rel == pytest.approx(0.005)
+    assert not compare("y", np.array([np.nan, -2, 100], np.float32), ref, 1e-4, 0).ok
+    assert not compare("y", ref[:2], ref, 1e-4, 0).ok
+    assert compare("i", np.array([1, 2]), np.array([1, 2]), 0, 0).ok
+    assert not compare("i", np.array([1, 3]), np.array([1, 2]), 0, 0).ok
+
+
+def test_per_layer_names_first_divergent_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sabotage one pass's output and check per-layer names the node whose output changed."""
+    m = make_model(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="first"),
+            helper.make_node("Mul", ["a", "k"], ["b"], name="scale"),
+            helper.make_node("Sigmoid", ["b"], ["y"], name="last"),
+        ],
+        [vi("x", [4])],
+        [vi("y", [4])],
+        [tensor("k", np.full(4, 2.0, np.float32))],
+    )
+    path = save(m, tmp_path / "m.onnx")
+    import onnx2edge.api as api_mod
+
+    real = api_mod.model_from_graph
+
+    def broken(graph):  # noqa: ANN001, ANN202
+        g = graph.replace(initializers={**graph.initializers, "k": np.full(4, 3.0, np.float32)})
+        return real(g)
+
+    monkeypatch.setattr(api_mod, "model_from_graph", broken)
+    rep = api.verify(path, per_layer=True)
+    assert not rep.ok
+    fd = rep.first_divergence
+    assert fd is not None and fd.node == "scale" and fd.op == "Mul"
+
+
+def test_verify_loadable_by_ort_ir_version(example: Path) -> None:
+    from onnx2edge.frontend import load
+    from onnx2edge.ir.proto import MAX_IR_VERSION, model_from_graph
+
+    g = load(example, quiet=True).replace(ir_version=14)
+    m = model_from_graph(g)
+    assert m.ir_version <= MAX_IR_VERSION
+    onnx.checker.check_model(m)
