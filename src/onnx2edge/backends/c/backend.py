@@ -1,0 +1,96 @@
+"""The C backend: plain C99 with the weights inside (seed 001, Caffe2C), verified by ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import Onnx2EdgeError
+from ...ir import Graph
+from ..base import Backend, ConvertResult, read_manifest, register_backend
+from .build import DEBUG_FLAGS, cached_shared
+from .emitter import ModelEmitter
+from .writer import write_model, write_support_files
+
+
+@register_backend
+class CBackend(Backend):
+    name = "c"
+    required_passes = ("fold_constants", "remove_identity", "fold_batchnorm", "fuse_activation", "eliminate_dead_nodes")
+
+    def unsupported(self, graph: Graph) -> list[str]:
+        return ModelEmitter(graph).unsupported()
+
+    def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
+        wf = options.get("weights_file")
+        stats = write_model(graph, out_dir, weights_file=True if wf else None, source_name=str(options.get("source", graph.name)))
+        files = ["model.c", "model.h", *write_support_files(graph, out_dir), "tensors.json"]
+        # dtype and shape of every traced tensor, for `verify --per-layer`
+        tensors = {}
+        for node in graph.nodes:
+            for o in node.outputs:
+                t = graph.type_of(o) if o else None
+                if t is not None and t.is_static:
+                    tensors[o] = [t.dtype.name, list(t.static_shape)]
+        (out_dir / "tensors.json").write_text(json.dumps(tensors, indent=0, sort_keys=True))
+        if stats["weights_in_file"]:
+            files.append("model_weights.bin")
+        return ConvertResult(out_dir, files, stats)
+
+    def run(self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        manifest = read_manifest(out_dir)
+        per_layer = bool(options.get("per_layer"))
+        flags = [*options.get("cflags", DEBUG_FLAGS), *(["-DO2E_TRACE_ENABLED"] if per_layer else [])]
+        lib_path = cached_shared(out_dir, [out_dir / "model.c"], flags)
+        io = {**manifest, "tensors": json.loads((out_dir / "tensors.json").read_text())}
+        return run_library(lib_path, "model", io, inputs, out_dir / "model_weights.bin", per_layer)
+
+
+def run_library(
+    lib_path: Path,
+    prefix: str,
+    io: Mapping[str, Any],
+    inputs: Mapping[str, np.ndarray],
+    weights_path: Path | None = None,
+    per_layer: bool = False,
+) -> dict[str, np.ndarray]:
+    """Call `<prefix>_init` and `<prefix>_run` of a built library on numpy buffers."""
+    lib = ctypes.CDLL(str(lib_path))
+    trace: dict[str, np.ndarray] = {}
+    keep: list[Any] = []
+    if per_layer:
+        cb_type = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+
+        def on_trace(name: bytes, ptr: int, n: int) -> None:
+            trace[name.decode()] = np.ctypeslib.as_array((ctypes.c_ubyte * n).from_address(ptr)).copy() if n else np.zeros(0, np.uint8)
+
+        cb = cb_type(on_trace)
+        keep.append(cb)
+        getattr(lib, f"{prefix}_set_trace")(cb)
+    init = getattr(lib, f"{prefix}_init")
+    init.argtypes = [ctypes.c_char_p]
+    rc = init(str(weights_path).encode() if weights_path is not None and weights_path.is_file() else None)
+    if rc != 0:
+        raise Onnx2EdgeError(f"{prefix}_init failed with code {rc} (weights file missing or corrupt?)")
+    in_arrays = [np.ascontiguousarray(inputs[s["name"]], dtype=s["dtype"]) for s in io["inputs"]]
+    out_arrays = [np.zeros(s["shape"], dtype=s["dtype"]) for s in io["outputs"]]
+    in_ptrs = (ctypes.c_void_p * max(len(in_arrays), 1))(*[a.ctypes.data for a in in_arrays])
+    out_ptrs = (ctypes.c_void_p * max(len(out_arrays), 1))(*[a.ctypes.data for a in out_arrays])
+    run = getattr(lib, f"{prefix}_run")
+    run.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    if run(in_ptrs, out_ptrs) != 0:
+        raise Onnx2EdgeError(f"{prefix}_run failed")
+    result = {s["name"]: a for s, a in zip(io["outputs"], out_arrays, strict=True)}
+    if per_layer:
+        dtypes = {**{s["name"]: (s["dtype"], s["shape"]) for s in io["outputs"]}, **io.get("tensors", {})}
+        for name, raw in trace.items():
+            if name in result or name not in dtypes:
+                continue
+            dt, shape = dtypes[name]
+            result[name] = raw.view(dt).reshape(shape)
+    return result

@@ -1,0 +1,353 @@
+"""IR -> model.c / model.h.
+
+Layout of the generated model.c:
+  includes and kernels (static helpers, only those some node uses)
+  weights            static const arrays, or offsets into model_weights.bin
+  arena              one static buffer; every intermediate tensor is an offset (planner.py)
+  <p>_init()         loads model_weights.bin when weights live there
+  <p>_run()          one block per ONNX node, in topological order, each commented with it
+
+Shapes are all static at conversion time, so every loop bound is a constant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import UnsupportedError
+from ...ir import Graph, Node
+from .planner import Buffer, plan
+
+CTYPES: dict[str, str] = {
+    "float32": "float",
+    "float64": "double",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "bool": "bool",
+}
+INLINE_WEIGHT_LIMIT = 4 << 20  # bytes: above this, weights go to model_weights.bin
+WEIGHTS_MAGIC = b"O2EW0001"
+
+
+def c_ident(name: str) -> str:
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    if not s or s[0].isdigit():
+        s = "_" + s
+    if len(s) > 48:
+        s = s[:40] + "_" + hashlib.sha1(name.encode()).hexdigest()[:7]
+    return s
+
+
+def ctype_of(dtype: np.dtype) -> str:
+    try:
+        return CTYPES[np.dtype(dtype).name]
+    except KeyError:
+        raise UnsupportedError(f"dtype {np.dtype(dtype).name} is not supported by the C backend") from None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor as generated code sees it: `sym` is a C pointer expression."""
+
+    name: str
+    sym: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    kind: str  # "input" | "output" | "const" | "arena"
+
+    @property
+    def ctype(self) -> str:
+        return ctype_of(self.dtype)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+def c_literal(value: Any, dtype: np.dtype) -> str:
+    """An exact C literal for one value of `dtype`."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        v = float(value)
+        if np.isnan(v):
+            return "NAN" if dtype == np.float64 else "(float)NAN"
+        if np.isinf(v):
+            return ("-" if v < 0 else "") + ("INFINITY" if dtype == np.float64 else "(float)INFINITY")
+        if dtype == np.float32:
+            return repr(float(np.float32(v))) + "f" if False else _f32(np.float32(v))
+        return repr(v)
+    if dtype.kind == "b":
+        return "1" if value else "0"
+    iv = int(value)
+    if dtype == np.int64:
+        return f"INT64_C({iv})" if iv != -(2**63) else "INT64_MIN"
+    if dtype == np.uint64:
+        return f"UINT64_C({iv})"
+    if dtype == np.int32 and iv == -(2**31):
+        return "INT32_MIN"
+    if dtype == np.uint32:
+        return f"{iv}u"
+    return str(iv)
+
+
+def _f32(x: np.float32) -> str:
+    s = np.format_float_scientific(x, unique=True, trim="-") if x != 0 else ("-0.0" if np.signbit(x) else "0.0")
+    if "e" in s and "." not in s.split("e")[0]:
+        s = s.replace("e", ".0e")
+    return s + "f"
+
+
+def array_literal(arr: np.ndarray, per_line: int = 8) -> str:
+    """Comma-separated C literals, `per_line` a line."""
+    flat = np.asarray(arr).reshape(-1)
+    dt = flat.dtype
+    if dt == np.float32 and np.isfinite(flat).all():
+        texts = [_f32(v) for v in flat]
+    else:
+        texts = [c_literal(v, dt) for v in flat]
+    lines = [", ".join(texts[i : i + per_line]) for i in range(0, len(texts), per_line)]
+    return ",\n  ".join(lines) if lines else "0"
+
+
+@dataclass
+class NodeContext:
+    """What an op emitter sees of the model while it writes one node's code."""
+
+    model: ModelEmitter
+    node: Node
+    step: int
+    scratch_requests: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def graph(self) -> Graph:
+        return self.model.graph
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.node.inputs)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.node.inputs) and bool(self.node.inputs[i])
+
+    def x(self, i: int) -> Tensor:
+        """Input i (raise if absent: check has_input for optional inputs)."""
+        return self.model.tensor(self.node.inputs[i])
+
+    def y(self, i: int = 0) -> Tensor:
+        return self.model.tensor(self.node.outputs[i])
+
+    def has_output(self, i: int) -> bool:
+        return i < len(self.node.outputs) and bool(self.node.outputs[i])
+
+    def const(self, i: int) -> np.ndarray | None:
+        return self.graph.const(self.node.inputs[i]) if self.has_input(i) else None
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.node.attr(name, default)
+
+    def helper(self, name: str, code: str) -> str:
+        """Add a static C function (or other top-level code) once; returns `name`."""
+        self.model.add_helper(name, code)
+        return name
+
+    def weight(self, hint: str, arr: np.ndarray) -> str:
+        """A derived constant (e.g. repacked weights); returns its C symbol."""
+        return self.model.add_constant(f"{self.node.name}_{hint}", arr).sym
+
+    def scratch(self, nbytes: int, ctype: str = "float") -> str:
+        """Arena memory for this node only (e.g. im2col columns); a C pointer expression."""
+        key = f"scratch:{self.node.name}:{len(self.scratch_requests)}"
+        self.scratch_requests.append((key, int(nbytes)))
+        macro = f"S_{c_ident(self.node.name)}_{len(self.scratch_requests) - 1}"
+        self.model.scratch_macros[key] = (macro, ctype)
+        return macro
+
+    def unique(self, base: str) -> str:
+        return self.model.unique_local(base)
+
+
+OpEmitFn = Callable[[NodeContext], str]
+
+
+class ModelEmitter:
+    def __init__(self, graph: Graph, prefix: str = "model", weights_file: bool | None = None) -> None:
+        from .ops import load_all
+
+        self.graph = graph
+        self.prefix = prefix
+        self.ops = load_all()
+        self.helpers: dict[str, str] = {}
+        self.constants: dict[str, Tensor] = {}
+        self.const_data: dict[str, np.ndarray] = {}
+        self.scratch_macros: dict[str, tuple[str, str]] = {}
+        self.idents: set[str] = set()
+        self.tensors: dict[str, Tensor] = {}
+        self.locals = 0
+        self.weights_file = weights_file
+        self._make_tensors()
+
+    # --- naming ------------------------------------------------------------------------------
+    def _ident(self, base: str) -> str:
+        s, i = base, 1
+        while s in self.idents:
+            s, i = f"{base}_{i}", i + 1
+        self.idents.add(s)
+        return s
+
+    def unique_local(self, base: str) -> str:
+        self.locals += 1
+        return f"{base}{self.locals}"
+
+    # --- tensors -------------------------------------------------------------------------------
+    def _make_tensors(self) -> None:
+        g = self.graph
+        for name in g.inputs:
+            self.tensors[name] = self._tensor(name, "input", "in_")
+        for name in g.outputs:
+            if name not in self.tensors and name not in g.initializers:
+                self.tensors[name] = self._tensor(name, "output", "out_")
+        for node in g.nodes:
+            for o in node.outputs:
+                if o and o not in self.tensors:
+                    self.tensors[o] = self._tensor(o, "arena", "T_")
+
+    def _tensor(self, name: str, kind: str, pre: str) -> Tensor:
+        t = self.graph.type_of(name)
+        if t is None or not t.is_static:
+            raise UnsupportedError(f"tensor '{name}' has no static shape; fix the input shapes with --input-shape")
+        return Tensor(name, self._ident(pre + c_ident(name)), t.static_shape, t.dtype, kind)
+
+    def tensor(self, name: str) -> Tensor:
+        if name in self.tensors:
+            return self.tensors[name]
+        if name in self.graph.initializers:
+            return self.add_constant(name, self.graph.initializers[name], onnx_name=name)
+        raise KeyError(name)
+
+    def add_constant(self, hint: str, arr: np.ndarray, onnx_name: str | None = None) -> Tensor:
+        key = onnx_name or f"derived:{hint}"
+        if key in self.constants:
+            return self.constants[key]
+        arr = np.ascontiguousarray(arr)
+        ctype_of(arr.dtype)
+        t = Tensor(onnx_name or hint, self._ident("W_" + c_ident(hint)), tuple(arr.shape), arr.dtype, "const")
+        self.constants[key] = t
+        self.const_data[key] = arr
+        if onnx_name is not None:
+            self.tensors[onnx_name] = t
+        return t
+
+    def add_helper(self, name: str, code: str) -> None:
+        if name not in self.helpers:
+            self.helpers[name] = code
+
+    # --- emission ------------------------------------------------------------------------------
+    def unsupported(self) -> list[str]:
+        problems = []
+        for node in self.graph.nodes:
+            spec = self.ops.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            where = f"node '{node.name}' (op {node.op_type}, opset {self.graph.opset})"
+            if spec is None:
+                problems.append(f"{where}: no C emitter for this op")
+                continue
+            for name in (*node.inputs, *node.outputs):
+                if not name:
+                    continue
+                t = self.graph.type_of(name)
+                if t is None or not t.is_static:
+                    problems.append(f"{where}: tensor '{name}' has no static shape (try --input-shape)")
+                    break
+                if t.dtype.name not in CTYPES:
+                    problems.append(f"{where}: dtype {t.dtype.name} of '{name}' is not supported")
+                    break
+            else:
+                if spec.check is not None and (why := spec.check(node, self.graph)):
+                    problems.append(f"{where}: {why}")
+        return problems
+
+    def emit(self) -> dict[str, Any]:
+        g = self.graph
+        blocks: list[str] = []
+        steps: dict[str, list[int]] = {}
+        scratch: list[Buffer] = []
+        for step, node in enumerate(g.nodes):
+            ctx = NodeContext(self, node, step)
+            body = self.ops[node.op_type].emit(ctx)
+            for key, nbytes in ctx.scratch_requests:
+                scratch.append(Buffer(key, nbytes, step, step))
+            attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())
+            header = f"/* node {_cmt(node.name)}: {node.op_type}({_cmt(', '.join(i or '-' for i in node.inputs))})"
+            header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
+            blocks.append(f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_TRACE({node.name!r});".replace(
+                f"O2E_TRACE({node.name!r})", self._trace_calls(node)))
+            for name in (*node.inputs, *node.outputs):
+                if name:
+                    steps.setdefault(name, []).append(step)
+        last = len(g.nodes)
+        buffers = []
+        for name, t in self.tensors.items():
+            if t.kind != "arena":
+                continue
+            used = steps.get(name, [0])
+            buffers.append(Buffer(name, t.nbytes, min(used), max(used)))
+        # graph outputs that are constants or inputs get copied at the end
+        tail = []
+        for i, name in enumerate(g.outputs):
+            t = self.tensor(name)
+            if t.kind in ("const", "input"):
+                out = f"(({t.ctype} *)outputs[{i}])"
+                tail.append(f"  memcpy({out}, {t.sym}, {t.nbytes});  /* output {_cmt(name)} */")
+        offsets, arena = plan(buffers + scratch)
+        _ = last
+        return {"blocks": blocks, "offsets": offsets, "arena": arena, "tail": tail}
+
+    def _trace_calls(self, node: Node) -> str:
+        calls = []
+        for o in node.outputs:
+            if o and o in self.tensors:
+                t = self.tensors[o]
+                calls.append(f"O2E_TRACE({_cstr(o)}, {t.sym}, {t.nbytes});")
+        return " ".join(calls)
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"tensor{list(v.shape)}"
+    if isinstance(v, list) and len(v) > 8:
+        return f"[{', '.join(map(str, v[:8]))}, ...]"
+    if isinstance(v, str):
+        return v
+    return str(v) if not hasattr(v, "SerializeToString") else "<graph>"
+
+
+def _cmt(s: str) -> str:
+    return s.replace("*/", "* /").replace("/*", "/ *").replace("\n", " ")
+
+
+def _cstr(s: str) -> str:
+    return '"' + s.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+
+
+def _indent(s: str, n: int) -> str:
+    pad = " " * n
+    return "\n".join(pad + ln if ln.strip() else "" for ln in s.splitlines())

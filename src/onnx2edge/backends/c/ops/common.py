@@ -1,0 +1,115 @@
+"""Code-generation helpers shared by the op emitters: loops, broadcasting, activations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....passes.fuse_activation import Activation, activation_of
+from ..emitter import NodeContext, Tensor, c_literal
+
+
+def strides(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return list(reversed(out))
+
+
+def broadcast_strides(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
+    """Strides of `in_shape` read at `out_shape` positions (0 along broadcast dims)."""
+    pad = (1,) * (len(out_shape) - len(in_shape)) + tuple(in_shape)
+    st = strides(pad)
+    return [0 if pad[d] == 1 and out_shape[d] != 1 else st[d] for d in range(len(out_shape))]
+
+
+def merge_dims(out_shape: tuple[int, ...], in_strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Collapse adjacent dims that every operand walks contiguously (fewer, longer loops)."""
+    dims: list[int] = []
+    sts: list[list[int]] = [[] for _ in in_strides]
+    for d, n in enumerate(out_shape):
+        if n == 1:
+            continue
+        if dims:
+            ok = all(s[d] * n == st[-1] or (s[d] == 0 and st[-1] == 0) for s, st in zip(in_strides, sts, strict=True))
+            if ok:
+                dims[-1] *= n
+                for s, st in zip(in_strides, sts, strict=True):
+                    st[-1] = s[d]
+                continue
+        dims.append(n)
+        for s, st in zip(in_strides, sts, strict=True):
+            st.append(s[d])
+    return dims, sts
+
+
+def elementwise(
+    ctx: NodeContext, operands: list[Tensor], out: Tensor, expr: str, *, pre: str = "", ctype: str | None = None
+) -> str:
+    """out[i] = expr(a, b, ...) with numpy broadcasting. `expr` names operands a, b, c, ...
+
+    Each operand is read into a local of its own C type first, so `expr` can use them freely.
+    """
+    names = "abcdefghijklmnopqrstuvwxyz"
+    shape = out.shape
+    in_st = [broadcast_strides(t.shape, shape) for t in operands]
+    dims, sts = merge_dims(shape, in_st)
+    n = out.size
+    if n == 0:
+        return "/* empty tensor */"
+    lines = [pre] if pre else []
+    idx = [f"i{k}" for k in range(len(dims))]
+    loads = []
+    for j, t in enumerate(operands):
+        off = " + ".join(f"{i}*{s}" if s != 1 else i for i, s in zip(idx, sts[j], strict=True) if s != 0) or "0"
+        loads.append(f"const {t.ctype} {names[j]} = {t.sym}[{off}];")
+    out_off = " + ".join(f"{i}*{s}" if s != 1 else i for i, s in zip(idx, strides(tuple(dims)), strict=True)) or "0"
+    body = " ".join(loads) + f" {out.sym}[{out_off}] = ({ctype or out.ctype})({expr});"
+    if not dims:
+        return "\n".join([*lines, "{ " + body.replace("[0]", "[0]") + " }"])
+    code = ""
+    for k, d in enumerate(dims):
+        code += "  " * k + f"for (size_t {idx[k]} = 0; {idx[k]} < {d}; ++{idx[k]})\n"
+    code += "  " * len(dims) + "{ " + body + " }"
+    return "\n".join([*lines, code])
+
+
+def act_expr(act: Activation | None, v: str, ctype: str = "float") -> str:
+    """C expression applying a fused activation to the value `v` (a simple expression)."""
+    if act is None:
+        return v
+    f = "" if ctype == "double" else "f"
+    lit = lambda x: c_literal(x, np.float64 if ctype == "double" else np.float32)  # noqa: E731
+    if act.op == "Relu":
+        return f"({v} > 0 ? {v} : 0)"
+    if act.op == "LeakyRelu":
+        return f"({v} >= 0 ? {v} : {v} * {lit(act.alpha)})"
+    if act.op == "Clip":
+        lo = "" if np.isinf(act.alpha) else f"{v} < {lit(act.alpha)} ? {lit(act.alpha)} : "
+        hi = "" if np.isinf(act.beta) else f"{v} > {lit(act.beta)} ? {lit(act.beta)} : "
+        return f"({lo}{hi}{v})" if lo or hi else v
+    if act.op == "Sigmoid":
+        return f"(1 / (1 + exp{f}(-{v})))"
+    if act.op == "Tanh":
+        return f"tanh{f}({v})"
+    if act.op == "HardSigmoid":
+        return f"fmax{f}(0, fmin{f}(1, {lit(act.alpha)} * {v} + {lit(act.beta)}))"
+    if act.op == "HardSwish":
+        return f"({v} * fmax{f}(0, fmin{f}(1, {v} / 6 + 0.5{f})))"
+    raise ValueError(f"unknown fused activation {act.op}")
+
+
+def fused_act(ctx: NodeContext) -> Activation | None:
+    return activation_of(ctx.node)
+
+
+def apply_act_loop(ctx: NodeContext, ptr: str, n: int, ctype: str = "float") -> str:
+    """A loop applying the node's fused activation in place, or '' when there is none."""
+    act = fused_act(ctx)
+    if act is None:
+        return ""
+    return f"for (size_t i = 0; i < {n}; ++i) {{ const {ctype} v = {ptr}[i]; {ptr}[i] = {act_expr(act, 'v', ctype)}; }}"
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis

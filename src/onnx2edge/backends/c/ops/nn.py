@@ -1,0 +1,610 @@
+"""Convolution, fully connected layers, pooling, normalisation, softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....ir import Graph, Node
+from ..emitter import NodeContext, c_literal
+from . import register_op
+from .common import act_expr, fused_act, norm_axis, strides
+from .gemm import gemm_call
+
+FLOAT = ("float", "double")
+
+
+def _float_input(node: Node, graph: Graph) -> str | None:
+    t = graph.type_of(node.inputs[0])
+    if t is not None and t.dtype != np.float32:
+        return f"{node.op_type} on {t.dtype.name} is not supported (float32 only)"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# convolution
+# --------------------------------------------------------------------------------------------
+def conv_pads(node: Node, in_sp: tuple[int, ...], out_sp: tuple[int, ...], k: list[int], s: list[int], d: list[int]) -> list[int]:
+    """Begin pads then end pads, resolving auto_pad (ONNX Conv spec)."""
+    n = len(in_sp)
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * n)
+        for i in range(n):
+            total = max((out_sp[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_sp[i], 0)
+            small = total // 2
+            pads[i], pads[i + n] = (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+        return pads
+    if auto == "VALID":
+        return [0] * (2 * n)
+    return list(node.attr("pads", [0] * (2 * n)))
+
+
+def _conv_check(node: Node, graph: Graph) -> str | None:
+    if (why := _float_input(node, graph)) is not None:
+        return why
+    w = graph.type_of(node.inputs[1])
+    if w is None or w.shape is None or len(w.shape) < 3:
+        return "weights of unknown rank"
+    return None
+
+
+@register_op("Conv", check=_conv_check)
+def conv(ctx: NodeContext) -> str:
+    x, w, y = ctx.x(0), ctx.x(1), ctx.y(0)
+    nsp = x.rank - 2
+    N, C = x.shape[:2]
+    M = w.shape[0]
+    ks = list(w.shape[2:])
+    group = int(ctx.attr("group", 1))
+    st = list(ctx.attr("strides", [1] * nsp))
+    dl = list(ctx.attr("dilations", [1] * nsp))
+    pads = conv_pads(ctx.node, x.shape[2:], y.shape[2:], ks, st, dl)
+    bias = ctx.x(2).sym if ctx.has_input(2) else None
+    if nsp == 2:
+        return _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
+    return _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
+
+
+def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noqa: ANN001
+    H, W = x.shape[2:]
+    OH, OW = y.shape[2:]
+    kh, kw = ks
+    sh, sw = st
+    dh, dw = dl
+    pt, pl = pads[0], pads[1]
+    cg, mg = C // group, M // group
+    K = cg * kh * kw
+    P = OH * OW
+    act = fused_act(ctx)
+    if group == C and M == C and cg == 1:
+        return _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, bias)
+    pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and pads[2] == 0 and pads[3] == 0
+    lines = []
+    if not pointwise:
+        col = ctx.scratch(K * P * 4)
+        ctx.helper("o2e_im2col", IM2COL)
+    for_n = f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{"
+    lines.append(for_n)
+    xin = f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {H * W}"
+    yout = f"{y.sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
+    wg = f"{w.sym} + (size_t)g * {mg * K}"
+    bg = f"{bias} + (size_t)g * {mg}" if bias else "NULL"
+    if pointwise:
+        b_mat = xin
+    else:
+        lines.append(
+            f"  o2e_im2col({xin}, {cg}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OH}, {OW}, {col});"
+        )
+        b_mat = col
+    lines.append("  " + gemm_call(ctx, mg, P, K, wg, K, b_mat, P, yout, P, bias_m=bg, act=act, a_const=w, group=group))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+IM2COL = r"""
+/* im2col: the input patches of a 2-D convolution as a [C*kh*kw][OH*OW] matrix, zeros for padding. */
+static void o2e_im2col(const float *x, int C, int H, int W, int kh, int kw, int sh, int sw, int dh, int dw,
+                       int pt, int pl, int OH, int OW, float *col)
+{
+  for (int c = 0; c < C; ++c)
+    for (int ki = 0; ki < kh; ++ki)
+      for (int kj = 0; kj < kw; ++kj) {
+        float *dst = col + ((size_t)(c * kh + ki) * kw + kj) * OH * OW;
+        for (int oh = 0; oh < OH; ++oh) {
+          const int ih = oh * sh - pt + ki * dh;
+          float *row = dst + (size_t)oh * OW;
+          if (ih < 0 || ih >= H) {
+            for (int ow = 0; ow < OW; ++ow) row[ow] = 0.0f;
+            continue;
+          }
+          const float *src = x + ((size_t)c * H + ih) * W;
+          for (int ow = 0; ow < OW; ++ow) {
+            const int iw = ow * sw - pl + kj * dw;
+            row[ow] = (iw >= 0 && iw < W) ? src[iw] : 0.0f;
+          }
+        }
+      }
+}
+"""
+
+
+def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, bias) -> str:  # noqa: ANN001
+    act = fused_act(ctx)
+    b = f"{bias}[c]" if bias else "0.0f"
+    return f"""/* depthwise: one {kh}x{kw} filter per channel, computed directly */
+for (int n = 0; n < {N}; ++n)
+for (int c = 0; c < {C}; ++c) {{
+  const float *xc = {x.sym} + ((size_t)n * {C} + c) * {H * W};
+  const float *wc = {w.sym} + (size_t)c * {kh * kw};
+  float *yc = {y.sym} + ((size_t)n * {C} + c) * {OH * OW};
+  for (int oh = 0; oh < {OH}; ++oh)
+    for (int ow = 0; ow < {OW}; ++ow) {{
+      float acc = {b};
+      for (int ki = 0; ki < {kh}; ++ki) {{
+        const int ih = oh * {sh} - {pt} + ki * {dh};
+        if (ih < 0 || ih >= {H}) continue;
+        for (int kj = 0; kj < {kw}; ++kj) {{
+          const int iw = ow * {sw} - {pl} + kj * {dw};
+          if (iw >= 0 && iw < {W}) acc += xc[ih * {W} + iw] * wc[ki * {kw} + kj];
+        }}
+      }}
+      yc[oh * {OW} + ow] = {act_expr(act, "acc")};
+    }}
+}}"""
+
+
+def _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noqa: ANN001
+    """Direct N-d convolution (1-D and 3-D models are rare; clarity over speed)."""
+    nsp = len(ks)
+    in_sp, out_sp = x.shape[2:], y.shape[2:]
+    cg, mg = C // group, M // group
+    act = fused_act(ctx)
+    lines = [f"for (int n = 0; n < {N}; ++n)", f"for (int m = 0; m < {M}; ++m) {{", f"  const int g = m / {mg};"]
+    ind = "  "
+    for d in range(nsp):
+        lines.append(f"{ind}for (int o{d} = 0; o{d} < {out_sp[d]}; ++o{d})")
+    lines.append(f"{ind}{{")
+    lines.append(f"{ind}  float acc = {bias + '[m]' if bias else '0.0f'};")
+    lines.append(f"{ind}  for (int c = 0; c < {cg}; ++c)")
+    for d in range(nsp):
+        lines.append(f"{ind}  for (int k{d} = 0; k{d} < {ks[d]}; ++k{d})")
+    lines.append(f"{ind}  {{")
+    conds, xoff, woff = [], "((size_t)n * " + str(C) + " + (size_t)g * " + str(cg) + " + c)", "((size_t)m * " + str(cg) + " + c)"
+    for d in range(nsp):
+        lines.append(f"{ind}    const int i{d} = o{d} * {st[d]} - {pads[d]} + k{d} * {dl[d]};")
+        conds.append(f"i{d} >= 0 && i{d} < {in_sp[d]}")
+        xoff = f"({xoff} * {in_sp[d]} + i{d})"
+        woff = f"({woff} * {ks[d]} + k{d})"
+    lines.append(f"{ind}    if ({' && '.join(conds)}) acc += {x.sym}[{xoff}] * {w.sym}[{woff}];")
+    lines.append(f"{ind}  }}")
+    yoff = f"((size_t)n * {M} + m)"
+    for d in range(nsp):
+        yoff = f"({yoff} * {out_sp[d]} + o{d})"
+    lines.append(f"{ind}  {y.sym}[{yoff}] = {act_expr(act, 'acc')};")
+    lines.append(f"{ind}}}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+@register_op("ConvTranspose", check=_conv_check)
+def conv_transpose(ctx: NodeContext) -> str:
+    """y = col2im(Wᵀ · x): each input pixel scatters a weighted kernel into the output."""
+    x, w, y = ctx.x(0), ctx.x(1), ctx.y(0)
+    nsp = x.rank - 2
+    N, C = x.shape[:2]
+    group = int(ctx.attr("group", 1))
+    mg = w.shape[1]
+    M = mg * group
+    cg = C // group
+    ks = list(w.shape[2:])
+    st = list(ctx.attr("strides", [1] * nsp))
+    dl = list(ctx.attr("dilations", [1] * nsp))
+    in_sp, out_sp = x.shape[2:], y.shape[2:]
+    pads = _convtranspose_pads(ctx.node, in_sp, out_sp, ks, st, dl)
+    bias = ctx.x(2).sym if ctx.has_input(2) else None
+    act = fused_act(ctx)
+    P = int(np.prod(in_sp))
+    K = mg * int(np.prod(ks))
+    # Wᵀ per group: [mg*k][cg], prepared at conversion time
+    wt = ctx.graph.const(ctx.node.inputs[1])
+    lines = []
+    if wt is not None:
+        wt_arr = wt.reshape(group, cg, K).transpose(0, 2, 1).copy()
+        wsym = ctx.weight("wT", wt_arr)
+    else:
+        return "#error ConvTranspose with non-constant weights"
+    col = ctx.scratch(K * P * 4)
+    lines.append(f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{")
+    lines.append(
+        "  " + gemm_call(ctx, K, P, cg, f"{wsym} + (size_t)g * {K * cg}", cg,
+                         f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {P}", P, col, P)
+    )
+    # col2im over N-d
+    ysz = int(np.prod(out_sp))
+    lines.append(f"  float *yg = {y.sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {ysz};")
+    lines.append(f"  for (size_t i = 0; i < (size_t){mg * ysz}; ++i) yg[i] = 0.0f;")
+    lines.append(f"  for (int m = 0; m < {mg}; ++m)")
+    for d in range(nsp):
+        lines.append(f"  for (int k{d} = 0; k{d} < {ks[d]}; ++k{d})")
+    for d in range(nsp):
+        lines.append(f"  for (int i{d} = 0; i{d} < {in_sp[d]}; ++i{d})")
+    lines.append("  {")
+    conds = []
+    koff, ioff, ooff = "m", "0", "m"
+    for d in range(nsp):
+        lines.append(f"    const int o{d} = i{d} * {st[d]} - {pads[d]} + k{d} * {dl[d]};")
+        conds.append(f"o{d} >= 0 && o{d} < {out_sp[d]}")
+        koff = f"({koff} * {ks[d]} + k{d})"
+        ioff = f"({ioff} * {in_sp[d]} + i{d})"
+        ooff = f"({ooff} * {out_sp[d]} + o{d})"
+    lines.append(f"    if ({' && '.join(conds)}) yg[{ooff}] += col[(size_t){koff} * {P} + {ioff}];".replace("col[", f"{col}["))
+    lines.append("  }")
+    if bias or act:
+        b = f"{bias}[g * {mg} + m]" if bias else "0.0f"
+        lines.append(f"  for (int m = 0; m < {mg}; ++m)")
+        lines.append(f"    for (int i = 0; i < {ysz}; ++i) {{ const float v = yg[m * {ysz} + i] + {b}; yg[m * {ysz} + i] = {act_expr(act, 'v')}; }}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _convtranspose_pads(node: Node, in_sp, out_sp, ks, st, dl) -> list[int]:  # noqa: ANN001
+    n = len(in_sp)
+    auto = node.attr("auto_pad", "NOTSET")
+    opad = list(node.attr("output_padding", [0] * n))
+    if node.attr("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * n)
+        for i in range(n):
+            total = st[i] * (in_sp[i] - 1) + opad[i] + ((ks[i] - 1) * dl[i] + 1) - out_sp[i]
+            total = max(total, 0)
+            if auto == "SAME_UPPER":
+                pads[i], pads[i + n] = total // 2, total - total // 2
+            else:
+                pads[i], pads[i + n] = total - total // 2, total // 2
+        return pads
+    if auto == "VALID":
+        return [0] * (2 * n)
+    return list(node.attr("pads", [0] * (2 * n)))
+
+
+# --------------------------------------------------------------------------------------------
+# Gemm / MatMul
+# --------------------------------------------------------------------------------------------
+def _gemm_check(node: Node, graph: Graph) -> str | None:
+    t = graph.type_of(node.inputs[0])
+    if t is not None and t.dtype not in (np.float32,):
+        return f"{node.op_type} on {t.dtype.name} is not supported (float32 only)"
+    return None
+
+
+@register_op("Gemm", check=_gemm_check)
+def gemm(ctx: NodeContext) -> str:
+    a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
+    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    M, K = (a.shape[1], a.shape[0]) if ta else a.shape
+    N = b.shape[0] if tb else b.shape[1]
+    lines = []
+    a_sym, b_sym = a.sym, b.sym
+    if ta:
+        a_sym = ctx.scratch(M * K * 4)
+        lines.append(f"for (int i = 0; i < {M}; ++i) for (int k = 0; k < {K}; ++k) {a_sym}[i * {K} + k] = {a.sym}[k * {M} + i];")
+    bc = ctx.const(1)
+    if bc is not None:
+        arr = bc.T if tb else bc
+        if alpha != 1.0:
+            arr = arr * np.float32(alpha)
+        b_sym = ctx.weight("B", np.ascontiguousarray(arr, dtype=np.float32))
+        alpha = 1.0
+    elif tb:
+        b_sym = ctx.scratch(K * N * 4)
+        lines.append(f"for (int k = 0; k < {K}; ++k) for (int j = 0; j < {N}; ++j) {b_sym}[k * {N} + j] = {b.sym}[j * {K} + k];")
+    bias_n = None
+    c_full = None
+    if ctx.has_input(2) and beta != 0.0:
+        c = ctx.x(2)
+        cc = ctx.const(2)
+        if cc is not None and (cc.size == N and (cc.ndim == 1 or cc.shape[0] == 1)):
+            bias_n = ctx.weight("bias", (cc.reshape(N) * np.float32(beta)).astype(np.float32))
+        elif cc is not None and cc.size == 1:
+            bias_n = ctx.weight("bias", np.full(N, float(cc.reshape(-1)[0]) * beta, np.float32))
+        else:
+            c_full = c
+    act = fused_act(ctx)
+    if alpha != 1.0 or c_full is not None:
+        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N, b_const=bc is not None))
+        from .common import broadcast_strides
+
+        cst = broadcast_strides(c_full.shape, (M, N)) if c_full is not None else [0, 0]
+        add = f" + {c_literal(beta, np.float32)} * {c_full.sym}[i * {cst[0]} + j * {cst[1]}]" if c_full is not None else ""
+        lines.append(
+            f"for (int i = 0; i < {M}; ++i) for (int j = 0; j < {N}; ++j) {{ const float v = {c_literal(alpha, np.float32)} * {y.sym}[i * {N} + j]{add}; {y.sym}[i * {N} + j] = {act_expr(act, 'v')}; }}"
+        )
+    else:
+        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N, bias_n=bias_n, act=act, b_const=bc is not None))
+    return "\n".join(lines)
+
+
+@register_op("MatMul", check=_gemm_check)
+def matmul(ctx: NodeContext) -> str:
+    a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
+    ash, bsh = list(a.shape), list(b.shape)
+    if len(ash) == 1:
+        ash = [1, ash[0]]
+    if len(bsh) == 1:
+        bsh = [bsh[0], 1]
+    M, K = ash[-2:]
+    N = bsh[-1]
+    batch = list(np.broadcast_shapes(tuple(ash[:-2]), tuple(bsh[:-2])))
+    nb = int(np.prod(batch)) if batch else 1
+    act = fused_act(ctx)
+    bc = ctx.const(1)
+    # B constant and 2-D: fold the batch into M (one big GEMM)
+    if len(bsh) == 2 and nb * M == a.size // K:
+        return gemm_call(ctx, nb * M, N, K, a.sym, K, b.sym, N, y.sym, N, act=act, b_const=bc is not None)
+    a_st = _batch_strides(ash[:-2], batch, M * K)
+    b_st = _batch_strides(bsh[:-2], batch, K * N)
+    lines = [f"for (int bi = 0; bi < {nb}; ++bi) {{"]
+    rem = "bi"
+    aoff, boff = [], []
+    for d in reversed(range(len(batch))):
+        lines.append(f"  const int d{d} = {rem} % {batch[d]};")
+        rem = f"({rem} / {batch[d]})"
+        if a_st[d]:
+            aoff.append(f"(size_t)d{d} * {a_st[d]}")
+        if b_st[d]:
+            boff.append(f"(size_t)d{d} * {b_st[d]}")
+    ao = " + ".join(aoff) or "0"
+    bo = " + ".join(boff) or "0"
+    lines.append("  " + gemm_call(ctx, M, N, K, f"{a.sym} + {ao}", K, f"{b.sym} + {bo}", N, f"{y.sym} + (size_t)bi * {M * N}", N, act=act))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _batch_strides(shape: list[int], batch: list[int], mat: int) -> list[int]:
+    pad = [1] * (len(batch) - len(shape)) + shape
+    st = strides(tuple(pad)) if pad else []
+    return [0 if pad[d] == 1 and batch[d] != 1 else st[d] * mat for d in range(len(batch))]
+
+
+# --------------------------------------------------------------------------------------------
+# pooling
+# --------------------------------------------------------------------------------------------
+def _pool_check(node: Node, graph: Graph) -> str | None:
+    if (why := _float_input(node, graph)) is not None:
+        return why
+    if node.op_type == "MaxPool" and int(node.attr("storage_order", 0)) == 1 and len(node.outputs) > 1 and node.outputs[1]:
+        return "MaxPool indices with storage_order=1 are not supported"
+    return None
+
+
+@register_op("MaxPool", "AveragePool", "LpPool", check=_pool_check)
+def pool(ctx: NodeContext) -> str:
+    x, y = ctx.x(0), ctx.y(0)
+    op = ctx.node.op_type
+    nsp = x.rank - 2
+    N, C = x.shape[:2]
+    ks = list(ctx.attr("kernel_shape"))
+    st = list(ctx.attr("strides", [1] * nsp))
+    dl = list(ctx.attr("dilations", [1] * nsp))
+    in_sp, out_sp = x.shape[2:], y.shape[2:]
+    pads = conv_pads(ctx.node, in_sp, out_sp, ks, st, dl)
+    include_pad = int(ctx.attr("count_include_pad", 0))
+    p = int(ctx.attr("p", 2))
+    want_idx = op == "MaxPool" and ctx.has_output(1)
+    lines = [f"for (int nc = 0; nc < {N * C}; ++nc) {{", f"  const float *xc = {x.sym} + (size_t)nc * {int(np.prod(in_sp))};"]
+    for d in range(nsp):
+        lines.append(f"  for (int o{d} = 0; o{d} < {out_sp[d]}; ++o{d})")
+    lines.append("  {")
+    init = {"MaxPool": "-INFINITY", "AveragePool": "0.0f", "LpPool": "0.0f"}[op]
+    lines.append(f"    float acc = {init}; int cnt = 0; long best = -1;")
+    lines.append("    (void)cnt; (void)best;")
+    for d in range(nsp):
+        lines.append(f"    for (int k{d} = 0; k{d} < {ks[d]}; ++k{d})")
+    lines.append("    {")
+    conds, off = [], "0"
+    for d in range(nsp):
+        lines.append(f"      const int i{d} = o{d} * {st[d]} - {pads[d]} + k{d} * {dl[d]};")
+        conds.append(f"i{d} >= 0 && i{d} < {in_sp[d]}")
+        off = f"({off} * {in_sp[d]} + i{d})"
+    # positions in the padded region (inside pads) count for count_include_pad
+    inpad = " && ".join(f"i{d} >= -{pads[d]} && i{d} < {in_sp[d] + pads[d + nsp]}" for d in range(nsp))
+    lines.append(f"      if ({' && '.join(conds)}) {{")
+    lines.append(f"        const float v = xc[{off}];")
+    if op == "MaxPool":
+        lines.append(f"        if (v > acc || best < 0) {{ acc = v > acc || best < 0 ? (v > acc ? v : acc) : acc; best = {off}; }}")
+    elif op == "AveragePool":
+        lines.append("        acc += v; ++cnt;")
+    else:
+        lines.append(f"        acc += {'fabsf(v)' if p == 1 else f'powf(fabsf(v), {p}.0f)'};")
+    lines.append("      }")
+    if op == "AveragePool" and include_pad:
+        lines.append(f"      else if ({inpad}) ++cnt;")
+    lines.append("    }")
+    yoff = "0"
+    for d in range(nsp):
+        yoff = f"({yoff} * {out_sp[d]} + o{d})"
+    res = {"MaxPool": "acc", "AveragePool": "(cnt ? acc / cnt : 0.0f)", "LpPool": "acc" if p == 1 else f"powf(acc, 1.0f / {p})"}[op]
+    lines.append(f"    {y.sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = {res};")
+    if want_idx:
+        lines.append(f"    {ctx.y(1).sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = (int64_t)nc * {int(np.prod(in_sp))} + best;")
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+@register_op("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", check=_float_input)
+def global_pool(ctx: NodeContext) -> str:
+    x, y = ctx.x(0), ctx.y(0)
+    NC = x.shape[0] * x.shape[1]
+    S = int(np.prod(x.shape[2:]))
+    op = ctx.node.op_type
+    if op == "GlobalAveragePool":
+        body, res = "acc += xc[i];", f"acc / {S}"
+    elif op == "GlobalMaxPool":
+        body, res = "if (xc[i] > acc) acc = xc[i];", "acc"
+    else:
+        p = int(ctx.attr("p", 2))
+        body, res = f"acc += powf(fabsf(xc[i]), {p}.0f);", f"powf(acc, 1.0f / {p})"
+    init = "-INFINITY" if op == "GlobalMaxPool" else "0.0f"
+    return f"""for (int nc = 0; nc < {NC}; ++nc) {{
+  const float *xc = {x.sym} + (size_t)nc * {S};
+  float acc = {init};
+  for (int i = 0; i < {S}; ++i) {body}
+  {y.sym}[nc] = {res};
+}}"""
+
+
+# --------------------------------------------------------------------------------------------
+# normalisation
+# --------------------------------------------------------------------------------------------
+def _bn_check(node: Node, graph: Graph) -> str | None:
+    if (why := _float_input(node, graph)) is not None:
+        return why
+    if int(node.attr("training_mode", 0)) or any(node.outputs[1:]):
+        return "training-mode BatchNormalization is not supported"
+    return None
+
+
+@register_op("BatchNormalization", check=_bn_check)
+def batchnorm(ctx: NodeContext) -> str:
+    """A BN that could not be folded: y = x·s + t per channel."""
+    x, y = ctx.x(0), ctx.y(0)
+    C = x.shape[1] if x.rank > 1 else 1
+    S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
+    N = x.shape[0]
+    eps = float(ctx.attr("epsilon", 1e-5))
+    consts = [ctx.const(i) for i in range(1, 5)]
+    if all(c is not None for c in consts):
+        g, b, m, v = (np.asarray(c, np.float64) for c in consts)  # type: ignore[arg-type]
+        s = g / np.sqrt(v + eps)
+        scale = ctx.weight("scale", s.astype(np.float32))
+        shift = ctx.weight("shift", (b - m * s).astype(np.float32))
+        sc, sh = f"{scale}[c]", f"{shift}[c]"
+        pre = ""
+    else:
+        g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
+        pre = ""
+        sc = f"({g}[c] / sqrtf({v}[c] + {c_literal(eps, np.float32)}))"
+        sh = f"({b}[c] - {m}[c] * {sc})"
+    return f"""{pre}for (int n = 0; n < {N}; ++n)
+for (int c = 0; c < {C}; ++c) {{
+  const float s = {sc}, t = {sh};
+  const float *xc = {x.sym} + ((size_t)n * {C} + c) * {S};
+  float *yc = {y.sym} + ((size_t)n * {C} + c) * {S};
+  for (int i = 0; i < {S}; ++i) yc[i] = xc[i] * s + t;
+}}"""
+
+
+@register_op("InstanceNormalization", check=_float_input)
+def instance_norm(ctx: NodeContext) -> str:
+    x, sc, b, y = ctx.x(0), ctx.x(1), ctx.x(2), ctx.y(0)
+    N, C = x.shape[:2]
+    S = int(np.prod(x.shape[2:]))
+    eps = c_literal(float(ctx.attr("epsilon", 1e-5)), np.float32)
+    return f"""for (int n = 0; n < {N}; ++n)
+for (int c = 0; c < {C}; ++c) {{
+  const float *xc = {x.sym} + ((size_t)n * {C} + c) * {S};
+  float *yc = {y.sym} + ((size_t)n * {C} + c) * {S};
+  double mean = 0.0, var = 0.0;
+  for (int i = 0; i < {S}; ++i) mean += xc[i];
+  mean /= {S};
+  for (int i = 0; i < {S}; ++i) {{ const double d = xc[i] - mean; var += d * d; }}
+  var /= {S};
+  const float s = {sc.sym}[c] / sqrtf((float)var + {eps}), t = {b.sym}[c] - (float)mean * s;
+  for (int i = 0; i < {S}; ++i) yc[i] = xc[i] * s + t;
+}}"""
+
+
+@register_op("LRN", check=_float_input)
+def lrn(ctx: NodeContext) -> str:
+    x, y = ctx.x(0), ctx.y(0)
+    N, C = x.shape[:2]
+    S = int(np.prod(x.shape[2:]))
+    size = int(ctx.attr("size"))
+    alpha = float(ctx.attr("alpha", 1e-4)) / size
+    beta = float(ctx.attr("beta", 0.75))
+    bias = float(ctx.attr("bias", 1.0))
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    L = lambda v: c_literal(v, np.float32)  # noqa: E731
+    return f"""/* LRN across channels: y = x / (bias + alpha/size * sum of x^2 over the window)^beta */
+for (int n = 0; n < {N}; ++n)
+for (int c = 0; c < {C}; ++c) {{
+  const int c0 = c - {lo} < 0 ? 0 : c - {lo}, c1 = c + {hi} > {C - 1} ? {C - 1} : c + {hi};
+  for (int i = 0; i < {S}; ++i) {{
+    float sq = 0.0f;
+    for (int j = c0; j <= c1; ++j) {{ const float v = {x.sym}[((size_t)n * {C} + j) * {S} + i]; sq += v * v; }}
+    {y.sym}[((size_t)n * {C} + c) * {S} + i] = {x.sym}[((size_t)n * {C} + c) * {S} + i] / powf({L(bias)} + {L(alpha)} * sq, {L(beta)});
+  }}
+}}"""
+
+
+def _softmax_check(node: Node, graph: Graph) -> str | None:
+    return _float_input(node, graph)
+
+
+@register_op("Softmax", "LogSoftmax", "Hardmax", check=_softmax_check)
+def softmax(ctx: NodeContext) -> str:
+    x, y = ctx.x(0), ctx.y(0)
+    op = ctx.node.op_type
+    rank = x.rank
+    if ctx.graph.opset < 13:
+        # opsets < 13 flatten to [outer, inner] at `axis` (default 1)
+        axis = norm_axis(int(ctx.attr("axis", 1)), rank)
+        outer, n, inner = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])), 1
+    else:
+        axis = norm_axis(int(ctx.attr("axis", -1)), rank)
+        outer, n, inner = int(np.prod(x.shape[:axis])), x.shape[axis], int(np.prod(x.shape[axis + 1 :]))
+    idx = f"((size_t)o * {n} + j) * {inner} + i"
+    if op == "Hardmax":
+        return f"""for (int o = 0; o < {outer}; ++o)
+for (int i = 0; i < {inner}; ++i) {{
+  int best = 0;
+  for (int j = 1; j < {n}; ++j) if ({x.sym}[((size_t)o * {n} + j) * {inner} + i] > {x.sym}[((size_t)o * {n} + best) * {inner} + i]) best = j;
+  for (int j = 0; j < {n}; ++j) {y.sym}[{idx}] = j == best ? 1.0f : 0.0f;
+}}"""
+    final = "(float)(e / sum)" if op == "Softmax" else "(float)((double)v - mx - log(sum))"
+    store = f"const double e = exp((double)({x.sym}[{idx}]) - mx); {y.sym}[{idx}] = {final};" if op == "Softmax" else f"const float v = {x.sym}[{idx}]; {y.sym}[{idx}] = {final};"
+    return f"""for (int o = 0; o < {outer}; ++o)
+for (int i = 0; i < {inner}; ++i) {{
+  double mx = -INFINITY, sum = 0.0;
+  for (int j = 0; j < {n}; ++j) {{ const float v = {x.sym}[{idx}]; if (v > mx) mx = v; }}
+  for (int j = 0; j < {n}; ++j) sum += exp((double)({x.sym}[{idx}]) - mx);
+  for (int j = 0; j < {n}; ++j) {{ {store} }}
+}}"""
+
+
+@register_op("LayerNormalization", check=_float_input)
+def layer_norm(ctx: NodeContext) -> str:
+    x, y = ctx.x(0), ctx.y(0)
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.rank)
+    outer, n = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    eps = c_literal(float(ctx.attr("epsilon", 1e-5)), np.float32)
+    sc = ctx.x(1)
+    b = ctx.x(2) if ctx.has_input(2) else None
+    from .common import broadcast_strides
+
+    ss = broadcast_strides(sc.shape, x.shape[axis:])
+    sidx = " + ".join(f"(size_t)((j / {int(np.prod(x.shape[axis + d + 1:]))}) % {x.shape[axis + d]}) * {s}" for d, s in enumerate(ss) if s) or "0"
+    bidx = "0"
+    if b is not None:
+        bs = broadcast_strides(b.shape, x.shape[axis:])
+        bidx = " + ".join(f"(size_t)((j / {int(np.prod(x.shape[axis + d + 1:]))}) % {x.shape[axis + d]}) * {s}" for d, s in enumerate(bs) if s) or "0"
+    badd = f" + {b.sym}[{bidx}]" if b is not None else ""
+    extra = ""
+    if ctx.has_output(1):
+        extra += f"  {ctx.y(1).sym}[o] = (float)mean;\n"
+    if ctx.has_output(2):
+        extra += f"  {ctx.y(2).sym}[o] = inv;\n"
+    return f"""for (int o = 0; o < {outer}; ++o) {{
+  const float *xo = {x.sym} + (size_t)o * {n};
+  float *yo = {y.sym} + (size_t)o * {n};
+  double mean = 0.0, var = 0.0;
+  for (int j = 0; j < {n}; ++j) mean += xo[j];
+  mean /= {n};
+  for (int j = 0; j < {n}; ++j) {{ const double d = xo[j] - mean; var += d * d; }}
+  var /= {n};
+  const float inv = 1.0f / sqrtf((float)var + {eps});
+  for (int j = 0; j < {n}; ++j) yo[j] = (float)(xo[j] - mean) * inv * {sc.sym}[{sidx}]{badd};
+{extra}}}"""
+
+
