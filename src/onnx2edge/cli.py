@@ -120,7 +120,45 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
+    s = sub.add_parser("conformance", help="run the ONNX backend node tests through a target")
+    s.add_argument("--target", default="c", choices=["c"])
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--filter", metavar="REGEX", help="only cases whose name matches")
+    s.add_argument("--failures", action="store_true", help="list every failed / unsupported case with its reason")
+    s.add_argument("--write-doc", metavar="FILE", help="also write the markdown table to FILE")
+    s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    _common(s)
     return p
+
+
+def _cmd_conformance(a: argparse.Namespace) -> int:
+    import re
+
+    from .backends.c import conformance as conf
+
+    cases = conf.collect_cases()
+    if a.filter:
+        rx = re.compile(a.filter)
+        cases = [c for c in cases if rx.search(c.name)]
+
+    def progress(done: int, total: int) -> None:
+        print(f"onnx2edge: conformance {done}/{total}", file=sys.stderr, end="\r" if done < total else "\n", flush=True)
+
+    results = conf.run_conformance(cases, jobs=a.jobs, progress=progress)
+    summary = conf.summarize(results)
+    if a.write_doc:
+        from .fsutil import write_text_atomic
+
+        write_text_atomic(a.write_doc, conf.format_doc(summary, results))
+    if a.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(conf.format_table(summary))
+    if a.failures:
+        for r in results:
+            if r.status != "passed":
+                print(f"{r.status:11s} {r.name} ({r.op}): {r.detail}")
+    return 0
 
 
 def _cmd_inspect(a: argparse.Namespace) -> int:
@@ -206,6 +244,7 @@ COMMANDS = {
     "convert": _cmd_convert,
     "run": _cmd_run,
     "verify": _cmd_verify,
+    "conformance": _cmd_conformance,
 }
 
 

@@ -121,10 +121,16 @@ def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.Mo
     return model
 
 
-def load_model(path: str | Path, *, check: bool = True) -> onnx.ModelProto:
-    """Read, validate and return a model with its external data loaded."""
-    source = Path(path)
-    model = read_model_proto(source)
+def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onnx.ModelProto:
+    """Read, validate and return a model with its external data loaded.
+
+    An in-memory ModelProto (already carrying its weights) is checked the same way.
+    """
+    if isinstance(path, onnx.ModelProto):
+        source, model = Path(path.graph.name or "model"), path
+    else:
+        source = Path(path)
+        model = read_model_proto(source)
     opset = _check_opsets(model, source)
     if check:
         _check_ops(model, source, opset)
@@ -229,7 +235,7 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def load(
-    path: str | Path,
+    path: str | Path | onnx.ModelProto,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     fold: bool = True,

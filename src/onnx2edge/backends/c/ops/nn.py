@@ -209,10 +209,13 @@ def conv_transpose(ctx: NodeContext) -> str:
     wt = ctx.graph.const(ctx.node.inputs[1])
     lines = []
     if wt is not None:
-        wt_arr = wt.reshape(group, cg, K).transpose(0, 2, 1).copy()
-        wsym = ctx.weight("wT", wt_arr)
+        wsym = ctx.weight("wT", wt.reshape(group, cg, K).transpose(0, 2, 1).copy())
     else:
-        return "#error ConvTranspose with non-constant weights"
+        wsym = ctx.scratch(group * K * cg * 4)
+        lines.append(
+            f"for (int g = 0; g < {group}; ++g) for (int c = 0; c < {cg}; ++c) for (int k = 0; k < {K}; ++k) "
+            f"{wsym}[((size_t)g * {K} + k) * {cg} + c] = {w.sym}[((size_t)g * {cg} + c) * {K} + k];"
+        )
     col = ctx.scratch(K * P * 4)
     lines.append(f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{")
     lines.append(

@@ -109,7 +109,7 @@ def _slice_params(ctx: NodeContext) -> tuple[list[int], list[int]] | None:
         axes = vals[2].tolist() if vals[2] is not None else list(range(len(starts)))
         steps = vals[3].tolist() if vals[3] is not None else [1] * len(starts)
     st, sp = [0] * r, [1] * r
-    for s, e, a, k in zip(starts, ends, axes, steps, strict=False):
+    for s, _e, a, k in zip(starts, ends, axes, steps, strict=False):
         a = norm_axis(int(a), r)
         n = x.shape[a]
         s = int(s)

@@ -1,0 +1,307 @@
+"""ONNX backend node tests through the C backend: convert -> compile -> run -> compare.
+
+Cases come from `onnx.backend.test.case.node.collect_testcases()` with their expected outputs.
+Many cases are compiled per compiler call (one shared library a batch), and each batch runs in
+a child process, so a case that crashes is reported as failed instead of ending the run.
+A case the backend cannot express is `unsupported`; only a wrong or crashing result is `failed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import Onnx2EdgeError
+from .build import STRICT_FLAGS, compiler
+
+BATCH = 48
+COMPILE_FLAGS = ("-O1",)
+
+
+@dataclass
+class CaseResult:
+    name: str
+    op: str
+    status: str  # "passed" | "failed" | "unsupported"
+    detail: str = ""
+
+
+@dataclass
+class Prepared:
+    index: int
+    name: str
+    op: str
+    prefix: str = ""
+    io: dict[str, Any] = field(default_factory=dict)
+    inputs: list[np.ndarray] = field(default_factory=list)
+    expected: list[np.ndarray] = field(default_factory=list)
+    rtol: float = 1e-3
+    atol: float = 1e-7
+    result: CaseResult | None = None  # set when the case ended before compiling
+
+
+def collect_cases() -> list[Any]:
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            return list(collect_testcases())
+
+
+def case_op(case: Any) -> str:
+    nodes = case.model.graph.node
+    if len(nodes) == 1:
+        return nodes[0].op_type
+    key = case.name.removeprefix("test_").replace("_", "").lower()
+    best = ""
+    for n in nodes:
+        op = n.op_type.lower()
+        if key.startswith(op) and len(op) > len(best):
+            best = n.op_type
+    if best:
+        return best
+    for n in nodes:
+        if n.op_type.lower() in key:
+            return n.op_type
+    return nodes[0].op_type if nodes else "?"
+
+
+def _prepare(index: int, case: Any, out_dir: Path) -> Prepared:
+    """Convert one case to `case<i>.c`; never raises."""
+    from ... import frontend
+    from ...api import DEFAULT_PASSES
+    from ...passes import run_passes
+    from .backend import CBackend
+    from .emitter import ModelEmitter
+    from .writer import write_model
+
+    p = Prepared(index, case.name, case_op(case), prefix=f"case{index}", rtol=case.rtol, atol=case.atol)
+    try:
+        if not case.data_sets:
+            raise Onnx2EdgeError("no test data")
+        ins, outs = case.data_sets[0]
+        if any(not isinstance(a, np.ndarray) for a in [*ins, *outs]):
+            raise Onnx2EdgeError("sequence, optional or non-numpy data")
+        with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g = frontend.load(case.model, quiet=True)
+            g = run_passes(g, (*DEFAULT_PASSES, *CBackend.required_passes))
+            problems = ModelEmitter(g, prefix=p.prefix).unsupported()
+            if problems:
+                raise Onnx2EdgeError(problems[0])
+            if len(g.inputs) != len(ins) or len(g.outputs) != len(outs):
+                raise Onnx2EdgeError("inputs/outputs differ from the test data")
+            write_model(g, out_dir, prefix=p.prefix, weights_file=False, source_name=case.name)
+        p.io = {
+            "inputs": [{"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))} for n in g.inputs],
+            "outputs": [{"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))} for n in g.outputs],
+        }
+        p.inputs, p.expected = list(ins), list(outs)
+    except Onnx2EdgeError as e:
+        p.result = CaseResult(case.name, p.op, "unsupported", str(e).splitlines()[0][:300])
+    except Exception as e:  # noqa: BLE001 - a converter bug on one case must not end the run
+        p.result = CaseResult(case.name, p.op, "unsupported", f"converter error: {type(e).__name__}: {str(e)[:200]}")
+    return p
+
+
+def _compile(sources: list[Path], lib: Path, extra: Iterable[str] = ()) -> str | None:
+    cmd = [compiler(), *STRICT_FLAGS, *COMPILE_FLAGS, *extra, "-fPIC", "-shared", *map(str, sources), "-o", str(lib), "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return None
+    errs = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    return (errs[0] if errs else proc.stderr.strip()[:300]) or "compile error"
+
+
+def _run_child(lib: str, cases: list[Prepared], conn: Any) -> None:
+    from .backend import run_library
+
+    for p in cases:
+        conn.send(("start", p.index))
+        try:
+            feeds = {s["name"]: a for s, a in zip(p.io["inputs"], p.inputs, strict=True)}
+            got = run_library(Path(lib), p.prefix, p.io, feeds)
+            ok, why = True, ""
+            for s, exp in zip(p.io["outputs"], p.expected, strict=True):
+                ok, why = _matches(got[s["name"]], exp, p.rtol, p.atol)
+                if not ok:
+                    why = f"output {s['name']}: {why}"
+                    break
+            conn.send(("done", p.index, "passed" if ok else "failed", why))
+        except Exception as e:  # noqa: BLE001
+            conn.send(("done", p.index, "failed", f"run error: {e}"))
+    conn.send(("end",))
+    conn.close()
+
+
+def _matches(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
+    if got.shape != exp.shape:
+        return False, f"shape {got.shape} != {exp.shape}"
+    if exp.dtype.kind in "fc":
+        with np.errstate(all="ignore"):
+            try:
+                np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=rtol, atol=atol)
+            except AssertionError as e:
+                lines = [ln for ln in str(e).splitlines() if "Max" in ln]
+                return False, "; ".join(ln.strip() for ln in lines) or "values differ"
+        return True, ""
+    if not np.array_equal(got, exp.astype(got.dtype) if exp.dtype != got.dtype else exp):
+        return False, "values differ"
+    return True, ""
+
+
+def _run_batch(lib: Path, cases: list[Prepared]) -> dict[int, tuple[str, str]]:
+    """Run in child processes; a crash fails the running case and the rest go on in a new child."""
+    results: dict[int, tuple[str, str]] = {}
+    pending = list(cases)
+    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    while pending:
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_run_child, args=(str(lib), pending, child))
+        proc.start()
+        child.close()
+        current = None
+        try:
+            while True:
+                msg = parent.recv()
+                if msg[0] == "start":
+                    current = msg[1]
+                elif msg[0] == "done":
+                    results[msg[1]] = (msg[2], msg[3])
+                    current = None
+                else:
+                    break
+        except EOFError:
+            pass
+        proc.join()
+        if current is not None:
+            results[current] = ("failed", f"crashed (exit code {proc.exitcode})")
+        pending = [p for p in pending if p.index not in results]
+        if pending and current is None:
+            for p in pending:
+                results[p.index] = ("failed", f"child ended unexpectedly (exit code {proc.exitcode})")
+            pending = []
+    return results
+
+
+def _process_batch(args: tuple[list[tuple[int, Any]], str, tuple[str, ...]]) -> list[CaseResult]:
+    items, work, extra = args
+    out_dir = Path(tempfile.mkdtemp(prefix="batch", dir=work))
+    prepared = [_prepare(i, case, out_dir) for i, case in items]
+    done = [p.result for p in prepared if p.result is not None]
+    todo = [p for p in prepared if p.result is None]
+    if not todo:
+        return done
+    lib = out_dir / "batch.so"
+    err = _compile([out_dir / f"{p.prefix}.c" for p in todo], lib, extra)
+    if err is not None:
+        # find the cases that do not compile, one by one
+        ok = []
+        for p in todo:
+            e = _compile([out_dir / f"{p.prefix}.c"], out_dir / f"{p.prefix}.so", extra)
+            if e is None:
+                ok.append(p)
+            else:
+                done.append(CaseResult(p.name, p.op, "failed", f"compile: {e[:300]}"))
+        todo = ok
+        if todo and _compile([out_dir / f"{p.prefix}.c" for p in todo], lib, extra) is not None:
+            return done + [CaseResult(p.name, p.op, "failed", "batch compile failed") for p in todo]
+    if todo:
+        res = _run_batch(lib, todo)
+        done += [CaseResult(p.name, p.op, *res[p.index]) for p in todo]
+    return done
+
+
+def run_conformance(
+    cases: list[Any] | None = None,
+    *,
+    jobs: int | None = None,
+    extra_cflags: Iterable[str] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> list[CaseResult]:
+    cases = collect_cases() if cases is None else cases
+    extra = tuple(extra_cflags)
+    items = list(enumerate(cases))
+    batches = [items[i : i + BATCH] for i in range(0, len(items), BATCH)]
+    results: list[CaseResult] = []
+    jobs = jobs or max(1, min(os.cpu_count() or 1, 4))
+    with tempfile.TemporaryDirectory(prefix="onnx2edge-conformance-") as work:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as ex:
+            for res in ex.map(_process_batch, [(b, work, extra) for b in batches]):
+                results.extend(res)
+                if progress:
+                    progress(len(results), len(items))
+    order = {c.name: i for i, c in enumerate(cases)}
+    return sorted(results, key=lambda r: order.get(r.name, 0))
+
+
+def summarize(results: list[CaseResult]) -> dict[str, Any]:
+    by_op: dict[str, dict[str, int]] = {}
+    for r in results:
+        d = by_op.setdefault(r.op, {"passed": 0, "failed": 0, "unsupported": 0})
+        d[r.status] += 1
+    return {
+        "total": len(results),
+        "passed": sum(r.status == "passed" for r in results),
+        "failed": sum(r.status == "failed" for r in results),
+        "unsupported": sum(r.status == "unsupported" for r in results),
+        "by_op": dict(sorted(by_op.items())),
+    }
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    lines = ["| op | passed | failed | unsupported |", "|---|---:|---:|---:|"]
+    for op, d in summary["by_op"].items():
+        lines.append(f"| {op} | {d['passed']} | {d['failed']} | {d['unsupported']} |")
+    t = summary
+    pct = 100.0 * t["passed"] / max(t["total"], 1)
+    lines.append(f"| **total** | **{t['passed']}** | **{t['failed']}** | **{t['unsupported']}** |")
+    lines.append("")
+    lines.append(f"{t['passed']} of {t['total']} node test cases pass ({pct:.1f}%).")
+    return "\n".join(lines)
+
+
+def format_doc(summary: dict[str, Any], results: list[CaseResult]) -> str:
+    """docs/conformance.md: how it was measured, totals, the per-op table, unsupported reasons."""
+    from collections import Counter
+
+    import onnx
+
+    reasons = Counter(r.detail.split(": ", 1)[-1][:90] for r in results if r.status == "unsupported")
+    failed = [r for r in results if r.status == "failed"]
+    lines = [
+        "# C backend conformance",
+        "",
+        f"ONNX backend node test cases of onnx {onnx.__version__} "
+        "(`onnx.backend.test.case.node.collect_testcases()`), each converted to C, compiled with "
+        f"`gcc {' '.join(STRICT_FLAGS)} {' '.join(COMPILE_FLAGS)}`, run, and compared with the expected outputs "
+        "at each case's own rtol/atol.",
+        "",
+        "Measured with: `onnx2edge conformance --target c --write-doc docs/conformance.md`",
+        "",
+        format_table(summary),
+        "",
+        "## Most common reasons a case is unsupported",
+        "",
+        *[f"- {n} × {why}" for why, n in reasons.most_common(15)],
+        "",
+        "## Failed cases",
+        "",
+        *([f"- `{r.name}` ({r.op}): {r.detail}" for r in failed] or ["none"]),
+        "",
+    ]
+    return "\n".join(lines)

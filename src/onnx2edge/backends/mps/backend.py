@@ -1,0 +1,134 @@
+"""The `mps` backend: ONNX -> a Swift package building an MPSNNGraph (seed paper 000,
+ONNX2MPSNNGraph), verified on Linux against a CPU model of Metal Performance Shaders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import Onnx2EdgeError
+from ...ir import Graph
+from ...passes import PASSES
+from ..base import Backend, ConvertResult, register_backend
+from . import build
+from .lower import Refuse, lower, swift_ident
+from .swift import render_model, render_package, render_readme
+
+MODEL_INFO = "mps-model.json"
+
+
+def model_class_name(graph: Graph, options: Mapping[str, Any]) -> str:
+    return swift_ident(str(options.get("model_name") or graph.name or "Model"), upper=True)
+
+
+@register_backend
+class MPSBackend(Backend):
+    name = "mps"
+
+    @property  # type: ignore[override]
+    def required_passes(self) -> tuple[str, ...]:
+        # BN folding also happens in the emitter (as in the paper); the shared pass is used
+        # when it exists so every backend folds the same way.
+        base = ("fold_constants", "infer_shapes", "remove_identity", "eliminate_dead_nodes")
+        return base + tuple(p for p in ("fold_batchnorm",) if p in PASSES)
+
+    def unsupported(self, graph: Graph) -> list[str]:
+        try:
+            return lower(graph, check_only=True).refusals
+        except Refuse as e:  # pragma: no cover - check_only collects instead of raising
+            return [str(e)]
+
+    def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
+        fp16 = bool(options.get("fp16", False))
+        try:
+            lowered = lower(graph, fp16=fp16)
+        except Refuse as e:
+            raise Onnx2EdgeError(f"cannot convert to MPS: {e}") from e
+        cls = model_class_name(graph, options)
+        out_dir = Path(out_dir)
+        src = out_dir / "Sources" / cls
+        src.mkdir(parents=True, exist_ok=True)
+        files = {
+            "Package.swift": render_package(cls),
+            f"Sources/{cls}/{cls}.swift": render_model(
+                lowered, class_name=cls, graph_name=graph.name, opset=graph.opset, fp16=fp16
+            ),
+            f"Sources/{cls}/weights.json": lowered.blob.manifest(graph.name),
+            "README.md": render_readme(
+                cls, graph.name, fp16, len(lowered.layers), len(lowered.blob.data)
+            ),
+        }
+        out_name, out_img = lowered.output
+        info = {
+            "class": cls,
+            "inputs": [{"name": n, "shape": list(graph.shape_of(n))} for n, _, _ in lowered.inputs],
+            "output": {
+                "name": out_name,
+                "shape": list(graph.shape_of(out_name)),
+                "mps": [out_img.c, out_img.h, out_img.w],
+            },
+            "weights": f"Sources/{cls}/weights.bin",
+            "fp16": fp16,
+        }
+        files[MODEL_INFO] = json.dumps(info, indent=1) + "\n"
+        for rel, text in files.items():
+            (out_dir / rel).write_text(text)
+        (src / "weights.bin").write_bytes(bytes(lowered.blob.data))
+        names = sorted([*files, info["weights"]])
+        return ConvertResult(
+            out_dir,
+            names,
+            {
+                "graph_nodes": len(lowered.layers),
+                "weight_bytes": len(lowered.blob.data),
+                "class": cls,
+            },
+        )
+
+    def run(
+        self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
+        out_dir = Path(out_dir)
+        info_path = out_dir / MODEL_INFO
+        if not info_path.is_file():
+            raise Onnx2EdgeError(
+                f"{out_dir}: no {MODEL_INFO}; convert the model with --target mps again"
+            )
+        info = json.loads(info_path.read_text())
+        binary = build.build_model(out_dir, info["class"])
+        with tempfile.TemporaryDirectory(prefix="onnx2edge-mps-") as tmp:
+            args = [str(binary), str(out_dir / info["weights"]), str(Path(tmp) / "out.f32")]
+            for spec in info["inputs"]:
+                if spec["name"] not in inputs:
+                    raise Onnx2EdgeError(
+                        f"missing input '{spec['name']}' (inputs: {', '.join(i['name'] for i in info['inputs'])})"
+                    )
+                arr = np.asarray(inputs[spec["name"]], dtype=np.float32)
+                if tuple(arr.shape) != tuple(spec["shape"]):
+                    raise Onnx2EdgeError(
+                        f"input '{spec['name']}' has shape {list(arr.shape)}, the model wants {spec['shape']}"
+                    )
+                path = Path(tmp) / f"in{len(args)}.f32"
+                np.ascontiguousarray(arr).tofile(path)  # batch 1 NCHW == CHW
+                args.append(str(path))
+            proc = subprocess.run(
+                args, capture_output=True, text=True, timeout=float(options.get("timeout", 3600))
+            )
+            if proc.returncode != 0:
+                raise Onnx2EdgeError(
+                    f"the MPS model (CPU model of MPS) failed: {proc.stderr.strip()[-2000:]}"
+                )
+            out = np.fromfile(Path(tmp) / "out.f32", dtype=np.float32)
+        self.last_timing = proc.stdout.strip()
+        shape = info["output"]["shape"]
+        if out.size != int(np.prod(shape)):
+            raise Onnx2EdgeError(
+                f"the MPS result has {out.size} values, ONNX output {info['output']['name']} has shape {shape}"
+            )
+        return {info["output"]["name"]: out.reshape(shape)}

@@ -1,0 +1,444 @@
+// CPU model of MPSNNGraph and its nodes (MPSNNGraphNodes.h, MPSNNGraph.h).
+//
+// The graph is built from its result image back to its source images; each filter node makes
+// its kernel once when the graph is made (convolution weights are read from the data source
+// then: load(), weights(), purge()). At encode time each node's destination size comes from
+// its padding policy: the size bits of paddingMethod(), then, with `.custom`, the policy's
+// destinationImageDescriptor(forSourceImages:sourceStates:for:suggestedDescriptor:), which may
+// also set the kernel's offset and edgeMode (MPSNeuralNetworkTypes.h, MPSNNPadding).
+// Intermediate images default to .float16 (MPSNNImageNode.format) and hold values at that
+// precision.
+
+import Foundation
+
+open class MPSNNImageNode: NSObject {
+    public var handle: MPSHandle?
+    public var format: MPSImageFeatureChannelFormat = .float16
+    public var exportFromGraph = false
+    public var synchronizeResource = true
+    public var stopGradient = false
+    var simProducer: MPSNNFilterNode?
+
+    public init(handle: MPSHandle?) { self.handle = handle }
+}
+
+open class MPSNNFilterNode: NSObject {
+    public let resultImage: MPSNNImageNode
+    public var paddingPolicy: MPSNNPadding = MPSNNDefaultPadding.padding(
+        method: [.alignCentered, .addRemainderToTopLeft, .sizeSame])
+    public var label: String?
+    let simSources: [MPSNNImageNode]
+
+    init(simSources: [MPSNNImageNode]) {
+        self.simSources = simSources
+        resultImage = MPSNNImageNode(handle: nil)
+        super.init()
+        resultImage.simProducer = self
+    }
+
+    /// The kernel this node encodes (made once, by the graph).
+    func simMakeKernel(_ device: MTLDevice) -> MPSKernel { fatalError("\(type(of: self)) is not modelled") }
+}
+
+// MARK: - Convolutions
+
+open class MPSCNNConvolutionNode: MPSNNFilterNode {
+    let simWeights: MPSCNNConvolutionDataSource
+    public init(source sourceNode: MPSNNImageNode, weights: MPSCNNConvolutionDataSource) {
+        simWeights = weights
+        super.init(simSources: [sourceNode])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNConvolution(device: device, weights: simWeights) }
+}
+
+open class MPSCNNFullyConnectedNode: MPSCNNConvolutionNode {
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNFullyConnected(device: device, weights: simWeights) }
+}
+
+open class MPSCNNConvolutionGradientStateNode: NSObject {}
+
+open class MPSCNNConvolutionTransposeNode: MPSCNNConvolutionNode {
+    public init(source sourceNode: MPSNNImageNode, convolutionGradientState: MPSCNNConvolutionGradientStateNode?,
+                weights: MPSCNNConvolutionDataSource) {
+        precondition(convolutionGradientState == nil, "CPU model of MPS: convolution gradient states are not modelled")
+        super.init(source: sourceNode, weights: weights)
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNConvolutionTranspose(device: device, weights: simWeights) }
+}
+
+// MARK: - Pooling
+
+open class MPSCNNPoolingNode: MPSNNFilterNode {
+    public let kernelWidth: Int
+    public let kernelHeight: Int
+    public let strideInPixelsX: Int
+    public let strideInPixelsY: Int
+    public init(source sourceNode: MPSNNImageNode, kernelWidth: Int, kernelHeight: Int, strideInPixelsX: Int, strideInPixelsY: Int) {
+        self.kernelWidth = kernelWidth
+        self.kernelHeight = kernelHeight
+        self.strideInPixelsX = strideInPixelsX
+        self.strideInPixelsY = strideInPixelsY
+        super.init(simSources: [sourceNode])
+    }
+    public convenience init(source sourceNode: MPSNNImageNode, filterSize size: Int, stride: Int) {
+        self.init(source: sourceNode, kernelWidth: size, kernelHeight: size, strideInPixelsX: stride, strideInPixelsY: stride)
+    }
+    public convenience init(source sourceNode: MPSNNImageNode, filterSize size: Int) {
+        self.init(source: sourceNode, filterSize: size, stride: size)
+    }
+}
+
+open class MPSCNNPoolingMaxNode: MPSCNNPoolingNode {
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        MPSCNNPoolingMax(device: device, kernelWidth: kernelWidth, kernelHeight: kernelHeight,
+                         strideInPixelsX: strideInPixelsX, strideInPixelsY: strideInPixelsY)
+    }
+}
+
+open class MPSCNNPoolingAverageNode: MPSCNNPoolingNode {
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        MPSCNNPoolingAverage(device: device, kernelWidth: kernelWidth, kernelHeight: kernelHeight,
+                             strideInPixelsX: strideInPixelsX, strideInPixelsY: strideInPixelsY)
+    }
+}
+
+// MARK: - Neurons (MPSNNGraphNodes.h)
+
+open class MPSCNNNeuronNode: MPSNNFilterNode {
+    let simDescriptor: MPSNNNeuronDescriptor
+    public var a: Float { simDescriptor.a }
+    public var b: Float { simDescriptor.b }
+    public var c: Float { simDescriptor.c }
+    public init(source sourceNode: MPSNNImageNode, descriptor: MPSNNNeuronDescriptor) {
+        simDescriptor = descriptor
+        super.init(simSources: [sourceNode])
+    }
+    init(_ s: MPSNNImageNode, _ t: MPSCNNNeuronType, _ a: Float = 0, _ b: Float = 0, _ c: Float = 0) {
+        simDescriptor = MPSNNNeuronDescriptor.cnnNeuronDescriptor(with: t, a: a, b: b, c: c)
+        super.init(simSources: [s])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNNeuron(device: device, neuronDescriptor: simDescriptor) }
+}
+
+open class MPSCNNNeuronReLUNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float) { super.init(source, .reLU, a) }
+    public init(source: MPSNNImageNode) { super.init(source, .reLU, 0) }
+}
+open class MPSCNNNeuronReLUNNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float) { super.init(source, .reLUN, a, b) }
+}
+open class MPSCNNNeuronLinearNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float) { super.init(source, .linear, a, b) }
+}
+open class MPSCNNNeuronSigmoidNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode) { super.init(source, .sigmoid) }
+}
+open class MPSCNNNeuronHardSigmoidNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float) { super.init(source, .hardSigmoid, a, b) }
+}
+open class MPSCNNNeuronTanHNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float) { super.init(source, .tanH, a, b) }
+}
+open class MPSCNNNeuronAbsoluteNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode) { super.init(source, .absolute) }
+}
+open class MPSCNNNeuronSoftPlusNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float) { super.init(source, .softPlus, a, b) }
+}
+open class MPSCNNNeuronSoftSignNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode) { super.init(source, .softSign) }
+}
+open class MPSCNNNeuronELUNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float) { super.init(source, .ELU, a) }
+}
+open class MPSCNNNeuronPowerNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float, c: Float) { super.init(source, .power, a, b, c) }
+}
+open class MPSCNNNeuronExponentialNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float, c: Float) { super.init(source, .exponential, a, b, c) }
+}
+open class MPSCNNNeuronLogarithmNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, a: Float, b: Float, c: Float) { super.init(source, .logarithm, a, b, c) }
+}
+open class MPSCNNNeuronGeLUNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode) { super.init(source, .geLU) }
+}
+open class MPSCNNNeuronPReLUNode: MPSCNNNeuronNode {
+    public init(source: MPSNNImageNode, aData: Data) {
+        super.init(source: source, descriptor: MPSNNNeuronDescriptor.cnnNeuronPReLUDescriptor(with: aData, noCopy: false))
+    }
+}
+
+// MARK: - Other unary nodes
+
+open class MPSCNNSoftMaxNode: MPSNNFilterNode {
+    public init(source sourceNode: MPSNNImageNode) { super.init(simSources: [sourceNode]) }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNSoftMax(device: device) }
+}
+
+open class MPSCNNLogSoftMaxNode: MPSNNFilterNode {
+    public init(source sourceNode: MPSNNImageNode) { super.init(simSources: [sourceNode]) }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNLogSoftMax(device: device) }
+}
+
+open class MPSCNNCrossChannelNormalizationNode: MPSNNFilterNode {
+    public var alpha: Float = 1.0
+    public var beta: Float = 5.0
+    public var delta: Float = 1.0
+    public let kernelSizeInFeatureChannels: Int
+    public init(source sourceNode: MPSNNImageNode, kernelSize: Int) {
+        kernelSizeInFeatureChannels = kernelSize
+        super.init(simSources: [sourceNode])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        let k = MPSCNNCrossChannelNormalization(device: device, kernelSize: kernelSizeInFeatureChannels)
+        k.alpha = alpha
+        k.beta = beta
+        k.delta = delta
+        return k
+    }
+}
+
+open class MPSCNNInstanceNormalizationNode: MPSNNFilterNode {
+    let simDataSource: MPSCNNInstanceNormalizationDataSource
+    public init(source: MPSNNImageNode, dataSource: MPSCNNInstanceNormalizationDataSource) {
+        simDataSource = dataSource
+        super.init(simSources: [source])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNInstanceNormalization(device: device, dataSource: simDataSource) }
+}
+
+open class MPSCNNUpsamplingNearestNode: MPSNNFilterNode {
+    public let scaleFactorX: Double
+    public let scaleFactorY: Double
+    public init(source sourceNode: MPSNNImageNode, integerScaleFactorX: Int, integerScaleFactorY: Int) {
+        scaleFactorX = Double(integerScaleFactorX)
+        scaleFactorY = Double(integerScaleFactorY)
+        super.init(simSources: [sourceNode])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        MPSCNNUpsamplingNearest(device: device, integerScaleFactorX: Int(scaleFactorX), integerScaleFactorY: Int(scaleFactorY))
+    }
+}
+
+open class MPSCNNUpsamplingBilinearNode: MPSNNFilterNode {
+    public let scaleFactorX: Double
+    public let scaleFactorY: Double
+    public let alignCorners: Bool
+    public init(source sourceNode: MPSNNImageNode, integerScaleFactorX: Int, integerScaleFactorY: Int, alignCorners: Bool) {
+        scaleFactorX = Double(integerScaleFactorX)
+        scaleFactorY = Double(integerScaleFactorY)
+        self.alignCorners = alignCorners
+        super.init(simSources: [sourceNode])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        MPSCNNUpsamplingBilinear(device: device, integerScaleFactorX: Int(scaleFactorX), integerScaleFactorY: Int(scaleFactorY),
+                                 alignCorners: alignCorners)
+    }
+}
+
+/// MPSNNGraphNodes.h MPSNNScaleNode / MPSNNBilinearScaleNode: resample to `outputSize`.
+open class MPSNNBilinearScaleNode: MPSNNFilterNode {
+    let simOutputSize: MTLSize
+    public init(source sourceNode: MPSNNImageNode, outputSize size: MTLSize) {
+        simOutputSize = size
+        super.init(simSources: [sourceNode])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSImageBilinearScale(device: device) }
+}
+
+open class MPSNNPadNode: MPSNNFilterNode {
+    public var fillValue: Float = 0
+    let simBefore: MPSImageCoordinate
+    let simAfter: MPSImageCoordinate
+    let simEdgeMode: MPSImageEdgeMode
+    public init(source: MPSNNImageNode, paddingSizeBefore: MPSImageCoordinate, paddingSizeAfter: MPSImageCoordinate,
+                edgeMode: MPSImageEdgeMode) {
+        simBefore = paddingSizeBefore
+        simAfter = paddingSizeAfter
+        simEdgeMode = edgeMode
+        super.init(simSources: [source])
+    }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        let k = MPSNNPad(device: device, paddingSizeBefore: simBefore, paddingSizeAfter: simAfter)
+        k.edgeMode = simEdgeMode
+        k.fillValue = fillValue
+        return k
+    }
+}
+
+// MARK: - Binary arithmetic (MPSNNGraphNodes.h MPSNNBinaryArithmeticNode)
+
+open class MPSNNBinaryArithmeticNode: MPSNNFilterNode {
+    public var primaryScale: Float = 1
+    public var secondaryScale: Float = 1
+    public var bias: Float = 0
+    public var minimumValue: Float = -Float.greatestFiniteMagnitude
+    public var maximumValue: Float = Float.greatestFiniteMagnitude
+    public var primaryStrideInPixelsX: Int = 1
+    public var primaryStrideInPixelsY: Int = 1
+    public var primaryStrideInFeatureChannels: Int = 1
+    public var secondaryStrideInPixelsX: Int = 1
+    public var secondaryStrideInPixelsY: Int = 1
+    public var secondaryStrideInFeatureChannels: Int = 1
+    public init(leftSource left: MPSNNImageNode, rightSource right: MPSNNImageNode) { super.init(simSources: [left, right]) }
+    public init(sources: [MPSNNImageNode]) {
+        precondition(sources.count == 2)
+        super.init(simSources: sources)
+    }
+    func simArithmetic(_ device: MTLDevice) -> MPSCNNArithmetic { fatalError() }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        let k = simArithmetic(device)
+        k.primaryScale = primaryScale
+        k.secondaryScale = secondaryScale
+        k.bias = bias
+        k.minimumValue = minimumValue
+        k.maximumValue = maximumValue
+        k.primaryStrideInPixelsX = primaryStrideInPixelsX
+        k.primaryStrideInPixelsY = primaryStrideInPixelsY
+        k.primaryStrideInFeatureChannels = primaryStrideInFeatureChannels
+        k.secondaryStrideInPixelsX = secondaryStrideInPixelsX
+        k.secondaryStrideInPixelsY = secondaryStrideInPixelsY
+        k.secondaryStrideInFeatureChannels = secondaryStrideInFeatureChannels
+        return k
+    }
+}
+
+open class MPSNNAdditionNode: MPSNNBinaryArithmeticNode {
+    override func simArithmetic(_ device: MTLDevice) -> MPSCNNArithmetic { MPSCNNAdd(device: device) }
+}
+open class MPSNNSubtractionNode: MPSNNBinaryArithmeticNode {
+    override func simArithmetic(_ device: MTLDevice) -> MPSCNNArithmetic { MPSCNNSubtract(device: device) }
+}
+open class MPSNNMultiplicationNode: MPSNNBinaryArithmeticNode {
+    override func simArithmetic(_ device: MTLDevice) -> MPSCNNArithmetic { MPSCNNMultiply(device: device) }
+}
+open class MPSNNDivisionNode: MPSNNBinaryArithmeticNode {
+    override func simArithmetic(_ device: MTLDevice) -> MPSCNNArithmetic { MPSCNNDivide(device: device) }
+}
+
+/// MPSNNGraphNodes.h MPSNNConcatenationNode: joins along feature channels. Each source lands
+/// at a destinationFeatureChannelOffset that must be a multiple of 4 (the start of a texture
+/// slice), so a source whose channel count is not a multiple of 4 leaves a gap before the
+/// next one (23 + 9 channels -> the second source starts at channel 24, 33 channels in all).
+open class MPSNNConcatenationNode: MPSNNFilterNode {
+    public init(sources: [MPSNNImageNode]) { super.init(simSources: sources) }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { SimConcatenation(device: device) }
+}
+
+final class SimConcatenation: MPSKernel {
+    func simOffsets(_ sources: [MPSImage]) -> ([Int], Int) {
+        var offsets: [Int] = []
+        var at = 0
+        for s in sources {
+            offsets.append(at)
+            at += (s.featureChannels + 3) / 4 * 4
+        }
+        return (offsets, offsets.last! + sources.last!.featureChannels)
+    }
+    func simRun(_ sources: [MPSImage], _ dest: MPSImage) {
+        let (offsets, _) = simOffsets(sources)
+        for (s, off) in zip(sources, offsets) {
+            let v = s.simHWC()
+            v.withUnsafeBufferPointer { dest.simSetHWC($0.baseAddress!, stride: s.featureChannels, channels: s.featureChannels, channelOffset: off) }
+        }
+    }
+}
+
+// MARK: - The graph (MPSNNGraph.h)
+
+open class MPSNNGraph: NSObject {
+    public let device: MTLDevice
+    public let resultImageIsNeeded: Bool
+    public var label: String?
+    public var format: MPSImageFeatureChannelFormat = .float16
+    public private(set) var sourceImageHandles: [MPSHandle] = []
+    let simResult: MPSNNImageNode
+    var simOrder: [MPSNNFilterNode] = []
+    var simKernels: [ObjectIdentifier: MPSKernel] = [:]
+    var simSources: [MPSNNImageNode] = []
+
+    public init?(device: MTLDevice, resultImage: MPSNNImageNode, resultImageIsNeeded: Bool) {
+        self.device = device
+        self.resultImageIsNeeded = resultImageIsNeeded
+        simResult = resultImage
+        super.init()
+        var seen = Set<ObjectIdentifier>()
+        func visit(_ image: MPSNNImageNode) {
+            guard let producer = image.simProducer else {
+                if !simSources.contains(where: { $0 === image }) { simSources.append(image) }
+                return
+            }
+            if seen.contains(ObjectIdentifier(producer)) { return }
+            seen.insert(ObjectIdentifier(producer))
+            for s in producer.simSources { visit(s) }
+            simOrder.append(producer)
+        }
+        visit(resultImage)
+        if simOrder.isEmpty { return nil }
+        for node in simOrder { simKernels[ObjectIdentifier(node)] = node.simMakeKernel(device) }
+        sourceImageHandles = simSources.compactMap { $0.handle }
+    }
+
+    public func encode(to commandBuffer: MTLCommandBuffer, sourceImages: [MPSImage]) -> MPSImage? {
+        precondition(sourceImages.count == simSources.count,
+                     "MPSNNGraph: \(simSources.count) source images expected, \(sourceImages.count) given")
+        var images: [ObjectIdentifier: MPSImage] = [:]
+        for (node, image) in zip(simSources, sourceImages) { images[ObjectIdentifier(node)] = image }
+        for node in simOrder {
+            let srcs = node.simSources.map { images[ObjectIdentifier($0)]! }
+            let kernel = simKernels[ObjectIdentifier(node)]!
+            let dest: MPSImage
+            let format = node.resultImage.format
+            switch kernel {
+            case let k as MPSCNNKernel:
+                let method = node.paddingPolicy.paddingMethod()
+                var size = k.simDefaultDestination(srcs, method: method)
+                if let scale = node as? MPSNNBilinearScaleNode {
+                    size = (scale.simOutputSize.width, scale.simOutputSize.height, srcs[0].featureChannels)
+                }
+                if k is MPSCNNConvolution || k is MPSCNNPooling { k.simDefaultOffset(srcs, size.w, size.h) }
+                var desc = MPSImageDescriptor(channelFormat: format, width: size.w, height: size.h, featureChannels: size.c)
+                if method.contains(.custom) {
+                    desc = node.paddingPolicy.destinationImageDescriptor(
+                        forSourceImages: srcs, sourceStates: nil, for: k, suggestedDescriptor: desc)
+                }
+                dest = MPSImage(device: device, imageDescriptor: desc)
+                commandBuffer.simEnqueue { k.simRun(srcs, dest) }
+            case let k as MPSCNNArithmetic:
+                let a = srcs[0]
+                dest = MPSImage(device: device, imageDescriptor: MPSImageDescriptor(
+                    channelFormat: format, width: a.width, height: a.height, featureChannels: a.featureChannels))
+                commandBuffer.simEnqueue { k.simRun(srcs, dest) }
+            case let k as SimConcatenation:
+                let (_, channels) = k.simOffsets(srcs)
+                dest = MPSImage(device: device, imageDescriptor: MPSImageDescriptor(
+                    channelFormat: format, width: srcs[0].width, height: srcs[0].height, featureChannels: channels))
+                for s in srcs { precondition(s.width == dest.width && s.height == dest.height, "concatenation: sizes differ") }
+                commandBuffer.simEnqueue { k.simRun(srcs, dest) }
+            default:
+                fatalError("\(type(of: kernel)) is not modelled")
+            }
+            images[ObjectIdentifier(node.resultImage)] = dest
+        }
+        return images[ObjectIdentifier(simResult)]
+    }
+
+    public func encode(to commandBuffer: MTLCommandBuffer, sourceImages: [MPSImage], sourceStates: [MPSState]?,
+                       intermediateImages: NSMutableArray?, destinationStates: NSMutableArray?) -> MPSImage? {
+        encode(to: commandBuffer, sourceImages: sourceImages)
+    }
+
+    /// MPSNNGraph.h: encodes into its own command buffer, returns the result image at once and
+    /// calls the handler when the work is done (here: before returning).
+    @discardableResult
+    public func executeAsync(withSourceImages sourceImages: [MPSImage],
+                             completionHandler handler: @escaping (MPSImage?, Error?) -> Void) -> MPSImage {
+        let buffer = device.makeCommandQueue()!.makeCommandBuffer()!
+        let result = encode(to: buffer, sourceImages: sourceImages)!
+        buffer.commit()
+        buffer.waitUntilCompleted()
+        handler(result, nil)
+        return result
+    }
+}
