@@ -93,9 +93,7 @@ def _prepare(index: int, case: Any, out_dir: Path) -> Prepared:
     try:
         if not case.data_sets:
             raise Onnx2EdgeError("no test data")
-        ins, outs = case.data_sets[0]
-        if any(not isinstance(a, np.ndarray) for a in [*ins, *outs]):
-            raise Onnx2EdgeError("sequence, optional or non-numpy data")
+        ins, outs = (_as_arrays(d) for d in case.data_sets[0])
         with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             g = frontend.load(case.model, quiet=True)
@@ -116,6 +114,23 @@ def _prepare(index: int, case: Any, out_dir: Path) -> Prepared:
     except Exception as e:  # noqa: BLE001 - a converter bug on one case must not end the run
         p.result = CaseResult(case.name, p.op, "unsupported", f"converter error: {type(e).__name__}: {str(e)[:200]}")
     return p
+
+
+def _as_arrays(data: list[Any]) -> list[np.ndarray]:
+    """Test data as numpy arrays: numpy scalars and TensorProtos (the exotic dtypes) converted."""
+    import onnx
+    from onnx import numpy_helper
+
+    out = []
+    for a in data:
+        if isinstance(a, onnx.TensorProto):
+            a = numpy_helper.to_array(a)
+        elif isinstance(a, np.generic):
+            a = np.asarray(a)
+        if not isinstance(a, np.ndarray) or a.dtype == object:
+            raise Onnx2EdgeError("sequence, optional or string data is not supported")
+        out.append(a)
+    return out
 
 
 def _compile(sources: list[Path], lib: Path, extra: Iterable[str] = ()) -> str | None:

@@ -1,0 +1,454 @@
+"""The Swift / MPSNNGraph backend, verified on Linux against onnx2edge's CPU model of MPS.
+
+Every model is converted, compiled together with the simulator (sim/Metal,
+sim/MetalPerformanceShaders) and compared with onnxruntime: max abs error <= 1e-4 x max|output|
+with float32 weights. The simulator is built once per session (`sim_dir`) and cached on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx2edge.backends.mps import MPSBackend
+from onnx2edge.backends.mps import build as mps_build
+from onnx2edge.errors import Onnx2EdgeError
+from onnx2edge.frontend.loader import load
+from onnx2edge.passes import run_passes
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "golden" / "mps"
+TOLERANCE = 1e-4
+
+try:
+    mps_build.swiftc()
+    HAVE_SWIFT = True
+except Onnx2EdgeError:
+    HAVE_SWIFT = False
+needs_swift = pytest.mark.skipif(
+    not HAVE_SWIFT, reason="swiftc not found: the MPS simulator cannot be built"
+)
+
+
+@pytest.fixture(scope="session")
+def sim_dir() -> Path:
+    if not HAVE_SWIFT:
+        pytest.skip("swiftc not found: the MPS simulator cannot be built")
+    return mps_build.build_simulator()
+
+
+def _save(model: onnx.ModelProto, folder: Path) -> Path:
+    path = folder / "model.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def convert(model: onnx.ModelProto, folder: Path, **options: object) -> tuple[MPSBackend, Path]:
+    backend = MPSBackend()
+    graph = run_passes(load(_save(model, folder), quiet=True), backend.required_passes)
+    problems = backend.unsupported(graph)
+    assert problems == [], problems
+    out = folder / "out"
+    out.mkdir()
+    backend.emit(graph, out, options)
+    return backend, out
+
+
+def check_against_ort(
+    model: onnx.ModelProto, folder: Path, *, tolerance: float = TOLERANCE, **options: object
+) -> float:
+    backend, out = convert(model, folder, **options)
+    rng = np.random.default_rng(7)
+    feeds = {}
+    for vi in model.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    got = backend.run(out, feeds, {})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    name = model.graph.output[0].name
+    err = float(np.abs(got[name] - want[0]).max())
+    scale = float(np.abs(want[0]).max())
+    assert got[name].shape == want[0].shape
+    assert err <= tolerance * scale, f"max abs error {err:.3g} > {tolerance} x {scale:.3g}"
+    return err / scale
+
+
+# ------------------------------------------------------------------------------------------
+# The CPU model of MPS itself, on hand-computed cases
+# ------------------------------------------------------------------------------------------
+
+
+@needs_swift
+def test_simulator_semantics(sim_dir: Path, tmp_path: Path) -> None:
+    """Conv with OHWI weights and a padding offset, slices of 4, concat gaps, pooling edges."""
+    exe = tmp_path / "semantics"
+    subprocess.run(
+        [mps_build.swiftc(), *mps_build.SWIFT_FLAGS, "-I", str(sim_dir), "-L", str(sim_dir),
+         "-lMetalPerformanceShaders", "-lMetal", str(HERE / "mps_sim" / "SimSemantics.swift"), "-o", str(exe)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    lines = dict(
+        line.split(": ", 1)
+        for line in subprocess.run(
+            [str(exe)], check=True, capture_output=True, text=True
+        ).stdout.splitlines()
+    )
+    floats = lambda s: [float(v) for v in s.split()]  # noqa: E731
+    # Channel 0 takes the window's top-left tap: with pads top/left 1 that is in[y-1][x-1];
+    # channel 1 the bottom-right tap in[y][x] plus bias 10 (weights are OHWI).
+    assert floats(lines["conv_ohwi_offset"]) == [0, 0, 0, 0, 1, 2, 0, 4, 5, *range(11, 20)]
+    # 6 channels = 2 slices of 4; the last slice is zero-padded.
+    assert lines["slices"] == "2 storage 0.0 1.0 2.0 3.0 4.0 5.0 0.0 0.0"
+    # 3 + 2 channels: the second source starts at the next slice (channel 4).
+    assert lines["concat_3_2 channels 6"].split() == ["1.0", "2.0", "3.0", "0.0", "7.0", "8.0"]
+    # 2x2/2 max pooling starting at (-1, -1): windows {1}, {2,3}, {4,7}, {5,6,8,9}.
+    assert floats(lines["maxpool_pad"]) == [1, 3, 7, 9]
+    assert floats(lines["fused_relu"]) == [0, 2]
+    assert lines["float16_format"] == "true 1.0"
+
+
+# ------------------------------------------------------------------------------------------
+# Small hand-built models covering the op mapping
+# ------------------------------------------------------------------------------------------
+
+
+def _model(
+    nodes: list,
+    inputs: dict[str, list[int]],
+    output: tuple[str, list[int]],
+    params: dict[str, np.ndarray],
+    name: str = "tiny",
+    opset: int = 17,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(output[0], TensorProto.FLOAT, output[1])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in params.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _w(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+
+
+def tiny_cnn() -> onnx.ModelProto:
+    """Conv(asymmetric pads)+BN+Relu, MaxPool, Flatten, Gemm, Softmax: golden-file model."""
+    rng = np.random.default_rng(0)
+    p = {
+        "conv.w": _w(rng, 8, 3, 3, 3), "conv.b": _w(rng, 8),
+        "bn.g": (1 + 0.1 * rng.standard_normal(8)).astype(np.float32), "bn.b": _w(rng, 8),
+        "bn.m": _w(rng, 8), "bn.v": (1 + rng.random(8)).astype(np.float32),
+        "fc.w": _w(rng, 10, 8 * 4 * 5), "fc.b": _w(rng, 10),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node(
+            "Conv", ["input", "conv.w", "conv.b"], ["c"], name="conv", pads=[1, 0, 0, 1]
+        ),
+        helper.make_node(
+            "BatchNormalization", ["c", "bn.g", "bn.b", "bn.m", "bn.v"], ["n"], name="bn"
+        ),
+        helper.make_node("Relu", ["n"], ["r"], name="relu"),
+        helper.make_node(
+            "MaxPool", ["r"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1
+        ),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["l"], name="fc", transB=1),
+        helper.make_node("Softmax", ["l"], ["prob"], name="softmax"),
+    ]
+    return _model(nodes, {"input": [1, 3, 8, 10]}, ("prob", [1, 10]), p, name="tiny_cnn")
+
+
+def op_soup() -> onnx.ModelProto:
+    """Ops the zoo does not use: depthwise + dilation, PRelu, LeakyRelu, HardSwish, Sigmoid
+    gating (SiLU), per-channel constants, broadcast Mul, Resize (nearest, bilinear), Pad
+    reflect/edge, LRN, InstanceNorm, AveragePool with count_include_pad, ConvTranspose
+    (stride 2, asymmetric output), Elu, Softplus, Tanh, Clip, Concat, Sub, Div."""
+    rng = np.random.default_rng(1)
+    c = 8
+    p = {
+        "c1.w": _w(rng, c, 3, 3, 3), "dw.w": _w(rng, c, 1, 3, 3), "dw.b": _w(rng, c),
+        "slope": (0.1 * rng.random((c, 1, 1))).astype(np.float32),
+        "scale": (1 + 0.1 * rng.standard_normal((1, c, 1, 1))).astype(np.float32),
+        "shift": _w(rng, 1, c, 1, 1),
+        "in.g": (1 + 0.1 * rng.standard_normal(c)).astype(np.float32), "in.b": _w(rng, c),
+        "ct.w": _w(rng, 2 * c, c, 3, 3), "ct.b": _w(rng, c),
+        "g.w": _w(rng, c, 2 * c, 1, 1),
+        "up.scales": np.array([1, 1, 2, 2], np.float32), "lin.scales": np.array([1, 1, 2, 2], np.float32),
+        "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "epads": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64),
+        "two": np.array(2.0, np.float32), "lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
+        "out.w": _w(rng, 4, c, 1, 1),
+    }  # fmt: skip
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["input", "c1.w"], ["a"], name="c1", pads=[1, 1, 1, 1]),
+        n("LeakyRelu", ["a"], ["a1"], name="leaky", alpha=0.2),
+        n(
+            "Conv",
+            ["a1", "dw.w", "dw.b"],
+            ["b"],
+            name="dw",
+            group=c,
+            pads=[2, 2, 2, 2],
+            dilations=[2, 2],
+        ),
+        n("PRelu", ["b", "slope"], ["b1"], name="prelu"),
+        n("HardSwish", ["b1"], ["b2"], name="hswish"),
+        n("Sigmoid", ["b2"], ["sg"], name="sig"),
+        n("Mul", ["b2", "sg"], ["silu"], name="silu"),
+        n("Mul", ["silu", "scale"], ["s1"], name="mul_scale"),
+        n("Add", ["s1", "shift"], ["s2"], name="add_shift"),
+        n("GlobalAveragePool", ["s2"], ["gap"], name="gap"),
+        n("Mul", ["s2", "gap"], ["se"], name="se_mul"),
+        n("Pad", ["se", "pads"], ["pd"], name="pad_reflect", mode="reflect"),
+        n(
+            "AveragePool",
+            ["pd"],
+            ["ap"],
+            name="avg",
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            count_include_pad=1,
+        ),
+        n("Resize", ["ap", "", "up.scales"], ["up"], name="up_nearest", mode="nearest"),
+        n("LRN", ["up"], ["lrn"], name="lrn", size=3, alpha=1e-2, beta=0.75, bias=2.0),
+        n("InstanceNormalization", ["lrn", "in.g", "in.b"], ["inorm"], name="inorm"),
+        n("Elu", ["inorm"], ["e"], name="elu"),
+        n("Softplus", ["e"], ["sp"], name="softplus"),
+        n("Sub", ["sp", "e"], ["d0"], name="sub"),
+        n("Div", ["d0", "two"], ["d1"], name="half"),
+        n("Concat", ["d1", "e"], ["cat"], name="cat", axis=1),
+        n("Conv", ["cat", "g.w"], ["g"], name="grouped_1x1"),
+        n(
+            "ConvTranspose",
+            ["cat", "ct.w", "ct.b"],
+            ["ct"],
+            name="deconv",
+            strides=[2, 2],
+            pads=[1, 1, 0, 0],
+            output_padding=[1, 1],
+        ),
+        n("Tanh", ["ct"], ["t"], name="tanh"),
+        n("Resize", ["g", "", "lin.scales"], ["lin"], name="up_linear", mode="linear"),
+        n("Pad", ["lin", "epads"], ["lp"], name="pad_edge", mode="edge"),
+        n("Add", ["t", "lp"], ["sum"], name="join"),
+        n("Clip", ["sum", "lo", "hi"], ["cl"], name="relu6"),
+        n("Conv", ["cl", "out.w"], ["output"], name="head"),
+    ]
+    return _model(nodes, {"input": [1, 3, 9, 11]}, ("output", [1, 4, 25, 29]), p, name="op_soup")
+
+
+@needs_swift
+@pytest.mark.parametrize("build", [tiny_cnn, op_soup], ids=["tiny_cnn", "op_soup"])
+def test_small_models_match_onnxruntime(
+    sim_dir: Path, tmp_path: Path, build: Callable[[], onnx.ModelProto]
+) -> None:
+    check_against_ort(build(), tmp_path)
+
+
+@needs_swift
+def test_fp16_weights(sim_dir: Path, tmp_path: Path) -> None:
+    """--fp16 stores weights as float16 (biases stay float32); error grows to ~1e-3."""
+    check_against_ort(tiny_cnn(), tmp_path, tolerance=5e-3, fp16=True)
+    manifest = (tmp_path / "out" / "Sources" / "TinyCnn" / "weights.json").read_text()
+    assert '"weights_dtype": "float16"' in manifest
+
+
+# ------------------------------------------------------------------------------------------
+# The zoo
+# ------------------------------------------------------------------------------------------
+
+ZOO_FAST = [
+    "resnet50",
+    "alexnet",
+    "alexnet_bn",
+    "nin",
+    "nin_bn",
+    "googlenet",
+    "squeezenet",
+    "mobilenet_v1",
+    "mobilenet_v2",
+    "mnist_mlp",
+    "unet_small",
+]
+ZOO_SLOW = ["vgg16", "vgg19", "inception_v3", "convdeconv"]
+
+
+def _zoo(name: str, tmp_path: Path) -> None:
+    from onnx2edge.bench.zoo import build
+
+    start = time.time()
+    rel = check_against_ort(build(name), tmp_path)
+    if os.environ.get("ONNX2EDGE_REPORT"):
+        print(f"\n{name}: relative error {rel:.3g}, {time.time() - start:.1f} s")
+
+
+@needs_swift
+@pytest.mark.parametrize("name", ZOO_FAST)
+def test_zoo_model(sim_dir: Path, tmp_path: Path, name: str) -> None:
+    _zoo(name, tmp_path)
+
+
+@needs_swift
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ZOO_SLOW)
+def test_zoo_model_slow(sim_dir: Path, tmp_path: Path, name: str) -> None:
+    """Slow: VGG-16/19 (~140 M parameters, 15-20 GFLOPs), Inception-v3 (299x299) and the
+    480x640 ConvDeconvNet each take longer than ~20 s on 2 CPU cores (model build,
+    onnxruntime reference and the CPU model of MPS); run with -m slow."""
+    _zoo(name, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------
+# Refusals
+# ------------------------------------------------------------------------------------------
+
+
+def _unsupported(model: onnx.ModelProto, tmp_path: Path) -> list[str]:
+    backend = MPSBackend()
+    graph = run_passes(load(_save(model, tmp_path), quiet=True), backend.required_passes)
+    return backend.unsupported(graph)
+
+
+def test_refuses_lstm(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    hidden = 4
+    p = {"W": _w(rng, 1, 4 * hidden, 3), "R": _w(rng, 1, 4 * hidden, hidden)}
+    nodes = [helper.make_node("LSTM", ["input", "W", "R"], ["y"], name="lstm1", hidden_size=hidden)]
+    model = _model(nodes, {"input": [5, 1, 3]}, ("y", [5, 1, 1, hidden]), p)
+    problems = _unsupported(model, tmp_path)
+    assert any(
+        "'lstm1'" in p and "LSTM" in p and "opset 17" in p and "recurrent" in p for p in problems
+    ), problems
+
+
+def test_refuses_attention(tmp_path: Path) -> None:
+    """MatMul of two activations + Softmax + Transpose: every offending node is named."""
+    rng = np.random.default_rng(0)
+    p = {"wq": _w(rng, 16, 16), "wk": _w(rng, 16, 16), "wv": _w(rng, 16, 16)}
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["input", "wq"], ["q"], name="q_proj"),
+        n("MatMul", ["input", "wk"], ["k"], name="k_proj"),
+        n("MatMul", ["input", "wv"], ["v"], name="v_proj"),
+        n("Transpose", ["k"], ["kt"], name="k_transpose", perm=[0, 2, 1]),
+        n("MatMul", ["q", "kt"], ["s"], name="scores"),
+        n("Softmax", ["s"], ["a"], name="attn_softmax", axis=-1),
+        n("MatMul", ["a", "v"], ["output"], name="context"),
+    ]
+    model = _model(nodes, {"input": [1, 6, 16]}, ("output", [1, 6, 16]), p)
+    text = "\n".join(_unsupported(model, tmp_path))
+    for node in ("k_transpose", "scores", "context"):
+        assert f"'{node}'" in text, text
+    assert "graph input 'input'" in text and "MatMul of two run-time tensors" in text
+
+
+def test_refuses_concat_gap(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    p = {"a.w": _w(rng, 6, 3, 1, 1), "b.w": _w(rng, 5, 3, 1, 1)}
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["input", "a.w"], ["a"], name="a"),
+        n("Conv", ["input", "b.w"], ["b"], name="b"),
+        n("Concat", ["a", "b"], ["output"], name="join", axis=1),
+    ]
+    problems = _unsupported(
+        _model(nodes, {"input": [1, 3, 4, 4]}, ("output", [1, 11, 4, 4]), p), tmp_path
+    )
+    assert len(problems) == 1 and "'join'" in problems[0] and "multiple of 4" in problems[0]
+
+
+@needs_swift
+def test_emit_refuses_with_one_error(tmp_path: Path) -> None:
+    backend = MPSBackend()
+    graph = run_passes(load(_save(op_soup(), tmp_path), quiet=True), backend.required_passes)
+    bad = graph.replace(
+        nodes=tuple(nd.replace(op_type="Gather") if nd.name == "c1" else nd for nd in graph.nodes)
+    )
+    with pytest.raises(Onnx2EdgeError, match="'c1'.*Gather"):
+        backend.emit(bad, tmp_path / "x", {})
+
+
+# ------------------------------------------------------------------------------------------
+# Generated files: golden, deterministic, self-described
+# ------------------------------------------------------------------------------------------
+
+
+def _emit_files(model: onnx.ModelProto, folder: Path) -> dict[str, bytes]:
+    folder.mkdir()
+    _, out = convert(model, folder)
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("build", [tiny_cnn, "mnist_mlp"], ids=["tiny_cnn", "mnist_mlp"])
+def test_golden_swift(tmp_path: Path, build: Callable[[], onnx.ModelProto] | str) -> None:
+    """Regenerate with ONNX2EDGE_UPDATE_GOLDEN=1 and review the diff like code."""
+    if isinstance(build, str):
+        from onnx2edge.bench.zoo import build as zoo_build
+
+        model, name = zoo_build(build), build
+    else:
+        model, name = build(), build.__name__
+    files = _emit_files(model, tmp_path / "a")
+    for rel, data in files.items():
+        if rel.endswith((".swift", ".md")) or rel.endswith("Package.swift"):
+            golden = GOLDEN / name / rel
+            if os.environ.get("ONNX2EDGE_UPDATE_GOLDEN"):
+                golden.parent.mkdir(parents=True, exist_ok=True)
+                golden.write_bytes(data)
+            assert golden.is_file(), (
+                f"missing golden file {golden}; run with ONNX2EDGE_UPDATE_GOLDEN=1"
+            )
+            assert data == golden.read_bytes(), f"{rel} differs from {golden}"
+
+
+def test_output_is_deterministic(tmp_path: Path) -> None:
+    first = _emit_files(op_soup(), tmp_path / "a")
+    second = _emit_files(op_soup(), tmp_path / "b")
+    assert first == second
+    assert {"Package.swift", "README.md", "Sources/OpSoup/OpSoup.swift", "Sources/OpSoup/weights.bin",
+            "Sources/OpSoup/weights.json"} <= set(first)  # fmt: skip
+
+
+def test_package_contents(tmp_path: Path) -> None:
+    files = _emit_files(tiny_cnn(), tmp_path / "a")
+    swift = files["Sources/TinyCnn/TinyCnn.swift"].decode()
+    assert "init?(device: MTLDevice)" in swift and "func predict(" in swift
+    assert "MPSCNNConvolutionDataSource" in swift and "class ONNXPadding" in swift
+    assert "// ONNX node 'conv' (Conv)" in swift  # BN was folded into it by fold_batchnorm
+    assert "fusedNeuronDescriptor .reLU" in swift
+    readme = files["README.md"].decode()
+    assert "CPU model" in readme and "not* run on Apple hardware" in readme
+    assert "platforms: [.iOS(.v13), .macOS(.v10_15)]" in files["Package.swift"].decode()
+
+
+def test_run_without_swiftc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files_dir = tmp_path / "a"
+    _emit_files(tiny_cnn(), files_dir)
+    monkeypatch.setattr(mps_build.shutil, "which", lambda name: None)
+    monkeypatch.setattr(
+        mps_build,
+        "Path",
+        lambda p: (
+            Path("/nonexistent") / Path(p).name if str(p).startswith("/opt/swift") else Path(p)
+        ),
+    )
+    with pytest.raises(Onnx2EdgeError, match="swiftc"):
+        MPSBackend().run(files_dir / "out", {"input": np.zeros((1, 3, 8, 10), np.float32)}, {})
