@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
@@ -135,7 +136,7 @@ def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onn
     if check:
         _check_ops(model, source, opset)
         try:
-            onnx.checker.check_model(model)
+            onnx.checker.check_model(skeleton(model, max_elements=1 << 16))
         except (onnx.checker.ValidationError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise Onnx2EdgeError(f"{source}: invalid ONNX model: {first}") from e
@@ -224,14 +225,56 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
+def skeleton(model: onnx.ModelProto, max_elements: int = 64) -> onnx.ModelProto:
+    """The model without its large weights: they become typed graph inputs.
+
+    Shape inference and the checker need only their types; serialising hundreds of MB of
+    weights through protobuf for them is what made conversion of big models slow.
+    """
+    from onnx import helper
+
+    m = onnx.ModelProto()
+    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        if model.HasField(f):
+            setattr(m, f, getattr(model, f))
+    m.opset_import.extend(model.opset_import)
+    m.metadata_props.extend(model.metadata_props)
+    m.functions.extend(model.functions)
+    g, src = m.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    g.sparse_initializer.extend(src.sparse_initializer)
+    listed = {vi.name for vi in src.input}
+    g.input.extend(src.input)
+    for t in src.initializer:
+        if int(np.prod(t.dims, dtype=np.int64)) <= max_elements:
+            g.initializer.append(t)
+        elif t.name not in listed:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return m
+
+
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnx's shape inference with data propagation (folds Shape->Gather->... dims)."""
+    """onnx's shape inference with data propagation (folds Shape->Gather->... dims).
+
+    Runs on the weightless skeleton and copies the inferred shapes back."""
     try:
-        return onnx.shape_inference.infer_shapes(
-            model, check_type=False, strict_mode=False, data_prop=True
+        inferred = onnx.shape_inference.infer_shapes(
+            skeleton(model), check_type=False, strict_mode=False, data_prop=True
         )
     except Exception as e:  # noqa: BLE001 - onnx raises several unrelated types here
         raise Onnx2EdgeError(f"shape inference failed: {str(e).splitlines()[0]}") from e
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(inferred.graph.value_info)
+    by_name = {o.name: o for o in inferred.graph.output}
+    for o in out.graph.output:
+        if o.name in by_name:
+            o.CopyFrom(by_name[o.name])
+    return out
 
 
 def load(

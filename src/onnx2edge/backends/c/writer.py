@@ -33,6 +33,14 @@ def write_model(
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest."""
     em = ModelEmitter(graph, prefix=prefix)
     res = em.emit()
+    # Emitters may look at a weight and then use a repacked copy: keep only what code names.
+    import re
+
+    code = "\n".join([*res["blocks"], *res["tail"], *em.helpers.values()])
+    named = set(re.findall(r"\bW_\w+", code))
+    for key in [k for k, t in em.constants.items() if t.sym not in named]:
+        del em.constants[key]
+        del em.const_data[key]
     weight_bytes = sum(a.nbytes for a in em.const_data.values())
     to_file = weights_file if weights_file is not None else weight_bytes > INLINE_WEIGHT_LIMIT
     P, U = prefix, prefix.upper()
