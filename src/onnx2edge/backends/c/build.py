@@ -33,7 +33,9 @@ def source_hash(files: Sequence[Path], flags: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def compile_shared(sources: Sequence[Path], out: Path, flags: Sequence[str], include_dirs: Sequence[Path] = ()) -> Path:
+def compile_shared(
+    sources: Sequence[Path], out: Path, flags: Sequence[str], include_dirs: Sequence[Path] = ()
+) -> Path:
     """Build a shared library unless an identical one is cached at `out`."""
     cmd = [
         compiler(),
@@ -65,3 +67,53 @@ def cached_shared(out_dir: Path, sources: Sequence[Path], flags: Sequence[str]) 
     if not lib.is_file():
         compile_shared(sources, lib, flags, include_dirs=[out_dir])
     return lib
+
+
+def build_executable(out_dir: Path, flags: Sequence[str], name: str = "model") -> Path:
+    """Build the example program (main.c + model.c), e.g. with sanitizers."""
+    exe = (
+        out_dir
+        / ".build"
+        / f"{name}_{source_hash([out_dir / 'main.c', out_dir / 'model.c'], flags)}"
+    )
+    if exe.is_file():
+        return exe
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        compiler(),
+        *STRICT_FLAGS,
+        *flags,
+        f"-I{out_dir}",
+        str(out_dir / "main.c"),
+        str(out_dir / "model.c"),
+        "-o",
+        str(exe),
+        "-lm",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if "error" in ln] or proc.stderr.splitlines()
+        raise Onnx2EdgeError(f"C compilation failed: {lines[0] if lines else 'unknown error'}")
+    return exe
+
+
+def run_executable(exe: Path, io: dict, inputs: dict, work: Path) -> dict:
+    """Run the example program on raw input files; returns outputs (numpy arrays) by name."""
+    import numpy as np
+
+    args = []
+    for i, spec in enumerate(io["inputs"]):
+        f = work / f"in_{i}.bin"
+        np.ascontiguousarray(inputs[spec["name"]], dtype=spec["dtype"]).tofile(f)
+        args.append(str(f))
+    outs = [work / f"out_{i}.bin" for i in range(len(io["outputs"]))]
+    env = {**os.environ, "MODEL_WEIGHTS": str(work / "model_weights.bin")}
+    proc = subprocess.run(
+        [str(exe), *args, *map(str, outs)], capture_output=True, text=True, env=env, cwd=work
+    )
+    if proc.returncode != 0:
+        raise Onnx2EdgeError(f"{exe.name} failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
+    return {
+        spec["name"]: np.fromfile(f, dtype=spec["dtype"]).reshape(spec["shape"])
+        for spec, f in zip(io["outputs"], outs, strict=True)
+    }
