@@ -30,3 +30,24 @@ def test_failures_are_explained(results) -> None:  # noqa: ANN001
     for r in results:
         if r.status != "passed":
             assert r.detail, r
+
+
+def test_sanitizers_clean_on_a_subset() -> None:
+    """A subset under -fsanitize=address,undefined (every case, with -m slow)."""
+    import re
+
+    rx = re.compile(r"conv|pool|relu|gemm|matmul|concat|softmax|reduce|gather|slice|resize|pad|transpose|norm")
+    cases = [c for c in collect_cases() if rx.search(c.name)]
+    plain = {r.name: r.status for r in run_conformance(cases)}
+    sanitized = run_conformance(cases, sanitize=True)
+    regressions = [(r.name, r.detail) for r in sanitized if r.status != plain[r.name]]
+    assert not regressions, regressions[:5]
+
+
+@pytest.mark.slow
+def test_sanitizers_clean_everywhere(results) -> None:  # noqa: ANN001
+    """Every node test case under the sanitizers (slow: ~2x the plain run)."""
+    plain = {r.name: r.status for r in results}
+    sanitized = run_conformance(collect_cases(), sanitize=True)
+    regressions = [(r.name, r.detail) for r in sanitized if r.status != plain[r.name]]
+    assert not regressions, regressions[:5]

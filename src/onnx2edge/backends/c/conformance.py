@@ -29,6 +29,7 @@ from .build import STRICT_FLAGS, compiler
 
 BATCH = 48
 COMPILE_FLAGS = ("-O1",)
+SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 
 
 @dataclass
@@ -142,11 +143,17 @@ def _compile(sources: list[Path], lib: Path, extra: Iterable[str] = ()) -> str |
     return (errs[0] if errs else proc.stderr.strip()[:300]) or "compile error"
 
 
-def _run_child(lib: str, cases: list[Prepared], conn: Any) -> None:
+def _run_child(lib: str, cases_file: str) -> None:
+    """Child process: run each case, one JSON line per event on stdout."""
+    import json
+    import pickle
+
     from .backend import run_library
 
+    with open(cases_file, "rb") as f:
+        cases: list[Prepared] = pickle.load(f)
     for p in cases:
-        conn.send(("start", p.index))
+        print(json.dumps(["start", p.index]), flush=True)
         try:
             feeds = {s["name"]: a for s, a in zip(p.io["inputs"], p.inputs, strict=True)}
             got = run_library(Path(lib), p.prefix, p.io, feeds)
@@ -156,11 +163,9 @@ def _run_child(lib: str, cases: list[Prepared], conn: Any) -> None:
                 if not ok:
                     why = f"output {s['name']}: {why}"
                     break
-            conn.send(("done", p.index, "passed" if ok else "failed", why))
+            print(json.dumps(["done", p.index, "passed" if ok else "failed", why]), flush=True)
         except Exception as e:  # noqa: BLE001
-            conn.send(("done", p.index, "failed", f"run error: {e}"))
-    conn.send(("end",))
-    conn.close()
+            print(json.dumps(["done", p.index, "failed", f"run error: {e}"]), flush=True)
 
 
 def _matches(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
@@ -179,42 +184,58 @@ def _matches(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> tupl
     return True, ""
 
 
-def _run_batch(lib: Path, cases: list[Prepared]) -> dict[int, tuple[str, str]]:
+def _sanitizer_env() -> dict[str, str]:
+    """Preload the sanitizer runtimes: python itself is not instrumented."""
+    libs = []
+    for name in ("libasan.so", "libubsan.so"):
+        path = subprocess.run([compiler(), f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+        if path and os.path.isabs(path):
+            libs.append(path)
+    return {
+        **os.environ,
+        "LD_PRELOAD": " ".join(libs),
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+    }
+
+
+def _run_batch(lib: Path, cases: list[Prepared], sanitize: bool) -> dict[int, tuple[str, str]]:
     """Run in child processes; a crash fails the running case and the rest go on in a new child."""
+    import json
+    import pickle
+
     results: dict[int, tuple[str, str]] = {}
     pending = list(cases)
-    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    env = _sanitizer_env() if sanitize else None
     while pending:
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_run_child, args=(str(lib), pending, child))
-        proc.start()
-        child.close()
+        cases_file = lib.with_suffix(".cases.pkl")
+        with open(cases_file, "wb") as f:
+            pickle.dump(pending, f)
+        code = f"from onnx2edge.backends.c.conformance import _run_child; _run_child({str(lib)!r}, {str(cases_file)!r})"
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         current = None
-        try:
-            while True:
-                msg = parent.recv()
-                if msg[0] == "start":
-                    current = msg[1]
-                elif msg[0] == "done":
-                    results[msg[1]] = (msg[2], msg[3])
-                    current = None
-                else:
-                    break
-        except EOFError:
-            pass
-        proc.join()
+        for line in proc.stdout.splitlines():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg[0] == "start":
+                current = msg[1]
+            elif msg[0] == "done":
+                results[msg[1]] = (msg[2], msg[3])
+                current = None
         if current is not None:
-            results[current] = ("failed", f"crashed (exit code {proc.exitcode})")
-        pending = [p for p in pending if p.index not in results]
-        if pending and current is None:
+            tail = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln or "runtime error" in ln]
+            results[current] = ("failed", f"crashed (exit code {proc.returncode}){': ' + tail[0][:200] if tail else ''}")
+        elif proc.returncode != 0:
             for p in pending:
-                results[p.index] = ("failed", f"child ended unexpectedly (exit code {proc.exitcode})")
-            pending = []
+                results.setdefault(p.index, ("failed", f"runner failed: {proc.stderr.strip()[-200:]}"))
+        pending = [p for p in pending if p.index not in results]
     return results
 
 
-def _process_batch(args: tuple[list[tuple[int, Any]], str, tuple[str, ...]]) -> list[CaseResult]:
-    items, work, extra = args
+def _process_batch(args: tuple[list[tuple[int, Any]], str, tuple[str, ...], bool]) -> list[CaseResult]:
+    items, work, extra, sanitize = args
     out_dir = Path(tempfile.mkdtemp(prefix="batch", dir=work))
     prepared = [_prepare(i, case, out_dir) for i, case in items]
     done = [p.result for p in prepared if p.result is not None]
@@ -236,7 +257,7 @@ def _process_batch(args: tuple[list[tuple[int, Any]], str, tuple[str, ...]]) -> 
         if todo and _compile([out_dir / f"{p.prefix}.c" for p in todo], lib, extra) is not None:
             return done + [CaseResult(p.name, p.op, "failed", "batch compile failed") for p in todo]
     if todo:
-        res = _run_batch(lib, todo)
+        res = _run_batch(lib, todo, sanitize)
         done += [CaseResult(p.name, p.op, *res[p.index]) for p in todo]
     return done
 
@@ -246,17 +267,18 @@ def run_conformance(
     *,
     jobs: int | None = None,
     extra_cflags: Iterable[str] = (),
+    sanitize: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[CaseResult]:
     cases = collect_cases() if cases is None else cases
-    extra = tuple(extra_cflags)
+    extra = tuple(extra_cflags) + (SANITIZE_FLAGS if sanitize else ())
     items = list(enumerate(cases))
     batches = [items[i : i + BATCH] for i in range(0, len(items), BATCH)]
     results: list[CaseResult] = []
     jobs = jobs or max(1, min(os.cpu_count() or 1, 4))
     with tempfile.TemporaryDirectory(prefix="onnx2edge-conformance-") as work:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as ex:
-            for res in ex.map(_process_batch, [(b, work, extra) for b in batches]):
+            for res in ex.map(_process_batch, [(b, work, extra, sanitize) for b in batches]):
                 results.extend(res)
                 if progress:
                     progress(len(results), len(items))
