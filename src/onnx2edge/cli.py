@@ -120,6 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
+    s = sub.add_parser("bench", help="time the generated C against onnxruntime")
+    s.add_argument("model", nargs="?", help="model to benchmark (or --suite)")
+    s.add_argument("--target", default="c", choices=["c"])
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--runs", type=int, default=20)
+    s.add_argument("--warmup", type=int, default=3)
+    s.add_argument("--suite", choices=["seed"], help="benchmark the seed model list at 1 and 2 threads")
+    s.add_argument("--models", help="comma-separated subset of the suite")
+    s.add_argument("--write-doc", metavar="FILE", help="suite: write the markdown table (and a PNG chart beside it)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    _shapes(s)
+    _common(s)
+
     s = sub.add_parser("conformance", help="run the ONNX backend node tests through a target")
     s.add_argument("--target", default="c", choices=["c"])
     s.add_argument("--json", action="store_true", help="print JSON")
@@ -129,6 +142,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     _common(s)
     return p
+
+
+def _cmd_bench(a: argparse.Namespace) -> int:
+    from .bench import harness
+
+    def log(msg: str) -> None:
+        print(f"onnx2edge: {msg}", file=sys.stderr, flush=True)
+
+    if a.suite:
+        from .bench import suite
+
+        models = a.models.split(",") if a.models else None
+        results = suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log)
+        if a.write_doc:
+            suite.write_doc(results, Path(a.write_doc))
+        print(json.dumps(results, indent=1) if a.json else suite.format_table(results))
+        return 0
+    if not a.model:
+        raise Onnx2EdgeError("bench needs a MODEL or --suite seed")
+    r = harness.bench_model(
+        a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
+        input_shapes=parse_input_shapes(a.input_shape), log=log,
+    )
+    print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
+    return 0 if r["accurate"] else 1
 
 
 def _cmd_conformance(a: argparse.Namespace) -> int:
@@ -198,7 +236,10 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         a.model, a.target, a.output, input_shapes=parse_input_shapes(a.input_shape), options=opts
     )
     for k, v in res.stats.items():
-        print(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}")
+        if isinstance(v, dict):
+            print(f"{k}: " + ", ".join(f"{n} ×{c}" for n, c in v.items()))
+        else:
+            print(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     return 0
 
@@ -245,6 +286,7 @@ COMMANDS = {
     "run": _cmd_run,
     "verify": _cmd_verify,
     "conformance": _cmd_conformance,
+    "bench": _cmd_bench,
 }
 
 

@@ -37,6 +37,24 @@ CTYPES: dict[str, str] = {
     "uint64": "uint64_t",
     "bool": "bool",
 }
+# Types C has no arithmetic for, stored as their raw bits (numpy / ml_dtypes keep one element a
+# byte for the 4- and 2-bit types, holding the low bits). Emitters convert them with the helpers
+# of ops/dtypes.py; only ops listed in STORAGE_DTYPE_OPS (ops that know to) may see them.
+STORAGE_CTYPES: dict[str, str] = {
+    "float16": "uint16_t",
+    "bfloat16": "uint16_t",
+    "float8_e4m3fn": "uint8_t",
+    "float8_e4m3fnuz": "uint8_t",
+    "float8_e5m2": "uint8_t",
+    "float8_e5m2fnuz": "uint8_t",
+    "float8_e8m0fnu": "uint8_t",
+    "float4_e2m1fn": "uint8_t",
+    "int4": "uint8_t",
+    "uint4": "uint8_t",
+    "int2": "uint8_t",
+    "uint2": "uint8_t",
+}
+STORAGE_DTYPE_OPS: set[str] = set()
 INLINE_WEIGHT_LIMIT = 4 << 20  # bytes: above this, weights go to model_weights.bin
 WEIGHTS_MAGIC = b"O2EW0001"
 
@@ -51,8 +69,9 @@ def c_ident(name: str) -> str:
 
 
 def ctype_of(dtype: np.dtype) -> str:
+    name = np.dtype(dtype).name
     try:
-        return CTYPES[np.dtype(dtype).name]
+        return CTYPES[name] if name in CTYPES else STORAGE_CTYPES[name]
     except KeyError:
         raise UnsupportedError(f"dtype {np.dtype(dtype).name} is not supported by the C backend") from None
 
@@ -87,6 +106,8 @@ class Tensor:
 def c_literal(value: Any, dtype: np.dtype) -> str:
     """An exact C literal for one value of `dtype`."""
     dtype = np.dtype(dtype)
+    if dtype.name in STORAGE_CTYPES:  # the raw bits, as stored
+        return str(int(_storage_bits(np.asarray(value, dtype=dtype))))
     if dtype.kind == "f":
         v = float(value)
         if np.isnan(v):
@@ -110,6 +131,10 @@ def c_literal(value: Any, dtype: np.dtype) -> str:
     return str(iv)
 
 
+def _storage_bits(arr: np.ndarray) -> np.ndarray:
+    return arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
+
+
 def _f32(x: np.float32) -> str:
     s = np.format_float_scientific(x, unique=True, trim="-") if x != 0 else ("-0.0" if np.signbit(x) else "0.0")
     if "e" in s and "." not in s.split("e")[0]:
@@ -121,7 +146,9 @@ def array_literal(arr: np.ndarray, per_line: int = 8) -> str:
     """Comma-separated C literals, `per_line` a line."""
     flat = np.asarray(arr).reshape(-1)
     dt = flat.dtype
-    if dt == np.float32 and np.isfinite(flat).all():
+    if dt.name in STORAGE_CTYPES:
+        texts = [str(v) for v in _storage_bits(flat).tolist()]
+    elif dt == np.float32 and np.isfinite(flat).all():
         texts = [_f32(v) for v in flat]
     else:
         texts = [c_literal(v, dt) for v in flat]
@@ -185,6 +212,10 @@ class NodeContext:
     def unique(self, base: str) -> str:
         return self.model.unique_local(base)
 
+    def kernel(self, name: str) -> None:
+        """Record which kernel this node runs (reported by `convert` and `bench`)."""
+        self.model.kernels[f"{self.node.op_type}: {name}"] = self.model.kernels.get(f"{self.node.op_type}: {name}", 0) + 1
+
 
 OpEmitFn = Callable[[NodeContext], str]
 
@@ -200,6 +231,7 @@ class ModelEmitter:
         self.constants: dict[str, Tensor] = {}
         self.const_data: dict[str, np.ndarray] = {}
         self.scratch_macros: dict[str, tuple[str, str]] = {}
+        self.kernels: dict[str, int] = {}
         self.idents: set[str] = set()
         self.tensors: dict[str, Tensor] = {}
         self.locals = 0
@@ -277,7 +309,9 @@ class ModelEmitter:
                 if t is None or not t.is_static:
                     problems.append(f"{where}: tensor '{name}' has no static shape (try --input-shape)")
                     break
-                if t.dtype.name not in CTYPES:
+                if t.dtype.name not in CTYPES and not (
+                    t.dtype.name in STORAGE_CTYPES and node.op_type in STORAGE_DTYPE_OPS
+                ):
                     problems.append(f"{where}: dtype {t.dtype.name} of '{name}' is not supported")
                     break
             else:

@@ -150,7 +150,10 @@ def write_model(
         ]
     else:
         c += [f"int {P}_init(const char *weights_path)", "{", "  (void)weights_path;  /* weights are compiled in */", "  return 0;", "}"]
+    kernel_name = "o2e_gemm_kernel_name()" if "o2e_sgemm" in "".join(em.helpers) else '"simple"'
     c += [
+        "",
+        f"const char *{P}_gemm_kernel(void) {{ return {kernel_name}; }}",
         "",
         f"int {P}_run(const void *const *inputs, void *const *outputs)",
         "{",
@@ -197,6 +200,7 @@ def write_model(
         f"#define {U}_WEIGHTS_IN_FILE {1 if to_file else 0}",
         "",
         f"int {P}_init(const char *weights_path);",
+        f"const char *{P}_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */",
         f"int {P}_run(const void *const *inputs, void *const *outputs);",
         f"int {P}_predict({', '.join([f'const {t.ctype} *{c_ident(t.name)}' for t in ins] + [f'{t.ctype} *{c_ident(t.name)}' for t in outs])});",
         "#ifdef O2E_TRACE_ENABLED",
@@ -217,6 +221,7 @@ def write_model(
         "weight_bytes": int(weight_bytes),
         "weights_in_file": bool(to_file),
         "nodes": len(graph.nodes),
+        "kernels": dict(sorted(em.kernels.items())),
     }
 
 
