@@ -128,29 +128,67 @@ static void o2e_im2col(const float *x, int C, int H, int W, int kh, int kw, int 
 """
 
 
+DWCONV = r"""
+/* Depthwise 2-D convolution, one filter per channel. Row by row: each valid (ki, kj) tap adds
+ * w * (a shifted input row) to the output row over the output columns where the tap lands
+ * inside the input, so the inner loop has no bounds checks and vectorises. */
+static void o2e_dwconv(const float *x, const float *w, const float *bias, float *y, int C, int H, int W,
+                       int OH, int OW, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
+                       int act, float lo, float hi)
+{
+  for (int c = 0; c < C; ++c) {
+    const float *xc = x + (size_t)c * H * W;
+    const float *wc = w + (size_t)c * kh * kw;
+    float *yc = y + (size_t)c * OH * OW;
+    const float b = bias ? bias[c] : 0.0f;
+    for (int oh = 0; oh < OH; ++oh) {
+      float *yr = yc + (size_t)oh * OW;
+      for (int ow = 0; ow < OW; ++ow) yr[ow] = b;
+      for (int ki = 0; ki < kh; ++ki) {
+        const int ih = oh * sh - pt + ki * dh;
+        if (ih < 0 || ih >= H) continue;
+        const float *xr = xc + (size_t)ih * W;
+        for (int kj = 0; kj < kw; ++kj) {
+          const float wv = wc[ki * kw + kj];
+          const int off = kj * dw - pl;                       /* iw = ow * sw + off */
+          int lo_ow = off >= 0 ? 0 : (-off + sw - 1) / sw;
+          int hi_ow = (W - 1 - off) >= 0 ? (W - 1 - off) / sw + 1 : 0;
+          if (hi_ow > OW) hi_ow = OW;
+          if (sw == 1) {
+            const float *xs = xr + off;
+            for (int ow = lo_ow; ow < hi_ow; ++ow) yr[ow] += wv * xs[ow];
+          } else {
+            for (int ow = lo_ow; ow < hi_ow; ++ow) yr[ow] += wv * xr[ow * sw + off];
+          }
+        }
+      }
+      if (act == 1) for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] > 0.0f ? yr[ow] : 0.0f;
+      else if (act == 2) for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < lo ? lo : (yr[ow] > hi ? hi : yr[ow]);
+    }
+  }
+}
+"""
+
+
 def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, bias) -> str:  # noqa: ANN001
     act = fused_act(ctx)
-    b = f"{bias}[c]" if bias else "0.0f"
-    return f"""/* depthwise: one {kh}x{kw} filter per channel, computed directly */
-for (int n = 0; n < {N}; ++n)
-for (int c = 0; c < {C}; ++c) {{
-  const float *xc = {x.sym} + ((size_t)n * {C} + c) * {H * W};
-  const float *wc = {w.sym} + (size_t)c * {kh * kw};
-  float *yc = {y.sym} + ((size_t)n * {C} + c) * {OH * OW};
-  for (int oh = 0; oh < {OH}; ++oh)
-    for (int ow = 0; ow < {OW}; ++ow) {{
-      float acc = {b};
-      for (int ki = 0; ki < {kh}; ++ki) {{
-        const int ih = oh * {sh} - {pt} + ki * {dh};
-        if (ih < 0 || ih >= {H}) continue;
-        for (int kj = 0; kj < {kw}; ++kj) {{
-          const int iw = ow * {sw} - {pl} + kj * {dw};
-          if (iw >= 0 && iw < {W}) acc += xc[ih * {W} + iw] * wc[ki * {kw} + kj];
-        }}
-      }}
-      yc[oh * {OW} + ow] = {act_expr(act, "acc")};
-    }}
-}}"""
+    ctx.helper("o2e_dwconv", DWCONV)
+    ctx.kernel("depthwise direct")
+    kind, lo, hi, post = 0, "0.0f", "0.0f", None
+    if act is not None and act.op == "Relu":
+        kind = 1
+    elif act is not None and act.op == "Clip":
+        kind, lo, hi = 2, c_literal(max(act.alpha, -3.4e38), np.float32), c_literal(min(act.beta, 3.4e38), np.float32)
+    elif act is not None:
+        post = act
+    lines = [
+        f"for (int n = 0; n < {N}; ++n)",
+        f"  o2e_dwconv({x.sym} + (size_t)n * {C * H * W}, {w.sym}, {bias or 'NULL'}, {y.sym} + (size_t)n * {C * OH * OW}, "
+        f"{C}, {H}, {W}, {OH}, {OW}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {kind}, {lo}, {hi});",
+    ]
+    if post is not None:
+        lines.append(f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}")
+    return "\n".join(lines)
 
 
 def _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noqa: ANN001
