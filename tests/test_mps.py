@@ -440,15 +440,26 @@ def test_package_contents(tmp_path: Path) -> None:
 
 
 def test_run_without_swiftc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    files_dir = tmp_path / "a"
-    _emit_files(tiny_cnn(), files_dir)
+    _emit_files(tiny_cnn(), tmp_path / "a")
     monkeypatch.setattr(mps_build.shutil, "which", lambda name: None)
-    monkeypatch.setattr(
-        mps_build,
-        "Path",
-        lambda p: (
-            Path("/nonexistent") / Path(p).name if str(p).startswith("/opt/swift") else Path(p)
-        ),
+    monkeypatch.setattr(mps_build, "FALLBACK_SWIFTC", tmp_path / "no-swiftc")
+    with pytest.raises(Onnx2EdgeError, match="needs swiftc"):
+        MPSBackend().run(tmp_path / "a" / "out", {"input": np.zeros((1, 3, 8, 10), np.float32)}, {})
+
+
+@needs_swift
+def test_run_relative_folder_and_cache(
+    sim_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`onnx2edge run out/` passes a relative folder; the second run reuses the binary."""
+    _emit_files(tiny_cnn(), tmp_path / "a")
+    monkeypatch.chdir(tmp_path / "a")
+    x = {"input": np.ones((1, 3, 8, 10), np.float32)}
+    first = MPSBackend().run(Path("out"), x, {})
+    builds = list((tmp_path / "a" / "out" / mps_build.BUILD_DIR).iterdir())
+    second = MPSBackend().run(Path("out"), x, {})
+    assert (
+        builds == list((tmp_path / "a" / "out" / mps_build.BUILD_DIR).iterdir())
+        and len(builds) == 1
     )
-    with pytest.raises(Onnx2EdgeError, match="swiftc"):
-        MPSBackend().run(files_dir / "out", {"input": np.zeros((1, 3, 8, 10), np.float32)}, {})
+    np.testing.assert_array_equal(first["prob"], second["prob"])

@@ -94,7 +94,7 @@ class MPSBackend(Backend):
     def run(
         self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
     ) -> dict[str, np.ndarray]:
-        out_dir = Path(out_dir)
+        out_dir = Path(out_dir).resolve()
         info_path = out_dir / MODEL_INFO
         if not info_path.is_file():
             raise Onnx2EdgeError(

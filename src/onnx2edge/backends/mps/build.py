@@ -57,10 +57,12 @@ print("build_seconds \\(built) run_seconds \\(ran) shape \\(result.featureChanne
 """
 
 
+# Where the toolchain lives on this project's machines when it is not on PATH.
+FALLBACK_SWIFTC = Path("/opt/swift/usr/bin/swiftc")
+
+
 def swiftc() -> str:
-    found = shutil.which("swiftc") or (
-        "/opt/swift/usr/bin/swiftc" if Path("/opt/swift/usr/bin/swiftc").exists() else None
-    )
+    found = shutil.which("swiftc") or (str(FALLBACK_SWIFTC) if FALLBACK_SWIFTC.exists() else None)
     if not found:
         raise Onnx2EdgeError(
             "running an MPS package on Linux needs swiftc (the Swift toolchain) to compile it "
@@ -150,6 +152,7 @@ def build_simulator() -> Path:
 def build_model(out_dir: Path, class_name: str) -> Path:
     """Compile the package in `out_dir` with the simulator and the harness (cached)."""
     sim = build_simulator()
+    out_dir = Path(out_dir).resolve()  # swiftc runs in a scratch folder
     source = out_dir / "Sources" / class_name / f"{class_name}.swift"
     if not source.is_file():
         raise Onnx2EdgeError(

@@ -189,7 +189,7 @@ open class MPSCNNConvolution: MPSCNNKernel {
                 out.withUnsafeMutableBufferPointer { ob in
                     let sp = sb.baseAddress!, wp = wb.baseAddress!, op = ob.baseAddress!
                     let ig = depthwise ? 1 : cin / groups, og = o / groups
-                    let tap = UnsafeMutablePointer<Float>.allocate(capacity: max(og, 1))
+                    let tap = UnsafeMutablePointer<Double>.allocate(capacity: max(og, 1))
                     defer { tap.deallocate() }
                     for oy in 0..<dh {
                         for ox in 0..<dw {
@@ -207,17 +207,18 @@ open class MPSCNNConvolution: MPSCNNKernel {
                                     }
                                     for g in 0..<groups {
                                         let wg = wp + (((g * kernelHeight + ky) * kernelWidth + kx) * ig) * og
-                                        // One partial sum per kernel tap, then added: blocked
-                                        // summation keeps float32 rounding near a GPU's.
+                                        // One partial sum per kernel tap (in Double), then
+                                        // added: the model's own rounding stays well below
+                                        // float32 references', so a comparison measures theirs.
                                         for oo in 0..<og { tap[oo] = 0 }
                                         for i in 0..<ig {
-                                            let v = px[g * ig + i]
+                                            let v = Double(px[g * ig + i])
                                             if v == 0 { continue }
                                             let w = wg + i * og
-                                            for oo in 0..<og { tap[oo] += v * w[oo] }
+                                            for oo in 0..<og { tap[oo] += v * Double(w[oo]) }
                                         }
                                         let a = acc + g * og
-                                        for oo in 0..<og { a[oo] += tap[oo] }
+                                        for oo in 0..<og { a[oo] += Float(tap[oo]) }
                                     }
                                 }
                             }
