@@ -59,10 +59,20 @@ INLINE_WEIGHT_LIMIT = 4 << 20  # bytes: above this, weights go to model_weights.
 WEIGHTS_MAGIC = b"O2EW0001"
 
 
+# C99 keywords and names the generated code itself uses.
+_RESERVED = set(
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
+    "_Bool _Complex _Imaginary bool true false inputs outputs o2e_in o2e_out".split()
+)
+
+
 def c_ident(name: str) -> str:
     s = re.sub(r"[^0-9A-Za-z_]", "_", name)
     if not s or s[0].isdigit():
         s = "_" + s
+    if s in _RESERVED:
+        s += "_"
     if len(s) > 48:
         s = s[:40] + "_" + hashlib.sha1(name.encode()).hexdigest()[:7]
     return s

@@ -168,9 +168,9 @@ def write_model(
         "",
         f"int {P}_predict({', '.join([f'const {t.ctype} *{c_ident(t.name)}' for t in ins] + [f'{t.ctype} *{c_ident(t.name)}' for t in outs])})",
         "{",
-        f"  const void *in[{max(len(ins), 1)}] = {{{', '.join(c_ident(t.name) for t in ins) or '0'}}};",
-        f"  void *out[{max(len(outs), 1)}] = {{{', '.join(c_ident(t.name) for t in outs) or '0'}}};",
-        f"  return {P}_run(in, out);",
+        f"  const void *o2e_in[{max(len(ins), 1)}] = {{{', '.join(c_ident(t.name) for t in ins) or '0'}}};",
+        f"  void *o2e_out[{max(len(outs), 1)}] = {{{', '.join(c_ident(t.name) for t in outs) or '0'}}};",
+        f"  return {P}_run(o2e_in, o2e_out);",
         "}",
         "",
     ]

@@ -1,4 +1,4 @@
-"""Convolution, fully connected layers, pooling, normalisation, softmax."""
+"""Convolution, fully connected layers, pooling (normalisations and softmax: norm.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
 from . import register_op
-from .common import act_expr, fused_act, norm_axis, strides
+from .common import act_expr, fused_act, strides
 from .gemm import gemm_call
 
 FLOAT = ("float", "double")
@@ -411,17 +411,36 @@ def _batch_strides(shape: list[int], batch: list[int], mat: int) -> list[int]:
 # pooling
 # --------------------------------------------------------------------------------------------
 def _pool_check(node: Node, graph: Graph) -> str | None:
-    if (why := _float_input(node, graph)) is not None:
-        return why
-    if node.op_type == "MaxPool" and int(node.attr("storage_order", 0)) == 1 and len(node.outputs) > 1 and node.outputs[1]:
-        return "MaxPool indices with storage_order=1 are not supported"
+    """MaxPool takes every float type and int8 / uint8 (opset 12); the averages float types only."""
+    from .dtypes import is_float
+
+    t = graph.type_of(node.inputs[0])
+    if t is None:
+        return None
+    ok = is_float(t.dtype) or (node.op_type == "MaxPool" and t.dtype.name in ("int8", "uint8"))
+    if not ok or t.dtype.name.startswith(("float8", "float4")):
+        return f"{node.op_type} on {t.dtype.name} is not supported"
     return None
+
+
+def _pool_types(ctx: NodeContext) -> tuple[str, str, str]:
+    """(compute C type, libm suffix, element loader) for the pooled tensor: float16 / bfloat16 are
+    pooled in float, as numpy does (ops/dtypes.py)."""
+    from .dtypes import compute_ctype, load_expr
+
+    x = ctx.x(0)
+    ct = compute_ctype(x.dtype)
+    return ct, "" if ct == "double" else "f", lambda ref: load_expr(ctx, x.dtype, ref)
 
 
 @register_op("MaxPool", "AveragePool", "LpPool", check=_pool_check)
 def pool(ctx: NodeContext) -> str:
+    from .dtypes import store_expr
+
     x, y = ctx.x(0), ctx.y(0)
     op = ctx.node.op_type
+    ct, F, load = _pool_types(ctx)
+    flt = ct in FLOAT
     nsp = x.rank - 2
     N, C = x.shape[:2]
     ks = list(ctx.attr("kernel_shape"))
@@ -432,12 +451,12 @@ def pool(ctx: NodeContext) -> str:
     include_pad = int(ctx.attr("count_include_pad", 0))
     p = int(ctx.attr("p", 2))
     want_idx = op == "MaxPool" and ctx.has_output(1)
-    lines = [f"for (int nc = 0; nc < {N * C}; ++nc) {{", f"  const float *xc = {x.sym} + (size_t)nc * {int(np.prod(in_sp))};"]
+    lines = [f"for (int nc = 0; nc < {N * C}; ++nc) {{", f"  const {x.ctype} *xc = {x.sym} + (size_t)nc * {int(np.prod(in_sp))};"]
     for d in range(nsp):
         lines.append(f"  for (int o{d} = 0; o{d} < {out_sp[d]}; ++o{d})")
     lines.append("  {")
-    init = {"MaxPool": "-INFINITY", "AveragePool": "0.0f", "LpPool": "0.0f"}[op]
-    lines.append(f"    float acc = {init}; int cnt = 0; long best = -1;")
+    init = "-INFINITY" if op == "MaxPool" and flt else "0"
+    lines.append(f"    {ct} acc = {init}; int cnt = 0; long best = -1;")
     lines.append("    (void)cnt; (void)best;")
     for d in range(nsp):
         lines.append(f"    for (int k{d} = 0; k{d} < {ks[d]}; ++k{d})")
@@ -450,13 +469,19 @@ def pool(ctx: NodeContext) -> str:
     # positions in the padded region (inside pads) count for count_include_pad
     inpad = " && ".join(f"i{d} >= -{pads[d]} && i{d} < {in_sp[d] + pads[d + nsp]}" for d in range(nsp))
     lines.append(f"      if ({' && '.join(conds)}) {{")
-    lines.append(f"        const float v = xc[{off}];")
+    lines.append(f"        const {ct} v = {load(f'xc[{off}]')};")
     if op == "MaxPool":
-        lines.append(f"        if (v > acc || best < 0) {{ acc = v > acc || best < 0 ? (v > acc ? v : acc) : acc; best = {off}; }}")
+        # the first maximum wins; storage_order 1 numbers the indices column-major (MaxPool spec)
+        idx = off
+        if int(ctx.attr("storage_order", 0)):
+            idx = f"i{nsp - 1}"
+            for d in reversed(range(nsp - 1)):
+                idx = f"({idx} * {in_sp[d]} + i{d})"
+        lines.append(f"        if (best < 0 || v > acc) {{ acc = v; best = {idx}; }}")
     elif op == "AveragePool":
         lines.append("        acc += v; ++cnt;")
     else:
-        lines.append(f"        acc += {'fabsf(v)' if p == 1 else f'powf(fabsf(v), {p}.0f)'};")
+        lines.append(f"        acc += {f'fabs{F}(v)' if p == 1 else f'pow{F}(fabs{F}(v), {p})'};")
     lines.append("      }")
     if op == "AveragePool" and include_pad:
         lines.append(f"      else if ({inpad}) ++cnt;")
@@ -464,8 +489,8 @@ def pool(ctx: NodeContext) -> str:
     yoff = "0"
     for d in range(nsp):
         yoff = f"({yoff} * {out_sp[d]} + o{d})"
-    res = {"MaxPool": "acc", "AveragePool": "(cnt ? acc / cnt : 0.0f)", "LpPool": "acc" if p == 1 else f"powf(acc, 1.0f / {p})"}[op]
-    lines.append(f"    {y.sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = {res};")
+    res = {"MaxPool": "acc", "AveragePool": "(cnt ? acc / cnt : 0)", "LpPool": "acc" if p == 1 else f"pow{F}(acc, ({ct})1 / {p})"}[op]
+    lines.append(f"    {y.sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = {store_expr(ctx, y.dtype, res, src=ct)};")
     if want_idx:
         lines.append(f"    {ctx.y(1).sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = (int64_t)nc * {int(np.prod(in_sp))} + best;")
     lines.append("  }")
@@ -473,179 +498,26 @@ def pool(ctx: NodeContext) -> str:
     return "\n".join(lines)
 
 
-@register_op("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", check=_float_input)
+@register_op("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", check=_pool_check)
 def global_pool(ctx: NodeContext) -> str:
+    from .dtypes import store_expr
+
     x, y = ctx.x(0), ctx.y(0)
+    ct, F, load = _pool_types(ctx)
     NC = x.shape[0] * x.shape[1]
     S = int(np.prod(x.shape[2:]))
     op = ctx.node.op_type
     if op == "GlobalAveragePool":
-        body, res = "acc += xc[i];", f"acc / {S}"
-    elif op == "GlobalMaxPool":
-        body, res = "if (xc[i] > acc) acc = xc[i];", "acc"
+        body, res = "acc += v;", f"acc / {S}"
+    elif op == "GlobalMaxPool":  # NaN propagates from the first element, as in the reference
+        body, res = "if (i == 0 || v > acc) acc = v;", "acc"
     else:
         p = int(ctx.attr("p", 2))
-        body, res = f"acc += powf(fabsf(xc[i]), {p}.0f);", f"powf(acc, 1.0f / {p})"
-    init = "-INFINITY" if op == "GlobalMaxPool" else "0.0f"
+        body, res = f"acc += pow{F}(fabs{F}(v), {p});", f"pow{F}(acc, ({ct})1 / {p})"
+    init = "-INFINITY" if op == "GlobalMaxPool" and ct in FLOAT else "0"
     return f"""for (int nc = 0; nc < {NC}; ++nc) {{
-  const float *xc = {x.sym} + (size_t)nc * {S};
-  float acc = {init};
-  for (int i = 0; i < {S}; ++i) {body}
-  {y.sym}[nc] = {res};
+  const {x.ctype} *xc = {x.sym} + (size_t)nc * {S};
+  {ct} acc = {init};
+  for (int i = 0; i < {S}; ++i) {{ const {ct} v = {load("xc[i]")}; {body} }}
+  {y.sym}[nc] = {store_expr(ctx, y.dtype, res, src=ct)};
 }}"""
-
-
-# --------------------------------------------------------------------------------------------
-# normalisation
-# --------------------------------------------------------------------------------------------
-def _bn_check(node: Node, graph: Graph) -> str | None:
-    if (why := _float_input(node, graph)) is not None:
-        return why
-    if int(node.attr("training_mode", 0)) or any(node.outputs[1:]):
-        return "training-mode BatchNormalization is not supported"
-    return None
-
-
-@register_op("BatchNormalization", check=_bn_check)
-def batchnorm(ctx: NodeContext) -> str:
-    """A BN that could not be folded: y = x·s + t per channel."""
-    x, y = ctx.x(0), ctx.y(0)
-    C = x.shape[1] if x.rank > 1 else 1
-    S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
-    N = x.shape[0]
-    eps = float(ctx.attr("epsilon", 1e-5))
-    consts = [ctx.const(i) for i in range(1, 5)]
-    if all(c is not None for c in consts):
-        g, b, m, v = (np.asarray(c, np.float64) for c in consts)  # type: ignore[arg-type]
-        s = g / np.sqrt(v + eps)
-        scale = ctx.weight("scale", s.astype(np.float32))
-        shift = ctx.weight("shift", (b - m * s).astype(np.float32))
-        sc, sh = f"{scale}[c]", f"{shift}[c]"
-        pre = ""
-    else:
-        g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
-        pre = ""
-        sc = f"({g}[c] / sqrtf({v}[c] + {c_literal(eps, np.float32)}))"
-        sh = f"({b}[c] - {m}[c] * {sc})"
-    return f"""{pre}for (int n = 0; n < {N}; ++n)
-for (int c = 0; c < {C}; ++c) {{
-  const float s = {sc}, t = {sh};
-  const float *xc = {x.sym} + ((size_t)n * {C} + c) * {S};
-  float *yc = {y.sym} + ((size_t)n * {C} + c) * {S};
-  for (int i = 0; i < {S}; ++i) yc[i] = xc[i] * s + t;
-}}"""
-
-
-@register_op("InstanceNormalization", check=_float_input)
-def instance_norm(ctx: NodeContext) -> str:
-    x, sc, b, y = ctx.x(0), ctx.x(1), ctx.x(2), ctx.y(0)
-    N, C = x.shape[:2]
-    S = int(np.prod(x.shape[2:]))
-    eps = c_literal(float(ctx.attr("epsilon", 1e-5)), np.float32)
-    return f"""for (int n = 0; n < {N}; ++n)
-for (int c = 0; c < {C}; ++c) {{
-  const float *xc = {x.sym} + ((size_t)n * {C} + c) * {S};
-  float *yc = {y.sym} + ((size_t)n * {C} + c) * {S};
-  double mean = 0.0, var = 0.0;
-  for (int i = 0; i < {S}; ++i) mean += xc[i];
-  mean /= {S};
-  for (int i = 0; i < {S}; ++i) {{ const double d = xc[i] - mean; var += d * d; }}
-  var /= {S};
-  const float s = {sc.sym}[c] / sqrtf((float)var + {eps}), t = {b.sym}[c] - (float)mean * s;
-  for (int i = 0; i < {S}; ++i) yc[i] = xc[i] * s + t;
-}}"""
-
-
-@register_op("LRN", check=_float_input)
-def lrn(ctx: NodeContext) -> str:
-    x, y = ctx.x(0), ctx.y(0)
-    N, C = x.shape[:2]
-    S = int(np.prod(x.shape[2:]))
-    size = int(ctx.attr("size"))
-    alpha = float(ctx.attr("alpha", 1e-4)) / size
-    beta = float(ctx.attr("beta", 0.75))
-    bias = float(ctx.attr("bias", 1.0))
-    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
-    L = lambda v: c_literal(v, np.float32)  # noqa: E731
-    return f"""/* LRN across channels: y = x / (bias + alpha/size * sum of x^2 over the window)^beta */
-for (int n = 0; n < {N}; ++n)
-for (int c = 0; c < {C}; ++c) {{
-  const int c0 = c - {lo} < 0 ? 0 : c - {lo}, c1 = c + {hi} > {C - 1} ? {C - 1} : c + {hi};
-  for (int i = 0; i < {S}; ++i) {{
-    float sq = 0.0f;
-    for (int j = c0; j <= c1; ++j) {{ const float v = {x.sym}[((size_t)n * {C} + j) * {S} + i]; sq += v * v; }}
-    {y.sym}[((size_t)n * {C} + c) * {S} + i] = {x.sym}[((size_t)n * {C} + c) * {S} + i] / powf({L(bias)} + {L(alpha)} * sq, {L(beta)});
-  }}
-}}"""
-
-
-def _softmax_check(node: Node, graph: Graph) -> str | None:
-    return _float_input(node, graph)
-
-
-@register_op("Softmax", "LogSoftmax", "Hardmax", check=_softmax_check)
-def softmax(ctx: NodeContext) -> str:
-    x, y = ctx.x(0), ctx.y(0)
-    op = ctx.node.op_type
-    rank = x.rank
-    if ctx.graph.opset < 13:
-        # opsets < 13 flatten to [outer, inner] at `axis` (default 1)
-        axis = norm_axis(int(ctx.attr("axis", 1)), rank)
-        outer, n, inner = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])), 1
-    else:
-        axis = norm_axis(int(ctx.attr("axis", -1)), rank)
-        outer, n, inner = int(np.prod(x.shape[:axis])), x.shape[axis], int(np.prod(x.shape[axis + 1 :]))
-    idx = f"((size_t)o * {n} + j) * {inner} + i"
-    if op == "Hardmax":
-        return f"""for (int o = 0; o < {outer}; ++o)
-for (int i = 0; i < {inner}; ++i) {{
-  int best = 0;
-  for (int j = 1; j < {n}; ++j) if ({x.sym}[((size_t)o * {n} + j) * {inner} + i] > {x.sym}[((size_t)o * {n} + best) * {inner} + i]) best = j;
-  for (int j = 0; j < {n}; ++j) {y.sym}[{idx}] = j == best ? 1.0f : 0.0f;
-}}"""
-    final = "(float)(e / sum)" if op == "Softmax" else "(float)((double)v - mx - log(sum))"
-    store = f"const double e = exp((double)({x.sym}[{idx}]) - mx); {y.sym}[{idx}] = {final};" if op == "Softmax" else f"const float v = {x.sym}[{idx}]; {y.sym}[{idx}] = {final};"
-    return f"""for (int o = 0; o < {outer}; ++o)
-for (int i = 0; i < {inner}; ++i) {{
-  double mx = -INFINITY, sum = 0.0;
-  for (int j = 0; j < {n}; ++j) {{ const float v = {x.sym}[{idx}]; if (v > mx) mx = v; }}
-  for (int j = 0; j < {n}; ++j) sum += exp((double)({x.sym}[{idx}]) - mx);
-  for (int j = 0; j < {n}; ++j) {{ {store} }}
-}}"""
-
-
-@register_op("LayerNormalization", check=_float_input)
-def layer_norm(ctx: NodeContext) -> str:
-    x, y = ctx.x(0), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", -1)), x.rank)
-    outer, n = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
-    eps = c_literal(float(ctx.attr("epsilon", 1e-5)), np.float32)
-    sc = ctx.x(1)
-    b = ctx.x(2) if ctx.has_input(2) else None
-    from .common import broadcast_strides
-
-    ss = broadcast_strides(sc.shape, x.shape[axis:])
-    sidx = " + ".join(f"(size_t)((j / {int(np.prod(x.shape[axis + d + 1:]))}) % {x.shape[axis + d]}) * {s}" for d, s in enumerate(ss) if s) or "0"
-    bidx = "0"
-    if b is not None:
-        bs = broadcast_strides(b.shape, x.shape[axis:])
-        bidx = " + ".join(f"(size_t)((j / {int(np.prod(x.shape[axis + d + 1:]))}) % {x.shape[axis + d]}) * {s}" for d, s in enumerate(bs) if s) or "0"
-    badd = f" + {b.sym}[{bidx}]" if b is not None else ""
-    extra = ""
-    if ctx.has_output(1):
-        extra += f"  {ctx.y(1).sym}[o] = (float)mean;\n"
-    if ctx.has_output(2):
-        extra += f"  {ctx.y(2).sym}[o] = inv;\n"
-    return f"""for (int o = 0; o < {outer}; ++o) {{
-  const float *xo = {x.sym} + (size_t)o * {n};
-  float *yo = {y.sym} + (size_t)o * {n};
-  double mean = 0.0, var = 0.0;
-  for (int j = 0; j < {n}; ++j) mean += xo[j];
-  mean /= {n};
-  for (int j = 0; j < {n}; ++j) {{ const double d = xo[j] - mean; var += d * d; }}
-  var /= {n};
-  const float inv = 1.0f / sqrtf((float)var + {eps});
-  for (int j = 0; j < {n}; ++j) yo[j] = (float)(xo[j] - mean) * inv * {sc.sym}[{sidx}]{badd};
-{extra}}}"""
-
-
