@@ -16,7 +16,10 @@ silu_convnet       Conv + SiLU (EfficientNet style), global average pooling
 resize_decoder     Resize: nearest x2, bilinear x2, bilinear with align_corners
 where_masks        Where / masked_fill with a causal mask, input-dependent masks
 lstm_classifier    Embedding (Gather) + bidirectional LSTM + Linear on token ids
-sdpa_block         scaled_dot_product_attention (opset 23: the ONNX Attention op)
+gru_tagger         Embedding + GRU (linear_before_reset) + per-step Linear
+sdpa_block         causal scaled_dot_product_attention, decomposed by both exporters
+sdpa_gqa_block     the same with grouped-query heads; the dynamo exporter at opset 23
+                   writes the ONNX Attention op
 =================  =================================================================
 
 ``python -m onnx2edge.bench.torch_models OUT_DIR`` writes every model with every exporter
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import math
 import sys
 import warnings
@@ -101,7 +105,9 @@ class MobileNetV3Block(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish()
+        )
         self.b1 = nn.Sequential(
             nn.Conv2d(16, 64, 1, bias=False), nn.BatchNorm2d(64), nn.Hardswish(),
             nn.Conv2d(64, 64, 5, 2, 2, groups=64, bias=False), nn.BatchNorm2d(64), nn.Hardswish(),
@@ -202,12 +208,14 @@ class WhereMasks(nn.Module):
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)
         self.register_buffer("causal", torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1))
+        self.register_buffer("not_first", torch.arange(seq) > 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scores = self.q(x) @ self.k(x).transpose(-2, -1)
         scores = scores.masked_fill(self.causal, float("-inf"))
-        pad = x.sum(-1) < 0  # (B, seq): keys with a negative sum count as padding
-        scores = scores.masked_fill(pad[:, None, :] & ~self.causal[:1, :].bool()[:, :1], -1e4)
+        # keys whose features sum below 0 count as padding; the first stays visible
+        pad = (x.sum(-1) < 0) & self.not_first  # (B, seq)
+        scores = scores.masked_fill(pad[:, None, :], -1e4)
         att = scores.softmax(-1)
         y = att @ x
         return torch.where(y > 0, y, 0.1 * y)
@@ -227,11 +235,26 @@ class LSTMClassifier(nn.Module):
         return self.head(out[:, -1])
 
 
-class SDPABlock(nn.Module):
-    """Causal multi-head self-attention through F.scaled_dot_product_attention, with
-    grouped-query heads (8 query heads, 2 key/value heads)."""
+class GRUTagger(nn.Module):
+    """Embedding + GRU (batch_first) + a linear tag per step: a sequence-labelling model."""
 
-    def __init__(self, dim: int = 64, heads: int = 8, kv_heads: int = 2) -> None:
+    def __init__(self, vocab: int = 60, emb: int = 24, hidden: int = 32, tags: int = 7) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.gru = nn.GRU(emb, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, tags)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(self.emb(ids))
+        return self.head(out)
+
+
+class SDPABlock(nn.Module):
+    """Causal self-attention through F.scaled_dot_product_attention. With kv_heads < heads,
+    query heads share key/value heads (grouped-query attention, as in Llama-style decoders)
+    through SDPA's enable_gqa, which only the dynamo exporter converts."""
+
+    def __init__(self, dim: int = 64, heads: int = 8, kv_heads: int = 8) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
         self.q = nn.Linear(dim, dim)
@@ -242,9 +265,8 @@ class SDPABlock(nn.Module):
         b, n, c = x.shape
         q = self.q(x).view(b, n, self.heads, self.hd).transpose(1, 2)
         k, v = self.kv(x).view(b, n, 2, self.kv_heads, self.hd).permute(2, 0, 3, 1, 4).unbind(0)
-        rep = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        gqa = self.kv_heads != self.heads
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         return self.o(y.transpose(1, 2).reshape(b, n, c))
 
 
@@ -271,8 +293,13 @@ BUILDERS: dict[str, Builder] = {
     "lstm_classifier": Builder(
         LSTMClassifier, lambda: (torch.randint(0, 100, (1, 12)),), input_names=("ids",)
     ),
-    "sdpa_block": Builder(
-        SDPABlock, lambda: (torch.randn(1, 10, 64),), exporters=("dynamo",), opset={"dynamo": 23}
+    "gru_tagger": Builder(GRUTagger, lambda: (torch.randint(0, 60, (1, 9)),), input_names=("ids",)),
+    "sdpa_block": Builder(SDPABlock, lambda: (torch.randn(1, 10, 64),)),
+    "sdpa_gqa_block": Builder(
+        lambda: SDPABlock(kv_heads=2),
+        lambda: (torch.randn(1, 10, 64),),
+        exporters=("dynamo",),
+        opset={"dynamo": 23},
     ),
 }
 
@@ -319,6 +346,7 @@ def export(name: str, exporter: str, out_dir: str | Path) -> Export:
     out = Path(out_dir) / f"{name}.{exporter}.onnx"
     out.parent.mkdir(parents=True, exist_ok=True)
     kw: dict = {"input_names": list(b.input_names), "output_names": ["output"]}
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
         warnings.simplefilter("ignore")
         if dynamo:
@@ -326,18 +354,29 @@ def export(name: str, exporter: str, out_dir: str | Path) -> Export:
             prog.save(str(out))
         else:
             torch.onnx.export(model, args, str(out), dynamo=False, opset_version=opset, **kw)
-    _check_single_file(out)
+    _check_export(out, model, args, b.input_names)
     return Export(name, exporter, opset, out)
 
 
-def _check_single_file(path: Path) -> None:
+def _check_export(
+    path: Path, model: nn.Module, args: tuple[torch.Tensor, ...], names: tuple[str, ...]
+) -> None:
+    """The file is self-contained and onnxruntime reproduces torch's output on the example
+    input: a fixture must test the converter, not an exporter bug."""
     import onnx
-
-    m = onnx.load(str(path), load_external_data=False)
+    import onnxruntime as ort
     from onnx import external_data_helper
 
+    m = onnx.load(str(path), load_external_data=False)
     if any(external_data_helper.uses_external_data(t) for t in m.graph.initializer):
         raise RuntimeError(f"{path}: the exporter wrote external data; keep fixtures small")
+    with torch.no_grad():
+        want = model(*args).numpy()
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {n: a.numpy() for n, a in zip(names, args, strict=True)})[0]
+    err = float(np.abs(got - want).max())
+    if err > 1e-4 * max(float(np.abs(want).max()), 1e-6):
+        raise RuntimeError(f"{path}: onnxruntime differs from torch by {err:.3g}")
 
 
 def export_all(out_dir: str | Path, names: list[str] | None = None) -> list[Export]:
@@ -358,8 +397,11 @@ def _write_readme(out_dir: Path, done: list[Export]) -> None:
         m = onnx.load(str(e.path))
         ops = sorted({n.op_type for n in m.graph.node})
         size = e.path.stat().st_size
-        rows.append(f"| {e.path.name} | {e.exporter} | {e.opset} | {size // 1024} KiB | {', '.join(ops)} |")
-    text = f"""# Models as PyTorch's exporters write them
+        rows.append(
+            f"| {e.path.name} | {e.exporter} | {e.opset} | {size // 1024} KiB | {', '.join(ops)} |"
+        )
+    text = (
+        f"""# Models as PyTorch's exporters write them
 
 Written by `python -m onnx2edge.bench.torch_models {out_dir.as_posix()}` with torch
 {torch.__version__} (onnx {onnx.__version__}, numpy {np.__version__}); random weights
@@ -369,7 +411,10 @@ file through the C backend against onnxruntime, without torch.
 
 | file | exporter | opset | size | ops |
 |---|---|---:|---:|---|
-""" + "\n".join(rows) + "\n"
+"""
+        + "\n".join(rows)
+        + "\n"
+    )
     (out_dir / "README.md").write_text(text)
 
 
