@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnx2edge.backends.c.gemm_pack import MR, pack_a, packed_a_size
+from onnx2edge.backends.c.gemm_pack import MR, pack_a, packed_a_size, sgemm_workspace_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "src" / "onnx2edge" / "backends" / "c" / "runtime"
@@ -26,11 +26,17 @@ HEADER = RUNTIME / "o2e_gemm.h"
 WARN = ["-Wall", "-Wextra", "-Werror"]
 PORTABLE = ["-std=c99", "-O2", *WARN]
 NATIVE = ["-std=c99", "-O3", "-march=native", *WARN]
-SMALL_BLOCKS = ["-DO2E_GEMM_KC=16", "-DO2E_GEMM_NC=96", "-DO2E_GEMM_MC=16"]
+SMALL_BLOCKS = [
+    "-DO2E_GEMM_KC=16",
+    "-DO2E_GEMM_A_BYTES=4096",
+    "-DO2E_GEMM_MC_MIN=16",
+    "-DO2E_SN_KB=16",
+    "-DO2E_GEMM_SB=3",
+]
 THREADS = ["-DO2E_THREADS=2", "-DO2E_GEMM_MT_FLOPS=0", "-pthread"]
 SANITIZE = ["-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 
-MODE_GEMM, MODE_PACKED, MODE_PACK = 0, 1, 2
+MODE_GEMM, MODE_PACKED, MODE_PACK, MODE_WS = 0, 1, 2, 3
 F_BM, F_BN, F_R, F_R_IS_C = 1, 2, 4, 8
 GUARD = 16  # sentinel floats on each side of C, checked by the harness
 
@@ -71,7 +77,10 @@ int main(int argc, char **argv) {
     mode = h[0]; M = h[1]; N = h[2]; K = h[3]; lda = h[4]; ldb = h[5]; ldc = h[6];
     ldr = h[7]; acc = h[8]; flags = h[9];
     act.kind = h[10]; act.a = ab[0]; act.b = ab[1];
-    if (mode == 2) {
+    if (mode == 3) { /* workspace query, as an int64 */
+      long long ws = (long long)o2e_sgemm_workspace(M, N, K);
+      fwrite(&ws, sizeof ws, 1, out);
+    } else if (mode == 2) {
       float *a = rdf((size_t)M * lda);
       size_t np = o2e_packed_a_size(M, K);
       float *p = (float *)malloc(np ? np * sizeof(float) : 1);
@@ -127,7 +136,6 @@ FLAGS = _cpu_flags()
 HAS_AVX2 = {"avx2", "fma"} <= FLAGS
 HAS_AVX512 = "avx512f" in FLAGS
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
-needs_avx2 = pytest.mark.skipif(not HAS_AVX2, reason="CPU lacks AVX2+FMA (native build)")
 
 
 def _asan_works(tmp: Path) -> bool:
@@ -148,6 +156,8 @@ class Case:
         self.acc = int(kw.get("acc", 0))
         self.flags = kw.get("flags", 0)
         self.act = kw.get("act", (0, 0.0, 0.0))
+        if mode == MODE_WS:  # a size query: no matrices
+            return
         f32 = np.float32
         self.a = rng.standard_normal((m, self.lda)).astype(f32)
         self.b = rng.standard_normal((k, self.ldb)).astype(f32)
@@ -163,6 +173,8 @@ class Case:
         if self.mode == MODE_PACK:
             out.append(self.a.tobytes())
             return b"".join(out)
+        if self.mode == MODE_WS:
+            return b"".join(out)
         if self.mode == MODE_PACKED:
             out.append(pack_a(self.a[:, : self.k]).tobytes())
         else:
@@ -177,12 +189,19 @@ class Case:
         return b"".join(out)
 
     def out_floats(self) -> int:
+        if self.mode == MODE_WS:
+            return 2
         if self.mode == MODE_PACK:
             return packed_a_size(self.m, self.k)
         return self.m * self.ldc
 
-    def check(self, got: np.ndarray) -> None:
+    def check(self, got: np.ndarray, threads: int = 1) -> None:
         m, n, k = self.m, self.n, self.k
+        if self.mode == MODE_WS:
+            ws = int(got.view(np.int64)[0])
+            bound = sgemm_workspace_bytes(m, n, k, threads)
+            assert 0 < ws <= bound, f"workspace {m}x{n}x{k}: C needs {ws}, Python says {bound}"
+            return
         if self.mode == MODE_PACK:
             want = pack_a(self.a[:, :k])
             assert got.tobytes() == want.tobytes(), f"pack_a differs for {m}x{k}"
@@ -244,6 +263,19 @@ def make_cases(seed: int = 0, n_random: int = 220) -> list[Case]:
     # pack_a: bit-identical to the C packer, including lda > K and partial last panels
     for m, k in [(1, 1), (7, 3), (8, 8), (9, 5), (17, 70), (70, 13), (64, 1), (3, 67)]:
         add(MODE_PACK, m, 0, k, pad=(int(rng.integers(0, 4)), 0, 0, 0))
+    # o2e_sgemm_workspace never exceeds the Python bound used to size static arenas
+    for m, n, k in [
+        (1, 1, 1),
+        (70, 1, 613),
+        (1000, 4, 2048),
+        (512, 196, 4608),
+        (7, 3, 700),
+        (64, 12544, 576),
+        (4096, 16, 25088),
+        (5, 100, 161),
+        (3, 13, 9),
+    ]:
+        add(MODE_WS, m, n, k)
     # random shapes, paddings, epilogues; every act kind with every flag mix appears
     for i in range(n_random):
         m, n, k = (int(rng.choice(SIZES)) for _ in range(3))
@@ -274,18 +306,57 @@ def make_cases(seed: int = 0, n_random: int = 220) -> list[Case]:
 
 
 # ---- build and run -----------------------------------------------------------------------------
-def build(tmp: Path, name: str, flags: list[str]) -> Path:
-    src = tmp / "harness.c"
-    if not src.exists():
+# name -> (gcc flags, O2E_THREADS, reason to skip or None). The sanitizer builds use -O1: the
+# instrumented -O3 AVX-512 build takes ~10 s to compile and finds nothing more.
+_SKIP_AVX2 = None if HAS_AVX2 else "CPU lacks AVX2+FMA (native build)"
+BUILDS: dict[str, tuple[list[str], int, str | None]] = {
+    "portable": (PORTABLE, 1, None),
+    "native": (NATIVE, 1, _SKIP_AVX2),
+    "avx2": (
+        [*NATIVE, "-mno-avx512f"],
+        1,
+        None if HAS_AVX512 else "AVX2 is forced only on AVX-512 CPUs (native covers it)",
+    ),
+    "native_small_threads": ([*NATIVE, *SMALL_BLOCKS, *THREADS], 2, _SKIP_AVX2),
+    "portable_small_threads": ([*PORTABLE, *SMALL_BLOCKS, *THREADS], 2, None),
+    "asan_portable": ([*PORTABLE, "-O1", *SANITIZE], 1, None),
+    "asan_native": (
+        [*NATIVE, "-O1", *SANITIZE, *SMALL_BLOCKS, *THREADS],
+        2,
+        _SKIP_AVX2,
+    ),
+}
+
+
+class Builds:
+    """Compiles every applicable build concurrently; `get` waits for one."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        src = tmp / "harness.c"
         src.write_text(HARNESS.replace("GUARD", str(GUARD)))
-    exe = tmp / name
-    cmd = ["gcc", *flags, "-I", str(RUNTIME), str(src), "-o", str(exe), "-lm"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
-    return exe
+        self.asan = _asan_works(tmp)
+        self.procs: dict[str, tuple[subprocess.Popen, list[str]]] = {}
+        for name, (flags, _threads, skip) in BUILDS.items():
+            if skip or (name.startswith("asan") and not self.asan):
+                continue
+            cmd = ["gcc", *flags, "-I", str(RUNTIME), str(src), "-o", str(tmp / name), "-lm"]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs[name] = (proc, cmd)
+
+    def get(self, name: str) -> Path:
+        skip = BUILDS[name][2]
+        if skip:
+            pytest.skip(skip)
+        if name.startswith("asan") and not self.asan:
+            pytest.skip("gcc cannot build or run AddressSanitizer binaries here")
+        proc, cmd = self.procs[name]
+        _out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{' '.join(cmd)}\n{err}"
+        return self.tmp / name
 
 
-def run_cases(exe: Path, tmp: Path, cases: list[Case]) -> str:
+def run_cases(exe: Path, tmp: Path, cases: list[Case], threads: int = 1) -> str:
     inp, outp = tmp / f"{exe.name}.in", tmp / f"{exe.name}.out"
     inp.write_bytes(struct.pack("<i", len(cases)) + b"".join(c.encode() for c in cases))
     r = subprocess.run([str(exe), str(inp), str(outp)], capture_output=True, text=True, timeout=600)
@@ -294,7 +365,7 @@ def run_cases(exe: Path, tmp: Path, cases: list[Case]) -> str:
     pos = 0
     for c in cases:
         n = c.out_floats()
-        c.check(data[pos : pos + n])
+        c.check(data[pos : pos + n], threads)
         pos += n
     assert pos == data.size
     return r.stdout
@@ -303,6 +374,13 @@ def run_cases(exe: Path, tmp: Path, cases: list[Case]) -> str:
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
     return make_cases()
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    return Builds(tmp_path_factory.mktemp("gemm"))
 
 
 def test_pack_a_layout() -> None:
@@ -317,46 +395,21 @@ def test_pack_a_layout() -> None:
     conv = np.ones((16, 3, 3, 3), np.float32)  # conv weights flatten to (Cout, Cin*kh*kw)
     assert pack_a(conv).shape == (packed_a_size(16, 27),)
     assert packed_a_size(0, 5) == 0 and pack_a(np.zeros((0, 4), np.float32)).size == 0
+    assert sgemm_workspace_bytes(64, 3136, 576, threads=2) > sgemm_workspace_bytes(64, 3136, 576)
 
 
-@needs_gcc
-@pytest.mark.parametrize(
-    "name,flags",
-    [
-        ("portable", PORTABLE),
-        pytest.param("native", NATIVE, marks=needs_avx2),
-        pytest.param(
-            "avx2",
-            [*NATIVE, "-mno-avx512f"],
-            marks=pytest.mark.skipif(not HAS_AVX512, reason="AVX2 forced only on AVX-512 CPUs"),
-        ),
-        pytest.param("native_small_threads", [*NATIVE, *SMALL_BLOCKS, *THREADS], marks=needs_avx2),
-        ("portable_small_threads", [*PORTABLE, *SMALL_BLOCKS, *THREADS]),
-    ],
-)
-def test_gemm_matches_numpy(tmp_path: Path, cases: list[Case], name: str, flags: list[str]) -> None:
-    exe = build(tmp_path, name, flags)
-    out = run_cases(exe, tmp_path, cases)
-    want = {"portable": "portable", "avx2": "avx2"}.get(name.split("_")[0])
-    if name == "native":
-        want = "avx512" if HAS_AVX512 else "avx2"
-    if want:
-        assert f"kernel={want}" in out
+@pytest.mark.parametrize("name", [n for n in BUILDS if not n.startswith("asan")])
+def test_gemm_matches_numpy(builds: Builds, cases: list[Case], name: str, tmp_path: Path) -> None:
+    exe = builds.get(name)
+    out = run_cases(exe, tmp_path, cases, BUILDS[name][1])
+    want = {"native": "avx512" if HAS_AVX512 else "avx2", "avx2": "avx2"}.get(name.split("_")[0])
+    assert f"kernel={want or 'portable'}" in out
 
 
-@needs_gcc
-@pytest.mark.parametrize(
-    "name,flags",
-    [
-        ("asan_portable", [*PORTABLE, *SANITIZE]),
-        pytest.param("asan_native", [*NATIVE, *SANITIZE, *SMALL_BLOCKS, *THREADS], marks=needs_avx2),
-    ],
-)
-def test_gemm_sanitizers(tmp_path: Path, name: str, flags: list[str]) -> None:
-    if not _asan_works(tmp_path):
-        pytest.skip("gcc cannot build or run AddressSanitizer binaries here")
-    exe = build(tmp_path, name, flags)
-    run_cases(exe, tmp_path, make_cases(seed=1, n_random=120))
+@pytest.mark.parametrize("name", [n for n in BUILDS if n.startswith("asan")])
+def test_gemm_sanitizers(builds: Builds, name: str, tmp_path: Path) -> None:
+    exe = builds.get(name)
+    run_cases(exe, tmp_path, make_cases(seed=1, n_random=120), BUILDS[name][1])
 
 
 @needs_gcc
@@ -364,9 +417,10 @@ def test_header_compiles_unused(tmp_path: Path) -> None:
     """Including the header without calling anything must not warn (all static helpers)."""
     src = tmp_path / "unused.c"
     src.write_text('#include "o2e_gemm.h"\nint main(void) { return 0; }\n')
-    for flags in (PORTABLE, [*PORTABLE, "-DO2E_THREADS=4", "-pthread"]) + (
-        (NATIVE,) if HAS_AVX2 else ()
-    ):
+    variants = [PORTABLE, [*PORTABLE, "-DO2E_THREADS=4", "-pthread"]]
+    if HAS_AVX2:
+        variants.append(NATIVE)
+    for flags in variants:
         cmd = ["gcc", *flags, "-I", str(RUNTIME), str(src), "-o", str(tmp_path / "u")]
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"

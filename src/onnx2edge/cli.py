@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--runs", type=int, default=20)
     s.add_argument("--warmup", type=int, default=3)
+    s.add_argument("--profile", action="store_true", help="also time every node (build with -DO2E_PROFILE)")
     s.add_argument("--suite", choices=["seed"], help="benchmark the seed model list at 1 and 2 threads")
     s.add_argument("--models", help="comma-separated subset of the suite")
     s.add_argument("--write-doc", metavar="FILE", help="suite: write the markdown table (and a PNG chart beside it)")
@@ -164,7 +165,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         raise Onnx2EdgeError("bench needs a MODEL or --suite seed")
     r = harness.bench_model(
         a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
-        input_shapes=parse_input_shapes(a.input_shape), log=log,
+        input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile,
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1

@@ -29,7 +29,7 @@ class CBackend(Backend):
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         wf = options.get("weights_file")
         stats = write_model(graph, out_dir, weights_file=True if wf else None, source_name=str(options.get("source", graph.name)))
-        files = ["model.c", "model.h", *write_support_files(graph, out_dir), "tensors.json"]
+        files = ["model.c", "model.h", *stats["runtime_files"], *write_support_files(graph, out_dir), "tensors.json"]
         # dtype and shape of every traced tensor, for `verify --per-layer`
         tensors = {}
         for node in graph.nodes:
@@ -46,7 +46,8 @@ class CBackend(Backend):
         manifest = read_manifest(out_dir)
         per_layer = bool(options.get("per_layer"))
         flags = [*options.get("cflags", DEBUG_FLAGS), *(["-DO2E_TRACE_ENABLED"] if per_layer else [])]
-        lib_path = cached_shared(out_dir, [out_dir / "model.c"], flags)
+        extra = [out_dir / f for f in manifest.get("stats", {}).get("runtime_files", [])]
+        lib_path = cached_shared(out_dir, [out_dir / "model.c"], flags, hashed=extra)
         io = {**manifest, "tensors": json.loads((out_dir / "tensors.json").read_text())}
         return run_library(lib_path, "model", io, inputs, out_dir / "model_weights.bin", per_layer)
 

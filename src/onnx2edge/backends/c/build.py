@@ -61,8 +61,9 @@ def compile_shared(
     return out
 
 
-def cached_shared(out_dir: Path, sources: Sequence[Path], flags: Sequence[str]) -> Path:
-    key = source_hash(sources, flags)
+def cached_shared(out_dir: Path, sources: Sequence[Path], flags: Sequence[str], hashed: Sequence[Path] = ()) -> Path:
+    """`hashed`: headers the sources include, part of the cache key."""
+    key = source_hash([*sources, *hashed], flags)
     lib = out_dir / ".build" / f"lib_{key}.so"
     if not lib.is_file():
         compile_shared(sources, lib, flags, include_dirs=[out_dir])

@@ -171,7 +171,8 @@ def _run_child(lib: str, cases_file: str) -> None:
 def _matches(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
     if got.shape != exp.shape:
         return False, f"shape {got.shape} != {exp.shape}"
-    if exp.dtype.kind in "fc":
+    # ml_dtypes floats (bfloat16, float8, float4: numpy kind "V") compare as floats, NaN == NaN
+    if exp.dtype.kind in "fc" or exp.dtype.name.startswith(("float", "bfloat")):
         with np.errstate(all="ignore"):
             try:
                 np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=rtol, atol=atol)

@@ -242,6 +242,7 @@ class ModelEmitter:
         self.const_data: dict[str, np.ndarray] = {}
         self.scratch_macros: dict[str, tuple[str, str]] = {}
         self.kernels: dict[str, int] = {}
+        self.runtime_files: set[str] = set()  # files from runtime/ the generated code includes
         self.idents: set[str] = set()
         self.tensors: dict[str, Tensor] = {}
         self.locals = 0
@@ -342,8 +343,7 @@ class ModelEmitter:
             attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())
             header = f"/* node {_cmt(node.name)}: {node.op_type}({_cmt(', '.join(i or '-' for i in node.inputs))})"
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
-            blocks.append(f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_TRACE({node.name!r});".replace(
-                f"O2E_TRACE({node.name!r})", self._trace_calls(node)))
+            blocks.append(f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}")
             for name in (*node.inputs, *node.outputs):
                 if name:
                     steps.setdefault(name, []).append(step)

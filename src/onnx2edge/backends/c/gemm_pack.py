@@ -48,3 +48,46 @@ def pack_a(a: np.ndarray) -> np.ndarray:
     padded[:m] = a
     # (panels, MR, K) -> (panels, K, MR): the MR rows of one column become adjacent.
     return np.ascontiguousarray(padded.reshape(panels, MR, k).transpose(0, 2, 1)).reshape(-1)
+
+
+# Default blocking of o2e_gemm.h, per kernel variant: (NR, A-block bytes, small-N limit).
+_KC = 160
+_SB = 1
+_MC_MIN = 64
+_SN_KB = 128
+_VARIANTS = {
+    "avx512": (48, 8 * 1024 * 1024, 12),
+    "avx2": (24, 8 * 1024 * 1024, 1),
+    "portable": (8, 256 * 1024, 1),
+}
+
+
+def _rup16(n: int) -> int:
+    return (n + 15) & ~15
+
+
+def _ws_floats(m: int, n: int, k: int, nr: int, a_bytes: int, small_n: int) -> int:
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0
+    if n == 1:
+        return _rup16(k) + _rup16(m + MR)
+    total = _rup16(_KC * _SB * nr)
+    if k > _KC:
+        rows = min(max(a_bytes / (k * 4.0), _MC_MIN), m)
+        mc = max(MR, (int(rows) + MR - 1) // MR * MR)
+        total += _rup16(mc * _SB * nr)
+    if n <= small_n:
+        sn = _rup16(n * (_SN_KB + 2) * 8) + _rup16(4 * MR * _SN_KB) + _rup16((m + MR) * n) + 16
+        total = max(total, sn)
+    return total
+
+
+def sgemm_workspace_bytes(m: int, n: int, k: int, threads: int = 1) -> int:
+    """Bytes of workspace `o2e_sgemm` / `o2e_sgemm_packed` need for an m x n x k product.
+
+    Mirrors `o2e_sgemm_workspace` in C and returns the largest value over the AVX-512, AVX2
+    and portable kernels (default blocking, `threads` = O2E_THREADS), so a converter can size
+    a static arena without knowing which kernel the model will be compiled with.
+    """
+    floats = max(_ws_floats(m, n, k, *v) for v in _VARIANTS.values())
+    return floats * max(1, threads) * 4 + 64

@@ -113,6 +113,18 @@ def write_model(
         "#define O2E_UNUSED",
         "#endif",
         "",
+        "#ifdef O2E_PROFILE  /* per-node times for `onnx2edge bench --profile` (needs POSIX clock_gettime) */",
+        "#include <time.h>",
+        f"static double o2e_prof_ms[{max(len(graph.nodes), 1)}];",
+        "static double o2e_prof_now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; }",
+        f"void {P}_profile(double *ms) {{ for (int i = 0; i < {len(graph.nodes)}; ++i) ms[i] = o2e_prof_ms[i]; }}",
+        "#define O2E_PROF_BEGIN double o2e_t0 = o2e_prof_now(), o2e_t1;",
+        "#define O2E_PROF(i) do { o2e_t1 = o2e_prof_now(); o2e_prof_ms[i] += o2e_t1 - o2e_t0; o2e_t0 = o2e_t1; } while (0)",
+        "#else",
+        "#define O2E_PROF_BEGIN",
+        "#define O2E_PROF(i) ((void)0)",
+        "#endif",
+        "",
         "#ifdef O2E_TRACE_ENABLED  /* per-layer dumps for `onnx2edge verify --per-layer` */",
         "static void (*o2e_trace_cb)(const char *, const void *, size_t);",
         f"void {P}_set_trace(void (*cb)(const char *, const void *, size_t)) {{ o2e_trace_cb = cb; }}",
@@ -150,7 +162,7 @@ def write_model(
         ]
     else:
         c += [f"int {P}_init(const char *weights_path)", "{", "  (void)weights_path;  /* weights are compiled in */", "  return 0;", "}"]
-    kernel_name = "o2e_gemm_kernel_name()" if "o2e_sgemm" in "".join(em.helpers) else '"simple"'
+    kernel_name = "o2e_gemm_kernel_name()" if em.runtime_files else '"none"'
     c += [
         "",
         f"const char *{P}_gemm_kernel(void) {{ return {kernel_name}; }}",
@@ -158,6 +170,7 @@ def write_model(
         f"int {P}_run(const void *const *inputs, void *const *outputs)",
         "{",
         *decls,
+        "  O2E_PROF_BEGIN",
         "  (void)inputs; (void)outputs; (void)o2e_arena;",
         *(["  " + " ".join(voids[i : i + 8]) for i in range(0, len(voids), 8)]),
         "",
@@ -211,6 +224,9 @@ def write_model(
         "",
     ]
     files = {f"{P}.c": "\n".join(c), f"{P}.h": "\n".join(h)}
+    runtime = Path(__file__).parent / "runtime"
+    for name in sorted(em.runtime_files):
+        files[name] = (runtime / name).read_text()
     for name, text in files.items():
         (out_dir / name).write_text(text)
     if to_file:
@@ -222,6 +238,7 @@ def write_model(
         "weights_in_file": bool(to_file),
         "nodes": len(graph.nodes),
         "kernels": dict(sorted(em.kernels.items())),
+        "runtime_files": sorted(em.runtime_files),
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ....passes.fuse_activation import Activation, activation_of
@@ -44,11 +46,21 @@ def merge_dims(out_shape: tuple[int, ...], in_strides: list[list[int]]) -> tuple
 
 
 def elementwise(
-    ctx: NodeContext, operands: list[Tensor], out: Tensor, expr: str, *, pre: str = "", ctype: str | None = None
+    ctx: NodeContext,
+    operands: list[Tensor],
+    out: Tensor,
+    expr: str,
+    *,
+    pre: str = "",
+    ctype: str | None = None,
+    load: Callable[[Tensor, str], tuple[str, str]] | None = None,
+    store: Callable[[str], str] | None = None,
 ) -> str:
     """out[i] = expr(a, b, ...) with numpy broadcasting. `expr` names operands a, b, c, ...
 
     Each operand is read into a local of its own C type first, so `expr` can use them freely.
+    `load(t, ref) -> (ctype, value)` and `store(expr) -> value` convert from / to types stored
+    as raw bits (float16, ...; see ops/dtypes.py).
     """
     names = "abcdefghijklmnopqrstuvwxyz"
     shape = out.shape
@@ -62,9 +74,11 @@ def elementwise(
     loads = []
     for j, t in enumerate(operands):
         off = " + ".join(f"{i}*{s}" if s != 1 else i for i, s in zip(idx, sts[j], strict=True) if s != 0) or "0"
-        loads.append(f"const {t.ctype} {names[j]} = {t.sym}[{off}];")
+        lt, val = load(t, f"{t.sym}[{off}]") if load else (t.ctype, f"{t.sym}[{off}]")
+        loads.append(f"const {lt} {names[j]} = {val};")
     out_off = " + ".join(f"{i}*{s}" if s != 1 else i for i, s in zip(idx, strides(tuple(dims)), strict=True)) or "0"
-    body = " ".join(loads) + f" {out.sym}[{out_off}] = ({ctype or out.ctype})({expr});"
+    value = store(expr) if store else f"({ctype or out.ctype})({expr})"
+    body = " ".join(loads) + f" {out.sym}[{out_off}] = {value};"
     if not dims:
         return "\n".join([*lines, "{ " + body.replace("[0]", "[0]") + " }"])
     code = ""

@@ -1,32 +1,86 @@
-"""Element-wise ops: unary math, activations, binary arithmetic / comparison / logic with
-numpy broadcasting, variadic Sum/Mean/Max/Min, Where, Clip, Cast."""
+"""Element-wise ops: unary math, activations, binary arithmetic / comparison / logic / bitwise with
+numpy broadcasting, variadic Sum/Mean/Max/Min, Where, Clip, Cast/CastLike/BitCast.
+
+Every op takes the element types its ONNX schema lists. float16 and bfloat16 (and the float8 /
+int4 types Cast reaches) are computed in float through ops/dtypes.py, as numpy does for float16.
+Integer arithmetic wraps around as in numpy: it is done in an unsigned type, since signed
+overflow is undefined in C.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ....ir import Graph, Node
-from ..emitter import NodeContext, c_literal
+from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import act_expr, elementwise, fused_act
+from .dtypes import (
+    allow_storage_dtypes,
+    compute_ctype,
+    is_float,
+    is_int,
+    is_signed_int,
+    is_storage,
+    loader,
+    need,
+    store_expr,
+    storer,
+)
+
+FLOAT_OPS: list[str] = []  # filled below; these see float16 / bfloat16 too
 
 
-def _f(ctx: NodeContext) -> str:
+def _ew(
+    ctx: NodeContext, operands: list[Tensor], out: Tensor, expr: str, *, src: str | None = None
+) -> str:
+    """common.elementwise, converting operands stored as bits (float16, ...) to their compute type
+    and the result back. `src` is the C type `expr` evaluates to (default: out's compute type)."""
+    act = fused_act(ctx)
+    if act is not None:  # on the value in out's type (integer arithmetic is done unsigned)
+        ct = compute_ctype(out.dtype)
+        expr = act_expr(act, f"(({ct})({expr}))", ct)
+    if not any(is_storage(t.dtype) for t in (*operands, out)):
+        return elementwise(ctx, operands, out, expr)
+    return elementwise(ctx, operands, out, expr, load=loader(ctx), store=storer(ctx, out, src))
+
+
+def _ctype(t: Tensor) -> str:
+    return compute_ctype(t.dtype)
+
+
+def _F(ctype: str) -> str:
     """Suffix selecting the float or double libm function."""
-    return "" if ctx.y(0).ctype == "double" else "f"
+    return "" if ctype == "double" else "f"
 
 
-def _float_only(node: Node, graph: Graph) -> str | None:
-    t = graph.type_of(node.inputs[0])
-    if t is not None and t.dtype.kind != "f":
-        return f"{node.op_type} on {t.dtype.name} is not supported (float32/float64 only)"
-    return None
+def _lit(ctype: str, x: float) -> str:
+    return c_literal(x, np.float64 if ctype == "double" else np.float32)
 
 
-def _lit(ctx: NodeContext, x: float) -> str:
-    return c_literal(x, ctx.y(0).dtype)
+def _dtype_check(ok, what: str):  # noqa: ANN001, ANN202
+    """A check refusing a node whose first input's element type fails `ok`."""
+
+    def check(node: Node, graph: Graph) -> str | None:
+        t = graph.type_of(node.inputs[0])
+        if t is not None and not ok(t.dtype):
+            return f"{node.op_type} on {t.dtype.name} is not supported ({what} only)"
+        return None
+
+    return check
 
 
+_float_only = _dtype_check(
+    lambda d: is_float(d) and np.dtype(d).name not in ("float8_e8m0fnu",), "floating-point"
+)
+_numeric = _dtype_check(
+    lambda d: np.dtype(d).kind in "iuf" or np.dtype(d).name in ("bfloat16",), "numeric"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# unary
+# --------------------------------------------------------------------------------------------
 # unary float ops: expression in terms of `a` and the libm suffix `F`
 _UNARY_FLOAT = {
     "Sigmoid": "1 / (1 + expF(-a))",
@@ -55,30 +109,44 @@ _UNARY_FLOAT = {
     "Mish": "a * tanhF(a > 0 ? a + log1pF(expF(-a)) : log1pF(expF(a)))",
     "HardSwish": "a * fmaxF(0, fminF(1, a / 6 + 0.5))",
 }
+FLOAT_OPS += _UNARY_FLOAT
 
 
 @register_op(*_UNARY_FLOAT, check=_float_only)
 def unary_float(ctx: NodeContext) -> str:
-    expr = _UNARY_FLOAT[ctx.node.op_type].replace("F(", _f(ctx) + "(")
-    return elementwise(ctx, [ctx.x(0)], ctx.y(0), act_expr(fused_act(ctx), f"({expr})", ctx.y(0).ctype) if fused_act(ctx) else expr)
+    ct = _ctype(ctx.y(0))
+    return _ew(
+        ctx, [ctx.x(0)], ctx.y(0), _UNARY_FLOAT[ctx.node.op_type].replace("F(", _F(ct) + "(")
+    )
 
 
-@register_op("Relu", "Neg", "Abs", "Sign")
+FLOAT_OPS += ["Relu", "Neg", "Abs", "Sign"]
+
+
+@register_op("Relu", "Neg", "Abs", "Sign", check=_numeric)
 def unary_any(ctx: NodeContext) -> str:
     op, t = ctx.node.op_type, ctx.x(0)
-    unsigned = t.dtype.kind == "u"
-    expr = {
-        "Relu": "a > 0 ? a : 0",
-        "Neg": "-a",
-        "Abs": "a" if unsigned else ("fabs" + _f(ctx) + "(a)" if t.dtype.kind == "f" else "a < 0 ? -a : a"),
-        "Sign": "(a > 0) - (a < 0)" if not unsigned else "a > 0",
-    }[op]
-    return elementwise(ctx, [t], ctx.y(0), expr)
+    ct, unsigned, flt = _ctype(t), t.dtype.kind == "u", is_float(t.dtype)
+    if op == "Relu":  # NaN stays NaN (numpy.maximum(x, 0), onnxruntime)
+        expr = "a" if unsigned else "a < 0 ? 0 : a"
+    elif op == "Neg":
+        # the minimum wraps to itself, as in numpy (C promotes the narrow types to int)
+        expr = "-a" if flt or np.dtype(t.dtype).itemsize < 4 else f"0 - ({_unsigned(ct)})a"
+    elif op == "Abs":
+        u = _unsigned(ct)
+        expr = "a" if unsigned else (f"fabs{_F(ct)}(a)" if flt else f"a < 0 ? 0 - ({u})a : ({u})a")
+    else:  # Sign: NaN stays NaN (numpy.sign)
+        expr = (
+            "a > 0"
+            if unsigned
+            else ("a > 0 ? 1 : (a < 0 ? -1 : a)" if flt else "(a > 0) - (a < 0)")
+        )
+    return _ew(ctx, [t], ctx.y(0), expr)
 
 
-def _alpha_beta_expr(ctx: NodeContext) -> str:
-    op, F = ctx.node.op_type, _f(ctx)
-    a = lambda name, d: _lit(ctx, float(ctx.attr(name, d)))  # noqa: E731
+def _alpha_beta_expr(op: str, node: Node, ct: str) -> str:
+    F = _F(ct)
+    a = lambda name, d: _lit(ct, float(node.attr(name, d)))  # noqa: E731
     if op == "LeakyRelu":
         return f"a >= 0 ? a : a * {a('alpha', 0.01)}"
     if op == "Elu":
@@ -93,27 +161,68 @@ def _alpha_beta_expr(ctx: NodeContext) -> str:
     if op == "HardSigmoid":
         return f"fmax{F}(0, fmin{F}(1, {a('alpha', 0.2)} * a + {a('beta', 0.5)}))"
     if op == "Gelu":
-        if ctx.attr("approximate", "none") == "tanh":
-            return f"0.5{F} * a * (1 + tanh{F}({_lit(ctx, np.sqrt(2 / np.pi))} * (a + {_lit(ctx, 0.044715)} * a * a * a)))"
-        return f"0.5{F} * a * (1 + erf{F}(a * {_lit(ctx, 1 / np.sqrt(2))}))"
+        if node.attr("approximate", "none") == "tanh":
+            return f"0.5{F} * a * (1 + tanh{F}({_lit(ct, np.sqrt(2 / np.pi))} * (a + {_lit(ct, 0.044715)} * a * a * a)))"
+        return f"0.5{F} * a * (1 + erf{F}(a * {_lit(ct, 1 / np.sqrt(2))}))"
     if op == "Shrink":
         b, lam = a("bias", 0.0), a("lambd", 0.5)
         return f"a < -{lam} ? a + {b} : (a > {lam} ? a - {b} : 0)"
+    if op == "Swish":  # x * sigmoid(alpha * x), opset 24
+        return f"a / (1 + exp{F}(-{a('alpha', 1.0)} * a))"
     raise AssertionError(op)
 
 
-@register_op("LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "HardSigmoid", "Gelu", "Shrink", check=_float_only)
+_PARAM_ACTS = (
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "ThresholdedRelu",
+    "HardSigmoid",
+    "Gelu",
+    "Swish",
+)
+FLOAT_OPS += _PARAM_ACTS
+
+
+@register_op(*_PARAM_ACTS, check=_float_only)
 def unary_params(ctx: NodeContext) -> str:
-    return elementwise(ctx, [ctx.x(0)], ctx.y(0), _alpha_beta_expr(ctx))
+    return _ew(
+        ctx, [ctx.x(0)], ctx.y(0), _alpha_beta_expr(ctx.node.op_type, ctx.node, _ctype(ctx.y(0)))
+    )
 
 
-@register_op("IsNaN", "IsInf")
+FLOAT_OPS.append("Shrink")
+
+
+@register_op("Shrink", check=_numeric)
+def shrink(ctx: NodeContext) -> str:
+    """Shrink also takes integer types; bias and lambd are floats, so compare in float."""
+    out = ctx.y(0)
+    if is_float(out.dtype):
+        return _ew(ctx, [ctx.x(0)], out, _alpha_beta_expr("Shrink", ctx.node, _ctype(out)))
+    b, lam = float(ctx.attr("bias", 0.0)), float(ctx.attr("lambd", 0.5))
+    expr = (
+        f"(double)a < {-lam!r} ? (double)a + {b!r} : ((double)a > {lam!r} ? (double)a - {b!r} : 0)"
+    )
+    return _ew(ctx, [ctx.x(0)], out, expr)
+
+
+FLOAT_OPS += ["IsNaN", "IsInf"]
+
+
+@register_op("IsNaN", "IsInf", check=_float_only)
 def is_nan_inf(ctx: NodeContext) -> str:
     if ctx.node.op_type == "IsNaN":
-        return elementwise(ctx, [ctx.x(0)], ctx.y(0), "isnan(a)")
+        return _ew(ctx, [ctx.x(0)], ctx.y(0), "isnan(a)")
     pos, neg = int(ctx.attr("detect_positive", 1)), int(ctx.attr("detect_negative", 1))
-    cond = " || ".join(c for c, on in (("(isinf(a) && a > 0)", pos), ("(isinf(a) && a < 0)", neg)) if on) or "0"
-    return elementwise(ctx, [ctx.x(0)], ctx.y(0), cond)
+    cond = (
+        " || ".join(
+            c for c, on in (("(isinf(a) && a > 0)", pos), ("(isinf(a) && a < 0)", neg)) if on
+        )
+        or "0"
+    )
+    return _ew(ctx, [ctx.x(0)], ctx.y(0), cond)
 
 
 @register_op("Not")
@@ -121,120 +230,240 @@ def logical_not(ctx: NodeContext) -> str:
     return elementwise(ctx, [ctx.x(0)], ctx.y(0), "!a")
 
 
-def _binary_expr(ctx: NodeContext) -> str:
-    op = ctx.node.op_type
-    t = ctx.x(0)
-    kind = t.dtype.kind
-    F = _f(ctx) if kind == "f" else ""
-    simple = {"Add": "a + b", "Sub": "a - b", "Mul": "a * b", "Equal": "a == b", "Less": "a < b",
-              "Greater": "a > b", "LessOrEqual": "a <= b", "GreaterOrEqual": "a >= b",
-              "And": "a && b", "Or": "a || b", "Xor": "(!a) != (!b)", "BitwiseAnd": "a & b",
-              "BitwiseOr": "a | b", "BitwiseXor": "a ^ b"}
-    if op in simple:
-        return simple[op]
-    if op == "Div":
-        return "a / b" if kind == "f" else "(b == 0 ? 0 : a / b)"
-    if op == "Pow":
-        if kind == "f":
-            return f"pow{F}(a, b)"
-        return "(" + f"({ctx.y(0).ctype})pow((double)a, (double)b)" + ")"
-    if op == "Mod":
-        if kind == "f" or int(ctx.attr("fmod", 0)):
-            return f"fmod{F}(a, b)" if kind == "f" else "(b == 0 ? 0 : a % b)"
-        # integer mod takes the divisor's sign (Python semantics), per the ONNX spec
-        return "(b == 0 ? 0 : ((a % b) != 0 && ((a % b) < 0) != (b < 0) ? (a % b) + b : (a % b)))"
-    if op == "BitShift":
-        return "a << b" if ctx.attr("direction") == "LEFT" else "a >> b"
-    if op == "PRelu":
-        return "a < 0 ? a * b : a"
-    raise AssertionError(op)
-
-
-_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-           "And", "Or", "Xor", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu")
-
-
-def _check_pow(node: Node, graph: Graph) -> str | None:
-    ta, tb = graph.type_of(node.inputs[0]), graph.type_of(node.inputs[1])
-    if node.op_type == "Pow" and ta is not None and tb is not None and ta.dtype != tb.dtype:
-        if ta.dtype.kind != "f":
-            return f"Pow of {ta.dtype.name} by {tb.dtype.name} is not supported"
-    return None
-
-
-@register_op(*_BINARY, check=_check_pow)
-def binary(ctx: NodeContext) -> str:
-    expr = _binary_expr(ctx)
-    out = ctx.y(0)
-    if ctx.node.op_type == "Pow" and ctx.x(1).dtype != ctx.x(0).dtype:
-        expr = f"pow{_f(ctx)}(a, ({out.ctype})b)"
-    return elementwise(ctx, [ctx.x(0), ctx.x(1)], out, act_expr(fused_act(ctx), f"({expr})", out.ctype) if fused_act(ctx) else expr)
-
-
 @register_op("BitwiseNot")
 def bitwise_not(ctx: NodeContext) -> str:
     return elementwise(ctx, [ctx.x(0)], ctx.y(0), "~a")
 
 
-@register_op("Sum", "Mean", "Max", "Min")
+# --------------------------------------------------------------------------------------------
+# binary
+# --------------------------------------------------------------------------------------------
+def _wide_unsigned(ctype: str) -> str:
+    """The unsigned type integer arithmetic of `ctype` wraps in (at least 32 bits, as C promotes)."""
+    return "uint64_t" if "64" in ctype else "uint32_t"
+
+
+def _unsigned(ctype: str) -> str:
+    return ctype if ctype.startswith("u") else "u" + ctype
+
+
+def _int_binary(op: str, ct: str, signed: bool, bits: int, node: Node) -> str:
+    U = _wide_unsigned(ct)
+    if op in ("Add", "Sub", "Mul"):
+        sym = {"Add": "+", "Sub": "-", "Mul": "*"}[op]
+        return f"({U})a {sym} ({U})b"
+    if op == "Div":  # truncates toward zero; / 0 and MIN / -1 are undefined in C
+        return (
+            f"b == 0 ? 0 : (b == -1 ? 0 - ({U})a : ({U})(a / b))"
+            if signed
+            else "b == 0 ? 0 : a / b"
+        )
+    if op == "Mod":
+        if not signed:
+            return "b == 0 ? 0 : a % b"
+        if int(node.attr("fmod", 0)):  # C remainder: the sign of the dividend (numpy.fmod)
+            return "b == 0 || b == -1 ? 0 : a % b"
+        # the sign of the divisor, as Python and numpy.mod (ONNX spec)
+        return "b == 0 || b == -1 ? 0 : ((a % b) != 0 && ((a % b) < 0) != (b < 0) ? (a % b) + b : a % b)"
+    if op == "BitShift":
+        # numpy (the ONNX reference) gives 0 for a shift by >= the width or < 0, or -1 for a
+        # right shift of a negative value; C leaves those undefined, so test first
+        bad = f"b < 0 || b >= {bits}" if signed else f"b >= {bits}"
+        if node.attr("direction") == "LEFT":
+            return f"{bad} ? 0 : (uint64_t)({_unsigned(ct)})a << b"
+        # an arithmetic shift, written portably (>> of a negative value is implementation-defined)
+        if signed:
+            return f"{bad} ? (a < 0 ? -1 : 0) : (a < 0 ? ~(~a >> b) : a >> b)"
+        return f"{bad} ? 0 : a >> b"
+    if op == "PRelu":
+        return f"a < 0 ? ({U})a * ({U})b : ({U})a" if signed else "a"
+    raise AssertionError(op)
+
+
+def _float_binary(op: str, ct: str, node: Node) -> str:
+    F = _F(ct)
+    if op in ("Add", "Sub", "Mul", "Div"):
+        return "a " + {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}[op] + " b"
+    if op == "Mod":
+        if int(node.attr("fmod", 0)):
+            return f"fmod{F}(a, b)"
+        # numpy.mod: fmod, moved to the divisor's sign; a zero result takes the divisor's sign
+        need_r = f"fmod{F}(a, b)"
+        return (
+            f"b == 0 ? {need_r} : ({need_r} != 0 ? (({need_r} < 0) != (b < 0) ? {need_r} + b : {need_r}) "
+            f": copysign{F}(0, b))"
+        )
+    if op == "PRelu":
+        return "a < 0 ? a * b : a"
+    raise AssertionError(op)
+
+
+_CMP = {"Equal": "==", "Less": "<", "Greater": ">", "LessOrEqual": "<=", "GreaterOrEqual": ">="}
+_LOGIC = {"And": "a && b", "Or": "a || b", "Xor": "!a != !b"}
+_BITWISE = {"BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^"}
+_ARITH = ("Add", "Sub", "Mul", "Div", "Mod", "PRelu", "BitShift")
+FLOAT_OPS += [*_CMP, "Add", "Sub", "Mul", "Div", "Mod", "PRelu"]
+
+
+def _binary_check(node: Node, graph: Graph) -> str | None:
+    t = graph.type_of(node.inputs[0])
+    if t is None:
+        return None
+    op, dt = node.op_type, t.dtype
+    if op in _ARITH and not (is_int(dt) or is_float(dt)) or is_storage(dt) and not is_float(dt):
+        return f"{op} on {dt.name} is not supported"
+    return None
+
+
+@register_op(*_CMP, *_LOGIC, *_BITWISE, *_ARITH, check=_binary_check)
+def binary(ctx: NodeContext) -> str:
+    op, a, b, out = ctx.node.op_type, ctx.x(0), ctx.x(1), ctx.y(0)
+    ct = _ctype(a)
+    if op in _CMP:
+        return _ew(ctx, [a, b], out, f"a {_CMP[op]} b", src="bool")
+    if op in _LOGIC:
+        return _ew(ctx, [a, b], out, _LOGIC[op])
+    if op in _BITWISE:
+        return _ew(ctx, [a, b], out, f"a {_BITWISE[op]} b")
+    if is_float(a.dtype):
+        return _ew(ctx, [a, b], out, _float_binary(op, ct, ctx.node))
+    bits = 8 * np.dtype(a.dtype).itemsize
+    return _ew(
+        ctx, [a, b], out, _int_binary(op, ct, is_signed_int(a.dtype), bits, ctx.node), src="int64_t"
+    )
+
+
+IPOW = r"""
+/* a^b in wrapping 64-bit integer arithmetic (numpy.power on integers); b < 0 gives 1/a^|b| truncated */
+static inline uint64_t o2e_ipow(int64_t a, int64_t b)
+{
+  uint64_t r = 1, x = (uint64_t)a;
+  if (b < 0) return a == 1 ? 1u : (a == -1 ? ((b & 1) ? (uint64_t)-1 : 1u) : 0u);
+  for (; b; b >>= 1, x *= x)
+    if (b & 1) r *= x;
+  return r;
+}
+"""
+FLOAT_OPS.append("Pow")
+
+
+@register_op("Pow", check=_numeric)
+def pow_(ctx: NodeContext) -> str:
+    """The reference computes numpy.power(a, b).astype(a.dtype): mixed types in double."""
+    a, b, out = ctx.x(0), ctx.x(1), ctx.y(0)
+    ct = _ctype(a)
+    if is_float(a.dtype) and is_float(b.dtype) and _ctype(b) == ct:
+        return _ew(ctx, [a, b], out, f"pow{_F(ct)}(a, b)")
+    if is_int(a.dtype) and is_int(b.dtype):
+        return _ew(
+            ctx,
+            [a, b],
+            out,
+            f"{ctx.helper('o2e_ipow', IPOW)}((int64_t)a, (int64_t)b)",
+            src="uint64_t",
+        )
+    p = "pow((double)a, (double)b)"
+    if is_int(a.dtype):  # an integer to a float power: truncated toward zero
+        return _ew(ctx, [a, b], out, f"{need(ctx, 'o2e_f2i64')}({p})", src="int64_t")
+    return _ew(ctx, [a, b], out, p, src="double")
+
+
+# --------------------------------------------------------------------------------------------
+# variadic, Where, Clip
+# --------------------------------------------------------------------------------------------
+FLOAT_OPS += ["Sum", "Mean", "Max", "Min", "Clip"]
+
+
+@register_op("Sum", "Mean", "Max", "Min", check=_numeric)
 def variadic(ctx: NodeContext) -> str:
     op = ctx.node.op_type
     ins = [ctx.x(i) for i in range(ctx.n_inputs) if ctx.has_input(i)]
     names = "abcdefghijklmnopqrstuvwxyz"[: len(ins)]
     out = ctx.y(0)
-    kind = out.dtype.kind
+    flt = is_float(out.dtype)
     if op in ("Sum", "Mean"):
-        expr = " + ".join(names)
+        expr = " + ".join(names if flt else [f"({_wide_unsigned(_ctype(out))}){n}" for n in names])
         if op == "Mean":
             expr = f"({expr}) / {len(ins)}"
     else:
         cmp = ">" if op == "Max" else "<"
         expr = names[0]
         for n in names[1:]:
-            if kind == "f":
-                # NaN propagates as in numpy.maximum / onnxruntime
+            if flt:  # NaN propagates as in numpy.maximum / onnxruntime
                 expr = f"(isnan({expr}) || isnan({n}) ? NAN : ({expr} {cmp} {n} ? {expr} : {n}))"
             else:
                 expr = f"({expr} {cmp} {n} ? {expr} : {n})"
-    return elementwise(ctx, ins, out, expr)
+    return _ew(ctx, ins, out, expr)
 
 
 @register_op("Where")
 def where(ctx: NodeContext) -> str:
+    # values are copied, never computed: raw bits work for every type
     return elementwise(ctx, [ctx.x(0), ctx.x(1), ctx.x(2)], ctx.y(0), "a ? b : c")
 
 
-@register_op("Clip")
+@register_op("Clip", check=_numeric)
 def clip(ctx: NodeContext) -> str:
     t, out = ctx.x(0), ctx.y(0)
+    ct = _ctype(out)
     lo = hi = None
+    ops = [t]
     if ctx.graph.opset < 11:
         lo, hi = ctx.attr("min"), ctx.attr("max")
-        lo = None if lo is None else _lit(ctx, lo)
-        hi = None if hi is None else _lit(ctx, hi)
-        ops = [t]
+        lo = None if lo is None else _lit(ct, lo)
+        hi = None if hi is None else _lit(ct, hi)
     else:
-        ops = [t]
-        names = "bc"
-        for k, idx in enumerate((1, 2)):
+        for idx in (1, 2):
             if ctx.has_input(idx):
                 ops.append(ctx.x(idx))
-                if k == 0:
-                    lo = names[len(ops) - 2]
+                if idx == 1:
+                    lo = "bc"[len(ops) - 2]
                 else:
-                    hi = names[len(ops) - 2]
+                    hi = "bc"[len(ops) - 2]
     expr = "a"
     if lo is not None:
         expr = f"({expr} < {lo} ? {lo} : {expr})"
     if hi is not None:
         expr = f"({expr} > {hi} ? {hi} : {expr})"
-    return elementwise(ctx, ops, out, expr)
+    return _ew(ctx, ops, out, expr)
 
 
+# --------------------------------------------------------------------------------------------
+# Cast, CastLike, BitCast
+# --------------------------------------------------------------------------------------------
 @register_op("Cast", "CastLike")
 def cast(ctx: NodeContext) -> str:
+    """Cast spec: float -> int truncates toward zero; int -> narrower int keeps the low bits;
+    anything -> bool is `!= 0`; float8 targets honour `saturate` (default 1)."""
     src, out = ctx.x(0), ctx.y(0)
+    if np.dtype(src.dtype) == np.dtype(out.dtype):
+        return elementwise(ctx, [src], out, "a")
+    saturate = bool(int(ctx.attr("saturate", 1)))
+    round_mode = ctx.attr("round_mode", "up")
+    if isinstance(round_mode, bytes):
+        round_mode = round_mode.decode()
+    sct = _ctype(src)
     if out.dtype.kind == "b":
-        return elementwise(ctx, [src], out, "a != 0")
-    # float -> int truncates toward zero, as C and onnxruntime do for in-range values
-    return elementwise(ctx, [src], out, f"({out.ctype})a")
+        return _ew(ctx, [src], out, "a != 0", src="bool")
+
+    def store(expr: str) -> str:
+        return store_expr(ctx, out.dtype, expr, src=sct, saturate=saturate, round_mode=round_mode)
+
+    return elementwise(ctx, [src], out, "a", load=loader(ctx), store=store)
+
+
+def _bitcast_check(node: Node, graph: Graph) -> str | None:
+    ta, tb = graph.type_of(node.inputs[0]), graph.type_of(node.outputs[0])
+    if ta is not None and tb is not None and ta.dtype.itemsize != tb.dtype.itemsize:
+        return f"BitCast from {ta.dtype.name} to {tb.dtype.name}: the element sizes differ"
+    return None
+
+
+@register_op("BitCast", check=_bitcast_check)
+def bitcast(ctx: NodeContext) -> str:
+    """Same bytes, another type (opset 26): a copy."""
+    x, y = ctx.x(0), ctx.y(0)
+    return f"memcpy({y.sym}, {x.sym}, {y.nbytes});" if y.nbytes else "/* empty */"
+
+
+allow_storage_dtypes(*FLOAT_OPS, "Cast", "CastLike", "BitCast", "Where")

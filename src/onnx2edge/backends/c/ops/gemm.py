@@ -1,58 +1,54 @@
-"""The one place that emits matrix multiplications, so the GEMM engine can be swapped."""
+"""The one place that emits matrix multiplications, so the GEMM engine can be swapped.
+
+The engine is `runtime/o2e_gemm.h` (packed AVX-512 / AVX2 / portable micro-kernels, chosen at
+compile time; optional pthreads with -DO2E_THREADS=n). Constant A operands (conv weights,
+fully-connected weights) are packed at conversion time by `gemm_pack.pack_a`, so generated code
+never repacks them. Bias, residual and Relu/Clip/LeakyRelu are applied in the GEMM epilogue
+while each tile is still in registers; other fused activations get one pass afterwards.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ....passes.fuse_activation import Activation
-from ..emitter import NodeContext, Tensor, c_literal
+from ..emitter import NodeContext, c_literal
+from ..gemm_pack import pack_a, packed_a_size, sgemm_workspace_bytes
 from .common import act_expr
 
-# Simple portable kernel: C = act(A·B + bias). Row-major; k-outer so the inner loop streams
-# rows of B and C, which compilers vectorise.
-SIMPLE_GEMM = r"""
-typedef struct { int kind; float a, b; } o2e_act;  /* 0 none, 1 relu, 2 clip(a,b), 3 leaky(a) */
-
-static float o2e_apply_act(float v, o2e_act act)
-{
-  switch (act.kind) {
-  case 1: return v > 0.0f ? v : 0.0f;
-  case 2: return v < act.a ? act.a : (v > act.b ? act.b : v);
-  case 3: return v >= 0.0f ? v : v * act.a;
-  default: return v;
-  }
-}
-
-static void o2e_gemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
-                     const float *bias_m, const float *bias_n, o2e_act act)
-{
-  for (int i = 0; i < M; ++i) {
-    float *c = C + (size_t)i * ldc;
-    const float bm = bias_m ? bias_m[i] : 0.0f;
-    for (int j = 0; j < N; ++j) c[j] = bm + (bias_n ? bias_n[j] : 0.0f);
-    for (int k = 0; k < K; ++k) {
-      const float a = A[(size_t)i * lda + k];
-      const float *b = B + (size_t)k * ldb;
-      for (int j = 0; j < N; ++j) c[j] += a * b[j];
-    }
-    if (act.kind)
-      for (int j = 0; j < N; ++j) c[j] = o2e_apply_act(c[j], act);
-  }
-}
-"""
-
+# Workspace is planned for up to this many threads; a build asking for more fails loudly.
+MAX_THREADS = 4
+HEADER = "o2e_gemm.h"
+_GUARD = (
+    f'#include "{HEADER}"\n'
+    f"#if defined(O2E_THREADS) && O2E_THREADS > {MAX_THREADS}\n"
+    f'#error "GEMM workspaces were planned for at most {MAX_THREADS} threads: reconvert or lower O2E_THREADS"\n'
+    "#endif\n"
+)
 _KINDS = {"Relu": 1, "Clip": 2, "LeakyRelu": 3}
 
 
 def act_struct(act: Activation | None) -> tuple[str, bool]:
     """The o2e_act initialiser, and whether the activation still needs a separate loop."""
-    if act is None:
-        return "(o2e_act){0, 0.0f, 0.0f}", False
-    if act.op in _KINDS:
-        a = c_literal(max(act.alpha, -3.4e38) if act.op == "Clip" else act.alpha, np.float32)
-        b = c_literal(min(act.beta, 3.4e38), np.float32)
-        return f"(o2e_act){{{_KINDS[act.op]}, {a}, {b}}}", False
-    return "(o2e_act){0, 0.0f, 0.0f}", True
+    if act is None or act.op not in _KINDS:
+        return "(o2e_act){0, 0.0f, 0.0f}", act is not None
+    a = c_literal(max(act.alpha, -3.4e38) if act.op == "Clip" else act.alpha, np.float32)
+    b = c_literal(min(act.beta, 3.4e38), np.float32)
+    return f"(o2e_act){{{_KINDS[act.op]}, {a}, {b}}}", False
+
+
+def _use_engine(ctx: NodeContext) -> None:
+    ctx.helper("o2e_gemm_include", _GUARD)
+    ctx.model.runtime_files.add(HEADER)
+
+
+def _post(act: Activation | None, post: bool, M: int, N: int, C: str, ldc: int) -> str:
+    if not post:
+        return ""
+    return (
+        f"\n  for (int i = 0; i < {M}; ++i) for (int j = 0; j < {N}; ++j) "
+        f"{{ float *p = {C} + (size_t)i * {ldc} + j; const float v = *p; *p = {act_expr(act, 'v')}; }}"
+    )
 
 
 def gemm_call(
@@ -70,20 +66,51 @@ def gemm_call(
     bias_m: str | None = None,
     bias_n: str | None = None,
     act: Activation | None = None,
-    a_const: Tensor | None = None,
-    b_const: bool = False,
-    group: int = 1,
+    residual: str | None = None,
+    ldr: int = 0,
+    **_: object,
 ) -> str:
-    """C statement(s) computing C[M][N] = act(A[M][K]·B[K][N] + bias_m[M] + bias_n[N])."""
-    ctx.helper("o2e_gemm", SIMPLE_GEMM)
+    """C[M][N] = act(A[M][K]·B[K][N] + bias_m[M] + bias_n[N] + R), A read from memory."""
+    _use_engine(ctx)
+    ctx.kernel(f"sgemm{' gemv' if N == 1 else ''}")
+    ws = ctx.scratch(sgemm_workspace_bytes(M, N, K, MAX_THREADS), "void")
     st, post = act_struct(act)
-    call = (
-        f"o2e_gemm({M}, {N}, {K}, {A}, {lda}, {B}, {ldb}, {C}, {ldc}, "
-        f"{bias_m or 'NULL'}, {bias_n or 'NULL'}, {st});"
+    return (
+        f"o2e_sgemm({M}, {N}, {K}, {A}, {lda}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, {bias_n or 'NULL'}, "
+        f"{residual or 'NULL'}, {ldr}, {st}, {ws});" + _post(act, post, M, N, C, ldc)
     )
-    if post:
-        call += (
-            f"\n  for (int i = 0; i < {M}; ++i) for (int j = 0; j < {N}; ++j) "
-            f"{{ float *p = {C} + (size_t)i * {ldc} + j; const float v = *p; *p = {act_expr(act, 'v')}; }}"
-        )
-    return call
+
+
+def packed_weights(ctx: NodeContext, hint: str, mats: np.ndarray) -> tuple[str, int]:
+    """Pack G constant (M, K) matrices; returns the C symbol and the per-matrix stride."""
+    g, m, k = mats.shape
+    size = packed_a_size(m, k)
+    packed = np.concatenate([pack_a(mats[i]) for i in range(g)]) if g else np.zeros(0, np.float32)
+    return ctx.weight(hint, packed.astype(np.float32)), size
+
+
+def gemm_packed_call(
+    ctx: NodeContext,
+    packed: str,
+    M: int,
+    N: int,
+    K: int,
+    B: str,
+    ldb: int,
+    C: str,
+    ldc: int,
+    *,
+    bias_m: str | None = None,
+    bias_n: str | None = None,
+    act: Activation | None = None,
+    residual: str | None = None,
+    ldr: int = 0,
+) -> str:
+    """C = act(packed_A · B + biases + R) with A packed at conversion time."""
+    _use_engine(ctx)
+    ws = ctx.scratch(sgemm_workspace_bytes(M, N, K, MAX_THREADS), "void")
+    st, post = act_struct(act)
+    return (
+        f"o2e_sgemm_packed({M}, {N}, {K}, {packed}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, "
+        f"{bias_n or 'NULL'}, {residual or 'NULL'}, {ldr}, {st}, {ws});" + _post(act, post, M, N, C, ldc)
+    )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
-from ..emitter import NodeContext, c_literal
+from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import act_expr, fused_act, strides
-from .gemm import gemm_call
+from .gemm import gemm_call, gemm_packed_call, packed_weights
 
 FLOAT = ("float", "double")
 
@@ -96,7 +96,13 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
             f"  o2e_im2col({xin}, {cg}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OH}, {OW}, {col});"
         )
         b_mat = col
-    lines.append("  " + gemm_call(ctx, mg, P, K, wg, K, b_mat, P, yout, P, bias_m=bg, act=act, a_const=w, group=group))
+    wc = ctx.const(1)
+    if wc is not None and wc.dtype == np.float32:
+        ctx.kernel("1x1 as GEMM" if pointwise else "im2col + GEMM")
+        packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
+        lines.append("  " + gemm_packed_call(ctx, f"{packed} + (size_t)g * {stride}", mg, P, K, b_mat, P, yout, P, bias_m=bg, act=act))
+    else:
+        lines.append("  " + gemm_call(ctx, mg, P, K, wg, K, b_mat, P, yout, P, bias_m=bg, act=act))
     lines.append("}")
     return "\n".join(lines)
 
@@ -128,52 +134,80 @@ static void o2e_im2col(const float *x, int C, int H, int W, int kh, int kw, int 
 """
 
 
-DWCONV = r"""
-/* Depthwise 2-D convolution, one filter per channel. Row by row: each valid (ki, kj) tap adds
- * w * (a shifted input row) to the output row over the output columns where the tap lands
- * inside the input, so the inner loop has no bounds checks and vectorises. */
-static void o2e_dwconv(const float *x, const float *w, const float *bias, float *y, int C, int H, int W,
-                       int OH, int OW, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
-                       int act, float lo, float hi)
-{
-  for (int c = 0; c < C; ++c) {
-    const float *xc = x + (size_t)c * H * W;
-    const float *wc = w + (size_t)c * kh * kw;
-    float *yc = y + (size_t)c * OH * OW;
+def _dw_kernel(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> tuple[str, str]:
+    """A depthwise kernel specialised for one filter geometry (name, C code).
+
+    Each channel is first copied into a zero-bordered plane (the border is zeroed once), so no
+    tap needs a bounds check. With stride 1 the output is then computed over the flattened
+    padded plane: y[p] = Σ w_ij · xp[p + i·dh·WP + j·dw] is one long contiguous loop that
+    vectorises fully even for 7x7 or 14x14 maps (the WP − OW columns of garbage per row are
+    dropped when compacting). Other strides loop over output rows.
+    """
+    name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}"
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    wl = " ".join(f"const float w{i}_{j} = wc[{i * kw + j}];" for i, j in taps)
+    if sh == 1 and sw == 1:
+        acc = " + ".join(f"w{i}_{j} * xp[p + {i * dh} * WP + {j * dw}]" for i, j in taps)
+        body = f"""      const int n = (OH - 1) * WP + OW;
+      for (int p = 0; p < n; ++p) {{
+        float v = b + {acc};
+        if (act == 1) v = v > 0.0f ? v : 0.0f;
+        else if (act == 2) v = v < lo ? lo : (v > hi ? hi : v);
+        yw[p] = v;
+      }}
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) yc[oh * OW + ow] = yw[oh * WP + ow];"""
+    else:
+        acc = " + ".join(f"w{i}_{j} * xr[{i * dh} * WP + ow * {sw} + {j * dw}]" for i, j in taps)
+        body = f"""      for (int oh = 0; oh < OH; ++oh) {{
+        const float *restrict xr = xp + (size_t)oh * {sh} * WP;
+        float *restrict yr = yc + (size_t)oh * OW;
+        for (int ow = 0; ow < OW; ++ow) {{
+          float v = b + {acc};
+          if (act == 1) v = v > 0.0f ? v : 0.0f;
+          else if (act == 2) v = v < lo ? lo : (v > hi ? hi : v);
+          yr[ow] = v;
+        }}
+      }}"""
+    code = f"""
+/* depthwise {kh}x{kw} convolution, stride {sh}x{sw}, dilation {dh}x{dw}: one filter per channel.
+ * xp: (HP x WP) zero-bordered copy of one channel; yw: OH x WP wide output (stride 1 only). */
+static void {name}(const float *restrict x, const float *restrict w, const float *bias, float *restrict y,
+    int C, int H, int W, int OH, int OW, int pt, int pl, int HP, int WP, int act, float lo, float hi,
+    float *restrict xp, float *restrict yw)
+{{
+  (void)yw;
+  for (int i = 0; i < HP * WP; ++i) xp[i] = 0.0f;
+  for (int c = 0; c < C; ++c) {{
+    const float *restrict xc = x + (size_t)c * H * W;
+    const float *restrict wc = w + (size_t)c * {kh * kw};
+    float *restrict yc = y + (size_t)c * OH * OW;
     const float b = bias ? bias[c] : 0.0f;
-    for (int oh = 0; oh < OH; ++oh) {
-      float *yr = yc + (size_t)oh * OW;
-      for (int ow = 0; ow < OW; ++ow) yr[ow] = b;
-      for (int ki = 0; ki < kh; ++ki) {
-        const int ih = oh * sh - pt + ki * dh;
-        if (ih < 0 || ih >= H) continue;
-        const float *xr = xc + (size_t)ih * W;
-        for (int kj = 0; kj < kw; ++kj) {
-          const float wv = wc[ki * kw + kj];
-          const int off = kj * dw - pl;                       /* iw = ow * sw + off */
-          int lo_ow = off >= 0 ? 0 : (-off + sw - 1) / sw;
-          int hi_ow = (W - 1 - off) >= 0 ? (W - 1 - off) / sw + 1 : 0;
-          if (hi_ow > OW) hi_ow = OW;
-          if (sw == 1) {
-            const float *xs = xr + off;
-            for (int ow = lo_ow; ow < hi_ow; ++ow) yr[ow] += wv * xs[ow];
-          } else {
-            for (int ow = lo_ow; ow < hi_ow; ++ow) yr[ow] += wv * xr[ow * sw + off];
-          }
-        }
-      }
-      if (act == 1) for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] > 0.0f ? yr[ow] : 0.0f;
-      else if (act == 2) for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < lo ? lo : (yr[ow] > hi ? hi : yr[ow]);
-    }
-  }
-}
+    {wl}
+    for (int ih = 0; ih < H; ++ih) {{
+      if (ih + pt < 0 || ih + pt >= HP) continue;
+      for (int iw = 0; iw < W; ++iw)
+        if (iw + pl >= 0 && iw + pl < WP) xp[(ih + pt) * WP + iw + pl] = xc[(size_t)ih * W + iw];
+    }}
+    {{
+{body}
+    }}
+  }}
+}}
 """
+    return name, code
 
 
 def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, bias) -> str:  # noqa: ANN001
     act = fused_act(ctx)
-    ctx.helper("o2e_dwconv", DWCONV)
+    name, code = _dw_kernel(kh, kw, sh, sw, dh, dw)
+    ctx.helper(name, code)
     ctx.kernel("depthwise direct")
+    # padded plane just large enough for every tap of every output
+    HP = (OH - 1) * sh + (kh - 1) * dh + 1
+    WP = (OW - 1) * sw + (kw - 1) * dw + 1
+    xp = ctx.scratch(HP * WP * 4)
+    yw = ctx.scratch(OH * WP * 4) if sh == 1 and sw == 1 else "NULL"
     kind, lo, hi, post = 0, "0.0f", "0.0f", None
     if act is not None and act.op == "Relu":
         kind = 1
@@ -183,8 +217,8 @@ def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl,
         post = act
     lines = [
         f"for (int n = 0; n < {N}; ++n)",
-        f"  o2e_dwconv({x.sym} + (size_t)n * {C * H * W}, {w.sym}, {bias or 'NULL'}, {y.sym} + (size_t)n * {C * OH * OW}, "
-        f"{C}, {H}, {W}, {OH}, {OW}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {kind}, {lo}, {hi});",
+        f"  {name}({x.sym} + (size_t)n * {C * H * W}, {w.sym}, {bias or 'NULL'}, {y.sym} + (size_t)n * {C * OH * OW}, "
+        f"{C}, {H}, {W}, {OH}, {OW}, {pt}, {pl}, {HP}, {WP}, {kind}, {lo}, {hi}, {xp}, {yw});",
     ]
     if post is not None:
         lines.append(f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}")
@@ -330,6 +364,10 @@ def gemm(ctx: NodeContext) -> str:
         a_sym = ctx.scratch(M * K * 4)
         lines.append(f"for (int i = 0; i < {M}; ++i) for (int k = 0; k < {K}; ++k) {a_sym}[i * {K} + k] = {a.sym}[k * {M} + i];")
     bc = ctx.const(1)
+    cc = ctx.const(2)
+    simple_bias = not ctx.has_input(2) or beta == 0.0 or (cc is not None and cc.size in (1, N))
+    if bc is not None and M == 1 and not ta and bc.dtype == np.float32 and simple_bias:
+        return _fc_gemv(ctx, a.sym, bc if tb else bc.T, alpha, beta, y, K, N)
     if bc is not None:
         arr = bc.T if tb else bc
         if alpha != 1.0:
@@ -365,6 +403,24 @@ def gemm(ctx: NodeContext) -> str:
     return "\n".join(lines)
 
 
+def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float, y: Tensor, K: int, N: int,
+             with_bias: bool = True) -> str:
+    """Fully connected layer at batch 1: y[N] = W[N][K]·x[K] + b, with W packed at conversion.
+
+    Written as Yᵀ = W·xᵀ so the constant matrix is the packed A operand and N = 1 takes the
+    engine's matrix-vector path."""
+    ctx.kernel("fully connected as packed GEMV")
+    wv = np.ascontiguousarray(w, dtype=np.float32) * np.float32(alpha)
+    packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
+    bias = None
+    if with_bias and ctx.has_input(2) and beta != 0.0:
+        cc = ctx.const(2)
+        if cc is None or cc.size not in (1, N):
+            return "#error unsupported Gemm bias"  # guarded by _gemm_check
+        bias = ctx.weight("bias", np.broadcast_to(cc.reshape(-1).astype(np.float32) * np.float32(beta), (N,)).copy())
+    return gemm_packed_call(ctx, packed, N, 1, K, x, 1, y.sym, 1, bias_m=bias, act=fused_act(ctx))
+
+
 @register_op("MatMul", check=_gemm_check)
 def matmul(ctx: NodeContext) -> str:
     a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
@@ -379,7 +435,9 @@ def matmul(ctx: NodeContext) -> str:
     nb = int(np.prod(batch)) if batch else 1
     act = fused_act(ctx)
     bc = ctx.const(1)
-    # B constant and 2-D: fold the batch into M (one big GEMM)
+    # B constant and 2-D: fold the batch into M (one big GEMM); one row is a packed GEMV
+    if len(bsh) == 2 and nb * M == 1 and bc is not None and bc.dtype == np.float32:
+        return _fc_gemv(ctx, a.sym, bc.reshape(K, N).T, 1.0, 0.0, y, K, N, with_bias=False)
     if len(bsh) == 2 and nb * M == a.size // K:
         return gemm_call(ctx, nb * M, N, K, a.sym, K, b.sym, N, y.sym, N, act=act, b_const=bc is not None)
     a_st = _batch_strides(ash[:-2], batch, M * K)

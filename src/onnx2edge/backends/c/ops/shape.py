@@ -1,14 +1,22 @@
-"""Data movement: reshapes (a copy, or nothing), Transpose, Concat, Split, Slice, Gather, Pad,
-Expand, Tile, Resize, DepthToSpace/SpaceToDepth."""
+"""Data movement: reshapes (a copy, or nothing), Shape/Size, Transpose, Concat, Split, Slice,
+Pad, CenterCropPad, Expand, Tile, DepthToSpace/SpaceToDepth, Col2Im.
+
+These ops only move bytes, so every dtype works: copies use the tensor's own C type.
+
+Parameters that ONNX passes as inputs (Slice starts/ends, Pad pads, ...) are folded to
+constants when they can be; when they stay computed at run time, the output shape is still
+static here, so the generated code reads the few runtime values it needs (a start, a step, a
+begin pad) and keeps constant loop bounds.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ....ir import Graph, Node
-from ..emitter import NodeContext, c_literal
+from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
-from .common import elementwise, norm_axis, strides
+from .common import elementwise, merge_dims, norm_axis, strides
 
 
 def copy_code(dst: str, src: str, nbytes: int) -> str:
@@ -17,41 +25,83 @@ def copy_code(dst: str, src: str, nbytes: int) -> str:
     return f"if ((const void *){dst} != (const void *){src}) memmove({dst}, {src}, {nbytes});"
 
 
-@register_op("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+def _has(node: Node, i: int) -> bool:
+    return i < len(node.inputs) and bool(node.inputs[i])
+
+
+def _dropout_check(node: Node, graph: Graph) -> str | None:
+    # Dropout-12+: training_mode (input 2) draws a random mask; inference is the identity.
+    if node.op_type != "Dropout" or not _has(node, 2):
+        return None
+    training = graph.const(node.inputs[2])
+    ratio = graph.const(node.inputs[1]) if _has(node, 1) else None
+    if training is not None and not bool(np.asarray(training).reshape(-1)[0]):
+        return None
+    if ratio is not None and float(np.asarray(ratio).reshape(-1)[0]) == 0.0:
+        return None
+    return "Dropout with training_mode that may be true draws a random mask; fix training_mode to false"
+
+
+@register_op(
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", check=_dropout_check
+)
 def reshape(ctx: NodeContext) -> str:
     """Same bytes, new shape: a copy (the planner could alias these; a memcpy is cheap)."""
     x, y = ctx.x(0), ctx.y(0)
     code = copy_code(y.sym, x.sym, y.nbytes)
-    if ctx.node.op_type == "Dropout" and ctx.has_output(1):
+    if ctx.node.op_type == "Dropout" and ctx.has_output(1) and ctx.y(1).size:
+        # inference: the mask keeps every element (ONNX Dropout spec)
         code += f"\nfor (size_t i = 0; i < {ctx.y(1).size}; ++i) {ctx.y(1).sym}[i] = 1;"
     return code
+
+
+@register_op("Shape", "Size")
+def shape_size(ctx: NodeContext) -> str:
+    """Constants from the static input shape (fold_constants normally removes these nodes).
+    Shape-15 `start` / `end` slice the dims, clamped to the rank."""
+    x, y = ctx.x(0), ctx.y(0)
+    if ctx.node.op_type == "Size":
+        return f"{y.sym}[0] = {c_literal(x.size, y.dtype)};"
+    r = x.rank
+    start = min(max(norm_axis(int(ctx.attr("start", 0)), r), 0), r)
+    end = min(max(norm_axis(int(ctx.attr("end", r)), r), 0), r)
+    dims = x.shape[start:end]
+    return (
+        "\n".join(f"{y.sym}[{i}] = {c_literal(d, y.dtype)};" for i, d in enumerate(dims))
+        or "/* empty */"
+    )
 
 
 @register_op("Transpose")
 def transpose(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
-    perm = list(ctx.attr("perm", list(reversed(range(x.rank)))))
+    perm = [norm_axis(int(p), x.rank) for p in ctx.attr("perm", list(reversed(range(x.rank))))]
     xs = strides(x.shape)
     # read x at the permuted strides, write y contiguously
-    in_st = [xs[p] for p in perm]
-    return _strided_copy(y.sym, x.sym, y.shape, in_st)
+    return strided_copy(y.sym, x.sym, y.shape, [xs[p] for p in perm])
 
 
-def _strided_copy(dst: str, src: str, shape: tuple[int, ...], src_strides: list[int], src_off: str = "0") -> str:
+def strided_copy(
+    dst: str, src: str, shape: tuple[int, ...], src_strides: list[int], src_off: int = 0
+) -> str:
+    """dst (contiguous, `shape`) = src read at `src_strides` from `src_off`; strides may be negative."""
     if int(np.prod(shape)) == 0:
         return "/* empty */"
-    from .common import merge_dims
-
     dims, sts = merge_dims(shape, [src_strides])
     if not dims:
         return f"{dst}[0] = {src}[{src_off}];"
+    # signed offsets when a stride runs backwards (Slice with negative steps)
+    it = "ptrdiff_t" if any(s < 0 for s in sts[0]) else "size_t"
     idx = [f"i{k}" for k in range(len(dims))]
-    off = " + ".join([src_off] + [f"(size_t){i}*{s}" for i, s in zip(idx, sts[0], strict=True) if s])
-    out = " + ".join(f"(size_t){i}*{s}" for i, s in zip(idx, strides(tuple(dims)), strict=True))
+    terms = [str(src_off)] if src_off else []
+    terms += [f"{i} * {s}" if s != 1 else i for i, s in zip(idx, sts[0], strict=True) if s]
+    out = " + ".join(
+        f"{i} * {s}" if s != 1 else i for i, s in zip(idx, strides(tuple(dims)), strict=True)
+    )
     code = ""
     for k, d in enumerate(dims):
-        code += "  " * k + f"for (size_t {idx[k]} = 0; {idx[k]} < {d}; ++{idx[k]})\n"
-    return code + "  " * len(dims) + f"{dst}[{out}] = {src}[{off}];"
+        code += "  " * k + f"for ({it} {idx[k]} = 0; {idx[k]} < {d}; ++{idx[k]})\n"
+    return code + "  " * len(dims) + f"{dst}[{out}] = {src}[{' + '.join(terms) or '0'}];"
 
 
 @register_op("Concat")
@@ -67,15 +117,19 @@ def concat(ctx: NodeContext) -> str:
             continue
         t = ctx.x(i)
         inner = int(np.prod(t.shape[axis:]))
-        if inner == 0:
+        if inner == 0 or outer == 0:
             continue
-        lines.append(f"for (size_t o = 0; o < {outer}; ++o) memcpy({y.sym} + o * {inner_y} + {off}, {t.sym} + o * {inner}, {inner * es});")
+        lines.append(
+            f"for (size_t o = 0; o < {outer}; ++o) memcpy({y.sym} + o * {inner_y} + {off}, {t.sym} + o * {inner}, {inner * es});"
+        )
         off += inner
     return "\n".join(lines) or "/* empty */"
 
 
 @register_op("Split")
 def split(ctx: NodeContext) -> str:
+    """The output shapes (static) say where each part starts, whether `split` is an input,
+    an attribute, or `num_outputs` (uneven last chunk, Split-18)."""
     x = ctx.x(0)
     axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
     outer = int(np.prod(x.shape[:axis]))
@@ -87,75 +141,219 @@ def split(ctx: NodeContext) -> str:
             continue
         t = ctx.y(i)
         inner = int(np.prod(t.shape[axis:]))
-        if inner:
-            lines.append(f"for (size_t o = 0; o < {outer}; ++o) memcpy({t.sym} + o * {inner}, {x.sym} + o * {inner_x} + {off}, {inner * es});")
+        if inner and outer:
+            lines.append(
+                f"for (size_t o = 0; o < {outer}; ++o) memcpy({t.sym} + o * {inner}, {x.sym} + o * {inner_x} + {off}, {inner * es});"
+            )
         off += inner
     return "\n".join(lines) or "/* empty */"
 
 
+# --------------------------------------------------------------------------------------------
+# Slice
+# --------------------------------------------------------------------------------------------
+def _clamp_start(s: int, n: int, step: int) -> int:
+    """ONNX Slice: negative starts count from the end, then clamp to [0, n] (step > 0) or
+    [0, n-1] (step < 0)."""
+    if s < 0:
+        s += n
+    return min(max(s, 0), n - 1 if step < 0 else n)
+
+
 def _slice_params(ctx: NodeContext) -> tuple[list[int], list[int]] | None:
-    """Per-axis start and step of a Slice whose parameters are known."""
+    """Per-axis start and step when every parameter is known at conversion time."""
     x = ctx.x(0)
     r = x.rank
     if ctx.graph.opset < 10:
-        starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+        starts = list(ctx.attr("starts"))
         axes = list(ctx.attr("axes", list(range(len(starts)))))
         steps = [1] * len(starts)
     else:
-        vals = [ctx.const(i) for i in range(1, 5)]
-        if vals[0] is None or vals[1] is None or (ctx.has_input(3) and vals[2] is None) or (ctx.has_input(4) and vals[3] is None):
+        if any(ctx.has_input(i) and ctx.const(i) is None for i in (1, 3, 4)):
             return None
-        starts, ends = vals[0].tolist(), vals[1].tolist()
-        axes = vals[2].tolist() if vals[2] is not None else list(range(len(starts)))
-        steps = vals[3].tolist() if vals[3] is not None else [1] * len(starts)
+        starts = ctx.const(1).reshape(-1).tolist()
+        axes = ctx.const(3).reshape(-1).tolist() if ctx.has_input(3) else list(range(len(starts)))
+        steps = ctx.const(4).reshape(-1).tolist() if ctx.has_input(4) else [1] * len(starts)
     st, sp = [0] * r, [1] * r
-    for s, _e, a, k in zip(starts, ends, axes, steps, strict=False):
+    for s, a, k in zip(starts, axes, steps, strict=False):
         a = norm_axis(int(a), r)
-        n = x.shape[a]
-        s = int(s)
-        if s < 0:
-            s += n
-        s = min(max(s, 0), n - 1 if k < 0 else n)
-        st[a], sp[a] = s, int(k)
+        st[a], sp[a] = _clamp_start(int(s), x.shape[a], int(k)), int(k)
     return st, sp
 
 
-def _slice_check(node: Node, graph: Graph) -> str | None:
-    if graph.opset >= 10 and any(i and graph.const(i) is None for i in node.inputs[1:]):
-        return "Slice with starts/ends/axes/steps computed at run time is not supported"
-    return None
-
-
-@register_op("Slice", check=_slice_check)
+@register_op("Slice")
 def slice_(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
-    params = _slice_params(ctx)
-    assert params is not None
-    st, sp = params
     xs = strides(x.shape)
-    off = sum(s * k for s, k in zip(st, xs, strict=True))
-    return _strided_copy(y.sym, x.sym, y.shape, [k * s for k, s in zip(xs, sp, strict=True)], str(off))
+    params = _slice_params(ctx)
+    if params is not None:
+        st, sp = params
+        off = sum(s * k for s, k in zip(st, xs, strict=True))
+        return strided_copy(
+            y.sym, x.sym, y.shape, [k * s for k, s in zip(xs, sp, strict=True)], off
+        )
+    if y.size == 0 or ctx.x(1).size == 0:
+        return strided_copy(y.sym, x.sym, y.shape, xs)  # nothing sliced
+    # Starts / axes / steps known only at run time: resolve them per axis (ONNX Slice-13 spec),
+    # then walk the static output shape. `ends` is not needed: the output shape encodes it.
+    r, k = x.rank, ctx.x(1).size
+    axis = f"(int64_t){ctx.x(3).sym}[k]" if ctx.has_input(3) else "(int64_t)k"
+    step = f"(int64_t){ctx.x(4).sym}[k]" if ctx.has_input(4) else "1"
+    lines = [
+        f"static const int64_t dims[{r}] = {{{', '.join(map(str, x.shape))}}};",
+        f"int64_t st[{r}] = {{{', '.join(['0'] * r)}}}, sp[{r}] = {{{', '.join(['1'] * r)}}};",
+        f"for (size_t k = 0; k < {k}; ++k) {{",
+        f"  int64_t a = {axis}, s = (int64_t){ctx.x(1).sym}[k];",
+        f"  const int64_t step = {step};",
+        f"  if (a < 0) a += {r};",
+        "  if (s < 0) s += dims[a];",
+        "  if (s < 0) s = 0;",
+        "  if (step > 0 && s > dims[a]) s = dims[a];",
+        "  if (step < 0 && s > dims[a] - 1) s = dims[a] - 1;",
+        "  st[a] = s; sp[a] = step;",
+        "}",
+    ]
+    lines.append(
+        nest(
+            y.shape,
+            lambda d, i: f"(st[{d}] + (int64_t){i} * sp[{d}]) * {xs[d]}",
+            f"{y.sym}[o++] = {x.sym}[p];",
+        )
+    )
+    return "\n".join(lines)
 
 
-@register_op("Gather")
-def gather(ctx: NodeContext) -> str:
-    x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
-    outer = int(np.prod(x.shape[:axis]))
-    n = x.shape[axis]
-    inner = int(np.prod(x.shape[axis + 1 :]))
+def nest(shape: tuple[int, ...], term, stmt: str) -> str:  # noqa: ANN001
+    """Nested loops over `shape` (i0, i1, ...); level d adds term(d, "i<d>") to a running signed
+    source offset, `p` at the innermost level. `stmt` runs there (it may keep a running output
+    index `o`, declared here)."""
+    r = len(shape)
+    lines = ["size_t o = 0;"]
+    if r == 0:
+        lines.append("const int64_t p = 0;")
+    for d, n in enumerate(shape):
+        prev = f"p{d - 1} + " if d else ""
+        name = "p" if d == r - 1 else f"p{d}"
+        t = term(d, f"i{d}")
+        t = t.removesuffix(" * 1")
+        if t == "0" and d:
+            prev, t = f"p{d - 1}", ""
+        lines.append("  " * d + f"for (size_t i{d} = 0; i{d} < {n}; ++i{d}) {{")
+        lines.append("  " * (d + 1) + f"const int64_t {name} = {prev}{t};")
+    lines.append("  " * r + stmt)
+    lines += ["  " * d + "}" for d in reversed(range(r))]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Pad, CenterCropPad
+# --------------------------------------------------------------------------------------------
+def _pad_begin_static(ctx: NodeContext) -> list[int] | None:
+    """Begin pads per axis (negative: crop), when known at conversion time."""
+    r = ctx.x(0).rank
+    if ctx.graph.opset < 11:
+        pads = list(ctx.attr("pads", ctx.attr("paddings", [0] * (2 * r))))
+        return [int(p) for p in pads[:r]]
+    if ctx.const(1) is None or (ctx.has_input(3) and ctx.const(3) is None):
+        return None
+    pads = ctx.const(1).reshape(-1).tolist()
+    axes = ctx.const(3).reshape(-1).tolist() if ctx.has_input(3) else list(range(r))
+    begin = [0] * r
+    for j, a in enumerate(axes):
+        begin[norm_axis(int(a), r)] = int(pads[j])
+    return begin
+
+
+def _pad_map(mode: str, n: int, j: str) -> list[str]:
+    """C statements moving the source index `j` (outside [0, n)) back inside, per Pad mode."""
+    if mode == "edge":
+        return [f"if ({j} < 0) {j} = 0;", f"if ({j} > {n - 1}) {j} = {n - 1};"]
+    if mode == "reflect":
+        if n == 1:
+            return [f"{j} = 0;"]
+        p = 2 * (n - 1)
+        return [f"{j} = (({j} % {p}) + {p}) % {p};", f"if ({j} >= {n}) {j} = {p} - {j};"]
+    if mode == "wrap":
+        return [f"{j} = (({j} % {n}) + {n}) % {n};"]
+    return []
+
+
+def pad_code(
+    x: Tensor, y: Tensor, mode: str, value: str, begin: list[int] | None, begin_code: str = ""
+) -> str:
+    """y = x padded (or cropped, for negative pads) with `begin[d]` leading elements per axis.
+
+    ONNX Pad modes (numpy.pad semantics): constant, reflect (mirror without repeating the
+    edge), edge (repeat the edge), wrap (periodic). When `begin` is None, `begin_code` must
+    declare and fill `int64_t pb[rank]` at run time. Each output row copies its interior with
+    one memcpy and maps only the padded ends element by element."""
+    r = x.rank
+    if y.size == 0:
+        return "/* empty */"
+    if r == 0:
+        return f"{y.sym}[0] = {x.sym}[0];"
+    if 0 in x.shape:
+        mode = "constant"  # nothing to reflect or repeat
+    xs = strides(x.shape)
     es = np.dtype(x.dtype).itemsize
-    return f"""for (size_t o = 0; o < {outer}; ++o)
-for (size_t j = 0; j < {idx.size}; ++j) {{
-  int64_t k = (int64_t){idx.sym}[j];
-  if (k < 0) k += {n};
-  memcpy({y.sym} + (o * {idx.size} + j) * {inner}, {x.sym} + (o * {n} + (size_t)k) * {inner}, {inner * es});
-}}"""
+    lines = ["size_t o = 0;"]
+    if begin is None:
+        lines.append(begin_code)
+    else:
+        lines.append(f"static const int64_t pb[{r}] = {{{', '.join(map(str, begin))}}};")
+    last, n, Y = r - 1, x.shape[-1], y.shape[-1]
+    # the output columns [lo, hi) of a row read x[lo - b .. hi - b) straight
+    lines.append(f"const int64_t b = pb[{last}];")
+    lines.append(f"const int64_t lo = b < 0 ? 0 : b > {Y} ? {Y} : b;")
+    lines.append(f"const int64_t hi = b + {n} < lo ? lo : b + {n} > {Y} ? {Y} : b + {n};")
+    for d in range(last):
+        ind = "  " * d
+        lines.append(f"{ind}for (size_t i{d} = 0; i{d} < {y.shape[d]}; ++i{d}) {{")
+        lines.append(f"{ind}  int64_t j{d} = (int64_t)i{d} - pb[{d}];")
+        if mode == "constant":
+            inside = f"in{d - 1} && " if d else ""
+            lines.append(f"{ind}  const int in{d} = {inside}j{d} >= 0 && j{d} < {x.shape[d]};")
+        else:
+            lines += [f"{ind}  {c}" for c in _pad_map(mode, x.shape[d], f"j{d}")]
+        prev = f"p{d - 1} + " if d else ""
+        lines.append(f"{ind}  const int64_t p{d} = {prev}j{d} * {xs[d]};")
+    ind = "  " * last
+    row = f"p{last - 1}" if last else "0"
+    if mode == "constant":
+        fill = f"for (int64_t i = 0; i < {Y}; ++i) {y.sym}[o + (size_t)i] = {value};"
+        ends = [
+            f"for (int64_t i = 0; i < lo; ++i) {y.sym}[o + (size_t)i] = {value};",
+            f"for (int64_t i = hi; i < {Y}; ++i) {y.sym}[o + (size_t)i] = {value};",
+        ]
+    else:
+        body = " ".join(
+            [
+                "int64_t j = i - b;",
+                *_pad_map(mode, n, "j"),
+                f"{y.sym}[o + (size_t)i] = {x.sym}[{row} + j];",
+            ]
+        )
+        ends = [
+            f"for (int64_t i = 0; i < lo; ++i) {{ {body} }}",
+            f"for (int64_t i = hi; i < {Y}; ++i) {{ {body} }}",
+        ]
+    copy = f"if (hi > lo) memcpy({y.sym} + o + (size_t)lo, {x.sym} + {row} + (lo - b), (size_t)(hi - lo) * {es});"
+    if mode == "constant" and last:
+        lines.append(f"{ind}if (!in{last - 1}) {{ {fill} }}")
+        lines.append(f"{ind}else {{")
+        lines += [f"{ind}  {c}" for c in (*ends, copy)]
+        lines.append(f"{ind}}}")
+    else:
+        lines += [f"{ind}{c}" for c in (*ends, copy)]
+    lines.append(f"{ind}o += {Y};")
+    lines += ["  " * d + "}" for d in reversed(range(last))]
+    return "\n".join(lines)
 
 
 def _pad_check(node: Node, graph: Graph) -> str | None:
-    if graph.opset >= 11 and any(i and graph.const(i) is None for i in node.inputs[1:]):
-        return "Pad with pads computed at run time is not supported"
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        return f"Pad mode '{mode}' is not in the ONNX spec"
     return None
 
 
@@ -165,39 +363,43 @@ def pad(ctx: NodeContext) -> str:
     r = x.rank
     mode = ctx.attr("mode", "constant")
     if ctx.graph.opset < 11:
-        pads = list(ctx.attr("pads"))
-        value = float(ctx.attr("value", 0.0))
+        value = c_literal(float(ctx.attr("value", 0.0)), y.dtype)
+    elif ctx.has_input(2) and ctx.x(2).size:
+        v = ctx.const(2)
+        value = (
+            c_literal(v.reshape(-1)[0].item(), y.dtype) if v is not None else f"{ctx.x(2).sym}[0]"
+        )
     else:
-        pads = ctx.const(1).tolist()
-        value = 0.0
-        if ctx.has_input(2):
-            v = ctx.const(2)
-            value = v.reshape(-1)[0].item() if v is not None and v.size else 0.0
-        if ctx.has_input(3):
-            axes = [norm_axis(int(a), r) for a in ctx.const(3).tolist()]
-            full = [0] * (2 * r)
-            for j, a in enumerate(axes):
-                full[a], full[a + r] = pads[j], pads[j + len(axes)]
-            pads = full
-    xs = strides(x.shape)
-    lines = [f"for (size_t o = 0; o < {y.size}; ++o) {{", "  size_t rem = o, src = 0; int inside = 1;"]
-    ys = strides(y.shape)
-    for d in range(r):
-        n, b = x.shape[d], pads[d]
-        lines.append(f"  {{ long i = (long)(rem / {ys[d]}) - {b}; rem %= {ys[d]};")
-        if mode == "constant":
-            lines.append(f"    if (i < 0 || i >= {n}) inside = 0; else src += (size_t)i * {xs[d]}; }}")
-        elif mode == "reflect":
-            lines.append(f"    if ({n} == 1) i = 0; else {{ const long p = 2 * ({n} - 1); i = ((i % p) + p) % p; if (i >= {n}) i = p - i; }}")
-            lines.append(f"    src += (size_t)i * {xs[d]}; }}")
-        elif mode == "edge":
-            lines.append(f"    if (i < 0) i = 0; if (i >= {n}) i = {n - 1}; src += (size_t)i * {xs[d]}; }}")
-        elif mode == "wrap":
-            lines.append(f"    i = ((i % {max(n, 1)}) + {max(n, 1)}) % {max(n, 1)}; src += (size_t)i * {xs[d]}; }}")
-    lines.append(f"  {y.sym}[o] = inside ? {x.sym}[src] : {c_literal(value, y.dtype)};")
-    lines.append("  (void)inside;")
-    lines.append("}")
-    return "\n".join(lines)
+        value = c_literal(0, y.dtype)
+    begin = _pad_begin_static(ctx)
+    code = ""
+    if begin is None:
+        # pads (and axes) computed at run time: only the begin pads matter, the output shape
+        # already says how much was added at the end
+        n_ax = ctx.x(3).size if ctx.has_input(3) else r
+        axis = f"(int64_t){ctx.x(3).sym}[k]" if ctx.has_input(3) else "(int64_t)k"
+        code = "\n".join(
+            [
+                f"int64_t pb[{r}] = {{{', '.join(['0'] * r)}}};",
+                f"for (size_t k = 0; k < {n_ax}; ++k) {{",
+                f"  int64_t a = {axis};",
+                f"  if (a < 0) a += {r};",
+                f"  pb[a] = (int64_t){ctx.x(1).sym}[k];",
+                "}",
+            ]
+        )
+    return pad_code(x, y, mode, value, begin, code)
+
+
+@register_op("CenterCropPad")
+def center_crop_pad(ctx: NodeContext) -> str:
+    """Crop or zero-pad each axis around its centre to the (static) output shape. The spec's
+    reference puts the odd element at the end: begin = floor(diff / 2)."""
+    x, y = ctx.x(0), ctx.y(0)
+    begin = [
+        (o - i) // 2 if o >= i else -((i - o) // 2) for i, o in zip(x.shape, y.shape, strict=True)
+    ]
+    return pad_code(x, y, "constant", c_literal(0, y.dtype), begin)
 
 
 @register_op("Expand")
@@ -207,33 +409,92 @@ def expand(ctx: NodeContext) -> str:
 
 @register_op("Tile")
 def tile(ctx: NodeContext) -> str:
+    """y[i] = x[i mod x.shape], axis by axis; `repeats` is implied by the static output shape."""
     x, y = ctx.x(0), ctx.y(0)
+    if y.size == 0:
+        return "/* empty */"
     xs = strides(x.shape)
-    lines = [f"for (size_t o = 0; o < {y.size}; ++o) {{", "  size_t rem = o, src = 0;"]
-    ys = strides(y.shape)
-    for d in range(x.rank):
-        lines.append(f"  src += ((rem / {ys[d]}) % {x.shape[d]}) * {xs[d]}; rem %= {ys[d]};")
-    lines.append(f"  {y.sym}[o] = {x.sym}[src];")
-    lines.append("}")
-    return "\n".join(lines)
+    return nest(
+        y.shape,
+        lambda d, i: f"(int64_t)({i} % {x.shape[d]}) * {xs[d]}",
+        f"{y.sym}[o++] = {x.sym}[p];",
+    )
 
 
 @register_op("DepthToSpace", "SpaceToDepth")
 def depth_space(ctx: NodeContext) -> str:
+    """Both are a reshape to 6-D, a transpose, and a reshape back (ONNX spec formulas)."""
     x, y = ctx.x(0), ctx.y(0)
     b = int(ctx.attr("blocksize"))
     N, C, H, W = x.shape
+    mode = ctx.attr("mode", "DCR")
     if ctx.node.op_type == "DepthToSpace":
-        mode = ctx.attr("mode", "DCR")
         c2 = C // (b * b)
         if mode == "DCR":
             tmp_shape, perm = (N, b, b, c2, H, W), (0, 3, 4, 1, 5, 2)
         else:
             tmp_shape, perm = (N, c2, b, b, H, W), (0, 1, 4, 2, 5, 3)
     else:
-        tmp_shape, perm = (N, C, H // b, b, W // b, b), (0, 3, 5, 1, 2, 4)
+        tmp_shape = (N, C, H // b, b, W // b, b)
+        # SpaceToDepth-28 added `mode`; CRD keeps channels outermost
+        perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
     ts = strides(tmp_shape)
     out_shape = tuple(tmp_shape[p] for p in perm)
-    return _strided_copy(y.sym, x.sym, out_shape, [ts[p] for p in perm])
+    return strided_copy(y.sym, x.sym, out_shape, [ts[p] for p in perm])
 
 
+# --------------------------------------------------------------------------------------------
+# Col2Im
+# --------------------------------------------------------------------------------------------
+@register_op("Col2Im")
+def col2im(ctx: NodeContext) -> str:
+    """Sum sliding blocks back into an image: the inverse layout of im2col (ONNX Col2Im-18).
+
+    x is [N, C*prod(block), L]; the output [N, C, *image_shape] is static, but block_shape
+    may come at run time, so the block geometry is read from it."""
+    x, y = ctx.x(0), ctx.y(0)
+    img = list(y.shape[2:])
+    nd = len(img)
+    N, C = y.shape[:2]
+    K = x.shape[1] // max(C, 1)
+    L = x.shape[2]
+    dil = [int(v) for v in ctx.attr("dilations", [1] * nd)]
+    pads = [int(v) for v in ctx.attr("pads", [0] * (2 * nd))]
+    st = [int(v) for v in ctx.attr("strides", [1] * nd)]
+    if y.size == 0:
+        return "/* empty */"
+    blk = ctx.const(2)
+    if blk is not None:
+        ks = "{" + ", ".join(str(int(v)) for v in blk.reshape(-1)) + "}"
+    else:
+        ks = "{" + ", ".join(f"(int64_t){ctx.x(2).sym}[{d}]" for d in range(nd)) + "}"
+    isz = int(np.prod(img))
+    lines = [
+        f"const int64_t ks[{nd}] = {ks};",
+        f"int64_t nb[{nd}];",
+    ]
+    for d in range(nd):
+        lines.append(
+            f"nb[{d}] = ({img[d]} + {pads[d] + pads[d + nd]} - {dil[d]} * (ks[{d}] - 1) - 1) / {st[d]} + 1;"
+        )
+    lines += [
+        f"memset({y.sym}, 0, {y.nbytes});",
+        f"for (size_t nc = 0; nc < {N * C}; ++nc)",
+        f"for (int64_t kc = 0; kc < {K}; ++kc)",
+        f"for (int64_t l = 0; l < {L}; ++l) {{",
+        "  int64_t kr = kc, lr = l, pos = 0;",
+        "  int inside = 1;",
+    ]
+    # decompose the block offset and the block position row-major, last axis fastest
+    for d in reversed(range(nd)):
+        lines.append(f"  const int64_t k{d} = kr % ks[{d}], b{d} = lr % nb[{d}];")
+        lines.append(f"  kr /= ks[{d}]; lr /= nb[{d}];")
+    for d in range(nd):
+        lines.append(f"  const int64_t i{d} = b{d} * {st[d]} - {pads[d]} + k{d} * {dil[d]};")
+        lines.append(f"  if (i{d} < 0 || i{d} >= {img[d]}) inside = 0;")
+        lines.append(f"  pos = pos * {img[d]} + i{d};")
+    lines += [
+        f"  if (inside) {y.sym}[nc * {isz} + (size_t)pos] += {x.sym}[(nc * {K} + (size_t)kc) * {L} + (size_t)l];",
+        "}",
+    ]
+    return "\n".join(lines)

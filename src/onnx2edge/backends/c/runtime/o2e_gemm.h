@@ -10,19 +10,25 @@
  *
  * The design follows the GotoBLAS / BLIS recipe (Goto & van de Geijn, "Anatomy of
  * high-performance matrix multiplication"; Van Zee & van de Geijn, "BLIS: a framework for
- * rapidly instantiating BLAS functionality"):
- *   - the K dimension is cut into KC slices and N into NC slices so that one packed slice of
- *     B (KC x NC) stays in the L2 cache while every row panel of A streams past it;
- *   - B is copied ("packed") into contiguous NR-wide column panels so that the innermost
- *     kernel reads it with unit stride, without TLB misses or cache-set conflicts;
- *   - A is stored as MR-row panels interleaved along K ("k-major": the MR values of one
- *     column of the panel are adjacent). Weights are constant, so conversion packs them once
- *     (see gemm_pack.py); a plain A is packed block by block into the workspace;
+ * rapidly instantiating BLAS functionality"), with the loop order picked by measurement:
  *   - a register-blocked MR x NR micro-kernel keeps the whole C tile in vector registers for
  *     a KC-long loop of rank-1 updates (broadcast one A value, FMA it with the NR-wide row
- *     of B), so each loaded value feeds several FMAs and loads never limit the FMA units;
+ *     of B), so each loaded value feeds several FMAs and the FMA units, not the loads, set
+ *     the pace (8 x 48 on AVX-512: 24 accumulators, 11 loads per 24 FMAs);
+ *   - K is cut into KC slices and B into NR-wide column strips; each KC x NR strip is copied
+ *     ("packed") to contiguous memory right before use, small enough to stay in L1 while
+ *     every 8-row panel of A streams past it, and free of the TLB misses and cache-set
+ *     conflicts a strided walk down B's columns would cause;
+ *   - A is stored as 8-row panels interleaved along K ("k-major": the 8 values of one K step
+ *     are adjacent), so the kernel reads it as one sequential stream. Weights are constant,
+ *     so conversion packs them once (gemm_pack.py); a plain A is read in place, since the
+ *     broadcast operand is loaded one scalar at a time anyway;
+ *   - rows are grouped in M blocks sized for the last-level cache (the A block is reused by
+ *     every strip), the next strip of B and the next A panel are prefetched while the
+ *     current ones are being multiplied;
  *   - bias / residual / activation are fused into the store of each C tile after the last
- *     K slice, so C is written once more at most and never re-read by a separate pass.
+ *     K slice, so C is never re-read by a separate pass.
+ * Matrix-vector (N == 1) and small-N products are memory bound and take dedicated paths.
  *
  * The packed-A layout is the same for every kernel variant (MR = O2E_GEMM_MR = 8 rows per
  * panel, the full K per panel, rows past M zero-filled): weights converted once run with the
@@ -31,9 +37,12 @@
  *
  * Kernel chosen at compile time: __AVX512F__ -> 8x48 AVX-512 kernel; __AVX2__ && __FMA__ ->
  * 4x24 AVX2 kernel (works on half panels); otherwise a portable C99 kernel.
- * Optional threads: compile with -DO2E_THREADS=n (pthreads; link with -pthread).
+ * Optional threads: compile with -DO2E_THREADS=n (pthreads; link with -pthread): a pool of
+ * n - 1 workers started on first use splits N (or M when N is small) for large enough calls.
  * No heap allocation: all scratch comes from the caller's 64-byte-aligned workspace of
- * o2e_sgemm_workspace(M, N, K) bytes.
+ * o2e_sgemm_workspace(M, N, K) bytes (gemm_pack.sgemm_workspace_bytes gives an upper bound
+ * at conversion time, valid for every kernel variant). One workspace per concurrent caller.
+ * o2e_act is defined here unless O2E_ACT_DEFINED is (same layout required).
  */
 #ifndef O2E_GEMM_H
 #define O2E_GEMM_H
@@ -60,20 +69,21 @@
 /* Every function is static: the header is included into model.c. Unused ones must not
  * warn, and the hot helpers must be inlined into the kernels. */
 #if defined(__GNUC__) || defined(__clang__)
+/* Keeps a loaded vector in a register: gcc otherwise re-reads it as a memory operand of every
+ * FMA that uses it, which doubles the loads of a kernel that is load-port bound. */
+#define O2E_IN_REG_(v) __asm__("" : "+v"(v))
 #define O2E_GEMM_FN static __attribute__((unused))
 #define O2E_GEMM_INL static inline __attribute__((always_inline, unused))
 #else
+#define O2E_IN_REG_(v) ((void)0)
 #define O2E_GEMM_FN static
 #define O2E_GEMM_INL static inline
 #endif
 
 /* ---- blocking parameters ---------------------------------------------------------------
  * MR is part of the packed-weight format; do not change it without changing gemm_pack.py.
- * The others may be overridden with -D for tuning (NC must stay a multiple of NR, MC of MR).
- * Values were chosen by measurement on a Zen 5 core (48 KiB L1d, 1 MiB L2): one packed B
- * slice of KC x NC floats fills about half of L2, and an MR x KC panel of A (8 KiB) stays in
- * L1 while the kernel sweeps across the B slice (MC = MR: the A panel is the operand that is
- * reused from L1, B streams from L2 - the ordering BLIS uses on AVX-512 machines). */
+ * The others may be overridden with -D for tuning. Defaults were measured on a Zen 5 core
+ * (48 KiB L1d, 1 MiB L2, 32 MiB L3); the portable default targets small caches. */
 #define O2E_GEMM_MR 8
 #if defined(O2E_GEMM_AVX512)
 #define O2E_GEMM_NR 48 /* 3 zmm of 16 floats: 8 x 3 = 24 accumulators + 3 B + 1 A regs */
@@ -86,19 +96,32 @@
 #define O2E_GEMM_VW 8
 #endif
 #ifndef O2E_GEMM_KC
-#define O2E_GEMM_KC 256
+#define O2E_GEMM_KC 160 /* K slice: a KC x NR strip of packed B fills ~2/3 of L1 */
 #endif
-#ifndef O2E_GEMM_NC
-#define O2E_GEMM_NC 480
+#ifndef O2E_GEMM_SB /* NR strips packed together: B is read in rows of SB * NR floats */
+#define O2E_GEMM_SB 1
 #endif
-#ifndef O2E_GEMM_MC
-#define O2E_GEMM_MC 8
+#ifndef O2E_GEMM_A_BYTES /* A block (M block x K) kept in the last-level cache */
+#if defined(O2E_GEMM_AVX512) || defined(O2E_GEMM_AVX2)
+#define O2E_GEMM_A_BYTES (8 * 1024 * 1024)
+#else
+#define O2E_GEMM_A_BYTES (256 * 1024)
 #endif
-/* Rows per chunk when partial sums must go to a scratch tile instead of C (see below). */
-#define O2E_GEMM_MT 64
-/* Below this many flops a call stays on one thread: thread start-up costs ~20-50 us. */
+#endif
+#ifndef O2E_GEMM_MC_MIN /* fewer rows per block would repack each B strip too often */
+#define O2E_GEMM_MC_MIN 64
+#endif
+#ifndef O2E_GEMM_PF_B_LOC /* cache level hint for prefetching the next B strip */
+#define O2E_GEMM_PF_B_LOC 2
+#endif
+#ifndef O2E_PACK_PD /* rows of B the packing loop prefetches ahead of its copy */
+#define O2E_PACK_PD 16
+#endif
+/* Below this much work (flops; a product with N < 16 counts 16 / N times its flops, being
+ * memory bound) a call stays on one thread: handing work to a spinning pool worker costs
+ * ~1 us, waking a parked one 20-50 us; 5e6 flops take ~25 us on one core. */
 #ifndef O2E_GEMM_MT_FLOPS
-#define O2E_GEMM_MT_FLOPS 4000000.0
+#define O2E_GEMM_MT_FLOPS 5e6
 #endif
 
 #ifndef O2E_ACT_DEFINED
@@ -167,6 +190,7 @@ typedef struct {
   const float *p;
   int ldp;
   o2e_act act;
+  const float *pf_a; /* packed A panel of the next kernel call: prefetched during this one */
 } o2e_epi_;
 
 O2E_GEMM_INL float o2e_act1_(float x, o2e_act act) {
@@ -216,6 +240,12 @@ O2E_GEMM_FN void o2e_store_tile_(const o2e_epi_ *e, const float *t, int ldt, int
   }
 }
 
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(O2E_GEMM_NO_PREFETCH)
+#define O2E_PREFETCH_(addr, loc) __builtin_prefetch((addr), 0, (loc))
+#else
+#define O2E_PREFETCH_(addr, loc) ((void)(addr))
+#endif
+
 /* ---- B packing ---------------------------------------------------------------------------
  * The kc x nc block of B at (pc, jc) becomes column panels of width NR stored one after the
  * other; panel q starts at q * NR * kc and has row stride w = NR, except the last (partial)
@@ -233,9 +263,17 @@ O2E_GEMM_FN void o2e_pack_b_(int kc, int nc, const float *B, int ldb, float *bp)
     float *dst = bp + (size_t)jr * kc;
     const float *src = B + jr;
     if (nr == O2E_GEMM_NR) {
-      for (k = 0; k < kc; k++)
+      for (k = 0; k < kc; k++) {
+        if (k + O2E_PACK_PD < kc) { /* rows still missing the cache: ask for them early */
+          const float *pf_ = src + (size_t)(k + O2E_PACK_PD) * ldb;
+          O2E_PREFETCH_(pf_, 3);
+          O2E_PREFETCH_(pf_ + 16, 3);
+          O2E_PREFETCH_(pf_ + 32, 3);
+          O2E_PREFETCH_(pf_ + 47, 3);
+        }
         memcpy(dst + (size_t)k * O2E_GEMM_NR, src + (size_t)k * ldb,
                sizeof(float) * O2E_GEMM_NR);
+      }
     } else {
       for (k = 0; k < kc; k++) {
         float *d = dst + (size_t)k * w;
@@ -247,9 +285,16 @@ O2E_GEMM_FN void o2e_pack_b_(int kc, int nc, const float *B, int ldb, float *bp)
   }
 }
 
+
 /* ==== micro-kernels ======================================================================
- * o2e_kernel_(kc, a, b, w, mr, nr, e, i0, j0): acc = A-panel(8 x kc, k-major) * B-panel
- * (kc x w, row stride w), then the epilogue stores the valid mr x nr part at (i0, j0). */
+ * o2e_kernel_(kc, a, lda, b, w, mr, nr, e, i0, j0): acc = A panel (8 x kc) * B panel (kc x nr,
+ * row stride w), then the epilogue stores the valid mr x nr part at (i0, j0).
+ * lda == 0: a is a packed panel (k-major, 8 values per K step). lda > 0: a points at row i0
+ * of a plain row-major A; the broadcast operand needs no packing (each use is one scalar
+ * load), rows past mr are read as row mr - 1 so nothing past the matrix is touched. */
+/* Row r of a plain-A tile: rows past mr repeat row mr - 1 (results discarded). */
+#define O2E_PR_(r) (PLAIN ? a + (size_t)((r) < mr ? (r) : mr - 1) * lda : a)
+
 #if defined(O2E_GEMM_AVX512)
 
 O2E_GEMM_INL __m512 o2e_act16_(__m512 x, o2e_act act) {
@@ -267,54 +312,99 @@ O2E_GEMM_INL __m512 o2e_act16_(__m512 x, o2e_act act) {
   }
 }
 
-/* Epilogue for one 16-wide row segment; masked loads/stores keep edge tiles in bounds. */
-O2E_GEMM_INL void o2e_st16_(const o2e_epi_ *e, __m512 x, int i, int j, __mmask16 m) {
-  if (e->q)
-    x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, e->q + (size_t)(i - e->qi) * e->ldq +
-                                                      (j - e->qj)));
-  if (e->final) {
-    if (e->bm) x = _mm512_add_ps(x, _mm512_set1_ps(e->bm[i]));
-    if (e->bn) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, e->bn + j));
-    if (e->r) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, e->r + (size_t)i * e->ldr + j));
-    x = o2e_act16_(x, e->act);
-    if (e->p) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, e->p + (size_t)i * e->ldp + j));
+/* Vectorized epilogue of an mr x nr tile t (row stride ldt) at C position (i0, j0); masked
+ * loads and stores keep the edge tiles inside the matrices. */
+O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int mr, int nr,
+                                 int i0, int j0) {
+  int i, j;
+  for (i = 0; i < mr; i++) {
+    const int gi = i0 + i;
+    const float *ti = t + (size_t)i * ldt;
+    float *o = e->out + (size_t)(gi - e->oi) * e->ldo + (j0 - e->oj);
+    const float *q = e->q ? e->q + (size_t)(gi - e->qi) * e->ldq + (j0 - e->qj) : NULL;
+    const float *r = e->r ? e->r + (size_t)gi * e->ldr + j0 : NULL;
+    const float *p = e->p ? e->p + (size_t)gi * e->ldp + j0 : NULL;
+    const float *bn = e->bn ? e->bn + j0 : NULL;
+    const __m512 bm = _mm512_set1_ps(e->bm ? e->bm[gi] : 0.0f);
+    for (j = 0; j < nr; j += 16) {
+      const __mmask16 m = (__mmask16)(nr - j >= 16 ? 0xFFFF : (1u << (nr - j)) - 1u);
+      __m512 x = _mm512_maskz_loadu_ps(m, ti + j);
+      if (q) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, q + j));
+      if (e->final) {
+        x = _mm512_add_ps(x, bm);
+        if (bn) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bn + j));
+        if (r) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, r + j));
+        x = o2e_act16_(x, e->act);
+        if (p) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, p + j));
+      }
+      _mm512_mask_storeu_ps(o + j, m, x);
+    }
   }
-  _mm512_mask_storeu_ps(e->out + (size_t)(i - e->oi) * e->ldo + (j - e->oj), m, x);
 }
+
+/* Epilogue of one full 16-wide vector of row i (pointers already offset to the row). */
+O2E_GEMM_INL __m512 o2e_epi16_(const o2e_epi_ *e, __m512 x, const float *q, __m512 bm,
+                               const float *bn, const float *r, const float *p) {
+  if (q) x = _mm512_add_ps(x, _mm512_loadu_ps(q));
+  if (e->final) {
+    x = _mm512_add_ps(x, bm);
+    if (bn) x = _mm512_add_ps(x, _mm512_loadu_ps(bn));
+    if (r) x = _mm512_add_ps(x, _mm512_loadu_ps(r));
+    x = o2e_act16_(x, e->act);
+    if (p) x = _mm512_add_ps(x, _mm512_loadu_ps(p));
+  }
+  return x;
+}
+
+#define O2E_OFF16_(ptr, v) ((ptr) ? (ptr) + 16 * (v) : NULL)
+#define O2E_FAST16_ROW_(rw)                                                                    \
+  do {                                                                                         \
+    const int gi = i0 + rw;                                                                    \
+    float *o = e->out + (size_t)(gi - e->oi) * e->ldo + (j0 - e->oj);                          \
+    const float *q = e->q ? e->q + (size_t)(gi - e->qi) * e->ldq + (j0 - e->qj) : NULL;        \
+    const float *bn = e->bn ? e->bn + j0 : NULL;                                               \
+    const float *r = e->r ? e->r + (size_t)gi * e->ldr + j0 : NULL;                            \
+    const float *p = e->p ? e->p + (size_t)gi * e->ldp + j0 : NULL;                            \
+    const __m512 bm = _mm512_set1_ps(e->bm ? e->bm[gi] : 0.0f);                                \
+    _mm512_storeu_ps(o, o2e_epi16_(e, c##rw##0, q, bm, bn, r, p));                             \
+    if (NV > 1)                                                                                \
+      _mm512_storeu_ps(o + 16, o2e_epi16_(e, c##rw##1, O2E_OFF16_(q, 1), bm,                   \
+                                          O2E_OFF16_(bn, 1), O2E_OFF16_(r, 1),                 \
+                                          O2E_OFF16_(p, 1)));                                  \
+    if (NV > 2)                                                                                \
+      _mm512_storeu_ps(o + 32, o2e_epi16_(e, c##rw##2, O2E_OFF16_(q, 2), bm,                   \
+                                          O2E_OFF16_(bn, 2), O2E_OFF16_(r, 2),                 \
+                                          O2E_OFF16_(p, 2)));                                  \
+  } while (0)
 
 /* One row r of the rank-1 update: broadcast a[r], FMA with the NV vectors of B. */
 #define O2E_R16_(r)                                                                            \
   do {                                                                                         \
-    const __m512 av = _mm512_set1_ps(a[r]);                                                    \
+    const __m512 av = _mm512_set1_ps(PLAIN ? p##r[k] : a[r]);                                                    \
     c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                \
     if (NV > 1) c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                    \
     if (NV > 2) c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                    \
   } while (0)
 
-#define O2E_ST16_ROW_(r)                                                                       \
-  do {                                                                                         \
-    if (r < mr) {                                                                              \
-      o2e_st16_(e, c##r##0, i0 + r, j0, NV == 1 ? last : 0xFFFF);                              \
-      if (NV > 1) o2e_st16_(e, c##r##1, i0 + r, j0 + 16, NV == 2 ? last : 0xFFFF);             \
-      if (NV > 2) o2e_st16_(e, c##r##2, i0 + r, j0 + 32, last);                                \
-    }                                                                                          \
-  } while (0)
-
 /* NV (1..3) is a compile-time constant in each caller, so the unused accumulators and FMAs
  * disappear: 8 x 48, 8 x 32 and 8 x 16 kernels from one body. */
-O2E_GEMM_INL void o2e_k16_body_(const int NV, int kc, const float *a, const float *b, int w,
-                                int mr, int nr, const o2e_epi_ *e, int i0, int j0) {
+O2E_GEMM_INL void o2e_k16_body_(const int NV, const int PLAIN, int kc, const float *a, int lda,
+                                const float *b, int w, int mr, int nr, const o2e_epi_ *e, int i0,
+                                int j0) {
+  const float *p0 = a, *p1 = O2E_PR_(1), *p2 = O2E_PR_(2), *p3 = O2E_PR_(3);
+  const float *p4 = O2E_PR_(4), *p5 = O2E_PR_(5), *p6 = O2E_PR_(6), *p7 = O2E_PR_(7);
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
   __m512 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
   __m512 c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
   __m512 c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00;
-  const int rem = nr - 16 * (NV - 1);
-  const __mmask16 last = (__mmask16)(rem >= 16 ? 0xFFFF : (1u << rem) - 1u);
   int k;
   for (k = 0; k < kc; k++) {
-    const __m512 b0 = _mm512_loadu_ps(b);
-    const __m512 b1 = NV > 1 ? _mm512_loadu_ps(b + 16) : b0;
-    const __m512 b2 = NV > 2 ? _mm512_loadu_ps(b + 32) : b0;
+    __m512 b0 = _mm512_loadu_ps(b);
+    __m512 b1 = NV > 1 ? _mm512_loadu_ps(b + 16) : b0;
+    __m512 b2 = NV > 2 ? _mm512_loadu_ps(b + 32) : b0;
+    O2E_IN_REG_(b0);
+    if (NV > 1) O2E_IN_REG_(b1);
+    if (NV > 2) O2E_IN_REG_(b2);
     O2E_R16_(0);
     O2E_R16_(1);
     O2E_R16_(2);
@@ -323,40 +413,72 @@ O2E_GEMM_INL void o2e_k16_body_(const int NV, int kc, const float *a, const floa
     O2E_R16_(5);
     O2E_R16_(6);
     O2E_R16_(7);
-    a += O2E_GEMM_MR;
+    /* bring the next call's A panel into L1 (one line per two K steps) */
+    if (!PLAIN && (k & 1) == 0) O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR, 3);
+    if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
   }
-  O2E_ST16_ROW_(0);
-  O2E_ST16_ROW_(1);
-  O2E_ST16_ROW_(2);
-  O2E_ST16_ROW_(3);
-  O2E_ST16_ROW_(4);
-  O2E_ST16_ROW_(5);
-  O2E_ST16_ROW_(6);
-  O2E_ST16_ROW_(7);
+  if (mr == O2E_GEMM_MR && nr == 16 * NV) {
+    /* Full tile: the epilogue straight from the registers. */
+    O2E_FAST16_ROW_(0);
+    O2E_FAST16_ROW_(1);
+    O2E_FAST16_ROW_(2);
+    O2E_FAST16_ROW_(3);
+    O2E_FAST16_ROW_(4);
+    O2E_FAST16_ROW_(5);
+    O2E_FAST16_ROW_(6);
+    O2E_FAST16_ROW_(7);
+  } else {
+    /* Edge tile: through a small L1-resident tile to the masked epilogue. */
+    float t[O2E_GEMM_MR * 48];
+#define O2E_T16_(r)                                                                            \
+  do {                                                                                         \
+    _mm512_storeu_ps(t + r * 48, c##r##0);                                                     \
+    if (NV > 1) _mm512_storeu_ps(t + r * 48 + 16, c##r##1);                                    \
+    if (NV > 2) _mm512_storeu_ps(t + r * 48 + 32, c##r##2);                                    \
+  } while (0)
+    O2E_T16_(0);
+    O2E_T16_(1);
+    O2E_T16_(2);
+    O2E_T16_(3);
+    O2E_T16_(4);
+    O2E_T16_(5);
+    O2E_T16_(6);
+    O2E_T16_(7);
+#undef O2E_T16_
+    o2e_tile_store_(e, t, 48, mr, nr, i0, j0);
+  }
 }
 
-O2E_GEMM_FN void o2e_k16x3_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                            const o2e_epi_ *e, int i0, int j0) {
-  o2e_k16_body_(3, kc, a, b, w, mr, nr, e, i0, j0);
-}
-O2E_GEMM_FN void o2e_k16x2_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                            const o2e_epi_ *e, int i0, int j0) {
-  o2e_k16_body_(2, kc, a, b, w, mr, nr, e, i0, j0);
-}
-O2E_GEMM_FN void o2e_k16x1_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                            const o2e_epi_ *e, int i0, int j0) {
-  o2e_k16_body_(1, kc, a, b, w, mr, nr, e, i0, j0);
-}
+#define O2E_K16_FN_(name, NV, PLAIN)                                                           \
+  O2E_GEMM_FN void name(int kc, const float *a, int lda, const float *b, int w, int mr, int nr, \
+                        const o2e_epi_ *e, int i0, int j0) {                                   \
+    o2e_k16_body_(NV, PLAIN, kc, a, lda, b, w, mr, nr, e, i0, j0);                             \
+  }
+O2E_K16_FN_(o2e_k16x3_, 3, 0)
+O2E_K16_FN_(o2e_k16x2_, 2, 0)
+O2E_K16_FN_(o2e_k16x1_, 1, 0)
+O2E_K16_FN_(o2e_k16x3p_, 3, 1)
+O2E_K16_FN_(o2e_k16x2p_, 2, 1)
+O2E_K16_FN_(o2e_k16x1p_, 1, 1)
 
-O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                              const o2e_epi_ *e, int i0, int j0) {
-  if (nr > 32)
-    o2e_k16x3_(kc, a, b, w, mr, nr, e, i0, j0);
-  else if (nr > 16)
-    o2e_k16x2_(kc, a, b, w, mr, nr, e, i0, j0);
-  else
-    o2e_k16x1_(kc, a, b, w, mr, nr, e, i0, j0);
+O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, int w, int mr,
+                              int nr, const o2e_epi_ *e, int i0, int j0) {
+  if (lda) {
+    if (nr > 32)
+      o2e_k16x3p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
+    else if (nr > 16)
+      o2e_k16x2p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
+    else
+      o2e_k16x1p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
+  } else {
+    if (nr > 32)
+      o2e_k16x3_(kc, a, 0, b, w, mr, nr, e, i0, j0);
+    else if (nr > 16)
+      o2e_k16x2_(kc, a, 0, b, w, mr, nr, e, i0, j0);
+    else
+      o2e_k16x1_(kc, a, 0, b, w, mr, nr, e, i0, j0);
+  }
 }
 
 #elif defined(O2E_GEMM_AVX2)
@@ -376,63 +498,80 @@ O2E_GEMM_INL __m256 o2e_act8_(__m256 x, o2e_act act) {
   }
 }
 
-/* Full-width (8 lanes) epilogue; edge tiles go through o2e_store_tile_ instead. */
-O2E_GEMM_INL void o2e_st8_(const o2e_epi_ *e, __m256 x, int i, int j) {
-  if (e->q)
-    x = _mm256_add_ps(x, _mm256_loadu_ps(e->q + (size_t)(i - e->qi) * e->ldq + (j - e->qj)));
-  if (e->final) {
-    if (e->bm) x = _mm256_add_ps(x, _mm256_set1_ps(e->bm[i]));
-    if (e->bn) x = _mm256_add_ps(x, _mm256_loadu_ps(e->bn + j));
-    if (e->r) x = _mm256_add_ps(x, _mm256_loadu_ps(e->r + (size_t)i * e->ldr + j));
-    x = o2e_act8_(x, e->act);
-    if (e->p) x = _mm256_add_ps(x, _mm256_loadu_ps(e->p + (size_t)i * e->ldp + j));
+/* Epilogue of an mr x nr tile t (row stride ldt) at C position (i0, j0): 8 lanes at a time,
+ * the columns past the last multiple of 8 one by one (AVX2 has no cheap masked loads). */
+O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int mr, int nr,
+                                 int i0, int j0) {
+  const int n8 = nr & ~7;
+  int i, j;
+  for (i = 0; i < mr; i++) {
+    const int gi = i0 + i;
+    const float *ti = t + (size_t)i * ldt;
+    float *o = e->out + (size_t)(gi - e->oi) * e->ldo + (j0 - e->oj);
+    const float *q = e->q ? e->q + (size_t)(gi - e->qi) * e->ldq + (j0 - e->qj) : NULL;
+    const float *r = e->r ? e->r + (size_t)gi * e->ldr + j0 : NULL;
+    const float *p = e->p ? e->p + (size_t)gi * e->ldp + j0 : NULL;
+    const float *bn = e->bn ? e->bn + j0 : NULL;
+    const float bms = e->bm ? e->bm[gi] : 0.0f;
+    const __m256 bm = _mm256_set1_ps(bms);
+    for (j = 0; j < n8; j += 8) {
+      __m256 x = _mm256_loadu_ps(ti + j);
+      if (q) x = _mm256_add_ps(x, _mm256_loadu_ps(q + j));
+      if (e->final) {
+        x = _mm256_add_ps(x, bm);
+        if (bn) x = _mm256_add_ps(x, _mm256_loadu_ps(bn + j));
+        if (r) x = _mm256_add_ps(x, _mm256_loadu_ps(r + j));
+        x = o2e_act8_(x, e->act);
+        if (p) x = _mm256_add_ps(x, _mm256_loadu_ps(p + j));
+      }
+      _mm256_storeu_ps(o + j, x);
+    }
+    for (; j < nr; j++) {
+      float x = ti[j];
+      if (q) x += q[j];
+      if (e->final) {
+        x += bms;
+        if (bn) x += bn[j];
+        if (r) x += r[j];
+        x = o2e_act1_(x, e->act);
+        if (p) x += p[j];
+      }
+      o[j] = x;
+    }
   }
-  _mm256_storeu_ps(e->out + (size_t)(i - e->oi) * e->ldo + (j - e->oj), x);
 }
 
 #define O2E_R8_(r)                                                                             \
   do {                                                                                         \
-    const __m256 av = _mm256_broadcast_ss(a + r);                                              \
+    const __m256 av = _mm256_broadcast_ss(PLAIN ? p##r + k : a + r);                                              \
     c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                \
     if (NV > 1) c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                    \
     if (NV > 2) c##r##2 = _mm256_fmadd_ps(av, b2, c##r##2);                                    \
   } while (0)
 
 /* 4 x (8 NV) kernel over rows [h, h + 4) of the 8-row panel (A read with stride 8). */
-O2E_GEMM_INL void o2e_k8_body_(const int NV, int kc, const float *a, const float *b, int w,
-                               int mr, int nr, const o2e_epi_ *e, int i0, int j0) {
+O2E_GEMM_INL void o2e_k8_body_(const int NV, const int PLAIN, int kc, const float *a, int lda,
+                               const float *b, int w, int mr, int nr, const o2e_epi_ *e, int i0,
+                               int j0) {
+  const float *p0 = a, *p1 = O2E_PR_(1), *p2 = O2E_PR_(2), *p3 = O2E_PR_(3);
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
   __m256 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
   int k;
   for (k = 0; k < kc; k++) {
-    const __m256 b0 = _mm256_loadu_ps(b);
-    const __m256 b1 = NV > 1 ? _mm256_loadu_ps(b + 8) : b0;
-    const __m256 b2 = NV > 2 ? _mm256_loadu_ps(b + 16) : b0;
+    __m256 b0 = _mm256_loadu_ps(b);
+    __m256 b1 = NV > 1 ? _mm256_loadu_ps(b + 8) : b0;
+    __m256 b2 = NV > 2 ? _mm256_loadu_ps(b + 16) : b0;
+    O2E_IN_REG_(b0);
+    if (NV > 1) O2E_IN_REG_(b1);
+    if (NV > 2) O2E_IN_REG_(b2);
     O2E_R8_(0);
     O2E_R8_(1);
     O2E_R8_(2);
     O2E_R8_(3);
-    a += O2E_GEMM_MR;
+    if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
   }
-  if (nr == 8 * NV && mr == 4) {
-    o2e_st8_(e, c00, i0, j0);
-    o2e_st8_(e, c10, i0 + 1, j0);
-    o2e_st8_(e, c20, i0 + 2, j0);
-    o2e_st8_(e, c30, i0 + 3, j0);
-    if (NV > 1) {
-      o2e_st8_(e, c01, i0, j0 + 8);
-      o2e_st8_(e, c11, i0 + 1, j0 + 8);
-      o2e_st8_(e, c21, i0 + 2, j0 + 8);
-      o2e_st8_(e, c31, i0 + 3, j0 + 8);
-    }
-    if (NV > 2) {
-      o2e_st8_(e, c02, i0, j0 + 16);
-      o2e_st8_(e, c12, i0 + 1, j0 + 16);
-      o2e_st8_(e, c22, i0 + 2, j0 + 16);
-      o2e_st8_(e, c32, i0 + 3, j0 + 16);
-    }
-  } else {
+  {
     float t[4 * 24];
     _mm256_storeu_ps(t, c00);
     _mm256_storeu_ps(t + 24, c10);
@@ -450,35 +589,44 @@ O2E_GEMM_INL void o2e_k8_body_(const int NV, int kc, const float *a, const float
       _mm256_storeu_ps(t + 64, c22);
       _mm256_storeu_ps(t + 88, c32);
     }
-    o2e_store_tile_(e, t, 24, mr, nr, i0, j0);
+    o2e_tile_store_(e, t, 24, mr, nr, i0, j0);
   }
 }
 
-O2E_GEMM_FN void o2e_k8x3_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                           const o2e_epi_ *e, int i0, int j0) {
-  o2e_k8_body_(3, kc, a, b, w, mr, nr, e, i0, j0);
-}
-O2E_GEMM_FN void o2e_k8x2_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                           const o2e_epi_ *e, int i0, int j0) {
-  o2e_k8_body_(2, kc, a, b, w, mr, nr, e, i0, j0);
-}
-O2E_GEMM_FN void o2e_k8x1_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                           const o2e_epi_ *e, int i0, int j0) {
-  o2e_k8_body_(1, kc, a, b, w, mr, nr, e, i0, j0);
-}
+#define O2E_K8_FN_(name, NV, PLAIN)                                                            \
+  O2E_GEMM_FN void name(int kc, const float *a, int lda, const float *b, int w, int mr, int nr, \
+                        const o2e_epi_ *e, int i0, int j0) {                                   \
+    o2e_k8_body_(NV, PLAIN, kc, a, lda, b, w, mr, nr, e, i0, j0);                              \
+  }
+O2E_K8_FN_(o2e_k8x3_, 3, 0)
+O2E_K8_FN_(o2e_k8x2_, 2, 0)
+O2E_K8_FN_(o2e_k8x1_, 1, 0)
+O2E_K8_FN_(o2e_k8x3p_, 3, 1)
+O2E_K8_FN_(o2e_k8x2p_, 2, 1)
+O2E_K8_FN_(o2e_k8x1p_, 1, 1)
 
-O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                              const o2e_epi_ *e, int i0, int j0) {
+O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, int w, int mr,
+                              int nr, const o2e_epi_ *e, int i0, int j0) {
   int h;
   /* The AVX2 register file holds a 4 x 24 tile: do the 8-row panel as two halves. */
   for (h = 0; h < mr; h += 4) {
     const int m4 = mr - h < 4 ? mr - h : 4;
-    if (nr > 16)
-      o2e_k8x3_(kc, a + h, b, w, m4, nr, e, i0 + h, j0);
-    else if (nr > 8)
-      o2e_k8x2_(kc, a + h, b, w, m4, nr, e, i0 + h, j0);
-    else
-      o2e_k8x1_(kc, a + h, b, w, m4, nr, e, i0 + h, j0);
+    if (lda) {
+      const float *ah = a + (size_t)h * lda;
+      if (nr > 16)
+        o2e_k8x3p_(kc, ah, lda, b, w, m4, nr, e, i0 + h, j0);
+      else if (nr > 8)
+        o2e_k8x2p_(kc, ah, lda, b, w, m4, nr, e, i0 + h, j0);
+      else
+        o2e_k8x1p_(kc, ah, lda, b, w, m4, nr, e, i0 + h, j0);
+    } else {
+      if (nr > 16)
+        o2e_k8x3_(kc, a + h, 0, b, w, m4, nr, e, i0 + h, j0);
+      else if (nr > 8)
+        o2e_k8x2_(kc, a + h, 0, b, w, m4, nr, e, i0 + h, j0);
+      else
+        o2e_k8x1_(kc, a + h, 0, b, w, m4, nr, e, i0 + h, j0);
+    }
   }
 }
 
@@ -486,26 +634,66 @@ O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, const float *b, int w, int
 
 /* 4 x 8 tile of scalars: 32 accumulators map onto 8 SSE / NEON registers when the compiler
  * vectorizes, and stay a reasonable register load for a scalar FPU. */
-O2E_GEMM_FN void o2e_k4x8_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                           const o2e_epi_ *e, int i0, int j0) {
-  float c[4][8] = {{0.0f}};
-  int k, i, j;
-  for (k = 0; k < kc; k++) {
-    for (i = 0; i < 4; i++) {
-      const float av = a[i];
-      for (j = 0; j < 8; j++) c[i][j] += av * b[j];
-    }
-    a += O2E_GEMM_MR;
-    b += w;
+/* 4 x 4 block of scalar accumulators (16 registers plus 8 operands: fits the FPU register
+ * file of small cores such as a Cortex-M4F/M7 and SLP-vectorizes on SSE/NEON); the 8-wide
+ * strip is done as two column halves. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* gcc -O3 would vectorize the K loop itself (shuffling scalars in and out of vectors),
+ * which runs at a third of the speed of this straight-line code. */
+__attribute__((optimize("no-tree-loop-vectorize")))
+#endif
+O2E_GEMM_FN void o2e_k4x4_(int kc, const float *a0, const float *a1, const float *a2,
+                           const float *a3, size_t ks, const float *b, int w, float *t) {
+  float c00 = 0.0f, c01 = 0.0f, c02 = 0.0f, c03 = 0.0f, c10 = 0.0f, c11 = 0.0f, c12 = 0.0f;
+  float c13 = 0.0f, c20 = 0.0f, c21 = 0.0f, c22 = 0.0f, c23 = 0.0f, c30 = 0.0f, c31 = 0.0f;
+  float c32 = 0.0f, c33 = 0.0f;
+  size_t k, ak = 0;
+  for (k = 0; k < (size_t)kc; k++, ak += ks, b += w) {
+    const float b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
+    const float v0 = a0[ak], v1 = a1[ak], v2 = a2[ak], v3 = a3[ak];
+    c00 += v0 * b0;
+    c01 += v0 * b1;
+    c02 += v0 * b2;
+    c03 += v0 * b3;
+    c10 += v1 * b0;
+    c11 += v1 * b1;
+    c12 += v1 * b2;
+    c13 += v1 * b3;
+    c20 += v2 * b0;
+    c21 += v2 * b1;
+    c22 += v2 * b2;
+    c23 += v2 * b3;
+    c30 += v3 * b0;
+    c31 += v3 * b1;
+    c32 += v3 * b2;
+    c33 += v3 * b3;
   }
-  o2e_store_tile_(e, &c[0][0], 8, mr, nr, i0, j0);
+  t[0] = c00, t[1] = c01, t[2] = c02, t[3] = c03;
+  t[8] = c10, t[9] = c11, t[10] = c12, t[11] = c13;
+  t[16] = c20, t[17] = c21, t[18] = c22, t[19] = c23;
+  t[24] = c30, t[25] = c31, t[26] = c32, t[27] = c33;
 }
 
-O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, const float *b, int w, int mr, int nr,
-                              const o2e_epi_ *e, int i0, int j0) {
+O2E_GEMM_FN void o2e_k4x8_(int kc, const float *a, int lda, const float *b, int w, int mr,
+                           int nr, const o2e_epi_ *e, int i0, int j0) {
+  float t[4 * 8];
+  const size_t ks = lda ? 1 : O2E_GEMM_MR; /* distance between K steps of one row */
+  const float *a1 = lda ? a + (size_t)(mr > 1 ? 1 : 0) * lda : a + 1;
+  const float *a2 = lda ? a + (size_t)(mr > 2 ? 2 : mr - 1) * lda : a + 2;
+  const float *a3 = lda ? a + (size_t)(mr > 3 ? 3 : mr - 1) * lda : a + 3;
+  o2e_k4x4_(kc, a, a1, a2, a3, ks, b, w, t);
+  if (nr > 4) o2e_k4x4_(kc, a, a1, a2, a3, ks, b + 4, w, t + 4);
+  o2e_store_tile_(e, t, 8, mr, nr, i0, j0);
+}
+
+#define o2e_tile_store_ o2e_store_tile_
+
+O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, int w, int mr,
+                              int nr, const o2e_epi_ *e, int i0, int j0) {
   int h;
   for (h = 0; h < mr; h += 4)
-    o2e_k4x8_(kc, a + h, b, w, mr - h < 4 ? mr - h : 4, nr, e, i0 + h, j0);
+    o2e_k4x8_(kc, lda ? a + (size_t)h * lda : a + h, lda, b, w, mr - h < 4 ? mr - h : 4, nr, e,
+              i0 + h, j0);
 }
 
 #endif
@@ -679,18 +867,43 @@ typedef struct {
 
 #define O2E_GEMM_RUP16_(n) (((size_t)(n) + 15u) & ~(size_t)15u)
 
+#if defined(O2E_GEMM_AVX512)
+#define O2E_GEMM_SMALLN 12
+#ifndef O2E_SN_KB
+#define O2E_SN_KB 128 /* K chunk: the expanded B chunk (N x KB x 8 floats) stays in L1 */
+#endif
+
+O2E_GEMM_FN size_t o2e_sn_ws_floats_(int M, int N) {
+  return O2E_GEMM_RUP16_((size_t)N * (O2E_SN_KB + 2) * 8) +
+         O2E_GEMM_RUP16_((size_t)4 * O2E_GEMM_MR * O2E_SN_KB) +
+         O2E_GEMM_RUP16_(((size_t)M + O2E_GEMM_MR) * N) + 16;
+}
+#else
+#define O2E_GEMM_SMALLN 1
+#endif
+
+/* Rows of A per M block of the blocked product (a multiple of 8): as many as keep the block's
+ * M x K floats within O2E_GEMM_A_BYTES, at least O2E_GEMM_MC_MIN. */
+O2E_GEMM_INL int o2e_mc_(int M, int K) {
+  double rows = (double)O2E_GEMM_A_BYTES / ((double)K * sizeof(float));
+  int mc;
+  if (rows < O2E_GEMM_MC_MIN) rows = O2E_GEMM_MC_MIN;
+  if (rows > (double)M) rows = (double)M;
+  mc = ((int)rows + O2E_GEMM_MR - 1) / O2E_GEMM_MR * O2E_GEMM_MR;
+  return mc < O2E_GEMM_MR ? O2E_GEMM_MR : mc;
+}
+
 /* Floats of scratch one thread needs. */
 O2E_GEMM_FN size_t o2e_ws_floats_(int M, int N, int K) {
-  size_t kcm, ncm, total;
+  size_t total;
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   if (N == 1) return O2E_GEMM_RUP16_(K) + O2E_GEMM_RUP16_((size_t)M + O2E_GEMM_MR);
-  kcm = (size_t)(K < O2E_GEMM_KC ? K : O2E_GEMM_KC);
-  ncm = (size_t)(N + O2E_GEMM_NR - 1) / O2E_GEMM_NR * O2E_GEMM_NR;
-  if (ncm > O2E_GEMM_NC) ncm = O2E_GEMM_NC;
-  total = O2E_GEMM_RUP16_(kcm * ncm);          /* packed B slice */
-  total += O2E_GEMM_RUP16_(O2E_GEMM_MC * kcm); /* packed A block (plain A only) */
-  if (K > O2E_GEMM_KC) total += O2E_GEMM_RUP16_((size_t)O2E_GEMM_MT * ncm); /* T */
-  (void)M;
+  total = O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * O2E_GEMM_SB * O2E_GEMM_NR); /* packed B */
+  if (K > O2E_GEMM_KC) /* partial sums of an M block (scratch tile T), see o2e_epi_setup_ */
+    total += O2E_GEMM_RUP16_((size_t)o2e_mc_(M, K) * O2E_GEMM_SB * O2E_GEMM_NR);
+#if O2E_GEMM_SMALLN > 1
+  if (N <= O2E_GEMM_SMALLN && o2e_sn_ws_floats_(M, N) > total) total = o2e_sn_ws_floats_(M, N);
+#endif
   return total;
 }
 
@@ -740,102 +953,309 @@ O2E_GEMM_FN void o2e_gemv_run_(const o2e_gemm_args_ *g, int m0, int m1, float *w
   o2e_gemv_epilogue_(g, y + m0, m0, m1 - m0);
 }
 
-/* The blocked product for rows [m0, m1) x columns [n0, n1) (m0 a multiple of 8). */
+#if defined(O2E_GEMM_AVX512)
+/* ==== small N (2 .. O2E_GEMM_SMALLN columns) ===============================================
+ * A fully-connected layer at batch 2..12 is A-bandwidth bound like a matrix-vector product,
+ * and an 8 x 48 tile would waste most of its lanes. Here one zmm holds two K steps of a
+ * packed panel (16 values = 2 x 8 rows) and is multiplied by the matching "expanded" B
+ * vector (B[k][n] repeated 8 times, then B[k+1][n] 8 times), built once per K chunk, so
+ * every A value is loaded once and feeds all N columns; the two halves are added at the end.
+ * PP panels are processed together so that each expanded-B load feeds PP FMAs. */
+O2E_GEMM_INL void o2e_sn_body_(const int PP, const int NN, int kk, const float *const *ap,
+                               const float *bx, float *y, int first) {
+  __m512 acc[4][12];
+  int q, n, k;
+  for (q = 0; q < PP; q++)
+    for (n = 0; n < NN; n++) acc[q][n] = _mm512_setzero_ps();
+  for (k = 0; k + 2 <= kk; k += 2) {
+    __m512 av[4];
+    for (q = 0; q < PP; q++) {
+      av[q] = _mm512_loadu_ps(ap[q] + (size_t)k * O2E_GEMM_MR);
+      O2E_IN_REG_(av[q]);
+    }
+    for (n = 0; n < NN; n++) {
+      __m512 bv = _mm512_load_ps(bx + (size_t)n * (O2E_SN_KB + 2) * 8 + (size_t)k * 8);
+      O2E_IN_REG_(bv);
+      for (q = 0; q < PP; q++) acc[q][n] = _mm512_fmadd_ps(av[q], bv, acc[q][n]);
+    }
+  }
+  if (k < kk) { /* odd tail: only the low half of A exists; the expanded B pad is zero */
+    for (q = 0; q < PP; q++) {
+      const __m512 a1 = _mm512_maskz_loadu_ps(0x00FF, ap[q] + (size_t)k * O2E_GEMM_MR);
+      for (n = 0; n < NN; n++)
+        acc[q][n] = _mm512_fmadd_ps(
+            a1, _mm512_load_ps(bx + (size_t)n * (O2E_SN_KB + 2) * 8 + (size_t)k * 8), acc[q][n]);
+    }
+  }
+  for (q = 0; q < PP; q++)
+    for (n = 0; n < NN; n++) {
+      __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[q][n]),
+                               _mm512_extractf32x8_ps(acc[q][n], 1));
+      float *yq = y + ((size_t)q * NN + n) * O2E_GEMM_MR;
+      if (!first) h = _mm256_add_ps(h, _mm256_loadu_ps(yq));
+      _mm256_storeu_ps(yq, h);
+    }
+}
+
+#define O2E_SN_CASE_(PP, NN)                                                                   \
+  case NN:                                                                                     \
+    o2e_sn_body_(PP, NN, kk, ap, bx, y, first);                                                \
+    break
+
+/* y[p][n][i] (+)= panels ap[0..PP) x expanded B, for N = 2..12. */
+O2E_GEMM_FN void o2e_sn_block_(int N, int kk, const float *const *ap, const float *bx, float *y,
+                               int first) {
+  switch (N) {
+    O2E_SN_CASE_(4, 2);
+    O2E_SN_CASE_(4, 3);
+    O2E_SN_CASE_(4, 4);
+    O2E_SN_CASE_(4, 5);
+    O2E_SN_CASE_(4, 6);
+    O2E_SN_CASE_(2, 7);
+    O2E_SN_CASE_(2, 8);
+    O2E_SN_CASE_(2, 9);
+    O2E_SN_CASE_(2, 10);
+    O2E_SN_CASE_(2, 11);
+  default:
+    o2e_sn_body_(2, 12, kk, ap, bx, y, first);
+    break;
+  }
+}
+
+
+/* Rows [m0, m1) (m0 a multiple of 8), all N columns, 2 <= N <= O2E_GEMM_SMALLN. */
+O2E_GEMM_FN void o2e_sn_run_(const o2e_gemm_args_ *g, int m0, int m1, float *ws) {
+  const int N = g->N, K = g->K, PP = N <= 6 ? 4 : 2;
+  const int p0 = m0 / O2E_GEMM_MR, p1 = (m1 + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
+  float *bx = ws; /* 64-byte aligned: the workspace is, and every part is a multiple of 16 */
+  float *apk = bx + O2E_GEMM_RUP16_((size_t)N * (O2E_SN_KB + 2) * 8);
+  float *y = apk + O2E_GEMM_RUP16_((size_t)4 * O2E_GEMM_MR * O2E_SN_KB); /* [p - p0][n][8] */
+  o2e_epi_ e;
+  int kb, p, n, i, k;
+  for (kb = 0; kb < K; kb += O2E_SN_KB) {
+    const int kk = K - kb < O2E_SN_KB ? K - kb : O2E_SN_KB;
+    for (n = 0; n < N; n++) {
+      float *d = bx + (size_t)n * (O2E_SN_KB + 2) * 8;
+      for (k = 0; k < kk; k++)
+        _mm256_store_ps(d + (size_t)k * 8, _mm256_set1_ps(g->B[(size_t)(kb + k) * g->ldb + n]));
+      _mm256_store_ps(d + (size_t)kk * 8, _mm256_setzero_ps());
+    }
+    for (p = p0; p < p1; p += PP) {
+      const float *ap[4];
+      int q;
+      for (q = 0; q < PP; q++) {
+        const int pq = p + q < p1 ? p + q : p1 - 1; /* past the end: recompute the last one */
+        if (g->a_packed) {
+          ap[q] = g->A + (size_t)pq * O2E_GEMM_MR * K + (size_t)kb * O2E_GEMM_MR;
+        } else {
+          const int r0 = pq * O2E_GEMM_MR;
+          const int rows = g->M - r0 < O2E_GEMM_MR ? g->M - r0 : O2E_GEMM_MR;
+          float *dst = apk + (size_t)q * O2E_GEMM_MR * O2E_SN_KB;
+          o2e_pack_a_panel_(rows, kk, g->A + (size_t)r0 * g->lda + kb, g->lda, dst);
+          ap[q] = dst;
+        }
+      }
+      if (p + PP <= p1) {
+        o2e_sn_block_(N, kk, ap, bx, y + (size_t)(p - p0) * N * O2E_GEMM_MR, kb == 0);
+      } else { /* short last group: compute into scratch, keep the real panels */
+        float tmp[4 * O2E_GEMM_SMALLN * O2E_GEMM_MR];
+        const int valid = p1 - p;
+        int j;
+        if (kb > 0) memcpy(tmp, y + (size_t)(p - p0) * N * O2E_GEMM_MR, sizeof(float) * (size_t)valid * N * O2E_GEMM_MR);
+        o2e_sn_block_(N, kk, ap, bx, tmp, kb == 0);
+        for (j = 0; j < valid * N * O2E_GEMM_MR; j++) y[(size_t)(p - p0) * N * O2E_GEMM_MR + j] = tmp[j];
+      }
+    }
+  }
+  memset(&e, 0, sizeof e);
+  e.out = g->C;
+  e.ldo = g->ldc;
+  e.final = 1;
+  e.bm = g->bm;
+  e.bn = g->bn;
+  e.r = g->R;
+  e.ldr = g->ldr;
+  e.p = g->accumulate ? g->C : NULL;
+  e.ldp = g->ldc;
+  e.act = g->act;
+  for (p = p0; p < p1; p++) {
+    float t[O2E_GEMM_MR * O2E_GEMM_SMALLN];
+    const float *yp = y + (size_t)(p - p0) * N * O2E_GEMM_MR;
+    const int i0 = p * O2E_GEMM_MR;
+    for (i = 0; i < O2E_GEMM_MR; i++)
+      for (n = 0; n < N; n++) t[i * N + n] = yp[n * O2E_GEMM_MR + i];
+    o2e_tile_store_(&e, t, N, m1 - i0 < O2E_GEMM_MR ? m1 - i0 : O2E_GEMM_MR, N, i0, 0);
+  }
+}
+#endif
+
+/* Epilogue of one K slice (see o2e_epi_). Partial sums of K slices normally live in C
+ * itself. That is wrong when the old C is still needed at the end (accumulating through a
+ * non-linear activation, or R == C): then use_t sends them to the scratch tile t, whose
+ * element (i, j) is t[(i - ti) * ldt + (j - tj)]. */
+O2E_GEMM_INL void o2e_epi_setup_(o2e_epi_ *e, const o2e_gemm_args_ *g, int first, int last,
+                                 int use_t, float *t, int ldt, int ti, int tj) {
+  memset(e, 0, sizeof *e);
+  e->final = last;
+  e->act = g->act;
+  if (last) {
+    e->bm = g->bm;
+    e->bn = g->bn;
+    e->r = g->R;
+    e->ldr = g->ldr;
+  }
+  if (use_t) {
+    if (last) {
+      e->out = g->C;
+      e->ldo = g->ldc;
+      e->p = g->accumulate ? g->C : NULL;
+      e->ldp = g->ldc;
+    } else {
+      e->out = t;
+      e->ldo = ldt;
+      e->oi = ti;
+      e->oj = tj;
+    }
+    if (!first) {
+      e->q = t;
+      e->ldq = ldt;
+      e->qi = ti;
+      e->qj = tj;
+    }
+  } else {
+    e->out = g->C;
+    e->ldo = g->ldc;
+    if (first && last) {
+      e->p = g->accumulate ? g->C : NULL; /* single slice: exact C_old + act(...) */
+      e->ldp = g->ldc;
+    } else if (!first || g->accumulate) {
+      e->q = g->C; /* linear case: the old C can join the sum before the epilogue */
+      e->ldq = g->ldc;
+    }
+  }
+}
+
+/* Whether K slices need the scratch tile (see o2e_epi_setup_). */
+O2E_GEMM_INL int o2e_need_t_(const o2e_gemm_args_ *g, int nkb) {
+  if (nkb <= 1) return 0;
+  if (g->accumulate && g->act.kind != 0) return 1;
+  return g->R && o2e_overlap_(g->R, (size_t)(g->M - 1) * g->ldr + g->N, g->C,
+                              (size_t)(g->M - 1) * g->ldc + g->N);
+}
+
+/* Software prefetch of the next strip of B (rows x cols floats, cols <= NR, row stride ld),
+ * a few rows per micro-kernel call, so that it is already in cache when its turn comes:
+ * the data movement hides under the FMAs instead of stalling before the next packing. */
+typedef struct {
+  const float *p;
+  int rows, last, ld, per, r;
+} o2e_pf_;
+
+O2E_GEMM_INL void o2e_pf_init_(o2e_pf_ *f, const float *p, int rows, int cols, int ld, int calls) {
+  f->p = p;
+  f->rows = p ? rows : 0;
+  f->last = cols - 1;
+  f->ld = ld;
+  f->per = calls > 0 ? (rows + calls - 1) / calls : 0;
+  f->r = 0;
+}
+
+#define O2E_PF_STEP_(f, loc)                                                                   \
+  do {                                                                                         \
+    int end_ = (f).r + (f).per;                                                                \
+    if (end_ > (f).rows) end_ = (f).rows;                                                      \
+    for (; (f).r < end_; (f).r++) {                                                            \
+      const float *row_ = (f).p + (size_t)(f).r * (f).ld;                                      \
+      int c_;                                                                                  \
+      for (c_ = 0; c_ < (f).last; c_ += 16) O2E_PREFETCH_(row_ + c_, loc);                     \
+      O2E_PREFETCH_(row_ + (f).last, loc);                                                     \
+    }                                                                                          \
+  } while (0)
+
+/* The blocked product for rows [m0, m1) x columns [n0, n1) (m0 a multiple of 8).
+ *
+ * Loop order, outer to inner: M blocks of mc rows; NR-wide column strips of B; K slices of
+ * kc; 8-row panels of A. One kc x NR strip of B is packed right before use (30 KiB at
+ * kc = 160: it stays in L1 while every A panel of the block sweeps across it, so each B value
+ * loaded into L1 feeds mc / 8 micro-kernel calls); the A panels stream from L2 / L3, which
+ * costs only 32 bytes per 24 FMAs. Because the K slices of one strip run back to back, the
+ * mc x NR block of C stays in cache between slices instead of going to memory and back once
+ * per slice; the source of the next strip is prefetched meanwhile (B is often a large
+ * im2col buffer that comes from DRAM). mc is chosen so that the M block of A stays in the
+ * last-level cache, so B is re-read only M / mc times.
+ * K slices are balanced (K = 576 runs as 4 x 144, not 160 x 3 + 96). With few A panels
+ * the copy costs more than it saves, and the kernel reads B in place. */
 O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, int n1,
                                float *ws) {
   const int K = g->K;
-  const size_t kcm = (size_t)(K < O2E_GEMM_KC ? K : O2E_GEMM_KC);
-  size_t ncm = (size_t)(g->N + O2E_GEMM_NR - 1) / O2E_GEMM_NR * O2E_GEMM_NR;
-  float *bp, *ap, *t;
-  int use_t = 0, mchunk, jc, mc0, pc;
-  if (ncm > O2E_GEMM_NC) ncm = O2E_GEMM_NC;
-  bp = ws;
-  ap = bp + O2E_GEMM_RUP16_(kcm * ncm);
-  t = ap + O2E_GEMM_RUP16_(O2E_GEMM_MC * kcm);
-  if (K > O2E_GEMM_KC) {
-    /* Partial sums of K slices normally live in C itself. That is wrong when the old C is
-     * still needed at the end: accumulating through a non-linear activation, or R == C.
-     * Then they go to the scratch tile T, MT rows at a time. */
-    const int r_alias =
-        g->R && o2e_overlap_(g->R, (size_t)(g->M - 1) * g->ldr + g->N, g->C,
-                             (size_t)(g->M - 1) * g->ldc + g->N);
-    use_t = r_alias || (g->accumulate && g->act.kind != 0);
-  }
-  mchunk = use_t ? O2E_GEMM_MT : m1 - m0;
-  for (jc = n0; jc < n1; jc += O2E_GEMM_NC) {
-    const int nc = n1 - jc < O2E_GEMM_NC ? n1 - jc : O2E_GEMM_NC;
-    for (mc0 = m0; mc0 < m1; mc0 += mchunk) {
-      const int mc1 = m1 - mc0 < mchunk ? m1 : mc0 + mchunk;
-      for (pc = 0; pc < K; pc += O2E_GEMM_KC) {
-        const int kc = K - pc < O2E_GEMM_KC ? K - pc : O2E_GEMM_KC;
-        const int first = pc == 0, last = pc + kc >= K;
+  const int nkb = (K + O2E_GEMM_KC - 1) / O2E_GEMM_KC;
+  const int kcb = (K + nkb - 1) / nkb;
+  const int mcb = o2e_mc_(g->M, K);
+  const int use_t = o2e_need_t_(g, nkb);
+  const int lda = g->a_packed ? 0 : g->lda;
+  const int NB = O2E_GEMM_SB * O2E_GEMM_NR;
+  float *bp = ws;
+  float *t = bp + O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * NB);
+  int ic, jb, pc;
+  for (ic = m0; ic < m1; ic += mcb) {
+    const int ie = m1 - ic < mcb ? m1 : ic + mcb;
+    const int npan = (ie - ic + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
+    const float *a0 = g->A + (size_t)(ic / O2E_GEMM_MR) * O2E_GEMM_MR * K; /* packed A */
+    /* Packing pays off when enough A panels reuse a strip; with few panels the kernel reads
+     * B in place - if the row stride is an odd number of cache lines the strip's rows
+     * spread over all L1 sets, so up to 8 panels still read it without conflicts. */
+    const int direct =
+        npan <= 4 || (npan <= 8 && g->ldb % 16 == 0 && (g->ldb / 16) % 2 == 1);
+    for (jb = n0; jb < n1; jb += NB) {
+      const int nb = n1 - jb < NB ? n1 - jb : NB;
+      const int nstrips = (nb + O2E_GEMM_NR - 1) / O2E_GEMM_NR;
+      const int nfull = nb / O2E_GEMM_NR;
+      for (pc = 0; pc < K; pc += kcb) {
+        const int kc = K - pc < kcb ? K - pc : kcb;
+        const float *bsrc = g->B + (size_t)pc * g->ldb + jb;
+        int sidx;
         o2e_epi_ e;
-        int ic;
-        o2e_pack_b_(kc, nc, g->B + (size_t)pc * g->ldb + jc, g->ldb, bp);
-        memset(&e, 0, sizeof e);
-        e.final = last;
-        e.act = g->act;
-        if (last) {
-          e.bm = g->bm;
-          e.bn = g->bn;
-          e.r = g->R;
-          e.ldr = g->ldr;
-        }
-        if (use_t) {
-          if (last) {
-            e.out = g->C;
-            e.ldo = g->ldc;
-            e.p = g->accumulate ? g->C : NULL;
-            e.ldp = g->ldc;
-          } else {
-            e.out = t;
-            e.ldo = (int)ncm;
-            e.oi = mc0;
-            e.oj = jc;
-          }
-          if (!first) {
-            e.q = t;
-            e.ldq = (int)ncm;
-            e.qi = mc0;
-            e.qj = jc;
-          }
-        } else {
-          e.out = g->C;
-          e.ldo = g->ldc;
-          if (first && last) {
-            e.p = g->accumulate ? g->C : NULL; /* single slice: exact C_old + act(...) */
-            e.ldp = g->ldc;
-          } else if (!first || g->accumulate) {
-            e.q = g->C; /* linear case: the old C can join the sum before the epilogue */
-            e.ldq = g->ldc;
-          }
-        }
-        for (ic = mc0; ic < mc1; ic += O2E_GEMM_MC) {
-          const int mcb = mc1 - ic < O2E_GEMM_MC ? mc1 - ic : O2E_GEMM_MC;
-          const float *abase;
-          size_t astride;
-          int jr, ir;
-          if (g->a_packed) {
-            abase = g->A + (size_t)(ic / O2E_GEMM_MR) * O2E_GEMM_MR * K + (size_t)pc * O2E_GEMM_MR;
-            astride = (size_t)O2E_GEMM_MR * K;
-          } else {
-            for (ir = 0; ir < mcb; ir += O2E_GEMM_MR) {
-              const int rows = mcb - ir < O2E_GEMM_MR ? mcb - ir : O2E_GEMM_MR;
-              o2e_pack_a_panel_(rows, kc, g->A + (size_t)(ic + ir) * g->lda + pc, g->lda,
-                                ap + (size_t)ir * kc);
-            }
-            abase = ap;
-            astride = (size_t)O2E_GEMM_MR * kc;
-          }
-          for (jr = 0; jr < nc; jr += O2E_GEMM_NR) {
-            const int nr = nc - jr < O2E_GEMM_NR ? nc - jr : O2E_GEMM_NR;
-            const float *bpan = bp + (size_t)jr * kc;
-            const int w = o2e_panel_w_(nr);
-            for (ir = 0; ir < mcb; ir += O2E_GEMM_MR) {
-              const int mr = mcb - ir < O2E_GEMM_MR ? mcb - ir : O2E_GEMM_MR;
-              o2e_kernel_(kc, abase + (size_t)(ir / O2E_GEMM_MR) * astride, bpan, w, mr, nr, &e,
-                          ic + ir, jc + jr);
-            }
+        o2e_pf_ pf;
+        /* the block of B that comes next in this loop order */
+        if (direct)
+          o2e_pf_init_(&pf, NULL, 0, 0, 0, 0);
+        else if (pc + kc < K)
+          o2e_pf_init_(&pf, bsrc + (size_t)kc * g->ldb, K - pc - kc < kcb ? K - pc - kc : kcb,
+                       nb, g->ldb, npan * nstrips);
+        else if (jb + NB < n1)
+          o2e_pf_init_(&pf, g->B + jb + NB, K < kcb ? K : kcb, n1 - jb - NB < NB ? n1 - jb - NB : NB,
+                       g->ldb, npan * nstrips);
+        else if (ie < m1)
+          o2e_pf_init_(&pf, g->B + n0, K < kcb ? K : kcb, n1 - n0 < NB ? n1 - n0 : NB, g->ldb,
+                       npan * nstrips);
+        else
+          o2e_pf_init_(&pf, NULL, 0, 0, 0, 0);
+        if (!direct)
+          o2e_pack_b_(kc, nb, bsrc, g->ldb, bp);
+        else if (nfull < nstrips) /* only the partial last strip needs padding */
+          o2e_pack_b_(kc, nb - nfull * O2E_GEMM_NR, bsrc + nfull * O2E_GEMM_NR, g->ldb,
+                      bp + (size_t)nfull * O2E_GEMM_NR * kc);
+        o2e_epi_setup_(&e, g, pc == 0, pc + kc >= K, use_t, t, NB, ic, jb);
+        for (sidx = 0; sidx < nstrips; sidx++) {
+          const int jr = jb + sidx * O2E_GEMM_NR;
+          const int nr = n1 - jr < O2E_GEMM_NR ? n1 - jr : O2E_GEMM_NR;
+          const int in_place = direct && nr == O2E_GEMM_NR;
+          const float *bk = in_place ? bsrc + sidx * O2E_GEMM_NR
+                                     : bp + (size_t)sidx * O2E_GEMM_NR * kc;
+          const int w = in_place ? g->ldb : o2e_panel_w_(nr);
+          int ip;
+          for (ip = 0; ip < npan; ip++) {
+            const int i = ic + ip * O2E_GEMM_MR;
+            const float *a = lda ? g->A + (size_t)i * lda + pc
+                                 : a0 + (size_t)ip * O2E_GEMM_MR * K + (size_t)pc * O2E_GEMM_MR;
+            if (O2E_GEMM_PF_B_LOC >= 0) O2E_PF_STEP_(pf, O2E_GEMM_PF_B_LOC >= 0 ? O2E_GEMM_PF_B_LOC : 0);
+            if (!lda) /* the A panel of the next call in this loop order */
+              e.pf_a = ip + 1 < npan ? a + (size_t)O2E_GEMM_MR * K
+                       : sidx + 1 < nstrips ? a0 + (size_t)pc * O2E_GEMM_MR
+                       : pc + kc < K        ? a0 + (size_t)(pc + kc) * O2E_GEMM_MR
+                                            : a0;
+            o2e_kernel_(kc, a, lda, bk, w, ie - i < O2E_GEMM_MR ? ie - i : O2E_GEMM_MR, nr, &e,
+                        i, jr);
           }
         }
       }
@@ -875,19 +1295,121 @@ O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j) {
   if (j->m0 >= j->m1 || j->n0 >= j->n1) return;
   if (j->g->N == 1)
     o2e_gemv_run_(j->g, j->m0, j->m1, j->ws);
+#if O2E_GEMM_SMALLN > 1
+  else if (j->g->N <= O2E_GEMM_SMALLN)
+    o2e_sn_run_(j->g, j->m0, j->m1, j->ws);
+#endif
   else
     o2e_gemm_run_(j->g, j->m0, j->m1, j->n0, j->n1, j->ws);
 }
 
 #if O2E_THREADS > 1
-static void *o2e_gemm_thread_(void *p) {
-  o2e_gemm_job_run_((const o2e_gemm_job_ *)p);
+/* A small persistent pool: O2E_THREADS - 1 workers, started on first use. After a job a
+ * worker spins for a while (GNU C atomics) before parking on a condition variable, so
+ * back-to-back GEMMs - the layers of a network - start in well under a microsecond instead
+ * of paying a wake-up or a thread creation (20-50 us) each. One parallel call runs at a
+ * time (run_mu); calls from several threads take turns. */
+#ifndef O2E_POOL_SPIN
+#define O2E_POOL_SPIN 20000 /* polls (~0.1-0.5 ms) before a worker / the caller sleeps */
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define O2E_LOAD_(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define O2E_STORE_(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#define O2E_DEC_(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_ACQ_REL)
+#if defined(__x86_64__) || defined(__i386__)
+#define O2E_RELAX_() __builtin_ia32_pause()
+#else
+#define O2E_RELAX_() ((void)0)
+#endif
+#define O2E_SPINS_ O2E_POOL_SPIN
+#else /* no atomics: every access under the mutex, no spinning */
+#define O2E_LOAD_(x) (x)
+#define O2E_STORE_(x, v) ((x) = (v))
+#define O2E_DEC_(x) (--(x))
+#define O2E_RELAX_() ((void)0)
+#define O2E_SPINS_ 0
+#endif
+static struct {
+  pthread_mutex_t run_mu, mu;
+  pthread_cond_t work, done;
+  int state; /* 0: not started, 1: running, -1: could not start (run single-threaded) */
+  unsigned gen;
+  int pending;
+  const o2e_gemm_job_ *jobs;
+} o2e_pool_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+               PTHREAD_COND_INITIALIZER, 0, 0u, 0, NULL};
+
+static void *o2e_pool_worker_(void *arg) {
+  const int id = (int)(intptr_t)arg;
+  unsigned seen = 0;
+  for (;;) {
+    const o2e_gemm_job_ *job;
+    int spins = 0;
+    while (O2E_SPINS_ > 0 && O2E_LOAD_(o2e_pool_.gen) == seen && spins++ < O2E_SPINS_)
+      O2E_RELAX_();
+    pthread_mutex_lock(&o2e_pool_.mu);
+    while (O2E_LOAD_(o2e_pool_.gen) == seen) pthread_cond_wait(&o2e_pool_.work, &o2e_pool_.mu);
+    seen = O2E_LOAD_(o2e_pool_.gen);
+    job = &o2e_pool_.jobs[id];
+    pthread_mutex_unlock(&o2e_pool_.mu);
+    o2e_gemm_job_run_(job);
+    if (O2E_SPINS_ > 0) {
+      if (O2E_DEC_(o2e_pool_.pending) == 0) { /* last one: wake a caller that went to sleep */
+        pthread_mutex_lock(&o2e_pool_.mu);
+        pthread_cond_signal(&o2e_pool_.done);
+        pthread_mutex_unlock(&o2e_pool_.mu);
+      }
+    } else {
+      pthread_mutex_lock(&o2e_pool_.mu);
+      if (O2E_DEC_(o2e_pool_.pending) == 0) pthread_cond_signal(&o2e_pool_.done);
+      pthread_mutex_unlock(&o2e_pool_.mu);
+    }
+  }
   return NULL;
+}
+
+/* Runs jobs[0 .. O2E_THREADS) in parallel (jobs[0] on the calling thread). */
+static void o2e_pool_run_(const o2e_gemm_job_ *jobs) {
+  int t, spins = 0;
+  pthread_mutex_lock(&o2e_pool_.run_mu);
+  if (o2e_pool_.state == 0) {
+    pthread_attr_t attr;
+    pthread_t tid;
+    o2e_pool_.state = 1;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    for (t = 1; t < O2E_THREADS; t++)
+      if (pthread_create(&tid, &attr, o2e_pool_worker_, (void *)(intptr_t)t) != 0) {
+        /* The workers already started stay parked; the pool is simply not used. */
+        o2e_pool_.state = -1;
+        break;
+      }
+    pthread_attr_destroy(&attr);
+  }
+  if (o2e_pool_.state < 0) {
+    for (t = 0; t < O2E_THREADS; t++) o2e_gemm_job_run_(&jobs[t]);
+  } else {
+    pthread_mutex_lock(&o2e_pool_.mu);
+    o2e_pool_.jobs = jobs;
+    O2E_STORE_(o2e_pool_.pending, O2E_THREADS - 1);
+    O2E_STORE_(o2e_pool_.gen, o2e_pool_.gen + 1u);
+    pthread_cond_broadcast(&o2e_pool_.work);
+    pthread_mutex_unlock(&o2e_pool_.mu);
+    o2e_gemm_job_run_(&jobs[0]);
+    while (O2E_SPINS_ > 0 && O2E_LOAD_(o2e_pool_.pending) > 0 && spins++ < O2E_SPINS_)
+      O2E_RELAX_();
+    pthread_mutex_lock(&o2e_pool_.mu);
+    while (O2E_LOAD_(o2e_pool_.pending) > 0) pthread_cond_wait(&o2e_pool_.done, &o2e_pool_.mu);
+    pthread_mutex_unlock(&o2e_pool_.mu);
+  }
+  pthread_mutex_unlock(&o2e_pool_.run_mu);
 }
 #endif
 
 O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
-  float *ws = (float *)workspace;
+  /* 64-byte aligned by contract; rounding up here (within the 64 spare bytes that
+   * o2e_sgemm_workspace includes) keeps a misaligned buffer from faulting. */
+  float *ws = (float *)(((uintptr_t)workspace + 63u) & ~(uintptr_t)63u);
   if (g->M <= 0 || g->N <= 0) return;
   if (g->K <= 0) {
     o2e_gemm_k0_(g);
@@ -896,12 +1418,10 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
 #if O2E_THREADS > 1
   {
     const size_t per = o2e_ws_floats_(g->M, g->N, g->K);
-    const double flops = 2.0 * g->M * g->N * g->K;
+    const double flops = 2.0 * g->M * g->N * g->K * (g->N < 16 ? 16.0 / g->N : 1.0);
     const int panels = (g->M + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
     const int npan = (g->N + O2E_GEMM_NR - 1) / O2E_GEMM_NR;
     o2e_gemm_job_ jobs[O2E_THREADS];
-    pthread_t tid[O2E_THREADS];
-    int started[O2E_THREADS];
     int nt = O2E_THREADS, t;
     /* Split the columns when there are enough NR panels for everyone (threads then pack
      * disjoint parts of B and share A); otherwise split the rows (each thread packs B). */
@@ -910,10 +1430,12 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
     if (!split_n && panels < nt) nt = panels;
     if (split_n && npan < nt) nt = npan;
     if (nt > 1) {
-      for (t = 0; t < nt; t++) {
+      for (t = 0; t < O2E_THREADS; t++) {
         jobs[t].g = g;
         jobs[t].ws = ws + per * (size_t)t;
-        if (split_n) {
+        if (t >= nt) { /* fewer jobs than workers: the rest get empty ranges */
+          jobs[t].m0 = jobs[t].m1 = jobs[t].n0 = jobs[t].n1 = 0;
+        } else if (split_n) {
           jobs[t].m0 = 0;
           jobs[t].m1 = g->M;
           jobs[t].n0 = (int)((long)npan * t / nt) * O2E_GEMM_NR;
@@ -925,15 +1447,7 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
           jobs[t].m1 = t == nt - 1 ? g->M : (int)((long)panels * (t + 1) / nt) * O2E_GEMM_MR;
         }
       }
-      for (t = 1; t < nt; t++)
-        started[t] = pthread_create(&tid[t], NULL, o2e_gemm_thread_, &jobs[t]) == 0;
-      o2e_gemm_job_run_(&jobs[0]);
-      for (t = 1; t < nt; t++) {
-        if (started[t])
-          pthread_join(tid[t], NULL);
-        else
-          o2e_gemm_job_run_(&jobs[t]); /* could not start a thread: do its share here */
-      }
+      o2e_pool_run_(jobs);
       return;
     }
   }
