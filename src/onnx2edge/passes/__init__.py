@@ -7,6 +7,7 @@ list it needs and `run_passes` orders it. A pass's docstring draws the graph bef
 from .fold_constants import fold_constants  # noqa: E402, I001  (registers itself)
 from .fold_batchnorm import fold_batchnorm  # noqa: E402
 from .fuse_activation import activation_of, fuse_activation  # noqa: E402
+from .fuse_residual import fuse_residual, has_residual  # noqa: E402
 from .infer_shapes import infer_shapes  # noqa: E402
 from .registry import PASSES, fixed_point, register_pass, run_passes
 from .simplify import eliminate_dead_nodes, remove_identity  # noqa: E402
@@ -15,6 +16,8 @@ __all__ = [
     "activation_of",
     "fold_batchnorm",
     "fuse_activation",
+    "fuse_residual",
+    "has_residual",
     "PASSES",
     "eliminate_dead_nodes",
     "fixed_point",

@@ -60,7 +60,9 @@ def _scaled_weights(graph: Graph, node: Node, scale: np.ndarray) -> np.ndarray |
     return None if w.shape[1] != c else (w64 * scale[None, :]).astype(np.float32)
 
 
-def _folded_bias(graph: Graph, node: Node, scale: np.ndarray, shift: np.ndarray) -> np.ndarray | None:
+def _folded_bias(
+    graph: Graph, node: Node, scale: np.ndarray, shift: np.ndarray
+) -> np.ndarray | None:
     c = scale.shape[0]
     old = np.zeros(c)
     if len(node.inputs) > 2 and node.inputs[2]:

@@ -31,7 +31,9 @@ def activation_of(node: Node) -> Activation | None:
     op = node.attr("o2e_act")
     if op is None:
         return None
-    return Activation(op, float(node.attr("o2e_act_alpha", 0.0)), float(node.attr("o2e_act_beta", 0.0)))
+    return Activation(
+        op, float(node.attr("o2e_act_alpha", 0.0)), float(node.attr("o2e_act_beta", 0.0))
+    )
 
 
 def _as_activation(graph: Graph, node: Node) -> Activation | None:
@@ -47,7 +49,10 @@ def _as_activation(graph: Graph, node: Node) -> Activation | None:
     if op == "Clip":
         lo, hi = -np.inf, np.inf
         if graph.opset < 11:
-            lo, hi = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
+            lo, hi = (
+                node.attr("min", -3.4028234663852886e38),
+                node.attr("max", 3.4028234663852886e38),
+            )
         else:
             for idx in (1, 2):
                 if len(node.inputs) > idx and node.inputs[idx]:
@@ -62,7 +67,7 @@ def _as_activation(graph: Graph, node: Node) -> Activation | None:
     return None
 
 
-@register_pass("fuse_activation", after=("fold_constants", "fold_batchnorm"))
+@register_pass("fuse_activation", after=("fold_constants", "fold_batchnorm", "fuse_residual"))
 def fuse_activation(graph: Graph) -> Graph:
     fused: dict[str, Node] = {}
     dropped: set[str] = set()

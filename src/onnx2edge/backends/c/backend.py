@@ -21,7 +21,9 @@ from .writer import write_model, write_support_files
 @register_backend
 class CBackend(Backend):
     name = "c"
-    required_passes = ("fold_constants", "remove_identity", "fold_batchnorm", "fuse_activation", "eliminate_dead_nodes")
+    required_passes = (
+        "fold_constants", "remove_identity", "fold_batchnorm", "fuse_residual", "fuse_activation", "eliminate_dead_nodes",
+    )
 
     def unsupported(self, graph: Graph) -> list[str]:
         return ModelEmitter(graph).unsupported()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import act_expr, fused_act, strides
@@ -60,6 +61,18 @@ def conv(ctx: NodeContext) -> str:
     dl = list(ctx.attr("dilations", [1] * nsp))
     pads = conv_pads(ctx.node, x.shape[2:], y.shape[2:], ks, st, dl)
     bias = ctx.x(2).sym if ctx.has_input(2) else None
+    gemm_path = nsp == 2 and not (group == C and M == C)
+    if has_residual(ctx.node) and not gemm_path:
+        # the residual and activation come after the kernel: run it without them, then one pass
+        act = fused_act(ctx)
+        plain = {k: v for k, v in ctx.node.attrs.items() if not k.startswith("o2e_")}
+        inner = NodeContext(ctx.model, ctx.node.replace(attrs=plain), ctx.step, ctx.scratch_requests)
+        body = (_conv2d if nsp == 2 else _conv_nd)(inner, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
+        r = ctx.x(3)
+        return body + (
+            f"\nfor (size_t i = 0; i < {y.size}; ++i) {{ const float v = {y.sym}[i] + {r.sym}[i]; "
+            f"{y.sym}[i] = {act_expr(act, 'v')}; }}"
+        )
     if nsp == 2:
         return _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
     return _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
@@ -96,13 +109,18 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
             f"  o2e_im2col({xin}, {cg}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OH}, {OW}, {col});"
         )
         b_mat = col
+    res = None
+    if has_residual(ctx.node):
+        ctx.kernel("residual add in the GEMM epilogue")
+        res = f"{ctx.x(3).sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
     wc = ctx.const(1)
     if wc is not None and wc.dtype == np.float32:
         ctx.kernel("1x1 as GEMM" if pointwise else "im2col + GEMM")
         packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
-        lines.append("  " + gemm_packed_call(ctx, f"{packed} + (size_t)g * {stride}", mg, P, K, b_mat, P, yout, P, bias_m=bg, act=act))
+        lines.append("  " + gemm_packed_call(ctx, f"{packed} + (size_t)g * {stride}", mg, P, K, b_mat, P, yout, P,
+                                             bias_m=bg, act=act, residual=res, ldr=P))
     else:
-        lines.append("  " + gemm_call(ctx, mg, P, K, wg, K, b_mat, P, yout, P, bias_m=bg, act=act))
+        lines.append("  " + gemm_call(ctx, mg, P, K, wg, K, b_mat, P, yout, P, bias_m=bg, act=act, residual=res, ldr=P))
     lines.append("}")
     return "\n".join(lines)
 
