@@ -1,9 +1,14 @@
-"""Indexing: Gather, GatherElements, GatherND, Scatter/ScatterElements, ScatterND, Compress,
-NonZero, ReverseSequence, Trilu, OneHot, and the generators Range, EyeLike, ConstantOfShape.
+"""Indexing: Gather, GatherElements, GatherND, Scatter/ScatterElements, ScatterND,
+TensorScatter, Compress, NonZero, ReverseSequence, Trilu, OneHot, and the generators Range,
+EyeLike, ConstantOfShape.
 
 Indices are read at run time as int64 whatever their type, and negative ones count from the
 end (ONNX spec). Out-of-range indices are a model error the spec leaves undefined; they are
 not checked, as in onnxruntime's release builds.
+
+Element types C has no arithmetic for (float16, bfloat16, ...: ops/dtypes.py) are copied as
+their bits; the few places that compute (scatter reductions, Range, NonZero's test, OneHot's
+index) convert through dtypes.load_expr / store_expr.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import norm_axis, strides
+from .dtypes import allow_storage_dtypes, compute_ctype, is_storage, load_expr, store_expr
 from .shape import copy_code, nest
 
 
@@ -94,8 +100,15 @@ def gather_nd(ctx: NodeContext) -> str:
 # --------------------------------------------------------------------------------------------
 # scatters
 # --------------------------------------------------------------------------------------------
-def _reduce(reduction: str, dst: str, upd: str) -> str:
+def _reduce(ctx: NodeContext, dtype: np.dtype, reduction: str, dst: str, upd: str) -> str:
     """dst = reduction(dst, upd), ONNX ScatterElements-18 / ScatterND-18 `reduction`."""
+    if is_storage(dtype) and reduction != "none":
+        a, b = load_expr(ctx, dtype, dst), load_expr(ctx, dtype, upd)
+        ct = compute_ctype(dtype)
+        if reduction in ("add", "mul"):
+            v = f"{a} {'+' if reduction == 'add' else '*'} {b}"
+            return f"{dst} = {store_expr(ctx, dtype, v, src=ct)};"
+        return f"if ({b} {'>' if reduction == 'max' else '<'} {a}) {dst} = {upd};"
     if reduction == "add":
         return f"{dst} += {upd};"
     if reduction == "mul":
@@ -128,7 +141,9 @@ def scatter_elements(ctx: NodeContext) -> str:
     )
     if idx.size == 0:
         return code or "/* empty */"
-    reduce = _reduce(ctx.attr("reduction", "none"), f"{y.sym}[p + k * {ys[axis]}]", f"{upd.sym}[o]")
+    reduce = _reduce(
+        ctx, y.dtype, ctx.attr("reduction", "none"), f"{y.sym}[p + k * {ys[axis]}]", f"{upd.sym}[o]"
+    )
     stmt = (
         f"{{ int64_t k = (int64_t){idx.sym}[o]; if (k < 0) k += {y.shape[axis]}; {reduce} ++o; }}"
     )
@@ -154,7 +169,11 @@ def scatter_nd(ctx: NodeContext) -> str:
         return code or "/* empty */"
     ys = strides(y.shape)
     reduce = _reduce(
-        ctx.attr("reduction", "none"), f"{y.sym}[off + (int64_t)e]", f"{upd.sym}[t * {inner} + e]"
+        ctx,
+        y.dtype,
+        ctx.attr("reduction", "none"),
+        f"{y.sym}[off + (int64_t)e]",
+        f"{upd.sym}[t * {inner} + e]",
     )
     lines = [f"for (size_t t = 0; t < {tuples}; ++t) {{", "  int64_t off = 0;"]
     for j in range(k):
@@ -247,7 +266,7 @@ def nonzero(ctx: NodeContext) -> str:
     lines = ["size_t w = 0;"]
     if x.size:
         lines.append(f"for (size_t i = 0; i < {x.size}; ++i) {{")
-        lines.append(f"  if (!{x.sym}[i]) continue;")
+        lines.append(f"  if (!({load_expr(ctx, x.dtype, f'{x.sym}[i]')})) continue;")
         if count:
             lines.append(f"  if (w < {count}) {{")
             for d in range(r):
@@ -321,7 +340,7 @@ def one_hot(ctx: NodeContext) -> str:
     return f"""for (size_t o = 0; o < {outer}; ++o)
 for (size_t d = 0; d < {depth}; ++d)
 for (size_t i = 0; i < {inner}; ++i) {{
-  double v = (double){idx.sym}[o * {inner} + i];
+  double v = (double){load_expr(ctx, idx.dtype, f"{idx.sym}[o * {inner} + i]")};
   if (v < 0) v += {depth};
   {y.sym}[(o * {depth} + d) * {inner} + i] = v == (double)d ? {vals.sym}[1] : {vals.sym}[0];
 }}"""
@@ -330,11 +349,17 @@ for (size_t i = 0; i < {inner}; ++i) {{
 @register_op("Range")
 def range_(ctx: NodeContext) -> str:
     """y[i] = start + i * delta; the count is the static output length. Floats are computed
-    in double and rounded once, as numpy.arange does."""
+    in double and rounded once, as numpy.arange does; float16 / bfloat16 in `stash_type`
+    (float by default, Range-27)."""
     start, delta, y = ctx.x(0), ctx.x(2), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    if np.dtype(y.dtype).kind == "f":
+    if is_storage(y.dtype):
+        ct = "double" if int(ctx.attr("stash_type", 1)) == 11 else compute_ctype(y.dtype)
+        a = load_expr(ctx, y.dtype, f"{start.sym}[0]")
+        d = load_expr(ctx, y.dtype, f"{delta.sym}[0]")
+        expr = store_expr(ctx, y.dtype, f"({ct}){a} + ({ct})i * ({ct}){d}", src=ct)
+    elif np.dtype(y.dtype).kind == "f":
         expr = f"({y.ctype})((double){start.sym}[0] + (double)i * (double){delta.sym}[0])"
     else:
         expr = f"({y.ctype})((int64_t){start.sym}[0] + (int64_t)i * (int64_t){delta.sym}[0])"
@@ -365,3 +390,10 @@ def constant_of_shape(ctx: NodeContext) -> str:
     if value == 0 and not (isinstance(value, float) and np.signbit(value)):
         return f"memset({y.sym}, 0, {y.nbytes});"
     return f"for (size_t i = 0; i < {y.size}; ++i) {y.sym}[i] = {c_literal(value, y.dtype)};"
+
+
+# float16 & co: these ops copy elements, or convert where they compute (see the module doc)
+allow_storage_dtypes(
+    "OneHot", "Range", "EyeLike", "ConstantOfShape", "Scatter", "ScatterElements", "ScatterND",
+    "TensorScatter", "NonZero",
+)  # fmt: skip

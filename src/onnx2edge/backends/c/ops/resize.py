@@ -18,6 +18,7 @@ from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import norm_axis, strides
+from .dtypes import allow_storage_dtypes, is_float, is_storage, load_expr, store_expr
 
 MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "trilinear": 1, "cubic": 2}
 COORD_MODES = {
@@ -191,6 +192,9 @@ def _resize_check(node: Node, graph: Graph) -> str | None:
         return f"keep_aspect_ratio_policy '{p['policy']}' is not supported"
     if p["scales"] is None and p["sizes"] is None and p["scales_attr"] is None:
         return f"{node.op_type} without scales or sizes"
+    t = graph.type_of(node.inputs[0])
+    if t is not None and is_storage(t.dtype) and not is_float(t.dtype) and MODES[p["mode"]]:
+        return f"{node.op_type} {p['mode']} on {t.dtype.name} is not supported (nearest only)"
     return None
 
 
@@ -324,8 +328,16 @@ def resize(ctx: NodeContext) -> str:
             inner_ind += "  "
         wt = " * ".join(f"W{d}r[k{d}]" for d in tabled) or "1.0"
         off = " + ".join([last] + [_scaled(f"I{d}r[k{d}]", xs[d]) for d in tabled])
-        lines.append(f"{inner_ind}acc += {wt} * (double){x.sym}[{off}];")
-        lines.append(f"{ind[:-2]}{y.sym}[o++] = {_store(y.dtype, 'acc')};")
+        val = load_expr(ctx, x.dtype, f"{x.sym}[{off}]")
+        lines.append(f"{inner_ind}acc += {wt} * (double){val};")
+        if np.dtype(y.dtype).name == "bfloat16":
+            # ml_dtypes (the reference's cast) rounds double -> float -> bfloat16
+            store = store_expr(ctx, y.dtype, "(float)acc", src="float")
+        elif is_storage(y.dtype):
+            store = store_expr(ctx, y.dtype, "acc", src="double")
+        else:
+            store = _store(y.dtype, "acc")
+        lines.append(f"{ind[:-2]}{y.sym}[o++] = {store};")
     lines += ["  " * d + "}" for d in reversed(range(r))]
     return "\n".join(lines)
 
@@ -530,3 +542,7 @@ def affine_grid(ctx: NodeContext) -> str:
         lines.append(f"{ind}}}")
     lines.append("}")
     return "\n".join(lines)
+
+
+# float16 & co: nearest copies their bits; linear and cubic convert through double
+allow_storage_dtypes("Resize", "Upsample")
