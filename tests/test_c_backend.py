@@ -19,7 +19,7 @@ from onnx2edge.cli import main
 from onnx2edge.errors import UnsupportedError
 from onnx2edge.runtime import ort_run
 
-from conftest import make_model, save, tensor, vi
+from conftest import LIGHT_MODELS, make_model, save, tensor, vi
 
 SANITIZE = [
     "-O1",
@@ -188,9 +188,15 @@ FAST_MODELS = [
 SLOW_MODELS = ["vgg16", "vgg19", "inception_v3", "convdeconv"]
 
 
+# Documented tolerances. Inception-v3 (random weights, ~95 conv layers) amplifies float32
+# rounding: onnxruntime against itself with graph optimisations on vs off differs by 1.2e-4 of
+# max|output| on this model (measured), so any other summation order lands there too.
+RTOL = {"inception_v3": 3e-4}
+
+
 def _verify_zoo(name: str, tmp_path: Path) -> None:
     path = zoo.save(name, tmp_path / f"{name}.onnx")
-    rep = api.verify(path, target="c")
+    rep = api.verify(path, target="c", rtol=RTOL.get(name, 1e-4))
     assert rep.ok, rep.format()
     (tmp_path / f"{name}.onnx").unlink()
 
@@ -220,3 +226,16 @@ def test_sanitizers_clean(name: str, tmp_path: Path, example: Path) -> None:
     ref = ort_run(onnx.load(path), x)
     for k, v in got.items():
         assert np.abs(v - ref[k]).max() <= 1e-4 * np.abs(ref[k]).max()
+
+
+LIGHT_BIG = {"light_bvlc_alexnet", "light_vgg19", "light_zfnet512"}  # 250-550 MB of weights each
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.stem in LIGHT_BIG else p for p in LIGHT_MODELS],
+    ids=lambda p: p.stem,
+)
+def test_light_models_verify_c(path: Path) -> None:
+    rep = api.verify(path, target="c")
+    assert rep.ok, rep.format()
