@@ -291,13 +291,17 @@ def verify(
     seed: int = 0,
     options: Mapping[str, Any] | None = None,
     work_dir: str | Path | None = None,
+    log: Any = None,
 ) -> VerifyReport:
     import tempfile
+
+    say = log or (lambda msg: None)
 
     original = fix_input_shapes(load_model(model), input_shapes or {}, quiet=True)
     ref_graph = graph_from_model(infer_shapes(original))
     feeds = complete_inputs(ref_graph, inputs or {}, seed)
     ref_model, layer_names = _with_all_outputs(original) if per_layer else (original, [])
+    say("running onnxruntime (reference)")
     ref = ort_run(ref_model, feeds)
     if target == "onnx":
         graph = run_passes(
@@ -311,7 +315,9 @@ def verify(
         opts = {**(options or {}), "per_layer": per_layer}
         with tempfile.TemporaryDirectory(prefix="onnx2edge-verify-") as tmp:
             out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
+            say(f"converting to {target}")
             convert(model, target, out, input_shapes=input_shapes, options=opts)
+            say(f"building and running the {target} code")
             ours = run(out, feeds, options=opts)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
     missing = [n for n in ref_graph.outputs if n not in ours]

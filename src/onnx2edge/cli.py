@@ -274,6 +274,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         atol=a.atol,
         per_layer=a.per_layer,
         seed=a.seed,
+        log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
     print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())
     return 0 if rep.ok else 1
