@@ -39,6 +39,7 @@
  * 4x24 AVX2 kernel (works on half panels); otherwise a portable C99 kernel.
  * Optional threads: compile with -DO2E_THREADS=n (pthreads; link with -pthread): a pool of
  * n - 1 workers started on first use splits N (or M when N is small) for large enough calls.
+ * The same pool runs other data-parallel loops of the generated code (o2e_parallel_for).
  * No heap allocation: all scratch comes from the caller's 64-byte-aligned workspace of
  * o2e_sgemm_workspace(M, N, K) bytes (gemm_pack.sgemm_workspace_bytes gives an upper bound
  * at conversion time, valid for every kernel variant). One workspace per concurrent caller.
@@ -56,6 +57,10 @@
 #endif
 #if O2E_THREADS > 1
 #include <pthread.h>
+#include <sched.h>
+#endif
+#ifndef O2E_PAR_CHUNKS /* work ranges per thread of a parallel call, claimed dynamically: a */
+#define O2E_PAR_CHUNKS 4 /* late or descheduled thread's share is taken over by the others */
 #endif
 
 #if defined(__AVX512F__)
@@ -1288,19 +1293,30 @@ O2E_GEMM_FN void o2e_gemm_k0_(const o2e_gemm_args_ *g) {
 typedef struct {
   const o2e_gemm_args_ *g;
   int m0, m1, n0, n1;
-  float *ws;
+  float *ws;     /* thread t's workspace: ws + ws_per * t (any thread may run any job) */
+  size_t ws_per;
+  /* a generic task (o2e_parallel_for) instead of a GEMM block: fn(ctx, m0, m1) */
+  void (*fn)(void *ctx, int begin, int end);
+  void *ctx;
 } o2e_gemm_job_;
 
-O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j) {
+/* Runs job j on thread tid (0: the caller). */
+O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j, int tid) {
+  float *ws;
+  if (j->fn) {
+    if (j->m0 < j->m1) j->fn(j->ctx, j->m0, j->m1);
+    return;
+  }
   if (j->m0 >= j->m1 || j->n0 >= j->n1) return;
+  ws = j->ws + j->ws_per * (size_t)tid;
   if (j->g->N == 1)
-    o2e_gemv_run_(j->g, j->m0, j->m1, j->ws);
+    o2e_gemv_run_(j->g, j->m0, j->m1, ws);
 #if O2E_GEMM_SMALLN > 1
   else if (j->g->N <= O2E_GEMM_SMALLN)
-    o2e_sn_run_(j->g, j->m0, j->m1, j->ws);
+    o2e_sn_run_(j->g, j->m0, j->m1, ws);
 #endif
   else
-    o2e_gemm_run_(j->g, j->m0, j->m1, j->n0, j->n1, j->ws);
+    o2e_gemm_run_(j->g, j->m0, j->m1, j->n0, j->n1, ws);
 }
 
 #if O2E_THREADS > 1
@@ -1308,78 +1324,133 @@ O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j) {
  * worker spins for a while (GNU C atomics) before parking on a condition variable, so
  * back-to-back GEMMs - the layers of a network - start in well under a microsecond instead
  * of paying a wake-up or a thread creation (20-50 us) each. One parallel call runs at a
- * time (run_mu); calls from several threads take turns. */
+ * time (run_mu); calls from several threads take turns.
+ * A call publishes its jobs and every thread - the caller included - claims them one at a
+ * time from a shared counter, so a worker that is late (descheduled on a busy machine, or
+ * still waking up) never holds the caller back: the caller runs the jobs nobody has claimed
+ * and only waits for jobs already under way. A job does not depend on the thread that runs
+ * it (GEMM jobs carry their own workspace; o2e_parallel_for tasks ask o2e_parallel_thread).
+ * The call's generation, its job count and the next unclaimed job share one 64-bit word, so
+ * a worker that wakes after its call has finished cannot claim a job of the next call. */
 #ifndef O2E_POOL_SPIN
 #define O2E_POOL_SPIN 20000 /* polls (~0.1-0.5 ms) before a worker / the caller sleeps */
 #endif
 #if defined(__GNUC__) || defined(__clang__)
+#define O2E_POOL_ATOMIC_ 1
 #define O2E_LOAD_(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
 #define O2E_STORE_(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
-#define O2E_DEC_(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_ACQ_REL)
 #if defined(__x86_64__) || defined(__i386__)
 #define O2E_RELAX_() __builtin_ia32_pause()
 #else
 #define O2E_RELAX_() ((void)0)
 #endif
 #define O2E_SPINS_ O2E_POOL_SPIN
+/* every 256 polls a spinning thread yields: on an oversubscribed machine the thread it waits
+ * for may be queued behind it (a no-op costing ~0.3 us when nothing else is runnable) */
+#define O2E_POLL_(spins) ((((spins) & 255) == 255) ? (void)sched_yield() : O2E_RELAX_())
 #else /* no atomics: every access under the mutex, no spinning */
+#define O2E_POOL_ATOMIC_ 0
 #define O2E_LOAD_(x) (x)
 #define O2E_STORE_(x, v) ((x) = (v))
-#define O2E_DEC_(x) (--(x))
 #define O2E_RELAX_() ((void)0)
 #define O2E_SPINS_ 0
+#define O2E_POLL_(spins) ((void)(spins))
 #endif
+#define O2E_POOL_MAX_JOBS_ 0xFFFF
 static struct {
   pthread_mutex_t run_mu, mu;
-  pthread_cond_t work, done;
-  int state; /* 0: not started, 1: running, -1: could not start (run single-threaded) */
-  unsigned gen;
-  int pending;
+  pthread_cond_t work, done_cv;
+  int state;     /* 0: not started, 1: running, -1: could not start (run single-threaded) */
+  uint64_t word; /* generation << 32 | job count << 16 | index of the next unclaimed job */
+  int done;      /* jobs of the current generation finished */
   const o2e_gemm_job_ *jobs;
-} o2e_pool_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-               PTHREAD_COND_INITIALIZER, 0, 0u, 0, NULL};
+  pthread_t tid[O2E_THREADS]; /* tid[t] runs as thread t (t >= 1), set before any job */
+} o2e_pool_;
+static pthread_once_t o2e_pool_once_ = PTHREAD_ONCE_INIT;
+
+/* Index of a job of generation gen nobody has taken yet (now ours) and the call's job
+ * count, or -1. */
+static int o2e_pool_claim_(uint32_t gen, int *njobs) {
+#if O2E_POOL_ATOMIC_
+  uint64_t w = __atomic_load_n(&o2e_pool_.word, __ATOMIC_ACQUIRE);
+  for (;;) {
+    const int nj = (int)((w >> 16) & 0xFFFFu), next = (int)(w & 0xFFFFu);
+    if ((uint32_t)(w >> 32) != gen || next >= nj) return -1;
+    if (__atomic_compare_exchange_n(&o2e_pool_.word, &w, w + 1u, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      *njobs = nj;
+      return next;
+    }
+  }
+#else
+  int i = -1;
+  pthread_mutex_lock(&o2e_pool_.mu);
+  if ((uint32_t)(o2e_pool_.word >> 32) == gen &&
+      (int)(o2e_pool_.word & 0xFFFFu) < (int)((o2e_pool_.word >> 16) & 0xFFFFu)) {
+    *njobs = (int)((o2e_pool_.word >> 16) & 0xFFFFu);
+    i = (int)(o2e_pool_.word++ & 0xFFFFu);
+  }
+  pthread_mutex_unlock(&o2e_pool_.mu);
+  return i;
+#endif
+}
+
+/* Runs claimed job i on thread tid; returns 1 when it was the last of the call's njobs jobs
+ * to finish. */
+static int o2e_pool_finish_(int i, int njobs, int tid) {
+  int last;
+  o2e_gemm_job_run_(&o2e_pool_.jobs[i], tid);
+#if O2E_POOL_ATOMIC_
+  last = __atomic_add_fetch(&o2e_pool_.done, 1, __ATOMIC_ACQ_REL) == njobs;
+#else
+  pthread_mutex_lock(&o2e_pool_.mu);
+  last = ++o2e_pool_.done == njobs;
+  pthread_mutex_unlock(&o2e_pool_.mu);
+#endif
+  return last;
+}
 
 static void *o2e_pool_worker_(void *arg) {
-  const int id = (int)(intptr_t)arg;
-  unsigned seen = 0;
+  const int tid = (int)(intptr_t)arg;
+  uint32_t seen = 0;
   for (;;) {
-    const o2e_gemm_job_ *job;
-    int spins = 0;
-    while (O2E_SPINS_ > 0 && O2E_LOAD_(o2e_pool_.gen) == seen && spins++ < O2E_SPINS_)
-      O2E_RELAX_();
+    int spins = 0, i, nj = 0;
+    while (O2E_SPINS_ > 0 && (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) == seen &&
+           spins++ < O2E_SPINS_)
+      O2E_POLL_(spins);
     pthread_mutex_lock(&o2e_pool_.mu);
-    while (O2E_LOAD_(o2e_pool_.gen) == seen) pthread_cond_wait(&o2e_pool_.work, &o2e_pool_.mu);
-    seen = O2E_LOAD_(o2e_pool_.gen);
-    job = &o2e_pool_.jobs[id];
+    while ((uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) == seen)
+      pthread_cond_wait(&o2e_pool_.work, &o2e_pool_.mu);
+    seen = (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32);
     pthread_mutex_unlock(&o2e_pool_.mu);
-    o2e_gemm_job_run_(job);
-    if (O2E_SPINS_ > 0) {
-      if (O2E_DEC_(o2e_pool_.pending) == 0) { /* last one: wake a caller that went to sleep */
+    while ((i = o2e_pool_claim_(seen, &nj)) >= 0)
+      if (o2e_pool_finish_(i, nj, tid)) { /* last one: wake a caller that went to sleep */
         pthread_mutex_lock(&o2e_pool_.mu);
-        pthread_cond_signal(&o2e_pool_.done);
+        pthread_cond_signal(&o2e_pool_.done_cv);
         pthread_mutex_unlock(&o2e_pool_.mu);
       }
-    } else {
-      pthread_mutex_lock(&o2e_pool_.mu);
-      if (O2E_DEC_(o2e_pool_.pending) == 0) pthread_cond_signal(&o2e_pool_.done);
-      pthread_mutex_unlock(&o2e_pool_.mu);
-    }
   }
   return NULL;
 }
 
-/* Runs jobs[0 .. O2E_THREADS) in parallel (jobs[0] on the calling thread). */
-static void o2e_pool_run_(const o2e_gemm_job_ *jobs) {
+static void o2e_pool_init_(void) {
+  pthread_mutex_init(&o2e_pool_.run_mu, NULL);
+  pthread_mutex_init(&o2e_pool_.mu, NULL);
+  pthread_cond_init(&o2e_pool_.work, NULL);
+  pthread_cond_init(&o2e_pool_.done_cv, NULL);
+}
+
+/* Runs jobs[0 .. njobs), the caller taking part; run_mu is held. */
+static void o2e_pool_run_locked_(const o2e_gemm_job_ *jobs, int njobs) {
   int t, spins = 0;
-  pthread_mutex_lock(&o2e_pool_.run_mu);
+  uint32_t gen;
   if (o2e_pool_.state == 0) {
     pthread_attr_t attr;
-    pthread_t tid;
     o2e_pool_.state = 1;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     for (t = 1; t < O2E_THREADS; t++)
-      if (pthread_create(&tid, &attr, o2e_pool_worker_, (void *)(intptr_t)t) != 0) {
+      if (pthread_create(&o2e_pool_.tid[t], &attr, o2e_pool_worker_, (void *)(intptr_t)t) != 0) {
         /* The workers already started stay parked; the pool is simply not used. */
         o2e_pool_.state = -1;
         break;
@@ -1387,21 +1458,30 @@ static void o2e_pool_run_(const o2e_gemm_job_ *jobs) {
     pthread_attr_destroy(&attr);
   }
   if (o2e_pool_.state < 0) {
-    for (t = 0; t < O2E_THREADS; t++) o2e_gemm_job_run_(&jobs[t]);
-  } else {
-    pthread_mutex_lock(&o2e_pool_.mu);
-    o2e_pool_.jobs = jobs;
-    O2E_STORE_(o2e_pool_.pending, O2E_THREADS - 1);
-    O2E_STORE_(o2e_pool_.gen, o2e_pool_.gen + 1u);
-    pthread_cond_broadcast(&o2e_pool_.work);
-    pthread_mutex_unlock(&o2e_pool_.mu);
-    o2e_gemm_job_run_(&jobs[0]);
-    while (O2E_SPINS_ > 0 && O2E_LOAD_(o2e_pool_.pending) > 0 && spins++ < O2E_SPINS_)
-      O2E_RELAX_();
-    pthread_mutex_lock(&o2e_pool_.mu);
-    while (O2E_LOAD_(o2e_pool_.pending) > 0) pthread_cond_wait(&o2e_pool_.done, &o2e_pool_.mu);
-    pthread_mutex_unlock(&o2e_pool_.mu);
+    for (t = 0; t < njobs; t++) o2e_gemm_job_run_(&jobs[t], 0);
+    return;
   }
+  pthread_mutex_lock(&o2e_pool_.mu);
+  /* atomic: a late worker's failed compare-exchange may still be touching the word */
+  gen = (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) + 1u;
+  o2e_pool_.jobs = jobs;
+  O2E_STORE_(o2e_pool_.done, 0);
+  /* publishes jobs and done */
+  O2E_STORE_(o2e_pool_.word, (uint64_t)gen << 32 | (uint64_t)njobs << 16);
+  pthread_cond_broadcast(&o2e_pool_.work);
+  pthread_mutex_unlock(&o2e_pool_.mu);
+  while ((t = o2e_pool_claim_(gen, &njobs)) >= 0) o2e_pool_finish_(t, njobs, 0);
+  while (O2E_SPINS_ > 0 && O2E_LOAD_(o2e_pool_.done) < njobs && spins++ < O2E_SPINS_)
+    O2E_POLL_(spins);
+  pthread_mutex_lock(&o2e_pool_.mu);
+  while (O2E_LOAD_(o2e_pool_.done) < njobs) pthread_cond_wait(&o2e_pool_.done_cv, &o2e_pool_.mu);
+  pthread_mutex_unlock(&o2e_pool_.mu);
+}
+
+static void o2e_pool_run_(const o2e_gemm_job_ *jobs, int njobs) {
+  pthread_once(&o2e_pool_once_, o2e_pool_init_);
+  pthread_mutex_lock(&o2e_pool_.run_mu);
+  o2e_pool_run_locked_(jobs, njobs);
   pthread_mutex_unlock(&o2e_pool_.run_mu);
 }
 #endif
@@ -1421,33 +1501,37 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
     const double flops = 2.0 * g->M * g->N * g->K * (g->N < 16 ? 16.0 / g->N : 1.0);
     const int panels = (g->M + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
     const int npan = (g->N + O2E_GEMM_NR - 1) / O2E_GEMM_NR;
-    o2e_gemm_job_ jobs[O2E_THREADS];
-    int nt = O2E_THREADS, t;
+    o2e_gemm_job_ jobs[O2E_THREADS * O2E_PAR_CHUNKS];
+    int nt = O2E_THREADS, nj, t;
     /* Split the columns when there are enough NR panels for everyone (threads then pack
      * disjoint parts of B and share A); otherwise split the rows (each thread packs B). */
     const int split_n = g->N > 1 && npan >= 4 * nt;
     if (flops < O2E_GEMM_MT_FLOPS) nt = 1;
     if (!split_n && panels < nt) nt = panels;
     if (split_n && npan < nt) nt = npan;
+    /* Column ranges of 4+ panels, up to O2E_PAR_CHUNKS per thread (claimed dynamically);
+     * row ranges one per thread, since each of them packs all of B. */
+    nj = split_n ? (npan / 4 < nt * O2E_PAR_CHUNKS ? npan / 4 : nt * O2E_PAR_CHUNKS) : nt;
     if (nt > 1) {
-      for (t = 0; t < O2E_THREADS; t++) {
+      for (t = 0; t < nj; t++) {
         jobs[t].g = g;
-        jobs[t].ws = ws + per * (size_t)t;
-        if (t >= nt) { /* fewer jobs than workers: the rest get empty ranges */
-          jobs[t].m0 = jobs[t].m1 = jobs[t].n0 = jobs[t].n1 = 0;
-        } else if (split_n) {
+        jobs[t].ws = ws;
+        jobs[t].ws_per = per;
+        jobs[t].fn = NULL;
+        jobs[t].ctx = NULL;
+        if (split_n) {
           jobs[t].m0 = 0;
           jobs[t].m1 = g->M;
-          jobs[t].n0 = (int)((long)npan * t / nt) * O2E_GEMM_NR;
-          jobs[t].n1 = t == nt - 1 ? g->N : (int)((long)npan * (t + 1) / nt) * O2E_GEMM_NR;
+          jobs[t].n0 = (int)((long)npan * t / nj) * O2E_GEMM_NR;
+          jobs[t].n1 = t == nj - 1 ? g->N : (int)((long)npan * (t + 1) / nj) * O2E_GEMM_NR;
         } else {
           jobs[t].n0 = 0;
           jobs[t].n1 = g->N;
-          jobs[t].m0 = (int)((long)panels * t / nt) * O2E_GEMM_MR;
-          jobs[t].m1 = t == nt - 1 ? g->M : (int)((long)panels * (t + 1) / nt) * O2E_GEMM_MR;
+          jobs[t].m0 = (int)((long)panels * t / nj) * O2E_GEMM_MR;
+          jobs[t].m1 = t == nj - 1 ? g->M : (int)((long)panels * (t + 1) / nj) * O2E_GEMM_MR;
         }
       }
-      o2e_pool_run_(jobs);
+      o2e_pool_run_(jobs, nj);
       return;
     }
   }
@@ -1460,7 +1544,10 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
     j.n0 = 0;
     j.n1 = g->N;
     j.ws = ws;
-    o2e_gemm_job_run_(&j);
+    j.ws_per = 0;
+    j.fn = NULL;
+    j.ctx = NULL;
+    o2e_gemm_job_run_(&j, 0);
   }
 }
 
@@ -1511,6 +1598,57 @@ O2E_GEMM_FN void o2e_sgemm_packed(int M, int N, int K, const float *packed_A, co
   g.ldr = ldr;
   g.act = act;
   o2e_gemm_dispatch_(&g, workspace);
+}
+
+/* ==== generic data parallelism on the same pool ============================================ */
+/* o2e_parallel_for(n, fn, ctx) calls fn(ctx, begin, end) on disjoint contiguous ranges that
+ * cover [0, n) - up to O2E_PAR_CHUNKS per thread - possibly concurrently on the pool's
+ * threads; o2e_parallel_thread() tells a range which thread runs it (0 .. O2E_THREADS - 1,
+ * 0 on the caller), so per-thread scratch can be indexed by it. Without O2E_THREADS (or
+ * O2E_THREADS=1) it is the plain call fn(ctx, 0, n). The caller decides whether the work is
+ * worth a hand-off (a few microseconds with spinning workers). fn must not call o2e_sgemm
+ * (one parallel call runs at a time); a nested o2e_parallel_for, or one issued while another
+ * thread holds the pool, runs on the calling thread. */
+O2E_GEMM_FN int o2e_parallel_thread(void) {
+#if O2E_THREADS > 1
+  int t;
+  if (O2E_LOAD_(o2e_pool_.state) > 0) {
+    const pthread_t self = pthread_self();
+    for (t = 1; t < O2E_THREADS; t++)
+      if (pthread_equal(self, o2e_pool_.tid[t])) return t;
+  }
+#endif
+  return 0;
+}
+
+O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int end), void *ctx) {
+  if (n <= 0) return;
+#if O2E_THREADS > 1
+  pthread_once(&o2e_pool_once_, o2e_pool_init_);
+  if (n > 1 && pthread_mutex_trylock(&o2e_pool_.run_mu) == 0) {
+    enum {
+      MAXJ = O2E_THREADS * O2E_PAR_CHUNKS < O2E_POOL_MAX_JOBS_ ? O2E_THREADS * O2E_PAR_CHUNKS
+                                                             : O2E_POOL_MAX_JOBS_
+    };
+    o2e_gemm_job_ jobs[MAXJ];
+    const int nj = n < MAXJ ? n : MAXJ;
+    int t;
+    for (t = 0; t < nj; t++) {
+      jobs[t].g = NULL;
+      jobs[t].ws = NULL;
+      jobs[t].ws_per = 0;
+      jobs[t].n0 = jobs[t].n1 = 0;
+      jobs[t].fn = fn;
+      jobs[t].ctx = ctx;
+      jobs[t].m0 = (int)((long)n * t / nj);
+      jobs[t].m1 = (int)((long)n * (t + 1) / nj);
+    }
+    o2e_pool_run_locked_(jobs, nj);
+    pthread_mutex_unlock(&o2e_pool_.run_mu);
+    return;
+  }
+#endif
+  fn(ctx, 0, n);
 }
 
 #endif /* O2E_GEMM_H */

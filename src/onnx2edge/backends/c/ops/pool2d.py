@@ -1,0 +1,457 @@
+"""Fast 2-D window kernels for float32 NCHW: MaxPool, AveragePool, GlobalAveragePool, and the
+plane machinery the depthwise convolution (nn.py) shares with them.
+
+Every output of a k x k window op with stride s reads x[oh·s + i·d][ow·s + j·d]. A direct loop
+needs a bounds check per tap and, for s > 1, strided loads that do not vectorise. Instead each
+channel is first split into the s_h x s_w *phase planes* of its padded version,
+
+    plane(a, b)[r][q] = xpad[r·s_h + a][q·s_w + b]        (r < HQ, q < WQ),
+
+whose border keeps a fill value (0 for sums, -inf for max) written once per scratch buffer.
+Tap (i, j) of every output then reads plane((i·d_h) mod s_h, (j·d_w) mod s_w) at
+[oh + ⌊i·d_h / s_h⌋][ow + ⌊j·d_w / s_w⌋]: a unit-stride access for any stride. Computing over the
+flattened planes, y_wide[p] = Σ w_ij · plane_ij[p + off_ij] with p = oh·WQ + ow, is one long
+contiguous loop that vectorises fully even for 7x7 maps; the WQ − OW garbage columns of each
+row are dropped when the result is compacted. With s = 1 this is the classic zero-bordered
+padded plane.
+
+Kernels are generated per window geometry (the taps are unrolled with constant offsets) and
+process a range of planes, so `o2e_parallel_for` (runtime/o2e_gemm.h) can split the N·C planes
+across threads when the model is built with -DO2E_THREADS=n; each thread then works in its own
+scratch slot. Small ops stay on the calling thread: handing work to the pool costs microseconds.
+
+Pooling semantics follow the ONNX MaxPool / AveragePool specs as the generic N-d loop of nn.py
+implements them: AveragePool divides by the number of taps inside the input
+(count_include_pad=0) or inside the padded extent (count_include_pad=1), summing the taps in
+the same row-major order; MaxPool ignores padding. MaxPool with the Indices output, LpPool,
+other ranks and other types stay on the generic loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..emitter import NodeContext
+from .gemm import MAX_THREADS, _use_engine
+
+# Work (element reads + tap operations) below which an op runs on the calling thread: the
+# hand-off to a spinning pool worker and the join cost a few microseconds (~10^4 such ops).
+PAR_MIN_WORK = 1 << 16
+_ALIGN_FLOATS = 16  # scratch slots and planes start on 64-byte boundaries
+VW = 16  # block of the wide loops: one AVX-512 register, two AVX2 ones
+
+ARGS = r"""
+/* Arguments of the per-plane 2-D window kernels (pooling, depthwise convolution): plane i of
+ * the N*C planes reads x + i*H*W (channel i % C) and writes y + i*OH*OW. scratch holds one
+ * slot of `slot` floats per thread: a kernel running on thread t (thread(), the pool's
+ * o2e_parallel_thread, or NULL on one thread) uses slot t. */
+typedef struct {
+  const float *x, *w, *bias, *dr, *dc; /* dr, dc: AveragePool divisors per output row / column */
+  float *y, *scratch;
+  size_t slot;
+  int (*thread)(void);
+  int C, H, W, OH, OW, pt, pl, HQ, WQ;
+  float lo, hi; /* Clip bounds of a fused activation */
+} o2e_win2d_args;
+"""
+
+
+def _rup(n: int) -> int:
+    return (n + _ALIGN_FLOATS - 1) // _ALIGN_FLOATS * _ALIGN_FLOATS
+
+
+def phase_geometry(
+    OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
+) -> tuple[int, int]:
+    """(HQ, WQ): rows and columns of each phase plane, just enough for every tap of every output."""
+    return OH + (kh - 1) * dh // sh, OW + (kw - 1) * dw // sw
+
+
+def plane_floats(
+    OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
+) -> tuple[int, int]:
+    """(floats of the phase planes, floats of the wide output; 0 when rows need no compaction).
+
+    Both have VW floats of slack: the wide loop runs in whole vectors (flat_loop)."""
+    HQ, WQ = phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
+    return _rup(sh * sw * HQ * WQ + VW), _rup(OH * WQ + VW) if WQ != OW else 0
+
+
+def flat_loop(wide: bool, body: str) -> str:
+    """The loop over the flat output index p; `body` sets p's output.
+
+    A wide output is computed in whole blocks of VW positions (one AVX-512 register): the
+    garbage positions past the last output are dropped by the compaction like the others, and
+    small maps (7x7: 61 positions) then need no scalar remainder loop, which would cost more
+    than the vector part. The planes and the wide buffer have VW floats of slack for this."""
+    if not wide:
+        return f"""const int n = OH * OW;
+      for (int p = 0; p < n; ++p) {{
+        {body}
+      }}"""
+    return f"""const int n = (OH - 1) * WQ + OW;
+      for (int p0 = 0; p0 < n; p0 += {VW})
+        for (int p = p0; p < p0 + {VW}; ++p) {{
+          {body}
+        }}"""
+
+
+INTRINSICS = r"""
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+"""
+
+COPY_ROW = r"""
+/* Copies n floats: one row of a feature map, 7 to a few hundred floats. Compilers turn a copy
+ * loop into a memcpy call, which costs more than the copy itself for the short rows of small
+ * maps (and makes the caller save its vector registers); AVX-512 moves a row in 16-float
+ * blocks, the last one masked (masked-off lanes are neither read nor written). */
+static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
+{
+#if defined(__AVX512F__)
+  int q = 0;
+  for (; q + 16 <= n; q += 16) _mm512_storeu_ps(d + q, _mm512_loadu_ps(s + q));
+  if (q < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - q)) - 1u);
+    _mm512_mask_storeu_ps(d + q, m, _mm512_maskz_loadu_ps(m, s + q));
+  }
+#else
+  for (int q = 0; q < n; ++q) d[q] = s[q];
+#endif
+}
+"""
+
+
+DEINTERLEAVE2 = r"""
+/* Splits n consecutive floats into their even (d0[k] = s[2k]) and odd (d1[k] = s[2k+1])
+ * positions: the two column phases of a stride-2 window. AVX-512 reads 32 floats and writes
+ * 16 + 16 with two permutes (the last block masked); other targets use the plain loop. */
+static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
+{
+#if defined(__AVX512F__)
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  int k = 0;
+  for (; 2 * k + 32 <= n; k += 16) {
+    const __m512 lo = _mm512_loadu_ps(s + 2 * k), hi = _mm512_loadu_ps(s + 2 * k + 16);
+    _mm512_storeu_ps(d0 + k, _mm512_permutex2var_ps(lo, even, hi));
+    _mm512_storeu_ps(d1 + k, _mm512_permutex2var_ps(lo, odd, hi));
+  }
+  if (2 * k < n) {
+    const int r = n - 2 * k; /* 1 .. 31 floats left */
+    const __mmask16 mlo = (__mmask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
+    const __mmask16 mhi = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
+    const __m512 lo = _mm512_maskz_loadu_ps(mlo, s + 2 * k);
+    const __m512 hi = _mm512_maskz_loadu_ps(mhi, s + 2 * k + 16);
+    _mm512_mask_storeu_ps(d0 + k, (__mmask16)((1u << ((r + 1) / 2)) - 1u), _mm512_permutex2var_ps(lo, even, hi));
+    _mm512_mask_storeu_ps(d1 + k, (__mmask16)((1u << (r / 2)) - 1u), _mm512_permutex2var_ps(lo, odd, hi));
+  }
+#else
+  for (int k = 0; 2 * k < n; ++k) {
+    d0[k] = s[2 * k];
+    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
+  }
+#endif
+}
+"""
+
+
+def copy_row(ctx: NodeContext) -> str:
+    """The C helper copying one short row without a library call."""
+    ctx.helper("o2e_intrinsics", INTRINSICS)
+    return ctx.helper("o2e_copy_row", COPY_ROW)
+
+
+def compact(ctx: NodeContext) -> str:
+    """C statement dropping the WQ − OW garbage columns of each row of the wide output."""
+    return f"for (int oh = 0; oh < OH; ++oh) {copy_row(ctx)}(yc + (size_t)oh * OW, yw + (size_t)oh * WQ, OW);"
+
+
+def phase_split(ctx: NodeContext, sh: int, sw: int) -> str:
+    """The C helper that copies one channel into its phase planes (interior only)."""
+    name = f"o2e_phase_split_s{sh}x{sw}"
+    if sw == 2:
+        return _phase_split2(ctx, sh)
+    if sw == 1:
+        copy = f"{copy_row(ctx)}(d + q0, s + (q0 + b - pl), q1 - q0);"
+    else:
+        copy = f"for (int q = q0; q < q1; ++q) d[q] = s[q * {sw} + b - pl];"
+    ctx.helper(
+        name,
+        f"""
+/* Copies one (H x W) channel into the {sh}x{sw} phase planes of its padded version:
+ * plane (a, b) (at planes + (a*{sw} + b)*HQ*WQ) holds xpad[r*{sh} + a][q*{sw} + b] at [r][q].
+ * Only input pixels are written; the border keeps the fill value the caller set once. */
+static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
+    float *restrict planes)
+{{
+  for (int b = 0; b < {sw}; ++b) {{
+    /* columns q whose source iw = q*{sw} + b - pl lies in [0, W) */
+    const int q0 = pl > b ? (pl - b + {sw - 1}) / {sw} : 0;
+    int q1 = (W + pl - b + {sw - 1}) / {sw};
+    if (q1 > WQ) q1 = WQ;
+    for (int ih = 0; ih < H; ++ih) {{
+      const int ph = ih + pt, r = ph / {sh};
+      if (r >= HQ) break;
+      {{
+        const float *restrict s = x + (size_t)ih * W;
+        float *restrict d = planes + ((size_t)((ph % {sh}) * {sw} + b) * HQ + r) * WQ;
+        {copy}
+      }}
+    }}
+  }}
+}}
+""",
+    )
+    return name
+
+
+def _phase_split2(ctx: NodeContext, sh: int) -> str:
+    """phase_split for a column stride of 2: each row is deinterleaved in one pass."""
+    name = f"o2e_phase_split_s{sh}x2"
+    ctx.helper("o2e_intrinsics", INTRINSICS)
+    ctx.helper("o2e_deinterleave2", DEINTERLEAVE2)
+    ctx.helper(
+        name,
+        f"""
+/* Copies one (H x W) channel into the {sh}x2 phase planes of its padded version:
+ * plane (a, b) (at planes + (a*2 + b)*HQ*WQ) holds xpad[r*{sh} + a][q*2 + b] at [r][q].
+ * Only input pixels are written; the border keeps the fill value the caller set once. */
+static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
+    float *restrict planes)
+{{
+  /* source columns whose padded column iw + pl falls inside the planes (q < WQ) */
+  const int m = W < 2 * WQ - pl ? W : 2 * WQ - pl;
+  for (int ih = 0; ih < H; ++ih) {{
+    const int ph = ih + pt, r = ph / {sh};
+    if (r >= HQ) break;
+    {{
+      const float *restrict s = x + (size_t)ih * W;
+      float *restrict d0 = planes + ((size_t)((ph % {sh}) * 2) * HQ + r) * WQ;
+      float *restrict d1 = d0 + (size_t)HQ * WQ;
+      if (pl % 2 == 0) {{
+        o2e_deinterleave2(d0 + pl / 2, d1 + pl / 2, s, m);
+      }} else if (m > 0) {{ /* column 0 is odd in the padded row */
+        d1[pl / 2] = s[0];
+        o2e_deinterleave2(d0 + (pl + 1) / 2, d1 + (pl + 1) / 2, s + 1, m - 1);
+      }}
+    }}
+  }}
+}}
+""",
+    )
+    return name
+
+
+def tap_refs(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> tuple[str, list[str]]:
+    """C declarations of the phase-plane pointers a kernel reads, and one read per tap (i, j)
+    in row-major order, as expressions of the flat output index p."""
+    phases = sorted({((i * dh) % sh, (j * dw) % sw) for i in range(kh) for j in range(kw)})
+    decl = "\n  ".join(
+        f"const float *restrict P{a}_{b} = planes + (size_t){a * sw + b} * HQ * WQ;"
+        for a, b in phases
+    )
+    reads = []
+    for i in range(kh):
+        for j in range(kw):
+            a, r = divmod(i * dh, sh)[::-1]
+            b, q = divmod(j * dw, sw)[::-1]
+            off = " + ".join(t for t in ((f"{r} * WQ" if r else ""), (str(q) if q else "")) if t)
+            reads.append(f"P{a}_{b}[p{' + ' + off if off else ''}]")
+    return decl, reads
+
+
+def kernel_prologue(sh: int, sw: int, fill: str, wide: bool) -> str:
+    """Shared start of a plane kernel: locals, this call's scratch slot, the border fill."""
+    note = (
+        "" if wide else "\n  /* WQ == OW: rows need no compaction, the kernel writes y directly */"
+    )
+    return f"""  const o2e_win2d_args *a = (const o2e_win2d_args *)arg;
+  const int H = a->H, W = a->W, OH = a->OH, OW = a->OW, HQ = a->HQ, WQ = a->WQ;
+  float *restrict planes = a->scratch + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  const size_t np = ((size_t){sh * sw} * HQ * WQ + {VW + _ALIGN_FLOATS - 1}) / {_ALIGN_FLOATS} * {_ALIGN_FLOATS};
+  float *restrict yw = planes + np; /* the wide output (when rows need compaction) */
+  (void)yw; (void)OW;
+  for (size_t k = 0; k < np; ++k) planes[k] = {fill};{note}"""
+
+
+def call_planes(
+    ctx: NodeContext, kernel: str, n: int, work: int, slot_floats: int, fields: dict[str, str]
+) -> str:
+    """C statements running `kernel` over n planes, split across threads when the work pays.
+
+    fields: the o2e_win2d_args members to set besides scratch, slot and thread."""
+    ctx.helper("o2e_win2d_args", ARGS)
+    threaded = work >= PAR_MIN_WORK and n > 1
+    if threaded:
+        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    scratch = (
+        ctx.scratch(max(slot_floats, 1) * 4 * (MAX_THREADS if threaded else 1))
+        if slot_floats
+        else "NULL"
+    )
+    init = [f".{k} = {v}" for k, v in fields.items()]
+    init += [
+        f".scratch = {scratch}",
+        f".slot = {slot_floats}",
+        f".thread = {'o2e_parallel_thread' if threaded else 'NULL'}",
+    ]
+    run = f"o2e_parallel_for({n}, {kernel}, &a);" if threaded else f"{kernel}(&a, 0, {n});"
+    return "{\n  o2e_win2d_args a = {" + ", ".join(init) + "};\n  " + run + "\n}"
+
+
+# --------------------------------------------------------------------------------------------
+# MaxPool / AveragePool
+# --------------------------------------------------------------------------------------------
+def _pool_kernel(
+    ctx: NodeContext, op: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
+) -> str:
+    """One pooling kernel per window geometry: its name (the C code is added as a helper)."""
+    name = f"o2e_{op.lower()}{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}"
+    ctx.helper("o2e_win2d_args", ARGS)
+    split = phase_split(ctx, sh, sw)
+    decl, reads = tap_refs(kh, kw, sh, sw, dh, dw)
+    wide = phase_geometry(1, 1, kh, kw, sh, sw, dh, dw)[1] != 1  # WQ > OW: rows to compact
+    out = "yw" if wide else "yc"
+    if op == "MaxPool":
+        # a > b ? a : b is one vmaxps; -inf borders never win
+        body = f"float v = {reads[0]};\n" + "".join(
+            f"          {{ const float t = {r}; v = t > v ? t : v; }}\n" for r in reads[1:]
+        )
+        fill, store = "-INFINITY", compact(ctx) if wide else ""
+    else:
+        # the same row-major summation order as the generic loop; zero borders add nothing
+        body = f"float v = {reads[0]};\n" + "".join(f"          v += {r};\n" for r in reads[1:])
+        fill = "0.0f"
+        store = "for (int oh = 0; oh < OH; ++oh) for (int ow = 0; ow < OW; ++ow) yc[oh * OW + ow] = yw[oh * WQ + ow] / (a->dr[oh] * a->dc[ow]);"
+        out = "yw"  # AveragePool always divides in the compaction pass
+        wide = True
+    loop = flat_loop(wide, body.rstrip() + f"\n          {out}[p] = v;")
+    ctx.helper(
+        name,
+        f"""
+/* {op} {kh}x{kw}, stride {sh}x{sw}, dilation {dh}x{dw}, over planes [i0, i1) (pool2d.py). */
+static void {name}(void *arg, int i0, int i1)
+{{
+{kernel_prologue(sh, sw, fill, wide)}
+  {decl}
+  for (int i = i0; i < i1; ++i) {{
+    float *restrict yc = a->y + (size_t)i * OH * OW;
+    {split}(a->x + (size_t)i * H * W, H, W, a->pt, a->pl, HQ, WQ, planes);
+    {{
+      {loop}
+    }}
+    {store if wide else "(void)yc;"}
+  }}
+}}
+""",
+    )
+    return name
+
+
+def _divisors(
+    size: int, out: int, k: int, s: int, d: int, pb: int, pe: int, include_pad: bool
+) -> np.ndarray:
+    """Taps of each output position along one axis that count for AveragePool."""
+    cnt = np.zeros(out, np.float32)
+    for o in range(out):
+        for t in range(k):
+            i = o * s - pb + t * d
+            cnt[o] += (-pb <= i < size + pe) if include_pad else (0 <= i < size)
+    return cnt
+
+
+def pool(ctx: NodeContext) -> str | None:
+    """MaxPool / AveragePool on float32 NCHW with phase planes, or None (use the generic loop)."""
+    from .nn import conv_pads  # nn.py imports this module
+
+    x, y = ctx.x(0), ctx.y(0)
+    op = ctx.node.op_type
+    if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:
+        return None
+    if op == "MaxPool" and ctx.has_output(1):
+        return None
+    N, C, H, W = x.shape
+    OH, OW = y.shape[2:]
+    kh, kw = (int(v) for v in ctx.attr("kernel_shape"))
+    sh, sw = (int(v) for v in ctx.attr("strides", [1, 1]))
+    dh, dw = (int(v) for v in ctx.attr("dilations", [1, 1]))
+    pads = conv_pads(ctx.node, (H, W), (OH, OW), [kh, kw], [sh, sw], [dh, dw])
+    if min(pads) < 0:
+        return None
+    name = _pool_kernel(ctx, op, kh, kw, sh, sw, dh, dw)
+    ctx.kernel("2-D phase planes")
+    HQ, WQ = phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
+    pf, wf = plane_floats(OH, OW, kh, kw, sh, sw, dh, dw)
+    if op == "AveragePool":
+        wf = _rup(OH * WQ + VW)
+    fields = {
+        "x": x.sym,
+        "y": y.sym,
+        "H": str(H),
+        "W": str(W),
+        "OH": str(OH),
+        "OW": str(OW),
+        "pt": str(pads[0]),
+        "pl": str(pads[1]),
+        "HQ": str(HQ),
+        "WQ": str(WQ),
+    }
+    if op == "AveragePool":
+        inc = bool(int(ctx.attr("count_include_pad", 0)))
+        dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
+        dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
+        # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)
+        fields["dr"] = ctx.weight("div_rows", np.where(dr > 0, dr, 1).astype(np.float32))
+        fields["dc"] = ctx.weight("div_cols", np.where(dc > 0, dc, 1).astype(np.float32))
+    n = N * C
+    work = n * (H * W + OH * WQ * (kh * kw + 1))
+    return f"/* {op} {kh}x{kw}/{sh}x{sw} via phase planes (pool2d.py) */\n" + call_planes(
+        ctx, name, n, work, pf + wf, fields
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# GlobalAveragePool
+# --------------------------------------------------------------------------------------------
+GAP = r"""
+/* GlobalAveragePool over planes [i0, i1) of W elements each (pool2d.py). Sixteen partial sums
+ * (one vector register) instead of one running sum: float addition is not reassociated by
+ * the compiler, so a single accumulator would serialise on the add latency. */
+static void o2e_global_avgpool(void *arg, int i0, int i1)
+{
+  const o2e_win2d_args *a = (const o2e_win2d_args *)arg;
+  const int S = a->W;
+  for (int i = i0; i < i1; ++i) {
+    const float *restrict xc = a->x + (size_t)i * S;
+    float part[16] = {0.0f}, acc = 0.0f;
+    int k = 0;
+    for (; k + 16 <= S; k += 16)
+      for (int l = 0; l < 16; ++l) part[l] += xc[k + l];
+    for (; k < S; ++k) acc += xc[k];
+    for (int l = 0; l < 16; ++l) acc += part[l];
+    a->y[i] = acc / (float)S;
+  }
+}
+"""
+
+
+def global_pool(ctx: NodeContext) -> str | None:
+    """GlobalAveragePool on float32 (any rank >= 3), or None (use the generic loop)."""
+    x, y = ctx.x(0), ctx.y(0)
+    if (
+        ctx.node.op_type != "GlobalAveragePool"
+        or x.dtype != np.float32
+        or x.rank < 3
+        or x.size == 0
+    ):
+        return None
+    n = x.shape[0] * x.shape[1]
+    S = int(np.prod(x.shape[2:]))
+    ctx.helper("o2e_win2d_args", ARGS)
+    ctx.helper("o2e_global_avgpool", GAP)
+    ctx.kernel("vectorised sum")
+    return call_planes(
+        ctx, "o2e_global_avgpool", n, n * S, 0, {"x": x.sym, "y": y.sym, "W": str(S)}
+    )

@@ -1,0 +1,559 @@
+"""Winograd convolution for 3x3, stride-1 Conv (Lavin & Gray, "Fast Algorithms for
+Convolutional Neural Networks", 2016): y = Aᵀ·[(G·g·Gᵀ) ⊙ (Bᵀ·d·B)]·A per output tile.
+
+F(m x m, 3x3) computes an m x m output tile from an (m + 2) x (m + 2) input tile with
+(m + 2)² multiplications instead of 9·m², so over all channels a 3x3 convolution becomes
+(m + 2)² independent matrix products, one per position of the transformed tile:
+
+    U[k] = (G·g·Gᵀ)[k]         [Cout][Cin]    filter transform, at conversion time (float64)
+    V[k] = (Bᵀ·d·B)[k]         [Cin][tiles]   input transform, generated straight-line C
+    M[k] = U[k] · V[k]         [Cout][tiles]  (m + 2)² packed SGEMMs (ops/gemm.py)
+    y    = Aᵀ·M·A + bias (+ residual, activation)  output transform, generated C
+
+F(4x4, 3x3) needs 36 / (9·16) = 1/4 of the multiplications of a direct convolution, F(2x2, 3x3)
+16 / 36. The transformed weights are (m + 2)² / 9 times larger than the original ones (4x for
+F(4x4, 3x3)): they are the price of the speed.
+
+Accuracy. The matrices come from the Toom-Cook construction on interpolation points
+(finite points + infinity). The classic F(4, 3) points 0, ±1, ±2 lose about 5 bits in float32;
+0, ±1, -1/2, 2 lose about 3 (3x smaller error on random layers, the best pair among ±1/2, ±2,
+±1/4, ±4, ±3/2, ±2/3 in a search; cf. Barabasz et al., "Error analysis and improving the
+accuracy of Winograd convolution for deep neural networks", 2020). Bᵀ and Aᵀ are normalised
+by powers of two (exact in floating point) so their entries are small integers; the fractions
+live in G, applied once at conversion time in float64.
+
+Run-time layout (NCHW; one image, a block of tile rows at a time so V and M stay in cache):
+  - the input transform splits each channel by phase (plane a·n + j holds the padded input at
+    rows ≡ a mod m, columns m·tw + j), so input (i, j) of every tile of the block is one
+    contiguous run, and transforms all the block's tiles in one loop that vectorises over tiles
+    whatever the map width; V[k] rows are channels;
+  - the output transform reads M[k][o][t] for one output channel, writes the m² planes of the
+    output tiles, then interleaves them into y's rows, adding the residual and activation;
+    outputs of edge tiles past OH / OW are simply not stored.
+The GEMM engine's fused epilogue is not used: bias, residual and activation apply to y, after
+the output transform.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ....ir import Graph, Node
+from ....passes.fuse_activation import Activation
+from ....passes.fuse_residual import has_residual
+from ..emitter import NodeContext, Tensor
+from .common import act_expr, fused_act
+from .gemm import act_struct, gemm_packed_call, packed_weights
+
+# Interpolation points per output tile size m (infinity is always the last point).
+POINTS: dict[int, tuple[Fraction, ...]] = {
+    2: (Fraction(0), Fraction(1), Fraction(-1)),
+    4: (Fraction(0), Fraction(1), Fraction(-1), Fraction(-1, 2), Fraction(2)),
+}
+# Below these sizes im2col + GEMM is as fast or faster. Measured on single layers (1 thread,
+# AVX-512): Winograd wins from 8 input and output channels (8 -> 8 at 56x56: 1.5x), loses with 3
+# input channels (RGB stems, 2x slower); MIN_TILES: see tile_size.
+MIN_CHANNELS = 8
+MIN_TILES = 16
+# F(4x4, 3x3) rounds ~8x worse than a direct convolution (F(2x2): ~1.4x). Measured on the model
+# zoo: an error made early in Inception-v3 (40+ weighted layers after its stem convolutions) is
+# amplified ~100x by the time it reaches the logits, which then miss 1e-4·max|logits| with
+# F(4x4) in the stem but not with F(2x2); VGG (<= 14 layers after) and GoogLeNet (<= 19) keep
+# F(4x4) everywhere. Convolutions with at least this many weighted layers after them use F(2x2).
+DEEP = 40
+WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+# V and M of one block of tile rows are kept under this many bytes (they are re-read by the
+# GEMMs and the output transform while still in the L2 / L3 cache).
+BLOCK_BYTES = 2 << 20
+# Tiles are transformed in chunks of VEC (a constant trip count gcc vectorises without a
+# run-time profitability check); scratch rows are padded to a multiple of it.
+VEC = 16
+# Tuning / debugging switch read at conversion time: "0" disables Winograd, "2" or "4" forces
+# that tile size wherever the kernel applies.
+ENV = "ONNX2EDGE_WINOGRAD"
+
+
+# --------------------------------------------------------------------------------------------
+# transform matrices (exact, at conversion time)
+# --------------------------------------------------------------------------------------------
+def _poly_mul(a: list[Fraction], b: list[Fraction]) -> list[Fraction]:
+    out = [Fraction(0)] * (len(a) + len(b) - 1)
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            out[i + j] += x * y
+    return out
+
+
+def _pow2_scale(values: list[Fraction]) -> Fraction:
+    """The power of two that makes `values` integers (1 when a denominator is not a power of 2)."""
+    den = max((v.denominator for v in values), default=1)
+    return Fraction(den) if den & (den - 1) == 0 else Fraction(1)
+
+
+def matrices(
+    m: int, r: int = 3
+) -> tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]:
+    """Exact (Aᵀ, G, Bᵀ) of F(m, r) for the points in POINTS[m].
+
+    Toom-Cook: the linear convolution s = u * g (u of length m) is evaluated at the n - 1
+    finite points a_j and at infinity, multiplied point-wise and interpolated back (Lagrange
+    basis M_j(x) / M_j(a_j), M_j = Π_{l≠j}(x − a_l), plus the leading coefficient times
+    Π(x − a_l)). Correlation, what Conv computes, is its transpose: Aᵀ = Vandermonde of the
+    points for m coefficients, G = Vandermonde for r coefficients scaled by 1 / M_j(a_j),
+    Bᵀ rows = coefficients of M_j and of Π(x − a_l).
+    """
+    pts = POINTS[m]
+    n = m + r - 1
+    assert len(pts) == n - 1
+    at = [[a**i for a in pts] + [Fraction(int(i == m - 1))] for i in range(m)]
+    g: list[list[Fraction]] = []
+    bt: list[list[Fraction]] = []
+    full = [Fraction(1)]
+    for a in pts:
+        full = _poly_mul(full, [-a, Fraction(1)])
+    for j, a in enumerate(pts):
+        mj, f = [Fraction(1)], Fraction(1)
+        for k, b in enumerate(pts):
+            if k != j:
+                mj = _poly_mul(mj, [-b, Fraction(1)])
+                f *= a - b
+        g.append([a**k / f for k in range(r)])
+        bt.append([*mj, Fraction(0)])
+    g.append([Fraction(int(k == r - 1)) for k in range(r)])
+    bt.append(full)
+    # power-of-two normalisation: integer Bᵀ rows and Aᵀ columns, G absorbs the factors
+    for j in range(n):
+        s = _pow2_scale(bt[j])
+        bt[j] = [v * s for v in bt[j]]
+        t = _pow2_scale([at[i][j] for i in range(m)])
+        for i in range(m):
+            at[i][j] *= t
+        g[j] = [v / (s * t) for v in g[j]]
+    return at, g, bt
+
+
+def _f64(mat: list[list[Fraction]]) -> np.ndarray:
+    return np.array([[float(v) for v in row] for row in mat], dtype=np.float64)
+
+
+def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
+    """U[k][o][c] = (G·w[o][c]·Gᵀ) flattened over the (m + 2)² positions, computed in float64."""
+    _, g, _ = matrices(m)
+    gm = _f64(g)
+    u = np.einsum("ik,ockl,jl->ijoc", gm, w.astype(np.float64), gm, optimize=True)
+    n = m + 2
+    return u.reshape(n * n, w.shape[0], w.shape[1]).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# straight-line C for the transforms
+# --------------------------------------------------------------------------------------------
+def _lin(coeffs: list[Fraction], terms: list[str]) -> str:
+    """Σ coeffs[i]·terms[i] as C, skipping zeros and writing ±1 as a plain sum."""
+    out = ""
+    for c, t in zip(coeffs, terms, strict=True):
+        if c == 0:
+            continue
+        mag = abs(c)
+        term = t if mag == 1 else f"{_lit(mag)} * {t}"
+        out += (" - " if c < 0 else " + ") + term if out else ("-" if c < 0 else "") + term
+    return out or "0.0f"
+
+
+def _lit(v: Fraction) -> str:
+    return f"{v.numerator}.0f" if v.denominator == 1 else f"({v.numerator}.0f / {v.denominator}.0f)"
+
+
+# O2E_IVDEP asserts that a loop has no loop-carried memory dependence, so the compiler
+# vectorises it without run-time overlap checks between the many rows one pointer addresses
+# (gcc gives up past 10 such checks). O2E_PREFETCH asks for a cache line ahead of its use.
+# Compilers that know neither get nothing.
+IVDEP = """
+#if defined(__clang__)
+#define O2E_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define O2E_IVDEP _Pragma("GCC ivdep")
+#else
+#define O2E_IVDEP
+#endif
+#if defined(__GNUC__)
+#define O2E_PREFETCH(p) __builtin_prefetch(p)
+#define O2E_PREFETCH_W(p) __builtin_prefetch(p, 1)
+#else
+#define O2E_PREFETCH(p) ((void)(p))
+#define O2E_PREFETCH_W(p) ((void)(p))
+#endif
+"""
+
+
+def _input_kernel(m: int) -> tuple[str, str]:
+    _, _, bt = matrices(m)
+    n = m + 2
+    name = f"o2e_winograd_f{m}_in"
+    # input (i, j) of tile t is plane (i % m)·n + j at offset (i / m)·TW + t (see the C comment)
+    lines = [
+        f"const float d{i}_{j} = et[{(i % m) * n + j} * es{f' + {i // m} * (size_t)TW' if i // m else ''} + u];"
+        for i in range(n)
+        for j in range(n)
+    ]
+    # s = Bᵀ·d (columns), then v = s·B (rows)
+    for k in range(n):
+        for j in range(n):
+            lines.append(f"const float s{k}_{j} = {_lin(bt[k], [f'd{i}_{j}' for i in range(n)])};")
+    for k in range(n):
+        for ll in range(n):
+            lines.append(
+                f"vt[{k * n + ll} * vs + u] = {_lin(bt[ll], [f's{k}_{j}' for j in range(n)])};"
+            )
+    body = "\n".join("        " + ln for ln in lines)
+    split = " ".join(f"e0[{j} * es + u] = q[{j}];" for j in range(n))
+    code = f"""
+/* Winograd F({m}x{m},3x3) input transform of one block of tile rows (rows row0 .. row0+nth-1 of
+ * TW tiles, nt = nth*TW tiles): v[k][c][t] = (B^T d B)[k] for channel c's {n}x{n} input tile t,
+ * rows of v ld floats apart (ld: nt rounded up to {VEC}), matrices v[k] vs floats apart.
+ * Each channel is first split by phase: plane a*{n}+j holds xp[{m}R+a][{m}tw+j] at R*TW+tw (xp: the
+ * zero-padded input, R = 0..nth), so input (i, j) of every tile t = th*TW+tw sits at offset
+ * (i/{m})*TW + t of plane (i%{m})*{n}+j: the transform is then one loop over all tiles, in chunks of
+ * {VEC} that vectorise whatever the map width. e: {m * n} planes of es floats (ld+TW+{VEC}, rounded up
+ * to an odd number of chunks: planes read together then fall in different cache sets); rb: one
+ * zero-padded input row ({m}*TW+{m} floats, TW rounded up to {VEC}). */
+static void {name}(const float *restrict x, int C, int H, int W, int pt, int pl, int row0, int nth,
+    int TW, int ld, size_t vs, float *restrict e, float *restrict rb, float *restrict v)
+{{
+  size_t es = ((size_t)ld + TW + {2 * VEC - 1}) / {VEC} * {VEC};
+  if (es / {VEC} % 2 == 0) es += {VEC};
+  const int tp = (TW + {VEC - 1}) / {VEC} * {VEC}; /* TW rounded up to whole chunks */
+  const int rw = {m} * tp + {m};
+  for (int q = 0; q < rw; ++q) rb[q] = 0.0f; /* only [pl, pl+W) is rewritten below */
+  for (int p = 0; p < {m * n}; ++p) /* chunk padding past the last row of tiles: zeros */
+    for (size_t q = (size_t)(nth + 1) * TW; q < es; ++q) e[p * es + q] = 0.0f;
+  for (int c = 0; c < C; ++c) {{
+    const float *restrict xc = x + (size_t)c * H * W;
+    /* rows in increasing order: a row's last chunk overruns into the start of the next row,
+     * which that row then overwrites (past the last row: the padding lanes, whose results
+     * nothing reads) */
+    for (int r = 0; r < {m} * nth + 2; ++r) {{
+      const int ir = row0 * {m} + r - pt;
+      float *restrict er = e + (size_t)(r % {m}) * {n} * es + (size_t)(r / {m}) * TW;
+      if (ir < 0 || ir >= H) {{
+        for (int j = 0; j < {n}; ++j)
+          for (int tw = 0; tw < tp; ++tw) er[j * es + tw] = 0.0f;
+        continue;
+      }}
+      if (c + 1 < C) /* the same row of the next channel, from memory while this one is used */
+        for (int q = 0; q < W; q += 16) O2E_PREFETCH(xc + (size_t)H * W + (size_t)ir * W + q);
+      for (int q = 0; q < W && pl + q < rw; ++q) rb[pl + q] = xc[(size_t)ir * W + q];
+      for (int tw0 = 0; tw0 < TW; tw0 += {VEC}) {{
+        const float *restrict q0 = rb + {m} * tw0;
+        float *restrict e0 = er + tw0;
+        O2E_IVDEP
+        for (int u = 0; u < {VEC}; ++u) {{
+          const float *q = q0 + {m} * u;
+          {split}
+        }}
+      }}
+    }}
+    for (int t0 = 0; t0 < ld; t0 += {VEC}) {{
+      const float *restrict et = e + t0;
+      float *restrict vt = v + (size_t)c * ld + t0;
+      O2E_IVDEP
+      for (int u = 0; u < {VEC}; ++u) {{
+{body}
+      }}
+    }}
+  }}
+}}
+"""
+    return name, code
+
+
+def _output_kernel(m: int) -> tuple[str, str]:
+    at, _, _ = matrices(m)
+    n = m + 2
+    name = f"o2e_winograd_f{m}_out"
+    lines = [
+        f"const float m{i}_{j} = mt[{i * n + j} * ms + u];" for i in range(n) for j in range(n)
+    ]
+    # s = Aᵀ·M (columns), then y = s·A (rows)
+    for a in range(m):
+        for j in range(n):
+            lines.append(f"const float s{a}_{j} = {_lin(at[a], [f'm{i}_{j}' for i in range(n)])};")
+    for a in range(m):
+        for b in range(m):
+            lines.append(
+                f"ft[{a * m + b} * fs + u] = b + {_lin(at[b], [f's{a}_{j}' for j in range(n)])};"
+            )
+    body = "\n".join("        " + ln for ln in lines)
+    rows = "\n".join(
+        f"        const float *restrict f{b} = f + (a * {m} + {b}) * fs + (size_t)th * TW;"
+        for b in range(m)
+    )
+    inter = " ".join(f"yr[{m} * tw + {b}] = f{b}[tw];" for b in range(m))
+    code = f"""
+/* Winograd F({m}x{m},3x3) output transform of one block of tile rows: y = A^T M A + bias for each
+ * output channel o from mm[k][o][t] (nt = nth*TW tiles, rows ld floats apart, matrices ms floats
+ * apart), first as {m * m} planes f[a*{m}+b][t] (chunks of {VEC} tiles; planes fs floats apart, an odd
+ * number of chunks), then interleaved into y's rows with the residual and
+ * the activation; outputs past OH x OW (edge tiles) are dropped. */
+static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, int ld, size_t ms, int OH,
+    int OW, const float *restrict bias, const float *restrict res, float *restrict y, o2e_act act, float *restrict f)
+{{
+  const size_t fs = (size_t)ld + (ld / {VEC} % 2 == 0 ? {VEC} : 0);
+  const int full = OW / {m};
+  for (int o = 0; o < M; ++o) {{
+    const float b = bias ? bias[o] : 0.0f;
+    for (int t0 = 0; t0 < ld; t0 += {VEC}) {{
+      const float *restrict mt = mm + (size_t)o * ld + t0;
+      float *restrict ft = f + t0;
+      O2E_IVDEP
+      for (int u = 0; u < {VEC}; ++u) {{
+{body}
+      }}
+    }}
+    for (int th = 0; th < nth; ++th)
+      for (int a = 0; a < {m}; ++a) {{
+        const int r = (row0 + th) * {m} + a;
+        if (r >= OH) break;
+        float *restrict yr = y + ((size_t)o * OH + r) * OW;
+        if (o + 1 < M) /* the same row of the next channel, from memory while this one is written */
+          for (int q = 0; q < OW; q += 16) {{
+            O2E_PREFETCH_W(yr + (size_t)OH * OW + q);
+            if (res) O2E_PREFETCH(res + ((size_t)(o + 1) * OH + r) * OW + q);
+          }}
+{rows}
+        O2E_IVDEP
+        for (int tw = 0; tw < full; ++tw) {{ {inter} }}
+        for (int ow = full * {m}; ow < OW; ++ow) yr[ow] = f[(a * {m} + ow % {m}) * fs + (size_t)th * TW + ow / {m}];
+        if (res) {{
+          const float *restrict rr = res + ((size_t)o * OH + r) * OW;
+          for (int ow = 0; ow < OW; ++ow) yr[ow] += rr[ow];
+        }}
+        switch (act.kind) {{
+        case 1: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? 0.0f : yr[ow]; break;
+        case 2: for (int ow = 0; ow < OW; ++ow) {{ const float v = yr[ow] < act.a ? act.a : yr[ow]; yr[ow] = v > act.b ? act.b : v; }} break;
+        case 3: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? yr[ow] * act.a : yr[ow]; break;
+        default: break;
+        }}
+      }}
+  }}
+}}
+"""
+    return name, code
+
+
+# --------------------------------------------------------------------------------------------
+# the conv hook
+# --------------------------------------------------------------------------------------------
+def tile_size(
+    ctx: NodeContext,
+    x: Tensor,
+    w: Tensor,
+    y: Tensor,
+    group: int,
+    ks: list[int],
+    st: list[int],
+    dl: list[int],
+) -> int:
+    """The output tile size m to use for this Conv, 0 when Winograd does not apply or pay."""
+    forced = os.environ.get(ENV, "")
+    if forced == "0":
+        return 0
+    if x.rank != 4 or list(ks) != [3, 3] or list(st) != [1, 1] or list(dl) != [1, 1] or group != 1:
+        return 0
+    wc = ctx.const(1)
+    if wc is None or wc.dtype != np.float32 or x.dtype != np.float32:
+        return 0
+    C, M = x.shape[1], w.shape[0]
+    OH, OW = y.shape[2:]
+    if forced in ("2", "4"):
+        return int(forced)
+    if C < MIN_CHANNELS or M < MIN_CHANNELS:
+        return 0
+    # the GEMMs need enough tiles (their N) to run near full speed: F(4x4) from about 13x13
+    # outputs, F(2x2) down to 7x7, where F(4x4) would leave only 2x2 tiles per GEMM;
+    # F(2x2) also where many layers follow, which would amplify F(4x4)'s larger rounding errors
+    sizes = (2,) if layers_after(ctx.graph, ctx.node) >= DEEP else (4, 2)
+    for m in sizes:
+        if -(-OH // m) * -(-OW // m) >= MIN_TILES:
+            return m
+    return 0
+
+
+def layers_after(graph: Graph, node: Node) -> int:
+    """Weighted layers (Conv, Gemm, MatMul, ConvTranspose) on the longest path from `node`'s
+    output to a graph output: how many layers can amplify an error made in this one."""
+    depth: dict[str, int] = {}  # weighted layers from a node's input to an output
+    for n in reversed(graph.nodes):  # topological order reversed: consumers first
+        below = max((depth[c.name] for o in n.outputs if o for c in graph.consumers(o)), default=0)
+        if n.name == node.name:
+            return below
+        depth[n.name] = below + (n.op_type in WEIGHTED)
+    return 0
+
+
+def applicable(
+    ctx: NodeContext,
+    x: Tensor,
+    w: Tensor,
+    y: Tensor,
+    group: int,
+    ks: list[int],
+    st: list[int],
+    dl: list[int],
+) -> bool:
+    return tile_size(ctx, x, w, y, group, ks, st, dl) > 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one Winograd Conv: tiles, blocking and scratch (all in floats)."""
+
+    m: int
+    C: int
+    M: int
+    TH: int
+    TW: int
+
+    @property
+    def n(self) -> int:
+        return self.m + 2
+
+    @property
+    def rows(self) -> int:
+        return rows_per_block(self.C, self.M, self.TH, self.TW, self.n)
+
+    def strides(self, nth: int) -> tuple[int, int, int, int]:
+        """(tiles, row length ld, stride of the V[k], stride of the M[k]) of a block of nth tile rows."""
+        nt = nth * self.TW
+        ld = _ld(nt)
+        return nt, ld, _odd(self.C * ld), _odd(self.M * ld)
+
+    def scratch(self) -> tuple[int, int, int, int]:
+        """Floats of: the input phase planes (later the output tile planes), one padded input row,
+        V, M; for the largest block."""
+        m, n, TW = self.m, self.n, self.TW
+        _, ld, vs, ms = self.strides(self.rows)
+        planes = max(m * n * _odd(ld + TW + VEC), m * m * _odd(ld))
+        return planes, m * _ld(TW) + m, n * n * vs, n * n * ms
+
+
+def emit(
+    ctx: NodeContext,
+    x: Tensor,
+    w: Tensor,
+    y: Tensor,
+    group: int,
+    ks: list[int],
+    st: list[int],
+    dl: list[int],
+    pads: list[int],
+    bias: str | None,
+) -> str:
+    """The Conv as (m + 2)² packed GEMMs between generated input and output transforms."""
+    m = tile_size(ctx, x, w, y, group, ks, st, dl)
+    N, C, H, W = x.shape
+    M = w.shape[0]
+    OH, OW = y.shape[2:]
+    plan = Plan(m, C, M, -(-OH // m), -(-OW // m))
+    n, TW, rows = plan.n, plan.TW, plan.rows
+    pt, pl = pads[0], pads[1]
+    ctx.kernel(f"winograd F({m}x{m},3x3)")
+    packed, stride = packed_weights(ctx, f"winograd{m}", transform_weights(ctx.const(1), m))
+    e, rb, v, mm = (ctx.scratch(f * 4) for f in plan.scratch())
+    act = fused_act(ctx)
+    st_act, post = act_struct(act)
+    res = None
+    if has_residual(ctx.node):
+        ctx.kernel("residual add in the Winograd output transform")
+        res = ctx.x(3).sym
+    fin, fin_code = _input_kernel(m)
+    fout, fout_code = _output_kernel(m)
+
+    def block(row0: str, nth: int) -> str:
+        nt, ld, vs, ms = plan.strides(nth)
+        gemm = gemm_packed_call(
+            ctx,
+            f"{packed} + (size_t)k * {stride}",
+            M,
+            nt,
+            C,
+            f"{v} + (size_t)k * {vs}",
+            ld,
+            f"{mm} + (size_t)k * {ms}",
+            ld,
+        )
+        r = f"{res} + (size_t)b * {M * OH * OW}" if res else "NULL"
+        return "\n".join(
+            [
+                f"  {fin}({x.sym} + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {row0}, {nth}, {TW}, {ld}, {vs}, "
+                f"{e}, {rb}, {v});",
+                f"  for (int k = 0; k < {n * n}; ++k)",
+                f"    {gemm}",
+                f"  {fout}({mm}, {M}, {row0}, {nth}, {TW}, {ld}, {ms}, {OH}, {OW}, {bias or 'NULL'}, {r}, "
+                f"{y.sym} + (size_t)b * {M * OH * OW}, {st_act}, {e});",
+            ]
+        )
+
+    full, rem = divmod(plan.TH, rows)
+    # the GEMM calls include o2e_gemm.h (which defines o2e_act) before the kernels that use it
+    blocks = [block("tb", rows)] + ([block(str(full * rows), rem)] if rem else [])
+    ctx.helper("o2e_ivdep", IVDEP)
+    ctx.helper(fin, fin_code)
+    ctx.helper(fout, fout_code)
+    lines = [
+        f"/* Winograd F({m}x{m},3x3): {plan.TH}x{TW} tiles, {rows} tile row(s) per block, {n * n} GEMMs "
+        f"{M}x(tiles)x{C} per block */",
+        f"for (int b = 0; b < {N}; ++b) {{",
+        f"for (int tb = 0; tb < {full * rows}; tb += {rows}) {{"
+        if full > 1
+        else "{ const int tb = 0;",
+        blocks[0],
+        "}",
+    ]
+    if rem:
+        lines += ["{", blocks[1], "}"]
+    lines.append("}")
+    if post:
+        lines.append(_post_act(act, y))
+    return "\n".join(lines)
+
+
+def rows_per_block(C: int, M: int, TH: int, TW: int, n: int) -> int:
+    """Tile rows transformed and multiplied together.
+
+    Every block re-reads all (n·n)·M·C transformed weights; V and M (n·n·(C + M) floats per
+    tile) are written and read once whatever the blocking, from the cache if a block's share
+    stays under BLOCK_BYTES, else from memory. Fewest bytes from memory wins; ties go to the
+    smaller block (better cache locality)."""
+    w_bytes = n * n * M * C * 4
+    vm_tile = n * n * (C + M) * 4
+
+    def cost(rows: int) -> int:
+        spill = 2 * vm_tile * TH * TW if vm_tile * rows * TW > BLOCK_BYTES else 0
+        return -(-TH // rows) * w_bytes + spill
+
+    return min(range(1, TH + 1), key=lambda r: (cost(r), r))
+
+
+def _ld(nt: int) -> int:
+    """Row length of the scratch matrices for nt tiles: whole VEC chunks, and not a multiple of
+    1 KiB (rows that far apart share cache sets, which the GEMM's packing of B walks down)."""
+    ld = -(-nt // VEC) * VEC
+    return ld + VEC if ld % 256 == 0 else ld
+
+
+def _odd(size: int) -> int:
+    """`size` rounded up to an odd number of VEC chunks: (n + 2)² rows that far apart, written or
+    read together by the transforms, then fall in different cache sets (a multiple of 4 KiB
+    would put them all in one set of the L1 cache)."""
+    s = -(-size // VEC) * VEC
+    return s + VEC if s // VEC % 2 == 0 else s
+
+
+def _post_act(act: Activation | None, y: Tensor) -> str:
+    """Activations the output transform does not apply (Sigmoid, Tanh, ...): one pass over y."""
+    return f"for (size_t i = 0; i < {y.size}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(act, 'v')}; }}"
