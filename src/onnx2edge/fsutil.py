@@ -18,6 +18,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file normal permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
