@@ -160,6 +160,37 @@ def test_winograd_matches_onnxruntime(tmp_path: Path, case: str) -> None:
     assert rep.ok, rep
 
 
+def test_deep_networks_start_with_f2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where DEEP or more weighted layers follow (errors amplified the most), F(2x2) is used."""
+    monkeypatch.delenv(winograd.ENV, raising=False)
+    depth = winograd.DEEP + 3
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    for i in range(depth):
+        w = (rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32)
+        inits.append(tensor(f"w{i}", w))
+        out = "y" if i == depth - 1 else f"t{i}"
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [f"t{i - 1}" if i else "x", f"w{i}"],
+                [out],
+                kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1],
+                name=f"conv{i}",
+            )
+        )
+    path = save(
+        make_model(nodes, [vi("x", [1, 16, 20, 20])], [vi("y", [1, 16, 20, 20])], inits),
+        tmp_path / "deep.onnx",
+    )
+    graph = api.prepare(path, "c")
+    assert [winograd.layers_after(graph, n) for n in graph.nodes][:2] == [depth - 1, depth - 2]
+    kernels = _kernels(path, tmp_path / "out")
+    f2 = depth - winograd.DEEP  # conv0 .. conv{f2-1} have >= DEEP layers after them
+    assert kernels == {"Conv: winograd F(2x2,3x3)": f2, "Conv: winograd F(4x4,3x3)": depth - f2}
+
+
 @pytest.mark.parametrize(
     "case", ["asymmetric_pads", "residual_relu_no_bias", "wide_map_many_blocks"]
 )
