@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,6 @@ Shapes = Mapping[str, Sequence[int]] | None
 
 # What `verify --target onnx` exercises: the frontend plus the target-independent passes.
 DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
-
-
-def _progress(msg: str) -> None:
-    print(f"onnx2edge: {msg}", file=sys.stderr, flush=True)
 
 
 # --- inspect ------------------------------------------------------------------------------

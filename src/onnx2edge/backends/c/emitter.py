@@ -125,7 +125,7 @@ def c_literal(value: Any, dtype: np.dtype) -> str:
         if np.isinf(v):
             return ("-" if v < 0 else "") + ("INFINITY" if dtype == np.float64 else "(float)INFINITY")
         if dtype == np.float32:
-            return repr(float(np.float32(v))) + "f" if False else _f32(np.float32(v))
+            return _f32(np.float32(v))
         return repr(v)
     if dtype.kind == "b":
         return "1" if value else "0"
@@ -347,7 +347,6 @@ class ModelEmitter:
             for name in (*node.inputs, *node.outputs):
                 if name:
                     steps.setdefault(name, []).append(step)
-        last = len(g.nodes)
         buffers = []
         for name, t in self.tensors.items():
             if t.kind != "arena":
@@ -362,7 +361,6 @@ class ModelEmitter:
                 out = f"(({t.ctype} *)outputs[{i}])"
                 tail.append(f"  memcpy({out}, {t.sym}, {t.nbytes});  /* output {_cmt(name)} */")
         offsets, arena = plan(buffers + scratch)
-        _ = last
         return {"blocks": blocks, "offsets": offsets, "arena": arena, "tail": tail}
 
     def _trace_calls(self, node: Node) -> str:
