@@ -162,10 +162,60 @@ def peak_kb():
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
+nodes = {}
+if cfg.get("profile"):
+    # a separate session: profiling adds its own cost, so it must stay out of the timed runs
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = cfg["threads"]
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.enable_profiling = True
+    so.profile_file_prefix = cfg["outputs"] + ".ortprof"
+    ps = ort.InferenceSession(open(cfg["model"], "rb").read(), so, providers=["CPUExecutionProvider"])
+    timed(ps, feeds, cfg["runs"], cfg["warmup"])
+    for e in json.load(open(ps.end_profiling())):
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = e["name"][: -len("_kernel_time")]
+            d = nodes.setdefault(name, {"op": e.get("args", {}).get("op_name", "?"), "us": 0.0})
+            d["us"] += e["dur"]
+    for d in nodes.values():
+        d["ms"] = d.pop("us") / 1000 / (cfg["runs"] + cfg["warmup"])
+
 print(json.dumps({"times_ms": times, "overhead_ms": float(np.median(empty)),
-                  "maxrss_kb": peak_kb(),
+                  "maxrss_kb": peak_kb(), "nodes": nodes,
                   "version": ort.__version__}))
 """
+
+
+def match_ort_nodes(
+    ours: Sequence[str], original: Sequence[str], ort_nodes: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, float], float]:
+    """onnxruntime's per-node ms attributed to our node names, and the ms left unattributed.
+
+    onnxruntime names a fused node after one of the nodes it absorbed plus a suffix
+    ("conv1/bn/relu6_nchwc", "Mixed_5b.branch1x1.relu_nchwc"), so each of its nodes is first
+    matched to the longest name of the original model (`original`, in graph order) that
+    prefixes it, then given to the nearest node at or before that one that we still have: our
+    passes fold BatchNormalization and activations into the node before them. Nodes
+    onnxruntime inserted itself (layout reorders, memcpy) stay unattributed.
+    """
+    kept = set(ours)
+    owner: dict[str, str] = {}
+    last = None
+    for name in original:
+        last = name if name in kept else last
+        if last is not None:
+            owner[name] = last
+    names = sorted(owner, key=len, reverse=True)
+    got: dict[str, float] = {}
+    rest = 0.0
+    for name, d in sorted(ort_nodes.items()):
+        hit = next((n for n in names if name == n or (name.startswith(n) and not name[len(n)].isalnum())), None)
+        if hit is None:
+            rest += d["ms"]
+        else:
+            got[owner[hit]] = got.get(owner[hit], 0.0) + d["ms"]
+    return got, rest
 
 
 def _stats(ms: Sequence[float]) -> dict[str, float]:
@@ -277,7 +327,10 @@ def bench_model(
         from ..frontend.loader import fix_input_shapes, load_model
 
         fixed = work / "model_fixed.onnx"
-        fixed.write_bytes(fix_input_shapes(load_model(model), input_shapes or {}, quiet=True).SerializeToString())
+        model_proto = load_model(model)
+        original = [n.name for n in model_proto.graph.node]
+        fixed.write_bytes(fix_input_shapes(model_proto, input_shapes or {}, quiet=True).SerializeToString())
+        del model_proto
         cfg = {
             "model": str(fixed),
             "threads": threads,
@@ -285,6 +338,7 @@ def bench_model(
             "warmup": warmup,
             "inputs": {s["name"]: str(data / f"{i}.npy") for i, s in enumerate(io["inputs"])},
             "outputs": str(data / "ort_out.npz"),
+            "profile": profile,
         }
         p = subprocess.run([sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)], capture_output=True, text=True)
         if p.returncode != 0:
@@ -303,17 +357,20 @@ def bench_model(
             from ..analysis import node_macs
 
             g = api.prepare(model, "c", input_shapes=input_shapes)
+            ort_ms, ort_rest = match_ort_nodes([n.name for n in g.nodes], original, ort.get("nodes", {}))
             prof = sorted(
                 (
                     {"node": n.name, "op": n.op_type, "ms": ms, "macs": node_macs(g, n),
                      "gflops": 2 * node_macs(g, n) / (ms * 1e6) if ms > 0 else 0.0,
-                     "shape": list(g.shape_of(n.outputs[0])) if g.type_of(n.outputs[0]) else []}
+                     "shape": list(g.shape_of(n.outputs[0])) if g.type_of(n.outputs[0]) else [],
+                     "ort_ms": ort_ms.get(n.name)}
                     for n, ms in zip(g.nodes, ours["profile_ms"], strict=False)
                 ),
                 key=lambda d: -d["ms"],
             )
         return {
             "profile": prof,
+            "ort_profile_unattributed_ms": ort_rest if prof is not None else None,
             "model": model.name,
             "threads": threads,
             "runs": runs,
@@ -342,6 +399,10 @@ def bench_model(
         tmp.cleanup()
 
 
+def _ms(v: float | None) -> str:
+    return f"{v:8.3f} ms" if v is not None else "       - ms"
+
+
 def format_result(r: Mapping[str, Any]) -> str:
     lines = [
         f"{r['model']}: {r['threads']} thread(s), {r['runs']} runs, {r['cpu']}",
@@ -353,8 +414,13 @@ def format_result(r: Mapping[str, Any]) -> str:
         f"  convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
         f"  GEMM kernel: {r['gemm_kernel']}; kernels: " + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items()),
         *(
-            [f"  profile (ms per run, top nodes): total {sum(p['ms'] for p in r['profile']):.3f}"]
-            + [f"    {p['ms']:8.3f} ms {p['gflops']:7.1f} GFLOP/s  {p['op']:<14} {p['node']} {'x'.join(map(str, p['shape']))}"
+            [f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"
+             f" nodes attributed to the first node they absorbed): total {sum(p['ms'] for p in r['profile']):.3f},"
+             f" onnxruntime {sum(p['ort_ms'] or 0.0 for p in r['profile']) + r['ort_profile_unattributed_ms']:.3f}"
+             f" (of which {r['ort_profile_unattributed_ms']:.3f} in nodes it inserted)",
+             "         ours  onnxruntime  GFLOP/s  op             node"]
+            + [f"    {p['ms']:8.3f} ms {_ms(p['ort_ms'])} {p['gflops']:7.1f}  {p['op']:<14} {p['node']} "
+               f"{'x'.join(map(str, p['shape']))}"
                for p in r["profile"][:25]]
             if r.get("profile") else []
         ),

@@ -42,7 +42,7 @@ def _use_engine(ctx: NodeContext) -> None:
     ctx.model.runtime_files.add(HEADER)
 
 
-def _post(act: Activation | None, post: bool, M: int, N: int, C: str, ldc: int) -> str:
+def post_act(act: Activation | None, post: bool, M: int, N: int, C: str, ldc: int) -> str:
     if not post:
         return ""
     return (
@@ -77,7 +77,7 @@ def gemm_call(
     st, post = act_struct(act)
     return (
         f"o2e_sgemm({M}, {N}, {K}, {A}, {lda}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, {bias_n or 'NULL'}, "
-        f"{residual or 'NULL'}, {ldr}, {st}, {ws});" + _post(act, post, M, N, C, ldc)
+        f"{residual or 'NULL'}, {ldr}, {st}, {ws});" + post_act(act, post, M, N, C, ldc)
     )
 
 
@@ -112,5 +112,5 @@ def gemm_packed_call(
     st, post = act_struct(act)
     return (
         f"o2e_sgemm_packed({M}, {N}, {K}, {packed}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, "
-        f"{bias_n or 'NULL'}, {residual or 'NULL'}, {ldr}, {st}, {ws});" + _post(act, post, M, N, C, ldc)
+        f"{bias_n or 'NULL'}, {residual or 'NULL'}, {ldr}, {st}, {ws});" + post_act(act, post, M, N, C, ldc)
     )

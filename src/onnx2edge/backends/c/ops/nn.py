@@ -5,11 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....passes.fuse_activation import Activation
 from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor, c_literal
+from ..gemm_pack import sgemm_workspace_bytes
 from . import pool2d, register_op
 from .common import act_expr, fused_act, strides
-from .gemm import gemm_call, gemm_packed_call, packed_weights
+from .gemm import (
+    MAX_THREADS,
+    _use_engine,
+    act_struct,
+    gemm_call,
+    gemm_packed_call,
+    packed_weights,
+    post_act,
+)
 
 FLOAT = ("float", "double")
 
@@ -99,11 +109,7 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
     lines = []
     # im2col in blocks of output rows: the columns stay cache-sized and bounded (a 9x9 conv
     # at 480x640 would otherwise need a 3 GB matrix)
-    rows = OH if pointwise else _im2col_rows(K, OH, OW)
-    if not pointwise:
-        col = ctx.scratch(K * rows * OW * 4)
     for_n = f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{"
-    lines.append(for_n)
     xin = f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {H * W}"
     yout = f"{y.sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
     wg = f"{w.sym} + (size_t)g * {mg * K}"
@@ -115,8 +121,19 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
     wc = ctx.const(1)
     packed = None
     if wc is not None and wc.dtype == np.float32:
+        if not pointwise and P >= IMPLICIT_MIN_COLS:
+            ctx.kernel("implicit GEMM (im2col fused into B packing)")
+            packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
+            return "\n".join([for_n, "  " + implicit_gemm_call(
+                ctx, f"{packed} + (size_t)g * {stride}", mg, P, K, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl,
+                OW, yout, bg, act, res), "}"])
         ctx.kernel("1x1 as GEMM" if pointwise else "im2col + GEMM")
         packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
+
+    rows = OH if pointwise else _im2col_rows(K, OH, OW)
+    if not pointwise:
+        col = ctx.scratch(K * rows * OW * 4)
+    lines.append(for_n)
 
     def block(oh0: str, nrows: int) -> list[str]:
         """im2col + GEMM for output rows [oh0, oh0 + nrows)."""
@@ -145,6 +162,23 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
             lines += ["  " + c for c in block(str(full), OH - full)]
     lines.append("}")
     return "\n".join(lines)
+
+
+# The GEMM engine's small-N paths read B in place, so the implicit im2col needs N above them
+# (O2E_GEMM_SMALLN is 12).
+IMPLICIT_MIN_COLS = 16
+
+
+def implicit_gemm_call(ctx: NodeContext, packed: str, M: int, P: int, K: int, xin: str, C: int, H: int, W: int,
+                       kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, OW: int, y: str,
+                       bias: str, act: Activation | None, res: str | None) -> str:
+    """C statement: a convolution as one GEMM whose B operand is packed straight from the input."""
+    ws = ctx.scratch(sgemm_workspace_bytes(M, P, K, MAX_THREADS), "void")
+    st, post = act_struct(act)
+    call = (f"{{ const o2e_conv_b cb = {{{xin}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}}}; "
+            f"o2e_sgemm_packed_conv({M}, {P}, {K}, {packed}, &cb, {y}, {P}, {bias}, {res or 'NULL'}, {P}, {st}, {ws}); }}")
+    _use_engine(ctx)
+    return call + post_act(act, post, M, P, y, P)
 
 
 # Bytes of one im2col block: the column matrix is written, then read right away by the GEMM's

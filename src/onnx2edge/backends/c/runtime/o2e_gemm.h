@@ -291,6 +291,61 @@ O2E_GEMM_FN void o2e_pack_b_(int kc, int nc, const float *B, int ldb, float *bp)
 }
 
 
+/* ==== implicit im2col ======================================================================
+ * B of a 2-D convolution's GEMM - row k = (c, ki, kj) of the filter, column n = output
+ * position (oh, ow) - packed straight from the input. An explicit column matrix would be
+ * written and then read back by this packing: for a 5x5 or 1x7 layer that is MBs of traffic
+ * per call, more than the packing itself. */
+typedef struct {
+  const float *x; /* C x H x W input (one group's channels) */
+  int H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW;
+} o2e_conv_b;
+
+/* Rows [pc, pc + kc) x columns [jb, jb + nb) of the implicit B, in o2e_pack_b_'s layout. */
+O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, int nb,
+                                  float *bp) {
+  const int OW = cv->OW, sw = cv->sw, khw = cv->kh * cv->kw;
+  const int nlast = nb - (nb - 1) / O2E_GEMM_NR * O2E_GEMM_NR; /* columns of the last panel */
+  int k;
+  for (k = 0; k < kc; k++) {
+    const int r = pc + k, c = r / khw, ki = r / cv->kw % cv->kh, kj = r % cv->kw;
+    const int off = kj * cv->dw - cv->pl; /* input column of output column ow: ow*sw + off */
+    const float *plane = cv->x + (size_t)c * cv->H * cv->W;
+    int ow0 = off >= 0 ? 0 : (-off + sw - 1) / sw, ow1 = cv->W > off ? (cv->W - off + sw - 1) / sw : 0;
+    int j = 0;
+    if (ow0 > OW) ow0 = OW;
+    if (ow1 > OW) ow1 = OW;
+    if (ow1 < ow0) ow1 = ow0;
+    while (j < nb) { /* one run per output row and panel */
+      const int n = jb + j, oh = n / OW, ow = n % OW;
+      const int q = j / O2E_GEMM_NR, l = j - q * O2E_GEMM_NR;
+      const int nrq = nb - q * O2E_GEMM_NR < O2E_GEMM_NR ? nb - q * O2E_GEMM_NR : O2E_GEMM_NR;
+      const int ih = oh * cv->sh - cv->pt + ki * cv->dh;
+      float *restrict d = bp + (size_t)q * O2E_GEMM_NR * kc + (size_t)k * o2e_panel_w_(nrq) + l;
+      int run = OW - ow, a, b, t;
+      if (run > nrq - l) run = nrq - l;
+      a = ow0 - ow < 0 ? 0 : (ow0 - ow > run ? run : ow0 - ow);
+      b = ow1 - ow < a ? a : (ow1 - ow > run ? run : ow1 - ow);
+      if (ih < 0 || ih >= cv->H) a = b = run;
+      for (t = 0; t < a; t++) d[t] = 0.0f;
+      if (b > a) {
+        const float *restrict src = plane + (size_t)ih * cv->W + (size_t)((ow + a) * sw + off);
+        if (sw == 1)
+          memcpy(d + a, src, sizeof(float) * (size_t)(b - a));
+        else
+          for (t = 0; t < b - a; t++) d[a + t] = src[(size_t)t * sw];
+      }
+      for (t = b; t < run; t++) d[t] = 0.0f;
+      j += run;
+    }
+    if (nlast < O2E_GEMM_NR) { /* zero lanes of the partial last panel, as o2e_pack_b_ does */
+      const int w = o2e_panel_w_(nlast), q = (nb - 1) / O2E_GEMM_NR;
+      float *d = bp + (size_t)q * O2E_GEMM_NR * kc + (size_t)k * w;
+      for (j = nlast; j < w; j++) d[j] = 0.0f;
+    }
+  }
+}
+
 /* ==== micro-kernels ======================================================================
  * o2e_kernel_(kc, a, lda, b, w, mr, nr, e, i0, j0): acc = A panel (8 x kc) * B panel (kc x nr,
  * row stride w), then the epilogue stores the valid mr x nr part at (i0, j0).
@@ -868,6 +923,7 @@ typedef struct {
   const float *bm, *bn, *R;
   int ldr;
   o2e_act act;
+  const o2e_conv_b *conv; /* B is a convolution's implicit im2col matrix (B, ldb unused) */
 } o2e_gemm_args_;
 
 #define O2E_GEMM_RUP16_(n) (((size_t)(n) + 15u) & ~(size_t)15u)
@@ -1209,20 +1265,20 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
     /* Packing pays off when enough A panels reuse a strip; with few panels the kernel reads
      * B in place - if the row stride is an odd number of cache lines the strip's rows
      * spread over all L1 sets, so up to 8 panels still read it without conflicts. */
-    const int direct =
-        npan <= 4 || (npan <= 8 && g->ldb % 16 == 0 && (g->ldb / 16) % 2 == 1);
+    const int direct = !g->conv && (npan <= 4 || (npan <= 8 && g->ldb % 16 == 0 &&
+                                                 (g->ldb / 16) % 2 == 1));
     for (jb = n0; jb < n1; jb += NB) {
       const int nb = n1 - jb < NB ? n1 - jb : NB;
       const int nstrips = (nb + O2E_GEMM_NR - 1) / O2E_GEMM_NR;
       const int nfull = nb / O2E_GEMM_NR;
       for (pc = 0; pc < K; pc += kcb) {
         const int kc = K - pc < kcb ? K - pc : kcb;
-        const float *bsrc = g->B + (size_t)pc * g->ldb + jb;
+        const float *bsrc = g->conv ? NULL : g->B + (size_t)pc * g->ldb + jb;
         int sidx;
         o2e_epi_ e;
         o2e_pf_ pf;
         /* the block of B that comes next in this loop order */
-        if (direct)
+        if (direct || g->conv) /* a convolution's input is small and read in place */
           o2e_pf_init_(&pf, NULL, 0, 0, 0, 0);
         else if (pc + kc < K)
           o2e_pf_init_(&pf, bsrc + (size_t)kc * g->ldb, K - pc - kc < kcb ? K - pc - kc : kcb,
@@ -1235,7 +1291,9 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
                        npan * nstrips);
         else
           o2e_pf_init_(&pf, NULL, 0, 0, 0, 0);
-        if (!direct)
+        if (g->conv)
+          o2e_pack_b_conv_(g->conv, pc, kc, jb, nb, bp);
+        else if (!direct)
           o2e_pack_b_(kc, nb, bsrc, g->ldb, bp);
         else if (nfull < nstrips) /* only the partial last strip needs padding */
           o2e_pack_b_(kc, nb - nfull * O2E_GEMM_NR, bsrc + nfull * O2E_GEMM_NR, g->ldb,
@@ -1309,10 +1367,10 @@ O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j, int tid) {
   }
   if (j->m0 >= j->m1 || j->n0 >= j->n1) return;
   ws = j->ws + j->ws_per * (size_t)tid;
-  if (j->g->N == 1)
+  if (j->g->N == 1 && !j->g->conv)
     o2e_gemv_run_(j->g, j->m0, j->m1, ws);
 #if O2E_GEMM_SMALLN > 1
-  else if (j->g->N <= O2E_GEMM_SMALLN)
+  else if (j->g->N <= O2E_GEMM_SMALLN && !j->g->conv)
     o2e_sn_run_(j->g, j->m0, j->m1, ws);
 #endif
   else
@@ -1573,6 +1631,7 @@ O2E_GEMM_FN void o2e_sgemm(int M, int N, int K, const float *A, int lda, const f
   g.R = R;
   g.ldr = ldr;
   g.act = act;
+  g.conv = NULL;
   o2e_gemm_dispatch_(&g, workspace);
 }
 
@@ -1597,6 +1656,31 @@ O2E_GEMM_FN void o2e_sgemm_packed(int M, int N, int K, const float *packed_A, co
   g.R = R;
   g.ldr = ldr;
   g.act = act;
+  g.conv = NULL;
+  o2e_gemm_dispatch_(&g, workspace);
+}
+
+/* C = act(packed_A · B + bias_m + R) where B is the implicit im2col matrix of the convolution
+ * `conv` (K = C·kh·kw rows, N = OH·OW columns): a convolution with no column buffer. */
+O2E_GEMM_FN void o2e_sgemm_packed_conv(int M, int N, int K, const float *packed_A,
+                                       const o2e_conv_b *conv, float *C, int ldc,
+                                       const float *bias_m, const float *R, int ldr, o2e_act act,
+                                       void *workspace) {
+  o2e_gemm_args_ g;
+  memset(&g, 0, sizeof g);
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = packed_A;
+  g.lda = K;
+  g.a_packed = 1;
+  g.C = C;
+  g.ldc = ldc;
+  g.bm = bias_m;
+  g.R = R;
+  g.ldr = ldr;
+  g.act = act;
+  g.conv = conv;
   o2e_gemm_dispatch_(&g, workspace);
 }
 
