@@ -301,42 +301,85 @@ typedef struct {
   int H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW;
 } o2e_conv_b;
 
-/* Rows [pc, pc + kc) x columns [jb, jb + nb) of the implicit B, in o2e_pack_b_'s layout. */
+/* Rows [pc, pc + kc) x columns [jb, jb + nb) of the implicit B, in o2e_pack_b_'s layout.
+ * The columns split into runs - one output row within one panel - that are the same for
+ * every row k, so they are worked out once; each row k is then a few bounded copies. */
+#define O2E_CONV_RUNS_ (2 * O2E_GEMM_SB * O2E_GEMM_NR + 2)
+#if defined(O2E_GEMM_AVX512)
+/* the first min(n, 16) lanes (n > 0) */
+O2E_GEMM_INL __mmask16 o2e_mask16_(int n) {
+  return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
+}
+#endif
 O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, int nb,
                                   float *bp) {
   const int OW = cv->OW, sw = cv->sw, khw = cv->kh * cv->kw;
   const int nlast = nb - (nb - 1) / O2E_GEMM_NR * O2E_GEMM_NR; /* columns of the last panel */
-  int k;
+  int r_ih[O2E_CONV_RUNS_], r_ow[O2E_CONV_RUNS_], r_len[O2E_CONV_RUNS_], r_w[O2E_CONV_RUNS_];
+  size_t r_dst[O2E_CONV_RUNS_];
+  int nruns = 0, j = 0, k, u;
+  while (j < nb && nruns < O2E_CONV_RUNS_) {
+    const int n = jb + j, oh = n / OW, ow = n % OW;
+    const int q = j / O2E_GEMM_NR, l = j - q * O2E_GEMM_NR;
+    const int nrq = nb - q * O2E_GEMM_NR < O2E_GEMM_NR ? nb - q * O2E_GEMM_NR : O2E_GEMM_NR;
+    int run = OW - ow;
+    if (run > nrq - l) run = nrq - l;
+    r_ih[nruns] = oh * cv->sh - cv->pt;
+    r_ow[nruns] = ow;
+    r_len[nruns] = run;
+    r_w[nruns] = o2e_panel_w_(nrq);
+    r_dst[nruns] = (size_t)q * O2E_GEMM_NR * kc + (size_t)l;
+    nruns++;
+    j += run;
+  }
+  /* (c, ki, kj) of row pc + k, stepped rather than divided out per row */
+  int c = pc / khw, ki = pc / cv->kw % cv->kh, kj = pc % cv->kw - 1;
   for (k = 0; k < kc; k++) {
-    const int r = pc + k, c = r / khw, ki = r / cv->kw % cv->kh, kj = r % cv->kw;
-    const int off = kj * cv->dw - cv->pl; /* input column of output column ow: ow*sw + off */
-    const float *plane = cv->x + (size_t)c * cv->H * cv->W;
-    int ow0 = off >= 0 ? 0 : (-off + sw - 1) / sw, ow1 = cv->W > off ? (cv->W - off + sw - 1) / sw : 0;
-    int j = 0;
+    int off, ow0, ow1;
+    const float *plane;
+    if (++kj == cv->kw) {
+      kj = 0;
+      if (++ki == cv->kh) ki = 0, c++;
+    }
+    off = kj * cv->dw - cv->pl; /* input column of output column ow: ow*sw + off */
+    plane = cv->x + (size_t)c * cv->H * cv->W;
+    if (sw == 1)
+      ow0 = off >= 0 ? 0 : -off, ow1 = cv->W - off;
+    else
+      ow0 = off >= 0 ? 0 : (-off + sw - 1) / sw, ow1 = cv->W > off ? (cv->W - off + sw - 1) / sw : 0;
     if (ow0 > OW) ow0 = OW;
     if (ow1 > OW) ow1 = OW;
     if (ow1 < ow0) ow1 = ow0;
-    while (j < nb) { /* one run per output row and panel */
-      const int n = jb + j, oh = n / OW, ow = n % OW;
-      const int q = j / O2E_GEMM_NR, l = j - q * O2E_GEMM_NR;
-      const int nrq = nb - q * O2E_GEMM_NR < O2E_GEMM_NR ? nb - q * O2E_GEMM_NR : O2E_GEMM_NR;
-      const int ih = oh * cv->sh - cv->pt + ki * cv->dh;
-      float *restrict d = bp + (size_t)q * O2E_GEMM_NR * kc + (size_t)k * o2e_panel_w_(nrq) + l;
-      int run = OW - ow, a, b, t;
-      if (run > nrq - l) run = nrq - l;
-      a = ow0 - ow < 0 ? 0 : (ow0 - ow > run ? run : ow0 - ow);
-      b = ow1 - ow < a ? a : (ow1 - ow > run ? run : ow1 - ow);
+    for (u = 0; u < nruns; u++) {
+      const int ow = r_ow[u], run = r_len[u], ih = r_ih[u] + ki * cv->dh;
+      float *restrict d = bp + r_dst[u] + (size_t)k * r_w[u];
+      int a = ow0 - ow < 0 ? 0 : (ow0 - ow > run ? run : ow0 - ow);
+      int b = ow1 - ow < a ? a : (ow1 - ow > run ? run : ow1 - ow), t;
       if (ih < 0 || ih >= cv->H) a = b = run;
+#if defined(O2E_GEMM_AVX512)
+      if (sw == 1) { /* runs are short (often < 48): masked moves beat loops with tails */
+        const float *src = plane + (size_t)ih * cv->W + (size_t)(ow + a + off);
+        if (a > 0 || b < run)
+          for (t = 0; t < run; t += 16)
+            _mm512_mask_storeu_ps(d + t, o2e_mask16_(run - t), _mm512_setzero_ps());
+        for (t = 0; t < b - a; t += 16) {
+          const __mmask16 m = o2e_mask16_(b - a - t);
+          _mm512_mask_storeu_ps(d + a + t, m, _mm512_maskz_loadu_ps(m, src + t));
+        }
+        continue;
+      }
+#endif
       for (t = 0; t < a; t++) d[t] = 0.0f;
       if (b > a) {
         const float *restrict src = plane + (size_t)ih * cv->W + (size_t)((ow + a) * sw + off);
+        float *restrict dd = d + a;
+        const int len = b - a;
         if (sw == 1)
-          memcpy(d + a, src, sizeof(float) * (size_t)(b - a));
+          for (t = 0; t < len; t++) dd[t] = src[t];
         else
-          for (t = 0; t < b - a; t++) d[a + t] = src[(size_t)t * sw];
+          for (t = 0; t < len; t++) dd[t] = src[(size_t)t * sw];
       }
       for (t = b; t < run; t++) d[t] = 0.0f;
-      j += run;
     }
     if (nlast < O2E_GEMM_NR) { /* zero lanes of the partial last panel, as o2e_pack_b_ does */
       const int w = o2e_panel_w_(nlast), q = (nb - 1) / O2E_GEMM_NR;
