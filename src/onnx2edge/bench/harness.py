@@ -148,6 +148,14 @@ sess = session(open(cfg["model"], "rb").read())
 times, b = timed(sess, feeds, cfg["runs"], cfg["warmup"])
 outs = {o.name: a for o, a in zip(sess.get_outputs(), b.copy_outputs_to_cpu())}
 np.savez(cfg["outputs"], **outs)
+# onnxruntime's own spread: the same model with its graph optimisations off (other kernels,
+# no fusion) - how far two correct float32 implementations drift apart on this model
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+so.log_severity_level = 3
+plain = ort.InferenceSession(open(cfg["model"], "rb").read(), so, providers=["CPUExecutionProvider"])
+np.savez(cfg["outputs"] + ".plain.npz", **dict(zip([o.name for o in plain.get_outputs()], plain.run(None, feeds))))
+del plain
 g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "empty",
                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
@@ -193,7 +201,7 @@ def match_ort_nodes(
     """onnxruntime's per-node ms attributed to our node names, and the ms left unattributed.
 
     onnxruntime names a fused node after one of the nodes it absorbed plus a suffix
-    ("conv1/bn/relu6_nchwc", "Mixed_5b.branch1x1.relu_nchwc"), so each of its nodes is first
+    ("conv1/bn/relu6_nchwc", "Mixed_5b.branch1x1.relu_nchwc") or a prefix ("fused fc1"), so each of its nodes is first
     matched to the longest name of the original model (`original`, in graph order) that
     prefixes it, then given to the nearest node at or before that one that we still have: our
     passes fold BatchNormalization and activations into the node before them. Nodes
@@ -210,12 +218,22 @@ def match_ort_nodes(
     got: dict[str, float] = {}
     rest = 0.0
     for name, d in sorted(ort_nodes.items()):
-        hit = next((n for n in names if name == n or (name.startswith(n) and not name[len(n)].isalnum())), None)
+        # some fusions prepend a word instead ("fused fc1")
+        keys = (name, name.split(" ", 1)[1]) if " " in name else (name,)
+        hit = next((n for key in keys for n in names
+                    if key == n or (key.startswith(n) and not key[len(n)].isalnum())), None)
         if hit is None:
             rest += d["ms"]
         else:
             got[owner[hit]] = got.get(owner[hit], 0.0) + d["ms"]
     return got, rest
+
+
+# Accuracy check: the C backend's verification tolerance, or - on deep models where
+# onnxruntime's optimised and unoptimised runs already differ by more (Inception-v3: 1.2e-4)
+# - at most SPREAD_FACTOR times that spread.
+RTOL, ATOL = 1e-4, 1e-6
+SPREAD_FACTOR = 2.0
 
 
 def _stats(ms: Sequence[float]) -> dict[str, float]:
@@ -345,11 +363,17 @@ def bench_model(
             raise Onnx2EdgeError(f"onnxruntime benchmark failed: {p.stderr.strip().splitlines()[-1][:300]}")
         ort = json.loads(p.stdout)
         ref = np.load(data / "ort_out.npz")
+        plain = np.load(data / "ort_out.npz.plain.npz")
         errors = {}
         for i, s in enumerate(io["outputs"]):
             got = np.fromfile(data / f"out_{i}.bin", dtype=s["dtype"]).reshape(s["shape"])
-            rep = compare(s["name"], got, ref[s["name"]], 1e-4, 1e-6)
-            errors[s["name"]] = {"max_abs_error": rep.max_abs, "max_rel_error": rep.max_rel, "ok": rep.ok}
+            rep = compare(s["name"], got, ref[s["name"]], RTOL, ATOL)
+            spread = compare(s["name"], plain[s["name"]], ref[s["name"]], RTOL, ATOL)
+            errors[s["name"]] = {
+                "max_abs_error": rep.max_abs, "max_rel_error": rep.max_rel,
+                "ort_spread_rel": spread.max_rel,
+                "ok": rep.ok or rep.max_abs <= SPREAD_FACTOR * spread.max_abs,
+            }
         o, r_raw = _stats(ours["times_ms"]), _stats(ort["times_ms"])
         r = {k: max(v - ort["overhead_ms"], 1e-6) for k, v in r_raw.items()}
         prof = None
@@ -425,6 +449,8 @@ def format_result(r: Mapping[str, Any]) -> str:
             if r.get("profile") else []
         ),
         "  accuracy vs onnxruntime: "
-        + ", ".join(f"{k} max rel {v['max_rel_error']:.2g} {'ok' if v['ok'] else 'FAIL'}" for k, v in r["accuracy"].items()),
+        + ", ".join(f"{k} max rel {v['max_rel_error']:.2g} {'ok' if v['ok'] else 'FAIL'}"
+                    f" (onnxruntime optimised vs unoptimised: {v['ort_spread_rel']:.2g})"
+                    for k, v in r["accuracy"].items()),
     ]
     return "\n".join(lines)

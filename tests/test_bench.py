@@ -1,0 +1,95 @@
+"""`onnx2edge bench`: the side-by-side harness on a small model, onnxruntime's per-node profile
+matched to our nodes, and the suite document (gap tables, hand-written notes kept)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from onnx2edge.bench import suite
+from onnx2edge.bench.harness import bench_model, format_result, match_ort_nodes
+from onnx2edge.cli import main
+
+
+def test_ort_nodes_go_to_the_node_that_absorbed_them() -> None:
+    ours = ["conv1", "fc1", "pool"]
+    original = ["conv1", "conv1/bn", "conv1/relu", "pool", "fc1", "fc1/relu"]
+    ort = {
+        "conv1/relu_nchwc": {"ms": 1.0},  # named after the last fused node, a suffix added
+        "conv1/bn": {"ms": 0.5},
+        "pool": {"ms": 0.25},
+        "fused fc1": {"ms": 2.0},  # a prefix word instead
+        "ReorderOutput": {"ms": 0.125},  # inserted by onnxruntime
+    }
+    got, rest = match_ort_nodes(ours, original, ort)
+    assert got == {"conv1": 1.5, "pool": 0.25, "fc1": 2.0}
+    assert rest == 0.125
+
+
+def test_a_longer_name_is_not_taken_for_a_prefix() -> None:
+    got, rest = match_ort_nodes(["conv1", "conv10"], ["conv1", "conv10"], {"conv10_nchwc": {"ms": 1.0}})
+    assert got == {"conv10": 1.0} and rest == 0.0
+
+
+def test_bench_measures_both_sides_and_checks_the_outputs(example: Path, tmp_path: Path) -> None:
+    r = bench_model(example, runs=3, warmup=1, work_dir=tmp_path, profile=True)
+    assert r["ours_ms"] > 0 and r["ort_ms"] > 0
+    assert r["ratio"] == pytest.approx(r["ours_ms"] / r["ort_ms"])
+    assert r["accurate"], r["accuracy"]
+    assert r["gemm_kernel"] in {"avx512", "avx2", "portable"}
+    assert r["kernels"] and r["convert_s"] > 0 and r["build_s"] > 0
+    convs = [p for p in r["profile"] if p["op"] == "Conv"]
+    assert convs and all(p["ort_ms"] is not None and p["ms"] > 0 for p in convs)
+    text = format_result(r)
+    assert "ratio ours/onnxruntime" in text and "onnxruntime optimised vs unoptimised" in text
+
+
+def test_bench_cli_json(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(example), "--runs", "3", "--warmup", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"ours_ms", "ort_ms", "ratio", "ours_peak_rss_mb", "kernels"} <= set(out)
+
+
+def test_bench_without_a_model_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench"]) != 0
+    err = capsys.readouterr().err
+    assert "bench needs a MODEL" in err and "Traceback" not in err
+
+
+def _result(name: str, threads: int, ratio: float, gaps: dict | None = None) -> dict:
+    r = {
+        "name": name, "threads": threads, "ours_ms": ratio, "ort_ms": 1.0, "ratio": ratio, "runs": 3,
+        "target_ratio": suite.TARGETS.get(name), "convert_s": 0.1, "build_s": 1.0, "gemm_kernel": "avx512",
+        "kernels": {"Conv: 1x1 as GEMM": 2}, "cflags": "-O3", "onnxruntime": "x",
+        "accuracy": {"y": {"max_rel_error": 1e-6, "ort_spread_rel": 1e-7, "ok": True}},
+    }
+    if gaps:
+        r["gaps"] = gaps
+    return r
+
+
+def test_suite_doc_lists_gaps_and_keeps_the_notes(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"old table\n{suite.NOTES_BEGIN}\nwhy MobileNet misses: measured here\n{suite.NOTES_END}\n")
+    profiled = {
+        "profile": [
+            {"node": "conv_a", "op": "Conv", "ms": 2.0, "ort_ms": 1.0, "gflops": 50.0, "shape": [1, 8, 7, 7]},
+            {"node": "conv_b", "op": "Conv", "ms": 1.0, "ort_ms": 1.5, "gflops": 90.0, "shape": [1, 8, 7, 7]},
+            {"node": "pool", "op": "MaxPool", "ms": 0.5, "ort_ms": None, "gflops": 0.0, "shape": [1, 8, 3, 3]},
+        ],
+        "ort_profile_unattributed_ms": 0.25,
+    }
+    gaps = suite.gap_nodes(profiled, n=2)
+    assert [p["node"] for p in gaps["nodes"]] == ["conv_a", "pool"]
+    assert gaps["ours_total_ms"] == 3.5 and gaps["ort_total_ms"] == 2.75
+    results = [_result("mobilenet_v2", 1, 1.2, gaps), _result("mobilenet_v2", 2, 1.1), _result("resnet50", 1, 0.9)]
+    suite.write_doc(results, doc)
+    text = doc.read_text()
+    assert "old table" not in text
+    assert "why MobileNet misses: measured here" in text
+    assert "**mobilenet_v2** (ratio 1.20, target 0.8)" in text
+    assert "| conv_a | Conv | 1x8x7x7 | 2.000 | 1.000 | 50 |" in text
+    assert "| resnet50 | 0.90 | 1.00 | 0.90 ✓ |" in text
+    assert "| mobilenet_v2 | 1.20 | 1.00 | 1.20 ✗ |" in text
