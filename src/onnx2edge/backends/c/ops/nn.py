@@ -518,16 +518,35 @@ def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float,
 
     Written as Yᵀ = W·xᵀ so the constant matrix is the packed A operand and N = 1 takes the
     engine's matrix-vector path."""
-    ctx.kernel("fully connected as packed GEMV")
     wv = np.ascontiguousarray(w, dtype=np.float32) * np.float32(alpha)
-    packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
     bias = None
     if with_bias and ctx.has_input(2) and beta != 0.0:
         cc = ctx.const(2)
         if cc is None or cc.size not in (1, N):
             return "#error unsupported Gemm bias"  # guarded by _gemm_check
         bias = ctx.weight("bias", np.broadcast_to(cc.reshape(-1).astype(np.float32) * np.float32(beta), (N,)).copy())
+    blocks = -(-N // FC_NB)
+    if blocks * FC_NB <= N * FC_MAX_PAD and np.isfinite(wv).all():
+        ctx.kernel("fully connected, zero inputs skipped")
+        wt = np.zeros((blocks * FC_NB, K), np.float32)
+        wt[:N] = wv.reshape(N, K)
+        # block q: its K rows of FC_NB weights, contiguous (o2e_fc_skip_zeros)
+        blocked = ctx.weight("wt", np.ascontiguousarray(wt.reshape(blocks, FC_NB, K).transpose(0, 2, 1)))
+        nz = ctx.scratch(K * 4, "int")
+        act = fused_act(ctx)
+        st, post = act_struct(act)
+        _use_engine(ctx)
+        return (f"o2e_fc_skip_zeros({N}, {K}, {blocked}, {x}, {bias or 'NULL'}, {y.sym}, {st}, {nz});"
+                + post_act(act, post, 1, N, y.sym, N))
+    ctx.kernel("fully connected as packed GEMV")
+    packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
     return gemm_packed_call(ctx, packed, N, 1, K, x, 1, y.sym, 1, bias_m=bias, act=fused_act(ctx))
+
+
+# Outputs per weight block of o2e_fc_skip_zeros (O2E_FC_NB), and the most zero padding that
+# layout may add (as a factor of N): narrower layers keep the packed GEMV.
+FC_NB = 256
+FC_MAX_PAD = 1.1
 
 
 @register_op("MatMul", check=_gemm_check)

@@ -1778,4 +1778,80 @@ O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int en
   fn(ctx, 0, n);
 }
 
+/* ==== fully connected at batch 1, skipping zero inputs ======================================
+ * y = act(b + Σ_k x[k]·Wᵀ[k]) with Wᵀ stored in column blocks of O2E_FC_NB outputs (block q:
+ * K rows of O2E_FC_NB weights, zero-padded past N). A layer after a ReLU gets about half of
+ * its inputs exactly zero; their weight rows are never read, which is what matters for a
+ * product bound by how fast the weights stream in. Skipping x[k] == 0 leaves every sum as
+ * the dense one would be (adding 0·w changes nothing for finite w; the converter only uses
+ * this layout when all weights are finite). */
+#define O2E_FC_NB 256
+typedef struct {
+  int N, K;
+  const float *wt, *x, *bias;
+  float *y;
+  const int *nz; /* indices of the nonzero inputs */
+  int nnz;
+  o2e_act act;
+} o2e_fc_args;
+
+O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
+  const o2e_fc_args *f = (const o2e_fc_args *)arg;
+  int q, i, j;
+  for (q = q0; q < q1; q++) {
+    const float *wq = f->wt + (size_t)q * f->K * O2E_FC_NB;
+    const int n0 = q * O2E_FC_NB, nb = f->N - n0 < O2E_FC_NB ? f->N - n0 : O2E_FC_NB;
+    float acc[O2E_FC_NB], *yq = f->y + n0;
+#if defined(O2E_GEMM_AVX512)
+    __m512 a[O2E_FC_NB / 16];
+    for (j = 0; j < O2E_FC_NB / 16; j++) a[j] = _mm512_setzero_ps();
+    for (i = 0; i < f->nnz; i++) {
+      const int k = f->nz[i];
+      const float *row = wq + (size_t)k * O2E_FC_NB;
+      const __m512 xv = _mm512_set1_ps(f->x[k]);
+      if (i + 4 < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
+        const float *nx = wq + (size_t)f->nz[i + 4] * O2E_FC_NB;
+        for (j = 0; j < O2E_FC_NB; j += 16) O2E_PREFETCH_(nx + j, 3);
+      }
+      for (j = 0; j < O2E_FC_NB / 16; j++) a[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * j), a[j]);
+    }
+    for (j = 0; j < O2E_FC_NB / 16; j++) _mm512_storeu_ps(acc + 16 * j, a[j]);
+#else
+    for (j = 0; j < O2E_FC_NB; j++) acc[j] = 0.0f;
+    for (i = 0; i < f->nnz; i++) {
+      const int k = f->nz[i];
+      const float *restrict row = wq + (size_t)k * O2E_FC_NB;
+      const float xk = f->x[k];
+      for (j = 0; j < O2E_FC_NB; j++) acc[j] += xk * row[j];
+    }
+#endif
+    for (j = 0; j < nb; j++) yq[j] = o2e_act1_(acc[j] + (f->bias ? f->bias[n0 + j] : 0.0f), f->act);
+  }
+}
+
+/* nz: scratch for K ints. */
+O2E_GEMM_FN void o2e_fc_skip_zeros(int N, int K, const float *wt, const float *x, const float *bias,
+                                   float *y, o2e_act act, int *nz) {
+  o2e_fc_args f;
+  int k, n = 0;
+  for (k = 0; k < K; k++)
+    if (x[k] != 0.0f) nz[n++] = k; /* NaN and infinities are kept, so they propagate */
+  f.N = N;
+  f.K = K;
+  f.wt = wt;
+  f.x = x;
+  f.bias = bias;
+  f.y = y;
+  f.nz = nz;
+  f.nnz = n;
+  f.act = act;
+  {
+    const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
+    if (nq > 1 && (double)n * N >= O2E_GEMM_MT_FLOPS / 8)
+      o2e_parallel_for(nq, o2e_fc_blocks_, &f);
+    else
+      o2e_fc_blocks_(&f, 0, nq);
+  }
+}
+
 #endif /* O2E_GEMM_H */
