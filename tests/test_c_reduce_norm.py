@@ -291,3 +291,190 @@ def test_losses(tmp_path: Path, reduction: str) -> None:
 def test_det(tmp_path: Path) -> None:
     nodes = [helper.make_node("Det", ["x"], ["y"])]
     _verify(tmp_path, nodes, [vi("x", [3, 4, 4])], [vi("y", [3])], opset=11)
+
+
+# --------------------------------------------------------------------------------------------
+# LRN and Instance/GroupNormalization kernels (norm.py): vectorised, split across threads
+# --------------------------------------------------------------------------------------------
+def _run_c(tmp_path: Path, model, feeds: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ANN001
+    """Convert and run `model` with the default build; (outputs, kernels used)."""
+    out = tmp_path / "out"
+    res = api.convert(save(model, tmp_path / "m.onnx"), "c", out)
+    return api.run(out, feeds), res.stats["kernels"]
+
+
+def _lrn_ref(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """The ONNX LRN formula in float64 (onnxruntime has no even sizes and no float64 LRN), with
+    the attributes as float32, as the model stores them."""
+    alpha, beta, bias = (float(np.float32(v)) for v in (alpha, beta, bias))
+    C, lo = x.shape[1], (size - 1) // 2
+    sq = np.square(x.astype(np.float64))
+    s = np.stack([sq[:, max(0, c - lo) : c - lo + size].sum(axis=1) for c in range(C)], axis=1)
+    return x / (bias + alpha / size * s) ** beta
+
+
+def _max_rel(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(got - ref).max() / max(1.0, float(np.abs(ref).max())))
+
+
+@pytest.mark.parametrize(
+    ("size", "beta"),
+    [(5, 0.75), (3, 0.75), (3, 0.5), (5, 1.0), (3, 0.6), (1, 0.75)],
+    ids=lambda v: str(v),
+)
+def test_lrn_kernel_matches_onnxruntime(tmp_path: Path, size: int, beta: float) -> None:
+    """beta 0.75 / 0.5 / 1 have exact short forms, other betas use powf; 143 and 400 pixels
+    leave partial pixel blocks and vector tails; alpha large enough that the window counts."""
+    nodes = [
+        helper.make_node("LRN", [i], [o], size=size, alpha=0.5, beta=beta, bias=1.5)
+        for i, o in (("x", "y"), ("z", "w"))
+    ]
+    rng = np.random.default_rng(6)
+    feeds = {
+        "x": (rng.standard_normal((2, 7, 13, 11)) * 2).astype(np.float32),
+        "z": (rng.standard_normal((1, 9, 20, 20)) * 3).astype(np.float32),
+    }
+    ins = [vi("x", [2, 7, 13, 11]), vi("z", [1, 9, 20, 20])]
+    outs = [vi("y", [2, 7, 13, 11]), vi("w", [1, 9, 20, 20])]
+    _verify(tmp_path, nodes, ins, outs, feeds=feeds)
+
+
+@pytest.mark.parametrize(
+    ("size", "beta", "elem"),
+    [(4, 0.75, F32), (2, 0.6, F32), (5, 0.75, F64), (4, 0.6, F64)],
+    ids=["even4", "even2_pow", "f64", "f64_even_pow"],
+)
+def test_lrn_even_size_and_float64(tmp_path: Path, size: int, beta: float, elem: int) -> None:
+    """Even sizes put one more channel after c than before; float64 keeps double throughout."""
+    dt = np.float32 if elem == F32 else np.float64
+    shape = [2, 6, 9, 17]
+    x = (np.random.default_rng(7).standard_normal(shape) * 2).astype(dt)
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=0.3, beta=beta, bias=2.0)
+    m = make_model([node], [vi("x", shape, elem)], [vi("y", shape, elem)])
+    got, kernels = _run_c(tmp_path, m, {"x": x})
+    assert kernels.get("LRN: channel window vectorised over pixels") == 1, kernels
+    assert got["y"].dtype == dt
+    err = _max_rel(got["y"], _lrn_ref(x, size, 0.3, beta, 2.0))
+    assert err <= (2e-6 if dt == np.float32 else 1e-13), err
+
+
+def _instance_norm_ref(x: np.ndarray, s: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    axes = tuple(range(2, x.ndim))
+    mean, var = x64.mean(axis=axes, keepdims=True), x64.var(axis=axes, keepdims=True)
+    bshape = (1, -1) + (1,) * (x.ndim - 2)
+    return (x64 - mean) / np.sqrt(var + eps) * s.reshape(bshape) + b.reshape(bshape)
+
+
+def test_instance_norm_large_plane_large_mean(tmp_path: Path) -> None:
+    """A 300x350 plane (not a whole number of blocks) whose mean is 1000x its spread: a float
+    sum of squares would lose every digit of the variance; the fused Relu runs in the kernel."""
+    rng = np.random.default_rng(8)
+    shape = [2, 3, 300, 350]
+    x = rng.standard_normal(shape) * 0.5 + np.array([1000.0, -300.0, 5.0]).reshape(1, 3, 1, 1)
+    x = x.astype(np.float32)
+    s = rng.standard_normal(3).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    nodes = [
+        helper.make_node("InstanceNormalization", ["x", "s", "b"], ["t"], epsilon=1e-5),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    m = make_model(nodes, [vi("x", shape)], [vi("y", shape)], [tensor("s", s), tensor("b", b)])
+    got, kernels = _run_c(tmp_path, m, {"x": x})
+    assert kernels == {"InstanceNormalization: one-pass blocked moments + Relu": 1}, kernels
+    ref = np.maximum(_instance_norm_ref(x, s, b, 1e-5), 0)
+    assert _max_rel(got["y"], ref) <= 1e-6
+
+
+def test_group_norm_and_fused_activations(tmp_path: Path) -> None:
+    """GroupNormalization of 2-channel groups (opset 21: scale and bias per channel; the checker
+    rejects opset-18 models); two InstanceNormalizations with a LeakyRelu and a HardSigmoid
+    fused (their parameters are part of the kernel's name, so each gets its own kernel)."""
+    rng = np.random.default_rng(9)
+    C, groups = 6, 3
+    f32 = lambda name, k: tensor(name, rng.standard_normal(k).astype(np.float32))  # noqa: E731
+    inits = [f32("s", C), f32("b", C), f32("s6", C), f32("b6", C)]
+    nodes = [
+        helper.make_node("GroupNormalization", ["x", "s", "b"], ["g"], num_groups=groups),
+        helper.make_node("InstanceNormalization", ["x", "s6", "b6"], ["i1"]),
+        helper.make_node("LeakyRelu", ["i1"], ["y"], alpha=0.2),
+        helper.make_node("InstanceNormalization", ["x", "b6", "s6"], ["i2"]),
+        helper.make_node("HardSigmoid", ["i2"], ["z"], alpha=0.3, beta=0.4),
+    ]
+    shape = [2, C, 7, 45]
+    feeds = {"x": (rng.standard_normal(shape) * 3 + 40).astype(np.float32)}
+    outs = [vi(o, shape) for o in ("g", "y", "z")]
+    _verify(tmp_path, nodes, [vi("x", shape)], outs, inits, 21, feeds)
+    kernels = api.convert(tmp_path / "m.onnx", "c", tmp_path / "k").stats["kernels"]
+    assert kernels == {
+        "GroupNormalization: one-pass blocked moments": 1,
+        "InstanceNormalization: one-pass blocked moments + LeakyRelu": 1,
+        "InstanceNormalization: one-pass blocked moments + HardSigmoid": 1,
+    }, kernels
+    code = (tmp_path / "k" / "model.c").read_text()
+    assert "static void o2e_group_norm_f32_leakyrelu_3e4ccccd_00000000(" in code
+
+
+def test_instance_norm_float64_with_fused_activation(tmp_path: Path) -> None:
+    rng = np.random.default_rng(10)
+    shape = [2, 3, 5, 301]
+    x = rng.standard_normal(shape) * 2 + 1e4
+    s, b = rng.standard_normal(3), rng.standard_normal(3)
+    nodes = [
+        helper.make_node("InstanceNormalization", ["x", "s", "b"], ["t"], epsilon=1e-3),
+        helper.make_node("Tanh", ["t"], ["y"]),
+    ]
+    m = make_model(
+        nodes, [vi("x", shape, F64)], [vi("y", shape, F64)], [tensor("s", s), tensor("b", b)]
+    )
+    got, kernels = _run_c(tmp_path, m, {"x": x})
+    assert kernels == {"InstanceNormalization: one-pass blocked moments + Tanh": 1}, kernels
+    assert _max_rel(got["y"], np.tanh(_instance_norm_ref(x, s, b, 1e-3))) <= 1e-10
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["-O2"],
+        ["-O3", "-march=native", "-ffp-contract=fast", "-DO2E_THREADS=2", "-pthread"],
+        ["-march=native", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+        + ["-DO2E_THREADS=3", "-pthread"],
+    ],
+    ids=["portable_serial", "native_2threads", "asan_3threads"],
+)
+def test_norm_kernels_threads_and_portable_builds(
+    tmp_path: Path, flags: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Converted with the parallel threshold at zero, so even these small ops are split across
+    the threads (units of whole planes / pixel blocks); the portable build has no intrinsics."""
+    import json
+
+    from onnx2edge.backends.c.build import build_executable, run_executable
+    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.runtime import ort_run
+
+    rng = np.random.default_rng(11)
+    shape = [2, 5, 17, 19]
+    inits = [
+        tensor("s", rng.standard_normal(5).astype(np.float32)),
+        tensor("b", rng.standard_normal(5).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("LRN", ["x"], ["l1"], size=5, alpha=0.4, beta=0.75, bias=1.0),
+        helper.make_node("LRN", ["x"], ["l2"], size=3, alpha=0.4, beta=0.65, bias=1.0),
+        helper.make_node("InstanceNormalization", ["x", "s", "b"], ["t"]),
+        helper.make_node("Relu", ["t"], ["r"]),
+    ]
+    names = ["l1", "l2", "r"]
+    m = make_model(nodes, [vi("x", shape)], [vi(n, shape) for n in names], inits)
+    feeds = {"x": (rng.standard_normal(shape) * 2 + 1).astype(np.float32)}
+    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)
+    out = tmp_path / "out"
+    api.convert(save(m, tmp_path / "m.onnx"), "c", out)
+    code = (out / "model.c").read_text()
+    assert code.count("o2e_parallel_for(") == 3, code
+    io = json.loads((out / "onnx2edge.json").read_text())
+    got = run_executable(build_executable(out, flags, "m"), io, feeds, tmp_path)
+    ref = ort_run(m, feeds)
+    for n in names:
+        assert _max_rel(got[n], ref[n]) <= 1e-5, n

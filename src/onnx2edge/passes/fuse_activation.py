@@ -5,7 +5,8 @@ before:  x -> Conv -> t -> Relu -> y          after:  x -> Conv[o2e_act=Relu] ->
 The fused activation is recorded as attributes `o2e_act` (the ONNX op name), `o2e_act_alpha`
 and `o2e_act_beta` (its parameters, ONNX defaults filled in); `activation_of(node)` reads them.
 Backends apply it where the producer's result is stored (the GEMM epilogue for Conv/Gemm,
-MPS's fusedNeuronDescriptor), saving a pass over memory.
+the output loop of the C backend's InstanceNormalization), saving a pass over memory.
+Only the C backend runs this pass; MPS fuses neurons into its own layers when it lowers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from onnx import AttributeProto
 from ..ir import Attr, Graph, Node
 from .registry import register_pass
 
-PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
+PRODUCERS = (
+    "Conv",
+    "ConvTranspose",
+    "Gemm",
+    "MatMul",
+    "Add",
+    "InstanceNormalization",
+)
 
 
 class Activation(NamedTuple):

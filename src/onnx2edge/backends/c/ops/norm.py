@@ -3,7 +3,12 @@ RMSNormalization, GroupNormalization, InstanceNormalization, MeanVarianceNormali
 LpNormalization, BatchNormalization, LRN.
 
 float32 and float64. Statistics (sums, means, variances) accumulate in double: the reference
-computes them with numpy's pairwise sums, which a float running sum would drift from.
+computes them with numpy's pairwise sums, which a float running sum would drift from. The
+GroupNormalization / InstanceNormalization and LRN kernels, which see large feature maps, keep
+that accuracy with vectorisable inner loops instead: short float partial sums in 16 lanes,
+merged in double (o2e_moments), and LRN's window of `size` values summed directly. Both split
+their work across threads by whole planes / pixel blocks (o2e_parallel_for), so the results
+do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....passes.fuse_activation import Activation
 from ..emitter import NodeContext, Tensor, c_literal
-from . import register_op
-from .common import broadcast_strides, norm_axis, strides
+from . import pool2d, register_op
+from .common import act_expr, broadcast_strides, fused_act, norm_axis, strides
+from .gemm import _use_engine
 from .reduce import along, dim_runs, loops, offset_expr, split_axis
 
 
@@ -152,31 +159,161 @@ def layer_norm(ctx: NodeContext) -> str:
 # --------------------------------------------------------------------------------------------
 # GroupNormalization / InstanceNormalization: statistics per sample and group of channels
 # --------------------------------------------------------------------------------------------
-def _group_norm_code(x: Tensor, y: Tensor, groups: int, eps: float, scale: str, bias: str) -> str:
-    """x [N, C, spatial...]: each (n, group) is one contiguous block of C/groups channels.
+# Elements per block of the moments pass: a block is centred on its own mean while it sits in
+# L1, so its float partial sums see no cancellation; 1024 keeps the per-block double merge
+# (a division or two) small next to the vector work.
+MOMENTS_BLOCK = 1024
 
-    `scale` / `bias` are C expressions of the channel `c` (and group `g`).
-    """
+GN_ARGS = """
+/* Arguments of the GroupNormalization / InstanceNormalization kernel: block b of the N*G
+ * blocks is the cg*S contiguous values of group b % G of sample b / G; the scale and bias of
+ * channel c are at [c], or at [group] when per_group. */
+typedef struct {
+  const {T} *x, *scale, *bias;
+  {T} *y;
+  int G, cg, per_group;
+  size_t S;
+  double eps;
+} o2e_group_norm_args_{t};
+"""
+
+MOMENTS = """
+/* Mean and sum of squared deviations of x[0, n), in one pass over memory. Each block of
+ * {B} values is read three times while it is in L1: for its rough mean (the pivot), then for
+ * the sums of d = x - pivot and of d*d, each in 32 {T} lanes that the compiler vectorises (one
+ * lane array per loop: gcc shuffles badly when a loop feeds two); the blocks are merged in
+ * double (Chan, Golub and LeVeque's pairwise update). Centring each block first keeps the
+ * float sums free of cancellation however large the mean is next to the spread, which a
+ * running sum of x*x is not; 32 lanes keep the adds off a single latency chain. */
+static void o2e_moments_{t}(const {T} *restrict x, size_t n, double *mean_out, double *m2_out)
+{
+  double mean = 0.0, m2 = 0.0;
+  size_t done = 0;
+  while (done < n) {
+    const size_t len = n - done < {B} ? n - done : {B};
+    const {T} *restrict b = x + done;
+    {T} s[32], q[32], pivot = 0;
+    double ds = 0.0, dq = 0.0;
+    size_t j;
+    int l;
+    for (l = 0; l < 32; ++l) s[l] = q[l] = 0;
+    for (j = 0; j + 32 <= len; j += 32)
+      for (l = 0; l < 32; ++l) s[l] += b[j + l];
+    for (; j < len; ++j) pivot += b[j];
+    for (l = 0; l < 32; ++l) {
+      pivot += s[l];
+      s[l] = 0;
+    }
+    pivot /= ({T})len;
+    for (j = 0; j + 32 <= len; j += 32)
+      for (l = 0; l < 32; ++l) s[l] += b[j + l] - pivot;
+    for (j = 0; j + 32 <= len; j += 32)
+      for (l = 0; l < 32; ++l) {
+        const {T} d = b[j + l] - pivot;
+        q[l] += d * d;
+      }
+    for (; j < len; ++j) {
+      const double d = b[j] - pivot;
+      ds += d;
+      dq += d * d;
+    }
+    for (l = 0; l < 32; ++l) {
+      ds += s[l];
+      dq += q[l];
+    }
+    {
+      const double bmean = pivot + ds / (double)len, bm2 = dq - ds * ds / (double)len;
+      const double delta = bmean - mean, total = (double)(done + len);
+      mean += delta * ((double)len / total);
+      m2 += (bm2 > 0 ? bm2 : 0) + delta * delta * ((double)done * (double)len / total);
+    }
+    done += len;
+  }
+  *mean_out = mean;
+  *m2_out = m2;
+}
+"""
+
+GN_KERNEL = """
+/* GroupNormalization / InstanceNormalization{what} over blocks [b0, b1) (norm.py). The output
+ * is (x - m) * s + t with m the mean rounded to {T}: the subtraction is exact for values near
+ * the mean, so a large mean costs no precision, and the loop vectorises. */
+static void {name}(void *arg, int b0, int b1)
+{
+  const o2e_group_norm_args_{t} *a = (const o2e_group_norm_args_{t} *)arg;
+  const size_t S = a->S, n = (size_t)a->cg * S;
+  int b, k;
+  for (b = b0; b < b1; ++b) {
+    const {T} *restrict x = a->x + (size_t)b * n;
+    {T} *restrict y = a->y + (size_t)b * n;
+    const int g = b % a->G;
+    double mean, m2;
+    o2e_moments_{t}(x, n, &mean, &m2);
+    {
+      const double inv = 1.0 / sqrt(m2 / (double)n + a->eps);
+      const {T} m = ({T})mean;
+      for (k = 0; k < a->cg; ++k) {
+        const int at = a->per_group ? g : g * a->cg + k;
+        const double s = inv * a->scale[at];
+        const {T} sc = ({T})s, sh = ({T})(a->bias[at] - (mean - m) * s);
+        const {T} *restrict xc = x + (size_t)k * S;
+        {T} *restrict yc = y + (size_t)k * S;
+        size_t i;
+        for (i = 0; i < S; ++i) {
+          const {T} v = (xc[i] - m) * sc + sh;
+          yc[i] = {act};
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def _fill(code: str, **kw: object) -> str:
+    for k, v in kw.items():
+        code = code.replace("{" + k + "}", str(v))
+    return code
+
+
+def _act_suffix(act: Activation | None) -> str:
+    """Part of a helper's name that tells its fused activation, parameters included (as float32
+    bits), so each distinct activation gets its own kernel and the name is deterministic."""
+    if act is None:
+        return ""
+    bits = "".join(
+        "_" + np.array(v, np.float32).view(np.uint32).item().to_bytes(4, "big").hex()
+        for v in (act.alpha, act.beta)
+    )
+    return "_" + act.op.lower() + (bits if act.op in ("LeakyRelu", "HardSigmoid", "Clip") else "")
+
+
+def _group_norm_code(ctx: NodeContext, groups: int, per_group: bool) -> str:
+    """x [N, C, spatial...]: each (n, group) is one contiguous block of C/groups channels,
+    normalised by one call over its whole block, the N*groups blocks split across threads."""
+    x, y = ctx.x(0), ctx.y(0)
+    T = x.ctype
+    t = "f32" if T == "float" else "f64"
     N, C = x.shape[:2]
     S = int(np.prod(x.shape[2:]))
-    cg = C // groups
-    block = cg * S
-    return f"""for (size_t n = 0; n < {N}; ++n)
-for (size_t g = 0; g < {groups}; ++g) {{
-  const {x.ctype} *xg = {x.sym} + (n * {groups} + g) * {block};
-  {y.ctype} *yg = {y.sym} + (n * {groups} + g) * {block};
-  double mean = 0.0, var = 0.0;
-  for (size_t i = 0; i < {block}; ++i) mean += xg[i];
-  mean /= {block};
-  for (size_t i = 0; i < {block}; ++i) {{ const double d = xg[i] - mean; var += d * d; }}
-  const double inv = 1.0 / sqrt(var / {block} + {c_literal(eps, np.float64)});
-  for (size_t k = 0; k < {cg}; ++k) {{
-    const size_t c = g * {cg} + k;
-    const double s = inv * {scale}, t = {bias} - mean * s;
-    for (size_t i = k * {S}; i < (k + 1) * {S}; ++i) yg[i] = ({y.ctype})(xg[i] * s + t);
-    (void)c;
-  }}
-}}"""
+    act = fused_act(ctx)
+    ctx.helper(f"o2e_group_norm_args_{t}", _fill(GN_ARGS, T=T, t=t))
+    ctx.helper(f"o2e_moments_{t}", _fill(MOMENTS, T=T, t=t, B=MOMENTS_BLOCK))
+    name = f"o2e_group_norm_{t}{_act_suffix(act)}"
+    what = f" with a fused {act.op}" if act else ""
+    ctx.helper(name, _fill(GN_KERNEL, T=T, t=t, name=name, what=what, act=act_expr(act, "v", T)))
+    ctx.kernel("one-pass blocked moments" + (f" + {act.op}" if act else ""))
+    n = N * groups
+    threaded = n > 1 and 2 * x.size >= pool2d.PAR_MIN_WORK
+    if threaded:
+        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    fields = (
+        f".x = {x.sym}, .scale = {ctx.x(1).sym}, .bias = {ctx.x(2).sym}, .y = {y.sym}, "
+        f".G = {groups}, .cg = {C // groups}, .per_group = {int(per_group)}, .S = {S}, "
+        f".eps = {c_literal(float(ctx.attr('epsilon', 1e-5)), np.float64)}"
+    )
+    run = f"o2e_parallel_for({n}, {name}, &a);" if threaded else f"{name}(&a, 0, {n});"
+    return f"{{\n  o2e_group_norm_args_{t} a = {{{fields}}};\n  {run}\n}}"
 
 
 def _group_norm_check(node: Node, graph: Graph) -> str | None:
@@ -194,24 +331,20 @@ def _group_norm_check(node: Node, graph: Graph) -> str | None:
 @register_op("GroupNormalization", check=_group_norm_check)
 def group_norm(ctx: NodeContext) -> str:
     """Scale and bias are per channel since opset 21, per group in opset 18 (GroupNormalization-21)."""
-    x, y = ctx.x(0), ctx.y(0)
+    x = ctx.x(0)
     if x.size == 0:
         return "/* empty */"
     groups = int(ctx.attr("num_groups"))
     per_group = ctx.graph.opset < 21 and ctx.x(1).size == groups and groups != x.shape[1]
-    at = "[g]" if per_group else "[c]"
-    return _group_norm_code(
-        x, y, groups, float(ctx.attr("epsilon", 1e-5)), ctx.x(1).sym + at, ctx.x(2).sym + at
-    )
+    return _group_norm_code(ctx, groups, per_group)
 
 
 @register_op("InstanceNormalization", check=_group_norm_check)
 def instance_norm(ctx: NodeContext) -> str:
-    x, y = ctx.x(0), ctx.y(0)
+    x = ctx.x(0)
     if x.size == 0:
         return "/* empty */"
-    eps = float(ctx.attr("epsilon", 1e-5))
-    return _group_norm_code(x, y, x.shape[1], eps, ctx.x(1).sym + "[c]", ctx.x(2).sym + "[c]")
+    return _group_norm_code(ctx, x.shape[1], False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,6 +501,104 @@ def _batchnorm_training(ctx: NodeContext, x: Tensor, y: Tensor) -> str:
 # --------------------------------------------------------------------------------------------
 # LRN
 # --------------------------------------------------------------------------------------------
+# Pixels per unit of work: the window sums of one block for all channels stay in L1, and
+# small maps (13x13, 27x27) still give a few units to split across threads.
+LRN_BLOCK = 128
+
+LRN_ARGS = """
+/* Arguments of the LRN kernel: unit u is pixels [(u % nb) * {B}, ...) of sample u / nb, all
+ * C channels of it; the window of channel c is [c - lo, c + hi] clipped to [0, C). */
+typedef struct {
+  const {T} *x;
+  {T} *y;
+  int C, S, nb, lo, hi;
+  {T} alpha, bias, beta; /* alpha already divided by size */
+} o2e_lrn_args_{t};
+"""
+
+LRN_KERNEL = """
+/* LRN (y = x / (bias + alpha * window sum of x^2)^beta, {what}) over units [u0, u1) (norm.py).
+ * Each unit loops over channels with the pixels innermost, so the window sums and the scaling
+ * vectorise across pixels; the window is only `size` values, summed directly. */
+static void {name}(void *arg, int u0, int u1)
+{
+  const o2e_lrn_args_{t} *a = (const o2e_lrn_args_{t} *)arg;
+  const int C = a->C, S = a->S;
+  const {T} alpha = a->alpha, bias = a->bias, beta = a->beta;
+  {T} sq[{B}];
+  int u, c, k, i;
+  (void)beta;
+  for (u = u0; u < u1; ++u) {
+    const int i0 = (u % a->nb) * {B}, len = S - i0 < {B} ? S - i0 : {B};
+    const size_t base = (size_t)(u / a->nb) * C * S + i0;
+    for (c = 0; c < C; ++c) {
+      const int k0 = c < a->lo ? 0 : c - a->lo, k1 = c + a->hi < C ? c + a->hi : C - 1;
+      const {T} *restrict xc = a->x + base + (size_t)c * S;
+      {T} *restrict yc = a->y + base + (size_t)c * S;
+      for (i = 0; i < len; ++i) sq[i] = 0;
+      for (k = k0; k <= k1; ++k) {
+        const {T} *restrict xk = a->x + base + (size_t)k * S;
+        for (i = 0; i < len; ++i) sq[i] += xk[i] * xk[i];
+      }
+      i = 0;
+{vector}      for (; i < len; ++i) {
+        const {T} t = bias + alpha * sq[i];
+        yc[i] = {scalar};
+      }
+    }
+  }
+}
+"""
+
+# x / t^beta for the betas with a short form of correctly rounded operations (a few ulp from
+# the exact power, and much faster than powf); the intrinsics exist because gcc will not
+# vectorise sqrtf under the default -fmath-errno. The scalar tail may contract bias + alpha*sq
+# into an fma where the vector loop does not: an ulp of difference, tied to the pixel's
+# position in its block, not to the thread count.
+_LRN_SCALAR = {
+    "b075": "xc[i] / {sqrt}(t * {sqrt}(t))",  # t^0.75 = sqrt(t * sqrt(t))
+    "b05": "xc[i] / {sqrt}(t)",
+    "b1": "xc[i] / t",
+    "pow": "xc[i] * {pow}(t, -beta)",
+}
+_LRN_VECTOR = {
+    "b075": "{P}_div_ps(x, {P}_sqrt_ps({P}_mul_ps(t, {P}_sqrt_ps(t))))",
+    "b05": "{P}_div_ps(x, {P}_sqrt_ps(t))",
+}
+
+
+def _lrn_vector(mode: str) -> str:
+    if mode not in _LRN_VECTOR:
+        return ""
+    out = []
+    for guard, P, w in (
+        ("#if defined(__AVX512F__)", "_mm512", 16),
+        ("#elif defined(__AVX__)", "_mm256", 8),
+    ):
+        V = "__m512" if w == 16 else "__m256"
+        expr = _LRN_VECTOR[mode].replace("{P}", P)
+        out.append(
+            f"""{guard}
+      {{
+        const {V} va = {P}_set1_ps(alpha), vb = {P}_set1_ps(bias);
+        for (; i + {w} <= len; i += {w}) {{
+          const {V} x = {P}_loadu_ps(xc + i);
+          const {V} t = {P}_add_ps(vb, {P}_mul_ps(va, {P}_loadu_ps(sq + i)));
+          {P}_storeu_ps(yc + i, {expr});
+        }}
+      }}
+"""
+        )
+    return "".join(out) + "#endif\n"
+
+
+LRN_INTRINSICS = """
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+"""
+
+
 @register_op("LRN", check=float_input)
 def lrn(ctx: NodeContext) -> str:
     """y = x / (bias + alpha/size · sum of x² over channels [c - ⌊(size-1)/2⌋, c + ⌈(size-1)/2⌉])^beta."""
@@ -377,18 +608,32 @@ def lrn(ctx: NodeContext) -> str:
     N, C = x.shape[:2]
     S = int(np.prod(x.shape[2:]))
     size = int(ctx.attr("size"))
-    alpha = float(ctx.attr("alpha", 1e-4)) / size
     beta = float(ctx.attr("beta", 0.75))
-    bias = float(ctx.attr("bias", 1.0))
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
-    L = lambda v: c_literal(v, np.float64)  # noqa: E731
-    return f"""for (size_t n = 0; n < {N}; ++n)
-for (size_t c = 0; c < {C}; ++c) {{
-  const size_t c0 = {"c" if lo == 0 else f"c < {lo} ? 0 : c - {lo}"}, c1 = c + {hi} > {C - 1} ? {C - 1} : c + {hi};
-  const {x.ctype} *xn = {x.sym} + n * {C * S};
-  for (size_t i = 0; i < {S}; ++i) {{
-    double sq = 0.0;
-    for (size_t k = c0; k <= c1; ++k) {{ const double v = xn[k * {S} + i]; sq += v * v; }}
-    {y.sym}[(n * {C} + c) * {S} + i] = ({y.ctype})(xn[c * {S} + i] / pow({L(bias)} + {L(alpha)} * sq, {L(beta)}));
-  }}
-}}"""
+    T = x.ctype
+    t = "f32" if T == "float" else "f64"
+    mode = {0.75: "b075", 0.5: "b05", 1.0: "b1"}.get(beta, "pow")
+    F = "f" if T == "float" else ""
+    scalar = _LRN_SCALAR[mode].replace("{sqrt}", f"sqrt{F}").replace("{pow}", f"pow{F}")
+    vector = _lrn_vector(mode) if T == "float" else ""
+    if vector:
+        ctx.helper("o2e_lrn_intrinsics", LRN_INTRINSICS)
+    ctx.helper(f"o2e_lrn_args_{t}", _fill(LRN_ARGS, T=T, t=t, B=LRN_BLOCK))
+    name = f"o2e_lrn_{t}_{mode}"
+    what = "any beta" if mode == "pow" else f"beta = {beta:g}"
+    code = _fill(LRN_KERNEL, T=T, t=t, B=LRN_BLOCK, name=name, what=what)
+    ctx.helper(name, code.replace("{vector}", vector).replace("{scalar}", scalar))
+    ctx.kernel("channel window vectorised over pixels")
+    nb = (S + LRN_BLOCK - 1) // LRN_BLOCK
+    n = N * nb
+    threaded = n > 1 and x.size * (size + 2) >= pool2d.PAR_MIN_WORK
+    if threaded:
+        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    L = lambda v: c_literal(v, x.dtype)  # noqa: E731
+    fields = (
+        f".x = {x.sym}, .y = {y.sym}, .C = {C}, .S = {S}, .nb = {nb}, .lo = {lo}, .hi = {hi}, "
+        f".alpha = {L(float(ctx.attr('alpha', 1e-4)) / size)}, .bias = {L(float(ctx.attr('bias', 1.0)))}, "
+        f".beta = {L(beta)}"
+    )
+    run = f"o2e_parallel_for({n}, {name}, &a);" if threaded else f"{name}(&a, 0, {n});"
+    return f"{{\n  o2e_lrn_args_{t} a = {{{fields}}};\n  {run}\n}}"
