@@ -50,15 +50,14 @@ def pack_a(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(panels, MR, k).transpose(0, 2, 1)).reshape(-1)
 
 
-# Default blocking of o2e_gemm.h, per kernel variant: (NR, A-block bytes, small-N limit).
-_KC = 160
+# Default blocking of o2e_gemm.h, per kernel variant: (KC, NR, A-block bytes, small-N limit).
 _SB = 1
 _MC_MIN = 64
 _SN_KB = 128
 _VARIANTS = {
-    "avx512": (48, 8 * 1024 * 1024, 12),
-    "avx2": (24, 8 * 1024 * 1024, 1),
-    "portable": (8, 256 * 1024, 1),
+    "avx512": (256, 48, 8 * 1024 * 1024, 12),
+    "avx2": (160, 24, 8 * 1024 * 1024, 1),
+    "portable": (160, 8, 256 * 1024, 1),
 }
 
 
@@ -66,13 +65,13 @@ def _rup16(n: int) -> int:
     return (n + 15) & ~15
 
 
-def _ws_floats(m: int, n: int, k: int, nr: int, a_bytes: int, small_n: int) -> int:
+def _ws_floats(m: int, n: int, k: int, kc: int, nr: int, a_bytes: int, small_n: int) -> int:
     if m <= 0 or n <= 0 or k <= 0:
         return 0
     if n == 1:
         return _rup16(k) + _rup16(m + MR)
-    total = _rup16(_KC * _SB * nr)
-    if k > _KC:
+    total = _rup16(kc * _SB * nr)
+    if k > kc:
         rows = min(max(a_bytes / (k * 4.0), _MC_MIN), m)
         mc = max(MR, (int(rows) + MR - 1) // MR * MR)
         total += _rup16(mc * _SB * nr)
