@@ -26,6 +26,12 @@ NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
 THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
 
+@pytest.fixture(autouse=True)
+def _implicit_gemm_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small-Cout stride-1 convolutions have their own direct kernel (ops/conv_direct.py)."""
+    monkeypatch.setenv("ONNX2EDGE_DIRECT_CONV", "0")
+
+
 def _conv_model(
     path: Path,
     *,

@@ -371,6 +371,19 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
           _mm512_mask_storeu_ps(d + a + t, m, _mm512_maskz_loadu_ps(m, src + t));
         }
         continue;
+      } else { /* strided (stem) convolutions: one gather per 16 columns */
+        const float *src = plane + (size_t)ih * cv->W + (size_t)((ow + a) * sw + off);
+        const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(sw));
+        if (a > 0 || b < run)
+          for (t = 0; t < run; t += 16)
+            _mm512_mask_storeu_ps(d + t, o2e_mask16_(run - t), _mm512_setzero_ps());
+        for (t = 0; t < b - a; t += 16) {
+          const __mmask16 m = o2e_mask16_(b - a - t);
+          _mm512_mask_storeu_ps(d + a + t, m,
+                                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + (size_t)t * sw, 4));
+        }
+        continue;
       }
 #endif
       for (t = 0; t < a; t++) d[t] = 0.0f;
