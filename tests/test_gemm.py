@@ -302,6 +302,15 @@ def make_cases(seed: int = 0, n_random: int = 220) -> list[Case]:
         add(mode, 9, 3, 700, acc=0, flags=F_BN, act=ACTS[2])
         add(mode, 1, 97, 40, flags=F_BM | F_BN, act=ACTS[3])
         add(mode, 5, 2, 1, flags=F_R, act=ACTS[1])
+    # a narrow last strip (1..16 columns after full ones) over 24-row tiles of packed A,
+    # with leftover 8-row panels and partial last panels
+    for m, n, k, acc, flags, act in [
+        (53, 49, 300, 0, F_BM | F_R, ACTS[1]),
+        (200, 64, 40, 1, F_BN, ACTS[3]),
+        (72, 97, 170, 0, F_R | F_R_IS_C, ACTS[2]),
+        (30, 289, 7, 1, F_BM | F_BN | F_R, ACTS[0]),
+    ]:
+        add(MODE_PACKED, m, n, k, pad=(0, 1, 2, 3), acc=acc, flags=flags, act=act)
     return cases
 
 
