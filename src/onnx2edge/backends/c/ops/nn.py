@@ -179,10 +179,29 @@ def implicit_gemm_call(ctx: NodeContext, packed: str, M: int, P: int, K: int, xi
     """C statement: a convolution as one GEMM whose B operand is packed straight from the input."""
     ws = ctx.scratch(sgemm_workspace_bytes(M, P, K, MAX_THREADS), "void")
     st, post = act_struct(act)
-    call = (f"{{ const o2e_conv_b cb = {{{xin}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}}}; "
+    OH = P // OW
+    HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
+    plane = sh * sw * HQ * WQ
+    split = ""
+    if (sh > 1 or sw > 1) and C * plane * 4 <= PHASED_MAX_BYTES:
+        # strided: split the input into zero-bordered phase planes once, so that packing B
+        # is plain copies instead of strided gathers with bounds checks
+        planes = ctx.scratch(C * plane * 4)
+        fn = pool2d.phase_split(ctx, sh, sw)
+        split = (f"memset({planes}, 0, {C * plane * 4}); for (int c = 0; c < {C}; ++c) "
+                 f"{fn}({xin} + (size_t)c * {H * W}, {H}, {W}, {pt}, {pl}, {HQ}, {WQ}, {planes} + (size_t)c * {plane}); ")
+        geom = f"{planes}, {HQ}, {WQ}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}, 1"
+    else:
+        geom = f"{xin}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}, 0"
+    call = (f"{{ {split}const o2e_conv_b cb = {{{geom}}}; "
             f"o2e_sgemm_packed_conv({M}, {P}, {K}, {packed}, &cb, {y}, {P}, {bias}, {res or 'NULL'}, {P}, {st}, {ws}); }}")
     _use_engine(ctx)
     return call + post_act(act, post, M, P, y, P)
+
+
+# Phase planes of a strided convolution's input live in the arena while it runs: above this
+# size (ConvDeconvNet's 480x640 layers would need 40 MB) the packing reads the input directly.
+PHASED_MAX_BYTES = 8 << 20
 
 
 # Bytes of one im2col block: the column matrix is written, then read right away by the GEMM's

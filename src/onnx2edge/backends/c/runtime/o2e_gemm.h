@@ -303,6 +303,10 @@ O2E_GEMM_FN void o2e_pack_b_(int kc, int nc, const float *B, int ldb, float *bp)
 typedef struct {
   const float *x; /* C x H x W input (one group's channels) */
   int H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW;
+  /* phased (strided convolutions): x holds, per channel, the sh x sw phase planes of the
+   * zero-bordered input, each H x W (ops/pool2d.py phase_split: plane (a, b) element [r][q] is
+   * xpad[r*sh + a][q*sw + b]); every row of B is then a run of plain copies, no bounds */
+  int phased;
 } o2e_conv_b;
 
 /* Rows [pc, pc + kc) x columns [jb, jb + nb) of the implicit B, in o2e_pack_b_'s layout.
@@ -344,6 +348,25 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
     if (++kj == cv->kw) {
       kj = 0;
       if (++ki == cv->kh) ki = 0, c++;
+    }
+    if (cv->phased) {
+      const int ra = ki * cv->dh, qb = kj * cv->dw;
+      const float *src = cv->x + ((size_t)(c * cv->sh + ra % cv->sh) * sw + qb % sw) * cv->H * cv->W +
+                         (size_t)(ra / cv->sh) * cv->W + (size_t)(qb / sw);
+      for (u = 0; u < nruns; u++) {
+        const float *restrict sr = src + (size_t)(r_ih[u] + cv->pt) / cv->sh * cv->W + r_ow[u];
+        float *restrict d = bp + r_dst[u] + (size_t)k * r_w[u];
+        int t = 0;
+#if defined(O2E_GEMM_AVX512)
+        for (; t < r_len[u]; t += 16) {
+          const __mmask16 m = o2e_mask16_(r_len[u] - t);
+          _mm512_mask_storeu_ps(d + t, m, _mm512_maskz_loadu_ps(m, sr + t));
+        }
+#else
+        for (; t < r_len[u]; t++) d[t] = sr[t];
+#endif
+      }
+      goto pad_lanes;
     }
     off = kj * cv->dw - cv->pl; /* input column of output column ow: ow*sw + off */
     plane = cv->x + (size_t)c * cv->H * cv->W;
@@ -398,6 +421,7 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
       }
       for (t = b; t < run; t++) d[t] = 0.0f;
     }
+  pad_lanes:
     if (nlast < O2E_GEMM_NR) { /* zero lanes of the partial last panel, as o2e_pack_b_ does */
       const int w = o2e_panel_w_(nlast), q = (nb - 1) / O2E_GEMM_NR;
       float *d = bp + (size_t)q * O2E_GEMM_NR * kc + (size_t)k * w;
