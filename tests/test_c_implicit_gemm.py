@@ -134,3 +134,15 @@ def test_implicit_gemm_sanitizers_clean(tmp_path: Path, case: str) -> None:
     ref = ort_run(onnx.load(path), x)
     for k, v in got.items():
         assert np.abs(v - ref[k]).max() <= 1e-4 * np.abs(ref[k]).max() + 1e-6
+
+
+@pytest.mark.parametrize("strides", [(2, 2), (1, 3)])
+def test_strided_1x1_subsamples_then_multiplies(tmp_path: Path, strides: tuple[int, int]) -> None:
+    """ResNet's projection shortcuts: one pixel in sh*sw is read, by a plain subsampling copy."""
+    path = _conv_model(tmp_path / "m.onnx", C=40, M=24, H=15, W=14, k=(1, 1), strides=strides, residual=True,
+                       relu=True)
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get("Conv: strided 1x1: subsample + GEMM") == 1, kernels
+    for flags in (None, NATIVE, THREADED):
+        rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
+        assert rep.ok, (flags, rep)

@@ -125,13 +125,16 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
     wc = ctx.const(1)
     packed = None
     if wc is not None and wc.dtype == np.float32:
-        if not pointwise and P >= IMPLICIT_MIN_COLS:
+        # a strided 1x1 convolution reads one input pixel in sh*sw: its im2col is a plain
+        # subsampling copy, after which B is read in place (no repacking, no phase planes)
+        subsample = kh == 1 and kw == 1 and not any(pads)
+        if not pointwise and not subsample and P >= IMPLICIT_MIN_COLS:
             ctx.kernel("implicit GEMM (im2col fused into B packing)")
             packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
             return "\n".join([for_n, "  " + implicit_gemm_call(
                 ctx, f"{packed} + (size_t)g * {stride}", mg, P, K, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl,
                 OW, yout, bg, act, res), "}"])
-        ctx.kernel("1x1 as GEMM" if pointwise else "im2col + GEMM")
+        ctx.kernel("1x1 as GEMM" if pointwise else "strided 1x1: subsample + GEMM" if subsample else "im2col + GEMM")
         packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
 
     rows = OH if pointwise else _im2col_rows(K, OH, OW)
