@@ -1,0 +1,213 @@
+"""Direct convolution with output channels in the vector lanes, for the 1xk / kx1 layers of
+Inception-style networks (Inception-v3's 1x7 and 7x1 convolutions on 17x17 maps).
+
+There the implicit GEMM (nn.py) loses a fifth of its time to packing B - the column matrix
+has kh·kw copies of every input - and its 48-column strips fit a 289-pixel map badly. Here
+nothing is packed: 32 output channels x P <= 12 consecutive output pixels of one row are 2·P
+accumulators that stay in AVX-512 registers for the whole C x kh x kw loop; each tap loads
+the 32 weights of that (c, i, j) as two vectors and broadcasts P input values read in place
+from a zero-bordered copy of the input, for 2·P FMAs:
+
+    y[m .. m+32][oh][ow + p] = b + Σ_c Σ_i Σ_j w[m .. m+32][c][i][j] · xpad[c][oh + i][ow + p + j]
+
+Weights are rearranged at conversion time to [m / 32][c][i][j][32] (zero-padded past M), so
+a tile reads them as one sequential stream. The finished tile is transposed into the NCHW
+output by a scalar loop (bias and activation applied there), which costs a few % at the
+K = C·kh·kw >= 500 this path is chosen for. Work units are (32-channel block, output row),
+split across threads by `o2e_parallel_for`; results do not depend on the split. Builds
+without AVX-512 run the same loops in plain C (vectorised over the 32 lanes by the compiler).
+
+Measured (AVX-512, 1 thread): 192 -> 192 1x7 on 17x17, 0.70 ms (213 GFLOP/s) vs 0.93 ms
+for the implicit GEMM; 7x1, 0.85 vs 0.93 ms. A 5x5 layer with 64 outputs on 35x35 was
+slower (too few channel blocks per weight stream), so only 1xk / kx1 kernels come here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....passes.fuse_residual import has_residual
+from ..emitter import NodeContext, Tensor
+from . import pool2d
+from .common import act_expr, fused_act
+from .gemm import _use_engine
+
+LANES = 32  # output channels per tile: two AVX-512 vectors
+PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
+MIN_K = 500  # below this the transposing store is no longer a small part of a tile
+MIN_M = 64
+MIN_OW = 8
+
+
+def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks: list[int], st: list[int],
+               dl: list[int]) -> bool:
+    wc = ctx.const(1)
+    if wc is None or wc.dtype != np.float32 or x.dtype != np.float32 or x.rank != 4:
+        return False
+    kh, kw = ks
+    C, M = x.shape[1], w.shape[0]
+    return (
+        group == 1 and list(st) == [1, 1] and list(dl) == [1, 1] and (kh == 1) != (kw == 1)
+        and C * kh * kw >= MIN_K and M >= MIN_M and y.shape[3] >= MIN_OW and not has_residual(ctx.node)
+    )
+
+
+ARGS = r"""
+/* Direct convolution, 32 output channels in the lanes x P output pixels (ops/conv_lanes.py). */
+typedef struct {
+  const float *x; /* zero-bordered input, C x Hp x Wp */
+  const float *w; /* [M / 32][C][kh][kw][32] */
+  float *t;       /* per-thread tile scratch: PX x 32 floats each */
+  int C, Hp, Wp, kh, kw, OH, OW;
+  float *y;          /* M x OH x OW output */
+  const float *bias; /* M, or NULL */
+} o2e_lanes_args;
+"""
+
+# The tile loops with the filter size as constants (one copy per kh x kw), so the taps of a
+# channel unroll: a 7x1 filter otherwise pays the loop overhead of a 1-tap inner loop.
+TILE = r"""
+#if defined(__AVX512F__)
+static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_lanes_args *a, int mb, int oh,
+                                                         int ow0, float *t)
+{
+  __m512 a0[12], a1[12];
+  const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32);
+  for (int p = 0; p < P; p++) a0[p] = a1[p] = _mm512_setzero_ps();
+  for (int c = 0; c < a->C; c++) {
+    const float *xc = a->x + ((size_t)c * a->Hp + oh) * a->Wp + ow0;
+#pragma GCC unroll 16
+    for (int i = 0; i < KH; i++)
+#pragma GCC unroll 16
+      for (int j = 0; j < KW; j++) {
+        const float *xr = xc + (size_t)i * a->Wp + j;
+        const __m512 w0 = _mm512_loadu_ps(wp + (i * KW + j) * 32), w1 = _mm512_loadu_ps(wp + (i * KW + j) * 32 + 16);
+#pragma GCC unroll 12
+        for (int p = 0; p < P; p++) {
+          const __m512 b = _mm512_set1_ps(xr[p]);
+          a0[p] = _mm512_fmadd_ps(b, w0, a0[p]);
+          a1[p] = _mm512_fmadd_ps(b, w1, a1[p]);
+        }
+      }
+    wp += KH * KW * 32;
+  }
+  for (int p = 0; p < P; p++) {
+    _mm512_storeu_ps(t + 32 * p, a0[p]);
+    _mm512_storeu_ps(t + 32 * p + 16, a1[p]);
+  }
+}
+#endif
+
+/* Accumulates the tile (block mb, row oh, pixels [ow0, ow0 + P)) into t[p][32]. */
+static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float *t)
+{
+#if defined(__AVX512F__)
+  switch (P) { /* one register-resident copy per width */
+  case 12: NAME_p(12, a, mb, oh, ow0, t); return;
+  case 11: NAME_p(11, a, mb, oh, ow0, t); return;
+  case 10: NAME_p(10, a, mb, oh, ow0, t); return;
+  case 9: NAME_p(9, a, mb, oh, ow0, t); return;
+  case 8: NAME_p(8, a, mb, oh, ow0, t); return;
+  case 7: NAME_p(7, a, mb, oh, ow0, t); return;
+  case 6: NAME_p(6, a, mb, oh, ow0, t); return;
+  case 5: NAME_p(5, a, mb, oh, ow0, t); return;
+  case 4: NAME_p(4, a, mb, oh, ow0, t); return;
+  case 3: NAME_p(3, a, mb, oh, ow0, t); return;
+  case 2: NAME_p(2, a, mb, oh, ow0, t); return;
+  default: NAME_p(1, a, mb, oh, ow0, t); return;
+  }
+#else
+  const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32);
+  for (int k = 0; k < P * 32; k++) t[k] = 0.0f;
+  for (int c = 0; c < a->C; c++)
+    for (int i = 0; i < KH; i++) {
+      const float *xr = a->x + ((size_t)c * a->Hp + oh + i) * a->Wp + ow0;
+      for (int j = 0; j < KW; j++, wp += 32)
+        for (int p = 0; p < P; p++) {
+          const float b = xr[j + p];
+          float *restrict tp = t + 32 * p;
+          for (int l = 0; l < 32; l++) tp[l] += b * wp[l];
+        }
+    }
+#endif
+}
+"""
+
+
+def _pad_copy(ctx: NodeContext) -> str:
+    return ctx.helper(
+        "o2e_lanes_pad",
+        """
+/* xpad[c][pt + r][pl + q] = x[c][r][q]; the border is zeroed by the caller. */
+static void o2e_lanes_pad(const float *restrict x, int C, int H, int W, int pt, int pl, int Hp, int Wp,
+                          float *restrict xp)
+{
+  for (int c = 0; c < C; c++)
+    for (int r = 0; r < H; r++)
+      memcpy(xp + ((size_t)c * Hp + pt + r) * Wp + pl, x + ((size_t)c * H + r) * W, sizeof(float) * (size_t)W);
+}
+""",
+    )
+
+
+def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads: list[int], bias: str | None) -> str:
+    N, C, H, W = x.shape
+    M = w.shape[0]
+    OH, OW = y.shape[2:]
+    kh, kw = ks
+    pt, pl = pads[0], pads[1]
+    Hp, Wp = OH + kh - 1, OW + kw - 1
+    blocks = -(-M // LANES)
+    wc = np.zeros((blocks * LANES, C, kh, kw), np.float32)
+    wc[:M] = ctx.const(1)
+    # [M / 32][c][i][j][32]: one tile's weights in the order it reads them
+    wsym = ctx.weight("lanes", np.ascontiguousarray(wc.reshape(blocks, LANES, C, kh, kw).transpose(0, 2, 3, 4, 1)))
+    act = fused_act(ctx)
+    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    ctx.helper("o2e_lanes_args", ARGS)
+    tile = f"o2e_lanes_tile{kh}x{kw}"
+    ctx.helper(tile, TILE.replace("NAME", tile).replace("KH", str(kh)).replace("KW", str(kw)))
+    pad = _pad_copy(ctx)
+    ctx.kernel("direct conv (output channels in lanes, 1xk / kx1)")
+    xp = ctx.scratch(C * Hp * Wp * 4)
+    threads = 4  # tile scratch for up to gemm.MAX_THREADS threads
+    tiles = ctx.scratch(threads * PX * LANES * 4)
+    units = blocks * OH
+    threaded = units > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
+    name = f"o2e_lanes_rows_{ctx.step}"
+    if threaded:
+        _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
+    ctx.helper(
+        name,
+        f"""
+static void {name}(void *arg, int u0, int u1)
+{{
+  const o2e_lanes_args *a = (const o2e_lanes_args *)arg;
+  float *t = a->t + (size_t){PX * LANES} * (size_t)({'o2e_parallel_thread()' if threaded else '0'});
+  for (int u = u0; u < u1; u++) {{
+    const int mb = u / {OH}, oh = u % {OH}, m = mb * {LANES}, nl = {M} - m < {LANES} ? {M} - m : {LANES};
+    for (int ow0 = 0; ow0 < {OW}; ow0 += {PX}) {{
+      const int P = {OW} - ow0 < {PX} ? {OW} - ow0 : {PX};
+      {tile}(a, mb, oh, ow0, P, t);
+      for (int l = 0; l < nl; l++) {{
+        float *restrict yr = a->y + ((size_t)(m + l) * {OH} + oh) * {OW} + ow0;
+        for (int p = 0; p < P; p++) {{
+          const float v = t[{LANES} * p + l] + (a->bias ? a->bias[m + l] : 0.0f);
+          yr[p] = {act_expr(act, "v")};
+        }}
+      }}
+    }}
+  }}
+}}
+""",
+    )
+    run = f"o2e_parallel_for({units}, {name}, &a);" if threaded else f"{name}(&a, 0, {units});"
+    return "\n".join([
+        f"for (int n = 0; n < {N}; ++n) {{",
+        f"  memset({xp}, 0, {C * Hp * Wp * 4});",
+        f"  {pad}({x.sym} + (size_t)n * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {Hp}, {Wp}, {xp});",
+        f"  o2e_lanes_args a = {{{xp}, {wsym}, {tiles}, {C}, {Hp}, {Wp}, {kh}, {kw}, {OH}, {OW}, "
+        f"{y.sym} + (size_t)n * {M * OH * OW}, {bias or 'NULL'}}};",
+        f"  {run}",
+        "}",
+    ])
