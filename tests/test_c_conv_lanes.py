@@ -1,5 +1,5 @@
 """Direct convolution with output channels in the vector lanes (backends/c/ops/conv_lanes.py):
-1xk / kx1 layers against onnxruntime - widths that leave partial pixel tiles, channel counts
+1xk / kx1 / kxk layers against onnxruntime - widths that leave partial pixel tiles, channel counts
 that leave a partial 32-channel block, pads, bias or none, fused activations, batch 2 - in the
 portable, AVX-512 and threaded builds, and under ASan/UBSan."""
 
@@ -20,7 +20,7 @@ from onnx2edge.runtime import ort_run
 
 from conftest import make_model, save, tensor, vi
 
-LANES = "Conv: direct conv (output channels in lanes, 1xk / kx1)"
+LANES = "Conv: direct conv (output channels in lanes)"
 NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
 THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
@@ -45,7 +45,8 @@ CASES = {
     "7x1_inception": {"C": 96, "M": 64, "H": 17, "W": 17, "k": (7, 1), "pads": (3, 0, 3, 0), "act": None},
     "1x3_wide_asym_no_bias": {"C": 200, "M": 70, "H": 5, "W": 29, "k": (1, 3), "pads": (1, 0, 0, 2),
                               "bias": False, "act": "Sigmoid"},
-    "5x1_batch2_no_pad": {"C": 128, "M": 96, "H": 12, "W": 9, "k": (5, 1), "pads": (0, 0, 0, 0), "batch": 2},
+    "5x1_batch2": {"C": 128, "M": 96, "H": 12, "W": 14, "k": (5, 1), "pads": (0, 0, 0, 0), "batch": 2},
+    "5x5_pad2": {"C": 24, "M": 64, "H": 13, "W": 27, "k": (5, 5), "pads": (2, 2, 2, 2), "act": "LeakyRelu"},
 }
 
 
@@ -58,9 +59,15 @@ def test_lanes_conv_matches_onnxruntime(tmp_path: Path, case: str) -> None:
         assert rep.ok, (flags, rep)
 
 
-def test_small_layers_keep_the_gemm(tmp_path: Path) -> None:
-    """Under 500 taps per output or 64 channels the transposing store would not pay."""
-    path = _model(tmp_path / "m.onnx", C=16, M=64, H=9, W=17, k=(1, 7), pads=(0, 3, 0, 3))
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"C": 16, "M": 64, "H": 9, "W": 17, "k": (1, 7), "pads": (0, 3, 0, 3)},  # 112 taps per output
+        {"C": 128, "M": 64, "H": 9, "W": 8, "k": (1, 7), "pads": (0, 3, 0, 3)},  # rows under one tile
+    ],
+)
+def test_small_layers_keep_the_gemm(tmp_path: Path, shape: dict) -> None:
+    path = _model(tmp_path / "m.onnx", **shape)
     assert LANES not in api.convert(path, "c", tmp_path / "out").stats["kernels"]
 
 

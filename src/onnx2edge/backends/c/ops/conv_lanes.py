@@ -1,5 +1,6 @@
-"""Direct convolution with output channels in the vector lanes, for the 1xk / kx1 layers of
-Inception-style networks (Inception-v3's 1x7 and 7x1 convolutions on 17x17 maps).
+"""Direct convolution with output channels in the vector lanes, for stride-1 layers with
+many taps per output on maps at least 12 pixels wide: Inception-v3's 1x7 / 7x1 (17x17) and
+5x5 (35x35) layers, NIN's 5x5.
 
 There the implicit GEMM (nn.py) loses a fifth of its time to packing B - the column matrix
 has kh·kw copies of every input - and its 48-column strips fit a 289-pixel map badly. Here
@@ -16,10 +17,12 @@ output by a scalar loop (bias and activation applied there), which costs a few %
 K = C·kh·kw >= 500 this path is chosen for. Work units are (32-channel block, output row),
 split across threads by `o2e_parallel_for`; results do not depend on the split. Builds
 without AVX-512 run the same loops in plain C (vectorised over the 32 lanes by the compiler).
+Winograd (3x3) and the few-channel direct kernel (conv_direct.py) are tried first.
 
-Measured (AVX-512, 1 thread): 192 -> 192 1x7 on 17x17, 0.70 ms (213 GFLOP/s) vs 0.93 ms
-for the implicit GEMM; 7x1, 0.85 vs 0.93 ms. A 5x5 layer with 64 outputs on 35x35 was
-slower (too few channel blocks per weight stream), so only 1xk / kx1 kernels come here.
+Measured (AVX-512, 1 thread, ms, this path vs the implicit GEMM): Inception-v3 1x7 192 -> 192
+on 17x17 0.72 vs 0.93, 7x1 0.72 vs 0.92, 5x5 48 -> 64 on 35x35 0.91 vs 1.20; NIN 5x5 96 -> 256
+on 27x27 4.45 vs 4.59. On maps narrower than one 12-pixel tile it lost (NIN's 3x3 on 6x6:
+1.84 vs 1.74), hence MIN_OW.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
-MIN_OW = 8
+MIN_OW = PX  # narrower rows leave the tiles part empty: NIN's 3x3 on 6x6 ran 6 % slower than the GEMM
 
 
 def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks: list[int], st: list[int],
@@ -47,7 +50,7 @@ def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks
     kh, kw = ks
     C, M = x.shape[1], w.shape[0]
     return (
-        group == 1 and list(st) == [1, 1] and list(dl) == [1, 1] and (kh == 1) != (kw == 1)
+        group == 1 and list(st) == [1, 1] and list(dl) == [1, 1] and kh * kw > 1
         and C * kh * kw >= MIN_K and M >= MIN_M and y.shape[3] >= MIN_OW and not has_residual(ctx.node)
     )
 
@@ -168,7 +171,7 @@ def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads:
     tile = f"o2e_lanes_tile{kh}x{kw}"
     ctx.helper(tile, TILE.replace("NAME", tile).replace("KH", str(kh)).replace("KW", str(kw)))
     pad = _pad_copy(ctx)
-    ctx.kernel("direct conv (output channels in lanes, 1xk / kx1)")
+    ctx.kernel("direct conv (output channels in lanes)")
     xp = ctx.scratch(C * Hp * Wp * 4)
     threads = 4  # tile scratch for up to gemm.MAX_THREADS threads
     tiles = ctx.scratch(threads * PX * LANES * 4)
