@@ -28,8 +28,9 @@ THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
 @pytest.fixture(autouse=True)
 def _implicit_gemm_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Small-Cout stride-1 convolutions have their own direct kernel (ops/conv_direct.py)."""
+    """Stride-1 convolutions with few outputs or many taps have direct kernels (ops/conv_*.py)."""
     monkeypatch.setenv("ONNX2EDGE_DIRECT_CONV", "0")
+    monkeypatch.setenv("ONNX2EDGE_LANES_CONV", "0")
 
 
 def _conv_model(

@@ -27,6 +27,8 @@ on 27x27 4.45 vs 4.59. On maps narrower than one 12-pixel tile it lost (NIN's 3x
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ....passes.fuse_residual import has_residual
@@ -39,13 +41,15 @@ LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
+# Tuning / debugging switch read at conversion time: "0" disables this path.
+ENV = "ONNX2EDGE_LANES_CONV"
 MIN_OW = PX  # narrower rows leave the tiles part empty: NIN's 3x3 on 6x6 ran 6 % slower than the GEMM
 
 
 def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks: list[int], st: list[int],
                dl: list[int]) -> bool:
     wc = ctx.const(1)
-    if wc is None or wc.dtype != np.float32 or x.dtype != np.float32 or x.rank != 4:
+    if os.environ.get(ENV, "") == "0" or wc is None or wc.dtype != np.float32 or x.dtype != np.float32 or x.rank != 4:
         return False
     kh, kw = ks
     C, M = x.shape[1], w.shape[0]
