@@ -46,8 +46,9 @@ from ....ir import Graph, Node
 from ....passes.fuse_activation import Activation
 from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor
+from ..gemm_pack import sgemm_workspace_bytes
 from .common import act_expr, fused_act
-from .gemm import act_struct, gemm_packed_call, packed_weights
+from .gemm import MAX_THREADS, _use_engine, act_struct, packed_weights
 
 # Interpolation points per output tile size m (infinity is always the last point).
 POINTS: dict[int, tuple[Fraction, ...]] = {
@@ -75,6 +76,86 @@ VEC = 16
 # Tuning / debugging switch read at conversion time: "0" disables Winograd, "2" or "4" forces
 # that tile size wherever the kernel applies.
 ENV = "ONNX2EDGE_WINOGRAD"
+# With at least this many blocks (images x tile-row blocks) a convolution shares whole blocks
+# between threads; with fewer it shares the (m + 2)^2 products of each block.
+BLOCK_PARALLEL_MIN = 4
+
+# One job per transformed-tile position k: M[k] = U[k] · V[k] on the calling thread, in that
+# thread's share of the workspace.
+GEMMS = r"""
+typedef struct {
+  const float *packed;
+  size_t wstride;
+  const float *v;
+  size_t vs;
+  float *mm;
+  size_t ms;
+  int M, nt, C, ld;
+  char *ws;
+  size_t ws_per;
+} o2e_wino_gemm_args;
+
+static void o2e_wino_gemms(void *arg, int k0, int k1)
+{
+  const o2e_wino_gemm_args *a = (const o2e_wino_gemm_args *)arg;
+  char *ws = a->ws + a->ws_per * (size_t)o2e_parallel_thread();
+  for (int k = k0; k < k1; ++k)
+    o2e_sgemm_packed_local(a->M, a->nt, a->C, a->packed + (size_t)k * a->wstride, a->v + (size_t)k * a->vs,
+                           a->ld, a->mm + (size_t)k * a->ms, a->ld, ws);
+}
+"""
+
+
+BLOCK_ARGS = r"""
+typedef struct {
+  const float *x, *packed, *bias, *res;
+  float *y, *e, *rb, *v, *mm; /* e, rb, v, mm: MAX_THREADS slots each */
+  char *ws;
+} o2e_wino_block_args;
+"""
+
+
+TRANSFORM_ARGS = r"""
+/* One block's transforms, split by channel across threads (each in its own e / rb slot). */
+typedef struct {
+  const float *x;
+  int C, H, W, pt, pl, row0, nth, TW, ld;
+  size_t vs, ms;
+  float *e;
+  size_t e_slot;
+  float *rb;
+  size_t rb_slot;
+  float *v, *mm;
+  int M, OH, OW;
+  const float *bias, *res;
+  float *y;
+  o2e_act act;
+} o2e_wino_tr_args;
+"""
+PAR_IN = r"""
+static void NAME(void *arg, int c0, int c1)
+{
+  const o2e_wino_tr_args *a = (const o2e_wino_tr_args *)arg;
+  const int t = o2e_parallel_thread();
+  FIN(a->x + (size_t)c0 * a->H * a->W, c1 - c0, a->H, a->W, a->pt, a->pl, a->row0, a->nth, a->TW, a->ld, a->vs,
+      a->e + (size_t)t * a->e_slot, a->rb + (size_t)t * a->rb_slot, a->v + (size_t)c0 * a->ld);
+}
+"""
+PAR_OUT = r"""
+static void NAME(void *arg, int o0, int o1)
+{
+  const o2e_wino_tr_args *a = (const o2e_wino_tr_args *)arg;
+  const int t = o2e_parallel_thread();
+  const size_t plane = (size_t)a->OH * a->OW;
+  FOUT(a->mm + (size_t)o0 * a->ld, o1 - o0, a->row0, a->nth, a->TW, a->ld, a->ms, a->OH, a->OW,
+       a->bias ? a->bias + o0 : NULL, a->res ? a->res + o0 * plane : NULL, a->y + o0 * plane, a->act,
+       a->e + (size_t)t * a->e_slot);
+}
+"""
+
+
+def _rup64(n: int) -> int:
+    return (n + 63) // 64 * 64
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,7 +544,6 @@ def emit(
     pt, pl = pads[0], pads[1]
     ctx.kernel(f"winograd F({m}x{m},3x3)")
     packed, stride = packed_weights(ctx, f"winograd{m}", transform_weights(ctx.const(1), m))
-    e, rb, v, mm = (ctx.scratch(f * 4) for f in plan.scratch())
     act = fused_act(ctx)
     st_act, post = act_struct(act)
     res = None
@@ -472,51 +552,97 @@ def emit(
         res = ctx.x(3).sym
     fin, fin_code = _input_kernel(m)
     fout, fout_code = _output_kernel(m)
-
-    def block(row0: str, nth: int) -> str:
-        nt, ld, vs, ms = plan.strides(nth)
-        gemm = gemm_packed_call(
-            ctx,
-            f"{packed} + (size_t)k * {stride}",
-            M,
-            nt,
-            C,
-            f"{v} + (size_t)k * {vs}",
-            ld,
-            f"{mm} + (size_t)k * {ms}",
-            ld,
-        )
-        r = f"{res} + (size_t)b * {M * OH * OW}" if res else "NULL"
-        return "\n".join(
-            [
-                f"  {fin}({x.sym} + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {row0}, {nth}, {TW}, {ld}, {vs}, "
-                f"{e}, {rb}, {v});",
-                f"  for (int k = 0; k < {n * n}; ++k)",
-                f"    {gemm}",
-                f"  {fout}({mm}, {M}, {row0}, {nth}, {TW}, {ld}, {ms}, {OH}, {OW}, {bias or 'NULL'}, {r}, "
-                f"{y.sym} + (size_t)b * {M * OH * OW}, {st_act}, {e});",
-            ]
-        )
-
     full, rem = divmod(plan.TH, rows)
-    # the GEMM calls include o2e_gemm.h (which defines o2e_act) before the kernels that use it
-    blocks = [block("tb", rows)] + ([block(str(full * rows), rem)] if rem else [])
+    nblocks = full + (1 if rem else 0)
+    sizes = plan.scratch()
+    nt_max = plan.strides(rows)[0]
+    ws_per = _rup64(sgemm_workspace_bytes(M, nt_max, C, 1))
+    # the GEMM engine (o2e_sgemm_packed_local, o2e_parallel_for) comes before the kernels
+    _use_engine(ctx)
     ctx.helper("o2e_ivdep", IVDEP)
     ctx.helper(fin, fin_code)
     ctx.helper(fout, fout_code)
-    lines = [
-        f"/* Winograd F({m}x{m},3x3): {plan.TH}x{TW} tiles, {rows} tile row(s) per block, {n * n} GEMMs "
-        f"{M}x(tiles)x{C} per block */",
-        f"for (int b = 0; b < {N}; ++b) {{",
-        f"for (int tb = 0; tb < {full * rows}; tb += {rows}) {{"
-        if full > 1
-        else "{ const int tb = 0;",
-        blocks[0],
-        "}",
-    ]
-    if rem:
-        lines += ["{", blocks[1], "}"]
-    lines.append("}")
+    ctx.helper("o2e_wino_gemms", GEMMS)
+    head = (f"/* Winograd F({m}x{m},3x3): {plan.TH}x{TW} tiles, {rows} tile row(s) per block, {n * n} GEMMs "
+            f"{M}x(tiles)x{C} per block */")
+    units = N * nblocks
+    if units >= BLOCK_PARALLEL_MIN:
+        # Whole blocks per thread (input transform, GEMMs, output transform), each thread in
+        # its own scratch: everything runs in parallel, not only the products.
+        slots = [ctx.scratch(f * 4 * MAX_THREADS) for f in sizes]
+        ws = ctx.scratch(ws_per * MAX_THREADS, "char")
+        name = f"o2e_winograd_blocks_{ctx.step}"
+        r = f"a->res + (size_t)b * {M * OH * OW}" if res else "NULL"
+        geo = {nth: plan.strides(nth) for nth in {rows, rem or rows}}
+        pick = lambda i: f"nth == {rows} ? {geo[rows][i]} : {geo[rem or rows][i]}"  # noqa: E731
+        ctx.helper("o2e_wino_block_args", BLOCK_ARGS)
+        ctx.helper(name, f"""
+/* blocks [u0, u1) of node {ctx.node.name!r}: block u is image u / {nblocks}, tile rows from (u % {nblocks})·{rows} */
+static void {name}(void *arg, int u0, int u1)
+{{
+  const o2e_wino_block_args *a = (const o2e_wino_block_args *)arg;
+  const o2e_act act = {st_act};
+  const int t = o2e_parallel_thread();
+  float *e = a->e + (size_t)t * {sizes[0]}, *rb = a->rb + (size_t)t * {sizes[1]};
+  float *v = a->v + (size_t)t * {sizes[2]}, *mm = a->mm + (size_t)t * {sizes[3]};
+  char *ws = a->ws + (size_t)t * {ws_per};
+  for (int u = u0; u < u1; ++u) {{
+    const int b = u / {nblocks}, row0 = u % {nblocks} * {rows};
+    const int nth = {plan.TH} - row0 < {rows} ? {plan.TH} - row0 : {rows};
+    const int nt = {pick(0)}, ld = {pick(1)};
+    const size_t vs = {pick(2)}, ms = {pick(3)};
+    (void)nt;
+    {fin}(a->x + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, row0, nth, {TW}, ld, vs, e, rb, v);
+    for (int k = 0; k < {n * n}; ++k)
+      o2e_sgemm_packed_local({M}, nt, {C}, a->packed + (size_t)k * {stride}, v + (size_t)k * vs, ld,
+                             mm + (size_t)k * ms, ld, ws);
+    {fout}(mm, {M}, row0, nth, {TW}, ld, ms, {OH}, {OW}, a->bias, {r}, a->y + (size_t)b * {M * OH * OW}, act, e);
+  }}
+}}
+""")
+        lines = [head, f"{{ o2e_wino_block_args a = {{{x.sym}, {packed}, {bias or 'NULL'}, {res or 'NULL'}, {y.sym}, "
+                       f"{slots[0]}, {slots[1]}, {slots[2]}, {slots[3]}, {ws}}};",
+                 f"  o2e_parallel_for({units}, {name}, &a); }}"]
+    else:
+        # Too few blocks to share: the (m + 2)^2 products of each block are the parallel work
+        # (each on one thread; on small maps every one of them is too small to split).
+        # (the transforms too: input channels, then output channels, across threads)
+        e, rb = (ctx.scratch(f * 4 * MAX_THREADS) for f in sizes[:2])
+        v, mm = (ctx.scratch(f * 4) for f in sizes[2:])
+        ws = ctx.scratch(ws_per * MAX_THREADS, "char")
+        ctx.helper("o2e_wino_tr_args", TRANSFORM_ARGS)
+        par_in, par_out = f"o2e_winograd_f{m}_in_par", f"o2e_winograd_f{m}_out_par"
+        ctx.helper(par_in, PAR_IN.replace("NAME", par_in).replace("FIN", fin))
+        ctx.helper(par_out, PAR_OUT.replace("NAME", par_out).replace("FOUT", fout))
+
+        def block(row0: str, nth: int) -> str:
+            nt, ld, vs, ms = plan.strides(nth)
+            r = f"{res} + (size_t)b * {M * OH * OW}" if res else "NULL"
+            tr = (f"o2e_wino_tr_args ta = {{{x.sym} + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {row0}, "
+                  f"{nth}, {TW}, {ld}, {vs}, {ms}, {e}, {sizes[0]}, {rb}, {sizes[1]}, {v}, {mm}, {M}, {OH}, {OW}, "
+                  f"{bias or 'NULL'}, {r}, {y.sym} + (size_t)b * {M * OH * OW}, {st_act}}};")
+            return "\n".join(
+                [
+                    f"  {{ {tr}",
+                    f"    o2e_parallel_for({C}, {par_in}, &ta);",
+                    f"    {{ o2e_wino_gemm_args ga = {{{packed}, {stride}, {v}, {vs}, {mm}, {ms}, {M}, {nt}, {C}, {ld}, "
+                    f"{ws}, {ws_per}}};",
+                    f"      o2e_parallel_for({n * n}, o2e_wino_gemms, &ga); }}",
+                    f"    o2e_parallel_for({M}, {par_out}, &ta); }}",
+                ]
+            )
+
+        blocks = [block("tb", rows)] + ([block(str(full * rows), rem)] if rem else [])
+        lines = [
+            head,
+            f"for (int b = 0; b < {N}; ++b) {{",
+            f"for (int tb = 0; tb < {full * rows}; tb += {rows}) {{" if full > 1 else "{ const int tb = 0;",
+            blocks[0],
+            "}",
+        ]
+        if rem:
+            lines += ["{", blocks[1], "}"]
+        lines.append("}")
     if post:
         lines.append(_post_act(act, y))
     return "\n".join(lines)

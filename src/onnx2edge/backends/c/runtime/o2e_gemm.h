@@ -130,7 +130,7 @@
  * memory bound) a call stays on one thread: handing work to a spinning pool worker costs
  * ~1 us, waking a parked one 20-50 us; 5e6 flops take ~25 us on one core. */
 #ifndef O2E_GEMM_MT_FLOPS
-#define O2E_GEMM_MT_FLOPS 5e6
+#define O2E_GEMM_MT_FLOPS 1e6
 #endif
 
 #ifndef O2E_ACT_DEFINED
@@ -1766,6 +1766,41 @@ O2E_GEMM_FN void o2e_sgemm_packed_conv(int M, int N, int K, const float *packed_
   g.act = act;
   g.conv = conv;
   o2e_gemm_dispatch_(&g, workspace);
+}
+
+/* o2e_sgemm_packed on the calling thread only, with `workspace` sized for one thread: for
+ * callers that already run independent products in parallel (o2e_parallel_for jobs, which
+ * must not use the pool themselves), e.g. the (m + 2)^2 GEMMs of a Winograd convolution. */
+O2E_GEMM_FN void o2e_sgemm_packed_local(int M, int N, int K, const float *packed_A, const float *B,
+                                        int ldb, float *C, int ldc, void *workspace) {
+  o2e_gemm_args_ g;
+  o2e_gemm_job_ j;
+  memset(&g, 0, sizeof g);
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = packed_A;
+  g.lda = K;
+  g.a_packed = 1;
+  g.B = B;
+  g.ldb = ldb;
+  g.C = C;
+  g.ldc = ldc;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    o2e_gemm_k0_(&g);
+    return;
+  }
+  j.g = &g;
+  j.m0 = 0;
+  j.m1 = M;
+  j.n0 = 0;
+  j.n1 = N;
+  j.ws = (float *)(((uintptr_t)workspace + 63u) & ~(uintptr_t)63u);
+  j.ws_per = 0;
+  j.fn = NULL;
+  j.ctx = NULL;
+  o2e_gemm_job_run_(&j, 0);
 }
 
 /* ==== generic data parallelism on the same pool ============================================ */
