@@ -376,3 +376,17 @@ def test_kernels_stay_inside_planned_scratch(
     )
     ref = np.maximum(ref + bias[:, None, None] + res, 0)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize(("case", "blocks"), [("wide_map_many_blocks", True), ("f2_small_map", False)])
+def test_threading_scheme_builds_alone(tmp_path: Path, case: str, blocks: bool) -> None:
+    """A model whose only Winograd layer shares whole blocks between threads (or only its
+    products) compiles without unused helpers and computes the same at 1 and 3 threads."""
+    path = _conv_model(tmp_path / "m.onnx", **CASES[case])
+    api.convert(path, "c", tmp_path / "out")
+    code = (tmp_path / "out" / "model.c").read_text()
+    assert ("o2e_winograd_blocks_" in code) == blocks
+    assert ("o2e_wino_gemms" in code) != blocks
+    for flags in (["-O3", "-march=native"], ["-O3", "-march=native", "-DO2E_THREADS=3", "-pthread"]):
+        rep = api.verify(path, target="c", options={"cflags": flags})
+        assert rep.ok, (flags, rep)

@@ -78,7 +78,7 @@ VEC = 16
 ENV = "ONNX2EDGE_WINOGRAD"
 # With at least this many blocks (images x tile-row blocks) a convolution shares whole blocks
 # between threads; with fewer it shares the (m + 2)^2 products of each block.
-BLOCK_PARALLEL_MIN = 4
+BLOCK_PARALLEL_MIN = 2
 
 # One job per transformed-tile position k: M[k] = U[k] · V[k] on the calling thread, in that
 # thread's share of the workspace.
@@ -562,7 +562,6 @@ def emit(
     ctx.helper("o2e_ivdep", IVDEP)
     ctx.helper(fin, fin_code)
     ctx.helper(fout, fout_code)
-    ctx.helper("o2e_wino_gemms", GEMMS)
     head = (f"/* Winograd F({m}x{m},3x3): {plan.TH}x{TW} tiles, {rows} tile row(s) per block, {n * n} GEMMs "
             f"{M}x(tiles)x{C} per block */")
     units = N * nblocks
@@ -610,6 +609,7 @@ static void {name}(void *arg, int u0, int u1)
         e, rb = (ctx.scratch(f * 4 * MAX_THREADS) for f in sizes[:2])
         v, mm = (ctx.scratch(f * 4) for f in sizes[2:])
         ws = ctx.scratch(ws_per * MAX_THREADS, "char")
+        ctx.helper("o2e_wino_gemms", GEMMS)
         ctx.helper("o2e_wino_tr_args", TRANSFORM_ARGS)
         par_in, par_out = f"o2e_winograd_f{m}_in_par", f"o2e_winograd_f{m}_out_par"
         ctx.helper(par_in, PAR_IN.replace("NAME", par_in).replace("FIN", fin))
