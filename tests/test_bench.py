@@ -93,3 +93,9 @@ def test_suite_doc_lists_gaps_and_keeps_the_notes(tmp_path: Path) -> None:
     assert "| conv_a | Conv | 1x8x7x7 | 2.000 | 1.000 | 50 |" in text
     assert "| resnet50 | 0.90 | 1.00 | 0.90 ✓ |" in text
     assert "| mobilenet_v2 | 1.20 | 1.00 | 1.20 ✗ |" in text
+
+
+def test_min_seconds_raises_the_runs_of_small_models(example: Path) -> None:
+    r = bench_model(example, runs=3, warmup=1, min_seconds=0.05)
+    assert 3 < r["runs"] <= 2000
+    assert r["accurate"]

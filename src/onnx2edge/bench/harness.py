@@ -233,6 +233,8 @@ def match_ort_nodes(
 # onnxruntime's optimised and unoptimised runs already differ by more (Inception-v3: 1.2e-4)
 # - at most SPREAD_FACTOR times that spread.
 RTOL, ATOL = 1e-4, 1e-6
+# cap on the runs min_seconds may ask for (sub-millisecond models)
+MAX_RUNS = 2000
 SPREAD_FACTOR = 2.0
 
 
@@ -294,8 +296,13 @@ def bench_model(
     work_dir: str | Path | None = None,
     log: Any = None,
     profile: bool = False,
+    min_seconds: float = 0.0,
 ) -> dict[str, Any]:
-    """Convert, build (release), time ours and onnxruntime in the same run; check numerics."""
+    """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
+
+    min_seconds: raise `runs` until our side's timed loop lasts about this long (from a short
+    trial run), so that small models get enough runs for a stable median; both sides then run
+    the same number of times."""
     from .. import api
     from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, compiler
     from ..runtime import random_inputs
@@ -336,6 +343,11 @@ def bench_model(
             feeds[s["name"]].astype(s["dtype"]).tofile(data / f"in_{i}.bin")
             np.save(data / f"{i}.npy", feeds[s["name"]])
         env = {**os.environ, "MODEL_WEIGHTS": str(out / "model_weights.bin")}
+        if min_seconds > 0:
+            trial = subprocess.run([str(exe), "5", str(warmup), str(data)], capture_output=True, text=True, env=env)
+            if trial.returncode == 0:
+                est = float(np.median(json.loads(trial.stdout)["times_ms"]))
+                runs = max(runs, min(MAX_RUNS, int(min_seconds * 1000 / max(est, 1e-3))))
         say(f"timing ours: {runs} runs, {threads} thread(s)")
         p = subprocess.run([str(exe), str(runs), str(warmup), str(data)], capture_output=True, text=True, env=env)
         if p.returncode != 0:
