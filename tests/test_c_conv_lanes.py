@@ -26,16 +26,16 @@ THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
 
 def _model(path: Path, *, C: int, M: int, H: int, W: int, k: tuple[int, int], pads: tuple[int, int, int, int],
-           bias: bool = True, act: str | None = "Relu", batch: int = 1) -> Path:
+           bias: bool = True, act: str | None = "Relu", batch: int = 1, group: int = 1) -> Path:
     rng = np.random.default_rng(11)
     kh, kw = k
-    w = (rng.standard_normal((M, C, kh, kw)) / np.sqrt(C * kh * kw)).astype(np.float32)
+    w = (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(C // group * kh * kw)).astype(np.float32)
     inits, ins = [tensor("w", w)], ["x", "w"]
     if bias:
         inits.append(tensor("b", rng.standard_normal(M).astype(np.float32)))
         ins.append("b")
     OH, OW = H + pads[0] + pads[2] - kh + 1, W + pads[1] + pads[3] - kw + 1
-    nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=[kh, kw], pads=list(pads), name="conv"),
+    nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=[kh, kw], pads=list(pads), group=group, name="conv"),
              helper.make_node(act or "Identity", ["c"], ["y"], name="post")]
     return save(make_model(nodes, [vi("x", [batch, C, H, W])], [vi("y", [batch, M, OH, OW])], inits), path)
 
@@ -46,6 +46,9 @@ CASES = {
     "1x3_wide_asym_no_bias": {"C": 200, "M": 70, "H": 5, "W": 29, "k": (1, 3), "pads": (1, 0, 0, 2),
                               "bias": False, "act": "Sigmoid"},
     "5x1_batch2": {"C": 128, "M": 96, "H": 12, "W": 14, "k": (5, 1), "pads": (0, 0, 0, 0), "batch": 2},
+    # AlexNet's conv2 / conv4: two groups, each its own layer
+    "grouped_5x5_batch2": {"C": 48, "M": 160, "H": 13, "W": 15, "k": (5, 5), "pads": (2, 2, 2, 2), "group": 2,
+                           "batch": 2},
     "5x5_pad2": {"C": 24, "M": 64, "H": 13, "W": 27, "k": (5, 5), "pads": (2, 2, 2, 2), "act": "LeakyRelu"},
 }
 

@@ -19,10 +19,14 @@ split across threads by `o2e_parallel_for`; results do not depend on the split. 
 without AVX-512 run the same loops in plain C (vectorised over the 32 lanes by the compiler).
 Winograd (3x3) and the few-channel direct kernel (conv_direct.py) are tried first.
 
+A row is cut into balanced tiles (13 pixels as 7 + 6, not 12 + 1: a 1-pixel tile is two FMA
+chains waiting on each other). Groups run one after the other.
+
 Measured (AVX-512, 1 thread, ms, this path vs the implicit GEMM): Inception-v3 1x7 192 -> 192
 on 17x17 0.72 vs 0.93, 7x1 0.72 vs 0.92, 5x5 48 -> 64 on 35x35 0.91 vs 1.20; NIN 5x5 96 -> 256
-on 27x27 4.45 vs 4.59. On maps narrower than one 12-pixel tile it lost (NIN's 3x3 on 6x6:
-1.84 vs 1.74), hence MIN_OW.
+on 27x27 4.45 vs 4.59; AlexNet's grouped conv2 / conv4 / conv5 2.16 / 1.08 / 0.72 vs 2.48 /
+1.26 / 0.91. On maps narrower than one 12-pixel tile it lost (NIN's 3x3 on 6x6: 1.84 vs 1.74;
+Inception-v3's 1x3 on 8x8: 0.41 vs 0.33), hence MIN_OW.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ MIN_K = 500  # below this the transposing store is no longer a small part of a t
 MIN_M = 64
 # Tuning / debugging switch read at conversion time: "0" disables this path.
 ENV = "ONNX2EDGE_LANES_CONV"
-MIN_OW = PX  # narrower rows leave the tiles part empty: NIN's 3x3 on 6x6 ran 6 % slower than the GEMM
+MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layers ran 25 % slower than the GEMM
 
 
 def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks: list[int], st: list[int],
@@ -52,9 +56,9 @@ def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks
     if os.environ.get(ENV, "") == "0" or wc is None or wc.dtype != np.float32 or x.dtype != np.float32 or x.rank != 4:
         return False
     kh, kw = ks
-    C, M = x.shape[1], w.shape[0]
+    C, M = x.shape[1] // group, w.shape[0] // group
     return (
-        group == 1 and list(st) == [1, 1] and list(dl) == [1, 1] and kh * kw > 1
+        list(st) == [1, 1] and list(dl) == [1, 1] and kh * kw > 1
         and C * kh * kw >= MIN_K and M >= MIN_M and y.shape[3] >= MIN_OW and not has_residual(ctx.node)
     )
 
@@ -157,18 +161,23 @@ static void o2e_lanes_pad(const float *restrict x, int C, int H, int W, int pt, 
     )
 
 
-def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads: list[int], bias: str | None) -> str:
-    N, C, H, W = x.shape
-    M = w.shape[0]
+def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads: list[int], bias: str | None,
+         group: int = 1) -> str:
+    """Groups (AlexNet's conv2, conv4, conv5) run one after the other, each as its own layer."""
+    N, Ctot, H, W = x.shape
+    Mtot = w.shape[0]
+    C, M = Ctot // group, Mtot // group
     OH, OW = y.shape[2:]
     kh, kw = ks
     pt, pl = pads[0], pads[1]
     Hp, Wp = OH + kh - 1, OW + kw - 1
     blocks = -(-M // LANES)
-    wc = np.zeros((blocks * LANES, C, kh, kw), np.float32)
-    wc[:M] = ctx.const(1)
-    # [M / 32][c][i][j][32]: one tile's weights in the order it reads them
-    wsym = ctx.weight("lanes", np.ascontiguousarray(wc.reshape(blocks, LANES, C, kh, kw).transpose(0, 2, 3, 4, 1)))
+    wc = np.zeros((group, blocks * LANES, C, kh, kw), np.float32)
+    wc[:, :M] = ctx.const(1).reshape(group, M, C, kh, kw)
+    # [g][M / 32][c][i][j][32]: one tile's weights in the order it reads them
+    wsym = ctx.weight("lanes", np.ascontiguousarray(
+        wc.reshape(group, blocks, LANES, C, kh, kw).transpose(0, 1, 3, 4, 5, 2)))
+    gstride = blocks * LANES * C * kh * kw
     act = fused_act(ctx)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
@@ -182,6 +191,7 @@ def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads:
     units = blocks * OH
     threaded = units > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
     name = f"o2e_lanes_rows_{ctx.step}"
+    ntiles = -(-OW // PX)
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
     ctx.helper(
@@ -193,8 +203,8 @@ static void {name}(void *arg, int u0, int u1)
   float *t = a->t + (size_t){PX * LANES} * (size_t)({'o2e_parallel_thread()' if threaded else '0'});
   for (int u = u0; u < u1; u++) {{
     const int mb = u / {OH}, oh = u % {OH}, m = mb * {LANES}, nl = {M} - m < {LANES} ? {M} - m : {LANES};
-    for (int ow0 = 0; ow0 < {OW}; ow0 += {PX}) {{
-      const int P = {OW} - ow0 < {PX} ? {OW} - ow0 : {PX};
+    for (int q = 0; q < {ntiles}; q++) {{ /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
+      const int ow0 = q * {OW} / {ntiles}, P = (q + 1) * {OW} / {ntiles} - ow0;
       {tile}(a, mb, oh, ow0, P, t);
       for (int l = 0; l < nl; l++) {{
         float *restrict yr = a->y + ((size_t)(m + l) * {OH} + oh) * {OW} + ow0;
@@ -209,12 +219,14 @@ static void {name}(void *arg, int u0, int u1)
 """,
     )
     run = f"o2e_parallel_for({units}, {name}, &a);" if threaded else f"{name}(&a, 0, {units});"
+    b = f"{bias} + (size_t)g * {M}" if bias else "NULL"
     return "\n".join([
-        f"for (int n = 0; n < {N}; ++n) {{",
+        f"for (int n = 0; n < {N}; ++n)",
+        f"for (int g = 0; g < {group}; ++g) {{",
         f"  memset({xp}, 0, {C * Hp * Wp * 4});",
-        f"  {pad}({x.sym} + (size_t)n * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {Hp}, {Wp}, {xp});",
-        f"  o2e_lanes_args a = {{{xp}, {wsym}, {tiles}, {C}, {Hp}, {Wp}, {kh}, {kw}, {OH}, {OW}, "
-        f"{y.sym} + (size_t)n * {M * OH * OW}, {bias or 'NULL'}}};",
+        f"  {pad}({x.sym} + ((size_t)n * {group} + g) * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {Hp}, {Wp}, {xp});",
+        f"  o2e_lanes_args a = {{{xp}, {wsym} + (size_t)g * {gstride}, {tiles}, {C}, {Hp}, {Wp}, {kh}, {kw}, {OH}, "
+        f"{OW}, {y.sym} + ((size_t)n * {group} + g) * {M * OH * OW}, {b}}};",
         f"  {run}",
         "}",
     ])
