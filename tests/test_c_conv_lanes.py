@@ -26,7 +26,8 @@ THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
 
 def _model(path: Path, *, C: int, M: int, H: int, W: int, k: tuple[int, int], pads: tuple[int, int, int, int],
-           bias: bool = True, act: str | None = "Relu", batch: int = 1, group: int = 1) -> Path:
+           bias: bool = True, act: str | None = "Relu", batch: int = 1, group: int = 1,
+           strides: tuple[int, int] = (1, 1)) -> Path:
     rng = np.random.default_rng(11)
     kh, kw = k
     w = (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(C // group * kh * kw)).astype(np.float32)
@@ -34,8 +35,10 @@ def _model(path: Path, *, C: int, M: int, H: int, W: int, k: tuple[int, int], pa
     if bias:
         inits.append(tensor("b", rng.standard_normal(M).astype(np.float32)))
         ins.append("b")
-    OH, OW = H + pads[0] + pads[2] - kh + 1, W + pads[1] + pads[3] - kw + 1
-    nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=[kh, kw], pads=list(pads), group=group, name="conv"),
+    OH = (H + pads[0] + pads[2] - kh) // strides[0] + 1
+    OW = (W + pads[1] + pads[3] - kw) // strides[1] + 1
+    nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=[kh, kw], pads=list(pads), group=group,
+                              strides=list(strides), name="conv"),
              helper.make_node(act or "Identity", ["c"], ["y"], name="post")]
     return save(make_model(nodes, [vi("x", [batch, C, H, W])], [vi("y", [batch, M, OH, OW])], inits), path)
 
@@ -49,6 +52,10 @@ CASES = {
     # AlexNet's conv2 / conv4: two groups, each its own layer
     "grouped_5x5_batch2": {"C": 48, "M": 160, "H": 13, "W": 15, "k": (5, 5), "pads": (2, 2, 2, 2), "group": 2,
                            "batch": 2},
+    # ResNet's downsampling 3x3 / 2 and a mixed (2, 1) stride: taps read phase planes
+    "3x3_stride2": {"C": 64, "M": 96, "H": 29, "W": 30, "k": (3, 3), "pads": (1, 1, 1, 1), "strides": (2, 2)},
+    "3x5_stride2x1_asym": {"C": 40, "M": 64, "H": 17, "W": 16, "k": (3, 5), "pads": (0, 2, 1, 1),
+                           "strides": (2, 1), "act": None},
     "5x5_pad2": {"C": 24, "M": 64, "H": 13, "W": 27, "k": (5, 5), "pads": (2, 2, 2, 2), "act": "LeakyRelu"},
 }
 

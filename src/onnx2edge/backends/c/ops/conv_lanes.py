@@ -1,6 +1,6 @@
-"""Direct convolution with output channels in the vector lanes, for stride-1 layers with
-many taps per output on maps at least 12 pixels wide: Inception-v3's 1x7 / 7x1 (17x17) and
-5x5 (35x35) layers, NIN's 5x5.
+"""Direct convolution with output channels in the vector lanes, for layers with many taps per
+output on maps at least 12 pixels wide: Inception-v3's 1x7 / 7x1 (17x17) and 5x5 (35x35)
+layers, NIN's 5x5, AlexNet's grouped layers, ResNet's 3x3 / 2 downsampling layers.
 
 There the implicit GEMM (nn.py) loses a fifth of its time to packing B - the column matrix
 has kh·kw copies of every input - and its 48-column strips fit a 289-pixel map badly. Here
@@ -45,6 +45,12 @@ LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
+# Strided layers read phase planes of the input (stride 2: 4 per channel; ops/pool2d.py
+# phase_split), so every tap is again a run of consecutive pixels: ResNet50's 3x3 / 2 layers
+# 1.58 -> 1.19 ms (128 ch) and 1.46 -> 1.11 ms (256 ch), Inception-v3's Mixed_6a 3.16 -> 2.74 ms.
+# RGB stems (3 input channels, 7x7 / 2: 147 taps) ran 1.3-2x slower than the GEMM: MIN_K.
+MAX_STRIDE = 4
+MAX_PLANES_BYTES = 8 << 20  # the phase planes live in the arena while the layer runs
 # Tuning / debugging switch read at conversion time: "0" disables this path.
 ENV = "ONNX2EDGE_LANES_CONV"
 MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layers ran 25 % slower than the GEMM
@@ -57,8 +63,11 @@ def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks
         return False
     kh, kw = ks
     C, M = x.shape[1] // group, w.shape[0] // group
+    HQ, WQ = pool2d.phase_geometry(y.shape[2], y.shape[3], kh, kw, st[0], st[1], 1, 1)
+    if C * st[0] * st[1] * HQ * WQ * 4 > MAX_PLANES_BYTES:  # the input copy lives in the arena
+        return False
     return (
-        list(st) == [1, 1] and list(dl) == [1, 1] and kh * kw > 1
+        list(dl) == [1, 1] and kh * kw > 1 and max(st) <= MAX_STRIDE
         and C * kh * kw >= MIN_K and M >= MIN_M and y.shape[3] >= MIN_OW and not has_residual(ctx.node)
     )
 
@@ -86,12 +95,12 @@ static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_
   const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32);
   for (int p = 0; p < P; p++) a0[p] = a1[p] = _mm512_setzero_ps();
   for (int c = 0; c < a->C; c++) {
-    const float *xc = a->x + ((size_t)c * a->Hp + oh) * a->Wp + ow0;
+    const float *xc = a->x + (size_t)c * (SH * SW) * a->Hp * a->Wp + (size_t)oh * a->Wp + ow0;
 #pragma GCC unroll 16
     for (int i = 0; i < KH; i++)
 #pragma GCC unroll 16
       for (int j = 0; j < KW; j++) {
-        const float *xr = xc + (size_t)i * a->Wp + j;
+        const float *xr = xc + (size_t)((i % SH) * SW + j % SW) * a->Hp * a->Wp + (size_t)(i / SH) * a->Wp + j / SW;
         const __m512 w0 = _mm512_loadu_ps(wp + (i * KW + j) * 32), w1 = _mm512_loadu_ps(wp + (i * KW + j) * 32 + 16);
 #pragma GCC unroll 12
         for (int p = 0; p < P; p++) {
@@ -132,10 +141,10 @@ static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float 
   for (int k = 0; k < P * 32; k++) t[k] = 0.0f;
   for (int c = 0; c < a->C; c++)
     for (int i = 0; i < KH; i++) {
-      const float *xr = a->x + ((size_t)c * a->Hp + oh + i) * a->Wp + ow0;
       for (int j = 0; j < KW; j++, wp += 32)
         for (int p = 0; p < P; p++) {
-          const float b = xr[j + p];
+          const float b = a->x[(size_t)(c * (SH * SW) + (i % SH) * SW + j % SW) * a->Hp * a->Wp +
+                               (size_t)(oh + i / SH) * a->Wp + ow0 + j / SW + p];
           float *restrict tp = t + 32 * p;
           for (int l = 0; l < 32; l++) tp[l] += b * wp[l];
         }
@@ -145,24 +154,8 @@ static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float 
 """
 
 
-def _pad_copy(ctx: NodeContext) -> str:
-    return ctx.helper(
-        "o2e_lanes_pad",
-        """
-/* xpad[c][pt + r][pl + q] = x[c][r][q]; the border is zeroed by the caller. */
-static void o2e_lanes_pad(const float *restrict x, int C, int H, int W, int pt, int pl, int Hp, int Wp,
-                          float *restrict xp)
-{
-  for (int c = 0; c < C; c++)
-    for (int r = 0; r < H; r++)
-      memcpy(xp + ((size_t)c * Hp + pt + r) * Wp + pl, x + ((size_t)c * H + r) * W, sizeof(float) * (size_t)W);
-}
-""",
-    )
-
-
-def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads: list[int], bias: str | None,
-         group: int = 1) -> str:
+def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], st: list[int], pads: list[int],
+         bias: str | None, group: int = 1) -> str:
     """Groups (AlexNet's conv2, conv4, conv5) run one after the other, each as its own layer."""
     N, Ctot, H, W = x.shape
     Mtot = w.shape[0]
@@ -170,7 +163,8 @@ def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads:
     OH, OW = y.shape[2:]
     kh, kw = ks
     pt, pl = pads[0], pads[1]
-    Hp, Wp = OH + kh - 1, OW + kw - 1
+    sh, sw = st
+    Hp, Wp = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, 1, 1)  # each phase plane
     blocks = -(-M // LANES)
     wc = np.zeros((group, blocks * LANES, C, kh, kw), np.float32)
     wc[:, :M] = ctx.const(1).reshape(group, M, C, kh, kw)
@@ -181,11 +175,12 @@ def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], pads:
     act = fused_act(ctx)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
-    tile = f"o2e_lanes_tile{kh}x{kw}"
-    ctx.helper(tile, TILE.replace("NAME", tile).replace("KH", str(kh)).replace("KW", str(kw)))
-    pad = _pad_copy(ctx)
+    tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
+    ctx.helper(tile, TILE.replace("NAME", tile).replace("KH", str(kh)).replace("KW", str(kw))
+               .replace("SH", str(sh)).replace("SW", str(sw)))
+    pad = pool2d.phase_split(ctx, sh, sw)
     ctx.kernel("direct conv (output channels in lanes)")
-    xp = ctx.scratch(C * Hp * Wp * 4)
+    xp = ctx.scratch(C * sh * sw * Hp * Wp * 4)
     threads = 4  # tile scratch for up to gemm.MAX_THREADS threads
     tiles = ctx.scratch(threads * PX * LANES * 4)
     units = blocks * OH
@@ -223,8 +218,9 @@ static void {name}(void *arg, int u0, int u1)
     return "\n".join([
         f"for (int n = 0; n < {N}; ++n)",
         f"for (int g = 0; g < {group}; ++g) {{",
-        f"  memset({xp}, 0, {C * Hp * Wp * 4});",
-        f"  {pad}({x.sym} + ((size_t)n * {group} + g) * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {Hp}, {Wp}, {xp});",
+        f"  memset({xp}, 0, {C * sh * sw * Hp * Wp * 4});",
+        f"  for (int c = 0; c < {C}; ++c) {pad}({x.sym} + ((size_t)n * {group} + g) * {C * H * W} + (size_t)c * {H * W}, "
+        f"{H}, {W}, {pt}, {pl}, {Hp}, {Wp}, {xp} + (size_t)c * {sh * sw * Hp * Wp});",
         f"  o2e_lanes_args a = {{{xp}, {wsym} + (size_t)g * {gstride}, {tiles}, {C}, {Hp}, {Wp}, {kh}, {kw}, {OH}, "
         f"{OW}, {y.sym} + ((size_t)n * {group} + g) * {M * OH * OW}, {b}}};",
         f"  {run}",

@@ -108,7 +108,7 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
     from . import conv_direct, conv_lanes  # few output channels / 1xk layers: ops/conv_*.py
 
     if conv_lanes.applicable(ctx, x, w, y, group, ks, st, dl):
-        return conv_lanes.emit(ctx, x, w, y, ks, pads, bias, group)
+        return conv_lanes.emit(ctx, x, w, y, ks, st, pads, bias, group)
 
     if conv_direct.applicable(ctx, x, w, y, group, ks, st, dl):
         return conv_direct.emit(ctx, x, w, y, ks, dl, pads, bias)
