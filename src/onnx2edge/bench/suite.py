@@ -105,7 +105,9 @@ def write_doc(results: list[dict[str, Any]], path: Path) -> None:
         "",
         "Measured with `onnx2edge bench --suite seed --write-doc docs/benchmarks.md` "
         f"on {cpu_name()} (2 cores), onnxruntime {r0.get('onnxruntime', '?')}, fp32, batch 1, "
-        f"{r0.get('runs', '?')} timed runs after warm-up; medians. Ratio = ours / onnxruntime (lower is better).",
+        f"at least {min((r['runs'] for r in results), default='?')} timed runs per side after warm-up, raised so that "
+        f"each side's timed loop lasts about {MIN_SECONDS:g} s (run counts per model in the JSON); medians. "
+        "Ratio = ours / onnxruntime (lower is better).",
         f"Our build: `gcc {r0.get('cflags', '')}`; GEMM micro-kernel: {', '.join(kernels)}.",
         "How each side is timed: see `src/onnx2edge/bench/harness.py` (C harness with clock_gettime for ours; "
         "IOBinding loop in a separate process for onnxruntime, its Python per-call overhead measured and subtracted).",
@@ -116,8 +118,8 @@ def write_doc(results: list[dict[str, Any]], path: Path) -> None:
         format_table(results),
         "",
         *([f"![ratio chart]({chart.name})", ""] if has_chart else []),
-        *_gap_section(results),
         *_notes(path),
+        *_gap_section(results),
         "## Kernels that ran",
         "",
         *[f"- {r['name']} ({r['threads']}T): " + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items())
