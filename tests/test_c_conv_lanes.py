@@ -5,20 +5,16 @@ portable, AVX-512 and threaded builds, and under ASan/UBSan."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 
 from onnx2edge import api
-from onnx2edge.backends.c.build import build_executable, run_executable
-from onnx2edge.runtime import ort_run
 
-from conftest import make_model, save, tensor, vi
+from conftest import assert_sanitized_run_matches_ort, make_model, save, tensor, vi
 
 LANES = "Conv: direct conv (output channels in lanes)"
 NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
@@ -83,14 +79,4 @@ def test_small_layers_keep_the_gemm(tmp_path: Path, shape: dict) -> None:
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc with sanitizer runtimes")
 def test_lanes_conv_sanitizers_clean(tmp_path: Path) -> None:
-    path = _model(tmp_path / "m.onnx", **CASES["1x3_wide_asym_no_bias"])
-    out = tmp_path / "out"
-    api.convert(path, "c", out)
-    io = json.loads((out / "onnx2edge.json").read_text())
-    flags = ["-O1", "-g", "-march=native", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-    exe = build_executable(out, flags, name="asan")
-    x = {s["name"]: np.random.default_rng(3).standard_normal(s["shape"]).astype(np.float32) for s in io["inputs"]}
-    got = run_executable(exe, io, x, out)
-    ref = ort_run(onnx.load(path), x)
-    for k, v in got.items():
-        assert np.abs(v - ref[k]).max() <= 1e-4 * np.abs(ref[k]).max() + 1e-6
+    assert_sanitized_run_matches_ort(_model(tmp_path / "m.onnx", **CASES["1x3_wide_asym_no_bias"]), tmp_path / "out")

@@ -6,20 +6,16 @@ portable build, the AVX-512/AVX2 build and a threaded one."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 
 from onnx2edge import api
-from onnx2edge.backends.c.build import build_executable, run_executable
-from onnx2edge.runtime import ort_run
 
-from conftest import make_model, save, tensor, vi
+from conftest import assert_sanitized_run_matches_ort, make_model, save, tensor, vi
 
 IMPLICIT = "Conv: implicit GEMM (im2col fused into B packing)"
 NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
@@ -124,17 +120,7 @@ def test_tiny_outputs_keep_the_column_matrix(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", ["pads_wider_than_kernel_reach", "11x11_stride4", "3x3_dilation2"])
 def test_implicit_gemm_sanitizers_clean(tmp_path: Path, case: str) -> None:
     """The packing reads only inside the input, also on the AVX-512 masked-move path."""
-    path = _conv_model(tmp_path / "m.onnx", **CASES[case])
-    out = tmp_path / "out"
-    api.convert(path, "c", out)
-    io = json.loads((out / "onnx2edge.json").read_text())
-    flags = ["-O1", "-g", "-march=native", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-    exe = build_executable(out, flags, name="asan")
-    x = {s["name"]: np.random.default_rng(3).standard_normal(s["shape"]).astype(np.float32) for s in io["inputs"]}
-    got = run_executable(exe, io, x, out)
-    ref = ort_run(onnx.load(path), x)
-    for k, v in got.items():
-        assert np.abs(v - ref[k]).max() <= 1e-4 * np.abs(ref[k]).max() + 1e-6
+    assert_sanitized_run_matches_ort(_conv_model(tmp_path / "m.onnx", **CASES[case]), tmp_path / "out")
 
 
 @pytest.mark.parametrize("strides", [(2, 2), (1, 3)])

@@ -1744,6 +1744,20 @@ O2E_GEMM_FN void o2e_sgemm_packed(int M, int N, int K, const float *packed_A, co
   o2e_gemm_dispatch_(&g, workspace);
 }
 
+/* A product with a packed A and no epilogue yet (the callers below add theirs). */
+O2E_GEMM_INL void o2e_packed_args_(o2e_gemm_args_ *g, int M, int N, int K, const float *packed_A,
+                                   float *C, int ldc) {
+  memset(g, 0, sizeof *g);
+  g->M = M;
+  g->N = N;
+  g->K = K;
+  g->A = packed_A;
+  g->lda = K;
+  g->a_packed = 1;
+  g->C = C;
+  g->ldc = ldc;
+}
+
 /* C = act(packed_A · B + bias_m + R) where B is the implicit im2col matrix of the convolution
  * `conv` (K = C·kh·kw rows, N = OH·OW columns): a convolution with no column buffer. */
 O2E_GEMM_FN void o2e_sgemm_packed_conv(int M, int N, int K, const float *packed_A,
@@ -1751,15 +1765,7 @@ O2E_GEMM_FN void o2e_sgemm_packed_conv(int M, int N, int K, const float *packed_
                                        const float *bias_m, const float *R, int ldr, o2e_act act,
                                        void *workspace) {
   o2e_gemm_args_ g;
-  memset(&g, 0, sizeof g);
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = packed_A;
-  g.lda = K;
-  g.a_packed = 1;
-  g.C = C;
-  g.ldc = ldc;
+  o2e_packed_args_(&g, M, N, K, packed_A, C, ldc);
   g.bm = bias_m;
   g.R = R;
   g.ldr = ldr;
@@ -1775,17 +1781,9 @@ O2E_GEMM_FN void o2e_sgemm_packed_local(int M, int N, int K, const float *packed
                                         int ldb, float *C, int ldc, void *workspace) {
   o2e_gemm_args_ g;
   o2e_gemm_job_ j;
-  memset(&g, 0, sizeof g);
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = packed_A;
-  g.lda = K;
-  g.a_packed = 1;
+  o2e_packed_args_(&g, M, N, K, packed_A, C, ldc);
   g.B = B;
   g.ldb = ldb;
-  g.C = C;
-  g.ldc = ldc;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     o2e_gemm_k0_(&g);
