@@ -33,7 +33,6 @@ that vectorises, where libm's tanhf (16 ms at 480x640x3) would cost most of the 
 
 from __future__ import annotations
 
-import os
 import zlib
 
 import numpy as np
@@ -42,7 +41,7 @@ from ....passes.fuse_activation import Activation
 from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor
 from . import pool2d
-from .common import act_expr, fused_act
+from .common import act_expr, fused_act, specialised_conv_ok
 from .gemm import _use_engine
 
 # Applies up to this many output channels: the input is re-read once per pass of 4 channels,
@@ -69,10 +68,7 @@ def applicable(
     st: list[int],
     dl: list[int],
 ) -> bool:
-    if os.environ.get(ENV, "") == "0":
-        return False
-    wc = ctx.const(1)
-    if wc is None or wc.dtype != np.float32 or x.dtype != np.float32 or x.rank != 4:
+    if not specialised_conv_ok(ctx, x, ENV):
         return False
     if group != 1 or list(st) != [1, 1] or min(dl) < 1:
         return False

@@ -31,14 +31,12 @@ Inception-v3's 1x3 on 8x8: 0.41 vs 0.33), hence MIN_OW.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor
 from . import pool2d
-from .common import act_expr, fused_act
+from .common import act_expr, fused_act, specialised_conv_ok
 from .gemm import _use_engine
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
@@ -58,8 +56,7 @@ MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layer
 
 def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks: list[int], st: list[int],
                dl: list[int]) -> bool:
-    wc = ctx.const(1)
-    if os.environ.get(ENV, "") == "0" or wc is None or wc.dtype != np.float32 or x.dtype != np.float32 or x.rank != 4:
+    if not specialised_conv_ok(ctx, x, ENV):
         return False
     kh, kw = ks
     C, M = x.shape[1] // group, w.shape[0] // group

@@ -47,7 +47,7 @@ from ....passes.fuse_activation import Activation
 from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor
 from ..gemm_pack import sgemm_workspace_bytes
-from .common import act_expr, fused_act
+from .common import act_expr, fused_act, specialised_conv_ok
 from .gemm import MAX_THREADS, _use_engine, act_struct, packed_weights
 
 # Interpolation points per output tile size m (infinity is always the last point).
@@ -441,12 +441,9 @@ def tile_size(
 ) -> int:
     """The output tile size m to use for this Conv, 0 when Winograd does not apply or pay."""
     forced = os.environ.get(ENV, "")
-    if forced == "0":
+    if not specialised_conv_ok(ctx, x, ENV):
         return 0
-    if x.rank != 4 or list(ks) != [3, 3] or list(st) != [1, 1] or list(dl) != [1, 1] or group != 1:
-        return 0
-    wc = ctx.const(1)
-    if wc is None or wc.dtype != np.float32 or x.dtype != np.float32:
+    if list(ks) != [3, 3] or list(st) != [1, 1] or list(dl) != [1, 1] or group != 1:
         return 0
     C, M = x.shape[1], w.shape[0]
     OH, OW = y.shape[2:]
