@@ -48,6 +48,11 @@ def _keep_env() -> None:
     assert os.environ.get("OPENBLAS_CORETYPE") == before
 
 
+# C build flags shared by the backend tests: the release flags (native kernels), the same with
+# the thread pool, and ASan + UBSan (portable kernels; SANITIZE_NATIVE for the native ones)
+NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
+THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
+ASAN = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 SANITIZE_NATIVE = ["-O1", "-g", "-march=native", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 
 

@@ -25,16 +25,7 @@ from onnx2edge.backends.c.build import build_executable, run_executable
 from onnx2edge.backends.c.ops import conv_direct, nn, pool2d
 from onnx2edge.runtime import ort_run
 
-from conftest import make_model, save, tensor, vi
-
-NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
-ASAN = [
-    "-O1",
-    "-g",
-    "-fsanitize=address,undefined",
-    "-fno-sanitize-recover=all",
-    "-fno-omit-frame-pointer",
-]
+from conftest import ASAN, NATIVE, make_model, save, tensor, vi
 
 # Conv cases: (C, M, H, W, kernel, pads, dilations, bias, activation, residual, batch)
 CONVS = [

@@ -14,11 +14,17 @@ from onnx import helper
 
 from onnx2edge import api
 
-from conftest import assert_sanitized_run_matches_ort, make_model, save, tensor, vi
+from conftest import (
+    NATIVE,
+    THREADED,
+    assert_sanitized_run_matches_ort,
+    make_model,
+    save,
+    tensor,
+    vi,
+)
 
 LANES = "Conv: direct conv (output channels in lanes)"
-NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
-THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
 
 def _model(path: Path, *, C: int, M: int, H: int, W: int, k: tuple[int, int], pads: tuple[int, int, int, int],

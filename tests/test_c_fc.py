@@ -14,12 +14,10 @@ from onnx2edge import api
 from onnx2edge.frontend.loader import load_model
 from onnx2edge.runtime import ort_run
 
-from conftest import make_model, save, tensor, vi
+from conftest import NATIVE, THREADED, make_model, save, tensor, vi
 
 SKIP = "Gemm: fully connected, zero inputs skipped"
 GEMV = "Gemm: fully connected as packed GEMV"
-NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
-THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
 
 def _mlp(path: Path, K: int, N: int, *, act: str | None = "Relu", weights: np.ndarray | None = None) -> Path:

@@ -15,11 +15,17 @@ from onnx import helper
 
 from onnx2edge import api
 
-from conftest import assert_sanitized_run_matches_ort, make_model, save, tensor, vi
+from conftest import (
+    NATIVE,
+    THREADED,
+    assert_sanitized_run_matches_ort,
+    make_model,
+    save,
+    tensor,
+    vi,
+)
 
 IMPLICIT = "Conv: implicit GEMM (im2col fused into B packing)"
-NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
-THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 
 
 @pytest.fixture(autouse=True)

@@ -26,20 +26,12 @@ from onnx2edge.backends.c.build import build_executable, run_executable
 from onnx2edge.backends.c.ops import nn, pool2d
 from onnx2edge.runtime import ort_run
 
-from conftest import make_model, save, tensor, vi
+from conftest import ASAN, NATIVE, make_model, save, tensor, vi
 
 RUNTIME = (
     Path(__file__).resolve().parent.parent / "src" / "onnx2edge" / "backends" / "c" / "runtime"
 )
 WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
-NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
-ASAN = [
-    "-O1",
-    "-g",
-    "-fsanitize=address,undefined",
-    "-fno-sanitize-recover=all",
-    "-fno-omit-frame-pointer",
-]
 TSAN = ["-O1", "-g", "-fsanitize=thread"]
 
 # (kernel_shape, strides, pads or auto_pad, dilations, ceil_mode)

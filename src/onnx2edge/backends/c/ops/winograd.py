@@ -37,6 +37,7 @@ the output transform.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -233,6 +234,14 @@ def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # straight-line C for the transforms
 # --------------------------------------------------------------------------------------------
+def _sandwich(t: list[list[Fraction]], src: str, n: int, store: Callable[[int, int, str], str]) -> list[str]:
+    """C lines for T·X·Tᵀ with X the n x n scalars `{src}{i}_{j}`: s = T·X column by column,
+    then each output (k, l) = row k of s times row l of T, written by store(k, l, expr)."""
+    rows = range(len(t))
+    lines = [f"const float s{k}_{j} = {_lin(t[k], [f'{src}{i}_{j}' for i in range(n)])};" for k in rows for j in range(n)]
+    return lines + [store(k, ll, _lin(t[ll], [f"s{k}_{j}" for j in range(n)])) for k in rows for ll in rows]
+
+
 def _lin(coeffs: list[Fraction], terms: list[str]) -> str:
     """Σ coeffs[i]·terms[i] as C, skipping zeros and writing ±1 as a plain sum."""
     out = ""
@@ -281,15 +290,8 @@ def _input_kernel(m: int) -> tuple[str, str]:
         for i in range(n)
         for j in range(n)
     ]
-    # s = Bᵀ·d (columns), then v = s·B (rows)
-    for k in range(n):
-        for j in range(n):
-            lines.append(f"const float s{k}_{j} = {_lin(bt[k], [f'd{i}_{j}' for i in range(n)])};")
-    for k in range(n):
-        for ll in range(n):
-            lines.append(
-                f"vt[{k * n + ll} * vs + u] = {_lin(bt[ll], [f's{k}_{j}' for j in range(n)])};"
-            )
+    # v = Bᵀ·d·B
+    lines += _sandwich(bt, "d", n, lambda k, ll, e: f"vt[{k * n + ll} * vs + u] = {e};")
     body = "\n".join("        " + ln for ln in lines)
     split = " ".join(f"e0[{j} * es + u] = q[{j}];" for j in range(n))
     code = f"""
@@ -359,15 +361,8 @@ def _output_kernel(m: int) -> tuple[str, str]:
     lines = [
         f"const float m{i}_{j} = mt[{i * n + j} * ms + u];" for i in range(n) for j in range(n)
     ]
-    # s = Aᵀ·M (columns), then y = s·A (rows)
-    for a in range(m):
-        for j in range(n):
-            lines.append(f"const float s{a}_{j} = {_lin(at[a], [f'm{i}_{j}' for i in range(n)])};")
-    for a in range(m):
-        for b in range(m):
-            lines.append(
-                f"ft[{a * m + b} * fs + u] = b + {_lin(at[b], [f's{a}_{j}' for j in range(n)])};"
-            )
+    # y = Aᵀ·M·A + bias
+    lines += _sandwich(at, "m", n, lambda a, b, e: f"ft[{a * m + b} * fs + u] = b + {e};")
     body = "\n".join("        " + ln for ln in lines)
     rows = "\n".join(
         f"        const float *restrict f{b} = f + (a * {m} + {b}) * fs + (size_t)th * TW;"
