@@ -11,13 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from onnx import external_data_helper
 
 from ..errors import Onnx2EdgeError, UnsupportedError
 from ..fsutil import resolve_inside
 from ..ir import Graph
 from ..ir.proto import graph_from_model
+from .validate import check_consistency
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -93,6 +95,38 @@ def _check_ops(model: onnx.ModelProto, source: Path, opset: int) -> None:
         )
 
 
+def _bad_text(msg: Message, path: str) -> str | None:
+    """The path of the first string field that is not valid UTF-8 (protobuf hands those back as
+    bytes, which then fail far from here, e.g. in onnx.defs.get_schema)."""
+    for field, value in msg.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            items = value if _is_repeated(field) else [value]
+            if any(not isinstance(v, str) for v in items):
+                return f"{path}.{field.name}"
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            items = value if _is_repeated(field) else [value]
+            for i, v in enumerate(items):
+                where = f"{path}.{field.name}[{i}]" if _is_repeated(field) else f"{path}.{field.name}"
+                found = _bad_text(v, where)
+                if found:
+                    return found
+    return None
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    return bool(field.is_repeated)
+
+
+def _check_tensor_types(model: onnx.ModelProto, source: Path) -> None:
+    known = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+    for t in _all_tensors(model):
+        if t.data_type not in known:
+            raise Onnx2EdgeError(
+                f"{source}: tensor '{t.name}' has data type {t.data_type}, which ONNX does not "
+                "define; the file is corrupt or written by an incompatible tool"
+            )
+
+
 def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.ModelProto:
     """Parse the file; check (and optionally load) its external data. No op or opset checks."""
     source = Path(path)
@@ -100,7 +134,19 @@ def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.Mo
         raise Onnx2EdgeError(f"{source}: no such file")
     if not source.is_file():
         raise Onnx2EdgeError(f"{source}: not a file")
-    data = source.read_bytes()
+    model = parse_model_bytes(source.read_bytes(), source)
+    base_dir = source.resolve().parent
+    _check_external_data(model, base_dir, source)
+    if load_external:
+        try:
+            external_data_helper.load_external_data_for_model(model, str(base_dir))
+        except (OSError, ValueError) as e:
+            raise Onnx2EdgeError(f"{source}: cannot read external data: {e}") from e
+    return model
+
+
+def parse_model_bytes(data: bytes, source: Path) -> onnx.ModelProto:
+    """Bytes -> ModelProto, refusing what is not a readable ONNX model. No op or opset checks."""
     if not data:
         raise Onnx2EdgeError(f"{source}: empty file, not an ONNX model")
     model = onnx.ModelProto()
@@ -112,13 +158,10 @@ def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.Mo
         ) from e
     if model.ir_version < 3 or not model.HasField("graph"):
         raise Onnx2EdgeError(f"{source}: not an ONNX model (no graph or IR version)")
-    base_dir = source.resolve().parent
-    _check_external_data(model, base_dir, source)
-    if load_external:
-        try:
-            external_data_helper.load_external_data_for_model(model, str(base_dir))
-        except (OSError, ValueError) as e:
-            raise Onnx2EdgeError(f"{source}: cannot read external data: {e}") from e
+    bad = _bad_text(model, "model")
+    if bad:
+        raise Onnx2EdgeError(f"{source}: {bad} is not valid UTF-8 text: the file is corrupt")
+    _check_tensor_types(model, source)
     return model
 
 
@@ -135,11 +178,13 @@ def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onn
     opset = _check_opsets(model, source)
     if check:
         _check_ops(model, source, opset)
+        bare = skeleton(model, max_elements=1 << 16)
         try:
-            onnx.checker.check_model(skeleton(model, max_elements=1 << 16))
+            onnx.checker.check_model(bare)
         except (onnx.checker.ValidationError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise Onnx2EdgeError(f"{source}: invalid ONNX model: {first}") from e
+        check_consistency(bare, str(source))
     return model
 
 
