@@ -312,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(
-            f"onnx2edge: internal error: {type(e).__name__}: {msg} (rerun with --debug for details)",
+            f"onnx2edge: internal error: {type(e).__name__}: {msg} (a bug in onnx2edge: "
+            "please report it with the output of --debug)",
             file=sys.stderr,
         )
         return 3
