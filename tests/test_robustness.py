@@ -209,3 +209,32 @@ def test_fuzz_bounded_run(target: str, runs: int) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"Done {runs} runs" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_external_weights_are_mapped_not_copied(tmp_path: Path) -> None:
+    """External data is memory-mapped read-only by the frontend (a 2 GB model is not loaded into
+    the protobuf and copied again), and the C built from it still matches onnxruntime."""
+    from onnx2edge import api, frontend
+
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((64, 300)).astype(np.float32)
+    w2 = rng.standard_normal((300, 10)).astype(np.float32)
+    m = make_model(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+            helper.make_node("Relu", ["h"], ["r"], name="relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2"),
+        ],
+        [vi("x", [1, 64])],
+        [vi("y", [1, 10])],
+        [tensor("w1", w1), tensor("w2", w2)],
+    )
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(m, path, save_as_external_data=True, location="ext.data", size_threshold=0)
+    graph = frontend.load(path, quiet=True)
+    for name, ref in (("w1", w1), ("w2", w2)):
+        arr = graph.initializers[name]
+        assert not arr.flags.writeable  # mapped, and passes that would write to it fail loudly
+        np.testing.assert_array_equal(arr, ref)
+    report = api.verify(path, target="c")
+    assert report.ok, report

@@ -165,8 +165,11 @@ def parse_model_bytes(data: bytes, source: Path) -> onnx.ModelProto:
     return model
 
 
-def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onnx.ModelProto:
-    """Read, validate and return a model with its external data loaded.
+def load_model(
+    path: str | Path | onnx.ModelProto, *, check: bool = True, load_external: bool = True
+) -> onnx.ModelProto:
+    """Read, validate and return a model with its external data loaded (or, with
+    `load_external=False`, checked but left on disk for `graph_from_model` to map).
 
     An in-memory ModelProto (already carrying its weights) is checked the same way.
     """
@@ -174,7 +177,7 @@ def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onn
         source, model = Path(path.graph.name or "model"), path
     else:
         source = Path(path)
-        model = read_model_proto(source)
+        model = read_model_proto(source, load_external=load_external)
     opset = _check_opsets(model, source)
     if check:
         _check_ops(model, source, opset)
@@ -294,7 +297,9 @@ def skeleton(model: onnx.ModelProto, max_elements: int = 64) -> onnx.ModelProto:
     listed = {vi.name for vi in src.input}
     g.input.extend(src.input)
     for t in src.initializer:
-        if int(np.prod(t.dims, dtype=np.int64)) <= max_elements:
+        # External tensors are never kept: their data is not loaded (the frontend maps it).
+        small = int(np.prod(t.dims, dtype=np.int64)) <= max_elements
+        if small and not external_data_helper.uses_external_data(t):
             g.initializer.append(t)
         elif t.name not in listed:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
@@ -333,9 +338,12 @@ def load(
     from ..passes import fold_constants
     from ..passes import infer_shapes as infer_shapes_pass
 
-    model = load_model(path)
+    # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
+    # neither copied into the protobuf nor copied again with every ModelProto copy below.
+    model = load_model(path, load_external=False)
+    base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent
     model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
-    graph = graph_from_model(infer_shapes(model))
+    graph = graph_from_model(infer_shapes(model), base_dir=base_dir)
     if fold:
         graph = infer_shapes_pass(fold_constants(graph))
     return graph

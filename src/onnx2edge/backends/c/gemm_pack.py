@@ -44,10 +44,13 @@ def pack_a(a: np.ndarray) -> np.ndarray:
     if m == 0 or k == 0:
         return np.zeros(0, np.float32)
     panels = -(-m // MR)
-    padded = np.zeros((panels * MR, k), np.float32)
-    padded[:m] = a
-    # (panels, MR, K) -> (panels, K, MR): the MR rows of one column become adjacent.
-    return np.ascontiguousarray(padded.reshape(panels, MR, k).transpose(0, 2, 1)).reshape(-1)
+    # (panels, MR, K) -> (panels, K, MR): the MR rows of one column become adjacent. Filled
+    # panel by panel, so a large weight is copied once (not padded, then transposed).
+    out = np.zeros((panels, k, MR), np.float32)
+    for p in range(panels):
+        rows = a[p * MR : (p + 1) * MR]
+        out[p, :, : rows.shape[0]] = rows.T
+    return out.reshape(-1)
 
 
 # Default blocking of o2e_gemm.h, per kernel variant: (KC, NR, A-block bytes, small-N limit).
