@@ -160,6 +160,16 @@ def test_corrupt_text_and_tensor_types(tmp_path: Path, capsys: pytest.CaptureFix
     code, err = _cli(capsys, "inspect", str(_corrupt(tmp_path, "dtype.onnx", bad_type)))
     assert code == 2 and "data type 91" in _one_clean_line(err)
 
+    def bad_size(m: onnx.ModelProto) -> None:  # found by the loader fuzzer: a flipped data type
+        t = next(
+            t for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and t.raw_data
+        )
+        t.data_type = onnx.TensorProto.FLOAT16
+
+    code, err = _cli(capsys, "inspect", str(_corrupt(tmp_path, "size.onnx", bad_size)))
+    line = _one_clean_line(err)
+    assert code == 2 and "bytes of raw_data but has" in line
+
 
 def test_random_mutations_of_the_example_exit_cleanly(tmp_path: Path) -> None:
     """300 byte flips, truncations and insertions through the in-process loader: each ends in a

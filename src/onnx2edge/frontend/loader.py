@@ -117,13 +117,59 @@ def _is_repeated(field: FieldDescriptor) -> bool:
     return bool(field.is_repeated)
 
 
-def _check_tensor_types(model: onnx.ModelProto, source: Path) -> None:
-    known = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+_T = onnx.TensorProto
+# The typed field each data type keeps its values in when not in raw_data (onnx.proto3's
+# TensorProto comments), and how many entries one element takes there.
+_FIELD = {
+    _T.FLOAT: ("float_data", 1),
+    _T.COMPLEX64: ("float_data", 2),
+    _T.DOUBLE: ("double_data", 1),
+    _T.COMPLEX128: ("double_data", 2),
+    _T.INT64: ("int64_data", 1),
+    _T.UINT32: ("uint64_data", 1),
+    _T.UINT64: ("uint64_data", 1),
+    _T.STRING: ("string_data", 1),
+}
+_PACKED_4BIT = {_T.INT4, _T.UINT4} | ({_T.FLOAT4E2M1} if hasattr(_T, "FLOAT4E2M1") else set())
+
+
+def _expected_entries(t: onnx.TensorProto, count: int) -> tuple[str, int]:
+    if t.HasField("raw_data"):
+        if t.data_type == _T.STRING:
+            return "raw_data", -1  # strings never use raw_data; the checker reports it
+        bits = 4 if t.data_type in _PACKED_4BIT else 8 * onnx.helper.tensor_dtype_to_np_dtype(
+            t.data_type
+        ).itemsize
+        return "raw_data", (count * bits + 7) // 8
+    field, per = _FIELD.get(t.data_type, ("int32_data", 1))
+    if t.data_type in _PACKED_4BIT:
+        return field, (count + 1) // 2
+    return field, count * per
+
+
+def _check_tensors(model: onnx.ModelProto, source: Path) -> None:
+    """Every tensor's data type is defined and its data has as many values as its dims say (a
+    mismatch otherwise surfaces as a reshape error far from the file)."""
+    known = set(_T.DataType.values()) - {_T.UNDEFINED}
     for t in _all_tensors(model):
         if t.data_type not in known:
             raise Onnx2EdgeError(
                 f"{source}: tensor '{t.name}' has data type {t.data_type}, which ONNX does not "
                 "define; the file is corrupt or written by an incompatible tool"
+            )
+        if external_data_helper.uses_external_data(t) or t.HasField("segment"):
+            continue
+        if any(d < 0 for d in t.dims):
+            raise Onnx2EdgeError(f"{source}: tensor '{t.name}' has a negative dimension {list(t.dims)}")
+        count = int(np.prod(t.dims, dtype=object))
+        field, want = _expected_entries(t, count)
+        got = len(t.raw_data) if field == "raw_data" else len(getattr(t, field))
+        if want >= 0 and got != want:
+            unit = "bytes" if field == "raw_data" else "values"
+            dims = "x".join(map(str, t.dims)) or "scalar"
+            raise Onnx2EdgeError(
+                f"{source}: tensor '{t.name}' ({dims}) needs {want} {unit} of {field} but has "
+                f"{got}: the file is corrupt or was edited inconsistently"
             )
 
 
@@ -161,7 +207,7 @@ def parse_model_bytes(data: bytes, source: Path) -> onnx.ModelProto:
     bad = _bad_text(model, "model")
     if bad:
         raise Onnx2EdgeError(f"{source}: {bad} is not valid UTF-8 text: the file is corrupt")
-    _check_tensor_types(model, source)
+    _check_tensors(model, source)
     return model
 
 
