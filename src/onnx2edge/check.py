@@ -85,7 +85,7 @@ def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, A
             continue
         tried[rule.name] = ({n.name for n in g2.nodes}, refusals(g2)[0])
 
-    entries = []
+    entries: list[dict[str, Any]] = []
     for node in graph.nodes:
         e: dict[str, Any] = {
             "node": node.name, "op": node.op_type, "status": "supported", "placement": placement,
@@ -102,12 +102,36 @@ def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, A
         elif node.name not in after:
             e["reason"] = "folded or fused into a neighbour by the backend's passes"
         entries.append(e)
+    _confirm_together(graph, entries, refusals)
     for line in other:
         entries.append({
             "node": None, "op": None, "status": "unsupported", "placement": None,
             "reason": line, "rule": None, "source": source,
         })
     return entries
+
+
+def _confirm_together(graph: Graph, entries: list[dict[str, Any]], refusals: Any) -> None:
+    """Each rule was tried alone; a backend may skip nodes downstream of a refused one, so
+    apply all proposed rules at once and downgrade any node whose replacement is refused."""
+    from .edit import RULES
+
+    chosen = [e for e in entries if e["status"] == "replaceable"]
+    if not chosen:
+        return
+    g = graph
+    for name in [r for r in RULES if r in {e["rule"] for e in chosen}]:
+        g = RULES[name].fn(g)
+    names = {n.name for n in g.nodes}
+    again, _ = refusals(g)
+    for e in chosen:
+        bad = [f"{k}: {v}" for k, v in again.items() if k.startswith(f"{e['node']}/")]
+        if e["node"] in names or bad:
+            e.update(
+                status="unsupported", placement=None,
+                reason=f"{e['reason']} -- but the replacement is refused too ({'; '.join(bad) or 'not rewritten'})",
+                rule=None,
+            )
 
 
 @register_checker("c")
