@@ -383,7 +383,8 @@ def _wbytes(g: Any) -> int:
 def bind_constant(
     model: str | Path, out: str | Path, values: Mapping[str, np.ndarray], *, fold: bool = True, verify: bool = True
 ) -> dict[str, Any]:
-    """Turn graph inputs into initializers holding `values`; optionally fold what follows."""
+    """Turn graph inputs into initializers holding `values` (a single number fills a static
+    input); optionally fold what follows (constant folding + dead nodes), verified."""
     from ..passes import run_passes
 
     proto, graph = load_graph(model)
@@ -395,6 +396,8 @@ def bind_constant(
     for name, v in values.items():
         t = graph.type_of(name)
         arr = np.asarray(v)
+        if arr.ndim == 0 and t is not None and t.is_static and t.static_shape != ():
+            arr = np.full(t.static_shape, arr)  # a single number fills the whole input
         if t is not None and t.shape is not None:
             if len(t.shape) != arr.ndim or any(isinstance(d, int) and d != s for d, s in zip(t.shape, arr.shape, strict=False)):
                 raise Onnx2EdgeError(
