@@ -268,3 +268,17 @@ def test_rules_never_mutate_their_input():
     before = (g.nodes, dict(g.initializers))
     RULES["hardswish_relu6"].fn(g)
     assert (g.nodes, dict(g.initializers)) == before
+
+
+@pytest.mark.parametrize("keepdims,opset", [(1, 17), (0, 17), (1, 18)])
+def test_reducemean_to_gap(keepdims, opset):
+    if opset >= 18:
+        node = helper.make_node("ReduceMean", ["x", "ax"], ["y"], keepdims=keepdims)
+        inits = [("ax", np.array([-1, 2]))]
+    else:
+        node = helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=keepdims)
+        inits = []
+    m = model([node], [("x", [2, 3, 4, 5])], ["y"], opset=opset)
+    m.graph.initializer.extend(numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in inits)
+    g, _ = run_rule("reducemean_to_gap", m, tol=1e-6)
+    assert "GlobalAveragePool" in ops(g) and "ReduceMean" not in ops(g)

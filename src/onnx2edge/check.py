@@ -124,6 +124,10 @@ def _confirm_together(graph: Graph, entries: list[dict[str, Any]], refusals: Any
         g = RULES[name].fn(g)
     names = {n.name for n in g.nodes}
     again, _ = refusals(g)
+    for e in entries:  # refusals the first pass hid downstream of a refused node
+        if e["status"] == "supported" and e["node"] in again:
+            e.update(status="unsupported", placement=None, reason=f"{again[e['node']]} (found once the "
+                     "nodes before it are rewritten)")
     for e in chosen:
         bad = [f"{k}: {v}" for k, v in again.items() if k.startswith(f"{e['node']}/")]
         if e["node"] in names or bad:

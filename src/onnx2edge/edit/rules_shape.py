@@ -123,3 +123,36 @@ def resize_normalize(graph: Graph) -> Graph:
         b.keep(n.replace(attrs=attrs, name=b.fresh(f"{n.name}/normalized")))
         b.changed = True
     return b.result()
+
+
+def _reduce_axes(graph: Graph, n) -> list[int] | None:  # noqa: ANN001
+    axes = n.attr("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
+        av = graph.const(n.inputs[1])
+        axes = None if av is None else [int(a) for a in av.reshape(-1)]
+    return None if axes is None else list(axes)
+
+
+@register_rule("reducemean_to_gap", ops=("ReduceMean",), targets=("mps",))
+def reducemean_to_gap(graph: Graph) -> Graph:
+    """ReduceMean over the spatial axes of a 4-D tensor -> GlobalAveragePool (the same mean;
+    torch's dynamo exporter writes global average pooling as ReduceMean). keepdims=0 adds a
+    Reshape to [N, C].
+
+    before:  x[N,C,H,W] -> ReduceMean(axes=[2,3], keepdims=1) -> y[N,C,1,1]
+    after:   x -> GlobalAveragePool -> y
+    """
+    b = Builder(graph)
+    for n in graph.nodes:
+        xs = _static(graph, n.inputs[0]) if n.op_type == "ReduceMean" and default_domain(n) else None
+        axes = _reduce_axes(graph, n) if xs is not None and len(xs) == 4 else None
+        if axes is None or sorted(a % 4 for a in axes) != [2, 3]:
+            b.keep(n)
+            continue
+        if n.attr("keepdims", 1):
+            b.add(n, "gap", "GlobalAveragePool", [n.inputs[0]], output=n.outputs[0])
+        else:
+            g = b.add(n, "gap", "GlobalAveragePool", [n.inputs[0]])
+            shape = b.const(n, "shape", np.array(xs[:2], np.int64))
+            b.add(n, "reshape", "Reshape", [g, shape], output=n.outputs[0])
+    return b.result()
