@@ -99,6 +99,23 @@ def test_model_layout_transposes_cancel(tmp_path):
     assert ops.index("Transpose") > ops.index("Concat")
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_in_nhwc_section_is_remapped(tmp_path, mode):
+    """x -> NHWC -> Resize(scales 1,2,2,1) -> back: the Resize runs on the NCHW data with
+    permuted scales and both model Transposes cancel."""
+    src = save(
+        tmp_path, f"rs_{mode}",
+        [
+            helper.make_node("Transpose", ["x"], ["t0"], perm=[0, 2, 3, 1]),
+            helper.make_node("Resize", ["t0", "", "sc"], ["r"], mode=mode),
+            helper.make_node("Transpose", ["r"], ["y"], perm=[0, 3, 1, 2]),
+        ],
+        [("x", [1, 3, 4, 5])], [("y", [1, 3, 8, 10])], [("sc", np.array([1, 2, 2, 1]))],
+    )
+    res = check_nhwc(src, tmp_path / "o.onnx", 2)
+    assert res["transposes"] == {"before": 2, "after": 0}
+
+
 def test_optimize_transposes_keeps_useless_moves_undone(tmp_path):
     src = save(
         tmp_path, "lone",

@@ -9,7 +9,8 @@ around every Conv: the wrapping the seed avoids. What this command produces inst
 1. each rank-4 float input / output is declared NHWC, with one Transpose next to it;
 2. `optimize_transposes` then pushes those Transposes through layout-agnostic ops
    (element-wise unary ops, binary ops whose other operand is a constant or is transposed
-   the same way, Softmax / Concat / reductions with their axis remapped) and cancels pairs,
+   the same way, Softmax / Concat / reductions with their axis remapped, Resize with its
+   scales / sizes permuted) and cancels pairs,
    so a model that already had layout Transposes at its edges (TensorFlow exports: NHWC ->
    Transpose -> NCHW body) loses both.
 
@@ -87,8 +88,11 @@ def _fold_pairs(graph: Graph) -> Graph:
             continue
         perm = _compose(p1, p2)
         changed = True
-        if perm == tuple(range(len(perm))) and n.outputs[0] not in graph.outputs:
-            rename[n.outputs[0]] = prod.inputs[0]  # type: ignore[union-attr]
+        if perm == tuple(range(len(perm))):
+            if n.outputs[0] not in graph.outputs:
+                rename[n.outputs[0]] = prod.inputs[0]  # type: ignore[union-attr]
+            else:  # a graph output keeps its name; _absorb_identities renames its producer
+                nodes.append(Node(n.name, "Identity", (prod.inputs[0],), n.outputs))  # type: ignore[union-attr]
             continue
         nodes.append(n.replace(inputs=(prod.inputs[0],), attrs={"perm": make_attr(list(perm))}))  # type: ignore[union-attr]
     if not changed:
@@ -96,7 +100,26 @@ def _fold_pairs(graph: Graph) -> Graph:
     g = graph.with_nodes(nodes)
     from ..passes import eliminate_dead_nodes
 
-    return eliminate_dead_nodes(g)
+    return _absorb_identities(eliminate_dead_nodes(g))
+
+
+def _absorb_identities(graph: Graph) -> Graph:
+    """Identity -> graph output: the producer writes the output name itself, when nothing
+    else reads the intermediate tensor."""
+    for n in graph.nodes:
+        if n.op_type != "Identity" or n.outputs[0] not in graph.outputs:
+            continue
+        src = n.inputs[0]
+        p = graph.producer(src)
+        if p is None or src in graph.outputs or len(graph.consumers(src)) != 1:
+            continue
+        out = n.outputs[0]
+        nodes = [
+            m.replace(outputs=tuple(out if o == src else o for o in m.outputs)) if m is p else m
+            for m in graph.nodes if m is not n
+        ]
+        return _absorb_identities(graph.with_nodes(nodes))
+    return graph
 
 
 def _push_down_once(graph: Graph) -> Graph | None:
@@ -156,6 +179,18 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
                 return None
             new_inputs[k] = q.inputs[0]
         attrs["axis"] = make_attr(p[n.attr("axis") % r])
+    elif n.op_type == "Resize" and graph.opset >= 13 and n.attr("axes") is None and r == 4:
+        # scales / sizes are per axis: permute them with the data (roi only matters for
+        # tf_crop_and_resize, which is left alone)
+        if n.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+            return None
+        new_inputs[0] = t.inputs[0]
+        for k in (2, 3):
+            if len(n.inputs) > k and n.inputs[k]:
+                v = graph.const(n.inputs[k])
+                if v is None or v.size != r:
+                    return None
+                new_inputs[k] = b.const(n, f"nhwc{k}", np.ascontiguousarray(v[list(inv)]))
     elif n.op_type in _REDUCE and n.attr("keepdims", 1) == 1:
         axes = n.attr("axes")
         if axes is not None:
