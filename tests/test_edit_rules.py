@@ -137,6 +137,8 @@ def test_gelu_decompose(approximate):
 def test_gelu_tanh_and_erf_tanh_within_stated_bounds():
     _, worst = run_rule("gelu_tanh", unary("Gelu", 20), special=False, tol=4.8e-4)
     assert worst > 1e-5
+    _, worst = run_rule("gelu_erf", unary("Gelu", 20, approximate="tanh"), special=False, tol=4.8e-4)
+    assert worst > 1e-5
     g, worst = run_rule("erf_tanh", unary("Erf"), tol=3.6e-4)
     assert "Erf" not in ops(g) and worst > 1e-5
 

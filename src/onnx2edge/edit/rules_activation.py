@@ -276,6 +276,30 @@ def gelu_tanh(graph: Graph) -> Graph:
     return b.result()
 
 
+@register_rule(
+    "gelu_erf",
+    ops=("Gelu",),
+    exact=False,
+    note="Gelu(approximate=tanh) -> Gelu(approximate=none), the exact erf form: APPROXIMATE "
+    "with respect to the tanh model, max |difference| 4.7e-4",
+    targets=("mps",),
+)
+def gelu_erf(graph: Graph) -> Graph:
+    """Gelu's tanh approximation -> the erf definition (the reverse of gelu_tanh), for
+    runtimes with an erf GELU only (MPS's GELU neuron is the erf form).
+
+    before:  x -> Gelu(approximate=tanh) -> y
+    after:   x -> Gelu(approximate=none) -> y   (changes numerics, see note)
+    """
+    b = Builder(graph)
+    for n in graph.nodes:
+        if n.op_type == "Gelu" and default_domain(n) and n.attr("approximate", "none") == "tanh":
+            b.add(n, "gelu", "Gelu", [n.inputs[0]], output=n.outputs[0])
+        else:
+            b.keep(n)
+    return b.result()
+
+
 # erf(z) ~ tanh(2/sqrt(pi) (z + 0.044715 * 2 z^3)): the GELU tanh approximation
 # 0.5x(1 + erf(x/sqrt2)) ~ 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) with x = sqrt2 z.
 _ERF_K = 2.0 / math.sqrt(math.pi)
