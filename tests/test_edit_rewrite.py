@@ -89,3 +89,20 @@ def test_cli(act, tmp_path, capsys):
     assert main(["rewrite", str(act), "-o", o, "--rules", "abs_relu", "--no-verify"]) == 0
     assert "no match" in capsys.readouterr().out
     assert main(["rewrite", str(act), "-o", o, "--for", "coreml"]) == 2
+
+
+def test_per_layer_names_the_rewritten_node(act, tmp_path):
+    """An approximate rule's node is the first divergence; exact rules leave every shared
+    tensor equal."""
+    res = rewrite(act, tmp_path / "o.onnx", rules=["hardswish_relu6", "prelu_relu"], per_layer=True)
+    layers = {r["name"]: r for r in res["verify"]["layers"]}
+    assert set(layers) == {"h", "p"}  # the tensors both models share (y is the output)
+    assert layers["p"]["max_abs_error"] <= 1e-6
+
+
+def test_input_shape_fixes_the_model_first(act, tmp_path):
+    out = tmp_path / "o.onnx"
+    res = rewrite(act, out, rules=["broadcast_explicit"], input_shapes={"x": (2, 4, 3, 3)})
+    assert res["changed"] and res["verify"]["ok"]
+    dims = [d.dim_value for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [2, 4, 3, 3]

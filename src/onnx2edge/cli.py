@@ -176,6 +176,8 @@ def _edit_parsers(sub: Any) -> None:
     s.add_argument("--rules", default="", help="comma-separated rule names (see --list)")
     s.add_argument("--for", dest="target", help="the rules a target needs (from `check`)")
     s.add_argument("--list", action="store_true", help="list the rules and exit")
+    s.add_argument("--per-layer", action="store_true",
+                   help="verify: also compare every intermediate tensor both models share")
     _shapes(s)
     verify_opts(s)
     _common(s)
@@ -249,6 +251,7 @@ def _cmd_edit(a: argparse.Namespace) -> int:
         res = rewrite.rewrite(
             a.model, a.output, rules=[r for r in a.rules.split(",") if r], target=a.target,
             verify=a.verify, seed=a.seed, input_shapes=parse_input_shapes(a.input_shape),
+            per_layer=a.per_layer,
         )
         return _print_edit(a, res, rewrite.format_rewrite(res))
     if c == "extract":

@@ -67,24 +67,40 @@ def verify_models(
     map_inputs: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
     map_outputs: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
     target: str = "onnx",
+    per_layer: bool = False,
 ) -> VerifyReport:
     """Run both models in onnxruntime on the same seeded inputs and compare every output of
     the original. `map_inputs` / `map_outputs` translate feeds / results of the edited model
-    (e.g. NCHW <-> NHWC); edited outputs not in the original are ignored."""
+    (e.g. NCHW <-> NHWC); edited outputs not in the original are ignored.
+
+    `per_layer` also compares every intermediate tensor the two models share by name (edits
+    keep the names of the tensors they do not touch) and reports them in graph order, so
+    the first divergence names the node where an edit changed the numerics."""
     ref_model = fix_input_shapes(original, input_shapes or {}, quiet=True)
     ref_graph = graph_from_model(infer_shapes(ref_model))
     feeds = complete_inputs(ref_graph, dict(inputs or {}), seed)
-    ref = ort_run(ref_model, feeds)
     cand_feeds = map_inputs(dict(feeds)) if map_inputs else feeds
     shapes = {k: v.shape for k, v in cand_feeds.items()}
     cand_model = fix_input_shapes(edited, {k: s for k, s in shapes.items() if _is_input(edited, k)}, quiet=True)
+    layers: list[str] = []
+    if per_layer:
+        from ..api import _with_all_outputs
+
+        ref_model, ref_names = _with_all_outputs(ref_model)
+        cand_model, cand_names = _with_all_outputs(cand_model)
+        common = set(cand_names) - set(ref_graph.outputs)
+        layers = [n for n in ref_names if n in common]
+    ref = ort_run(ref_model, feeds)
     ours = ort_run(cand_model, cand_feeds)
     if map_outputs:
         ours = map_outputs(ours)
     missing = [n for n in ref_graph.outputs if n not in ours]
     if missing:
         raise Onnx2EdgeError(f"the edited model has no output named {', '.join(missing)}")
-    return VerifyReport(target, rtol, atol, compare_all(list(ref_graph.outputs), ours, ref, rtol, atol))
+    return VerifyReport(
+        target, rtol, atol, compare_all(list(ref_graph.outputs), ours, ref, rtol, atol),
+        compare_all(layers, ours, ref, rtol, atol, ref_graph),
+    )
 
 
 def _is_input(model: onnx.ModelProto, name: str) -> bool:

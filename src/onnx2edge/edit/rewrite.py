@@ -50,12 +50,16 @@ def rewrite(
     rtol: float = 1e-4,
     atol: float = 1e-6,
     input_shapes: Shapes = None,
+    per_layer: bool = False,
 ) -> dict[str, Any]:
     """Rewrite `model` with `rules` (or `target`'s rule set) into `out`.
 
     With `verify`, both models run in onnxruntime on seeded random inputs; when every applied
     rule is exact a mismatch is an error and nothing is written. Approximate rules (their note
     says by how much they move values) are written with the measured difference reported.
+    `input_shapes` fixes the model's input shapes first (rules such as broadcast_explicit or
+    gemm_to_conv need static shapes; other symbolic dims become 1). `per_layer` compares every
+    tensor both models share and names the first one that moved.
     """
     if not rules and not target:
         raise Onnx2EdgeError("rewrite needs --rules NAME[,NAME] or --for TARGET (see --list)")
@@ -64,12 +68,16 @@ def rewrite(
         names += [n for n in rules_for_target(model, target, input_shapes=input_shapes) if n not in names]
     chosen = get_rules(names)
     proto, graph = load_graph(model)
+    if input_shapes:
+        from ..frontend.loader import fix_input_shapes
+
+        proto, graph = load_graph(fix_input_shapes(proto, input_shapes))
     new, log = apply_rules(graph, chosen)
     result: dict[str, Any] = {"rules": log, "output": str(out), "target": target}
     result["changed"] = any(e["rewritten"] for e in log)
     edited = to_model(new)
     if verify:
-        rep = verify_models(proto, edited, seed=seed, rtol=rtol, atol=atol, input_shapes=input_shapes)
+        rep = verify_models(proto, edited, seed=seed, rtol=rtol, atol=atol, per_layer=per_layer)
         exact = all(e["exact"] or not e["rewritten"] for e in log)
         result["verify"] = {**rep.as_dict(), "exact_rules_only": exact}
         if not rep.ok and exact:
@@ -97,6 +105,15 @@ def format_rewrite(res: dict[str, Any]) -> str:
                 f"verify {'ok  ' if o['ok'] else 'DIFF'} {o['name']}: max abs error "
                 f"{o['max_abs_error']:.3g}, max rel error {o['max_rel_error']:.3g}"
             )
+        if v.get("layers"):
+            n_ok = sum(r["ok"] for r in v["layers"])
+            lines.append(f"per-layer: {n_ok}/{len(v['layers'])} shared intermediate tensors match")
+            fd = v.get("first_divergence")
+            if fd:
+                lines.append(
+                    f"first divergence: '{fd['name']}' (node {fd.get('node', '?')}, {fd.get('op', '?')}): "
+                    f"max abs error {fd['max_abs_error']:.3g}"
+                )
         if not v["ok"]:
             lines.append("note: approximate rules changed the numerics by the amounts above")
     elif v is None:
