@@ -22,7 +22,9 @@ def mixed(tmp_path):  # noqa: ANN001, ANN201
     """Conv -> PRelu -> Erf -> Max -> Sub -> Gather (MPS: Erf and Max replaceable, Gather not)."""
     rng = np.random.default_rng(0)
     nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node(
+            "Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv"
+        ),
         helper.make_node("PRelu", ["c", "s"], ["p"], name="prelu"),
         helper.make_node("Erf", ["p"], ["e"], name="erf"),
         helper.make_node("Max", ["e", "p"], ["m"], name="max"),
@@ -36,8 +38,11 @@ def mixed(tmp_path):  # noqa: ANN001, ANN201
         numpy_helper.from_array(np.array([0, 2], np.int64), "idx"),
     ]
     g = helper.make_graph(
-        nodes, "mixed", [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", F, [1, 2, 8, 8])], inits,
+        nodes,
+        "mixed",
+        [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 8, 8])],
+        inits,
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
@@ -70,7 +75,9 @@ def test_same_refusals_as_convert(mixed):
 
     with pytest.raises(Onnx2EdgeError) as ei:
         api.prepare(mixed, "mps")
-    refused = {e["node"] for e in chk.check_model(mixed, "mps")["nodes"] if e["status"] != "supported"}
+    refused = {
+        e["node"] for e in chk.check_model(mixed, "mps")["nodes"] if e["status"] != "supported"
+    }
     for name in refused:
         assert f"node '{name}'" in str(ei.value)
 
@@ -83,8 +90,16 @@ def test_c_supports_everything_here(mixed):
 def test_registry_is_one_line_and_lists_targets(mixed, capsys):
     def fake(graph):  # noqa: ANN001, ANN202
         return [
-            {"node": n.name, "op": n.op_type, "status": "supported", "placement": "ane", "reason": "",
-             "rule": None, "source": "test"} for n in graph.nodes
+            {
+                "node": n.name,
+                "op": n.op_type,
+                "status": "supported",
+                "placement": "ane",
+                "reason": "",
+                "rule": None,
+                "source": "test",
+            }
+            for n in graph.nodes
         ]
 
     try:

@@ -24,7 +24,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 
 def save(tmp_path, name, nodes, inputs, outputs, inits=()):  # noqa: ANN001, ANN201
     g = helper.make_graph(
-        nodes, name, [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
         [helper.make_tensor_value_info(n, F, s) for n, s in outputs],
         [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits],
     )
@@ -46,7 +48,10 @@ def check_nhwc(src, out, n_boundary):  # noqa: ANN001, ANN201
         shape = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
         feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
     ref = ort_run(orig, feeds)
-    got = ort_run(new, {k: (v.transpose(0, 2, 3, 1) if k in res["nhwc_inputs"] else v) for k, v in feeds.items()})
+    got = ort_run(
+        new,
+        {k: (v.transpose(0, 2, 3, 1) if k in res["nhwc_inputs"] else v) for k, v in feeds.items()},
+    )
     for k, r in ref.items():
         o = got[k].transpose(0, 3, 1, 2) if k in res["nhwc_outputs"] else got[k]
         np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5)
@@ -57,10 +62,15 @@ def check_nhwc(src, out, n_boundary):  # noqa: ANN001, ANN201
 def test_plain_nchw_model_gets_one_transpose_per_boundary(tmp_path):
     rng = np.random.default_rng(0)
     src = save(
-        tmp_path, "plain",
-        [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-         helper.make_node("Relu", ["c"], ["y"])],
-        [("x", [1, 3, 8, 8])], [("y", [1, 4, 8, 8])], [("w", rng.standard_normal((4, 3, 3, 3)))],
+        tmp_path,
+        "plain",
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        [("x", [1, 3, 8, 8])],
+        [("y", [1, 4, 8, 8])],
+        [("w", rng.standard_normal((4, 3, 3, 3)))],
     )
     res = check_nhwc(src, tmp_path / "o.onnx", 2)
     assert res["transposes"]["after"] == 2
@@ -75,7 +85,8 @@ def test_model_layout_transposes_cancel(tmp_path):
     the boundary Transpose cancels the model's, and the ops get remapped axes / constants."""
     rng = np.random.default_rng(1)
     src = save(
-        tmp_path, "tfstyle",
+        tmp_path,
+        "tfstyle",
         [
             helper.make_node("Transpose", ["x"], ["t0"], perm=[0, 2, 3, 1]),
             helper.make_node("Relu", ["t0"], ["r"]),
@@ -88,7 +99,8 @@ def test_model_layout_transposes_cancel(tmp_path):
             helper.make_node("Transpose", ["scaled"], ["t1"], perm=[0, 3, 1, 2]),
             helper.make_node("Conv", ["t1", "w"], ["y"], kernel_shape=[1, 1]),
         ],
-        [("x", [1, 3, 8, 8])], [("y", [1, 4, 8, 8])],
+        [("x", [1, 3, 8, 8])],
+        [("y", [1, 4, 8, 8])],
         [("bias", rng.standard_normal(3)), ("w", rng.standard_normal((4, 6, 1, 1)))],
     )
     res = check_nhwc(src, tmp_path / "o.onnx", 2)
@@ -104,13 +116,16 @@ def test_resize_in_nhwc_section_is_remapped(tmp_path, mode):
     """x -> NHWC -> Resize(scales 1,2,2,1) -> back: the Resize runs on the NCHW data with
     permuted scales and both model Transposes cancel."""
     src = save(
-        tmp_path, f"rs_{mode}",
+        tmp_path,
+        f"rs_{mode}",
         [
             helper.make_node("Transpose", ["x"], ["t0"], perm=[0, 2, 3, 1]),
             helper.make_node("Resize", ["t0", "", "sc"], ["r"], mode=mode),
             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 3, 1, 2]),
         ],
-        [("x", [1, 3, 4, 5])], [("y", [1, 3, 8, 10])], [("sc", np.array([1, 2, 2, 1]))],
+        [("x", [1, 3, 4, 5])],
+        [("y", [1, 3, 8, 10])],
+        [("sc", np.array([1, 2, 2, 1]))],
     )
     res = check_nhwc(src, tmp_path / "o.onnx", 2)
     assert res["transposes"] == {"before": 2, "after": 0}
@@ -118,15 +133,22 @@ def test_resize_in_nhwc_section_is_remapped(tmp_path, mode):
 
 def test_optimize_transposes_keeps_useless_moves_undone(tmp_path):
     src = save(
-        tmp_path, "lone",
-        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]), helper.make_node("Relu", ["t"], ["y"])],
-        [("x", [1, 3, 4, 4])], [("y", [1, 4, 4, 3])],
+        tmp_path,
+        "lone",
+        [
+            helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+            helper.make_node("Relu", ["t"], ["y"]),
+        ],
+        [("x", [1, 3, 4, 4])],
+        [("y", [1, 4, 4, 3])],
     )
     g = graph_from_model(infer_shapes(onnx.load(src)))
     assert optimize_transposes(g) is g and count_transposes(g) == 1
 
 
-@pytest.mark.parametrize("name,n_out", [("resize_decoder.torchscript", 1), ("mobilenetv3_block.dynamo", 0)])
+@pytest.mark.parametrize(
+    "name,n_out", [("resize_decoder.torchscript", 1), ("mobilenetv3_block.dynamo", 0)]
+)
 def test_torch_exports(tmp_path, name, n_out):
     res = check_nhwc(FIXTURES / f"{name}.onnx", tmp_path / "o.onnx", 1 + n_out)
     assert res["transposes"]["after"] == 1 + n_out and len(res["nhwc_outputs"]) == n_out
@@ -142,7 +164,9 @@ def test_seed_network_unet(tmp_path):
 
 
 def test_refusals(tmp_path, capsys):
-    src = save(tmp_path, "vec", [helper.make_node("Relu", ["x"], ["y"])], [("x", [2, 3])], [("y", [2, 3])])
+    src = save(
+        tmp_path, "vec", [helper.make_node("Relu", ["x"], ["y"])], [("x", [2, 3])], [("y", [2, 3])]
+    )
     with pytest.raises(Onnx2EdgeError, match="no rank-4"):
         nhwc(src, tmp_path / "o.onnx")
     assert main(["nhwc", str(src), "-o", str(tmp_path / "o.onnx"), "--inputs", "x"]) == 2

@@ -26,10 +26,16 @@ def act(tmp_path):  # noqa: ANN001, ANN201
         helper.make_node("Sub", ["p", "k"], ["y"], name="sub"),
     ]
     g = helper.make_graph(
-        nodes, "act", [helper.make_tensor_value_info("x", F, ["N", 4, 3, 3])],
+        nodes,
+        "act",
+        [helper.make_tensor_value_info("x", F, ["N", 4, 3, 3])],
         [helper.make_tensor_value_info("y", F, ["N", 4, 3, 3])],
-        [numpy_helper.from_array(np.linspace(0.1, 0.4, 4, dtype=np.float32).reshape(4, 1, 1), "s"),
-         numpy_helper.from_array(np.float32(1.5).reshape(()), "k")],
+        [
+            numpy_helper.from_array(
+                np.linspace(0.1, 0.4, 4, dtype=np.float32).reshape(4, 1, 1), "s"
+            ),
+            numpy_helper.from_array(np.float32(1.5).reshape(()), "k"),
+        ],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
@@ -46,7 +52,9 @@ def test_named_rules_verified(act, tmp_path):
     assert not ops & {"HardSwish", "PRelu", "Sub"}
     # symbolic batch kept in the written model; it runs at another batch size
     x = np.random.default_rng(0).standard_normal((3, 4, 3, 3)).astype(np.float32)
-    np.testing.assert_allclose(ort_run(onnx.load(out), {"x": x})["y"], ort_run(onnx.load(act), {"x": x})["y"], rtol=1e-6)
+    np.testing.assert_allclose(
+        ort_run(onnx.load(out), {"x": x})["y"], ort_run(onnx.load(act), {"x": x})["y"], rtol=1e-6
+    )
 
 
 def test_exact_rule_that_breaks_numerics_is_refused(act, tmp_path):

@@ -22,7 +22,9 @@ def net(tmp_path):  # noqa: ANN001, ANN201
     with a BatchNorm, a dead branch and a constant subgraph for simplify to find."""
     rng = np.random.default_rng(0)
     nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node(
+            "Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv"
+        ),
         helper.make_node("BatchNormalization", ["c", "g", "b", "mu", "var"], ["bn"], name="bn"),
         helper.make_node("Relu", ["bn"], ["r"], name="relu"),
         helper.make_node("Identity", ["r"], ["i"], name="ident"),
@@ -33,12 +35,18 @@ def net(tmp_path):  # noqa: ANN001, ANN201
         helper.make_node("Sigmoid", ["r"], ["dead"], name="dead_branch"),
     ]
     inits = {
-        "w": rng.standard_normal((4, 3, 3, 3)), "g": rng.random(4) + 0.5, "b": rng.standard_normal(4),
-        "mu": rng.standard_normal(4) * 0.1, "var": rng.random(4) + 0.5, "fw": rng.standard_normal((5, 4)),
+        "w": rng.standard_normal((4, 3, 3, 3)),
+        "g": rng.random(4) + 0.5,
+        "b": rng.standard_normal(4),
+        "mu": rng.standard_normal(4) * 0.1,
+        "var": rng.random(4) + 0.5,
+        "fw": rng.standard_normal((5, 4)),
         "two": np.array([2.0]),
     }
     g = helper.make_graph(
-        nodes, "net", [helper.make_tensor_value_info("x", F, ["N", 3, 8, 8])],
+        nodes,
+        "net",
+        [helper.make_tensor_value_info("x", F, ["N", 3, 8, 8])],
         [helper.make_tensor_value_info("y", F, ["N", 5])],
         [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()],
     )
@@ -63,7 +71,9 @@ def test_extract_and_its_refusals(net, tmp_path):
     assert ops(out) == ["Identity", "GlobalAveragePool"]
     r = ort_run(onnx.load(net), x(), ["r", "p"]) if False else None  # noqa: F841
     full = onnx.load(net)
-    full.graph.output.extend([helper.make_empty_tensor_value_info("r"), helper.make_empty_tensor_value_info("p")])
+    full.graph.output.extend(
+        [helper.make_empty_tensor_value_info("r"), helper.make_empty_tensor_value_info("p")]
+    )
     ref = ort_run(full, x())
     got = ort_run(onnx.load(out), {"r": ref["r"]})
     np.testing.assert_allclose(got["p"], ref["p"], rtol=1e-6)
@@ -80,7 +90,9 @@ def test_delete_nodes_bypass_and_refusal(net, tmp_path):
     out = tmp_path / "d.onnx"
     res = surgery.delete_nodes(net, out, "ident")
     assert res["bypassed"] == ["i"] and "Identity" not in ops(out)
-    np.testing.assert_allclose(ort_run(onnx.load(out), x())["y"], ort_run(onnx.load(net), x())["y"], rtol=1e-6)
+    np.testing.assert_allclose(
+        ort_run(onnx.load(out), x())["y"], ort_run(onnx.load(net), x())["y"], rtol=1e-6
+    )
     with pytest.raises(Onnx2EdgeError, match="differ"):
         surgery.delete_nodes(net, tmp_path / "bad.onnx", "flat")  # 4-D in, 2-D out
     with pytest.raises(Onnx2EdgeError, match="no node named 'zzz'"):
@@ -95,7 +107,9 @@ def test_rename_explicit_regex_and_collisions(net, tmp_path):
     m = onnx.load(out)
     assert m.graph.input[0].name == "image" and m.graph.node[0].name == "net/conv"
     assert res["tensors"] == {"x": "image"}
-    np.testing.assert_allclose(ort_run(m, {"image": x()["x"]})["y"], ort_run(onnx.load(net), x())["y"], rtol=1e-6)
+    np.testing.assert_allclose(
+        ort_run(m, {"image": x()["x"]})["y"], ort_run(onnx.load(net), x())["y"], rtol=1e-6
+    )
     with pytest.raises(Onnx2EdgeError, match="collides"):
         surgery.rename(net, tmp_path / "bad.onnx", tensors={"r": "c"})
     with pytest.raises(Onnx2EdgeError, match="no tensor named"):
@@ -151,14 +165,18 @@ def test_simplify_reports_and_verifies(net, tmp_path):
     assert res["ops"]["BatchNormalization"] == -1 and res["ops"]["Identity"] == -1
     assert res["ops"]["Sigmoid"] == -1 and res["ops"]["Mul"] == -1
     assert res["nodes"][1] < res["nodes"][0]
-    np.testing.assert_allclose(ort_run(onnx.load(out), x(2))["y"], ort_run(onnx.load(net), x(2))["y"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        ort_run(onnx.load(out), x(2))["y"], ort_run(onnx.load(net), x(2))["y"], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_constant_binds_and_folds(tmp_path):
     a = helper.make_node("Add", ["x", "bias"], ["t"])
     b = helper.make_node("Mul", ["t", "k"], ["y"])
     g = helper.make_graph(
-        [a, b], "c", [helper.make_tensor_value_info(n, F, [2, 3]) for n in ("x", "bias")],
+        [a, b],
+        "c",
+        [helper.make_tensor_value_info(n, F, [2, 3]) for n in ("x", "bias")],
         [helper.make_tensor_value_info("y", F, [2, 3])],
         [numpy_helper.from_array(np.full((2, 3), 2, np.float32), "k")],
     )

@@ -88,8 +88,13 @@ def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, A
     entries: list[dict[str, Any]] = []
     for node in graph.nodes:
         e: dict[str, Any] = {
-            "node": node.name, "op": node.op_type, "status": "supported", "placement": placement,
-            "reason": "", "rule": None, "source": source,
+            "node": node.name,
+            "op": node.op_type,
+            "status": "supported",
+            "placement": placement,
+            "reason": "",
+            "rule": None,
+            "source": source,
         }
         if node.name in refused:
             e.update(status="unsupported", placement=None, reason=refused[node.name])
@@ -97,17 +102,28 @@ def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, A
                 prefix = f"{node.name}/"
                 if node.name in names or any(k.startswith(prefix) for k in again):
                     continue
-                e.update(status="replaceable", rule=rule, reason=f"{refused[node.name]} -> {RULES[rule].note}")
+                e.update(
+                    status="replaceable",
+                    rule=rule,
+                    reason=f"{refused[node.name]} -> {RULES[rule].note}",
+                )
                 break
         elif node.name not in after:
             e["reason"] = "folded or fused into a neighbour by the backend's passes"
         entries.append(e)
     _confirm_together(graph, entries, refusals)
     for line in other:
-        entries.append({
-            "node": None, "op": None, "status": "unsupported", "placement": None,
-            "reason": line, "rule": None, "source": source,
-        })
+        entries.append(
+            {
+                "node": None,
+                "op": None,
+                "status": "unsupported",
+                "placement": None,
+                "reason": line,
+                "rule": None,
+                "source": source,
+            }
+        )
     return entries
 
 
@@ -126,14 +142,19 @@ def _confirm_together(graph: Graph, entries: list[dict[str, Any]], refusals: Any
     again, _ = refusals(g)
     for e in entries:  # refusals the first pass hid downstream of a refused node
         if e["status"] == "supported" and e["node"] in again:
-            e.update(status="unsupported", placement=None, reason=f"{again[e['node']]} (found once the "
-                     "nodes before it are rewritten)")
+            e.update(
+                status="unsupported",
+                placement=None,
+                reason=f"{again[e['node']]} (found once the nodes before it are rewritten)",
+            )
     for e in chosen:
         bad = [f"{k}: {v}" for k, v in again.items() if k.startswith(f"{e['node']}/")]
         if e["node"] in names or bad:
             e.update(
-                status="unsupported", placement=None,
-                reason=f"{e['reason']} -- but the replacement is refused too ({'; '.join(bad) or 'not rewritten'})",
+                status="unsupported",
+                placement=None,
+                reason=f"{e['reason']} -- but the replacement is refused too "
+                f"({'; '.join(bad) or 'not rewritten'})",
                 rule=None,
             )
 
@@ -154,7 +175,9 @@ def check_model(
 ) -> dict[str, Any]:
     """Frontend + the target-independent passes, then the target's checker; with totals."""
     if target not in CHECKERS:
-        raise Onnx2EdgeError(f"unknown check target '{target}' (available: {', '.join(available_targets())})")
+        raise Onnx2EdgeError(
+            f"unknown check target '{target}' (available: {', '.join(available_targets())})"
+        )
     from . import frontend
     from .api import DEFAULT_PASSES
     from .passes import run_passes
@@ -172,12 +195,21 @@ def check_model(
 def format_check(rep: dict[str, Any]) -> str:
     rows = [("node", "op", "status", "placement", "rule", "reason")]
     for e in rep["nodes"]:
-        rows.append((
-            str(e["node"] or "(graph)"), str(e["op"] or "-"), e["status"], str(e["placement"] or "-"),
-            str(e["rule"] or "-"), e["reason"] or "",
-        ))
+        rows.append(
+            (
+                str(e["node"] or "(graph)"),
+                str(e["op"] or "-"),
+                e["status"],
+                str(e["placement"] or "-"),
+                str(e["rule"] or "-"),
+                e["reason"] or "",
+            )
+        )
     widths = [min(max(len(r[i]) for r in rows), 40) for i in range(5)]
-    lines = ["  ".join(c[:40].ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
+    lines = [
+        "  ".join(c[:40].ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+        for r in rows
+    ]
     t = rep["totals"]
     lines.append(
         f"{rep['target']}: {t['supported']} supported, {t['replaceable']} replaceable "

@@ -8,4 +8,12 @@ from . import rules_activation, rules_arith, rules_linear, rules_shape  # noqa: 
 from .rewrite import apply_rules, list_rules, rewrite, rules_for_target
 from .rules import RULES, Rule, register_rule
 
-__all__ = ["RULES", "Rule", "apply_rules", "list_rules", "register_rule", "rewrite", "rules_for_target"]
+__all__ = [
+    "RULES",
+    "Rule",
+    "apply_rules",
+    "list_rules",
+    "register_rule",
+    "rewrite",
+    "rules_for_target",
+]

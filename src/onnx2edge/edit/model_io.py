@@ -46,7 +46,9 @@ def check_model(model: onnx.ModelProto, what: str) -> None:
         onnx.checker.check_model(skeleton(model, max_elements=1 << 16))
     except (onnx.checker.ValidationError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise Onnx2EdgeError(f"{what}: the result would not be a valid model ({first}); nothing written") from e
+        raise Onnx2EdgeError(
+            f"{what}: the result would not be a valid model ({first}); nothing written"
+        ) from e
 
 
 def save_model(model: onnx.ModelProto, out: str | Path, what: str = "edit") -> Path:
@@ -81,7 +83,9 @@ def verify_models(
     feeds = complete_inputs(ref_graph, dict(inputs or {}), seed)
     cand_feeds = map_inputs(dict(feeds)) if map_inputs else feeds
     shapes = {k: v.shape for k, v in cand_feeds.items()}
-    cand_model = fix_input_shapes(edited, {k: s for k, s in shapes.items() if _is_input(edited, k)}, quiet=True)
+    cand_model = fix_input_shapes(
+        edited, {k: s for k, s in shapes.items() if _is_input(edited, k)}, quiet=True
+    )
     layers: list[str] = []
     if per_layer:
         from ..api import _with_all_outputs
@@ -98,7 +102,10 @@ def verify_models(
     if missing:
         raise Onnx2EdgeError(f"the edited model has no output named {', '.join(missing)}")
     return VerifyReport(
-        target, rtol, atol, compare_all(list(ref_graph.outputs), ours, ref, rtol, atol),
+        target,
+        rtol,
+        atol,
+        compare_all(list(ref_graph.outputs), ours, ref, rtol, atol),
         compare_all(layers, ours, ref, rtol, atol, ref_graph),
     )
 
@@ -118,4 +125,6 @@ def count_ops(graph: Graph) -> dict[str, int]:
 def op_delta(before: Graph, after: Graph) -> dict[str, int]:
     """Per op type: how many nodes more (+) or fewer (-) after an edit."""
     a, b = count_ops(before), count_ops(after)
-    return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) != a.get(k, 0)}
+    return {
+        k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) != a.get(k, 0)
+    }

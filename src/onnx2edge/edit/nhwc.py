@@ -36,16 +36,68 @@ TO_NHWC = (0, 2, 3, 1)
 
 # Ops that commute with any permutation of their (single) input: y = f(x) element-wise.
 _UNARY = {
-    "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Exp", "Log", "Neg", "Abs", "Sqrt",
-    "Reciprocal", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Erf", "Identity", "Floor",
-    "Ceil", "Round", "Sign", "Sin", "Cos", "Gelu", "Mish", "Swish", "Not", "IsNaN", "Celu",
-    "ThresholdedRelu", "Cast", "Dropout",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Exp",
+    "Log",
+    "Neg",
+    "Abs",
+    "Sqrt",
+    "Reciprocal",
+    "HardSigmoid",
+    "HardSwish",
+    "Softplus",
+    "Softsign",
+    "Erf",
+    "Identity",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Sin",
+    "Cos",
+    "Gelu",
+    "Mish",
+    "Swish",
+    "Not",
+    "IsNaN",
+    "Celu",
+    "ThresholdedRelu",
+    "Cast",
+    "Dropout",
 }
-_BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater", "And", "Or", "Where", "PRelu"}
+_BINARY = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Equal",
+    "Less",
+    "Greater",
+    "And",
+    "Or",
+    "Where",
+    "PRelu",
+}
 _AXIS_OPS = {"Softmax", "LogSoftmax", "Hardmax", "Concat"}
 _REDUCE = {
-    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-    "ReduceLogSumExp", "ReduceSumSquare", "ReduceLogSum",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+    "ReduceLogSum",
 }
 
 
@@ -92,9 +144,11 @@ def _fold_pairs(graph: Graph) -> Graph:
             if n.outputs[0] not in graph.outputs:
                 rename[n.outputs[0]] = prod.inputs[0]  # type: ignore[union-attr]
             else:  # a graph output keeps its name; _absorb_identities renames its producer
-                nodes.append(Node(n.name, "Identity", (prod.inputs[0],), n.outputs))  # type: ignore[union-attr]
+                src = prod.inputs[0]  # type: ignore[union-attr]
+                nodes.append(Node(n.name, "Identity", (src,), n.outputs))
             continue
-        nodes.append(n.replace(inputs=(prod.inputs[0],), attrs={"perm": make_attr(list(perm))}))  # type: ignore[union-attr]
+        src = prod.inputs[0]  # type: ignore[union-attr]
+        nodes.append(n.replace(inputs=(src,), attrs={"perm": make_attr(list(perm))}))
     if not changed:
         return graph
     g = graph.with_nodes(nodes)
@@ -116,7 +170,8 @@ def _absorb_identities(graph: Graph) -> Graph:
         out = n.outputs[0]
         nodes = [
             m.replace(outputs=tuple(out if o == src else o for o in m.outputs)) if m is p else m
-            for m in graph.nodes if m is not n
+            for m in graph.nodes
+            if m is not n
         ]
         return _absorb_identities(graph.with_nodes(nodes))
     return graph
@@ -150,7 +205,9 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
     inv = _inverse(p)
     new_inputs = list(n.inputs)
     attrs = dict(n.attrs)
-    if n.op_type in _UNARY or (n.op_type == "Clip" and all(not i or graph.is_const(i) for i in n.inputs[1:])):
+    if n.op_type in _UNARY or (
+        n.op_type == "Clip" and all(not i or graph.is_const(i) for i in n.inputs[1:])
+    ):
         new_inputs[0] = t.inputs[0]
     elif n.op_type in _BINARY:
         for k, i in enumerate(n.inputs):
@@ -199,16 +256,24 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
             av = graph.const(n.inputs[1])
             if av is None:
                 return None
-            new_inputs[1] = b.const(n, "axes", np.array([p[int(a) % r] for a in av.reshape(-1)], np.int64))
+            new_inputs[1] = b.const(
+                n, "axes", np.array([p[int(a) % r] for a in av.reshape(-1)], np.int64)
+            )
         new_inputs[0] = t.inputs[0]
     else:
         return None
     inner = b.fresh(f"{y}/pre_transpose")
     moved_op = n.replace(inputs=tuple(new_inputs), outputs=(inner, *n.outputs[1:]), attrs=attrs)
-    moved_t = Node(b.fresh(f"{t.name}/moved"), "Transpose", (inner,), (y,), {"perm": make_attr(list(p))})
+    moved_t = Node(
+        b.fresh(f"{t.name}/moved"), "Transpose", (inner,), (y,), {"perm": make_attr(list(p))}
+    )
     removed = {t.name, n.name} | {
-        graph.producer(i).name for i in n.inputs  # type: ignore[union-attr]
-        if i and i != x and graph.producer(i) is not None and _perm(graph.producer(i)) == p  # type: ignore[arg-type]
+        graph.producer(i).name
+        for i in n.inputs  # type: ignore[union-attr]
+        if i
+        and i != x
+        and graph.producer(i) is not None
+        and _perm(graph.producer(i)) == p  # type: ignore[arg-type]
         and n.op_type in (_BINARY | {"Concat"})
     }
     nodes = []
@@ -241,7 +306,8 @@ def _pull_up_once(graph: Graph) -> Graph | None:
         if n.op_type in _UNARY and len(acts) == 1 and acts[0] == n.inputs[0]:
             consts_ok = True
         elif n.op_type in _BINARY and len(acts) == 1:
-            consts_ok = all(graph.const(i).ndim <= r for i in n.inputs if i and graph.is_const(i))  # type: ignore[union-attr]
+            consts = [graph.const(i) for i in n.inputs if i and graph.is_const(i)]
+            consts_ok = all(c is not None and c.ndim <= r for c in consts)
         else:
             continue
         if not consts_ok:
@@ -249,7 +315,9 @@ def _pull_up_once(graph: Graph) -> Graph | None:
         b = Builder(graph)
         src = acts[0]
         pre = b.fresh(f"{src}/transposed")
-        new_t = Node(b.fresh(f"{t.name}/moved"), "Transpose", (src,), (pre,), {"perm": make_attr(list(p))})
+        new_t = Node(
+            b.fresh(f"{t.name}/moved"), "Transpose", (src,), (pre,), {"perm": make_attr(list(p))}
+        )
         ins = []
         for k, i in enumerate(n.inputs):
             if i == src:
@@ -298,7 +366,15 @@ def count_transposes(graph: Graph) -> int:
     return sum(n.op_type == "Transpose" for n in graph.nodes)
 
 
-def to_nhwc_graph(graph: Graph, inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None) -> tuple[Graph, list[str], list[str]]:
+def _nhwc_type(t: TensorType | None) -> TensorType | None:
+    if t is None or t.shape is None:
+        return t
+    return TensorType(t.elem_type, tuple(t.shape[k] for k in TO_NHWC))
+
+
+def to_nhwc_graph(
+    graph: Graph, inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None
+) -> tuple[Graph, list[str], list[str]]:
     """The graph with the chosen rank-4 inputs / outputs in NHWC (see module doc)."""
 
     def is_image(name: str) -> bool:
@@ -309,9 +385,13 @@ def to_nhwc_graph(graph: Graph, inputs: Sequence[str] | None = None, outputs: Se
     outs = [o for o in graph.outputs if is_image(o)] if outputs is None else list(outputs)
     for name in (*ins, *outs):
         if not is_image(name):
-            raise Onnx2EdgeError(f"nhwc: '{name}' is not a rank-4 float input / output of the model")
+            raise Onnx2EdgeError(
+                f"nhwc: '{name}' is not a rank-4 float input / output of the model"
+            )
     if not ins and not outs:
-        raise Onnx2EdgeError("nhwc: the model has no rank-4 float input or output to turn into NHWC")
+        raise Onnx2EdgeError(
+            "nhwc: the model has no rank-4 float input or output to turn into NHWC"
+        )
     b = Builder(graph)
     values = dict(graph.values)
     rename: dict[str, str] = {}
@@ -319,24 +399,42 @@ def to_nhwc_graph(graph: Graph, inputs: Sequence[str] | None = None, outputs: Se
     for i in ins:
         inner = b.fresh(f"{i}/nchw")
         rename[i] = inner
-        pre.append(Node(b.fresh(f"{i}/to_nchw"), "Transpose", (i,), (inner,), {"perm": make_attr(list(TO_NCHW))}))
+        pre.append(
+            Node(
+                b.fresh(f"{i}/to_nchw"),
+                "Transpose",
+                (i,),
+                (inner,),
+                {"perm": make_attr(list(TO_NCHW))},
+            )
+        )
         t = graph.type_of(i)
         values[inner] = Value(inner, t)
-        values[i] = Value(i, TensorType(t.elem_type, tuple(t.shape[k] for k in TO_NHWC)))  # type: ignore[union-attr, index]
+        values[i] = Value(i, _nhwc_type(t))
     out_map = {o: b.fresh(f"{o}/nchw") for o in outs}
     nodes = [*pre]
     for n in graph.nodes:
-        nodes.append(n.replace(
-            inputs=tuple(rename.get(i, out_map.get(i, i)) for i in n.inputs),
-            outputs=tuple(out_map.get(o, o) for o in n.outputs),
-        ))
+        nodes.append(
+            n.replace(
+                inputs=tuple(rename.get(i, out_map.get(i, i)) for i in n.inputs),
+                outputs=tuple(out_map.get(o, o) for o in n.outputs),
+            )
+        )
     for o, inner in out_map.items():
         if o in graph.inputs:  # an input passed straight through: reads the NHWC input itself
             continue
-        nodes.append(Node(b.fresh(f"{o}/to_nhwc"), "Transpose", (inner,), (o,), {"perm": make_attr(list(TO_NHWC))}))
+        nodes.append(
+            Node(
+                b.fresh(f"{o}/to_nhwc"),
+                "Transpose",
+                (inner,),
+                (o,),
+                {"perm": make_attr(list(TO_NHWC))},
+            )
+        )
         t = graph.type_of(o)
         values[inner] = Value(inner, t)
-        values[o] = Value(o, TensorType(t.elem_type, tuple(t.shape[k] for k in TO_NHWC)))  # type: ignore[union-attr, index]
+        values[o] = Value(o, _nhwc_type(t))
     g = graph.with_nodes(nodes, values=values)
     return optimize_transposes(g), ins, outs
 
@@ -363,13 +461,24 @@ def nhwc(
     }
     if verify:
         rep = verify_models(
-            proto, edited, seed=seed,
-            map_inputs=lambda f: {k: (np.ascontiguousarray(v.transpose(TO_NHWC)) if k in ins else v) for k, v in f.items()},
-            map_outputs=lambda o: {k: (np.ascontiguousarray(v.transpose(TO_NCHW)) if k in outs else v) for k, v in o.items()},
+            proto,
+            edited,
+            seed=seed,
+            map_inputs=lambda f: {
+                k: (np.ascontiguousarray(v.transpose(TO_NHWC)) if k in ins else v)
+                for k, v in f.items()
+            },
+            map_outputs=lambda o: {
+                k: (np.ascontiguousarray(v.transpose(TO_NCHW)) if k in outs else v)
+                for k, v in o.items()
+            },
         )
         res["verify"] = rep.as_dict()
         if not rep.ok:
             worst = max(rep.outputs, key=lambda o: o.max_rel)
-            raise Onnx2EdgeError(f"nhwc: the NHWC model differs on '{worst.name}' (max abs error {worst.max_abs:.3g}); nothing written")
+            raise Onnx2EdgeError(
+                f"nhwc: the NHWC model differs on '{worst.name}' (max abs error "
+                f"{worst.max_abs:.3g}); nothing written"
+            )
     save_model(edited, out, "nhwc")
     return res

@@ -19,10 +19,15 @@ def apply_rules(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[dict[s
         new = r.fn(graph)
         left = {n.name for n in new.nodes}
         rewritten = sorted(n.name for n in graph.nodes if n.name not in left)
-        log.append({
-            "rule": r.name, "exact": r.exact, "rewritten": rewritten, "ops": op_delta(graph, new),
-            "note": r.note,
-        })
+        log.append(
+            {
+                "rule": r.name,
+                "exact": r.exact,
+                "rewritten": rewritten,
+                "ops": op_delta(graph, new),
+                "note": r.note,
+            }
+        )
         graph = new
     return graph, log
 
@@ -34,7 +39,9 @@ def rules_for_target(model: str | Path, target: str, *, input_shapes: Shapes = N
 
     names = {r.name for r in RULES.values() if target in r.targets}
     rep = check_model(model, target, input_shapes=input_shapes)
-    names |= {e["rule"] for e in rep["nodes"] if e["status"] == "replaceable" and e["rule"] in RULES}
+    names |= {
+        e["rule"] for e in rep["nodes"] if e["status"] == "replaceable" and e["rule"] in RULES
+    }
     # keep registry order: decompositions before the clean-ups that may follow them
     return [n for n in RULES if n in names]
 
@@ -65,7 +72,9 @@ def rewrite(
         raise Onnx2EdgeError("rewrite needs --rules NAME[,NAME] or --for TARGET (see --list)")
     names = list(rules)
     if target:
-        names += [n for n in rules_for_target(model, target, input_shapes=input_shapes) if n not in names]
+        names += [
+            n for n in rules_for_target(model, target, input_shapes=input_shapes) if n not in names
+        ]
     chosen = get_rules(names)
     proto, graph = load_graph(model)
     if input_shapes:
@@ -83,7 +92,8 @@ def rewrite(
         if not rep.ok and exact:
             worst = max(rep.outputs, key=lambda o: o.max_rel)
             raise Onnx2EdgeError(
-                f"rewritten model differs from the original on output '{worst.name}' (max abs error "
+                f"rewritten model differs from the original on output '{worst.name}' "
+                f"(max abs error "
                 f"{worst.max_abs:.3g}, max rel {worst.max_rel:.3g}); nothing written"
             )
     save_model(edited, out, "rewrite")
@@ -111,7 +121,8 @@ def format_rewrite(res: dict[str, Any]) -> str:
             fd = v.get("first_divergence")
             if fd:
                 lines.append(
-                    f"first divergence: '{fd['name']}' (node {fd.get('node', '?')}, {fd.get('op', '?')}): "
+                    f"first divergence: '{fd['name']}' "
+                    f"(node {fd.get('node', '?')}, {fd.get('op', '?')}): "
                     f"max abs error {fd['max_abs_error']:.3g}"
                 )
         if not v["ok"]:
@@ -124,6 +135,12 @@ def format_rewrite(res: dict[str, Any]) -> str:
 
 def list_rules() -> list[dict[str, Any]]:
     return [
-        {"rule": r.name, "ops": list(r.ops), "exact": r.exact, "targets": list(r.targets), "note": r.note}
+        {
+            "rule": r.name,
+            "ops": list(r.ops),
+            "exact": r.exact,
+            "targets": list(r.targets),
+            "note": r.note,
+        }
         for r in RULES.values()
     ]

@@ -78,8 +78,11 @@ class Builder:
         self.inits: dict[str, np.ndarray] = dict(graph.initializers)
         self.nodes: list[Node] = []
         self.taken = (
-            set(graph.values) | set(graph.initializers) | {n.name for n in graph.nodes}
-            | {o for n in graph.nodes for o in n.outputs} | set(graph.inputs)
+            set(graph.values)
+            | set(graph.initializers)
+            | {n.name for n in graph.nodes}
+            | {o for n in graph.nodes for o in n.outputs}
+            | set(graph.inputs)
         )
         self.changed = False
 

@@ -49,7 +49,9 @@ def hardswish_fuse(graph: Graph) -> Graph:
             for i, j in ((0, 1), (1, 0)):
                 p = graph.producer(n.inputs[j])
                 if (
-                    p is not None and p.op_type == "HardSigmoid" and p.inputs[0] == n.inputs[i]
+                    p is not None
+                    and p.op_type == "HardSigmoid"
+                    and p.inputs[0] == n.inputs[i]
                     and math.isclose(p.attr("alpha", 0.2), 1 / 6, rel_tol=1e-6)
                     and math.isclose(p.attr("beta", 0.5), 0.5, rel_tol=1e-6)
                     and single_consumer(graph, p.outputs[0]) is n
@@ -107,7 +109,9 @@ def silu_decompose(graph: Graph) -> Graph:
             x, alpha = n.inputs[0], float(n.attr("alpha", 1.0))
             t = x
             if alpha != 1.0:
-                t = b.add(n, "scale", "Mul", [x, b.const(n, "alpha", _c(float_dtype(graph, x), alpha))])
+                t = b.add(
+                    n, "scale", "Mul", [x, b.const(n, "alpha", _c(float_dtype(graph, x), alpha))]
+                )
             s = b.add(n, "sigmoid", "Sigmoid", [t])
             b.add(n, "mul", "Mul", [x, s], output=n.outputs[0])
         else:
@@ -124,7 +128,9 @@ def _silu_matches(graph: Graph) -> dict[str, tuple[str, str]]:
         for i, j in ((0, 1), (1, 0)):
             p = graph.producer(n.inputs[j])
             if (
-                p is not None and p.op_type == "Sigmoid" and p.inputs[0] == n.inputs[i]
+                p is not None
+                and p.op_type == "Sigmoid"
+                and p.inputs[0] == n.inputs[i]
                 and single_consumer(graph, p.outputs[0]) is n
             ):
                 out[n.name] = (n.inputs[i], p.name)
@@ -210,7 +216,9 @@ def leakyrelu_maxmin(graph: Graph) -> Graph:
             zero = b.const(n, "zero", _c(dt, 0.0))
             pos = b.add(n, "max", "Max", [x, zero])
             neg = b.add(n, "min", "Min", [x, zero])
-            neg = b.add(n, "scale", "Mul", [neg, b.const(n, "alpha", _c(dt, n.attr("alpha", 0.01)))])
+            neg = b.add(
+                n, "scale", "Mul", [neg, b.const(n, "alpha", _c(dt, n.attr("alpha", 0.01)))]
+            )
             b.add(n, "add", "Add", [pos, neg], output=n.outputs[0])
         else:
             b.keep(n)
@@ -223,8 +231,15 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 def _gelu_tanh(b: Builder, n, x: str, dt: np.dtype | None, out: str) -> None:  # noqa: ANN001
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     x3 = b.add(n, "x3", "Mul", [b.add(n, "x2", "Mul", [x, x]), x])
-    inner = b.add(n, "inner", "Add", [x, b.add(n, "c3", "Mul", [x3, b.const(n, "k", _c(dt, 0.044715))])])
-    t = b.add(n, "tanh", "Tanh", [b.add(n, "s", "Mul", [inner, b.const(n, "sq", _c(dt, _SQRT_2_OVER_PI))])])
+    inner = b.add(
+        n, "inner", "Add", [x, b.add(n, "c3", "Mul", [x3, b.const(n, "k", _c(dt, 0.044715))])]
+    )
+    t = b.add(
+        n,
+        "tanh",
+        "Tanh",
+        [b.add(n, "s", "Mul", [inner, b.const(n, "sq", _c(dt, _SQRT_2_OVER_PI))])],
+    )
     one_p = b.add(n, "onep", "Add", [t, b.const(n, "one", _c(dt, 1.0))])
     half_x = b.add(n, "halfx", "Mul", [x, b.const(n, "half", _c(dt, 0.5))])
     b.add(n, "gelu", "Mul", [half_x, one_p], output=out)
@@ -325,11 +340,18 @@ def erf_tanh(graph: Graph) -> Graph:
         if n.op_type == "Erf" and default_domain(n) and float_dtype(graph, n.inputs[0]) is not None:
             z, dt = n.inputs[0], float_dtype(graph, n.inputs[0])
             z2 = b.add(n, "z2", "Mul", [z, z])
-            poly = b.add(n, "poly", "Add", [
-                b.add(n, "cz2", "Mul", [z2, b.const(n, "c", _c(dt, _ERF_C))]),
-                b.const(n, "one", _c(dt, 1.0)),
-            ])
-            arg = b.add(n, "arg", "Mul", [b.add(n, "zp", "Mul", [z, poly]), b.const(n, "k", _c(dt, _ERF_K))])
+            poly = b.add(
+                n,
+                "poly",
+                "Add",
+                [
+                    b.add(n, "cz2", "Mul", [z2, b.const(n, "c", _c(dt, _ERF_C))]),
+                    b.const(n, "one", _c(dt, 1.0)),
+                ],
+            )
+            arg = b.add(
+                n, "arg", "Mul", [b.add(n, "zp", "Mul", [z, poly]), b.const(n, "k", _c(dt, _ERF_K))]
+            )
             b.add(n, "tanh", "Tanh", [arg], output=n.outputs[0])
         else:
             b.keep(n)

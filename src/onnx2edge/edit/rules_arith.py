@@ -67,7 +67,9 @@ def pow_mul(graph: Graph) -> Graph:
         acc = x
         for i, bit in enumerate(bits):
             last = i == len(bits) - 1
-            acc = b.add(n, f"sq{i}", "Mul", [acc, acc], output=n.outputs[0] if last and bit == "0" else None)
+            acc = b.add(
+                n, f"sq{i}", "Mul", [acc, acc], output=n.outputs[0] if last and bit == "0" else None
+            )
             if bit == "1":
                 acc = b.add(n, f"mul{i}", "Mul", [acc, x], output=n.outputs[0] if last else None)
     return b.result()
@@ -109,7 +111,9 @@ def minmax_relu(graph: Graph) -> Graph:
     b = Builder(graph)
     for n in graph.nodes:
         if (
-            n.op_type not in ("Max", "Min") or not default_domain(n) or len(n.inputs) != 2
+            n.op_type not in ("Max", "Min")
+            or not default_domain(n)
+            or len(n.inputs) != 2
             or float_dtype(graph, n.inputs[0]) is None
         ):
             b.keep(n)

@@ -35,8 +35,11 @@ def reshape_cleanup(graph: Graph) -> Graph:
         # walk up through single-use reshapes to the first tensor that is not a reshape
         p = graph.producer(src)
         while (
-            p is not None and p.op_type in _RESHAPES and default_domain(p)
-            and len(graph.consumers(p.outputs[0])) == 1 and p.outputs[0] not in graph.outputs
+            p is not None
+            and p.op_type in _RESHAPES
+            and default_domain(p)
+            and len(graph.consumers(p.outputs[0])) == 1
+            and p.outputs[0] not in graph.outputs
         ):
             src = rename.get(p.inputs[0], p.inputs[0])
             p = graph.producer(p.inputs[0])
@@ -85,12 +88,17 @@ def resize_normalize(graph: Graph) -> Graph:
     - linear / cubic: pytorch_half_pixel -> half_pixel when no resized axis has output size 1
       (the two differ only there).
 
-    before:  Resize(mode=nearest, coordinate_transformation_mode=half_pixel, nearest_mode=round_prefer_floor, x2)
-    after:   Resize(mode=nearest, coordinate_transformation_mode=asymmetric, nearest_mode=floor, x2)
+    before:  Resize(nearest, coordinate_transformation_mode=half_pixel,
+                    nearest_mode=round_prefer_floor, scales 1,1,2,2)
+    after:   Resize(nearest, coordinate_transformation_mode=asymmetric, nearest_mode=floor, ...)
     """
     b = Builder(graph)
     for n in graph.nodes:
-        s = _scales(graph, n) if n.op_type == "Resize" and default_domain(n) and graph.opset >= 11 else None
+        s = (
+            _scales(graph, n)
+            if n.op_type == "Resize" and default_domain(n) and graph.opset >= 11
+            else None
+        )
         ctm = n.attr("coordinate_transformation_mode", "half_pixel")
         mode, nm = n.attr("mode", "nearest"), n.attr("nearest_mode", "round_prefer_floor")
         if s is None or n.attr("antialias", 0):
@@ -98,7 +106,9 @@ def resize_normalize(graph: Graph) -> Graph:
             continue
         attrs = dict(n.attrs)
         if (
-            mode == "nearest" and np.all(s >= 1) and np.all(s == np.round(s))
+            mode == "nearest"
+            and np.all(s >= 1)
+            and np.all(s == np.round(s))
             and ctm in ("half_pixel", "pytorch_half_pixel", "asymmetric")
             and nm in ("round_prefer_floor", "round_prefer_ceil", "floor")
             and not (ctm == "asymmetric" and nm != "floor" and np.any(s > 1))
@@ -111,7 +121,11 @@ def resize_normalize(graph: Graph) -> Graph:
         elif mode in ("linear", "cubic") and ctm == "pytorch_half_pixel":
             ys = _static(graph, n.outputs[0])
             xs = _static(graph, n.inputs[0])
-            if ys is None or xs is None or any(o == 1 and i != 1 for o, i in zip(ys, xs, strict=True)):
+            if (
+                ys is None
+                or xs is None
+                or any(o == 1 and i != 1 for o, i in zip(ys, xs, strict=True))
+            ):
                 b.keep(n)
                 continue
             from .rules import make_attr
@@ -144,7 +158,9 @@ def reducemean_to_gap(graph: Graph) -> Graph:
     """
     b = Builder(graph)
     for n in graph.nodes:
-        xs = _static(graph, n.inputs[0]) if n.op_type == "ReduceMean" and default_domain(n) else None
+        xs = (
+            _static(graph, n.inputs[0]) if n.op_type == "ReduceMean" and default_domain(n) else None
+        )
         axes = _reduce_axes(graph, n) if xs is not None and len(xs) == 4 else None
         if axes is None or sorted(a % 4 for a in axes) != [2, 3]:
             b.keep(n)

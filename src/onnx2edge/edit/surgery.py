@@ -48,7 +48,9 @@ def _graph_inputs(g: onnx.GraphProto) -> list[str]:
 
 
 # --- extract ----------------------------------------------------------------------------------
-def extract(model: str | Path, out: str | Path, inputs: Sequence[str] | str, outputs: Sequence[str] | str) -> dict[str, Any]:
+def extract(
+    model: str | Path, out: str | Path, inputs: Sequence[str] | str, outputs: Sequence[str] | str
+) -> dict[str, Any]:
     """The subgraph between tensors `inputs` and `outputs` (onnx.utils.Extractor)."""
     proto = load_model(model)
     ins, outs = _split(inputs), _split(outputs)
@@ -60,10 +62,15 @@ def extract(model: str | Path, out: str | Path, inputs: Sequence[str] | str, out
         raise Onnx2EdgeError(f"{model}: no tensor named {', '.join(repr(b) for b in bad)}")
     typed = infer_shapes(proto)
     types = {v.name: v for v in (*typed.graph.value_info, *typed.graph.input, *typed.graph.output)}
-    untyped = [n for n in (*ins, *outs) if n not in types and n not in {t.name for t in proto.graph.initializer}]
+    untyped = [
+        n
+        for n in (*ins, *outs)
+        if n not in types and n not in {t.name for t in proto.graph.initializer}
+    ]
     if untyped:
         raise Onnx2EdgeError(
-            f"{model}: shape inference gives no type for {', '.join(untyped)}; cannot make it a graph "
+            f"{model}: shape inference gives no type for {', '.join(untyped)}; "
+            "cannot make it a graph "
             "input / output (fix the input shapes with set-shape first)"
         )
     ex = onnx.utils.Extractor(typed)
@@ -78,7 +85,8 @@ def extract(model: str | Path, out: str | Path, inputs: Sequence[str] | str, out
         avail.update(n.output)
     if need:
         raise Onnx2EdgeError(
-            f"outputs {', '.join(outs)} also depend on {', '.join(need)}, which is not among --inputs "
+            f"outputs {', '.join(outs)} also depend on {', '.join(need)}, "
+            "which is not among --inputs "
             "(add it to --inputs)"
         )
     sub.ir_version = min(sub.ir_version, MAX_IR_VERSION)
@@ -108,15 +116,21 @@ def delete_nodes(model: str | Path, out: str | Path, names: Sequence[str] | str)
         acts = [i for i in n.inputs if i and not graph.is_const(i)]
         if len(acts) != 1 or len(used) != 1 or used[0] in graph.outputs:
             readers = sorted({c.name for o in used for c in graph.consumers(o)} - set(wanted))
-            what = f"graph output {used[0]}" if used[0] in graph.outputs else f"nodes {', '.join(readers)}"
+            what = (
+                f"graph output {used[0]}"
+                if used[0] in graph.outputs
+                else f"nodes {', '.join(readers)}"
+            )
             raise Onnx2EdgeError(
-                f"node '{name}' ({n.op_type}): its output is read by {what} and it cannot be bypassed "
+                f"node '{name}' ({n.op_type}): its output is read by {what} "
+                "and it cannot be bypassed "
                 "(bypass needs one activation input and one output); delete the readers too"
             )
         ti, to = graph.type_of(acts[0]), graph.type_of(used[0])
         if ti is None or to is None or ti != to:
             raise Onnx2EdgeError(
-                f"node '{name}' ({n.op_type}): input {acts[0]} ({_fmt_type(ti)}) and output {used[0]} "
+                f"node '{name}' ({n.op_type}): input {acts[0]} ({_fmt_type(ti)}) "
+                f"and output {used[0]} "
                 f"({_fmt_type(to)}) differ, so its readers cannot read the input instead"
             )
         rename[used[0]] = acts[0]
@@ -126,19 +140,29 @@ def delete_nodes(model: str | Path, out: str | Path, names: Sequence[str] | str)
             t = rename[t]
         return t
 
-    nodes = [n.replace(inputs=tuple(resolve(i) for i in n.inputs)) for n in graph.nodes if n.name not in wanted]
+    nodes = [
+        n.replace(inputs=tuple(resolve(i) for i in n.inputs))
+        for n in graph.nodes
+        if n.name not in wanted
+    ]
     new = graph.with_nodes(nodes)
     pruned = eliminate_dead_nodes(new)
     dead = sorted({n.name for n in new.nodes} - {n.name for n in pruned.nodes})
     save_model(to_model(pruned), out, "delete-nodes")
-    return {"output": str(out), "deleted": wanted, "bypassed": sorted(rename), "also_removed_dead": dead}
+    return {
+        "output": str(out),
+        "deleted": wanted,
+        "bypassed": sorted(rename),
+        "also_removed_dead": dead,
+    }
 
 
 def _fmt_type(t: object) -> str:
     if t is None:
         return "unknown type"
     shape = getattr(t, "shape", None)
-    return f"{t.dtype} {'x'.join(map(str, shape)) if shape is not None else '?'}"  # type: ignore[attr-defined]
+    dims = "x".join(map(str, shape)) if shape is not None else "?"
+    return f"{t.dtype} {dims}"  # type: ignore[attr-defined]
 
 
 # --- rename -------------------------------------------------------------------------------------
@@ -159,7 +183,9 @@ def _rename_graph(g: onnx.GraphProto, tmap: Mapping[str, str], nmap: Mapping[str
                     _rename_graph(sg, tmap, {})
 
 
-def _build_map(old: set[str], explicit: Mapping[str, str], regex: Sequence[tuple[str, str]], what: str) -> dict[str, str]:
+def _build_map(
+    old: set[str], explicit: Mapping[str, str], regex: Sequence[tuple[str, str]], what: str
+) -> dict[str, str]:
     m: dict[str, str] = {}
     for k, v in explicit.items():
         if k not in old:
@@ -201,7 +227,9 @@ def rename(
     collisions."""
     proto = load_model(model)
     g = proto.graph
-    tmap = _build_map(_tensor_names(g) | {o.name for o in g.output}, tensors or {}, tensor_regex, "tensor")
+    tmap = _build_map(
+        _tensor_names(g) | {o.name for o in g.output}, tensors or {}, tensor_regex, "tensor"
+    )
     nmap = _build_map({n.name for n in g.node if n.name}, nodes or {}, node_regex, "node")
     if not tmap and not nmap:
         raise Onnx2EdgeError("rename: nothing matched; no file written")
@@ -228,7 +256,9 @@ def set_shape(
     inputs = {i.name: i for i in proto.graph.input if i.name in _graph_inputs(proto.graph)}
     bad = [n for n in shapes if n not in inputs]
     if bad:
-        raise Onnx2EdgeError(f"set-shape: {', '.join(bad)} is not an input (inputs: {', '.join(inputs)})")
+        raise Onnx2EdgeError(
+            f"set-shape: {', '.join(bad)} is not an input (inputs: {', '.join(inputs)})"
+        )
     if not shapes and batch is None:
         raise Onnx2EdgeError("set-shape needs --input-shape NAME=DIMS or --batch N")
     new = _copy(proto)
@@ -239,7 +269,8 @@ def set_shape(
         want = list(shapes.get(vi.name, [_dim(d) for d in dims]))
         if vi.name in shapes and len(dims) and len(want) != len(dims):
             raise Onnx2EdgeError(
-                f"set-shape: input '{vi.name}' has rank {len(dims)}, not {len(want)}: a rank change "
+                f"set-shape: input '{vi.name}' has rank {len(dims)}, not {len(want)}: "
+                "a rank change "
                 "would break the nodes that read it"
             )
         if batch is not None and vi.name not in shapes:
@@ -259,14 +290,19 @@ def set_shape(
     try:
         onnx.shape_inference.infer_shapes(new, strict_mode=True, data_prop=True)
     except Exception as e:  # noqa: BLE001 - onnx raises several types
-        raise Onnx2EdgeError(f"set-shape: the new shapes contradict the model: {str(e).splitlines()[0]}") from None
+        raise Onnx2EdgeError(
+            f"set-shape: the new shapes contradict the model: {str(e).splitlines()[0]}"
+        ) from None
     new = infer_shapes(new)
     g = graph_from_model(new)
-    if all(g.type_of(i) is not None and g.type_of(i).is_static for i in g.inputs):  # type: ignore[union-attr]
+    types = [g.type_of(i) for i in g.inputs]
+    if all(t is not None and t.is_static for t in types):
         try:
             ort_run(new, complete_inputs(g, {}, 0))
         except Onnx2EdgeError as e:
-            raise Onnx2EdgeError(f"set-shape: the model no longer runs with these shapes ({e})") from None
+            raise Onnx2EdgeError(
+                f"set-shape: the model no longer runs with these shapes ({e})"
+            ) from None
     save_model(new, out, "set-shape")
     return {
         "output": str(out),
@@ -311,7 +347,9 @@ def add_output(model: str | Path, out: str | Path, names: Sequence[str] | str) -
 
 
 # --- opset ----------------------------------------------------------------------------------------
-def convert_opset(model: str | Path, out: str | Path, version: int, *, verify: bool = True, seed: int = 0) -> dict[str, Any]:
+def convert_opset(
+    model: str | Path, out: str | Path, version: int, *, verify: bool = True, seed: int = 0
+) -> dict[str, Any]:
     """onnx.version_converter to `version`, then verified against the original in onnxruntime."""
     proto = load_model(model)
     src = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -320,15 +358,21 @@ def convert_opset(model: str | Path, out: str | Path, version: int, *, verify: b
         raise Onnx2EdgeError(f"opset: version {version} is outside 7..{top}")
     try:
         new = onnx.version_converter.convert_version(proto, version)
-    except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError / ValueError / its own
-        raise Onnx2EdgeError(f"opset: onnx's version converter cannot take this model from {src} to {version}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001 - the converter raises several unrelated types
+        raise Onnx2EdgeError(
+            f"opset: onnx's version converter cannot take this model from {src} to "
+            f"{version}: {str(e).splitlines()[0]}"
+        ) from None
     new.ir_version = min(new.ir_version, MAX_IR_VERSION)
     res: dict[str, Any] = {"output": str(out), "from": src, "to": version}
     if verify:
         rep = verify_models(proto, new, seed=seed)
         res["verify"] = rep.as_dict()
         if not rep.ok:
-            raise Onnx2EdgeError(f"opset: the converted model computes different outputs ({_worst(rep)}); nothing written")
+            raise Onnx2EdgeError(
+                f"opset: the converted model computes different outputs ({_worst(rep)}); "
+                "nothing written"
+            )
     save_model(new, out, "opset")
     return res
 
@@ -343,7 +387,14 @@ SIMPLIFY_PASSES = ("fold_constants", "remove_identity", "eliminate_dead_nodes", 
 SIMPLIFY_RULES = ("reshape_cleanup", "matmul_add_gemm")
 
 
-def simplify(model: str | Path, out: str | Path, *, verify: bool = True, seed: int = 0, input_shapes: Shapes = None) -> dict[str, Any]:
+def simplify(
+    model: str | Path,
+    out: str | Path,
+    *,
+    verify: bool = True,
+    seed: int = 0,
+    input_shapes: Shapes = None,
+) -> dict[str, Any]:
     """The project's own clean-up passes (constant folding, Identity / dead-node removal,
     BatchNorm folding) plus the exact clean-up rules (Reshape chains, MatMul + Add -> Gemm);
     reports the op counts and weight bytes before and after; verified in onnxruntime."""
@@ -381,7 +432,12 @@ def _wbytes(g: Any) -> int:
 
 # --- constant -------------------------------------------------------------------------------------
 def bind_constant(
-    model: str | Path, out: str | Path, values: Mapping[str, np.ndarray], *, fold: bool = True, verify: bool = True
+    model: str | Path,
+    out: str | Path,
+    values: Mapping[str, np.ndarray],
+    *,
+    fold: bool = True,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Turn graph inputs into initializers holding `values` (a single number fills a static
     input); optionally fold what follows (constant folding + dead nodes), verified."""
@@ -390,7 +446,9 @@ def bind_constant(
     proto, graph = load_graph(model)
     bad = [n for n in values if n not in graph.inputs]
     if bad:
-        raise Onnx2EdgeError(f"constant: {', '.join(bad)} is not an input (inputs: {', '.join(graph.inputs)})")
+        raise Onnx2EdgeError(
+            f"constant: {', '.join(bad)} is not an input (inputs: {', '.join(graph.inputs)})"
+        )
     inits = dict(graph.initializers)
     given: dict[str, np.ndarray] = {}
     for name, v in values.items():
@@ -399,27 +457,40 @@ def bind_constant(
         if arr.ndim == 0 and t is not None and t.is_static and t.static_shape != ():
             arr = np.full(t.static_shape, arr)  # a single number fills the whole input
         if t is not None and t.shape is not None:
-            if len(t.shape) != arr.ndim or any(isinstance(d, int) and d != s for d, s in zip(t.shape, arr.shape, strict=False)):
+            if len(t.shape) != arr.ndim or any(
+                isinstance(d, int) and d != s for d, s in zip(t.shape, arr.shape, strict=False)
+            ):
                 raise Onnx2EdgeError(
-                    f"constant: value for '{name}' has shape {'x'.join(map(str, arr.shape)) or 'scalar'}, "
+                    f"constant: value for '{name}' has shape "
+                    f"{'x'.join(map(str, arr.shape)) or 'scalar'}, "
                     f"the input is {_shape_str(graph, name)}"
                 )
             if arr.dtype != t.dtype:
                 if not np.can_cast(arr.dtype, t.dtype, casting="same_kind"):
-                    raise Onnx2EdgeError(f"constant: value for '{name}' is {arr.dtype}, the input is {t.dtype}")
+                    raise Onnx2EdgeError(
+                        f"constant: value for '{name}' is {arr.dtype}, the input is {t.dtype}"
+                    )
                 arr = arr.astype(t.dtype)
         inits[name] = arr
         given[name] = arr
-    new = graph.replace(inputs=tuple(i for i in graph.inputs if i not in values), initializers=inits)
+    new = graph.replace(
+        inputs=tuple(i for i in graph.inputs if i not in values), initializers=inits
+    )
     if fold:
         new = run_passes(new, ("fold_constants", "eliminate_dead_nodes"))
     edited = to_model(new)
-    res: dict[str, Any] = {"output": str(out), "bound": sorted(values), "nodes": [len(graph.nodes), len(new.nodes)]}
+    res: dict[str, Any] = {
+        "output": str(out),
+        "bound": sorted(values),
+        "nodes": [len(graph.nodes), len(new.nodes)],
+    }
     if verify:
         rep = verify_models(proto, edited, inputs=given)
         res["verify"] = rep.as_dict()
         if not rep.ok:
-            raise Onnx2EdgeError(f"constant: folding changed the outputs ({_worst(rep)}); nothing written")
+            raise Onnx2EdgeError(
+                f"constant: folding changed the outputs ({_worst(rep)}); nothing written"
+            )
     save_model(edited, out, "constant")
     return res
 
@@ -437,7 +508,9 @@ def parse_value(spec: str) -> tuple[str, np.ndarray]:
     try:
         nums = [float(x) for x in val.split(",")]
     except ValueError:
-        raise Onnx2EdgeError(f"bad value '{spec}': numbers separated by commas, or a .npy file") from None
+        raise Onnx2EdgeError(
+            f"bad value '{spec}': numbers separated by commas, or a .npy file"
+        ) from None
     arr = np.array(nums if len(nums) > 1 else nums[0])
     if all(x == int(x) for x in nums):
         arr = arr.astype(np.int64)
