@@ -348,3 +348,23 @@ def test_reducemean_to_gap(keepdims, opset):
     )
     g, _ = run_rule("reducemean_to_gap", m, tol=1e-6)
     assert "GlobalAveragePool" in ops(g) and "ReduceMean" not in ops(g)
+
+
+def test_rules_keep_initializers_read_inside_subgraphs():
+    """An If branch reading an outer initializer: the rule rewrites a node elsewhere and the
+    initializer survives (Graph.with_nodes alone would drop it)."""
+    branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "outer"], ["b"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("b", F, [2, 3, 4, 5])],
+    )
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
+        helper.make_node("Add", ["a", "y"], ["z"]),
+    ]
+    m = model(nodes, [("x", [2, 3, 4, 5])], ["z"], [("outer", np.ones((2, 3, 4, 5)))])
+    m.graph.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
+    g, _ = run_rule("abs_relu", m, special=False)
+    assert "outer" in g.initializers

@@ -122,7 +122,34 @@ class Builder:
     def result(self) -> Graph:
         if not self.changed:
             return self.graph
-        return self.graph.with_nodes(self.nodes, initializers=self.inits)
+        g = self.graph.with_nodes(self.nodes, initializers=self.inits)
+        # Graph.with_nodes sees only top-level inputs; If / Loop bodies read outer tensors
+        # by name, so keep the initializers they use.
+        refs = subgraph_refs(self.nodes)
+        lost = {k: v for k, v in self.inits.items() if k in refs and k not in g.initializers}
+        return g.replace(initializers={**g.initializers, **lost}) if lost else g
+
+
+def subgraph_refs(nodes: Sequence[Node]) -> set[str]:
+    """Names read inside the subgraph attributes (If / Loop / Scan bodies) of `nodes`."""
+    import onnx
+
+    out: set[str] = set()
+
+    def walk(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            out.update(i for i in n.input if i)
+            for a in n.attribute:
+                for sg in [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs):
+                    walk(sg)
+
+    for n in nodes:
+        for a in n.attrs.values():
+            vals = a.value if isinstance(a.value, list) else [a.value]
+            for v in vals:
+                if isinstance(v, onnx.GraphProto):
+                    walk(v)
+    return out
 
 
 def make_attr(v: object) -> Attr:
