@@ -110,7 +110,8 @@ def test_registry_is_one_line_and_lists_targets(mixed, capsys):
         chk.CHECKERS.pop("fake-target", None)
     assert main(["check", str(mixed), "--target", "nope"]) == 2
     err = capsys.readouterr().err
-    assert "unknown check target 'nope'" in err and "c, mps" in err
+    assert "unknown check target 'nope'" in err
+    assert all(t in err for t in chk.available_targets()) and "mps" in err
 
 
 def test_malformed_checker_entry_is_caught(mixed):

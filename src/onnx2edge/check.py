@@ -36,7 +36,21 @@ def register_checker(target: str) -> Callable[[CheckFn], CheckFn]:
     return deco
 
 
+def _register_optional() -> None:
+    """Checkers living with other backends register here once those modules exist (the Core
+    ML helper's `check_coreml` / `check_coreml_ane`); absent modules are simply skipped."""
+    try:
+        from .backends.coreml import placement  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    for target, name in (("coreml", "check_coreml"), ("coreml-ane", "check_coreml_ane")):
+        fn = getattr(placement, name, None)
+        if fn is not None and target not in CHECKERS:
+            register_checker(target)(fn)
+
+
 def available_targets() -> list[str]:
+    _register_optional()
     return sorted(CHECKERS)
 
 
@@ -174,7 +188,7 @@ def check_model(
     model: str | Path, target: str, *, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> dict[str, Any]:
     """Frontend + the target-independent passes, then the target's checker; with totals."""
-    if target not in CHECKERS:
+    if target not in available_targets():
         raise Onnx2EdgeError(
             f"unknown check target '{target}' (available: {', '.join(available_targets())})"
         )
