@@ -52,6 +52,10 @@ def pow_mul(graph: Graph) -> Graph:
             b.keep(n)
             continue
         x = n.inputs[0]
+        tx, ev = graph.type_of(x), graph.const(n.inputs[1])
+        if tx is None or tx.shape is None or ev is None or ev.ndim > len(tx.shape):
+            b.keep(n)  # the exponent's shape would broadcast the result to a higher rank
+            continue
         if e == 0.5:
             b.add(n, "sqrt", "Sqrt", [x], output=n.outputs[0])
             continue

@@ -28,7 +28,7 @@ def reshape_cleanup(graph: Graph) -> Graph:
     for n in graph.nodes:
         n = n.replace(inputs=tuple(rename.get(i, i) for i in n.inputs))
         out = _static(graph, n.outputs[0]) if n.op_type in _RESHAPES and default_domain(n) else None
-        if out is None:
+        if out is None or 0 in out:  # a 0 in a Reshape shape means "copy", not "empty"
             b.keep(n)
             continue
         src = n.inputs[0]
