@@ -206,3 +206,22 @@ def test_cli_commands(net, tmp_path, capsys):
     assert main(["extract", str(net), "-o", o, "--inputs", "p", "--outputs", "dead"]) == 2
     assert "also depend on x" in capsys.readouterr().err
     assert main(["delete-nodes", str(net), "-o", o, "gap"]) == 2
+
+
+def test_opset_down_needs_a_rewrite_first(tmp_path):
+    """HardSwish has no version before 14: opset refuses and names the rule that removes it."""
+    g = helper.make_graph(
+        [helper.make_node("HardSwish", ["x"], ["y"])],
+        "hs",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    src = tmp_path / "hs.onnx"
+    onnx.save(m, src)
+    with pytest.raises(Onnx2EdgeError, match="rewrite --rules hardswish_decompose first"):
+        surgery.convert_opset(src, tmp_path / "o.onnx", 13)
+    assert not (tmp_path / "o.onnx").exists()
+    res = surgery.convert_opset(src, tmp_path / "o.onnx", 14)  # HardSwish exists there
+    assert res["verify"]["ok"] and onnx.load(tmp_path / "o.onnx").opset_import[0].version == 14

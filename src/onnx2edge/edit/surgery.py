@@ -359,9 +359,17 @@ def convert_opset(
     try:
         new = onnx.version_converter.convert_version(proto, version)
     except Exception as e:  # noqa: BLE001 - the converter raises several unrelated types
+        m = re.search(r"No Previous Version of (\w+)", str(e))
+        hint = ""
+        if m:  # an op newer than the target opset: a decomposition rule may remove it
+            from .rules import RULES
+
+            names = [r.name for r in RULES.values() if m[1] in r.ops and r.exact]
+            if names:
+                hint = f" (rewrite --rules {names[0]} first removes the {m[1]} nodes)"
         raise Onnx2EdgeError(
             f"opset: onnx's version converter cannot take this model from {src} to "
-            f"{version}: {str(e).splitlines()[0]}"
+            f"{version}: {str(e).splitlines()[0]}{hint}"
         ) from None
     new.ir_version = min(new.ir_version, MAX_IR_VERSION)
     res: dict[str, Any] = {"output": str(out), "from": src, "to": version}
