@@ -368,3 +368,19 @@ def test_rules_keep_initializers_read_inside_subgraphs():
     m.graph.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
     g, _ = run_rule("abs_relu", m, special=False)
     assert "outer" in g.initializers
+
+
+def test_transpose_cancel():
+    m = model(
+        [
+            helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+            helper.make_node("Relu", ["t"], ["r"]),
+            helper.make_node("Add", ["r", "c"], ["a"]),
+            helper.make_node("Transpose", ["a"], ["y"], perm=[0, 3, 1, 2]),
+        ],
+        [("x", [1, 3, 4, 5])],
+        ["y"],
+        [("c", np.arange(3.0))],
+    )
+    g, _ = run_rule("transpose_cancel", m)
+    assert ops(g) == ["Relu", "Add"]

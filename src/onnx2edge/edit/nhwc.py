@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import Onnx2EdgeError
 from ..ir import Graph, Node, TensorType, Value
 from .model_io import load_graph, save_model, to_model, verify_models
-from .rules import Builder, make_attr
+from .rules import Builder, make_attr, register_rule
 
 TO_NCHW = (0, 3, 1, 2)
 TO_NHWC = (0, 2, 3, 1)
@@ -360,6 +360,18 @@ def optimize_transposes(graph: Graph) -> Graph:
     g = _only_cancelling(_push_down_once, g)
     g = _only_cancelling(_pull_up_once, g)
     return g
+
+
+@register_rule("transpose_cancel", ops=("Transpose",))
+def transpose_cancel(graph: Graph) -> Graph:
+    """Transpose pairs that compose to the identity are removed, after pushing Transposes
+    through layout-agnostic ops to meet (the optimiser `nhwc` uses; exact). Useful alone for
+    targets without a Transpose (MPS) on models exported with layout round trips.
+
+    before:  x -> Transpose(0,2,3,1) -> Relu -> Add(c[C]) -> Transpose(0,3,1,2) -> y
+    after:   x -> Relu -> Add(c[C,1,1]) -> y
+    """
+    return optimize_transposes(graph)
 
 
 def count_transposes(graph: Graph) -> int:

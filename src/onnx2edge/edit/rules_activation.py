@@ -176,7 +176,7 @@ def silu_to_hardswish(graph: Graph) -> Graph:
     return graph if graph.opset < 14 else _replace_silu(graph, "HardSwish")
 
 
-@register_rule("prelu_relu", ops=("PRelu",), targets=("coreml-ane",))
+@register_rule("prelu_relu", ops=("PRelu",))
 def prelu_relu(graph: Graph) -> Graph:
     """PRelu(x, slope) -> Relu(x) + (-slope) * Relu(-x) (exact: one term is always 0).
 
