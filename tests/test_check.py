@@ -146,5 +146,9 @@ def test_rewrite_for_mps_makes_the_model_convertible(mixed, tmp_path):
     res = rewrite(src, out, target="mps")
     assert {e["rule"] for e in res["rules"] if e["rewritten"]} == {"erf_tanh", "minmax_relu"}
     assert res["verify"]["outputs"][0]["max_abs_error"] < 1e-3
+    assert res["still_unsupported"] == []
     rep = chk.check_model(out, "mps")
     assert rep["totals"]["replaceable"] == 0 and rep["totals"]["unsupported"] == 0
+    # with the Gather kept, the rewrite says what the target still refuses
+    res = rewrite(mixed, tmp_path / "g.onnx", target="mps")
+    assert [e["node"] for e in res["still_unsupported"]] == ["gather"]

@@ -97,6 +97,11 @@ def rewrite(
                 f"{worst.max_abs:.3g}, max rel {worst.max_rel:.3g}); nothing written"
             )
     save_model(edited, out, "rewrite")
+    if target:  # what the target still refuses, so the user knows where the rules stop
+        from ..check import check_model
+
+        rep = check_model(out, target, input_shapes=input_shapes)
+        result["still_unsupported"] = [e for e in rep["nodes"] if e["status"] != "supported"]
     return result
 
 
@@ -129,6 +134,15 @@ def format_rewrite(res: dict[str, Any]) -> str:
             lines.append("note: approximate rules changed the numerics by the amounts above")
     elif v is None:
         lines.append("not verified (--no-verify)")
+    left = res.get("still_unsupported")
+    if left is not None:
+        lines.append(f"{res['target']}: {len(left)} node(s) still unsupported after the rules")
+        for e in left[:10]:
+            lines.append(f"  {e['node'] or '(graph)'} ({e['op'] or '-'}): {e['reason']}")
+        if len(left) > 10:
+            lines.append(
+                f"  ... and {len(left) - 10} more (onnx2edge check --target {res['target']})"
+            )
     lines.append(f"wrote {res['output']}")
     return "\n".join(lines)
 
