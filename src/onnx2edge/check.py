@@ -84,8 +84,9 @@ def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, A
     def refusals(g: Graph) -> tuple[dict[str, str], list[str]]:
         return _refusals(backend.unsupported(run_passes(g, backend.required_passes)))
 
-    refused, other = refusals(graph)
-    after = {n.name for n in run_passes(graph, backend.required_passes).nodes}
+    lowered = run_passes(graph, backend.required_passes)
+    refused, other = _refusals(backend.unsupported(lowered))
+    after = {n.name for n in lowered.nodes}
     tried: dict[str, tuple[set[str], dict[str, str]]] = {}  # rule -> (names left, refusals)
     ops = {n.op_type for n in graph.nodes if n.name in refused}
     for rule in RULES.values():
