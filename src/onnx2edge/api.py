@@ -320,3 +320,27 @@ def verify(
         raise Onnx2EdgeError(f"target {target} produced no output named {', '.join(missing)}")
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
     return VerifyReport(target, rtol, atol, outputs, layers)
+
+
+# --- model editing (issue 16): implemented in onnx2edge.check and onnx2edge.edit ----------------
+def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
+    """Per node: supported / replaceable (by which rewrite rule) / unsupported on `target`."""
+    from .check import check_model
+
+    return check_model(model, target, input_shapes=input_shapes)
+
+
+def __getattr__(name: str) -> Any:
+    # rewrite, extract, delete_nodes, rename, set_shape, add_output, convert_opset, simplify,
+    # bind_constant, nhwc: imported lazily so `import onnx2edge.api` stays light.
+    import importlib
+
+    _nhwc, _rewrite, _surgery = (
+        importlib.import_module(f"onnx2edge.edit.{m}") for m in ("nhwc", "rewrite", "surgery")
+    )
+
+    for mod in (_surgery, _nhwc, _rewrite):
+        if name in ("extract", "delete_nodes", "rename", "set_shape", "add_output", "convert_opset",
+                    "simplify", "bind_constant", "nhwc", "rewrite") and hasattr(mod, name):
+            return getattr(mod, name)
+    raise AttributeError(name)

@@ -143,7 +143,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--write-doc", metavar="FILE", help="also write the markdown table to FILE")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     _common(s)
+    _edit_parsers(sub)
     return p
+
+
+# --- model editing (issue 16): check, rewrite, surgery, nhwc (see onnx2edge/edit/commands.py)
+def _edit_parsers(sub: Any) -> None:
+    from .edit.commands import add_parsers
+
+    add_parsers(sub, _common, _shapes)
+
+
+def _cmd_edit(a: argparse.Namespace) -> int:
+    from .edit.commands import run_command
+
+    return run_command(a)
+
+
+EDIT_COMMANDS = ("check", "rewrite", "extract", "delete-nodes", "rename", "set-shape",
+                 "add-output", "opset", "simplify", "constant", "nhwc")
 
 
 def _cmd_bench(a: argparse.Namespace) -> int:
@@ -291,6 +309,7 @@ COMMANDS = {
     "conformance": _cmd_conformance,
     "bench": _cmd_bench,
 }
+COMMANDS.update(dict.fromkeys(EDIT_COMMANDS, _cmd_edit))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
