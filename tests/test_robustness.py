@@ -248,3 +248,61 @@ def test_external_weights_are_mapped_not_copied(tmp_path: Path) -> None:
         np.testing.assert_array_equal(arr, ref)
     report = api.verify(path, target="c")
     assert report.ok, report
+
+
+def _consistent(out: Path) -> None:
+    """A converted folder is whole: its manifest lists files that all exist, and the weights
+    file is there exactly when the manifest says the weights are in a file."""
+    import json
+
+    manifest = json.loads((out / "onnx2edge.json").read_text())
+    for f in manifest["files"]:
+        assert (out / f).is_file(), f
+    assert (out / "model_weights.bin").exists() == manifest["stats"]["weights_in_file"]
+    assert ("weights_file" in manifest["options"]) == manifest["stats"]["weights_in_file"]
+
+
+def test_concurrent_converts_into_one_folder_never_mix(tmp_path: Path) -> None:
+    """Two writers with different options race into one folder: the result is one of them, whole."""
+    import concurrent.futures as cf
+
+    from onnx2edge import api
+
+    out = tmp_path / "out"
+    (tmp_path / "out").mkdir()
+    (out / "notes.txt").write_text("mine")  # a user's own file survives every conversion
+
+    def convert(i: int) -> None:
+        api.convert(EXAMPLE, "c", out, options={"weights_file": True} if i % 2 else {})
+
+    with cf.ThreadPoolExecutor(4) as pool:
+        list(pool.map(convert, range(12)))
+    _consistent(out)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not list(tmp_path.glob(".out.*.tmp"))
+
+
+def test_killed_convert_leaves_the_previous_folder_whole(tmp_path: Path) -> None:
+    """SIGKILL at several moments of a conversion: the folder is the previous one or the new
+    one, whole; the killed writer's temporary folder is removed by the next conversion."""
+    import signal
+    import time
+
+    from onnx2edge import api
+
+    out = tmp_path / "out"
+    api.convert(EXAMPLE, "c", out)
+    script = (
+        "import sys; from onnx2edge import api; "
+        f"api.convert({str(EXAMPLE)!r}, 'c', {str(out)!r}, options={{'weights_file': True}})"
+    )
+    for delay in (0.3, 0.8, 1.5, 2.5):
+        proc = subprocess.Popen([sys.executable, "-c", script])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _consistent(out)
+    api.convert(EXAMPLE, "c", out)
+    _consistent(out)
+    assert not (out / "model_weights.bin").exists()  # stale output of an earlier run is gone
+    assert not list(tmp_path.glob(".out.*.tmp"))

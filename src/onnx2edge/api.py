@@ -207,9 +207,10 @@ def convert(
     graph = prepare(model, target, input_shapes=input_shapes)
     backend = get_backend(target)
     options = dict(options or {})
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
         res = backend.emit(graph, tmp, options)
         manifest = {
+            "files": sorted({*res.files, MANIFEST}),
             "tool": "onnx2edge",
             "target": target,
             "model": Path(model).name,
@@ -223,6 +224,15 @@ def convert(
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     res.out_dir = Path(out_dir)
     return res
+
+
+def _previous_outputs(folder: Path) -> set[str]:
+    """What an earlier `convert` wrote into `folder` (replaced as a whole, so a file it no
+    longer writes cannot linger beside the new ones); anything else there is the user's."""
+    try:
+        return {*json.loads((folder / MANIFEST).read_text()).get("files", []), MANIFEST}
+    except (OSError, ValueError, AttributeError):
+        return {MANIFEST}
 
 
 def _io_entry(graph: Graph, name: str) -> dict[str, Any]:
