@@ -144,6 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     _common(s)
     _edit_parsers(sub)
+
+    s = sub.add_parser("report", help="one self-contained HTML page: graph, layers, RAM and flash")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", required=True, help="HTML file to write")
+    s.add_argument("--target", default="c", help="target whose support colours the graph (default c)")
+    s.add_argument("--bench", action="store_true", help="measure per-layer latency (C target)")
+    s.add_argument("--verify", action="store_true", help="per-layer error against onnxruntime")
+    _shapes(s)
+    _common(s)
     return p
 
 
@@ -310,6 +319,29 @@ COMMANDS = {
     "bench": _cmd_bench,
 }
 COMMANDS.update(dict.fromkeys(EDIT_COMMANDS, _cmd_edit))
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from .report import write_report
+
+    data = write_report(
+        a.model,
+        a.output,
+        target=a.target,
+        input_shapes=parse_input_shapes(a.input_shape),
+        bench=a.bench,
+        verify=a.verify,
+        log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr),
+    )
+    t = data["totals"]
+    print(
+        f"wrote {a.output}: {len(data['nodes'])} nodes, {t['supported']} supported, "
+        f"{t['replaceable']} replaceable, {t['unsupported']} unsupported"
+    )
+    return 0
+
+
+COMMANDS["report"] = _cmd_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
