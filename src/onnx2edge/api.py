@@ -36,7 +36,20 @@ DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "
 
 # --- inspect ------------------------------------------------------------------------------
 def inspect(model: str | Path, *, input_shapes: Shapes = None) -> dict[str, Any]:
-    return inspect_graph(frontend.load(model, input_shapes=input_shapes))
+    info = inspect_graph(frontend.load(model, input_shapes=input_shapes))
+    info["c_arena_bytes"] = _c_arena_bytes(model, input_shapes)
+    return info
+
+
+def _c_arena_bytes(model: str | Path, input_shapes: Shapes) -> int | None:
+    """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
+    from .backends.c.emitter import ModelEmitter
+
+    try:
+        graph = prepare(model, "c", input_shapes=input_shapes, quiet=True)
+    except Onnx2EdgeError:
+        return None
+    return int(ModelEmitter(graph, prefix="model").emit()["arena"])
 
 
 # --- JSON round trip ------------------------------------------------------------------------
@@ -181,11 +194,14 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 
 # --- convert / run --------------------------------------------------------------------------
-def prepare(model: str | Path, target: str, *, input_shapes: Shapes = None) -> Graph:
+def prepare(
+    model: str | Path, target: str, *, input_shapes: Shapes = None, quiet: bool = False
+) -> Graph:
     """Frontend + the backend's passes + the backend's coverage check."""
     backend = get_backend(target)
     graph = run_passes(
-        frontend.load(model, input_shapes=input_shapes), (*DEFAULT_PASSES, *backend.required_passes)
+        frontend.load(model, input_shapes=input_shapes, quiet=quiet),
+        (*DEFAULT_PASSES, *backend.required_passes),
     )
     problems = backend.unsupported(graph)
     if problems:

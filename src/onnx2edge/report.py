@@ -138,7 +138,7 @@ def collect(
     checked = check_model(model, target, input_shapes=input_shapes)
     status = {e["node"]: e for e in checked["nodes"] if e["node"]}
     try:
-        prepared = api.prepare(model, target, input_shapes=input_shapes)
+        prepared = api.prepare(model, target, input_shapes=input_shapes, quiet=True)
         refused = None
     except Onnx2EdgeError as e:
         prepared, refused = None, str(e)
