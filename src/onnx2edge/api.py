@@ -181,17 +181,24 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 
 # --- convert / run --------------------------------------------------------------------------
-def prepare(model: str | Path, target: str, *, input_shapes: Shapes = None) -> Graph:
+def prepare(
+    model: str | Path,
+    target: str,
+    *,
+    input_shapes: Shapes = None,
+    options: Mapping[str, Any] | None = None,
+) -> Graph:
     """Frontend + the backend's passes + the backend's coverage check."""
     backend = get_backend(target)
     graph = run_passes(
         frontend.load(model, input_shapes=input_shapes), (*DEFAULT_PASSES, *backend.required_passes)
     )
-    problems = backend.unsupported(graph)
+    problems = backend.unsupported_for(graph, dict(options or {}))
     if problems:
+        # One line per refused node, so every node is named and greppable.
         raise UnsupportedError(
             f"{model}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
-            f"to {target}: " + "; ".join(problems)
+            f"to {target}:\n  " + "\n  ".join(problems)
         )
     return graph
 
@@ -204,7 +211,7 @@ def convert(
     input_shapes: Shapes = None,
     options: Mapping[str, Any] | None = None,
 ) -> ConvertResult:
-    graph = prepare(model, target, input_shapes=input_shapes)
+    graph = prepare(model, target, input_shapes=input_shapes, options=options)
     backend = get_backend(target)
     options = dict(options or {})
     with atomic_dir(out_dir) as tmp:
