@@ -445,3 +445,20 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
         fn.set_outputs(outs)
     prog.add_function("main", fn)
     return prog, refusals, ctx.lowered
+
+
+def node_reasons(graph: Graph) -> dict[str, str]:
+    """node name -> why the mlprogram emitter refuses it (absent when it is emitted)."""
+    _, lines, _ = build_program(graph, collect=True)
+    out: dict[str, str] = {}
+    names = sorted((n.name for n in graph.nodes), key=len, reverse=True)
+    for line in lines:
+        name = next((m for m in names if line.startswith(f"{m} (")), None)
+        if name is not None:
+            out[name] = line.split("): ", 1)[-1]
+    if lines and lines[0].startswith("graph inputs/outputs"):
+        # The program could not be built: nodes with a mapping are judged by the table only.
+        for n in graph.nodes:
+            if n.op_type not in MIL_OPS:
+                out.setdefault(n.name, "no MIL op mapping for this op in onnx2edge")
+    return out

@@ -514,3 +514,27 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
                 raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
             refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
     return b.spec, refusals, ctx.lowered
+
+
+class _Sink:
+    """Stands in for NeuralNetworkBuilder when only the checks are wanted: every add_* call
+    is accepted, so each node's own checks decide (independently of the graph's I/O)."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *a, **k: None
+
+
+def node_reasons(graph: Graph) -> tuple[dict[str, str], Lowered]:
+    """node name -> why the neuralnetwork emitter refuses it (absent when it is emitted),
+    plus the replacements the emitter would apply."""
+    ctx = _Ctx(graph, _Sink())
+    out: dict[str, str] = {}
+    for n in graph.nodes:
+        fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+        try:
+            if fn is None:
+                raise Refuse("no Core ML NeuralNetwork layer for this op in onnx2edge")
+            fn(ctx, n)
+        except Refuse as e:
+            out[n.name] = str(e)
+    return out, ctx.lowered
