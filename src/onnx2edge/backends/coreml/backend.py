@@ -93,9 +93,16 @@ class CoreMLBackend(Backend):
                 spec, _, lowered = nn.build(graph)
                 names = {n: n for n in (*graph.inputs, *graph.outputs)}
                 _set_descriptions(spec, graph, names, fmt)
-                if fp16:
-                    spec = ct.utils.convert_neural_network_spec_weights_to_fp16(spec)
                 model = ct.models.MLModel(spec, skip_model_load=True)
+                if fp16:
+                    # coremltools' documented fp16 weight conversion; off macOS it returns
+                    # the spec rather than a loaded model.
+                    from coremltools.models.neural_network import quantization_utils
+
+                    with no_progress_bars():
+                        q = quantization_utils.quantize_weights(model, nbits=16)
+                    q_spec = q if hasattr(q, "neuralNetwork") else q.get_spec()
+                    model = ct.models.MLModel(q_spec, skip_model_load=True)
                 fname = "model.mlmodel"
             else:
                 prog, _, lowered = mil.build_program(graph)
@@ -140,6 +147,7 @@ class CoreMLBackend(Backend):
             counts[k] = counts.get(k, 0) + 1
         stats: dict[str, Any] = {
             "format": fmt,
+            "fp16": fp16,
             "coreml_layers": dict(sorted(counts.items())),
             "ane_replacements": len(lowered.replacements),
         }

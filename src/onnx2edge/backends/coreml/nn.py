@@ -376,10 +376,13 @@ def _legacy_broadcast(full: tuple[int, ...], other: tuple[int, ...]) -> bool:
     return other in ((1, 1, 1), (c, 1, 1), (1, h, w), (c, h, w))
 
 
-def _const_operand(c: _Ctx, n: Node, x: str, k: np.ndarray, op: str, y: str) -> list[str]:
+def _const_operand(
+    c: _Ctx, n: Node, x: str, k: np.ndarray, op: str, y: str, like: str | None = None
+) -> list[str]:
     """x (op) k for a constant k: one-input Add/Multiply (scalar alpha), Scale (per channel)
-    or LoadConstant + Add/Multiply (full blob)."""
-    shape = chw(c.graph, x)
+    or LoadConstant + Add/Multiply (full blob). `like` names the ONNX tensor whose shape x
+    has when x is one of our intermediate blobs."""
+    shape = chw(c.graph, like or x)
     out = chw(c.graph, y)
     if out != shape:
         raise Refuse("the constant operand broadcasts the activation to a larger shape")
@@ -436,7 +439,7 @@ def _binary(c: _Ctx, n: Node) -> None:
             neg = c.tmp(y)
             c.b.add_activation(c.tmp(n.name), "LINEAR", x, neg, params=[-1.0, 0.0])
             n2 = n.replace(name=n.name)
-            emitted = ["activation LINEAR(-1)"] + _const_operand(c, n2, neg, k, "add", y)
+            emitted = ["activation LINEAR(-1)"] + _const_operand(c, n2, neg, k, "add", y, like=x)
         else:
             raise Refuse("division by a tensor is not supported in the neuralnetwork format")
         for e in emitted:
