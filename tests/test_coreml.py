@@ -16,11 +16,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import make_model, save, tensor, vi
 from onnx2edge import api, frontend
 from onnx2edge.bench import zoo
 from onnx2edge.cli import main
 from onnx2edge.runtime import ort_run
+
+from conftest import make_model, save, tensor, vi
 
 ct = pytest.importorskip("coremltools", reason="coremltools is in the dev extra")
 
@@ -112,14 +113,17 @@ def test_written_model_loads_with_io_from_onnx(tmp_path: Path, fmt: str) -> None
 def test_neuralnetwork_layers_are_ane_friendly(tmp_path: Path) -> None:
     """No broadcastable / ND layers (seed 004); the replacements are listed."""
     out = tmp_path / "o"
-    api.convert(TORCH / "mobilenetv3_block.dynamo.onnx", "coreml", out,
-                options={"format": "neuralnetwork"})
+    api.convert(
+        TORCH / "mobilenetv3_block.dynamo.onnx", "coreml", out, options={"format": "neuralnetwork"}
+    )
     spec = ct.models.MLModel(str(out / "model.mlmodel"), skip_model_load=True).get_spec()
     kinds = {layer.WhichOneof("layer") for layer in spec.neuralNetwork.layers}
     assert not {k for k in kinds if "Broadcastable" in k or k.endswith("ND")}, kinds
     info = json.loads((out / MODEL_INFO).read_text())
     assert {(r["op"], r["instead_of"]) for r in info["replacements"]} == {
-        ("Mul", "MultiplyBroadcastable"), ("Add", "AddBroadcastable")}
+        ("Mul", "MultiplyBroadcastable"),
+        ("Add", "AddBroadcastable"),
+    }
     assert [f["op"] for f in info["fusions"]].count("HardSwish") == 4
 
 
@@ -129,16 +133,18 @@ def _elementwise_model() -> onnx.ModelProto:
     c = rng.standard_normal((1, 4, 1, 1)).astype(np.float32)
     full = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
     nodes = [
-        helper.make_node("Sub", ["a", "b"], ["s"]),                   # linear(-1) + Add
-        helper.make_node("Sub", ["k_full", "s"], ["s2"]),             # k - x
-        helper.make_node("Mul", ["s2", "k_c"], ["m"]),                # Scale
-        helper.make_node("Add", ["m", "k_full"], ["p"]),              # LoadConstant + Add
-        helper.make_node("Div", ["p", "two"], ["d"]),                 # Multiply alpha
-        helper.make_node("Mul", ["d", "b"], ["e"]),                   # Multiply
-        helper.make_node("Concat", ["e", "a"], ["y"], axis=1),        # Concat
+        helper.make_node("Sub", ["a", "b"], ["s"]),  # linear(-1) + Add
+        helper.make_node("Sub", ["k_full", "s"], ["s2"]),  # k - x
+        helper.make_node("Mul", ["s2", "k_c"], ["m"]),  # Scale
+        helper.make_node("Add", ["m", "k_full"], ["p"]),  # LoadConstant + Add
+        helper.make_node("Div", ["p", "two"], ["d"]),  # Multiply alpha
+        helper.make_node("Mul", ["d", "b"], ["e"]),  # Multiply
+        helper.make_node("Concat", ["e", "a"], ["y"], axis=1),  # Concat
     ]
     return make_model(
-        nodes, [vi("a", [1, 4, 5, 5]), vi("b", [1, 4, 5, 5])], [vi("y", [1, 8, 5, 5])],
+        nodes,
+        [vi("a", [1, 4, 5, 5]), vi("b", [1, 4, 5, 5])],
+        [vi("y", [1, 8, 5, 5])],
         [tensor("k_c", c), tensor("k_full", full), tensor("two", np.array(2.0, np.float32))],
     )
 
@@ -158,8 +164,12 @@ def test_seed004_replacements(tmp_path: Path, fmt: str) -> None:
     assert "activation LINEAR(alpha=-1)" in emitted and "scale" in emitted
     assert "loadConstant" in emitted and "concat" in emitted
     assert {r["instead_of"] for r in repl} == {
-        "SubtractBroadcastable", "MultiplyBroadcastable", "AddBroadcastable",
-        "DivideBroadcastable", "ConcatND"}
+        "SubtractBroadcastable",
+        "MultiplyBroadcastable",
+        "AddBroadcastable",
+        "DivideBroadcastable",
+        "ConcatND",
+    }
 
 
 def _layers_model() -> onnx.ModelProto:
@@ -169,31 +179,62 @@ def _layers_model() -> onnx.ModelProto:
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 0, 2, 1], strides=[2, 1]),
         helper.make_node("LeakyRelu", ["c1"], ["l1"], alpha=0.1),
-        helper.make_node("Conv", ["l1", "w2"], ["c2"], dilations=[2, 2], pads=[2, 2, 2, 2],
-                         group=2),
+        helper.make_node(
+            "Conv", ["l1", "w2"], ["c2"], dilations=[2, 2], pads=[2, 2, 2, 2], group=2
+        ),
         helper.make_node("Elu", ["c2"], ["e2"], alpha=0.7),
-        helper.make_node("AveragePool", ["e2"], ["p1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                         strides=[1, 1], count_include_pad=0),
-        helper.make_node("AveragePool", ["p1"], ["p2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                         count_include_pad=1),
-        helper.make_node("MaxPool", ["p2"], ["p3"], kernel_shape=[2, 2], strides=[2, 2],
-                         pads=[0, 0, 1, 1]),
+        helper.make_node(
+            "AveragePool",
+            ["e2"],
+            ["p1"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+            strides=[1, 1],
+            count_include_pad=0,
+        ),
+        helper.make_node(
+            "AveragePool",
+            ["p1"],
+            ["p2"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+            count_include_pad=1,
+        ),
+        helper.make_node(
+            "MaxPool", ["p2"], ["p3"], kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1]
+        ),
         helper.make_node("Clip", ["p3", "lo", "hi"], ["k1"]),
-        helper.make_node("Resize", ["k1", "", "sc"], ["r1"], mode="linear",
-                         coordinate_transformation_mode="align_corners"),
-        helper.make_node("Resize", ["r1", "", "sc"], ["r2"], mode="linear",
-                         coordinate_transformation_mode="half_pixel"),
+        helper.make_node(
+            "Resize",
+            ["k1", "", "sc"],
+            ["r1"],
+            mode="linear",
+            coordinate_transformation_mode="align_corners",
+        ),
+        helper.make_node(
+            "Resize",
+            ["r1", "", "sc"],
+            ["r2"],
+            mode="linear",
+            coordinate_transformation_mode="half_pixel",
+        ),
         helper.make_node("ConvTranspose", ["r2", "wt", "bt"], ["t1"], strides=[2, 2]),
         helper.make_node("Tanh", ["t1"], ["t2"]),
         helper.make_node("BatchNormalization", ["t2", "g", "be", "mu", "var"], ["bn"]),
         helper.make_node("Softmax", ["bn"], ["y"], axis=1),
     ]
     inits = [
-        tensor("w1", w(4, 3, 3, 3)), tensor("b1", w(4)), tensor("w2", w(6, 2, 3, 3)),
-        tensor("lo", np.array(-0.5, np.float32)), tensor("hi", np.array(0.8, np.float32)),
+        tensor("w1", w(4, 3, 3, 3)),
+        tensor("b1", w(4)),
+        tensor("w2", w(6, 2, 3, 3)),
+        tensor("lo", np.array(-0.5, np.float32)),
+        tensor("hi", np.array(0.8, np.float32)),
         tensor("sc", np.array([1, 1, 2, 2], np.float32)),
-        tensor("wt", w(6, 3, 2, 2)), tensor("bt", w(3)),
-        tensor("g", w(3) + 1), tensor("be", w(3)), tensor("mu", w(3)),
+        tensor("wt", w(6, 3, 2, 2)),
+        tensor("bt", w(3)),
+        tensor("g", w(3) + 1),
+        tensor("be", w(3)),
+        tensor("mu", w(3)),
         tensor("var", np.abs(w(3)) + 0.5),
     ]
     return make_model(nodes, [vi("x", [1, 3, 11, 9])], [vi("y", [1, 3, 24, 32])], inits, opset=17)
@@ -222,9 +263,12 @@ def test_fp16(tmp_path: Path, fmt: str) -> None:
     api.convert(model, "coreml", out, options={"format": fmt, "fp16": True})
     spec = ct.models.MLModel(
         str(out / ("model.mlmodel" if fmt == "neuralnetwork" else "model.mlpackage")),
-        skip_model_load=True).get_spec()
+        skip_model_load=True,
+    ).get_spec()
     if fmt == "neuralnetwork":
-        conv = next(la.convolution for la in spec.neuralNetwork.layers if la.HasField("convolution"))
+        conv = next(
+            la.convolution for la in spec.neuralNetwork.layers if la.HasField("convolution")
+        )
         assert len(conv.weights.float16Value) and not len(conv.weights.floatValue)
     else:
         assert "fp16" in str(spec.mlProgram)
@@ -241,13 +285,37 @@ def test_fp16(tmp_path: Path, fmt: str) -> None:
 def test_cli_convert_run_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = TORCH / "resize_decoder.dynamo.onnx"
     out = tmp_path / "o"
-    assert main(["convert", str(model), "--target", "coreml", "--format", "neuralnetwork",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                str(model),
+                "--target",
+                "coreml",
+                "--format",
+                "neuralnetwork",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     x = np.random.default_rng(3).standard_normal((1, 8, 10, 10)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     (iname,) = [i.name for i in onnx.load(model).graph.input]
-    assert main(["run", str(out), "--input", f"{iname}={tmp_path / 'x.npy'}",
-                 "-o", str(tmp_path / "y.npz")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(out),
+                "--input",
+                f"{iname}={tmp_path / 'x.npy'}",
+                "-o",
+                str(tmp_path / "y.npz"),
+            ]
+        )
+        == 0
+    )
     ref = ort_run(onnx.load(model), {iname: x})
     got = np.load(tmp_path / "y.npz")
     for k, v in ref.items():
@@ -261,8 +329,9 @@ def test_lstm_classifier_refused_naming_each_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
 ) -> None:
     model = TORCH / "lstm_classifier.dynamo.onnx"
-    code = main(["convert", str(model), "--target", "coreml", "--format", fmt,
-                 "-o", str(tmp_path / "o")])
+    code = main(
+        ["convert", str(model), "--target", "coreml", "--format", fmt, "-o", str(tmp_path / "o")]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert not (tmp_path / "o").exists()  # nothing half-written
@@ -280,8 +349,14 @@ def _graph(path: Path):  # noqa: ANN202
 
 @pytest.mark.parametrize("fn", [placement.check_coreml, placement.check_coreml_ane])
 @pytest.mark.parametrize(
-    "fixture", ["mobilenetv3_block.dynamo.onnx", "lstm_classifier.torchscript.onnx",
-                "shufflenet_unit.dynamo.onnx", "resize_decoder.torchscript.onnx"])
+    "fixture",
+    [
+        "mobilenetv3_block.dynamo.onnx",
+        "lstm_classifier.torchscript.onnx",
+        "shufflenet_unit.dynamo.onnx",
+        "resize_decoder.torchscript.onnx",
+    ],
+)
 def test_placement_reports_every_node_with_a_source(fixture: str, fn) -> None:  # noqa: ANN001
     g = _graph(TORCH / fixture)
     rows = fn(g)
@@ -296,15 +371,21 @@ def test_placement_reports_every_node_with_a_source(fixture: str, fn) -> None:  
 
 
 def test_ane_lstm_on_cpu_and_replacements() -> None:
-    lstm = {r["op"]: r for r in placement.check_coreml_ane(
-        _graph(TORCH / "lstm_classifier.dynamo.onnx"))}
+    lstm = {
+        r["op"]: r
+        for r in placement.check_coreml_ane(_graph(TORCH / "lstm_classifier.dynamo.onnx"))
+    }
     assert lstm["LSTM"]["placement"] == "cpu" and lstm["LSTM"]["status"] == "unsupported"
     assert lstm["Gather"]["placement"] == "cpu"
     assert "hollance/neural-engine" in lstm["LSTM"]["source"]
     rows = placement.check_coreml_ane(_graph(TORCH / "mobilenetv3_block.dynamo.onnx"))
     add = next(r for r in rows if r["op"] == "Add")
-    assert add == {**add, "status": "replaceable", "placement": "ane",
-                   "rule": "AddBroadcastable -> add"}
+    assert add == {
+        **add,
+        "status": "replaceable",
+        "placement": "ane",
+        "rule": "AddBroadcastable -> add",
+    }
     assert "seed 004" in add["source"]
     se_mul = [r for r in rows if r["op"] == "Mul"]  # squeeze-excite: C x H x W * C x 1 x 1
     assert se_mul and all(r["placement"] == "gpu" for r in se_mul)
@@ -321,8 +402,12 @@ def _limits_model() -> onnx.ModelProto:
     ]
     w = np.ones((2, 2, 3, 3), np.float32)
     sc = np.array([1, 1, 4, 4], np.float32)
-    return make_model(nodes, [vi("x", [1, 2, 48, 48])], [vi("y", [1, 2, 48, 48])],
-                      [tensor("w", w), tensor("sc", sc)])
+    return make_model(
+        nodes,
+        [vi("x", [1, 2, 48, 48])],
+        [vi("y", [1, 2, 48, 48])],
+        [tensor("w", w), tensor("sc", sc)],
+    )
 
 
 def test_ane_documented_limits(tmp_path: Path) -> None:
@@ -339,21 +424,26 @@ def test_ane_documented_limits(tmp_path: Path) -> None:
 def test_ane_dynamic_shape_rule(tmp_path: Path) -> None:
     from onnx2edge.ir.proto import graph_from_model
 
-    m = make_model([helper.make_node("Relu", ["x"], ["y"])],
-                   [vi("x", ["n", 3])], [vi("y", ["n", 3])])
+    m = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["n", 3])], [vi("y", ["n", 3])]
+    )
     (row,) = placement.check_coreml_ane(graph_from_model(m))
     assert row["placement"] == "cpu" and "forums/thread/724930" in row["source"]
 
 
 def test_check_coreml_statuses() -> None:
-    rows = {r["op"]: r for r in placement.check_coreml(
-        _graph(TORCH / "shufflenet_unit.dynamo.onnx"))}
+    rows = {
+        r["op"]: r for r in placement.check_coreml(_graph(TORCH / "shufflenet_unit.dynamo.onnx"))
+    }
     assert rows["Conv"]["status"] == "supported"
     assert rows["Transpose"]["status"] == "replaceable"
     assert rows["Transpose"]["rule"] == "convert with --format mlprogram"
-    assert rows["Concat"]["status"] == "replaceable" and rows["Concat"]["rule"].startswith("ConcatND")
-    lstm = {r["op"]: r for r in placement.check_coreml(
-        _graph(TORCH / "lstm_classifier.dynamo.onnx"))}
+    assert rows["Concat"]["status"] == "replaceable" and rows["Concat"]["rule"].startswith(
+        "ConcatND"
+    )
+    lstm = {
+        r["op"]: r for r in placement.check_coreml(_graph(TORCH / "lstm_classifier.dynamo.onnx"))
+    }
     assert lstm["LSTM"]["status"] == "unsupported"
 
 
