@@ -136,6 +136,8 @@ class CoreMLBackend(Backend):
                 {"onnx": n, "coreml": names[n], "shape": list(static_shape(graph, n))}
                 for n in graph.outputs
             ],
+            # MIL name -> ONNX name of every tensor, for `verify --per-layer`
+            "tensors": {names[k]: k for k in sorted(names)} if fmt == "mlprogram" else {},
             "replacements": lowered.replacements,
             "fusions": lowered.fusions,
             "coremltools": ct.__version__,
@@ -143,8 +145,16 @@ class CoreMLBackend(Backend):
         (out_dir / MODEL_INFO).write_text(json.dumps(info, indent=1) + "\n")
         (out_dir / "README.md").write_text(_readme(graph, fmt, fp16, fname, lowered))
         counts: dict[str, int] = {}
-        for k in lowered.layers:
-            counts[k] = counts.get(k, 0) + 1
+        if fmt == "mlprogram":
+            # Count the ops actually saved: ct.convert's pass pipeline fuses some of ours
+            # (bias into conv / linear, x * sigmoid(x) into silu, ...).
+            prog = evaluate.load_mil_program(out_dir / fname)
+            kinds = [op.op_type for op in prog.functions["main"].operations]
+        else:
+            kinds = list(lowered.layers)
+        for k in kinds:
+            if k != "const":
+                counts[k] = counts.get(k, 0) + 1
         stats: dict[str, Any] = {
             "format": fmt,
             "fp16": fp16,
@@ -181,6 +191,11 @@ class CoreMLBackend(Backend):
             # NeuralNetwork blobs keep ONNX tensor names; batch-1 blobs reshape back.
             for k, v in env.items():
                 out.setdefault(k, v[None] if v.ndim == 3 else v.reshape(1, -1))
+        elif options.get("per_layer"):
+            # Values the pass pipeline kept under our names (fused ones are gone).
+            for k, v in env.items():
+                if k in info.get("tensors", {}):
+                    out.setdefault(info["tensors"][k], np.asarray(v, np.float32))
         return out
 
 

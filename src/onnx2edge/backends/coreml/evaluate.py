@@ -626,8 +626,8 @@ def load_mil_program(path: Path) -> Any:
 
 
 def eval_mlprogram(prog: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the 'main' function; every op's result is kept in the dtype its op declares
-    (float16 values are rounded to float16 after each op)."""
+    """Run the 'main' function; returns every value by MIL name. Each op's result is kept in
+    the dtype its op declares (float16 values are rounded to float16 after each op)."""
     fn = prog.functions["main"]
     env: dict[str, Any] = {}
     for name, var in fn.inputs.items():
@@ -649,7 +649,7 @@ def eval_mlprogram(prog: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
         res = res if isinstance(res, list) else [res]
         for var, r in zip(op.outputs, res, strict=True):
             env[var.name] = np.asarray(r).astype(_np_dtype(var))
-    return {v.name: env[v.name] for v in fn.outputs}
+    return env
 
 
 def _np_dtype(var: Any) -> Any:
