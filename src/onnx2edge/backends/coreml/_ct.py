@@ -29,7 +29,8 @@ def coremltools() -> Any:
 
 @contextlib.contextmanager
 def no_progress_bars() -> Iterator[None]:
-    """ct.convert draws tqdm progress bars on stderr for each pass pipeline; swallow them
-    (errors still surface as exceptions)."""
-    with contextlib.redirect_stderr(io.StringIO()):
+    """ct.convert draws tqdm progress bars on stderr for each pass pipeline and
+    quantize_weights prints one line per layer on stdout; swallow both (errors still surface
+    as exceptions)."""
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         yield
