@@ -79,7 +79,7 @@ def test_zoo_small(zoo_dir: Path, name: str, fmt: str) -> None:
 
 @pytest.mark.slow  # 30-50 s per model and format on the shared 2-core machine
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("name", ["mobilenet_v1", "mobilenet_v2", "squeezenet"])
+@pytest.mark.parametrize("name", ["mobilenet_v1", "mobilenet_v2", "squeezenet", "nin", "googlenet"])
 def test_zoo_slow(tmp_path: Path, name: str, fmt: str) -> None:
     _verify(zoo.save(name, tmp_path / f"{name}.onnx"), fmt)
 
@@ -243,6 +243,33 @@ def _layers_model() -> onnx.ModelProto:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_layer_variants_match_onnxruntime(tmp_path: Path, fmt: str) -> None:
     _verify(save(_layers_model(), tmp_path / "layers.onnx"), fmt)
+
+
+def _caffe_model() -> onnx.ModelProto:
+    """Caffe-style ceil_mode max pooling (NIN, GoogLeNet, AlexNet) and LRN."""
+    w = (np.random.default_rng(4).standard_normal((6, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node(
+            "MaxPool", ["c"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1
+        ),
+        helper.make_node("LRN", ["p1"], ["n1"], size=5, alpha=1e-2, beta=0.75, bias=2.0),
+        helper.make_node(
+            "MaxPool",
+            ["n1"],
+            ["y"],
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            ceil_mode=1,
+        ),
+    ]
+    return make_model(nodes, [vi("x", [1, 3, 15, 16])], [vi("y", [1, 6, 4, 4])], [tensor("w", w)])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_ceil_mode_max_pool_and_lrn(tmp_path: Path, fmt: str) -> None:
+    _verify(save(_caffe_model(), tmp_path / "caffe.onnx"), fmt)
 
 
 def test_nan_and_inf_inputs_propagate_like_onnxruntime(tmp_path: Path) -> None:

@@ -150,3 +150,15 @@ def gemm_weights(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray | Non
             raise Refuse(f"Gemm's C of shape {list(c.shape)} is not a per-output bias")
         bias = (np.broadcast_to(c.reshape(-1), (n,)) * beta).astype(np.float32)
     return (w * alpha).astype(np.float32), bias
+
+
+def pool_out(size: int, k: int, s: int, before: int, after: int, ceil: bool) -> int:
+    """Pooled length: floor, or ceil with the last window dropped when it starts in the end
+    padding (MIL avg_pool / max_pool ceil_mode doc; PyTorch's rule)."""
+    span = size + before + after - k
+    if not ceil:
+        return span // s + 1
+    out = -(-span // s) + 1
+    if (out - 1) * s >= size + before and before + after > 0:
+        out -= 1
+    return out

@@ -261,25 +261,54 @@ def nn_concat(p: Any, *xs: np.ndarray) -> np.ndarray:
 
 def nn_pooling(p: Any, x: np.ndarray) -> np.ndarray:
     """[NN] PoolingLayerParams: MAX / AVERAGE; globalPooling pools all of H, W; 'valid'
-    padding with paddingAmounts; avgPoolExcludePadding."""
+    padding with paddingAmounts; 'includeLastPixel' (ValidCompletePadding: symmetric
+    paddingAmounts, output ceil((H + 2p - k) / s) + 1) for max pooling; avgPoolExcludePadding."""
     kind = {"MAX": "max", "AVERAGE": "avg"}.get(type(p).PoolingType.Name(p.type))
     if kind is None:
         raise Onnx2EdgeError("evaluator: L2 pooling is not modelled")
     if p.globalPooling:
-        return (
-            x.max(axis=(1, 2), keepdims=True)
-            if kind == "max"
-            else x.mean(axis=(1, 2), keepdims=True)
-        )
-    if p.WhichOneof("PoolingPaddingType") != "valid":
-        raise Onnx2EdgeError("evaluator: only 'valid' pooling padding is modelled")
+        if kind == "max":
+            return x.max(axis=(1, 2), keepdims=True)
+        return x.mean(axis=(1, 2), keepdims=True)
+    k, s = tuple(p.kernelSize), tuple(p.stride)
+    which = p.WhichOneof("PoolingPaddingType")
+    if which == "includeLastPixel" and kind == "max":
+        ph, pw = (list(p.includeLastPixel.paddingAmounts) + [0, 0])[:2]
+        ends = []
+        for size, kk, ss, pp in ((x.shape[1], k[0], s[0], ph), (x.shape[2], k[1], s[1], pw)):
+            out = -(-(size + 2 * pp - kk) // ss) + 1
+            ends.append(max(pp, (out - 1) * ss + kk - size - pp))  # pad so the last fits
+        # A window that would start in the end padding is dropped (output shape above).
+        y = _pool2d(x, k, s, (ph, ends[0], pw, ends[1]), kind, True)
+        oh = -(-(x.shape[1] + 2 * ph - k[0]) // s[0]) + 1
+        ow = -(-(x.shape[2] + 2 * pw - k[1]) // s[1]) + 1
+        return y[:, :oh, :ow]
+    if which != "valid":
+        raise Onnx2EdgeError(f"evaluator: '{which}' {kind} pooling padding is not modelled")
     ba = p.valid.paddingAmounts.borderAmounts
     pads = (
         (ba[0].startEdgeSize, ba[0].endEdgeSize, ba[1].startEdgeSize, ba[1].endEdgeSize)
         if len(ba)
         else (0, 0, 0, 0)
     )
-    return _pool2d(x, tuple(p.kernelSize), tuple(p.stride), pads, kind, p.avgPoolExcludePadding)
+    return _pool2d(x, k, s, pads, kind, p.avgPoolExcludePadding)
+
+
+def nn_lrn(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] LRNLayerParams: y = x / (k + alpha / localSize * sum of x^2 over the localSize
+    channels centred on c)^beta."""
+    return _lrn(x[None], int(p.localSize), p.alpha, p.beta, p.k)[0]
+
+
+def _lrn(x: np.ndarray, size: int, alpha: float, beta: float, k: float) -> np.ndarray:
+    sq = np.asarray(x, np.float64) ** 2
+    c = x.shape[1]
+    half = (size - 1) // 2
+    acc = np.zeros_like(sq)
+    for ch in range(c):
+        lo, hi = max(0, ch - half), min(c, ch + size - half)
+        acc[:, ch] = sq[:, lo:hi].sum(axis=1)
+    return x / (k + alpha / size * acc) ** beta
 
 
 def nn_reduce(p: Any, x: np.ndarray) -> np.ndarray:
@@ -485,12 +514,32 @@ def _pool_mil(
     ceil_mode=False,
     exclude_padding_from_average=False,
 ) -> np.ndarray:
-    if ceil_mode:
-        raise Onnx2EdgeError("evaluator: ceil_mode pooling is not modelled")
+    """[MIL] pool: ceil_mode output ceil((D + pad_b + pad_a - k) / s) + 1, minus one when
+    the last window would start in the end padding (modelled for max pooling)."""
     k = tuple(int(v) for v in kernel_sizes)
     s = tuple(int(v) for v in (strides if strides is not None else k))
     p = _pads(str(pad_type), pad, 2)
-    return np.stack([_pool2d(xi, k, s, p, kind, bool(exclude_padding_from_average)) for xi in x])
+    if not ceil_mode:
+        excl = bool(exclude_padding_from_average)
+        return np.stack([_pool2d(xi, k, s, p, kind, excl) for xi in x])
+    if kind != "max":
+        raise Onnx2EdgeError("evaluator: ceil_mode average pooling is not modelled")
+    outs, ends = [], []
+    for d, (size, kk, ss) in enumerate(zip(x.shape[2:], k, s, strict=True)):
+        b, a = p[2 * d], p[2 * d + 1]
+        out = -(-(size + b + a - kk) // ss) + 1
+        if (out - 1) * ss >= size + b and b + a > 0:
+            out -= 1
+        outs.append(out)
+        ends.append(max(a, (out - 1) * ss + kk - size - b))
+    y = np.stack([_pool2d(xi, k, s, (p[0], ends[0], p[2], ends[1]), kind, True) for xi in x])
+    return y[:, :, : outs[0], : outs[1]]
+
+
+def mil_local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0, **_: Any) -> np.ndarray:
+    """[MIL] normalization.local_response_norm: x / (k + alpha / size * sum_j x_j^2)^beta
+    over `size` neighbouring channels."""
+    return _lrn(np.asarray(x), int(size), float(alpha), float(beta), float(k))
 
 
 def mil_max_pool(x, **kw: Any) -> np.ndarray:

@@ -26,6 +26,7 @@ from .common import (
     float_tensor,
     gemm_weights,
     opt_const,
+    pool_out,
     resize_params,
     static_shape,
 )
@@ -204,14 +205,22 @@ def _pool(c: _Ctx, n: Node, mb: Any) -> None:
     xs, ys = static_shape(g, n.inputs[0]), static_shape(g, n.outputs[0])
     t, left, b, r = geo["pads"]
     sh, sw = geo["strides"]
-    if (xs[2] + t + b - k[0]) // sh + 1 != ys[2] or (xs[3] + left + r - k[1]) // sw + 1 != ys[3]:
-        raise Refuse("ceil_mode=1 changes the output size here; not supported")
+    ceil = False
+    if (pool_out(xs[2], k[0], sh, t, b, False), pool_out(xs[3], k[1], sw, left, r, False)) != ys[
+        2:
+    ]:
+        # ceil_mode=1: MIL's ceil_mode (symmetric pads); max pooling only, see nn.py.
+        want = (pool_out(xs[2], k[0], sh, t, b, True), pool_out(xs[3], k[1], sw, left, r, True))
+        if n.op_type != "MaxPool" or t != b or left != r or want != ys[2:]:
+            raise Refuse("ceil_mode=1 is supported for MaxPool with symmetric pads only")
+        ceil = True
     args = dict(
         x=c.x(n.inputs[0]),
         kernel_sizes=k,
         strides=[sh, sw],
         pad_type="custom",
         pad=_pad4(geo["pads"]),
+        ceil_mode=ceil,
         name=c.out(n),
     )
     if n.op_type == "MaxPool":
@@ -219,6 +228,24 @@ def _pool(c: _Ctx, n: Node, mb: Any) -> None:
     else:
         excl = not bool(n.attr("count_include_pad", 0))
         c.set(n, mb.avg_pool(exclude_padding_from_average=excl, **args))
+
+
+@_op("LRN")
+def _lrn(c: _Ctx, n: Node, mb: Any) -> None:
+    size = int(n.attr("size"))
+    if size % 2 == 0:
+        raise Refuse("LRN with an even size centres its window differently; not supported")
+    c.set(
+        n,
+        mb.local_response_norm(
+            x=c.x(n.inputs[0]),
+            size=size,
+            alpha=float(n.attr("alpha", 1e-4)),
+            beta=float(n.attr("beta", 0.75)),
+            k=float(n.attr("bias", 1.0)),
+            name=c.out(n),
+        ),
+    )
 
 
 @_op("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum")

@@ -29,6 +29,7 @@ from .common import (
     float_tensor,
     gemm_weights,
     opt_const,
+    pool_out,
     resize_params,
     static_shape,
 )
@@ -237,8 +238,20 @@ def _pool(c: _Ctx, n: Node) -> None:
     _, oh, ow = chw(g, n.outputs[0])
     t, left, bot, r = geo["pads"]
     sh, sw = geo["strides"]
-    if (ih + t + bot - k[0]) // sh + 1 != oh or (iw + left + r - k[1]) // sw + 1 != ow:
-        raise Refuse("ceil_mode=1 changes the output size here; not supported")
+    floor = (pool_out(ih, k[0], sh, t, bot, False), pool_out(iw, k[1], sw, left, r, False))
+    padding = "VALID"
+    if floor != (oh, ow):
+        # ceil_mode=1 (Caffe-style nets): INCLUDE_LAST_PIXEL pads the end so the last window
+        # fits. Only for max pooling with symmetric pads, where padded cells never win; the
+        # averaging divisor of partial windows is not specified the same way.
+        if n.op_type != "MaxPool" or t != bot or left != r:
+            raise Refuse("ceil_mode=1 is supported for MaxPool with symmetric pads only")
+        want = (pool_out(ih, k[0], sh, t, t, True), pool_out(iw, k[1], sw, left, left, True))
+        # NeuralNetwork.proto ValidCompletePadding: ceil((H + 2p - k) / s) + 1, no drop rule.
+        plain = (-(-(ih + 2 * t - k[0]) // sh) + 1, -(-(iw + 2 * left - k[1]) // sw) + 1)
+        if want != (oh, ow) or plain != (oh, ow):
+            raise Refuse(f"ceil_mode output {list(want)} differs from ONNX's {[oh, ow]}")
+        padding = "INCLUDE_LAST_PIXEL"
     c.b.add_pooling(
         n.name,
         height=k[0],
@@ -246,7 +259,7 @@ def _pool(c: _Ctx, n: Node) -> None:
         stride_height=sh,
         stride_width=sw,
         layer_type=_pool_type(n),
-        padding_type="VALID",
+        padding_type=padding,
         input_name=n.inputs[0],
         output_name=n.outputs[0],
         exclude_pad_area=not bool(n.attr("count_include_pad", 0)),
@@ -256,6 +269,24 @@ def _pool(c: _Ctx, n: Node) -> None:
         padding_right=r,
     )
     c.layer("pooling")
+
+
+@_op("LRN")
+def _lrn(c: _Ctx, n: Node) -> None:
+    size = int(n.attr("size"))
+    if size % 2 == 0:
+        raise Refuse("LRN with an even size centres its window differently; not supported")
+    chw(c.graph, n.inputs[0])
+    c.b.add_lrn(
+        n.name,
+        n.inputs[0],
+        n.outputs[0],
+        alpha=float(n.attr("alpha", 1e-4)),
+        beta=float(n.attr("beta", 0.75)),
+        local_size=size,
+        k=float(n.attr("bias", 1.0)),
+    )
+    c.layer("lrn")
 
 
 @_op("GlobalAveragePool", "GlobalMaxPool")
