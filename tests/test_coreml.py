@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from onnx2edge import api, frontend
 from onnx2edge.bench import zoo
@@ -472,11 +472,3 @@ def test_check_coreml_statuses() -> None:
         r["op"]: r for r in placement.check_coreml(_graph(TORCH / "lstm_classifier.dynamo.onnx"))
     }
     assert lstm["LSTM"]["status"] == "unsupported"
-
-
-def test_unused_helper_shape() -> None:
-    # ort_run on a model with a Core ML-sized input, so the conftest helpers stay exercised
-    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [1, 2])], [vi("y", [1, 2])])
-    x = np.array([[-1.0, 2.0]], np.float32)
-    assert ort_run(m, {"x": x})["y"].tolist() == [[0.0, 2.0]]
-    assert TensorProto.FLOAT == 1
