@@ -195,7 +195,12 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 # --- convert / run --------------------------------------------------------------------------
 def prepare(
-    model: str | Path, target: str, *, input_shapes: Shapes = None, quiet: bool = False
+    model: str | Path,
+    target: str,
+    *,
+    input_shapes: Shapes = None,
+    options: Mapping[str, Any] | None = None,
+    quiet: bool = False,
 ) -> Graph:
     """Frontend + the backend's passes + the backend's coverage check."""
     backend = get_backend(target)
@@ -203,7 +208,7 @@ def prepare(
         frontend.load(model, input_shapes=input_shapes, quiet=quiet),
         (*DEFAULT_PASSES, *backend.required_passes),
     )
-    problems = backend.unsupported(graph)
+    problems = backend.unsupported_for(graph, dict(options or {}))
     if problems:
         raise UnsupportedError(
             f"{model}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
@@ -220,7 +225,7 @@ def convert(
     input_shapes: Shapes = None,
     options: Mapping[str, Any] | None = None,
 ) -> ConvertResult:
-    graph = prepare(model, target, input_shapes=input_shapes)
+    graph = prepare(model, target, input_shapes=input_shapes, options=options)
     backend = get_backend(target)
     options = dict(options or {})
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:

@@ -32,7 +32,7 @@ def _shapes(p: argparse.ArgumentParser) -> None:
 
 
 def _targets() -> list[str]:
-    return ["onnx", "c", "mps"]
+    return ["onnx", "c", "mps", "coreml"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("convert", help="generate code for a target")
     s.add_argument("model")
-    s.add_argument("--target", required=True, choices=["c", "mps"])
+    s.add_argument("--target", required=True, choices=["c", "mps", "coreml"])
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.add_argument(
         "--weights-file",
@@ -90,7 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--blas", choices=["none", "openblas"], default="none", help="C: GEMM from a BLAS library"
     )
-    s.add_argument("--fp16", action="store_true", help="MPS: store weights as float16")
+    s.add_argument(
+        "--fp16", action="store_true", help="MPS, Core ML: float16 weights (Core ML mlprogram: fp16 compute)"
+    )
+    s.add_argument(
+        "--format",
+        choices=["neuralnetwork", "mlprogram"],
+        default="mlprogram",
+        help="Core ML: .mlmodel NeuralNetwork (Neural-Engine-friendly layers) or .mlpackage ML Program",
+    )
     _shapes(s)
     _common(s)
 
@@ -106,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         default="onnx",
         choices=_targets(),
-        help="onnx: frontend + passes re-emitted as ONNX (default); c, mps: generated code",
+        help="onnx: frontend + passes re-emitted as ONNX (default); c, mps: generated code; coreml: NumPy model of the Core ML file",
     )
     s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     s.add_argument(
@@ -119,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--per-layer", action="store_true", help="compare every intermediate tensor")
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument(
+        "--format", choices=["neuralnetwork", "mlprogram"], default="mlprogram", help="Core ML format"
+    )
     _shapes(s)
     _common(s)
     s = sub.add_parser("bench", help="time the generated C against onnxruntime")
@@ -261,6 +272,8 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         opts = {"weights_file": a.weights_file, "blas": a.blas}
     elif a.target == "mps":
         opts = {"fp16": a.fp16}
+    elif a.target == "coreml":
+        opts = {"format": a.format, "fp16": a.fp16}
     res = api.convert(
         a.model, a.target, a.output, input_shapes=parse_input_shapes(a.input_shape), options=opts
     )
@@ -301,6 +314,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         atol=a.atol,
         per_layer=a.per_layer,
         seed=a.seed,
+        options={"format": a.format} if a.target == "coreml" else None,
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
     print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())
