@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx2edge.backends.mps import MPSBackend
 from onnx2edge.backends.mps import build as mps_build
+from onnx2edge.backends.mps.lower import lower
 from onnx2edge.errors import Onnx2EdgeError
 from onnx2edge.frontend.loader import load
 from onnx2edge.passes import run_passes
@@ -64,8 +65,12 @@ def convert(model: onnx.ModelProto, folder: Path, **options: object) -> tuple[MP
 
 
 def check_against_ort(
-    model: onnx.ModelProto, folder: Path, *, tolerance: float = TOLERANCE, **options: object
+    model: onnx.ModelProto | Path, folder: Path, *, tolerance: float = TOLERANCE, **options: object
 ) -> float:
+    """Every ONNX output within `tolerance` x max|output| of onnxruntime's; returns the worst
+    relative error."""
+    if isinstance(model, Path):
+        model = onnx.load(model)
     backend, out = convert(model, folder, **options)
     rng = np.random.default_rng(7)
     feeds = {}
@@ -76,12 +81,16 @@ def check_against_ort(
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, feeds
     )
-    name = model.graph.output[0].name
-    err = float(np.abs(got[name] - want[0]).max())
-    scale = float(np.abs(want[0]).max())
-    assert got[name].shape == want[0].shape
-    assert err <= tolerance * scale, f"max abs error {err:.3g} > {tolerance} x {scale:.3g}"
-    return err / scale
+    worst = 0.0
+    assert len(got) == len(want) == len(model.graph.output)
+    for vi, w in zip(model.graph.output, want, strict=True):
+        g = got[vi.name]
+        assert g.shape == w.shape, (vi.name, g.shape, w.shape)
+        err = float(np.abs(g - w).max())
+        scale = float(np.abs(w).max())
+        assert err <= tolerance * scale, f"{vi.name}: max abs error {err:.3g} > {tolerance} x {scale:.3g}"
+        worst = max(worst, err / scale)
+    return worst
 
 
 # ------------------------------------------------------------------------------------------
@@ -321,9 +330,12 @@ def test_zoo_model_slow(sim_dir: Path, tmp_path: Path, name: str) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def _unsupported(model: onnx.ModelProto, tmp_path: Path) -> list[str]:
+def _unsupported(model: onnx.ModelProto, tmp_path: Path, *, gpu_only: bool = False) -> list[str]:
+    """What `convert` refuses; `gpu_only` as with --gpu-only (no CPU tail)."""
     backend = MPSBackend()
     graph = run_passes(load(_save(model, tmp_path), quiet=True), backend.required_passes)
+    if gpu_only:
+        return lower(graph, check_only=True, cpu=False).refusals
     return backend.unsupported(graph)
 
 
@@ -333,10 +345,13 @@ def test_refuses_lstm(tmp_path: Path) -> None:
     p = {"W": _w(rng, 1, 4 * hidden, 3), "R": _w(rng, 1, 4 * hidden, hidden)}
     nodes = [helper.make_node("LSTM", ["input", "W", "R"], ["y"], name="lstm1", hidden_size=hidden)]
     model = _model(nodes, {"input": [5, 1, 3]}, ("y", [5, 1, 1, hidden]), p)
-    problems = _unsupported(model, tmp_path)
+    problems = _unsupported(model, tmp_path, gpu_only=True)
     assert any(
         "'lstm1'" in p and "LSTM" in p and "opset 17" in p and "recurrent" in p for p in problems
     ), problems
+    # With the CPU tail the input is not an image either: nothing would run on the GPU.
+    problems = _unsupported(model, tmp_path)
+    assert any("lstm1" in p and "CPU tail has no LSTM" in p for p in problems), problems
 
 
 def test_refuses_attention(tmp_path: Path) -> None:
@@ -354,10 +369,15 @@ def test_refuses_attention(tmp_path: Path) -> None:
         n("MatMul", ["a", "v"], ["output"], name="context"),
     ]
     model = _model(nodes, {"input": [1, 6, 16]}, ("output", [1, 6, 16]), p)
-    text = "\n".join(_unsupported(model, tmp_path))
+    text = "\n".join(_unsupported(model, tmp_path, gpu_only=True))
     for node in ("k_transpose", "scores", "context"):
         assert f"'{node}'" in text, text
     assert "graph input 'input'" in text and "MatMul of two run-time tensors" in text
+    # The CPU tail could run all of it, but then it is not an MPSNNGraph model.
+    assert _unsupported(model, tmp_path) == [
+        "no node runs on the GPU: MPSNNGraph needs at least one image node; this model is not a "
+        "convolutional network over [1, C, H, W] images"
+    ]
 
 
 def test_refuses_concat_gap(tmp_path: Path) -> None:
