@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--blas", choices=["none", "openblas"], default="none", help="C: GEMM from a BLAS library"
     )
     s.add_argument("--fp16", action="store_true", help="MPS: store weights as float16")
+    s.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="MPS: refuse nodes MPSNNGraph cannot run instead of a CPU tail in Swift",
+    )
     _shapes(s)
     _common(s)
 
@@ -233,7 +238,7 @@ def _cmd_convert(a: argparse.Namespace) -> int:
     if a.target == "c":
         opts = {"weights_file": a.weights_file, "blas": a.blas}
     elif a.target == "mps":
-        opts = {"fp16": a.fp16}
+        opts = {"fp16": a.fp16, "gpu_only": a.gpu_only}
     res = api.convert(
         a.model, a.target, a.output, input_shapes=parse_input_shapes(a.input_shape), options=opts
     )
