@@ -384,6 +384,32 @@ def test_torch_exports(sim_dir: Path, tmp_path: Path, exporter: str) -> None:
     assert "moves data between channels and pixels" in reshape["reason"]
 
 
+SEEDS = ["resnet_mini", "mobilenet_v1_mini", "mobilenet_v2_mini", "squeezenet_mini",
+         "googlenet_mini", "nin_bn_mini", "inception_v3_mini"]  # fmt: skip
+
+
+def _seeds(exporter: str, tmp_path: Path) -> None:
+    model = _side_by_side([FIXTURES / f"{n}.{exporter}.onnx" for n in SEEDS])
+    check_against_ort(model, tmp_path)
+    assert all(p["on"] == "gpu" for p in _placement(tmp_path)), _placement(tmp_path)
+
+
+@needs_swift
+def test_seed_networks_dynamo(sim_dir: Path, tmp_path: Path) -> None:
+    """Seed 000's seven networks (block types at reduced width and resolution) as torch's
+    default (dynamo) exporter writes them: global average pooling is ReduceMean over H, W with
+    keepdims then a Reshape, ReLU6 a Clip. All on the GPU graph, one build, 7 inputs/outputs."""
+    _seeds("dynamo", tmp_path)
+
+
+@needs_swift
+@pytest.mark.slow
+def test_seed_networks_torchscript(sim_dir: Path, tmp_path: Path) -> None:
+    """Slow (one more ~1 min swiftc build): the same seven networks from the TorchScript
+    exporter (GlobalAveragePool, Flatten, constant-folded shapes)."""
+    _seeds("torchscript", tmp_path)
+
+
 @needs_swift
 @pytest.mark.slow
 def test_torch_exports_shared_fixtures(sim_dir: Path, tmp_path: Path) -> None:
