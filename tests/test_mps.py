@@ -366,9 +366,10 @@ def _placement(folder: Path) -> list[dict]:
 def test_torch_exports(sim_dir: Path, tmp_path: Path, exporter: str) -> None:
     """A ResNet (global average pooling as dynamo writes it: ReduceMean over H, W + Reshape),
     SqueezeNet fire modules (Concat of 6 + 6 channels), SiLU, Mish, ReduceMax over channels,
-    and a YOLO-style detector (Split/Slice of channels, nearest upsampling + Concat, decode on
-    the CPU): both exporters' files, one build each, every output against onnxruntime."""
-    names = ["tiny_resnet", "fire_net", "yolo_head"]
+    a YOLO-style detector (Split/Slice of channels, nearest upsampling + Concat, decode on
+    the CPU) and a DBNet-style OCR head (FPN with nearest and bilinear Resize, ConvTranspose):
+    both exporters' files, one build each, every output against onnxruntime."""
+    names = ["tiny_resnet", "fire_net", "yolo_head", "dbnet_head"]
     model = _side_by_side([FIXTURES / f"{n}.{exporter}.onnx" for n in names])
     check_against_ort(model, tmp_path)
     placement = _placement(tmp_path)
