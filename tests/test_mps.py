@@ -125,6 +125,12 @@ def test_simulator_semantics(sim_dir: Path, tmp_path: Path) -> None:
     assert floats(lines["maxpool_pad"]) == [1, 3, 7, 9]
     assert floats(lines["fused_relu"]) == [0, 2]
     assert lines["float16_format"] == "true 1.0"
+    # Rows reduce along x (one value per row), columns along y (one per column).
+    assert floats(lines["row_sum"]) == [6, 15]
+    assert floats(lines["column_max"]) == [4, 5, 6]
+    assert floats(lines["spatial_mean"]) == [3.5]
+    assert floats(lines["channels_min"]) == [1, 2]
+    assert lines["two_results"] == "-3.0 double 6.0"
 
 
 # ------------------------------------------------------------------------------------------
