@@ -373,16 +373,18 @@ def test_torch_exports(sim_dir: Path, tmp_path: Path, exporter: str) -> None:
     """A ResNet (global average pooling as dynamo writes it: ReduceMean over H, W + Reshape),
     SqueezeNet fire modules (Concat of 6 + 6 channels), SiLU, Mish, ReduceMax over channels,
     a YOLO-style detector (Split/Slice of channels, nearest upsampling + Concat, decode on
-    the CPU) and a DBNet-style OCR head (FPN with nearest and bilinear Resize, ConvTranspose):
+    the CPU), a DBNet-style OCR head (FPN with nearest and bilinear Resize, ConvTranspose) and
+    GELU (erf and tanh forms):
     both exporters' files, one build each, every output against onnxruntime."""
-    names = ["tiny_resnet", "fire_net", "yolo_head", "dbnet_head"]
+    names = ["tiny_resnet", "fire_net", "yolo_head", "dbnet_head", "gelu_net"]
     model = _side_by_side([FIXTURES / f"{n}.{exporter}.onnx" for n in names])
     check_against_ort(model, tmp_path)
     placement = _placement(tmp_path)
     cpu = {p["node"] for p in placement if p["on"] == "cpu"}
-    # Everything up to the detector's decode runs on the GPU (ReduceMean, Split, Slice, Concat
-    # included); the decode (5-D Reshape, Transpose, ...) runs on the CPU, with its reason.
-    assert cpu and all("m2_" in c for c in cpu), cpu
+    # Everything up to the detector's decode runs on the GPU (ReduceMean, Split, Slice, Concat,
+    # erf-GELU included); the decode (5-D Reshape, Transpose, ...) runs on the CPU, with its
+    # reason, and so does dynamo's Gelu(approximate='tanh') (no neuron for it).
+    assert cpu and all("m2_" in c or "m4_" in c and "Gelu" in c for c in cpu), cpu
     assert not any(
         p["on"] == "cpu" and ("ReduceMean" in p["node"] or "ReduceMax" in p["node"])
         for p in placement
