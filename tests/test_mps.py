@@ -507,11 +507,43 @@ def concat_gaps() -> onnx.ModelProto:
     return _model(nodes, {"x": [1, 4, 5, 7]}, ("joined", [1, 10, 5, 7]), p, opset=18)
 
 
+def speech_head() -> onnx.ModelProto:
+    """A speech-style CNN: a non-image input [1, 40, 50] (features x frames) Unsqueezed to an
+    image on the CPU head, convolutions on the GPU, a classifier Reshape [1, C, 1, 1] ->
+    [1, C, 1], and a per-feature mean of the input computed on the CPU alone (two outputs)."""
+    rng = np.random.default_rng(5)
+    n = helper.make_node
+    p = {"w": _w(rng, 8, 1, 3, 3), "ax": np.array([1], np.int64), "ax23": np.array([2, 3], np.int64),
+         "ax2": np.array([2], np.int64), "shape": np.array([1, 8, 1], np.int64)}  # fmt: skip
+    nodes = [
+        n("Unsqueeze", ["feats", "ax"], ["img"], name="to_image"),
+        n("Conv", ["img", "w"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["c"], ["r"], name="relu"),
+        n("ReduceMean", ["r", "ax23"], ["pooled"], name="pool"),
+        n("Reshape", ["pooled", "shape"], ["logits"], name="to_rank3"),
+        n("ReduceMean", ["feats", "ax2"], ["feat_mean"], name="feat_mean"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "speech_head",
+        [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 40, 50])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8, 1]),
+         helper.make_tensor_value_info("feat_mean", TensorProto.FLOAT, [1, 40, 1])],  # fmt: skip
+        [numpy_helper.from_array(v, k) for k, v in p.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
 @needs_swift
 def test_reductions_slices_and_cpu_tail(sim_dir: Path, tmp_path: Path) -> None:
-    model = _side_by_side([reductions_and_slices(), concat_gaps()])
+    model = _side_by_side([reductions_and_slices(), concat_gaps(), speech_head()])
     check_against_ort(model, tmp_path)
     where = {p["node"].split("'")[1]: p for p in _placement(tmp_path)}
+    # The CPU head: the Unsqueeze of a non-image input runs before the graph and feeds it.
+    assert where["m2_to_image"]["on"] == "cpu" and where["m2_conv"]["on"] == "gpu"
+    assert where["m2_to_rank3"]["on"] == "gpu"
     assert where["m0_soft_w"]["on"] == "cpu" and "feature channels only" in where["m0_soft_w"]["reason"]
     assert where["m0_pick"]["on"] == "cpu" and "gather" in where["m0_pick"]["reason"]
     for gpu in ("m0_chan_sum", "m0_row_max", "m0_hw_min", "m0_slice", "m0_split_h", "m1_join"):

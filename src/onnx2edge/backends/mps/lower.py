@@ -68,6 +68,11 @@ class Lowered:
     cpu_inputs: list[tuple[str, str, list[int]]] = field(default_factory=list)
     gpu_reads: list[tuple[str, str, Img]] = field(default_factory=list)
     cpu_lines: list[str] = field(default_factory=list)
+    # The CPU head: statements run before the graph (constants, non-image inputs and nodes
+    # that only need them) and its image-shaped results the graph reads as source images.
+    head_lines: list[str] = field(default_factory=list)
+    uploads: list[tuple[str, str, Img]] = field(default_factory=list)
+    head_vars: dict[str, str] = field(default_factory=dict)  # uploaded tensor -> CPUTensor var
     cpu_outputs: dict[str, str] = field(default_factory=dict)
     placement: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -124,6 +129,10 @@ class Lowering:
         self.cpu = cpu
         self.cpu_env: dict[str, str] = {}
         self.cpu_lines: list[str] = []
+        self.head_lines: list[str] = []
+        self.head: set[str] = set()  # tensors the CPU computes before the graph
+        self.uploads: list[tuple[str, str, Img]] = []
+        self.phase = self.cpu_lines
         self.cpu_inputs: list[tuple[str, str, list[int]]] = []
         self.gpu_reads: dict[str, tuple[str, Img]] = {}
         self.input_vars: dict[str, str] = {}
@@ -308,13 +317,15 @@ class Lowering:
             off, ent = self.blob.add(v.astype(np.float32))
             var = self.fresh("const_" + name)
             self.blob.layer(var, [], "CPU constant", {"values": ent})
-            self.cpu_lines.append(
+            self.head_lines.append(
                 f"let {var} = CPUTensor(parameters.floats(offset: {off}, count: {v.size}), "
                 f"{[int(d) for d in v.shape]})"
             )
         elif name in self.input_vars:
             var = self.fresh("input_" + name)
-            self.cpu_lines.append(f"let {var} = CPUTensor(inputs[{swift_string(name)}]!, {shape})")
+            self.head_lines.append(
+                f"let {var} = CPUTensor(inputs[{swift_string(name)}]!, {shape})"
+            )
         elif name in self.env:
             img = self.env[name]
             var = self.fresh("gpu_" + name)
@@ -329,8 +340,9 @@ class Lowering:
 
     def cpu_out(self, node: Node, name: str, expr: str) -> None:
         var = self.fresh("cpu_" + name)
-        self.cpu_lines.append(f"// ONNX node '{node.name}' ({node.op_type}), on the CPU")
-        self.cpu_lines.append(f"let {var} = {expr}")
+        where = "head, before the graph" if self.phase is self.head_lines else "tail"
+        self.phase.append(f"// ONNX node '{node.name}' ({node.op_type}), on the CPU ({where})")
+        self.phase.append(f"let {var} = {expr}")
         self.cpu_env[name] = var
 
     def on_cpu(self, node: Node, why: str) -> str | None:
@@ -342,11 +354,18 @@ class Lowering:
             t = self.g.type_of(o) if o else None
             if t is not None and t.dtype != np.float32:
                 return f"{why}; the CPU tail computes float32 tensors only (output is {t.dtype})"
-        mark = (len(self.cpu_lines), dict(self.cpu_env), len(self.blob.data), len(self.blob.layers))
+        ins = [i for i in node.inputs if i and self.g.const(i) is None]
+        head = all(i in self.head or i in self.input_vars for i in ins)
+        self.phase = self.head_lines if head else self.cpu_lines
+        mark = (
+            len(self.cpu_lines), dict(self.cpu_env), len(self.blob.data), len(self.blob.layers),
+            len(self.head_lines),
+        )  # fmt: skip
         try:
             fn(self, node)
         except (CPURefuse, Refuse, ValueError) as e:
             del self.cpu_lines[mark[0] :]
+            del self.head_lines[mark[4] :]
             self.cpu_env = mark[1]
             del self.blob.data[mark[2] :]
             del self.blob.layers[mark[3] :]
@@ -355,7 +374,19 @@ class Lowering:
         for o in node.outputs:
             if o:
                 self.cpu_origin[o] = self.label(node)
+                if head:
+                    self.head.add(o)
         return None
+
+    def upload(self, name: str) -> None:
+        """Make head tensor `name` a source image of the graph (raises Refuse if not one)."""
+        if name in self.env:
+            return
+        c, h, w = image_dims(self.g.shape_of(name))
+        var = self.fresh("head_" + name)
+        img = Img(var, c, h, w)
+        self.env[name] = img
+        self.uploads.append((name, var, img))
 
     # -- driver -----------------------------------------------------------------------------
     def snapshot(self) -> tuple:
@@ -366,6 +397,7 @@ class Lowering:
             set(self.used_names),
             len(self.blob.data),
             len(self.blob.layers),
+            len(self.uploads),
         )
 
     def restore(self, mark: tuple) -> None:
@@ -374,6 +406,7 @@ class Lowering:
         self.absorbed, self.env, self.used_names = set(mark[1]), dict(mark[2]), set(mark[3])
         del self.blob.data[mark[4] :]
         del self.blob.layers[mark[5] :]
+        del self.uploads[mark[6] :]
 
     def run(self, check_only: bool) -> Lowered:
         refusals: list[str] = []
@@ -388,6 +421,7 @@ class Lowering:
                     self.input_vars[name] = var
                     self.cpu_inputs.append((name, var, [int(d) for d in t.shape]))  # type: ignore[union-attr]
                     self.cpu_origin[name] = f"graph input '{name}' (not an image)"
+                    self.head.add(name)
                     self.placement.append((f"graph input '{name}'", "cpu", str(e)))
                     continue
                 refusals.append(f"graph input '{name}': {e}")
@@ -417,9 +451,10 @@ class Lowering:
                         why += f"; the CPU tail has no {node.op_type} either"
                     refusals.append(f"{self.label(node)}: {why}")
                 continue
-            on_cpu = [i for i in ins if i in self.cpu_origin]
+            on_cpu = [i for i in ins if i in self.cpu_origin and i not in self.head]
             if on_cpu:
-                # The GPU graph runs first: nothing after a CPU node goes back to it.
+                # The GPU graph runs before the CPU tail: nothing after a tail node goes back
+                # to it (the head runs before the graph and feeds it source images).
                 why = (
                     f"reads '{on_cpu[0]}', computed on the CPU by {self.cpu_origin[on_cpu[0]]}, "
                     "and the GPU graph runs before the CPU tail"
@@ -427,6 +462,9 @@ class Lowering:
             else:
                 mark = self.snapshot()
                 try:
+                    for i in ins:
+                        if i in self.head:
+                            self.upload(i)
                     if emitter is None:
                         raise Refuse(
                             NO_NODE.get(node.op_type, "MPSNNGraph has no node for this op")
@@ -449,7 +487,7 @@ class Lowering:
         outputs: list[tuple[str, Img]] = []
         cpu_outputs: dict[str, str] = {}
         for out_name in self.g.outputs:
-            if out_name in self.cpu_env:
+            if out_name in self.cpu_origin and out_name in self.cpu_env:
                 cpu_outputs[out_name] = self.cpu_env[out_name]
                 continue
             if not refusals and out_name not in self.env:
@@ -476,6 +514,9 @@ class Lowering:
             self.cpu_inputs,
             reads,
             self.cpu_lines,
+            self.head_lines,
+            self.uploads,
+            {n: self.cpu_env[n] for n, _, _ in self.uploads},
             cpu_outputs,
             self.placement,
         )

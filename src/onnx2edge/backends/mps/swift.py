@@ -256,7 +256,7 @@ def render_model(
     input_list = ", ".join(swift_string(n) for n in all_inputs)
     sizes = ",\n".join(
         f"        {swift_string(n)}: (width: {i.w}, height: {i.h}, featureChannels: {i.c})"
-        for n, _, i in lowered.inputs
+        for n, _, i in [*lowered.inputs, *lowered.uploads]
     )
     shape_list = ",\n".join(
         f"        {swift_string(n)}: {shapes[n]}" for n in [*all_inputs, *output_names]
@@ -264,6 +264,12 @@ def render_model(
     body: list[str] = []
     for name, var, _img in lowered.inputs:
         body.append(f"// ONNX graph input '{name}'")
+        body.append(
+            f"let {var} = MPSNNImageNode(handle: ONNXTensorHandle(name: {swift_string(name)}))"
+        )
+        body.append("")
+    for name, var, _img in lowered.uploads:
+        body.append(f"// '{name}', computed by the CPU head before the graph runs")
         body.append(
             f"let {var} = MPSNNImageNode(handle: ONNXTensorHandle(name: {swift_string(name)}))"
         )
@@ -309,7 +315,12 @@ def render_model(
             "resultsAreNeeded: &needed)\nelse { return nil }"
         )
     weights_type = ".float16" if fp16 else ".float32"
-    gpu_only = not lowered.cpu_lines and not lowered.cpu_inputs and len(results) == 1
+    gpu_only = (
+        not lowered.cpu_lines
+        and not lowered.head_lines
+        and not lowered.cpu_inputs
+        and len(results) == 1
+    )
     single = ""
     if len(lowered.inputs) == 1 and gpu_only:
         n = lowered.inputs[0][0]
@@ -343,7 +354,7 @@ def render_model(
 {single}"""
     run = _render_run(lowered, results, output_names)
     cpu_note = ""
-    if lowered.cpu_lines:
+    if lowered.cpu_lines or lowered.head_lines:
         cpu_note = (
             "\n/// Nodes MPSNNGraph cannot express run after it on the CPU (`run(inputs:)`, the"
             "\n/// CPU tail at its end); `placement` in mps-model.json lists them with the reason."
@@ -428,17 +439,27 @@ public final class {class_name} {{
         return graph.encode(to: commandBuffer, sourceImages: sources)
     }}
 {gpu_api}{run}}}
-{SUPPORT}{CPU_SUPPORT if lowered.cpu_lines else ""}"""
+{SUPPORT}{CPU_SUPPORT if lowered.cpu_lines or lowered.head_lines else ""}"""
 
 
 def _render_run(
     lowered: Lowered, results: list[tuple[str, list[str]]], output_names: list[str]
 ) -> str:
     """`run(inputs:)`: the GPU graph, then the CPU tail, on arrays in ONNX order."""
-    lines = [
+    lines: list[str] = []
+    if lowered.head_lines:
+        lines.append("// The CPU head: what the graph needs that MPSNNGraph cannot compute.")
+        lines += lowered.head_lines
+        lines.append("")
+    head = ", ".join(
+        f"{swift_string(n)}: {lowered.head_vars[n]}.values" for n, _, _ in lowered.uploads
+    )
+    lines += [
+        f"let head: [String: [Float]] = [{head or ':'}]",
         "var sources: [MPSImage] = []",
         "for handle in graph.sourceImageHandles {",
-        "    guard let name = handle.label(), let values = inputs[name], let image = makeInputImage(name),",
+        "    guard let name = handle.label(), let values = inputs[name] ?? head[name],",
+        "          let image = makeInputImage(name),",
         "          values.count == image.width * image.height * image.featureChannels else { return nil }",
         "    values.withUnsafeBytes {",
         "        image.writeBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)",
