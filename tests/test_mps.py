@@ -88,7 +88,9 @@ def check_against_ort(
         assert g.shape == w.shape, (vi.name, g.shape, w.shape)
         err = float(np.abs(g - w).max())
         scale = float(np.abs(w).max())
-        assert err <= tolerance * scale, f"{vi.name}: max abs error {err:.3g} > {tolerance} x {scale:.3g}"
+        assert err <= tolerance * scale, (
+            f"{vi.name}: max abs error {err:.3g} > {tolerance} x {scale:.3g}"
+        )
         worst = max(worst, err / scale)
     return worst
 
@@ -424,16 +426,18 @@ def test_seed_networks_torchscript(sim_dir: Path, tmp_path: Path) -> None:
 def test_torch_exports_shared_fixtures(sim_dir: Path, tmp_path: Path) -> None:
     """Slow (~1 min: one more swiftc build): tests/fixtures/torch's MobileNetV3 block
     (HardSigmoid, HardSwish, ReduceMean, a grouped convolution of 6 channels per group), SiLU
-    net and resize decoder from the dynamo exporter (opset 18)."""
-    names = ["mobilenetv3_block", "silu_convnet", "resize_decoder"]
+    net, resize decoder and ShuffleNet unit (channel shuffle, Split) from the dynamo exporter
+    (opset 18)."""
+    names = ["mobilenetv3_block", "silu_convnet", "resize_decoder", "shufflenet_unit"]
     check_against_ort(_side_by_side([TORCH_FIXTURES / f"{n}.dynamo.onnx" for n in names]), tmp_path)
 
 
 @needs_swift
 def test_mobilenetv3_torchscript(sim_dir: Path, tmp_path: Path) -> None:
     """MobileNetV3 block as TorchScript writes it: HardSigmoid / HardSwish on the GPU (neuron
-    + multiplication), GlobalAveragePool and ReduceMean, groups of 6 channels (dense weights)."""
-    names = ["mobilenetv3_block", "silu_convnet"]
+    + multiplication), GlobalAveragePool and ReduceMean, groups of 6 channels (dense weights);
+    a ShuffleNet unit (channel shuffle = Reshape, Transpose, Reshape: a channel permutation)."""
+    names = ["mobilenetv3_block", "silu_convnet", "shufflenet_unit"]
     check_against_ort(
         _side_by_side([TORCH_FIXTURES / f"{n}.torchscript.onnx" for n in names]), tmp_path
     )
@@ -513,8 +517,9 @@ def speech_head() -> onnx.ModelProto:
     [1, C, 1], and a per-feature mean of the input computed on the CPU alone (two outputs)."""
     rng = np.random.default_rng(5)
     n = helper.make_node
-    p = {"w": _w(rng, 8, 1, 3, 3), "ax": np.array([1], np.int64), "ax23": np.array([2, 3], np.int64),
-         "ax2": np.array([2], np.int64), "shape": np.array([1, 8, 1], np.int64)}  # fmt: skip
+    i64 = np.int64
+    p = {"w": _w(rng, 8, 1, 3, 3), "ax": np.array([1], i64), "ax23": np.array([2, 3], i64),
+         "ax2": np.array([2], i64), "shape": np.array([1, 8, 1], i64)}  # fmt: skip
     nodes = [
         n("Unsqueeze", ["feats", "ax"], ["img"], name="to_image"),
         n("Conv", ["img", "w"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2]),
@@ -544,7 +549,8 @@ def test_reductions_slices_and_cpu_tail(sim_dir: Path, tmp_path: Path) -> None:
     # The CPU head: the Unsqueeze of a non-image input runs before the graph and feeds it.
     assert where["m2_to_image"]["on"] == "cpu" and where["m2_conv"]["on"] == "gpu"
     assert where["m2_to_rank3"]["on"] == "gpu"
-    assert where["m0_soft_w"]["on"] == "cpu" and "feature channels only" in where["m0_soft_w"]["reason"]
+    soft = where["m0_soft_w"]
+    assert soft["on"] == "cpu" and "feature channels only" in soft["reason"]
     assert where["m0_pick"]["on"] == "cpu" and "gather" in where["m0_pick"]["reason"]
     for gpu in ("m0_chan_sum", "m0_row_max", "m0_hw_min", "m0_slice", "m0_split_h", "m1_join"):
         assert where[gpu]["on"] == "gpu", where[gpu]

@@ -215,11 +215,8 @@ def _split(lw: Lowering, node: Node) -> None:
         starts = [0] * len(shape)
         starts[axis] = at
         at += out[axis]
-        lw.cpu_out(
-            node,
-            o,
-            f"cpuSlice({x}, starts: {_ints(starts)}, steps: {_ints([1] * len(shape))}, {_ints(out)})",
-        )
+        ones = _ints([1] * len(shape))
+        lw.cpu_out(node, o, f"cpuSlice({x}, starts: {_ints(starts)}, steps: {ones}, {_ints(out)})")
 
 
 @cpu_emitter("Softmax", "LogSoftmax")

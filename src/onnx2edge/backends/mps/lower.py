@@ -419,7 +419,8 @@ class Lowering:
                 if self.cpu and t is not None and t.is_static and t.dtype == np.float32:
                     var = self.fresh(name)
                     self.input_vars[name] = var
-                    self.cpu_inputs.append((name, var, [int(d) for d in t.shape]))  # type: ignore[union-attr]
+                    shape = [int(d) for d in t.shape]  # type: ignore[union-attr]
+                    self.cpu_inputs.append((name, var, shape))
                     self.cpu_origin[name] = f"graph input '{name}' (not an image)"
                     self.head.add(name)
                     self.placement.append((f"graph input '{name}'", "cpu", str(e)))
@@ -560,7 +561,10 @@ NO_NODE = {
     "TopK": "MPSNNGraph has no top-k node: take the top k on the CPU after the graph",
     "NonMaxSuppression": "MPSNNGraph has no NMS node: run NMS on the CPU after the graph",
     "Cast": "MPSNNGraph images are floating point only: remove the Cast",
-    "Erf": "MPSNNGraph has no erf neuron (only GELU's x * 0.5 * (1 + erf(x / sqrt 2)) maps, to the geLU neuron)",
+    "Erf": (
+        "MPSNNGraph has no erf neuron (only GELU's x * 0.5 * (1 + erf(x / sqrt 2)) maps, "
+        "to the geLU neuron)"
+    ),
     "Min": "MPSNNGraph has no element-wise min node",
     "Max": "MPSNNGraph has no element-wise max node",
     "DepthToSpace": "MPSNNGraph has no depth-to-space node",
@@ -1089,6 +1093,8 @@ def _reshape(lw: Lowering, node: Node) -> None:
         return
     shape = lw.g.shape_of(node.outputs[0])
     c, h, w = x.flat_of or (x.c, x.h, x.w)
+    if _channel_shuffle(lw, node, x, tuple(shape)):
+        return
     if tuple(shape) in ((1, c * h * w), (1, c * h * w, 1, 1)) and (len(shape) == 2 or h * w == 1):
         # Flatten to [1, K]: free when H = W = 1; otherwise a view in ONNX's CHW order, which
         # a following fully connected layer reorders into its weights.
@@ -1471,7 +1477,10 @@ def _mish(lw: Lowering, node: Node) -> None:
     lw.emit(
         var,
         [f"ONNX node '{node.name}' (Mish), product"],
-        [f"let {var} = MPSNNMultiplicationNode(leftSource: {x.var}, rightSource: {th}.resultImage)"],
+        [
+            f"let {var} = MPSNNMultiplicationNode("
+            f"leftSource: {x.var}, rightSource: {th}.resultImage)"
+        ],
         node.outputs[0],
         Img(f"{var}.resultImage", x.c, x.h, x.w, x.flat_of),
     )
@@ -1540,7 +1549,8 @@ def _gpu_slice(
     base = node.name or out
     if (oc, steps[1], starts[1]) != (x.c, 1, 0):
         rows = [starts[1] + k * steps[1] for k in range(oc)]
-        var = _selection_conv(lw, node, cur, rows, oc, base + "_channels", f"channels {rows[:3]}...")
+        why = f"channels {rows[:3]}..."
+        var = _selection_conv(lw, node, cur, rows, oc, base + "_channels", why)
         cur = Img(f"{var}.resultImage", oc, x.h, x.w)
     if (oh, ow) != (x.h, x.w) or steps[2:] != [1, 1]:
         var = _crop(lw, node, cur, (starts[2], starts[3]), (steps[2], steps[3]), (oh, ow), base)
@@ -1633,3 +1643,34 @@ def _erf_gelu(lw: Lowering, node: Node) -> None:
         t,
         Img(f"{var}.resultImage", x.c, x.h, x.w, x.flat_of),
     )
+
+
+def _channel_shuffle(lw: Lowering, node: Node, x: Img, shape: tuple[int, ...]) -> bool:
+    """Reshape [1, C, H, W] -> [1, g1, g2, ..., H, W], a Transpose of the channel-group axes
+    only, and a Reshape back to [1, C, H, W] (ShuffleNet's channel shuffle) permute channels:
+    one 1x1 selection convolution. Absorbs the Transpose and the second Reshape."""
+    if x.flat_of or node.op_type != "Reshape" or len(shape) < 5 or shape[0] != 1:
+        return False
+    if tuple(shape[-2:]) != (x.h, x.w) or int(np.prod(shape[1:-2])) != x.c:
+        return False
+    tr = lw.sole_consumer(node.outputs[0])
+    if tr is None or tr.op_type != "Transpose":
+        return False
+    perm = list(tr.attr("perm") or [])
+    k = len(shape)
+    if len(perm) != k or perm[0] != 0 or perm[-2:] != [k - 2, k - 1]:
+        return False
+    back = lw.sole_consumer(tr.outputs[0])
+    if back is None or back.op_type not in ("Reshape", "Flatten"):
+        return False
+    if tuple(lw.g.shape_of(back.outputs[0])) != (1, x.c, x.h, x.w):
+        return False
+    groups = list(shape[1:-2])
+    rows = np.arange(x.c).reshape(groups).transpose([p - 1 for p in perm[1:-2]]).reshape(-1)
+    lw.absorbed.update({id(tr), id(back)})
+    var = _selection_conv(
+        lw, node, x, [int(r) for r in rows], x.c, node.name or node.outputs[0],
+        f"with '{tr.name}' and '{back.name}', a channel shuffle",
+    )  # fmt: skip
+    lw.env[back.outputs[0]] = Img(f"{var}.resultImage", x.c, x.h, x.w)
+    return True

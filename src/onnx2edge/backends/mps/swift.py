@@ -572,14 +572,15 @@ import {class_name}
 
 let device = MTLCreateSystemDefaultDevice()!
 let model = {class_name}(device: device)!          // builds the MPSNNGraph once
-let input = model.makeInputImage({class_name}.inputNames[0])!
-// fill `input`, e.g. input.writeBytes(pointer, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
-model.predict(inputs: [{class_name}.inputNames[0]: input]) {{ result in
-    // result: MPSImage, {class_name}.outputSize; read it with readBytes(...)
-}}
+// float32 values in ONNX (row-major, NCHW) order, one array per ONNX input
+let outputs = model.run(inputs: [{class_name}.inputNames[0]: values])!
+let first = outputs[{class_name}.outputNames[0]]!   // its shape: {class_name}.shapes[name]
 ```
 
-Images hold ONNX NCHW tensors with batch 1 (width W, height H, C feature channels); read and
-write them with `dataLayout: .featureChannelsxHeightxWidth` to keep ONNX's element order.
-To encode into your own command buffer, call `encode(to:inputs:)` instead of `predict`.
+`run(inputs:)` runs the graph and waits; nodes MPSNNGraph cannot express (if any) run on the
+CPU before it (head) or after it (tail), so it returns every ONNX output. Images hold ONNX
+NCHW tensors with batch 1 (width W, height H, C feature channels); read and write them with
+`dataLayout: .featureChannelsxHeightxWidth` to keep ONNX's element order.
+To encode the graph alone into your own command buffer (images in, the first result image
+out), call `encode(to:inputs:)`.
 """

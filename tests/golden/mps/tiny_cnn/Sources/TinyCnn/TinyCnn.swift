@@ -141,9 +141,11 @@ public final class TinyCnn {
     /// Run one inference and wait for it: `inputs` maps ONNX input names to float32 values in
     /// ONNX (row-major, NCHW) order; returns every ONNX output the same way.
     public func run(inputs: [String: [Float]]) -> [String: [Float]]? {
+        let head: [String: [Float]] = [:]
         var sources: [MPSImage] = []
         for handle in graph.sourceImageHandles {
-            guard let name = handle.label(), let values = inputs[name], let image = makeInputImage(name),
+            guard let name = handle.label(), let values = inputs[name] ?? head[name],
+                  let image = makeInputImage(name),
                   values.count == image.width * image.height * image.featureChannels else { return nil }
             values.withUnsafeBytes {
                 image.writeBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
