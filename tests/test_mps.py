@@ -541,14 +541,50 @@ def speech_head() -> onnx.ModelProto:
     return model
 
 
+def cpu_conv_resize() -> onnx.ModelProto:
+    """Tail nodes that MPS has but that follow a CPU node: a grouped strided Conv and Resize
+    (nearest at a non-integer scale, linear with align_corners) after a 5-D Reshape."""
+    rng = np.random.default_rng(6)
+    n = helper.make_node
+    i64 = np.int64
+    p = {"w0": _w(rng, 8, 3, 1, 1), "w1": _w(rng, 6, 4, 3, 3), "b1": _w(rng, 6),
+         "s5": np.array([1, 2, 4, 6, 6], i64), "s4": np.array([1, 8, 6, 6], i64),
+         "sz1": np.array([1, 6, 5, 7], i64), "sz2": np.array([1, 6, 4, 4], i64)}  # fmt: skip
+    nodes = [
+        n("Conv", ["x", "w0"], ["a"], name="a"),
+        n("Reshape", ["a", "s5"], ["a5"], name="to5d"),
+        n("Reshape", ["a5", "s4"], ["a4"], name="to4d"),
+        n("Conv", ["a4", "w1", "b1"], ["c"], name="cpu_conv", group=2, strides=[2, 2],
+          pads=[1, 0, 1, 2]),
+        n("Resize", ["c", "", "", "sz1"], ["near"], name="near", mode="nearest"),
+        n("Resize", ["c", "", "", "sz2"], ["lin"], name="lin", mode="linear",
+          coordinate_transformation_mode="align_corners"),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "cpu_conv_resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("near", TensorProto.FLOAT, [1, 6, 5, 7]),
+         helper.make_tensor_value_info("lin", TensorProto.FLOAT, [1, 6, 4, 4])],  # fmt: skip
+        [numpy_helper.from_array(v, k) for k, v in p.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
 @needs_swift
 def test_reductions_slices_and_cpu_tail(sim_dir: Path, tmp_path: Path) -> None:
-    model = _side_by_side([reductions_and_slices(), concat_gaps(), speech_head()])
+    model = _side_by_side(
+        [reductions_and_slices(), concat_gaps(), speech_head(), cpu_conv_resize()]
+    )
     check_against_ort(model, tmp_path)
     where = {p["node"].split("'")[1]: p for p in _placement(tmp_path)}
     # The CPU head: the Unsqueeze of a non-image input runs before the graph and feeds it.
     assert where["m2_to_image"]["on"] == "cpu" and where["m2_conv"]["on"] == "gpu"
     assert where["m2_to_rank3"]["on"] == "gpu"
+    for cpu in ("m3_to5d", "m3_cpu_conv", "m3_near", "m3_lin"):
+        assert where[cpu]["on"] == "cpu", where[cpu]
     soft = where["m0_soft_w"]
     assert soft["on"] == "cpu" and "feature channels only" in soft["reason"]
     assert where["m0_pick"]["on"] == "cpu" and "gather" in where["m0_pick"]["reason"]

@@ -65,6 +65,7 @@ class MPSBackend(Backend):
                 opset=graph.opset,
                 fp16=fp16,
                 shapes={n: [int(d) for d in graph.shape_of(n)] for n in names},
+                input_names=list(graph.inputs),
                 output_names=list(graph.outputs),
             ),
             f"Sources/{cls}/weights.json": lowered.blob.manifest(graph.name),

@@ -292,3 +292,60 @@ def _gather(lw: Lowering, node: Node) -> None:
     idx = lw.cpu_in(node.inputs[1])
     out = _shape(lw, node.outputs[0])
     lw.cpu_out(node, node.outputs[0], f"cpuGather({x}, {idx}, axis: {axis}, {_ints(out)})")
+
+
+@cpu_emitter("Conv")
+def _conv(lw: Lowering, node: Node) -> None:
+    shape = _shape(lw, node.inputs[0])
+    out = _shape(lw, node.outputs[0])
+    wshape = _shape(lw, node.inputs[1])
+    if len(shape) != 4 or len(wshape) != 4:
+        raise CPURefuse("only 2-D convolutions of [1, C, H, W] tensors")
+    k = wshape[2:]
+    strides = list(node.attr("strides") or [1, 1])
+    dil = list(node.attr("dilations") or [1, 1])
+    auto = node.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    pads = list(node.attr("pads") or [0, 0, 0, 0])
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        for i in range(2):
+            total = max((out[2 + i] - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - shape[2 + i], 0)
+            small = total // 2
+            pads[i] = small if auto == "SAME_UPPER" else total - small
+    x = lw.cpu_in(node.inputs[0])
+    w = lw.cpu_in(node.inputs[1])
+    b = lw.cpu_in(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else "nil"
+    lw.cpu_out(
+        node,
+        node.outputs[0],
+        f"cpuConv({x}, {w}, {b}, groups: {int(node.attr('group', 1))}, strides: "
+        f"{_ints(strides)}, pads: {_ints(pads[:2])}, dilations: {_ints(dil)}, {_ints(out)})",
+    )
+
+
+@cpu_emitter("Resize", "Upsample")
+def _resize(lw: Lowering, node: Node) -> None:
+    shape, out = _shape(lw, node.inputs[0]), _shape(lw, node.outputs[0])
+    if len(shape) < 2 or shape[:-2] != out[:-2]:
+        raise CPURefuse("resize of axes other than the last two")
+
+    def s(attr: str, default: str) -> str:
+        v = node.attr(attr, default)
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    mode = s("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear") or node.attr("antialias", 0):
+        raise CPURefuse(f"resize mode '{mode}'")
+    new = node.op_type == "Resize" and lw.g.opset >= 11
+    transform = s("coordinate_transformation_mode", "half_pixel") if new else "asymmetric"
+    if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+        raise CPURefuse(f"coordinate_transformation_mode '{transform}'")
+    nearest = s("nearest_mode", "round_prefer_floor") if new else "floor"
+    x = lw.cpu_in(node.inputs[0])
+    linear = "false" if mode == "nearest" else "true"
+    lw.cpu_out(
+        node,
+        node.outputs[0],
+        f'cpuResize({x}, {_ints(out)}, linear: {linear}, transform: "{transform}", '
+        f'nearestMode: "{nearest}")',
+    )

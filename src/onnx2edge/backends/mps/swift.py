@@ -243,6 +243,7 @@ def render_model(
     opset: int,
     fp16: bool,
     shapes: dict[str, list[int]],
+    input_names: list[str],
     output_names: list[str],
 ) -> str:
     results = _results(lowered)
@@ -252,7 +253,7 @@ def render_model(
         next((img for _, _, img in lowered.gpu_reads if img.var == first_var), None),
     )
     assert first_img is not None
-    all_inputs = [n for n, _, _ in lowered.inputs] + [n for n, _, _ in lowered.cpu_inputs]
+    all_inputs = input_names  # ONNX graph order (the harness and callers rely on it)
     input_list = ", ".join(swift_string(n) for n in all_inputs)
     sizes = ",\n".join(
         f"        {swift_string(n)}: (width: {i.w}, height: {i.h}, featureChannels: {i.c})"
