@@ -433,6 +433,7 @@ class Lowering:
             self.env[name] = img
             self.input_vars[name] = var
             inputs.append((name, var, img))
+        heavy = 0  # convolutions, fully connected layers and pooling on the GPU
         for node in self.g.nodes:
             if id(node) in self.absorbed:
                 continue
@@ -472,6 +473,7 @@ class Lowering:
                         )
                     emitter(self, node)
                     self.placement.append((self.label(node), "gpu", ""))
+                    heavy += node.op_type in HEAVY_OPS
                     continue
                 except Refuse as e:
                     self.restore(mark)
@@ -480,7 +482,8 @@ class Lowering:
             if problem is not None:
                 refusals.append(f"{self.label(node)}: {problem}")
                 self.poisoned.update(o for o in node.outputs if o)
-        if not self.layers and not refusals:
+        if not heavy and not refusals:
+            # Element-wise nodes alone would only move data to the GPU and back.
             refusals.append(
                 "no node runs on the GPU: MPSNNGraph needs at least one image node; "
                 "this model is not a convolutional network over [1, C, H, W] images"
@@ -571,6 +574,11 @@ NO_NODE = {
     "SpaceToDepth": "MPSNNGraph has no space-to-depth node",
 }
 
+
+HEAVY_OPS = {
+    "Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "GlobalMaxPool",
+}  # fmt: skip
 
 MATMUL_OF_ACTIVATIONS = (
     "MatMul of two run-time tensors (attention-style); MPSNNGraph multiplies activations only "
