@@ -460,6 +460,7 @@ def reductions_and_slices() -> onnx.ModelProto:
         "s_sp": np.array([1, 2, 3], np.int64),
         "split": np.array([3, 5], np.int64),
         "idx": np.array([2, 0], np.int64),
+        "down_size": np.array([1, 10, 4, 5], np.int64),
     }
     nodes = [
         n("Conv", ["input", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
@@ -474,6 +475,7 @@ def reductions_and_slices() -> onnx.ModelProto:
         n("Sigmoid", ["top"], ["top_s"], name="top_sig"),
         n("Softmax", ["bottom"], ["soft_w"], name="soft_w", axis=3),
         n("Gather", ["c", "idx"], ["picked"], name="pick", axis=1),
+        n("Resize", ["c", "", "", "down_size"], ["down"], name="down", mode="nearest"),
     ]
     outs = {
         "chan_sum": [1, 1, 8, 10],
@@ -485,6 +487,7 @@ def reductions_and_slices() -> onnx.ModelProto:
         "top_s": [1, 10, 3, 10],
         "soft_w": [1, 10, 5, 10],
         "picked": [1, 2, 8, 10],
+        "down": [1, 10, 4, 5],
     }
     graph = helper.make_graph(
         nodes,
@@ -588,7 +591,9 @@ def test_reductions_slices_and_cpu_tail(sim_dir: Path, tmp_path: Path) -> None:
     soft = where["m0_soft_w"]
     assert soft["on"] == "cpu" and "feature channels only" in soft["reason"]
     assert where["m0_pick"]["on"] == "cpu" and "gather" in where["m0_pick"]["reason"]
-    for gpu in ("m0_chan_sum", "m0_row_max", "m0_hw_min", "m0_slice", "m0_split_h", "m1_join"):
+    gpu_nodes = ("m0_chan_sum", "m0_row_max", "m0_hw_min", "m0_slice", "m0_split_h", "m0_down",
+                 "m1_join")  # fmt: skip
+    for gpu in gpu_nodes:
         assert where[gpu]["on"] == "gpu", where[gpu]
     swift = (tmp_path / "out" / "Sources" / "SideBySide" / "SideBySide.swift").read_text()
     for cls in ("MPSNNReductionFeatureChannelsSumNode", "MPSNNReductionRowMaxNode",
@@ -608,6 +613,21 @@ def test_gpu_only_refuses_the_cpu_tail(tmp_path: Path) -> None:
     )
     with pytest.raises(Onnx2EdgeError, match="'soft_w'"):
         backend.emit(graph, tmp_path / "x", {"gpu_only": True})
+
+
+def test_convert_prints_placement(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`convert` names each CPU node and why; --gpu-only exits 2 with one line, writing nothing."""
+    from onnx2edge.cli import main
+
+    model = _save(reductions_and_slices(), tmp_path)
+    assert main(["convert", str(model), "--target", "mps", "-o", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "nodes on the GPU (MPSNNGraph), 2 on the CPU (Swift)" in out
+    assert "cpu: node 'soft_w' (op Softmax, opset 18): softmax over axis 3" in out
+    code = main(["convert", str(model), "--target", "mps", "-o", str(tmp_path / "b"), "--gpu-only"])
+    err = capsys.readouterr().err
+    assert code == 2 and "'soft_w'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()
 
 
 # ------------------------------------------------------------------------------------------

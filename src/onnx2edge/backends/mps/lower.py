@@ -1351,6 +1351,13 @@ def _resize(lw: Lowering, node: Node) -> None:
             or (ctm == "asymmetric" and nearest_mode == "floor")
         )
         if not ok:
+            rows = _nearest_sources(x.h, oh, ctm, nearest_mode)
+            cols = _nearest_sources(x.w, ow, ctm, nearest_mode)
+            if rows is not None and cols is not None:
+                # Every output pixel reads source (start + k * step): a strided 1x1 crop.
+                crop = _crop(lw, node, x, (rows[0], cols[0]), (rows[1], cols[1]), (oh, ow), var)
+                lw.env[node.outputs[0]] = Img(f"{crop}.resultImage", oc, oh, ow)
+                return
             raise Refuse(
                 f"nearest resize {x.h}x{x.w} -> {oh}x{ow} with {ctm}/{nearest_mode}; MPSCNNUpsamplingNearest repeats pixels by integer factors"
             )
@@ -1682,3 +1689,38 @@ def _channel_shuffle(lw: Lowering, node: Node, x: Img, shape: tuple[int, ...]) -
     )  # fmt: skip
     lw.env[back.outputs[0]] = Img(f"{var}.resultImage", x.c, x.h, x.w)
     return True
+
+
+def _nearest_sources(n: int, on: int, ctm: str, mode: str) -> tuple[int, int] | None:
+    """(start, step) when ONNX's nearest Resize of an axis of n pixels to `on` reads source
+    pixels start + k * step (step >= 1: a downscale by an integer factor), else None."""
+    import math
+
+    if on < 1 or on > n:
+        return None
+    scale = on / n
+    idx = []
+    for d in range(on):
+        if ctm == "align_corners":
+            src = d * (n - 1) / (on - 1) if on > 1 else 0.0
+        elif ctm == "asymmetric":
+            src = d / scale
+        elif ctm == "pytorch_half_pixel":
+            src = (d + 0.5) / scale - 0.5 if on > 1 else 0.0
+        elif ctm == "half_pixel":
+            src = (d + 0.5) / scale - 0.5
+        else:
+            return None
+        if mode == "floor":
+            i = math.floor(src)
+        elif mode == "ceil":
+            i = math.ceil(src)
+        elif mode == "round_prefer_ceil":
+            i = math.floor(src + 0.5)
+        else:  # round_prefer_floor
+            i = math.ceil(src - 0.5)
+        idx.append(min(max(i, 0), n - 1))
+    step = idx[1] - idx[0] if on > 1 else 1
+    if step < 1 or any(b - a != step for a, b in zip(idx, idx[1:], strict=False)):
+        return None
+    return idx[0], step
