@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="mlprogram",
         help="Core ML: .mlmodel NeuralNetwork (Neural-Engine-friendly layers) or .mlpackage ML Program",
     )
+    s.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="MPS: refuse nodes MPSNNGraph cannot run instead of a CPU tail in Swift",
+    )
     _shapes(s)
     _common(s)
 
@@ -271,7 +276,7 @@ def _cmd_convert(a: argparse.Namespace) -> int:
     if a.target == "c":
         opts = {"weights_file": a.weights_file, "blas": a.blas}
     elif a.target == "mps":
-        opts = {"fp16": a.fp16}
+        opts = {"fp16": a.fp16, "gpu_only": a.gpu_only}
     elif a.target == "coreml":
         opts = {"format": a.format, "fp16": a.fp16}
     res = api.convert(
