@@ -306,7 +306,9 @@ def _dw_kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     wl = "\n    ".join(f"const float w{i}_{j} = wc[{i * kw + j}];" for i, j in taps)
     acc = " + ".join(f"w{i}_{j} * {r}" for (i, j), r in zip(taps, reads, strict=True))
-    act = ["", "v = v > 0.0f ? v : 0.0f;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
+    # v < 0 ? 0 : v, not v > 0 ? v : 0: a NaN fails the comparison and passes through, as in
+    # onnxruntime's Relu and the GEMM epilogue (o2e_act1_)
+    act = ["", "v = v < 0.0f ? 0.0f : v;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
     out = "yw" if wide else "yc"
     loop = pool2d.flat_loop(wide, f"float v = b + {acc};\n          {act}\n          {out}[p] = v;")
     compact = pool2d.compact(ctx) if wide else ""

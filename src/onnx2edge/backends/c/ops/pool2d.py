@@ -99,6 +99,8 @@ def flat_loop(wide: bool, body: str) -> str:
 INTRINSICS = r"""
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 """
 
@@ -116,6 +118,20 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
     const __mmask16 m = (__mmask16)((1u << (n - q)) - 1u);
     _mm512_mask_storeu_ps(d + q, m, _mm512_maskz_loadu_ps(m, s + q));
   }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  /* NEON: 16 floats per step in four q registers, then 4, then the last 0..3 one by one
+   * (gcc would otherwise call memcpy, as above) */
+  int q = 0;
+  for (; q + 16 <= n; q += 16) {
+    const float32x4_t v0 = vld1q_f32(s + q), v1 = vld1q_f32(s + q + 4);
+    const float32x4_t v2 = vld1q_f32(s + q + 8), v3 = vld1q_f32(s + q + 12);
+    vst1q_f32(d + q, v0);
+    vst1q_f32(d + q + 4, v1);
+    vst1q_f32(d + q + 8, v2);
+    vst1q_f32(d + q + 12, v3);
+  }
+  for (; q + 4 <= n; q += 4) vst1q_f32(d + q, vld1q_f32(s + q));
+  for (; q < n; ++q) d[q] = s[q];
 #else
   for (int q = 0; q < n; ++q) d[q] = s[q];
 #endif
@@ -146,6 +162,18 @@ static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const floa
     const __m512 hi = _mm512_maskz_loadu_ps(mhi, s + 2 * k + 16);
     _mm512_mask_storeu_ps(d0 + k, (__mmask16)((1u << ((r + 1) / 2)) - 1u), _mm512_permutex2var_ps(lo, even, hi));
     _mm512_mask_storeu_ps(d1 + k, (__mmask16)((1u << (r / 2)) - 1u), _mm512_permutex2var_ps(lo, odd, hi));
+  }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  /* NEON: ld2 splits 8 floats into their even and odd lanes in one instruction */
+  int k = 0;
+  for (; 2 * k + 8 <= n; k += 4) {
+    const float32x4x2_t v = vld2q_f32(s + 2 * k);
+    vst1q_f32(d0 + k, v.val[0]);
+    vst1q_f32(d1 + k, v.val[1]);
+  }
+  for (; 2 * k < n; ++k) {
+    d0[k] = s[2 * k];
+    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
   }
 #else
   for (int k = 0; 2 * k < n; ++k) {
