@@ -129,7 +129,7 @@ def _gemm_part() -> Part:
 
 def _depthwise_part() -> Part:
     """Depthwise 3x3 stride 1 + Relu, 3x3 stride 2 (odd map: the deinterleave's tail) + Clip
-    (Relu6), 5x5 stride 1 without activation."""
+    (Relu6), 5x5 stride 1 without activation, 3x1 (the loop without compaction)."""
     rng = np.random.default_rng(12)
     inits: list = []
     c = 6
@@ -148,12 +148,14 @@ def _depthwise_part() -> Part:
         ),
         helper.make_node("Clip", ["d2o", "d_lo", "d_hi"], ["dw_s2"]),
         _conv("d3", "x_dw", "dw_5x5", _w(rng, c, 1, 5, 5), inits, group=c, pads=[2, 2, 2, 2]),
+        # one column per window: rows need no compaction (15 x 21 = 19 x 16 + 11: the tail)
+        _conv("d4", "x_dw", "dw_3x1", _w(rng, c, 1, 3, 1), inits, group=c),
     ]
     inits += [tensor("d_lo", np.array(0.0, np.float32)), tensor("d_hi", np.array(6.0, np.float32))]
     return (
         nodes,
         [vi("x_dw", [1, c, 17, 21])],
-        [vi("dw_s2", [1, c, 9, 11]), vi("dw_5x5", [1, c, 17, 21])],
+        [vi("dw_s2", [1, c, 9, 11]), vi("dw_5x5", [1, c, 17, 21]), vi("dw_3x1", [1, c, 15, 21])],
         inits,
     )
 
@@ -171,7 +173,7 @@ def _winograd_part() -> Part:
 
 def _pool_part() -> Part:
     """MaxPool 3x3/2 with padding (stride-2 planes, odd width), MaxPool 2x2/2, AveragePool
-    3x3/1 (count_include_pad 0 and 1), GlobalAveragePool (29 = 16 + 13 elements)."""
+    3x3/1 (count_include_pad 0 and 1), GlobalAveragePool (29 = 16 + 13 elements), MaxPool 2x1/2x1."""
     nodes = [
         helper.make_node(
             "MaxPool",
@@ -194,6 +196,8 @@ def _pool_part() -> Part:
             count_include_pad=1,
         ),
         helper.make_node("GlobalAveragePool", ["g_pool"], ["gap"]),
+        # one column per window: no compaction, 7 x 19 = 8 x 16 + 5 outputs (the tail)
+        helper.make_node("MaxPool", ["x_pool"], ["max_2x1"], kernel_shape=[2, 1], strides=[2, 1]),
     ]
     outs = [
         vi("max_3s2", [1, 3, 8, 10]),
@@ -201,6 +205,7 @@ def _pool_part() -> Part:
         vi("avg", [1, 3, 15, 19]),
         vi("avg_pad", [1, 3, 15, 19]),
         vi("gap", [1, 5, 1]),
+        vi("max_2x1", [1, 3, 7, 19]),
     ]
     return nodes, [vi("x_pool", [1, 3, 15, 19]), vi("g_pool", [1, 5, 29])], outs, []
 

@@ -29,6 +29,8 @@ other ranks and other types stay on the generic loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..emitter import NodeContext
@@ -94,6 +96,63 @@ def flat_loop(wide: bool, body: str) -> str:
         for (int p = p0; p < p0 + {VW}; ++p) {{
           {body}
         }}"""
+
+
+# NEON: output vectors of 4 computed together by the plane loops (neon_loop): independent
+# chains, so an in-order core (Cortex-A53 / A55) is not held up by each one's FMA latency.
+NEON_V = VW // 4
+
+
+def neon_loop(
+    wide: bool,
+    reads: list[str],
+    first: Callable[[str], str],
+    step: Callable[[str, str, int], str],
+    post: Callable[[str], str],
+    out: str,
+    scalar_body: str,
+) -> str:
+    """flat_loop with NEON intrinsics when compiled for aarch64, flat_loop itself otherwise.
+
+    Each block of VW outputs is NEON_V vectors, and every tap is applied to all of them before
+    the next tap, so the vectors' operation chains interleave; each lane still sees exactly
+    the portable loop's operations in its order (bit-identical results). first(t0) is the value
+    after the first tap's vector t0, step(v, t, k) the value of v after tap k's vector t,
+    post(v) the fused activation (a C expression of v). reads: tap expressions `P..[p + off]`
+    (tap_refs). A narrow output (not wide) ends with the portable scalar loop for the last
+    n % VW outputs, since y has no slack there."""
+
+    def load(r: str, u: int) -> str:
+        return f"vld1q_f32(&{r.replace('[p', f'[p + {4 * u}', 1) if u else r})"
+
+    lines = [f"float32x4_t v{u} = {first(load(reads[0], u))};" for u in range(NEON_V)]
+    for k, r in enumerate(reads[1:], 1):
+        lines.append("{")
+        lines += [f"  const float32x4_t t{u} = {load(r, u)};" for u in range(NEON_V)]
+        lines += [f"  v{u} = {step(f'v{u}', f't{u}', k)};" for u in range(NEON_V)]
+        lines.append("}")
+    lines += [f"vst1q_f32(&{out}[p + {4 * u}], {post(f'v{u}')});" for u in range(NEON_V)]
+    body = "\n          ".join(lines)
+    if wide:
+        neon = f"""const int n = (OH - 1) * WQ + OW;
+      int p = 0;
+      for (; p < n; p += {VW}) {{
+          {body}
+      }}"""
+    else:
+        neon = f"""const int n = OH * OW;
+      int p = 0;
+      for (; p + {VW} <= n; p += {VW}) {{
+          {body}
+      }}
+      for (; p < n; ++p) {{
+        {scalar_body}
+      }}"""
+    return f"""#if defined(__ARM_NEON) && defined(__aarch64__)
+      {neon}
+#else
+      {flat_loop(wide, scalar_body)}
+#endif"""
 
 
 INTRINSICS = r"""
@@ -355,7 +414,14 @@ def _pool_kernel(
         store = "for (int oh = 0; oh < OH; ++oh) for (int ow = 0; ow < OW; ++ow) yc[oh * OW + ow] = yw[oh * WQ + ow] / (a->dr[oh] * a->dc[ow]);"
         out = "yw"  # AveragePool always divides in the compaction pass
         wide = True
-    loop = flat_loop(wide, body.rstrip() + f"\n          {out}[p] = v;")
+    scalar = body.rstrip() + f"\n          {out}[p] = v;"
+    ctx.helper("o2e_intrinsics", INTRINSICS)
+    if op == "MaxPool":  # t > v ? t : v, lane by lane, as the scalar loop (NaN included)
+        loop = neon_loop(wide, reads, lambda t: t, lambda v, t, _k: f"vbslq_f32(vcgtq_f32({t}, {v}), {t}, {v})",
+                         lambda v: v, out, scalar)
+    else:
+        loop = neon_loop(wide, reads, lambda t: t, lambda v, t, _k: f"vaddq_f32({v}, {t})", lambda v: v, out,
+                         scalar)
     ctx.helper(
         name,
         f"""

@@ -36,7 +36,8 @@
  * so KC can change freely without repacking.
  *
  * Kernel chosen at compile time: __AVX512F__ -> 8x48 AVX-512 kernel; __AVX2__ && __FMA__ ->
- * 4x24 AVX2 kernel (works on half panels); otherwise a portable C99 kernel.
+ * 4x24 AVX2 kernel (works on half panels); __ARM_NEON on aarch64 -> 8x12 NEON kernel;
+ * otherwise a portable C99 kernel.
  * Optional threads: compile with -DO2E_THREADS=n (pthreads; link with -pthread): a pool of
  * n - 1 workers started on first use splits N (or M when N is small) for large enough calls.
  * The same pool runs other data-parallel loops of the generated code (o2e_parallel_for).
