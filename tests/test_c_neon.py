@@ -42,7 +42,8 @@ pytestmark = pytest.mark.skipif(
     reason="needs aarch64-linux-gnu-gcc (gcc-aarch64-linux-gnu) and qemu-aarch64 (qemu-user)",
 )
 # static: qemu-user then needs no aarch64 sysroot (-L) to run the program
-NEON = ["-O3", "-march=armv8-a", "-ffp-contract=fast", "-static"]
+NEON_CFLAGS = ["-O3", "-march=armv8-a", "-ffp-contract=fast"]
+NEON = [*NEON_CFLAGS, "-static"]
 NOSIMD = ["-O3", "-march=armv8-a+nosimd", "-ffp-contract=fast", "-static"]
 WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
 
@@ -348,3 +349,27 @@ def test_neon_non_finite(special: tuple, part: str) -> None:
         if not k.startswith(("max_", "wino")):
             assert np.array_equal(np.isnan(neon[k]), np.isnan(ref[k])), k
             assert np.array_equal(np.isinf(neon[k]), np.isinf(ref[k])), k
+
+
+# ---- whole zoo models compile for aarch64 without warnings ----------------------------------
+ZOO_FAST = ["mnist_mlp", "mobilenet_v2"]
+ZOO_SLOW = ["squeezenet", "googlenet", "inception_v3", "resnet50", "unet_small"]
+
+
+@pytest.mark.parametrize(
+    "name", ZOO_FAST + [pytest.param(n, marks=pytest.mark.slow) for n in ZOO_SLOW]
+)
+def test_zoo_compiles_for_aarch64(tmp_path: Path, name: str) -> None:
+    """No x86 intrinsic outside its guard and no warning in any NEON block: model.c compiles
+    with -Wall -Wextra -Werror for NEON with the thread pool (compile only: running these
+    models under qemu would take minutes)."""
+    from onnx2edge.bench import zoo
+
+    path = zoo.save(name, tmp_path / f"{name}.onnx")
+    api.convert(path, "c", tmp_path / "out")
+    obj = tmp_path / "model.o"
+    cmd = [CC, *WARN, *NEON_CFLAGS, "-DO2E_THREADS=4", "-pthread", "-c",
+           str(tmp_path / "out" / "model.c"), "-o", str(obj)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[:3000]
+    assert obj.stat().st_size > 0
