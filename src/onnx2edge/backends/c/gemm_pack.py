@@ -11,7 +11,7 @@ then reads the 8 values it broadcasts for one K step from one cache line, and an
 a panel is one contiguous run, so the kernel's K blocking can change without repacking.
 
 The layout does not depend on the instruction set the C code is compiled for: the AVX-512,
-AVX2 and portable kernels all read the same MR = 8 panels.
+AVX2, NEON and portable kernels all read the same MR = 8 panels.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ _VARIANTS = {
     "avx512": (256, 48, 8 * 1024 * 1024, 12),
     "avx2": (160, 24, 8 * 1024 * 1024, 1),
     "portable": (160, 8, 256 * 1024, 1),
+    "neon": (256, 12, 512 * 1024, 1),
 }
 
 
@@ -87,8 +88,8 @@ def _ws_floats(m: int, n: int, k: int, kc: int, nr: int, a_bytes: int, small_n: 
 def sgemm_workspace_bytes(m: int, n: int, k: int, threads: int = 1) -> int:
     """Bytes of workspace `o2e_sgemm` / `o2e_sgemm_packed` need for an m x n x k product.
 
-    Mirrors `o2e_sgemm_workspace` in C and returns the largest value over the AVX-512, AVX2
-    and portable kernels (default blocking, `threads` = O2E_THREADS), so a converter can size
+    Mirrors `o2e_sgemm_workspace` in C and returns the largest value over the AVX-512, AVX2,
+    NEON and portable kernels (default blocking, `threads` = O2E_THREADS), so a converter can size
     a static arena without knowing which kernel the model will be compiled with.
     """
     floats = max(_ws_floats(m, n, k, *v) for v in _VARIANTS.values())

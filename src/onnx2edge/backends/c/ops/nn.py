@@ -306,9 +306,23 @@ def _dw_kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     wl = "\n    ".join(f"const float w{i}_{j} = wc[{i * kw + j}];" for i, j in taps)
     acc = " + ".join(f"w{i}_{j} * {r}" for (i, j), r in zip(taps, reads, strict=True))
-    act = ["", "v = v > 0.0f ? v : 0.0f;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
+    # v < 0 ? 0 : v, not v > 0 ? v : 0: a NaN fails the comparison and passes through, as in
+    # onnxruntime's Relu and the GEMM epilogue (o2e_act1_)
+    act = ["", "v = v < 0.0f ? 0.0f : v;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
     out = "yw" if wide else "yc"
-    loop = pool2d.flat_loop(wide, f"float v = b + {acc};\n          {act}\n          {out}[p] = v;")
+    scalar = f"float v = b + {acc};\n          {act}\n          {out}[p] = v;"
+    # NEON: the same chain per lane - b, then one fused multiply-add per tap in row-major order
+    # (what -ffp-contract=fast makes of the scalar sum) - and the same comparisons
+    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    ws = [f"w{i}_{j}" for i, j in taps]
+    post = [
+        lambda v: v,
+        lambda v: f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), {v})",
+        lambda v: (f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(lo)), vdupq_n_f32(lo), "
+                   f"vbslq_f32(vcgtq_f32({v}, vdupq_n_f32(hi)), vdupq_n_f32(hi), {v}))"),
+    ][kind]
+    loop = pool2d.neon_loop(wide, reads, lambda t: f"vfmaq_n_f32(vdupq_n_f32(b), {t}, {ws[0]})",
+                            lambda v, t, k: f"vfmaq_n_f32({v}, {t}, {ws[k]})", post, out, scalar)
     compact = pool2d.compact(ctx) if wide else ""
     ctx.helper(
         name,
