@@ -32,8 +32,11 @@ def load_split(seed: int = 0) -> dict[str, np.ndarray]:
 
     d = load_digits()
     xtr, xte, ytr, yte = train_test_split(
-        d.data.astype(np.uint8), d.target.astype(np.int64), test_size=0.3,
-        random_state=seed, stratify=d.target,
+        d.data.astype(np.uint8),
+        d.target.astype(np.int64),
+        test_size=0.3,
+        random_state=seed,
+        stratify=d.target,
     )
     return {"x_train": xtr, "y_train": ytr, "x_test": xte, "y_test": yte}
 
@@ -154,9 +157,12 @@ def mlp_predict(p, x):
 
 def cnn_init(rng) -> dict[str, np.ndarray]:
     return {
-        "c1w": he(rng, (16, 1, 3, 3), 9), "c1b": np.zeros(16, np.float32),
-        "c2w": he(rng, (32, 16, 3, 3), 144), "c2b": np.zeros(32, np.float32),
-        "fw": he(rng, (10, 128), 128), "fb": np.zeros(10, np.float32),
+        "c1w": he(rng, (16, 1, 3, 3), 9),
+        "c1b": np.zeros(16, np.float32),
+        "c2w": he(rng, (32, 16, 3, 3), 144),
+        "c2b": np.zeros(32, np.float32),
+        "fw": he(rng, (10, 128), 128),
+        "fb": np.zeros(10, np.float32),
     }
 
 
@@ -196,8 +202,9 @@ def train(params, step, predict, data, epochs: int, seed: int) -> float:
             idx = order[i : i + 32]
             loss, g = step(params, x[idx], y[idx])
             opt.step({k: v.astype(np.float32) for k, v in g.items()})
-        acc = (predict(params, data["x_test"].astype(np.float32) / 16).argmax(1)
-               == data["y_test"]).mean()
+        acc = (
+            predict(params, data["x_test"].astype(np.float32) / 16).argmax(1) == data["y_test"]
+        ).mean()
         print(f"  epoch {ep + 1}: loss {loss:.4f}, test accuracy {acc:.4f}")
     return float(acc)
 
@@ -205,13 +212,17 @@ def train(params, step, predict, data, epochs: int, seed: int) -> float:
 # --- ONNX export ------------------------------------------------------------------------
 def _model(nodes, inits, in_shape, name) -> onnx.ModelProto:
     g = helper.make_graph(
-        nodes, name,
+        nodes,
+        name,
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *in_shape])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
         [numpy_helper.from_array(np.ascontiguousarray(v, np.float32), k) for k, v in inits.items()],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
-                          producer_name="onnx2edge tools/train_digits.py")
+    m = helper.make_model(
+        g,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="onnx2edge tools/train_digits.py",
+    )
     m.ir_version = IR
     onnx.checker.check_model(m, full_check=True)
     return m
@@ -229,27 +240,51 @@ def mlp_onnx(p) -> onnx.ModelProto:
         mk("MatMul", ["relu2", "fc3.weight"], ["fc3.mm"], name="fc3"),
         mk("Add", ["fc3.mm", "fc3.bias"], ["logits"], name="fc3.add"),
     ]
-    inits = {"fc1.weight": p["w0"], "fc1.bias": p["b0"], "fc2.weight": p["w1"],
-             "fc2.bias": p["b1"], "fc3.weight": p["w2"], "fc3.bias": p["b2"]}
+    inits = {
+        "fc1.weight": p["w0"],
+        "fc1.bias": p["b0"],
+        "fc2.weight": p["w1"],
+        "fc2.bias": p["b1"],
+        "fc3.weight": p["w2"],
+        "fc3.bias": p["b2"],
+    }
     return _model(nodes, inits, [64], "digits_mlp")
 
 
 def cnn_onnx(p) -> onnx.ModelProto:
     mk = helper.make_node
     nodes = [
-        mk("Conv", ["input", "conv1.weight", "conv1.bias"], ["conv1"], name="conv1",
-           kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        mk(
+            "Conv",
+            ["input", "conv1.weight", "conv1.bias"],
+            ["conv1"],
+            name="conv1",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
         mk("Relu", ["conv1"], ["relu1"], name="relu1"),
         mk("MaxPool", ["relu1"], ["pool1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
-        mk("Conv", ["pool1", "conv2.weight", "conv2.bias"], ["conv2"], name="conv2",
-           kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        mk(
+            "Conv",
+            ["pool1", "conv2.weight", "conv2.bias"],
+            ["conv2"],
+            name="conv2",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
         mk("Relu", ["conv2"], ["relu2"], name="relu2"),
         mk("MaxPool", ["relu2"], ["pool2"], name="pool2", kernel_shape=[2, 2], strides=[2, 2]),
         mk("Flatten", ["pool2"], ["flat"], name="flatten", axis=1),
         mk("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1),
     ]
-    inits = {"conv1.weight": p["c1w"], "conv1.bias": p["c1b"], "conv2.weight": p["c2w"],
-             "conv2.bias": p["c2b"], "fc.weight": p["fw"], "fc.bias": p["fb"]}
+    inits = {
+        "conv1.weight": p["c1w"],
+        "conv1.bias": p["c1b"],
+        "conv2.weight": p["c2w"],
+        "conv2.bias": p["c2b"],
+        "fc.weight": p["fw"],
+        "fc.bias": p["fb"],
+    }
     return _model(nodes, inits, [1, 8, 8], "digits_cnn")
 
 
