@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--blas", choices=["none", "openblas"], default="none", help="C: GEMM from a BLAS library"
     )
     s.add_argument("--fp16", action="store_true", help="MPS: store weights as float16")
+    s.add_argument(
+        "--weights",
+        choices=["fp32", "fp16"],
+        default="fp32",
+        help="C: store weights as fp16 (half the size; widened to fp32 by model_init)",
+    )
     _shapes(s)
     _common(s)
 
@@ -239,6 +245,8 @@ def _cmd_convert(a: argparse.Namespace) -> int:
     opts: dict[str, Any] = {}
     if a.target == "c":
         opts = {"weights_file": a.weights_file, "blas": a.blas}
+        if a.weights != "fp32":  # recorded in the manifest only when it changes the output
+            opts["weights"] = a.weights
     elif a.target == "mps":
         opts = {"fp16": a.fp16}
     res = api.convert(
