@@ -314,6 +314,25 @@ def test_auto_with_labels_uses_accuracy(tmp_path: Path, calib, digits) -> None:
     assert res.reached and res.metric_fp32 - res.metric_quantized <= 0.01
 
 
+def test_auto_fp16_and_dynamic(tmp_path: Path, fragile) -> None:
+    """The sensitivity pass also runs for fp16 (every convertible node a candidate) and dynamic."""
+    model, cal = fragile
+    res = onnx2edge.quantize(model, tmp_path / "h.onnx", mode="fp16", calib=cal, exclude="auto")
+    assert [r.node for r in sorted(res.table, key=lambda r: r.node)] == [
+        "fc1",
+        "fc2",
+        "fc3",
+        "relu1",
+        "relu2",
+    ]
+    assert res.reached and res.metric_quantized == 1.0 and not res.excluded
+    res = onnx2edge.quantize(
+        model, tmp_path / "d.onnx", mode="dynamic", calib=cal, exclude="auto", max_drop=0.0
+    )
+    assert {r.node for r in res.table} == {"fc1", "fc2", "fc3"}
+    assert res.reached and res.metric_quantized == res.metric_fp32
+
+
 # --- per-layer comparison -------------------------------------------------------------------
 def test_compare_names_the_fragile_layer(tmp_path: Path, fragile) -> None:
     model, cal = fragile

@@ -215,7 +215,8 @@ def run_samples(
             feed = data.sample(s)
         for n, v in zip(outs, sess.run(outs, feed), strict=True):
             if batchable:
-                res[n].extend(v[:, None] if v.ndim else [v] * len(feed))
+                count = len(next(iter(feed.values())))
+                res[n].extend(v[:, None] if v.ndim else [v] * count)
             else:
                 res[n].append(v)
     return {n: np.stack(v) for n, v in res.items()}
@@ -339,10 +340,16 @@ def _finish(model: onnx.ModelProto, options: Mapping[str, Any]) -> onnx.ModelPro
 
 
 # --- the three modes ----------------------------------------------------------------------
+def fp16_blocked_ops() -> list[str]:
+    from onnxconverter_common import float16
+
+    return sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(FP16_EXTRA_BLOCK))
+
+
 def to_fp16(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> onnx.ModelProto:
     from onnxconverter_common import float16
 
-    block = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(FP16_EXTRA_BLOCK))
+    block = fp16_blocked_ops()
     # keep_io_types: callers keep feeding float32 and reading float32.
     return float16.convert_float_to_float16(
         model, keep_io_types=True, op_block_list=block, node_block_list=list(exclude)
@@ -677,7 +684,11 @@ def quantize(
         res.quantized_nodes = (
             candidates(qm, proto)
             if mode != "fp16"
-            else [n.name for n in proto.graph.node if n.name not in set(res.excluded)]
+            else [
+                n.name
+                for n in proto.graph.node
+                if n.name not in set(res.excluded) and n.op_type not in fp16_blocked_ops()
+            ]
         )
         final = _finish(qm, {**settings.as_dict(), "exclude": res.excluded})
     data_bytes = final.SerializeToString(deterministic=True)
@@ -700,7 +711,11 @@ def _auto(
     assert res.metric_fp32 is not None and res.metric_quantized is not None
     base = res.metric_fp32
     first = metric_outputs(q.model)[0]
-    nodes = candidates(qm, q.model)
+    if q.settings.mode == "fp16":
+        blocked = fp16_blocked_ops()
+        nodes = [n.name for n in q.model.graph.node if n.op_type not in blocked]
+    else:
+        nodes = candidates(qm, q.model)
     res.table = sensitivity(q, metric, data, nodes, say)
     excl: list[str] = []
     score = res.metric_quantized
