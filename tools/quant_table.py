@@ -174,12 +174,18 @@ def markdown(res: dict[str, Any]) -> str:
             if "c_us" in r
             else (f"— | {r['ort_us']:.1f} | — | — | — ")
         )
-        note = r["note"] or ("C: " + r["c_error"] if "c_error" in r else "")
+        note = r["note"] or (_short(r["c_error"]) if "c_error" in r else "")
         lines.append(
             f"| {r['model']} | {r['variant']} | {r['accuracy']:.4f} | {r['agreement']:.4f} | "
             f"{r['onnx_bytes']:,} | {c} | {note} |"
         )
     return "\n".join(lines)
+
+
+def _short(err: str) -> str:
+    if "dtype float16" in err:
+        return "our C has no float16 arithmetic (fp16 storage: `--weights fp16`)"
+    return "C: " + err[:120]
 
 
 def chart(res: dict[str, Any], path: Path) -> None:
@@ -220,8 +226,12 @@ def main() -> None:
         "--write-doc", type=Path, help="replace the block between <!-- table --> markers"
     )
     ap.add_argument("--json", type=Path, help="also write the raw results")
+    ap.add_argument("--from-json", type=Path, help="render saved results instead of measuring")
     a = ap.parse_args()
-    res = run(lambda m: print(m, file=sys.stderr, flush=True))
+    if a.from_json:
+        res = json.loads(a.from_json.read_text())
+    else:
+        res = run(lambda m: print(m, file=sys.stderr, flush=True))
     md = markdown(res)
     print(md)
     if a.json:
