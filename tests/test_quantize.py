@@ -96,7 +96,8 @@ def test_static(model: str, opts: dict, tmp_path: Path, calib: dict[str, Path], 
             t for t in q.graph.initializer if "weight" in t.name and t.name.endswith("_scale")
         ]
         assert any(len(t.dims) == 1 and t.dims[0] > 1 for t in w_scales)
-    assert set(res.quantized_nodes) >= (
+    # MatMul + Add are fused into Gemm by pre-processing: "fc1/MatMulAddFusion"
+    assert {n.split("/")[0] for n in res.quantized_nodes} >= (
         {"fc1", "fc2", "fc3"} if model == "mlp" else {"conv1", "conv2", "fc"}
     )
     x = _x(digits, "test", model)
@@ -112,7 +113,7 @@ def test_dynamic_and_fp16(tmp_path: Path, digits) -> None:
     x = _x(digits, "test", "mlp")
     ref = _run(DIGITS / "mlp.onnx", x)
     res = onnx2edge.quantize(DIGITS / "mlp.onnx", tmp_path / "d.onnx", mode="dynamic")
-    assert res.quantized_nodes == ["fc1", "fc2", "fc3"]
+    assert res.quantized_nodes == [f"fc{i}/MatMulAddFusion" for i in (1, 2, 3)]
     q = onnx.load(tmp_path / "d.onnx")
     assert [n.op_type for n in q.graph.node].count("MatMulInteger") == 3
     got = _run(tmp_path / "d.onnx", x)
@@ -403,3 +404,58 @@ def test_cli_errors(tmp_path: Path, args: list[str], message: str) -> None:
     assert r.returncode == 2
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def _conv_bn(path: Path) -> None:
+    rng = np.random.default_rng(5)
+    c = 8
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((c, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, c).astype(np.float32), "g"),
+        numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "m"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, c).astype(np.float32), "v"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"], name="bn"),
+        helper.make_node("Relu", ["n"], ["y"], name="relu"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "cbn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 8, 8])],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def test_batchnorm_folded_and_names_mapped(tmp_path: Path) -> None:
+    """Pre-processing folds BatchNormalization into its Conv (no float BN between int8
+    layers); --exclude names of fused nodes map, names of folded ones are refused clearly."""
+    _conv_bn(tmp_path / "m.onnx")
+    x = np.random.default_rng(6).standard_normal((32, 1, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", x=x)
+    onnx2edge.quantize(
+        tmp_path / "m.onnx", tmp_path / "q.onnx", mode="static", calib=tmp_path / "c.npz"
+    )
+    ops = [n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node]
+    assert "BatchNormalization" not in ops and "Conv" in ops
+    got, ref = _run(tmp_path / "q.onnx", x[0]), _run(tmp_path / "m.onnx", x[0])
+    assert _rms_rel(got, ref) < 0.05
+    with pytest.raises(Onnx2EdgeError, match="'bn' .*folded"):
+        onnx2edge.quantize(
+            tmp_path / "m.onnx",
+            tmp_path / "e.onnx",
+            mode="static",
+            calib=tmp_path / "c.npz",
+            exclude=["bn"],
+        )
+    res = onnx2edge.quantize(
+        DIGITS / "mlp.onnx", tmp_path / "d.onnx", mode="dynamic", exclude=["fc2"]
+    )
+    assert res.excluded == ["fc2/MatMulAddFusion"]
+    assert "fc2/MatMulAddFusion" not in res.quantized_nodes and len(res.quantized_nodes) == 2

@@ -6,9 +6,9 @@ format) for int8. What this module adds is what their users keep writing by hand
 
 - the known traps handled: fp16 keeps the ops whose float inputs are sizes or indices
   (Resize scales, Range, ...) in fp32 and the graph re-sorted after the casts it inserts;
-  int8 runs quant_pre_process's shape inference but not its optimiser (which renames the
-  nodes --exclude names); every result is re-sorted, checked, and re-loaded in onnxruntime
-  with an IR version it accepts;
+  int8 first runs quant_pre_process (BatchNormalization folded, shapes inferred) with the
+  names --exclude uses mapped through its fusions; every result is re-sorted, checked, and
+  re-loaded in onnxruntime with an IR version it accepts;
 - calibration data from an .npz / a folder of .npy files (`CalibData`);
 - `exclude="auto"`: a per-layer sensitivity pass that keeps the layers whose int8 version hurts
   most in fp32 until the metric drop is within `max_drop` (`sensitivity`, `auto_exclude`);
@@ -200,7 +200,7 @@ def run_samples(
     sess = _session(model)
     outs = list(names) if names is not None else [o.name for o in sess.get_outputs()]
     # Batch the samples when every input's first axis is symbolic and each sample is a batch
-    # of one: 64x fewer calls, same numbers.
+    # of one: 64x fewer calls, the same results up to float32 summation order.
     batchable = all(
         (not isinstance(i.shape[0], int)) and data.feeds[i.name].shape[1:2] == (1,)
         for i in sess.get_inputs()
@@ -240,6 +240,11 @@ class Metric:
 
     def score(self, out: np.ndarray) -> float:
         pred = top1(out)
+        if self.labels is not None and self.labels.size != pred.size:
+            raise Onnx2EdgeError(
+                f"--labels: {self.labels.size} labels, the model predicts {pred.size} classes "
+                f"over the samples (one label per sample and output position)"
+            )
         want = top1(self.reference) if self.labels is None else self.labels.reshape(pred.shape)
         return float((pred == want).mean())
 
@@ -357,17 +362,51 @@ def to_fp16(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> onnx.ModelPr
 
 
 def _preprocess(model: onnx.ModelProto, tmp: Path) -> onnx.ModelProto:
-    """quant_pre_process without its graph optimisation: that step renames and fuses nodes,
-    and the names are what --exclude and the sensitivity table refer to."""
+    """onnxruntime's recommended pre-processing: its basic graph optimisation (Conv +
+    BatchNormalization folded, MatMul + Add fused into Gemm, constants folded) and shape
+    inference. Without it a BatchNormalization stays in float between a quantized Conv and the
+    next QuantizeLinear, which costs accuracy and speed. The optimiser keeps node names except
+    for the fusions (`resolve_names` maps them); symbolic shape inference fails on some graphs,
+    so it is retried without, then without the optimiser."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     src, dst = tmp / "pre_in.onnx", tmp / "pre_out.onnx"
     onnx.save(model, src)
-    try:
-        quant_pre_process(str(src), str(dst), skip_optimization=True)
-    except Exception:  # noqa: BLE001 - symbolic shape inference fails on some graphs; retry without
-        quant_pre_process(str(src), str(dst), skip_optimization=True, skip_symbolic_shape=True)
-    return onnx.load(dst)
+    attempts: list[dict[str, bool]] = [
+        {},
+        {"skip_symbolic_shape": True},
+        {"skip_optimization": True},
+    ]
+    for i, kw in enumerate(attempts):
+        try:
+            with _quiet(), contextlib.redirect_stdout(io.StringIO()):
+                quant_pre_process(str(src), str(dst), **kw)
+            break
+        except Exception:  # noqa: BLE001 - onnxruntime's own exception types
+            if i == len(attempts) - 1:
+                raise
+    return name_nodes(onnx.load(dst))
+
+
+def resolve_names(
+    names: Sequence[str], original: onnx.ModelProto, pre: onnx.ModelProto
+) -> list[str]:
+    """--exclude names (of the user's model) -> node names of the pre-processed model."""
+    have = {n.name for n in pre.graph.node}
+    ops = {n.name: n.op_type for n in original.graph.node}
+    out = []
+    for name in names:
+        if name in have:
+            out.append(name)
+        elif f"{name}/MatMulAddFusion" in have:  # onnxruntime's MatMul + Add -> Gemm
+            out.append(f"{name}/MatMulAddFusion")
+        else:
+            raise Onnx2EdgeError(
+                f"--exclude: node '{name}' ({ops.get(name, '?')}) was folded into another node "
+                f"by onnxruntime's pre-processing (BatchNormalization into its Conv, an Add into "
+                f"its MatMul, constants folded); exclude the node it was folded into"
+            )
+    return out
 
 
 @dataclass
@@ -429,8 +468,18 @@ class Quantizer:
         common: dict[str, Any] = {
             "per_channel": s.per_channel,
             "weight_type": QuantType.QInt8,
-            "nodes_to_exclude": list(exclude),
-            "nodes_to_quantize": list(only) if only is not None else None,
+            # dynamic: onnxruntime splits a Gemm into "<name>_MatMul" + Add before matching
+            # nodes_to_exclude, so a Gemm named alone would still be quantized
+            "nodes_to_exclude": [*exclude, *(f"{e}_MatMul" for e in exclude)]
+            if s.mode == "dynamic"
+            else list(exclude),
+            "nodes_to_quantize": (
+                None
+                if only is None
+                else [*only, *(f"{e}_MatMul" for e in only)]
+                if s.mode == "dynamic"
+                else list(only)
+            ),
         }
         # onnxruntime logs "please pre-process" warnings through the root logger and its
         # histogram calibrators print progress on stdout (our stdout is the report).
@@ -520,7 +569,7 @@ def sensitivity(
     and how much keeping it alone in fp32 recovers ("all but this"). Sorted most sensitive
     first: by the metric it loses alone, then by its output error."""
     say = log or (lambda m: None)
-    ops = {n.name: n.op_type for n in q.model.graph.node}
+    ops = {n.name: n.op_type for n in q.pre.graph.node}
     first = next(iter(metric_outputs(q.model)))
     rows = []
     for i, name in enumerate(nodes):
@@ -667,6 +716,8 @@ def quantize(
     res = QuantizeResult(Path(out), settings.as_dict(), excl, [], src.stat().st_size, 0)
     with tempfile.TemporaryDirectory(prefix="onnx2edge-quant-") as tmp:
         q = Quantizer(proto, settings, data, Path(tmp))
+        excl = resolve_names(excl, proto, q.pre)
+        res.excluded = excl
         say(f"quantizing ({mode})")
         qm = q.build(excl)
         metric = None
@@ -682,7 +733,7 @@ def quantize(
             assert metric is not None and data is not None
             qm = _auto(q, qm, metric, data, max_drop, res, say)
         res.quantized_nodes = (
-            candidates(qm, proto)
+            candidates(qm, q.pre)
             if mode != "fp16"
             else [
                 n.name
@@ -715,7 +766,7 @@ def _auto(
         blocked = fp16_blocked_ops()
         nodes = [n.name for n in q.model.graph.node if n.op_type not in blocked]
     else:
-        nodes = candidates(qm, q.model)
+        nodes = candidates(qm, q.pre)
     res.table = sensitivity(q, metric, data, nodes, say)
     excl: list[str] = []
     score = res.metric_quantized
