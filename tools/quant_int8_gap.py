@@ -99,6 +99,13 @@ def run(models: list[str], log: Any) -> dict[str, Any]:
     return {"rows": rows, "cpu": cpu_name(), "onnxruntime": ort.__version__}
 
 
+def _short(err: str) -> str:
+    import re
+
+    ops = sorted(set(re.findall(r"op (\w+), domain 'com.microsoft'", err)))
+    return f"not converted: {', '.join(ops)} (com.microsoft)" if ops else err[:80]
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = [
         f"{res['cpu']}, onnxruntime {res['onnxruntime']}, 1 thread, batch 1, medians of 5 runs; "
@@ -117,7 +124,7 @@ def markdown(res: dict[str, Any]) -> str:
             cells.append(
                 f"{v['ort_ms']:.1f} | {v['c_ms']:.1f} | {v['ratio']:.2f}"
                 if "c_ms" in v
-                else f"— | {v['error'][:80]} | —"
+                else f"— | {_short(v['error'])} | —"
             )
         lines.append(f"| {r['model']} | {r['ort_fp32_ms']:.1f} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
