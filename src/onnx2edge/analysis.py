@@ -91,6 +91,7 @@ def inspect_graph(graph: Graph) -> dict[str, Any]:
             for n in graph.outputs
         ],
         "total_params": total_params,
+        "weight_bytes": int(sum(int(np.asarray(v).nbytes) for v in graph.initializers.values())),
         "total_macs": sum(n["macs"] for n in nodes),
         "op_histogram": dict(sorted(Counter(n.op_type for n in graph.nodes).items())),
         "nodes": nodes,
@@ -135,6 +136,9 @@ def format_report(info: dict[str, Any]) -> str:
             lines.append(f"{io[:-1]}: {v['name']} {v['dtype']} {shape}")
     lines.append(f"opset: {info['opset']}")
     lines.append(f"total params: {info['total_params']:,}")
+    lines.append(f"weights (flash): {info['weight_bytes']:,} bytes")
+    if info.get("c_arena_bytes") is not None:
+        lines.append(f"activations (RAM, C arena): {info['c_arena_bytes']:,} bytes")
     lines.append(f"total MACs: {info['total_macs']:,} ({info['total_macs'] / 1e9:.3f} G)")
     lines.append("ops: " + ", ".join(f"{k} {v}" for k, v in info["op_histogram"].items()))
     return "\n".join(lines)

@@ -36,7 +36,20 @@ DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "
 
 # --- inspect ------------------------------------------------------------------------------
 def inspect(model: str | Path, *, input_shapes: Shapes = None) -> dict[str, Any]:
-    return inspect_graph(frontend.load(model, input_shapes=input_shapes))
+    info = inspect_graph(frontend.load(model, input_shapes=input_shapes))
+    info["c_arena_bytes"] = _c_arena_bytes(model, input_shapes)
+    return info
+
+
+def _c_arena_bytes(model: str | Path, input_shapes: Shapes) -> int | None:
+    """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
+    from .backends.c.emitter import ModelEmitter
+
+    try:
+        graph = prepare(model, "c", input_shapes=input_shapes, quiet=True)
+    except Onnx2EdgeError:
+        return None
+    return int(ModelEmitter(graph, prefix="model").emit()["arena"])
 
 
 # --- JSON round trip ------------------------------------------------------------------------
@@ -181,13 +194,21 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 
 # --- convert / run --------------------------------------------------------------------------
-def prepare(model: str | Path, target: str, *, input_shapes: Shapes = None) -> Graph:
+def prepare(
+    model: str | Path,
+    target: str,
+    *,
+    input_shapes: Shapes = None,
+    options: Mapping[str, Any] | None = None,
+    quiet: bool = False,
+) -> Graph:
     """Frontend + the backend's passes + the backend's coverage check."""
     backend = get_backend(target)
     graph = run_passes(
-        frontend.load(model, input_shapes=input_shapes), (*DEFAULT_PASSES, *backend.required_passes)
+        frontend.load(model, input_shapes=input_shapes, quiet=quiet),
+        (*DEFAULT_PASSES, *backend.required_passes),
     )
-    problems = backend.unsupported(graph)
+    problems = backend.unsupported_for(graph, dict(options or {}))
     if problems:
         raise UnsupportedError(
             f"{model}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
@@ -204,12 +225,13 @@ def convert(
     input_shapes: Shapes = None,
     options: Mapping[str, Any] | None = None,
 ) -> ConvertResult:
-    graph = prepare(model, target, input_shapes=input_shapes)
+    graph = prepare(model, target, input_shapes=input_shapes, options=options)
     backend = get_backend(target)
     options = dict(options or {})
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
         res = backend.emit(graph, tmp, options)
         manifest = {
+            "files": sorted({*res.files, MANIFEST}),
             "tool": "onnx2edge",
             "target": target,
             "model": Path(model).name,
@@ -223,6 +245,15 @@ def convert(
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     res.out_dir = Path(out_dir)
     return res
+
+
+def _previous_outputs(folder: Path) -> set[str]:
+    """What an earlier `convert` wrote into `folder` (replaced as a whole, so a file it no
+    longer writes cannot linger beside the new ones); anything else there is the user's."""
+    try:
+        return {*json.loads((folder / MANIFEST).read_text()).get("files", []), MANIFEST}
+    except (OSError, ValueError, AttributeError):
+        return {MANIFEST}
 
 
 def _io_entry(graph: Graph, name: str) -> dict[str, Any]:
@@ -351,3 +382,27 @@ def compare_quantized(
         feeds = complete_inputs(graph_from_model(infer_shapes(fixed)), inputs or {}, seed)
         data = q.CalibData({k: v[None] for k, v in feeds.items()})
     return q.compare_layers(quantized, reference, data)
+
+
+# --- model editing (issue 16): implemented in onnx2edge.check and onnx2edge.edit ----------------
+def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
+    """Per node: supported / replaceable (by which rewrite rule) / unsupported on `target`."""
+    from .check import check_model
+
+    return check_model(model, target, input_shapes=input_shapes)
+
+
+def __getattr__(name: str) -> Any:
+    # rewrite, extract, delete_nodes, rename, set_shape, add_output, convert_opset, simplify,
+    # bind_constant, nhwc: imported lazily so `import onnx2edge.api` stays light.
+    import importlib
+
+    _nhwc, _rewrite, _surgery = (
+        importlib.import_module(f"onnx2edge.edit.{m}") for m in ("nhwc", "rewrite", "surgery")
+    )
+
+    for mod in (_surgery, _nhwc, _rewrite):
+        if name in ("extract", "delete_nodes", "rename", "set_shape", "add_output", "convert_opset",
+                    "simplify", "bind_constant", "nhwc", "rewrite") and hasattr(mod, name):
+            return getattr(mod, name)
+    raise AttributeError(name)

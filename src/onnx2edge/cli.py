@@ -32,7 +32,7 @@ def _shapes(p: argparse.ArgumentParser) -> None:
 
 
 def _targets() -> list[str]:
-    return ["onnx", "c", "mps"]
+    return ["onnx", "c", "mps", "coreml"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("convert", help="generate code for a target")
     s.add_argument("model")
-    s.add_argument("--target", required=True, choices=["c", "mps"])
+    s.add_argument("--target", required=True, choices=["c", "mps", "coreml"])
     s.add_argument("-o", "--output", required=True, help="output folder")
     s.add_argument(
         "--weights-file",
@@ -90,7 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--blas", choices=["none", "openblas"], default="none", help="C: GEMM from a BLAS library"
     )
-    s.add_argument("--fp16", action="store_true", help="MPS: store weights as float16")
+    s.add_argument(
+        "--fp16", action="store_true", help="MPS, Core ML: float16 weights (Core ML mlprogram: fp16 compute)"
+    )
+    s.add_argument(
+        "--format",
+        choices=["neuralnetwork", "mlprogram"],
+        default="mlprogram",
+        help="Core ML: .mlmodel NeuralNetwork (Neural-Engine-friendly layers) or .mlpackage ML Program",
+    )
+    s.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="MPS: refuse nodes MPSNNGraph cannot run instead of a CPU tail in Swift",
+    )
     s.add_argument(
         "--weights",
         choices=["fp32", "fp16"],
@@ -112,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         default="onnx",
         choices=_targets(),
-        help="onnx: frontend + passes re-emitted as ONNX (default); c, mps: generated code",
+        help="onnx: frontend + passes re-emitted as ONNX (default); c, mps: generated code; coreml: NumPy model of the Core ML file",
     )
     s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     s.add_argument(
@@ -131,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare MODEL (a quantized model) with its fp32 original instead, per layer",
     )
     s.add_argument("--calib", metavar="FILE.npz|DIR", help="with --reference: samples to use")
+    s.add_argument(
+        "--format", choices=["neuralnetwork", "mlprogram"], default="mlprogram", help="Core ML format"
+    )
     _shapes(s)
     _common(s)
     _quantize_parser(sub)
@@ -156,7 +172,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--write-doc", metavar="FILE", help="also write the markdown table to FILE")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     _common(s)
+    _edit_parsers(sub)
+
+    s = sub.add_parser("report", help="one self-contained HTML page: graph, layers, RAM and flash")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", required=True, help="HTML file to write")
+    s.add_argument("--target", default="c", help="target whose support colours the graph (default c)")
+    s.add_argument("--bench", action="store_true", help="measure per-layer latency (C target)")
+    s.add_argument("--verify", action="store_true", help="per-layer error against onnxruntime")
+    _shapes(s)
+    _common(s)
     return p
+
+
+# --- model editing (issue 16): check, rewrite, surgery, nhwc (see onnx2edge/edit/commands.py)
+def _edit_parsers(sub: Any) -> None:
+    from .edit.commands import add_parsers
+
+    add_parsers(sub, _common, _shapes)
+
+
+def _cmd_edit(a: argparse.Namespace) -> int:
+    from .edit.commands import run_command
+
+    return run_command(a)
+
+
+EDIT_COMMANDS = ("check", "rewrite", "extract", "delete-nodes", "rename", "set-shape",
+                 "add-output", "opset", "simplify", "constant", "nhwc")
 
 
 def _cmd_bench(a: argparse.Namespace) -> int:
@@ -248,7 +291,9 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         if a.weights != "fp32":  # recorded in the manifest only when it changes the output
             opts["weights"] = a.weights
     elif a.target == "mps":
-        opts = {"fp16": a.fp16}
+        opts = {"fp16": a.fp16, "gpu_only": a.gpu_only}
+    elif a.target == "coreml":
+        opts = {"format": a.format, "fp16": a.fp16}
     res = api.convert(
         a.model, a.target, a.output, input_shapes=parse_input_shapes(a.input_shape), options=opts
     )
@@ -298,6 +343,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         atol=a.atol,
         per_layer=a.per_layer,
         seed=a.seed,
+        options={"format": a.format} if a.target == "coreml" else None,
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
     print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())
@@ -349,6 +395,30 @@ COMMANDS = {
     "conformance": _cmd_conformance,
     "bench": _cmd_bench,
 }
+COMMANDS.update(dict.fromkeys(EDIT_COMMANDS, _cmd_edit))
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from .report import write_report
+
+    data = write_report(
+        a.model,
+        a.output,
+        target=a.target,
+        input_shapes=parse_input_shapes(a.input_shape),
+        bench=a.bench,
+        verify=a.verify,
+        log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr),
+    )
+    t = data["totals"]
+    print(
+        f"wrote {a.output}: {len(data['nodes'])} nodes, {t['supported']} supported, "
+        f"{t['replaceable']} replaceable, {t['unsupported']} unsupported"
+    )
+    return 0
+
+
+COMMANDS["report"] = _cmd_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -370,7 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(
-            f"onnx2edge: internal error: {type(e).__name__}: {msg} (rerun with --debug for details)",
+            f"onnx2edge: internal error: {type(e).__name__}: {msg} (a bug in onnx2edge: "
+            "please report it with the output of --debug)",
             file=sys.stderr,
         )
         return 3

@@ -6,7 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import Onnx2EdgeError
@@ -36,26 +36,77 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary directory that replaces `path` only if the block succeeds.
+def atomic_dir(path: str | Path, *, owned: Callable[[Path], set[str]] | None = None) -> Iterator[Path]:
+    """Yield a temporary directory that replaces `path` as a whole only if the block succeeds.
 
-    Files already in `path` that the block does not rewrite are kept (an output folder may
-    hold a user's own files); on failure `path` is left exactly as it was.
+    The folder is swapped in by two renames under a lock, so two concurrent writers never
+    leave a mix of their files and a killed one leaves the previous folder (or none), never a
+    half-written one; its temporary folder is removed by the next writer. Files already in
+    `path` that are not `owned` by the tool (by default: those the block did not write) are
+    copied into the new folder: an output folder may hold a user's own files.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    _remove_abandoned(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        path.mkdir(exist_ok=True)
-        for src in sorted(tmp.rglob("*")):
-            dst = path / src.relative_to(tmp)
-            if src.is_dir():
-                dst.mkdir(exist_ok=True)
-            else:
-                os.replace(src, dst)
+        with _locked(path):
+            _swap_in(tmp, path, owned)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, path: Path, owned: Callable[[Path], set[str]] | None) -> None:
+    if path.is_dir():
+        ours = owned(path) if owned is not None else set()
+        for src in sorted(path.rglob("*")):
+            rel = src.relative_to(path)
+            if str(rel) in ours or any(str(p) in ours for p in rel.parents):
+                continue
+            dst = tmp / rel
+            if src.is_dir():
+                dst.mkdir(exist_ok=True)
+            elif not dst.exists():
+                shutil.copy2(src, dst)
+        old = path.with_name(f".{path.name}.{os.getpid()}.old.tmp")
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on a sibling lock file (advisory: other onnx2edge processes)."""
+    import fcntl
+
+    lock = path.with_name(f".{path.name}.lock")
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _remove_abandoned(path: Path) -> None:
+    """Temporary folders of writers that were killed (their process is gone)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def resolve_inside(base: str | Path, relative: str, what: str) -> Path:

@@ -21,6 +21,7 @@ def ort_session(model: onnx.ModelProto, *, threads: int = 1, optimize: bool = Tr
     so.log_severity_level = 3
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    model = _loadable_by_ort(model)
     try:
         return ort.InferenceSession(
             model.SerializeToString(), so, providers=["CPUExecutionProvider"]
@@ -28,6 +29,20 @@ def ort_session(model: onnx.ModelProto, *, threads: int = 1, optimize: bool = Tr
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Onnx2EdgeError(f"onnxruntime cannot load the model: {first}") from e
+
+
+def _loadable_by_ort(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its IR version clamped to what onnxruntime loads (onnx 1.23 writes 14,
+    onnxruntime 1.31 refuses above 13; the IR versions differ in file-format features this
+    tool never writes). Returns the model itself when nothing needs changing."""
+    from .ir.proto import MAX_IR_VERSION
+
+    if model.ir_version <= MAX_IR_VERSION:
+        return model
+    clamped = onnx.ModelProto()
+    clamped.CopyFrom(model)
+    clamped.ir_version = MAX_IR_VERSION
+    return clamped
 
 
 def ort_run(
@@ -45,6 +60,32 @@ def ort_run(
     return dict(zip(names, (np.asarray(r) for r in res), strict=True))
 
 
+def memory_budget() -> int:
+    """Bytes one verification may allocate for its inputs: half of the machine's RAM (the
+    reference run and ours each need the inputs, outputs and intermediates besides)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def check_allocatable(name: str, shape: Sequence[int], dtype: np.dtype, peak: int = 1) -> None:
+    """Refuse, with its size, a tensor this machine cannot hold instead of a MemoryError.
+
+    `peak` is how many bytes per byte of the tensor making it takes at its peak."""
+    size = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+    budget = memory_budget()
+    if size * peak > budget:
+        dims = "x".join(map(str, shape))
+        raise Onnx2EdgeError(
+            f"input '{name}' ({dims} {np.dtype(dtype).name}) is {size / 2**30:.1f} GiB, more "
+            f"than this machine can hold for a run ({budget / 2**30:.1f} GiB); "
+            f"pass a smaller --input-shape {name}=..."
+        )
+
+
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs: N(0,1) floats, small non-negative integers (valid as indices), random bools."""
     rng = np.random.default_rng(seed)
@@ -56,6 +97,8 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
                 f"input '{name}' has no static shape; pass --input-shape {name}=..."
             )
         shape, dtype = t.static_shape, t.dtype
+        # standard_normal draws float64 before the cast: budget for that, not just the result.
+        check_allocatable(name, shape, dtype, peak=1 + 8 // dtype.itemsize if dtype.kind == "f" else 1)
         if dtype.kind == "f":
             feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":

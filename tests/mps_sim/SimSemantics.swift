@@ -132,3 +132,45 @@ do {
     buffer.commit()
     print("float16_format: \(out.featureChannelFormat == .float16) \(out.simStorage[0])")
 }
+
+// 7. Reductions (MPSNNReduce.h: row = "for each row of an image" -> width 1, column = "for
+//    each column" -> height 1) on a 3x2 (w x h) image [[1, 2, 3], [4, 5, 6]], 1 channel, and a
+//    2-channel 1x1 image for the feature-channel and spatial mean nodes.
+do {
+    let src = MPSNNImageNode(handle: nil)
+    let im = image(3, 2, 1, [1, 2, 3, 4, 5, 6])
+    show("row_sum", read(run(MPSNNReductionRowSumNode(source: src).resultImage, [im])))
+    show("column_max", read(run(MPSNNReductionColumnMaxNode(source: src).resultImage, [im])))
+    show("spatial_mean", read(run(MPSNNReductionSpatialMeanNode(source: src).resultImage, [im])))
+    let two = image(2, 1, 2, [1, 2, 10, 20])  // channel 0: [1, 2], channel 1: [10, 20]
+    show("channels_min", read(run(MPSNNReductionFeatureChannelsMinNode(source: src).resultImage, [two])))
+}
+
+// 8. Several results (MPSNNGraph.h initWithDevice:resultImages:resultsAreNeeded:): the first
+//    comes back from encode, the others through intermediateImages, named by
+//    intermediateImageHandles.
+do {
+    final class H: NSObject, MPSHandle {
+        let n: String
+        init(_ n: String) { self.n = n }
+        func label() -> String? { n }
+        static var supportsSecureCoding: Bool { true }
+        func encode(with coder: NSCoder) {}
+        init?(coder: NSCoder) { return nil }
+    }
+    let src = MPSNNImageNode(handle: nil)
+    let neg = MPSCNNNeuronLinearNode(source: src, a: -1, b: 0)
+    let dbl = MPSCNNNeuronLinearNode(source: src, a: 2, b: 0)
+    neg.resultImage.format = .float32
+    dbl.resultImage.format = .float32
+    dbl.resultImage.handle = H("double")
+    var needed = [ObjCBool](repeating: true, count: 2)
+    let graph = MPSNNGraph(device: device, resultImages: [neg.resultImage, dbl.resultImage], resultsAreNeeded: &needed)!
+    let buffer = device.makeCommandQueue()!.makeCommandBuffer()!
+    let exported = NSMutableArray()
+    let first = graph.encode(to: buffer, sourceImages: [image(1, 1, 1, [3])], sourceStates: nil,
+                             intermediateImages: exported, destinationStates: nil)!
+    buffer.commit()
+    let names = (graph.intermediateImageHandles ?? []).compactMap { $0.label() }
+    print("two_results: \(read(first)[0]) \(names.joined()) \(read(exported.object(at: 0) as! MPSImage)[0])")
+}

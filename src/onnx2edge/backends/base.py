@@ -41,6 +41,11 @@ class Backend(ABC):
     def unsupported(self, graph: Graph) -> list[str]:
         """One line per node this backend cannot express: name, op, opset, and why/what to do."""
 
+    def unsupported_for(self, graph: Graph, options: Mapping[str, Any]) -> list[str]:
+        """`unsupported` for the conversion options (a backend with several output formats
+        overrides this); the default ignores the options."""
+        return self.unsupported(graph)
+
     @abstractmethod
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         """Write the generated sources into `out_dir` (an empty temporary folder)."""
@@ -68,6 +73,7 @@ def get_backend(name: str) -> Backend:
         from . import mps as _mps  # noqa: F401
     except ImportError:
         pass
+    from . import coreml as _coreml  # noqa: F401  (imports coremltools only when used)
     if name not in BACKENDS:
         raise Onnx2EdgeError(f"unknown target '{name}' (available: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[name]()

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from onnx import external_data_helper
 
 from ..errors import Onnx2EdgeError, UnsupportedError
 from ..fsutil import resolve_inside
 from ..ir import Graph
 from ..ir.proto import graph_from_model
+from .validate import check_consistency
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -93,6 +95,84 @@ def _check_ops(model: onnx.ModelProto, source: Path, opset: int) -> None:
         )
 
 
+def _bad_text(msg: Message, path: str) -> str | None:
+    """The path of the first string field that is not valid UTF-8 (protobuf hands those back as
+    bytes, which then fail far from here, e.g. in onnx.defs.get_schema)."""
+    for field, value in msg.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            items = value if _is_repeated(field) else [value]
+            if any(not isinstance(v, str) for v in items):
+                return f"{path}.{field.name}"
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            items = value if _is_repeated(field) else [value]
+            for i, v in enumerate(items):
+                where = f"{path}.{field.name}[{i}]" if _is_repeated(field) else f"{path}.{field.name}"
+                found = _bad_text(v, where)
+                if found:
+                    return found
+    return None
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    return bool(field.is_repeated)
+
+
+_T = onnx.TensorProto
+# The typed field each data type keeps its values in when not in raw_data (onnx.proto3's
+# TensorProto comments), and how many entries one element takes there.
+_FIELD = {
+    _T.FLOAT: ("float_data", 1),
+    _T.COMPLEX64: ("float_data", 2),
+    _T.DOUBLE: ("double_data", 1),
+    _T.COMPLEX128: ("double_data", 2),
+    _T.INT64: ("int64_data", 1),
+    _T.UINT32: ("uint64_data", 1),
+    _T.UINT64: ("uint64_data", 1),
+    _T.STRING: ("string_data", 1),
+}
+_PACKED_4BIT = {_T.INT4, _T.UINT4} | ({_T.FLOAT4E2M1} if hasattr(_T, "FLOAT4E2M1") else set())
+
+
+def _expected_entries(t: onnx.TensorProto, count: int) -> tuple[str, int]:
+    if t.HasField("raw_data"):
+        if t.data_type == _T.STRING:
+            return "raw_data", -1  # strings never use raw_data; the checker reports it
+        bits = 4 if t.data_type in _PACKED_4BIT else 8 * onnx.helper.tensor_dtype_to_np_dtype(
+            t.data_type
+        ).itemsize
+        return "raw_data", (count * bits + 7) // 8
+    field, per = _FIELD.get(t.data_type, ("int32_data", 1))
+    if t.data_type in _PACKED_4BIT:
+        return field, (count + 1) // 2
+    return field, count * per
+
+
+def _check_tensors(model: onnx.ModelProto, source: Path) -> None:
+    """Every tensor's data type is defined and its data has as many values as its dims say (a
+    mismatch otherwise surfaces as a reshape error far from the file)."""
+    known = set(_T.DataType.values()) - {_T.UNDEFINED}
+    for t in _all_tensors(model):
+        if t.data_type not in known:
+            raise Onnx2EdgeError(
+                f"{source}: tensor '{t.name}' has data type {t.data_type}, which ONNX does not "
+                "define; the file is corrupt or written by an incompatible tool"
+            )
+        if external_data_helper.uses_external_data(t) or t.HasField("segment"):
+            continue
+        if any(d < 0 for d in t.dims):
+            raise Onnx2EdgeError(f"{source}: tensor '{t.name}' has a negative dimension {list(t.dims)}")
+        count = int(np.prod(t.dims, dtype=object))
+        field, want = _expected_entries(t, count)
+        got = len(t.raw_data) if field == "raw_data" else len(getattr(t, field))
+        if want >= 0 and got != want:
+            unit = "bytes" if field == "raw_data" else "values"
+            dims = "x".join(map(str, t.dims)) or "scalar"
+            raise Onnx2EdgeError(
+                f"{source}: tensor '{t.name}' ({dims}) needs {want} {unit} of {field} but has "
+                f"{got}: the file is corrupt or was edited inconsistently"
+            )
+
+
 def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.ModelProto:
     """Parse the file; check (and optionally load) its external data. No op or opset checks."""
     source = Path(path)
@@ -100,7 +180,19 @@ def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.Mo
         raise Onnx2EdgeError(f"{source}: no such file")
     if not source.is_file():
         raise Onnx2EdgeError(f"{source}: not a file")
-    data = source.read_bytes()
+    model = parse_model_bytes(source.read_bytes(), source)
+    base_dir = source.resolve().parent
+    _check_external_data(model, base_dir, source)
+    if load_external:
+        try:
+            external_data_helper.load_external_data_for_model(model, str(base_dir))
+        except (OSError, ValueError) as e:
+            raise Onnx2EdgeError(f"{source}: cannot read external data: {e}") from e
+    return model
+
+
+def parse_model_bytes(data: bytes, source: Path) -> onnx.ModelProto:
+    """Bytes -> ModelProto, refusing what is not a readable ONNX model. No op or opset checks."""
     if not data:
         raise Onnx2EdgeError(f"{source}: empty file, not an ONNX model")
     model = onnx.ModelProto()
@@ -112,18 +204,18 @@ def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.Mo
         ) from e
     if model.ir_version < 3 or not model.HasField("graph"):
         raise Onnx2EdgeError(f"{source}: not an ONNX model (no graph or IR version)")
-    base_dir = source.resolve().parent
-    _check_external_data(model, base_dir, source)
-    if load_external:
-        try:
-            external_data_helper.load_external_data_for_model(model, str(base_dir))
-        except (OSError, ValueError) as e:
-            raise Onnx2EdgeError(f"{source}: cannot read external data: {e}") from e
+    bad = _bad_text(model, "model")
+    if bad:
+        raise Onnx2EdgeError(f"{source}: {bad} is not valid UTF-8 text: the file is corrupt")
+    _check_tensors(model, source)
     return model
 
 
-def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onnx.ModelProto:
-    """Read, validate and return a model with its external data loaded.
+def load_model(
+    path: str | Path | onnx.ModelProto, *, check: bool = True, load_external: bool = True
+) -> onnx.ModelProto:
+    """Read, validate and return a model with its external data loaded (or, with
+    `load_external=False`, checked but left on disk for `graph_from_model` to map).
 
     An in-memory ModelProto (already carrying its weights) is checked the same way.
     """
@@ -131,15 +223,17 @@ def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onn
         source, model = Path(path.graph.name or "model"), path
     else:
         source = Path(path)
-        model = read_model_proto(source)
+        model = read_model_proto(source, load_external=load_external)
     opset = _check_opsets(model, source)
     if check:
         _check_ops(model, source, opset)
+        bare = skeleton(model, max_elements=1 << 16)
         try:
-            onnx.checker.check_model(skeleton(model, max_elements=1 << 16))
+            onnx.checker.check_model(bare)
         except (onnx.checker.ValidationError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise Onnx2EdgeError(f"{source}: invalid ONNX model: {first}") from e
+        check_consistency(bare, str(source))
     return model
 
 
@@ -249,7 +343,9 @@ def skeleton(model: onnx.ModelProto, max_elements: int = 64) -> onnx.ModelProto:
     listed = {vi.name for vi in src.input}
     g.input.extend(src.input)
     for t in src.initializer:
-        if int(np.prod(t.dims, dtype=np.int64)) <= max_elements:
+        # External tensors are never kept: their data is not loaded (the frontend maps it).
+        small = int(np.prod(t.dims, dtype=np.int64)) <= max_elements
+        if small and not external_data_helper.uses_external_data(t):
             g.initializer.append(t)
         elif t.name not in listed:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
@@ -288,9 +384,12 @@ def load(
     from ..passes import fold_constants
     from ..passes import infer_shapes as infer_shapes_pass
 
-    model = load_model(path)
+    # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
+    # neither copied into the protobuf nor copied again with every ModelProto copy below.
+    model = load_model(path, load_external=False)
+    base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent
     model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
-    graph = graph_from_model(infer_shapes(model))
+    graph = graph_from_model(infer_shapes(model), base_dir=base_dir)
     if fold:
         graph = infer_shapes_pass(fold_constants(graph))
     return graph

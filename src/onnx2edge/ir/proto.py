@@ -7,9 +7,12 @@ onnx's own machinery (shape inference, the reference evaluator) call it.
 
 from __future__ import annotations
 
+import mmap
+from pathlib import Path
+
 import numpy as np
 import onnx
-from onnx import AttributeProto, helper, numpy_helper
+from onnx import AttributeProto, external_data_helper, helper, numpy_helper
 
 from .graph import Attr, Graph, Node, TensorType, Value
 
@@ -96,10 +99,71 @@ def _unique_node_names(nodes: list[onnx.NodeProto]) -> list[str]:
     return names
 
 
-def graph_from_model(model: onnx.ModelProto) -> Graph:
-    """Build the IR from a (shape-inferred) model whose external data is already loaded."""
+def _mapped(t: onnx.TensorProto, base_dir: Path) -> np.ndarray | None:
+    """A read-only memory map of an external tensor stored as plain little-endian values, or
+    None when it must be decoded (e.g. sub-byte types). The loader has already checked that
+    the location stays inside `base_dir` and that the file is long enough."""
+    if not external_data_helper.uses_external_data(t):
+        return None
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+    shape = tuple(t.dims)
+    count = int(np.prod(shape, dtype=np.int64))
+    info = {e.key: e.value for e in t.external_data}
+    if dtype.kind not in "fiub" or dtype.itemsize * 8 != _storage_bits(t.data_type) or count == 0:
+        return None
+    mapped = np.memmap(
+        base_dir / info["location"],
+        dtype=dtype.newbyteorder("<"),
+        mode="r",
+        offset=int(info.get("offset", 0) or 0),
+        shape=shape,
+    )
+    # A plain read-only ndarray over the map: passes that would write to it fail loudly.
+    return mapped.view(np.ndarray).astype(dtype, copy=False)
+
+
+def release_pages(arr: np.ndarray | None) -> None:
+    """Drop the resident pages of a memory-mapped initializer once a backend has made what it
+    needs of it; they are read from the file again if touched. This is what keeps converting a
+    2 GB model near 1x its size in memory instead of 2x (mapped original + packed copy)."""
+    base = arr
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if isinstance(base, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        base.madvise(mmap.MADV_DONTNEED)
+
+
+def _storage_bits(data_type: int) -> int:
+    """Bits one element takes in raw_data (sub-byte types pack, so they are never mapped)."""
+    packed = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4}
+    packed |= {getattr(onnx.TensorProto, n) for n in ("FLOAT4E2M1",) if hasattr(onnx.TensorProto, n)}
+    if data_type in packed:
+        return 4
+    return np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).itemsize * 8
+
+
+def _initializer(t: onnx.TensorProto, base_dir: Path | None) -> np.ndarray:
+    mapped = _mapped(t, base_dir) if base_dir is not None else None
+    if mapped is not None:
+        return mapped
+    if base_dir is not None and external_data_helper.uses_external_data(t):
+        loaded = onnx.TensorProto()
+        loaded.CopyFrom(t)
+        external_data_helper.load_external_data_for_tensor(loaded, str(base_dir))
+        loaded.data_location = onnx.TensorProto.DEFAULT
+        del loaded.external_data[:]
+        return numpy_helper.to_array(loaded)
+    return numpy_helper.to_array(t)
+
+
+def graph_from_model(model: onnx.ModelProto, base_dir: Path | None = None) -> Graph:
+    """Build the IR from a (shape-inferred) model. External data is either already loaded, or
+    (with `base_dir`) memory-mapped from the files next to the model, read-only."""
     g = model.graph
-    inits: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    inits: dict[str, np.ndarray] = {t.name: _initializer(t, base_dir) for t in g.initializer}
     for sp in g.sparse_initializer:
         dense = numpy_helper.to_array(sp.values)
         full = np.zeros(tuple(sp.dims), dtype=dense.dtype)

@@ -70,18 +70,18 @@ def cached_shared(out_dir: Path, sources: Sequence[Path], flags: Sequence[str], 
     return lib
 
 
-def build_executable(out_dir: Path, flags: Sequence[str], name: str = "model") -> Path:
-    """Build the example program (main.c + model.c), e.g. with sanitizers."""
-    exe = (
-        out_dir
-        / ".build"
-        / f"{name}_{source_hash([out_dir / 'main.c', out_dir / 'model.c'], flags)}"
-    )
+def build_executable(
+    out_dir: Path, flags: Sequence[str], name: str = "model", cc: str | None = None
+) -> Path:
+    """Build the example program (main.c + model.c), e.g. with sanitizers; `cc` overrides the
+    compiler (e.g. aarch64-linux-gnu-gcc to cross-build for NEON)."""
+    key = [*flags, *([f"cc={cc}"] if cc else [])]
+    exe = out_dir / ".build" / f"{name}_{source_hash([out_dir / 'main.c', out_dir / 'model.c'], key)}"
     if exe.is_file():
         return exe
     exe.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
-        compiler(),
+        cc or compiler(),
         *STRICT_FLAGS,
         *flags,
         f"-I{out_dir}",
@@ -98,8 +98,11 @@ def build_executable(out_dir: Path, flags: Sequence[str], name: str = "model") -
     return exe
 
 
-def run_executable(exe: Path, io: dict, inputs: dict, work: Path) -> dict:
-    """Run the example program on raw input files; returns outputs (numpy arrays) by name."""
+def run_executable(
+    exe: Path, io: dict, inputs: dict, work: Path, runner: Sequence[str] = ()
+) -> dict:
+    """Run the example program on raw input files; returns outputs (numpy arrays) by name.
+    `runner` prefixes the command (e.g. qemu-aarch64 for a cross-built program)."""
     import numpy as np
 
     args = []
@@ -110,7 +113,7 @@ def run_executable(exe: Path, io: dict, inputs: dict, work: Path) -> dict:
     outs = [work / f"out_{i}.bin" for i in range(len(io["outputs"]))]
     env = {**os.environ, "MODEL_WEIGHTS": str(work / "model_weights.bin")}
     proc = subprocess.run(
-        [str(exe), *args, *map(str, outs)], capture_output=True, text=True, env=env, cwd=work
+        [*runner, str(exe), *args, *map(str, outs)], capture_output=True, text=True, env=env, cwd=work
     )
     if proc.returncode != 0:
         raise Onnx2EdgeError(f"{exe.name} failed ({proc.returncode}): {proc.stderr.strip()[:500]}")

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir import Graph, Node
+from ...ir.proto import release_pages
 from .planner import Buffer, plan
 
 CTYPES: dict[str, str] = {
@@ -347,6 +348,8 @@ class ModelEmitter:
             for name in (*node.inputs, *node.outputs):
                 if name:
                     steps.setdefault(name, []).append(step)
+            for name in node.inputs:
+                release_pages(g.initializers.get(name))
         buffers = []
         for name, t in self.tensors.items():
             if t.kind != "arena":

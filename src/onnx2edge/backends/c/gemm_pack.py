@@ -11,7 +11,7 @@ then reads the 8 values it broadcasts for one K step from one cache line, and an
 a panel is one contiguous run, so the kernel's K blocking can change without repacking.
 
 The layout does not depend on the instruction set the C code is compiled for: the AVX-512,
-AVX2 and portable kernels all read the same MR = 8 panels.
+AVX2, NEON and portable kernels all read the same MR = 8 panels.
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ def pack_a(a: np.ndarray) -> np.ndarray:
     if m == 0 or k == 0:
         return np.zeros(0, np.float32)
     panels = -(-m // MR)
-    padded = np.zeros((panels * MR, k), np.float32)
-    padded[:m] = a
-    # (panels, MR, K) -> (panels, K, MR): the MR rows of one column become adjacent.
-    return np.ascontiguousarray(padded.reshape(panels, MR, k).transpose(0, 2, 1)).reshape(-1)
+    # (panels, MR, K) -> (panels, K, MR): the MR rows of one column become adjacent. Filled
+    # panel by panel, so a large weight is copied once (not padded, then transposed).
+    out = np.zeros((panels, k, MR), np.float32)
+    for p in range(panels):
+        rows = a[p * MR : (p + 1) * MR]
+        out[p, :, : rows.shape[0]] = rows.T
+    return out.reshape(-1)
 
 
 # Default blocking of o2e_gemm.h, per kernel variant: (KC, NR, A-block bytes, small-N limit).
@@ -58,6 +61,7 @@ _VARIANTS = {
     "avx512": (256, 48, 8 * 1024 * 1024, 12),
     "avx2": (160, 24, 8 * 1024 * 1024, 1),
     "portable": (160, 8, 256 * 1024, 1),
+    "neon": (256, 12, 512 * 1024, 1),
 }
 
 
@@ -84,8 +88,8 @@ def _ws_floats(m: int, n: int, k: int, kc: int, nr: int, a_bytes: int, small_n: 
 def sgemm_workspace_bytes(m: int, n: int, k: int, threads: int = 1) -> int:
     """Bytes of workspace `o2e_sgemm` / `o2e_sgemm_packed` need for an m x n x k product.
 
-    Mirrors `o2e_sgemm_workspace` in C and returns the largest value over the AVX-512, AVX2
-    and portable kernels (default blocking, `threads` = O2E_THREADS), so a converter can size
+    Mirrors `o2e_sgemm_workspace` in C and returns the largest value over the AVX-512, AVX2,
+    NEON and portable kernels (default blocking, `threads` = O2E_THREADS), so a converter can size
     a static arena without knowing which kernel the model will be compiled with.
     """
     floats = max(_ws_floats(m, n, k, *v) for v in _VARIANTS.values())

@@ -62,6 +62,25 @@ def fp16_storable(arr: np.ndarray) -> bool:
     return bool(finite.size == 0 or np.abs(finite).max() <= FP16_MAX)
 
 
+def _write_weights(
+    path: Path, arrays: dict[Any, np.ndarray], offsets: dict[Any, int], total: int
+) -> None:
+    """The header, then each array at its aligned offset, written in slices: a 2 GB model is
+    never assembled in memory (nor copied again by a little-endian conversion that is a no-op)."""
+    with path.open("wb") as f:
+        f.write(WEIGHTS_MAGIC + np.uint64(total).tobytes())
+        pos = 0
+        for key, arr in arrays.items():
+            f.write(b"\0" * (offsets[key] - pos))
+            flat = np.ascontiguousarray(arr).reshape(-1)
+            little = flat.dtype.newbyteorder("<")
+            step = max(1, (64 << 20) // max(flat.itemsize, 1))
+            for i in range(0, flat.size, step):
+                f.write(flat[i : i + step].astype(little, copy=False).tobytes())
+            pos = offsets[key] + arr.nbytes
+        f.write(b"\0" * (total - pos))
+
+
 def write_model(
     graph: Graph, out_dir: Path, *, prefix: str = "model", weights_file: bool | None = None, source_name: str = "model",
     weights_fp16: bool = False,
@@ -87,14 +106,12 @@ def write_model(
 
     # --- weights -----------------------------------------------------------------------------
     weight_lines: list[str] = []
-    blob = bytearray()
     if to_file:
-        offsets = {}
+        offsets, end = {}, 0
         for key, arr in stored.items():
-            blob.extend(b"\0" * (_align(len(blob)) - len(blob)))
-            offsets[key] = len(blob)
-            blob.extend(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes())
-        total = max(len(blob), 1)
+            offsets[key] = _align(end)
+            end = offsets[key] + arr.nbytes
+        total = max(end, 1)
         weight_lines.append(f"static unsigned char o2e_weights[{total}] O2E_ALIGNED;  /* filled by {P}_init() */")
         for key, t in em.constants.items():
             if key in half:  # widened into RAM by init
@@ -290,8 +307,7 @@ def write_model(
     for name, text in files.items():
         (out_dir / name).write_text(text)
     if to_file:
-        header = WEIGHTS_MAGIC + np.uint64(max(len(blob), 1)).tobytes()
-        (out_dir / "model_weights.bin").write_bytes(header + bytes(blob) + (b"\0" if not blob else b""))
+        _write_weights(out_dir / "model_weights.bin", stored, offsets, total)
     return {
         "arena_bytes": int(res["arena"]),
         "weight_bytes": int(weight_bytes),

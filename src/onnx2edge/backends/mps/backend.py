@@ -46,33 +46,50 @@ class MPSBackend(Backend):
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         fp16 = bool(options.get("fp16", False))
+        gpu_only = bool(options.get("gpu_only", False))
         try:
-            lowered = lower(graph, fp16=fp16)
+            lowered = lower(graph, fp16=fp16, cpu=not gpu_only)
         except Refuse as e:
             raise Onnx2EdgeError(f"cannot convert to MPS: {e}") from e
         cls = model_class_name(graph, options)
+        names = [*graph.inputs, *graph.outputs]
         out_dir = Path(out_dir)
         src = out_dir / "Sources" / cls
         src.mkdir(parents=True, exist_ok=True)
         files = {
             "Package.swift": render_package(cls),
             f"Sources/{cls}/{cls}.swift": render_model(
-                lowered, class_name=cls, graph_name=graph.name, opset=graph.opset, fp16=fp16
+                lowered,
+                class_name=cls,
+                graph_name=graph.name,
+                opset=graph.opset,
+                fp16=fp16,
+                shapes={n: [int(d) for d in graph.shape_of(n)] for n in names},
+                input_names=list(graph.inputs),
+                output_names=list(graph.outputs),
             ),
             f"Sources/{cls}/weights.json": lowered.blob.manifest(graph.name),
             "README.md": render_readme(
                 cls, graph.name, fp16, len(lowered.layers), len(lowered.blob.data)
             ),
         }
-        out_name, out_img = lowered.output
+        gpu_images = {n: [i.c, i.h, i.w] for n, i in lowered.outputs}
         info = {
             "class": cls,
-            "inputs": [{"name": n, "shape": list(graph.shape_of(n))} for n, _, _ in lowered.inputs],
-            "output": {
-                "name": out_name,
-                "shape": list(graph.shape_of(out_name)),
-                "mps": [out_img.c, out_img.h, out_img.w],
-            },
+            "inputs": [{"name": n, "shape": list(graph.shape_of(n))} for n in graph.inputs],
+            "outputs": [
+                {
+                    "name": n,
+                    "shape": list(graph.shape_of(n)),
+                    "on": "gpu" if n in gpu_images else "cpu",
+                    **({"mps": gpu_images[n]} if n in gpu_images else {}),
+                }
+                for n in graph.outputs
+            ],
+            "placement": [
+                {"node": label, "on": on, **({"reason": why} if why else {})}
+                for label, on, why in lowered.placement
+            ],
             "weights": f"Sources/{cls}/weights.bin",
             "fp16": fp16,
         }
@@ -88,6 +105,7 @@ class MPSBackend(Backend):
                 "graph_nodes": len(lowered.layers),
                 "weight_bytes": len(lowered.blob.data),
                 "class": cls,
+                "placement": placement_summary(lowered.placement),
             },
         )
 
@@ -103,7 +121,7 @@ class MPSBackend(Backend):
         info = json.loads(info_path.read_text())
         binary = build.build_model(out_dir, info["class"])
         with tempfile.TemporaryDirectory(prefix="onnx2edge-mps-") as tmp:
-            args = [str(binary), str(out_dir / info["weights"]), str(Path(tmp) / "out.f32")]
+            args = [str(binary), str(out_dir / info["weights"]), str(Path(tmp) / "out")]
             for spec in info["inputs"]:
                 if spec["name"] not in inputs:
                     raise Onnx2EdgeError(
@@ -124,11 +142,25 @@ class MPSBackend(Backend):
                 raise Onnx2EdgeError(
                     f"the MPS model (CPU model of MPS) failed: {proc.stderr.strip()[-2000:]}"
                 )
-            out = np.fromfile(Path(tmp) / "out.f32", dtype=np.float32)
+            results: dict[str, np.ndarray] = {}
+            for i, spec in enumerate(info["outputs"]):
+                out = np.fromfile(Path(tmp) / f"out{i}.f32", dtype=np.float32)
+                shape = spec["shape"]
+                if out.size != int(np.prod(shape)):
+                    raise Onnx2EdgeError(
+                        f"the MPS result has {out.size} values, ONNX output {spec['name']} has "
+                        f"shape {shape}"
+                    )
+                results[spec["name"]] = out.reshape(shape)
         self.last_timing = proc.stdout.strip()
-        shape = info["output"]["shape"]
-        if out.size != int(np.prod(shape)):
-            raise Onnx2EdgeError(
-                f"the MPS result has {out.size} values, ONNX output {info['output']['name']} has shape {shape}"
-            )
-        return {info["output"]["name"]: out.reshape(shape)}
+        return results
+
+
+def placement_summary(placement: list[tuple[str, str, str]]) -> str:
+    """Where each node runs, for `convert`'s report: counts, then every CPU node and why."""
+    gpu = sum(1 for _, on, _ in placement if on == "gpu")
+    cpu = [(label, why) for label, on, why in placement if on == "cpu"]
+    text = f"{gpu} nodes on the GPU (MPSNNGraph), {len(cpu)} on the CPU (Swift)"
+    for label, why in cpu:
+        text += f"\n  cpu: {label}: {why}"
+    return text

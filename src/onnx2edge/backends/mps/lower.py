@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...ir import Graph, Node
+from .cpu import CPU_EMITTERS, CPURefuse
 from .params import ParamBlob
 
 
@@ -58,9 +59,26 @@ class Layer:
 class Lowered:
     layers: list[Layer]
     inputs: list[tuple[str, str, Img]]  # (onnx name, swift var, image)
-    output: tuple[str, Img]
+    outputs: list[tuple[str, Img]]  # ONNX graph outputs, in order
     blob: ParamBlob
     refusals: list[str] = field(default_factory=list)
+    # The CPU tail (cpu.py): graph inputs that are not images (onnx name, swift var, shape),
+    # GPU images it reads back (onnx name, swift var, image), its Swift statements, the
+    # ONNX outputs it produces (onnx name -> swift var), and where each node runs.
+    cpu_inputs: list[tuple[str, str, list[int]]] = field(default_factory=list)
+    gpu_reads: list[tuple[str, str, Img]] = field(default_factory=list)
+    cpu_lines: list[str] = field(default_factory=list)
+    # The CPU head: statements run before the graph (constants, non-image inputs and nodes
+    # that only need them) and its image-shaped results the graph reads as source images.
+    head_lines: list[str] = field(default_factory=list)
+    uploads: list[tuple[str, str, Img]] = field(default_factory=list)
+    head_vars: dict[str, str] = field(default_factory=dict)  # uploaded tensor -> CPUTensor var
+    cpu_outputs: dict[str, str] = field(default_factory=dict)
+    placement: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def output(self) -> tuple[str, Img]:
+        return self.outputs[0]
 
 
 SWIFT_KEYWORDS = {
@@ -106,8 +124,20 @@ NeuronSpec = tuple[str, float, float, float]
 
 
 class Lowering:
-    def __init__(self, graph: Graph, *, fp16: bool) -> None:
+    def __init__(self, graph: Graph, *, fp16: bool, cpu: bool = True) -> None:
         self.g = graph
+        self.cpu = cpu
+        self.cpu_env: dict[str, str] = {}
+        self.cpu_lines: list[str] = []
+        self.head_lines: list[str] = []
+        self.head: set[str] = set()  # tensors the CPU computes before the graph
+        self.uploads: list[tuple[str, str, Img]] = []
+        self.phase = self.cpu_lines
+        self.cpu_inputs: list[tuple[str, str, list[int]]] = []
+        self.gpu_reads: dict[str, tuple[str, Img]] = {}
+        self.input_vars: dict[str, str] = {}
+        self.cpu_origin: dict[str, str] = {}  # tensor -> the CPU node (or input) making it
+        self.placement: list[tuple[str, str, str]] = []
         self.blob = ParamBlob(fp16=fp16)
         self.env: dict[str, Img] = {}
         self.layers: list[Layer] = []
@@ -274,7 +304,110 @@ class Lowering:
         shape[axis] = -1
         return (w * scale.reshape(shape)), (b - mean) * scale + beta
 
+    # -- the CPU tail -----------------------------------------------------------------------
+    def cpu_in(self, name: str) -> str:
+        """The Swift CPUTensor expression for ONNX tensor `name` on the CPU."""
+        if name in self.cpu_env:
+            return self.cpu_env[name]
+        shape = [int(d) for d in self.g.shape_of(name)]
+        v = self.g.const(name)
+        if v is not None:
+            if v.dtype.kind not in "fiub":
+                raise CPURefuse(f"constant '{name}' of type {v.dtype}")
+            off, ent = self.blob.add(v.astype(np.float32))
+            var = self.fresh("const_" + name)
+            self.blob.layer(var, [], "CPU constant", {"values": ent})
+            self.head_lines.append(
+                f"let {var} = CPUTensor(parameters.floats(offset: {off}, count: {v.size}), "
+                f"{[int(d) for d in v.shape]})"
+            )
+        elif name in self.input_vars:
+            var = self.fresh("input_" + name)
+            self.head_lines.append(
+                f"let {var} = CPUTensor(inputs[{swift_string(name)}]!, {shape})"
+            )
+        elif name in self.env:
+            img = self.env[name]
+            var = self.fresh("gpu_" + name)
+            self.gpu_reads[name] = (var, img)
+            self.cpu_lines.append(
+                f"let {var} = CPUTensor(gpuResults[{swift_string(name)}]!, {shape})"
+            )
+        else:
+            raise CPURefuse(f"input '{name}' is not available on the CPU")
+        self.cpu_env[name] = var
+        return var
+
+    def cpu_out(self, node: Node, name: str, expr: str) -> None:
+        var = self.fresh("cpu_" + name)
+        where = "head, before the graph" if self.phase is self.head_lines else "tail"
+        self.phase.append(f"// ONNX node '{node.name}' ({node.op_type}), on the CPU ({where})")
+        self.phase.append(f"let {var} = {expr}")
+        self.cpu_env[name] = var
+
+    def on_cpu(self, node: Node, why: str) -> str | None:
+        """Emit `node` in the CPU tail; returns None or why it cannot run there either."""
+        fn = CPU_EMITTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if fn is None:
+            return f"{why}; the CPU tail has no {node.op_type} either"
+        for o in node.outputs:
+            t = self.g.type_of(o) if o else None
+            if t is not None and t.dtype != np.float32:
+                return f"{why}; the CPU tail computes float32 tensors only (output is {t.dtype})"
+        ins = [i for i in node.inputs if i and self.g.const(i) is None]
+        head = all(i in self.head or i in self.input_vars for i in ins)
+        self.phase = self.head_lines if head else self.cpu_lines
+        mark = (
+            len(self.cpu_lines), dict(self.cpu_env), len(self.blob.data), len(self.blob.layers),
+            len(self.head_lines),
+        )  # fmt: skip
+        try:
+            fn(self, node)
+        except (CPURefuse, Refuse, ValueError) as e:
+            del self.cpu_lines[mark[0] :]
+            del self.head_lines[mark[4] :]
+            self.cpu_env = mark[1]
+            del self.blob.data[mark[2] :]
+            del self.blob.layers[mark[3] :]
+            return f"{why}; on the CPU: {e}"
+        self.placement.append((self.label(node), "cpu", why))
+        for o in node.outputs:
+            if o:
+                self.cpu_origin[o] = self.label(node)
+                if head:
+                    self.head.add(o)
+        return None
+
+    def upload(self, name: str) -> None:
+        """Make head tensor `name` a source image of the graph (raises Refuse if not one)."""
+        if name in self.env:
+            return
+        c, h, w = image_dims(self.g.shape_of(name))
+        var = self.fresh("head_" + name)
+        img = Img(var, c, h, w)
+        self.env[name] = img
+        self.uploads.append((name, var, img))
+
     # -- driver -----------------------------------------------------------------------------
+    def snapshot(self) -> tuple:
+        return (
+            len(self.layers),
+            set(self.absorbed),
+            dict(self.env),
+            set(self.used_names),
+            len(self.blob.data),
+            len(self.blob.layers),
+            len(self.uploads),
+        )
+
+    def restore(self, mark: tuple) -> None:
+        """Undo a GPU emitter that refused half-way (it may have absorbed a following node)."""
+        del self.layers[mark[0] :]
+        self.absorbed, self.env, self.used_names = set(mark[1]), dict(mark[2]), set(mark[3])
+        del self.blob.data[mark[4] :]
+        del self.blob.layers[mark[5] :]
+        del self.uploads[mark[6] :]
+
     def run(self, check_only: bool) -> Lowered:
         refusals: list[str] = []
         inputs: list[tuple[str, str, Img]] = []
@@ -282,45 +415,115 @@ class Lowering:
             try:
                 c, h, w = self.out_dims(name)
             except Refuse as e:
+                t = self.g.type_of(name)
+                if self.cpu and t is not None and t.is_static and t.dtype == np.float32:
+                    var = self.fresh(name)
+                    self.input_vars[name] = var
+                    shape = [int(d) for d in t.shape]  # type: ignore[union-attr]
+                    self.cpu_inputs.append((name, var, shape))
+                    self.cpu_origin[name] = f"graph input '{name}' (not an image)"
+                    self.head.add(name)
+                    self.placement.append((f"graph input '{name}'", "cpu", str(e)))
+                    continue
                 refusals.append(f"graph input '{name}': {e}")
                 self.poisoned.add(name)
                 continue
             var = self.fresh(name)
             img = Img(var, c, h, w)
             self.env[name] = img
+            self.input_vars[name] = var
             inputs.append((name, var, img))
-        if len(self.g.outputs) != 1:
-            refusals.append(
-                f"graph has {len(self.g.outputs)} outputs ({', '.join(self.g.outputs)}); the generated "
-                "MPSNNGraph has one result image: split the model or keep one output"
-            )
+        heavy = 0  # convolutions, fully connected layers and pooling on the GPU
         for node in self.g.nodes:
             if id(node) in self.absorbed:
                 continue
             emitter = EMITTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-            # Downstream of a refused node only ops with no MPS node at all are reported
-            # (their refusal does not depend on the inputs); the rest would only echo it.
-            if emitter is not None and any(i in self.poisoned for i in node.inputs if i):
+            ins = [i for i in node.inputs if i]
+            # Downstream of a refused node only ops with no MPS node (and no CPU code) at all
+            # are reported (their refusal does not depend on the inputs); the rest would only
+            # echo it.
+            if any(i in self.poisoned for i in ins):
                 self.poisoned.update(o for o in node.outputs if o)
                 if node.op_type == "MatMul" and self.g.const(node.inputs[1]) is None:
-                    refusals.append(f"{self.label(node)}: {MATMUL_OF_ACTIVATIONS}")
+                    if not self.cpu:
+                        refusals.append(f"{self.label(node)}: {MATMUL_OF_ACTIVATIONS}")
+                elif emitter is None and (not self.cpu or node.op_type not in CPU_EMITTERS):
+                    why = NO_NODE.get(node.op_type, "MPSNNGraph has no node for this op")
+                    if self.cpu:
+                        why += f"; the CPU tail has no {node.op_type} either"
+                    refusals.append(f"{self.label(node)}: {why}")
                 continue
-            try:
-                if emitter is None:
-                    raise Refuse(NO_NODE.get(node.op_type, "MPSNNGraph has no node for this op"))
-                emitter(self, node)
-            except Refuse as e:
-                refusals.append(f"{self.label(node)}: {e}")
+            on_cpu = [i for i in ins if i in self.cpu_origin and i not in self.head]
+            if on_cpu:
+                # The GPU graph runs before the CPU tail: nothing after a tail node goes back
+                # to it (the head runs before the graph and feeds it source images).
+                why = (
+                    f"reads '{on_cpu[0]}', computed on the CPU by {self.cpu_origin[on_cpu[0]]}, "
+                    "and the GPU graph runs before the CPU tail"
+                )
+            else:
+                mark = self.snapshot()
+                try:
+                    for i in ins:
+                        if i in self.head:
+                            self.upload(i)
+                    if emitter is None:
+                        raise Refuse(
+                            NO_NODE.get(node.op_type, "MPSNNGraph has no node for this op")
+                        )
+                    emitter(self, node)
+                    self.placement.append((self.label(node), "gpu", ""))
+                    heavy += node.op_type in HEAVY_OPS
+                    continue
+                except Refuse as e:
+                    self.restore(mark)
+                    why = str(e)
+            problem = self.on_cpu(node, why) if self.cpu else why
+            if problem is not None:
+                refusals.append(f"{self.label(node)}: {problem}")
                 self.poisoned.update(o for o in node.outputs if o)
-        out_name = self.g.outputs[0] if self.g.outputs else ""
-        if not refusals and out_name not in self.env:
-            refusals.append(f"graph output '{out_name}' is not produced by a convertible node")
-        if not refusals and out_name in self.g.inputs:
-            refusals.append(f"graph output '{out_name}' is a graph input; there is nothing to run")
+        if not heavy and not refusals:
+            # Element-wise nodes alone would only move data to the GPU and back.
+            refusals.append(
+                "no node runs on the GPU: MPSNNGraph needs at least one image node; "
+                "this model is not a convolutional network over [1, C, H, W] images"
+            )
+        outputs: list[tuple[str, Img]] = []
+        cpu_outputs: dict[str, str] = {}
+        for out_name in self.g.outputs:
+            if out_name in self.cpu_origin and out_name in self.cpu_env:
+                cpu_outputs[out_name] = self.cpu_env[out_name]
+                continue
+            if not refusals and out_name not in self.env:
+                refusals.append(f"graph output '{out_name}' is not produced by a convertible node")
+            if not refusals and out_name in self.g.inputs:
+                refusals.append(
+                    f"graph output '{out_name}' is a graph input; there is nothing to run"
+                )
+            outputs.append((out_name, self.env.get(out_name, Img("", 0, 0, 0))))
+        if not refusals and len({img.var for _, img in outputs}) != len(outputs):
+            refusals.append(
+                "two graph outputs are the same image (an Identity/Reshape between them); "
+                "MPSNNGraph returns each result image once"
+            )
         if refusals and not check_only:
             raise Refuse("; ".join(refusals))
-        out = (out_name, self.env.get(out_name, Img("", 0, 0, 0)))
-        return Lowered(self.layers, inputs, out, self.blob, refusals)
+        reads = [(n, v, img) for n, (v, img) in self.gpu_reads.items()]
+        return Lowered(
+            self.layers,
+            inputs,
+            outputs,
+            self.blob,
+            refusals,
+            self.cpu_inputs,
+            reads,
+            self.cpu_lines,
+            self.head_lines,
+            self.uploads,
+            {n: self.cpu_env[n] for n, _, _ in self.uploads},
+            cpu_outputs,
+            self.placement,
+        )
 
 
 def image_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -353,8 +556,6 @@ EMITTERS: dict[str, Emitter] = {}
 NO_NODE = {
     "Gather": "MPSNNGraph has no gather node: move the lookup out of the model (pre/post-processing)",
     "Transpose": "MPSNNGraph has no general transpose node: fold the permutation into the neighbouring weights or remove it",
-    "Slice": "MPSNNGraph has no slice node: split the model at this point or slice on the CPU",
-    "Split": "MPSNNGraph has no split node: split the model at this point",
     "LSTM": "MPSNNGraph has no recurrent nodes: run the LSTM with MPSRNNMatrixInferenceLayer or Core ML",
     "GRU": "MPSNNGraph has no recurrent nodes: run the GRU with MPSRNNMatrixInferenceLayer or Core ML",
     "RNN": "MPSNNGraph has no recurrent nodes: run it with MPSRNNMatrixInferenceLayer or Core ML",
@@ -363,13 +564,21 @@ NO_NODE = {
     "TopK": "MPSNNGraph has no top-k node: take the top k on the CPU after the graph",
     "NonMaxSuppression": "MPSNNGraph has no NMS node: run NMS on the CPU after the graph",
     "Cast": "MPSNNGraph images are floating point only: remove the Cast",
-    "Erf": "MPSNNGraph has no erf neuron: use Gelu (opset 20) or a tanh approximation",
+    "Erf": (
+        "MPSNNGraph has no erf neuron (only GELU's x * 0.5 * (1 + erf(x / sqrt 2)) maps, "
+        "to the geLU neuron)"
+    ),
     "Min": "MPSNNGraph has no element-wise min node",
     "Max": "MPSNNGraph has no element-wise max node",
     "DepthToSpace": "MPSNNGraph has no depth-to-space node",
     "SpaceToDepth": "MPSNNGraph has no space-to-depth node",
 }
 
+
+HEAVY_OPS = {
+    "Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "GlobalMaxPool",
+}  # fmt: skip
 
 MATMUL_OF_ACTIVATIONS = (
     "MatMul of two run-time tensors (attention-style); MPSNNGraph multiplies activations only "
@@ -483,10 +692,19 @@ def _conv(lw: Lowering, node: Node) -> None:
             "MPSCNNDepthWiseConvolutionDescriptor supports multiplier 1 only"
         )
     if group > 1 and not depthwise and ((x.c // group) % 4 or (o // group) % 4):
-        raise Refuse(
-            f"grouped convolution with {x.c // group} input / {o // group} output channels per group; "
-            "MPSCNNConvolutionDescriptor.groups needs a multiple of 4 channels per group"
+        # MPSCNNConvolutionDescriptor.groups needs a multiple of 4 channels per group: run it
+        # as one dense convolution whose weights are zero outside each group's block (the
+        # same sums, `group` times the arithmetic; an Inf/NaN input then also reaches the
+        # other groups' outputs through 0 * x).
+        dense = np.zeros((o, x.c, kh, kw))
+        ci, co = x.c // group, o // group
+        for gi in range(group):
+            dense[gi * co : (gi + 1) * co, gi * ci : (gi + 1) * ci] = w[gi * co : (gi + 1) * co]
+        comment.append(
+            f"(groups={group} with {ci} input / {co} output channels per group, not multiples "
+            "of 4: a dense convolution with block-diagonal weights)"
         )
+        w, group = dense, 1
     var = lw.fresh(node.name or node.outputs[0])
     if depthwise:
         weights = w[:, 0, :, :]  # [C][kH][kW]
@@ -883,6 +1101,8 @@ def _reshape(lw: Lowering, node: Node) -> None:
         return
     shape = lw.g.shape_of(node.outputs[0])
     c, h, w = x.flat_of or (x.c, x.h, x.w)
+    if _channel_shuffle(lw, node, x, tuple(shape)):
+        return
     if tuple(shape) in ((1, c * h * w), (1, c * h * w, 1, 1)) and (len(shape) == 2 or h * w == 1):
         # Flatten to [1, K]: free when H = W = 1; otherwise a view in ONNX's CHW order, which
         # a following fully connected layer reorders into its weights.
@@ -892,6 +1112,12 @@ def _reshape(lw: Lowering, node: Node) -> None:
         return
     if tuple(shape) == (1, c, h, w):
         lw.env[node.outputs[0]] = Img(x.var, c, h, w)
+        return
+    if h * w == 1 and len(shape) >= 2 and shape[0] == 1 and shape[1] == c and all(
+        d == 1 for d in shape[2:]
+    ):
+        # [1, C, 1, 1] <-> [1, C] <-> [1, C, 1]: the same C values in the same order.
+        lw.env[node.outputs[0]] = Img(x.var, c, 1, 1)
         return
     raise Refuse(
         f"reshape {[1, c, h, w]} -> {list(shape)} moves data between channels and pixels; "
@@ -1008,15 +1234,37 @@ def _concat(lw: Lowering, node: Node) -> None:
         raise Refuse(
             f"concatenation on axis {axis}; MPSNNConcatenationNode joins feature channels only"
         )
-    for name, s in zip(node.inputs[:-1], srcs[:-1], strict=True):
-        if s.c % 4:
-            raise Refuse(
-                f"input '{name}' has {s.c} channels; MPSNNConcatenationNode starts each input at a "
-                "multiple of 4 channels (MPSImage slices), which would leave a gap: pad that "
-                "input's producer to a multiple of 4 output channels"
-            )
     var = lw.fresh(node.name or node.outputs[0])
     oc, oh, ow = _static(lw, node.outputs[0])
+    if any(s.c % 4 for s in srcs[:-1]):
+        # MPSNNConcatenationNode starts each input at a multiple of 4 channels (MPSImage
+        # slices), which would leave gaps: place each input at its ONNX channel offset with a
+        # 1x1 selection convolution (C_i -> C) and add the placed images.
+        placed: list[str] = []
+        at = 0
+        for s in srcs:
+            rows = [-1] * oc
+            rows[at : at + s.c] = range(s.c)
+            at += s.c
+            sel = _selection_conv(
+                lw, node, s, rows, oc, f"{var}_place{len(placed)}", f"input at channel {at - s.c}"
+            )
+            placed.append(f"{sel}.resultImage")
+        total = placed[0]
+        for i, p in enumerate(placed[1:], 1):
+            add = var if i == len(placed) - 1 else lw.fresh(f"{var}_sum{i}")
+            line = f"let {add} = MPSNNAdditionNode(leftSource: {total}, rightSource: {p})"
+            if add != var:
+                lw.layers.append(Layer(add, [f"ONNX node '{node.name}' (Concat), sum"], [line]))
+            total = f"{add}.resultImage"
+        lw.emit(
+            var,
+            [f"ONNX node '{node.name}' (Concat of inputs that are not multiples of 4 channels)"],
+            [line],
+            node.outputs[0],
+            Img(f"{var}.resultImage", oc, oh, ow),
+        )
+        return
     sources = ", ".join(s.var for s in srcs)
     lw.emit(
         var,
@@ -1103,6 +1351,13 @@ def _resize(lw: Lowering, node: Node) -> None:
             or (ctm == "asymmetric" and nearest_mode == "floor")
         )
         if not ok:
+            rows = _nearest_sources(x.h, oh, ctm, nearest_mode)
+            cols = _nearest_sources(x.w, ow, ctm, nearest_mode)
+            if rows is not None and cols is not None:
+                # Every output pixel reads source (start + k * step): a strided 1x1 crop.
+                crop = _crop(lw, node, x, (rows[0], cols[0]), (rows[1], cols[1]), (oh, ow), var)
+                lw.env[node.outputs[0]] = Img(f"{crop}.resultImage", oc, oh, ow)
+                return
             raise Refuse(
                 f"nearest resize {x.h}x{x.w} -> {oh}x{ow} with {ctm}/{nearest_mode}; MPSCNNUpsamplingNearest repeats pixels by integer factors"
             )
@@ -1122,5 +1377,350 @@ def _resize(lw: Lowering, node: Node) -> None:
     lw.emit(var, comment, [line], node.outputs[0], Img(f"{var}.resultImage", oc, oh, ow))
 
 
-def lower(graph: Graph, *, fp16: bool = False, check_only: bool = False) -> Lowered:
-    return Lowering(graph, fp16=fp16).run(check_only)
+def lower(
+    graph: Graph, *, fp16: bool = False, check_only: bool = False, cpu: bool = True
+) -> Lowered:
+    """`cpu=False` (--gpu-only) refuses every node MPSNNGraph cannot run instead of placing it
+    in the CPU tail."""
+    return Lowering(graph, fp16=fp16, cpu=cpu).run(check_only)
+
+
+# MPSNNGraphNodes.h MPSNNUnaryReductionNode subclasses (iOS 12.1): rows reduce along x
+# (result width 1), columns along y (height 1), feature channels per pixel (1 channel);
+# MPSNNReductionSpatialMeanNode reduces width and height at once (mean only).
+_REDUCE_OPS = {"ReduceMean": "Mean", "ReduceMax": "Max", "ReduceMin": "Min", "ReduceSum": "Sum"}
+
+
+def _reduce_axes(lw: Lowering, node: Node, rank: int) -> list[int] | None:
+    """The reduced axes (non-negative, sorted); None means all axes."""
+    axes_attr = node.attr("axes")
+    takes_input = lw.g.opset >= (13 if node.op_type == "ReduceSum" else 18)
+    if takes_input and len(node.inputs) > 1 and node.inputs[1]:
+        axes = [int(a) for a in lw.const(node, 1, "axes").reshape(-1)]
+    elif not takes_input and axes_attr is not None:
+        axes = [int(a) for a in axes_attr]
+    else:
+        axes = []
+    if not axes:
+        return None if not node.attr("noop_with_empty_axes", 0) else []
+    return sorted({a + rank if a < 0 else a for a in axes})
+
+
+@emitter(*_REDUCE_OPS)
+def _reduce(lw: Lowering, node: Node) -> None:
+    x = lw.img(node.inputs[0])
+    if x.flat_of:
+        raise Refuse("reduction of a flattened tensor")
+    rank = len(lw.g.shape_of(node.inputs[0]))
+    axes = _reduce_axes(lw, node, rank)
+    if axes is None:
+        axes = list(range(rank))
+    if rank == 2:  # [1, K]: K feature channels of a 1x1 image
+        axes = [{0: 0, 1: 1}[a] for a in axes]
+    axes = [a for a in axes if a != 0]  # batch is 1
+    op = _REDUCE_OPS[node.op_type]
+    if not axes:
+        lw.env[node.outputs[0]] = x
+        return
+    # Axes of size 1 reduce nothing (but ReduceMean over them is still the identity).
+    sizes = {1: x.c, 2: x.h, 3: x.w}
+    real = [a for a in axes if sizes[a] > 1]
+    steps: list[tuple[str, tuple[int, int, int]]] = []
+    c, h, w = x.c, x.h, x.w
+    if 1 in real:
+        if set(real) != {1}:
+            raise Refuse(
+                f"reduction over axes {axes}: MPS reduces feature channels or width/height, "
+                "not both in one node"
+            )
+        steps.append((f"MPSNNReductionFeatureChannels{op}Node", (1, h, w)))
+    elif set(real) == {2, 3} and op == "Mean":
+        steps.append(("MPSNNReductionSpatialMeanNode", (c, 1, 1)))
+    else:
+        if 3 in real:
+            steps.append((f"MPSNNReductionRow{op}Node", (c, h, 1)))
+            w = 1
+        if 2 in real:
+            steps.append((f"MPSNNReductionColumn{op}Node", (c, 1, w)))
+    out_shape = tuple(lw.g.shape_of(node.outputs[0]))
+    oc, oh, ow = steps[-1][1] if steps else (x.c, x.h, x.w)
+    keep = node.attr("keepdims", 1)
+    if not keep and out_shape != (1, oc) and int(np.prod(out_shape)) != oc * oh * ow:
+        raise Refuse(f"reduction to shape {list(out_shape)}")
+    if not keep and (oh * ow > 1 and out_shape != (1, oc, oh, ow)):
+        raise Refuse(
+            f"reduction to shape {list(out_shape)} (keepdims=0 leaves a non-image tensor)"
+        )
+    if not steps:
+        lw.env[node.outputs[0]] = x
+        return
+    src = x.var
+    comment = [f"ONNX node '{node.name}' ({node.op_type} over axes {axes})"]
+    lines = []
+    var = ""
+    for i, (cls, _dims) in enumerate(steps):
+        var = lw.fresh((node.name or node.outputs[0]) + ("" if i == len(steps) - 1 else "_rows"))
+        lines.append(f"let {var} = {cls}(source: {src})")
+        src = f"{var}.resultImage"
+        if i < len(steps) - 1:
+            lw.layers.append(Layer(var, comment, lines))
+            comment, lines = [f"ONNX node '{node.name}' (second step: columns)"], []
+    lw.emit(var, comment, lines, node.outputs[0], Img(src, oc, oh, ow))
+
+
+@emitter("Mish")
+def _mish(lw: Lowering, node: Node) -> None:
+    # No Mish neuron: x * tanh(softplus(x)) from MPSCNNNeuronType.h's softPlus (a log(1 +
+    # exp(b x)), a = b = 1) and tanH (a tanh(b x), a = b = 1) and a multiplication node.
+    x = lw.img(node.inputs[0])
+    base = node.name or node.outputs[0]
+    sp, th, var = lw.fresh(base + "_softplus"), lw.fresh(base + "_tanh"), lw.fresh(base)
+    lw.layers.append(
+        Layer(
+            sp,
+            [f"ONNX node '{node.name}' (Mish = x * tanh(softplus(x))), softplus"],
+            [f"let {sp} = MPSCNNNeuronSoftPlusNode(source: {x.var}, a: 1.0, b: 1.0)"],
+        )
+    )
+    lw.layers.append(
+        Layer(
+            th,
+            [f"ONNX node '{node.name}' (Mish), tanh"],
+            [f"let {th} = MPSCNNNeuronTanHNode(source: {sp}.resultImage, a: 1.0, b: 1.0)"],
+        )
+    )
+    lw.emit(
+        var,
+        [f"ONNX node '{node.name}' (Mish), product"],
+        [
+            f"let {var} = MPSNNMultiplicationNode("
+            f"leftSource: {x.var}, rightSource: {th}.resultImage)"
+        ],
+        node.outputs[0],
+        Img(f"{var}.resultImage", x.c, x.h, x.w, x.flat_of),
+    )
+
+
+def _selection_conv(
+    lw: Lowering, node: Node, x: Img, rows: list[int], n_out: int, base: str, why: str
+) -> str:
+    """A 1x1 convolution whose output channel j copies input channel rows[j] (weight 1, the
+    others 0; rows[j] = -1 leaves channel j at 0). MPSNNGraph has no channel-slice node; with
+    finite inputs the sums are exact (x * 1 + 0 * others), an Inf/NaN in a channel not
+    selected also reaches the result through 0 * x. Returns the node variable."""
+    w = np.zeros((n_out, 1, 1, x.c))
+    for j, r in enumerate(rows):
+        if r >= 0:
+            w[j, 0, 0, r] = 1.0
+    var = lw.fresh(base)
+    desc = (
+        f"convolutionDescriptor(\n            depthwise: false, kernel: (1, 1), "
+        f"channels: ({x.c}, {n_out}), stride: (1, 1), dilation: (1, 1), groups: 1)"
+    )
+    comment = [f"ONNX node '{node.name}' ({node.op_type}: {why}, a 1x1 selection convolution)"]
+    src = _conv_weights_source(
+        lw, node, var, comment, "channel selection", w, np.zeros(n_out), desc, None, "OHWI"
+    )
+    lines = [
+        f"let {var} = MPSCNNConvolutionNode(\n    source: {x.var},\n    weights: {src})",
+        f"{var}.paddingPolicy = ONNXPadding(top: 0, left: 0, bottom: 0, right: 0, height: {x.h}, width: {x.w}, edgeMode: .zero)",
+    ]
+    lw.layers.append(Layer(var, comment, lines))
+    return var
+
+
+def _crop(
+    lw: Lowering, node: Node, x: Img, start: tuple[int, int], step: tuple[int, int],
+    out_hw: tuple[int, int], base: str,
+) -> str:  # fmt: skip
+    """Rows/columns start + k * step of `x` as a 1x1 max pooling (one value per window, so
+    exact) with stride = step; the ONNXPadding policy puts window 0 at `start` (negative pads)."""
+    var = lw.fresh(base)
+    lines = [
+        f"let {var} = MPSCNNPoolingMaxNode(\n    source: {x.var}, kernelWidth: 1, kernelHeight: 1, "
+        f"strideInPixelsX: {step[1]}, strideInPixelsY: {step[0]})",
+        f"{var}.paddingPolicy = ONNXPadding(top: {-start[0]}, left: {-start[1]}, bottom: 0, "
+        f"right: 0, height: {out_hw[0]}, width: {out_hw[1]}, edgeMode: .clamp)",
+    ]
+    comment = [
+        f"ONNX node '{node.name}' ({node.op_type} of rows {start[0]}::{step[0]}, columns "
+        f"{start[1]}::{step[1]}: a 1x1 max pooling, stride = step, window 0 at the start)"
+    ]
+    lw.layers.append(Layer(var, comment, lines))
+    return var
+
+
+def _gpu_slice(
+    lw: Lowering, node: Node, x: Img, starts: list[int], steps: list[int], out: str
+) -> None:
+    oc, oh, ow = _static(lw, out)
+    if len(starts) != 4 or x.flat_of:
+        raise Refuse("slice of a tensor that is not a [1, C, H, W] image")
+    if starts[0] != 0 or steps[0] != 1:
+        raise Refuse("slice along the batch axis")
+    if steps[2] < 1 or steps[3] < 1:
+        raise Refuse("slice backwards along height/width (negative step)")
+    cur = x
+    base = node.name or out
+    if (oc, steps[1], starts[1]) != (x.c, 1, 0):
+        rows = [starts[1] + k * steps[1] for k in range(oc)]
+        why = f"channels {rows[:3]}..."
+        var = _selection_conv(lw, node, cur, rows, oc, base + "_channels", why)
+        cur = Img(f"{var}.resultImage", oc, x.h, x.w)
+    if (oh, ow) != (x.h, x.w) or steps[2:] != [1, 1]:
+        var = _crop(lw, node, cur, (starts[2], starts[3]), (steps[2], steps[3]), (oh, ow), base)
+        cur = Img(f"{var}.resultImage", oc, oh, ow)
+    lw.env[out] = cur
+
+
+@emitter("Slice")
+def _slice(lw: Lowering, node: Node) -> None:
+    from .cpu import slice_params
+
+    x = lw.img(node.inputs[0])
+    try:
+        starts, steps = slice_params(lw, node)
+    except CPURefuse as e:
+        raise Refuse(str(e)) from e
+    _gpu_slice(lw, node, x, starts, steps, node.outputs[0])
+
+
+@emitter("Split")
+def _split(lw: Lowering, node: Node) -> None:
+    x = lw.img(node.inputs[0])
+    rank = len(lw.g.shape_of(node.inputs[0]))
+    axis = int(node.attr("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if rank != 4:
+        raise Refuse(f"split of a rank-{rank} tensor")
+    at = 0
+    for o in node.outputs:
+        if not o:
+            continue
+        size = int(lw.g.shape_of(o)[axis])
+        starts = [0, 0, 0, 0]
+        starts[axis] = at
+        at += size
+        _gpu_slice(lw, node, x, starts, [1, 1, 1, 1], o)
+
+
+def _scalar(lw: Lowering, name: str) -> float | None:
+    v = lw.g.const(name)
+    return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
+
+
+@emitter("Erf")
+def _erf_gelu(lw: Lowering, node: Node) -> None:
+    """GELU as exporters decompose it before opset 20, x * 0.5 * (1 + erf(x / sqrt(2))), as
+    one MPSCNNNeuronType.geLU neuron (MPSCNNNeuronType.h, iOS 13). The Div (or Mul by
+    1/sqrt(2)) before the Erf was already emitted as a linear neuron; it is left unused."""
+    producers = [n for n in lw.g.nodes if node.inputs[0] in n.outputs]
+    scaled = producers[0] if producers else None
+    ok_scale = scaled is not None and (
+        scaled.op_type == "Div" and _scalar(lw, scaled.inputs[1]) is not None
+        and abs(_scalar(lw, scaled.inputs[1]) - 2**0.5) < 1e-4  # type: ignore[operator]
+        or scaled.op_type == "Mul" and _scalar(lw, scaled.inputs[1]) is not None
+        and abs(_scalar(lw, scaled.inputs[1]) - 2**-0.5) < 1e-4  # type: ignore[operator]
+    )  # fmt: skip
+    if not ok_scale:
+        raise Refuse(NO_NODE["Erf"])
+    x_name = scaled.inputs[0]  # type: ignore[union-attr]
+    add = lw.sole_consumer(node.outputs[0])
+    if add is None or add.op_type != "Add" or _scalar(lw, add.inputs[1]) != 1.0:
+        raise Refuse(NO_NODE["Erf"])
+    chain, t, have_x, half = [add], add.outputs[0], False, False
+    for _ in range(2):
+        m = lw.sole_consumer(t)
+        if m is None or m.op_type != "Mul":
+            break
+        other = m.inputs[1] if m.inputs[0] == t else m.inputs[0]
+        if other == x_name and not have_x:
+            have_x = True
+        elif _scalar(lw, other) == 0.5 and not half:
+            half = True
+        else:
+            break
+        chain.append(m)
+        t = m.outputs[0]
+    # x * 0.5 might also come first: Mul(x, 0.5) feeding the last Mul.
+    if not (have_x and half):
+        raise Refuse(NO_NODE["Erf"])
+    x = lw.img(x_name)
+    for n in chain:
+        lw.absorbed.add(id(n))
+    names = ", ".join(f"'{n.name}'" for n in chain)
+    var = lw.fresh(node.name or node.outputs[0])
+    lw.emit(
+        var,
+        [f"ONNX nodes '{scaled.name}', '{node.name}', {names} (GELU: x * 0.5 * (1 + erf(x / "  # type: ignore[union-attr]
+         "sqrt 2)), one geLU neuron)"],  # fmt: skip
+        [f"let {var} = MPSCNNNeuronGeLUNode(source: {x.var})"],
+        t,
+        Img(f"{var}.resultImage", x.c, x.h, x.w, x.flat_of),
+    )
+
+
+def _channel_shuffle(lw: Lowering, node: Node, x: Img, shape: tuple[int, ...]) -> bool:
+    """Reshape [1, C, H, W] -> [1, g1, g2, ..., H, W], a Transpose of the channel-group axes
+    only, and a Reshape back to [1, C, H, W] (ShuffleNet's channel shuffle) permute channels:
+    one 1x1 selection convolution. Absorbs the Transpose and the second Reshape."""
+    if x.flat_of or node.op_type != "Reshape" or len(shape) < 5 or shape[0] != 1:
+        return False
+    if tuple(shape[-2:]) != (x.h, x.w) or int(np.prod(shape[1:-2])) != x.c:
+        return False
+    tr = lw.sole_consumer(node.outputs[0])
+    if tr is None or tr.op_type != "Transpose":
+        return False
+    perm = list(tr.attr("perm") or [])
+    k = len(shape)
+    if len(perm) != k or perm[0] != 0 or perm[-2:] != [k - 2, k - 1]:
+        return False
+    back = lw.sole_consumer(tr.outputs[0])
+    if back is None or back.op_type not in ("Reshape", "Flatten"):
+        return False
+    if tuple(lw.g.shape_of(back.outputs[0])) != (1, x.c, x.h, x.w):
+        return False
+    groups = list(shape[1:-2])
+    rows = np.arange(x.c).reshape(groups).transpose([p - 1 for p in perm[1:-2]]).reshape(-1)
+    lw.absorbed.update({id(tr), id(back)})
+    var = _selection_conv(
+        lw, node, x, [int(r) for r in rows], x.c, node.name or node.outputs[0],
+        f"with '{tr.name}' and '{back.name}', a channel shuffle",
+    )  # fmt: skip
+    lw.env[back.outputs[0]] = Img(f"{var}.resultImage", x.c, x.h, x.w)
+    return True
+
+
+def _nearest_sources(n: int, on: int, ctm: str, mode: str) -> tuple[int, int] | None:
+    """(start, step) when ONNX's nearest Resize of an axis of n pixels to `on` reads source
+    pixels start + k * step (step >= 1: a downscale by an integer factor), else None."""
+    import math
+
+    if on < 1 or on > n:
+        return None
+    scale = on / n
+    idx = []
+    for d in range(on):
+        if ctm == "align_corners":
+            src = d * (n - 1) / (on - 1) if on > 1 else 0.0
+        elif ctm == "asymmetric":
+            src = d / scale
+        elif ctm == "pytorch_half_pixel":
+            src = (d + 0.5) / scale - 0.5 if on > 1 else 0.0
+        elif ctm == "half_pixel":
+            src = (d + 0.5) / scale - 0.5
+        else:
+            return None
+        if mode == "floor":
+            i = math.floor(src)
+        elif mode == "ceil":
+            i = math.ceil(src)
+        elif mode == "round_prefer_ceil":
+            i = math.floor(src + 0.5)
+        else:  # round_prefer_floor
+            i = math.ceil(src - 0.5)
+        idx.append(min(max(i, 0), n - 1))
+    step = idx[1] - idx[0] if on > 1 else 1
+    if step < 1 or any(b - a != step for a, b in zip(idx, idx[1:], strict=False)):
+        return None
+    return idx[0], step

@@ -5,8 +5,11 @@ conversions of one model are byte-identical."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from .lower import Lowered, swift_string
+
+CPU_SUPPORT = (Path(__file__).parent / "cpu_support.swift.txt").read_text()
 
 SUPPORT = """
 // MARK: - Support types (generated; shared by every layer above)
@@ -31,6 +34,12 @@ final class ParameterFile {
     /// `count` Float32 values starting at `offset`, copied (PReLU slopes).
     func data(offset: Int, count: Int) -> Data {
         Data(bytes: storage.bytes.advanced(by: offset), count: count * MemoryLayout<Float>.stride)
+    }
+
+    /// `count` Float32 values starting at `offset` (constants of the CPU tail).
+    func floats(offset: Int, count: Int) -> [Float] {
+        Array(UnsafeBufferPointer(
+            start: storage.bytes.advanced(by: offset).assumingMemoryBound(to: Float.self), count: count))
     }
 }
 
@@ -214,18 +223,54 @@ def _indent(text: str, n: int) -> str:
     return textwrap.indent(text, " " * n)
 
 
+def _results(lowered: Lowered) -> list[tuple[str, list[str]]]:
+    """The graph's result images: (image expression, ONNX names held in it), graph outputs
+    first (the first is what encode returns), then images the CPU tail reads back."""
+    results: dict[str, list[str]] = {}
+    for name, img in lowered.outputs:
+        results.setdefault(img.var, []).append(name)
+    for name, _var, img in lowered.gpu_reads:
+        if name not in results.setdefault(img.var, []):
+            results[img.var].append(name)
+    return list(results.items())
+
+
 def render_model(
-    lowered: Lowered, *, class_name: str, graph_name: str, opset: int, fp16: bool
+    lowered: Lowered,
+    *,
+    class_name: str,
+    graph_name: str,
+    opset: int,
+    fp16: bool,
+    shapes: dict[str, list[int]],
+    input_names: list[str],
+    output_names: list[str],
 ) -> str:
-    out_name, out_img = lowered.output
-    input_list = ", ".join(swift_string(n) for n, _, _ in lowered.inputs)
+    results = _results(lowered)
+    first_var, first_names = results[0]
+    first_img = next(
+        (img for _, img in lowered.outputs if img.var == first_var),
+        next((img for _, _, img in lowered.gpu_reads if img.var == first_var), None),
+    )
+    assert first_img is not None
+    all_inputs = input_names  # ONNX graph order (the harness and callers rely on it)
+    input_list = ", ".join(swift_string(n) for n in all_inputs)
     sizes = ",\n".join(
         f"        {swift_string(n)}: (width: {i.w}, height: {i.h}, featureChannels: {i.c})"
-        for n, _, i in lowered.inputs
+        for n, _, i in [*lowered.inputs, *lowered.uploads]
+    )
+    shape_list = ",\n".join(
+        f"        {swift_string(n)}: {shapes[n]}" for n in [*all_inputs, *output_names]
     )
     body: list[str] = []
     for name, var, _img in lowered.inputs:
         body.append(f"// ONNX graph input '{name}'")
+        body.append(
+            f"let {var} = MPSNNImageNode(handle: ONNXTensorHandle(name: {swift_string(name)}))"
+        )
+        body.append("")
+    for name, var, _img in lowered.uploads:
+        body.append(f"// '{name}', computed by the CPU head before the graph runs")
         body.append(
             f"let {var} = MPSNNImageNode(handle: ONNXTensorHandle(name: {swift_string(name)}))"
         )
@@ -245,10 +290,40 @@ def render_model(
     body.append(_indent(node_list, 4))
     body.append("]")
     body.append("for node in filterNodes { node.resultImage.format = Self.imageFormat }")
-    result_var = out_img.var
+    if len(results) == 1:
+        make_graph = (
+            f"guard let graph = MPSNNGraph(device: device, resultImage: {first_var}, "
+            "resultImageIsNeeded: true)\nelse { return nil }"
+        )
+    else:
+        body.append("")
+        body.append(
+            "// Several result images (MPSNNGraph.h initWithDevice:resultImages:resultsAreNeeded:):"
+        )
+        body.append(
+            "// the first is returned by encode, the others come back as intermediate images."
+        )
+        for var, ns in results:
+            body.append(
+                f"{var}.handle = ONNXTensorHandle(name: {swift_string(ns[0])})"
+            )
+        for var, _ns in results[1:]:
+            body.append(f"{var}.exportFromGraph = true")
+        body.append(f"var needed = [ObjCBool](repeating: true, count: {len(results)})")
+        result_list = ", ".join(v for v, _ in results)
+        make_graph = (
+            f"guard let graph = MPSNNGraph(\n    device: device, resultImages: [{result_list}], "
+            "resultsAreNeeded: &needed)\nelse { return nil }"
+        )
     weights_type = ".float16" if fp16 else ".float32"
+    gpu_only = (
+        not lowered.cpu_lines
+        and not lowered.head_lines
+        and not lowered.cpu_inputs
+        and len(results) == 1
+    )
     single = ""
-    if len(lowered.inputs) == 1:
+    if len(lowered.inputs) == 1 and gpu_only:
         n = lowered.inputs[0][0]
         single = f"""
     /// Encode one inference on `input` (ONNX input '{n}').
@@ -262,8 +337,29 @@ def render_model(
     }}
 """
     flat = ""
-    if out_img.flat_of:
+    if first_img.flat_of:
         flat = " (a flattened view: read it in featureChannelsxHeightxWidth order)"
+    gpu_api = ""
+    if gpu_only:
+        gpu_api = f"""
+    /// Run one inference and call `completion` with the result when the GPU is done.
+    public func predict(inputs: [String: MPSImage], completion: @escaping (MPSImage?) -> Void) {{
+        guard let commandBuffer = commandQueue.makeCommandBuffer(),
+              let result = encode(to: commandBuffer, inputs: inputs) else {{
+            completion(nil)
+            return
+        }}
+        commandBuffer.addCompletedHandler {{ _ in completion(result) }}
+        commandBuffer.commit()
+    }}
+{single}"""
+    run = _render_run(lowered, results, output_names)
+    cpu_note = ""
+    if lowered.cpu_lines or lowered.head_lines:
+        cpu_note = (
+            "\n/// Nodes MPSNNGraph cannot express run after it on the CPU (`run(inputs:)`, the"
+            "\n/// CPU tail at its end); `placement` in mps-model.json lists them with the reason."
+        )
     return f"""// Generated by onnx2edge from ONNX graph '{graph_name}' (opset {opset}) for Metal Performance
 // Shaders (MPSNNGraph). Regenerate with `onnx2edge convert MODEL --target mps` rather than edit.
 // Each block below names the ONNX node(s) it comes from.
@@ -273,16 +369,22 @@ import Metal
 import MetalPerformanceShaders
 
 /// `{graph_name}` as an MPSNNGraph. Images are ONNX NCHW tensors with batch 1: an MPSImage of
-/// width W, height H and C feature channels.
+/// width W, height H and C feature channels.{cpu_note}
 public final class {class_name} {{
     /// ONNX inputs in the order `encode(to:inputs:)` expects them.
     public static let inputNames: [String] = [{input_list}]
     public static let inputSizes: [String: (width: Int, height: Int, featureChannels: Int)] = [
 {sizes}
     ]
-    /// ONNX output '{out_name}': {out_img.w}x{out_img.h}x{out_img.c} (width x height x channels){flat}.
-    public static let outputName = {swift_string(out_name)}
-    public static let outputSize = (width: {out_img.w}, height: {out_img.h}, featureChannels: {out_img.c})
+    /// ONNX outputs, in the graph's order, as `run(inputs:)` returns them.
+    public static let outputNames: [String] = [{", ".join(swift_string(n) for n in output_names)}]
+    /// ONNX shapes of the inputs and outputs (row-major float32 in `run(inputs:)`).
+    public static let shapes: [String: [Int]] = [
+{shape_list}
+    ]
+    /// The first result image, ONNX '{first_names[0]}': {first_img.w}x{first_img.h}x{first_img.c} (width x height x channels){flat}.
+    public static let outputName = {swift_string(first_names[0])}
+    public static let outputSize = (width: {first_img.w}, height: {first_img.h}, featureChannels: {first_img.c})
     /// Storage of intermediate and result images. float16 halves memory traffic on a GPU;
     /// onnx2edge verifies float32 against onnxruntime.
     public static let imageFormat: MPSImageFeatureChannelFormat = .float32
@@ -314,8 +416,7 @@ public final class {class_name} {{
 
 {_indent(chr(10).join(body), 8)}
 
-        guard let graph = MPSNNGraph(device: device, resultImage: {result_var}, resultImageIsNeeded: true)
-        else {{ return nil }}
+{_indent(make_graph, 8)}
         graph.label = {swift_string(class_name)}
         self.graph = graph
     }}
@@ -328,8 +429,8 @@ public final class {class_name} {{
         return MPSImage(device: device, imageDescriptor: descriptor)
     }}
 
-    /// Encode one inference; `inputs` maps ONNX input names to images. Returns the result
-    /// image, valid once `commandBuffer` has completed.
+    /// Encode one inference; `inputs` maps ONNX input names to images. Returns the first
+    /// result image, valid once `commandBuffer` has completed.
     public func encode(to commandBuffer: MTLCommandBuffer, inputs: [String: MPSImage]) -> MPSImage? {{
         var sources: [MPSImage] = []
         for handle in graph.sourceImageHandles {{
@@ -338,19 +439,84 @@ public final class {class_name} {{
         }}
         return graph.encode(to: commandBuffer, sourceImages: sources)
     }}
+{gpu_api}{run}}}
+{SUPPORT}{CPU_SUPPORT if lowered.cpu_lines or lowered.head_lines else ""}"""
 
-    /// Run one inference and call `completion` with the result when the GPU is done.
-    public func predict(inputs: [String: MPSImage], completion: @escaping (MPSImage?) -> Void) {{
-        guard let commandBuffer = commandQueue.makeCommandBuffer(),
-              let result = encode(to: commandBuffer, inputs: inputs) else {{
-            completion(nil)
-            return
-        }}
-        commandBuffer.addCompletedHandler {{ _ in completion(result) }}
-        commandBuffer.commit()
+
+def _render_run(
+    lowered: Lowered, results: list[tuple[str, list[str]]], output_names: list[str]
+) -> str:
+    """`run(inputs:)`: the GPU graph, then the CPU tail, on arrays in ONNX order."""
+    lines: list[str] = []
+    if lowered.head_lines:
+        lines.append("// The CPU head: what the graph needs that MPSNNGraph cannot compute.")
+        lines += lowered.head_lines
+        lines.append("")
+    head = ", ".join(
+        f"{swift_string(n)}: {lowered.head_vars[n]}.values" for n, _, _ in lowered.uploads
+    )
+    lines += [
+        f"let head: [String: [Float]] = [{head or ':'}]",
+        "var sources: [MPSImage] = []",
+        "for handle in graph.sourceImageHandles {",
+        "    guard let name = handle.label(), let values = inputs[name] ?? head[name],",
+        "          let image = makeInputImage(name),",
+        "          values.count == image.width * image.height * image.featureChannels else { return nil }",
+        "    values.withUnsafeBytes {",
+        "        image.writeBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)",
+        "    }",
+        "    sources.append(image)",
+        "}",
+        "guard let commandBuffer = commandQueue.makeCommandBuffer() else { return nil }",
+        "let exported = NSMutableArray()",
+        "guard let first = graph.encode(",
+        "    to: commandBuffer, sourceImages: sources, sourceStates: nil,",
+        "    intermediateImages: exported, destinationStates: nil) else { return nil }",
+        "commandBuffer.commit()",
+        "commandBuffer.waitUntilCompleted()",
+        f"var images: [String: MPSImage] = [{swift_string(results[0][1][0])}: first]",
+        "let handles: [MPSHandle] = graph.intermediateImageHandles ?? []",
+        "for (i, handle) in handles.enumerated() where i < exported.count {",
+        "    if let name = handle.label(), let image = exported.object(at: i) as? MPSImage {",
+        "        images[name] = image",
+        "    }",
+        "}",
+        "var gpuResults: [String: [Float]] = [:]",
+        "for (name, image) in images { gpuResults[name] = Self.values(of: image) }",
+    ]
+    for _var, names in results:
+        for alias in names[1:]:
+            lines.append(f"gpuResults[{swift_string(alias)}] = gpuResults[{swift_string(names[0])}]")
+    if lowered.cpu_lines:
+        lines.append("")
+        lines.append("// The CPU tail: nodes MPSNNGraph cannot express, on row-major float32 arrays.")
+        lines += lowered.cpu_lines
+    lines.append("")
+    ret = []
+    for n in output_names:
+        if n in lowered.cpu_outputs:
+            ret.append(f"    {swift_string(n)}: {lowered.cpu_outputs[n]}.values,")
+        else:
+            ret.append(f"    {swift_string(n)}: gpuResults[{swift_string(n)}]!,")
+    lines.append("return [")
+    lines += ret
+    lines.append("]")
+    return f"""
+    /// Run one inference and wait for it: `inputs` maps ONNX input names to float32 values in
+    /// ONNX (row-major, NCHW) order; returns every ONNX output the same way.
+    public func run(inputs: [String: [Float]]) -> [String: [Float]]? {{
+{_indent(chr(10).join(lines), 8)}
     }}
-{single}}}
-{SUPPORT}"""
+
+    /// The values of `image` in ONNX's CHW order.
+    static func values(of image: MPSImage) -> [Float] {{
+        var out = [Float](repeating: 0, count: image.width * image.height * image.featureChannels)
+        out.withUnsafeMutableBytes {{
+            image.readBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
+        }}
+        return out
+    }}
+"""
 
 
 def render_package(class_name: str) -> str:
@@ -407,14 +573,15 @@ import {class_name}
 
 let device = MTLCreateSystemDefaultDevice()!
 let model = {class_name}(device: device)!          // builds the MPSNNGraph once
-let input = model.makeInputImage({class_name}.inputNames[0])!
-// fill `input`, e.g. input.writeBytes(pointer, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
-model.predict(inputs: [{class_name}.inputNames[0]: input]) {{ result in
-    // result: MPSImage, {class_name}.outputSize; read it with readBytes(...)
-}}
+// float32 values in ONNX (row-major, NCHW) order, one array per ONNX input
+let outputs = model.run(inputs: [{class_name}.inputNames[0]: values])!
+let first = outputs[{class_name}.outputNames[0]]!   // its shape: {class_name}.shapes[name]
 ```
 
-Images hold ONNX NCHW tensors with batch 1 (width W, height H, C feature channels); read and
-write them with `dataLayout: .featureChannelsxHeightxWidth` to keep ONNX's element order.
-To encode into your own command buffer, call `encode(to:inputs:)` instead of `predict`.
+`run(inputs:)` runs the graph and waits; nodes MPSNNGraph cannot express (if any) run on the
+CPU before it (head) or after it (tail), so it returns every ONNX output. Images hold ONNX
+NCHW tensors with batch 1 (width W, height H, C feature channels); read and write them with
+`dataLayout: .featureChannelsxHeightxWidth` to keep ONNX's element order.
+To encode the graph alone into your own command buffer (images in, the first result image
+out), call `encode(to:inputs:)`.
 """

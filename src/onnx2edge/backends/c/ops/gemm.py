@@ -85,8 +85,11 @@ def packed_weights(ctx: NodeContext, hint: str, mats: np.ndarray) -> tuple[str, 
     """Pack G constant (M, K) matrices; returns the C symbol and the per-matrix stride."""
     g, m, k = mats.shape
     size = packed_a_size(m, k)
-    packed = np.concatenate([pack_a(mats[i]) for i in range(g)]) if g else np.zeros(0, np.float32)
-    return ctx.weight(hint, packed.astype(np.float32)), size
+    if g == 1:
+        packed = pack_a(mats[0])
+    else:
+        packed = np.concatenate([pack_a(mats[i]) for i in range(g)]) if g else np.zeros(0, np.float32)
+    return ctx.weight(hint, packed.astype(np.float32, copy=False)), size
 
 
 def gemm_packed_call(

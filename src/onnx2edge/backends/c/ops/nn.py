@@ -306,9 +306,23 @@ def _dw_kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     wl = "\n    ".join(f"const float w{i}_{j} = wc[{i * kw + j}];" for i, j in taps)
     acc = " + ".join(f"w{i}_{j} * {r}" for (i, j), r in zip(taps, reads, strict=True))
-    act = ["", "v = v > 0.0f ? v : 0.0f;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
+    # v < 0 ? 0 : v, not v > 0 ? v : 0: a NaN fails the comparison and passes through, as in
+    # onnxruntime's Relu and the GEMM epilogue (o2e_act1_)
+    act = ["", "v = v < 0.0f ? 0.0f : v;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
     out = "yw" if wide else "yc"
-    loop = pool2d.flat_loop(wide, f"float v = b + {acc};\n          {act}\n          {out}[p] = v;")
+    scalar = f"float v = b + {acc};\n          {act}\n          {out}[p] = v;"
+    # NEON: the same chain per lane - b, then one fused multiply-add per tap in row-major order
+    # (what -ffp-contract=fast makes of the scalar sum) - and the same comparisons
+    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    ws = [f"w{i}_{j}" for i, j in taps]
+    post = [
+        lambda v: v,
+        lambda v: f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), {v})",
+        lambda v: (f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(lo)), vdupq_n_f32(lo), "
+                   f"vbslq_f32(vcgtq_f32({v}, vdupq_n_f32(hi)), vdupq_n_f32(hi), {v}))"),
+    ][kind]
+    loop = pool2d.neon_loop(wide, reads, lambda t: f"vfmaq_n_f32(vdupq_n_f32(b), {t}, {ws[0]})",
+                            lambda v, t, k: f"vfmaq_n_f32({v}, {t}, {ws[k]})", post, out, scalar)
     compact = pool2d.compact(ctx) if wide else ""
     ctx.helper(
         name,
@@ -809,7 +823,10 @@ def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float,
 
     Written as Yᵀ = W·xᵀ so the constant matrix is the packed A operand and N = 1 takes the
     engine's matrix-vector path."""
-    wv = np.ascontiguousarray(w, dtype=np.float32) * np.float32(alpha)
+    # Views until a copy is needed: a 2 GB layer must not be copied three times on the way.
+    wv = np.asarray(w, dtype=np.float32)
+    if alpha != 1.0:
+        wv = wv * np.float32(alpha)
     bias = None
     if with_bias and ctx.has_input(2) and beta != 0.0:
         cc = ctx.const(2)
@@ -817,12 +834,15 @@ def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float,
             return "#error unsupported Gemm bias"  # guarded by _gemm_check
         bias = ctx.weight("bias", np.broadcast_to(cc.reshape(-1).astype(np.float32) * np.float32(beta), (N,)).copy())
     blocks = -(-N // FC_NB)
-    if blocks * FC_NB <= N * FC_MAX_PAD and np.isfinite(wv).all():
+    if blocks * FC_NB <= N * FC_MAX_PAD and _all_finite(wv.reshape(N, K)):
         ctx.kernel("fully connected, zero inputs skipped")
-        wt = np.zeros((blocks * FC_NB, K), np.float32)
-        wt[:N] = wv.reshape(N, K)
-        # block q: its K rows of FC_NB weights, contiguous (o2e_fc_skip_zeros)
-        blocked = ctx.weight("wt", np.ascontiguousarray(wt.reshape(blocks, FC_NB, K).transpose(0, 2, 1)))
+        # block q: its K rows of FC_NB weights, contiguous (o2e_fc_skip_zeros); outputs past N
+        # are zero padding
+        wt = np.zeros((blocks, K, FC_NB), np.float32)
+        for q in range(blocks):
+            rows = wv.reshape(N, K)[q * FC_NB : (q + 1) * FC_NB]
+            wt[q, :, : rows.shape[0]] = rows.T
+        blocked = ctx.weight("wt", wt)
         nz = ctx.scratch(K * 4, "int")
         act = fused_act(ctx)
         st, post = act_struct(act)
@@ -832,6 +852,11 @@ def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float,
     ctx.kernel("fully connected as packed GEMV")
     packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
     return gemm_packed_call(ctx, packed, N, 1, K, x, 1, y.sym, 1, bias_m=bias, act=fused_act(ctx))
+
+
+def _all_finite(w: np.ndarray, rows: int = 1024) -> bool:
+    """np.isfinite(w).all() without a boolean copy of a large weight."""
+    return all(np.isfinite(w[i : i + rows]).all() for i in range(0, w.shape[0], rows))
 
 
 # Outputs per weight block of o2e_fc_skip_zeros (O2E_FC_NB), and the most zero padding that

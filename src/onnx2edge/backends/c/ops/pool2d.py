@@ -29,6 +29,8 @@ other ranks and other types stay on the generic loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..emitter import NodeContext
@@ -96,9 +98,68 @@ def flat_loop(wide: bool, body: str) -> str:
         }}"""
 
 
+# NEON: output vectors of 4 computed together by the plane loops (neon_loop): independent
+# chains, so an in-order core (Cortex-A53 / A55) is not held up by each one's FMA latency.
+NEON_V = VW // 4
+
+
+def neon_loop(
+    wide: bool,
+    reads: list[str],
+    first: Callable[[str], str],
+    step: Callable[[str, str, int], str],
+    post: Callable[[str], str],
+    out: str,
+    scalar_body: str,
+) -> str:
+    """flat_loop with NEON intrinsics when compiled for aarch64, flat_loop itself otherwise.
+
+    Each block of VW outputs is NEON_V vectors, and every tap is applied to all of them before
+    the next tap, so the vectors' operation chains interleave; each lane still sees exactly
+    the portable loop's operations in its order (bit-identical results). first(t0) is the value
+    after the first tap's vector t0, step(v, t, k) the value of v after tap k's vector t,
+    post(v) the fused activation (a C expression of v). reads: tap expressions `P..[p + off]`
+    (tap_refs). A narrow output (not wide) ends with the portable scalar loop for the last
+    n % VW outputs, since y has no slack there."""
+
+    def load(r: str, u: int) -> str:
+        return f"vld1q_f32(&{r.replace('[p', f'[p + {4 * u}', 1) if u else r})"
+
+    lines = [f"float32x4_t v{u} = {first(load(reads[0], u))};" for u in range(NEON_V)]
+    for k, r in enumerate(reads[1:], 1):
+        lines.append("{")
+        lines += [f"  const float32x4_t t{u} = {load(r, u)};" for u in range(NEON_V)]
+        lines += [f"  v{u} = {step(f'v{u}', f't{u}', k)};" for u in range(NEON_V)]
+        lines.append("}")
+    lines += [f"vst1q_f32(&{out}[p + {4 * u}], {post(f'v{u}')});" for u in range(NEON_V)]
+    body = "\n          ".join(lines)
+    if wide:
+        neon = f"""const int n = (OH - 1) * WQ + OW;
+      int p = 0;
+      for (; p < n; p += {VW}) {{
+          {body}
+      }}"""
+    else:
+        neon = f"""const int n = OH * OW;
+      int p = 0;
+      for (; p + {VW} <= n; p += {VW}) {{
+          {body}
+      }}
+      for (; p < n; ++p) {{
+        {scalar_body}
+      }}"""
+    return f"""#if defined(__ARM_NEON) && defined(__aarch64__)
+      {neon}
+#else
+      {flat_loop(wide, scalar_body)}
+#endif"""
+
+
 INTRINSICS = r"""
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 """
 
@@ -116,6 +177,20 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
     const __mmask16 m = (__mmask16)((1u << (n - q)) - 1u);
     _mm512_mask_storeu_ps(d + q, m, _mm512_maskz_loadu_ps(m, s + q));
   }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  /* NEON: 16 floats per step in four q registers, then 4, then the last 0..3 one by one
+   * (gcc would otherwise call memcpy, as above) */
+  int q = 0;
+  for (; q + 16 <= n; q += 16) {
+    const float32x4_t v0 = vld1q_f32(s + q), v1 = vld1q_f32(s + q + 4);
+    const float32x4_t v2 = vld1q_f32(s + q + 8), v3 = vld1q_f32(s + q + 12);
+    vst1q_f32(d + q, v0);
+    vst1q_f32(d + q + 4, v1);
+    vst1q_f32(d + q + 8, v2);
+    vst1q_f32(d + q + 12, v3);
+  }
+  for (; q + 4 <= n; q += 4) vst1q_f32(d + q, vld1q_f32(s + q));
+  for (; q < n; ++q) d[q] = s[q];
 #else
   for (int q = 0; q < n; ++q) d[q] = s[q];
 #endif
@@ -146,6 +221,18 @@ static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const floa
     const __m512 hi = _mm512_maskz_loadu_ps(mhi, s + 2 * k + 16);
     _mm512_mask_storeu_ps(d0 + k, (__mmask16)((1u << ((r + 1) / 2)) - 1u), _mm512_permutex2var_ps(lo, even, hi));
     _mm512_mask_storeu_ps(d1 + k, (__mmask16)((1u << (r / 2)) - 1u), _mm512_permutex2var_ps(lo, odd, hi));
+  }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  /* NEON: ld2 splits 8 floats into their even and odd lanes in one instruction */
+  int k = 0;
+  for (; 2 * k + 8 <= n; k += 4) {
+    const float32x4x2_t v = vld2q_f32(s + 2 * k);
+    vst1q_f32(d0 + k, v.val[0]);
+    vst1q_f32(d1 + k, v.val[1]);
+  }
+  for (; 2 * k < n; ++k) {
+    d0[k] = s[2 * k];
+    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
   }
 #else
   for (int k = 0; 2 * k < n; ++k) {
@@ -327,7 +414,14 @@ def _pool_kernel(
         store = "for (int oh = 0; oh < OH; ++oh) for (int ow = 0; ow < OW; ++ow) yc[oh * OW + ow] = yw[oh * WQ + ow] / (a->dr[oh] * a->dc[ow]);"
         out = "yw"  # AveragePool always divides in the compaction pass
         wide = True
-    loop = flat_loop(wide, body.rstrip() + f"\n          {out}[p] = v;")
+    scalar = body.rstrip() + f"\n          {out}[p] = v;"
+    ctx.helper("o2e_intrinsics", INTRINSICS)
+    if op == "MaxPool":  # t > v ? t : v, lane by lane, as the scalar loop (NaN included)
+        loop = neon_loop(wide, reads, lambda t: t, lambda v, t, _k: f"vbslq_f32(vcgtq_f32({t}, {v}), {t}, {v})",
+                         lambda v: v, out, scalar)
+    else:
+        loop = neon_loop(wide, reads, lambda t: t, lambda v, t, _k: f"vaddq_f32({v}, {t})", lambda v: v, out,
+                         scalar)
     ctx.helper(
         name,
         f"""

@@ -36,7 +36,8 @@
  * so KC can change freely without repacking.
  *
  * Kernel chosen at compile time: __AVX512F__ -> 8x48 AVX-512 kernel; __AVX2__ && __FMA__ ->
- * 4x24 AVX2 kernel (works on half panels); otherwise a portable C99 kernel.
+ * 4x24 AVX2 kernel (works on half panels); __ARM_NEON on aarch64 -> 8x12 NEON kernel;
+ * otherwise a portable C99 kernel.
  * Optional threads: compile with -DO2E_THREADS=n (pthreads; link with -pthread): a pool of
  * n - 1 workers started on first use splits N (or M when N is small) for large enough calls.
  * The same pool runs other data-parallel loops of the generated code (o2e_parallel_for).
@@ -69,6 +70,9 @@
 #elif defined(__AVX2__) && defined(__FMA__)
 #define O2E_GEMM_AVX2 1
 #include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define O2E_GEMM_NEON 1 /* AArch64 Advanced SIMD: 32 q registers of 4 floats, fused fmla */
+#include <arm_neon.h>
 #endif
 
 /* Every function is static: the header is included into model.c. Unused ones must not
@@ -96,6 +100,9 @@
 #elif defined(O2E_GEMM_AVX2)
 #define O2E_GEMM_NR 24 /* 3 ymm: 4 x 3 = 12 accumulators + 3 B + 1 A of the 16 ymm regs */
 #define O2E_GEMM_VW 8
+#elif defined(O2E_GEMM_NEON)
+#define O2E_GEMM_NR 12 /* 3 q: 8 x 3 = 24 accumulators + 3 B + 2 A of the 32 q regs */
+#define O2E_GEMM_VW 4
 #else
 #define O2E_GEMM_NR 8
 #define O2E_GEMM_VW 8
@@ -103,6 +110,8 @@
 #ifndef O2E_GEMM_KC /* K slice: a KC x NR strip of packed B stays in L1 */
 #if defined(O2E_GEMM_AVX512)
 #define O2E_GEMM_KC 256 /* 48 KB: 2-6 % faster than 160 on a 48 KB-L1 AVX-512 core (Zen 5) */
+#elif defined(O2E_GEMM_NEON)
+#define O2E_GEMM_KC 256 /* 12 KB strip: well inside a 32 KB L1d (Cortex-A53 .. A78) */
 #else
 #define O2E_GEMM_KC 160
 #endif
@@ -113,6 +122,8 @@
 #ifndef O2E_GEMM_A_BYTES /* A block (M block x K) kept in the last-level cache */
 #if defined(O2E_GEMM_AVX512) || defined(O2E_GEMM_AVX2)
 #define O2E_GEMM_A_BYTES (8 * 1024 * 1024)
+#elif defined(O2E_GEMM_NEON)
+#define O2E_GEMM_A_BYTES (512 * 1024) /* the L2 of small ARM cores (Raspberry Pi 3: 512 KB) */
 #else
 #define O2E_GEMM_A_BYTES (256 * 1024)
 #endif
@@ -147,6 +158,8 @@ O2E_GEMM_FN const char *o2e_gemm_kernel_name(void) {
   return "avx512";
 #elif defined(O2E_GEMM_AVX2)
   return "avx2";
+#elif defined(O2E_GEMM_NEON)
+  return "neon";
 #else
   return "portable";
 #endif
@@ -774,6 +787,166 @@ O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, i
   }
 }
 
+#elif defined(O2E_GEMM_NEON)
+
+/* Same comparisons as o2e_act1_ (not vmaxq / vminq), so results match the portable path bit
+ * for bit: NaN fails every comparison and passes through, and relu(-0) stays -0. */
+O2E_GEMM_INL float32x4_t o2e_act4_(float32x4_t x, o2e_act act) {
+  const float32x4_t z = vdupq_n_f32(0.0f);
+  switch (act.kind) {
+  case 1:
+    return vbslq_f32(vcltq_f32(x, z), z, x);
+  case 2: {
+    const float32x4_t lo = vdupq_n_f32(act.a), hi = vdupq_n_f32(act.b);
+    x = vbslq_f32(vcltq_f32(x, lo), lo, x);
+    return vbslq_f32(vcgtq_f32(x, hi), hi, x);
+  }
+  case 3:
+    return vbslq_f32(vcltq_f32(x, z), vmulq_n_f32(x, act.a), x);
+  default:
+    return x;
+  }
+}
+
+/* Epilogue of an mr x nr tile t (row stride ldt) at C position (i0, j0): 4 lanes at a time,
+ * the last nr % 4 columns one by one (NEON has no masked loads). */
+O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int mr, int nr,
+                                 int i0, int j0) {
+  const int n4 = nr & ~3;
+  int i, j;
+  for (i = 0; i < mr; i++) {
+    const int gi = i0 + i;
+    const float *ti = t + (size_t)i * ldt;
+    float *o = e->out + (size_t)(gi - e->oi) * e->ldo + (j0 - e->oj);
+    const float *q = e->q ? e->q + (size_t)(gi - e->qi) * e->ldq + (j0 - e->qj) : NULL;
+    const float *r = e->r ? e->r + (size_t)gi * e->ldr + j0 : NULL;
+    const float *p = e->p ? e->p + (size_t)gi * e->ldp + j0 : NULL;
+    const float *bn = e->bn ? e->bn + j0 : NULL;
+    const float bms = e->bm ? e->bm[gi] : 0.0f;
+    const float32x4_t bm = vdupq_n_f32(bms);
+    for (j = 0; j < n4; j += 4) {
+      float32x4_t x = vld1q_f32(ti + j);
+      if (q) x = vaddq_f32(x, vld1q_f32(q + j));
+      if (e->final) {
+        x = vaddq_f32(x, bm);
+        if (bn) x = vaddq_f32(x, vld1q_f32(bn + j));
+        if (r) x = vaddq_f32(x, vld1q_f32(r + j));
+        x = o2e_act4_(x, e->act);
+        if (p) x = vaddq_f32(x, vld1q_f32(p + j));
+      }
+      vst1q_f32(o + j, x);
+    }
+    for (; j < nr; j++) {
+      float x = ti[j];
+      if (q) x += q[j];
+      if (e->final) {
+        x += bms;
+        if (bn) x += bn[j];
+        if (r) x += r[j];
+        x = o2e_act1_(x, e->act);
+        if (p) x += p[j];
+      }
+      o[j] = x;
+    }
+  }
+}
+
+/* Row r of the rank-1 update: A value r times the NV vectors of B. Packed A: the 8 values of
+ * one K step are two q registers and fmla by element reads them in place (no broadcast). */
+#define O2E_RN_(r, av, lane)                                                                   \
+  do {                                                                                         \
+    if (PLAIN) {                                                                               \
+      const float s_ = p##r[k];                                                                \
+      c##r##0 = vfmaq_n_f32(c##r##0, b0, s_);                                                  \
+      if (NV > 1) c##r##1 = vfmaq_n_f32(c##r##1, b1, s_);                                      \
+      if (NV > 2) c##r##2 = vfmaq_n_f32(c##r##2, b2, s_);                                      \
+    } else {                                                                                   \
+      c##r##0 = vfmaq_laneq_f32(c##r##0, b0, av, lane);                                        \
+      if (NV > 1) c##r##1 = vfmaq_laneq_f32(c##r##1, b1, av, lane);                            \
+      if (NV > 2) c##r##2 = vfmaq_laneq_f32(c##r##2, b2, av, lane);                            \
+    }                                                                                          \
+  } while (0)
+
+/* 8 x (4 NV) kernel: 24 accumulators for NV = 3, the 8-row panel in one pass. */
+O2E_GEMM_INL void o2e_k4_body_(const int NV, const int PLAIN, int kc, const float *a, int lda,
+                               const float *b, int w, int mr, int nr, const o2e_epi_ *e, int i0,
+                               int j0) {
+  const float *p0 = a, *p1 = O2E_PR_(1), *p2 = O2E_PR_(2), *p3 = O2E_PR_(3);
+  const float *p4 = O2E_PR_(4), *p5 = O2E_PR_(5), *p6 = O2E_PR_(6), *p7 = O2E_PR_(7);
+  float32x4_t c00 = vdupq_n_f32(0.0f), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+  float32x4_t c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+  float32x4_t c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
+  float32x4_t c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00;
+  float t[O2E_GEMM_MR * 12];
+  int k;
+  for (k = 0; k < kc; k++) {
+    const float32x4_t b0 = vld1q_f32(b);
+    const float32x4_t b1 = NV > 1 ? vld1q_f32(b + 4) : b0;
+    const float32x4_t b2 = NV > 2 ? vld1q_f32(b + 8) : b0;
+    const float32x4_t alo = PLAIN ? b0 : vld1q_f32(a), ahi = PLAIN ? b0 : vld1q_f32(a + 4);
+    O2E_RN_(0, alo, 0);
+    O2E_RN_(1, alo, 1);
+    O2E_RN_(2, alo, 2);
+    O2E_RN_(3, alo, 3);
+    O2E_RN_(4, ahi, 0);
+    O2E_RN_(5, ahi, 1);
+    O2E_RN_(6, ahi, 2);
+    O2E_RN_(7, ahi, 3);
+    if (!PLAIN && (k & 1) == 0) O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR, 3);
+    if (!PLAIN) a += O2E_GEMM_MR;
+    b += w;
+  }
+  /* Through a small L1-resident tile to the epilogue (kc >> 1: the 24 stores and reloads
+   * cost little next to the kc x 24 fmla). */
+#define O2E_TN_(r)                                                                             \
+  do {                                                                                         \
+    vst1q_f32(t + r * 12, c##r##0);                                                            \
+    if (NV > 1) vst1q_f32(t + r * 12 + 4, c##r##1);                                            \
+    if (NV > 2) vst1q_f32(t + r * 12 + 8, c##r##2);                                            \
+  } while (0)
+  O2E_TN_(0);
+  O2E_TN_(1);
+  O2E_TN_(2);
+  O2E_TN_(3);
+  O2E_TN_(4);
+  O2E_TN_(5);
+  O2E_TN_(6);
+  O2E_TN_(7);
+#undef O2E_TN_
+  o2e_tile_store_(e, t, 12, mr, nr, i0, j0);
+}
+
+#define O2E_K4_FN_(name, NV, PLAIN)                                                            \
+  O2E_GEMM_FN void name(int kc, const float *a, int lda, const float *b, int w, int mr, int nr, \
+                        const o2e_epi_ *e, int i0, int j0) {                                   \
+    o2e_k4_body_(NV, PLAIN, kc, a, lda, b, w, mr, nr, e, i0, j0);                              \
+  }
+O2E_K4_FN_(o2e_k4x3_, 3, 0)
+O2E_K4_FN_(o2e_k4x2_, 2, 0)
+O2E_K4_FN_(o2e_k4x1_, 1, 0)
+O2E_K4_FN_(o2e_k4x3p_, 3, 1)
+O2E_K4_FN_(o2e_k4x2p_, 2, 1)
+O2E_K4_FN_(o2e_k4x1p_, 1, 1)
+
+O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, int w, int mr,
+                              int nr, const o2e_epi_ *e, int i0, int j0) {
+  if (lda) {
+    if (nr > 8)
+      o2e_k4x3p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
+    else if (nr > 4)
+      o2e_k4x2p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
+    else
+      o2e_k4x1p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
+  } else {
+    if (nr > 8)
+      o2e_k4x3_(kc, a, 0, b, w, mr, nr, e, i0, j0);
+    else if (nr > 4)
+      o2e_k4x2_(kc, a, 0, b, w, mr, nr, e, i0, j0);
+    else
+      o2e_k4x1_(kc, a, 0, b, w, mr, nr, e, i0, j0);
+  }
+}
+
 #else /* portable C99 */
 
 /* 4 x 8 tile of scalars: 32 accumulators map onto 8 SSE / NEON registers when the compiler
@@ -915,6 +1088,50 @@ O2E_GEMM_FN void o2e_gemv_plain_(int m0, int m1, int K, const float *A, int lda,
     for (j = 0; j < 8; j++) tail += v[j];
     y[i] = tail;
   }
+#elif defined(O2E_GEMM_NEON)
+  /* 2 rows x 4 vectors = 8 independent fmla chains; rows stream from memory. */
+  for (; i + 2 <= m1; i += 2) {
+    const float *r0 = A + (size_t)i * lda, *r1 = r0 + lda;
+    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0,
+                t3 = s0;
+    float u0 = 0.0f, u1 = 0.0f;
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+      const float32x4_t x0 = vld1q_f32(x + k), x1 = vld1q_f32(x + k + 4);
+      const float32x4_t x2 = vld1q_f32(x + k + 8), x3 = vld1q_f32(x + k + 12);
+      s0 = vfmaq_f32(s0, vld1q_f32(r0 + k), x0);
+      s1 = vfmaq_f32(s1, vld1q_f32(r0 + k + 4), x1);
+      s2 = vfmaq_f32(s2, vld1q_f32(r0 + k + 8), x2);
+      s3 = vfmaq_f32(s3, vld1q_f32(r0 + k + 12), x3);
+      t0 = vfmaq_f32(t0, vld1q_f32(r1 + k), x0);
+      t1 = vfmaq_f32(t1, vld1q_f32(r1 + k + 4), x1);
+      t2 = vfmaq_f32(t2, vld1q_f32(r1 + k + 8), x2);
+      t3 = vfmaq_f32(t3, vld1q_f32(r1 + k + 12), x3);
+    }
+    for (; k + 4 <= K; k += 4) {
+      const float32x4_t x0 = vld1q_f32(x + k);
+      s0 = vfmaq_f32(s0, vld1q_f32(r0 + k), x0);
+      t0 = vfmaq_f32(t0, vld1q_f32(r1 + k), x0);
+    }
+    for (; k < K; k++) {
+      u0 += r0[k] * x[k];
+      u1 += r1[k] * x[k];
+    }
+    y[i] = u0 + vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    y[i + 1] = u1 + vaddvq_f32(vaddq_f32(vaddq_f32(t0, t1), vaddq_f32(t2, t3)));
+  }
+  for (; i < m1; i++) {
+    const float *r0 = A + (size_t)i * lda;
+    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0;
+    float u0 = 0.0f;
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+      s0 = vfmaq_f32(s0, vld1q_f32(r0 + k), vld1q_f32(x + k));
+      s1 = vfmaq_f32(s1, vld1q_f32(r0 + k + 4), vld1q_f32(x + k + 4));
+    }
+    for (; k < K; k++) u0 += r0[k] * x[k];
+    y[i] = u0 + vaddvq_f32(vaddq_f32(s0, s1));
+  }
 #else
   for (; i < m1; i++) {
     const float *r0 = A + (size_t)i * lda;
@@ -982,6 +1199,29 @@ O2E_GEMM_FN void o2e_gemv_packed_(int p0, int p1, int K, const float *Ap, const 
       s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + (size_t)k * O2E_GEMM_MR), _mm256_broadcast_ss(x + k),
                            s0);
     _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+#elif defined(O2E_GEMM_NEON)
+    /* One K step is 8 rows = two q registers; x[k .. k+3] is loaded once and used by lane.
+     * Two accumulator pairs alternate so consecutive fmla do not wait on each other. */
+    float32x4_t l0 = vdupq_n_f32(0.0f), h0 = l0, l1 = l0, h1 = l0;
+    for (; k + 4 <= K; k += 4) {
+      const float32x4_t xv = vld1q_f32(x + k);
+      const float *ak = a + (size_t)k * O2E_GEMM_MR;
+      l0 = vfmaq_laneq_f32(l0, vld1q_f32(ak), xv, 0);
+      h0 = vfmaq_laneq_f32(h0, vld1q_f32(ak + 4), xv, 0);
+      l1 = vfmaq_laneq_f32(l1, vld1q_f32(ak + 8), xv, 1);
+      h1 = vfmaq_laneq_f32(h1, vld1q_f32(ak + 12), xv, 1);
+      l0 = vfmaq_laneq_f32(l0, vld1q_f32(ak + 16), xv, 2);
+      h0 = vfmaq_laneq_f32(h0, vld1q_f32(ak + 20), xv, 2);
+      l1 = vfmaq_laneq_f32(l1, vld1q_f32(ak + 24), xv, 3);
+      h1 = vfmaq_laneq_f32(h1, vld1q_f32(ak + 28), xv, 3);
+    }
+    for (; k < K; k++) {
+      const float *ak = a + (size_t)k * O2E_GEMM_MR;
+      l0 = vfmaq_n_f32(l0, vld1q_f32(ak), x[k]);
+      h0 = vfmaq_n_f32(h0, vld1q_f32(ak + 4), x[k]);
+    }
+    vst1q_f32(yp, vaddq_f32(l0, l1));
+    vst1q_f32(yp + 4, vaddq_f32(h0, h1));
 #else
     float s[O2E_GEMM_MR] = {0.0f};
     int i;
@@ -1890,6 +2130,23 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
       for (j = 0; j < O2E_FC_NB / 16; j++) a[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * j), a[j]);
     }
     for (j = 0; j < O2E_FC_NB / 16; j++) _mm512_storeu_ps(acc + 16 * j, a[j]);
+#elif defined(O2E_GEMM_NEON)
+    /* 256 outputs would need 64 q registers: the block is done as 4 column chunks of 64
+     * (16 accumulators), each a pass over the nonzero inputs. Per output the sum runs in the
+     * same order as the portable loop. */
+    int c4;
+    for (c4 = 0; c4 < O2E_FC_NB; c4 += 64) {
+      float32x4_t v[16];
+      for (j = 0; j < 16; j++) v[j] = vdupq_n_f32(0.0f);
+      for (i = 0; i < f->nnz; i++) {
+        const int k = f->nz[i];
+        const float *row = wq + (size_t)k * O2E_FC_NB + c4;
+        const float xk = f->x[k];
+        if (i + 4 < f->nnz) O2E_PREFETCH_(wq + (size_t)f->nz[i + 4] * O2E_FC_NB + c4, 3);
+        for (j = 0; j < 16; j++) v[j] = vfmaq_n_f32(v[j], vld1q_f32(row + 4 * j), xk);
+      }
+      for (j = 0; j < 16; j++) vst1q_f32(acc + c4 + 4 * j, v[j]);
+    }
 #else
     for (j = 0; j < O2E_FC_NB; j++) acc[j] = 0.0f;
     for (i = 0; i < f->nnz; i++) {

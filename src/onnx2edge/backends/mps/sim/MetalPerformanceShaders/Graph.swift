@@ -345,6 +345,32 @@ final class SimConcatenation: MPSKernel {
     }
 }
 
+// MARK: - Reductions (MPSNNGraphNodes.h MPSNNUnaryReductionNode, iOS 12.1 / macOS 10.14.1;
+// https://developer.apple.com/documentation/metalperformanceshaders/mpsnnunaryreductionnode)
+
+open class MPSNNUnaryReductionNode: MPSNNFilterNode {
+    public init(source sourceNode: MPSNNImageNode) { super.init(simSources: [sourceNode]) }
+    func simReduction(_ device: MTLDevice) -> SimReduction { fatalError("\(type(of: self)) is not modelled") }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { simReduction(device) }
+}
+
+open class MPSNNReductionRowMinNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceRowMin(device: d) } }
+open class MPSNNReductionRowMaxNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceRowMax(device: d) } }
+open class MPSNNReductionRowMeanNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceRowMean(device: d) } }
+open class MPSNNReductionRowSumNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceRowSum(device: d) } }
+open class MPSNNReductionColumnMinNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceColumnMin(device: d) } }
+open class MPSNNReductionColumnMaxNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceColumnMax(device: d) } }
+open class MPSNNReductionColumnMeanNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceColumnMean(device: d) } }
+open class MPSNNReductionColumnSumNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceColumnSum(device: d) } }
+open class MPSNNReductionFeatureChannelsMinNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceFeatureChannelsMin(device: d) } }
+open class MPSNNReductionFeatureChannelsMaxNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceFeatureChannelsMax(device: d) } }
+open class MPSNNReductionFeatureChannelsMeanNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceFeatureChannelsMean(device: d) } }
+open class MPSNNReductionFeatureChannelsSumNode: MPSNNUnaryReductionNode { override func simReduction(_ d: MTLDevice) -> SimReduction { MPSNNReduceFeatureChannelsSum(device: d) } }
+/// No MPSNNReduce* kernel reduces width and height at once; the node's result is 1 x 1.
+open class MPSNNReductionSpatialMeanNode: MPSNNUnaryReductionNode {
+    override func simReduction(_ d: MTLDevice) -> SimReduction { SimReduction(device: d, axis: .spatial, op: .mean) }
+}
+
 // MARK: - The graph (MPSNNGraph.h)
 
 open class MPSNNGraph: NSObject {
@@ -363,6 +389,32 @@ open class MPSNNGraph: NSObject {
         self.resultImageIsNeeded = resultImageIsNeeded
         simResult = resultImage
         super.init()
+        if !simBuild([resultImage]) { return nil }
+    }
+
+    /// MPSNNGraph.h initWithDevice:resultImages:resultsAreNeeded: (iOS 13): "The first image in
+    /// the array will be returned from the -encode method LHS. The rest will be included in the
+    /// list of intermediate images."
+    public init?(device: MTLDevice, resultImages: [MPSNNImageNode], resultsAreNeeded: UnsafeMutablePointer<ObjCBool>?) {
+        precondition(!resultImages.isEmpty, "MPSNNGraph: no result images")
+        self.device = device
+        resultImageIsNeeded = resultsAreNeeded.map { $0[0].boolValue } ?? true
+        simResult = resultImages[0]
+        super.init()
+        simExtraResults = Array(resultImages.dropFirst())
+        if !simBuild(resultImages) { return nil }
+    }
+
+    var simExtraResults: [MPSNNImageNode] = []
+    /// Images returned through `intermediateImages`: the extra results, then images marked
+    /// `exportFromGraph` (MPSNNImageNode.h), in the order of `intermediateImageHandles`.
+    var simExported: [MPSNNImageNode] = []
+
+    /// MPSNNGraph.h: "Get a list of identifiers for intermediate images objects produced by the
+    /// graph" (Swift: `var intermediateImageHandles: [any MPSHandle]?`).
+    public var intermediateImageHandles: [MPSHandle]? { simExported.compactMap { $0.handle } }
+
+    private func simBuild(_ results: [MPSNNImageNode]) -> Bool {
         var seen = Set<ObjectIdentifier>()
         func visit(_ image: MPSNNImageNode) {
             guard let producer = image.simProducer else {
@@ -374,13 +426,22 @@ open class MPSNNGraph: NSObject {
             for s in producer.simSources { visit(s) }
             simOrder.append(producer)
         }
-        visit(resultImage)
-        if simOrder.isEmpty { return nil }
+        for r in results { visit(r) }
+        if simOrder.isEmpty { return false }
         for node in simOrder { simKernels[ObjectIdentifier(node)] = node.simMakeKernel(device) }
         sourceImageHandles = simSources.compactMap { $0.handle }
+        simExported = simExtraResults
+        for node in simOrder where node.resultImage.exportFromGraph && !simExported.contains(where: { $0 === node.resultImage }) {
+            simExported.append(node.resultImage)
+        }
+        return true
     }
 
     public func encode(to commandBuffer: MTLCommandBuffer, sourceImages: [MPSImage]) -> MPSImage? {
+        simEncode(to: commandBuffer, sourceImages: sourceImages, intermediateImages: nil)
+    }
+
+    func simEncode(to commandBuffer: MTLCommandBuffer, sourceImages: [MPSImage], intermediateImages: NSMutableArray?) -> MPSImage? {
         precondition(sourceImages.count == simSources.count,
                      "MPSNNGraph: \(simSources.count) source images expected, \(sourceImages.count) given")
         var images: [ObjectIdentifier: MPSImage] = [:]
@@ -421,12 +482,17 @@ open class MPSNNGraph: NSObject {
             }
             images[ObjectIdentifier(node.resultImage)] = dest
         }
+        if let out = intermediateImages {
+            for image in simExported { out.add(images[ObjectIdentifier(image)]!) }
+        }
         return images[ObjectIdentifier(simResult)]
     }
 
+    /// MPSNNGraph.h: `intermediateImages` "An optional NSMutableArray to receive any MPSImage
+    /// objects exported as part of its operation" (the exported images and extra results).
     public func encode(to commandBuffer: MTLCommandBuffer, sourceImages: [MPSImage], sourceStates: [MPSState]?,
                        intermediateImages: NSMutableArray?, destinationStates: NSMutableArray?) -> MPSImage? {
-        encode(to: commandBuffer, sourceImages: sourceImages)
+        simEncode(to: commandBuffer, sourceImages: sourceImages, intermediateImages: intermediateImages)
     }
 
     /// MPSNNGraph.h: encodes into its own command buffer, returns the result image at once and

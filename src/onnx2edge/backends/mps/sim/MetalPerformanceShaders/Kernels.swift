@@ -720,3 +720,80 @@ open class MPSNNPad: MPSCNNKernel {
         out.withUnsafeBufferPointer { dest.simSetHWC($0.baseAddress!, stride: c, channels: c, channelOffset: destinationFeatureChannelOffset) }
     }
 }
+
+// MARK: - Reductions (MPSNNReduce.h, iOS 11.3 / macOS 10.13.4)
+
+/// MPSNNReduce.h MPSNNReduceUnary (an MPSCNNKernel) and its subclasses: MPSNNReduceRow{Min,Max,
+/// Mean,Sum} "returning the ... for each row of an image" (destination width 1),
+/// MPSNNReduceColumn* "for each column" (height 1), MPSNNReduceFeatureChannels* over the
+/// feature channels of each pixel (1 channel). `.spatial` models MPSNNReductionSpatialMeanNode
+/// (MPSNNGraphNodes.h, iOS 12.1: the mean over the whole width x height of each channel).
+/// Mean divides the sum by the number of reduced values.
+open class SimReduction: MPSCNNKernel {
+    enum Axis { case row, column, spatial, featureChannels }
+    enum Op { case min, max, mean, sum }
+    let simAxis: Axis
+    let simOp: Op
+    init(device: MTLDevice, axis: Axis, op: Op) {
+        simAxis = axis
+        simOp = op
+        super.init(device: device)
+    }
+    override func simDefaultDestination(_ sources: [MPSImage], method: MPSNNPaddingMethod) -> (w: Int, h: Int, c: Int) {
+        let s = sources[0]
+        switch simAxis {
+        case .row: return (1, s.height, s.featureChannels)
+        case .column: return (s.width, 1, s.featureChannels)
+        case .spatial: return (1, 1, s.featureChannels)
+        case .featureChannels: return (s.width, s.height, 1)
+        }
+    }
+    override func simRun(_ sources: [MPSImage], _ dest: MPSImage) {
+        let src = sources[0]
+        let c = src.featureChannels, sw = src.width, sh = src.height
+        let s = src.simHWC()
+        let dw = dest.width, dh = dest.height, dc = dest.featureChannels
+        var out = [Float](repeating: 0, count: dw * dh * dc)
+        // The values one destination element reduces: (x, y, channel) ranges of the source.
+        for y in 0..<dh {
+            for x in 0..<dw {
+                for ch in 0..<dc {
+                    let xs = simAxis == .row || simAxis == .spatial ? 0..<sw : x..<(x + 1)
+                    let ys = simAxis == .column || simAxis == .spatial ? 0..<sh : y..<(y + 1)
+                    let cs = simAxis == .featureChannels ? 0..<c : ch..<(ch + 1)
+                    var acc: Float = simOp == .min ? Float.infinity : (simOp == .max ? -Float.infinity : 0)
+                    var n = 0
+                    for yy in ys {
+                        for xx in xs {
+                            for cc in cs {
+                                let v = s[(yy * sw + xx) * c + cc]
+                                switch simOp {
+                                case .min: acc = v.isNaN || acc.isNaN ? Float.nan : Swift.min(acc, v)
+                                case .max: acc = v.isNaN || acc.isNaN ? Float.nan : Swift.max(acc, v)
+                                case .mean, .sum: acc += v
+                                }
+                                n += 1
+                            }
+                        }
+                    }
+                    out[(y * dw + x) * dc + ch] = simOp == .mean ? acc / Float(n) : acc
+                }
+            }
+        }
+        out.withUnsafeBufferPointer { dest.simSetHWC($0.baseAddress!, stride: dc, channels: dc, channelOffset: destinationFeatureChannelOffset) }
+    }
+}
+
+open class MPSNNReduceUnary: SimReduction {}
+open class MPSNNReduceRowMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .min) } }
+open class MPSNNReduceRowMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .max) } }
+open class MPSNNReduceRowMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .mean) } }
+open class MPSNNReduceRowSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .sum) } }
+open class MPSNNReduceColumnMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .min) } }
+open class MPSNNReduceColumnMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .max) } }
+open class MPSNNReduceColumnMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .mean) } }
+open class MPSNNReduceColumnSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .sum) } }
+open class MPSNNReduceFeatureChannelsMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .min) } }
+open class MPSNNReduceFeatureChannelsMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .max) } }
+open class MPSNNReduceFeatureChannelsMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .mean) } }
+open class MPSNNReduceFeatureChannelsSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .sum) } }

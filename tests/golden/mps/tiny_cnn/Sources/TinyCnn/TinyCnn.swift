@@ -14,7 +14,14 @@ public final class TinyCnn {
     public static let inputSizes: [String: (width: Int, height: Int, featureChannels: Int)] = [
         "input": (width: 10, height: 8, featureChannels: 3)
     ]
-    /// ONNX output 'prob': 1x1x10 (width x height x channels).
+    /// ONNX outputs, in the graph's order, as `run(inputs:)` returns them.
+    public static let outputNames: [String] = ["prob"]
+    /// ONNX shapes of the inputs and outputs (row-major float32 in `run(inputs:)`).
+    public static let shapes: [String: [Int]] = [
+        "input": [1, 3, 8, 10],
+        "prob": [1, 10]
+    ]
+    /// The first result image, ONNX 'prob': 1x1x10 (width x height x channels).
     public static let outputName = "prob"
     public static let outputSize = (width: 1, height: 1, featureChannels: 10)
     /// Storage of intermediate and result images. float16 halves memory traffic on a GPU;
@@ -99,8 +106,8 @@ public final class TinyCnn {
         return MPSImage(device: device, imageDescriptor: descriptor)
     }
 
-    /// Encode one inference; `inputs` maps ONNX input names to images. Returns the result
-    /// image, valid once `commandBuffer` has completed.
+    /// Encode one inference; `inputs` maps ONNX input names to images. Returns the first
+    /// result image, valid once `commandBuffer` has completed.
     public func encode(to commandBuffer: MTLCommandBuffer, inputs: [String: MPSImage]) -> MPSImage? {
         var sources: [MPSImage] = []
         for handle in graph.sourceImageHandles {
@@ -130,6 +137,51 @@ public final class TinyCnn {
     public func predict(input: MPSImage, completion: @escaping (MPSImage?) -> Void) {
         predict(inputs: ["input": input], completion: completion)
     }
+
+    /// Run one inference and wait for it: `inputs` maps ONNX input names to float32 values in
+    /// ONNX (row-major, NCHW) order; returns every ONNX output the same way.
+    public func run(inputs: [String: [Float]]) -> [String: [Float]]? {
+        let head: [String: [Float]] = [:]
+        var sources: [MPSImage] = []
+        for handle in graph.sourceImageHandles {
+            guard let name = handle.label(), let values = inputs[name] ?? head[name],
+                  let image = makeInputImage(name),
+                  values.count == image.width * image.height * image.featureChannels else { return nil }
+            values.withUnsafeBytes {
+                image.writeBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
+            }
+            sources.append(image)
+        }
+        guard let commandBuffer = commandQueue.makeCommandBuffer() else { return nil }
+        let exported = NSMutableArray()
+        guard let first = graph.encode(
+            to: commandBuffer, sourceImages: sources, sourceStates: nil,
+            intermediateImages: exported, destinationStates: nil) else { return nil }
+        commandBuffer.commit()
+        commandBuffer.waitUntilCompleted()
+        var images: [String: MPSImage] = ["prob": first]
+        let handles: [MPSHandle] = graph.intermediateImageHandles ?? []
+        for (i, handle) in handles.enumerated() where i < exported.count {
+            if let name = handle.label(), let image = exported.object(at: i) as? MPSImage {
+                images[name] = image
+            }
+        }
+        var gpuResults: [String: [Float]] = [:]
+        for (name, image) in images { gpuResults[name] = Self.values(of: image) }
+
+        return [
+            "prob": gpuResults["prob"]!,
+        ]
+    }
+
+    /// The values of `image` in ONNX's CHW order.
+    static func values(of image: MPSImage) -> [Float] {
+        var out = [Float](repeating: 0, count: image.width * image.height * image.featureChannels)
+        out.withUnsafeMutableBytes {
+            image.readBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
+        }
+        return out
+    }
 }
 
 // MARK: - Support types (generated; shared by every layer above)
@@ -154,6 +206,12 @@ final class ParameterFile {
     /// `count` Float32 values starting at `offset`, copied (PReLU slopes).
     func data(offset: Int, count: Int) -> Data {
         Data(bytes: storage.bytes.advanced(by: offset), count: count * MemoryLayout<Float>.stride)
+    }
+
+    /// `count` Float32 values starting at `offset` (constants of the CPU tail).
+    func floats(offset: Int, count: Int) -> [Float] {
+        Array(UnsafeBufferPointer(
+            start: storage.bytes.advanced(by: offset).assumingMemoryBound(to: Float.self), count: count))
     }
 }
 

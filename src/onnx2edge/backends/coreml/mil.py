@@ -1,0 +1,491 @@
+"""ONNX IR -> a Core ML ML Program, written with coremltools' MIL builder (`mb`), then
+`ct.convert(program, convert_to="mlprogram")` (coremltools' documented route for a MIL
+program; `skip_model_load=True` because Core ML itself cannot load a model on Linux).
+
+Tensors keep their ONNX (NCHW) shapes; MIL ops broadcast like NumPy, so no replacements are
+needed here. MIL names must be identifiers, so tensor names are sanitised; the mapping from
+ONNX input/output names is kept in the manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...ir import Graph, Node
+from ._ct import coremltools
+from .common import (
+    Lowered,
+    Refuse,
+    clip_bounds,
+    const,
+    conv_geometry,
+    float_tensor,
+    gemm_weights,
+    opt_const,
+    pool_out,
+    resize_params,
+    static_shape,
+)
+
+
+def mil_names(graph: Graph) -> dict[str, str]:
+    """ONNX tensor name -> a unique MIL identifier (unchanged when it already is one)."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    names = [*graph.inputs, *(o for n in graph.nodes for o in n.outputs if o)]
+    for name in names:
+        ident = re.sub(r"\W", "_", name)
+        if not ident or ident[0].isdigit():
+            ident = f"t_{ident}"
+        base, i = ident, 1
+        while ident in taken:
+            ident, i = f"{base}_{i}", i + 1
+        taken.add(ident)
+        out[name] = ident
+    return out
+
+
+class _Ctx:
+    def __init__(self, graph: Graph, names: dict[str, str]) -> None:
+        self.graph, self.names, self.vars, self.lowered = graph, names, {}, Lowered()
+
+    def x(self, name: str) -> Any:
+        k = self.graph.const(name)
+        if k is not None:
+            k = np.asarray(k)
+            return k.astype(np.float32) if k.dtype == np.float64 else k
+        if name not in self.vars:
+            raise Refuse(f"tensor '{name}' is not available")
+        return self.vars[name]
+
+    def out(self, n: Node, i: int = 0) -> str:
+        return self.names[n.outputs[i]]
+
+    def set(self, n: Node, v: Any, i: int = 0) -> None:
+        self.vars[n.outputs[i]] = v
+        self.lowered.layers.append(v.op.op_type)
+
+
+Emit = Callable[[_Ctx, Node, Any], None]
+MIL_OPS: dict[str, Emit] = {}
+
+
+def _op(*names: str) -> Callable[[Emit], Emit]:
+    def deco(fn: Emit) -> Emit:
+        for n in names:
+            MIL_OPS[n] = fn
+        return fn
+
+    return deco
+
+
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Softplus": "softplus"}
+
+
+@_op("Relu", "Sigmoid", "Tanh", "Softplus", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish")
+def _act(c: _Ctx, n: Node, mb: Any) -> None:
+    x, nm = c.x(n.inputs[0]), c.out(n)
+    if n.op_type in _UNARY:
+        c.set(n, getattr(mb, _UNARY[n.op_type])(x=x, name=nm))
+    elif n.op_type == "LeakyRelu":
+        c.set(n, mb.leaky_relu(x=x, alpha=float(n.attr("alpha", 0.01)), name=nm))
+    elif n.op_type == "Elu":
+        c.set(n, mb.elu(x=x, alpha=float(n.attr("alpha", 1.0)), name=nm))
+    elif n.op_type == "HardSigmoid":
+        a, b = float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5))
+        c.set(n, mb.sigmoid_hard(x=x, alpha=a, beta=b, name=nm))
+    else:  # HardSwish: no MIL op; x * sigmoid_hard(x; 1/6, 1/2)
+        t = mb.sigmoid_hard(x=x, alpha=1.0 / 6.0, beta=0.5, name=f"{nm}_hsig")
+        c.lowered.layers.append("sigmoid_hard")
+        c.set(n, mb.mul(x=x, y=t, name=nm))
+        c.lowered.fusions.append(
+            {"node": n.name, "op": "HardSwish", "emitted": ["sigmoid_hard", "mul"]}
+        )
+
+
+@_op("Clip")
+def _clip(c: _Ctx, n: Node, mb: Any) -> None:
+    lo, hi = clip_bounds(c.graph, n)
+    x, nm = c.x(n.inputs[0]), c.out(n)
+    if lo == 0.0 and hi == 6.0:
+        c.set(n, mb.relu6(x=x, name=nm))
+        c.lowered.fusions.append({"node": n.name, "op": "Clip(0,6)", "emitted": ["relu6"]})
+    elif lo == 0.0 and hi == np.inf:
+        c.set(n, mb.relu(x=x, name=nm))
+    else:
+        big = float(np.finfo(np.float32).max)
+        c.set(
+            n, mb.clip(x=x, alpha=np.float32(max(lo, -big)), beta=np.float32(min(hi, big)), name=nm)
+        )
+
+
+def _pad4(pads: list[int]) -> list[int]:
+    t, left, b, r = pads  # ONNX: begins then ends; MIL: (before, after) per spatial axis
+    return [t, b, left, r]
+
+
+@_op("Conv")
+def _conv(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    w = const(g, n, 1, "Conv weight").astype(np.float32)
+    bias = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and bias is None:
+        raise Refuse("Conv bias must be a constant")
+    geo = conv_geometry(n, tuple(w.shape[2:]))
+    kw: dict[str, Any] = {} if bias is None else {"bias": bias.astype(np.float32)}
+    c.set(
+        n,
+        mb.conv(
+            x=c.x(n.inputs[0]),
+            weight=w,
+            strides=geo["strides"],
+            pad_type="custom",
+            pad=_pad4(geo["pads"]),
+            dilations=geo["dilations"],
+            groups=int(n.attr("group", 1)),
+            name=c.out(n),
+            **kw,
+        ),
+    )
+
+
+@_op("ConvTranspose")
+def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    w = const(g, n, 1, "ConvTranspose weight").astype(np.float32)
+    bias = opt_const(g, n, 2)
+    geo = conv_geometry(n, tuple(w.shape[2:]))
+    if (
+        any(geo["pads"])
+        or any(d != 1 for d in geo["dilations"])
+        or any(n.attr("output_padding", [0, 0]))
+    ):
+        raise Refuse("ConvTranspose with pads, dilations or output_padding is not supported")
+    kw: dict[str, Any] = {} if bias is None else {"bias": bias.astype(np.float32)}
+    c.set(
+        n,
+        mb.conv_transpose(
+            x=c.x(n.inputs[0]),
+            weight=w,
+            strides=geo["strides"],
+            pad_type="valid",
+            groups=int(n.attr("group", 1)),
+            name=c.out(n),
+            **kw,
+        ),
+    )
+
+
+@_op("Gemm", "MatMul")
+def _gemm(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    if n.op_type == "MatMul" and not g.is_const(n.inputs[1]):
+        c.set(n, mb.matmul(x=c.x(n.inputs[0]), y=c.x(n.inputs[1]), name=c.out(n)))
+        return
+    if n.op_type == "Gemm" and len(static_shape(g, n.inputs[0])) != 2:
+        raise Refuse("Gemm needs a 2-D input")
+    w, bias = gemm_weights(g, n)
+    kw: dict[str, Any] = {} if bias is None else {"bias": bias}
+    c.set(n, mb.linear(x=c.x(n.inputs[0]), weight=w, name=c.out(n), **kw))
+
+
+@_op("MaxPool", "AveragePool")
+def _pool(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    if len(n.outputs) > 1 and n.outputs[1]:
+        raise Refuse("MaxPool indices output is not supported")
+    k = [int(v) for v in n.attr("kernel_shape")]
+    geo = conv_geometry(n, tuple(k))
+    if any(d != 1 for d in geo["dilations"]):
+        raise Refuse("dilated pooling is not supported")
+    xs, ys = static_shape(g, n.inputs[0]), static_shape(g, n.outputs[0])
+    t, left, b, r = geo["pads"]
+    sh, sw = geo["strides"]
+    ceil = False
+    if (pool_out(xs[2], k[0], sh, t, b, False), pool_out(xs[3], k[1], sw, left, r, False)) != ys[
+        2:
+    ]:
+        # ceil_mode=1: MIL's ceil_mode (symmetric pads); max pooling only, see nn.py.
+        want = (pool_out(xs[2], k[0], sh, t, b, True), pool_out(xs[3], k[1], sw, left, r, True))
+        if n.op_type != "MaxPool" or t != b or left != r or want != ys[2:]:
+            raise Refuse("ceil_mode=1 is supported for MaxPool with symmetric pads only")
+        ceil = True
+    args = dict(
+        x=c.x(n.inputs[0]),
+        kernel_sizes=k,
+        strides=[sh, sw],
+        pad_type="custom",
+        pad=_pad4(geo["pads"]),
+        ceil_mode=ceil,
+        name=c.out(n),
+    )
+    if n.op_type == "MaxPool":
+        c.set(n, mb.max_pool(**args))
+    else:
+        excl = not bool(n.attr("count_include_pad", 0))
+        c.set(n, mb.avg_pool(exclude_padding_from_average=excl, **args))
+
+
+@_op("LRN")
+def _lrn(c: _Ctx, n: Node, mb: Any) -> None:
+    size = int(n.attr("size"))
+    if size % 2 == 0:
+        raise Refuse("LRN with an even size centres its window differently; not supported")
+    c.set(
+        n,
+        mb.local_response_norm(
+            x=c.x(n.inputs[0]),
+            size=size,
+            alpha=float(n.attr("alpha", 1e-4)),
+            beta=float(n.attr("beta", 0.75)),
+            k=float(n.attr("bias", 1.0)),
+            name=c.out(n),
+        ),
+    )
+
+
+@_op("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum")
+def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    rank = len(static_shape(g, n.inputs[0]))
+    if n.op_type.startswith("Global"):
+        axes, keep = list(range(2, rank)), True
+    else:
+        axes_v = n.attr("axes")
+        if axes_v is None and len(n.inputs) > 1 and n.inputs[1]:
+            axes_v = const(g, n, 1, "axes")
+        if axes_v is None or len(axes_v) == 0:
+            if n.attr("noop_with_empty_axes", 0):
+                raise Refuse("noop_with_empty_axes=1 is not supported")
+            axes_v = range(rank)
+        axes, keep = sorted(int(a) % rank for a in axes_v), bool(n.attr("keepdims", 1))
+    fn = {"Mean": mb.reduce_mean, "Max": mb.reduce_max, "Sum": mb.reduce_sum}
+    kind = next(k for k in fn if k in n.op_type or (k == "Mean" and "Average" in n.op_type))
+    c.set(n, fn[kind](x=c.x(n.inputs[0]), axes=axes, keep_dims=keep, name=c.out(n)))
+
+
+@_op("Flatten", "Reshape", "Squeeze", "Unsqueeze")
+def _reshape(c: _Ctx, n: Node, mb: Any) -> None:
+    ys = static_shape(c.graph, n.outputs[0])
+    c.set(n, mb.reshape(x=c.x(n.inputs[0]), shape=np.array(ys, np.int32), name=c.out(n)))
+
+
+@_op("Transpose")
+def _transpose(c: _Ctx, n: Node, mb: Any) -> None:
+    rank = len(static_shape(c.graph, n.inputs[0]))
+    perm = [int(p) for p in n.attr("perm", list(range(rank))[::-1])]
+    c.set(n, mb.transpose(x=c.x(n.inputs[0]), perm=perm, name=c.out(n)))
+
+
+@_op("Concat")
+def _concat(c: _Ctx, n: Node, mb: Any) -> None:
+    rank = len(static_shape(c.graph, n.outputs[0]))
+    vals = [c.x(i) for i in n.inputs if i]
+    vals = [v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in vals]
+    c.set(n, mb.concat(values=vals, axis=int(n.attr("axis")) % rank, name=c.out(n)))
+
+
+@_op("Split")
+def _split(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    xs = static_shape(g, n.inputs[0])
+    axis = int(n.attr("axis", 0)) % len(xs)
+    sizes = [static_shape(g, o)[axis] for o in n.outputs]
+    vs = mb.split(
+        x=c.x(n.inputs[0]), split_sizes=np.array(sizes, np.int32), axis=axis, name=c.out(n)
+    )
+    for i, v in enumerate(vs if isinstance(vs, list | tuple) else [vs]):
+        c.vars[n.outputs[i]] = v
+    c.lowered.layers.append("split")
+
+
+@_op("Slice")
+def _slice(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    xs = static_shape(g, n.inputs[0])
+    if g.opset < 10:
+        starts, ends = n.attr("starts"), n.attr("ends")
+        axes, steps = n.attr("axes"), None
+    else:
+        starts, ends = const(g, n, 1, "starts"), const(g, n, 2, "ends")
+        axes, steps = opt_const(g, n, 3), opt_const(g, n, 4)
+    rank = len(xs)
+    axes = list(range(len(starts))) if axes is None else [int(a) % rank for a in axes]
+    steps = [1] * len(axes) if steps is None else [int(s) for s in steps]
+    begin, end, stride = [0] * rank, list(xs), [1] * rank
+    for a, st, en, sp in zip(axes, starts, ends, steps, strict=True):
+        if sp <= 0:
+            raise Refuse("Slice with a non-positive step is not supported")
+        # Clamp as ONNX does, so MIL gets plain in-range indices.
+        st, en = int(st), int(en)
+        st = min(max(st + xs[a] if st < 0 else st, 0), xs[a])
+        en = min(max(en + xs[a] if en < 0 else en, 0), xs[a])
+        begin[a], end[a], stride[a] = st, en, sp
+    c.set(
+        n,
+        mb.slice_by_index(
+            x=c.x(n.inputs[0]),
+            begin=np.array(begin, np.int32),
+            end=np.array(end, np.int32),
+            stride=np.array(stride, np.int32),
+            name=c.out(n),
+        ),
+    )
+
+
+@_op("Softmax")
+def _softmax(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    rank = len(static_shape(g, n.inputs[0]))
+    axis = int(n.attr("axis", -1 if g.opset >= 13 else 1)) % rank
+    if g.opset < 13 and axis != rank - 1:
+        raise Refuse("opset < 13 Softmax flattens trailing axes; only the last axis is supported")
+    c.set(n, mb.softmax(x=c.x(n.inputs[0]), axis=axis, name=c.out(n)))
+
+
+@_op("Resize", "Upsample")
+def _resize(c: _Ctx, n: Node, mb: Any) -> None:
+    p = resize_params(c.graph, n)
+    x = c.x(n.inputs[0])
+    if p["mode"] == "nearest":
+        c.set(
+            n,
+            mb.upsample_nearest_neighbor(
+                x=x, scale_factor_height=p["sh"], scale_factor_width=p["sw"], name=c.out(n)
+            ),
+        )
+    else:
+        c.set(
+            n,
+            mb.upsample_bilinear(
+                x=x,
+                scale_factor_height=float(p["sh"]),
+                scale_factor_width=float(p["sw"]),
+                align_corners=p["align_corners"],
+                name=c.out(n),
+            ),
+        )
+
+
+@_op("BatchNormalization")
+def _bn(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    gamma, beta, mean, var = (
+        const(g, n, i, "BN parameter").astype(np.float32) for i in (1, 2, 3, 4)
+    )
+    c.set(
+        n,
+        mb.batch_norm(
+            x=c.x(n.inputs[0]),
+            mean=mean,
+            variance=var,
+            gamma=gamma,
+            beta=beta,
+            epsilon=float(n.attr("epsilon", 1e-5)),
+            name=c.out(n),
+        ),
+    )
+
+
+@_op("Add", "Sub", "Mul", "Div")
+def _binary(c: _Ctx, n: Node, mb: Any) -> None:
+    fn = {"Add": mb.add, "Sub": mb.sub, "Mul": mb.mul, "Div": mb.real_div}[n.op_type]
+    a, b = (c.x(i) for i in n.inputs[:2])
+    a, b = (v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in (a, b))
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        raise Refuse("both operands constant (fold_constants should have removed this)")
+    c.set(n, fn(x=a, y=b, name=c.out(n)))
+
+
+def check(graph: Graph) -> list[str]:
+    return build_program(graph, collect=True)[1]
+
+
+def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lowered]:
+    """(MIL program, refusals, lowered). With collect=False the first refusal raises."""
+    coremltools()
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, Program
+
+    names = mil_names(graph)
+    refusals: list[str] = []
+    try:
+        for name in (*graph.inputs, *graph.outputs):
+            float_tensor(graph, name)
+            static_shape(graph, name)
+    except Refuse as e:
+        if not collect:
+            raise
+        # Still name every node with no mapping at all, so one run shows all the work.
+        unknown = [
+            f"{n.name} ({n.op_type}, opset {graph.opset}): no mapping for this op in onnx2edge"
+            for n in graph.nodes
+            if n.op_type not in MIL_OPS or n.domain not in ("", "ai.onnx")
+        ]
+        return None, [f"graph inputs/outputs: {e}", *unknown], Lowered()
+    specs = {names[i]: mb.placeholder(shape=static_shape(graph, i)) for i in graph.inputs}
+    prog = Program()
+    with Function(specs) as fn:
+        ctx = _Ctx(graph, names)
+        for i in graph.inputs:
+            ctx.vars[i] = fn.inputs[names[i]]
+        skipped: set[str] = set()  # outputs of refused nodes: their users are not re-reported
+        for n in graph.nodes:
+            emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+            if any(i in skipped for i in n.inputs):
+                skipped.update(n.outputs)
+                continue
+            try:
+                if emit is None:
+                    raise Refuse("no MIL op mapping for this op in onnx2edge")
+                for o in n.outputs[1:]:
+                    if o and o not in ("",) and n.op_type != "Split":
+                        raise Refuse("extra outputs are not supported")
+                emit(ctx, n, mb)
+            except Refuse as e:
+                if not collect:
+                    raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
+                refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
+                skipped.update(n.outputs)
+            except (ValueError, TypeError, AssertionError) as e:  # MIL's own type checks
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                if not collect:
+                    raise Refuse(f"{n.name} ({n.op_type}): MIL rejected it: {msg}") from None
+                refusals.append(
+                    f"{n.name} ({n.op_type}, opset {graph.opset}): MIL rejected it: {msg}"
+                )
+                skipped.update(n.outputs)
+        if refusals:
+            return None, refusals, ctx.lowered
+        outs = []
+        for o in graph.outputs:
+            v = ctx.x(o)
+            if isinstance(v, np.ndarray):
+                raise Refuse(f"output '{o}' is a constant")
+            if v.name != names[o]:  # an output that is also a graph input, or renamed
+                v = mb.identity(x=v, name=names[o])
+            outs.append(v)
+        fn.set_outputs(outs)
+    prog.add_function("main", fn)
+    return prog, refusals, ctx.lowered
+
+
+def node_reasons(graph: Graph) -> dict[str, str]:
+    """node name -> why the mlprogram emitter refuses it (absent when it is emitted)."""
+    _, lines, _ = build_program(graph, collect=True)
+    out: dict[str, str] = {}
+    names = sorted((n.name for n in graph.nodes), key=len, reverse=True)
+    for line in lines:
+        name = next((m for m in names if line.startswith(f"{m} (")), None)
+        if name is not None:
+            out[name] = line.split("): ", 1)[-1]
+    if lines and lines[0].startswith("graph inputs/outputs"):
+        # The program could not be built: nodes with a mapping are judged by the table only.
+        for n in graph.nodes:
+            if n.op_type not in MIL_OPS:
+                out.setdefault(n.name, "no MIL op mapping for this op in onnx2edge")
+    return out

@@ -1,0 +1,574 @@
+"""ONNX IR -> Core ML NeuralNetwork (.mlmodel) with coremltools' `NeuralNetworkBuilder`.
+
+Only the Core ML 2 era layers that keep the rank-5 (Seq, Batch, C, H, W) mapping are used,
+because those are what the Neural Engine runs (seed 004; hollance/neural-engine,
+docs/unsupported-layers.md): no "Broadcastable" or "ND" layers. Every ONNX op that a generic
+converter would map to one of those is rewritten with the older layers and listed in
+`Lowered.replacements`: Add -> Add, Mul -> Multiply / Scale, Concat -> Concat, constants ->
+LoadConstant (rank 3), Sub -> linear Activation (alpha = -1) then Add.
+
+Tensors are batch 1: an ONNX (1, C, H, W) tensor is the Core ML blob (C, H, W) and an
+ONNX (1, N) tensor is (N, 1, 1), so Gemm maps onto InnerProduct.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...ir import Graph, Node
+from ._ct import coremltools
+from .common import (
+    Lowered,
+    Refuse,
+    clip_bounds,
+    const,
+    conv_geometry,
+    float_tensor,
+    gemm_weights,
+    opt_const,
+    pool_out,
+    resize_params,
+    static_shape,
+)
+
+
+def chw(graph: Graph, name: str) -> tuple[int, int, int]:
+    """The Core ML blob shape (C, H, W) of a batch-1 ONNX tensor."""
+    s = static_shape(graph, name)
+    if len(s) == 4 and s[0] == 1:
+        return (s[1], s[2], s[3])
+    if len(s) == 2 and s[0] == 1:
+        return (s[1], 1, 1)
+    raise Refuse(
+        f"tensor '{name}' has shape {list(s)}; the neuralnetwork format takes batch-1 "
+        "(1,C,H,W) or (1,N) tensors (use --format mlprogram)"
+    )
+
+
+class _Ctx:
+    def __init__(self, graph: Graph, builder: Any) -> None:
+        self.graph, self.b, self.lowered = graph, builder, Lowered()
+        self._n = 0
+
+    def tmp(self, base: str) -> str:
+        self._n += 1
+        return f"{base}__o2e{self._n}"
+
+    def layer(self, kind: str) -> None:
+        self.lowered.layers.append(kind)
+
+    def replaced(self, node: Node, instead_of: str, emitted: list[str]) -> None:
+        self.lowered.replacements.append(
+            {"node": node.name, "op": node.op_type, "instead_of": instead_of, "emitted": emitted}
+        )
+
+
+Emit = Callable[[_Ctx, Node], None]
+NN_OPS: dict[str, Emit] = {}
+
+
+def _op(*names: str) -> Callable[[Emit], Emit]:
+    def deco(fn: Emit) -> Emit:
+        for n in names:
+            NN_OPS[n] = fn
+        return fn
+
+    return deco
+
+
+_ACT = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Softplus": "SOFTPLUS"}
+
+
+@_op("Relu", "Sigmoid", "Tanh", "Softplus", "LeakyRelu", "Elu", "HardSigmoid")
+def _activation(c: _Ctx, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    chw(c.graph, x)
+    if n.op_type in _ACT:
+        c.b.add_activation(n.name, _ACT[n.op_type], x, y)
+    elif n.op_type == "LeakyRelu":
+        c.b.add_activation(n.name, "LEAKYRELU", x, y, params=[float(n.attr("alpha", 0.01))])
+    elif n.op_type == "Elu":
+        c.b.add_activation(n.name, "ELU", x, y, params=float(n.attr("alpha", 1.0)))
+    else:  # HardSigmoid: Core ML's SIGMOID_HARD is min(max(alpha*x + beta, 0), 1) as in ONNX
+        ab = [float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5))]
+        c.b.add_activation(n.name, "SIGMOID_HARD", x, y, params=ab)
+    c.layer("activation")
+
+
+@_op("HardSwish")
+def _hardswish(c: _Ctx, n: Node) -> None:
+    # No hard-swish layer in NeuralNetwork.proto: x * SIGMOID_HARD(x; 1/6, 1/2).
+    x, y = n.inputs[0], n.outputs[0]
+    chw(c.graph, x)
+    t = c.tmp(y)
+    c.b.add_activation(c.tmp(n.name), "SIGMOID_HARD", x, t, params=[1.0 / 6.0, 0.5])
+    c.b.add_elementwise(n.name, [x, t], y, "MULTIPLY")
+    c.layer("activation")
+    c.layer("multiply")
+    c.lowered.fusions.append(
+        {"node": n.name, "op": "HardSwish", "emitted": ["activation SIGMOID_HARD", "multiply"]}
+    )
+
+
+@_op("Clip")
+def _clip(c: _Ctx, n: Node) -> None:
+    lo, hi = clip_bounds(c.graph, n)
+    x, y = n.inputs[0], n.outputs[0]
+    chw(c.graph, x)
+    if lo == 0.0 and hi == np.inf:
+        c.b.add_activation(n.name, "RELU", x, y)
+        c.layer("activation")
+        return
+    big = float(np.finfo(np.float32).max)
+    c.b.add_clip(n.name, x, y, min_value=max(lo, -big), max_value=min(hi, big))
+    c.layer("clip")
+
+
+@_op("Conv")
+def _conv(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    w = const(g, n, 1, "Conv weight").astype(np.float32)
+    bias = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and bias is None:
+        raise Refuse("Conv bias must be a constant")
+    cin = chw(g, n.inputs[0])[0]
+    chw(g, n.outputs[0])
+    geo = conv_geometry(n, tuple(w.shape[2:]))
+    groups = int(n.attr("group", 1))
+    t, left, bot, r = geo["pads"]
+    c.b.add_convolution(
+        n.name,
+        kernel_channels=cin // groups,
+        output_channels=w.shape[0],
+        height=w.shape[2],
+        width=w.shape[3],
+        stride_height=geo["strides"][0],
+        stride_width=geo["strides"][1],
+        border_mode="valid",
+        groups=groups,
+        W=np.ascontiguousarray(w.transpose(2, 3, 1, 0)),  # builder layout (kH, kW, Cin/g, Cout)
+        b=None if bias is None else bias.astype(np.float32),
+        has_bias=bias is not None,
+        input_name=n.inputs[0],
+        output_name=n.outputs[0],
+        dilation_factors=geo["dilations"],
+        padding_top=t,
+        padding_bottom=bot,
+        padding_left=left,
+        padding_right=r,
+    )
+    c.layer("convolution")
+
+
+@_op("ConvTranspose")
+def _deconv(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    w = const(g, n, 1, "ConvTranspose weight").astype(np.float32)
+    bias = opt_const(g, n, 2)
+    geo = conv_geometry(n, tuple(w.shape[2:]))
+    if (
+        any(geo["pads"])
+        or any(d != 1 for d in geo["dilations"])
+        or any(n.attr("output_padding", [0, 0]))
+    ):
+        # Core ML crops deconvolution output differently from ONNX pads; only the plain
+        # (H-1)*s + k case is mapped so the two agree by construction.
+        raise Refuse("ConvTranspose with pads, dilations or output_padding is not supported")
+    groups = int(n.attr("group", 1))
+    cin = chw(g, n.inputs[0])[0]
+    oc, oh, ow = chw(g, n.outputs[0])
+    c.b.add_convolution(
+        n.name,
+        kernel_channels=cin,
+        output_channels=oc,
+        height=w.shape[2],
+        width=w.shape[3],
+        stride_height=geo["strides"][0],
+        stride_width=geo["strides"][1],
+        border_mode="valid",
+        groups=groups,
+        # builder layout for deconvolution: (kH, kW, Cin, Cout/groups)
+        W=np.ascontiguousarray(w.transpose(2, 3, 0, 1)),
+        b=None if bias is None else bias.astype(np.float32),
+        has_bias=bias is not None,
+        is_deconv=True,
+        output_shape=(oh, ow),
+        input_name=n.inputs[0],
+        output_name=n.outputs[0],
+    )
+    c.layer("convolution(deconv)")
+
+
+@_op("Gemm", "MatMul")
+def _gemm(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    if len(static_shape(g, n.inputs[0])) != 2:
+        raise Refuse("only (1, K) inputs map onto InnerProduct")
+    w, bias = gemm_weights(g, n)
+    c.b.add_inner_product(
+        n.name,
+        W=w,
+        b=bias,
+        input_channels=w.shape[1],
+        output_channels=w.shape[0],
+        has_bias=bias is not None,
+        input_name=n.inputs[0],
+        output_name=n.outputs[0],
+    )
+    c.layer("innerProduct")
+
+
+def _pool_type(n: Node) -> str:
+    return "MAX" if "Max" in n.op_type else "AVERAGE"
+
+
+@_op("MaxPool", "AveragePool")
+def _pool(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    if len(n.outputs) > 1 and n.outputs[1]:
+        raise Refuse("MaxPool indices output is not supported")
+    k = [int(v) for v in n.attr("kernel_shape")]
+    geo = conv_geometry(n, tuple(k))
+    if any(d != 1 for d in geo["dilations"]):
+        raise Refuse("dilated pooling is not supported")
+    _, ih, iw = chw(g, n.inputs[0])
+    _, oh, ow = chw(g, n.outputs[0])
+    t, left, bot, r = geo["pads"]
+    sh, sw = geo["strides"]
+    floor = (pool_out(ih, k[0], sh, t, bot, False), pool_out(iw, k[1], sw, left, r, False))
+    padding = "VALID"
+    if floor != (oh, ow):
+        # ceil_mode=1 (Caffe-style nets): INCLUDE_LAST_PIXEL pads the end so the last window
+        # fits. Only for max pooling with symmetric pads, where padded cells never win; the
+        # averaging divisor of partial windows is not specified the same way.
+        if n.op_type != "MaxPool" or t != bot or left != r:
+            raise Refuse("ceil_mode=1 is supported for MaxPool with symmetric pads only")
+        want = (pool_out(ih, k[0], sh, t, t, True), pool_out(iw, k[1], sw, left, left, True))
+        # NeuralNetwork.proto ValidCompletePadding: ceil((H + 2p - k) / s) + 1, no drop rule.
+        plain = (-(-(ih + 2 * t - k[0]) // sh) + 1, -(-(iw + 2 * left - k[1]) // sw) + 1)
+        if want != (oh, ow) or plain != (oh, ow):
+            raise Refuse(f"ceil_mode output {list(want)} differs from ONNX's {[oh, ow]}")
+        padding = "INCLUDE_LAST_PIXEL"
+    c.b.add_pooling(
+        n.name,
+        height=k[0],
+        width=k[1],
+        stride_height=sh,
+        stride_width=sw,
+        layer_type=_pool_type(n),
+        padding_type=padding,
+        input_name=n.inputs[0],
+        output_name=n.outputs[0],
+        exclude_pad_area=not bool(n.attr("count_include_pad", 0)),
+        padding_top=t,
+        padding_bottom=bot,
+        padding_left=left,
+        padding_right=r,
+    )
+    c.layer("pooling")
+
+
+@_op("LRN")
+def _lrn(c: _Ctx, n: Node) -> None:
+    size = int(n.attr("size"))
+    if size % 2 == 0:
+        raise Refuse("LRN with an even size centres its window differently; not supported")
+    chw(c.graph, n.inputs[0])
+    c.b.add_lrn(
+        n.name,
+        n.inputs[0],
+        n.outputs[0],
+        alpha=float(n.attr("alpha", 1e-4)),
+        beta=float(n.attr("beta", 0.75)),
+        local_size=size,
+        k=float(n.attr("bias", 1.0)),
+    )
+    c.layer("lrn")
+
+
+@_op("GlobalAveragePool", "GlobalMaxPool")
+def _gpool(c: _Ctx, n: Node) -> None:
+    chw(c.graph, n.inputs[0])
+    c.b.add_pooling(
+        n.name, 1, 1, 1, 1, _pool_type(n), "VALID", n.inputs[0], n.outputs[0], is_global=True
+    )
+    c.layer("pooling(global)")
+
+
+def _reduce_axes(g: Graph, n: Node) -> list[int]:
+    axes = n.attr("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
+        axes = const(g, n, 1, "axes")
+    rank = len(static_shape(g, n.inputs[0]))
+    return sorted(int(a) % rank for a in (axes if axes is not None else range(rank)))
+
+
+@_op("ReduceMean", "ReduceMax")
+def _reduce(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    if len(static_shape(g, n.inputs[0])) != 4 or _reduce_axes(g, n) != [2, 3]:
+        raise Refuse("only reductions over H and W of a 4-D tensor are supported")
+    mode = "avg" if n.op_type == "ReduceMean" else "max"
+    c.b.add_reduce(n.name, n.inputs[0], n.outputs[0], axis="HW", mode=mode)
+    c.layer("reduce")
+
+
+@_op("Flatten", "Reshape")
+def _flatten(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    xs, ys = static_shape(g, n.inputs[0]), static_shape(g, n.outputs[0])
+    if not (xs[0] == 1 and len(ys) == 2 and ys[0] == 1):
+        raise Refuse(
+            f"only (1, ...) -> (1, N) reshapes are supported, not {list(xs)} -> {list(ys)}"
+        )
+    chw(g, n.inputs[0])
+    # CHANNEL_FIRST flattening keeps ONNX's row-major order of (C, H, W).
+    c.b.add_flatten(n.name, 0, n.inputs[0], n.outputs[0])
+    c.layer("flatten")
+
+
+@_op("Concat")
+def _concat(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    rank = len(static_shape(g, n.outputs[0]))
+    if int(n.attr("axis")) % rank != 1:
+        raise Refuse("only channel concatenation (axis 1) maps onto the Concat layer")
+    ins = [i for i in n.inputs if i]
+    for i in ins:
+        if g.is_const(i):
+            raise Refuse("constant Concat operands are not supported")
+        chw(g, i)
+    c.b.add_elementwise(n.name, ins, n.outputs[0], "CONCAT")
+    c.layer("concat")
+    c.replaced(n, "ConcatND", ["concat"])
+
+
+@_op("Softmax")
+def _softmax(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    s = static_shape(g, n.inputs[0])
+    axis = int(n.attr("axis", -1 if g.opset >= 13 else 1)) % len(s)
+    chw(g, n.inputs[0])
+    spatial_one = len(s) == 2 or s[2] == s[3] == 1
+    if not (axis == 1 and (spatial_one or g.opset >= 13)):
+        raise Refuse("only softmax over channels is supported")
+    c.b.add_softmax(n.name, n.inputs[0], n.outputs[0])
+    c.layer("softmax")
+
+
+@_op("Resize", "Upsample")
+def _resize(c: _Ctx, n: Node) -> None:
+    p = resize_params(c.graph, n)
+    if p["mode"] == "nearest":
+        c.b.add_upsample(n.name, p["sh"], p["sw"], n.inputs[0], n.outputs[0], mode="NN")
+    else:
+        lum = "ALIGN_CORNERS_TRUE" if p["align_corners"] else "ALIGN_CORNERS_FALSE"
+        c.b.add_upsample(
+            n.name,
+            p["sh"],
+            p["sw"],
+            n.inputs[0],
+            n.outputs[0],
+            "BILINEAR",
+            linear_upsample_mode=lum,
+        )
+    c.layer("upsample")
+
+
+@_op("BatchNormalization")
+def _bn(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    ch = chw(g, n.inputs[0])[0]
+    gamma, beta, mean, var = (
+        const(g, n, i, "BN parameter").astype(np.float32) for i in (1, 2, 3, 4)
+    )
+    c.b.add_batchnorm(
+        n.name,
+        ch,
+        gamma,
+        beta,
+        mean,
+        var,
+        n.inputs[0],
+        n.outputs[0],
+        epsilon=float(n.attr("epsilon", 1e-5)),
+    )
+    c.layer("batchnorm")
+
+
+# --- elementwise: the seed-004 replacements --------------------------------------------------
+def _legacy_broadcast(full: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    """Shapes Add / Multiply accept beside a full (C,H,W) blob (NeuralNetwork.proto,
+    AddLayerParams / MultiplyLayerParams: [1,1,1], [C,1,1], [1,H,W], [C,H,W])."""
+    c, h, w = full
+    return other in ((1, 1, 1), (c, 1, 1), (1, h, w), (c, h, w))
+
+
+def _const_operand(
+    c: _Ctx, n: Node, x: str, k: np.ndarray, op: str, y: str, like: str | None = None
+) -> list[str]:
+    """x (op) k for a constant k: one-input Add/Multiply (scalar alpha), Scale (per channel)
+    or LoadConstant + Add/Multiply (full blob). `like` names the ONNX tensor whose shape x
+    has when x is one of our intermediate blobs."""
+    shape = chw(c.graph, like or x)
+    out = chw(c.graph, y)
+    if out != shape:
+        raise Refuse("the constant operand broadcasts the activation to a larger shape")
+    k = np.asarray(k, dtype=np.float32)
+    mode = "ADD" if op == "add" else "MULTIPLY"
+    if k.size == 1:
+        c.b.add_elementwise(n.name, [x], y, mode, alpha=float(k.reshape(())))
+        return [op]
+    try:
+        full = np.broadcast_to(k, static_shape(c.graph, y)).reshape(shape)
+    except ValueError:
+        raise Refuse(
+            f"constant of shape {list(k.shape)} does not broadcast to the output"
+        ) from None
+    per_channel = np.all(full == full[:, :1, :1])
+    if per_channel:
+        v = np.ascontiguousarray(full[:, 0, 0])
+        if op == "add":
+            c.b.add_scale(n.name, np.ones(1, np.float32), v, True, x, y, [1], [shape[0]])
+        else:
+            c.b.add_scale(n.name, v, None, False, x, y, [shape[0]])
+        return ["scale"]
+    kname = c.tmp(f"{n.name}_const")
+    c.b.add_load_constant(kname, kname, np.ascontiguousarray(full).reshape(-1), list(shape))
+    c.b.add_elementwise(n.name, [x, kname], y, mode)
+    return ["loadConstant", op]
+
+
+@_op("Add", "Mul", "Sub", "Div")
+def _binary(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    a, b2 = n.inputs[0], n.inputs[1]
+    ka, kb = g.const(a), g.const(b2)
+    op = n.op_type
+    instead = {
+        "Add": "AddBroadcastable",
+        "Mul": "MultiplyBroadcastable",
+        "Sub": "SubtractBroadcastable",
+        "Div": "DivideBroadcastable",
+    }[op]
+    y = n.outputs[0]
+    if ka is not None and kb is not None:
+        raise Refuse("both operands constant (fold_constants should have removed this)")
+    if ka is not None or kb is not None:
+        x, k = (b2, ka) if ka is not None else (a, kb)
+        k = np.asarray(k, dtype=np.float64)
+        if op == "Sub" and kb is not None:
+            emitted = _const_operand(c, n, x, -k, "add", y)
+        elif op == "Div" and kb is not None:
+            emitted = _const_operand(c, n, x, 1.0 / k, "multiply", y)
+        elif op in ("Add", "Mul"):
+            emitted = _const_operand(c, n, x, k, "add" if op == "Add" else "multiply", y)
+        elif op == "Sub":  # k - x = (-1)*x + k
+            neg = c.tmp(y)
+            c.b.add_activation(c.tmp(n.name), "LINEAR", x, neg, params=[-1.0, 0.0])
+            n2 = n.replace(name=n.name)
+            emitted = ["activation LINEAR(-1)"] + _const_operand(c, n2, neg, k, "add", y, like=x)
+        else:
+            raise Refuse("division by a tensor is not supported in the neuralnetwork format")
+        for e in emitted:
+            c.layer(e.split()[0])
+        c.replaced(n, instead, emitted)
+        return
+    if op == "Div":
+        raise Refuse("division by a tensor is not supported in the neuralnetwork format")
+    sa, sb, sy = chw(g, a), chw(g, b2), chw(g, y)
+    # Output shape is that of the first input: put the full-shaped operand first.
+    first, second = (a, b2) if sa == sy else (b2, a)
+    if chw(g, first) != sy or not _legacy_broadcast(sy, chw(g, second)):
+        raise Refuse(f"broadcast of {list(sa)} and {list(sb)} is beyond the Add/Multiply layers")
+    if op == "Sub":
+        src = b2
+        neg = c.tmp(y)
+        c.b.add_activation(c.tmp(n.name), "LINEAR", src, neg, params=[-1.0, 0.0])
+        ins = [a, neg] if first == a else [neg, a]
+        c.b.add_elementwise(n.name, ins, y, "ADD")
+        c.layer("activation")
+        c.layer("add")
+        c.replaced(n, instead, ["activation LINEAR(alpha=-1)", "add"])
+        return
+    mode = "ADD" if op == "Add" else "MULTIPLY"
+    c.b.add_elementwise(n.name, [first, second], y, mode)
+    c.layer(mode.lower())
+    c.replaced(n, instead, [mode.lower()])
+
+
+def check(graph: Graph) -> list[str]:
+    """One line per node the neuralnetwork emitter refuses (emits into a throwaway builder)."""
+    return build(graph, collect=True)[1]
+
+
+def _features(graph: Graph, names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    from coremltools.models import datatypes
+
+    out = []
+    for name in names:
+        float_tensor(graph, name)
+        s = static_shape(graph, name)
+        c, h, w = chw(graph, name)
+        out.append((name, datatypes.Array(c) if len(s) == 2 else datatypes.Array(c, h, w)))
+    return out
+
+
+def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lowered]:
+    """(spec, refusals, lowered). With collect=False the first refusal raises Refuse."""
+    coremltools()
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    refusals: list[str] = []
+    try:
+        ins, outs = _features(graph, graph.inputs), _features(graph, graph.outputs)
+    except Refuse as e:
+        if not collect:
+            raise
+        # Still name every node with no mapping at all, so one run shows all the work.
+        unknown = [
+            f"{n.name} ({n.op_type}, opset {graph.opset}): no mapping for this op in onnx2edge"
+            for n in graph.nodes
+            if n.op_type not in NN_OPS or n.domain not in ("", "ai.onnx")
+        ]
+        return None, [f"graph inputs/outputs: {e}", *unknown], Lowered()
+    b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=False)
+    ctx = _Ctx(graph, b)
+    for n in graph.nodes:
+        fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+        try:
+            if fn is None:
+                raise Refuse("no Core ML NeuralNetwork layer for this op in onnx2edge")
+            fn(ctx, n)
+        except Refuse as e:
+            if not collect:
+                raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
+            refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
+    return b.spec, refusals, ctx.lowered
+
+
+class _Sink:
+    """Stands in for NeuralNetworkBuilder when only the checks are wanted: every add_* call
+    is accepted, so each node's own checks decide (independently of the graph's I/O)."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *a, **k: None
+
+
+def node_reasons(graph: Graph) -> tuple[dict[str, str], Lowered]:
+    """node name -> why the neuralnetwork emitter refuses it (absent when it is emitted),
+    plus the replacements the emitter would apply."""
+    ctx = _Ctx(graph, _Sink())
+    out: dict[str, str] = {}
+    for n in graph.nodes:
+        fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+        try:
+            if fn is None:
+                raise Refuse("no Core ML NeuralNetwork layer for this op in onnx2edge")
+            fn(ctx, n)
+        except Refuse as e:
+            out[n.name] = str(e)
+    return out, ctx.lowered

@@ -1,0 +1,233 @@
+"""`onnx2edge check`: per node, can a target run it, could a rewrite rule make it runnable,
+or is it unsupported (and why). One registry serves every target.
+
+A checker is `fn(graph) -> list[dict]` registered with `@register_checker(target)`; the graph
+is the frontend's (shapes static, constants folded). Each dict has the keys of `ENTRY_KEYS`:
+node, op, status ('supported' | 'replaceable' | 'unsupported'), placement (str or None),
+reason, rule (str or None), source (str or None: where the verdict comes from).
+
+The `c` and `mps` checkers ask the backends themselves (`Backend.unsupported`, the data
+`convert` refuses with), and try the rewrite rules of `onnx2edge.edit` on every refused node.
+Registering another target is one line: `register_checker("coreml")(check_coreml)`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import Onnx2EdgeError
+from .ir import Graph
+
+CheckFn = Callable[[Graph], list[dict[str, Any]]]
+ENTRY_KEYS = ("node", "op", "status", "placement", "reason", "rule", "source")
+STATUSES = ("supported", "replaceable", "unsupported")
+
+CHECKERS: dict[str, CheckFn] = {}
+
+
+def register_checker(target: str) -> Callable[[CheckFn], CheckFn]:
+    def deco(fn: CheckFn) -> CheckFn:
+        CHECKERS[target] = fn
+        return fn
+
+    return deco
+
+
+def _register_optional() -> None:
+    """Checkers living with other backends register here once those modules exist (the Core
+    ML helper's `check_coreml` / `check_coreml_ane`); absent modules are simply skipped."""
+    try:
+        from .backends.coreml import placement  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    for target, name in (("coreml", "check_coreml"), ("coreml-ane", "check_coreml_ane")):
+        fn = getattr(placement, name, None)
+        if fn is not None and target not in CHECKERS:
+            register_checker(target)(fn)
+
+
+def available_targets() -> list[str]:
+    _register_optional()
+    return sorted(CHECKERS)
+
+
+# --- backend-driven checkers ----------------------------------------------------------------
+_LINE = re.compile(r"^node '(?P<name>.*?)' \(op (?P<op>[^,]+), opset \d+\): (?P<why>.*)$", re.S)
+
+
+def _refusals(lines: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """Backend lines -> (node name -> reason, lines about the graph as a whole)."""
+    by_node: dict[str, str] = {}
+    other: list[str] = []
+    for line in lines:
+        m = _LINE.match(line)
+        if m:
+            prev = by_node.get(m["name"])
+            by_node[m["name"]] = f"{prev}; {m['why']}" if prev else m["why"]
+        else:
+            other.append(line)
+    return by_node, other
+
+
+def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, Any]]:
+    """Entries for `graph` on a registered backend, with rewrite rules tried on refusals."""
+    from .backends import get_backend
+    from .edit import RULES
+    from .passes import run_passes
+
+    backend = get_backend(target)
+    source = f"{type(backend).__module__}.{type(backend).__name__}.unsupported"
+
+    def refusals(g: Graph) -> tuple[dict[str, str], list[str]]:
+        return _refusals(backend.unsupported(run_passes(g, backend.required_passes)))
+
+    lowered = run_passes(graph, backend.required_passes)
+    refused, other = _refusals(backend.unsupported(lowered))
+    after = {n.name for n in lowered.nodes}
+    tried: dict[str, tuple[set[str], dict[str, str]]] = {}  # rule -> (names left, refusals)
+    ops = {n.op_type for n in graph.nodes if n.name in refused}
+    for rule in RULES.values():
+        if not ops & set(rule.ops) or not rule.exact and target not in rule.targets:
+            continue  # approximate rules are proposed only where a target declares them
+        try:
+            g2 = rule.fn(graph)
+        except Exception:  # noqa: BLE001 - a rule that cannot handle this graph proposes nothing
+            continue
+        if g2 is graph:
+            continue
+        tried[rule.name] = ({n.name for n in g2.nodes}, refusals(g2)[0])
+
+    entries: list[dict[str, Any]] = []
+    for node in graph.nodes:
+        e: dict[str, Any] = {
+            "node": node.name,
+            "op": node.op_type,
+            "status": "supported",
+            "placement": placement,
+            "reason": "",
+            "rule": None,
+            "source": source,
+        }
+        if node.name in refused:
+            e.update(status="unsupported", placement=None, reason=refused[node.name])
+            for rule, (names, again) in tried.items():
+                prefix = f"{node.name}/"
+                if node.name in names or any(k.startswith(prefix) for k in again):
+                    continue
+                e.update(
+                    status="replaceable",
+                    rule=rule,
+                    reason=f"{refused[node.name]} -> {RULES[rule].note}",
+                )
+                break
+        elif node.name not in after:
+            e["reason"] = "folded or fused into a neighbour by the backend's passes"
+        entries.append(e)
+    _confirm_together(graph, entries, refusals)
+    for line in other:
+        entries.append(
+            {
+                "node": None,
+                "op": None,
+                "status": "unsupported",
+                "placement": None,
+                "reason": line,
+                "rule": None,
+                "source": source,
+            }
+        )
+    return entries
+
+
+def _confirm_together(graph: Graph, entries: list[dict[str, Any]], refusals: Any) -> None:
+    """Each rule was tried alone; a backend may skip nodes downstream of a refused one, so
+    apply all proposed rules at once and downgrade any node whose replacement is refused."""
+    from .edit import RULES
+
+    chosen = [e for e in entries if e["status"] == "replaceable"]
+    if not chosen:
+        return
+    g = graph
+    for name in [r for r in RULES if r in {e["rule"] for e in chosen}]:
+        g = RULES[name].fn(g)
+    names = {n.name for n in g.nodes}
+    again, _ = refusals(g)
+    for e in entries:  # refusals the first pass hid downstream of a refused node
+        if e["status"] == "supported" and e["node"] in again:
+            e.update(
+                status="unsupported",
+                placement=None,
+                reason=f"{again[e['node']]} (found once the nodes before it are rewritten)",
+            )
+    for e in chosen:
+        bad = [f"{k}: {v}" for k, v in again.items() if k.startswith(f"{e['node']}/")]
+        if e["node"] in names or bad:
+            e.update(
+                status="unsupported",
+                placement=None,
+                reason=f"{e['reason']} -- but the replacement is refused too "
+                f"({'; '.join(bad) or 'not rewritten'})",
+                rule=None,
+            )
+
+
+@register_checker("c")
+def check_c(graph: Graph) -> list[dict[str, Any]]:
+    return backend_check(graph, "c", "cpu")
+
+
+@register_checker("mps")
+def check_mps(graph: Graph) -> list[dict[str, Any]]:
+    return backend_check(graph, "mps", "gpu")
+
+
+# --- driver -------------------------------------------------------------------------------------
+def check_model(
+    model: str | Path, target: str, *, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> dict[str, Any]:
+    """Frontend + the target-independent passes, then the target's checker; with totals."""
+    if target not in available_targets():
+        raise Onnx2EdgeError(
+            f"unknown check target '{target}' (available: {', '.join(available_targets())})"
+        )
+    from . import frontend
+    from .api import DEFAULT_PASSES
+    from .passes import run_passes
+
+    graph = run_passes(frontend.load(model, input_shapes=input_shapes, quiet=True), DEFAULT_PASSES)
+    entries = CHECKERS[target](graph)
+    for e in entries:
+        missing = [k for k in ENTRY_KEYS if k not in e]
+        if missing or e["status"] not in STATUSES:
+            raise ValueError(f"checker for {target} returned a malformed entry {e!r}")
+    totals = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
+    return {"model": str(model), "target": target, "totals": totals, "nodes": entries}
+
+
+def format_check(rep: dict[str, Any]) -> str:
+    rows = [("node", "op", "status", "placement", "rule", "reason")]
+    for e in rep["nodes"]:
+        rows.append(
+            (
+                str(e["node"] or "(graph)"),
+                str(e["op"] or "-"),
+                e["status"],
+                str(e["placement"] or "-"),
+                str(e["rule"] or "-"),
+                e["reason"] or "",
+            )
+        )
+    widths = [min(max(len(r[i]) for r in rows), 40) for i in range(5)]
+    lines = [
+        "  ".join(c[:40].ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+        for r in rows
+    ]
+    t = rep["totals"]
+    lines.append(
+        f"{rep['target']}: {t['supported']} supported, {t['replaceable']} replaceable "
+        f"(onnx2edge rewrite --for {rep['target']}), {t['unsupported']} unsupported"
+    )
+    return "\n".join(line.rstrip() for line in lines)

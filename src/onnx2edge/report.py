@@ -1,0 +1,464 @@
+"""`onnx2edge report`: one self-contained HTML page about a model on a target.
+
+The page holds the graph drawn as inline SVG (nodes coloured by what the target does with
+them; nodes a pass fused into another drawn inside that node's group), a per-layer table
+(output shapes, parameters, MACs, arena offsets, measured latency with `--bench`, error
+against onnxruntime with `--verify`) with bars, and RAM / flash totals. No script, no
+network: it opens offline and cannot raise console errors.
+
+Data gathering (`collect`) and drawing (`render_html`) are separate pure steps, so tests can
+check the data and the page apart.
+"""
+
+from __future__ import annotations
+
+import html
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .analysis import inspect_graph
+from .errors import Onnx2EdgeError
+from .fsutil import write_text_atomic
+from .ir import Graph
+
+Shapes = Mapping[str, Sequence[int]] | None
+
+COLOURS = {
+    "supported": "#4caf50",
+    "replaceable": "#ffb300",
+    "unsupported": "#e53935",
+    "fused": "#90a4ae",
+}
+
+
+# --- data ---------------------------------------------------------------------------------------
+def fused_into(original: Graph, kept: set[str]) -> dict[str, str]:
+    """For each node of `original` missing from the target's graph, the kept node it was folded
+    into: the nearest kept producer of its first input (BatchNorm, activations and residual
+    Adds fold into the node before them), else of its consumers."""
+    producer = {o: n for n in original.nodes for o in n.outputs if o}
+    consumers: dict[str, list[str]] = {}
+    for n in original.nodes:
+        for i in n.inputs:
+            if i in producer:
+                consumers.setdefault(producer[i].name, []).append(n.name)
+    result: dict[str, str] = {}
+    by_name = {n.name: n for n in original.nodes}
+    for n in original.nodes:
+        if n.name in kept:
+            continue
+        seen, cur = set(), n
+        while cur is not None and cur.name not in kept and cur.name not in seen:
+            seen.add(cur.name)
+            first = next((i for i in cur.inputs if i in producer), None)
+            cur = producer[first] if first else None
+        if cur is not None and cur.name in kept:
+            result[n.name] = cur.name
+            continue
+        after = [c for c in consumers.get(n.name, []) if c in kept]
+        if after:
+            result[n.name] = after[0]
+        elif n.name in by_name:
+            result[n.name] = ""  # removed (dead code, identity) without a host
+    return result
+
+
+def _c_footprint(graph: Graph, work: Path) -> dict[str, Any]:
+    """Arena offsets by tensor, arena / weight / code bytes of the C the target would emit."""
+    from .backends.c.build import compiler
+    from .backends.c.emitter import ModelEmitter
+    from .backends.c.writer import write_model
+
+    em = ModelEmitter(graph, prefix="model")
+    offsets = em.emit()["offsets"]
+    stats = write_model(graph, work)
+    code = _code_bytes(compiler(), work)
+    return {
+        "offsets": {k: int(v) for k, v in offsets.items() if isinstance(k, str)},
+        "arena_bytes": int(stats["arena_bytes"]),
+        "weight_bytes": int(stats["weight_bytes"]),
+        "code_bytes": code,
+        "kernels": stats.get("kernels", {}),
+    }
+
+
+def _code_bytes(cc: str, folder: Path) -> int | None:
+    """Machine code of model.c at the release flags (.text sections; weights compiled in as
+    static arrays are data, counted as weights)."""
+    obj = folder / "model.o"
+    built = subprocess.run(
+        [
+            cc,
+            "-O3",
+            "-march=native",
+            "-c",
+            str(folder / "model.c"),
+            "-I",
+            str(folder),
+            "-o",
+            str(obj),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0:
+        return None
+    sizes = subprocess.run(["size", "-A", str(obj)], capture_output=True, text=True)
+    if sizes.returncode != 0:
+        return None
+    total = 0
+    for line in sizes.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".text") and parts[1].isdigit():
+            total += int(parts[1])
+    return total
+
+
+def collect(
+    model: str | Path,
+    *,
+    target: str = "c",
+    input_shapes: Shapes = None,
+    bench: bool = False,
+    verify: bool = False,
+    log: Any = None,
+) -> dict[str, Any]:
+    """Everything the page shows, as plain data."""
+    from . import api, frontend
+    from .check import check_model
+
+    say = log or (lambda msg: None)
+    say("reading the model")
+    original = frontend.load(model, input_shapes=input_shapes, quiet=True)
+    info = inspect_graph(original)
+    say(f"checking what {target} supports")
+    checked = check_model(model, target, input_shapes=input_shapes)
+    status = {e["node"]: e for e in checked["nodes"] if e["node"]}
+    try:
+        prepared = api.prepare(model, target, input_shapes=input_shapes, quiet=True)
+        refused = None
+    except Onnx2EdgeError as e:
+        prepared, refused = None, str(e)
+    kept = (
+        {n.name for n in prepared.nodes}
+        if prepared is not None
+        else {n.name for n in original.nodes}
+    )
+    host = fused_into(original, kept)
+    footprint: dict[str, Any] = {}
+    if prepared is not None and target == "c":
+        say("planning the arena and building the code")
+        with tempfile.TemporaryDirectory(prefix="onnx2edge-report-") as tmp:
+            footprint = _c_footprint(prepared, Path(tmp))
+    latency: dict[str, float] = {}
+    bench_summary = None
+    if bench and prepared is not None and target == "c":
+        from .bench.harness import bench_model
+
+        say("timing ours and onnxruntime per node")
+        r = bench_model(model, input_shapes=input_shapes, profile=True, runs=10, log=log)
+        latency = {p["node"]: p["ms"] for p in r.get("profile") or []}
+        bench_summary = {
+            k: r[k] for k in ("ours_ms", "ort_ms", "ratio", "cpu", "cflags", "gemm_kernel")
+        }
+    errors: dict[str, float] = {}
+    verify_ok = None
+    if verify and prepared is not None:
+        say(f"verifying every layer of {target} against onnxruntime")
+        rep = api.verify(model, target=target, input_shapes=input_shapes, per_layer=True)
+        errors = {t.name: t.max_rel for t in [*rep.layers, *rep.outputs]}
+        verify_ok = rep.ok
+    offsets = footprint.get("offsets", {})
+    # A kept node writes what its fused chain ends in: its outputs in the target's graph.
+    written = {n.name: list(n.outputs) for n in prepared.nodes} if prepared is not None else {}
+    nodes = []
+    for n, row in zip(original.nodes, info["nodes"], strict=True):
+        entry = status.get(n.name, {})
+        into = host.get(n.name)
+        state = (
+            "fused"
+            if into is not None and entry.get("status", "supported") == "supported"
+            else entry.get("status", "supported")
+        )
+        nodes.append(
+            {
+                **row,
+                "inputs": [i for i in n.inputs if i and i not in original.initializers],
+                "outputs": [o for o in n.outputs if o],
+                "status": state,
+                "reason": entry.get("reason") or "",
+                "rule": entry.get("rule"),
+                "placement": entry.get("placement"),
+                "fused_into": into,
+                "arena_offset": [offsets.get(o) for o in written.get(n.name, []) if o],
+                "ms": latency.get(n.name),
+                "max_rel_error": max((errors[o] for o in n.outputs if o in errors), default=None),
+            }
+        )
+    weight_bytes = footprint.get(
+        "weight_bytes", sum(int(a.nbytes) for a in original.initializers.values())
+    )
+    code = footprint.get("code_bytes")
+    return {
+        "model": Path(model).name if not isinstance(model, Path) else model.name,
+        "target": target,
+        "refused": refused,
+        "inputs": info["inputs"],
+        "outputs": info["outputs"],
+        "graph_inputs": list(original.inputs),
+        "totals": {
+            "params": info["total_params"],
+            "macs": info["total_macs"],
+            "ram_bytes": footprint.get("arena_bytes"),
+            "weight_bytes": weight_bytes,
+            "code_bytes": code,
+            "flash_bytes": weight_bytes + code if code is not None else None,
+            **checked["totals"],
+        },
+        "kernels": footprint.get("kernels", {}),
+        "bench": bench_summary,
+        "verified": verify_ok,
+        "nodes": nodes,
+    }
+
+
+# --- layout -------------------------------------------------------------------------------------
+NODE_W, NODE_H, GAP_X, GAP_Y = 168, 34, 24, 26
+
+
+def layout(
+    nodes: Sequence[Mapping[str, Any]], graph_inputs: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """Top-left corner of each node: its layer is its longest path from an input, nodes of one
+    layer side by side in graph order, each layer centred."""
+    producer = {o: nd["name"] for nd in nodes for o in nd["outputs"]}
+    depth: dict[str, int] = {}
+    for nd in nodes:  # nodes are in topological order
+        depth[nd["name"]] = 1 + max(
+            (depth[producer[i]] for i in nd["inputs"] if i in producer), default=-1
+        )
+    layers: dict[int, list[str]] = {}
+    for nd in nodes:
+        layers.setdefault(depth[nd["name"]], []).append(nd["name"])
+    widest = max((len(v) for v in layers.values()), default=1)
+    total_w = widest * (NODE_W + GAP_X)
+    pos = {}
+    for d, names in layers.items():
+        row_w = len(names) * (NODE_W + GAP_X)
+        x0 = (total_w - row_w) // 2 + GAP_X // 2
+        for k, name in enumerate(names):
+            pos[name] = (x0 + k * (NODE_W + GAP_X), 40 + d * (NODE_H + GAP_Y))
+    return pos
+
+
+# --- rendering ----------------------------------------------------------------------------------
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _svg(data: Mapping[str, Any]) -> str:
+    nodes = data["nodes"]
+    pos = layout(nodes, data["graph_inputs"])
+    producer = {o: nd["name"] for nd in nodes for o in nd["outputs"]}
+    width = max((x for x, _ in pos.values()), default=0) + NODE_W + GAP_X
+    height = max((y for _, y in pos.values()), default=0) + NODE_H + 40
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="graph" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="model graph">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" '
+        'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#78909c"/></marker></defs>',
+    ]
+    # groups: a kept node and the nodes fused into it, boxed together
+    groups: dict[str, list[str]] = {}
+    for nd in nodes:
+        if nd["fused_into"]:
+            groups.setdefault(nd["fused_into"], [nd["fused_into"]]).append(nd["name"])
+    for host, members in groups.items():
+        xs = [pos[m][0] for m in members if m in pos]
+        ys = [pos[m][1] for m in members if m in pos]
+        parts.append(
+            f'<rect class="group" x="{min(xs) - 6}" y="{min(ys) - 6}" width="{max(xs) - min(xs) + NODE_W + 12}" '
+            f'height="{max(ys) - min(ys) + NODE_H + 12}" rx="10"><title>fused into {_e(host)}</title></rect>'
+        )
+    for nd in nodes:
+        x1, y1 = pos[nd["name"]]
+        for i in nd["inputs"]:
+            if i not in producer:
+                continue
+            x0, y0 = pos[producer[i]]
+            sx, sy, ex, ey = x0 + NODE_W / 2, y0 + NODE_H, x1 + NODE_W / 2, y1
+            my = (sy + ey) / 2
+            parts.append(
+                f'<path class="edge" d="M{sx:.0f},{sy:.0f} C{sx:.0f},{my:.0f} {ex:.0f},{my:.0f} {ex:.0f},{ey:.0f}" '
+                'marker-end="url(#arrow)"/>'
+            )
+    for nd in nodes:
+        x, y = pos[nd["name"]]
+        colour = COLOURS.get(nd["status"], "#9e9e9e")
+        shape = " ".join("x".join(map(str, s)) if s else "?" for s in nd["output_shapes"])
+        tip = f"{nd['name']} ({nd['op']}) → {shape}; {nd['status']}"
+        if nd["fused_into"]:
+            tip += f", fused into {nd['fused_into']}"
+        if nd["reason"]:
+            tip += f": {nd['reason']}"
+        label = nd["op"] if len(nd["op"]) <= 20 else nd["op"][:19] + "…"
+        name = nd["name"] if len(nd["name"]) <= 24 else nd["name"][:23] + "…"
+        parts.append(
+            f'<g class="node {nd["status"]}" id="n-{_e(nd["name"])}"><title>{_e(tip)}</title>'
+            f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="6" fill="{colour}"/>'
+            f'<text x="{x + NODE_W / 2:.0f}" y="{y + 14}" class="op">{_e(label)}</text>'
+            f'<text x="{x + NODE_W / 2:.0f}" y="{y + 27}" class="nm">{_e(name)}</text></g>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bar(value: float | None, top: float, colour: str) -> str:
+    if value is None or top <= 0:
+        return ""
+    pct = max(0.5, 100.0 * value / top) if value > 0 else 0
+    return f'<div class="bar" style="width:{pct:.1f}%;background:{colour}"></div>'
+
+
+def _table(data: Mapping[str, Any]) -> str:
+    nodes = data["nodes"]
+    top_macs = max((n["macs"] for n in nodes), default=0)
+    top_ms = max((n["ms"] or 0 for n in nodes), default=0)
+    has_ms = any(n["ms"] is not None for n in nodes)
+    has_err = any(n["max_rel_error"] is not None for n in nodes)
+    head = ["#", "node", "op", "status", "output shape", "params", "MACs", "arena offset"]
+    head += ["latency (ms)"] if has_ms else []
+    head += ["max rel error"] if has_err else []
+    rows = ["<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for i, n in enumerate(nodes):
+        shape = " ".join("x".join(map(str, s)) if s else "?" for s in n["output_shapes"])
+        status = n["status"] + (f" → {n['fused_into']}" if n["fused_into"] else "")
+        if n["rule"]:
+            status += f" (rule {n['rule']})"
+        offs = ", ".join("-" if o is None else f"{o:,}" for o in n["arena_offset"]) or "-"
+        cells = [
+            str(i),
+            _e(n["name"]),
+            _e(n["op"]),
+            f'<span class="dot" style="background:{COLOURS.get(n["status"], "#9e9e9e")}"></span>{_e(status)}'
+            + (f'<div class="why {n["status"]}">{_e(n["reason"])}</div>' if n["reason"] else ""),
+            _e(shape),
+            f"{n['params']:,}",
+            f"{n['macs']:,}{_bar(n['macs'], top_macs, '#5c6bc0')}",
+            offs,
+        ]
+        if has_ms:
+            ms = n["ms"]
+            cells.append(("-" if ms is None else f"{ms:.3f}") + _bar(ms, top_ms, "#26a69a"))
+        if has_err:
+            err = n["max_rel_error"]
+            cells.append("-" if err is None else f"{err:.1e}")
+        rows.append(f'<tr id="row-{i}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return '<table id="layers">' + "".join(rows) + "</table>"
+
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#263238}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
+.cards{display:flex;flex-wrap:wrap;gap:12px}
+.card{border:1px solid #cfd8dc;border-radius:8px;padding:10px 14px;min-width:130px}
+.card b{display:block;font-size:18px}
+.legend span{display:inline-block;margin-right:14px}
+.dot{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:5px}
+#graphbox{overflow:auto;max-height:900px;border:1px solid #cfd8dc;border-radius:8px}
+svg .edge{fill:none;stroke:#90a4ae;stroke-width:1.3}
+svg .group{fill:#eceff1;stroke:#607d8b;stroke-dasharray:4 3}
+svg text{text-anchor:middle;fill:#fff;font:11px system-ui,sans-serif}
+svg text.op{font-weight:600} svg .node.replaceable text{fill:#263238}
+table{border-collapse:collapse;width:100%} th,td{border-bottom:1px solid #eceff1;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f5f7f8;position:sticky;top:0}
+.bar{height:5px;border-radius:2px;margin-top:2px}
+.why{color:#607d8b;font-size:12px} .why.unsupported{color:#b71c1c}
+.refused{background:#ffebee;border:1px solid #e53935;padding:8px;border-radius:6px}
+"""
+
+
+def render_html(data: Mapping[str, Any]) -> str:
+    t = data["totals"]
+    cards = [
+        ("target", data["target"]),
+        ("nodes", f"{len(data['nodes'])}"),
+        ("parameters", f"{t['params']:,}"),
+        ("MACs", f"{t['macs'] / 1e6:,.1f} M"),
+        ("RAM (arena)", _bytes(t["ram_bytes"])),
+        ("flash (weights)", _bytes(t["weight_bytes"])),
+        ("flash (code)", _bytes(t["code_bytes"])),
+        ("flash total", _bytes(t["flash_bytes"])),
+        ("supported", f"{t['supported']}"),
+        ("replaceable", f"{t['replaceable']}"),
+        ("unsupported", f"{t['unsupported']}"),
+    ]
+    if data["bench"]:
+        b = data["bench"]
+        cards += [
+            ("ours (ms)", f"{b['ours_ms']:.3f}"),
+            ("onnxruntime (ms)", f"{b['ort_ms']:.3f}"),
+            ("ratio", f"{b['ratio']:.2f}"),
+        ]
+    if data["verified"] is not None:
+        cards.append(("verified", "pass" if data["verified"] else "FAIL"))
+    io = "".join(
+        f"<li>{kind} <code>{_e(v['name'])}</code> {_e(v['dtype'])} "
+        f"{_e('x'.join(map(str, v['shape'])) if v['shape'] else '?')}</li>"
+        for kind, key in (("input", "inputs"), ("output", "outputs"))
+        for v in data[key]
+    )
+    legend = "".join(
+        f'<span><span class="dot" style="background:{c}"></span>{k}</span>'
+        for k, c in COLOURS.items()
+    )
+    refused = f'<p class="refused">{_e(data["refused"])}</p>' if data["refused"] else ""
+    kernels = "".join(f"<li>{_e(k)}: {_e(v)}</li>" for k, v in data["kernels"].items())
+    bench = ""
+    if data["bench"]:
+        b = data["bench"]
+        bench = f"<p>Timed on {_e(b['cpu'])} with <code>{_e(b['cflags'])}</code> (GEMM kernel {_e(b['gemm_kernel'])}), 1 thread, medians.</p>"
+    return (
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+        f"<title>onnx2edge report: {_e(data['model'])} on {_e(data['target'])}</title>"
+        f"<style>{CSS}</style></head><body>"
+        f"<h1>{_e(data['model'])} on {_e(data['target'])}</h1><ul>{io}</ul>{refused}"
+        '<div class="cards">'
+        + "".join(f'<div class="card">{_e(k)}<b>{_e(v)}</b></div>' for k, v in cards)
+        + "</div>"
+        + f'<h2>Graph</h2><p class="legend">{legend}</p><div id="graphbox">{_svg(data)}</div>'
+        + f"<h2>Layers</h2>{bench}{_table(data)}"
+        + (f"<h2>Kernels</h2><ul>{kernels}</ul>" if kernels else "")
+        + "<p><small>Written by onnx2edge report. RAM is the C arena (activations and scratch); "
+        "flash is the weights plus the machine code of model.c at -O3 -march=native.</small></p>"
+        "</body></html>\n"
+    )
+
+
+def write_report(
+    model: str | Path,
+    out: str | Path,
+    *,
+    target: str = "c",
+    input_shapes: Shapes = None,
+    bench: bool = False,
+    verify: bool = False,
+    log: Any = None,
+) -> dict[str, Any]:
+    data = collect(
+        model, target=target, input_shapes=input_shapes, bench=bench, verify=verify, log=log
+    )
+    write_text_atomic(out, render_html(data))
+    return data
