@@ -353,6 +353,37 @@ def verify(
     return VerifyReport(target, rtol, atol, outputs, layers)
 
 
+# --- quantize ---------------------------------------------------------------------------------
+def quantize(model: str | Path, out: str | Path, **options: Any) -> Any:
+    """FP16 / dynamic / static-QDQ INT8 copy of `model` (see `onnx2edge.quantization.quantize`)."""
+    from . import quantization as q
+
+    return q.quantize(model, out, **options)
+
+
+def compare_quantized(
+    quantized: str | Path,
+    reference: str | Path,
+    *,
+    calib: str | Path | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    input_shapes: Shapes = None,
+    seed: int = 0,
+) -> Any:
+    """Per-layer comparison of a quantized model with its fp32 original on `calib` samples
+    (or on one set of `inputs`, random where not given)."""
+    from . import quantization as q
+
+    ref = load_model(reference)
+    if calib is not None:
+        data = q.load_calib(calib, ref)
+    else:
+        fixed = fix_input_shapes(ref, input_shapes or {}, quiet=True)
+        feeds = complete_inputs(graph_from_model(infer_shapes(fixed)), inputs or {}, seed)
+        data = q.CalibData({k: v[None] for k, v in feeds.items()})
+    return q.compare_layers(quantized, reference, data)
+
+
 # --- model editing (issue 16): implemented in onnx2edge.check and onnx2edge.edit ----------------
 def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
     """Per node: supported / replaceable (by which rewrite rule) / unsupported on `target`."""

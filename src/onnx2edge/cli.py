@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="MPS: refuse nodes MPSNNGraph cannot run instead of a CPU tail in Swift",
     )
+    s.add_argument(
+        "--weights",
+        choices=["fp32", "fp16"],
+        default="fp32",
+        help="C: store weights as fp16 (half the size; widened to fp32 by model_init)",
+    )
     _shapes(s)
     _common(s)
 
@@ -133,10 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument(
+        "--reference",
+        metavar="FP32.onnx",
+        help="compare MODEL (a quantized model) with its fp32 original instead, per layer",
+    )
+    s.add_argument("--calib", metavar="FILE.npz|DIR", help="with --reference: samples to use")
+    s.add_argument(
         "--format", choices=["neuralnetwork", "mlprogram"], default="mlprogram", help="Core ML format"
     )
     _shapes(s)
     _common(s)
+    _quantize_parser(sub)
     s = sub.add_parser("bench", help="time the generated C against onnxruntime")
     s.add_argument("model", nargs="?", help="model to benchmark (or --suite)")
     s.add_argument("--target", default="c", choices=["c"])
@@ -275,6 +288,8 @@ def _cmd_convert(a: argparse.Namespace) -> int:
     opts: dict[str, Any] = {}
     if a.target == "c":
         opts = {"weights_file": a.weights_file, "blas": a.blas}
+        if a.weights != "fp32":  # recorded in the manifest only when it changes the output
+            opts["weights"] = a.weights
     elif a.target == "mps":
         opts = {"fp16": a.fp16, "gpu_only": a.gpu_only}
     elif a.target == "coreml":
@@ -310,6 +325,15 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 
 def _cmd_verify(a: argparse.Namespace) -> int:
+    if a.reference:
+        cmp = api.compare_quantized(
+            a.model, a.reference, calib=a.calib, inputs=parse_input_files(a.input),
+            input_shapes=parse_input_shapes(a.input_shape), seed=a.seed,
+        )
+        print(json.dumps(cmp.as_dict(), indent=1) if a.json else cmp.format())
+        return 0
+    if a.calib:
+        raise Onnx2EdgeError("--calib goes with --reference (a quantized model vs its original)")
     rep = api.verify(
         a.model,
         target=a.target,
@@ -326,7 +350,41 @@ def _cmd_verify(a: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+# --- quantize ------------------------------------------------------------------------------
+def _quantize_parser(sub: Any) -> None:
+    s = sub.add_parser("quantize", help="FP16 / INT8 (dynamic, static QDQ) copy of a model")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", required=True, help="ONNX file to write")
+    s.add_argument("--mode", required=True, choices=["fp16", "dynamic", "static"])
+    add = s.add_argument
+    add("--calib", metavar="FILE.npz|DIR", help="samples: .npz (one array per input, first "
+        "axis = samples) or a folder of .npy")
+    add("--method", choices=["minmax", "percentile", "entropy"], default="minmax",
+        help="static: calibration method")
+    add("--per-channel", action="store_true", help="int8: per-output-channel weight scales")
+    add("--activations", choices=["uint8", "int8"], default="uint8", help="static: activations")
+    add("--exclude", default="", metavar="NODE,...|auto",
+        help="nodes kept in fp32, or 'auto' (sensitivity pass)")
+    add("--max-drop", type=float, default=0.01, help="--exclude auto: allowed drop (0.01)")
+    add("--labels", metavar="FILE.npy", help="class per sample: the metric becomes accuracy")
+    add("--samples", type=int, help="use only the first N samples")
+    add("--json", action="store_true", help="print JSON")
+    _common(s)
+
+
+def _cmd_quantize(a: argparse.Namespace) -> int:
+    res = api.quantize(
+        a.model, a.output, mode=a.mode, calib=a.calib, method=a.method, per_channel=a.per_channel,
+        activations=a.activations, max_drop=a.max_drop, labels=a.labels, samples=a.samples,
+        exclude="auto" if a.exclude == "auto" else [e for e in a.exclude.split(",") if e.strip()],
+        log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
+    )
+    print(json.dumps(res.as_dict(), indent=1) if a.json else res.format())
+    return 0
+
+
 COMMANDS = {
+    "quantize": _cmd_quantize,
     "inspect": _cmd_inspect,
     "json": _cmd_json,
     "from-json": _cmd_from_json,

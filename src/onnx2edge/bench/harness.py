@@ -297,8 +297,11 @@ def bench_model(
     log: Any = None,
     profile: bool = False,
     min_seconds: float = 0.0,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
+
+    options: extra convert options for the C backend (e.g. {"weights": "fp16"}).
 
     min_seconds: raise `runs` until our side's timed loop lasts about this long (from a short
     trial run), so that small models get enough runs for a stable median; both sides then run
@@ -315,7 +318,9 @@ def bench_model(
     say = log or (lambda msg: None)
     try:
         t0 = time.perf_counter()
-        res = api.convert(model, "c", out, input_shapes=input_shapes, options={"source": model.name})
+        res = api.convert(
+            model, "c", out, input_shapes=input_shapes, options={**(options or {}), "source": model.name}
+        )
         convert_s = time.perf_counter() - t0
         io = json.loads((out / "onnx2edge.json").read_text())
         harness = _write_harness(out, io, int(res.stats.get("nodes", 1)))

@@ -30,7 +30,13 @@ class CBackend(Backend):
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         wf = options.get("weights_file")
-        stats = write_model(graph, out_dir, weights_file=True if wf else None, source_name=str(options.get("source", graph.name)))
+        wdt = options.get("weights", "fp32")
+        if wdt not in ("fp32", "fp16"):
+            raise Onnx2EdgeError(f"--weights {wdt}: expected fp32 or fp16")
+        stats = write_model(
+            graph, out_dir, weights_file=True if wf else None, source_name=str(options.get("source", graph.name)),
+            weights_fp16=wdt == "fp16",
+        )
         files = ["model.c", "model.h", *stats["runtime_files"], *write_support_files(graph, out_dir), "tensors.json"]
         # dtype and shape of every traced tensor, for `verify --per-layer`
         tensors = {}

@@ -27,6 +27,41 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+# fp16 weight storage: float32 constants of at least this many elements whose finite values
+# fit fp16's range are stored as IEEE half and widened to float32 by <prefix>_init. Small
+# constants (scales, clip bounds, pads, -FLT_MAX sentinels) stay float32: they cost no flash
+# worth saving and some must stay exact.
+FP16_MIN_ELEMENTS = 64
+FP16_MAX = 65504.0
+
+# Portable IEEE half -> float (subnormals, Inf, NaN), run once per weight at init: no F16C /
+# NEON fp16 needed, so the stored model runs on every target; the kernels stay float32.
+F16_DECODE = r"""static float o2e_h2f(uint16_t h)
+{
+  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  float f;
+  if (e == 0) {
+    if (m == 0) bits = s;
+    else { e = 113; while (!(m & 0x400u)) { m <<= 1; --e; } bits = s | (e << 23) | ((m & 0x3ffu) << 13); }
+  } else if (e == 31) bits = s | 0x7f800000u | (m << 13);
+  else bits = s | ((e + 112) << 23) | (m << 13);
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+static void o2e_f16_decode(float *dst, const uint16_t *src, size_t n)
+{
+  size_t i;
+  for (i = 0; i < n; ++i) dst[i] = o2e_h2f(src[i]);
+}"""
+
+
+def fp16_storable(arr: np.ndarray) -> bool:
+    if arr.dtype != np.float32 or arr.size < FP16_MIN_ELEMENTS:
+        return False
+    finite = arr[np.isfinite(arr)]
+    return bool(finite.size == 0 or np.abs(finite).max() <= FP16_MAX)
+
+
 def _write_weights(
     path: Path, arrays: dict[Any, np.ndarray], offsets: dict[Any, int], total: int
 ) -> None:
@@ -47,7 +82,8 @@ def _write_weights(
 
 
 def write_model(
-    graph: Graph, out_dir: Path, *, prefix: str = "model", weights_file: bool | None = None, source_name: str = "model"
+    graph: Graph, out_dir: Path, *, prefix: str = "model", weights_file: bool | None = None, source_name: str = "model",
+    weights_fp16: bool = False,
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest."""
     em = ModelEmitter(graph, prefix=prefix)
@@ -60,7 +96,9 @@ def write_model(
     for key in [k for k, t in em.constants.items() if t.sym not in named]:
         del em.constants[key]
         del em.const_data[key]
-    weight_bytes = sum(a.nbytes for a in em.const_data.values())
+    half = {k for k, a in em.const_data.items() if weights_fp16 and fp16_storable(a)}
+    stored = {k: (a.astype(np.float16).view(np.uint16) if k in half else a) for k, a in em.const_data.items()}
+    weight_bytes = sum(a.nbytes for a in stored.values())
     to_file = weights_file if weights_file is not None else weight_bytes > INLINE_WEIGHT_LIMIT
     P, U = prefix, prefix.upper()
     ins = [em.tensor(n) for n in graph.inputs]
@@ -70,22 +108,42 @@ def write_model(
     weight_lines: list[str] = []
     if to_file:
         offsets, end = {}, 0
-        for key, arr in em.const_data.items():
+        for key, arr in stored.items():
             offsets[key] = _align(end)
             end = offsets[key] + arr.nbytes
         total = max(end, 1)
         weight_lines.append(f"static unsigned char o2e_weights[{total}] O2E_ALIGNED;  /* filled by {P}_init() */")
         for key, t in em.constants.items():
+            if key in half:  # widened into RAM by init
+                weight_lines.append(
+                    f"static float {t.sym}[{stored[key].size}] O2E_ALIGNED;  /* {_c(t.name)}: {_shape_str(t)}, fp16 at +{offsets[key]} */"
+                )
+                continue
             weight_lines.append(
                 f"#define {t.sym} ((const {t.ctype} *)(o2e_weights + {offsets[key]}))  /* {_c(t.name)}: {_shape_str(t)} */"
             )
     else:
         for key, t in em.constants.items():
-            arr = em.const_data[key]
+            arr = stored[key]
+            if key in half:
+                weight_lines.append(
+                    f"/* {_c(t.name)}: {_shape_str(t)} stored as float16, widened by {prefix}_init */\n"
+                    f"static const uint16_t {t.sym}_f16[{arr.size}] O2E_ALIGNED = {{\n  {array_literal(arr)}\n}};\n"
+                    f"static float {t.sym}[{arr.size}] O2E_ALIGNED;"
+                )
+                continue
             weight_lines.append(
                 f"/* {_c(t.name)}: {_shape_str(t)} {arr.dtype.name} */\n"
                 f"static const {t.ctype} {t.sym}[{max(arr.size, 1)}] O2E_ALIGNED O2E_UNUSED = {{\n  {array_literal(arr)}\n}};"
             )
+    if half:
+        weight_lines.insert(0, F16_DECODE)
+        src = (lambda k, t: f"(const uint16_t *)(o2e_weights + {offsets[k]})") if to_file else (lambda k, t: f"{t.sym}_f16")
+        decode = [
+            f"  o2e_f16_decode({t.sym}, {src(k, t)}, {stored[k].size});" for k, t in em.constants.items() if k in half
+        ]
+    else:
+        decode = []
 
     # --- run() -------------------------------------------------------------------------------
     decls = []
@@ -174,11 +232,13 @@ def write_model(
             f'  if (got != 16 || memcmp(magic, "{WEIGHTS_MAGIC.decode()}", 8) != 0 || size != sizeof(o2e_weights)) {{ fclose(f); return -2; }}',
             "  got = fread(o2e_weights, 1, sizeof(o2e_weights), f);",
             "  fclose(f);",
-            "  return got == sizeof(o2e_weights) ? 0 : -3;",
+            "  if (got != sizeof(o2e_weights)) return -3;",
+            *decode,
+            "  return 0;",
             "}",
         ]
     else:
-        c += [f"int {P}_init(const char *weights_path)", "{", "  (void)weights_path;  /* weights are compiled in */", "  return 0;", "}"]
+        c += [f"int {P}_init(const char *weights_path)", "{", "  (void)weights_path;  /* weights are compiled in */", *decode, "  return 0;", "}"]
     kernel_name = "o2e_gemm_kernel_name()" if em.runtime_files else '"none"'
     c += [
         "",
@@ -247,11 +307,13 @@ def write_model(
     for name, text in files.items():
         (out_dir / name).write_text(text)
     if to_file:
-        _write_weights(out_dir / "model_weights.bin", em.const_data, offsets, total)
+        _write_weights(out_dir / "model_weights.bin", stored, offsets, total)
     return {
         "arena_bytes": int(res["arena"]),
         "weight_bytes": int(weight_bytes),
         "weights_in_file": bool(to_file),
+        **({"weights_fp16_tensors": len(half), "weight_bytes_fp32": int(sum(a.nbytes for a in em.const_data.values()))}
+           if weights_fp16 else {}),
         "nodes": len(graph.nodes),
         "kernels": dict(sorted(em.kernels.items())),
         "runtime_files": sorted(em.runtime_files),
