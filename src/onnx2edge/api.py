@@ -19,7 +19,13 @@ from .analysis import inspect_graph
 from .backends import ConvertResult, get_backend, read_manifest
 from .backends.base import MANIFEST
 from .errors import Onnx2EdgeError, UnsupportedError
-from .frontend.loader import fix_input_shapes, infer_shapes, load_model, read_model_proto
+from .frontend.loader import (
+    bind_inputs,
+    fix_input_shapes,
+    infer_shapes,
+    load_model,
+    read_model_proto,
+)
 from .fsutil import atomic_dir, resolve_inside, write_bytes_atomic, write_text_atomic
 from .ir import Graph
 from .ir.proto import graph_from_model, model_from_graph
@@ -29,14 +35,19 @@ from .runtime import complete_inputs, ort_run
 from .verify import VerifyReport, compare_all
 
 Shapes = Mapping[str, Sequence[int]] | None
+Fixed = Mapping[str, np.ndarray] | None  # --fix-input: inputs bound to constants
 
 # What `verify --target onnx` exercises: the frontend plus the target-independent passes.
 DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
 
 
 # --- inspect ------------------------------------------------------------------------------
-def inspect(model: str | Path, *, input_shapes: Shapes = None) -> dict[str, Any]:
-    return inspect_graph(frontend.load(model, input_shapes=input_shapes))
+def inspect(
+    model: str | Path, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
+) -> dict[str, Any]:
+    return inspect_graph(
+        frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs)
+    )
 
 
 # --- JSON round trip ------------------------------------------------------------------------
@@ -181,11 +192,14 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 
 # --- convert / run --------------------------------------------------------------------------
-def prepare(model: str | Path, target: str, *, input_shapes: Shapes = None) -> Graph:
+def prepare(
+    model: str | Path, target: str, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
+) -> Graph:
     """Frontend + the backend's passes + the backend's coverage check."""
     backend = get_backend(target)
     graph = run_passes(
-        frontend.load(model, input_shapes=input_shapes), (*DEFAULT_PASSES, *backend.required_passes)
+        frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs),
+        (*DEFAULT_PASSES, *backend.required_passes),
     )
     problems = backend.unsupported(graph)
     if problems:
@@ -203,8 +217,9 @@ def convert(
     *,
     input_shapes: Shapes = None,
     options: Mapping[str, Any] | None = None,
+    fixed_inputs: Fixed = None,
 ) -> ConvertResult:
-    graph = prepare(model, target, input_shapes=input_shapes)
+    graph = prepare(model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs)
     backend = get_backend(target)
     options = dict(options or {})
     with atomic_dir(out_dir) as tmp:
@@ -217,12 +232,28 @@ def convert(
                 k: v for k, v in sorted(options.items()) if isinstance(v, str | int | float | bool)
             },
             "inputs": [_io_entry(graph, n) for n in graph.inputs],
+            "fixed_inputs": _fixed_entries(fixed_inputs),
             "outputs": [_io_entry(graph, n) for n in graph.outputs],
             "stats": res.stats,
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     res.out_dir = Path(out_dir)
     return res
+
+
+def _fixed_entries(fixed: Fixed) -> dict[str, Any]:
+    """What --fix-input bound (it changes the generated code, so the manifest records it)."""
+    import hashlib
+
+    out: dict[str, Any] = {}
+    for k, v in sorted((fixed or {}).items()):
+        arr = np.ascontiguousarray(v)
+        digest = hashlib.sha256(arr.tobytes()).hexdigest()
+        e: dict[str, Any] = {"shape": list(arr.shape), "dtype": str(arr.dtype), "sha256": digest}
+        if arr.size <= 16:
+            e["values"] = arr.reshape(-1).tolist()
+        out[k] = e
+    return out
 
 
 def _io_entry(graph: Graph, name: str) -> dict[str, Any]:
@@ -279,6 +310,7 @@ def verify(
     *,
     target: str = "onnx",
     input_shapes: Shapes = None,
+    fixed_inputs: Fixed = None,
     inputs: Mapping[str, np.ndarray] | None = None,
     rtol: float = 1e-4,
     atol: float = 1e-6,
@@ -292,7 +324,9 @@ def verify(
 
     say = log or (lambda msg: None)
 
-    original = fix_input_shapes(load_model(model), input_shapes or {}, quiet=True)
+    original = fix_input_shapes(
+        bind_inputs(load_model(model), fixed_inputs or {}), input_shapes or {}, quiet=True
+    )
     ref_graph = graph_from_model(infer_shapes(original))
     feeds = complete_inputs(ref_graph, inputs or {}, seed)
     ref_model, layer_names = _with_all_outputs(original) if per_layer else (original, [])
@@ -300,7 +334,10 @@ def verify(
     ref = ort_run(ref_model, feeds)
     if target == "onnx":
         graph = run_passes(
-            frontend.load(model, input_shapes=input_shapes, quiet=True), DEFAULT_PASSES
+            frontend.load(
+                model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True
+            ),
+            DEFAULT_PASSES,
         )
         cand = model_from_graph(graph)
         if per_layer:
@@ -311,7 +348,10 @@ def verify(
         with tempfile.TemporaryDirectory(prefix="onnx2edge-verify-") as tmp:
             out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
             say(f"converting to {target}")
-            convert(model, target, out, input_shapes=input_shapes, options=opts)
+            convert(
+                model, target, out, input_shapes=input_shapes, options=opts,
+                fixed_inputs=fixed_inputs,
+            )
             say(f"building and running the {target} code")
             ours = run(out, feeds, options=opts)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
