@@ -257,7 +257,7 @@ def _qlinear_binary(op: str) -> Lower:
         if op == "Add":
             ra, rb = L.op("Div", [sa, sc]), L.op("Div", [sb, sc])
             bias = _as_float(L, zc) if zc else L.const("zero", 0.0)
-            for x, z, r in ((n.inputs[0], _opt(n, 2), ra), (n.inputs[3], _opt(n, 5), rb)):
+            for z, r in ((_opt(n, 2), ra), (_opt(n, 5), rb)):
                 if z:
                     bias = L.op("Sub", [bias, L.op("Mul", [r, _as_float(L, z)])])
             v = L.op(
