@@ -99,6 +99,18 @@ def _check_ops(model: onnx.ModelProto, source: Path, opset: int) -> None:
         )
 
 
+def _import_used_domains(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxruntime's transformer optimizer writes com.microsoft nodes without importing the
+    domain; onnxruntime accepts that (version 1), onnx's checker does not. Add the import."""
+    have = {o.domain for o in model.opset_import}
+    used = {n.domain for n in model.graph.node} - have - {"", "ai.onnx"}
+    if "com.microsoft" not in used:
+        return model
+    model = _copy(model)
+    model.opset_import.add(domain="com.microsoft", version=1)
+    return model
+
+
 def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.ModelProto:
     """Parse the file; check (and optionally load) its external data. No op or opset checks."""
     source = Path(path)
@@ -139,6 +151,7 @@ def load_model(path: str | Path | onnx.ModelProto, *, check: bool = True) -> onn
         source = Path(path)
         model = read_model_proto(source)
     opset = _check_opsets(model, source)
+    model = _import_used_domains(model)
     if check:
         _check_ops(model, source, opset)
         try:
