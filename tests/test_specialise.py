@@ -280,3 +280,34 @@ def test_dynamic_shape_names_tensor_and_node(tmp_path: Path) -> None:
         path, target="c", fixed_inputs={"shape": np.array([3, 4])}, work_dir=tmp_path / "o2"
     )
     assert rep.ok, rep.format()
+
+
+def test_scan_is_unrolled(tmp_path: Path) -> None:
+    """A running sum over the sequence axis, read in reverse, outputs stacked on axis 1."""
+    body = h.make_graph(
+        [
+            h.make_node("Add", ["acc_in", "xt"], ["acc_out"]),
+            h.make_node("Tanh", ["acc_out"], ["yt"]),
+        ],
+        "body",
+        [vi("acc_in", [2]), vi("xt", [2])],
+        [vi("acc_out", [2]), vi("yt", [2])],
+    )
+    scan = h.make_node(
+        "Scan",
+        ["init", "x"],
+        ["final", "ys"],
+        name="scan",
+        body=body,
+        num_scan_inputs=1,
+        scan_input_directions=[1],
+        scan_output_axes=[1],
+    )
+    m = make_model(
+        [scan], [vi("init", [2]), vi("x", [5, 2])], [vi("final", [2]), vi("ys", [2, 5])], opset=13
+    )
+    path = save(m, tmp_path / "scan.onnx")
+    g = load(path, quiet=True)
+    assert "Scan" not in {n.op_type for n in g.nodes} and g.shape_of("ys") == (2, 5)
+    rep = api.verify(path, target="c", work_dir=tmp_path / "o")
+    assert rep.ok, rep.format()

@@ -103,7 +103,7 @@ def _const_scalar(graph: Graph, name: str) -> np.ndarray | None:
 def inline_control_flow(graph: Graph) -> Graph:
     """Inline every If with a constant condition and unroll every Loop with a constant trip
     count and no early exit."""
-    if not any(n.op_type in ("If", "Loop") and n.domain == "" for n in graph.nodes):
+    if not any(n.op_type in ("If", "Loop", "Scan") and n.domain == "" for n in graph.nodes):
         return graph
     inl = _Inliner(graph)
     out: list[Node] = []
@@ -116,12 +116,107 @@ def inline_control_flow(graph: Graph) -> Graph:
                 new = _inline_if(inl, node, bool(cond))
         elif node.domain == "" and node.op_type == "Loop":
             new = _unroll_loop(inl, graph, node)
+        elif node.domain == "" and node.op_type == "Scan" and graph.opset >= 9:
+            new = _unroll_scan(inl, graph, node)
         if new is None:
             out.append(node)
         else:
             out.extend(new)
             changed = True
     return inl.done(out) if changed else graph
+
+
+def _unsqueeze(inl: _Inliner, graph: Graph, x: str, axis: int, hint: str) -> tuple[Node, str]:
+    out = inl.fresh(f"{x}/stacked")
+    name = inl.fresh(hint)
+    if graph.opset >= 13:
+        axes = inl.fresh(f"{hint}/axes")
+        inl.inits[axes] = np.array([axis], np.int64)
+        return Node(name, "Unsqueeze", (x, axes), (out,)), out
+    ax = {"axes": Attr(AttributeProto.INTS, [axis])}
+    return Node(name, "Unsqueeze", (x,), (out,), attrs=ax), out
+
+
+def _stack(
+    inl: _Inliner, graph: Graph, parts: list[str], axis: int, y: str, hint: str
+) -> list[Node]:
+    """Unsqueeze each part at `axis` and Concat them there into `y`."""
+    nodes, outs = [], []
+    for i, s in enumerate(parts):
+        n, o = _unsqueeze(inl, graph, s, axis, f"{hint}/unsq{i}")
+        nodes.append(n)
+        outs.append(o)
+    cat = Node(
+        inl.fresh(f"{hint}/concat"),
+        "Concat",
+        tuple(outs),
+        (y,),
+        attrs={"axis": Attr(AttributeProto.INT, axis)},
+    )
+    return [*nodes, cat]
+
+
+def _unroll_scan(inl: _Inliner, graph: Graph, node: Node) -> list[Node] | None:
+    """Scan (opset 9+) over scan inputs of static length: one body copy per step, each step's
+    slice a Gather at the step's index, scan outputs stacked along their axes."""
+    body: onnx.GraphProto = node.attr("body")
+    m = int(node.attr("num_scan_inputs"))
+    n_state = len(node.inputs) - m
+    scan_in = list(node.inputs[n_state:])
+    types = [graph.type_of(x) for x in scan_in]
+    shapes = [t.static_shape for t in types if t is not None and t.is_static]
+    if not scan_in or len(shapes) != len(scan_in):
+        return None
+    in_axes = [
+        a + len(sh) if a < 0 else a
+        for a, sh in zip(node.attr("scan_input_axes", [0] * m), shapes, strict=True)
+    ]
+    in_dirs = list(node.attr("scan_input_directions", [0] * m))
+    steps = {sh[a] for sh, a in zip(shapes, in_axes, strict=True)}
+    trip = steps.pop() if len(steps) == 1 else 0
+    if not 0 < trip <= _MAX_UNROLL:
+        return None
+    n_out = len(body.output) - n_state
+    out_axes = list(node.attr("scan_output_axes", [0] * n_out))
+    out_dirs = list(node.attr("scan_output_directions", [0] * n_out))
+    states = list(node.inputs[:n_state])
+    nodes: list[Node] = []
+    per_step: list[list[str]] = [[] for _ in range(n_out)]
+    for t in range(trip):
+        bind = {body.input[k].name: states[k] for k in range(n_state)}
+        for j, x in enumerate(scan_in):
+            idx = inl.fresh(f"{node.name}/idx{t}_{j}")
+            inl.inits[idx] = np.array(trip - 1 - t if in_dirs[j] else t, np.int64)
+            sl = inl.fresh(f"{node.name}/{t}/slice{j}")
+            gather = Node(
+                inl.fresh(f"{node.name}/{t}/gather{j}"),
+                "Gather",
+                (x, idx),
+                (sl,),
+                attrs={"axis": Attr(AttributeProto.INT, in_axes[j])},
+            )
+            nodes.append(gather)
+            bind[body.input[n_state + j].name] = sl
+        copy = inl.body(body, bind, f"{node.name}/{t}/")
+        if copy is None:
+            return None
+        nodes.extend(copy)
+        outs = [bind.get(o.name, o.name) for o in body.output]
+        states = outs[:n_state]
+        for k in range(n_out):
+            per_step[k].append(outs[n_state + k])
+    for k, y in enumerate(node.outputs):
+        if not y:
+            continue
+        if k < n_state:
+            nodes.append(_identity(inl.fresh(f"{node.name}/final{k}"), states[k], y))
+            continue
+        j = k - n_state
+        parts = per_step[j][::-1] if out_dirs[j] else per_step[j]
+        out_rank = len(body.output[k].type.tensor_type.shape.dim) + 1
+        axis = out_axes[j] + out_rank if out_axes[j] < 0 else out_axes[j]
+        nodes.extend(_stack(inl, graph, parts, axis, y, f"{node.name}/out{k}"))
+    return nodes
 
 
 def _inline_if(inl: _Inliner, node: Node, cond: bool) -> list[Node] | None:
@@ -260,31 +355,11 @@ def _unroll_loop(inl: _Inliner, graph: Graph, node: Node) -> list[Node] | None:
         carried = outs[1 : 1 + n_carried]
         for k in range(n_scan):
             scans[k].append(outs[1 + n_carried + k])
-    axes = inl.fresh(f"{node.name}/axis0")
-    inl.inits[axes] = np.array([0], np.int64)
     for k, y in enumerate(node.outputs):
         if not y:
             continue
         if k < n_carried:
             nodes.append(_identity(inl.fresh(f"{node.name}/final{k}"), carried[k], y))
             continue
-        parts = []
-        for it, s in enumerate(scans[k - n_carried]):
-            u = inl.fresh(f"{s}/stacked")
-            uname = inl.fresh(f"{node.name}/unsq{k}_{it}")
-            if graph.opset >= 13:
-                nodes.append(Node(uname, "Unsqueeze", (s, axes), (u,)))
-            else:
-                ax = {"axes": Attr(AttributeProto.INTS, [0])}
-                nodes.append(Node(uname, "Unsqueeze", (s,), (u,), attrs=ax))
-            parts.append(u)
-        nodes.append(
-            Node(
-                inl.fresh(f"{node.name}/concat{k}"),
-                "Concat",
-                tuple(parts),
-                (y,),
-                attrs={"axis": Attr(AttributeProto.INT, 0)},
-            )
-        )
+        nodes.extend(_stack(inl, graph, scans[k - n_carried], 0, y, f"{node.name}/out{k}"))
     return nodes
