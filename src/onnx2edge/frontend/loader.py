@@ -388,8 +388,10 @@ def strip_output_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
     for o in model.graph.output:
         tt = o.type.tensor_type
         if o.type.HasField("tensor_type") and tt.HasField("shape"):
+            # 0 stays a size here: an empty output is real (only inputs never are empty)
             declared[o.name] = tuple(
-                d.dim_value if _declared_static(d) else None for d in tt.shape.dim
+                d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                for d in tt.shape.dim
             )
             tt.ClearField("shape")
     return model, declared
@@ -478,11 +480,28 @@ def load(
     graph = specialise(graph)
     if any(n.op_type == "If" for n in graph.nodes):
         graph = specialise(select_runtime_if(graph))
+    graph = _declared_fallback(graph, declared)
     if dynamic_tensors(graph) or declared_conflict(graph, declared):
         graph = observe_shapes(graph, ort_observer(model, graph), quiet=quiet)
     check_if_selects(graph)
     _note_declared(graph, declared, quiet)
     return graph
+
+
+def _declared_fallback(graph: Graph, declared: Mapping[str, tuple]) -> Graph:
+    """A graph output nothing else could make static takes its declared static shape (the
+    hint is all there is, e.g. a Resize whose scales arrive at run time)."""
+    from ..ir import TensorType, Value
+
+    values = dict(graph.values)
+    for name, want in declared.items():
+        t = graph.type_of(name)
+        if t is None or t.is_static or None in want or not t.elem_type:
+            continue
+        if t.shape is not None and len(t.shape) != len(want):
+            continue
+        values[name] = Value(name, TensorType(t.elem_type, tuple(int(w) for w in want)))
+    return graph.replace(values=values) if values != dict(graph.values) else graph
 
 
 def declared_conflict(graph: Graph, declared: Mapping[str, tuple]) -> bool:
