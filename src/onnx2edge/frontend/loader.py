@@ -223,6 +223,15 @@ def fix_input_shapes(
                 tt.shape.dim.add().dim_value = int(w)
             continue
         for d, dim in enumerate(tt.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value == 0:
+                # empty unless --input-shape says otherwise (some exporters write 0 for dynamic)
+                if not quiet:
+                    print(
+                        f"onnx2edge: note: input '{name}' dimension {d} is declared 0 (empty); "
+                        f"if it is dynamic, give --input-shape {name}=...",
+                        file=sys.stderr,
+                    )
+                continue
             if not _declared_static(dim):
                 label = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value") else "?")
                 dim.Clear()
