@@ -19,7 +19,13 @@ from .analysis import inspect_graph
 from .backends import ConvertResult, get_backend, read_manifest
 from .backends.base import MANIFEST
 from .errors import Onnx2EdgeError, UnsupportedError
-from .frontend.loader import fix_input_shapes, infer_shapes, load_model, read_model_proto
+from .frontend.loader import (
+    bind_inputs,
+    fix_input_shapes,
+    infer_shapes,
+    load_model,
+    read_model_proto,
+)
 from .fsutil import atomic_dir, resolve_inside, write_bytes_atomic, write_text_atomic
 from .ir import Graph
 from .ir.proto import graph_from_model, model_from_graph
@@ -29,24 +35,27 @@ from .runtime import complete_inputs, ort_run
 from .verify import VerifyReport, compare_all
 
 Shapes = Mapping[str, Sequence[int]] | None
+Fixed = Mapping[str, np.ndarray] | None  # --fix-input: inputs bound to constants
 
 # What `verify --target onnx` exercises: the frontend plus the target-independent passes.
 DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
 
 
 # --- inspect ------------------------------------------------------------------------------
-def inspect(model: str | Path, *, input_shapes: Shapes = None) -> dict[str, Any]:
-    info = inspect_graph(frontend.load(model, input_shapes=input_shapes))
-    info["c_arena_bytes"] = _c_arena_bytes(model, input_shapes)
+def inspect(
+    model: str | Path, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
+) -> dict[str, Any]:
+    info = inspect_graph(frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs))
+    info["c_arena_bytes"] = _c_arena_bytes(model, input_shapes, fixed_inputs)
     return info
 
 
-def _c_arena_bytes(model: str | Path, input_shapes: Shapes) -> int | None:
+def _c_arena_bytes(model: str | Path, input_shapes: Shapes, fixed_inputs: Fixed) -> int | None:
     """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
     from .backends.c.emitter import ModelEmitter
 
     try:
-        graph = prepare(model, "c", input_shapes=input_shapes, quiet=True)
+        graph = prepare(model, "c", input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True)
     except Onnx2EdgeError:
         return None
     return int(ModelEmitter(graph, prefix="model").emit()["arena"])
@@ -199,13 +208,14 @@ def prepare(
     target: str,
     *,
     input_shapes: Shapes = None,
+    fixed_inputs: Fixed = None,
     options: Mapping[str, Any] | None = None,
     quiet: bool = False,
 ) -> Graph:
     """Frontend + the backend's passes + the backend's coverage check."""
     backend = get_backend(target)
     graph = run_passes(
-        frontend.load(model, input_shapes=input_shapes, quiet=quiet),
+        frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=quiet),
         (*DEFAULT_PASSES, *backend.required_passes),
     )
     problems = backend.unsupported_for(graph, dict(options or {}))
@@ -224,8 +234,11 @@ def convert(
     *,
     input_shapes: Shapes = None,
     options: Mapping[str, Any] | None = None,
+    fixed_inputs: Fixed = None,
 ) -> ConvertResult:
-    graph = prepare(model, target, input_shapes=input_shapes, options=options)
+    graph = prepare(
+        model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs, options=options
+    )
     backend = get_backend(target)
     options = dict(options or {})
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
@@ -239,6 +252,7 @@ def convert(
                 k: v for k, v in sorted(options.items()) if isinstance(v, str | int | float | bool)
             },
             "inputs": [_io_entry(graph, n) for n in graph.inputs],
+            "fixed_inputs": _fixed_entries(fixed_inputs),
             "outputs": [_io_entry(graph, n) for n in graph.outputs],
             "stats": res.stats,
         }
@@ -254,6 +268,21 @@ def _previous_outputs(folder: Path) -> set[str]:
         return {*json.loads((folder / MANIFEST).read_text()).get("files", []), MANIFEST}
     except (OSError, ValueError, AttributeError):
         return {MANIFEST}
+
+
+def _fixed_entries(fixed: Fixed) -> dict[str, Any]:
+    """What --fix-input bound (it changes the generated code, so the manifest records it)."""
+    import hashlib
+
+    out: dict[str, Any] = {}
+    for k, v in sorted((fixed or {}).items()):
+        arr = np.ascontiguousarray(v)
+        digest = hashlib.sha256(arr.tobytes()).hexdigest()
+        e: dict[str, Any] = {"shape": list(arr.shape), "dtype": str(arr.dtype), "sha256": digest}
+        if arr.size <= 16:
+            e["values"] = arr.reshape(-1).tolist()
+        out[k] = e
+    return out
 
 
 def _io_entry(graph: Graph, name: str) -> dict[str, Any]:
@@ -310,6 +339,7 @@ def verify(
     *,
     target: str = "onnx",
     input_shapes: Shapes = None,
+    fixed_inputs: Fixed = None,
     inputs: Mapping[str, np.ndarray] | None = None,
     rtol: float = 1e-4,
     atol: float = 1e-6,
@@ -323,7 +353,9 @@ def verify(
 
     say = log or (lambda msg: None)
 
-    original = fix_input_shapes(load_model(model), input_shapes or {}, quiet=True)
+    original = fix_input_shapes(
+        bind_inputs(load_model(model), fixed_inputs or {}), input_shapes or {}, quiet=True
+    )
     ref_graph = graph_from_model(infer_shapes(original))
     feeds = complete_inputs(ref_graph, inputs or {}, seed)
     ref_model, layer_names = _with_all_outputs(original) if per_layer else (original, [])
@@ -331,7 +363,10 @@ def verify(
     ref = ort_run(ref_model, feeds)
     if target == "onnx":
         graph = run_passes(
-            frontend.load(model, input_shapes=input_shapes, quiet=True), DEFAULT_PASSES
+            frontend.load(
+                model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True
+            ),
+            DEFAULT_PASSES,
         )
         cand = model_from_graph(graph)
         if per_layer:
@@ -342,7 +377,10 @@ def verify(
         with tempfile.TemporaryDirectory(prefix="onnx2edge-verify-") as tmp:
             out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
             say(f"converting to {target}")
-            convert(model, target, out, input_shapes=input_shapes, options=opts)
+            convert(
+                model, target, out, input_shapes=input_shapes, options=opts,
+                fixed_inputs=fixed_inputs,
+            )
             say(f"building and running the {target} code")
             ours = run(out, feeds, options=opts)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)

@@ -14,6 +14,7 @@ import numpy as np
 from . import __version__, api
 from .errors import Onnx2EdgeError
 from .frontend import parse_input_shapes
+from .frontend.loader import parse_fixed_inputs
 from .runtime import parse_input_files
 
 
@@ -28,6 +29,14 @@ def _shapes(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=DIMS",
         help="fix an input's shape, e.g. input=1x3x224x224 (repeatable)",
+    )
+    p.add_argument(
+        "--fix-input",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="bind an input to a constant (a number, a comma list or FILE.npy): branches on it "
+        "fold away and it leaves the generated API (repeatable)",
     )
 
 
@@ -222,6 +231,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     r = harness.bench_model(
         a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
         input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile,
+        fixed_inputs=parse_fixed_inputs(a.fix_input),
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1
@@ -260,7 +270,11 @@ def _cmd_conformance(a: argparse.Namespace) -> int:
 def _cmd_inspect(a: argparse.Namespace) -> int:
     from .analysis import format_report
 
-    info = api.inspect(a.model, input_shapes=parse_input_shapes(a.input_shape))
+    info = api.inspect(
+        a.model,
+        input_shapes=parse_input_shapes(a.input_shape),
+        fixed_inputs=parse_fixed_inputs(a.fix_input),
+    )
     print(json.dumps(info, indent=1) if a.json else format_report(info))
     return 0
 
@@ -295,7 +309,8 @@ def _cmd_convert(a: argparse.Namespace) -> int:
     elif a.target == "coreml":
         opts = {"format": a.format, "fp16": a.fp16}
     res = api.convert(
-        a.model, a.target, a.output, input_shapes=parse_input_shapes(a.input_shape), options=opts
+        a.model, a.target, a.output, input_shapes=parse_input_shapes(a.input_shape), options=opts,
+        fixed_inputs=parse_fixed_inputs(a.fix_input),
     )
     for k, v in res.stats.items():
         if isinstance(v, dict):
@@ -338,6 +353,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         a.model,
         target=a.target,
         input_shapes=parse_input_shapes(a.input_shape),
+        fixed_inputs=parse_fixed_inputs(a.fix_input),
         inputs=parse_input_files(a.input),
         rtol=a.rtol,
         atol=a.atol,

@@ -293,6 +293,7 @@ def bench_model(
     runs: int = 20,
     warmup: int = 3,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fixed_inputs: Mapping[str, np.ndarray] | None = None,
     work_dir: str | Path | None = None,
     log: Any = None,
     profile: bool = False,
@@ -319,7 +320,12 @@ def bench_model(
     try:
         t0 = time.perf_counter()
         res = api.convert(
-            model, "c", out, input_shapes=input_shapes, options={**(options or {}), "source": model.name}
+            model,
+            "c",
+            out,
+            input_shapes=input_shapes,
+            options={**(options or {}), "source": model.name},
+            fixed_inputs=fixed_inputs,
         )
         convert_s = time.perf_counter() - t0
         io = json.loads((out / "onnx2edge.json").read_text())
@@ -340,7 +346,7 @@ def bench_model(
         # the same random inputs for both sides, so outputs can be compared
         from ..frontend import load
 
-        graph = load(model, input_shapes=input_shapes, quiet=True)
+        graph = load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True)
         feeds = random_inputs(graph, seed=0)
         data = work / "data"
         data.mkdir(exist_ok=True)
@@ -359,10 +365,10 @@ def bench_model(
             raise Onnx2EdgeError(f"benchmark run failed: {p.stderr.strip()[:300]}")
         ours = json.loads(p.stdout)
         say(f"timing onnxruntime: {runs} runs, {threads} thread(s)")
-        from ..frontend.loader import fix_input_shapes, load_model
+        from ..frontend.loader import bind_inputs, fix_input_shapes, load_model
 
         fixed = work / "model_fixed.onnx"
-        model_proto = load_model(model)
+        model_proto = bind_inputs(load_model(model), fixed_inputs or {})
         original = [n.name for n in model_proto.graph.node]
         fixed.write_bytes(fix_input_shapes(model_proto, input_shapes or {}, quiet=True).SerializeToString())
         del model_proto
@@ -397,7 +403,7 @@ def bench_model(
         if profile and "profile_ms" in ours:
             from ..analysis import node_macs
 
-            g = api.prepare(model, "c", input_shapes=input_shapes)
+            g = api.prepare(model, "c", input_shapes=input_shapes, fixed_inputs=fixed_inputs)
             ort_ms, ort_rest = match_ort_nodes([n.name for n in g.nodes], original, ort.get("nodes", {}))
             prof = sorted(
                 (

@@ -83,6 +83,12 @@ def _check_ops(model: onnx.ModelProto, source: Path, opset: int) -> None:
         if domain not in KNOWN_DOMAINS:
             bad.append(f"{label}: unknown domain")
             continue
+        if domain == "com.microsoft":
+            from ..passes.lower_contrib import LOWERINGS
+
+            if n.op_type not in LOWERINGS:
+                bad.append(f"{label}: onnxruntime contrib op not supported by onnx2edge")
+            continue
         try:
             onnx.defs.get_schema(n.op_type, versions.get(domain, opset), domain)
         except onnx.defs.SchemaError:
@@ -173,6 +179,18 @@ def _check_tensors(model: onnx.ModelProto, source: Path) -> None:
             )
 
 
+def _import_used_domains(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxruntime's transformer optimizer writes com.microsoft nodes without importing the
+    domain; onnxruntime accepts that (version 1), onnx's checker does not. Add the import."""
+    have = {o.domain for o in model.opset_import}
+    used = {n.domain for n in model.graph.node} - have - {"", "ai.onnx"}
+    if "com.microsoft" not in used:
+        return model
+    model = _copy(model)
+    model.opset_import.add(domain="com.microsoft", version=1)
+    return model
+
+
 def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.ModelProto:
     """Parse the file; check (and optionally load) its external data. No op or opset checks."""
     source = Path(path)
@@ -225,6 +243,7 @@ def load_model(
         source = Path(path)
         model = read_model_proto(source, load_external=load_external)
     opset = _check_opsets(model, source)
+    model = _import_used_domains(model)
     if check:
         _check_ops(model, source, opset)
         bare = skeleton(model, max_elements=1 << 16)
@@ -289,7 +308,7 @@ def fix_input_shapes(
                     f"but input '{name}' has rank {len(tt.shape.dim)}"
                 )
             for d, (dim, w) in enumerate(zip(tt.shape.dim, want, strict=False)):
-                if dim.HasField("dim_value") and dim.dim_value != w:
+                if _declared_static(dim) and dim.dim_value != w:
                     raise Onnx2EdgeError(
                         f"--input-shape {name}: dimension {d} is fixed to {dim.dim_value} by the model, not {w}"
                     )
@@ -298,8 +317,17 @@ def fix_input_shapes(
                 tt.shape.dim.add().dim_value = int(w)
             continue
         for d, dim in enumerate(tt.shape.dim):
-            if not dim.HasField("dim_value"):
-                label = dim.dim_param or "?"
+            if dim.HasField("dim_value") and dim.dim_value == 0:
+                # empty unless --input-shape says otherwise (some exporters write 0 for dynamic)
+                if not quiet:
+                    print(
+                        f"onnx2edge: note: input '{name}' dimension {d} is declared 0 (empty); "
+                        f"if it is dynamic, give --input-shape {name}=...",
+                        file=sys.stderr,
+                    )
+                continue
+            if not _declared_static(dim):
+                label = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value") else "?")
                 dim.Clear()
                 dim.dim_value = default_dim
                 if not quiet:
@@ -311,6 +339,90 @@ def fix_input_shapes(
     # Stale intermediate shapes would contradict the new input shapes.
     del model.graph.value_info[:]
     return model
+
+
+def _declared_static(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Exporters write -1, 0, '' or '?' for a dimension they leave dynamic."""
+    return dim.HasField("dim_value") and dim.dim_value > 0
+
+
+def parse_fixed_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Parse `NAME=VALUE` items: a number, a comma list, or a .npy file."""
+    fixed: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text:
+            raise Onnx2EdgeError(
+                f"bad --fix-input '{spec}': expected NAME=VALUE (a number, a comma list or "
+                "FILE.npy), e.g. sr=16000"
+            )
+        if text.endswith(".npy"):
+            try:
+                fixed[name] = np.load(text, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise Onnx2EdgeError(f"--fix-input {name}: cannot read '{text}': {e}") from e
+            continue
+        try:
+            vals = [float(v) for v in text.split(",")]
+        except ValueError:
+            raise Onnx2EdgeError(
+                f"bad --fix-input '{spec}': VALUE must be a number, a comma list or FILE.npy"
+            ) from None
+        arr = np.array(vals)
+        fixed[name] = arr.reshape(()) if "," not in text else arr
+    return fixed
+
+
+def bind_inputs(model: onnx.ModelProto, fixed: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """Return a copy where each fixed input is an initializer (so it folds; it leaves the API).
+
+    The value takes the input's declared dtype; its shape is the declared one when the sizes
+    agree (a scalar or a flat list may be given for a [1] or [2, 3] input)."""
+    if not fixed:
+        return model
+    from onnx import numpy_helper
+
+    model = _copy(model)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    for name, value in fixed.items():
+        if name not in inputs:
+            raise Onnx2EdgeError(
+                f"--fix-input names '{name}', which is not an input of the model "
+                f"(inputs: {', '.join(inputs) or 'none'})"
+            )
+        arr = _fixed_value(name, np.asarray(value), inputs[name].type.tensor_type)
+        model.graph.initializer.append(numpy_helper.from_array(arr, name))
+        model.graph.input.remove(inputs[name])
+    model.ir_version = max(model.ir_version, 4)  # initializers need not be inputs from IR 4
+    return model
+
+
+def _fixed_value(name: str, arr: np.ndarray, tt: onnx.TypeProto.Tensor) -> np.ndarray:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    try:
+        dtype = np.dtype(tensor_dtype_to_np_dtype(tt.elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise Onnx2EdgeError(f"--fix-input {name}: the input is not a tensor") from None
+    if dtype.kind in "iub" and arr.dtype.kind == "f" and not np.all(np.round(arr) == arr):
+        raise Onnx2EdgeError(f"--fix-input {name}: input '{name}' is {dtype}, not a fraction")
+    arr = arr.astype(dtype)
+    if not tt.HasField("shape"):
+        return arr
+    dims = [d.dim_value if _declared_static(d) else None for d in tt.shape.dim]
+    if len(dims) == arr.ndim and all(
+        d is None or d == s for d, s in zip(dims, arr.shape, strict=True)
+    ):
+        return arr
+    if all(d is not None for d in dims) and int(np.prod(dims, dtype=np.int64)) == arr.size:
+        return arr.reshape(dims)
+    if len(dims) == 1 and arr.ndim == 0:
+        return arr.reshape(1)
+    raise Onnx2EdgeError(
+        f"--fix-input {name}: value of shape {list(arr.shape)} does not fit input '{name}' "
+        f"of shape {[d if d is not None else '?' for d in dims]}"
+    )
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -373,23 +485,148 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def strip_output_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
+    """Declared output shapes are hints (exporters get them wrong: a declared [1, seqlen] that
+    is really [32, 1, 8210]); drop them so inference decides, keep them to report conflicts."""
+    model = _copy(model)
+    declared = {}
+    for o in model.graph.output:
+        tt = o.type.tensor_type
+        if o.type.HasField("tensor_type") and tt.HasField("shape"):
+            # 0 stays a size here: an empty output is real (only inputs never are empty)
+            declared[o.name] = tuple(
+                d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                for d in tt.shape.dim
+            )
+            tt.ClearField("shape")
+    return model, declared
+
+
+def _note_declared(graph: Graph, declared: Mapping[str, tuple], quiet: bool) -> None:
+    for name, want in declared.items():
+        t = graph.type_of(name)
+        if quiet or t is None or not t.is_static:
+            continue
+        got = t.static_shape
+        if _contradicts(got, want):
+            print(
+                f"onnx2edge: note: output '{name}' is declared {[w or '?' for w in want]} but "
+                f"is {list(got)}; using {list(got)}",
+                file=sys.stderr,
+            )
+
+
+def ort_observer(  # noqa: ANN201 - see passes.specialise
+    model: onnx.ModelProto, graph: Graph, base_dir: Path | None = None
+):
+    """An `Observer` for `observe_shapes`: runs the (input-fixed) model once in onnxruntime
+    on a sample input (normal floats, zero integers: valid indices) with the asked-for node
+    outputs as graph outputs. External data (left on disk by `load`) is read only then."""
+
+    def observe(names: list[str]) -> dict[str, np.ndarray] | None:
+        import onnxruntime as ort
+
+        m = _copy(model)
+        if base_dir is not None:
+            external_data_helper.load_external_data_for_model(m, str(base_dir))
+        present = {o.name for o in m.graph.output}
+        produced = {o for n in m.graph.node for o in n.output if o}
+        for name in names:
+            if name in produced and name not in present:
+                m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+                present.add(name)
+        m.ir_version = min(m.ir_version, 10)
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for name in graph.inputs:
+            t = graph.type_of(name)
+            if t is None or not t.is_static or t.dtype.kind not in "fiub":
+                return None
+            shape = t.static_shape
+            if t.dtype.kind == "f":
+                feeds[name] = rng.standard_normal(shape).astype(t.dtype)
+            else:
+                feeds[name] = np.zeros(shape, t.dtype)
+        try:
+            opts = ort.SessionOptions()
+            opts.log_severity_level = 3
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            sess = ort.InferenceSession(
+                m.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+            )
+            outs = [o.name for o in sess.get_outputs()]
+            return dict(zip(outs, sess.run(outs, feeds), strict=True))
+        except Exception:  # noqa: BLE001 - a model onnxruntime cannot run is simply not observed
+            return None
+
+    return observe
+
+
 def load(
     path: str | Path | onnx.ModelProto,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fixed_inputs: Mapping[str, np.ndarray] | None = None,
     fold: bool = True,
     quiet: bool = False,
 ) -> Graph:
-    """The whole frontend: file -> checked model -> static input shapes -> IR -> folded IR."""
-    from ..passes import fold_constants
+    """The whole frontend: file -> checked model -> fixed inputs and static input shapes ->
+    IR -> contrib ops lowered -> static specialisation (fold + infer to a fixed point, control
+    flow inlined) -> shapes checked against onnxruntime."""
     from ..passes import infer_shapes as infer_shapes_pass
+    from ..passes.control_flow import check_if_selects, select_runtime_if
+    from ..passes.lower_contrib import lower_contrib
+    from ..passes.specialise import dynamic_tensors, observe_shapes, specialise
 
     # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
     # neither copied into the protobuf nor copied again with every ModelProto copy below.
-    model = load_model(path, load_external=False)
     base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent
+    model = bind_inputs(load_model(path, load_external=False), fixed_inputs or {})
     model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
-    graph = graph_from_model(infer_shapes(model), base_dir=base_dir)
-    if fold:
-        graph = infer_shapes_pass(fold_constants(graph))
+    bare, declared = strip_output_shapes(model)
+    graph = lower_contrib(graph_from_model(bare, base_dir=base_dir))
+    # The IR never lists initializers as inputs, which IR 3 requires (inference ignores them).
+    graph = graph.replace(ir_version=max(graph.ir_version, 4))
+    if not fold:
+        return infer_shapes_pass(graph)
+    graph = specialise(graph)
+    if any(n.op_type == "If" for n in graph.nodes):
+        graph = specialise(select_runtime_if(graph))
+    graph = _declared_fallback(graph, declared)
+    if dynamic_tensors(graph) or declared_conflict(graph, declared):
+        graph = observe_shapes(graph, ort_observer(model, graph, base_dir), quiet=quiet)
+    check_if_selects(graph)
+    _note_declared(graph, declared, quiet)
     return graph
+
+
+def _declared_fallback(graph: Graph, declared: Mapping[str, tuple]) -> Graph:
+    """A graph output nothing else could make static takes its declared static shape (the
+    hint is all there is, e.g. a Resize whose scales arrive at run time)."""
+    from ..ir import TensorType, Value
+
+    values = dict(graph.values)
+    for name, want in declared.items():
+        t = graph.type_of(name)
+        if t is None or t.is_static or None in want or not t.elem_type:
+            continue
+        if t.shape is not None and len(t.shape) != len(want):
+            continue
+        values[name] = Value(name, TensorType(t.elem_type, tuple(int(w) for w in want)))
+    return graph.replace(values=values) if values != dict(graph.values) else graph
+
+
+def declared_conflict(graph: Graph, declared: Mapping[str, tuple]) -> bool:
+    for name, want in declared.items():
+        t = graph.type_of(name)
+        if t is None or not t.is_static:
+            return True
+        if _contradicts(t.static_shape, want):
+            return True
+    return False
+
+
+def _contradicts(got: tuple[int, ...], want: tuple) -> bool:
+    return len(got) != len(want) or any(
+        w is not None and w != g for w, g in zip(want, got, strict=True)
+    )

@@ -170,6 +170,7 @@ class Graph:
         inits = dict(self.initializers if initializers is None else initializers)
         vals = dict(self.values if values is None else values)
         used = {i for n in nodes for i in n.inputs if i} | set(self.outputs)
+        used |= _subgraph_refs(nodes)  # outer-scope names If/Loop/Scan bodies read
         inits = {k: v for k, v in inits.items() if k in used}
         live = used | {o for n in nodes for o in n.outputs} | set(self.inputs)
         vals = {k: v for k, v in vals.items() if k in live}
@@ -184,3 +185,24 @@ class Graph:
         while f"{base}_{i}" in taken:
             i += 1
         return f"{base}_{i}"
+
+
+def _subgraph_refs(nodes: Iterable[Node]) -> set[str]:
+    """Every name read by a node inside the nodes' subgraph attributes (recursively)."""
+    refs: set[str] = set()
+    stack = [
+        g
+        for n in nodes
+        for a in n.attrs.values()
+        for g in (a.value if isinstance(a.value, list) else [a.value])
+        if hasattr(g, "node") and hasattr(g, "initializer")
+    ]
+    while stack:
+        g = stack.pop()
+        for p in g.node:
+            refs.update(i for i in p.input if i)
+            for a in p.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+    return refs

@@ -28,7 +28,7 @@ def _type_from_proto(tp: onnx.TypeProto) -> TensorType | None:
         return TensorType(tt.elem_type, None)
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param"):
             dims.append(d.dim_param)

@@ -278,7 +278,9 @@ class ModelEmitter:
     def _tensor(self, name: str, kind: str, pre: str) -> Tensor:
         t = self.graph.type_of(name)
         if t is None or not t.is_static:
-            raise UnsupportedError(f"tensor '{name}' has no static shape; fix the input shapes with --input-shape")
+            from ...passes.specialise import why_dynamic
+
+            raise UnsupportedError(why_dynamic(self.graph, name))
         return Tensor(name, self._ident(pre + c_ident(name)), t.static_shape, t.dtype, kind)
 
     def tensor(self, name: str) -> Tensor:
@@ -319,7 +321,9 @@ class ModelEmitter:
                     continue
                 t = self.graph.type_of(name)
                 if t is None or not t.is_static:
-                    problems.append(f"{where}: tensor '{name}' has no static shape (try --input-shape)")
+                    from ...passes.specialise import why_dynamic
+
+                    problems.append(f"{where}: {why_dynamic(self.graph, name)}")
                     break
                 if t.dtype.name not in CTYPES and not (
                     t.dtype.name in STORAGE_CTYPES and node.op_type in STORAGE_DTYPE_OPS

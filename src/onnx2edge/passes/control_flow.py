@@ -1,0 +1,365 @@
+"""Control flow made straight-line, so static backends need no subgraphs.
+
+- `If` whose condition is a constant: the taken branch is inlined (`inline_control_flow`,
+  part of the specialisation loop, since a condition often becomes constant only after the
+  shapes it compares are folded, e.g. `sr == 16000` once `--fix-input sr=16000` is given).
+- `If` whose condition is only known at run time: both branches are inlined and a `Where`
+  selects the outputs (`select_runtime_if`, run once the loop has converged). Both branches
+  are computed; each keeps its own static shapes, but their outputs must agree in shape and
+  type, else the node is refused with its name (`check_if_selects`).
+- `Loop` with a constant trip count whose body never exits early: unrolled, one copy of the
+  body per iteration, scan outputs stacked with Unsqueeze + Concat.
+
+before:  If(c=<const true>){then: y=Relu(x)}{else: y=Neg(x)}   after:  Relu(x) -> Identity -> y
+before:  If(c=Less(sr, 16000)){..}{..}                          after:  both -> Where(c, t, e)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from ..errors import UnsupportedError
+from ..ir import Attr, Graph, Node, TensorType, Value
+from ..ir.proto import _type_from_proto, node_from_proto
+from .registry import register_pass
+
+_MAX_UNROLL = 256
+# doc_string of the Where nodes that replace a run-time If (checked after shape inference).
+IF_SELECT_TAG = "onnx2edge: run-time If "
+
+
+def _has_subgraphs(p: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in p.attribute)
+
+
+class _Inliner:
+    """Copies subgraph bodies into the outer graph, renaming what would clash."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.taken = set(graph.values) | set(graph.initializers) | set(graph.inputs)
+        self.taken |= {o for n in graph.nodes for o in n.outputs if o}
+        self.taken |= {n.name for n in graph.nodes}
+        self.inits: dict[str, np.ndarray] = dict(graph.initializers)
+        self.values: dict[str, Value] = dict(graph.values)
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+    def body(self, sub: onnx.GraphProto, bind: dict[str, str], prefix: str) -> list[Node] | None:
+        """The subgraph's nodes with its inputs bound (`bind`: sub name -> outer name) and every
+        name it defines renamed; `bind` gains its outputs. None if nested subgraphs would need
+        renaming inside them (left alone: rare, and those nodes stay for the backend to refuse).
+        """
+        renames = dict(bind)
+        for t in sub.initializer:
+            new = self.fresh(f"{prefix}{t.name}")
+            renames[t.name] = new
+            self.inits[new] = numpy_helper.to_array(t)
+        defined = [o for p in sub.node for o in p.output if o]
+        for name in defined:
+            renames[name] = self.fresh(f"{prefix}{name}")
+        if any(_has_subgraphs(p) for p in sub.node) and any(
+            renames.get(k, k) != k for k in defined
+        ):
+            return None
+        for vi in sub.value_info:
+            if vi.name in renames:
+                self.values[renames[vi.name]] = Value(renames[vi.name], _type_from_proto(vi.type))
+        nodes = []
+        for p in sub.node:
+            n = node_from_proto(p, self.fresh(f"{prefix}{p.name or p.op_type}"))
+            nodes.append(
+                n.replace(
+                    inputs=tuple(renames.get(i, i) if i else "" for i in n.inputs),
+                    outputs=tuple(renames.get(o, o) if o else "" for o in n.outputs),
+                )
+            )
+        bind.update(renames)
+        return nodes
+
+    def done(self, nodes: list[Node]) -> Graph:
+        return self.graph.with_nodes(nodes, initializers=self.inits, values=self.values)
+
+
+def _identity(name: str, src: str, dst: str) -> Node:
+    return Node(name, "Identity", (src,), (dst,))
+
+
+def _const_scalar(graph: Graph, name: str) -> np.ndarray | None:
+    arr = graph.const(name) if name else None
+    if arr is None or np.asarray(arr).size != 1:
+        return None
+    return np.asarray(arr).reshape(())
+
+
+@register_pass("inline_control_flow")
+def inline_control_flow(graph: Graph) -> Graph:
+    """Inline every If with a constant condition and unroll every Loop with a constant trip
+    count and no early exit."""
+    if not any(n.op_type in ("If", "Loop", "Scan") and n.domain == "" for n in graph.nodes):
+        return graph
+    inl = _Inliner(graph)
+    out: list[Node] = []
+    changed = False
+    for node in graph.nodes:
+        new = None
+        if node.domain == "" and node.op_type == "If":
+            cond = _const_scalar(graph, node.inputs[0])
+            if cond is not None:
+                new = _inline_if(inl, node, bool(cond))
+        elif node.domain == "" and node.op_type == "Loop":
+            new = _unroll_loop(inl, graph, node)
+        elif node.domain == "" and node.op_type == "Scan" and graph.opset >= 9:
+            new = _unroll_scan(inl, graph, node)
+        if new is None:
+            out.append(node)
+        else:
+            out.extend(new)
+            changed = True
+    return inl.done(out) if changed else graph
+
+
+def _unsqueeze(inl: _Inliner, graph: Graph, x: str, axis: int, hint: str) -> tuple[Node, str]:
+    out = inl.fresh(f"{x}/stacked")
+    name = inl.fresh(hint)
+    if graph.opset >= 13:
+        axes = inl.fresh(f"{hint}/axes")
+        inl.inits[axes] = np.array([axis], np.int64)
+        return Node(name, "Unsqueeze", (x, axes), (out,)), out
+    ax = {"axes": Attr(AttributeProto.INTS, [axis])}
+    return Node(name, "Unsqueeze", (x,), (out,), attrs=ax), out
+
+
+def _stack(
+    inl: _Inliner, graph: Graph, parts: list[str], axis: int, y: str, hint: str
+) -> list[Node]:
+    """Unsqueeze each part at `axis` and Concat them there into `y`."""
+    nodes, outs = [], []
+    for i, s in enumerate(parts):
+        n, o = _unsqueeze(inl, graph, s, axis, f"{hint}/unsq{i}")
+        nodes.append(n)
+        outs.append(o)
+    cat = Node(
+        inl.fresh(f"{hint}/concat"),
+        "Concat",
+        tuple(outs),
+        (y,),
+        attrs={"axis": Attr(AttributeProto.INT, axis)},
+    )
+    return [*nodes, cat]
+
+
+def _unroll_scan(inl: _Inliner, graph: Graph, node: Node) -> list[Node] | None:
+    """Scan (opset 9+) over scan inputs of static length: one body copy per step, each step's
+    slice a Gather at the step's index, scan outputs stacked along their axes."""
+    body: onnx.GraphProto = node.attr("body")
+    m = int(node.attr("num_scan_inputs"))
+    n_state = len(node.inputs) - m
+    scan_in = list(node.inputs[n_state:])
+    types = [graph.type_of(x) for x in scan_in]
+    shapes = [t.static_shape for t in types if t is not None and t.is_static]
+    if not scan_in or len(shapes) != len(scan_in):
+        return None
+    in_axes = [
+        a + len(sh) if a < 0 else a
+        for a, sh in zip(node.attr("scan_input_axes", [0] * m), shapes, strict=True)
+    ]
+    in_dirs = list(node.attr("scan_input_directions", [0] * m))
+    steps = {sh[a] for sh, a in zip(shapes, in_axes, strict=True)}
+    trip = steps.pop() if len(steps) == 1 else 0
+    if not 0 < trip <= _MAX_UNROLL:
+        return None
+    n_out = len(body.output) - n_state
+    out_axes = list(node.attr("scan_output_axes", [0] * n_out))
+    out_dirs = list(node.attr("scan_output_directions", [0] * n_out))
+    states = list(node.inputs[:n_state])
+    nodes: list[Node] = []
+    per_step: list[list[str]] = [[] for _ in range(n_out)]
+    for t in range(trip):
+        bind = {body.input[k].name: states[k] for k in range(n_state)}
+        for j, x in enumerate(scan_in):
+            idx = inl.fresh(f"{node.name}/idx{t}_{j}")
+            inl.inits[idx] = np.array(trip - 1 - t if in_dirs[j] else t, np.int64)
+            sl = inl.fresh(f"{node.name}/{t}/slice{j}")
+            gather = Node(
+                inl.fresh(f"{node.name}/{t}/gather{j}"),
+                "Gather",
+                (x, idx),
+                (sl,),
+                attrs={"axis": Attr(AttributeProto.INT, in_axes[j])},
+            )
+            nodes.append(gather)
+            bind[body.input[n_state + j].name] = sl
+        copy = inl.body(body, bind, f"{node.name}/{t}/")
+        if copy is None:
+            return None
+        nodes.extend(copy)
+        outs = [bind.get(o.name, o.name) for o in body.output]
+        states = outs[:n_state]
+        for k in range(n_out):
+            per_step[k].append(outs[n_state + k])
+    for k, y in enumerate(node.outputs):
+        if not y:
+            continue
+        if k < n_state:
+            nodes.append(_identity(inl.fresh(f"{node.name}/final{k}"), states[k], y))
+            continue
+        j = k - n_state
+        parts = per_step[j][::-1] if out_dirs[j] else per_step[j]
+        out_rank = len(body.output[k].type.tensor_type.shape.dim) + 1
+        axis = out_axes[j] + out_rank if out_axes[j] < 0 else out_axes[j]
+        nodes.extend(_stack(inl, graph, parts, axis, y, f"{node.name}/out{k}"))
+    return nodes
+
+
+def _inline_if(inl: _Inliner, node: Node, cond: bool) -> list[Node] | None:
+    sub: onnx.GraphProto = node.attr("then_branch" if cond else "else_branch")
+    bind: dict[str, str] = {}
+    body = inl.body(sub, bind, f"{node.name}/{'then' if cond else 'else'}/")
+    if body is None:
+        return None
+    tail = [
+        _identity(inl.fresh(f"{node.name}/out{k}"), bind.get(o.name, o.name), y)
+        for k, (o, y) in enumerate(zip(sub.output, node.outputs, strict=True))
+        if y
+    ]
+    return body + tail
+
+
+@register_pass("select_runtime_if")
+def select_runtime_if(graph: Graph) -> Graph:
+    """Both branches of every remaining If, then Where(cond, then_out, else_out)."""
+    if not any(n.op_type == "If" and n.domain == "" for n in graph.nodes):
+        return graph
+    inl = _Inliner(graph)
+    out: list[Node] = []
+    changed = False
+    for node in graph.nodes:
+        if node.domain != "" or node.op_type != "If":
+            out.append(node)
+            continue
+        then_g: onnx.GraphProto = node.attr("then_branch")
+        else_g: onnx.GraphProto = node.attr("else_branch")
+        if not all(o.type.HasField("tensor_type") for o in (*then_g.output, *else_g.output)):
+            out.append(node)  # sequence/optional outputs: the backend refuses the If
+            continue
+        tb: dict[str, str] = {}
+        eb: dict[str, str] = {}
+        tnodes = inl.body(then_g, tb, f"{node.name}/then/")
+        enodes = inl.body(else_g, eb, f"{node.name}/else/")
+        if tnodes is None or enodes is None:
+            out.append(node)
+            continue
+        cond = inl.fresh(f"{node.name}/cond")
+        shape = inl.fresh(f"{node.name}/scalar_shape")
+        inl.inits[shape] = np.zeros((0,), np.int64)
+        sel = [
+            Node(inl.fresh(f"{node.name}/cond_scalar"), "Reshape", (node.inputs[0], shape), (cond,))
+        ]
+        inl.values[cond] = Value(cond, TensorType(onnx.TensorProto.BOOL, ()))
+        for k, (to, eo, y) in enumerate(
+            zip(then_g.output, else_g.output, node.outputs, strict=True)
+        ):
+            if not y:
+                continue
+            sel.append(
+                Node(
+                    inl.fresh(f"{node.name}/select{k}"),
+                    "Where",
+                    (cond, tb.get(to.name, to.name), eb.get(eo.name, eo.name)),
+                    (y,),
+                    doc_string=IF_SELECT_TAG + node.name,
+                )
+            )
+        out.extend([*tnodes, *enodes, *sel])
+        changed = True
+    return inl.done(out) if changed else graph
+
+
+def check_if_selects(graph: Graph) -> None:
+    """Refuse a run-time If whose branches yield differently shaped or typed outputs."""
+    for n in graph.nodes:
+        if n.op_type != "Where" or not n.doc_string.startswith(IF_SELECT_TAG):
+            continue
+        a, b = graph.type_of(n.inputs[1]), graph.type_of(n.inputs[2])
+        if a is None or b is None or a.shape is None or b.shape is None:
+            continue
+        if a.shape != b.shape or a.elem_type != b.elem_type:
+            raise UnsupportedError(
+                f"node '{n.doc_string[len(IF_SELECT_TAG) :]}' (op If): its condition is only "
+                f"known at run time and its branches produce output {n.outputs[0]!r} with "
+                f"different shapes or types ({_desc(a)} vs {_desc(b)}); fix the input the "
+                "condition depends on with --fix-input NAME=VALUE"
+            )
+
+
+def _desc(t: TensorType) -> str:
+    return f"{onnx.TensorProto.DataType.Name(t.elem_type).lower()}{list(t.shape or ())}"
+
+
+def _body_never_exits(body: onnx.GraphProto) -> bool:
+    """Does the body hand its condition input through unchanged (or output constant true)?"""
+    cin, cout = body.input[1].name, body.output[0].name
+    if cin == cout:
+        return True
+    for p in body.node:
+        if cout in p.output:
+            if p.op_type == "Identity" and p.input[0] == cin:
+                return True
+            if p.op_type == "Constant" and p.attribute:
+                a = p.attribute[0]
+                if a.name == "value":
+                    return bool(np.all(numpy_helper.to_array(a.t)))
+    for t in body.initializer:
+        if t.name == cout:
+            return bool(np.all(numpy_helper.to_array(t)))
+    return False
+
+
+def _unroll_loop(inl: _Inliner, graph: Graph, node: Node) -> list[Node] | None:
+    body: onnx.GraphProto = node.attr("body")
+    trip = _const_scalar(graph, node.inputs[0]) if node.inputs and node.inputs[0] else None
+    if trip is None or not 0 < int(trip) <= _MAX_UNROLL:
+        return None
+    cond_in = node.inputs[1] if len(node.inputs) > 1 else ""
+    if cond_in:
+        c = _const_scalar(graph, cond_in)
+        if c is None or not bool(c):
+            return None
+    if not _body_never_exits(body):
+        return None
+    n_carried = len(node.inputs) - 2
+    n_scan = len(body.output) - 1 - n_carried
+    carried = list(node.inputs[2:])
+    cond_name = inl.fresh(f"{node.name}/true")
+    inl.inits[cond_name] = np.array(True)
+    nodes: list[Node] = []
+    scans: list[list[str]] = [[] for _ in range(n_scan)]
+    for it in range(int(trip)):
+        iname = inl.fresh(f"{node.name}/iter{it}")
+        inl.inits[iname] = np.array(it, np.int64)
+        bind = {body.input[0].name: iname, body.input[1].name: cond_name}
+        bind.update({body.input[2 + k].name: carried[k] for k in range(n_carried)})
+        copy = inl.body(body, bind, f"{node.name}/{it}/")
+        if copy is None:
+            return None
+        nodes.extend(copy)
+        outs = [bind.get(o.name, o.name) for o in body.output]
+        carried = outs[1 : 1 + n_carried]
+        for k in range(n_scan):
+            scans[k].append(outs[1 + n_carried + k])
+    for k, y in enumerate(node.outputs):
+        if not y:
+            continue
+        if k < n_carried:
+            nodes.append(_identity(inl.fresh(f"{node.name}/final{k}"), carried[k], y))
+            continue
+        nodes.extend(_stack(inl, graph, scans[k - n_carried], 0, y, f"{node.name}/out{k}"))
+    return nodes

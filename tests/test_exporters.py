@@ -1,0 +1,77 @@
+"""The exporter corpus (issue 11): models as torch (TorchScript, dynamo, torch.jit.script),
+paddle2onnx-style graphs, onnxscript, spox, skl2onnx (a trained scikit-learn model), jax2onnx
+and onnxruntime's own quantizer and transformer optimizer write them, with their dynamic dims.
+
+tests/fixtures/exporters/build.py wrote them (the packages are not needed here) and
+corpus.json says, per model, the input shapes to fix and the inputs to bind. Each model is
+converted to C, built and compared with onnxruntime running the original file (com.microsoft
+ops included) within verify's default tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnx2edge import api
+from onnx2edge.errors import UnsupportedError
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "exporters"
+INDEX: dict = json.loads((CORPUS / "corpus.json").read_text())
+CASES = [
+    (name, fixed) for name, entry in INDEX.items() for fixed in (entry.get("fix_inputs") or [{}])
+]
+
+
+def test_corpus_is_complete_and_small() -> None:
+    files = sorted(p.stem for p in CORPUS.glob("*.onnx"))
+    assert files == sorted(INDEX)
+    assert all((CORPUS / f"{n}.onnx").stat().st_size < 300_000 for n in INDEX)
+    exporters = {n.rsplit(".", 1)[1] for n in INDEX}
+    assert {
+        "torchscript",
+        "dynamo",
+        "paddle_style",
+        "onnxscript",
+        "spox",
+        "skl2onnx",
+        "jax2onnx",
+        "ort_transformers",
+        "ort_quantize_static_qop",
+    } <= exporters
+    # the onnxruntime-written ones really carry com.microsoft ops
+    for name in (
+        "attention_fused.ort_transformers",
+        "cnn.ort_quantize_static_qop",
+        "mlp.ort_quantize_dynamic_fused",
+    ):
+        m = onnx.load(str(CORPUS / f"{name}.onnx"))
+        assert any(n.domain == "com.microsoft" for n in m.graph.node), name
+
+
+@pytest.mark.parametrize(
+    "name,fixed", CASES, ids=[n + "".join(f"-{k}{v}" for k, v in f.items()) for n, f in CASES]
+)
+def test_exported_model_through_c(name: str, fixed: dict, tmp_path: Path) -> None:
+    entry = INDEX[name]
+    rep = api.verify(
+        CORPUS / f"{name}.onnx",
+        target="c",
+        input_shapes=entry["input_shapes"],
+        fixed_inputs={k: np.array(v) for k, v in fixed.items()},
+        work_dir=tmp_path / "c",
+    )
+    assert rep.ok, rep.format()
+    manifest = json.loads((tmp_path / "c" / "onnx2edge.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == [
+        n for n in entry["input_names"] if n not in fixed
+    ]
+
+
+def test_branch_on_an_input_needs_fix_input(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedError, match=r"node '/If' \(op If\).*--fix-input"):
+        api.convert(CORPUS / "resample_if.torchscript.onnx", "c", tmp_path / "c")
