@@ -73,11 +73,13 @@ def test_same_refusals_as_convert(mixed):
     """check's unsupported nodes are exactly the ones `convert` names when it refuses."""
     from onnx2edge import api
 
+    # check's mps verdicts are MPSNNGraph's (convert --gpu-only); without it the CPU tail
+    # takes those nodes, and check places them on the cpu
     with pytest.raises(Onnx2EdgeError) as ei:
-        api.prepare(mixed, "mps")
-    refused = {
-        e["node"] for e in chk.check_model(mixed, "mps")["nodes"] if e["status"] != "supported"
-    }
+        api.prepare(mixed, "mps", options={"gpu_only": True})
+    entries = chk.check_model(mixed, "mps")["nodes"]
+    refused = {e["node"] for e in entries if e["status"] != "supported" or e["placement"] == "cpu"}
+    assert refused
     for name in refused:
         assert f"node '{name}'" in str(ei.value)
 
@@ -151,4 +153,8 @@ def test_rewrite_for_mps_makes_the_model_convertible(mixed, tmp_path):
     assert rep["totals"]["replaceable"] == 0 and rep["totals"]["unsupported"] == 0
     # with the Gather kept, the rewrite says what the target still refuses
     res = rewrite(mixed, tmp_path / "g.onnx", target="mps")
-    assert [e["node"] for e in res["still_unsupported"]] == ["gather"]
+    # after the rewrites the Gather runs in the Swift CPU tail, so nothing is left refused
+    assert res["still_unsupported"] == []
+    rep = chk.check_model(tmp_path / "g.onnx", "mps")
+    gather = next(e for e in rep["nodes"] if e["node"] == "gather")
+    assert gather["placement"] == "cpu" and gather["reason"]

@@ -56,12 +56,12 @@ def test_collect_c_footprint_fusion_and_verification(tmp_path: Path) -> None:
     assert by["erf"]["max_rel_error"] is not None and by["erf"]["max_rel_error"] < 1e-4
 
 
-def test_collect_marks_what_mps_refuses(tmp_path: Path) -> None:
+def test_collect_marks_what_mpsnngraph_cannot_run(tmp_path: Path) -> None:
     data = collect(_model_with_refusal(tmp_path), target="mps")
     by = {n["name"]: n for n in data["nodes"]}
     assert by["erf"]["status"] in ("unsupported", "replaceable")
     assert by["erf"]["reason"]
-    assert data["refused"] and "erf" in data["refused"]
+    assert by["conv"]["placement"] == "gpu"
 
 
 def test_fused_into_walks_back_to_the_kept_producer() -> None:

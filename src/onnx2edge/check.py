@@ -72,8 +72,17 @@ def _refusals(lines: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     return by_node, other
 
 
-def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, Any]]:
-    """Entries for `graph` on a registered backend, with rewrite rules tried on refusals."""
+def backend_check(
+    graph: Graph,
+    target: str,
+    placement: str,
+    options: Mapping[str, Any] | None = None,
+    fallback: tuple[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Entries for `graph` on a registered backend (its verdicts under `options`), with rewrite
+    rules tried on refusals. `fallback` = (placement, options) under which the backend still
+    takes a refused node elsewhere (MPS: in the Swift CPU tail): such a node is reported
+    there, with the reason it is not on `placement`."""
     from .backends import get_backend
     from .edit import RULES
     from .passes import run_passes
@@ -81,11 +90,14 @@ def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, A
     backend = get_backend(target)
     source = f"{type(backend).__module__}.{type(backend).__name__}.unsupported"
 
+    opts = dict(options or {})
+
     def refusals(g: Graph) -> tuple[dict[str, str], list[str]]:
-        return _refusals(backend.unsupported(run_passes(g, backend.required_passes)))
+        return _refusals(backend.unsupported_for(run_passes(g, backend.required_passes), opts))
 
     lowered = run_passes(graph, backend.required_passes)
-    refused, other = _refusals(backend.unsupported(lowered))
+    refused, other = _refusals(backend.unsupported_for(lowered, opts))
+    still = _refusals(backend.unsupported_for(lowered, fallback[1]))[0] if fallback else refused
     after = {n.name for n in lowered.nodes}
     tried: dict[str, tuple[set[str], dict[str, str]]] = {}  # rule -> (names left, refusals)
     ops = {n.op_type for n in graph.nodes if n.name in refused}
@@ -111,8 +123,11 @@ def backend_check(graph: Graph, target: str, placement: str) -> list[dict[str, A
             "rule": None,
             "source": source,
         }
-        if node.name in refused:
+        if node.name in refused and fallback and node.name not in still:
+            e.update(placement=fallback[0], reason=f"{refused[node.name]} (runs on the {fallback[0]})")
+        elif node.name in refused:
             e.update(status="unsupported", placement=None, reason=refused[node.name])
+        if node.name in refused:
             for rule, (names, again) in tried.items():
                 prefix = f"{node.name}/"
                 if node.name in names or any(k.startswith(prefix) for k in again):
@@ -181,7 +196,9 @@ def check_c(graph: Graph) -> list[dict[str, Any]]:
 
 @register_checker("mps")
 def check_mps(graph: Graph) -> list[dict[str, Any]]:
-    return backend_check(graph, "mps", "gpu")
+    # MPSNNGraph's verdict per node; what it cannot run but the Swift CPU tail can is
+    # 'supported' on the cpu (or 'replaceable' when a rewrite moves it onto the GPU).
+    return backend_check(graph, "mps", "gpu", {"gpu_only": True}, ("cpu", {}))
 
 
 # --- driver -------------------------------------------------------------------------------------

@@ -39,8 +39,13 @@ class MPSBackend(Backend):
         return base + tuple(p for p in ("fold_batchnorm",) if p in PASSES)
 
     def unsupported(self, graph: Graph) -> list[str]:
+        return self.unsupported_for(graph, {})
+
+    def unsupported_for(self, graph: Graph, options: Mapping[str, Any]) -> list[str]:
+        """With `gpu_only`, every node MPSNNGraph cannot run; else only what the Swift CPU
+        tail cannot take either."""
         try:
-            return lower(graph, check_only=True).refusals
+            return lower(graph, check_only=True, cpu=not options.get("gpu_only", False)).refusals
         except Refuse as e:  # pragma: no cover - check_only collects instead of raising
             return [str(e)]
 
