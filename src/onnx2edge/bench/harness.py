@@ -276,6 +276,19 @@ def _write_harness(out_dir: Path, io: Mapping[str, Any], n_nodes: int) -> Path:
     return path
 
 
+# x86 levels bench can time on this host (aarch64 runs only under emulation: no timing)
+BENCH_ARCHES = ("native", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+
+
+def arch_flags(arch: str) -> list[str]:
+    """The release flags with `-march=native` replaced by `-march=<arch>`."""
+    from ..backends.c.build import RELEASE_FLAGS
+
+    if arch not in BENCH_ARCHES:
+        raise Onnx2EdgeError(f"bench: unknown --arch {arch!r} (one of {', '.join(BENCH_ARCHES)})")
+    return [f"-march={arch}" if f.startswith("-march=") else f for f in RELEASE_FLAGS]
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -297,14 +310,18 @@ def bench_model(
     log: Any = None,
     profile: bool = False,
     min_seconds: float = 0.0,
+    arch: str = "native",
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
 
     min_seconds: raise `runs` until our side's timed loop lasts about this long (from a short
     trial run), so that small models get enough runs for a stable median; both sides then run
-    the same number of times."""
+    the same number of times.
+
+    arch: the `-march` the C is built for (x86-64-v2 / -v3 / -v4 / native), so that an AVX-512
+    host can time the AVX2 kernels too."""
     from .. import api
-    from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, compiler
+    from ..backends.c.build import STRICT_FLAGS, compiler
     from ..runtime import random_inputs
     from ..verify import compare
 
@@ -319,7 +336,7 @@ def bench_model(
         convert_s = time.perf_counter() - t0
         io = json.loads((out / "onnx2edge.json").read_text())
         harness = _write_harness(out, io, int(res.stats.get("nodes", 1)))
-        flags = [*STRICT_FLAGS, *RELEASE_FLAGS]
+        flags = [*STRICT_FLAGS, *arch_flags(arch)]
         if profile:
             flags += ["-D_POSIX_C_SOURCE=200809L", "-DO2E_PROFILE"]
         if threads > 1:

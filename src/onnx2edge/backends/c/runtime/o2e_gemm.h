@@ -1890,6 +1890,46 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
       for (j = 0; j < O2E_FC_NB / 16; j++) a[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * j), a[j]);
     }
     for (j = 0; j < O2E_FC_NB / 16; j++) _mm512_storeu_ps(acc + 16 * j, a[j]);
+#elif defined(O2E_GEMM_AVX2)
+    /* 16 ymm registers cannot hold the block's 32 accumulators: it is done in slices of 64
+     * outputs (8 accumulators = the 8 independent FMA chains two FMA pipes of latency 4
+     * need, + the broadcast x). Each slice reads 256 contiguous bytes of each nonzero row. */
+    int c;
+    for (c = 0; c < O2E_FC_NB; c += 64) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+             a7 = a0;
+      if (c >= nb) { /* padding only: the stores below are never read */
+        for (j = c; j < O2E_FC_NB; j++) acc[j] = 0.0f;
+        break;
+      }
+      for (i = 0; i < f->nnz; i++) {
+        const float *row = wq + (size_t)f->nz[i] * O2E_FC_NB + c;
+        const __m256 xv = _mm256_broadcast_ss(f->x + f->nz[i]);
+        if (i + 6 < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
+          const float *nx = wq + (size_t)f->nz[i + 6] * O2E_FC_NB + c;
+          O2E_PREFETCH_(nx, 3);
+          O2E_PREFETCH_(nx + 16, 3);
+          O2E_PREFETCH_(nx + 32, 3);
+          O2E_PREFETCH_(nx + 48, 3);
+        }
+        a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row), a0);
+        a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 8), a1);
+        a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 16), a2);
+        a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 24), a3);
+        a4 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 32), a4);
+        a5 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 40), a5);
+        a6 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 48), a6);
+        a7 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 56), a7);
+      }
+      _mm256_storeu_ps(acc + c, a0);
+      _mm256_storeu_ps(acc + c + 8, a1);
+      _mm256_storeu_ps(acc + c + 16, a2);
+      _mm256_storeu_ps(acc + c + 24, a3);
+      _mm256_storeu_ps(acc + c + 32, a4);
+      _mm256_storeu_ps(acc + c + 40, a5);
+      _mm256_storeu_ps(acc + c + 48, a6);
+      _mm256_storeu_ps(acc + c + 56, a7);
+    }
 #else
     for (j = 0; j < O2E_FC_NB; j++) acc[j] = 0.0f;
     for (i = 0; i < f->nnz; i++) {
