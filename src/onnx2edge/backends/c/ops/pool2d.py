@@ -97,7 +97,7 @@ def flat_loop(wide: bool, body: str) -> str:
 
 
 INTRINSICS = r"""
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 """
@@ -116,6 +116,13 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
     const __mmask16 m = (__mmask16)((1u << (n - q)) - 1u);
     _mm512_mask_storeu_ps(d + q, m, _mm512_maskz_loadu_ps(m, s + q));
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  int q = 0;
+  for (; q + 8 <= n; q += 8) _mm256_storeu_ps(d + q, _mm256_loadu_ps(s + q));
+  if (q < n) { /* vmaskmov: masked-off lanes are neither read nor written either */
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(d + q, m, _mm256_maskload_ps(s + q, m));
+  }
 #else
   for (int q = 0; q < n; ++q) d[q] = s[q];
 #endif
@@ -126,7 +133,8 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
 DEINTERLEAVE2 = r"""
 /* Splits n consecutive floats into their even (d0[k] = s[2k]) and odd (d1[k] = s[2k+1])
  * positions: the two column phases of a stride-2 window. AVX-512 reads 32 floats and writes
- * 16 + 16 with two permutes (the last block masked); other targets use the plain loop. */
+ * 16 + 16 with two permutes (the last block masked); AVX2 reads 16 and writes 8 + 8 (the
+ * remainder by the plain loop); other targets use the plain loop. */
 static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
 {
 #if defined(__AVX512F__)
@@ -146,6 +154,20 @@ static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const floa
     const __m512 hi = _mm512_maskz_loadu_ps(mhi, s + 2 * k + 16);
     _mm512_mask_storeu_ps(d0 + k, (__mmask16)((1u << ((r + 1) / 2)) - 1u), _mm512_permutex2var_ps(lo, even, hi));
     _mm512_mask_storeu_ps(d1 + k, (__mmask16)((1u << (r / 2)) - 1u), _mm512_permutex2var_ps(lo, odd, hi));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  /* 16 floats -> 8 + 8: shufps picks even / odd within 128-bit lanes, vpermpd orders the lanes */
+  int k = 0;
+  for (; 2 * k + 16 <= n; k += 8) {
+    const __m256 lo = _mm256_loadu_ps(s + 2 * k), hi = _mm256_loadu_ps(s + 2 * k + 8);
+    _mm256_storeu_ps(d0 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0))));
+    _mm256_storeu_ps(d1 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+  for (; 2 * k < n; ++k) {
+    d0[k] = s[2 * k];
+    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
   }
 #else
   for (int k = 0; 2 * k < n; ++k) {
