@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--blas", choices=["none", "openblas"], default="none", help="C: GEMM from a BLAS library"
     )
+    s.add_argument("--optimize", choices=["speed", "size"], default="speed",
+                   help="C: speed (default) or size (weights at their ONNX size: no Winograd-transformed copies)")
     s.add_argument("--fp16", action="store_true", help="MPS: store weights as float16")
     _shapes(s)
     _common(s)
@@ -233,7 +235,7 @@ def _cmd_weights(a: argparse.Namespace) -> int:
 def _cmd_convert(a: argparse.Namespace) -> int:
     opts: dict[str, Any] = {}
     if a.target == "c":
-        opts = {"weights_file": a.weights_file, "blas": a.blas}
+        opts = {"weights_file": a.weights_file, "blas": a.blas, "optimize": a.optimize}
     elif a.target == "mps":
         opts = {"fp16": a.fp16}
     res = api.convert(
@@ -244,6 +246,9 @@ def _cmd_convert(a: argparse.Namespace) -> int:
             print(f"{k}: " + ", ".join(f"{n} ×{c}" for n, c in v.items()))
         else:
             print(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
+    if "weight_bytes" in res.stats and "arena_bytes" in res.stats:
+        print(f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
+              f"arena {res.stats['arena_bytes'] / 1e6:.2f} MB (RAM)")
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     return 0
 

@@ -17,6 +17,9 @@ from .build import DEBUG_FLAGS, cached_shared
 from .emitter import ModelEmitter
 from .writer import write_model, write_support_files
 
+# convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
+OPTIMIZE = ("speed", "size")
+
 
 @register_backend
 class CBackend(Backend):
@@ -30,7 +33,11 @@ class CBackend(Backend):
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         wf = options.get("weights_file")
-        stats = write_model(graph, out_dir, weights_file=True if wf else None, source_name=str(options.get("source", graph.name)))
+        optimize = str(options.get("optimize", "speed"))
+        if optimize not in OPTIMIZE:
+            raise Onnx2EdgeError(f"--optimize must be one of {', '.join(OPTIMIZE)}, not {optimize!r}")
+        stats = write_model(graph, out_dir, weights_file=True if wf else None, source_name=str(options.get("source", graph.name)),
+                            optimize=optimize)
         files = ["model.c", "model.h", *stats["runtime_files"], *write_support_files(graph, out_dir), "tensors.json"]
         # dtype and shape of every traced tensor, for `verify --per-layer`
         tensors = {}
