@@ -318,6 +318,21 @@ typedef struct {
 O2E_GEMM_INL __mmask16 o2e_mask16_(int n) {
   return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
 }
+#elif defined(O2E_GEMM_AVX2)
+/* the first min(n, 8) lanes (n > 0), as a vmaskmov / vgather mask */
+O2E_GEMM_INL __m256i o2e_mask8_(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+/* d[0 .. n) = s[0 .. n) (s == NULL: zeros): whole vectors, then one masked move, which
+ * neither reads nor writes the lanes past n */
+O2E_GEMM_INL void o2e_copy8_(float *d, const float *s, int n) {
+  int t = 0;
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(d + t, s ? _mm256_loadu_ps(s + t) : _mm256_setzero_ps());
+  if (t < n) {
+    const __m256i m = o2e_mask8_(n - t);
+    _mm256_maskstore_ps(d + t, m, s ? _mm256_maskload_ps(s + t, m) : _mm256_setzero_ps());
+  }
+}
 #endif
 O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, int nb,
                                   float *bp) {
@@ -362,6 +377,9 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
           const __mmask16 m = o2e_mask16_(r_len[u] - t);
           _mm512_mask_storeu_ps(d + t, m, _mm512_maskz_loadu_ps(m, sr + t));
         }
+#elif defined(O2E_GEMM_AVX2)
+        (void)t;
+        o2e_copy8_(d, sr, r_len[u]);
 #else
         for (; t < r_len[u]; t++) d[t] = sr[t];
 #endif
@@ -406,6 +424,25 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
           _mm512_mask_storeu_ps(d + a + t, m,
                                 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + (size_t)t * sw, 4));
         }
+        continue;
+      }
+#elif defined(O2E_GEMM_AVX2)
+      if (sw == 1) { /* runs are short (<= 24): vector moves with a masked tail */
+        if (a > 0) o2e_copy8_(d, NULL, a);
+        if (b > a) o2e_copy8_(d + a, plane + (size_t)ih * cv->W + (size_t)(ow + a + off), b - a);
+        if (b < run) o2e_copy8_(d + b, NULL, run - b);
+        continue;
+      } else { /* strided (stem) convolutions: one masked gather per 8 columns */
+        const float *src = plane + (size_t)ih * cv->W + (size_t)((ow + a) * sw + off);
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(sw));
+        if (a > 0) o2e_copy8_(d, NULL, a);
+        for (t = 0; t < b - a; t += 8) {
+          const __m256i m = o2e_mask8_(b - a - t);
+          _mm256_maskstore_ps(d + a + t, m,
+                              _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src + (size_t)t * sw, idx,
+                                                       _mm256_castsi256_ps(m), 4));
+        }
+        if (b < run) o2e_copy8_(d + b, NULL, run - b);
         continue;
       }
 #endif
