@@ -443,6 +443,7 @@ def bench_model(
             "arena_bytes": res.stats.get("arena_bytes"),
             "weight_bytes": res.stats.get("weight_bytes"),
             "cflags": " ".join(flags),
+            "arch": arch,
             "onnxruntime": ort["version"],
             "cpu": cpu_name(),
             "accuracy": errors,
