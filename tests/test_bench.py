@@ -11,6 +11,7 @@ import pytest
 from onnx2edge.bench import suite
 from onnx2edge.bench.harness import bench_model, format_result, match_ort_nodes
 from onnx2edge.cli import main
+from onnx2edge.errors import Onnx2EdgeError
 
 
 def test_ort_nodes_go_to_the_node_that_absorbed_them() -> None:
@@ -110,8 +111,11 @@ def test_suite_doc_has_one_table_per_isa(tmp_path: Path) -> None:
 
 
 def test_bench_arch_builds_the_avx2_kernels(example: Path) -> None:
-    r = bench_model(example, runs=3, warmup=1, arch="x86-64-v3")
+    r = bench_model(example, runs=3, warmup=1, arch="x86-64-v3", cpu_clock=True)
     assert r["gemm_kernel"] == "avx2" and "-march=x86-64-v3" in r["cflags"] and r["accurate"]
+    assert r["clock"] == "thread CPU time" and "-DO2E_BENCH_CPU_CLOCK" in r["cflags"] and r["ours_ms"] > 0
+    with pytest.raises(Onnx2EdgeError, match="one thread"):
+        bench_model(example, runs=3, warmup=1, threads=2, cpu_clock=True)
 
 
 def test_bench_unknown_arch_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

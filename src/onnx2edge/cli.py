@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--arch", default="native", metavar="native|x86-64-v2|x86-64-v3|x86-64-v4",
                    help="build the C with this -march (an AVX-512 host can time the AVX2 path: x86-64-v3); "
                         "--suite: a comma-separated list, one table per ISA")
+    s.add_argument("--cpu-clock", action="store_true",
+                   help="1 thread: time calls by thread CPU time on both sides (a machine shared with other jobs)")
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
@@ -165,7 +167,8 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         for arch in a.arch.split(","):
             harness.arch_flags(arch)  # an unknown level fails before hours of benchmarking
         for arch in a.arch.split(","):
-            results += suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log, arch=arch)
+            results += suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log, arch=arch,
+                                       cpu_clock=a.cpu_clock)
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
         print(json.dumps(results, indent=1) if a.json else suite.format_table(results))
@@ -175,6 +178,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     r = harness.bench_model(
         a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
         input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile, arch=a.arch,
+        cpu_clock=a.cpu_clock,
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1

@@ -38,6 +38,7 @@ def run_suite(
     log: Callable[[str], None] | None = None,
     explain_misses: bool = True,
     arch: str = "native",
+    cpu_clock: bool = False,
 ) -> list[dict[str, Any]]:
     """Bench each model at each thread count; for a model that misses its 1-thread target, a
     profiled run (both sides per node) records where the gap is (`gaps`)."""
@@ -50,7 +51,7 @@ def run_suite(
             for t in threads:
                 say(f"[{i}/{len(names)}] {name}, {t} thread(s)")
                 r = bench_model(path, threads=t, runs=runs, warmup=warmup, log=say, min_seconds=MIN_SECONDS,
-                                arch=arch)
+                                arch=arch, cpu_clock=cpu_clock and t == 1)
                 r["name"] = name
                 r["target_ratio"] = TARGETS.get(name)
                 results.append(r)
@@ -58,7 +59,7 @@ def run_suite(
                 if explain_misses and t == 1 and r["target_ratio"] is not None and r["ratio"] > r["target_ratio"]:
                     say(f"[{i}/{len(names)}] {name} misses its target: profiling both sides per node")
                     p = bench_model(path, threads=1, runs=max(5, runs // 2), warmup=warmup, log=say, profile=True,
-                                    arch=arch)
+                                    arch=arch, cpu_clock=cpu_clock)
                     r["gaps"] = gap_nodes(p)
             path.unlink()
     return results
