@@ -1897,6 +1897,9 @@ O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int en
  * the dense one would be (adding 0·w changes nothing for finite w; the converter only uses
  * this layout when all weights are finite). */
 #define O2E_FC_NB 256
+#ifndef O2E_FC_PD /* AVX2: nonzero rows the slice loop prefetches ahead */
+#define O2E_FC_PD 6
+#endif
 typedef struct {
   int N, K;
   const float *wt, *x, *bias;
@@ -1942,8 +1945,8 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
       for (i = 0; i < f->nnz; i++) {
         const float *row = wq + (size_t)f->nz[i] * O2E_FC_NB + c;
         const __m256 xv = _mm256_broadcast_ss(f->x + f->nz[i]);
-        if (i + 6 < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
-          const float *nx = wq + (size_t)f->nz[i + 6] * O2E_FC_NB + c;
+        if (i + O2E_FC_PD < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
+          const float *nx = wq + (size_t)f->nz[i + O2E_FC_PD] * O2E_FC_NB + c;
           O2E_PREFETCH_(nx, 3);
           O2E_PREFETCH_(nx + 16, 3);
           O2E_PREFETCH_(nx + 32, 3);
