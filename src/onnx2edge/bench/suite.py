@@ -146,7 +146,8 @@ def _doc_part(results: list[dict[str, Any]], path: Path, chart: Path, *, level: 
         f"at least {min((r['runs'] for r in results), default='?')} timed runs per side after warm-up, raised so that "
         f"each side's timed loop lasts about {MIN_SECONDS:g} s (run counts per model in the JSON); medians. "
         "Ratio = ours / onnxruntime (lower is better).",
-        f"Our build: `gcc {r0.get('cflags', '')}`; GEMM micro-kernel: {', '.join(kernels)}.",
+        f"Our build: `gcc {r0.get('cflags', '')}`; GEMM micro-kernel: {', '.join(kernels)}; "
+        f"timed by {r0.get('clock', 'wall')} clock.",
         "How each side is timed: see `src/onnx2edge/bench/harness.py` (C harness with clock_gettime for ours; "
         "IOBinding loop in a separate process for onnxruntime, its Python per-call overhead measured and subtracted).",
         "Random weights from `onnx2edge.bench.zoo`; every run also checks our outputs against onnxruntime's "
