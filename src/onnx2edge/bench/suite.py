@@ -132,6 +132,13 @@ def write_doc(results: list[dict[str, Any]], path: Path) -> None:
     write_text_atomic(path, "\n".join(text))
 
 
+def _cmd_extra(results: list[dict[str, Any]]) -> str:
+    """The bench options besides --arch that the results were measured with."""
+    names = list(dict.fromkeys(r["name"] for r in results))
+    extra = f" --models {','.join(names)}" if names != SEED_SUITE else ""
+    return extra + (" --cpu-clock" if results and results[0].get("clock", "wall") != "wall" else "")
+
+
 def _doc_part(results: list[dict[str, Any]], path: Path, chart: Path, *, level: str, title: str = "",
               notes: bool = True) -> list[str]:
     r0 = results[0] if results else {}
@@ -141,7 +148,8 @@ def _doc_part(results: list[dict[str, Any]], path: Path, chart: Path, *, level: 
     return [
         f"{level} Benchmarks: generated C vs onnxruntime" + (f": {title}" if title else ""),
         "",
-        f"Measured with `onnx2edge bench --suite seed --arch {r0.get('arch', 'native')} --write-doc docs/benchmarks.md` "
+        f"Measured with `onnx2edge bench --suite seed --arch {r0.get('arch', 'native')}{_cmd_extra(results)} "
+        "--write-doc docs/benchmarks.md` "
         f"on {cpu_name()} (2 cores), onnxruntime {r0.get('onnxruntime', '?')}, fp32, batch 1, "
         f"at least {min((r['runs'] for r in results), default='?')} timed runs per side after warm-up, raised so that "
         f"each side's timed loop lasts about {MIN_SECONDS:g} s (run counts per model in the JSON); medians. "
