@@ -52,6 +52,8 @@ def _keep_env() -> None:
 # the thread pool, and ASan + UBSan (portable kernels; SANITIZE_NATIVE for the native ones)
 NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
 THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
+# the AVX2 + FMA kernels, whatever this host has (x86-64-v3 = AVX2, FMA, no AVX-512)
+AVX2 = ["-O3", "-march=x86-64-v3", "-ffp-contract=fast"]
 ASAN = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 SANITIZE_NATIVE = ["-O1", "-g", "-march=native", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 

@@ -11,6 +11,7 @@ import pytest
 from onnx2edge.bench import suite
 from onnx2edge.bench.harness import bench_model, format_result, match_ort_nodes
 from onnx2edge.cli import main
+from onnx2edge.errors import Onnx2EdgeError
 
 
 def test_ort_nodes_go_to_the_node_that_absorbed_them() -> None:
@@ -58,11 +59,11 @@ def test_bench_without_a_model_is_a_clear_error(capsys: pytest.CaptureFixture[st
     assert "bench needs a MODEL" in err and "Traceback" not in err
 
 
-def _result(name: str, threads: int, ratio: float, gaps: dict | None = None) -> dict:
+def _result(name: str, threads: int, ratio: float, gaps: dict | None = None, arch: str = "native") -> dict:
     r = {
         "name": name, "threads": threads, "ours_ms": ratio, "ort_ms": 1.0, "ratio": ratio, "runs": 3,
         "target_ratio": suite.TARGETS.get(name), "convert_s": 0.1, "build_s": 1.0, "gemm_kernel": "avx512",
-        "kernels": {"Conv: 1x1 as GEMM": 2}, "cflags": "-O3", "onnxruntime": "x",
+        "kernels": {"Conv: 1x1 as GEMM": 2}, "cflags": "-O3", "onnxruntime": "x", "arch": arch,
         "accuracy": {"y": {"max_rel_error": 1e-6, "ort_spread_rel": 1e-7, "ok": True}},
     }
     if gaps:
@@ -89,10 +90,38 @@ def test_suite_doc_lists_gaps_and_keeps_the_notes(tmp_path: Path) -> None:
     text = doc.read_text()
     assert "old table" not in text
     assert "why MobileNet misses: measured here" in text
-    assert "**mobilenet_v2** (ratio 1.20, target 0.8)" in text
+    assert "**mobilenet_v2** (ratio 1.20, target 0.9)" in text
     assert "| conv_a | Conv | 1x8x7x7 | 2.000 | 1.000 | 50 |" in text
     assert "| resnet50 | 0.90 | 1.00 | 0.90 ✓ |" in text
     assert "| mobilenet_v2 | 1.20 | 1.00 | 1.20 ✗ |" in text
+
+
+def test_suite_doc_has_one_table_per_isa(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"{suite.NOTES_BEGIN}\nhost and conditions\n{suite.NOTES_END}\n")
+    results = [_result("resnet50", 1, 1.3, arch="x86-64-v3"), _result("resnet50", 1, 0.95, arch="native")]
+    suite.write_doc(results, doc)
+    text = doc.read_text()
+    assert text.count("host and conditions") == 1
+    v3, native = text.index("x86-64-v3 (AVX2 + FMA kernels)"), text.index("native (`-march=native`)")
+    assert v3 < text.index("| resnet50 | 1.30 | 1.00 | 1.30 ✗ |") < native < text.index("| resnet50 | 0.95 |")
+    assert "--arch x86-64-v3" in text
+    table = suite.format_table(results)
+    assert "x86-64-v3 (AVX2 + FMA kernels):" in table and "| resnet50 | 0.95 |" in table
+
+
+def test_bench_arch_builds_the_avx2_kernels(example: Path) -> None:
+    r = bench_model(example, runs=3, warmup=1, arch="x86-64-v3", cpu_clock=True)
+    assert r["gemm_kernel"] == "avx2" and "-march=x86-64-v3" in r["cflags"] and r["accurate"]
+    assert r["clock"] == "thread CPU time" and "-DO2E_BENCH_CPU_CLOCK" in r["cflags"] and r["ours_ms"] > 0
+    with pytest.raises(Onnx2EdgeError, match="one thread"):
+        bench_model(example, runs=3, warmup=1, threads=2, cpu_clock=True)
+
+
+def test_bench_unknown_arch_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--suite", "seed", "--arch", "x86-64-v3,pentium4"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown --arch 'pentium4'" in err and "Traceback" not in err
 
 
 def test_min_seconds_raises_the_runs_of_small_models(example: Path) -> None:

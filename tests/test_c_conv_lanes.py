@@ -1,7 +1,7 @@
 """Direct convolution with output channels in the vector lanes (backends/c/ops/conv_lanes.py):
 1xk / kx1 / kxk layers against onnxruntime - widths that leave partial pixel tiles, channel counts
 that leave a partial 32-channel block, pads, bias or none, fused activations, batch 2 - in the
-portable, AVX-512 and threaded builds, and under ASan/UBSan."""
+portable, native (AVX-512), AVX2 (x86-64-v3) and threaded builds, and under ASan/UBSan."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from onnx import helper
 from onnx2edge import api
 
 from conftest import (
+    AVX2,
     NATIVE,
     THREADED,
     assert_sanitized_run_matches_ort,
@@ -66,7 +67,7 @@ CASES = {
 def test_lanes_conv_matches_onnxruntime(tmp_path: Path, case: str) -> None:
     path = _model(tmp_path / "m.onnx", **CASES[case])
     assert api.convert(path, "c", tmp_path / "out").stats["kernels"].get(LANES) == 1
-    for flags in (None, NATIVE, THREADED):
+    for flags in (None, NATIVE, AVX2, THREADED):
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)
 

@@ -14,7 +14,7 @@ from onnx2edge import api
 from onnx2edge.frontend.loader import load_model
 from onnx2edge.runtime import ort_run
 
-from conftest import NATIVE, THREADED, make_model, save, tensor, vi
+from conftest import AVX2, NATIVE, THREADED, make_model, save, tensor, vi
 
 SKIP = "Gemm: fully connected, zero inputs skipped"
 GEMV = "Gemm: fully connected as packed GEMV"
@@ -42,17 +42,18 @@ def _kernels(path: Path, out: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(("K", "N", "act"), [(300, 500, "Relu"), (784, 1000, None), (64, 256, "Clip"),
-                                             (40, 500, "Sigmoid")])
+                                             (40, 500, "Sigmoid"), (100, 700, None)])
 def test_skip_zeros_matches_onnxruntime(tmp_path: Path, K: int, N: int, act: str | None) -> None:
     path = _mlp(tmp_path / "m.onnx", K, N, act=act)
     assert _kernels(path, tmp_path / "out").get(SKIP) == 1
-    for flags in (None, NATIVE, THREADED):
+    for flags in (None, NATIVE, AVX2, THREADED):
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)
 
 
+@pytest.mark.parametrize("flags", [NATIVE, AVX2], ids=["native", "avx2"])
 @pytest.mark.parametrize("special", ["all_zero", "nan", "inf"])
-def test_skip_zeros_edge_inputs(tmp_path: Path, special: str) -> None:
+def test_skip_zeros_edge_inputs(tmp_path: Path, special: str, flags: list[str]) -> None:
     """No input left, or a NaN / infinity among them: the same as the dense product."""
     path = _mlp(tmp_path / "m.onnx", 96, 512, act=None)
     out = tmp_path / "out"
@@ -62,7 +63,7 @@ def test_skip_zeros_edge_inputs(tmp_path: Path, special: str) -> None:
         x[:] = -1.0  # all zero after the ReLU: y is the bias
     else:
         x[0, 7] = np.nan if special == "nan" else np.inf
-    got = api.run(out, {"x": x}, options={"cflags": NATIVE})["y"]
+    got = api.run(out, {"x": x}, options={"cflags": flags})["y"]
     ref = ort_run(load_model(path), {"x": x})["y"]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(np.isinf(got), np.isinf(ref))

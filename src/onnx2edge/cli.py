@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="fp32",
         help="C: store weights as fp16 (half the size; widened to fp32 by model_init)",
     )
+    s.add_argument(
+        "--optimize",
+        choices=["speed", "size"],
+        default="speed",
+        help="C: speed (default) or size (weights at their ONNX size: no Winograd-transformed copies)",
+    )
     _shapes(s)
     _common(s)
 
@@ -169,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--suite", choices=["seed"], help="benchmark the seed model list at 1 and 2 threads")
     s.add_argument("--models", help="comma-separated subset of the suite")
     s.add_argument("--write-doc", metavar="FILE", help="suite: write the markdown table (and a PNG chart beside it)")
+    s.add_argument("--arch", default="native", metavar="native|x86-64-v2|x86-64-v3|x86-64-v4",
+                   help="build the C with this -march (an AVX-512 host can time the AVX2 path: x86-64-v3); "
+                        "--suite: a comma-separated list, one table per ISA")
+    s.add_argument("--cpu-clock", action="store_true",
+                   help="1 thread: time calls by thread CPU time on both sides (a machine shared with other jobs)")
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
@@ -221,7 +232,12 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         from .bench import suite
 
         models = a.models.split(",") if a.models else None
-        results = suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log)
+        results = []
+        for arch in a.arch.split(","):
+            harness.arch_flags(arch)  # an unknown level fails before hours of benchmarking
+        for arch in a.arch.split(","):
+            results += suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log, arch=arch,
+                                       cpu_clock=a.cpu_clock)
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
         print(json.dumps(results, indent=1) if a.json else suite.format_table(results))
@@ -231,7 +247,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     r = harness.bench_model(
         a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
         input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile,
-        fixed_inputs=parse_fixed_inputs(a.fix_input),
+        fixed_inputs=parse_fixed_inputs(a.fix_input), arch=a.arch, cpu_clock=a.cpu_clock,
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1
@@ -301,7 +317,7 @@ def _cmd_weights(a: argparse.Namespace) -> int:
 def _cmd_convert(a: argparse.Namespace) -> int:
     opts: dict[str, Any] = {}
     if a.target == "c":
-        opts = {"weights_file": a.weights_file, "blas": a.blas}
+        opts = {"weights_file": a.weights_file, "blas": a.blas, "optimize": a.optimize}
         if a.weights != "fp32":  # recorded in the manifest only when it changes the output
             opts["weights"] = a.weights
     elif a.target == "mps":
@@ -317,6 +333,9 @@ def _cmd_convert(a: argparse.Namespace) -> int:
             print(f"{k}: " + ", ".join(f"{n} ×{c}" for n, c in v.items()))
         else:
             print(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
+    if "weight_bytes" in res.stats and "arena_bytes" in res.stats:
+        print(f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
+              f"arena {res.stats['arena_bytes'] / 1e6:.2f} MB (RAM)")
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     return 0
 

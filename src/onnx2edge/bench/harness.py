@@ -46,7 +46,11 @@ void model_profile(double *ms);
 static double now_ms(void)
 {
   struct timespec ts;
+#ifdef O2E_BENCH_CPU_CLOCK /* this thread's CPU time: time descheduled on a loaded machine is left out */
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+#else
   clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
   return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
@@ -137,10 +141,13 @@ def timed(sess, feeds, runs, warmup):
     for _ in range(warmup):
         sess.run_with_iobinding(b)
     out = []
+    # cpu_clock: the calling thread's CPU time (with 1 intra-op thread onnxruntime runs the
+    # nodes on it), which leaves out the time descheduled on a loaded machine
+    clock = time.thread_time_ns if cfg.get("cpu_clock") else time.perf_counter_ns
     for _ in range(runs):
-        t0 = time.perf_counter_ns()
+        t0 = clock()
         sess.run_with_iobinding(b)
-        out.append((time.perf_counter_ns() - t0) / 1e6)
+        out.append((clock() - t0) / 1e6)
     return out, b
 
 feeds = {k: np.load(v) for k, v in cfg["inputs"].items()}
@@ -276,6 +283,19 @@ def _write_harness(out_dir: Path, io: Mapping[str, Any], n_nodes: int) -> Path:
     return path
 
 
+# x86 levels bench can time on this host (aarch64 runs only under emulation: no timing)
+BENCH_ARCHES = ("native", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+
+
+def arch_flags(arch: str) -> list[str]:
+    """The release flags with `-march=native` replaced by `-march=<arch>`."""
+    from ..backends.c.build import RELEASE_FLAGS
+
+    if arch not in BENCH_ARCHES:
+        raise Onnx2EdgeError(f"bench: unknown --arch {arch!r} (one of {', '.join(BENCH_ARCHES)})")
+    return [f"-march={arch}" if f.startswith("-march=") else f for f in RELEASE_FLAGS]
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -299,6 +319,8 @@ def bench_model(
     profile: bool = False,
     min_seconds: float = 0.0,
     options: Mapping[str, Any] | None = None,
+    arch: str = "native",
+    cpu_clock: bool = False,
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
 
@@ -306,9 +328,14 @@ def bench_model(
 
     min_seconds: raise `runs` until our side's timed loop lasts about this long (from a short
     trial run), so that small models get enough runs for a stable median; both sides then run
-    the same number of times."""
+    the same number of times.
+
+    arch: the `-march` the C is built for (x86-64-v2 / -v3 / -v4 / native), so that an AVX-512
+    host can time the AVX2 kernels too.
+    cpu_clock (1 thread only): time each call by the calling thread's CPU time on both sides
+    instead of wall time, for a machine shared with other jobs (descheduled time left out)."""
     from .. import api
-    from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, compiler
+    from ..backends.c.build import STRICT_FLAGS, compiler
     from ..runtime import random_inputs
     from ..verify import compare
 
@@ -330,11 +357,15 @@ def bench_model(
         convert_s = time.perf_counter() - t0
         io = json.loads((out / "onnx2edge.json").read_text())
         harness = _write_harness(out, io, int(res.stats.get("nodes", 1)))
-        flags = [*STRICT_FLAGS, *RELEASE_FLAGS]
+        flags = [*STRICT_FLAGS, *arch_flags(arch)]
         if profile:
             flags += ["-D_POSIX_C_SOURCE=200809L", "-DO2E_PROFILE"]
         if threads > 1:
             flags += [f"-DO2E_THREADS={threads}", "-pthread"]
+        if cpu_clock:
+            if threads > 1:
+                raise Onnx2EdgeError("bench: the CPU-time clock times one thread only (use --threads 1)")
+            flags += ["-D_POSIX_C_SOURCE=200809L", "-DO2E_BENCH_CPU_CLOCK"]
         exe = out / "bench"
         t0 = time.perf_counter()
         say(f"building {model.name} ({' '.join(flags)})")
@@ -380,6 +411,7 @@ def bench_model(
             "inputs": {s["name"]: str(data / f"{i}.npy") for i, s in enumerate(io["inputs"])},
             "outputs": str(data / "ort_out.npz"),
             "profile": profile,
+            "cpu_clock": cpu_clock,
         }
         p = subprocess.run([sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)], capture_output=True, text=True)
         if p.returncode != 0:
@@ -437,6 +469,8 @@ def bench_model(
             "arena_bytes": res.stats.get("arena_bytes"),
             "weight_bytes": res.stats.get("weight_bytes"),
             "cflags": " ".join(flags),
+            "arch": arch,
+            "clock": "thread CPU time" if cpu_clock else "wall",
             "onnxruntime": ort["version"],
             "cpu": cpu_name(),
             "accuracy": errors,

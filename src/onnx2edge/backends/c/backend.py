@@ -17,6 +17,9 @@ from .build import DEBUG_FLAGS, cached_shared
 from .emitter import ModelEmitter
 from .writer import write_model, write_support_files
 
+# convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
+OPTIMIZE = ("speed", "size")
+
 
 @register_backend
 class CBackend(Backend):
@@ -33,9 +36,16 @@ class CBackend(Backend):
         wdt = options.get("weights", "fp32")
         if wdt not in ("fp32", "fp16"):
             raise Onnx2EdgeError(f"--weights {wdt}: expected fp32 or fp16")
+        optimize = str(options.get("optimize", "speed"))
+        if optimize not in OPTIMIZE:
+            raise Onnx2EdgeError(f"--optimize must be one of {', '.join(OPTIMIZE)}, not {optimize!r}")
         stats = write_model(
-            graph, out_dir, weights_file=True if wf else None, source_name=str(options.get("source", graph.name)),
+            graph,
+            out_dir,
+            weights_file=True if wf else None,
+            source_name=str(options.get("source", graph.name)),
             weights_fp16=wdt == "fp16",
+            optimize=optimize,
         )
         files = ["model.c", "model.h", *stats["runtime_files"], *write_support_files(graph, out_dir), "tensors.json"]
         # dtype and shape of every traced tensor, for `verify --per-layer`

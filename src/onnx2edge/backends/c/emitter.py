@@ -232,7 +232,9 @@ OpEmitFn = Callable[[NodeContext], str]
 
 
 class ModelEmitter:
-    def __init__(self, graph: Graph, prefix: str = "model", weights_file: bool | None = None) -> None:
+    def __init__(
+        self, graph: Graph, prefix: str = "model", weights_file: bool | None = None, optimize: str = "speed"
+    ) -> None:
         from .ops import load_all
 
         self.graph = graph
@@ -248,6 +250,10 @@ class ModelEmitter:
         self.tensors: dict[str, Tensor] = {}
         self.locals = 0
         self.weights_file = weights_file
+        # "speed": every specialised kernel, even one that stores its weights larger
+        # (Winograd's transformed 3x3 weights: 16/9 of the ONNX size); "size": weights kept at
+        # about their ONNX size (only layout padding)
+        self.optimize = optimize
         self._make_tensors()
 
     # --- naming ------------------------------------------------------------------------------

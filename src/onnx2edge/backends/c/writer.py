@@ -84,9 +84,12 @@ def _write_weights(
 def write_model(
     graph: Graph, out_dir: Path, *, prefix: str = "model", weights_file: bool | None = None, source_name: str = "model",
     weights_fp16: bool = False,
+    optimize: str = "speed",
 ) -> dict[str, Any]:
-    """Emit the C sources for `graph` into `out_dir`; return stats for the manifest."""
-    em = ModelEmitter(graph, prefix=prefix)
+    """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
+
+    optimize: "speed" or "size" (ModelEmitter.optimize)."""
+    em = ModelEmitter(graph, prefix=prefix, optimize=optimize)
     res = em.emit()
     # Emitters may look at a weight and then use a repacked copy: keep only what code names.
     import re
@@ -311,6 +314,9 @@ def write_model(
     return {
         "arena_bytes": int(res["arena"]),
         "weight_bytes": int(weight_bytes),
+        # the float constants the graph holds after folding: what weight_bytes compares with
+        "onnx_weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
+        "optimize": optimize,
         "weights_in_file": bool(to_file),
         **({"weights_fp16_tensors": len(half), "weight_bytes_fp32": int(sum(a.nbytes for a in em.const_data.values()))}
            if weights_fp16 else {}),

@@ -16,7 +16,9 @@ a tile reads them as one sequential stream. The finished tile is transposed into
 output by a scalar loop (bias and activation applied there), which costs a few % at the
 K = C·kh·kw >= 500 this path is chosen for. Work units are (32-channel block, output row),
 split across threads by `o2e_parallel_for`; results do not depend on the split. Builds
-without AVX-512 run the same loops in plain C (vectorised over the 32 lanes by the compiler).
+with AVX2 + FMA (16 ymm registers) run each tile as 16 lanes x <= 6 pixels at a time (two
+halves of the pixels, two halves of the lanes); builds with neither run the same loops in plain
+C (vectorised over the 32 lanes by the compiler).
 Winograd (3x3) and the few-channel direct kernel (conv_direct.py) are tried first.
 
 A row is cut into balanced tiles (13 pixels as 7 + 6, not 12 + 1: a 1-pixel tile is two FMA
@@ -113,6 +115,50 @@ static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_
     _mm512_storeu_ps(t + 32 * p + 16, a1[p]);
   }
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+/* AVX2: 16 ymm registers hold 16 lanes x P <= 6 pixels (12 accumulators + 2 weight vectors +
+ * 1 broadcast); per tap 2 weight loads and P broadcasts feed 2·P FMAs. Lane half h (0, 1)
+ * of the 32-lane block goes to t[p][16h .. 16h + 16]. */
+static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_lanes_args *a, int mb, int oh,
+                                                         int ow0, int h, float *t)
+{
+  __m256 a0[6], a1[6];
+  const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32) + 16 * h;
+  for (int p = 0; p < P; p++) a0[p] = a1[p] = _mm256_setzero_ps();
+  for (int c = 0; c < a->C; c++) {
+    const float *xc = a->x + (size_t)c * (SH * SW) * a->Hp * a->Wp + (size_t)oh * a->Wp + ow0;
+#pragma GCC unroll 16
+    for (int i = 0; i < KH; i++)
+#pragma GCC unroll 16
+      for (int j = 0; j < KW; j++) {
+        const float *xr = xc + (size_t)((i % SH) * SW + j % SW) * a->Hp * a->Wp + (size_t)(i / SH) * a->Wp + j / SW;
+        const __m256 w0 = _mm256_loadu_ps(wp + (i * KW + j) * 32), w1 = _mm256_loadu_ps(wp + (i * KW + j) * 32 + 8);
+#pragma GCC unroll 6
+        for (int p = 0; p < P; p++) {
+          const __m256 b = _mm256_broadcast_ss(xr + p);
+          a0[p] = _mm256_fmadd_ps(b, w0, a0[p]);
+          a1[p] = _mm256_fmadd_ps(b, w1, a1[p]);
+        }
+      }
+    wp += KH * KW * 32;
+  }
+  for (int p = 0; p < P; p++) {
+    _mm256_storeu_ps(t + 32 * p + 16 * h, a0[p]);
+    _mm256_storeu_ps(t + 32 * p + 16 * h + 8, a1[p]);
+  }
+}
+
+static void NAME_h(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int h, float *t)
+{
+  switch (P) { /* one register-resident copy per width */
+  case 6: NAME_p(6, a, mb, oh, ow0, h, t); return;
+  case 5: NAME_p(5, a, mb, oh, ow0, h, t); return;
+  case 4: NAME_p(4, a, mb, oh, ow0, h, t); return;
+  case 3: NAME_p(3, a, mb, oh, ow0, h, t); return;
+  case 2: NAME_p(2, a, mb, oh, ow0, h, t); return;
+  default: NAME_p(1, a, mb, oh, ow0, h, t); return;
+  }
+}
 #endif
 
 /* Accumulates the tile (block mb, row oh, pixels [ow0, ow0 + P)) into t[p][32]. */
@@ -132,6 +178,13 @@ static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float 
   case 3: NAME_p(3, a, mb, oh, ow0, t); return;
   case 2: NAME_p(2, a, mb, oh, ow0, t); return;
   default: NAME_p(1, a, mb, oh, ow0, t); return;
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  /* a tile of up to 12 pixels as two balanced halves of <= 6, each lane half in turn */
+  const int P0 = P > 6 ? (P + 1) / 2 : P;
+  for (int h = 0; h < 2; h++) {
+    NAME_h(a, mb, oh, ow0, P0, h, t);
+    if (P > P0) NAME_h(a, mb, oh, ow0 + P0, P - P0, h, t + 32 * P0);
   }
 #else
   const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32);

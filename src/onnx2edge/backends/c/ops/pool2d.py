@@ -156,7 +156,7 @@ def neon_loop(
 
 
 INTRINSICS = r"""
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
@@ -191,6 +191,13 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
   }
   for (; q + 4 <= n; q += 4) vst1q_f32(d + q, vld1q_f32(s + q));
   for (; q < n; ++q) d[q] = s[q];
+#elif defined(__AVX2__) && defined(__FMA__)
+  int q = 0;
+  for (; q + 8 <= n; q += 8) _mm256_storeu_ps(d + q, _mm256_loadu_ps(s + q));
+  if (q < n) { /* vmaskmov: masked-off lanes are neither read nor written either */
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(d + q, m, _mm256_maskload_ps(s + q, m));
+  }
 #else
   for (int q = 0; q < n; ++q) d[q] = s[q];
 #endif
@@ -201,7 +208,8 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
 DEINTERLEAVE2 = r"""
 /* Splits n consecutive floats into their even (d0[k] = s[2k]) and odd (d1[k] = s[2k+1])
  * positions: the two column phases of a stride-2 window. AVX-512 reads 32 floats and writes
- * 16 + 16 with two permutes (the last block masked); other targets use the plain loop. */
+ * 16 + 16 with two permutes (the last block masked); AVX2 reads 16 and writes 8 + 8 (the
+ * remainder by the plain loop); other targets use the plain loop. */
 static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
 {
 #if defined(__AVX512F__)
@@ -229,6 +237,20 @@ static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const floa
     const float32x4x2_t v = vld2q_f32(s + 2 * k);
     vst1q_f32(d0 + k, v.val[0]);
     vst1q_f32(d1 + k, v.val[1]);
+  }
+  for (; 2 * k < n; ++k) {
+    d0[k] = s[2 * k];
+    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  /* 16 floats -> 8 + 8: shufps picks even / odd within 128-bit lanes, vpermpd orders the lanes */
+  int k = 0;
+  for (; 2 * k + 16 <= n; k += 8) {
+    const __m256 lo = _mm256_loadu_ps(s + 2 * k), hi = _mm256_loadu_ps(s + 2 * k + 8);
+    _mm256_storeu_ps(d0 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0))));
+    _mm256_storeu_ps(d1 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
   }
   for (; 2 * k < n; ++k) {
     d0[k] = s[2 * k];

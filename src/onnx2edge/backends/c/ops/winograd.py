@@ -440,6 +440,8 @@ def tile_size(
         return 0
     if list(ks) != [3, 3] or list(st) != [1, 1] or list(dl) != [1, 1] or group != 1:
         return 0
+    if ctx.model.optimize == "size":  # transformed weights: 36/9 (F(4x4)), 16/9 (F(2x2)) of the 3x3 ones
+        return 0
     C, M = x.shape[1], w.shape[0]
     OH, OW = y.shape[2:]
     if forced in ("2", "4"):

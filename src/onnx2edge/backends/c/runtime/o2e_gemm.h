@@ -331,6 +331,21 @@ typedef struct {
 O2E_GEMM_INL __mmask16 o2e_mask16_(int n) {
   return (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
 }
+#elif defined(O2E_GEMM_AVX2)
+/* the first min(n, 8) lanes (n > 0), as a vmaskmov / vgather mask */
+O2E_GEMM_INL __m256i o2e_mask8_(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+/* d[0 .. n) = s[0 .. n) (s == NULL: zeros): whole vectors, then one masked move, which
+ * neither reads nor writes the lanes past n */
+O2E_GEMM_INL void o2e_copy8_(float *d, const float *s, int n) {
+  int t = 0;
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(d + t, s ? _mm256_loadu_ps(s + t) : _mm256_setzero_ps());
+  if (t < n) {
+    const __m256i m = o2e_mask8_(n - t);
+    _mm256_maskstore_ps(d + t, m, s ? _mm256_maskload_ps(s + t, m) : _mm256_setzero_ps());
+  }
+}
 #endif
 O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, int nb,
                                   float *bp) {
@@ -375,6 +390,9 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
           const __mmask16 m = o2e_mask16_(r_len[u] - t);
           _mm512_mask_storeu_ps(d + t, m, _mm512_maskz_loadu_ps(m, sr + t));
         }
+#elif defined(O2E_GEMM_AVX2)
+        (void)t;
+        o2e_copy8_(d, sr, r_len[u]);
 #else
         for (; t < r_len[u]; t++) d[t] = sr[t];
 #endif
@@ -419,6 +437,25 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
           _mm512_mask_storeu_ps(d + a + t, m,
                                 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + (size_t)t * sw, 4));
         }
+        continue;
+      }
+#elif defined(O2E_GEMM_AVX2)
+      if (sw == 1) { /* runs are short (<= 24): vector moves with a masked tail */
+        if (a > 0) o2e_copy8_(d, NULL, a);
+        if (b > a) o2e_copy8_(d + a, plane + (size_t)ih * cv->W + (size_t)(ow + a + off), b - a);
+        if (b < run) o2e_copy8_(d + b, NULL, run - b);
+        continue;
+      } else { /* strided (stem) convolutions: one masked gather per 8 columns */
+        const float *src = plane + (size_t)ih * cv->W + (size_t)((ow + a) * sw + off);
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(sw));
+        if (a > 0) o2e_copy8_(d, NULL, a);
+        for (t = 0; t < b - a; t += 8) {
+          const __m256i m = o2e_mask8_(b - a - t);
+          _mm256_maskstore_ps(d + a + t, m,
+                              _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src + (size_t)t * sw, idx,
+                                                       _mm256_castsi256_ps(m), 4));
+        }
+        if (b < run) o2e_copy8_(d + b, NULL, run - b);
         continue;
       }
 #endif
@@ -2100,6 +2137,9 @@ O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int en
  * the dense one would be (adding 0·w changes nothing for finite w; the converter only uses
  * this layout when all weights are finite). */
 #define O2E_FC_NB 256
+#ifndef O2E_FC_PD /* AVX2: nonzero rows the slice loop prefetches ahead */
+#define O2E_FC_PD 6
+#endif
 typedef struct {
   int N, K;
   const float *wt, *x, *bias;
@@ -2146,6 +2186,46 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
         for (j = 0; j < 16; j++) v[j] = vfmaq_n_f32(v[j], vld1q_f32(row + 4 * j), xk);
       }
       for (j = 0; j < 16; j++) vst1q_f32(acc + c4 + 4 * j, v[j]);
+    }
+#elif defined(O2E_GEMM_AVX2)
+    /* 16 ymm registers cannot hold the block's 32 accumulators: it is done in slices of 64
+     * outputs (8 accumulators = the 8 independent FMA chains two FMA pipes of latency 4
+     * need, + the broadcast x). Each slice reads 256 contiguous bytes of each nonzero row. */
+    int c;
+    for (c = 0; c < O2E_FC_NB; c += 64) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+             a7 = a0;
+      if (c >= nb) { /* padding only: the stores below are never read */
+        for (j = c; j < O2E_FC_NB; j++) acc[j] = 0.0f;
+        break;
+      }
+      for (i = 0; i < f->nnz; i++) {
+        const float *row = wq + (size_t)f->nz[i] * O2E_FC_NB + c;
+        const __m256 xv = _mm256_broadcast_ss(f->x + f->nz[i]);
+        if (i + O2E_FC_PD < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
+          const float *nx = wq + (size_t)f->nz[i + O2E_FC_PD] * O2E_FC_NB + c;
+          O2E_PREFETCH_(nx, 3);
+          O2E_PREFETCH_(nx + 16, 3);
+          O2E_PREFETCH_(nx + 32, 3);
+          O2E_PREFETCH_(nx + 48, 3);
+        }
+        a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row), a0);
+        a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 8), a1);
+        a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 16), a2);
+        a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 24), a3);
+        a4 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 32), a4);
+        a5 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 40), a5);
+        a6 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 48), a6);
+        a7 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 56), a7);
+      }
+      _mm256_storeu_ps(acc + c, a0);
+      _mm256_storeu_ps(acc + c + 8, a1);
+      _mm256_storeu_ps(acc + c + 16, a2);
+      _mm256_storeu_ps(acc + c + 24, a3);
+      _mm256_storeu_ps(acc + c + 32, a4);
+      _mm256_storeu_ps(acc + c + 40, a5);
+      _mm256_storeu_ps(acc + c + 48, a6);
+      _mm256_storeu_ps(acc + c + 56, a7);
     }
 #else
     for (j = 0; j < O2E_FC_NB; j++) acc[j] = 0.0f;
