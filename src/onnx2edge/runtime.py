@@ -19,6 +19,13 @@ def ort_session(model: onnx.ModelProto, *, threads: int = 1, optimize: bool = Tr
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    # Without VNNI (AVX2, AVX-512F-only CPUs) onnxruntime's u8 x s8 integer products use
+    # vpmaddubsw, which saturates pairs of products to int16: a reference that is wrong by up to
+    # 1e-2 relative on quantized models, and differs from one x86 host to the next. This option
+    # (kOrtSessionOptionsAvx2PrecisionMode) makes it shift constant s8 weights to u8 first, exact
+    # on every CPU; no effect elsewhere. (s8 operands that are not constants stay exposed: see
+    # `ort_integer_products_exact`.)
+    so.add_session_config_entry("session.x64quantprecision", "1")
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
@@ -28,6 +35,21 @@ def ort_session(model: onnx.ModelProto, *, threads: int = 1, optimize: bool = Tr
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Onnx2EdgeError(f"onnxruntime cannot load the model: {first}") from e
+
+
+def ort_integer_products_exact() -> bool:
+    """False on x86 CPUs whose onnxruntime u8 x s8 products saturate (no AVX-512 VNNI / AVX-VNNI)
+    for int8 operands that are not constant weights (MatMulInteger / ConvInteger on two inputs)."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return True
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return "avx512_vnni" in flags or "avx_vnni" in flags or "avx2" not in flags and "sse4_1" not in flags
 
 
 def ort_run(
