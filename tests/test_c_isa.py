@@ -1,0 +1,224 @@
+"""The C backend at every instruction set it emits (issue 9): x86-64-v2 (no AVX), x86-64-v3
+(AVX2 + FMA), the host's own (AVX-512 where present) and aarch64 (NEON, under qemu).
+
+- Integer kernels with adversarial values: u8 = 255 times s8 = -128 / 127 over a wide K, zero
+  points at the ends of their ranges. Pairs of such products overflow int16 (the AVX2
+  `vpmaddubsw` trap): every integer result must be exact (numpy, in int64) and match
+  onnxruntime.
+- Every convolution kernel path with NaN / +-Inf in the input and in the bias, followed by each
+  fusable activation: NaN and Inf must come out where onnxruntime puts them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnx2edge import api
+from onnx2edge.runtime import ort_integer_products_exact, ort_run
+
+from conftest import ALL_ISAS, make_model, save, tensor, verify_at, vi
+
+U8, S8 = TensorProto.UINT8, TensorProto.INT8
+
+
+def _adversarial_u8(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Mostly 255 (the largest u8 x s8 products), some 0 and random values."""
+    v = np.full(shape, 255, np.uint8)
+    mask = rng.random(shape)
+    v[mask < 0.15] = 0
+    v[(mask >= 0.15) & (mask < 0.3)] = rng.integers(0, 256, int(((mask >= 0.15) & (mask < 0.3)).sum()))
+    return v
+
+
+def _adversarial_s8(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Runs of 127 and of -128 (adjacent pairs of the same sign: int16 pair sums overflow)."""
+    v = np.where((np.arange(int(np.prod(shape))) // 4) % 2 == 0, 127, -128).reshape(shape)
+    flip = rng.random(shape) < 0.1
+    v[flip] = rng.integers(-128, 128, int(flip.sum()))
+    return v.astype(np.int8)
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+    """Exact int64 NCHW convolution (stride 1, group 1)."""
+    N, C, H, W = x.shape
+    M, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    OH, OW = H + 2 * pad - kh + 1, W + 2 * pad - kw + 1
+    y = np.zeros((N, M, OH, OW), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i : i + OH, j : j + OW]
+            y += np.einsum("nchw,mc->nmhw", patch, w[:, :, i, j].astype(np.int64))
+    return y
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_integer_kernels_exact_at_extremes(tmp_path: Path, arch: str) -> None:
+    rng = np.random.default_rng(9)
+    K, M, N = 1030, 3, 37  # K past every blocking, odd
+    a = _adversarial_u8((M, K), rng)
+    b_const = _adversarial_s8((K, N), rng)
+    b_in = _adversarial_s8((K, N), rng)
+    bz = np.where(np.arange(N) % 2 == 0, -128, 127).astype(np.int8)  # per column, both ends
+    C, H, W, Mc = 64, 6, 7, 5  # ConvInteger: K = 64 * 3 * 3 = 576
+    x = _adversarial_u8((1, C, H, W), rng)
+    wc = _adversarial_s8((Mc, C, 3, 3), rng)
+    nodes = [
+        helper.make_node("MatMulInteger", ["a", "B"], ["mm0"]),  # no zero points: 255 x 127 pairs
+        helper.make_node("MatMulInteger", ["a", "B1", "az", "bz"], ["mm1"]),
+        helper.make_node("MatMulInteger", ["a", "b"], ["mm2"]),  # B not a constant
+        helper.make_node("ConvInteger", ["x", "Wc"], ["cv0"], pads=[1, 1, 1, 1]),
+        helper.make_node("ConvInteger", ["x", "Wc1", "xz"], ["cv1"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "QLinearMatMul", ["a", "as", "az", "B2", "bs", "bz1", "ys", "yz"], ["qmm"]
+        ),
+        helper.make_node(
+            "QLinearConv",
+            ["x", "xs", "xz", "Wc2", "ws", "wz", "ys", "yz"],
+            ["qcv"],
+            pads=[1, 1, 1, 1],
+        ),
+    ]
+    f32 = lambda v: np.array(v, np.float32)  # noqa: E731
+    # one initializer per node: onnxruntime's precise u8 rewrite cannot share one (runtime.py)
+    inits = [
+        *(tensor(f"B{i or ''}", b_const) for i in range(3)),
+        *(tensor(f"Wc{i or ''}", wc) for i in range(3)),
+        tensor("az", np.array(255, np.uint8)),
+        tensor("bz", bz),
+        tensor("bz1", np.array(-128, np.int8)),
+        tensor("xz", np.array(255, np.uint8)),
+        tensor("as", f32(0.02)),
+        tensor("bs", f32(0.01)),
+        tensor("ys", f32(40.0)),
+        tensor("yz", np.array(128, np.uint8)),
+        tensor("xs", f32(0.03)),
+        tensor("ws", np.linspace(0.005, 0.02, Mc).astype(np.float32)),
+        tensor("wz", np.zeros(Mc, np.int8)),
+    ]
+    i32 = TensorProto.INT32
+    outs = [
+        vi("mm0", [M, N], i32),
+        vi("mm1", [M, N], i32),
+        vi("mm2", [M, N], i32),
+        vi("cv0", [1, Mc, H, W], i32),
+        vi("cv1", [1, Mc, H, W], i32),
+        vi("qmm", [M, N], U8),
+        vi("qcv", [1, Mc, H, W], U8),
+    ]
+    ins = [vi("a", [M, K], U8), vi("b", [K, N], S8), vi("x", [1, C, H, W], U8)]
+    path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "int8.onnx")
+    feeds = {"a": a, "b": b_in, "x": x}
+
+    # exact integer references (int64: nothing wraps)
+    a64 = a.astype(np.int64)
+    exact = {
+        "mm0": a64 @ b_const.astype(np.int64),
+        "mm1": (a64 - 255) @ (b_const.astype(np.int64) - bz.astype(np.int64)),
+        "mm2": a64 @ b_in.astype(np.int64),
+        "cv0": _conv_ref(x, wc, 1),
+        "cv1": _conv_ref(x.astype(np.int64) - 255, wc, 1),
+    }
+    # the cases that need int16 pair sums to hold more than 32767 are really there
+    assert np.abs(exact["mm0"]).max() > 2**16
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    got = api.run(out, feeds, options={"arch": arch})
+    for k, want in exact.items():
+        np.testing.assert_array_equal(got[k].astype(np.int64), want, err_msg=k)
+    # onnxruntime: exact on this CPU for constant s8 weights (runtime.ort_session's option);
+    # a non-constant s8 operand saturates on x86 without VNNI, so mm2 is only checked where not
+    rep = verify_at(path, arch, feeds, rtol=0, atol=0, work_dir=tmp_path / "v")
+    bad = [t.name for t in rep.outputs if not t.ok and (t.name != "mm2" or ort_integer_products_exact())]
+    assert not bad, rep.format()
+
+
+# --------------------------------------------------------------------------------------------
+# NaN / Inf through every convolution kernel and fused activation
+# --------------------------------------------------------------------------------------------
+# path: (kernel label, C, M, H, W, k, stride, group, pad)
+CONV_PATHS = {
+    "im2col_gemm": ("Conv: im2col + GEMM", 4, 8, 3, 4, 3, 1, 1, 1),
+    "implicit_gemm": ("Conv: implicit GEMM", 8, 40, 12, 12, 5, 2, 1, 2),
+    "pointwise_gemm": ("Conv: 1x1 as GEMM", 16, 40, 6, 6, 1, 1, 1, 0),
+    "strided_1x1": ("Conv: strided 1x1", 16, 40, 8, 8, 1, 2, 1, 0),
+    "depthwise": ("Conv: depthwise direct", 8, 8, 9, 9, 3, 1, 8, 1),
+    "winograd": ("Conv: winograd", 16, 40, 12, 12, 3, 1, 1, 1),
+    "lanes": ("Conv: direct conv (output channels in lanes)", 64, 64, 13, 30, 3, 2, 1, 1),
+    "direct": ("Conv: direct conv (few output channels)", 3, 8, 20, 30, 3, 1, 1, 1),
+    "conv_transpose": ("ConvTranspose: sub-pixel phases", 8, 4, 6, 7, 3, 2, 1, 1),
+}
+# each branch: conv -> activation (fused by the C backend)
+ACTS = [
+    ("Relu", {}, []),
+    ("Clip", {}, ["zero", "six"]),
+    ("Clip", {}, ["zero"]),  # no max: +Inf clamps to FLT_MAX as onnxruntime does
+    ("LeakyRelu", {"alpha": 0.1}, []),
+    ("HardSigmoid", {}, []),
+    ("HardSwish", {}, []),
+]
+
+
+def _nan_inf_model(path: Path, case: str) -> tuple[Path, dict[str, np.ndarray], str]:
+    label, C, M, H, W, k, s, g, p = CONV_PATHS[case]
+    rng = np.random.default_rng(5)
+    deconv = case == "conv_transpose"
+    wshape = (C, M // g, k, k) if deconv else (M, C // g, k, k)
+    w = (rng.standard_normal(wshape) / np.sqrt(C * k * k / g)).astype(np.float32)
+    bias = rng.standard_normal(M).astype(np.float32)
+    bias[:3] = [np.nan, np.inf, -np.inf]  # whole channels NaN / +Inf / -Inf before the activation
+    x = rng.standard_normal((1, C, H, W)).astype(np.float32)
+    if case != "winograd":
+        # Winograd's transforms mix a whole tile (d - d' of two pixels): one NaN or Inf pixel
+        # reaches outputs it is not under, unlike the direct sum onnxruntime computes; its
+        # activations still see NaN / Inf through the bias
+        x[0, :, 1, 2] = np.nan
+        x[0, 0, H - 2, W - 1] = np.inf
+        x[0, C - 1, H // 2, 0] = -np.inf
+    attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p] * 4, "group": g}
+    if deconv:
+        attrs["output_padding"] = [1, 1]
+        OH = (H - 1) * s - 2 * p + k + 1
+        OW = (W - 1) * s - 2 * p + k + 1
+    else:
+        OH, OW = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    nodes, outs = [], []
+    for i, (op, kw, extra) in enumerate(ACTS):
+        nodes.append(
+            helper.make_node("ConvTranspose" if deconv else "Conv", ["x", "w", "b"], [f"c{i}"], **attrs)
+        )
+        nodes.append(helper.make_node(op, [f"c{i}", *extra], [f"y{i}"], **kw))
+        outs.append(vi(f"y{i}", [1, M, OH, OW]))
+    inits = [
+        tensor("w", w),
+        tensor("b", bias),
+        tensor("zero", np.array(0, np.float32)),
+        tensor("six", np.array(6, np.float32)),
+    ]
+    m = make_model(nodes, [vi("x", [1, C, H, W])], outs, inits, opset=17)
+    return save(m, path), {"x": x}, label
+
+
+@pytest.mark.parametrize("case", sorted(CONV_PATHS))
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_conv_paths_nan_inf_through_fused_activations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str, case: str
+) -> None:
+    from onnx2edge.backends.c.ops import conv_direct, conv_lanes, winograd
+
+    for env in (conv_direct.ENV, conv_lanes.ENV, winograd.ENV):
+        monkeypatch.delenv(env, raising=False)
+    path, feeds, label = _nan_inf_model(tmp_path / "m.onnx", case)
+    out = tmp_path / "out"
+    kernels = api.convert(path, "c", out).stats["kernels"]
+    assert any(k.startswith(label) for k in kernels), kernels
+    ref = ort_run(onnx.load(path), feeds)  # the check is not vacuous: NaN and Inf come out
+    assert any(np.isnan(v).any() for v in ref.values()), "no NaN in the reference"
+    assert any(np.isinf(v).any() for v in ref.values()), "no Inf in the reference"
+    rep = verify_at(path, arch, feeds, work_dir=tmp_path / "v")  # NaN / Inf positions must match
+    assert rep.ok, rep.format()
