@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out_dir", metavar="OUT")
     s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     s.add_argument("-o", "--output", help="write outputs to this .npz (prints them otherwise)")
+    _arch(s)
     _common(s)
 
     s = sub.add_parser("verify", help="compare against onnxruntime")
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--per-layer", action="store_true", help="compare every intermediate tensor")
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     s.add_argument("--json", action="store_true", help="print JSON")
+    _arch(s)
     _shapes(s)
     _common(s)
     s = sub.add_parser("bench", help="time the generated C against onnxruntime")
@@ -132,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--models", help="comma-separated subset of the suite")
     s.add_argument("--write-doc", metavar="FILE", help="suite: write the markdown table (and a PNG chart beside it)")
     s.add_argument("--json", action="store_true", help="print JSON")
+    _arch(s)
     _shapes(s)
     _common(s)
 
@@ -142,8 +145,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--failures", action="store_true", help="list every failed / unsupported case with its reason")
     s.add_argument("--write-doc", metavar="FILE", help="also write the markdown table to FILE")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    _arch(s)
     _common(s)
     return p
+
+
+def _arch(s: argparse.ArgumentParser) -> None:
+    """--arch (C target, issue 9): the instruction set the generated C is built for."""
+    from .backends.c.build import ARCHES
+
+    s.add_argument(
+        "--arch",
+        choices=ARCHES,
+        help="C: build with this -march (x86-64-v2: no AVX, v3: AVX2+FMA, v4: AVX-512, native); "
+        "aarch64: cross-compile, run under qemu-aarch64 (correctness only)",
+    )
 
 
 def _cmd_bench(a: argparse.Namespace) -> int:
@@ -156,19 +172,31 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         from .bench import suite
 
         models = a.models.split(",") if a.models else None
-        results = suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log)
+        _refuse_emulated_timing(a.arch)
+        results = suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log, arch=a.arch)
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
         print(json.dumps(results, indent=1) if a.json else suite.format_table(results))
         return 0
     if not a.model:
         raise Onnx2EdgeError("bench needs a MODEL or --suite seed")
+    _refuse_emulated_timing(a.arch)
     r = harness.bench_model(
         a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
-        input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile,
+        input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile, arch=a.arch,
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1
+
+
+def _refuse_emulated_timing(arch: str | None) -> None:
+    from .backends.c.build import is_emulated
+
+    if is_emulated(arch):
+        raise Onnx2EdgeError(
+            f"bench --arch {arch}: this host runs {arch} code under emulation (qemu), which gives "
+            f"correctness only, no timing; use `verify --target c --arch {arch}`"
+        )
 
 
 def _cmd_conformance(a: argparse.Namespace) -> int:
@@ -184,7 +212,7 @@ def _cmd_conformance(a: argparse.Namespace) -> int:
     def progress(done: int, total: int) -> None:
         print(f"onnx2edge: conformance {done}/{total}", file=sys.stderr, end="\r" if done < total else "\n", flush=True)
 
-    results = conf.run_conformance(cases, jobs=a.jobs, progress=progress)
+    results = conf.run_conformance(cases, jobs=a.jobs, progress=progress, arch=a.arch)
     summary = conf.summarize(results)
     if a.write_doc:
         from .fsutil import write_text_atomic
@@ -247,7 +275,7 @@ def _cmd_convert(a: argparse.Namespace) -> int:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    outs = api.run(a.out_dir, parse_input_files(a.input))
+    outs = api.run(a.out_dir, parse_input_files(a.input), options={"arch": a.arch} if a.arch else None)
     if a.output:
         import io
 
@@ -274,6 +302,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         atol=a.atol,
         per_layer=a.per_layer,
         seed=a.seed,
+        options={"arch": a.arch} if a.arch else None,
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
     print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())

@@ -297,6 +297,7 @@ def bench_model(
     log: Any = None,
     profile: bool = False,
     min_seconds: float = 0.0,
+    arch: str | None = None,
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
 
@@ -304,7 +305,10 @@ def bench_model(
     trial run), so that small models get enough runs for a stable median; both sides then run
     the same number of times."""
     from .. import api
-    from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, compiler
+    from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, arch_flags, compiler, is_emulated
+
+    if is_emulated(arch):  # the API refuses as the CLI does: qemu timings mean nothing
+        raise Onnx2EdgeError(f"bench --arch {arch} runs under emulation: correctness only, no timing")
     from ..runtime import random_inputs
     from ..verify import compare
 
@@ -319,7 +323,7 @@ def bench_model(
         convert_s = time.perf_counter() - t0
         io = json.loads((out / "onnx2edge.json").read_text())
         harness = _write_harness(out, io, int(res.stats.get("nodes", 1)))
-        flags = [*STRICT_FLAGS, *RELEASE_FLAGS]
+        flags = [*STRICT_FLAGS, *(arch_flags(arch) if arch else RELEASE_FLAGS)]
         if profile:
             flags += ["-D_POSIX_C_SOURCE=200809L", "-DO2E_PROFILE"]
         if threads > 1:
@@ -426,6 +430,7 @@ def bench_model(
             "arena_bytes": res.stats.get("arena_bytes"),
             "weight_bytes": res.stats.get("weight_bytes"),
             "cflags": " ".join(flags),
+            "arch": arch or "native",
             "onnxruntime": ort["version"],
             "cpu": cpu_name(),
             "accuracy": errors,
@@ -447,7 +452,7 @@ def format_result(r: Mapping[str, Any]) -> str:
         f"  onnxruntime median {r['ort']['median']:.3f} ms  mean {r['ort']['mean']:.3f}  min {r['ort']['min']:.3f}"
         f"  peak RSS {r['ort_peak_rss_mb']:.0f} MB  (Python call overhead {r['ort_call_overhead_ms'] * 1000:.1f} us subtracted)",
         f"  ratio ours/onnxruntime (medians): {r['ratio']:.3f}",
-        f"  convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
+        f"  arch {r.get('arch', 'native')}; convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
         f"  GEMM kernel: {r['gemm_kernel']}; kernels: " + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items()),
         *(
             [f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"

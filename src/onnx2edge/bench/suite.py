@@ -37,6 +37,7 @@ def run_suite(
     warmup: int = 3,
     log: Callable[[str], None] | None = None,
     explain_misses: bool = True,
+    arch: str | None = None,
 ) -> list[dict[str, Any]]:
     """Bench each model at each thread count; for a model that misses its 1-thread target, a
     profiled run (both sides per node) records where the gap is (`gaps`)."""
@@ -48,14 +49,14 @@ def run_suite(
             path = zoo.save(name, Path(tmp) / f"{name}.onnx")
             for t in threads:
                 say(f"[{i}/{len(names)}] {name}, {t} thread(s)")
-                r = bench_model(path, threads=t, runs=runs, warmup=warmup, log=say, min_seconds=MIN_SECONDS)
+                r = bench_model(path, threads=t, runs=runs, warmup=warmup, log=say, min_seconds=MIN_SECONDS, arch=arch)
                 r["name"] = name
                 r["target_ratio"] = TARGETS.get(name)
                 results.append(r)
                 say(f"[{i}/{len(names)}] {name}: ours {r['ours_ms']:.2f} ms, onnxruntime {r['ort_ms']:.2f} ms, ratio {r['ratio']:.2f}")
                 if explain_misses and t == 1 and r["target_ratio"] is not None and r["ratio"] > r["target_ratio"]:
                     say(f"[{i}/{len(names)}] {name} misses its target: profiling both sides per node")
-                    p = bench_model(path, threads=1, runs=max(5, runs // 2), warmup=warmup, log=say, profile=True)
+                    p = bench_model(path, threads=1, runs=max(5, runs // 2), warmup=warmup, log=say, profile=True, arch=arch)
                     r["gaps"] = gap_nodes(p)
             path.unlink()
     return results
