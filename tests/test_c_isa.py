@@ -222,3 +222,87 @@ def test_conv_paths_nan_inf_through_fused_activations(
     assert any(np.isinf(v).any() for v in ref.values()), "no Inf in the reference"
     rep = verify_at(path, arch, feeds, work_dir=tmp_path / "v")  # NaN / Inf positions must match
     assert rep.ok, rep.format()
+
+
+# --------------------------------------------------------------------------------------------
+# a conformance subset, the int8 / quantized cases and a torch-exported model at every ISA
+# --------------------------------------------------------------------------------------------
+CONFORMANCE_SUBSET = (
+    r"^test_(relu|leakyrelu|clip|hardsigmoid|hardswish|conv_with_strides_padding|convtranspose$"
+    r"|gemm_default|matmulinteger|qlinearmatmul_2D_uint8|qlinearconv$|convinteger_with_padding"
+    r"|maxpool_2d_pads|averagepool_2d_pads|softmax_axis_1)"
+)
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_conformance_subset(arch: str) -> None:
+    import re
+
+    from onnx2edge.backends.c.conformance import collect_cases, run_conformance
+
+    cases = [c for c in collect_cases() if re.search(CONFORMANCE_SUBSET, c.name)]
+    assert len(cases) >= 20, [c.name for c in cases]
+    results = run_conformance(cases, jobs=2, arch=arch)
+    bad = [(r.name, r.detail) for r in results if r.status == "failed"]
+    assert not bad, bad
+    assert sum(r.status == "passed" for r in results) >= 20
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_quantized_models_at_every_isa(tmp_path: Path, arch: str) -> None:
+    """onnxruntime's own quantize_static (QDQ, per channel, u8 activations: the format that went
+    wrong on AVX2) and quantize_dynamic (ConvInteger / MatMulInteger) models."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(11)
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("MatMul", ["f", "W2"], ["y"]),
+    ]
+    inits = [
+        tensor("W", (rng.standard_normal((8, 3, 3, 3)) * 0.5).astype(np.float32)),
+        tensor("B", (rng.standard_normal(8) * 0.1).astype(np.float32)),
+        tensor("W2", (rng.standard_normal((8 * 8 * 8, 10)) * 0.1).astype(np.float32)),
+    ]
+    fp = save(make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 10])], inits), tmp_path / "f.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            r = np.random.default_rng(12)
+            self.it = iter([{"x": r.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    x = {"x": np.random.default_rng(13).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    qs, qd = tmp_path / "qs.onnx", tmp_path / "qd.onnx"
+    quantize_static(str(fp), str(qs), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)  # fmt: skip
+    quantize_dynamic(str(fp), str(qd), weight_type=QuantType.QInt8)
+    for q in (qs, qd):
+        rep = verify_at(q, arch, x, rtol=1e-5, atol=1e-6)
+        assert rep.ok, rep.format()
+
+
+def test_cli_arch(tmp_path: Path, capsys: pytest.CaptureFixture[str], example: Path) -> None:
+    """verify records the arch; bench refuses timing under emulation; a bad arch is one line."""
+    from onnx2edge.backends.c.build import is_emulated
+    from onnx2edge.cli import main
+
+    assert main(["verify", str(example), "--target", "c", "--arch", "x86-64-v2", "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["arch"] == "x86-64-v2" and out["ok"]
+    if is_emulated("aarch64"):
+        assert main(["bench", str(example), "--arch", "aarch64"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "emulation" in err[0] and "no timing" in err[0], err
