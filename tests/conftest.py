@@ -118,3 +118,16 @@ def verify_at(path: Path, arch: str, inputs: dict[str, np.ndarray] | None = None
     from onnx2edge import api
 
     return api.verify(path, target="c", inputs=inputs, options={"arch": arch}, **kw)
+
+
+def _v3_distinct() -> bool:
+    """An AVX2 build differs from NATIVE: the host has AVX-512 (an AVX2-only host covers AVX2
+    with NATIVE; a host without AVX2 cannot run it)."""
+    from onnx2edge.backends.c.build import _cpu_flags
+
+    return arch_unavailable("x86-64-v3") is None and "avx512f" in _cpu_flags()
+
+
+# kernel tests' builds: portable (None: the default -O2), AVX2 + FMA where distinct, native
+X86_V3 = ["-O3", "-march=x86-64-v3", "-ffp-contract=fast"]
+ISA_CFLAGS = [None, *([X86_V3] if _v3_distinct() else []), NATIVE]

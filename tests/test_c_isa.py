@@ -316,3 +316,21 @@ def test_cli_arch(tmp_path: Path, capsys: pytest.CaptureFixture[str], example: P
         assert main(["bench", str(example), "--arch", "aarch64"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "emulation" in err[0] and "no timing" in err[0], err
+
+
+# models: a convolutional block (depthwise, HardSwish, squeeze-excite), a transformer block
+# (attention, LayerNorm, GELU) and a recurrent tagger (token ids, GRU), as torch exports them
+ISA_MODELS = ["mobilenetv3_block.torchscript", "vit_block.dynamo", "gru_tagger.torchscript"]
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "torch"
+
+
+@pytest.mark.parametrize("name", ISA_MODELS)
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_models_at_every_isa(tmp_path: Path, arch: str, name: str) -> None:
+    path = FIXTURES / f"{name}.onnx"
+    inputs = None
+    if name.startswith("gru_tagger"):
+        shape = [d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
+        inputs = {"ids": np.random.default_rng(1).integers(0, 60, size=shape).astype(np.int64)}
+    rep = verify_at(path, arch, inputs, work_dir=tmp_path / "out")
+    assert rep.ok, rep.format()

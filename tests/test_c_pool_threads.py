@@ -26,7 +26,7 @@ from onnx2edge.backends.c.build import build_executable, run_executable
 from onnx2edge.backends.c.ops import nn, pool2d
 from onnx2edge.runtime import ort_run
 
-from conftest import ASAN, NATIVE, make_model, save, tensor, vi
+from conftest import ASAN, ISA_CFLAGS, NATIVE, X86_V3, make_model, save, tensor, vi
 
 RUNTIME = (
     Path(__file__).resolve().parent.parent / "src" / "onnx2edge" / "backends" / "c" / "runtime"
@@ -151,6 +151,7 @@ BUILDS = {
     # name: (gcc flags, parallel threshold, im2col block bytes)
     "portable_serial": (["-O2"], pool2d.PAR_MIN_WORK, nn.IM2COL_BLOCK_BYTES),
     "native_2threads": ([*NATIVE, "-DO2E_THREADS=2", "-pthread"], 0, 2000),
+    **({"x86-64-v3_2threads": ([*X86_V3, "-DO2E_THREADS=2", "-pthread"], 0, 2000)} if X86_V3 in ISA_CFLAGS else {}),
     "native_asan_3threads": (["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"], 0, 2000),
     "portable_asan_serial": ([*ASAN], 0, 2000),
     "native_tsan_2threads": ([*NATIVE[1:], *TSAN, "-DO2E_THREADS=2", "-pthread"], 0, 2000),
