@@ -334,3 +334,20 @@ def test_models_at_every_isa(tmp_path: Path, arch: str, name: str) -> None:
         inputs = {"ids": np.random.default_rng(1).integers(0, 60, size=shape).astype(np.int64)}
     rep = verify_at(path, arch, inputs, work_dir=tmp_path / "out")
     assert rep.ok, rep.format()
+
+
+def test_cli_arch_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], example: Path
+) -> None:
+    """--arch outside the C target, and a missing cross toolchain: one line, exit 2."""
+    from onnx2edge.backends.c import build
+    from onnx2edge.cli import main
+
+    assert main(["verify", str(example), "--arch", "x86-64-v3"]) == 2  # default target onnx
+    assert "--arch applies to --target c" in capsys.readouterr().err
+    monkeypatch.setattr(build, "CROSS", {"aarch64": ("no-such-aarch64-gcc", "gcc-aarch64-linux-gnu")})
+    assert main(["verify", str(example), "--target", "c", "--arch", "aarch64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "onnx2edge: error: --arch aarch64 needs no-such-aarch64-gcc (apt-get install gcc-aarch64-linux-gnu)"
+    ), err

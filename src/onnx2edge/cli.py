@@ -275,6 +275,11 @@ def _cmd_convert(a: argparse.Namespace) -> int:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
+    if a.arch:
+        from .backends.base import read_manifest
+
+        if (target := read_manifest(a.out_dir).get("target")) != "c":
+            raise Onnx2EdgeError(f"--arch applies to C output folders, {a.out_dir} is {target}")
     outs = api.run(a.out_dir, parse_input_files(a.input), options={"arch": a.arch} if a.arch else None)
     if a.output:
         import io
@@ -293,6 +298,8 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 
 def _cmd_verify(a: argparse.Namespace) -> int:
+    if a.arch and a.target != "c":
+        raise Onnx2EdgeError(f"--arch applies to --target c, not {a.target}")
     rep = api.verify(
         a.model,
         target=a.target,
