@@ -33,7 +33,8 @@ _LEVEL_FLAGS = {
 
 
 def compiler(arch: str | None = None) -> str:
-    if arch in CROSS:
+    """The C compiler for `arch`: the cross compiler for a foreign ISA, else gcc / $CC."""
+    if arch in CROSS and is_emulated(arch):
         cc, package = CROSS[arch]
         found = shutil.which(cc)
         if not found:
