@@ -76,3 +76,60 @@ def assert_sanitized_run_matches_ort(path: Path, out: Path, seed: int = 3) -> No
     for k, v in got.items():
         assert np.abs(v - ref[k]).max() <= 1e-4 * np.abs(ref[k]).max() + 1e-6, k
 
+
+
+# Instruction sets the C backend is tested at (issue 9), whatever CPU CI lands on: no AVX
+# (x86-64-v2), AVX2 + FMA (x86-64-v3), the host's own (AVX-512 where present) and aarch64
+# (NEON) cross-compiled and run under qemu-aarch64 for a small subset (emulation is slow).
+# `arch_param` skips, with the reason, where the host cannot build or run that code.
+X86_ARCHES = ["x86-64-v2", "x86-64-v3", "native"]
+AARCH64 = "aarch64"
+
+
+def arch_unavailable(arch: str) -> str | None:
+    """Why this host cannot test `arch` (missing toolchain, CPU without the ISA), or None."""
+    from onnx2edge.backends.c.build import arch_flags
+    from onnx2edge.errors import Onnx2EdgeError
+
+    try:
+        arch_flags(arch)
+    except Onnx2EdgeError as e:
+        return str(e)
+    return None
+
+
+def arch_param(arch: str):  # noqa: ANN201 - a pytest ParameterSet
+    why = arch_unavailable(arch)
+    return pytest.param(arch, id=arch, marks=pytest.mark.skipif(why is not None, reason=why or ""))
+
+
+X86_ISAS = [arch_param(a) for a in X86_ARCHES]
+ALL_ISAS = [*X86_ISAS, arch_param(AARCH64)]
+
+
+def build_and_run(out_dir: Path, arch: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Build a converted folder for `arch` (release flags, its -march) and run it, under qemu
+    for aarch64: the one helper NEON / AVX2 kernel tests reuse."""
+    from onnx2edge.backends.c.build import build_and_run as run
+
+    return run(out_dir, arch, inputs)
+
+
+def verify_at(path: Path, arch: str, inputs: dict[str, np.ndarray] | None = None, **kw):  # noqa: ANN003, ANN201
+    """api.verify through the C target built for `arch`."""
+    from onnx2edge import api
+
+    return api.verify(path, target="c", inputs=inputs, options={"arch": arch}, **kw)
+
+
+def _v3_distinct() -> bool:
+    """An AVX2 build differs from NATIVE: the host has AVX-512 (an AVX2-only host covers AVX2
+    with NATIVE; a host without AVX2 cannot run it)."""
+    from onnx2edge.backends.c.build import _cpu_flags
+
+    return arch_unavailable("x86-64-v3") is None and "avx512f" in _cpu_flags()
+
+
+# kernel tests' builds: portable (None: the default -O2), AVX2 + FMA where distinct, native
+X86_V3 = AVX2  # x86-64-v3: AVX2 + FMA
+ISA_CFLAGS = [None, *([X86_V3] if _v3_distinct() else []), NATIVE]

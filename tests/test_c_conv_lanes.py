@@ -15,8 +15,7 @@ from onnx import helper
 from onnx2edge import api
 
 from conftest import (
-    AVX2,
-    NATIVE,
+    ISA_CFLAGS,
     THREADED,
     assert_sanitized_run_matches_ort,
     make_model,
@@ -67,7 +66,7 @@ CASES = {
 def test_lanes_conv_matches_onnxruntime(tmp_path: Path, case: str) -> None:
     path = _model(tmp_path / "m.onnx", **CASES[case])
     assert api.convert(path, "c", tmp_path / "out").stats["kernels"].get(LANES) == 1
-    for flags in (None, NATIVE, AVX2, THREADED):
+    for flags in (*ISA_CFLAGS, THREADED):
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)
 

@@ -14,7 +14,7 @@ from onnx2edge import api
 from onnx2edge.frontend.loader import load_model
 from onnx2edge.runtime import ort_run
 
-from conftest import AVX2, NATIVE, THREADED, make_model, save, tensor, vi
+from conftest import AVX2, ISA_CFLAGS, NATIVE, THREADED, make_model, save, tensor, vi
 
 SKIP = "Gemm: fully connected, zero inputs skipped"
 GEMV = "Gemm: fully connected as packed GEMV"
@@ -46,7 +46,7 @@ def _kernels(path: Path, out: Path) -> dict[str, int]:
 def test_skip_zeros_matches_onnxruntime(tmp_path: Path, K: int, N: int, act: str | None) -> None:
     path = _mlp(tmp_path / "m.onnx", K, N, act=act)
     assert _kernels(path, tmp_path / "out").get(SKIP) == 1
-    for flags in (None, NATIVE, AVX2, THREADED):
+    for flags in (*ISA_CFLAGS, THREADED):
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)
 

@@ -16,8 +16,7 @@ from onnx import helper
 from onnx2edge import api
 
 from conftest import (
-    AVX2,
-    NATIVE,
+    ISA_CFLAGS,
     THREADED,
     assert_sanitized_run_matches_ort,
     make_model,
@@ -101,7 +100,7 @@ CASES = {
 def test_implicit_gemm_matches_onnxruntime(tmp_path: Path, case: str) -> None:
     path = _conv_model(tmp_path / "m.onnx", **CASES[case])
     assert api.convert(path, "c", tmp_path / "out").stats["kernels"].get(IMPLICIT) == 1
-    for flags in (None, NATIVE, AVX2):
+    for flags in ISA_CFLAGS:
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)
 
@@ -118,7 +117,7 @@ def test_tiny_outputs_keep_the_column_matrix(tmp_path: Path) -> None:
     path = _conv_model(tmp_path / "m.onnx", C=8, M=16, H=5, W=5, k=(3, 3))  # 3x3 = 9 outputs
     kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
     assert kernels == {"Conv: im2col + GEMM": 1}
-    for flags in (None, NATIVE, AVX2):
+    for flags in ISA_CFLAGS:
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)
 
@@ -137,6 +136,6 @@ def test_strided_1x1_subsamples_then_multiplies(tmp_path: Path, strides: tuple[i
                        relu=True)
     kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
     assert kernels.get("Conv: strided 1x1: subsample + GEMM") == 1, kernels
-    for flags in (None, NATIVE, THREADED):
+    for flags in (*ISA_CFLAGS, THREADED):
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)

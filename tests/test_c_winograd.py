@@ -14,7 +14,7 @@ from onnx import helper
 from onnx2edge import api
 from onnx2edge.backends.c.ops import winograd
 
-from conftest import make_model, save, tensor, vi
+from conftest import ISA_CFLAGS, X86_V3, make_model, save, tensor, vi
 
 
 def _conv_model(
@@ -200,6 +200,9 @@ def test_winograd_native_and_threaded_builds(tmp_path: Path, case: str) -> None:
     flags = ["-O3", "-march=native", "-ffp-contract=fast", "-DO2E_THREADS=2", "-pthread"]
     rep = api.verify(path, target="c", options={"cflags": flags})
     assert rep.ok, rep
+    if X86_V3 in ISA_CFLAGS:  # the AVX2 kernels on an AVX-512 host
+        rep = api.verify(path, target="c", options={"cflags": X86_V3})
+        assert rep.ok, rep
 
 
 @pytest.mark.parametrize("m", ["2", "4"])

@@ -31,7 +31,7 @@ from .ir import Graph
 from .ir.proto import graph_from_model, model_from_graph
 from .jsonio import dumps, loads, model_from_json, model_to_json
 from .passes import run_passes
-from .runtime import complete_inputs, ort_run
+from .runtime import complete_inputs, ort_integer_products_exact, ort_run
 from .verify import VerifyReport, compare_all
 
 Shapes = Mapping[str, Sequence[int]] | None
@@ -361,6 +361,11 @@ def verify(
     ref_model, layer_names = _with_all_outputs(original) if per_layer else (original, [])
     say("running onnxruntime (reference)")
     ref = ort_run(ref_model, feeds)
+    if not ort_integer_products_exact() and any(
+        n.op_type in ("MatMulInteger", "ConvInteger") for n in original.graph.node
+    ):
+        say("note: onnxruntime's u8 x s8 products saturate on this CPU (no VNNI) where the s8 operand "
+            "is not a constant: the reference may be off")
     if target == "onnx":
         graph = run_passes(
             frontend.load(
@@ -388,7 +393,7 @@ def verify(
     if missing:
         raise Onnx2EdgeError(f"target {target} produced no output named {', '.join(missing)}")
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
-    return VerifyReport(target, rtol, atol, outputs, layers)
+    return VerifyReport(target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"))
 
 
 # --- quantize ---------------------------------------------------------------------------------

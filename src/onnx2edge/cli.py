@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out_dir", metavar="OUT")
     s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     s.add_argument("-o", "--output", help="write outputs to this .npz (prints them otherwise)")
+    _arch(s)
     _common(s)
 
     s = sub.add_parser("verify", help="compare against onnxruntime")
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--format", choices=["neuralnetwork", "mlprogram"], default="mlprogram", help="Core ML format"
     )
+    _arch(s)
     _shapes(s)
     _common(s)
     _quantize_parser(sub)
@@ -191,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--failures", action="store_true", help="list every failed / unsupported case with its reason")
     s.add_argument("--write-doc", metavar="FILE", help="also write the markdown table to FILE")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    _arch(s)
     _common(s)
     _edit_parsers(sub)
 
@@ -222,7 +225,20 @@ EDIT_COMMANDS = ("check", "rewrite", "extract", "delete-nodes", "rename", "set-s
                  "add-output", "opset", "simplify", "constant", "nhwc")
 
 
+def _arch(s: argparse.ArgumentParser) -> None:
+    """--arch (C target, issue 9): the instruction set the generated C is built for."""
+    from .backends.c.build import ARCHES
+
+    s.add_argument(
+        "--arch",
+        choices=ARCHES,
+        help="C: build with this -march (x86-64-v2: no AVX, v3: AVX2+FMA, v4: AVX-512, native); "
+        "aarch64: cross-compile, run under qemu-aarch64 (correctness only)",
+    )
+
+
 def _cmd_bench(a: argparse.Namespace) -> int:
+    from .backends.c.build import arch_flags
     from .bench import harness
 
     def log(msg: str) -> None:
@@ -233,9 +249,11 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 
         models = a.models.split(",") if a.models else None
         results = []
-        for arch in a.arch.split(","):
-            harness.arch_flags(arch)  # an unknown level fails before hours of benchmarking
-        for arch in a.arch.split(","):
+        archs = a.arch.split(",")
+        for arch in archs:
+            arch_flags(arch)  # an unknown or unusable level fails before hours of benchmarking
+            _refuse_emulated_timing(arch)
+        for arch in archs:
             results += suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log, arch=arch,
                                        cpu_clock=a.cpu_clock)
         if a.write_doc:
@@ -244,6 +262,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         return 0
     if not a.model:
         raise Onnx2EdgeError("bench needs a MODEL or --suite seed")
+    _refuse_emulated_timing(a.arch)
     r = harness.bench_model(
         a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
         input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile,
@@ -251,6 +270,16 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1
+
+
+def _refuse_emulated_timing(arch: str | None) -> None:
+    from .backends.c.build import is_emulated
+
+    if is_emulated(arch):
+        raise Onnx2EdgeError(
+            f"bench --arch {arch}: this host runs {arch} code under emulation (qemu), which gives "
+            f"correctness only, no timing; use `verify --target c --arch {arch}`"
+        )
 
 
 def _cmd_conformance(a: argparse.Namespace) -> int:
@@ -266,7 +295,7 @@ def _cmd_conformance(a: argparse.Namespace) -> int:
     def progress(done: int, total: int) -> None:
         print(f"onnx2edge: conformance {done}/{total}", file=sys.stderr, end="\r" if done < total else "\n", flush=True)
 
-    results = conf.run_conformance(cases, jobs=a.jobs, progress=progress)
+    results = conf.run_conformance(cases, jobs=a.jobs, progress=progress, arch=a.arch)
     summary = conf.summarize(results)
     if a.write_doc:
         from .fsutil import write_text_atomic
@@ -341,7 +370,12 @@ def _cmd_convert(a: argparse.Namespace) -> int:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    outs = api.run(a.out_dir, parse_input_files(a.input))
+    if a.arch:
+        from .backends.base import read_manifest
+
+        if (target := read_manifest(a.out_dir).get("target")) != "c":
+            raise Onnx2EdgeError(f"--arch applies to C output folders, {a.out_dir} is {target}")
+    outs = api.run(a.out_dir, parse_input_files(a.input), options={"arch": a.arch} if a.arch else None)
     if a.output:
         import io
 
@@ -359,6 +393,8 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 
 def _cmd_verify(a: argparse.Namespace) -> int:
+    if a.arch and a.target != "c":
+        raise Onnx2EdgeError(f"--arch applies to --target c, not {a.target}")
     if a.reference:
         cmp = api.compare_quantized(
             a.model, a.reference, calib=a.calib, inputs=parse_input_files(a.input),
@@ -378,7 +414,8 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         atol=a.atol,
         per_layer=a.per_layer,
         seed=a.seed,
-        options={"format": a.format} if a.target == "coreml" else None,
+        options={**({"format": a.format} if a.target == "coreml" else {}), **({"arch": a.arch} if a.arch else {})}
+        or None,
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
     print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())

@@ -15,17 +15,35 @@ from .ir import Graph
 def ort_session(model: onnx.ModelProto, *, threads: int = 1, optimize: bool = True):  # noqa: ANN201
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    def options(precise: bool):  # noqa: ANN202
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        if precise:
+            # Without VNNI (AVX2, AVX-512F-only CPUs) onnxruntime's u8 x s8 integer products use
+            # vpmaddubsw, which saturates pairs of products to int16: a reference wrong by up to
+            # 1e-2 relative on quantized models, different from one x86 host to the next. This
+            # option (kOrtSessionOptionsAvx2PrecisionMode) shifts constant s8 weights to u8
+            # first: exact on every CPU, no effect elsewhere. (Non-constant s8 operands stay
+            # exposed: `ort_integer_products_exact`.)
+            so.add_session_config_entry("session.x64quantprecision", "1")
+        if not optimize:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return so
+
     model = _loadable_by_ort(model)
     try:
-        return ort.InferenceSession(
-            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
-        )
+        try:
+            return ort.InferenceSession(
+                model.SerializeToString(), options(True), providers=["CPUExecutionProvider"]
+            )
+        except Exception:  # noqa: BLE001
+            # onnxruntime 1.31's s8 -> u8 weight rewrite fails on a weight two nodes share
+            # ("Attempt to replace the existing tensor"): load without it
+            return ort.InferenceSession(
+                model.SerializeToString(), options(False), providers=["CPUExecutionProvider"]
+            )
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Onnx2EdgeError(f"onnxruntime cannot load the model: {first}") from e
@@ -43,6 +61,21 @@ def _loadable_by_ort(model: onnx.ModelProto) -> onnx.ModelProto:
     clamped.CopyFrom(model)
     clamped.ir_version = MAX_IR_VERSION
     return clamped
+
+
+def ort_integer_products_exact() -> bool:
+    """False on x86 CPUs whose onnxruntime u8 x s8 products saturate (no AVX-512 VNNI / AVX-VNNI)
+    for int8 operands that are not constant weights (MatMulInteger / ConvInteger on two inputs)."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return True
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return "avx512_vnni" in flags or "avx_vnni" in flags or "avx2" not in flags and "sse4_1" not in flags
 
 
 def ort_run(

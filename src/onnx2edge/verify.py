@@ -48,6 +48,7 @@ class VerifyReport:
     atol: float
     outputs: list[TensorReport]
     layers: list[TensorReport] = field(default_factory=list)
+    arch: str | None = None  # C target: the instruction set built for (--arch); None: default
 
     @property
     def ok(self) -> bool:
@@ -65,6 +66,8 @@ class VerifyReport:
             "atol": self.atol,
             "outputs": [o.as_dict() for o in self.outputs],
         }
+        if self.arch:
+            d["arch"] = self.arch
         if self.layers:
             fd = self.first_divergence
             d["layers"] = [r.as_dict() for r in self.layers]
@@ -90,7 +93,7 @@ class VerifyReport:
                 )
         verdict = "PASS" if self.ok else "FAIL"
         lines.append(
-            f"{verdict}: target {self.target}, tolerance max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
+            f"{verdict}: target {self.target}{f' (--arch {self.arch})' if self.arch else ''}, tolerance max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
         )
         return "\n".join(lines)
 

@@ -283,19 +283,6 @@ def _write_harness(out_dir: Path, io: Mapping[str, Any], n_nodes: int) -> Path:
     return path
 
 
-# x86 levels bench can time on this host (aarch64 runs only under emulation: no timing)
-BENCH_ARCHES = ("native", "x86-64-v2", "x86-64-v3", "x86-64-v4")
-
-
-def arch_flags(arch: str) -> list[str]:
-    """The release flags with `-march=native` replaced by `-march=<arch>`."""
-    from ..backends.c.build import RELEASE_FLAGS
-
-    if arch not in BENCH_ARCHES:
-        raise Onnx2EdgeError(f"bench: unknown --arch {arch!r} (one of {', '.join(BENCH_ARCHES)})")
-    return [f"-march={arch}" if f.startswith("-march=") else f for f in RELEASE_FLAGS]
-
-
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -319,7 +306,7 @@ def bench_model(
     profile: bool = False,
     min_seconds: float = 0.0,
     options: Mapping[str, Any] | None = None,
-    arch: str = "native",
+    arch: str | None = None,
     cpu_clock: bool = False,
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
@@ -335,7 +322,10 @@ def bench_model(
     cpu_clock (1 thread only): time each call by the calling thread's CPU time on both sides
     instead of wall time, for a machine shared with other jobs (descheduled time left out)."""
     from .. import api
-    from ..backends.c.build import STRICT_FLAGS, compiler
+    from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, arch_flags, compiler, is_emulated
+
+    if is_emulated(arch):  # the API refuses as the CLI does: qemu timings mean nothing
+        raise Onnx2EdgeError(f"bench --arch {arch} runs under emulation: correctness only, no timing")
     from ..runtime import random_inputs
     from ..verify import compare
 
@@ -357,7 +347,7 @@ def bench_model(
         convert_s = time.perf_counter() - t0
         io = json.loads((out / "onnx2edge.json").read_text())
         harness = _write_harness(out, io, int(res.stats.get("nodes", 1)))
-        flags = [*STRICT_FLAGS, *arch_flags(arch)]
+        flags = [*STRICT_FLAGS, *(arch_flags(arch) if arch else RELEASE_FLAGS)]
         if profile:
             flags += ["-D_POSIX_C_SOURCE=200809L", "-DO2E_PROFILE"]
         if threads > 1:
@@ -469,7 +459,7 @@ def bench_model(
             "arena_bytes": res.stats.get("arena_bytes"),
             "weight_bytes": res.stats.get("weight_bytes"),
             "cflags": " ".join(flags),
-            "arch": arch,
+            "arch": arch or "native",
             "clock": "thread CPU time" if cpu_clock else "wall",
             "onnxruntime": ort["version"],
             "cpu": cpu_name(),
@@ -492,7 +482,7 @@ def format_result(r: Mapping[str, Any]) -> str:
         f"  onnxruntime median {r['ort']['median']:.3f} ms  mean {r['ort']['mean']:.3f}  min {r['ort']['min']:.3f}"
         f"  peak RSS {r['ort_peak_rss_mb']:.0f} MB  (Python call overhead {r['ort_call_overhead_ms'] * 1000:.1f} us subtracted)",
         f"  ratio ours/onnxruntime (medians): {r['ratio']:.3f}",
-        f"  convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
+        f"  arch {r.get('arch', 'native')}; convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
         f"  GEMM kernel: {r['gemm_kernel']}; kernels: " + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items()),
         *(
             [f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"

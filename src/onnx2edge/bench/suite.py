@@ -37,7 +37,7 @@ def run_suite(
     warmup: int = 3,
     log: Callable[[str], None] | None = None,
     explain_misses: bool = True,
-    arch: str = "native",
+    arch: str | None = None,
     cpu_clock: bool = False,
 ) -> list[dict[str, Any]]:
     """Bench each model at each thread count; for a model that misses its 1-thread target, a

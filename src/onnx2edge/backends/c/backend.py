@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ..base import Backend, ConvertResult, read_manifest, register_backend
-from .build import DEBUG_FLAGS, cached_shared
+from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .emitter import ModelEmitter
 from .writer import write_model, write_support_files
 
@@ -63,7 +63,15 @@ class CBackend(Backend):
     def run(self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
         manifest = read_manifest(out_dir)
         per_layer = bool(options.get("per_layer"))
-        flags = [*options.get("cflags", DEBUG_FLAGS), *(["-DO2E_TRACE_ENABLED"] if per_layer else [])]
+        arch = arch_of(options)
+        if is_emulated(arch):
+            # a foreign ISA cannot be loaded with ctypes: build the example program, run it
+            # under emulation (build.build_and_run)
+            if per_layer:
+                raise Onnx2EdgeError(f"--per-layer needs a library this host can load, not --arch {arch}")
+            return build_and_run(out_dir, str(arch), dict(inputs), options.get("cflags", ()))
+        base = options.get("cflags", DEBUG_FLAGS) if arch is None else [*arch_flags(arch), *options.get("cflags", ())]
+        flags = [*base, *(["-DO2E_TRACE_ENABLED"] if per_layer else [])]
         extra = [out_dir / f for f in manifest.get("stats", {}).get("runtime_files", [])]
         lib_path = cached_shared(out_dir, [out_dir / "model.c"], flags, hashed=extra)
         io = {**manifest, "tensors": json.loads((out_dir / "tensors.json").read_text())}

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import Onnx2EdgeError
-from .build import STRICT_FLAGS, compiler
+from .build import STRICT_FLAGS, arch_flags, build_executable, compiler, is_emulated, run_executable
 
 BATCH = 48
 COMPILE_FLAGS = ("-O1",)
@@ -53,6 +53,10 @@ class Prepared:
     atol: float = 1e-7
     result: CaseResult | None = None  # set when the case ended before compiling
     fixed: list[str] = field(default_factory=list)  # inputs bound to the test's values
+    graph: Any = None  # the converted graph (not pickled to the runner: see __getstate__)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "graph": None}
 
 
 def collect_cases() -> list[Any]:
@@ -82,7 +86,7 @@ def case_op(case: Any) -> str:
     return nodes[0].op_type if nodes else "?"
 
 
-def _prepare(index: int, case: Any, out_dir: Path) -> Prepared:
+def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) -> Prepared:
     """Convert one case to `case<i>.c`; never raises."""
     from ... import frontend
     from ...api import DEFAULT_PASSES
@@ -91,7 +95,7 @@ def _prepare(index: int, case: Any, out_dir: Path) -> Prepared:
     from .emitter import ModelEmitter
     from .writer import write_model
 
-    p = Prepared(index, case.name, case_op(case), prefix=f"case{index}", rtol=case.rtol, atol=case.atol)
+    p = Prepared(index, case.name, case_op(case), prefix=prefix or f"case{index}", rtol=case.rtol, atol=case.atol)
     try:
         if not case.data_sets:
             raise Onnx2EdgeError("no test data")
@@ -123,6 +127,7 @@ def _prepare(index: int, case: Any, out_dir: Path) -> Prepared:
             if len(g.inputs) != len(ins) or len(g.outputs) != len(outs):
                 raise Onnx2EdgeError("inputs/outputs differ from the test data")
             write_model(g, out_dir, prefix=p.prefix, weights_file=False, source_name=case.name)
+            p.graph = g
         p.io = {
             "inputs": [{"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))} for n in g.inputs],
             "outputs": [{"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))} for n in g.outputs],
@@ -314,6 +319,33 @@ def _process_batch(args: tuple[list[tuple[int, Any]], str, tuple[str, ...], bool
     return done
 
 
+def _emulated_case(args: tuple[int, Any, str, str]) -> CaseResult:
+    """One case for a foreign ISA (aarch64 under qemu): ctypes cannot load its library, so the
+    case becomes a model folder with its example program (main.c), built for `arch` and run."""
+    index, case, work, arch = args
+    out_dir = Path(tempfile.mkdtemp(prefix=f"case{index}_", dir=work))
+    p = _prepare(index, case, out_dir, prefix="model")
+    if p.result is not None:
+        return p.result
+    from .writer import write_support_files
+
+    write_support_files(p.graph, out_dir)
+    try:
+        exe = build_executable(out_dir, list(arch_flags(arch)), arch=arch)
+    except Onnx2EdgeError as e:
+        return CaseResult(p.name, p.op, "failed", f"compile: {str(e)[:300]}")
+    try:
+        io = {"inputs": p.io["inputs"], "outputs": p.io["outputs"]}
+        got = run_executable(exe, io, {s["name"]: a for s, a in zip(io["inputs"], p.inputs, strict=True)}, out_dir, arch)
+    except Exception as e:  # noqa: BLE001 - a crash fails this case only
+        return CaseResult(p.name, p.op, "failed", f"run error: {str(e)[:300]}")
+    for spec, exp in zip(io["outputs"], p.expected, strict=True):
+        ok, why = _matches(got[spec["name"]], exp, p.rtol, p.atol)
+        if not ok:
+            return CaseResult(p.name, p.op, "failed", f"output {spec['name']}: {why}")
+    return CaseResult(p.name, p.op, "passed")
+
+
 def run_conformance(
     cases: list[Any] | None = None,
     *,
@@ -321,10 +353,25 @@ def run_conformance(
     extra_cflags: Iterable[str] = (),
     sanitize: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    arch: str | None = None,
 ) -> list[CaseResult]:
+    """arch (--arch): x86 levels / native add that -march to the build; a foreign ISA (aarch64
+    under qemu) runs each case as its own program (slow: use a --filter subset)."""
     cases = collect_cases() if cases is None else cases
+    if arch is not None:
+        march = [f for f in arch_flags(arch) if f.startswith("-march=")]
+        extra_cflags = (*extra_cflags, *march)
     extra = tuple(extra_cflags) + (SANITIZE_FLAGS if sanitize else ())
     items = list(enumerate(cases))
+    if is_emulated(arch):
+        results: list[CaseResult] = []
+        with tempfile.TemporaryDirectory(prefix="onnx2edge-conformance-") as work:
+            with ProcessPoolExecutor(max_workers=jobs or 2, mp_context=mp.get_context("fork")) as ex:
+                for r in ex.map(_emulated_case, [(i, c, work, str(arch)) for i, c in items]):
+                    results.append(r)
+                    if progress:
+                        progress(len(results), len(items))
+        return results
     batches = [items[i : i + BATCH] for i in range(0, len(items), BATCH)]
     results: list[CaseResult] = []
     jobs = jobs or max(1, min(os.cpu_count() or 1, 4))

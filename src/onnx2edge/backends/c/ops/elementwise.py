@@ -155,11 +155,13 @@ def _alpha_beta_expr(op: str, node: Node, ct: str) -> str:
         return f"{a('gamma', 1.0507009873554805)} * (a > 0 ? a : {a('alpha', 1.6732632423543772)} * (exp{F}(a) - 1))"
     if op == "Celu":
         al = a("alpha", 1.0)
-        return f"fmax{F}(0, a) + fmin{F}(0, {al} * (exp{F}(a / {al}) - 1))"
+        # max(0, a) + min(0, ...) in a form that keeps NaN, as onnxruntime does
+        return f"a > 0 ? a : {al} * (exp{F}(a / {al}) - 1)"
     if op == "ThresholdedRelu":
         return f"a > {a('alpha', 1.0)} ? a : 0"
     if op == "HardSigmoid":
-        return f"fmax{F}(0, fmin{F}(1, {a('alpha', 0.2)} * a + {a('beta', 0.5)}))"
+        t = f"({a('alpha', 0.2)} * a + {a('beta', 0.5)})"
+        return f"{t} < 0 ? 0 : ({t} > 1 ? 1 : {t})"  # NaN stays NaN (onnxruntime)
     if op == "Gelu":
         if node.attr("approximate", "none") == "tanh":
             return f"0.5{F} * a * (1 + tanh{F}({_lit(ct, np.sqrt(2 / np.pi))} * (a + {_lit(ct, 0.044715)} * a * a * a)))"
@@ -420,6 +422,11 @@ def clip(ctx: NodeContext) -> str:
                     lo = "bc"[len(ops) - 2]
                 else:
                     hi = "bc"[len(ops) - 2]
+    if ct in ("float", "double") and not is_storage(out.dtype):
+        # a missing bound is the type's numeric limit: +-Inf clamps to it (onnxruntime, spec)
+        big = _lit(ct, float(np.finfo(np.float64 if ct == "double" else np.float32).max))
+        lo = f"-{big}" if lo is None else lo
+        hi = big if hi is None else hi
     expr = "a"
     if lo is not None:
         expr = f"({expr} < {lo} ? {lo} : {expr})"

@@ -14,7 +14,7 @@ import numpy as np
 from ....passes.fuse_activation import Activation
 from ..emitter import NodeContext, c_literal
 from ..gemm_pack import pack_a, packed_a_size, sgemm_workspace_bytes
-from .common import act_expr
+from .common import act_expr, clip_bounds
 
 # Workspace is planned for up to this many threads; a build asking for more fails loudly.
 MAX_THREADS = 4
@@ -32,8 +32,8 @@ def act_struct(act: Activation | None) -> tuple[str, bool]:
     """The o2e_act initialiser, and whether the activation still needs a separate loop."""
     if act is None or act.op not in _KINDS:
         return "(o2e_act){0, 0.0f, 0.0f}", act is not None
-    a = c_literal(max(act.alpha, -3.4e38) if act.op == "Clip" else act.alpha, np.float32)
-    b = c_literal(min(act.beta, 3.4e38), np.float32)
+    lo, hi = clip_bounds(act.alpha, act.beta) if act.op == "Clip" else (act.alpha, act.beta)
+    a, b = c_literal(lo, np.float32), c_literal(hi, np.float32)
     return f"(o2e_act){{{_KINDS[act.op]}, {a}, {b}}}", False
 
 

@@ -10,7 +10,7 @@ from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor, c_literal
 from ..gemm_pack import sgemm_workspace_bytes
 from . import pool2d, register_op
-from .common import act_expr, fused_act, strides
+from .common import act_expr, clip_bounds, fused_act, strides
 from .gemm import (
     MAX_THREADS,
     _use_engine,
@@ -359,7 +359,8 @@ def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl,
     if act is not None and act.op == "Relu":
         kind = 1
     elif act is not None and act.op == "Clip":
-        kind, lo, hi = 2, c_literal(max(act.alpha, -3.4e38), np.float32), c_literal(min(act.beta, 3.4e38), np.float32)
+        b = clip_bounds(act.alpha, act.beta)
+        kind, lo, hi = 2, c_literal(b[0], np.float32), c_literal(b[1], np.float32)
     elif act is not None:
         post = act
     name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind)
