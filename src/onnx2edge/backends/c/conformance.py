@@ -333,6 +333,8 @@ def format_doc(summary: dict[str, Any], results: list[CaseResult]) -> str:
         "",
         "Measured with: `onnx2edge conformance --target c --write-doc docs/conformance.md`",
         "",
+        f"Each case's status: `{EXPECTED_FILE}` (regenerate: `{WRITE_EXPECTED}`).",
+        "",
         format_table(summary),
         "",
         "## Most common reasons a case is unsupported",

@@ -3,24 +3,22 @@ that says so. tests/test_op_coverage.py checks that every ONNX op is registered 
 this package or listed here, and that nothing listed here is registered (remove the entry when
 you add the op; ops/TEMPLATE.py shows how).
 
-The reasons come from the conformance run (tests/conformance/c.expected): where every case of
-an op is refused with "no C emitter for this op", the entry says so; where the cases are
-refused earlier (sequence, optional or string data; a shape only known at run time), the entry
-gives that reason.
+ModelEmitter.unsupported() appends the reason to "no C emitter for this op", so `convert`,
+`check` and the conformance list (tests/conformance/c.expected) show it. The reasons come from
+that conformance run: "not written yet" where nothing else refuses the op's cases; otherwise
+what does (sequence, optional or string data; a shape only known at run time).
 """
 
 from __future__ import annotations
 
-_NO_EMITTER = "no C emitter yet"
+_NO_EMITTER = "not written yet"
 _SEQUENCE = "takes or returns a sequence: the C backend has tensors only"
 _OPTIONAL = "takes or returns an optional value: the C backend has tensors only"
 _STRING = "string tensors: the C backend has numeric and bool tensors only"
-_RANDOM = "draws random numbers: no C emitter (outputs could not be checked against onnxruntime)"
-_SUBGRAPH = "control flow with subgraph attributes: no C emitter"
+_RANDOM = "it draws random numbers, which could not be checked against onnxruntime"
+_SUBGRAPH = "control flow: subgraph attributes are not lowered to C"
 _DATA_SHAPE = "its output shape depends on the input values; C tensors have static shapes"
-_WINDOW = (
-    "no C emitter yet; its function body is refused too (its Range output has no static shape)"
-)
+_WINDOW = "not written yet; its function body is refused too (its Range output has no static shape)"
 
 UNSUPPORTED: dict[str, str] = {
     "Bernoulli": _RANDOM,
@@ -31,13 +29,13 @@ UNSUPPORTED: dict[str, str] = {
     "HammingWindow": _WINDOW,
     "HannWindow": _WINDOW,
     "If": _SUBGRAPH,
-    "ImageDecoder": "no C emitter: it decodes encoded images (JPEG, PNG, ...), a codec's job",
+    "ImageDecoder": "it decodes encoded images (JPEG, PNG, ...): a codec's job",
     "Loop": _SUBGRAPH,
     "MaxRoiPool": _NO_EMITTER,
     "MaxUnpool": _NO_EMITTER,
     "MelWeightMatrix": _NO_EMITTER,
     "Multinomial": _RANDOM,
-    "NonMaxSuppression": f"no C emitter; {_DATA_SHAPE}",
+    "NonMaxSuppression": f"not written yet; {_DATA_SHAPE}",
     "Optional": _OPTIONAL,
     "OptionalGetElement": _OPTIONAL,
     "RandomNormal": _RANDOM,
