@@ -35,6 +35,20 @@ def tensor(name: str, arr: np.ndarray) -> onnx.TensorProto:
     return numpy_helper.from_array(arr, name)
 
 
+def check_golden(golden: Path, data: bytes) -> None:
+    """`data` must equal the committed file `golden` byte for byte (tests/golden/).
+
+    With ONNX2EDGE_UPDATE_GOLDEN=1 the file is rewritten instead: review its diff like code.
+    """
+    if os.environ.get("ONNX2EDGE_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_bytes(data)
+    assert golden.is_file(), f"missing golden file {golden}; run with ONNX2EDGE_UPDATE_GOLDEN=1"
+    assert data == golden.read_bytes(), (
+        f"{golden.name} differs from {golden}; if intended, rerun with ONNX2EDGE_UPDATE_GOLDEN=1"
+    )
+
+
 @pytest.fixture
 def example() -> Path:
     return EXAMPLE

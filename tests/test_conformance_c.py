@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from onnx2edge.backends.c.conformance import collect_cases, run_conformance, summarize
+from onnx2edge.backends.c.conformance import (
+    EXPECTED_FILE,
+    WRITE_EXPECTED,
+    CaseResult,
+    collect_cases,
+    expected_diff,
+    expected_text,
+    run_conformance,
+    stable_reason,
+    summarize,
+)
 
-# Raised as coverage grows; docs/conformance.md holds the current table.
+# A floor under the per-case list below; docs/conformance.md holds the current table.
 MIN_PASSED = 1700
+EXPECTED = Path(__file__).resolve().parent.parent / EXPECTED_FILE
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +32,42 @@ def test_conformance_floor(results) -> None:  # noqa: ANN001
     s = summarize(results)
     assert s["total"] >= 1800
     assert s["passed"] >= MIN_PASSED, f"{s['passed']} passed, floor {MIN_PASSED}"
+
+
+def test_each_case_as_expected(results) -> None:  # noqa: ANN001
+    """tests/conformance/c.expected holds every case's status: a case that starts passing or
+    stops passing (or is refused for another reason) fails here until the file is updated in
+    the same commit, so the change is reviewed."""
+    import onnx
+
+    text = EXPECTED.read_text()
+    diff = expected_diff(text, expected_text(results))
+    note = "" if f"(onnx {onnx.__version__})" in text.splitlines()[0] else (
+        f"\nNote: the file was written with another onnx version (now {onnx.__version__}): "
+        f"{text.splitlines()[0]}"
+    )
+    assert not diff, (
+        f"conformance differs from {EXPECTED_FILE} (- expected, + now):\n{diff}\n"
+        f"If the change is intended, regenerate the file with:\n  {WRITE_EXPECTED}{note}"
+    )
+
+
+def test_expected_lines_are_stable() -> None:
+    """Reasons keep no node name, path or address, so the file does not churn between runs."""
+    r = CaseResult(
+        "test_x", "Conv", "unsupported",
+        "node '#3' (op Conv, opset 21): compile /tmp/tmpab12/case7.c at 0x7f00deadbeef\nmore",
+    )
+    assert stable_reason(r.detail) == "op Conv, opset 21: compile <path> at 0x?"
+    text = expected_text([r, CaseResult("test_a", "Abs", "passed")])
+    assert text.splitlines()[-2:] == [
+        "test_a passed",
+        "test_x unsupported: op Conv, opset 21: compile <path> at 0x?",
+    ]
+    assert expected_diff(text, text) == ""
+    assert expected_diff(text, text.replace("test_a passed", "test_a unsupported: x")) == (
+        "--- expected\n+++ actual\n-test_a passed\n+test_a unsupported: x\n"
+    )
 
 
 def test_no_case_fails(results) -> None:  # noqa: ANN001

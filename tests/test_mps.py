@@ -26,6 +26,8 @@ from onnx2edge.errors import Onnx2EdgeError
 from onnx2edge.frontend.loader import load
 from onnx2edge.passes import run_passes
 
+from conftest import check_golden
+
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden" / "mps"
 TOLERANCE = 1e-4
@@ -719,14 +721,7 @@ def test_golden_swift(tmp_path: Path, build: Callable[[], onnx.ModelProto] | str
     files = _emit_files(model, tmp_path / "a")
     for rel, data in files.items():
         if rel.endswith((".swift", ".md")) or rel.endswith("Package.swift"):
-            golden = GOLDEN / name / rel
-            if os.environ.get("ONNX2EDGE_UPDATE_GOLDEN"):
-                golden.parent.mkdir(parents=True, exist_ok=True)
-                golden.write_bytes(data)
-            assert golden.is_file(), (
-                f"missing golden file {golden}; run with ONNX2EDGE_UPDATE_GOLDEN=1"
-            )
-            assert data == golden.read_bytes(), f"{rel} differs from {golden}"
+            check_golden(GOLDEN / name / rel, data)
 
 
 def test_output_is_deterministic(tmp_path: Path) -> None:

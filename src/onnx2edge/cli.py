@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--filter", metavar="REGEX", help="only cases whose name matches")
     s.add_argument("--failures", action="store_true", help="list every failed / unsupported case with its reason")
     s.add_argument("--write-doc", metavar="FILE", help="also write the markdown table to FILE")
+    s.add_argument("--write-expected", metavar="FILE", help="write each case's status to FILE "
+                   "(tests/conformance/c.expected; needs the full run, no --filter)")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     _arch(s)
     _common(s)
@@ -287,6 +289,8 @@ def _cmd_conformance(a: argparse.Namespace) -> int:
 
     from .backends.c import conformance as conf
 
+    if a.write_expected and a.filter:
+        raise Onnx2EdgeError("--write-expected lists every case: drop --filter")
     cases = conf.collect_cases()
     if a.filter:
         rx = re.compile(a.filter)
@@ -301,6 +305,10 @@ def _cmd_conformance(a: argparse.Namespace) -> int:
         from .fsutil import write_text_atomic
 
         write_text_atomic(a.write_doc, conf.format_doc(summary, results))
+    if a.write_expected:
+        from .fsutil import write_text_atomic
+
+        write_text_atomic(a.write_expected, conf.expected_text(results))
     if a.json:
         print(json.dumps(summary, indent=1))
     else:

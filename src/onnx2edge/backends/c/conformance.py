@@ -9,9 +9,11 @@ A case the backend cannot express is `unsupported`; only a wrong or crashing res
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import multiprocessing as mp
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -438,6 +440,8 @@ def format_doc(summary: dict[str, Any], results: list[CaseResult]) -> str:
         "",
         "Measured with: `onnx2edge conformance --target c --write-doc docs/conformance.md`",
         "",
+        f"Each case's status: `{EXPECTED_FILE}` (regenerate: `{WRITE_EXPECTED}`).",
+        "",
         format_table(summary),
         "",
         "## Most common reasons a case is unsupported",
@@ -450,3 +454,50 @@ def format_doc(summary: dict[str, Any], results: list[CaseResult]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# The expected status of every case (tests/conformance/c.expected): a case newly passing or
+# newly refused shows up as a diff in review, not as a silently moved floor.
+# --------------------------------------------------------------------------------------------
+EXPECTED_FILE = "tests/conformance/c.expected"
+WRITE_EXPECTED = f"onnx2edge conformance --target c --write-expected {EXPECTED_FILE}"
+
+_NODE_NAME = re.compile(r"node '(?:[^'\\]|\\.)*' \((op [^)]*)\)")
+_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+
+
+def stable_reason(detail: str) -> str:
+    """`detail` without what varies between runs or machines: node names (the loader may
+    number unnamed nodes), file paths (temporary folders) and memory addresses."""
+    s = _NODE_NAME.sub(r"\1", detail.splitlines()[0] if detail else "")
+    s = _PATH.sub("<path>", s)
+    s = _ADDRESS.sub("0x?", s)
+    return " ".join(s.split())
+
+
+def expected_line(r: CaseResult) -> str:
+    return r.name + " " + (r.status if r.status == "passed" else f"{r.status}: {stable_reason(r.detail)}")
+
+
+def expected_text(results: list[CaseResult]) -> str:
+    """One line per case, sorted by name: `<case> passed` or `<case> unsupported: <reason>`."""
+    import onnx
+
+    header = [
+        f"# Expected status of each ONNX node test case (onnx {onnx.__version__}) in the C backend.",
+        "# tests/test_conformance_c.py fails on any difference, either way. Regenerate with:",
+        f"#   {WRITE_EXPECTED}",
+    ]
+    return "\n".join([*header, *sorted(expected_line(r) for r in results)]) + "\n"
+
+
+def expected_diff(expected: str, actual: str) -> str:
+    """Unified diff of the case lines (comments ignored); empty when they agree."""
+
+    def cases(text: str) -> list[str]:
+        return [ln + "\n" for ln in text.splitlines() if ln and not ln.startswith("#")]
+
+    diff = difflib.unified_diff(cases(expected), cases(actual), "expected", "actual", n=0)
+    return "".join(ln for ln in diff if not ln.startswith("@@"))

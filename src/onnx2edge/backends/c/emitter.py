@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import Graph, Node
 from ...ir.proto import release_pages
+from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
 
 CTYPES: dict[str, str] = {
@@ -320,7 +321,8 @@ class ModelEmitter:
             spec = self.ops.get(node.op_type) if node.domain in ("", "ai.onnx") else None
             where = f"node '{node.name}' (op {node.op_type}, opset {self.graph.opset})"
             if spec is None:
-                problems.append(f"{where}: no C emitter for this op")
+                why = UNSUPPORTED.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+                problems.append(f"{where}: no C emitter for this op{f' ({why})' if why else ''}")
                 continue
             for name in (*node.inputs, *node.outputs):
                 if not name:

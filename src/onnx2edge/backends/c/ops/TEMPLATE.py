@@ -1,0 +1,58 @@
+"""TEMPLATE: how to add an op to the C backend. Copy what you need into the module of the op's
+family (ops/elementwise.py, ops/reduce.py, ...) or into a new ops/<family>.py: every module in
+this package is imported by `load_all()` (this file excepted), so registering is enough.
+
+The example is a made-up op `MyOp` with LeakyRelu's meaning, y = x < 0 ? alpha * x : x.
+tests/test_op_coverage.py runs this very file under the name LeakyRelu against onnxruntime,
+so it stays true to the code.
+
+1. Register: `@register_op("MyOp", check=_check)`. One name, one emitter; registering a name
+   twice raises. A backend claims exactly the ops it registers (tests/test_op_coverage.py):
+   an ONNX op you do not register goes in ops/unsupported.py with its reason.
+2. Check: `_check(node, graph) -> str | None` refuses a node the emitter cannot do, with a
+   reason the user reads (`convert`, `check` and the conformance list print it). It runs after
+   the generic checks of ModelEmitter.unsupported(): every tensor has a static shape and a
+   dtype of emitter.CTYPES (float16 etc. only for ops listed in STORAGE_DTYPE_OPS).
+3. Emit: `my_op(ctx) -> str` returns the C statements of one node. Everything comes from the
+   NodeContext (emitter.py): ctx.x(i) / ctx.y(i) are the input / output Tensors (.sym the C
+   pointer, .shape, .size, .ctype, .dtype), ctx.has_input(i) for optional inputs, ctx.const(i)
+   an input's value when it is known at conversion time, ctx.attr(name, default) an attribute
+   (the default is the ONNX schema's), ctx.helper(name, code) a static C function added once,
+   ctx.scratch(nbytes, ctype) arena memory for this node only, ctx.weight(hint, array) a
+   derived constant (repacked weights), ctx.kernel(name) records the kernel chosen. Shapes are
+   static, so loop bounds are constants; the code must be C99 that compiles under
+   build.STRICT_FLAGS (-Wall -Wextra -Werror) and follow onnxruntime on NaN and Inf.
+4. Test: a unit test in tests/test_c_<family>.py that builds the model with conftest.make_model
+   and compares the compiled C with onnxruntime (see tests/test_c_reduce_norm.py); then
+   `onnx2edge conformance --target c --filter '^test_myop'` and regenerate the per-case list
+   with `onnx2edge conformance --target c --write-expected tests/conformance/c.expected`.
+"""
+
+from __future__ import annotations
+
+from ....ir import Graph, Node
+from ..emitter import NodeContext, c_literal
+from . import register_op
+
+OP_TYPE = "MyOp"
+
+
+def _check(node: Node, graph: Graph) -> str | None:
+    """None if the emitter handles `node`, else why not (one line)."""
+    t = graph.type_of(node.inputs[0])
+    if t is None or t.dtype.kind != "f":
+        return f"{node.op_type} takes float input"
+    return None
+
+
+@register_op(OP_TYPE, check=_check)
+def my_op(ctx: NodeContext) -> str:
+    x, y = ctx.x(0), ctx.y(0)
+    alpha = c_literal(ctx.attr("alpha", 0.01), x.dtype)  # an exact C literal of x's type
+    # NaN < 0 is false, so NaN passes through unchanged, as in onnxruntime
+    return (
+        f"for (size_t i = 0; i < {y.size}; ++i) {{\n"
+        f"  const {x.ctype} v = {x.sym}[i];\n"
+        f"  {y.sym}[i] = v < 0 ? {alpha} * v : v;\n"
+        "}"
+    )

@@ -1,0 +1,53 @@
+"""Golden files for the generated C of two small models (tests/golden/c/<model>/).
+
+The C a model converts to must not change unless the change is meant: a diff here is
+reviewed like code. Regenerate with ONNX2EDGE_UPDATE_GOLDEN=1 (the mechanism test_mps.py
+uses, `conftest.check_golden`). Weights go to model_weights.bin (--weights-file) so model.c
+holds code only; the binary weights are compared through their SHA-256, and the runtime
+header (o2e_gemm.h) must be the packaged file itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from onnx2edge import api
+from onnx2edge.backends.c import build as c_build
+
+from conftest import ROOT, check_golden
+
+GOLDEN = Path(__file__).parent / "golden" / "c"
+RUNTIME = Path(c_build.__file__).parent / "runtime"
+MODELS = {
+    "tiny_cnn": ROOT / "examples" / "tiny_cnn.onnx",  # Conv kernels, pooling, Gemm
+    "sdpa_block": ROOT / "tests" / "fixtures" / "torch" / "sdpa_block.dynamo.onnx",  # attention
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_golden_c(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in list(os.environ):  # kernel switches (ONNX2EDGE_WINOGRAD=0, ...) would change the C
+        if var.startswith("ONNX2EDGE_") and var != "ONNX2EDGE_UPDATE_GOLDEN":
+            monkeypatch.delenv(var)
+    out = tmp_path / name
+    api.convert(MODELS[name], "c", out, options={"weights_file": True})
+    files = sorted(p.name for p in out.iterdir())
+    assert {"model.c", "model.h", "main.c", "model_weights.bin", "onnx2edge.json"} <= set(files)
+    for rel in files:
+        data = (out / rel).read_bytes()
+        if (RUNTIME / rel).is_file():  # copied verbatim from the package
+            assert data == (RUNTIME / rel).read_bytes(), rel
+        elif rel.endswith(".bin"):
+            digest = hashlib.sha256(data).hexdigest() + f"  {rel}\n"
+            check_golden(GOLDEN / name / f"{rel}.sha256", digest.encode())
+        else:
+            check_golden(GOLDEN / name / rel, data)
+    # a golden file no longer generated would otherwise linger unchecked
+    stale = {p.name for p in (GOLDEN / name).iterdir()} - {
+        f"{f}.sha256" if f.endswith(".bin") else f for f in files
+    }
+    assert not stale, f"golden files no longer generated: {sorted(stale)}"
