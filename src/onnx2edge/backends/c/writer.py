@@ -16,6 +16,7 @@ from .emitter import (
     array_literal,
     c_ident,
 )
+from .ops.sparse import mode as sparse_mode
 from .planner import ALIGN
 
 
@@ -179,7 +180,7 @@ def write_model(
         ]
     else:
         c += [f"int {P}_init(const char *weights_path)", "{", "  (void)weights_path;  /* weights are compiled in */", "  return 0;", "}"]
-    kernel_name = "o2e_gemm_kernel_name()" if em.runtime_files else '"none"'
+    kernel_name = "o2e_gemm_kernel_name()" if "o2e_gemm.h" in em.runtime_files else '"none"'
     c += [
         "",
         f"const char *{P}_gemm_kernel(void) {{ return {kernel_name}; }}",
@@ -254,6 +255,9 @@ def write_model(
         "weights_in_file": bool(to_file),
         "nodes": len(graph.nodes),
         "kernels": dict(sorted(em.kernels.items())),
+        "sparse_layers": em.sparse_layers,
+        "sparse_mode": sparse_mode(),
+        "sparse_bytes_saved": sum(d["bytes_saved"] for d in em.sparse_layers),
         "runtime_files": sorted(em.runtime_files),
     }
 

@@ -1,0 +1,153 @@
+"""Sparse kernels for pruned weights (issue 14): fully connected layers (Gemm / MatMul with a
+constant 2-D weight, any batch) and 1x1 convolutions (stride 1, no padding, group 1).
+
+A layer goes sparse only when its constant weight has few enough nonzeros that the sparse
+kernel measured faster than our dense one (BREAK_EVEN below); dense stays dense. The weights
+are stored in CSR (runtime/o2e_sparse.h explains the kernels and the NaN/Inf handling), and
+the original dense weight is not emitted, so the weight bytes shrink with the sparsity.
+
+The hooks in nn.py run before the dense paths read the weight input (reading it registers
+the dense constant in the generated file).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..emitter import NodeContext, Tensor
+from .common import act_expr, fused_act
+
+HEADER = "o2e_sparse.h"
+
+# Largest density (nonzeros / weights) at which each sparse kernel is used. Measured with
+# tools/sparse_breakeven.py (random unstructured masks, one thread, medians of 30 runs, ratio
+# sparse / our dense build in the same process, machine shared with other jobs) on
+# "Intel Xeon @ 2.80GHz" (AVX-512; AVX2 = -march=x86-64-v3): the density where sparse and
+# dense cross, rounded down, taking the lower of the two ISAs so a layer that goes sparse is
+# faster on both. See docs/pruning.md for the table.
+BREAK_EVEN = {
+    "fc_batch1": 0.35,  # spmv (gather): crosses at ~0.45 (AVX-512) / ~0.40 (AVX2)
+    "fc_batchN": 0.40,  # spmm on 64-row transposed tiles
+    "conv1x1": 0.40,  # spmm over the pixels (NCHW)
+}
+# Below this many weights the dense kernel's overheads are negligible either way: stay dense.
+MIN_WEIGHTS = 4096
+
+
+def _csr(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """rowptr, col, val of W[M][K] (int32, int32, float32); NaN weights count as nonzero."""
+    nzmask = w != 0
+    rows, cols = np.nonzero(nzmask)
+    rowptr = np.zeros(w.shape[0] + 1, np.int32)
+    np.cumsum(np.count_nonzero(nzmask, axis=1), out=rowptr[1:])
+    return rowptr, cols.astype(np.int32), w[rows, cols].astype(np.float32)
+
+
+def density(w: np.ndarray) -> float:
+    return float(np.count_nonzero(w)) / w.size if w.size else 1.0
+
+
+def mode() -> str:
+    """ONNX2EDGE_SPARSE: "auto" (default: the break-even rule), "off" (dense kernels only) or
+    "force" (every eligible layer with any zero weight; to measure the break-even). Recorded
+    in the manifest's stats (sparse_mode) since it changes the generated code."""
+    m = os.environ.get("ONNX2EDGE_SPARSE", "auto")
+    return m if m in ("auto", "off", "force") else "auto"
+
+
+def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
+    """True when a constant float32 weight (outputs x inputs) is sparse enough for `kind`."""
+    m = mode()
+    if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < MIN_WEIGHTS:
+        return False
+    return density(w) < 1.0 if m == "force" else density(w) <= BREAK_EVEN[kind]
+
+
+def _use(ctx: NodeContext) -> None:
+    ctx.helper("o2e_sparse_include", f'#include "{HEADER}"\n')
+    ctx.model.runtime_files.add(HEADER)
+
+
+def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
+    ctx.kernel(f"sparse {kind.replace('_', ' ')} (CSR)")
+    ctx.model.sparse_layers.append({
+        "node": ctx.node.name, "kind": kind, "shape": list(w.shape),
+        "density": round(nnz / w.size, 4), "dense_bytes": int(w.size * 4),
+        "sparse_bytes": int(stored), "bytes_saved": int(w.size * 4 - stored),
+    })
+
+
+def _weights(ctx: NodeContext, w: np.ndarray) -> tuple[str, str, str, int, int]:
+    rowptr, col, val = _csr(w)
+    stored = rowptr.nbytes + col.nbytes + val.nbytes
+    return (ctx.weight("sp_rowptr", rowptr), ctx.weight("sp_col", col), ctx.weight("sp_val", val),
+            int(val.size), stored)
+
+
+def _act_loop(ctx: NodeContext, y: str, n: int) -> str:
+    act = fused_act(ctx)
+    if act is None:
+        return ""
+    # Relu keeps NaN (as onnxruntime and the dense engine's vmaxps do)
+    expr = "(v < 0.0f ? 0.0f : v)" if act.op == "Relu" else act_expr(act, "v")
+    return f"\nfor (size_t i = 0; i < {n}; ++i) {{ const float v = {y}[i]; {y}[i] = {expr}; }}"
+
+
+def try_fc(ctx: NodeContext, x: Tensor, w: np.ndarray | None, y: Tensor, B: int, K: int, N: int,
+           *, alpha: float = 1.0, beta: float = 1.0, with_bias: bool = True) -> str | None:
+    """y[B][N] = alpha * x[B][K] . W^T + beta * C with W[N][K] constant, or None (stay dense)."""
+    kind = "fc_batch1" if B == 1 else "fc_batchN"
+    if w is None or not sparse_applicable(np.asarray(w), kind):
+        return None
+    bias_sym = "NULL"
+    if with_bias and ctx.has_input(2) and beta != 0.0:
+        cc = ctx.const(2)
+        if cc is None or cc.size not in (1, N) or cc.dtype != np.float32:
+            return None
+        b = np.broadcast_to(cc.reshape(-1) * np.float32(beta), (N,)).astype(np.float32)
+        bias_sym = ctx.weight("sp_bias", b)
+    wv = np.asarray(w, np.float32) * np.float32(alpha) if alpha != 1.0 else np.asarray(w, np.float32)
+    rp, col, val, nnz, stored = _weights(ctx, wv)
+    _use(ctx)
+    _record(ctx, kind, wv, nnz, stored)
+    tile = min(B, 64)
+    xt = ctx.scratch(K * tile * 4) if B > 1 else "NULL"
+    yt = ctx.scratch(N * tile * 4) if B > 1 else "NULL"
+    return (f"o2e_sparse_fc({B}, {N}, {K}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, {y.sym}, "
+            f"{xt}, {yt});" + _act_loop(ctx, y.sym, B * N))
+
+
+def try_conv1x1(ctx: NodeContext) -> str | None:
+    """A 1x1 convolution (stride 1, no padding, group 1, NCHW) with a sparse constant weight."""
+    from ....passes.fuse_residual import has_residual
+
+    w = ctx.const(1)
+    if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or has_residual(ctx.node):
+        return None
+    if int(ctx.attr("group", 1)) != 1 or any(int(v) != 1 for v in ctx.attr("strides", [1, 1])):
+        return None
+    if any(int(v) != 0 for v in ctx.attr("pads", [0, 0, 0, 0])):
+        return None
+    if ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
+        return None
+    x, y = ctx.x(0), ctx.y(0)
+    if x.rank != 4 or x.dtype != np.float32 or tuple(y.shape[2:]) != tuple(x.shape[2:]):
+        return None
+    w2 = w.reshape(w.shape[0], -1)
+    if not sparse_applicable(w2, "conv1x1"):
+        return None
+    N, C, H, W = x.shape
+    M = w.shape[0]
+    bias_sym = "NULL"
+    if ctx.has_input(2):
+        b = ctx.const(2)
+        if b is None:
+            return None
+        bias_sym = ctx.weight("sp_bias", b.reshape(-1).astype(np.float32))
+    rp, col, val, nnz, stored = _weights(ctx, w2)
+    _use(ctx)
+    _record(ctx, "conv1x1", w2, nnz, stored)
+    return (f"o2e_sparse_conv1x1({N}, {M}, {C}, {H * W}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, "
+            f"{y.sym});" + _act_loop(ctx, y.sym, y.size))

@@ -1,0 +1,233 @@
+/* o2e_sparse.h - sparse (pruned) fully connected layers and 1x1 convolutions (issue 14).
+ *
+ * Weights W[M][K] (M outputs, K inputs) in CSR: rowptr[M+1], col[nnz] (input index), val[nnz].
+ * Two kernels:
+ *
+ *  - o2e_spmm: Y[M][P] = W . X[K][P] with the P columns (pixels of a 1x1 convolution in NCHW,
+ *    or batch rows of a fully connected layer after a tile transpose) as the SIMD lanes. Per
+ *    nonzero weight: one broadcast and one FMA per 16 lanes, so the vector units stay full
+ *    whatever the sparsity pattern (the XNNPACK / "Fast Sparse ConvNets" layout). Written
+ *    with GCC / clang vector extensions (16 lanes): one source that compiles to one zmm
+ *    (AVX-512), two ymm (AVX2), four xmm (SSE) or four NEON q registers per vector; plain C
+ *    elsewhere.
+ *  - o2e_spmv: y[M] = W . x[K] at batch 1: per row, 16 (AVX-512) or 8 (AVX2) nonzeros at a
+ *    time with a gather of x; scalar with four accumulators otherwise.
+ *
+ * Non-finite inputs: onnxruntime's dense GEMM also multiplies the pruned (zero) weights, and
+ * 0 * Inf and 0 * NaN are NaN. A skipped zero would give a finite output instead, so when an
+ * input column holds a non-finite value (one cheap scan: x * 0 is NaN exactly then), every
+ * output whose row has no nonzero weight on that input is set to NaN, as dense math does.
+ */
+#ifndef O2E_SPARSE_H
+#define O2E_SPARSE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define O2E_SP_VEC 1
+typedef float o2e_spv __attribute__((vector_size(64)));
+/* unaligned load / store (vmovups, ldr q); macros, not functions: a 64-byte vector passed by
+ * value would change the ABI without AVX-512 (-Wpsabi) */
+#define O2E_SPV_LOAD(v, p) memcpy(&(v), (p), sizeof(o2e_spv))
+#define O2E_SPV_STORE(p, v) memcpy((p), &(v), sizeof(o2e_spv))
+#else
+#define O2E_SP_VEC 0
+#endif
+
+/* 1 when every x[i] (i < n) is finite: x * 0 is NaN exactly for NaN and +-Inf. */
+static inline int o2e_sp_all_finite(const float *x, size_t n) {
+  float acc = 0.0f;
+  size_t i;
+  for (i = 0; i < n; ++i) acc += x[i] * 0.0f;
+  return acc == acc;
+}
+
+/* The dense-math NaNs of the pruned weights (see the top of this file); y is pre-activation. */
+static inline void o2e_sp_nonfinite(int M, int K, int P, const int *rowptr, const int *col,
+                             const float *x, int ldx, float *y, int ldy) {
+  int p, k, m, j;
+  for (p = 0; p < P; ++p) {
+    int nbad = 0;
+    for (k = 0; k < K; ++k) nbad += !isfinite(x[(size_t)k * ldx + p]);
+    if (!nbad) continue;
+    for (m = 0; m < M; ++m) {
+      int hits = 0;
+      for (j = rowptr[m]; j < rowptr[m + 1]; ++j) hits += !isfinite(x[(size_t)col[j] * ldx + p]);
+      if (hits < nbad) y[(size_t)m * ldy + p] = NAN;
+    }
+  }
+}
+
+/* Y[m][p] = bias[m] + sum_j val[j] * X[col[j]][p] for p < P (X row stride ldx, Y ldy). */
+static inline void o2e_spmm(int M, int K, int P, const int *rowptr, const int *col, const float *val,
+                     const float *x, int ldx, const float *bias, float *y, int ldy) {
+  int p = 0, m, j;
+#if O2E_SP_VEC
+  /* 64 lanes (4 vectors) per pass: the X tile K x 64 stays in L1/L2 across all M rows */
+  for (; p + 64 <= P; p += 64)
+    for (m = 0; m < M; ++m) {
+      const float b = bias ? bias[m] : 0.0f;
+      o2e_spv a0 = {0}, a1, a2, a3;
+      a0 += b;
+      a1 = a0, a2 = a0, a3 = a0;
+      for (j = rowptr[m]; j < rowptr[m + 1]; ++j) {
+        const float w = val[j];
+        const float *xr = x + (size_t)col[j] * ldx + p;
+        o2e_spv x0, x1, x2, x3;
+        O2E_SPV_LOAD(x0, xr);
+        O2E_SPV_LOAD(x1, xr + 16);
+        O2E_SPV_LOAD(x2, xr + 32);
+        O2E_SPV_LOAD(x3, xr + 48);
+        a0 += w * x0;
+        a1 += w * x1;
+        a2 += w * x2;
+        a3 += w * x3;
+      }
+      float *yr = y + (size_t)m * ldy + p;
+      O2E_SPV_STORE(yr, a0);
+      O2E_SPV_STORE(yr + 16, a1);
+      O2E_SPV_STORE(yr + 32, a2);
+      O2E_SPV_STORE(yr + 48, a3);
+    }
+  for (; p + 16 <= P; p += 16)
+    for (m = 0; m < M; ++m) {
+      o2e_spv a0 = {0};
+      a0 += bias ? bias[m] : 0.0f;
+      for (j = rowptr[m]; j < rowptr[m + 1]; ++j) {
+        o2e_spv x0;
+        O2E_SPV_LOAD(x0, x + (size_t)col[j] * ldx + p);
+        a0 += val[j] * x0;
+      }
+      O2E_SPV_STORE(y + (size_t)m * ldy + p, a0);
+    }
+#endif
+  if (p < P) {
+    /* the last P - p < 16 lanes (e.g. 49 pixels of a 7x7 map): rows outer, then the row's
+     * nonzeros, lanes innermost, so each nonzero reads one contiguous run of X */
+    const int r = P - p;
+    for (m = 0; m < M; ++m) {
+      float acc[16];
+      int q;
+      for (q = 0; q < r; ++q) acc[q] = bias ? bias[m] : 0.0f;
+      for (j = rowptr[m]; j < rowptr[m + 1]; ++j) {
+        const float w = val[j];
+        const float *xr = x + (size_t)col[j] * ldx + p;
+        for (q = 0; q < r; ++q) acc[q] += w * xr[q];
+      }
+      for (q = 0; q < r; ++q) y[(size_t)m * ldy + p + q] = acc[q];
+    }
+  }
+  (void)K;
+}
+
+/* y[m] = bias[m] + sum_j val[j] * x[col[j]] (batch 1). */
+static inline void o2e_spmv(int M, const int *rowptr, const int *col, const float *val, const float *x,
+                     const float *bias, float *y) {
+  int m;
+  for (m = 0; m < M; ++m) {
+    int j = rowptr[m];
+    const int j1 = rowptr[m + 1];
+    float s = bias ? bias[m] : 0.0f;
+#if defined(__AVX512F__)
+    __m512 acc = _mm512_setzero_ps();
+    for (; j + 16 <= j1; j += 16)
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(val + j),
+                            _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(col + j)), x, 4), acc);
+    if (j < j1) {
+      const __mmask16 k = (__mmask16)((1u << (j1 - j)) - 1u);
+      const __m512i idx = _mm512_maskz_loadu_epi32(k, col + j);
+      const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, x, 4);
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, val + j), g, acc);
+    }
+    s += _mm512_reduce_add_ps(acc);
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 acc = _mm256_setzero_ps();
+    for (; j + 8 <= j1; j += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(val + j),
+                            _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(col + j)), 4),
+                            acc);
+    {
+      __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+      s += _mm_cvtss_f32(h);
+    }
+    for (; j < j1; ++j) s += val[j] * x[col[j]];
+#else
+    {
+      float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+      for (; j + 4 <= j1; j += 4) {
+        s0 += val[j] * x[col[j]];
+        s1 += val[j + 1] * x[col[j + 1]];
+        s2 += val[j + 2] * x[col[j + 2]];
+        s3 += val[j + 3] * x[col[j + 3]];
+      }
+      for (; j < j1; ++j) s0 += val[j] * x[col[j]];
+      s += (s0 + s1) + (s2 + s3);
+    }
+#endif
+    y[m] = s;
+  }
+}
+
+/* 1x1 convolution, stride 1, no padding, group 1, NCHW: per image, Y[M][HW] = W . X[K][HW]. */
+static inline void o2e_sparse_conv1x1(int N, int M, int K, int HW, const int *rowptr, const int *col,
+                               const float *val, const float *x, const float *bias, float *y) {
+  int n;
+  for (n = 0; n < N; ++n) {
+    const float *xn = x + (size_t)n * K * HW;
+    float *yn = y + (size_t)n * M * HW;
+    o2e_spmm(M, K, HW, rowptr, col, val, xn, HW, bias, yn, HW);
+    if (!o2e_sp_all_finite(xn, (size_t)K * HW)) o2e_sp_nonfinite(M, K, HW, rowptr, col, xn, HW, yn, HW);
+  }
+}
+
+/* Batch rows per tile of o2e_sparse_fc: the transposed tile (K x 64 floats) and its result
+ * (M x 64) stay in L2 for the layers this is used on. */
+#define O2E_SP_TILE 64
+
+/* Fully connected: y[B][M] = x[B][K] . W^T + bias. B == 1 takes o2e_spmv; larger batches are
+ * transposed 64 rows at a time into xt[K][64] so the rows are the lanes of o2e_spmm, and back.
+ * xt: K * 64 floats, yt: M * 64 floats of scratch. */
+static inline void o2e_sparse_fc(int B, int M, int K, const int *rowptr, const int *col, const float *val,
+                          const float *x, const float *bias, float *y, float *xt, float *yt) {
+  int b0, b, k, m;
+  if (B == 1 || rowptr[M] < 16 * K) {
+    /* batch 1, or so few nonzeros (e.g. a 10-class head) that transposing the K inputs of each
+     * row would cost more than gathering them: one spmv per row */
+    for (b = 0; b < B; ++b) {
+      const float *xb = x + (size_t)b * K;
+      o2e_spmv(M, rowptr, col, val, xb, bias, y + (size_t)b * M);
+      if (!o2e_sp_all_finite(xb, (size_t)K)) o2e_sp_nonfinite(M, K, 1, rowptr, col, xb, 1, y + (size_t)b * M, 1);
+    }
+    return;
+  }
+  for (b0 = 0; b0 < B; b0 += O2E_SP_TILE) {
+    const int nb = B - b0 < O2E_SP_TILE ? B - b0 : O2E_SP_TILE;
+    const int np = (nb + 15) & ~15; /* lanes padded with zero rows: vectors stay full */
+    const float *xb = x + (size_t)b0 * K;
+    int k0;
+    for (k0 = 0; k0 < K; k0 += 16) { /* 16 x np blocks: both sides stay in L1 */
+      const int k1 = k0 + 16 < K ? k0 + 16 : K;
+      for (b = 0; b < nb; ++b)
+        for (k = k0; k < k1; ++k) xt[(size_t)k * np + b] = xb[(size_t)b * K + k];
+      for (k = k0; k < k1; ++k)
+        for (b = nb; b < np; ++b) xt[(size_t)k * np + b] = 0.0f;
+    }
+    o2e_spmm(M, K, np, rowptr, col, val, xt, np, bias, yt, np);
+    if (!o2e_sp_all_finite(xb, (size_t)nb * K)) o2e_sp_nonfinite(M, K, nb, rowptr, col, xt, np, yt, np);
+    for (m = 0; m < M; m += 16) {
+      const int m1 = m + 16 < M ? m + 16 : M;
+      int mm;
+      for (b = 0; b < nb; ++b)
+        for (mm = m; mm < m1; ++mm) y[(size_t)(b0 + b) * M + mm] = yt[(size_t)mm * np + b];
+    }
+  }
+}
+
+#endif /* O2E_SPARSE_H */
