@@ -255,3 +255,29 @@ def test_sparse_conv1x1_inf(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.isnan(got["y"]), np.isnan(ref))
     fin = np.isfinite(ref)
     np.testing.assert_allclose(got["y"][fin], ref[fin], rtol=1e-4, atol=1e-5)
+
+
+def test_trained_digits_mlp_pruned_90(tmp_path: Path) -> None:
+    """The committed digits MLP (examples/train_digits_mlp.py --hidden 256,128): the 90% model
+    really is 90% sparse, converts to sparse kernels, and at batch 360 (the held-out set) the C
+    build's predictions and logits match onnxruntime's."""
+    from onnx2edge.prune import weight_sparsity
+
+    fx = Path(__file__).parent / "fixtures" / "digits"
+    m = onnx.load(fx / "mlp_prune_small_90.onnx")
+    assert abs(weight_sparsity(m) - 0.9) < 1e-3
+    x = np.load(fx / "mlp_prune_small_test.npz")["x"]
+    labels = np.load(fx / "mlp_prune_small_labels.npy")
+    for d in m.graph.input[0].type.tensor_type.shape.dim[:1]:
+        d.ClearField("dim_param")
+        d.dim_value = x.shape[0]
+    for d in m.graph.output[0].type.tensor_type.shape.dim[:1]:
+        d.ClearField("dim_param")
+        d.dim_value = x.shape[0]
+    got, stats = _run_c(m, tmp_path, NATIVE, x)
+    assert {d["node"] for d in stats["sparse_layers"]} == {"fc0", "fc1"}
+    ref = ort_run(m, {"x": x})["fc2"]
+    np.testing.assert_allclose(got["fc2"], ref, rtol=1e-4, atol=1e-4)
+    dense = ort_run(onnx.load(fx / "mlp_prune_small_00.onnx"), {"x": x})["fc2"]
+    acc_dense, acc_sparse = (dense.argmax(1) == labels).mean(), (got["fc2"].argmax(1) == labels).mean()
+    assert acc_dense > 0.95 and acc_sparse > 0.85  # small model: 90% costs it ~10 points
