@@ -71,5 +71,58 @@ def _is_1x1(m: onnx.ModelProto, n: onnx.NodeProto) -> bool:
     return w is not None and list(w.dims[2:]) == [1, 1] and g == 1
 
 
+
+
+def report(bench_json: str, png: str) -> str:
+    """Markdown tables and the chart (matplotlib) from the JSON main() wrote."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r = json.loads(Path(bench_json).read_text())
+    lines = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, b in zip(axes, (1, 360), strict=True):
+        rows = [x for x in r["mlp"] if x["batch"] == b]
+        lines += [f"\n**Batch {b}** (ms, medians; each ratio is against onnxruntime timed in the same run)\n",
+                  "| sparsity | accuracy | ours sparse | ort (same run) | sparse / ort | ours dense | ort (same run) "
+                  "| dense / ort | kernels |", "|---|---|---|---|---|---|---|---|---|"]
+        for x in rows:
+            ks = ", ".join(f"{k.split(': ', 1)[1]} x{v}" for k, v in x["sparse_kernels"].items())
+            lines.append(
+                f"| {x['sparsity']:.2f} | {x['accuracy']:.4f} | {x['sparse_ms']:.4f} | {x['ort_ms_sparse_run']:.4f} | "
+                f"{x['sparse_ms'] / x['ort_ms_sparse_run']:.2f} | {x['dense_ms']:.4f} | {x['ort_ms_dense_run']:.4f} | "
+                f"{x['dense_ms'] / x['ort_ms_dense_run']:.2f} | {ks} |")
+        s = [x["sparsity"] for x in rows]
+        ax.plot(s, [x["sparse_ms"] / x["ort_ms_sparse_run"] for x in rows], "o-", label="ours, sparse kernels")
+        ax.plot(s, [x["dense_ms"] / x["ort_ms_dense_run"] for x in rows], "s-", label="ours, dense kernels")
+        ax.axhline(1.0, color="gray", ls="--", label="onnxruntime dense")
+        ax.set_title(f"digits MLP 64-1000-500-10, batch {b}")
+        ax.set_xlabel("sparsity (global magnitude pruning)")
+        ax.set_ylabel("time / onnxruntime time (same run)")
+        ax2 = ax.twinx()
+        ax2.plot(s, [x["accuracy"] for x in rows], "k:", label="accuracy")
+        ax2.set_ylabel("test accuracy (dotted)")
+        ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+    if r["cnn"]:
+        lines += ["\n**MobileNet v1, 1x1 convolutions pruned per layer** (batch 1, ms, medians)\n",
+                  "| 1x1 sparsity | ours sparse | ours dense | ort | sparse / dense | sparse layers |",
+                  "|---|---|---|---|---|---|"]
+        for x in r["cnn"]:
+            n = sum(v for k, v in x["sparse_kernels"].items() if "sparse" in k)
+            lines.append(f"| {x['sparsity_1x1']:.2f} | {x['sparse_ms']:.3f} | {x['dense_ms']:.3f} | {x['ort_ms']:.3f} | "
+                         f"{x['sparse_ms'] / x['dense_ms']:.2f} | {n} |")
+    lines.append(f"\nload average before / after: {r['load'][0]:.1f} / {r['load_after'][0]:.1f} (2 cores)")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:2] == ["--report"]:
+        print(report(sys.argv[2], sys.argv[3]))
+    else:
+        main()

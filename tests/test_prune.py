@@ -281,3 +281,23 @@ def test_trained_digits_mlp_pruned_90(tmp_path: Path) -> None:
     dense = ort_run(onnx.load(fx / "mlp_prune_small_00.onnx"), {"x": x})["fc2"]
     acc_dense, acc_sparse = (dense.argmax(1) == labels).mean(), (got["fc2"].argmax(1) == labels).mean()
     assert acc_dense > 0.95 and acc_sparse > 0.85  # small model: 90% costs it ~10 points
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> None:
+    """blocks:16x1 pruning takes the BSR kernel at batch 1 (full 16-lane FMAs per block); an
+    Inf input is NaN in the rows of skipped blocks, as in onnxruntime's dense product."""
+    pruned, _ = prune_model(mlp(1, dims=(64, 200, 90)), 0.8, scope="layer", structured="blocks:16x1")
+    x = np.random.default_rng(6).standard_normal((1, 64)).astype(np.float32)
+    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    assert {d["kind"] for d in stats["sparse_layers"]} == {"fc_batch1_bsr"}
+    ref = ort_run(pruned, {"x": x})
+    np.testing.assert_allclose(got["h1"], ref["h1"], rtol=1e-4, atol=1e-5)
+    x[0, 5] = np.inf
+    (tmp_path / "inf").mkdir()
+    got, _ = _run_c(pruned, tmp_path / "inf", ISAS[isa], x)
+    ref = ort_run(pruned, {"x": x})["h1"]
+    assert np.isnan(ref).any()
+    np.testing.assert_array_equal(np.isnan(got["h1"]), np.isnan(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got["h1"][fin], ref[fin], rtol=1e-4, atol=1e-5)

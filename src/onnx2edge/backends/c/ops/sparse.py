@@ -28,6 +28,7 @@ HEADER = "o2e_sparse.h"
 # dense cross, rounded down, taking the lower of the two ISAs so a layer that goes sparse is
 # faster on both. See docs/pruning.md for the table.
 BREAK_EVEN = {
+    "fc_batch1_bsr": 0.70,  # fraction of 16x1 blocks stored (o2e_bsr_fc)
     "fc_batch1": 0.35,  # spmv (gather): crosses at ~0.45 (AVX-512) / ~0.40 (AVX2)
     "fc_batchN": 0.40,  # spmm on 64-row transposed tiles
     "conv1x1": 0.40,  # spmm over the pixels (NCHW)
@@ -57,12 +58,30 @@ def mode() -> str:
     return m if m in ("auto", "off", "force") else "auto"
 
 
+def block_density(w: np.ndarray, v: int = 16) -> float:
+    """Fraction of the v x 1 output blocks of W[M][K] holding a nonzero (stored by BSR)."""
+    nz = np.pad(w != 0, ((0, -w.shape[0] % v), (0, 0)))
+    return float(nz.reshape(-1, v, w.shape[1]).any(axis=1).mean())
+
+
 def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
     """True when a constant float32 weight (outputs x inputs) is sparse enough for `kind`."""
     m = mode()
     if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < MIN_WEIGHTS:
         return False
-    return density(w) < 1.0 if m == "force" else density(w) <= BREAK_EVEN[kind]
+    d = block_density(w) if kind == "fc_batch1_bsr" else density(w)
+    return d < 1.0 if m == "force" else d <= BREAK_EVEN[kind]
+
+
+def _bsr(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bptr, bcol, bval (v floats per block, zero-padded rows) of the v x 1 blocks of W."""
+    wp = np.pad(w, ((0, -w.shape[0] % v), (0, 0)))
+    blocks = wp.reshape(-1, v, w.shape[1])  # (row blocks, v, K)
+    keep = (blocks != 0).any(axis=1)  # (row blocks, K)
+    rb, cols = np.nonzero(keep)
+    bptr = np.zeros(blocks.shape[0] + 1, np.int32)
+    np.cumsum(keep.sum(axis=1), out=bptr[1:])
+    return bptr, cols.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
 
 
 def _use(ctx: NodeContext) -> None:
@@ -99,16 +118,28 @@ def try_fc(ctx: NodeContext, x: Tensor, w: np.ndarray | None, y: Tensor, B: int,
            *, alpha: float = 1.0, beta: float = 1.0, with_bias: bool = True) -> str | None:
     """y[B][N] = alpha * x[B][K] . W^T + beta * C with W[N][K] constant, or None (stay dense)."""
     kind = "fc_batch1" if B == 1 else "fc_batchN"
-    if w is None or not sparse_applicable(np.asarray(w), kind):
+    if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr"):
+        kind = "fc_batch1_bsr"
+    elif w is None or not sparse_applicable(np.asarray(w), kind):
         return None
-    bias_sym = "NULL"
+    b = None
     if with_bias and ctx.has_input(2) and beta != 0.0:
         cc = ctx.const(2)
         if cc is None or cc.size not in (1, N) or cc.dtype != np.float32:
             return None
         b = np.broadcast_to(cc.reshape(-1) * np.float32(beta), (N,)).astype(np.float32)
-        bias_sym = ctx.weight("sp_bias", b)
     wv = np.asarray(w, np.float32) * np.float32(alpha) if alpha != 1.0 else np.asarray(w, np.float32)
+    if kind == "fc_batch1_bsr":
+        bptr, bcol, bval = _bsr(wv)
+        npad = bptr.size * 16 - 16
+        # the bias padded to 16 * row blocks
+        bias_sym = "NULL" if b is None else ctx.weight("sp_bias16", np.pad(b, (0, npad - N)))
+        syms = [ctx.weight(n, a) for n, a in (("sp_bptr", bptr), ("sp_bcol", bcol), ("sp_bval", bval))]
+        _use(ctx)
+        _record(ctx, kind, wv, int(np.count_nonzero(wv)), bptr.nbytes + bcol.nbytes + bval.nbytes)
+        return (f"o2e_bsr_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
+                f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N))
+    bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
     rp, col, val, nnz, stored = _weights(ctx, wv)
     _use(ctx)
     _record(ctx, kind, wv, nnz, stored)

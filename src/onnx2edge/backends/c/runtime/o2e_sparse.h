@@ -175,6 +175,47 @@ static inline void o2e_spmv(int M, const int *rowptr, const int *col, const floa
   }
 }
 
+/* Batch 1 with block-sparse weights (BSR, 16 x 1 blocks: 16 consecutive outputs of one input,
+ * what `onnx2edge prune --structured blocks:16x1` leaves): y[16r .. 16r+15] += x[bcol[j]] *
+ * bval[16j .. 16j+15] per stored block j of row block r -- one broadcast and one full-width
+ * FMA per 16 weights, as dense, but only over the stored blocks. bias and y are padded to
+ * 16 * ceil(M / 16) (yp: scratch). Skipped blocks of a non-finite input give NaN, as dense. */
+static inline void o2e_bsr_fc(int M, int K, const int *bptr, const int *bcol, const float *bval,
+                              const float *x, const float *bias, float *y, float *yp) {
+  const int nr = (M + 15) / 16;
+  int r, j, q;
+  for (r = 0; r < nr; ++r) {
+#if O2E_SP_VEC
+    o2e_spv acc = {0};
+    if (bias) O2E_SPV_LOAD(acc, bias + 16 * r);
+    for (j = bptr[r]; j < bptr[r + 1]; ++j) {
+      o2e_spv w;
+      O2E_SPV_LOAD(w, bval + (size_t)16 * j);
+      acc += x[bcol[j]] * w;
+    }
+    O2E_SPV_STORE(yp + 16 * r, acc);
+#else
+    float acc[16];
+    for (q = 0; q < 16; ++q) acc[q] = bias ? bias[16 * r + q] : 0.0f;
+    for (j = bptr[r]; j < bptr[r + 1]; ++j)
+      for (q = 0; q < 16; ++q) acc[q] += x[bcol[j]] * bval[(size_t)16 * j + q];
+    for (q = 0; q < 16; ++q) yp[16 * r + q] = acc[q];
+#endif
+  }
+  if (!o2e_sp_all_finite(x, (size_t)K)) {
+    int nbad = 0, k;
+    for (k = 0; k < K; ++k) nbad += !isfinite(x[k]);
+    for (r = 0; r < nr; ++r) {
+      int hits = 0;
+      for (j = bptr[r]; j < bptr[r + 1]; ++j) hits += !isfinite(x[bcol[j]]);
+      if (hits < nbad)
+        for (q = 0; q < 16; ++q) yp[16 * r + q] = NAN;
+    }
+  }
+  memcpy(y, yp, sizeof(float) * (size_t)M);
+  (void)q;
+}
+
 /* 1x1 convolution, stride 1, no padding, group 1, NCHW: per image, Y[M][HW] = W . X[K][HW]. */
 static inline void o2e_sparse_conv1x1(int N, int M, int K, int HW, const int *rowptr, const int *col,
                                const float *val, const float *x, const float *bias, float *y) {
