@@ -7,9 +7,8 @@
  *    or batch rows of a fully connected layer after a tile transpose) as the SIMD lanes. Per
  *    nonzero weight: one broadcast and one FMA per 16 lanes, so the vector units stay full
  *    whatever the sparsity pattern (the XNNPACK / "Fast Sparse ConvNets" layout). Written
- *    with GCC / clang vector extensions (16 lanes): one source that compiles to one zmm
- *    (AVX-512), two ymm (AVX2), four xmm (SSE) or four NEON q registers per vector; plain C
- *    elsewhere.
+ *    with GCC / clang vector extensions of the native width: one source that compiles to zmm
+ *    (AVX-512), ymm (AVX2), xmm (SSE) or NEON q registers; plain C elsewhere.
  *  - o2e_spmv: y[M] = W . x[K] at batch 1: per row, 16 (AVX-512) or 8 (AVX2) nonzeros at a
  *    time with a gather of x; scalar with four accumulators otherwise.
  *
@@ -30,13 +29,23 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define O2E_SP_VEC 1
-typedef float o2e_spv __attribute__((vector_size(64)));
-/* unaligned load / store (vmovups, ldr q); macros, not functions: a 64-byte vector passed by
- * value would change the ABI without AVX-512 (-Wpsabi) */
+/* one native vector: GCC lowers wider vector types badly on narrower ISAs (measured: a
+ * 64-byte type built with -march=x86-64-v3 ran 15-50x slower than the dense kernel) */
+#if defined(__AVX512F__)
+#define O2E_SPW 16
+#elif defined(__AVX__)
+#define O2E_SPW 8
+#else
+#define O2E_SPW 4 /* SSE, NEON q registers; plain scalar code where neither exists */
+#endif
+typedef float o2e_spv __attribute__((vector_size(4 * O2E_SPW)));
+/* unaligned load / store (vmovups, ldr q); macros, not functions, so no vector is passed by
+ * value (-Wpsabi) */
 #define O2E_SPV_LOAD(v, p) memcpy(&(v), (p), sizeof(o2e_spv))
 #define O2E_SPV_STORE(p, v) memcpy((p), &(v), sizeof(o2e_spv))
 #else
 #define O2E_SP_VEC 0
+#define O2E_SPW 1
 #endif
 
 /* 1 when every x[i] (i < n) is finite: x * 0 is NaN exactly for NaN and +-Inf. */
@@ -68,8 +77,9 @@ static inline void o2e_spmm(int M, int K, int P, const int *rowptr, const int *c
                      const float *x, int ldx, const float *bias, float *y, int ldy) {
   int p = 0, m, j;
 #if O2E_SP_VEC
-  /* 64 lanes (4 vectors) per pass: the X tile K x 64 stays in L1/L2 across all M rows */
-  for (; p + 64 <= P; p += 64)
+  /* 4 vectors of lanes per pass (64 on AVX-512, 32 on AVX2, 16 on SSE / NEON): the X tile
+   * stays in L1/L2 across all M rows */
+  for (; p + 4 * O2E_SPW <= P; p += 4 * O2E_SPW)
     for (m = 0; m < M; ++m) {
       const float b = bias ? bias[m] : 0.0f;
       o2e_spv a0 = {0}, a1, a2, a3;
@@ -80,9 +90,9 @@ static inline void o2e_spmm(int M, int K, int P, const int *rowptr, const int *c
         const float *xr = x + (size_t)col[j] * ldx + p;
         o2e_spv x0, x1, x2, x3;
         O2E_SPV_LOAD(x0, xr);
-        O2E_SPV_LOAD(x1, xr + 16);
-        O2E_SPV_LOAD(x2, xr + 32);
-        O2E_SPV_LOAD(x3, xr + 48);
+        O2E_SPV_LOAD(x1, xr + O2E_SPW);
+        O2E_SPV_LOAD(x2, xr + 2 * O2E_SPW);
+        O2E_SPV_LOAD(x3, xr + 3 * O2E_SPW);
         a0 += w * x0;
         a1 += w * x1;
         a2 += w * x2;
@@ -90,11 +100,11 @@ static inline void o2e_spmm(int M, int K, int P, const int *rowptr, const int *c
       }
       float *yr = y + (size_t)m * ldy + p;
       O2E_SPV_STORE(yr, a0);
-      O2E_SPV_STORE(yr + 16, a1);
-      O2E_SPV_STORE(yr + 32, a2);
-      O2E_SPV_STORE(yr + 48, a3);
+      O2E_SPV_STORE(yr + O2E_SPW, a1);
+      O2E_SPV_STORE(yr + 2 * O2E_SPW, a2);
+      O2E_SPV_STORE(yr + 3 * O2E_SPW, a3);
     }
-  for (; p + 16 <= P; p += 16)
+  for (; p + O2E_SPW <= P; p += O2E_SPW)
     for (m = 0; m < M; ++m) {
       o2e_spv a0 = {0};
       a0 += bias ? bias[m] : 0.0f;
@@ -106,10 +116,11 @@ static inline void o2e_spmm(int M, int K, int P, const int *rowptr, const int *c
       O2E_SPV_STORE(y + (size_t)m * ldy + p, a0);
     }
 #endif
-  if (p < P) {
-    /* the last P - p < 16 lanes (e.g. 49 pixels of a 7x7 map): rows outer, then the row's
-     * nonzeros, lanes innermost, so each nonzero reads one contiguous run of X */
-    const int r = P - p;
+  for (; p < P; p += 16) {
+    /* the last lanes (fewer than a vector, e.g. 49 pixels of a 7x7 map; all of them without
+     * vector extensions), 16 at a time: rows outer, then the row's nonzeros, lanes innermost,
+     * so each nonzero reads one contiguous run of X */
+    const int r = P - p < 16 ? P - p : 16;
     for (m = 0; m < M; ++m) {
       float acc[16];
       int q;
@@ -186,14 +197,20 @@ static inline void o2e_bsr_fc(int M, int K, const int *bptr, const int *bcol, co
   int r, j, q;
   for (r = 0; r < nr; ++r) {
 #if O2E_SP_VEC
-    o2e_spv acc = {0};
-    if (bias) O2E_SPV_LOAD(acc, bias + 16 * r);
-    for (j = bptr[r]; j < bptr[r + 1]; ++j) {
-      o2e_spv w;
-      O2E_SPV_LOAD(w, bval + (size_t)16 * j);
-      acc += x[bcol[j]] * w;
+    o2e_spv acc[16 / O2E_SPW];
+    for (q = 0; q < 16 / O2E_SPW; ++q) {
+      if (bias) O2E_SPV_LOAD(acc[q], bias + 16 * r + q * O2E_SPW);
+      else memset(&acc[q], 0, sizeof(o2e_spv));
     }
-    O2E_SPV_STORE(yp + 16 * r, acc);
+    for (j = bptr[r]; j < bptr[r + 1]; ++j) {
+      const float xv = x[bcol[j]];
+      for (q = 0; q < 16 / O2E_SPW; ++q) {
+        o2e_spv w;
+        O2E_SPV_LOAD(w, bval + (size_t)16 * j + q * O2E_SPW);
+        acc[q] += xv * w;
+      }
+    }
+    for (q = 0; q < 16 / O2E_SPW; ++q) O2E_SPV_STORE(yp + 16 * r + q * O2E_SPW, acc[q]);
 #else
     float acc[16];
     for (q = 0; q < 16; ++q) acc[q] = bias ? bias[16 * r + q] : 0.0f;
