@@ -208,7 +208,7 @@ def test_sparse_fc_matches_onnxruntime(tmp_path: Path, isa: str, batch: int) -> 
 @pytest.mark.parametrize("isa", list(ISAS))
 @pytest.mark.parametrize("hw", [7, 9])  # 49 pixels: 3 vectors + a 1-lane tail; 81: 5 + 1
 def test_sparse_conv1x1_matches_onnxruntime(tmp_path: Path, isa: str, hw: int) -> None:
-    pruned, _ = prune_model(conv1x1(n=2, hw=hw), 0.8)
+    pruned, _ = prune_model(conv1x1(n=2, hw=hw), 0.92)
     x = np.random.default_rng(3).standard_normal((2, 96, hw, hw)).astype(np.float32)
     got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
     assert [d["node"] for d in stats["sparse_layers"]] == ["pw"]
@@ -246,7 +246,7 @@ def test_sparse_nan_inf_like_dense_onnxruntime(tmp_path: Path, isa: str, batch: 
 
 
 def test_sparse_conv1x1_inf(tmp_path: Path) -> None:
-    pruned, _ = prune_model(conv1x1(n=1, hw=5), 0.8)
+    pruned, _ = prune_model(conv1x1(n=1, hw=5), 0.92)
     x = np.random.default_rng(5).standard_normal((1, 96, 5, 5)).astype(np.float32)
     x[0, 7, 2, 3] = np.inf
     got, _ = _run_c(pruned, tmp_path, NATIVE, x)

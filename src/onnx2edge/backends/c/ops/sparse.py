@@ -22,16 +22,25 @@ from .common import act_expr, fused_act
 HEADER = "o2e_sparse.h"
 
 # Largest density (nonzeros / weights) at which each sparse kernel is used. Measured with
-# tools/sparse_breakeven.py (random unstructured masks, one thread, medians of 30 runs, ratio
-# sparse / our dense build in the same process, machine shared with other jobs) on
-# "Intel Xeon @ 2.80GHz" (AVX-512; AVX2 = -march=x86-64-v3): the density where sparse and
-# dense cross, rounded down, taking the lower of the two ISAs so a layer that goes sparse is
-# faster on both. See docs/pruning.md for the table.
+# tools/sparse_breakeven.py on 2026-11-24 ("Intel Xeon @ 2.80GHz", AVX-512; one thread; medians
+# of >= 20 runs; sparse (ONNX2EDGE_SPARSE=force) / our dense (=off) built and timed in the same
+# process; the 2-core machine was shared, load average 6-11, so +-30% noise). Layers: FC
+# 1000 -> 500 at batch 1 and 64, 1x1 conv 256 -> 256 on 14x14; random unstructured masks.
+#   sparse / dense at density    0.2    0.35   0.5
+#   fc_batch1 (gather spmv)     1.14   1.76   2.45   (x86-64-v3: 0.63 1.14 1.66)
+#   fc_batchN (spmm, 64 rows)   0.56   0.96   1.33
+#   conv1x1   (spmm, 196 px)    1.84   2.66   3.59
+# (the x86-64-v3 spmm rows of that run predate the native-width vector fix and are not used.)
+# Thresholds: below the crossing, rounded down: batch-1 gathers lose to our dense GEMV (which
+# also skips the zero inputs ReLU leaves) until ~83% sparsity; spmm crosses at ~65% for FC and
+# (extrapolated linearly) ~90% for 1x1 convolutions, whose dense path runs at >100 GFLOP/s.
+# fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
+# estimate from its cost per stored block being that of the dense kernel per 16 weights.
 BREAK_EVEN = {
-    "fc_batch1_bsr": 0.70,  # fraction of 16x1 blocks stored (o2e_bsr_fc)
-    "fc_batch1": 0.35,  # spmv (gather): crosses at ~0.45 (AVX-512) / ~0.40 (AVX2)
-    "fc_batchN": 0.40,  # spmm on 64-row transposed tiles
-    "conv1x1": 0.40,  # spmm over the pixels (NCHW)
+    "fc_batch1_bsr": 0.70,  # fraction of 16x1 blocks stored (o2e_bsr_fc); estimate, see above
+    "fc_batch1": 0.15,
+    "fc_batchN": 0.30,
+    "conv1x1": 0.10,
 }
 # Below this many weights the dense kernel's overheads are negligible either way: stay dense.
 MIN_WEIGHTS = 4096
