@@ -31,8 +31,13 @@ def load_digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def init(dims: list[int], rng: np.random.Generator) -> list[list[np.ndarray]]:
-    return [[(rng.standard_normal((b, a)) * np.sqrt(2.0 / a)).astype(np.float32), np.zeros(b, np.float32)]
-            for a, b in zip(dims[:-1], dims[1:], strict=False)]
+    return [
+        [
+            (rng.standard_normal((b, a)) * np.sqrt(2.0 / a)).astype(np.float32),
+            np.zeros(b, np.float32),
+        ]
+        for a, b in zip(dims[:-1], dims[1:], strict=False)
+    ]
 
 
 def forward(params: list[list[np.ndarray]], x: np.ndarray) -> list[np.ndarray]:
@@ -82,14 +87,26 @@ def accuracy(params, x, y) -> float:  # noqa: ANN001
 def to_onnx(params: list[list[np.ndarray]]) -> onnx.ModelProto:
     nodes, inits, x = [], [], "x"
     for i, (w, b) in enumerate(params):
-        inits += [numpy_helper.from_array(w, f"fc{i}.weight"), numpy_helper.from_array(b, f"fc{i}.bias")]
-        nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [f"fc{i}"], name=f"fc{i}", transB=1))
+        inits += [
+            numpy_helper.from_array(w, f"fc{i}.weight"),
+            numpy_helper.from_array(b, f"fc{i}.bias"),
+        ]
+        nodes.append(
+            helper.make_node(
+                "Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [f"fc{i}"], name=f"fc{i}", transB=1
+            )
+        )
         x = f"fc{i}"
         if i < len(params) - 1:
             nodes.append(helper.make_node("Relu", [x], [f"relu{i}"], name=f"relu{i}"))
             x = f"relu{i}"
-    g = helper.make_graph(nodes, "digits_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 10])], inits)
+    g = helper.make_graph(
+        nodes,
+        "digits_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
@@ -131,7 +148,9 @@ def main() -> None:
             masks = [w != 0 for w, _ in p]
             p = train(p, xtr, ytr, a.finetune, rng, masks=masks, lr=3e-4)
             m, acc = to_onnx(p), accuracy(p, xte, yte)
-            print(f"sparsity {s:.2f}: accuracy {before:.4f} after pruning, {acc:.4f} after {a.finetune} epochs")
+            print(
+                f"sparsity {s:.2f}: accuracy {before:.4f} after pruning, {acc:.4f} after {a.finetune} epochs"
+            )
         onnx.save(m, out / f"{a.prefix}_{round(s * 100):02d}.onnx")
         (out / f"{a.prefix}_{round(s * 100):02d}.acc").write_text(f"{acc:.4f}\n")
 

@@ -23,13 +23,17 @@ ISAS = {"native": NATIVE, "x86-64-v3": V3, "x86-64-v2": V2}
 
 
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
-    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
-                          opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, outputs, inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     m.ir_version = 8
     return m
 
 
-def mlp(batch: int, dims=(64, 200, 96, 10), seed: int = 0, matmul_last: bool = True) -> onnx.ModelProto:  # noqa: ANN001
+def mlp(
+    batch: int, dims=(64, 200, 96, 10), seed: int = 0, matmul_last: bool = True
+) -> onnx.ModelProto:  # noqa: ANN001
     """Gemm(transB=1)+Relu layers and a MatMul + Add head: both FC spellings of exporters."""
     rng = np.random.default_rng(seed)
     nodes, inits, x = [], [], "x"
@@ -40,28 +44,41 @@ def mlp(batch: int, dims=(64, 200, 96, 10), seed: int = 0, matmul_last: bool = T
         inits.append(numpy_helper.from_array(bias, f"b{i}"))
         if i == last and matmul_last:
             inits.append(numpy_helper.from_array(w.T.copy(), f"w{i}"))
-            nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"fc{i}"),
-                      helper.make_node("Add", [f"m{i}", f"b{i}"], [f"h{i}"], name=f"add{i}")]
+            nodes += [
+                helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"fc{i}"),
+                helper.make_node("Add", [f"m{i}", f"b{i}"], [f"h{i}"], name=f"add{i}"),
+            ]
         else:
             inits.append(numpy_helper.from_array(w, f"w{i}"))
-            nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"h{i}"], name=f"fc{i}", transB=1))
+            nodes.append(
+                helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"h{i}"], name=f"fc{i}", transB=1)
+            )
         x = f"h{i}"
         if i < last:
             nodes.append(helper.make_node("Relu", [x], [f"r{i}"], name=f"relu{i}"))
             x = f"r{i}"
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, dims[0]])],
-                  [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, dims[-1]])], inits)
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, dims[0]])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, dims[-1]])],
+        inits,
+    )
 
 
 def conv1x1(n: int = 1, c: int = 96, m: int = 128, hw: int = 7, seed: int = 1) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
     b = (rng.standard_normal(m) * 0.1).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="pw"),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m, hw, hw])],
-                  [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="pw"),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m, hw, hw])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
 
 
 def _w(model: onnx.ModelProto, name: str) -> np.ndarray:
@@ -122,13 +139,18 @@ def test_skip_and_shared_weights() -> None:
     # two Gemms reading one initializer (tied weights): pruned once, one mask for both
     rng = np.random.default_rng(0)
     w = rng.standard_normal((32, 128)).astype(np.float32)
-    nodes = [helper.make_node("Gemm", ["x", "w"], ["a"], name="g1", transB=1),
-             helper.make_node("Gemm", ["a2", "w"], ["b"], name="g2", transB=1),
-             helper.make_node("Relu", ["x"], ["a2"], name="r")]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w"], ["a"], name="g1", transB=1),
+        helper.make_node("Gemm", ["a2", "w"], ["b"], name="g2", transB=1),
+        helper.make_node("Relu", ["x"], ["a2"], name="r"),
+    ]
     vi = helper.make_tensor_value_info
-    tied = _model(nodes, [vi("x", TensorProto.FLOAT, [1, 128])],
-                  [vi("a", TensorProto.FLOAT, [1, 32]), vi("b", TensorProto.FLOAT, [1, 32])],
-                  [numpy_helper.from_array(w, "w")])
+    tied = _model(
+        nodes,
+        [vi("x", TensorProto.FLOAT, [1, 128])],
+        [vi("a", TensorProto.FLOAT, [1, 32]), vi("b", TensorProto.FLOAT, [1, 32])],
+        [numpy_helper.from_array(w, "w")],
+    )
     p, rep = prune_model(tied, 0.5)
     assert len(p.graph.initializer) == 1 and abs(_zeros(_w(p, "w")) - 0.5) < 1e-3
     assert rep.weights["w"]["nodes"] == ["g1", "g2"] and any("pruned once" in n for n in rep.notes)
@@ -137,11 +159,16 @@ def test_skip_and_shared_weights() -> None:
     np.testing.assert_array_equal(_w(p2, "w"), w)
     assert any("g2 skipped" in n for n in rep2.notes)
     # a weight also read by a node we do not prune (here an Add) is left dense
-    nodes = [helper.make_node("Gemm", ["x", "w"], ["a"], name="g1", transB=1),
-             helper.make_node("Add", ["w", "w"], ["ww"], name="add")]
-    other = _model(nodes, [vi("x", TensorProto.FLOAT, [1, 128])],
-                   [vi("a", TensorProto.FLOAT, [1, 32]), vi("ww", TensorProto.FLOAT, [32, 128])],
-                   [numpy_helper.from_array(w, "w")])
+    nodes = [
+        helper.make_node("Gemm", ["x", "w"], ["a"], name="g1", transB=1),
+        helper.make_node("Add", ["w", "w"], ["ww"], name="add"),
+    ]
+    other = _model(
+        nodes,
+        [vi("x", TensorProto.FLOAT, [1, 128])],
+        [vi("a", TensorProto.FLOAT, [1, 32]), vi("ww", TensorProto.FLOAT, [32, 128])],
+        [numpy_helper.from_array(w, "w")],
+    )
     p3, rep3 = prune_model(other, 0.5)
     np.testing.assert_array_equal(_w(p3, "w"), w)
     assert any("not pruned" in n for n in rep3.notes)
@@ -157,8 +184,20 @@ def test_cli_prune_sweep_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     x = np.random.default_rng(0).standard_normal((40, 64)).astype(np.float32)
     np.savez(tmp_path / "eval.npz", x=x)
     sw = tmp_path / "sw.onnx"
-    args = ["prune", str(src), "-o", str(sw), "--sweep", "0.3,0.6,0.95", "--eval",
-            str(tmp_path / "eval.npz"), "--no-latency", "--tolerance", "0.2", "--json"]
+    args = [
+        "prune",
+        str(src),
+        "-o",
+        str(sw),
+        "--sweep",
+        "0.3,0.6,0.95",
+        "--eval",
+        str(tmp_path / "eval.npz"),
+        "--no-latency",
+        "--tolerance",
+        "0.2",
+        "--json",
+    ]
     assert main(args) == 0
     res = json.loads(capsys.readouterr().out)
     assert [r["sparsity"] for r in res["rows"]] == [0.0, 0.3, 0.6, 0.95]
@@ -167,10 +206,19 @@ def test_cli_prune_sweep_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     ok = [lv for lv, a in zip([0.3, 0.6, 0.95], agree[1:], strict=True) if a >= 0.8]
     assert res["chosen"] == (max(ok) if ok else None)  # the sparsest level within tolerance
     saved = onnx.load(sw)
-    assert abs(_zeros(np.concatenate([_w(saved, n).ravel() for n in ("w0", "w1", "w2")]))
-               - (max(ok) if ok else 0.0)) < 1e-3
-    for bad in (["--sparsity", "1.5"], ["--structured", "blocks:0x4"], ["--skip", "nope"],
-                ["--sweep", "0.5"]):
+    assert (
+        abs(
+            _zeros(np.concatenate([_w(saved, n).ravel() for n in ("w0", "w1", "w2")]))
+            - (max(ok) if ok else 0.0)
+        )
+        < 1e-3
+    )
+    for bad in (
+        ["--sparsity", "1.5"],
+        ["--structured", "blocks:0x4"],
+        ["--skip", "nope"],
+        ["--sweep", "0.5"],
+    ):
         assert main(["prune", str(src), "-o", str(tmp_path / "bad.onnx"), *bad]) == 2
         assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "bad.onnx").exists()
@@ -279,7 +327,10 @@ def test_trained_digits_mlp_pruned_90(tmp_path: Path) -> None:
     ref = ort_run(m, {"x": x})["fc2"]
     np.testing.assert_allclose(got["fc2"], ref, rtol=1e-4, atol=1e-4)
     dense = ort_run(onnx.load(fx / "mlp_prune_small_00.onnx"), {"x": x})["fc2"]
-    acc_dense, acc_sparse = (dense.argmax(1) == labels).mean(), (got["fc2"].argmax(1) == labels).mean()
+    acc_dense, acc_sparse = (
+        (dense.argmax(1) == labels).mean(),
+        (got["fc2"].argmax(1) == labels).mean(),
+    )
     assert acc_dense > 0.95 and acc_sparse > 0.85  # small model: 90% costs it ~10 points
 
 
@@ -287,7 +338,9 @@ def test_trained_digits_mlp_pruned_90(tmp_path: Path) -> None:
 def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> None:
     """blocks:16x1 pruning takes the BSR kernel at batch 1 (full 16-lane FMAs per block); an
     Inf input is NaN in the rows of skipped blocks, as in onnxruntime's dense product."""
-    pruned, _ = prune_model(mlp(1, dims=(64, 200, 90)), 0.8, scope="layer", structured="blocks:16x1")
+    pruned, _ = prune_model(
+        mlp(1, dims=(64, 200, 90)), 0.8, scope="layer", structured="blocks:16x1"
+    )
     x = np.random.default_rng(6).standard_normal((1, 64)).astype(np.float32)
     got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
     assert {d["kind"] for d in stats["sparse_layers"]} == {"fc_batch1_bsr"}

@@ -26,15 +26,20 @@ def layer(kind: str, density: float, seed: int = 0) -> onnx.ModelProto:
         w = rng.standard_normal((256, 256, 1, 1)).astype(np.float32)
         w *= rng.random(w.shape) < density
         node = helper.make_node("Conv", ["x", "w"], ["y"], name="pw")
-        ins, outs = [vi("x", TensorProto.FLOAT, [1, 256, 14, 14])], [vi("y", TensorProto.FLOAT, [1, 256, 14, 14])]
+        ins, outs = (
+            [vi("x", TensorProto.FLOAT, [1, 256, 14, 14])],
+            [vi("y", TensorProto.FLOAT, [1, 256, 14, 14])],
+        )
     else:
         b = 1 if kind == "fc_batch1" else 64
         w = rng.standard_normal((500, 1000)).astype(np.float32)
         w *= rng.random(w.shape) < density
         node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)
         ins, outs = [vi("x", TensorProto.FLOAT, [b, 1000])], [vi("y", TensorProto.FLOAT, [b, 500])]
-    m = helper.make_model(helper.make_graph([node], "l", ins, outs, [numpy_helper.from_array(w, "w")]),
-                          opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(
+        helper.make_graph([node], "l", ins, outs, [numpy_helper.from_array(w, "w")]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     m.ir_version = 8
     return m
 
@@ -60,8 +65,15 @@ def main() -> None:
                     for mode in ("force", "off"):
                         os.environ["ONNX2EDGE_SPARSE"] = mode
                         t[mode] = bench_model(p, runs=20, warmup=3, min_seconds=0.3)["ours_ms"]
-                    row = {"isa": isa, "kind": kind, "density": dens, "sparse_ms": t["force"], "dense_ms": t["off"],
-                           "sparse_over_dense": t["force"] / t["off"], "load": os.getloadavg()[0]}
+                    row = {
+                        "isa": isa,
+                        "kind": kind,
+                        "density": dens,
+                        "sparse_ms": t["force"],
+                        "dense_ms": t["off"],
+                        "sparse_over_dense": t["force"] / t["off"],
+                        "load": os.getloadavg()[0],
+                    }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     Path(a.out).write_text(json.dumps(rows, indent=1))

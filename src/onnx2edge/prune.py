@@ -49,7 +49,9 @@ class PruneReport:
     def format(self) -> str:
         lines = [f"pruned {len(self.weights)} weight(s) to {self.sparsity:.1%} zeros"]
         for name, w in self.weights.items():
-            lines.append(f"  {name} ({', '.join(w['nodes'])}): {w['zeros'] / w['size']:.1%} of {w['size']}")
+            lines.append(
+                f"  {name} ({', '.join(w['nodes'])}): {w['zeros'] / w['size']:.1%} of {w['size']}"
+            )
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -66,7 +68,9 @@ def parse_structured(spec: str | None) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(2))
 
 
-def _as_matrix(op: str, node: onnx.NodeProto, w: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+def _as_matrix(
+    op: str, node: onnx.NodeProto, w: np.ndarray
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
     """The (outputs, inputs) view of a weight, and the inverse mapping for a same-shape mask."""
     if op == "Conv":
         return w.reshape(w.shape[0], -1), lambda m: m.reshape(w.shape)
@@ -76,7 +80,9 @@ def _as_matrix(op: str, node: onnx.NodeProto, w: np.ndarray) -> tuple[np.ndarray
     return w.T, lambda m: m.T
 
 
-def _candidates(model: onnx.ModelProto, skip: set[str]) -> tuple[dict[str, tuple[str, onnx.NodeProto]], list[str]]:
+def _candidates(
+    model: onnx.ModelProto, skip: set[str]
+) -> tuple[dict[str, tuple[str, onnx.NodeProto]], list[str]]:
     """Initializer name -> (op, first user node) for the weights we may prune; and notes."""
     inits = {t.name: t for t in model.graph.initializer}
     users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
@@ -95,19 +101,25 @@ def _candidates(model: onnx.ModelProto, skip: set[str]) -> tuple[dict[str, tuple
         if t.data_type != onnx.TensorProto.FLOAT:
             continue
         dims = list(t.dims)
-        ok_rank = all((n.op_type == "Conv" and len(dims) >= 3) or (n.op_type != "Conv" and len(dims) == 2)
-                      for n, _ in weight_uses)
+        ok_rank = all(
+            (n.op_type == "Conv" and len(dims) >= 3) or (n.op_type != "Conv" and len(dims) == 2)
+            for n, _ in weight_uses
+        )
         if not ok_rank:
             continue
         ops = {n.op_type for n, _ in weight_uses}
         names = [n.name or n.output[0] for n, _ in us]
         if len(weight_uses) != len(us) or name in graph_outputs:
-            notes.append(f"{name}: shared with a node that is not pruned ({', '.join(names)}): left dense")
+            notes.append(
+                f"{name}: shared with a node that is not pruned ({', '.join(names)}): left dense"
+            )
             continue
         skipped = [n for n in names if n in skip]
         if skipped:
             if len(names) > 1:
-                notes.append(f"{name}: shared by {', '.join(names)}, {', '.join(skipped)} skipped: left dense")
+                notes.append(
+                    f"{name}: shared by {', '.join(names)}, {', '.join(skipped)} skipped: left dense"
+                )
             continue
         if len(ops) > 1 or (ops == {"Gemm"} and len({_trans_b(n) for n, _ in weight_uses}) > 1):
             notes.append(f"{name}: used with different layouts ({', '.join(names)}): left dense")
@@ -136,7 +148,9 @@ def _scores(mat: np.ndarray, groups: tuple[int, int] | None) -> np.ndarray:
     return a.reshape((rows + pr) // r, r, (cols + pc) // c, c).mean(axis=(1, 3))
 
 
-def _expand(unit_mask: np.ndarray, shape: tuple[int, int], groups: tuple[int, int] | None) -> np.ndarray:
+def _expand(
+    unit_mask: np.ndarray, shape: tuple[int, int], groups: tuple[int, int] | None
+) -> np.ndarray:
     if groups is None:
         return unit_mask
     r, c = groups
@@ -160,7 +174,9 @@ def _unit_sizes(shape: tuple[int, int], groups: tuple[int, int] | None) -> np.nd
     return ones.reshape((rows + pr) // r, r, (cols + pc) // c, c).sum(axis=(1, 3))
 
 
-def _zero_units(scores: list[np.ndarray], sizes: list[np.ndarray], sparsity: float) -> list[np.ndarray]:
+def _zero_units(
+    scores: list[np.ndarray], sizes: list[np.ndarray], sparsity: float
+) -> list[np.ndarray]:
     """Keep-masks over units: the lowest-scoring units until `sparsity` of the weights are zero.
 
     Stable ordering (ties broken by position) keeps the result deterministic."""
@@ -171,7 +187,11 @@ def _zero_units(scores: list[np.ndarray], sizes: list[np.ndarray], sparsity: flo
     cum = np.cumsum(flat_n[order])
     k = int(np.searchsorted(cum, target - 1e-9, side="left")) + 1 if target > 0 else 0
     k = min(k, order.size)
-    if k > 0 and cum[k - 1] > target + 0.5 and (k == 1 or abs(cum[k - 2] - target) < abs(cum[k - 1] - target)):
+    if (
+        k > 0
+        and cum[k - 1] > target + 0.5
+        and (k == 1 or abs(cum[k - 2] - target) < abs(cum[k - 1] - target))
+    ):
         k -= 1  # the nearer of the two counts around the target
     keep = np.ones(flat_s.size, bool)
     keep[order[:k]] = False
@@ -196,7 +216,9 @@ def prune_model(
     if scope not in ("global", "layer"):
         raise Onnx2EdgeError(f"--scope must be global or layer, got {scope!r}")
     groups = parse_structured(structured)
-    node_names = {n.name for n in model.graph.node} | {o for n in model.graph.node for o in n.output}
+    node_names = {n.name for n in model.graph.node} | {
+        o for n in model.graph.node for o in n.output
+    }
     unknown = [s for s in skip if s not in node_names]
     if unknown:
         raise Onnx2EdgeError(f"--skip: no node named {', '.join(unknown)}")
@@ -213,7 +235,11 @@ def prune_model(
     names = list(cands)  # channels are scored by RMS, so wide layers are not favoured
     keeps: dict[str, np.ndarray] = {}
     if scope == "global" and names:
-        for name, k in zip(names, _zero_units([scores[n] for n in names], [sizes[n] for n in names], sparsity), strict=True):
+        for name, k in zip(
+            names,
+            _zero_units([scores[n] for n in names], [sizes[n] for n in names], sparsity),
+            strict=True,
+        ):
             keeps[name] = k
     else:
         for name in names:
@@ -250,7 +276,12 @@ def weight_sparsity(model: onnx.ModelProto) -> float:
     z = n = 0
     seen = set()
     for node in model.graph.node:
-        if node.op_type in PRUNABLE and len(node.input) > 1 and node.input[1] in inits and node.input[1] not in seen:
+        if (
+            node.op_type in PRUNABLE
+            and len(node.input) > 1
+            and node.input[1] in inits
+            and node.input[1] not in seen
+        ):
             seen.add(node.input[1])
             a = numpy_helper.to_array(inits[node.input[1]])
             z, n = z + a.size - np.count_nonzero(a), n + a.size
@@ -260,8 +291,12 @@ def weight_sparsity(model: onnx.ModelProto) -> float:
 # --- sweep ------------------------------------------------------------------------------------
 
 
-def evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], labels: np.ndarray | None,
-             reference: np.ndarray | None) -> tuple[float, np.ndarray]:
+def evaluate(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    labels: np.ndarray | None,
+    reference: np.ndarray | None,
+) -> tuple[float, np.ndarray]:
     """Top-1 accuracy against labels, or top-1 agreement with `reference` predictions."""
     from .runtime import ort_run
 
@@ -317,7 +352,13 @@ def sweep(
         if score >= dense_score - tolerance and (best is None or s > best):
             best, best_model = s, pm
     write_bytes_atomic(out, best_model.SerializeToString())
-    return {"metric": metric, "rows": rows, "chosen": best, "tolerance": tolerance, "output": str(out)}
+    return {
+        "metric": metric,
+        "rows": rows,
+        "chosen": best,
+        "tolerance": tolerance,
+        "output": str(out),
+    }
 
 
 def _latency(model: onnx.ModelProto, data: Mapping[str, np.ndarray], on: bool) -> dict[str, Any]:
@@ -343,7 +384,9 @@ def format_sweep(res: Mapping[str, Any]) -> str:
         o, t = r.get("ours_ms"), r.get("ort_ms")
         lines.append(f"{r['sparsity']:>8.2f}  {r[m]:>9.4f}  {_f(o):>8}  {_f(t):>8}")
     ch = res["chosen"]
-    lines.append(f"chosen: {'dense (no level within tolerance)' if ch is None else ch} -> {res['output']}")
+    lines.append(
+        f"chosen: {'dense (no level within tolerance)' if ch is None else ch} -> {res['output']}"
+    )
     return "\n".join(lines)
 
 

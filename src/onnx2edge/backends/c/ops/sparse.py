@@ -100,18 +100,29 @@ def _use(ctx: NodeContext) -> None:
 
 def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
     ctx.kernel(f"sparse {kind.replace('_', ' ')} (CSR)")
-    ctx.model.sparse_layers.append({
-        "node": ctx.node.name, "kind": kind, "shape": list(w.shape),
-        "density": round(nnz / w.size, 4), "dense_bytes": int(w.size * 4),
-        "sparse_bytes": int(stored), "bytes_saved": int(w.size * 4 - stored),
-    })
+    ctx.model.sparse_layers.append(
+        {
+            "node": ctx.node.name,
+            "kind": kind,
+            "shape": list(w.shape),
+            "density": round(nnz / w.size, 4),
+            "dense_bytes": int(w.size * 4),
+            "sparse_bytes": int(stored),
+            "bytes_saved": int(w.size * 4 - stored),
+        }
+    )
 
 
 def _weights(ctx: NodeContext, w: np.ndarray) -> tuple[str, str, str, int, int]:
     rowptr, col, val = _csr(w)
     stored = rowptr.nbytes + col.nbytes + val.nbytes
-    return (ctx.weight("sp_rowptr", rowptr), ctx.weight("sp_col", col), ctx.weight("sp_val", val),
-            int(val.size), stored)
+    return (
+        ctx.weight("sp_rowptr", rowptr),
+        ctx.weight("sp_col", col),
+        ctx.weight("sp_val", val),
+        int(val.size),
+        stored,
+    )
 
 
 def _act_loop(ctx: NodeContext, y: str, n: int) -> str:
@@ -123,8 +134,19 @@ def _act_loop(ctx: NodeContext, y: str, n: int) -> str:
     return f"\nfor (size_t i = 0; i < {n}; ++i) {{ const float v = {y}[i]; {y}[i] = {expr}; }}"
 
 
-def try_fc(ctx: NodeContext, x: Tensor, w: np.ndarray | None, y: Tensor, B: int, K: int, N: int,
-           *, alpha: float = 1.0, beta: float = 1.0, with_bias: bool = True) -> str | None:
+def try_fc(
+    ctx: NodeContext,
+    x: Tensor,
+    w: np.ndarray | None,
+    y: Tensor,
+    B: int,
+    K: int,
+    N: int,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    with_bias: bool = True,
+) -> str | None:
     """y[B][N] = alpha * x[B][K] . W^T + beta * C with W[N][K] constant, or None (stay dense)."""
     kind = "fc_batch1" if B == 1 else "fc_batchN"
     if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr"):
@@ -137,17 +159,23 @@ def try_fc(ctx: NodeContext, x: Tensor, w: np.ndarray | None, y: Tensor, B: int,
         if cc is None or cc.size not in (1, N) or cc.dtype != np.float32:
             return None
         b = np.broadcast_to(cc.reshape(-1) * np.float32(beta), (N,)).astype(np.float32)
-    wv = np.asarray(w, np.float32) * np.float32(alpha) if alpha != 1.0 else np.asarray(w, np.float32)
+    wv = (
+        np.asarray(w, np.float32) * np.float32(alpha) if alpha != 1.0 else np.asarray(w, np.float32)
+    )
     if kind == "fc_batch1_bsr":
         bptr, bcol, bval = _bsr(wv)
         npad = bptr.size * 16 - 16
         # the bias padded to 16 * row blocks
         bias_sym = "NULL" if b is None else ctx.weight("sp_bias16", np.pad(b, (0, npad - N)))
-        syms = [ctx.weight(n, a) for n, a in (("sp_bptr", bptr), ("sp_bcol", bcol), ("sp_bval", bval))]
+        syms = [
+            ctx.weight(n, a) for n, a in (("sp_bptr", bptr), ("sp_bcol", bcol), ("sp_bval", bval))
+        ]
         _use(ctx)
         _record(ctx, kind, wv, int(np.count_nonzero(wv)), bptr.nbytes + bcol.nbytes + bval.nbytes)
-        return (f"o2e_bsr_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
-                f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N))
+        return (
+            f"o2e_bsr_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
+            f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N)
+        )
     bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
     rp, col, val, nnz, stored = _weights(ctx, wv)
     _use(ctx)
@@ -155,8 +183,10 @@ def try_fc(ctx: NodeContext, x: Tensor, w: np.ndarray | None, y: Tensor, B: int,
     tile = min(B, 64)
     xt = ctx.scratch(K * tile * 4) if B > 1 else "NULL"
     yt = ctx.scratch(N * tile * 4) if B > 1 else "NULL"
-    return (f"o2e_sparse_fc({B}, {N}, {K}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, {y.sym}, "
-            f"{xt}, {yt});" + _act_loop(ctx, y.sym, B * N))
+    return (
+        f"o2e_sparse_fc({B}, {N}, {K}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, {y.sym}, "
+        f"{xt}, {yt});" + _act_loop(ctx, y.sym, B * N)
+    )
 
 
 def try_conv1x1(ctx: NodeContext) -> str | None:
@@ -189,5 +219,7 @@ def try_conv1x1(ctx: NodeContext) -> str | None:
     rp, col, val, nnz, stored = _weights(ctx, w2)
     _use(ctx)
     _record(ctx, "conv1x1", w2, nnz, stored)
-    return (f"o2e_sparse_conv1x1({N}, {M}, {C}, {H * W}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, "
-            f"{y.sym});" + _act_loop(ctx, y.sym, y.size))
+    return (
+        f"o2e_sparse_conv1x1({N}, {M}, {C}, {H * W}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, "
+        f"{y.sym});" + _act_loop(ctx, y.sym, y.size)
+    )
