@@ -99,7 +99,8 @@ def _use(ctx: NodeContext) -> None:
 
 
 def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
-    ctx.kernel(f"sparse {kind.replace('_', ' ')} (CSR)")
+    fmt = "BSR 16x1" if kind.endswith("bsr") else "CSR"
+    ctx.kernel(f"sparse {kind.replace('_bsr', '').replace('_', ' ')} ({fmt})")
     ctx.model.sparse_layers.append(
         {
             "node": ctx.node.name,
