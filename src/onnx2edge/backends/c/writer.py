@@ -16,6 +16,7 @@ from .emitter import (
     array_literal,
     c_ident,
 )
+from .ops.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
 from .ops.sparse import mode as sparse_mode
 from .planner import ALIGN
 
@@ -257,6 +258,7 @@ def write_model(
         "kernels": dict(sorted(em.kernels.items())),
         "sparse_layers": em.sparse_layers,
         "sparse_mode": sparse_mode(),
+        "sparse_break_even": dict(_SPARSE_BREAK_EVEN),
         "sparse_bytes_saved": sum(d["bytes_saved"] for d in em.sparse_layers),
         "runtime_files": sorted(em.runtime_files),
     }

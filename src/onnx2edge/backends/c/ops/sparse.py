@@ -21,27 +21,43 @@ from .common import act_expr, fused_act
 
 HEADER = "o2e_sparse.h"
 
-# Largest density (nonzeros / weights) at which each sparse kernel is used. Measured with
-# tools/sparse_breakeven.py on 2026-11-24 ("Intel Xeon @ 2.80GHz", AVX-512; one thread; medians
-# of >= 20 runs; sparse (ONNX2EDGE_SPARSE=force) / our dense (=off) built and timed in the same
-# process; the 2-core machine was shared, load average 6-11, so +-30% noise). Layers: FC
-# 1000 -> 500 at batch 1 and 64, 1x1 conv 256 -> 256 on 14x14; random unstructured masks.
-#   sparse / dense at density    0.2    0.35   0.5
-#   fc_batch1 (gather spmv)     1.14   1.76   2.45   (x86-64-v3: 0.63 1.14 1.66)
-#   fc_batchN (spmm, 64 rows)   0.56   0.96   1.33
-#   conv1x1   (spmm, 196 px)    1.84   2.66   3.59
-# (the x86-64-v3 spmm rows of that run predate the native-width vector fix and are not used.)
-# Thresholds: below the crossing, rounded down: batch-1 gathers lose to our dense GEMV (which
-# also skips the zero inputs ReLU leaves) until ~83% sparsity; spmm crosses at ~65% for FC and
-# (extrapolated linearly) ~90% for 1x1 convolutions, whose dense path runs at >100 GFLOP/s.
-# fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
+# Largest density (nonzeros / weights) at which each sparse kernel is used, per ISA of the host
+# that converts (the default build is -march=native). Measured with tools/sparse_breakeven.py
+# on 2026-11-24 ("Intel Xeon @ 2.80GHz", AVX-512; AVX2 = the same host with -march=x86-64-v3;
+# one thread; medians of >= 20 runs; sparse (ONNX2EDGE_SPARSE=force) / our dense (=off) built
+# and timed in the same process; the 2-core machine was shared, load average 5-11, so +-30%
+# noise). Layers: FC 1000 -> 500 at batch 1 and 64, 1x1 conv 256 -> 256 on 14x14; random
+# unstructured masks.
+#   sparse / dense at density        0.2    0.35   0.5
+#   AVX-512 fc_batch1 (gather spmv)  1.14   1.76   2.45
+#   AVX-512 fc_batchN (spmm)         0.56   0.96   1.33
+#   AVX-512 conv1x1   (spmm)         1.84   2.66   3.59
+#   AVX2    fc_batch1                0.24   0.40   -
+#   AVX2    fc_batchN                0.42   0.50   -
+#   AVX2    conv1x1                  0.75   0.88   -
+# AVX-512 thresholds: below the crossing, rounded down (batch-1 gathers lose to our dense GEMV,
+# which also skips the zero inputs ReLU leaves, until ~83% sparsity; 1x1 conv crossing
+# extrapolated linearly to ~90%: the dense path runs at >100 GFLOP/s). AVX2: our dense kernels
+# are slower there, every kind still wins at 0.35; 0.4 is kept as the limit (not measured above
+# 0.35). fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
 # estimate from its cost per stored block being that of the dense kernel per 16 weights.
-BREAK_EVEN = {
-    "fc_batch1_bsr": 0.70,  # fraction of 16x1 blocks stored (o2e_bsr_fc); estimate, see above
-    "fc_batch1": 0.15,
-    "fc_batchN": 0.30,
-    "conv1x1": 0.10,
+BREAK_EVEN_BY_ISA = {
+    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.15, "fc_batchN": 0.30, "conv1x1": 0.10},
+    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.40, "fc_batchN": 0.40, "conv1x1": 0.40},
 }
+
+
+def host_isa() -> str:
+    """avx512 when the converting host has AVX-512F, else avx2 (also used for other ISAs, e.g.
+    NEON, where the break-even is not measured)."""
+    try:
+        flags = open("/proc/cpuinfo").read()  # noqa: SIM115 - Linux only; else the avx2 table
+    except OSError:
+        return "avx2"
+    return "avx512" if " avx512f" in flags else "avx2"
+
+
+BREAK_EVEN = BREAK_EVEN_BY_ISA[host_isa()]
 # Below this many weights the dense kernel's overheads are negligible either way: stay dense.
 MIN_WEIGHTS = 4096
 
