@@ -435,6 +435,18 @@ def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dic
     return check_model(model, target, input_shapes=input_shapes)
 
 
+def prune(model: str | Path, out: str | Path, sparsity: float, *, scope: str = "global",
+          structured: str | None = None, skip: Sequence[str] = ()) -> dict[str, Any]:
+    """Magnitude-prune Gemm / MatMul / Conv weights into `out` (issue 14); the report."""
+    from .frontend.loader import load_model
+    from .fsutil import write_bytes_atomic
+    from .prune import prune_model
+
+    m, rep = prune_model(load_model(model), sparsity, scope=scope, structured=structured, skip=skip)
+    write_bytes_atomic(out, m.SerializeToString())
+    return rep.as_dict()
+
+
 def __getattr__(name: str) -> Any:
     # rewrite, extract, delete_nodes, rename, set_shape, add_output, convert_opset, simplify,
     # bind_constant, nhwc: imported lazily so `import onnx2edge.api` stays light.

@@ -207,7 +207,49 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verify", action="store_true", help="per-layer error against onnxruntime")
     _shapes(s)
     _common(s)
+    _prune_parser(sub)
     return p
+
+
+# --- pruning (issue 14): see onnx2edge/prune.py
+def _prune_parser(sub: Any) -> None:
+    s = sub.add_parser("prune", help="magnitude pruning of Gemm/MatMul/Conv weights")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", required=True, help="ONNX file to write")
+    s.add_argument("--sparsity", type=float, default=0.9, help="fraction of weights zeroed")
+    s.add_argument("--scope", choices=("global", "layer"), default="global")
+    s.add_argument("--structured", metavar="channels|blocks:RxC", help="prune whole units")
+    s.add_argument("--skip", default="", help="comma-separated node names left dense")
+    s.add_argument("--sweep", metavar="S,S,...", help="sparsity levels to try (needs --eval)")
+    s.add_argument("--eval", metavar="FILE.npz", help="sweep inputs (one array per input)")
+    s.add_argument("--labels", metavar="FILE.npy", help="sweep labels (else: agreement with dense)")
+    s.add_argument("--tolerance", type=float, default=0.01, help="sweep: allowed score drop")
+    s.add_argument("--no-latency", action="store_true", help="sweep: skip the C timing")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    _common(s)
+
+
+def _cmd_prune(a: argparse.Namespace) -> int:
+    from . import prune as pr
+    from .frontend.loader import load_model
+    from .fsutil import write_bytes_atomic
+
+    kw = {"scope": a.scope, "structured": a.structured, "skip": [x for x in a.skip.split(",") if x]}
+    if a.sweep:
+        if not a.eval:
+            raise Onnx2EdgeError("--sweep needs --eval FILE.npz")
+        try:
+            levels = [float(x) for x in a.sweep.split(",") if x]
+        except ValueError:
+            raise Onnx2EdgeError(f"--sweep: expected numbers, got {a.sweep!r}") from None
+        res = pr.sweep(a.model, a.output, levels, a.eval, labels_file=a.labels,
+                       tolerance=a.tolerance, latency=not a.no_latency, **kw)
+        print(json.dumps(res, indent=1) if a.json else pr.format_sweep(res))
+        return 0
+    model, rep = pr.prune_model(load_model(a.model), a.sparsity, **kw)
+    write_bytes_atomic(a.output, model.SerializeToString())
+    print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())
+    return 0
 
 
 # --- model editing (issue 16): check, rewrite, surgery, nhwc (see onnx2edge/edit/commands.py)
@@ -476,6 +518,7 @@ COMMANDS = {
     "bench": _cmd_bench,
 }
 COMMANDS.update(dict.fromkeys(EDIT_COMMANDS, _cmd_edit))
+COMMANDS["prune"] = _cmd_prune
 
 
 def _cmd_report(a: argparse.Namespace) -> int:

@@ -246,6 +246,7 @@ class ModelEmitter:
         self.const_data: dict[str, np.ndarray] = {}
         self.scratch_macros: dict[str, tuple[str, str]] = {}
         self.kernels: dict[str, int] = {}
+        self.sparse_layers: list[dict[str, Any]] = []  # layers on sparse kernels (ops/sparse.py)
         self.runtime_files: set[str] = set()  # files from runtime/ the generated code includes
         self.idents: set[str] = set()
         self.tensors: dict[str, Tensor] = {}

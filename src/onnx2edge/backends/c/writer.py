@@ -16,6 +16,8 @@ from .emitter import (
     array_literal,
     c_ident,
 )
+from .ops.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
+from .ops.sparse import mode as sparse_mode
 from .planner import ALIGN
 
 
@@ -242,7 +244,7 @@ def write_model(
         ]
     else:
         c += [f"int {P}_init(const char *weights_path)", "{", "  (void)weights_path;  /* weights are compiled in */", *decode, "  return 0;", "}"]
-    kernel_name = "o2e_gemm_kernel_name()" if em.runtime_files else '"none"'
+    kernel_name = "o2e_gemm_kernel_name()" if "o2e_gemm.h" in em.runtime_files else '"none"'
     c += [
         "",
         f"const char *{P}_gemm_kernel(void) {{ return {kernel_name}; }}",
@@ -322,6 +324,10 @@ def write_model(
            if weights_fp16 else {}),
         "nodes": len(graph.nodes),
         "kernels": dict(sorted(em.kernels.items())),
+        "sparse_layers": em.sparse_layers,
+        "sparse_mode": sparse_mode(),
+        "sparse_break_even": dict(_SPARSE_BREAK_EVEN),
+        "sparse_bytes_saved": sum(d["bytes_saved"] for d in em.sparse_layers),
         "runtime_files": sorted(em.runtime_files),
     }
 

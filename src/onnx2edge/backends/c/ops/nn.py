@@ -9,7 +9,7 @@ from ....passes.fuse_activation import Activation
 from ....passes.fuse_residual import has_residual
 from ..emitter import NodeContext, Tensor, c_literal
 from ..gemm_pack import sgemm_workspace_bytes
-from . import pool2d, register_op
+from . import pool2d, register_op, sparse
 from .common import act_expr, clip_bounds, fused_act, strides
 from .gemm import (
     MAX_THREADS,
@@ -61,6 +61,8 @@ def _conv_check(node: Node, graph: Graph) -> str | None:
 
 @register_op("Conv", check=_conv_check)
 def conv(ctx: NodeContext) -> str:
+    if (sp := sparse.try_conv1x1(ctx)) is not None:  # pruned 1x1 weights (issue 14)
+        return sp
     x, w, y = ctx.x(0), ctx.x(1), ctx.y(0)
     nsp = x.rank - 2
     N, C = x.shape[:2]
@@ -768,9 +770,14 @@ def _gemm_check(node: Node, graph: Graph) -> str | None:
 
 @register_op("Gemm", check=_gemm_check)
 def gemm(ctx: NodeContext) -> str:
-    a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
     ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if not ta and (bw := ctx.const(1)) is not None and ctx.x(0).rank == 2:  # pruned (issue 14)
+        sp = sparse.try_fc(ctx, ctx.x(0), bw if tb else bw.T, ctx.y(0), *ctx.x(0).shape,
+                           bw.shape[0] if tb else bw.shape[1], alpha=alpha, beta=beta)
+        if sp is not None:
+            return sp
+    a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
     M, K = (a.shape[1], a.shape[0]) if ta else a.shape
     N = b.shape[0] if tb else b.shape[1]
     lines = []
@@ -884,6 +891,10 @@ def matmul(ctx: NodeContext) -> str:
     nb = int(np.prod(batch)) if batch else 1
     act = fused_act(ctx)
     bc = ctx.const(1)
+    if len(bsh) == 2 and nb * M == a.size // K and bc is not None:  # pruned (issue 14)
+        sp = sparse.try_fc(ctx, a, bc.reshape(K, N).T, y, nb * M, K, N, with_bias=False)
+        if sp is not None:
+            return sp
     # B constant and 2-D: fold the batch into M (one big GEMM); one row is a packed GEMV
     if len(bsh) == 2 and nb * M == 1 and bc is not None and bc.dtype == np.float32:
         return _fc_gemv(ctx, a.sym, bc.reshape(K, N).T, 1.0, 0.0, y, K, N, with_bias=False)

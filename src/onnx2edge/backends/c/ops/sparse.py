@@ -1,0 +1,242 @@
+"""Sparse kernels for pruned weights (issue 14): fully connected layers (Gemm / MatMul with a
+constant 2-D weight, any batch) and 1x1 convolutions (stride 1, no padding, group 1).
+
+A layer goes sparse only when its constant weight has few enough nonzeros that the sparse
+kernel measured faster than our dense one (BREAK_EVEN below); dense stays dense. The weights
+are stored in CSR (runtime/o2e_sparse.h explains the kernels and the NaN/Inf handling), and
+the original dense weight is not emitted, so the weight bytes shrink with the sparsity.
+
+The hooks in nn.py run before the dense paths read the weight input (reading it registers
+the dense constant in the generated file).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..emitter import NodeContext, Tensor
+from .common import act_expr, fused_act
+
+HEADER = "o2e_sparse.h"
+
+# Largest density (nonzeros / weights) at which each sparse kernel is used, per ISA of the host
+# that converts (the default build is -march=native). Measured with tools/sparse_breakeven.py
+# on 2026-11-24 ("Intel Xeon @ 2.80GHz", AVX-512; AVX2 = the same host with -march=x86-64-v3;
+# one thread; medians of >= 20 runs; sparse (ONNX2EDGE_SPARSE=force) / our dense (=off) built
+# and timed in the same process; the 2-core machine was shared, load average 5-11, so +-30%
+# noise). Layers: FC 1000 -> 500 at batch 1 and 64, 1x1 conv 256 -> 256 on 14x14; random
+# unstructured masks.
+#   sparse / dense at density        0.2    0.35   0.5
+#   AVX-512 fc_batch1 (gather spmv)  1.14   1.76   2.45
+#   AVX-512 fc_batchN (spmm)         0.56   0.96   1.33
+#   AVX-512 conv1x1   (spmm)         1.84   2.66   3.59
+#   AVX2    fc_batch1                0.24   0.40   -
+#   AVX2    fc_batchN                0.42   0.50   -
+#   AVX2    conv1x1                  0.75   0.88   -
+# AVX-512 thresholds: below the crossing, rounded down (batch-1 gathers lose to our dense GEMV,
+# which also skips the zero inputs ReLU leaves, until ~83% sparsity; 1x1 conv crossing
+# extrapolated linearly to ~90%: the dense path runs at >100 GFLOP/s). AVX2: our dense kernels
+# are slower there, every kind still wins at 0.35; 0.4 is kept as the limit (not measured above
+# 0.35). fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
+# estimate from its cost per stored block being that of the dense kernel per 16 weights.
+BREAK_EVEN_BY_ISA = {
+    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.15, "fc_batchN": 0.30, "conv1x1": 0.10},
+    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.40, "fc_batchN": 0.40, "conv1x1": 0.40},
+}
+
+
+def host_isa() -> str:
+    """avx512 when the converting host has AVX-512F, else avx2 (also used for other ISAs, e.g.
+    NEON, where the break-even is not measured)."""
+    try:
+        flags = open("/proc/cpuinfo").read()  # noqa: SIM115 - Linux only; else the avx2 table
+    except OSError:
+        return "avx2"
+    return "avx512" if " avx512f" in flags else "avx2"
+
+
+BREAK_EVEN = BREAK_EVEN_BY_ISA[host_isa()]
+# Below this many weights the dense kernel's overheads are negligible either way: stay dense.
+MIN_WEIGHTS = 4096
+
+
+def _csr(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """rowptr, col, val of W[M][K] (int32, int32, float32); NaN weights count as nonzero."""
+    nzmask = w != 0
+    rows, cols = np.nonzero(nzmask)
+    rowptr = np.zeros(w.shape[0] + 1, np.int32)
+    np.cumsum(np.count_nonzero(nzmask, axis=1), out=rowptr[1:])
+    return rowptr, cols.astype(np.int32), w[rows, cols].astype(np.float32)
+
+
+def density(w: np.ndarray) -> float:
+    return float(np.count_nonzero(w)) / w.size if w.size else 1.0
+
+
+def mode() -> str:
+    """ONNX2EDGE_SPARSE: "auto" (default: the break-even rule), "off" (dense kernels only) or
+    "force" (every eligible layer with any zero weight; to measure the break-even). Recorded
+    in the manifest's stats (sparse_mode) since it changes the generated code."""
+    m = os.environ.get("ONNX2EDGE_SPARSE", "auto")
+    return m if m in ("auto", "off", "force") else "auto"
+
+
+def block_density(w: np.ndarray, v: int = 16) -> float:
+    """Fraction of the v x 1 output blocks of W[M][K] holding a nonzero (stored by BSR)."""
+    nz = np.pad(w != 0, ((0, -w.shape[0] % v), (0, 0)))
+    return float(nz.reshape(-1, v, w.shape[1]).any(axis=1).mean())
+
+
+def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
+    """True when a constant float32 weight (outputs x inputs) is sparse enough for `kind`."""
+    m = mode()
+    if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < MIN_WEIGHTS:
+        return False
+    d = block_density(w) if kind == "fc_batch1_bsr" else density(w)
+    return d < 1.0 if m == "force" else d <= BREAK_EVEN[kind]
+
+
+def _bsr(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bptr, bcol, bval (v floats per block, zero-padded rows) of the v x 1 blocks of W."""
+    wp = np.pad(w, ((0, -w.shape[0] % v), (0, 0)))
+    blocks = wp.reshape(-1, v, w.shape[1])  # (row blocks, v, K)
+    keep = (blocks != 0).any(axis=1)  # (row blocks, K)
+    rb, cols = np.nonzero(keep)
+    bptr = np.zeros(blocks.shape[0] + 1, np.int32)
+    np.cumsum(keep.sum(axis=1), out=bptr[1:])
+    return bptr, cols.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
+
+
+def _use(ctx: NodeContext) -> None:
+    ctx.helper("o2e_sparse_include", f'#include "{HEADER}"\n')
+    ctx.model.runtime_files.add(HEADER)
+
+
+def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
+    fmt = "BSR 16x1" if kind.endswith("bsr") else "CSR"
+    ctx.kernel(f"sparse {kind.replace('_bsr', '').replace('_', ' ')} ({fmt})")
+    ctx.model.sparse_layers.append(
+        {
+            "node": ctx.node.name,
+            "kind": kind,
+            "shape": list(w.shape),
+            "density": round(nnz / w.size, 4),
+            "dense_bytes": int(w.size * 4),
+            "sparse_bytes": int(stored),
+            "bytes_saved": int(w.size * 4 - stored),
+        }
+    )
+
+
+def _weights(ctx: NodeContext, w: np.ndarray) -> tuple[str, str, str, int, int]:
+    rowptr, col, val = _csr(w)
+    stored = rowptr.nbytes + col.nbytes + val.nbytes
+    return (
+        ctx.weight("sp_rowptr", rowptr),
+        ctx.weight("sp_col", col),
+        ctx.weight("sp_val", val),
+        int(val.size),
+        stored,
+    )
+
+
+def _act_loop(ctx: NodeContext, y: str, n: int) -> str:
+    act = fused_act(ctx)
+    if act is None:
+        return ""
+    # Relu keeps NaN (as onnxruntime and the dense engine's vmaxps do)
+    expr = "(v < 0.0f ? 0.0f : v)" if act.op == "Relu" else act_expr(act, "v")
+    return f"\nfor (size_t i = 0; i < {n}; ++i) {{ const float v = {y}[i]; {y}[i] = {expr}; }}"
+
+
+def try_fc(
+    ctx: NodeContext,
+    x: Tensor,
+    w: np.ndarray | None,
+    y: Tensor,
+    B: int,
+    K: int,
+    N: int,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    with_bias: bool = True,
+) -> str | None:
+    """y[B][N] = alpha * x[B][K] . W^T + beta * C with W[N][K] constant, or None (stay dense)."""
+    kind = "fc_batch1" if B == 1 else "fc_batchN"
+    if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr"):
+        kind = "fc_batch1_bsr"
+    elif w is None or not sparse_applicable(np.asarray(w), kind):
+        return None
+    b = None
+    if with_bias and ctx.has_input(2) and beta != 0.0:
+        cc = ctx.const(2)
+        if cc is None or cc.size not in (1, N) or cc.dtype != np.float32:
+            return None
+        b = np.broadcast_to(cc.reshape(-1) * np.float32(beta), (N,)).astype(np.float32)
+    wv = (
+        np.asarray(w, np.float32) * np.float32(alpha) if alpha != 1.0 else np.asarray(w, np.float32)
+    )
+    if kind == "fc_batch1_bsr":
+        bptr, bcol, bval = _bsr(wv)
+        npad = bptr.size * 16 - 16
+        # the bias padded to 16 * row blocks
+        bias_sym = "NULL" if b is None else ctx.weight("sp_bias16", np.pad(b, (0, npad - N)))
+        syms = [
+            ctx.weight(n, a) for n, a in (("sp_bptr", bptr), ("sp_bcol", bcol), ("sp_bval", bval))
+        ]
+        _use(ctx)
+        _record(ctx, kind, wv, int(np.count_nonzero(wv)), bptr.nbytes + bcol.nbytes + bval.nbytes)
+        return (
+            f"o2e_bsr_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
+            f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N)
+        )
+    bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
+    rp, col, val, nnz, stored = _weights(ctx, wv)
+    _use(ctx)
+    _record(ctx, kind, wv, nnz, stored)
+    tile = min(B, 64)
+    xt = ctx.scratch(K * tile * 4) if B > 1 else "NULL"
+    yt = ctx.scratch(N * tile * 4) if B > 1 else "NULL"
+    return (
+        f"o2e_sparse_fc({B}, {N}, {K}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, {y.sym}, "
+        f"{xt}, {yt});" + _act_loop(ctx, y.sym, B * N)
+    )
+
+
+def try_conv1x1(ctx: NodeContext) -> str | None:
+    """A 1x1 convolution (stride 1, no padding, group 1, NCHW) with a sparse constant weight."""
+    from ....passes.fuse_residual import has_residual
+
+    w = ctx.const(1)
+    if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or has_residual(ctx.node):
+        return None
+    if int(ctx.attr("group", 1)) != 1 or any(int(v) != 1 for v in ctx.attr("strides", [1, 1])):
+        return None
+    if any(int(v) != 0 for v in ctx.attr("pads", [0, 0, 0, 0])):
+        return None
+    if ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
+        return None
+    x, y = ctx.x(0), ctx.y(0)
+    if x.rank != 4 or x.dtype != np.float32 or tuple(y.shape[2:]) != tuple(x.shape[2:]):
+        return None
+    w2 = w.reshape(w.shape[0], -1)
+    if not sparse_applicable(w2, "conv1x1"):
+        return None
+    N, C, H, W = x.shape
+    M = w.shape[0]
+    bias_sym = "NULL"
+    if ctx.has_input(2):
+        b = ctx.const(2)
+        if b is None:
+            return None
+        bias_sym = ctx.weight("sp_bias", b.reshape(-1).astype(np.float32))
+    rp, col, val, nnz, stored = _weights(ctx, w2)
+    _use(ctx)
+    _record(ctx, "conv1x1", w2, nnz, stored)
+    return (
+        f"o2e_sparse_conv1x1({N}, {M}, {C}, {H * W}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, "
+        f"{y.sym});" + _act_loop(ctx, y.sym, y.size)
+    )

@@ -1,0 +1,394 @@
+"""Magnitude pruning of Gemm / MatMul / Conv constant weights (issue 14, seed 003).
+
+The model is edited as a protobuf copy (the input is never mutated). Each prunable weight is
+viewed as a 2-D matrix (outputs, inputs): Gemm's B as (N, K) whatever transB says, MatMul's B
+as (N, K) (its transpose), Conv's W as (M, C/group * kh * kw). Three granularities:
+
+- unstructured: the smallest |w| are zeroed;
+- `channels`: whole output rows (L2 norm per row);
+- `blocks:RxC`: R outputs x C inputs tiles (mean |w| per tile), which vector units like.
+
+`global` scope ranks every candidate weight together (one threshold for the whole model);
+`layer` scope prunes each weight to the same sparsity.
+
+Shared initializers (exporters tie weights): a weight used by several prunable nodes is
+pruned once, with one mask, so every user sees the same tensor. A weight that is also read by
+a node we do not prune (e.g. a tied embedding Gather), or by a node in `skip`, is left dense
+and reported in `notes` — pruning it would silently change the other user.
+
+No library does this on ONNX graphs (torch.nn.utils.prune works on torch modules, not on an
+exported model), hence the hand-written pass; the ranking itself is numpy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import Onnx2EdgeError
+
+PRUNABLE = ("Gemm", "MatMul", "Conv")
+
+
+@dataclass
+class PruneReport:
+    sparsity: float  # achieved, over the pruned weights
+    weights: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> nodes, zeros, size
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sparsity": self.sparsity, "weights": self.weights, "notes": self.notes}
+
+    def format(self) -> str:
+        lines = [f"pruned {len(self.weights)} weight(s) to {self.sparsity:.1%} zeros"]
+        for name, w in self.weights.items():
+            lines.append(
+                f"  {name} ({', '.join(w['nodes'])}): {w['zeros'] / w['size']:.1%} of {w['size']}"
+            )
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def parse_structured(spec: str | None) -> tuple[int, int] | None:
+    """None (unstructured), 'channels' -> (1, 0) meaning whole rows, 'blocks:RxC' -> (R, C)."""
+    if not spec:
+        return None
+    if spec == "channels":
+        return (1, 0)
+    m = re.fullmatch(r"blocks:(\d+)x(\d+)", spec)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise Onnx2EdgeError(f"--structured: expected 'channels' or 'blocks:RxC', got {spec!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _as_matrix(
+    op: str, node: onnx.NodeProto, w: np.ndarray
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """The (outputs, inputs) view of a weight, and the inverse mapping for a same-shape mask."""
+    if op == "Conv":
+        return w.reshape(w.shape[0], -1), lambda m: m.reshape(w.shape)
+    trans_b = op == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+    if trans_b:
+        return w, lambda m: m
+    return w.T, lambda m: m.T
+
+
+def _candidates(
+    model: onnx.ModelProto, skip: set[str]
+) -> tuple[dict[str, tuple[str, onnx.NodeProto]], list[str]]:
+    """Initializer name -> (op, first user node) for the weights we may prune; and notes."""
+    inits = {t.name: t for t in model.graph.initializer}
+    users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for n in model.graph.node:
+        for i, name in enumerate(n.input):
+            if name in inits:
+                users.setdefault(name, []).append((n, i))
+    graph_outputs = {o.name for o in model.graph.output}
+    out: dict[str, tuple[str, onnx.NodeProto]] = {}
+    notes: list[str] = []
+    for name, us in users.items():
+        weight_uses = [(n, i) for n, i in us if n.op_type in PRUNABLE and i == 1]
+        if not weight_uses:
+            continue
+        t = inits[name]
+        if t.data_type != onnx.TensorProto.FLOAT:
+            continue
+        dims = list(t.dims)
+        ok_rank = all(
+            (n.op_type == "Conv" and len(dims) >= 3) or (n.op_type != "Conv" and len(dims) == 2)
+            for n, _ in weight_uses
+        )
+        if not ok_rank:
+            continue
+        ops = {n.op_type for n, _ in weight_uses}
+        names = [n.name or n.output[0] for n, _ in us]
+        if len(weight_uses) != len(us) or name in graph_outputs:
+            notes.append(
+                f"{name}: shared with a node that is not pruned ({', '.join(names)}): left dense"
+            )
+            continue
+        skipped = [n for n in names if n in skip]
+        if skipped:
+            if len(names) > 1:
+                notes.append(
+                    f"{name}: shared by {', '.join(names)}, {', '.join(skipped)} skipped: left dense"
+                )
+            continue
+        if len(ops) > 1 or (ops == {"Gemm"} and len({_trans_b(n) for n, _ in weight_uses}) > 1):
+            notes.append(f"{name}: used with different layouts ({', '.join(names)}): left dense")
+            continue
+        if len(us) > 1:
+            notes.append(f"{name}: shared by {', '.join(names)}: pruned once, one mask for all")
+        out[name] = (weight_uses[0][0].op_type, weight_uses[0][0])
+    return out, notes
+
+
+def _trans_b(n: onnx.NodeProto) -> bool:
+    return any(a.name == "transB" and a.i for a in n.attribute)
+
+
+def _scores(mat: np.ndarray, groups: tuple[int, int] | None) -> np.ndarray:
+    """One score per prunable unit, shaped like the unit grid (same shape as mat if unstructured)."""
+    a = np.abs(mat.astype(np.float64))
+    if groups is None:
+        return a
+    r, c = groups
+    if c == 0:  # whole output channels
+        return np.sqrt((a * a).mean(axis=1, keepdims=True))
+    rows, cols = a.shape
+    pr, pc = -rows % r, -cols % c
+    a = np.pad(a, ((0, pr), (0, pc)))
+    return a.reshape((rows + pr) // r, r, (cols + pc) // c, c).mean(axis=(1, 3))
+
+
+def _expand(
+    unit_mask: np.ndarray, shape: tuple[int, int], groups: tuple[int, int] | None
+) -> np.ndarray:
+    if groups is None:
+        return unit_mask
+    r, c = groups
+    if c == 0:
+        return np.broadcast_to(unit_mask, shape)
+    big = np.repeat(np.repeat(unit_mask, r, axis=0), c, axis=1)
+    return big[: shape[0], : shape[1]]
+
+
+def _unit_sizes(shape: tuple[int, int], groups: tuple[int, int] | None) -> np.ndarray:
+    """Weights per unit (edge blocks are smaller), so a sparsity counts weights, not units."""
+    ones = np.ones(shape)
+    if groups is None:
+        return ones
+    r, c = groups
+    if c == 0:
+        return np.full((shape[0], 1), float(shape[1]))
+    rows, cols = shape
+    pr, pc = -rows % r, -cols % c
+    ones = np.pad(ones, ((0, pr), (0, pc)))
+    return ones.reshape((rows + pr) // r, r, (cols + pc) // c, c).sum(axis=(1, 3))
+
+
+def _zero_units(
+    scores: list[np.ndarray], sizes: list[np.ndarray], sparsity: float
+) -> list[np.ndarray]:
+    """Keep-masks over units: the lowest-scoring units until `sparsity` of the weights are zero.
+
+    Stable ordering (ties broken by position) keeps the result deterministic."""
+    flat_s = np.concatenate([s.reshape(-1) for s in scores])
+    flat_n = np.concatenate([n.reshape(-1) for n in sizes])
+    order = np.argsort(flat_s, kind="stable")
+    target = sparsity * flat_n.sum()
+    cum = np.cumsum(flat_n[order])
+    k = int(np.searchsorted(cum, target - 1e-9, side="left")) + 1 if target > 0 else 0
+    k = min(k, order.size)
+    if (
+        k > 0
+        and cum[k - 1] > target + 0.5
+        and (k == 1 or abs(cum[k - 2] - target) < abs(cum[k - 1] - target))
+    ):
+        k -= 1  # the nearer of the two counts around the target
+    keep = np.ones(flat_s.size, bool)
+    keep[order[:k]] = False
+    out, at = [], 0
+    for s in scores:
+        out.append(keep[at : at + s.size].reshape(s.shape))
+        at += s.size
+    return out
+
+
+def prune_model(
+    model: onnx.ModelProto,
+    sparsity: float,
+    *,
+    scope: str = "global",
+    structured: str | None = None,
+    skip: Sequence[str] = (),
+) -> tuple[onnx.ModelProto, PruneReport]:
+    """A pruned copy of `model` (the argument is not modified) and what was pruned."""
+    if not 0.0 <= sparsity < 1.0:
+        raise Onnx2EdgeError(f"--sparsity must be in [0, 1), got {sparsity}")
+    if scope not in ("global", "layer"):
+        raise Onnx2EdgeError(f"--scope must be global or layer, got {scope!r}")
+    groups = parse_structured(structured)
+    node_names = {n.name for n in model.graph.node} | {
+        o for n in model.graph.node for o in n.output
+    }
+    unknown = [s for s in skip if s not in node_names]
+    if unknown:
+        raise Onnx2EdgeError(f"--skip: no node named {', '.join(unknown)}")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    cands, notes = _candidates(out, set(skip))
+    inits = {t.name: t for t in out.graph.initializer}
+    mats, inverse, scores, sizes = {}, {}, {}, {}
+    for name, (op, node) in cands.items():
+        w = numpy_helper.to_array(inits[name])
+        mats[name], inverse[name] = _as_matrix(op, node, w)
+        scores[name] = _scores(mats[name], groups)
+        sizes[name] = _unit_sizes(mats[name].shape, groups)
+    names = list(cands)  # channels are scored by RMS, so wide layers are not favoured
+    keeps: dict[str, np.ndarray] = {}
+    if scope == "global" and names:
+        for name, k in zip(
+            names,
+            _zero_units([scores[n] for n in names], [sizes[n] for n in names], sparsity),
+            strict=True,
+        ):
+            keeps[name] = k
+    else:
+        for name in names:
+            keeps[name] = _zero_units([scores[name]], [sizes[name]], sparsity)[0]
+    report = PruneReport(sparsity=0.0, notes=notes)
+    zeros = total = 0
+    users = _users(out)
+    for name in names:
+        mat = mats[name]
+        mask = _expand(keeps[name], mat.shape, groups)
+        new = np.where(mask, mat, np.float32(0)).astype(np.float32)
+        arr = np.ascontiguousarray(inverse[name](new))
+        inits[name].CopyFrom(numpy_helper.from_array(arr, name))
+        z = int(arr.size - np.count_nonzero(arr))
+        zeros, total = zeros + z, total + arr.size
+        report.weights[name] = {"nodes": users[name], "zeros": z, "size": int(arr.size)}
+    report.sparsity = zeros / total if total else 0.0
+    if not names:
+        report.notes.append("no prunable Gemm / MatMul / Conv constant weight")
+    return out, report
+
+
+def _users(model: onnx.ModelProto) -> dict[str, list[str]]:
+    u: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        for name in n.input:
+            u.setdefault(name, []).append(n.name or n.output[0])
+    return u
+
+
+def weight_sparsity(model: onnx.ModelProto) -> float:
+    """Fraction of zeros over the Gemm / MatMul / Conv constant weights."""
+    inits = {t.name: t for t in model.graph.initializer}
+    z = n = 0
+    seen = set()
+    for node in model.graph.node:
+        if (
+            node.op_type in PRUNABLE
+            and len(node.input) > 1
+            and node.input[1] in inits
+            and node.input[1] not in seen
+        ):
+            seen.add(node.input[1])
+            a = numpy_helper.to_array(inits[node.input[1]])
+            z, n = z + a.size - np.count_nonzero(a), n + a.size
+    return z / n if n else 0.0
+
+
+# --- sweep ------------------------------------------------------------------------------------
+
+
+def evaluate(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    labels: np.ndarray | None,
+    reference: np.ndarray | None,
+) -> tuple[float, np.ndarray]:
+    """Top-1 accuracy against labels, or top-1 agreement with `reference` predictions."""
+    from .runtime import ort_run
+
+    out = ort_run(model, dict(feeds))
+    first = next(iter(out.values()))
+    pred = np.asarray(first).reshape(first.shape[0], -1).argmax(axis=1)
+    truth = labels if labels is not None else reference
+    if truth is None:
+        return float("nan"), pred
+    return float((pred == np.asarray(truth).reshape(-1)).mean()), pred
+
+
+def sweep(
+    model_path: str | Path,
+    out: str | Path,
+    levels: Sequence[float],
+    eval_file: str | Path,
+    *,
+    labels_file: str | Path | None = None,
+    tolerance: float = 0.01,
+    latency: bool = True,
+    log: Callable[[str], None] = lambda s: None,
+    **prune_kw: Any,
+) -> dict[str, Any]:
+    """Prune at each level, evaluate (accuracy or agreement with the dense model) and time our
+    C build; save the sparsest model within `tolerance` of the dense score."""
+    from .frontend.loader import load_model
+    from .fsutil import write_bytes_atomic
+
+    model = load_model(model_path)
+    try:
+        data = dict(np.load(eval_file))
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the user's input error
+        raise Onnx2EdgeError(f"--eval {eval_file}: cannot read ({e})") from None
+    labels = None
+    if labels_file is not None:
+        try:
+            labels = np.load(labels_file)
+        except Exception as e:  # noqa: BLE001
+            raise Onnx2EdgeError(f"--labels {labels_file}: cannot read ({e})") from None
+    dense_score, dense_pred = evaluate(model, data, labels, None)
+    if labels is None:
+        dense_score = 1.0
+    metric = "accuracy" if labels is not None else "agreement"
+    rows = [{"sparsity": 0.0, metric: dense_score, **_latency(model, data, latency)}]
+    best, best_model = None, model
+    for s in levels:
+        pm, rep = prune_model(model, s, **prune_kw)
+        score, _ = evaluate(pm, data, labels, dense_pred)
+        row = {"sparsity": round(rep.sparsity, 4), metric: score, **_latency(pm, data, latency)}
+        rows.append(row)
+        log(f"sparsity {row['sparsity']:.2f}: {metric} {score:.4f}")
+        if score >= dense_score - tolerance and (best is None or s > best):
+            best, best_model = s, pm
+    write_bytes_atomic(out, best_model.SerializeToString())
+    return {
+        "metric": metric,
+        "rows": rows,
+        "chosen": best,
+        "tolerance": tolerance,
+        "output": str(out),
+    }
+
+
+def _latency(model: onnx.ModelProto, data: Mapping[str, np.ndarray], on: bool) -> dict[str, Any]:
+    """Median ms of our C build and onnxruntime (1 thread) on the eval batch, same run."""
+    if not on:
+        return {}
+    import tempfile
+
+    from .bench.harness import bench_model
+
+    with tempfile.TemporaryDirectory(prefix="o2e_prune_") as d:
+        p = Path(d) / "m.onnx"
+        p.write_bytes(model.SerializeToString())
+        shapes = {k: list(v.shape) for k, v in data.items()}
+        r = bench_model(p, runs=10, warmup=2, input_shapes=shapes, work_dir=Path(d) / "w")
+    return {"ours_ms": r["ours_ms"], "ort_ms": r["ort_ms"]}
+
+
+def format_sweep(res: Mapping[str, Any]) -> str:
+    m = res["metric"]
+    lines = [f"{'sparsity':>8}  {m:>9}  {'ours ms':>8}  {'ort ms':>8}"]
+    for r in res["rows"]:
+        o, t = r.get("ours_ms"), r.get("ort_ms")
+        lines.append(f"{r['sparsity']:>8.2f}  {r[m]:>9.4f}  {_f(o):>8}  {_f(t):>8}")
+    ch = res["chosen"]
+    lines.append(
+        f"chosen: {'dense (no level within tolerance)' if ch is None else ch} -> {res['output']}"
+    )
+    return "\n".join(lines)
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"

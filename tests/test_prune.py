@@ -1,0 +1,356 @@
+"""Issue 14: `onnx2edge prune` and the sparse C kernels (o2e_sparse.h) against onnxruntime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx2edge import api
+from onnx2edge.cli import main
+from onnx2edge.prune import prune_model
+from onnx2edge.runtime import ort_run
+
+from conftest import NATIVE
+
+V3 = ["-O3", "-march=x86-64-v3", "-ffp-contract=fast"]  # AVX2 + FMA kernels
+V2 = ["-O3", "-march=x86-64-v2"]  # no AVX: the portable / SSE lowering of the vectors
+ISAS = {"native": NATIVE, "x86-64-v3": V3, "x86-64-v2": V2}
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, outputs, inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    m.ir_version = 8
+    return m
+
+
+def mlp(
+    batch: int, dims=(64, 200, 96, 10), seed: int = 0, matmul_last: bool = True
+) -> onnx.ModelProto:  # noqa: ANN001
+    """Gemm(transB=1)+Relu layers and a MatMul + Add head: both FC spellings of exporters."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    last = len(dims) - 2
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=False)):
+        w = (rng.standard_normal((b, a)) / np.sqrt(a)).astype(np.float32)
+        bias = (rng.standard_normal(b) * 0.1).astype(np.float32)
+        inits.append(numpy_helper.from_array(bias, f"b{i}"))
+        if i == last and matmul_last:
+            inits.append(numpy_helper.from_array(w.T.copy(), f"w{i}"))
+            nodes += [
+                helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"fc{i}"),
+                helper.make_node("Add", [f"m{i}", f"b{i}"], [f"h{i}"], name=f"add{i}"),
+            ]
+        else:
+            inits.append(numpy_helper.from_array(w, f"w{i}"))
+            nodes.append(
+                helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"h{i}"], name=f"fc{i}", transB=1)
+            )
+        x = f"h{i}"
+        if i < last:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"], name=f"relu{i}"))
+            x = f"r{i}"
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, dims[0]])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, dims[-1]])],
+        inits,
+    )
+
+
+def conv1x1(n: int = 1, c: int = 96, m: int = 128, hw: int = 7, seed: int = 1) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    b = (rng.standard_normal(m) * 0.1).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="pw"),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m, hw, hw])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+
+
+def _w(model: onnx.ModelProto, name: str) -> np.ndarray:
+    return next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == name)
+
+
+def _zeros(a: np.ndarray) -> float:
+    return 1.0 - np.count_nonzero(a) / a.size
+
+
+# --- the pruning pass -------------------------------------------------------------------------
+
+
+def test_global_and_layer_scope_and_input_untouched() -> None:
+    m = mlp(1)
+    before = m.SerializeToString()
+    g, rep = prune_model(m, 0.8, scope="global")
+    assert m.SerializeToString() == before  # the input model is not mutated
+    assert abs(rep.sparsity - 0.8) < 1e-3
+    sizes = {n: _w(g, n).size for n in ("w0", "w1", "w2")}
+    total = sum(_zeros(_w(g, n)) * s for n, s in sizes.items()) / sum(sizes.values())
+    assert abs(total - 0.8) < 1e-3
+    # global: one threshold, so the kept weights are exactly the largest |w| overall
+    allw = np.concatenate([np.abs(_w(m, n)).ravel() for n in sizes])
+    thr = np.sort(allw)[int(round(0.8 * allw.size))]
+    for n in sizes:
+        kept = np.abs(_w(g, n))[_w(g, n) != 0]
+        assert kept.min() >= thr
+    lay, _ = prune_model(m, 0.8, scope="layer")
+    for n in sizes:
+        assert abs(_zeros(_w(lay, n)) - 0.8) < 1.0 / sizes[n] + 1e-9
+        # what stays are the originals, unchanged
+        np.testing.assert_array_equal(_w(lay, n)[_w(lay, n) != 0], _w(m, n)[_w(lay, n) != 0])
+
+
+def test_structured_channels_and_blocks() -> None:
+    m = mlp(1)
+    ch, _ = prune_model(m, 0.5, scope="layer", structured="channels")
+    w0 = _w(ch, "w0")  # Gemm transB=1: rows are output channels
+    rows = np.count_nonzero(w0, axis=1)
+    assert set(rows.tolist()) <= {0, w0.shape[1]} and (rows == 0).mean() == 0.5
+    w2 = _w(ch, "w2")  # MatMul B is (K, N): output channels are columns
+    cols = np.count_nonzero(w2, axis=0)
+    assert set(cols.tolist()) <= {0, w2.shape[0]} and (cols == 0).sum() == 5
+    bl, _ = prune_model(m, 0.75, scope="layer", structured="blocks:4x8")
+    w1 = _w(bl, "w1")  # (96, 200): 24 x 25 blocks of 4 x 8
+    blocks = (w1.reshape(24, 4, 25, 8) != 0).any(axis=(1, 3))
+    dense_blocks = (w1.reshape(24, 4, 25, 8) != 0).all(axis=(1, 3))
+    np.testing.assert_array_equal(blocks, dense_blocks)  # whole blocks kept or removed
+    assert abs(1 - blocks.mean() - 0.75) < 0.01
+
+
+def test_skip_and_shared_weights() -> None:
+    m = mlp(1)
+    s, rep = prune_model(m, 0.9, skip=["fc1"])
+    np.testing.assert_array_equal(_w(s, "w1"), _w(m, "w1"))
+    assert _zeros(_w(s, "w0")) > 0.5 and "w1" not in rep.weights
+    # two Gemms reading one initializer (tied weights): pruned once, one mask for both
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 128)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w"], ["a"], name="g1", transB=1),
+        helper.make_node("Gemm", ["a2", "w"], ["b"], name="g2", transB=1),
+        helper.make_node("Relu", ["x"], ["a2"], name="r"),
+    ]
+    vi = helper.make_tensor_value_info
+    tied = _model(
+        nodes,
+        [vi("x", TensorProto.FLOAT, [1, 128])],
+        [vi("a", TensorProto.FLOAT, [1, 32]), vi("b", TensorProto.FLOAT, [1, 32])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    p, rep = prune_model(tied, 0.5)
+    assert len(p.graph.initializer) == 1 and abs(_zeros(_w(p, "w")) - 0.5) < 1e-3
+    assert rep.weights["w"]["nodes"] == ["g1", "g2"] and any("pruned once" in n for n in rep.notes)
+    # skipping one of the users leaves the shared tensor dense for both, with a note
+    p2, rep2 = prune_model(tied, 0.5, skip=["g2"])
+    np.testing.assert_array_equal(_w(p2, "w"), w)
+    assert any("g2 skipped" in n for n in rep2.notes)
+    # a weight also read by a node we do not prune (here an Add) is left dense
+    nodes = [
+        helper.make_node("Gemm", ["x", "w"], ["a"], name="g1", transB=1),
+        helper.make_node("Add", ["w", "w"], ["ww"], name="add"),
+    ]
+    other = _model(
+        nodes,
+        [vi("x", TensorProto.FLOAT, [1, 128])],
+        [vi("a", TensorProto.FLOAT, [1, 32]), vi("ww", TensorProto.FLOAT, [32, 128])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    p3, rep3 = prune_model(other, 0.5)
+    np.testing.assert_array_equal(_w(p3, "w"), w)
+    assert any("not pruned" in n for n in rep3.notes)
+
+
+def test_cli_prune_sweep_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(mlp(40), src)
+    out = tmp_path / "p.onnx"
+    assert main(["prune", str(src), "-o", str(out), "--sparsity", "0.7", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert abs(rep["sparsity"] - 0.7) < 1e-3 and onnx.load(out).graph.node
+    x = np.random.default_rng(0).standard_normal((40, 64)).astype(np.float32)
+    np.savez(tmp_path / "eval.npz", x=x)
+    sw = tmp_path / "sw.onnx"
+    args = [
+        "prune",
+        str(src),
+        "-o",
+        str(sw),
+        "--sweep",
+        "0.3,0.6,0.95",
+        "--eval",
+        str(tmp_path / "eval.npz"),
+        "--no-latency",
+        "--tolerance",
+        "0.2",
+        "--json",
+    ]
+    assert main(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [r["sparsity"] for r in res["rows"]] == [0.0, 0.3, 0.6, 0.95]
+    agree = [r["agreement"] for r in res["rows"]]
+    assert agree[0] == 1.0 and agree[-1] < 1.0
+    ok = [lv for lv, a in zip([0.3, 0.6, 0.95], agree[1:], strict=True) if a >= 0.8]
+    assert res["chosen"] == (max(ok) if ok else None)  # the sparsest level within tolerance
+    saved = onnx.load(sw)
+    assert (
+        abs(
+            _zeros(np.concatenate([_w(saved, n).ravel() for n in ("w0", "w1", "w2")]))
+            - (max(ok) if ok else 0.0)
+        )
+        < 1e-3
+    )
+    for bad in (
+        ["--sparsity", "1.5"],
+        ["--structured", "blocks:0x4"],
+        ["--skip", "nope"],
+        ["--sweep", "0.5"],
+    ):
+        assert main(["prune", str(src), "-o", str(tmp_path / "bad.onnx"), *bad]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+# --- sparse kernels in the C backend ----------------------------------------------------------
+
+
+def _run_c(model: onnx.ModelProto, tmp: Path, flags: list[str], x: np.ndarray) -> tuple[dict, dict]:
+    from onnx2edge.backends.c.build import build_executable, run_executable
+
+    path = tmp / "m.onnx"
+    onnx.save(model, path)
+    out = tmp / "c"
+    res = api.convert(path, "c", out)
+    io = json.loads((out / "onnx2edge.json").read_text())
+    exe = build_executable(out, flags, name="t")
+    return run_executable(exe, io, {"x": x}, out), res.stats
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+@pytest.mark.parametrize("batch", [1, 83])
+def test_sparse_fc_matches_onnxruntime(tmp_path: Path, isa: str, batch: int) -> None:
+    pruned, _ = prune_model(mlp(batch), 0.9, scope="layer")
+    x = np.random.default_rng(2).standard_normal((batch, 64)).astype(np.float32)
+    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    ref = ort_run(pruned, {"x": x})
+    layers = {d["node"] for d in stats["sparse_layers"]}
+    assert {"fc0", "fc1"} <= layers  # the head (960 weights) is below MIN_WEIGHTS: dense
+    assert stats["sparse_bytes_saved"] > 0.7 * 4 * (64 * 200 + 200 * 96)
+    for k, v in ref.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+@pytest.mark.parametrize("hw", [7, 9])  # 49 pixels: 3 vectors + a 1-lane tail; 81: 5 + 1
+def test_sparse_conv1x1_matches_onnxruntime(tmp_path: Path, isa: str, hw: int) -> None:
+    pruned, _ = prune_model(conv1x1(n=2, hw=hw), 0.92)
+    x = np.random.default_rng(3).standard_normal((2, 96, hw, hw)).astype(np.float32)
+    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    assert [d["node"] for d in stats["sparse_layers"]] == ["pw"]
+    ref = ort_run(pruned, {"x": x})
+    np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_dense_stays_dense(tmp_path: Path) -> None:
+    pruned, _ = prune_model(mlp(1), 0.3, scope="layer")  # well above every break-even density
+    x = np.ones((1, 64), np.float32)
+    got, stats = _run_c(pruned, tmp_path, NATIVE, x)
+    assert stats["sparse_layers"] == [] and stats["sparse_bytes_saved"] == 0
+    np.testing.assert_allclose(got["h2"], ort_run(pruned, {"x": x})["h2"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", ["native", "x86-64-v2"])
+@pytest.mark.parametrize("batch", [1, 70])
+def test_sparse_nan_inf_like_dense_onnxruntime(tmp_path: Path, isa: str, batch: int) -> None:
+    """Pruned weights are zeros: onnxruntime's dense GEMM computes 0 * Inf = NaN for them, so
+    the sparse kernels must turn those outputs into NaN too (and propagate NaN)."""
+    pruned, _ = prune_model(mlp(batch, dims=(64, 200, 96)), 0.9, scope="layer")
+    x = np.random.default_rng(4).standard_normal((batch, 64)).astype(np.float32)
+    x[0, 3] = np.inf
+    x[-1, 10] = -np.inf
+    x[batch // 2, 20] = np.nan
+    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    assert len(stats["sparse_layers"]) == 2
+    ref = ort_run(pruned, {"x": x})
+    for k, v in ref.items():
+        assert np.isnan(v).any()
+        np.testing.assert_array_equal(np.isnan(got[k]), np.isnan(v))
+        np.testing.assert_array_equal(np.isposinf(got[k]), np.isposinf(v))
+        fin = np.isfinite(v)
+        np.testing.assert_allclose(got[k][fin], v[fin], rtol=1e-4, atol=1e-5)
+
+
+def test_sparse_conv1x1_inf(tmp_path: Path) -> None:
+    pruned, _ = prune_model(conv1x1(n=1, hw=5), 0.92)
+    x = np.random.default_rng(5).standard_normal((1, 96, 5, 5)).astype(np.float32)
+    x[0, 7, 2, 3] = np.inf
+    got, _ = _run_c(pruned, tmp_path, NATIVE, x)
+    ref = ort_run(pruned, {"x": x})["y"]
+    assert np.isnan(ref).any()
+    np.testing.assert_array_equal(np.isnan(got["y"]), np.isnan(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got["y"][fin], ref[fin], rtol=1e-4, atol=1e-5)
+
+
+def test_trained_digits_mlp_pruned_90(tmp_path: Path) -> None:
+    """The committed digits MLP (examples/train_digits_mlp.py --hidden 256,128): the 90% model
+    really is 90% sparse, converts to sparse kernels, and at batch 360 (the held-out set) the C
+    build's predictions and logits match onnxruntime's."""
+    from onnx2edge.prune import weight_sparsity
+
+    fx = Path(__file__).parent / "fixtures" / "digits"
+    m = onnx.load(fx / "mlp_prune_small_90.onnx")
+    assert abs(weight_sparsity(m) - 0.9) < 1e-3
+    x = np.load(fx / "mlp_prune_small_test.npz")["x"]
+    labels = np.load(fx / "mlp_prune_small_labels.npy")
+    for d in m.graph.input[0].type.tensor_type.shape.dim[:1]:
+        d.ClearField("dim_param")
+        d.dim_value = x.shape[0]
+    for d in m.graph.output[0].type.tensor_type.shape.dim[:1]:
+        d.ClearField("dim_param")
+        d.dim_value = x.shape[0]
+    got, stats = _run_c(m, tmp_path, NATIVE, x)
+    assert {d["node"] for d in stats["sparse_layers"]} == {"fc0", "fc1"}
+    ref = ort_run(m, {"x": x})["fc2"]
+    np.testing.assert_allclose(got["fc2"], ref, rtol=1e-4, atol=1e-4)
+    dense = ort_run(onnx.load(fx / "mlp_prune_small_00.onnx"), {"x": x})["fc2"]
+    acc_dense, acc_sparse = (
+        (dense.argmax(1) == labels).mean(),
+        (got["fc2"].argmax(1) == labels).mean(),
+    )
+    assert acc_dense > 0.95 and acc_sparse > 0.85  # small model: 90% costs it ~10 points
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> None:
+    """blocks:16x1 pruning takes the BSR kernel at batch 1 (full 16-lane FMAs per block); an
+    Inf input is NaN in the rows of skipped blocks, as in onnxruntime's dense product."""
+    pruned, _ = prune_model(
+        mlp(1, dims=(64, 200, 90)), 0.8, scope="layer", structured="blocks:16x1"
+    )
+    x = np.random.default_rng(6).standard_normal((1, 64)).astype(np.float32)
+    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    assert {d["kind"] for d in stats["sparse_layers"]} == {"fc_batch1_bsr"}
+    ref = ort_run(pruned, {"x": x})
+    np.testing.assert_allclose(got["h1"], ref["h1"], rtol=1e-4, atol=1e-5)
+    x[0, 5] = np.inf
+    (tmp_path / "inf").mkdir()
+    got, _ = _run_c(pruned, tmp_path / "inf", ISAS[isa], x)
+    ref = ort_run(pruned, {"x": x})["h1"]
+    assert np.isnan(ref).any()
+    np.testing.assert_array_equal(np.isnan(got["h1"]), np.isnan(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got["h1"][fin], ref[fin], rtol=1e-4, atol=1e-5)
