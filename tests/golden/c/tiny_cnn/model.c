@@ -1270,7 +1270,7 @@ static void o2e_dconv3x3_25e37851_r12(const float *restrict xn, const float *res
 
 /* 3x3 direct convolution, 3 -> 16 channels, 32x32 -> 32x32, over
  * output rows [r0, r1) of the batch (conv_direct.py). */
-static void o2e_dconv3x3_25e37851_7e271104(void *arg, int r0, int r1)
+static void o2e_dconv3x3_25e37851_71025e9c(void *arg, int r0, int r1)
 {
   const o2e_dconv_args *a = (const o2e_dconv_args *)arg;
   for (int r = r0; r < r1; ++r) {
@@ -1285,7 +1285,7 @@ static void o2e_dconv3x3_25e37851_7e271104(void *arg, int r0, int r1)
     o2e_dconv3x3_25e37851_r12(xn, a->w + 324, a->bias ? a->bias + 12 : NULL, a->y + ((size_t)n * 16 + 12) * 1024 + (size_t)oh * 32, i0, i1, ih0);
     for (int m = 0; m < 16; ++m) {
       float *restrict yr = a->y + ((size_t)n * 16 + m) * 1024 + (size_t)oh * 32;
-      for (int q = 0; q < 32; ++q) { const float v = yr[q]; yr[q] = (v > 0 ? v : 0); }
+      for (int q = 0; q < 32; ++q) { const float v = yr[q]; yr[q] = (v < 0 ? 0 : v); }
     }
   }
 }
@@ -1308,7 +1308,7 @@ typedef struct {
   float lo, hi; /* Clip bounds of a fused activation */
 } o2e_win2d_args;
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
@@ -1316,7 +1316,8 @@ typedef struct {
 
 /* Splits n consecutive floats into their even (d0[k] = s[2k]) and odd (d1[k] = s[2k+1])
  * positions: the two column phases of a stride-2 window. AVX-512 reads 32 floats and writes
- * 16 + 16 with two permutes (the last block masked); other targets use the plain loop. */
+ * 16 + 16 with two permutes (the last block masked); AVX2 reads 16 and writes 8 + 8 (the
+ * remainder by the plain loop); other targets use the plain loop. */
 static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
 {
 #if defined(__AVX512F__)
@@ -1344,6 +1345,20 @@ static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const floa
     const float32x4x2_t v = vld2q_f32(s + 2 * k);
     vst1q_f32(d0 + k, v.val[0]);
     vst1q_f32(d1 + k, v.val[1]);
+  }
+  for (; 2 * k < n; ++k) {
+    d0[k] = s[2 * k];
+    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  /* 16 floats -> 8 + 8: shufps picks even / odd within 128-bit lanes, vpermpd orders the lanes */
+  int k = 0;
+  for (; 2 * k + 16 <= n; k += 8) {
+    const __m256 lo = _mm256_loadu_ps(s + 2 * k), hi = _mm256_loadu_ps(s + 2 * k + 8);
+    _mm256_storeu_ps(d0 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0))));
+    _mm256_storeu_ps(d1 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
   }
   for (; 2 * k < n; ++k) {
     d0[k] = s[2 * k];
@@ -1493,6 +1508,13 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
   }
   for (; q + 4 <= n; q += 4) vst1q_f32(d + q, vld1q_f32(s + q));
   for (; q < n; ++q) d[q] = s[q];
+#elif defined(__AVX2__) && defined(__FMA__)
+  int q = 0;
+  for (; q + 8 <= n; q += 8) _mm256_storeu_ps(d + q, _mm256_loadu_ps(s + q));
+  if (q < n) { /* vmaskmov: masked-off lanes are neither read nor written either */
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(d + q, m, _mm256_maskload_ps(s + q, m));
+  }
 #else
   for (int q = 0; q < n; ++q) d[q] = s[q];
 #endif
@@ -2101,7 +2123,7 @@ int model_run(const void *const *inputs, void *const *outputs)
   {
     {
       o2e_dconv_args a = {in_input, W_conv1_direct, W_conv1_bias_bnfold, NULL, T_conv1_relu};
-      o2e_parallel_for(32, o2e_dconv3x3_25e37851_7e271104, &a);
+      o2e_parallel_for(32, o2e_dconv3x3_25e37851_71025e9c, &a);
     }
   }
   O2E_PROF(0); O2E_TRACE("conv1.relu", T_conv1_relu, 65536);
