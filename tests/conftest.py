@@ -68,8 +68,20 @@ NATIVE = ["-O3", "-march=native", "-ffp-contract=fast"]
 THREADED = [*NATIVE, "-DO2E_THREADS=2", "-pthread"]
 # the AVX2 + FMA kernels, whatever this host has (x86-64-v3 = AVX2, FMA, no AVX-512)
 AVX2 = ["-O3", "-march=x86-64-v3", "-ffp-contract=fast"]
-ASAN = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-SANITIZE_NATIVE = ["-O1", "-g", "-march=native", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+ASAN = [
+    "-O1",
+    "-g",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+]
+SANITIZE_NATIVE = [
+    "-O1",
+    "-g",
+    "-march=native",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+]
 
 
 def assert_sanitized_run_matches_ort(path: Path, out: Path, seed: int = 3) -> None:
@@ -84,12 +96,14 @@ def assert_sanitized_run_matches_ort(path: Path, out: Path, seed: int = 3) -> No
     api.convert(path, "c", out)
     io = json.loads((out / "onnx2edge.json").read_text())
     exe = build_executable(out, SANITIZE_NATIVE, name="asan")
-    x = {s["name"]: np.random.default_rng(seed).standard_normal(s["shape"]).astype(np.float32) for s in io["inputs"]}
+    x = {
+        s["name"]: np.random.default_rng(seed).standard_normal(s["shape"]).astype(np.float32)
+        for s in io["inputs"]
+    }
     got = run_executable(exe, io, x, out)
     ref = ort_run(onnx.load(path), x)
     for k, v in got.items():
         assert np.abs(v - ref[k]).max() <= 1e-4 * np.abs(ref[k]).max() + 1e-6, k
-
 
 
 # Instruction sets the C backend is tested at (issue 9), whatever CPU CI lands on: no AVX

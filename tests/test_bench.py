@@ -30,7 +30,9 @@ def test_ort_nodes_go_to_the_node_that_absorbed_them() -> None:
 
 
 def test_a_longer_name_is_not_taken_for_a_prefix() -> None:
-    got, rest = match_ort_nodes(["conv1", "conv10"], ["conv1", "conv10"], {"conv10_nchwc": {"ms": 1.0}})
+    got, rest = match_ort_nodes(
+        ["conv1", "conv10"], ["conv1", "conv10"], {"conv10_nchwc": {"ms": 1.0}}
+    )
     assert got == {"conv10": 1.0} and rest == 0.0
 
 
@@ -59,11 +61,24 @@ def test_bench_without_a_model_is_a_clear_error(capsys: pytest.CaptureFixture[st
     assert "bench needs a MODEL" in err and "Traceback" not in err
 
 
-def _result(name: str, threads: int, ratio: float, gaps: dict | None = None, arch: str = "native") -> dict:
+def _result(
+    name: str, threads: int, ratio: float, gaps: dict | None = None, arch: str = "native"
+) -> dict:
     r = {
-        "name": name, "threads": threads, "ours_ms": ratio, "ort_ms": 1.0, "ratio": ratio, "runs": 3,
-        "target_ratio": suite.TARGETS.get(name), "convert_s": 0.1, "build_s": 1.0, "gemm_kernel": "avx512",
-        "kernels": {"Conv: 1x1 as GEMM": 2}, "cflags": "-O3", "onnxruntime": "x", "arch": arch,
+        "name": name,
+        "threads": threads,
+        "ours_ms": ratio,
+        "ort_ms": 1.0,
+        "ratio": ratio,
+        "runs": 3,
+        "target_ratio": suite.TARGETS.get(name),
+        "convert_s": 0.1,
+        "build_s": 1.0,
+        "gemm_kernel": "avx512",
+        "kernels": {"Conv: 1x1 as GEMM": 2},
+        "cflags": "-O3",
+        "onnxruntime": "x",
+        "arch": arch,
         "accuracy": {"y": {"max_rel_error": 1e-6, "ort_spread_rel": 1e-7, "ok": True}},
     }
     if gaps:
@@ -73,19 +88,46 @@ def _result(name: str, threads: int, ratio: float, gaps: dict | None = None, arc
 
 def test_suite_doc_lists_gaps_and_keeps_the_notes(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
-    doc.write_text(f"old table\n{suite.NOTES_BEGIN}\nwhy MobileNet misses: measured here\n{suite.NOTES_END}\n")
+    doc.write_text(
+        f"old table\n{suite.NOTES_BEGIN}\nwhy MobileNet misses: measured here\n{suite.NOTES_END}\n"
+    )
     profiled = {
         "profile": [
-            {"node": "conv_a", "op": "Conv", "ms": 2.0, "ort_ms": 1.0, "gflops": 50.0, "shape": [1, 8, 7, 7]},
-            {"node": "conv_b", "op": "Conv", "ms": 1.0, "ort_ms": 1.5, "gflops": 90.0, "shape": [1, 8, 7, 7]},
-            {"node": "pool", "op": "MaxPool", "ms": 0.5, "ort_ms": None, "gflops": 0.0, "shape": [1, 8, 3, 3]},
+            {
+                "node": "conv_a",
+                "op": "Conv",
+                "ms": 2.0,
+                "ort_ms": 1.0,
+                "gflops": 50.0,
+                "shape": [1, 8, 7, 7],
+            },
+            {
+                "node": "conv_b",
+                "op": "Conv",
+                "ms": 1.0,
+                "ort_ms": 1.5,
+                "gflops": 90.0,
+                "shape": [1, 8, 7, 7],
+            },
+            {
+                "node": "pool",
+                "op": "MaxPool",
+                "ms": 0.5,
+                "ort_ms": None,
+                "gflops": 0.0,
+                "shape": [1, 8, 3, 3],
+            },
         ],
         "ort_profile_unattributed_ms": 0.25,
     }
     gaps = suite.gap_nodes(profiled, n=2)
     assert [p["node"] for p in gaps["nodes"]] == ["conv_a", "pool"]
     assert gaps["ours_total_ms"] == 3.5 and gaps["ort_total_ms"] == 2.75
-    results = [_result("mobilenet_v2", 1, 1.2, gaps), _result("mobilenet_v2", 2, 1.1), _result("resnet50", 1, 0.9)]
+    results = [
+        _result("mobilenet_v2", 1, 1.2, gaps),
+        _result("mobilenet_v2", 2, 1.1),
+        _result("resnet50", 1, 0.9),
+    ]
     suite.write_doc(results, doc)
     text = doc.read_text()
     assert "old table" not in text
@@ -99,12 +141,23 @@ def test_suite_doc_lists_gaps_and_keeps_the_notes(tmp_path: Path) -> None:
 def test_suite_doc_has_one_table_per_isa(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"{suite.NOTES_BEGIN}\nhost and conditions\n{suite.NOTES_END}\n")
-    results = [_result("resnet50", 1, 1.3, arch="x86-64-v3"), _result("resnet50", 1, 0.95, arch="native")]
+    results = [
+        _result("resnet50", 1, 1.3, arch="x86-64-v3"),
+        _result("resnet50", 1, 0.95, arch="native"),
+    ]
     suite.write_doc(results, doc)
     text = doc.read_text()
     assert text.count("host and conditions") == 1
-    v3, native = text.index("x86-64-v3 (AVX2 + FMA kernels)"), text.index("native (`-march=native`)")
-    assert v3 < text.index("| resnet50 | 1.30 | 1.00 | 1.30 ✗ |") < native < text.index("| resnet50 | 0.95 |")
+    v3, native = (
+        text.index("x86-64-v3 (AVX2 + FMA kernels)"),
+        text.index("native (`-march=native`)"),
+    )
+    assert (
+        v3
+        < text.index("| resnet50 | 1.30 | 1.00 | 1.30 ✗ |")
+        < native
+        < text.index("| resnet50 | 0.95 |")
+    )
     assert "--arch x86-64-v3" in text
     table = suite.format_table(results)
     assert "x86-64-v3 (AVX2 + FMA kernels):" in table and "| resnet50 | 0.95 |" in table
@@ -113,7 +166,11 @@ def test_suite_doc_has_one_table_per_isa(tmp_path: Path) -> None:
 def test_bench_arch_builds_the_avx2_kernels(example: Path) -> None:
     r = bench_model(example, runs=3, warmup=1, arch="x86-64-v3", cpu_clock=True)
     assert r["gemm_kernel"] == "avx2" and "-march=x86-64-v3" in r["cflags"] and r["accurate"]
-    assert r["clock"] == "thread CPU time" and "-DO2E_BENCH_CPU_CLOCK" in r["cflags"] and r["ours_ms"] > 0
+    assert (
+        r["clock"] == "thread CPU time"
+        and "-DO2E_BENCH_CPU_CLOCK" in r["cflags"]
+        and r["ours_ms"] > 0
+    )
     with pytest.raises(Onnx2EdgeError, match="one thread"):
         bench_model(example, runs=3, warmup=1, threads=2, cpu_clock=True)
 

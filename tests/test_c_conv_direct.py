@@ -254,9 +254,9 @@ def test_deconv_phases_match_onnxruntime(
     monkeypatch.setattr(nn, "DECONV_BLOCK_BYTES", block_bytes)
     kernels = _check(deconv_model, flags, build, tmp_path)
     # all but the dilated one
-    assert kernels.get("ConvTranspose: sub-pixel phases (GEMM per tap offset)") == len(DECONVS) - 1, (
-        kernels
-    )
+    assert (
+        kernels.get("ConvTranspose: sub-pixel phases (GEMM per tap offset)") == len(DECONVS) - 1
+    ), kernels
 
 
 def _single_conv(path: Path, C: int, M: int, H: int, W: int, **attrs: object) -> Path:

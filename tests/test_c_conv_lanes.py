@@ -27,38 +27,120 @@ from conftest import (
 LANES = "Conv: direct conv (output channels in lanes)"
 
 
-def _model(path: Path, *, C: int, M: int, H: int, W: int, k: tuple[int, int], pads: tuple[int, int, int, int],
-           bias: bool = True, act: str | None = "Relu", batch: int = 1, group: int = 1,
-           strides: tuple[int, int] = (1, 1)) -> Path:
+def _model(
+    path: Path,
+    *,
+    C: int,
+    M: int,
+    H: int,
+    W: int,
+    k: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    bias: bool = True,
+    act: str | None = "Relu",
+    batch: int = 1,
+    group: int = 1,
+    strides: tuple[int, int] = (1, 1),
+) -> Path:
     rng = np.random.default_rng(11)
     kh, kw = k
-    w = (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(C // group * kh * kw)).astype(np.float32)
+    w = (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(C // group * kh * kw)).astype(
+        np.float32
+    )
     inits, ins = [tensor("w", w)], ["x", "w"]
     if bias:
         inits.append(tensor("b", rng.standard_normal(M).astype(np.float32)))
         ins.append("b")
     OH = (H + pads[0] + pads[2] - kh) // strides[0] + 1
     OW = (W + pads[1] + pads[3] - kw) // strides[1] + 1
-    nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=[kh, kw], pads=list(pads), group=group,
-                              strides=list(strides), name="conv"),
-             helper.make_node(act or "Identity", ["c"], ["y"], name="post")]
-    return save(make_model(nodes, [vi("x", [batch, C, H, W])], [vi("y", [batch, M, OH, OW])], inits), path)
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ins,
+            ["c"],
+            kernel_shape=[kh, kw],
+            pads=list(pads),
+            group=group,
+            strides=list(strides),
+            name="conv",
+        ),
+        helper.make_node(act or "Identity", ["c"], ["y"], name="post"),
+    ]
+    return save(
+        make_model(nodes, [vi("x", [batch, C, H, W])], [vi("y", [batch, M, OH, OW])], inits), path
+    )
 
 
 CASES = {
     "1x7_inception": {"C": 96, "M": 80, "H": 17, "W": 17, "k": (1, 7), "pads": (0, 3, 0, 3)},
-    "7x1_inception": {"C": 96, "M": 64, "H": 17, "W": 17, "k": (7, 1), "pads": (3, 0, 3, 0), "act": None},
-    "1x3_wide_asym_no_bias": {"C": 200, "M": 70, "H": 5, "W": 29, "k": (1, 3), "pads": (1, 0, 0, 2),
-                              "bias": False, "act": "Sigmoid"},
-    "5x1_batch2": {"C": 128, "M": 96, "H": 12, "W": 14, "k": (5, 1), "pads": (0, 0, 0, 0), "batch": 2},
+    "7x1_inception": {
+        "C": 96,
+        "M": 64,
+        "H": 17,
+        "W": 17,
+        "k": (7, 1),
+        "pads": (3, 0, 3, 0),
+        "act": None,
+    },
+    "1x3_wide_asym_no_bias": {
+        "C": 200,
+        "M": 70,
+        "H": 5,
+        "W": 29,
+        "k": (1, 3),
+        "pads": (1, 0, 0, 2),
+        "bias": False,
+        "act": "Sigmoid",
+    },
+    "5x1_batch2": {
+        "C": 128,
+        "M": 96,
+        "H": 12,
+        "W": 14,
+        "k": (5, 1),
+        "pads": (0, 0, 0, 0),
+        "batch": 2,
+    },
     # AlexNet's conv2 / conv4: two groups, each its own layer
-    "grouped_5x5_batch2": {"C": 48, "M": 160, "H": 13, "W": 15, "k": (5, 5), "pads": (2, 2, 2, 2), "group": 2,
-                           "batch": 2},
+    "grouped_5x5_batch2": {
+        "C": 48,
+        "M": 160,
+        "H": 13,
+        "W": 15,
+        "k": (5, 5),
+        "pads": (2, 2, 2, 2),
+        "group": 2,
+        "batch": 2,
+    },
     # ResNet's downsampling 3x3 / 2 and a mixed (2, 1) stride: taps read phase planes
-    "3x3_stride2": {"C": 64, "M": 96, "H": 29, "W": 30, "k": (3, 3), "pads": (1, 1, 1, 1), "strides": (2, 2)},
-    "3x5_stride2x1_asym": {"C": 40, "M": 64, "H": 17, "W": 16, "k": (3, 5), "pads": (0, 2, 1, 1),
-                           "strides": (2, 1), "act": None},
-    "5x5_pad2": {"C": 24, "M": 64, "H": 13, "W": 27, "k": (5, 5), "pads": (2, 2, 2, 2), "act": "LeakyRelu"},
+    "3x3_stride2": {
+        "C": 64,
+        "M": 96,
+        "H": 29,
+        "W": 30,
+        "k": (3, 3),
+        "pads": (1, 1, 1, 1),
+        "strides": (2, 2),
+    },
+    "3x5_stride2x1_asym": {
+        "C": 40,
+        "M": 64,
+        "H": 17,
+        "W": 16,
+        "k": (3, 5),
+        "pads": (0, 2, 1, 1),
+        "strides": (2, 1),
+        "act": None,
+    },
+    "5x5_pad2": {
+        "C": 24,
+        "M": 64,
+        "H": 13,
+        "W": 27,
+        "k": (5, 5),
+        "pads": (2, 2, 2, 2),
+        "act": "LeakyRelu",
+    },
 }
 
 
@@ -74,8 +156,22 @@ def test_lanes_conv_matches_onnxruntime(tmp_path: Path, case: str) -> None:
 @pytest.mark.parametrize(
     "shape",
     [
-        {"C": 16, "M": 64, "H": 9, "W": 17, "k": (1, 7), "pads": (0, 3, 0, 3)},  # 112 taps per output
-        {"C": 128, "M": 64, "H": 9, "W": 8, "k": (1, 7), "pads": (0, 3, 0, 3)},  # rows under one tile
+        {
+            "C": 16,
+            "M": 64,
+            "H": 9,
+            "W": 17,
+            "k": (1, 7),
+            "pads": (0, 3, 0, 3),
+        },  # 112 taps per output
+        {
+            "C": 128,
+            "M": 64,
+            "H": 9,
+            "W": 8,
+            "k": (1, 7),
+            "pads": (0, 3, 0, 3),
+        },  # rows under one tile
     ],
 )
 def test_small_layers_keep_the_gemm(tmp_path: Path, shape: dict) -> None:
@@ -85,4 +181,6 @@ def test_small_layers_keep_the_gemm(tmp_path: Path, shape: dict) -> None:
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc with sanitizer runtimes")
 def test_lanes_conv_sanitizers_clean(tmp_path: Path) -> None:
-    assert_sanitized_run_matches_ort(_model(tmp_path / "m.onnx", **CASES["1x3_wide_asym_no_bias"]), tmp_path / "out")
+    assert_sanitized_run_matches_ort(
+        _model(tmp_path / "m.onnx", **CASES["1x3_wide_asym_no_bias"]), tmp_path / "out"
+    )

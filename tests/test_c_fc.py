@@ -20,10 +20,16 @@ SKIP = "Gemm: fully connected, zero inputs skipped"
 GEMV = "Gemm: fully connected as packed GEMV"
 
 
-def _mlp(path: Path, K: int, N: int, *, act: str | None = "Relu", weights: np.ndarray | None = None) -> Path:
+def _mlp(
+    path: Path, K: int, N: int, *, act: str | None = "Relu", weights: np.ndarray | None = None
+) -> Path:
     """x -> Relu -> Gemm(transB) [-> act] -> y."""
     rng = np.random.default_rng(5)
-    w = weights if weights is not None else (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    w = (
+        weights
+        if weights is not None
+        else (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
+    )
     nodes = [
         helper.make_node("Relu", ["x"], ["h"], name="relu_in"),
         helper.make_node("Gemm", ["h", "w", "b"], ["g" if act else "y"], transB=1, name="fc"),
@@ -32,8 +38,12 @@ def _mlp(path: Path, K: int, N: int, *, act: str | None = "Relu", weights: np.nd
         nodes.append(helper.make_node("Clip", ["g", "lo", "hi"], ["y"], name="act"))
     elif act:
         nodes.append(helper.make_node(act, ["g"], ["y"], name="act"))
-    inits = [tensor("w", w), tensor("b", rng.standard_normal(N).astype(np.float32)),
-             tensor("lo", np.array(-0.5, np.float32)), tensor("hi", np.array(0.5, np.float32))]
+    inits = [
+        tensor("w", w),
+        tensor("b", rng.standard_normal(N).astype(np.float32)),
+        tensor("lo", np.array(-0.5, np.float32)),
+        tensor("hi", np.array(0.5, np.float32)),
+    ]
     return save(make_model(nodes, [vi("x", [1, K])], [vi("y", [1, N])], inits), path)
 
 
@@ -41,8 +51,16 @@ def _kernels(path: Path, out: Path) -> dict[str, int]:
     return api.convert(path, "c", out).stats["kernels"]
 
 
-@pytest.mark.parametrize(("K", "N", "act"), [(300, 500, "Relu"), (784, 1000, None), (64, 256, "Clip"),
-                                             (40, 500, "Sigmoid"), (100, 700, None)])
+@pytest.mark.parametrize(
+    ("K", "N", "act"),
+    [
+        (300, 500, "Relu"),
+        (784, 1000, None),
+        (64, 256, "Clip"),
+        (40, 500, "Sigmoid"),
+        (100, 700, None),
+    ],
+)
 def test_skip_zeros_matches_onnxruntime(tmp_path: Path, K: int, N: int, act: str | None) -> None:
     path = _mlp(tmp_path / "m.onnx", K, N, act=act)
     assert _kernels(path, tmp_path / "out").get(SKIP) == 1
@@ -66,7 +84,9 @@ def test_skip_zeros_edge_inputs(tmp_path: Path, special: str, flags: list[str]) 
     got = api.run(out, {"x": x}, options={"cflags": flags})["y"]
     ref = ort_run(load_model(path), {"x": x})["y"]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
-    assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(np.isinf(got), np.isinf(ref))
+    assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(
+        np.isinf(got), np.isinf(ref)
+    )
 
 
 def test_non_finite_weights_keep_the_dense_product(tmp_path: Path) -> None:

@@ -55,7 +55,11 @@ def _conv_model(
     rng = np.random.default_rng(7)
     kh, kw = k
     fan_in = C // group * kh * kw
-    inits = [tensor("w", (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(fan_in)).astype(np.float32))]
+    inits = [
+        tensor(
+            "w", (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(fan_in)).astype(np.float32)
+        )
+    ]
     ins = ["x", "w"]
     if bias:
         inits.append(tensor("b", rng.standard_normal(M).astype(np.float32)))
@@ -64,8 +68,15 @@ def _conv_model(
     OW = (W + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
     nodes = [
         helper.make_node(
-            "Conv", ins, ["c"], kernel_shape=[kh, kw], strides=list(strides), dilations=list(dilations),
-            pads=list(pads), group=group, name="conv",
+            "Conv",
+            ins,
+            ["c"],
+            kernel_shape=[kh, kw],
+            strides=list(strides),
+            dilations=list(dilations),
+            pads=list(pads),
+            group=group,
+            name="conv",
         )
     ]
     inputs = [vi("x", [batch, C, H, W])]
@@ -80,19 +91,92 @@ def _conv_model(
 
 CASES = {
     # Inception-v3's 5x5 branch: K = 1200 spans several K slices
-    "5x5_pad2_long_k": {"C": 48, "M": 64, "H": 35, "W": 35, "k": (5, 5), "pads": (2, 2, 2, 2), "relu": True},
+    "5x5_pad2_long_k": {
+        "C": 48,
+        "M": 64,
+        "H": 35,
+        "W": 35,
+        "k": (5, 5),
+        "pads": (2, 2, 2, 2),
+        "relu": True,
+    },
     "1x7_rows": {"C": 32, "M": 40, "H": 17, "W": 17, "k": (1, 7), "pads": (0, 3, 0, 3)},
-    "7x1_cols": {"C": 32, "M": 40, "H": 17, "W": 17, "k": (7, 1), "pads": (3, 0, 3, 0), "relu": True},
+    "7x1_cols": {
+        "C": 32,
+        "M": 40,
+        "H": 17,
+        "W": 17,
+        "k": (7, 1),
+        "pads": (3, 0, 3, 0),
+        "relu": True,
+    },
     # AlexNet conv1 in small: stride 4, every input column read through the strided copy
-    "11x11_stride4": {"C": 3, "M": 16, "H": 59, "W": 63, "k": (11, 11), "strides": (4, 4), "pads": (2, 2, 2, 2)},
-    "3x3_stride2_asym": {"C": 8, "M": 24, "H": 15, "W": 13, "k": (3, 3), "strides": (2, 2), "pads": (0, 1, 1, 0)},
-    "3x3_dilation2": {"C": 6, "M": 10, "H": 12, "W": 19, "k": (3, 3), "dilations": (2, 2), "pads": (2, 2, 2, 2)},
-    "pads_wider_than_kernel_reach": {"C": 4, "M": 9, "H": 6, "W": 7, "k": (2, 3), "pads": (3, 4, 2, 5)},
-    "grouped_stride2": {"C": 16, "M": 24, "H": 14, "W": 18, "k": (3, 3), "strides": (2, 1), "group": 4,
-                        "pads": (1, 1, 1, 1)},
-    "residual_relu_no_bias_batch2": {"C": 12, "M": 20, "H": 9, "W": 23, "k": (5, 3), "pads": (2, 1, 2, 1),
-                                     "bias": False, "relu": True, "residual": True, "batch": 2},
-    "16_columns_exactly": {"C": 5, "M": 7, "H": 6, "W": 6, "k": (3, 3), "strides": (1, 1), "pads": (0, 0, 0, 0)},
+    "11x11_stride4": {
+        "C": 3,
+        "M": 16,
+        "H": 59,
+        "W": 63,
+        "k": (11, 11),
+        "strides": (4, 4),
+        "pads": (2, 2, 2, 2),
+    },
+    "3x3_stride2_asym": {
+        "C": 8,
+        "M": 24,
+        "H": 15,
+        "W": 13,
+        "k": (3, 3),
+        "strides": (2, 2),
+        "pads": (0, 1, 1, 0),
+    },
+    "3x3_dilation2": {
+        "C": 6,
+        "M": 10,
+        "H": 12,
+        "W": 19,
+        "k": (3, 3),
+        "dilations": (2, 2),
+        "pads": (2, 2, 2, 2),
+    },
+    "pads_wider_than_kernel_reach": {
+        "C": 4,
+        "M": 9,
+        "H": 6,
+        "W": 7,
+        "k": (2, 3),
+        "pads": (3, 4, 2, 5),
+    },
+    "grouped_stride2": {
+        "C": 16,
+        "M": 24,
+        "H": 14,
+        "W": 18,
+        "k": (3, 3),
+        "strides": (2, 1),
+        "group": 4,
+        "pads": (1, 1, 1, 1),
+    },
+    "residual_relu_no_bias_batch2": {
+        "C": 12,
+        "M": 20,
+        "H": 9,
+        "W": 23,
+        "k": (5, 3),
+        "pads": (2, 1, 2, 1),
+        "bias": False,
+        "relu": True,
+        "residual": True,
+        "batch": 2,
+    },
+    "16_columns_exactly": {
+        "C": 5,
+        "M": 7,
+        "H": 6,
+        "W": 6,
+        "k": (3, 3),
+        "strides": (1, 1),
+        "pads": (0, 0, 0, 0),
+    },
 }
 
 
@@ -105,7 +189,9 @@ def test_implicit_gemm_matches_onnxruntime(tmp_path: Path, case: str) -> None:
         assert rep.ok, (flags, rep)
 
 
-@pytest.mark.parametrize("case", ["5x5_pad2_long_k", "11x11_stride4", "residual_relu_no_bias_batch2"])
+@pytest.mark.parametrize(
+    "case", ["5x5_pad2_long_k", "11x11_stride4", "residual_relu_no_bias_batch2"]
+)
 def test_implicit_gemm_threaded(tmp_path: Path, case: str) -> None:
     path = _conv_model(tmp_path / "m.onnx", **CASES[case])
     rep = api.verify(path, target="c", options={"cflags": THREADED})
@@ -126,14 +212,25 @@ def test_tiny_outputs_keep_the_column_matrix(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", ["pads_wider_than_kernel_reach", "11x11_stride4", "3x3_dilation2"])
 def test_implicit_gemm_sanitizers_clean(tmp_path: Path, case: str) -> None:
     """The packing reads only inside the input, also on the AVX-512 masked-move path."""
-    assert_sanitized_run_matches_ort(_conv_model(tmp_path / "m.onnx", **CASES[case]), tmp_path / "out")
+    assert_sanitized_run_matches_ort(
+        _conv_model(tmp_path / "m.onnx", **CASES[case]), tmp_path / "out"
+    )
 
 
 @pytest.mark.parametrize("strides", [(2, 2), (1, 3)])
 def test_strided_1x1_subsamples_then_multiplies(tmp_path: Path, strides: tuple[int, int]) -> None:
     """ResNet's projection shortcuts: one pixel in sh*sw is read, by a plain subsampling copy."""
-    path = _conv_model(tmp_path / "m.onnx", C=40, M=24, H=15, W=14, k=(1, 1), strides=strides, residual=True,
-                       relu=True)
+    path = _conv_model(
+        tmp_path / "m.onnx",
+        C=40,
+        M=24,
+        H=15,
+        W=14,
+        k=(1, 1),
+        strides=strides,
+        residual=True,
+        relu=True,
+    )
     kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
     assert kernels.get("Conv: strided 1x1: subsample + GEMM") == 1, kernels
     for flags in (*ISA_CFLAGS, THREADED):

@@ -32,7 +32,9 @@ def _adversarial_u8(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndar
     v = np.full(shape, 255, np.uint8)
     mask = rng.random(shape)
     v[mask < 0.15] = 0
-    v[(mask >= 0.15) & (mask < 0.3)] = rng.integers(0, 256, int(((mask >= 0.15) & (mask < 0.3)).sum()))
+    v[(mask >= 0.15) & (mask < 0.3)] = rng.integers(
+        0, 256, int(((mask >= 0.15) & (mask < 0.3)).sum())
+    )
     return v
 
 
@@ -235,6 +237,7 @@ def test_conv_paths_nan_inf_through_fused_activations(
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
 
+
 # --------------------------------------------------------------------------------------------
 # a conformance subset, the int8 / quantized cases and a torch-exported model at every ISA
 # --------------------------------------------------------------------------------------------
@@ -283,12 +286,16 @@ def test_quantized_models_at_every_isa(tmp_path: Path, arch: str) -> None:
         tensor("B", (rng.standard_normal(8) * 0.1).astype(np.float32)),
         tensor("W2", (rng.standard_normal((8 * 8 * 8, 10)) * 0.1).astype(np.float32)),
     ]
-    fp = save(make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 10])], inits), tmp_path / "f.onnx")
+    fp = save(
+        make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 10])], inits), tmp_path / "f.onnx"
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             r = np.random.default_rng(12)
-            self.it = iter([{"x": r.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
+            self.it = iter(
+                [{"x": r.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
+            )
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.it, None)
@@ -331,7 +338,9 @@ def test_models_at_every_isa(tmp_path: Path, arch: str, name: str) -> None:
     path = FIXTURES / f"{name}.onnx"
     inputs = None
     if name.startswith("gru_tagger"):
-        shape = [d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
+        shape = [
+            d.dim_value for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
+        ]
         inputs = {"ids": np.random.default_rng(1).integers(0, 60, size=shape).astype(np.int64)}
     rep = verify_at(path, arch, inputs, work_dir=tmp_path / "out")
     assert rep.ok, rep.format()
@@ -346,7 +355,9 @@ def test_cli_arch_errors(
 
     assert main(["verify", str(example), "--arch", "x86-64-v3"]) == 2  # default target onnx
     assert "--arch applies to --target c" in capsys.readouterr().err
-    monkeypatch.setattr(build, "CROSS", {"aarch64": ("no-such-aarch64-gcc", "gcc-aarch64-linux-gnu")})
+    monkeypatch.setattr(
+        build, "CROSS", {"aarch64": ("no-such-aarch64-gcc", "gcc-aarch64-linux-gnu")}
+    )
     assert main(["verify", str(example), "--target", "c", "--arch", "aarch64"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
@@ -381,7 +392,13 @@ def test_reference_exact_on_an_avx2_cpu(tmp_path: Path) -> None:
     K, N = 256, 16
     b = _adversarial_s8((K, N), rng)
     node = helper.make_node("MatMulInteger", ["a", "B"], ["y"])
-    m = make_model([node], [vi("a", [4, K], U8)], [vi("y", [4, N], TensorProto.INT32)], [tensor("B", b)], opset=13)
+    m = make_model(
+        [node],
+        [vi("a", [4, K], U8)],
+        [vi("y", [4, N], TensorProto.INT32)],
+        [tensor("B", b)],
+        opset=13,
+    )
     path = save(m, tmp_path / "mm.onnx")
     a = _adversarial_u8((4, K), rng)
     np.savez(tmp_path / "in.npz", a=a)

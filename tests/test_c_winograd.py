@@ -381,7 +381,9 @@ def test_kernels_stay_inside_planned_scratch(
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize(("case", "blocks"), [("wide_map_many_blocks", True), ("f2_small_map", False)])
+@pytest.mark.parametrize(
+    ("case", "blocks"), [("wide_map_many_blocks", True), ("f2_small_map", False)]
+)
 def test_threading_scheme_builds_alone(tmp_path: Path, case: str, blocks: bool) -> None:
     """A model whose only Winograd layer shares whole blocks between threads (or only its
     products) compiles without unused helpers and computes the same at 1 and 3 threads."""
@@ -390,6 +392,9 @@ def test_threading_scheme_builds_alone(tmp_path: Path, case: str, blocks: bool) 
     code = (tmp_path / "out" / "model.c").read_text()
     assert ("o2e_winograd_blocks_" in code) == blocks
     assert ("o2e_wino_gemms" in code) != blocks
-    for flags in (["-O3", "-march=native"], ["-O3", "-march=native", "-DO2E_THREADS=3", "-pthread"]):
+    for flags in (
+        ["-O3", "-march=native"],
+        ["-O3", "-march=native", "-DO2E_THREADS=3", "-pthread"],
+    ):
         rep = api.verify(path, target="c", options={"cflags": flags})
         assert rep.ok, (flags, rep)

@@ -42,9 +42,13 @@ def test_each_case_as_expected(results) -> None:  # noqa: ANN001
 
     text = EXPECTED.read_text()
     diff = expected_diff(text, expected_text(results))
-    note = "" if f"(onnx {onnx.__version__})" in text.splitlines()[0] else (
-        f"\nNote: the file was written with another onnx version (now {onnx.__version__}): "
-        f"{text.splitlines()[0]}"
+    note = (
+        ""
+        if f"(onnx {onnx.__version__})" in text.splitlines()[0]
+        else (
+            f"\nNote: the file was written with another onnx version (now {onnx.__version__}): "
+            f"{text.splitlines()[0]}"
+        )
     )
     assert not diff, (
         f"conformance differs from {EXPECTED_FILE} (- expected, + now):\n{diff}\n"
@@ -55,7 +59,9 @@ def test_each_case_as_expected(results) -> None:  # noqa: ANN001
 def test_expected_lines_are_stable() -> None:
     """Reasons keep no node name, path or address, so the file does not churn between runs."""
     r = CaseResult(
-        "test_x", "Conv", "unsupported",
+        "test_x",
+        "Conv",
+        "unsupported",
         "node '#3' (op Conv, opset 21): compile /tmp/tmpab12/case7.c at 0x7f00deadbeef\nmore",
     )
     assert stable_reason(r.detail) == "op Conv, opset 21: compile <path> at 0x?"
@@ -91,7 +97,9 @@ def test_sanitizers_clean_on_a_subset(results) -> None:  # noqa: ANN001
     """A subset under -fsanitize=address,undefined (every case, with -m slow)."""
     import re
 
-    rx = re.compile(r"test_(conv|maxpool|averagepool|relu|gemm|matmul|concat|softmax|reduce_sum|gather|slice|resize_upsample|pad|transpose|layer_norm|lstm|cast)")
+    rx = re.compile(
+        r"test_(conv|maxpool|averagepool|relu|gemm|matmul|concat|softmax|reduce_sum|gather|slice|resize_upsample|pad|transpose|layer_norm|lstm|cast)"
+    )
     cases = [c for c in collect_cases() if rx.search(c.name)]
     plain = {r.name: r.status for r in results}
     sanitized = run_conformance(cases, sanitize=True)

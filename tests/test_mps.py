@@ -537,8 +537,10 @@ def speech_head() -> onnx.ModelProto:
         nodes,
         "speech_head",
         [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 40, 50])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8, 1]),
-         helper.make_tensor_value_info("feat_mean", TensorProto.FLOAT, [1, 40, 1])],  # fmt: skip
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8, 1]),
+            helper.make_tensor_value_info("feat_mean", TensorProto.FLOAT, [1, 40, 1]),
+        ],  # fmt: skip
         [numpy_helper.from_array(v, k) for k, v in p.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
@@ -569,8 +571,10 @@ def cpu_conv_resize() -> onnx.ModelProto:
         nodes,
         "cpu_conv_resize",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
-        [helper.make_tensor_value_info("near", TensorProto.FLOAT, [1, 6, 5, 7]),
-         helper.make_tensor_value_info("lin", TensorProto.FLOAT, [1, 6, 4, 4])],  # fmt: skip
+        [
+            helper.make_tensor_value_info("near", TensorProto.FLOAT, [1, 6, 5, 7]),
+            helper.make_tensor_value_info("lin", TensorProto.FLOAT, [1, 6, 4, 4]),
+        ],  # fmt: skip
         [numpy_helper.from_array(v, k) for k, v in p.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])

@@ -55,7 +55,9 @@ def _c_arena_bytes(model: str | Path, input_shapes: Shapes, fixed_inputs: Fixed)
     from .backends.c.emitter import ModelEmitter
 
     try:
-        graph = prepare(model, "c", input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True)
+        graph = prepare(
+            model, "c", input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True
+        )
     except Onnx2EdgeError:
         return None
     return int(ModelEmitter(graph, prefix="model").emit()["arena"])
@@ -364,13 +366,13 @@ def verify(
     if not ort_integer_products_exact() and any(
         n.op_type in ("MatMulInteger", "ConvInteger") for n in original.graph.node
     ):
-        say("note: onnxruntime's u8 x s8 products saturate on this CPU (no VNNI) where the s8 operand "
-            "is not a constant: the reference may be off")
+        say(
+            "note: onnxruntime's u8 x s8 products saturate on this CPU (no VNNI) where the s8 operand "
+            "is not a constant: the reference may be off"
+        )
     if target == "onnx":
         graph = run_passes(
-            frontend.load(
-                model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True
-            ),
+            frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True),
             DEFAULT_PASSES,
         )
         cand = model_from_graph(graph)
@@ -383,7 +385,11 @@ def verify(
             out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
             say(f"converting to {target}")
             convert(
-                model, target, out, input_shapes=input_shapes, options=opts,
+                model,
+                target,
+                out,
+                input_shapes=input_shapes,
+                options=opts,
                 fixed_inputs=fixed_inputs,
             )
             say(f"building and running the {target} code")
@@ -435,8 +441,15 @@ def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dic
     return check_model(model, target, input_shapes=input_shapes)
 
 
-def prune(model: str | Path, out: str | Path, sparsity: float, *, scope: str = "global",
-          structured: str | None = None, skip: Sequence[str] = ()) -> dict[str, Any]:
+def prune(
+    model: str | Path,
+    out: str | Path,
+    sparsity: float,
+    *,
+    scope: str = "global",
+    structured: str | None = None,
+    skip: Sequence[str] = (),
+) -> dict[str, Any]:
     """Magnitude-prune Gemm / MatMul / Conv weights into `out` (issue 14); the report."""
     from .frontend.loader import load_model
     from .fsutil import write_bytes_atomic
@@ -457,7 +470,17 @@ def __getattr__(name: str) -> Any:
     )
 
     for mod in (_surgery, _nhwc, _rewrite):
-        if name in ("extract", "delete_nodes", "rename", "set_shape", "add_output", "convert_opset",
-                    "simplify", "bind_constant", "nhwc", "rewrite") and hasattr(mod, name):
+        if name in (
+            "extract",
+            "delete_nodes",
+            "rename",
+            "set_shape",
+            "add_output",
+            "convert_opset",
+            "simplify",
+            "bind_constant",
+            "nhwc",
+            "rewrite",
+        ) and hasattr(mod, name):
             return getattr(mod, name)
     raise AttributeError(name)

@@ -124,7 +124,9 @@ def backend_check(
             "source": source,
         }
         if node.name in refused and fallback and node.name not in still:
-            e.update(placement=fallback[0], reason=f"{refused[node.name]} (runs on the {fallback[0]})")
+            e.update(
+                placement=fallback[0], reason=f"{refused[node.name]} (runs on the {fallback[0]})"
+            )
         elif node.name in refused:
             e.update(status="unsupported", placement=None, reason=refused[node.name])
         if node.name in refused:

@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--blas", choices=["none", "openblas"], default="none", help="C: GEMM from a BLAS library"
     )
     s.add_argument(
-        "--fp16", action="store_true", help="MPS, Core ML: float16 weights (Core ML mlprogram: fp16 compute)"
+        "--fp16",
+        action="store_true",
+        help="MPS, Core ML: float16 weights (Core ML mlprogram: fp16 compute)",
     )
     s.add_argument(
         "--format",
@@ -161,7 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--calib", metavar="FILE.npz|DIR", help="with --reference: samples to use")
     s.add_argument(
-        "--format", choices=["neuralnetwork", "mlprogram"], default="mlprogram", help="Core ML format"
+        "--format",
+        choices=["neuralnetwork", "mlprogram"],
+        default="mlprogram",
+        help="Core ML format",
     )
     _arch(s)
     _shapes(s)
@@ -173,15 +178,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--runs", type=int, default=20)
     s.add_argument("--warmup", type=int, default=3)
-    s.add_argument("--profile", action="store_true", help="also time every node (build with -DO2E_PROFILE)")
-    s.add_argument("--suite", choices=["seed"], help="benchmark the seed model list at 1 and 2 threads")
+    s.add_argument(
+        "--profile", action="store_true", help="also time every node (build with -DO2E_PROFILE)"
+    )
+    s.add_argument(
+        "--suite", choices=["seed"], help="benchmark the seed model list at 1 and 2 threads"
+    )
     s.add_argument("--models", help="comma-separated subset of the suite")
-    s.add_argument("--write-doc", metavar="FILE", help="suite: write the markdown table (and a PNG chart beside it)")
-    s.add_argument("--arch", default="native", metavar="native|x86-64-v2|x86-64-v3|x86-64-v4",
-                   help="build the C with this -march (an AVX-512 host can time the AVX2 path: x86-64-v3); "
-                        "--suite: a comma-separated list, one table per ISA")
-    s.add_argument("--cpu-clock", action="store_true",
-                   help="1 thread: time calls by thread CPU time on both sides (a machine shared with other jobs)")
+    s.add_argument(
+        "--write-doc",
+        metavar="FILE",
+        help="suite: write the markdown table (and a PNG chart beside it)",
+    )
+    s.add_argument(
+        "--arch",
+        default="native",
+        metavar="native|x86-64-v2|x86-64-v3|x86-64-v4",
+        help="build the C with this -march (an AVX-512 host can time the AVX2 path: x86-64-v3); "
+        "--suite: a comma-separated list, one table per ISA",
+    )
+    s.add_argument(
+        "--cpu-clock",
+        action="store_true",
+        help="1 thread: time calls by thread CPU time on both sides (a machine shared with other jobs)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
@@ -190,10 +210,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="c", choices=["c"])
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument("--filter", metavar="REGEX", help="only cases whose name matches")
-    s.add_argument("--failures", action="store_true", help="list every failed / unsupported case with its reason")
+    s.add_argument(
+        "--failures",
+        action="store_true",
+        help="list every failed / unsupported case with its reason",
+    )
     s.add_argument("--write-doc", metavar="FILE", help="also write the markdown table to FILE")
-    s.add_argument("--write-expected", metavar="FILE", help="write each case's status to FILE "
-                   "(tests/conformance/c.expected; needs the full run, no --filter)")
+    s.add_argument(
+        "--write-expected",
+        metavar="FILE",
+        help="write each case's status to FILE "
+        "(tests/conformance/c.expected; needs the full run, no --filter)",
+    )
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     _arch(s)
     _common(s)
@@ -202,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="one self-contained HTML page: graph, layers, RAM and flash")
     s.add_argument("model")
     s.add_argument("-o", "--output", required=True, help="HTML file to write")
-    s.add_argument("--target", default="c", help="target whose support colours the graph (default c)")
+    s.add_argument(
+        "--target", default="c", help="target whose support colours the graph (default c)"
+    )
     s.add_argument("--bench", action="store_true", help="measure per-layer latency (C target)")
     s.add_argument("--verify", action="store_true", help="per-layer error against onnxruntime")
     _shapes(s)
@@ -242,8 +272,16 @@ def _cmd_prune(a: argparse.Namespace) -> int:
             levels = [float(x) for x in a.sweep.split(",") if x]
         except ValueError:
             raise Onnx2EdgeError(f"--sweep: expected numbers, got {a.sweep!r}") from None
-        res = pr.sweep(a.model, a.output, levels, a.eval, labels_file=a.labels,
-                       tolerance=a.tolerance, latency=not a.no_latency, **kw)
+        res = pr.sweep(
+            a.model,
+            a.output,
+            levels,
+            a.eval,
+            labels_file=a.labels,
+            tolerance=a.tolerance,
+            latency=not a.no_latency,
+            **kw,
+        )
         print(json.dumps(res, indent=1) if a.json else pr.format_sweep(res))
         return 0
     model, rep = pr.prune_model(load_model(a.model), a.sparsity, **kw)
@@ -265,8 +303,19 @@ def _cmd_edit(a: argparse.Namespace) -> int:
     return run_command(a)
 
 
-EDIT_COMMANDS = ("check", "rewrite", "extract", "delete-nodes", "rename", "set-shape",
-                 "add-output", "opset", "simplify", "constant", "nhwc")
+EDIT_COMMANDS = (
+    "check",
+    "rewrite",
+    "extract",
+    "delete-nodes",
+    "rename",
+    "set-shape",
+    "add-output",
+    "opset",
+    "simplify",
+    "constant",
+    "nhwc",
+)
 
 
 def _arch(s: argparse.ArgumentParser) -> None:
@@ -298,8 +347,14 @@ def _cmd_bench(a: argparse.Namespace) -> int:
             arch_flags(arch)  # an unknown or unusable level fails before hours of benchmarking
             _refuse_emulated_timing(arch)
         for arch in archs:
-            results += suite.run_suite(models=models, runs=a.runs, warmup=a.warmup, log=log, arch=arch,
-                                       cpu_clock=a.cpu_clock)
+            results += suite.run_suite(
+                models=models,
+                runs=a.runs,
+                warmup=a.warmup,
+                log=log,
+                arch=arch,
+                cpu_clock=a.cpu_clock,
+            )
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
         print(json.dumps(results, indent=1) if a.json else suite.format_table(results))
@@ -308,9 +363,16 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         raise Onnx2EdgeError("bench needs a MODEL or --suite seed")
     _refuse_emulated_timing(a.arch)
     r = harness.bench_model(
-        a.model, threads=a.threads, runs=a.runs, warmup=a.warmup,
-        input_shapes=parse_input_shapes(a.input_shape), log=log, profile=a.profile,
-        fixed_inputs=parse_fixed_inputs(a.fix_input), arch=a.arch, cpu_clock=a.cpu_clock,
+        a.model,
+        threads=a.threads,
+        runs=a.runs,
+        warmup=a.warmup,
+        input_shapes=parse_input_shapes(a.input_shape),
+        log=log,
+        profile=a.profile,
+        fixed_inputs=parse_fixed_inputs(a.fix_input),
+        arch=a.arch,
+        cpu_clock=a.cpu_clock,
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1
@@ -339,7 +401,12 @@ def _cmd_conformance(a: argparse.Namespace) -> int:
         cases = [c for c in cases if rx.search(c.name)]
 
     def progress(done: int, total: int) -> None:
-        print(f"onnx2edge: conformance {done}/{total}", file=sys.stderr, end="\r" if done < total else "\n", flush=True)
+        print(
+            f"onnx2edge: conformance {done}/{total}",
+            file=sys.stderr,
+            end="\r" if done < total else "\n",
+            flush=True,
+        )
 
     results = conf.run_conformance(cases, jobs=a.jobs, progress=progress, arch=a.arch)
     summary = conf.summarize(results)
@@ -404,7 +471,11 @@ def _cmd_convert(a: argparse.Namespace) -> int:
     elif a.target == "coreml":
         opts = {"format": a.format, "fp16": a.fp16}
     res = api.convert(
-        a.model, a.target, a.output, input_shapes=parse_input_shapes(a.input_shape), options=opts,
+        a.model,
+        a.target,
+        a.output,
+        input_shapes=parse_input_shapes(a.input_shape),
+        options=opts,
         fixed_inputs=parse_fixed_inputs(a.fix_input),
     )
     for k, v in res.stats.items():
@@ -413,8 +484,10 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         else:
             print(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
     if "weight_bytes" in res.stats and "arena_bytes" in res.stats:
-        print(f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
-              f"arena {res.stats['arena_bytes'] / 1e6:.2f} MB (RAM)")
+        print(
+            f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
+            f"arena {res.stats['arena_bytes'] / 1e6:.2f} MB (RAM)"
+        )
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     return 0
 
@@ -425,7 +498,9 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
         if (target := read_manifest(a.out_dir).get("target")) != "c":
             raise Onnx2EdgeError(f"--arch applies to C output folders, {a.out_dir} is {target}")
-    outs = api.run(a.out_dir, parse_input_files(a.input), options={"arch": a.arch} if a.arch else None)
+    outs = api.run(
+        a.out_dir, parse_input_files(a.input), options={"arch": a.arch} if a.arch else None
+    )
     if a.output:
         import io
 
@@ -447,8 +522,12 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         raise Onnx2EdgeError(f"--arch applies to --target c, not {a.target}")
     if a.reference:
         cmp = api.compare_quantized(
-            a.model, a.reference, calib=a.calib, inputs=parse_input_files(a.input),
-            input_shapes=parse_input_shapes(a.input_shape), seed=a.seed,
+            a.model,
+            a.reference,
+            calib=a.calib,
+            inputs=parse_input_files(a.input),
+            input_shapes=parse_input_shapes(a.input_shape),
+            seed=a.seed,
         )
         print(json.dumps(cmp.as_dict(), indent=1) if a.json else cmp.format())
         return 0
@@ -464,7 +543,10 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         atol=a.atol,
         per_layer=a.per_layer,
         seed=a.seed,
-        options={**({"format": a.format} if a.target == "coreml" else {}), **({"arch": a.arch} if a.arch else {})}
+        options={
+            **({"format": a.format} if a.target == "coreml" else {}),
+            **({"arch": a.arch} if a.arch else {}),
+        }
         or None,
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
@@ -479,14 +561,25 @@ def _quantize_parser(sub: Any) -> None:
     s.add_argument("-o", "--output", required=True, help="ONNX file to write")
     s.add_argument("--mode", required=True, choices=["fp16", "dynamic", "static"])
     add = s.add_argument
-    add("--calib", metavar="FILE.npz|DIR", help="samples: .npz (one array per input, first "
-        "axis = samples) or a folder of .npy")
-    add("--method", choices=["minmax", "percentile", "entropy"], default="minmax",
-        help="static: calibration method")
+    add(
+        "--calib",
+        metavar="FILE.npz|DIR",
+        help="samples: .npz (one array per input, first axis = samples) or a folder of .npy",
+    )
+    add(
+        "--method",
+        choices=["minmax", "percentile", "entropy"],
+        default="minmax",
+        help="static: calibration method",
+    )
     add("--per-channel", action="store_true", help="int8: per-output-channel weight scales")
     add("--activations", choices=["uint8", "int8"], default="uint8", help="static: activations")
-    add("--exclude", default="", metavar="NODE,...|auto",
-        help="nodes kept in fp32, or 'auto' (sensitivity pass)")
+    add(
+        "--exclude",
+        default="",
+        metavar="NODE,...|auto",
+        help="nodes kept in fp32, or 'auto' (sensitivity pass)",
+    )
     add("--max-drop", type=float, default=0.01, help="--exclude auto: allowed drop (0.01)")
     add("--labels", metavar="FILE.npy", help="class per sample: the metric becomes accuracy")
     add("--samples", type=int, help="use only the first N samples")
@@ -496,8 +589,16 @@ def _quantize_parser(sub: Any) -> None:
 
 def _cmd_quantize(a: argparse.Namespace) -> int:
     res = api.quantize(
-        a.model, a.output, mode=a.mode, calib=a.calib, method=a.method, per_channel=a.per_channel,
-        activations=a.activations, max_drop=a.max_drop, labels=a.labels, samples=a.samples,
+        a.model,
+        a.output,
+        mode=a.mode,
+        calib=a.calib,
+        method=a.method,
+        per_channel=a.per_channel,
+        activations=a.activations,
+        max_drop=a.max_drop,
+        labels=a.labels,
+        samples=a.samples,
         exclude="auto" if a.exclude == "auto" else [e for e in a.exclude.split(",") if e.strip()],
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )

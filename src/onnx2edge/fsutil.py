@@ -36,7 +36,9 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path, *, owned: Callable[[Path], set[str]] | None = None) -> Iterator[Path]:
+def atomic_dir(
+    path: str | Path, *, owned: Callable[[Path], set[str]] | None = None
+) -> Iterator[Path]:
     """Yield a temporary directory that replaces `path` as a whole only if the block succeeds.
 
     The folder is swapped in by two renames under a lock, so two concurrent writers never
@@ -48,7 +50,9 @@ def atomic_dir(path: str | Path, *, owned: Callable[[Path], set[str]] | None = N
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(
+        tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    )
     try:
         yield tmp
         with _locked(path):

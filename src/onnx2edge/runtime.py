@@ -74,8 +74,15 @@ def ort_integer_products_exact() -> bool:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return True
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-    return "avx512_vnni" in flags or "avx_vnni" in flags or "avx2" not in flags and "sse4_1" not in flags
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    return (
+        "avx512_vnni" in flags
+        or "avx_vnni" in flags
+        or "avx2" not in flags
+        and "sse4_1" not in flags
+    )
 
 
 def ort_run(
@@ -131,7 +138,9 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
             )
         shape, dtype = t.static_shape, t.dtype
         # standard_normal draws float64 before the cast: budget for that, not just the result.
-        check_allocatable(name, shape, dtype, peak=1 + 8 // dtype.itemsize if dtype.kind == "f" else 1)
+        check_allocatable(
+            name, shape, dtype, peak=1 + 8 // dtype.itemsize if dtype.kind == "f" else 1
+        )
         if dtype.kind == "f":
             feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":

@@ -74,6 +74,7 @@ def get_backend(name: str) -> Backend:
     except ImportError:
         pass
     from . import coreml as _coreml  # noqa: F401  (imports coremltools only when used)
+
     if name not in BACKENDS:
         raise Onnx2EdgeError(f"unknown target '{name}' (available: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[name]()

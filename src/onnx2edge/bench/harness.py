@@ -227,8 +227,15 @@ def match_ort_nodes(
     for name, d in sorted(ort_nodes.items()):
         # some fusions prepend a word instead ("fused fc1")
         keys = (name, name.split(" ", 1)[1]) if " " in name else (name,)
-        hit = next((n for key in keys for n in names
-                    if key == n or (key.startswith(n) and not key[len(n)].isalnum())), None)
+        hit = next(
+            (
+                n
+                for key in keys
+                for n in names
+                if key == n or (key.startswith(n) and not key[len(n)].isalnum())
+            ),
+            None,
+        )
         if hit is None:
             rest += d["ms"]
         else:
@@ -258,7 +265,9 @@ def _write_harness(out_dir: Path, io: Mapping[str, Any], n_nodes: int) -> Path:
         n = int(np.prod(s["shape"], dtype=np.int64))
         ct = ctype_of(np.dtype(s["dtype"]))
         bufs.append(f"static {ct} in_{i}[{max(n, 1)}];")
-        setup.append(f'  if (dir) {{ snprintf(path, sizeof path, "%s/in_{i}.bin", dir); if (load(path, in_{i}, sizeof(in_{i}))) return 1; }}')
+        setup.append(
+            f'  if (dir) {{ snprintf(path, sizeof path, "%s/in_{i}.bin", dir); if (load(path, in_{i}, sizeof(in_{i}))) return 1; }}'
+        )
         setup.append(f"  inputs[{i}] = in_{i};")
     for i, s in enumerate(io["outputs"]):
         n = int(np.prod(s["shape"], dtype=np.int64))
@@ -325,7 +334,9 @@ def bench_model(
     from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, arch_flags, compiler, is_emulated
 
     if is_emulated(arch):  # the API refuses as the CLI does: qemu timings mean nothing
-        raise Onnx2EdgeError(f"bench --arch {arch} runs under emulation: correctness only, no timing")
+        raise Onnx2EdgeError(
+            f"bench --arch {arch} runs under emulation: correctness only, no timing"
+        )
     from ..runtime import random_inputs
     from ..verify import compare
 
@@ -354,13 +365,27 @@ def bench_model(
             flags += [f"-DO2E_THREADS={threads}", "-pthread"]
         if cpu_clock:
             if threads > 1:
-                raise Onnx2EdgeError("bench: the CPU-time clock times one thread only (use --threads 1)")
+                raise Onnx2EdgeError(
+                    "bench: the CPU-time clock times one thread only (use --threads 1)"
+                )
             flags += ["-D_POSIX_C_SOURCE=200809L", "-DO2E_BENCH_CPU_CLOCK"]
         exe = out / "bench"
         t0 = time.perf_counter()
         say(f"building {model.name} ({' '.join(flags)})")
-        proc = subprocess.run([compiler(), *flags, f"-I{out}", str(harness), str(out / "model.c"), "-o", str(exe), "-lm"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                compiler(),
+                *flags,
+                f"-I{out}",
+                str(harness),
+                str(out / "model.c"),
+                "-o",
+                str(exe),
+                "-lm",
+            ],
+            capture_output=True,
+            text=True,
+        )
         build_s = time.perf_counter() - t0
         if proc.returncode != 0:
             raise Onnx2EdgeError(f"benchmark build failed: {proc.stderr.strip().splitlines()[0]}")
@@ -376,12 +401,16 @@ def bench_model(
             np.save(data / f"{i}.npy", feeds[s["name"]])
         env = {**os.environ, "MODEL_WEIGHTS": str(out / "model_weights.bin")}
         if min_seconds > 0:
-            trial = subprocess.run([str(exe), "5", str(warmup), str(data)], capture_output=True, text=True, env=env)
+            trial = subprocess.run(
+                [str(exe), "5", str(warmup), str(data)], capture_output=True, text=True, env=env
+            )
             if trial.returncode == 0:
                 est = float(np.median(json.loads(trial.stdout)["times_ms"]))
                 runs = max(runs, min(MAX_RUNS, int(min_seconds * 1000 / max(est, 1e-3))))
         say(f"timing ours: {runs} runs, {threads} thread(s)")
-        p = subprocess.run([str(exe), str(runs), str(warmup), str(data)], capture_output=True, text=True, env=env)
+        p = subprocess.run(
+            [str(exe), str(runs), str(warmup), str(data)], capture_output=True, text=True, env=env
+        )
         if p.returncode != 0:
             raise Onnx2EdgeError(f"benchmark run failed: {p.stderr.strip()[:300]}")
         ours = json.loads(p.stdout)
@@ -391,7 +420,9 @@ def bench_model(
         fixed = work / "model_fixed.onnx"
         model_proto = bind_inputs(load_model(model), fixed_inputs or {})
         original = [n.name for n in model_proto.graph.node]
-        fixed.write_bytes(fix_input_shapes(model_proto, input_shapes or {}, quiet=True).SerializeToString())
+        fixed.write_bytes(
+            fix_input_shapes(model_proto, input_shapes or {}, quiet=True).SerializeToString()
+        )
         del model_proto
         cfg = {
             "model": str(fixed),
@@ -403,9 +434,13 @@ def bench_model(
             "profile": profile,
             "cpu_clock": cpu_clock,
         }
-        p = subprocess.run([sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)], capture_output=True, text=True)
+        p = subprocess.run(
+            [sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)], capture_output=True, text=True
+        )
         if p.returncode != 0:
-            raise Onnx2EdgeError(f"onnxruntime benchmark failed: {p.stderr.strip().splitlines()[-1][:300]}")
+            raise Onnx2EdgeError(
+                f"onnxruntime benchmark failed: {p.stderr.strip().splitlines()[-1][:300]}"
+            )
         ort = json.loads(p.stdout)
         ref = np.load(data / "ort_out.npz")
         plain = np.load(data / "ort_out.npz.plain.npz")
@@ -415,7 +450,8 @@ def bench_model(
             rep = compare(s["name"], got, ref[s["name"]], RTOL, ATOL)
             spread = compare(s["name"], plain[s["name"]], ref[s["name"]], RTOL, ATOL)
             errors[s["name"]] = {
-                "max_abs_error": rep.max_abs, "max_rel_error": rep.max_rel,
+                "max_abs_error": rep.max_abs,
+                "max_rel_error": rep.max_rel,
                 "ort_spread_rel": spread.max_rel,
                 "ok": rep.ok or rep.max_abs <= SPREAD_FACTOR * spread.max_abs,
             }
@@ -426,13 +462,20 @@ def bench_model(
             from ..analysis import node_macs
 
             g = api.prepare(model, "c", input_shapes=input_shapes, fixed_inputs=fixed_inputs)
-            ort_ms, ort_rest = match_ort_nodes([n.name for n in g.nodes], original, ort.get("nodes", {}))
+            ort_ms, ort_rest = match_ort_nodes(
+                [n.name for n in g.nodes], original, ort.get("nodes", {})
+            )
             prof = sorted(
                 (
-                    {"node": n.name, "op": n.op_type, "ms": ms, "macs": node_macs(g, n),
-                     "gflops": 2 * node_macs(g, n) / (ms * 1e6) if ms > 0 else 0.0,
-                     "shape": list(g.shape_of(n.outputs[0])) if g.type_of(n.outputs[0]) else [],
-                     "ort_ms": ort_ms.get(n.name)}
+                    {
+                        "node": n.name,
+                        "op": n.op_type,
+                        "ms": ms,
+                        "macs": node_macs(g, n),
+                        "gflops": 2 * node_macs(g, n) / (ms * 1e6) if ms > 0 else 0.0,
+                        "shape": list(g.shape_of(n.outputs[0])) if g.type_of(n.outputs[0]) else [],
+                        "ort_ms": ort_ms.get(n.name),
+                    }
                     for n, ms in zip(g.nodes, ours["profile_ms"], strict=False)
                 ),
                 key=lambda d: -d["ms"],
@@ -483,21 +526,29 @@ def format_result(r: Mapping[str, Any]) -> str:
         f"  peak RSS {r['ort_peak_rss_mb']:.0f} MB  (Python call overhead {r['ort_call_overhead_ms'] * 1000:.1f} us subtracted)",
         f"  ratio ours/onnxruntime (medians): {r['ratio']:.3f}",
         f"  arch {r.get('arch', 'native')}; convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
-        f"  GEMM kernel: {r['gemm_kernel']}; kernels: " + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items()),
+        f"  GEMM kernel: {r['gemm_kernel']}; kernels: "
+        + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items()),
         *(
-            [f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"
-             f" nodes attributed to the first node they absorbed): total {sum(p['ms'] for p in r['profile']):.3f},"
-             f" onnxruntime {sum(p['ort_ms'] or 0.0 for p in r['profile']) + r['ort_profile_unattributed_ms']:.3f}"
-             f" (of which {r['ort_profile_unattributed_ms']:.3f} in nodes it inserted)",
-             "         ours  onnxruntime  GFLOP/s  op             node"]
-            + [f"    {p['ms']:8.3f} ms {_ms(p['ort_ms'])} {p['gflops']:7.1f}  {p['op']:<14} {p['node']} "
-               f"{'x'.join(map(str, p['shape']))}"
-               for p in r["profile"][:25]]
-            if r.get("profile") else []
+            [
+                f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"
+                f" nodes attributed to the first node they absorbed): total {sum(p['ms'] for p in r['profile']):.3f},"
+                f" onnxruntime {sum(p['ort_ms'] or 0.0 for p in r['profile']) + r['ort_profile_unattributed_ms']:.3f}"
+                f" (of which {r['ort_profile_unattributed_ms']:.3f} in nodes it inserted)",
+                "         ours  onnxruntime  GFLOP/s  op             node",
+            ]
+            + [
+                f"    {p['ms']:8.3f} ms {_ms(p['ort_ms'])} {p['gflops']:7.1f}  {p['op']:<14} {p['node']} "
+                f"{'x'.join(map(str, p['shape']))}"
+                for p in r["profile"][:25]
+            ]
+            if r.get("profile")
+            else []
         ),
         "  accuracy vs onnxruntime: "
-        + ", ".join(f"{k} max rel {v['max_rel_error']:.2g} {'ok' if v['ok'] else 'FAIL'}"
-                    f" (onnxruntime optimised vs unoptimised: {v['ort_spread_rel']:.2g})"
-                    for k, v in r["accuracy"].items()),
+        + ", ".join(
+            f"{k} max rel {v['max_rel_error']:.2g} {'ok' if v['ok'] else 'FAIL'}"
+            f" (onnxruntime optimised vs unoptimised: {v['ort_spread_rel']:.2g})"
+            for k, v in r["accuracy"].items()
+        ),
     ]
     return "\n".join(lines)

@@ -12,14 +12,37 @@ from . import zoo
 from .harness import bench_model, cpu_name
 
 SEED_SUITE = [
-    "alexnet", "alexnet_bn", "nin", "nin_bn", "googlenet", "vgg16", "vgg19", "inception_v3", "resnet50",
-    "squeezenet", "mobilenet_v1", "mobilenet_v2", "convdeconv", "mnist_mlp",
+    "alexnet",
+    "alexnet_bn",
+    "nin",
+    "nin_bn",
+    "googlenet",
+    "vgg16",
+    "vgg19",
+    "inception_v3",
+    "resnet50",
+    "squeezenet",
+    "mobilenet_v1",
+    "mobilenet_v2",
+    "convdeconv",
+    "mnist_mlp",
 ]
 # Issue 9's targets (on AVX2 and AVX-512 hosts alike): ratio ours/onnxruntime at 1 thread
 TARGETS = {
-    "resnet50": 1.0, "vgg16": 1.0, "vgg19": 1.0, "inception_v3": 1.0, "googlenet": 1.0, "squeezenet": 1.0,
-    "mobilenet_v1": 0.9, "mobilenet_v2": 0.9, "alexnet": 0.9, "alexnet_bn": 0.9, "nin": 0.9, "nin_bn": 0.9,
-    "convdeconv": 0.8, "mnist_mlp": 0.7,
+    "resnet50": 1.0,
+    "vgg16": 1.0,
+    "vgg19": 1.0,
+    "inception_v3": 1.0,
+    "googlenet": 1.0,
+    "squeezenet": 1.0,
+    "mobilenet_v1": 0.9,
+    "mobilenet_v2": 0.9,
+    "alexnet": 0.9,
+    "alexnet_bn": 0.9,
+    "nin": 0.9,
+    "nin_bn": 0.9,
+    "convdeconv": 0.8,
+    "mnist_mlp": 0.7,
 }
 
 
@@ -50,16 +73,41 @@ def run_suite(
             path = zoo.save(name, Path(tmp) / f"{name}.onnx")
             for t in threads:
                 say(f"[{i}/{len(names)}] {name}, {t} thread(s)")
-                r = bench_model(path, threads=t, runs=runs, warmup=warmup, log=say, min_seconds=MIN_SECONDS,
-                                arch=arch, cpu_clock=cpu_clock and t == 1)
+                r = bench_model(
+                    path,
+                    threads=t,
+                    runs=runs,
+                    warmup=warmup,
+                    log=say,
+                    min_seconds=MIN_SECONDS,
+                    arch=arch,
+                    cpu_clock=cpu_clock and t == 1,
+                )
                 r["name"] = name
                 r["target_ratio"] = TARGETS.get(name)
                 results.append(r)
-                say(f"[{i}/{len(names)}] {name}: ours {r['ours_ms']:.2f} ms, onnxruntime {r['ort_ms']:.2f} ms, ratio {r['ratio']:.2f}")
-                if explain_misses and t == 1 and r["target_ratio"] is not None and r["ratio"] > r["target_ratio"]:
-                    say(f"[{i}/{len(names)}] {name} misses its target: profiling both sides per node")
-                    p = bench_model(path, threads=1, runs=max(5, runs // 2), warmup=warmup, log=say, profile=True,
-                                    arch=arch, cpu_clock=cpu_clock)
+                say(
+                    f"[{i}/{len(names)}] {name}: ours {r['ours_ms']:.2f} ms, onnxruntime {r['ort_ms']:.2f} ms, ratio {r['ratio']:.2f}"
+                )
+                if (
+                    explain_misses
+                    and t == 1
+                    and r["target_ratio"] is not None
+                    and r["ratio"] > r["target_ratio"]
+                ):
+                    say(
+                        f"[{i}/{len(names)}] {name} misses its target: profiling both sides per node"
+                    )
+                    p = bench_model(
+                        path,
+                        threads=1,
+                        runs=max(5, runs // 2),
+                        warmup=warmup,
+                        log=say,
+                        profile=True,
+                        arch=arch,
+                        cpu_clock=cpu_clock,
+                    )
                     r["gaps"] = gap_nodes(p)
             path.unlink()
     return results
@@ -69,7 +117,9 @@ def gap_nodes(profiled: dict[str, Any], n: int = GAP_NODES) -> dict[str, Any]:
     """The n nodes where our time exceeds onnxruntime's the most, from a profiled bench run."""
     prof = profiled.get("profile") or []
     ours = sum(p["ms"] for p in prof)
-    theirs = sum(p["ort_ms"] or 0.0 for p in prof) + (profiled.get("ort_profile_unattributed_ms") or 0.0)
+    theirs = sum(p["ort_ms"] or 0.0 for p in prof) + (
+        profiled.get("ort_profile_unattributed_ms") or 0.0
+    )
     rows = sorted(prof, key=lambda p: -(p["ms"] - (p["ort_ms"] or 0.0)))[:n]
     return {"ours_total_ms": ours, "ort_total_ms": theirs, "nodes": rows}
 
@@ -77,8 +127,11 @@ def gap_nodes(profiled: dict[str, Any], n: int = GAP_NODES) -> dict[str, Any]:
 def format_table(results: list[dict[str, Any]]) -> str:
     arches = list(dict.fromkeys(r.get("arch", "native") for r in results))
     if len(arches) > 1:  # one table per ISA
-        return "\n\n".join(f"{ARCH_TITLES.get(a, a)}:\n" + format_table([r for r in results if r.get("arch", "native") == a])
-                           for a in arches)
+        return "\n\n".join(
+            f"{ARCH_TITLES.get(a, a)}:\n"
+            + format_table([r for r in results if r.get("arch", "native") == a])
+            for a in arches
+        )
     by = {(r["name"], r["threads"]): r for r in results}
     names = list(dict.fromkeys(r["name"] for r in results))
     lines = [
@@ -92,8 +145,11 @@ def format_table(results: list[dict[str, Any]]) -> str:
         tgt = a.get("target_ratio")
         met = "" if tgt is None else (" ✓" if a["ratio"] <= tgt else " ✗")
         err = max(v["max_rel_error"] for v in a["accuracy"].values())
-        two = (f"{b['ours_ms']:.2f} | {b['ort_ms']:.2f} | {b['ratio']:.2f} | {b['ratio'] / a['ratio']:.2f}"
-               if b else "– | – | – | –")
+        two = (
+            f"{b['ours_ms']:.2f} | {b['ort_ms']:.2f} | {b['ratio']:.2f} | {b['ratio'] / a['ratio']:.2f}"
+            if b
+            else "– | – | – | –"
+        )
         lines.append(
             f"| {n} | {a['ours_ms']:.2f} | {a['ort_ms']:.2f} | {a['ratio']:.2f}{met} | {tgt if tgt is not None else '–'} | "
             f"{two} | {err:.1e} | {a['convert_s']:.2f} | {a['build_s']:.1f} |"
@@ -127,8 +183,14 @@ def write_doc(results: list[dict[str, Any]], path: Path) -> None:
         ]
         for a in arches:
             part = [r for r in results if r.get("arch", "native") == a]
-            text += _doc_part(part, path, path.with_name(f"{path.stem}-{a}.png"), level="##",
-                              title=ARCH_TITLES.get(a, a), notes=False)
+            text += _doc_part(
+                part,
+                path,
+                path.with_name(f"{path.stem}-{a}.png"),
+                level="##",
+                title=ARCH_TITLES.get(a, a),
+                notes=False,
+            )
     write_text_atomic(path, "\n".join(text))
 
 
@@ -139,8 +201,15 @@ def _cmd_extra(results: list[dict[str, Any]]) -> str:
     return extra + (" --cpu-clock" if results and results[0].get("clock", "wall") != "wall" else "")
 
 
-def _doc_part(results: list[dict[str, Any]], path: Path, chart: Path, *, level: str, title: str = "",
-              notes: bool = True) -> list[str]:
+def _doc_part(
+    results: list[dict[str, Any]],
+    path: Path,
+    chart: Path,
+    *,
+    level: str,
+    title: str = "",
+    notes: bool = True,
+) -> list[str]:
     r0 = results[0] if results else {}
     has_chart = _chart(results, chart)
     kernels = sorted({r["gemm_kernel"] for r in results})
@@ -171,8 +240,12 @@ def _doc_part(results: list[dict[str, Any]], path: Path, chart: Path, *, level: 
         "",
         f"GEMM micro-kernel: {', '.join(kernels)}.",
         "",
-        *[f"- {r['name']} ({r['threads']}T): " + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items())
-          for r in results if r["threads"] == 1],
+        *[
+            f"- {r['name']} ({r['threads']}T): "
+            + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items())
+            for r in results
+            if r["threads"] == 1
+        ],
         "",
         "<details><summary>raw results (JSON)</summary>",
         "",
@@ -225,8 +298,11 @@ def _gap_section(results: list[dict[str, Any]], level: str = "##") -> list[str]:
             "",
             "| node | op | output | ours (ms) | onnxruntime (ms) | ours GFLOP/s |",
             "|---|---|---|---:|---:|---:|",
-            *[f"| {p['node']} | {p['op']} | {'x'.join(map(str, p['shape']))} | {p['ms']:.3f} | "
-              f"{_ms(p['ort_ms'])} | {p['gflops']:.0f} |" for p in g["nodes"]],
+            *[
+                f"| {p['node']} | {p['op']} | {'x'.join(map(str, p['shape']))} | {p['ms']:.3f} | "
+                f"{_ms(p['ort_ms'])} | {p['gflops']:.0f} |"
+                for p in g["nodes"]
+            ],
             "",
         ]
     return out
@@ -245,7 +321,12 @@ def _chart(results: list[dict[str, Any]], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(10, 4.5))
     xs = range(len(names))
     for k, t in enumerate((1, 2)):
-        ax.bar([x + (k - 0.5) * 0.38 for x in xs], [by.get((n, t), 0) for n in names], width=0.38, label=f"{t} thread(s)")
+        ax.bar(
+            [x + (k - 0.5) * 0.38 for x in xs],
+            [by.get((n, t), 0) for n in names],
+            width=0.38,
+            label=f"{t} thread(s)",
+        )
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xticks(list(xs), names, rotation=35, ha="right")
     ax.set_ylabel("time ours / onnxruntime (lower is better)")

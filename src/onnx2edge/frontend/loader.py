@@ -112,7 +112,9 @@ def _bad_text(msg: Message, path: str) -> str | None:
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             items = value if _is_repeated(field) else [value]
             for i, v in enumerate(items):
-                where = f"{path}.{field.name}[{i}]" if _is_repeated(field) else f"{path}.{field.name}"
+                where = (
+                    f"{path}.{field.name}[{i}]" if _is_repeated(field) else f"{path}.{field.name}"
+                )
                 found = _bad_text(v, where)
                 if found:
                     return found
@@ -143,9 +145,11 @@ def _expected_entries(t: onnx.TensorProto, count: int) -> tuple[str, int]:
     if t.HasField("raw_data"):
         if t.data_type == _T.STRING:
             return "raw_data", -1  # strings never use raw_data; the checker reports it
-        bits = 4 if t.data_type in _PACKED_4BIT else 8 * onnx.helper.tensor_dtype_to_np_dtype(
-            t.data_type
-        ).itemsize
+        bits = (
+            4
+            if t.data_type in _PACKED_4BIT
+            else 8 * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        )
         return "raw_data", (count * bits + 7) // 8
     field, per = _FIELD.get(t.data_type, ("int32_data", 1))
     if t.data_type in _PACKED_4BIT:
@@ -166,7 +170,9 @@ def _check_tensors(model: onnx.ModelProto, source: Path) -> None:
         if external_data_helper.uses_external_data(t) or t.HasField("segment"):
             continue
         if any(d < 0 for d in t.dims):
-            raise Onnx2EdgeError(f"{source}: tensor '{t.name}' has a negative dimension {list(t.dims)}")
+            raise Onnx2EdgeError(
+                f"{source}: tensor '{t.name}' has a negative dimension {list(t.dims)}"
+            )
         count = int(np.prod(t.dims, dtype=object))
         field, want = _expected_entries(t, count)
         got = len(t.raw_data) if field == "raw_data" else len(getattr(t, field))
@@ -440,7 +446,14 @@ def skeleton(model: onnx.ModelProto, max_elements: int = 64) -> onnx.ModelProto:
     from onnx import helper
 
     m = onnx.ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+    for f in (
+        "ir_version",
+        "producer_name",
+        "producer_version",
+        "domain",
+        "model_version",
+        "doc_string",
+    ):
         if model.HasField(f):
             setattr(m, f, getattr(model, f))
     m.opset_import.extend(model.opset_import)

@@ -139,7 +139,9 @@ def release_pages(arr: np.ndarray | None) -> None:
 def _storage_bits(data_type: int) -> int:
     """Bits one element takes in raw_data (sub-byte types pack, so they are never mapped)."""
     packed = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4}
-    packed |= {getattr(onnx.TensorProto, n) for n in ("FLOAT4E2M1",) if hasattr(onnx.TensorProto, n)}
+    packed |= {
+        getattr(onnx.TensorProto, n) for n in ("FLOAT4E2M1",) if hasattr(onnx.TensorProto, n)
+    }
     if data_type in packed:
         return 4
     return np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).itemsize * 8

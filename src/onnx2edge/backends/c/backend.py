@@ -25,7 +25,12 @@ OPTIMIZE = ("speed", "size")
 class CBackend(Backend):
     name = "c"
     required_passes = (
-        "fold_constants", "remove_identity", "fold_batchnorm", "fuse_residual", "fuse_activation", "eliminate_dead_nodes",
+        "fold_constants",
+        "remove_identity",
+        "fold_batchnorm",
+        "fuse_residual",
+        "fuse_activation",
+        "eliminate_dead_nodes",
     )
 
     def unsupported(self, graph: Graph) -> list[str]:
@@ -38,7 +43,9 @@ class CBackend(Backend):
             raise Onnx2EdgeError(f"--weights {wdt}: expected fp32 or fp16")
         optimize = str(options.get("optimize", "speed"))
         if optimize not in OPTIMIZE:
-            raise Onnx2EdgeError(f"--optimize must be one of {', '.join(OPTIMIZE)}, not {optimize!r}")
+            raise Onnx2EdgeError(
+                f"--optimize must be one of {', '.join(OPTIMIZE)}, not {optimize!r}"
+            )
         stats = write_model(
             graph,
             out_dir,
@@ -47,7 +54,13 @@ class CBackend(Backend):
             weights_fp16=wdt == "fp16",
             optimize=optimize,
         )
-        files = ["model.c", "model.h", *stats["runtime_files"], *write_support_files(graph, out_dir), "tensors.json"]
+        files = [
+            "model.c",
+            "model.h",
+            *stats["runtime_files"],
+            *write_support_files(graph, out_dir),
+            "tensors.json",
+        ]
         # dtype and shape of every traced tensor, for `verify --per-layer`
         tensors = {}
         for node in graph.nodes:
@@ -60,7 +73,9 @@ class CBackend(Backend):
             files.append("model_weights.bin")
         return ConvertResult(out_dir, files, stats)
 
-    def run(self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def run(
+        self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
         manifest = read_manifest(out_dir)
         per_layer = bool(options.get("per_layer"))
         arch = arch_of(options)
@@ -68,9 +83,15 @@ class CBackend(Backend):
             # a foreign ISA cannot be loaded with ctypes: build the example program, run it
             # under emulation (build.build_and_run)
             if per_layer:
-                raise Onnx2EdgeError(f"--per-layer needs a library this host can load, not --arch {arch}")
+                raise Onnx2EdgeError(
+                    f"--per-layer needs a library this host can load, not --arch {arch}"
+                )
             return build_and_run(out_dir, str(arch), dict(inputs), options.get("cflags", ()))
-        base = options.get("cflags", DEBUG_FLAGS) if arch is None else [*arch_flags(arch), *options.get("cflags", ())]
+        base = (
+            options.get("cflags", DEBUG_FLAGS)
+            if arch is None
+            else [*arch_flags(arch), *options.get("cflags", ())]
+        )
         flags = [*base, *(["-DO2E_TRACE_ENABLED"] if per_layer else [])]
         extra = [out_dir / f for f in manifest.get("stats", {}).get("runtime_files", [])]
         lib_path = cached_shared(out_dir, [out_dir / "model.c"], flags, hashed=extra)
@@ -94,16 +115,24 @@ def run_library(
         cb_type = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
 
         def on_trace(name: bytes, ptr: int, n: int) -> None:
-            trace[name.decode()] = np.ctypeslib.as_array((ctypes.c_ubyte * n).from_address(ptr)).copy() if n else np.zeros(0, np.uint8)
+            trace[name.decode()] = (
+                np.ctypeslib.as_array((ctypes.c_ubyte * n).from_address(ptr)).copy()
+                if n
+                else np.zeros(0, np.uint8)
+            )
 
         cb = cb_type(on_trace)
         keep.append(cb)
         getattr(lib, f"{prefix}_set_trace")(cb)
     init = getattr(lib, f"{prefix}_init")
     init.argtypes = [ctypes.c_char_p]
-    rc = init(str(weights_path).encode() if weights_path is not None and weights_path.is_file() else None)
+    rc = init(
+        str(weights_path).encode() if weights_path is not None and weights_path.is_file() else None
+    )
     if rc != 0:
-        raise Onnx2EdgeError(f"{prefix}_init failed with code {rc} (weights file missing or corrupt?)")
+        raise Onnx2EdgeError(
+            f"{prefix}_init failed with code {rc} (weights file missing or corrupt?)"
+        )
     in_arrays = [np.ascontiguousarray(inputs[s["name"]], dtype=s["dtype"]) for s in io["inputs"]]
     out_arrays = [np.zeros(s["shape"], dtype=s["dtype"]) for s in io["outputs"]]
     in_ptrs = (ctypes.c_void_p * max(len(in_arrays), 1))(*[a.ctypes.data for a in in_arrays])
@@ -114,7 +143,10 @@ def run_library(
         raise Onnx2EdgeError(f"{prefix}_run failed")
     result = {s["name"]: a for s, a in zip(io["outputs"], out_arrays, strict=True)}
     if per_layer:
-        dtypes = {**{s["name"]: (s["dtype"], s["shape"]) for s in io["outputs"]}, **io.get("tensors", {})}
+        dtypes = {
+            **{s["name"]: (s["dtype"], s["shape"]) for s in io["outputs"]},
+            **io.get("tensors", {}),
+        }
         for name, raw in trace.items():
             if name in result or name not in dtypes:
                 continue

@@ -84,10 +84,14 @@ def arch_flags(arch: str) -> list[str]:
         return [rest[0], "-march=armv8-a", *rest[1:]]
     if arch != "native":
         if platform.machine() not in ("x86_64", "AMD64"):
-            raise Onnx2EdgeError(f"--arch {arch} builds x86-64 code, this host is {platform.machine()}")
+            raise Onnx2EdgeError(
+                f"--arch {arch} builds x86-64 code, this host is {platform.machine()}"
+            )
         missing = [f for f in _LEVEL_FLAGS[arch] if f not in _cpu_flags()]
         if missing and _cpu_flags():
-            raise Onnx2EdgeError(f"this CPU cannot run --arch {arch} code (no {', '.join(missing)})")
+            raise Onnx2EdgeError(
+                f"this CPU cannot run --arch {arch} code (no {', '.join(missing)})"
+            )
     return [rest[0], f"-march={arch}", *rest[1:]]
 
 
@@ -135,7 +139,9 @@ def compile_shared(
     return out
 
 
-def cached_shared(out_dir: Path, sources: Sequence[Path], flags: Sequence[str], hashed: Sequence[Path] = ()) -> Path:
+def cached_shared(
+    out_dir: Path, sources: Sequence[Path], flags: Sequence[str], hashed: Sequence[Path] = ()
+) -> Path:
     """`hashed`: headers the sources include, part of the cache key."""
     key = source_hash([*sources, *hashed], flags, compiler())
     lib = out_dir / ".build" / f"lib_{key}.so"
@@ -182,9 +188,7 @@ def build_executable(
     return exe
 
 
-def build_and_run(
-    out_dir: Path, arch: str, inputs: dict, extra_flags: Sequence[str] = ()
-) -> dict:
+def build_and_run(out_dir: Path, arch: str, inputs: dict, extra_flags: Sequence[str] = ()) -> dict:
     """Build a converted folder's program for `arch` (release flags with its -march, plus
     `extra_flags`) and run it on `inputs`, under emulation when the arch is foreign (aarch64 on
     an x86 host): the path tests and `run/verify --arch` use for every ISA."""

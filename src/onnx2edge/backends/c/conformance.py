@@ -31,7 +31,12 @@ from .build import STRICT_FLAGS, arch_flags, build_executable, compiler, is_emul
 
 BATCH = 48
 COMPILE_FLAGS = ("-O1",)
-SANITIZE_FLAGS = ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+SANITIZE_FLAGS = (
+    "-g",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+)
 
 
 @dataclass
@@ -97,7 +102,14 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
     from .emitter import ModelEmitter
     from .writer import write_model
 
-    p = Prepared(index, case.name, case_op(case), prefix=prefix or f"case{index}", rtol=case.rtol, atol=case.atol)
+    p = Prepared(
+        index,
+        case.name,
+        case_op(case),
+        prefix=prefix or f"case{index}",
+        rtol=case.rtol,
+        atol=case.atol,
+    )
     try:
         if not case.data_sets:
             raise Onnx2EdgeError("no test data")
@@ -131,14 +143,22 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
             write_model(g, out_dir, prefix=p.prefix, weights_file=False, source_name=case.name)
             p.graph = g
         p.io = {
-            "inputs": [{"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))} for n in g.inputs],
-            "outputs": [{"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))} for n in g.outputs],
+            "inputs": [
+                {"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))}
+                for n in g.inputs
+            ],
+            "outputs": [
+                {"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))}
+                for n in g.outputs
+            ],
         }
         p.inputs, p.expected = list(ins), list(outs)
     except Onnx2EdgeError as e:
         p.result = CaseResult(case.name, p.op, "unsupported", str(e).splitlines()[0][:300])
     except Exception as e:  # noqa: BLE001 - a converter bug on one case must not end the run
-        p.result = CaseResult(case.name, p.op, "unsupported", f"converter error: {type(e).__name__}: {str(e)[:200]}")
+        p.result = CaseResult(
+            case.name, p.op, "unsupported", f"converter error: {type(e).__name__}: {str(e)[:200]}"
+        )
     return p
 
 
@@ -191,7 +211,18 @@ def _as_arrays(data: list[Any]) -> list[np.ndarray]:
 
 
 def _compile(sources: list[Path], lib: Path, extra: Iterable[str] = ()) -> str | None:
-    cmd = [compiler(), *STRICT_FLAGS, *COMPILE_FLAGS, *extra, "-fPIC", "-shared", *map(str, sources), "-o", str(lib), "-lm"]
+    cmd = [
+        compiler(),
+        *STRICT_FLAGS,
+        *COMPILE_FLAGS,
+        *extra,
+        "-fPIC",
+        "-shared",
+        *map(str, sources),
+        "-o",
+        str(lib),
+        "-lm",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode == 0:
         return None
@@ -233,7 +264,9 @@ def _matches(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> tupl
     if exp.dtype.kind in "fc" or exp.dtype.name.startswith(("float", "bfloat")):
         with np.errstate(all="ignore"):
             try:
-                np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=rtol, atol=atol)
+                np.testing.assert_allclose(
+                    got.astype(np.float64), exp.astype(np.float64), rtol=rtol, atol=atol
+                )
             except AssertionError as e:
                 lines = [ln for ln in str(e).splitlines() if "Max" in ln]
                 return False, "; ".join(ln.strip() for ln in lines) or "values differ"
@@ -247,7 +280,9 @@ def _sanitizer_env() -> dict[str, str]:
     """Preload the sanitizer runtimes: python itself is not instrumented."""
     libs = []
     for name in ("libasan.so", "libubsan.so"):
-        path = subprocess.run([compiler(), f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+        path = subprocess.run(
+            [compiler(), f"-print-file-name={name}"], capture_output=True, text=True
+        ).stdout.strip()
         if path and os.path.isabs(path):
             libs.append(path)
     return {
@@ -285,15 +320,22 @@ def _run_batch(lib: Path, cases: list[Prepared], sanitize: bool) -> dict[int, tu
                 current = None
         if current is not None:
             tail = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln or "runtime error" in ln]
-            results[current] = ("failed", f"crashed (exit code {proc.returncode}){': ' + tail[0][:200] if tail else ''}")
+            results[current] = (
+                "failed",
+                f"crashed (exit code {proc.returncode}){': ' + tail[0][:200] if tail else ''}",
+            )
         elif proc.returncode != 0:
             for p in pending:
-                results.setdefault(p.index, ("failed", f"runner failed: {proc.stderr.strip()[-200:]}"))
+                results.setdefault(
+                    p.index, ("failed", f"runner failed: {proc.stderr.strip()[-200:]}")
+                )
         pending = [p for p in pending if p.index not in results]
     return results
 
 
-def _process_batch(args: tuple[list[tuple[int, Any]], str, tuple[str, ...], bool]) -> list[CaseResult]:
+def _process_batch(
+    args: tuple[list[tuple[int, Any]], str, tuple[str, ...], bool],
+) -> list[CaseResult]:
     items, work, extra, sanitize = args
     out_dir = Path(tempfile.mkdtemp(prefix="batch", dir=work))
     prepared = [_prepare(i, case, out_dir) for i, case in items]
@@ -338,7 +380,13 @@ def _emulated_case(args: tuple[int, Any, str, str]) -> CaseResult:
         return CaseResult(p.name, p.op, "failed", f"compile: {str(e)[:300]}")
     try:
         io = {"inputs": p.io["inputs"], "outputs": p.io["outputs"]}
-        got = run_executable(exe, io, {s["name"]: a for s, a in zip(io["inputs"], p.inputs, strict=True)}, out_dir, arch)
+        got = run_executable(
+            exe,
+            io,
+            {s["name"]: a for s, a in zip(io["inputs"], p.inputs, strict=True)},
+            out_dir,
+            arch,
+        )
     except Exception as e:  # noqa: BLE001 - a crash fails this case only
         return CaseResult(p.name, p.op, "failed", f"run error: {str(e)[:300]}")
     for spec, exp in zip(io["outputs"], p.expected, strict=True):
@@ -368,7 +416,9 @@ def run_conformance(
     if is_emulated(arch):
         results: list[CaseResult] = []
         with tempfile.TemporaryDirectory(prefix="onnx2edge-conformance-") as work:
-            with ProcessPoolExecutor(max_workers=jobs or 2, mp_context=mp.get_context("fork")) as ex:
+            with ProcessPoolExecutor(
+                max_workers=jobs or 2, mp_context=mp.get_context("fork")
+            ) as ex:
                 for r in ex.map(_emulated_case, [(i, c, work, str(arch)) for i, c in items]):
                     results.append(r)
                     if progress:
@@ -428,7 +478,9 @@ def format_doc(summary: dict[str, Any], results: list[CaseResult]) -> str:
 
     import onnx
 
-    reasons = Counter(r.detail.split(": ", 1)[-1][:90] for r in results if r.status == "unsupported")
+    reasons = Counter(
+        r.detail.split(": ", 1)[-1][:90] for r in results if r.status == "unsupported"
+    )
     failed = [r for r in results if r.status == "failed"]
     lines = [
         "# C backend conformance",
@@ -478,7 +530,11 @@ def stable_reason(detail: str) -> str:
 
 
 def expected_line(r: CaseResult) -> str:
-    return r.name + " " + (r.status if r.status == "passed" else f"{r.status}: {stable_reason(r.detail)}")
+    return (
+        r.name
+        + " "
+        + (r.status if r.status == "passed" else f"{r.status}: {stable_reason(r.detail)}")
+    )
 
 
 def expected_text(results: list[CaseResult]) -> str:

@@ -85,7 +85,9 @@ def ctype_of(dtype: np.dtype) -> str:
     try:
         return CTYPES[name] if name in CTYPES else STORAGE_CTYPES[name]
     except KeyError:
-        raise UnsupportedError(f"dtype {np.dtype(dtype).name} is not supported by the C backend") from None
+        raise UnsupportedError(
+            f"dtype {np.dtype(dtype).name} is not supported by the C backend"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,9 @@ def c_literal(value: Any, dtype: np.dtype) -> str:
         if np.isnan(v):
             return "NAN" if dtype == np.float64 else "(float)NAN"
         if np.isinf(v):
-            return ("-" if v < 0 else "") + ("INFINITY" if dtype == np.float64 else "(float)INFINITY")
+            return ("-" if v < 0 else "") + (
+                "INFINITY" if dtype == np.float64 else "(float)INFINITY"
+            )
         if dtype == np.float32:
             return _f32(np.float32(v))
         return repr(v)
@@ -148,7 +152,11 @@ def _storage_bits(arr: np.ndarray) -> np.ndarray:
 
 
 def _f32(x: np.float32) -> str:
-    s = np.format_float_scientific(x, unique=True, trim="-") if x != 0 else ("-0.0" if np.signbit(x) else "0.0")
+    s = (
+        np.format_float_scientific(x, unique=True, trim="-")
+        if x != 0
+        else ("-0.0" if np.signbit(x) else "0.0")
+    )
     if "e" in s and "." not in s.split("e")[0]:
         s = s.replace("e", ".0e")
     return s + "f"
@@ -226,7 +234,9 @@ class NodeContext:
 
     def kernel(self, name: str) -> None:
         """Record which kernel this node runs (reported by `convert` and `bench`)."""
-        self.model.kernels[f"{self.node.op_type}: {name}"] = self.model.kernels.get(f"{self.node.op_type}: {name}", 0) + 1
+        self.model.kernels[f"{self.node.op_type}: {name}"] = (
+            self.model.kernels.get(f"{self.node.op_type}: {name}", 0) + 1
+        )
 
 
 OpEmitFn = Callable[[NodeContext], str]
@@ -234,7 +244,11 @@ OpEmitFn = Callable[[NodeContext], str]
 
 class ModelEmitter:
     def __init__(
-        self, graph: Graph, prefix: str = "model", weights_file: bool | None = None, optimize: str = "speed"
+        self,
+        graph: Graph,
+        prefix: str = "model",
+        weights_file: bool | None = None,
+        optimize: str = "speed",
     ) -> None:
         from .ops import load_all
 
@@ -304,7 +318,13 @@ class ModelEmitter:
             return self.constants[key]
         arr = np.ascontiguousarray(arr)
         ctype_of(arr.dtype)
-        t = Tensor(onnx_name or hint, self._ident("W_" + c_ident(hint)), tuple(arr.shape), arr.dtype, "const")
+        t = Tensor(
+            onnx_name or hint,
+            self._ident("W_" + c_ident(hint)),
+            tuple(arr.shape),
+            arr.dtype,
+            "const",
+        )
         self.constants[key] = t
         self.const_data[key] = arr
         if onnx_name is not None:
@@ -357,7 +377,9 @@ class ModelEmitter:
             attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())
             header = f"/* node {_cmt(node.name)}: {node.op_type}({_cmt(', '.join(i or '-' for i in node.inputs))})"
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
-            blocks.append(f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}")
+            blocks.append(
+                f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"
+            )
             for name in (*node.inputs, *node.outputs):
                 if name:
                     steps.setdefault(name, []).append(step)

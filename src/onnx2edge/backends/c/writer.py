@@ -84,7 +84,12 @@ def _write_weights(
 
 
 def write_model(
-    graph: Graph, out_dir: Path, *, prefix: str = "model", weights_file: bool | None = None, source_name: str = "model",
+    graph: Graph,
+    out_dir: Path,
+    *,
+    prefix: str = "model",
+    weights_file: bool | None = None,
+    source_name: str = "model",
     weights_fp16: bool = False,
     optimize: str = "speed",
 ) -> dict[str, Any]:
@@ -102,7 +107,10 @@ def write_model(
         del em.constants[key]
         del em.const_data[key]
     half = {k for k, a in em.const_data.items() if weights_fp16 and fp16_storable(a)}
-    stored = {k: (a.astype(np.float16).view(np.uint16) if k in half else a) for k, a in em.const_data.items()}
+    stored = {
+        k: (a.astype(np.float16).view(np.uint16) if k in half else a)
+        for k, a in em.const_data.items()
+    }
     weight_bytes = sum(a.nbytes for a in stored.values())
     to_file = weights_file if weights_file is not None else weight_bytes > INLINE_WEIGHT_LIMIT
     P, U = prefix, prefix.upper()
@@ -117,7 +125,9 @@ def write_model(
             offsets[key] = _align(end)
             end = offsets[key] + arr.nbytes
         total = max(end, 1)
-        weight_lines.append(f"static unsigned char o2e_weights[{total}] O2E_ALIGNED;  /* filled by {P}_init() */")
+        weight_lines.append(
+            f"static unsigned char o2e_weights[{total}] O2E_ALIGNED;  /* filled by {P}_init() */"
+        )
         for key, t in em.constants.items():
             if key in half:  # widened into RAM by init
                 weight_lines.append(
@@ -143,9 +153,15 @@ def write_model(
             )
     if half:
         weight_lines.insert(0, F16_DECODE)
-        src = (lambda k, t: f"(const uint16_t *)(o2e_weights + {offsets[k]})") if to_file else (lambda k, t: f"{t.sym}_f16")
+        src = (
+            (lambda k, t: f"(const uint16_t *)(o2e_weights + {offsets[k]})")
+            if to_file
+            else (lambda k, t: f"{t.sym}_f16")
+        )
         decode = [
-            f"  o2e_f16_decode({t.sym}, {src(k, t)}, {stored[k].size});" for k, t in em.constants.items() if k in half
+            f"  o2e_f16_decode({t.sym}, {src(k, t)}, {stored[k].size});"
+            for k, t in em.constants.items()
+            if k in half
         ]
     else:
         decode = []
@@ -153,11 +169,15 @@ def write_model(
     # --- run() -------------------------------------------------------------------------------
     decls = []
     for i, t in enumerate(ins):
-        decls.append(f"  const {t.ctype} *const {t.sym} = (const {t.ctype} *)inputs[{i}];  /* {_c(t.name)}: {_shape_str(t)} */")
+        decls.append(
+            f"  const {t.ctype} *const {t.sym} = (const {t.ctype} *)inputs[{i}];  /* {_c(t.name)}: {_shape_str(t)} */"
+        )
     for i, name in enumerate(graph.outputs):
         t = em.tensor(name)
         if t.kind == "output":
-            decls.append(f"  {t.ctype} *const {t.sym} = ({t.ctype} *)outputs[{i}];  /* {_c(t.name)}: {_shape_str(t)} */")
+            decls.append(
+                f"  {t.ctype} *const {t.sym} = ({t.ctype} *)outputs[{i}];  /* {_c(t.name)}: {_shape_str(t)} */"
+            )
     for name, t in em.tensors.items():
         if t.kind == "arena":
             decls.append(
@@ -243,7 +263,14 @@ def write_model(
             "}",
         ]
     else:
-        c += [f"int {P}_init(const char *weights_path)", "{", "  (void)weights_path;  /* weights are compiled in */", *decode, "  return 0;", "}"]
+        c += [
+            f"int {P}_init(const char *weights_path)",
+            "{",
+            "  (void)weights_path;  /* weights are compiled in */",
+            *decode,
+            "  return 0;",
+            "}",
+        ]
     kernel_name = "o2e_gemm_kernel_name()" if "o2e_gemm.h" in em.runtime_files else '"none"'
     c += [
         "",
@@ -320,8 +347,14 @@ def write_model(
         "onnx_weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
         "optimize": optimize,
         "weights_in_file": bool(to_file),
-        **({"weights_fp16_tensors": len(half), "weight_bytes_fp32": int(sum(a.nbytes for a in em.const_data.values()))}
-           if weights_fp16 else {}),
+        **(
+            {
+                "weights_fp16_tensors": len(half),
+                "weight_bytes_fp32": int(sum(a.nbytes for a in em.const_data.values())),
+            }
+            if weights_fp16
+            else {}
+        ),
         "nodes": len(graph.nodes),
         "kernels": dict(sorted(em.kernels.items())),
         "sparse_layers": em.sparse_layers,
@@ -391,7 +424,9 @@ def write_support_files(graph: Graph, out_dir: Path, prefix: str = "model") -> l
     for i, (n, t) in enumerate(em_ins):
         assert t is not None
         bufs.append(f"static {ctype_of(t.dtype)} in_{i}[{max(t.size, 1)}];  /* {_c(n)} */")
-        reads.append(f"  if (read_file(argv[{1 + i}], in_{i}, sizeof(in_{i}) * {t.size} / {max(t.size, 1)})) return 1;")
+        reads.append(
+            f"  if (read_file(argv[{1 + i}], in_{i}, sizeof(in_{i}) * {t.size} / {max(t.size, 1)})) return 1;"
+        )
         reads.append(f"  inputs[{i}] = in_{i};")
     for i, (n, t) in enumerate(em_outs):
         assert t is not None
@@ -400,7 +435,9 @@ def write_support_files(graph: Graph, out_dir: Path, prefix: str = "model") -> l
         writes.append(
             f"  if (write_file(argv[{1 + len(em_ins) + i}], out_{i}, sizeof(out_{i}) * {t.size} / {max(t.size, 1)})) return 1;"
         )
-    usage = " ".join([f"{c_ident(n)}.bin" for n, _ in em_ins] + [f"{c_ident(n)}.bin" for n, _ in em_outs])
+    usage = " ".join(
+        [f"{c_ident(n)}.bin" for n, _ in em_ins] + [f"{c_ident(n)}.bin" for n, _ in em_outs]
+    )
     main = (
         MAIN_C.replace("@BUFFERS@", "\n".join(bufs))
         .replace("@NIN_ARR@", str(max(len(em_ins), 1)))
@@ -434,7 +471,7 @@ def write_support_files(graph: Graph, out_dir: Path, prefix: str = "model") -> l
         f"target_link_libraries({prefix} PUBLIC m)\n"
         f"add_executable(model_main main.c)\n"
         f"target_link_libraries(model_main {prefix})\n"
-        "if(CMAKE_C_COMPILER_ID MATCHES \"GNU|Clang\")\n"
+        'if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")\n'
         f"  target_compile_options({prefix} PRIVATE -Wall -Wextra)\n"
         "endif()\n"
     )

@@ -323,9 +323,7 @@ class Lowering:
             )
         elif name in self.input_vars:
             var = self.fresh("input_" + name)
-            self.head_lines.append(
-                f"let {var} = CPUTensor(inputs[{swift_string(name)}]!, {shape})"
-            )
+            self.head_lines.append(f"let {var} = CPUTensor(inputs[{swift_string(name)}]!, {shape})")
         elif name in self.env:
             img = self.env[name]
             var = self.fresh("gpu_" + name)
@@ -1113,8 +1111,12 @@ def _reshape(lw: Lowering, node: Node) -> None:
     if tuple(shape) == (1, c, h, w):
         lw.env[node.outputs[0]] = Img(x.var, c, h, w)
         return
-    if h * w == 1 and len(shape) >= 2 and shape[0] == 1 and shape[1] == c and all(
-        d == 1 for d in shape[2:]
+    if (
+        h * w == 1
+        and len(shape) >= 2
+        and shape[0] == 1
+        and shape[1] == c
+        and all(d == 1 for d in shape[2:])
     ):
         # [1, C, 1, 1] <-> [1, C] <-> [1, C, 1]: the same C values in the same order.
         lw.env[node.outputs[0]] = Img(x.var, c, 1, 1)
@@ -1448,9 +1450,7 @@ def _reduce(lw: Lowering, node: Node) -> None:
     if not keep and out_shape != (1, oc) and int(np.prod(out_shape)) != oc * oh * ow:
         raise Refuse(f"reduction to shape {list(out_shape)}")
     if not keep and (oh * ow > 1 and out_shape != (1, oc, oh, ow)):
-        raise Refuse(
-            f"reduction to shape {list(out_shape)} (keepdims=0 leaves a non-image tensor)"
-        )
+        raise Refuse(f"reduction to shape {list(out_shape)} (keepdims=0 leaves a non-image tensor)")
     if not steps:
         lw.env[node.outputs[0]] = x
         return
@@ -1652,8 +1652,10 @@ def _erf_gelu(lw: Lowering, node: Node) -> None:
     var = lw.fresh(node.name or node.outputs[0])
     lw.emit(
         var,
-        [f"ONNX nodes '{scaled.name}', '{node.name}', {names} (GELU: x * 0.5 * (1 + erf(x / "  # type: ignore[union-attr]
-         "sqrt 2)), one geLU neuron)"],  # fmt: skip
+        [
+            f"ONNX nodes '{scaled.name}', '{node.name}', {names} (GELU: x * 0.5 * (1 + erf(x / "  # type: ignore[union-attr]
+            "sqrt 2)), one geLU neuron)"
+        ],  # fmt: skip
         [f"let {var} = MPSCNNNeuronGeLUNode(source: {x.var})"],
         t,
         Img(f"{var}.resultImage", x.c, x.h, x.w, x.flat_of),

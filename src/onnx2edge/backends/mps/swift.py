@@ -304,9 +304,7 @@ def render_model(
             "// the first is returned by encode, the others come back as intermediate images."
         )
         for var, ns in results:
-            body.append(
-                f"{var}.handle = ONNXTensorHandle(name: {swift_string(ns[0])})"
-            )
+            body.append(f"{var}.handle = ONNXTensorHandle(name: {swift_string(ns[0])})")
         for var, _ns in results[1:]:
             body.append(f"{var}.exportFromGraph = true")
         body.append(f"var needed = [ObjCBool](repeating: true, count: {len(results)})")
@@ -486,10 +484,14 @@ def _render_run(
     ]
     for _var, names in results:
         for alias in names[1:]:
-            lines.append(f"gpuResults[{swift_string(alias)}] = gpuResults[{swift_string(names[0])}]")
+            lines.append(
+                f"gpuResults[{swift_string(alias)}] = gpuResults[{swift_string(names[0])}]"
+            )
     if lowered.cpu_lines:
         lines.append("")
-        lines.append("// The CPU tail: nodes MPSNNGraph cannot express, on row-major float32 arrays.")
+        lines.append(
+            "// The CPU tail: nodes MPSNNGraph cannot express, on row-major float32 arrays."
+        )
         lines += lowered.cpu_lines
     lines.append("")
     ret = []

@@ -37,7 +37,9 @@ def register_op(*names: str, check: CheckFn | None = None) -> Callable[[EmitFn],
     def deco(fn: EmitFn) -> EmitFn:
         for n in names:
             if n in C_OPS:
-                raise ValueError(f"C op {n} registered twice ({C_OPS[n].emit.__module__}, {fn.__module__})")
+                raise ValueError(
+                    f"C op {n} registered twice ({C_OPS[n].emit.__module__}, {fn.__module__})"
+                )
             C_OPS[n] = OpSpec(n, fn, check)
         return fn
 

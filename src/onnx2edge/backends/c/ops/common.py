@@ -26,7 +26,9 @@ def broadcast_strides(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> 
     return [0 if pad[d] == 1 and out_shape[d] != 1 else st[d] for d in range(len(out_shape))]
 
 
-def merge_dims(out_shape: tuple[int, ...], in_strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+def merge_dims(
+    out_shape: tuple[int, ...], in_strides: list[list[int]]
+) -> tuple[list[int], list[list[int]]]:
     """Collapse adjacent dims that every operand walks contiguously (fewer, longer loops)."""
     dims: list[int] = []
     sts: list[list[int]] = [[] for _ in in_strides]
@@ -34,7 +36,10 @@ def merge_dims(out_shape: tuple[int, ...], in_strides: list[list[int]]) -> tuple
         if n == 1:
             continue
         if dims:
-            ok = all(s[d] * n == st[-1] or (s[d] == 0 and st[-1] == 0) for s, st in zip(in_strides, sts, strict=True))
+            ok = all(
+                s[d] * n == st[-1] or (s[d] == 0 and st[-1] == 0)
+                for s, st in zip(in_strides, sts, strict=True)
+            )
             if ok:
                 dims[-1] *= n
                 for s, st in zip(in_strides, sts, strict=True):
@@ -74,10 +79,20 @@ def elementwise(
     idx = [f"i{k}" for k in range(len(dims))]
     loads = []
     for j, t in enumerate(operands):
-        off = " + ".join(f"{i}*{s}" if s != 1 else i for i, s in zip(idx, sts[j], strict=True) if s != 0) or "0"
+        off = (
+            " + ".join(
+                f"{i}*{s}" if s != 1 else i for i, s in zip(idx, sts[j], strict=True) if s != 0
+            )
+            or "0"
+        )
         lt, val = load(t, f"{t.sym}[{off}]") if load else (t.ctype, f"{t.sym}[{off}]")
         loads.append(f"const {lt} {names[j]} = {val};")
-    out_off = " + ".join(f"{i}*{s}" if s != 1 else i for i, s in zip(idx, strides(tuple(dims)), strict=True)) or "0"
+    out_off = (
+        " + ".join(
+            f"{i}*{s}" if s != 1 else i for i, s in zip(idx, strides(tuple(dims)), strict=True)
+        )
+        or "0"
+    )
     value = store(expr) if store else f"({ctype or out.ctype})({expr})"
     body = " ".join(loads) + f" {out.sym}[{out_off}] = {value};"
     if not dims:
@@ -113,7 +128,9 @@ def act_expr(act: Activation | None, v: str, ctype: str = "float") -> str:
     if act.op == "LeakyRelu":
         return f"({v} >= 0 ? {v} : {v} * {lit(act.alpha)})"
     if act.op == "Clip":
-        lo_v, hi_v = clip_bounds(act.alpha, act.beta, np.float64 if ctype == "double" else np.float32)
+        lo_v, hi_v = clip_bounds(
+            act.alpha, act.beta, np.float64 if ctype == "double" else np.float32
+        )
         if not flt:
             lo_v, hi_v = act.alpha, act.beta
         lo = "" if np.isinf(lo_v) else f"{v} < {lit(lo_v)} ? {lit(lo_v)} : "
@@ -153,7 +170,9 @@ def specialised_conv_ok(ctx: NodeContext, x: Tensor, switch: str) -> bool:
     constant (they are rearranged at conversion time) and the input is a float32 NCHW map."""
     wc = ctx.const(1)
     return (
-        os.environ.get(switch, "") != "0" and wc is not None and wc.dtype == np.float32
-        and x.dtype == np.float32 and x.rank == 4
+        os.environ.get(switch, "") != "0"
+        and wc is not None
+        and wc.dtype == np.float32
+        and x.dtype == np.float32
+        and x.rank == 4
     )
-

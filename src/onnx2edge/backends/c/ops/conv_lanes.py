@@ -56,8 +56,16 @@ ENV = "ONNX2EDGE_LANES_CONV"
 MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layers ran 25 % slower than the GEMM
 
 
-def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks: list[int], st: list[int],
-               dl: list[int]) -> bool:
+def applicable(
+    ctx: NodeContext,
+    x: Tensor,
+    w: Tensor,
+    y: Tensor,
+    group: int,
+    ks: list[int],
+    st: list[int],
+    dl: list[int],
+) -> bool:
     if not specialised_conv_ok(ctx, x, ENV):
         return False
     kh, kw = ks
@@ -66,8 +74,13 @@ def applicable(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, group: int, ks
     if C * st[0] * st[1] * HQ * WQ * 4 > MAX_PLANES_BYTES:  # the input copy lives in the arena
         return False
     return (
-        list(dl) == [1, 1] and kh * kw > 1 and max(st) <= MAX_STRIDE
-        and C * kh * kw >= MIN_K and M >= MIN_M and y.shape[3] >= MIN_OW and not has_residual(ctx.node)
+        list(dl) == [1, 1]
+        and kh * kw > 1
+        and max(st) <= MAX_STRIDE
+        and C * kh * kw >= MIN_K
+        and M >= MIN_M
+        and y.shape[3] >= MIN_OW
+        and not has_residual(ctx.node)
     )
 
 
@@ -204,8 +217,17 @@ static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float 
 """
 
 
-def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], st: list[int], pads: list[int],
-         bias: str | None, group: int = 1) -> str:
+def emit(
+    ctx: NodeContext,
+    x: Tensor,
+    w: Tensor,
+    y: Tensor,
+    ks: list[int],
+    st: list[int],
+    pads: list[int],
+    bias: str | None,
+    group: int = 1,
+) -> str:
     """Groups (AlexNet's conv2, conv4, conv5) run one after the other, each as its own layer."""
     N, Ctot, H, W = x.shape
     Mtot = w.shape[0]
@@ -219,15 +241,25 @@ def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], st: l
     wc = np.zeros((group, blocks * LANES, C, kh, kw), np.float32)
     wc[:, :M] = ctx.const(1).reshape(group, M, C, kh, kw)
     # [g][M / 32][c][i][j][32]: one tile's weights in the order it reads them
-    wsym = ctx.weight("lanes", np.ascontiguousarray(
-        wc.reshape(group, blocks, LANES, C, kh, kw).transpose(0, 1, 3, 4, 5, 2)))
+    wsym = ctx.weight(
+        "lanes",
+        np.ascontiguousarray(
+            wc.reshape(group, blocks, LANES, C, kh, kw).transpose(0, 1, 3, 4, 5, 2)
+        ),
+    )
     gstride = blocks * LANES * C * kh * kw
     act = fused_act(ctx)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
-    ctx.helper(tile, TILE.replace("NAME", tile).replace("KH", str(kh)).replace("KW", str(kw))
-               .replace("SH", str(sh)).replace("SW", str(sw)))
+    ctx.helper(
+        tile,
+        TILE.replace("NAME", tile)
+        .replace("KH", str(kh))
+        .replace("KW", str(kw))
+        .replace("SH", str(sh))
+        .replace("SW", str(sw)),
+    )
     pad = pool2d.phase_split(ctx, sh, sw)
     ctx.kernel("direct conv (output channels in lanes)")
     xp = ctx.scratch(C * sh * sw * Hp * Wp * 4)
@@ -245,7 +277,7 @@ def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, ks: list[int], st: l
 static void {name}(void *arg, int u0, int u1)
 {{
   const o2e_lanes_args *a = (const o2e_lanes_args *)arg;
-  float *t = a->t + (size_t){PX * LANES} * (size_t)({'o2e_parallel_thread()' if threaded else '0'});
+  float *t = a->t + (size_t){PX * LANES} * (size_t)({"o2e_parallel_thread()" if threaded else "0"});
   for (int u = u0; u < u1; u++) {{
     const int mb = u / {OH}, oh = u % {OH}, m = mb * {LANES}, nl = {M} - m < {LANES} ? {M} - m : {LANES};
     for (int q = 0; q < {ntiles}; q++) {{ /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
@@ -265,14 +297,16 @@ static void {name}(void *arg, int u0, int u1)
     )
     run = f"o2e_parallel_for({units}, {name}, &a);" if threaded else f"{name}(&a, 0, {units});"
     b = f"{bias} + (size_t)g * {M}" if bias else "NULL"
-    return "\n".join([
-        f"for (int n = 0; n < {N}; ++n)",
-        f"for (int g = 0; g < {group}; ++g) {{",
-        f"  memset({xp}, 0, {C * sh * sw * Hp * Wp * 4});",
-        f"  for (int c = 0; c < {C}; ++c) {pad}({x.sym} + ((size_t)n * {group} + g) * {C * H * W} + (size_t)c * {H * W}, "
-        f"{H}, {W}, {pt}, {pl}, {Hp}, {Wp}, {xp} + (size_t)c * {sh * sw * Hp * Wp});",
-        f"  o2e_lanes_args a = {{{xp}, {wsym} + (size_t)g * {gstride}, {tiles}, {C}, {Hp}, {Wp}, {kh}, {kw}, {OH}, "
-        f"{OW}, {y.sym} + ((size_t)n * {group} + g) * {M * OH * OW}, {b}}};",
-        f"  {run}",
-        "}",
-    ])
+    return "\n".join(
+        [
+            f"for (int n = 0; n < {N}; ++n)",
+            f"for (int g = 0; g < {group}; ++g) {{",
+            f"  memset({xp}, 0, {C * sh * sw * Hp * Wp * 4});",
+            f"  for (int c = 0; c < {C}; ++c) {pad}({x.sym} + ((size_t)n * {group} + g) * {C * H * W} + (size_t)c * {H * W}, "
+            f"{H}, {W}, {pt}, {pl}, {Hp}, {Wp}, {xp} + (size_t)c * {sh * sw * Hp * Wp});",
+            f"  o2e_lanes_args a = {{{xp}, {wsym} + (size_t)g * {gstride}, {tiles}, {C}, {Hp}, {Wp}, {kh}, {kw}, {OH}, "
+            f"{OW}, {y.sym} + ((size_t)n * {group} + g) * {M * OH * OW}, {b}}};",
+            f"  {run}",
+            "}",
+        ]
+    )

@@ -88,7 +88,9 @@ def packed_weights(ctx: NodeContext, hint: str, mats: np.ndarray) -> tuple[str, 
     if g == 1:
         packed = pack_a(mats[0])
     else:
-        packed = np.concatenate([pack_a(mats[i]) for i in range(g)]) if g else np.zeros(0, np.float32)
+        packed = (
+            np.concatenate([pack_a(mats[i]) for i in range(g)]) if g else np.zeros(0, np.float32)
+        )
     return ctx.weight(hint, packed.astype(np.float32, copy=False)), size
 
 
@@ -115,5 +117,6 @@ def gemm_packed_call(
     st, post = act_struct(act)
     return (
         f"o2e_sgemm_packed({M}, {N}, {K}, {packed}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, "
-        f"{bias_n or 'NULL'}, {residual or 'NULL'}, {ldr}, {st}, {ws});" + post_act(act, post, M, N, C, ldc)
+        f"{bias_n or 'NULL'}, {residual or 'NULL'}, {ldr}, {st}, {ws});"
+        + post_act(act, post, M, N, C, ldc)
     )

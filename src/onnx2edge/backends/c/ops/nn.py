@@ -34,7 +34,14 @@ def _float_input(node: Node, graph: Graph) -> str | None:
 # --------------------------------------------------------------------------------------------
 # convolution
 # --------------------------------------------------------------------------------------------
-def conv_pads(node: Node, in_sp: tuple[int, ...], out_sp: tuple[int, ...], k: list[int], s: list[int], d: list[int]) -> list[int]:
+def conv_pads(
+    node: Node,
+    in_sp: tuple[int, ...],
+    out_sp: tuple[int, ...],
+    k: list[int],
+    s: list[int],
+    d: list[int],
+) -> list[int]:
     """Begin pads then end pads, resolving auto_pad (ONNX Conv spec)."""
     n = len(in_sp)
     auto = node.attr("auto_pad", "NOTSET")
@@ -43,7 +50,9 @@ def conv_pads(node: Node, in_sp: tuple[int, ...], out_sp: tuple[int, ...], k: li
         for i in range(n):
             total = max((out_sp[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_sp[i], 0)
             small = total // 2
-            pads[i], pads[i + n] = (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+            pads[i], pads[i + n] = (
+                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+            )
         return pads
     if auto == "VALID":
         return [0] * (2 * n)
@@ -78,8 +87,12 @@ def conv(ctx: NodeContext) -> str:
         # the residual and activation come after the kernel: run it without them, then one pass
         act = fused_act(ctx)
         plain = {k: v for k, v in ctx.node.attrs.items() if not k.startswith("o2e_")}
-        inner = NodeContext(ctx.model, ctx.node.replace(attrs=plain), ctx.step, ctx.scratch_requests)
-        body = (_conv2d if nsp == 2 else _conv_nd)(inner, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
+        inner = NodeContext(
+            ctx.model, ctx.node.replace(attrs=plain), ctx.step, ctx.scratch_requests
+        )
+        body = (_conv2d if nsp == 2 else _conv_nd)(
+            inner, x, w, y, N, C, M, ks, group, st, dl, pads, bias
+        )
         r = ctx.x(3)
         return body + (
             f"\nfor (size_t i = 0; i < {y.size}; ++i) {{ const float v = {y.sym}[i] + {r.sym}[i]; "
@@ -114,7 +127,16 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
 
     if conv_direct.applicable(ctx, x, w, y, group, ks, st, dl):
         return conv_direct.emit(ctx, x, w, y, ks, dl, pads, bias)
-    pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and pads[2] == 0 and pads[3] == 0
+    pointwise = (
+        kh == 1
+        and kw == 1
+        and sh == 1
+        and sw == 1
+        and pt == 0
+        and pl == 0
+        and pads[2] == 0
+        and pads[3] == 0
+    )
     lines = []
     # im2col in blocks of output rows: the columns stay cache-sized and bounded (a 9x9 conv
     # at 480x640 would otherwise need a 3 GB matrix)
@@ -136,10 +158,44 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
         if not pointwise and not subsample and P >= IMPLICIT_MIN_COLS:
             ctx.kernel("implicit GEMM (im2col fused into B packing)")
             packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
-            return "\n".join([for_n, "  " + implicit_gemm_call(
-                ctx, f"{packed} + (size_t)g * {stride}", mg, P, K, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl,
-                OW, yout, bg, act, res), "}"])
-        ctx.kernel("1x1 as GEMM" if pointwise else "strided 1x1: subsample + GEMM" if subsample else "im2col + GEMM")
+            return "\n".join(
+                [
+                    for_n,
+                    "  "
+                    + implicit_gemm_call(
+                        ctx,
+                        f"{packed} + (size_t)g * {stride}",
+                        mg,
+                        P,
+                        K,
+                        xin,
+                        cg,
+                        H,
+                        W,
+                        kh,
+                        kw,
+                        sh,
+                        sw,
+                        dh,
+                        dw,
+                        pt,
+                        pl,
+                        OW,
+                        yout,
+                        bg,
+                        act,
+                        res,
+                    ),
+                    "}",
+                ]
+            )
+        ctx.kernel(
+            "1x1 as GEMM"
+            if pointwise
+            else "strided 1x1: subsample + GEMM"
+            if subsample
+            else "im2col + GEMM"
+        )
         packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
 
     rows = OH if pointwise else _im2col_rows(K, OH, OW)
@@ -155,12 +211,48 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
             b_mat, code = xin, []
         else:
             b_mat = col
-            code = [_im2col_call(ctx, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, oh0, nrows, col)]
+            code = [
+                _im2col_call(
+                    ctx, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, oh0, nrows, col
+                )
+            ]
         if packed is not None:
-            code.append(gemm_packed_call(ctx, f"{packed} + (size_t)g * {stride}", mg, ncols, K, b_mat, ncols, out, P,
-                                         bias_m=bg, act=act, residual=r, ldr=P))
+            code.append(
+                gemm_packed_call(
+                    ctx,
+                    f"{packed} + (size_t)g * {stride}",
+                    mg,
+                    ncols,
+                    K,
+                    b_mat,
+                    ncols,
+                    out,
+                    P,
+                    bias_m=bg,
+                    act=act,
+                    residual=r,
+                    ldr=P,
+                )
+            )
         else:
-            code.append(gemm_call(ctx, mg, ncols, K, wg, K, b_mat, ncols, out, P, bias_m=bg, act=act, residual=r, ldr=P))
+            code.append(
+                gemm_call(
+                    ctx,
+                    mg,
+                    ncols,
+                    K,
+                    wg,
+                    K,
+                    b_mat,
+                    ncols,
+                    out,
+                    P,
+                    bias_m=bg,
+                    act=act,
+                    residual=r,
+                    ldr=P,
+                )
+            )
         return code
 
     if rows >= OH:
@@ -181,9 +273,30 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
 IMPLICIT_MIN_COLS = 16
 
 
-def implicit_gemm_call(ctx: NodeContext, packed: str, M: int, P: int, K: int, xin: str, C: int, H: int, W: int,
-                       kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, OW: int, y: str,
-                       bias: str, act: Activation | None, res: str | None) -> str:
+def implicit_gemm_call(
+    ctx: NodeContext,
+    packed: str,
+    M: int,
+    P: int,
+    K: int,
+    xin: str,
+    C: int,
+    H: int,
+    W: int,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    dh: int,
+    dw: int,
+    pt: int,
+    pl: int,
+    OW: int,
+    y: str,
+    bias: str,
+    act: Activation | None,
+    res: str | None,
+) -> str:
     """C statement: a convolution as one GEMM whose B operand is packed straight from the input."""
     ws = ctx.scratch(sgemm_workspace_bytes(M, P, K, MAX_THREADS), "void")
     st, post = act_struct(act)
@@ -197,13 +310,17 @@ def implicit_gemm_call(ctx: NodeContext, packed: str, M: int, P: int, K: int, xi
         # gathers and bounds checks (Inception-v3's 5x5 layers: 10 % faster)
         planes = ctx.scratch(C * plane * 4)
         fn = pool2d.phase_split(ctx, sh, sw)
-        split = (f"memset({planes}, 0, {C * plane * 4}); for (int c = 0; c < {C}; ++c) "
-                 f"{fn}({xin} + (size_t)c * {H * W}, {H}, {W}, {pt}, {pl}, {HQ}, {WQ}, {planes} + (size_t)c * {plane}); ")
+        split = (
+            f"memset({planes}, 0, {C * plane * 4}); for (int c = 0; c < {C}; ++c) "
+            f"{fn}({xin} + (size_t)c * {H * W}, {H}, {W}, {pt}, {pl}, {HQ}, {WQ}, {planes} + (size_t)c * {plane}); "
+        )
         geom = f"{planes}, {HQ}, {WQ}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}, 1"
     else:
         geom = f"{xin}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}, 0"
-    call = (f"{{ {split}const o2e_conv_b cb = {{{geom}}}; "
-            f"o2e_sgemm_packed_conv({M}, {P}, {K}, {packed}, &cb, {y}, {P}, {bias}, {res or 'NULL'}, {P}, {st}, {ws}); }}")
+    call = (
+        f"{{ {split}const o2e_conv_b cb = {{{geom}}}; "
+        f"o2e_sgemm_packed_conv({M}, {P}, {K}, {packed}, &cb, {y}, {P}, {bias}, {res or 'NULL'}, {P}, {st}, {ws}); }}"
+    )
     _use_engine(ctx)
     return call + post_act(act, post, M, P, y, P)
 
@@ -226,16 +343,37 @@ def _im2col_rows(K: int, OH: int, OW: int) -> int:
     return min(OH, max(IM2COL_BLOCK_BYTES // (4 * K * OW), -(-IM2COL_MIN_COLS // OW), 1))
 
 
-def _im2col_call(ctx: NodeContext, xin: str, C: int, H: int, W: int, kh: int, kw: int, sh: int, sw: int, dh: int,
-                 dw: int, pt: int, pl: int, OW: int, oh0: str, nrows: int, col: str) -> str:
+def _im2col_call(
+    ctx: NodeContext,
+    xin: str,
+    C: int,
+    H: int,
+    W: int,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    dh: int,
+    dw: int,
+    pt: int,
+    pl: int,
+    OW: int,
+    oh0: str,
+    nrows: int,
+    col: str,
+) -> str:
     """C statement filling `col` for output rows [oh0, oh0 + nrows), split across threads when
     the block is large (its C*kh*kw rows are independent)."""
     ctx.helper("o2e_im2col", IM2COL)
     K = C * kh * kw
-    fields = (f".x = {xin}, .col = {col}, .H = {H}, .W = {W}, .kh = {kh}, .kw = {kw}, .sh = {sh}, .sw = {sw}, "
-              f".dh = {dh}, .dw = {dw}, .pt = {pt}, .pl = {pl}, .OW = {OW}, .oh0 = {oh0}, .oh1 = ({oh0}) + {nrows}")
+    fields = (
+        f".x = {xin}, .col = {col}, .H = {H}, .W = {W}, .kh = {kh}, .kw = {kw}, .sh = {sh}, .sw = {sw}, "
+        f".dh = {dh}, .dw = {dw}, .pt = {pt}, .pl = {pl}, .OW = {OW}, .oh0 = {oh0}, .oh1 = ({oh0}) + {nrows}"
+    )
     if K > 1 and K * nrows * OW >= pool2d.PAR_MIN_WORK:
-        return f"{{ o2e_im2col_args a = {{{fields}}}; o2e_parallel_for({K}, o2e_im2col_rows, &a); }}"
+        return (
+            f"{{ o2e_im2col_args a = {{{fields}}}; o2e_parallel_for({K}, o2e_im2col_rows, &a); }}"
+        )
     return f"{{ o2e_im2col_args a = {{{fields}}}; o2e_im2col_rows(&a, 0, {K}); }}"
 
 
@@ -288,7 +426,9 @@ static void o2e_im2col_rows(void *arg, int r0, int r1)
 """
 
 
-def _dw_kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, kind: int) -> str:
+def _dw_kernel(
+    ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, kind: int
+) -> str:
     """A depthwise kernel specialised for one filter geometry and fused activation; its name.
 
     Each channel is first split into the phase planes of its zero-bordered padded version
@@ -320,11 +460,20 @@ def _dw_kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw
     post = [
         lambda v: v,
         lambda v: f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), {v})",
-        lambda v: (f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(lo)), vdupq_n_f32(lo), "
-                   f"vbslq_f32(vcgtq_f32({v}, vdupq_n_f32(hi)), vdupq_n_f32(hi), {v}))"),
+        lambda v: (
+            f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(lo)), vdupq_n_f32(lo), "
+            f"vbslq_f32(vcgtq_f32({v}, vdupq_n_f32(hi)), vdupq_n_f32(hi), {v}))"
+        ),
     ][kind]
-    loop = pool2d.neon_loop(wide, reads, lambda t: f"vfmaq_n_f32(vdupq_n_f32(b), {t}, {ws[0]})",
-                            lambda v, t, k: f"vfmaq_n_f32({v}, {t}, {ws[k]})", post, out, scalar)
+    loop = pool2d.neon_loop(
+        wide,
+        reads,
+        lambda t: f"vfmaq_n_f32(vdupq_n_f32(b), {t}, {ws[0]})",
+        lambda v, t, k: f"vfmaq_n_f32({v}, {t}, {ws[k]})",
+        post,
+        out,
+        scalar,
+    )
     compact = pool2d.compact(ctx) if wide else ""
     ctx.helper(
         name,
@@ -369,13 +518,30 @@ def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl,
     ctx.kernel("depthwise direct")
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
     pf, wf = pool2d.plane_floats(OH, OW, kh, kw, sh, sw, dh, dw)
-    fields = {"x": x.sym, "w": w.sym, "bias": bias or "NULL", "y": y.sym, "C": str(C), "H": str(H), "W": str(W),
-              "OH": str(OH), "OW": str(OW), "pt": str(pt), "pl": str(pl), "HQ": str(HQ), "WQ": str(WQ), "lo": lo, "hi": hi}
+    fields = {
+        "x": x.sym,
+        "w": w.sym,
+        "bias": bias or "NULL",
+        "y": y.sym,
+        "C": str(C),
+        "H": str(H),
+        "W": str(W),
+        "OH": str(OH),
+        "OW": str(OW),
+        "pt": str(pt),
+        "pl": str(pl),
+        "HQ": str(HQ),
+        "WQ": str(WQ),
+        "lo": lo,
+        "hi": hi,
+    }
     n = N * C
     work = n * (H * W + OH * WQ * (kh * kw + 1))
     lines = [pool2d.call_planes(ctx, name, n, work, pf + wf, fields)]
     if post is not None:
-        lines.append(f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}")
+        lines.append(
+            f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}"
+        )
     return "\n".join(lines)
 
 
@@ -385,7 +551,11 @@ def _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # no
     in_sp, out_sp = x.shape[2:], y.shape[2:]
     cg, mg = C // group, M // group
     act = fused_act(ctx)
-    lines = [f"for (int n = 0; n < {N}; ++n)", f"for (int m = 0; m < {M}; ++m) {{", f"  const int g = m / {mg};"]
+    lines = [
+        f"for (int n = 0; n < {N}; ++n)",
+        f"for (int m = 0; m < {M}; ++m) {{",
+        f"  const int g = m / {mg};",
+    ]
     ind = "  "
     for d in range(nsp):
         lines.append(f"{ind}for (int o{d} = 0; o{d} < {out_sp[d]}; ++o{d})")
@@ -395,7 +565,11 @@ def _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # no
     for d in range(nsp):
         lines.append(f"{ind}  for (int k{d} = 0; k{d} < {ks[d]}; ++k{d})")
     lines.append(f"{ind}  {{")
-    conds, xoff, woff = [], "((size_t)n * " + str(C) + " + (size_t)g * " + str(cg) + " + c)", "((size_t)m * " + str(cg) + " + c)"
+    conds, xoff, woff = (
+        [],
+        "((size_t)n * " + str(C) + " + (size_t)g * " + str(cg) + " + c)",
+        "((size_t)m * " + str(cg) + " + c)",
+    )
     for d in range(nsp):
         lines.append(f"{ind}    const int i{d} = o{d} * {st[d]} - {pads[d]} + k{d} * {dl[d]};")
         conds.append(f"i{d} >= 0 && i{d} < {in_sp[d]}")
@@ -432,7 +606,14 @@ def conv_transpose(ctx: NodeContext) -> str:
     bias = ctx.x(2).sym if ctx.has_input(2) else None
     act = fused_act(ctx)
     wt = ctx.graph.const(ctx.node.inputs[1])
-    if nsp == 2 and wt is not None and wt.dtype == np.float32 and dl == [1, 1] and max(st) <= 8 and y.size > 0:
+    if (
+        nsp == 2
+        and wt is not None
+        and wt.dtype == np.float32
+        and dl == [1, 1]
+        and max(st) <= 8
+        and y.size > 0
+    ):
         return _convtranspose_phases(ctx, x, y, wt, group, st, pads, bias, act)
     P = int(np.prod(in_sp))
     K = mg * int(np.prod(ks))
@@ -449,8 +630,19 @@ def conv_transpose(ctx: NodeContext) -> str:
     col = ctx.scratch(K * P * 4)
     lines.append(f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{")
     lines.append(
-        "  " + gemm_call(ctx, K, P, cg, f"{wsym} + (size_t)g * {K * cg}", cg,
-                         f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {P}", P, col, P)
+        "  "
+        + gemm_call(
+            ctx,
+            K,
+            P,
+            cg,
+            f"{wsym} + (size_t)g * {K * cg}",
+            cg,
+            f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {P}",
+            P,
+            col,
+            P,
+        )
     )
     # col2im over N-d
     ysz = int(np.prod(out_sp))
@@ -470,12 +662,18 @@ def conv_transpose(ctx: NodeContext) -> str:
         koff = f"({koff} * {ks[d]} + k{d})"
         ioff = f"({ioff} * {in_sp[d]} + i{d})"
         ooff = f"({ooff} * {out_sp[d]} + o{d})"
-    lines.append(f"    if ({' && '.join(conds)}) yg[{ooff}] += col[(size_t){koff} * {P} + {ioff}];".replace("col[", f"{col}["))
+    lines.append(
+        f"    if ({' && '.join(conds)}) yg[{ooff}] += col[(size_t){koff} * {P} + {ioff}];".replace(
+            "col[", f"{col}["
+        )
+    )
     lines.append("  }")
     if bias or act:
         b = f"{bias}[g * {mg} + m]" if bias else "0.0f"
         lines.append(f"  for (int m = 0; m < {mg}; ++m)")
-        lines.append(f"    for (int i = 0; i < {ysz}; ++i) {{ const float v = yg[m * {ysz} + i] + {b}; yg[m * {ysz} + i] = {act_expr(act, 'v')}; }}")
+        lines.append(
+            f"    for (int i = 0; i < {ysz}; ++i) {{ const float v = yg[m * {ysz} + i] + {b}; yg[m * {ysz} + i] = {act_expr(act, 'v')}; }}"
+        )
     lines.append("}")
     return "\n".join(lines)
 
@@ -516,8 +714,17 @@ def _deconv_phase(k: int, s: int, p: int, r: int, out: int) -> tuple[list[int], 
     return taps, d0, max(0, -(-(out - r) // s))
 
 
-def _convtranspose_phases(ctx: NodeContext, x: Tensor, y: Tensor, wt: np.ndarray, group: int, st: list[int],
-                          pads: list[int], bias: str | None, act: Activation | None) -> str:
+def _convtranspose_phases(
+    ctx: NodeContext,
+    x: Tensor,
+    y: Tensor,
+    wt: np.ndarray,
+    group: int,
+    st: list[int],
+    pads: list[int],
+    bias: str | None,
+    act: Activation | None,
+) -> str:
     """2-D ConvTranspose as s_h·s_w ordinary convolutions of the input, one per output phase
     (sub-pixel decomposition): phase (a, b) holds the outputs y[s_h·q + a][s_w·v + b], which a
     stride-1 convolution with the taps of that phase computes (_deconv_phase) - the same
@@ -542,7 +749,12 @@ def _convtranspose_phases(ctx: NodeContext, x: Tensor, y: Tensor, wt: np.ndarray
     rows = [_deconv_phase(kh, sh, pads[0], a, OH) for a in range(sh)]
     cols = [_deconv_phase(kw, sw, pads[1], b, OW) for b in range(sw)]
     ctx.kernel("sub-pixel phases (GEMM per tap offset)")
-    live = [(a, b) for a in range(sh) for b in range(sw) if rows[a][0] and cols[b][0] and rows[a][2] and cols[b][2]]
+    live = [
+        (a, b)
+        for a in range(sh)
+        for b in range(sw)
+        if rows[a][0] and cols[b][0] and rows[a][2] and cols[b][2]
+    ]
     Qh0 = rows[0][2]
     # the padded plane: plane row PT + i and column PL + j hold x[i][j]; phase output (q, v)
     # reads through tap (u, t) the plane at [q + d0 + u + PT][v + e0 + t + PL]; all phases
@@ -596,8 +808,13 @@ def _convtranspose_phases(ctx: NodeContext, x: Tensor, y: Tensor, wt: np.ndarray
     packed = []
     for k, (off, s0, s1, _) in enumerate(gemms):
         # A[g][(phase, m)][c] = W[g·cg + c][m][tap of that phase at this offset]
-        mats = np.concatenate([wg[:, :, :, i, j].transpose(0, 2, 1)
-                               for i, j in (tap_of[off, ph] for ph in order[s0:s1])], axis=1)
+        mats = np.concatenate(
+            [
+                wg[:, :, :, i, j].transpose(0, 2, 1)
+                for i, j in (tap_of[off, ph] for ph in order[s0:s1])
+            ],
+            axis=1,
+        )
         packed.append(packed_weights(ctx, f"off{k}", np.ascontiguousarray(mats)))
     R = max(1, min(Qh0, DECONV_BLOCK_BYTES // (4 * mg * WP * max(len(live), 1))))
     plane = ctx.scratch(C * HP * WP * 4)  # one image at a time
@@ -616,19 +833,37 @@ def _convtranspose_phases(ctx: NodeContext, x: Tensor, y: Tensor, wt: np.ndarray
         for ((du, dv), s0, s1, first), (sym, stride) in zip(gemms, packed, strict=True):
             b_mat = f"{plane} + (size_t)g * {cg * HP * WP} + (size_t)(({q0}) + {du + PT}) * {WP} + {dv + PL}"
             c_mat = f"{buf} + (size_t){s0 * mg} * {ld}"
-            code.append(f"o2e_sgemm_packed({(s1 - s0) * mg}, {ld}, {cg}, {sym} + (size_t)g * {stride}, {b_mat}, "
-                        f"{HP * WP}, {c_mat}, {ld}, 0, NULL, NULL, {'NULL' if first else c_mat}, {ld}, {no_act}, {ws});")
+            code.append(
+                f"o2e_sgemm_packed({(s1 - s0) * mg}, {ld}, {cg}, {sym} + (size_t)g * {stride}, {b_mat}, "
+                f"{HP * WP}, {c_mat}, {ld}, 0, NULL, NULL, {'NULL' if first else c_mat}, {ld}, {no_act}, {ws});"
+            )
         for a in range(sh):
             if nrs[a] > 0:
-                ps = [f"{buf} + (size_t){order.index((a, b)) * mg} * {ld}" if (a, b) in order else "NULL"
-                      for b in range(sw)]
-                code.append(_deconv_interleave_call(il, f"{yg} + (size_t)({sh} * ({q0}) + {a}) * {OW}", ps, bg, mg,
-                                                    nrs[a], ld, [q for _, _, q in cols]))
+                ps = [
+                    f"{buf} + (size_t){order.index((a, b)) * mg} * {ld}"
+                    if (a, b) in order
+                    else "NULL"
+                    for b in range(sw)
+                ]
+                code.append(
+                    _deconv_interleave_call(
+                        il,
+                        f"{yg} + (size_t)({sh} * ({q0}) + {a}) * {OW}",
+                        ps,
+                        bg,
+                        mg,
+                        nrs[a],
+                        ld,
+                        [q for _, _, q in cols],
+                    )
+                )
         return code
 
-    lines = [f"for (int n = 0; n < {N}; ++n) {{",
-             "  " + _deconv_pad_call(pad, f"{x.sym} + (size_t)n * {C * H * W}", plane, C, H * W),
-             f"  for (int g = 0; g < {group}; ++g) {{"]
+    lines = [
+        f"for (int n = 0; n < {N}; ++n) {{",
+        "  " + _deconv_pad_call(pad, f"{x.sym} + (size_t)n * {C * H * W}", plane, C, H * W),
+        f"  for (int g = 0; g < {group}; ++g) {{",
+    ]
     # full blocks: R rows of every row phase; then the rest, where phases may differ by a row
     full = min(q for _, _, q in rows) // R * R
     if full:
@@ -636,7 +871,10 @@ def _convtranspose_phases(ctx: NodeContext, x: Tensor, y: Tensor, wt: np.ndarray
         lines += ["      " + c for c in block("q0", R, [R] * sh)]
         lines.append("    }")
     for q0 in range(full, Qh0, R):
-        lines += ["    " + c for c in block(str(q0), min(R, Qh0 - q0), [min(R, q - q0) for _, _, q in rows])]
+        lines += [
+            "    " + c
+            for c in block(str(q0), min(R, Qh0 - q0), [min(R, q - q0) for _, _, q in rows])
+        ]
     lines += ["  }", "}"]
     return "\n".join(lines)
 
@@ -645,7 +883,9 @@ def _deconv_pad_kernel(ctx: NodeContext, H: int, W: int, HP: int, WP: int, PT: i
     """The C kernel copying channels [c0, c1) into their zero-bordered planes; its name."""
     name = f"o2e_deconv_pad_{H}x{W}_{HP}x{WP}_{PT}_{PL}"
     ctx.helper("o2e_deconv_pad_args", DECONV_PAD_ARGS)
-    return ctx.helper(name, f"""
+    return ctx.helper(
+        name,
+        f"""
 /* ConvTranspose (nn.py _convtranspose_phases): channels [c0, c1) of a {H}x{W} input into
  * {HP}x{WP} planes, x[i][j] at [{PT} + i][{PL} + j], zeros around. */
 static void {name}(void *arg, int c0, int c1)
@@ -663,7 +903,8 @@ static void {name}(void *arg, int c0, int c1)
     for (int k = ({PT + H}) * {WP} + {PL}; k < {HP * WP}; ++k) pc[k] = 0.0f;
   }}
 }}
-""")
+""",
+    )
 
 
 DECONV_PAD_ARGS = r"""
@@ -681,8 +922,9 @@ def _deconv_pad_call(name: str, x: str, p: str, C: int, HW: int) -> str:
     return f"{{ {init} {name}(&a, 0, {C}); }}"
 
 
-def _deconv_interleave(ctx: NodeContext, sw: int, Qw: list[int], WP: int, ys: int, yrs: int,
-                       act: Activation | None) -> str:
+def _deconv_interleave(
+    ctx: NodeContext, sw: int, Qw: list[int], WP: int, ys: int, yrs: int, act: Activation | None
+) -> str:
     """The C kernel writing one block of phase rows (WP apart) into y's rows, column phase b
     at columns sw·v + b (items: channel x row of the block), adding the bias and applying the
     activation; its name."""
@@ -747,8 +989,9 @@ typedef struct {
 """
 
 
-def _deconv_interleave_call(name: str, ybase: str, ps: list[str], bias: str, mg: int, nr: int, ld: int,
-                            Qw: list[int]) -> str:
+def _deconv_interleave_call(
+    name: str, ybase: str, ps: list[str], bias: str, mg: int, nr: int, ld: int, Qw: list[int]
+) -> str:
     init = f"o2e_deconv_il_args a = {{{ybase}, {{{', '.join(ps)}}}, {bias}, {ld}, {nr}}};"
     items = mg * nr
     if items > 1 and items * sum(Qw) >= pool2d.PAR_MIN_WORK:
@@ -773,8 +1016,16 @@ def gemm(ctx: NodeContext) -> str:
     ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     if not ta and (bw := ctx.const(1)) is not None and ctx.x(0).rank == 2:  # pruned (issue 14)
-        sp = sparse.try_fc(ctx, ctx.x(0), bw if tb else bw.T, ctx.y(0), *ctx.x(0).shape,
-                           bw.shape[0] if tb else bw.shape[1], alpha=alpha, beta=beta)
+        sp = sparse.try_fc(
+            ctx,
+            ctx.x(0),
+            bw if tb else bw.T,
+            ctx.y(0),
+            *ctx.x(0).shape,
+            bw.shape[0] if tb else bw.shape[1],
+            alpha=alpha,
+            beta=beta,
+        )
         if sp is not None:
             return sp
     a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
@@ -784,7 +1035,9 @@ def gemm(ctx: NodeContext) -> str:
     a_sym, b_sym = a.sym, b.sym
     if ta:
         a_sym = ctx.scratch(M * K * 4)
-        lines.append(f"for (int i = 0; i < {M}; ++i) for (int k = 0; k < {K}; ++k) {a_sym}[i * {K} + k] = {a.sym}[k * {M} + i];")
+        lines.append(
+            f"for (int i = 0; i < {M}; ++i) for (int k = 0; k < {K}; ++k) {a_sym}[i * {K} + k] = {a.sym}[k * {M} + i];"
+        )
     bc = ctx.const(1)
     cc = ctx.const(2)
     simple_bias = not ctx.has_input(2) or beta == 0.0 or (cc is not None and cc.size in (1, N))
@@ -798,7 +1051,9 @@ def gemm(ctx: NodeContext) -> str:
         alpha = 1.0
     elif tb:
         b_sym = ctx.scratch(K * N * 4)
-        lines.append(f"for (int k = 0; k < {K}; ++k) for (int j = 0; j < {N}; ++j) {b_sym}[k * {N} + j] = {b.sym}[j * {K} + k];")
+        lines.append(
+            f"for (int k = 0; k < {K}; ++k) for (int j = 0; j < {N}; ++j) {b_sym}[k * {N} + j] = {b.sym}[j * {K} + k];"
+        )
     bias_n = None
     c_full = None
     if ctx.has_input(2) and beta != 0.0:
@@ -816,17 +1071,46 @@ def gemm(ctx: NodeContext) -> str:
         from .common import broadcast_strides
 
         cst = broadcast_strides(c_full.shape, (M, N)) if c_full is not None else [0, 0]
-        add = f" + {c_literal(beta, np.float32)} * {c_full.sym}[i * {cst[0]} + j * {cst[1]}]" if c_full is not None else ""
+        add = (
+            f" + {c_literal(beta, np.float32)} * {c_full.sym}[i * {cst[0]} + j * {cst[1]}]"
+            if c_full is not None
+            else ""
+        )
         lines.append(
             f"for (int i = 0; i < {M}; ++i) for (int j = 0; j < {N}; ++j) {{ const float v = {c_literal(alpha, np.float32)} * {y.sym}[i * {N} + j]{add}; {y.sym}[i * {N} + j] = {act_expr(act, 'v')}; }}"
         )
     else:
-        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N, bias_n=bias_n, act=act, b_const=bc is not None))
+        lines.append(
+            gemm_call(
+                ctx,
+                M,
+                N,
+                K,
+                a_sym,
+                K,
+                b_sym,
+                N,
+                y.sym,
+                N,
+                bias_n=bias_n,
+                act=act,
+                b_const=bc is not None,
+            )
+        )
     return "\n".join(lines)
 
 
-def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float, y: Tensor, K: int, N: int,
-             with_bias: bool = True) -> str:
+def _fc_gemv(
+    ctx: NodeContext,
+    x: str,
+    w: np.ndarray,
+    alpha: float,
+    beta: float,
+    y: Tensor,
+    K: int,
+    N: int,
+    with_bias: bool = True,
+) -> str:
     """Fully connected layer at batch 1: y[N] = W[N][K]·x[K] + b, with W packed at conversion.
 
     Written as Yᵀ = W·xᵀ so the constant matrix is the packed A operand and N = 1 takes the
@@ -840,7 +1124,10 @@ def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float,
         cc = ctx.const(2)
         if cc is None or cc.size not in (1, N):
             return "#error unsupported Gemm bias"  # guarded by _gemm_check
-        bias = ctx.weight("bias", np.broadcast_to(cc.reshape(-1).astype(np.float32) * np.float32(beta), (N,)).copy())
+        bias = ctx.weight(
+            "bias",
+            np.broadcast_to(cc.reshape(-1).astype(np.float32) * np.float32(beta), (N,)).copy(),
+        )
     blocks = -(-N // FC_NB)
     if blocks * FC_NB <= N * FC_MAX_PAD and _all_finite(wv.reshape(N, K)):
         ctx.kernel("fully connected, zero inputs skipped")
@@ -855,8 +1142,10 @@ def _fc_gemv(ctx: NodeContext, x: str, w: np.ndarray, alpha: float, beta: float,
         act = fused_act(ctx)
         st, post = act_struct(act)
         _use_engine(ctx)
-        return (f"o2e_fc_skip_zeros({N}, {K}, {blocked}, {x}, {bias or 'NULL'}, {y.sym}, {st}, {nz});"
-                + post_act(act, post, 1, N, y.sym, N))
+        return (
+            f"o2e_fc_skip_zeros({N}, {K}, {blocked}, {x}, {bias or 'NULL'}, {y.sym}, {st}, {nz});"
+            + post_act(act, post, 1, N, y.sym, N)
+        )
     ctx.kernel("fully connected as packed GEMV")
     packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
     return gemm_packed_call(ctx, packed, N, 1, K, x, 1, y.sym, 1, bias_m=bias, act=fused_act(ctx))
@@ -899,7 +1188,9 @@ def matmul(ctx: NodeContext) -> str:
     if len(bsh) == 2 and nb * M == 1 and bc is not None and bc.dtype == np.float32:
         return _fc_gemv(ctx, a.sym, bc.reshape(K, N).T, 1.0, 0.0, y, K, N, with_bias=False)
     if len(bsh) == 2 and nb * M == a.size // K:
-        return gemm_call(ctx, nb * M, N, K, a.sym, K, b.sym, N, y.sym, N, act=act, b_const=bc is not None)
+        return gemm_call(
+            ctx, nb * M, N, K, a.sym, K, b.sym, N, y.sym, N, act=act, b_const=bc is not None
+        )
     a_st = _batch_strides(ash[:-2], batch, M * K)
     b_st = _batch_strides(bsh[:-2], batch, K * N)
     lines = [f"for (int bi = 0; bi < {nb}; ++bi) {{"]
@@ -914,7 +1205,22 @@ def matmul(ctx: NodeContext) -> str:
             boff.append(f"(size_t)d{d} * {b_st[d]}")
     ao = " + ".join(aoff) or "0"
     bo = " + ".join(boff) or "0"
-    lines.append("  " + gemm_call(ctx, M, N, K, f"{a.sym} + {ao}", K, f"{b.sym} + {bo}", N, f"{y.sym} + (size_t)bi * {M * N}", N, act=act))
+    lines.append(
+        "  "
+        + gemm_call(
+            ctx,
+            M,
+            N,
+            K,
+            f"{a.sym} + {ao}",
+            K,
+            f"{b.sym} + {bo}",
+            N,
+            f"{y.sym} + (size_t)bi * {M * N}",
+            N,
+            act=act,
+        )
+    )
     lines.append("}")
     return "\n".join(lines)
 
@@ -971,7 +1277,10 @@ def pool(ctx: NodeContext) -> str:
     include_pad = int(ctx.attr("count_include_pad", 0))
     p = int(ctx.attr("p", 2))
     want_idx = op == "MaxPool" and ctx.has_output(1)
-    lines = [f"for (int nc = 0; nc < {N * C}; ++nc) {{", f"  const {x.ctype} *xc = {x.sym} + (size_t)nc * {int(np.prod(in_sp))};"]
+    lines = [
+        f"for (int nc = 0; nc < {N * C}; ++nc) {{",
+        f"  const {x.ctype} *xc = {x.sym} + (size_t)nc * {int(np.prod(in_sp))};",
+    ]
     for d in range(nsp):
         lines.append(f"  for (int o{d} = 0; o{d} < {out_sp[d]}; ++o{d})")
     lines.append("  {")
@@ -987,7 +1296,9 @@ def pool(ctx: NodeContext) -> str:
         conds.append(f"i{d} >= 0 && i{d} < {in_sp[d]}")
         off = f"({off} * {in_sp[d]} + i{d})"
     # positions in the padded region (inside pads) count for count_include_pad
-    inpad = " && ".join(f"i{d} >= -{pads[d]} && i{d} < {in_sp[d] + pads[d + nsp]}" for d in range(nsp))
+    inpad = " && ".join(
+        f"i{d} >= -{pads[d]} && i{d} < {in_sp[d] + pads[d + nsp]}" for d in range(nsp)
+    )
     lines.append(f"      if ({' && '.join(conds)}) {{")
     lines.append(f"        const {ct} v = {load(f'xc[{off}]')};")
     if op == "MaxPool":
@@ -1009,10 +1320,18 @@ def pool(ctx: NodeContext) -> str:
     yoff = "0"
     for d in range(nsp):
         yoff = f"({yoff} * {out_sp[d]} + o{d})"
-    res = {"MaxPool": "acc", "AveragePool": "(cnt ? acc / cnt : 0)", "LpPool": "acc" if p == 1 else f"pow{F}(acc, ({ct})1 / {p})"}[op]
-    lines.append(f"    {y.sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = {store_expr(ctx, y.dtype, res, src=ct)};")
+    res = {
+        "MaxPool": "acc",
+        "AveragePool": "(cnt ? acc / cnt : 0)",
+        "LpPool": "acc" if p == 1 else f"pow{F}(acc, ({ct})1 / {p})",
+    }[op]
+    lines.append(
+        f"    {y.sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = {store_expr(ctx, y.dtype, res, src=ct)};"
+    )
     if want_idx:
-        lines.append(f"    {ctx.y(1).sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = (int64_t)nc * {int(np.prod(in_sp))} + best;")
+        lines.append(
+            f"    {ctx.y(1).sym}[(size_t)nc * {int(np.prod(out_sp))} + {yoff}] = (int64_t)nc * {int(np.prod(in_sp))} + best;"
+        )
     lines.append("  }")
     lines.append("}")
     return "\n".join(lines)

@@ -439,11 +439,25 @@ def _pool_kernel(
     scalar = body.rstrip() + f"\n          {out}[p] = v;"
     ctx.helper("o2e_intrinsics", INTRINSICS)
     if op == "MaxPool":  # t > v ? t : v, lane by lane, as the scalar loop (NaN included)
-        loop = neon_loop(wide, reads, lambda t: t, lambda v, t, _k: f"vbslq_f32(vcgtq_f32({t}, {v}), {t}, {v})",
-                         lambda v: v, out, scalar)
+        loop = neon_loop(
+            wide,
+            reads,
+            lambda t: t,
+            lambda v, t, _k: f"vbslq_f32(vcgtq_f32({t}, {v}), {t}, {v})",
+            lambda v: v,
+            out,
+            scalar,
+        )
     else:
-        loop = neon_loop(wide, reads, lambda t: t, lambda v, t, _k: f"vaddq_f32({v}, {t})", lambda v: v, out,
-                         scalar)
+        loop = neon_loop(
+            wide,
+            reads,
+            lambda t: t,
+            lambda v, t, _k: f"vaddq_f32({v}, {t})",
+            lambda v: v,
+            out,
+            scalar,
+        )
     ctx.helper(
         name,
         f"""

@@ -234,12 +234,20 @@ def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # straight-line C for the transforms
 # --------------------------------------------------------------------------------------------
-def _sandwich(t: list[list[Fraction]], src: str, n: int, store: Callable[[int, int, str], str]) -> list[str]:
+def _sandwich(
+    t: list[list[Fraction]], src: str, n: int, store: Callable[[int, int, str], str]
+) -> list[str]:
     """C lines for T·X·Tᵀ with X the n x n scalars `{src}{i}_{j}`: s = T·X column by column,
     then each output (k, l) = row k of s times row l of T, written by store(k, l, expr)."""
     rows = range(len(t))
-    lines = [f"const float s{k}_{j} = {_lin(t[k], [f'{src}{i}_{j}' for i in range(n)])};" for k in rows for j in range(n)]
-    return lines + [store(k, ll, _lin(t[ll], [f"s{k}_{j}" for j in range(n)])) for k in rows for ll in rows]
+    lines = [
+        f"const float s{k}_{j} = {_lin(t[k], [f'{src}{i}_{j}' for i in range(n)])};"
+        for k in rows
+        for j in range(n)
+    ]
+    return lines + [
+        store(k, ll, _lin(t[ll], [f"s{k}_{j}" for j in range(n)])) for k in rows for ll in rows
+    ]
 
 
 def _lin(coeffs: list[Fraction], terms: list[str]) -> str:
@@ -440,7 +448,9 @@ def tile_size(
         return 0
     if list(ks) != [3, 3] or list(st) != [1, 1] or list(dl) != [1, 1] or group != 1:
         return 0
-    if ctx.model.optimize == "size":  # transformed weights: 36/9 (F(4x4)), 16/9 (F(2x2)) of the 3x3 ones
+    if (
+        ctx.model.optimize == "size"
+    ):  # transformed weights: 36/9 (F(4x4)), 16/9 (F(2x2)) of the 3x3 ones
         return 0
     C, M = x.shape[1], w.shape[0]
     OH, OW = y.shape[2:]
@@ -556,8 +566,10 @@ def emit(
     ctx.helper("o2e_ivdep", IVDEP)
     ctx.helper(fin, fin_code)
     ctx.helper(fout, fout_code)
-    head = (f"/* Winograd F({m}x{m},3x3): {plan.TH}x{TW} tiles, {rows} tile row(s) per block, {n * n} GEMMs "
-            f"{M}x(tiles)x{C} per block */")
+    head = (
+        f"/* Winograd F({m}x{m},3x3): {plan.TH}x{TW} tiles, {rows} tile row(s) per block, {n * n} GEMMs "
+        f"{M}x(tiles)x{C} per block */"
+    )
     units = N * nblocks
     if units >= BLOCK_PARALLEL_MIN:
         # Whole blocks per thread (input transform, GEMMs, output transform), each thread in
@@ -569,7 +581,9 @@ def emit(
         geo = {nth: plan.strides(nth) for nth in {rows, rem or rows}}
         pick = lambda i: f"nth == {rows} ? {geo[rows][i]} : {geo[rem or rows][i]}"  # noqa: E731
         ctx.helper("o2e_wino_block_args", BLOCK_ARGS)
-        ctx.helper(name, f"""
+        ctx.helper(
+            name,
+            f"""
 /* blocks [u0, u1) of node {ctx.node.name!r}: block u is image u / {nblocks}, tile rows from (u % {nblocks})·{rows} */
 static void {name}(void *arg, int u0, int u1)
 {{
@@ -592,10 +606,14 @@ static void {name}(void *arg, int u0, int u1)
     {fout}(mm, {M}, row0, nth, {TW}, ld, ms, {OH}, {OW}, a->bias, {r}, a->y + (size_t)b * {M * OH * OW}, act, e);
   }}
 }}
-""")
-        lines = [head, f"{{ o2e_wino_block_args a = {{{x.sym}, {packed}, {bias or 'NULL'}, {res or 'NULL'}, {y.sym}, "
-                       f"{slots[0]}, {slots[1]}, {slots[2]}, {slots[3]}, {ws}}};",
-                 f"  o2e_parallel_for({units}, {name}, &a); }}"]
+""",
+        )
+        lines = [
+            head,
+            f"{{ o2e_wino_block_args a = {{{x.sym}, {packed}, {bias or 'NULL'}, {res or 'NULL'}, {y.sym}, "
+            f"{slots[0]}, {slots[1]}, {slots[2]}, {slots[3]}, {ws}}};",
+            f"  o2e_parallel_for({units}, {name}, &a); }}",
+        ]
     else:
         # Too few blocks to share: the (m + 2)^2 products of each block are the parallel work
         # (each on one thread; on small maps every one of them is too small to split).
@@ -612,9 +630,11 @@ static void {name}(void *arg, int u0, int u1)
         def block(row0: str, nth: int) -> str:
             nt, ld, vs, ms = plan.strides(nth)
             r = f"{res} + (size_t)b * {M * OH * OW}" if res else "NULL"
-            tr = (f"o2e_wino_tr_args ta = {{{x.sym} + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {row0}, "
-                  f"{nth}, {TW}, {ld}, {vs}, {ms}, {e}, {sizes[0]}, {rb}, {sizes[1]}, {v}, {mm}, {M}, {OH}, {OW}, "
-                  f"{bias or 'NULL'}, {r}, {y.sym} + (size_t)b * {M * OH * OW}, {st_act}}};")
+            tr = (
+                f"o2e_wino_tr_args ta = {{{x.sym} + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {row0}, "
+                f"{nth}, {TW}, {ld}, {vs}, {ms}, {e}, {sizes[0]}, {rb}, {sizes[1]}, {v}, {mm}, {M}, {OH}, {OW}, "
+                f"{bias or 'NULL'}, {r}, {y.sym} + (size_t)b * {M * OH * OW}, {st_act}}};"
+            )
             return "\n".join(
                 [
                     f"  {{ {tr}",
@@ -630,7 +650,9 @@ static void {name}(void *arg, int u0, int u1)
         lines = [
             head,
             f"for (int b = 0; b < {N}; ++b) {{",
-            f"for (int tb = 0; tb < {full * rows}; tb += {rows}) {{" if full > 1 else "{ const int tb = 0;",
+            f"for (int tb = 0; tb < {full * rows}; tb += {rows}) {{"
+            if full > 1
+            else "{ const int tb = 0;",
             blocks[0],
             "}",
         ]
