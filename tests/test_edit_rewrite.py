@@ -96,7 +96,8 @@ def test_cli(act, tmp_path, capsys):
     assert "sub_to_add: 1 node rewritten" in out and "[approximate]" in out and "verify ok" in out
     assert main(["rewrite", str(act), "-o", o, "--rules", "abs_relu", "--no-verify"]) == 0
     assert "no match" in capsys.readouterr().out
-    assert main(["rewrite", str(act), "-o", o, "--for", "coreml"]) == 2
+    assert main(["rewrite", str(act), "-o", o, "--for", "coreml"]) == 0  # a target with a checker
+    assert main(["rewrite", str(act), "-o", o, "--for", "no-such-target"]) == 2
 
 
 def test_per_layer_names_the_rewritten_node(act, tmp_path):
