@@ -41,7 +41,11 @@ def schema(op_type: str, opset: int | None = None, domain: str = "") -> onnx.def
 def defaults(op_type: str, opset: int | None = None, domain: str = "") -> Mapping[str, Any]:
     """Attribute name -> default value declared by the schema (attributes without one absent)."""
     out: dict[str, Any] = {}
-    for name, a in schema(op_type, opset, domain).attributes.items():
+    try:
+        sch = schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:  # an op onnx does not know (another runtime's domain)
+        return out
+    for name, a in sch.attributes.items():
         if a.default_value.name:  # an unset AttributeProto has no name
             out[name] = text(onnx.helper.get_attribute_value(a.default_value))
     return out

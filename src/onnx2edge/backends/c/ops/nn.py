@@ -7,6 +7,7 @@ import numpy as np
 from ....ir import Graph, Node
 from ....passes.fuse_activation import Activation
 from ....passes.fuse_residual import has_residual
+from ....semantics.fused import unfused
 from ..emitter import NodeContext, Tensor, c_literal
 from ..gemm_pack import sgemm_workspace_bytes
 from . import pool2d, register_op, sparse
@@ -86,10 +87,7 @@ def conv(ctx: NodeContext) -> str:
     if has_residual(ctx.node) and not gemm_path:
         # the residual and activation come after the kernel: run it without them, then one pass
         act = fused_act(ctx)
-        plain = {k: v for k, v in ctx.node.attrs.items() if not k.startswith("o2e_")}
-        inner = NodeContext(
-            ctx.model, ctx.node.replace(attrs=plain), ctx.step, ctx.scratch_requests
-        )
+        inner = NodeContext(ctx.model, unfused(ctx.node), ctx.step, ctx.scratch_requests)
         body = (_conv2d if nsp == 2 else _conv_nd)(
             inner, x, w, y, N, C, M, ks, group, st, dl, pads, bias
         )
