@@ -208,6 +208,9 @@ def test_fused_ops_have_schemas_and_roundtrip() -> None:
     assert (node.domain, node.op_type) == ("o2e", "ConvAct")
     assert fused.activation_of(node) == Activation("LeakyRelu", float(np.float32(0.01)), 0.0)
     assert fused.base_op(node) == "Conv" and not fused.has_residual(node)
+    # onnx resolves the o2e schema (the graph imports the domain) and infers its output
+    assert g.opset_imports["o2e"] == fused.VERSION
+    assert infer_shapes(g).type_of("y") == g.type_of("y")
     plain = fused.unfused(node)
     assert (plain.domain, plain.op_type, plain.inputs) == ("", "Conv", ("x", "w"))
     assert dict(plain.attrs) == dict(graph_from_model(m).nodes[0].attrs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..ir import Graph, Node
 from ..semantics.activations import FUSABLE, Activation, as_activation
-from ..semantics.fused import activation_of, base_op, is_fused, with_activation
+from ..semantics.fused import activation_of, base_op, is_fused, with_activation, with_domain
 from .registry import register_pass
 
 __all__ = ["Activation", "activation_of", "fuse_activation"]
@@ -62,4 +62,6 @@ def fuse_activation(graph: Graph) -> Graph:
         dropped.add(node.name)
     if not fused:
         return graph
-    return graph.with_nodes([fused.get(n.name, n) for n in graph.nodes if n.name not in dropped])
+    return with_domain(graph).with_nodes(
+        [fused.get(n.name, n) for n in graph.nodes if n.name not in dropped]
+    )

@@ -13,7 +13,7 @@ keeps the order topological: everything it reads exists by then.
 from __future__ import annotations
 
 from ..ir import Graph, Node
-from ..semantics.fused import has_residual, with_residual
+from ..semantics.fused import has_residual, with_domain, with_residual
 from .registry import register_pass
 
 __all__ = ["fuse_residual", "has_residual"]
@@ -57,4 +57,4 @@ def fuse_residual(graph: Graph) -> Graph:
     if not moved:
         return graph
     nodes = [moved.get(n.name, n) for n in graph.nodes if n.name not in dropped]
-    return graph.with_nodes(nodes)
+    return with_domain(graph).with_nodes(nodes)

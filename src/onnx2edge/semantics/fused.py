@@ -30,7 +30,7 @@ from onnx import AttributeProto
 from onnx.defs import OpSchema
 from onnx.helper import make_attribute
 
-from ..ir import Attr, Node
+from ..ir import Attr, Graph, Node
 from .activations import Activation
 
 DOMAIN = "o2e"
@@ -92,7 +92,7 @@ def _schema(f: FusedOp) -> OpSchema:
         ),
     ]
     res = " + R" if f.residual else ""
-    return OpSchema(
+    schema = OpSchema(
         f.name,
         DOMAIN,
         VERSION,
@@ -106,6 +106,11 @@ def _schema(f: FusedOp) -> OpSchema:
         ],
         attributes=attrs,
     )
+    # the output's type and shape are the base op's: reuse its inference function, so onnx
+    # shape inference (passes/infer_shapes) runs on graphs holding fused ops too
+    if base.has_type_and_shape_inference_function:
+        schema.set_type_and_shape_inference_function(base.get_type_and_shape_inference_function())
+    return schema
 
 
 def _register() -> None:
@@ -146,6 +151,13 @@ def has_residual(node: Node) -> bool:
 
 def _fused_name(base: str, residual: bool) -> str:
     return f"{base}{'Add' if residual else ''}Act"
+
+
+def with_domain(graph: Graph) -> Graph:
+    """`graph` importing the o2e domain (what onnx needs to resolve the fused ops' schemas)."""
+    if DOMAIN in graph.opset_imports:
+        return graph
+    return graph.replace(opset_imports={**graph.opset_imports, DOMAIN: VERSION})
 
 
 def with_activation(node: Node, act: Activation, outputs: tuple[str, ...]) -> Node:
