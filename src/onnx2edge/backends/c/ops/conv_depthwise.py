@@ -6,7 +6,8 @@ import numpy as np
 
 from ..emitter import NodeContext, c_literal
 from . import pool2d
-from .common import act_expr, clip_bounds, fused_act
+from .common import act_expr, clip_bounds
+from .conv_spec import ConvSpec, ConvStrategy
 
 
 def _dw_kernel(
@@ -87,8 +88,21 @@ static void {name}(void *arg, int i0, int i1)
     return name
 
 
-def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, bias) -> str:  # noqa: ANN001
-    act = fused_act(ctx)
+def refuse(spec: ConvSpec) -> str | None:
+    if spec.nsp != 2 or not spec.depthwise:
+        return "not a 2-D depthwise convolution (one filter per channel)"
+    return None
+
+
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
+    x, w, y, N, C = spec.x, spec.w, spec.y, spec.N, spec.C
+    H, W = x.shape[2:]
+    OH, OW = y.shape[2:]
+    kh, kw = spec.ks
+    sh, sw = spec.st
+    dh, dw = spec.dl
+    pt, pl, bias = spec.pads[0], spec.pads[1], spec.bias
+    act = spec.act
     kind, lo, hi, post = 0, "0.0f", "0.0f", None
     if act is not None and act.op == "Relu":
         kind = 1
@@ -126,3 +140,7 @@ def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl,
             f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}"
         )
     return "\n".join(lines)
+
+
+# The residual add and the activation other than Relu / Clip run as a pass after the kernel.
+STRATEGY = ConvStrategy("depthwise", refuse, emit, fuses_residual=False)
