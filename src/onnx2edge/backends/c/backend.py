@@ -15,8 +15,6 @@ from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .emitter import ModelEmitter
-from .ops import conv as conv_ops
-from .ops.conv_spec import AUTO
 from .writer import write_model, write_support_files
 
 # convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
@@ -25,6 +23,10 @@ OPTIMIZE = ("speed", "size")
 
 def kernel_settings() -> dict[str, tuple[str, ...]]:
     """Strategy name -> the values `--kernels NAME=VALUE` takes (ops/conv.py STRATEGIES)."""
+    # imported here, not at the top: the kernel modules load when a conversion starts, not
+    # with every `onnx2edge` command (no circle: ops never import this module)
+    from .ops import conv as conv_ops  # noqa: PLC0415
+
     return {s.name: s.settings for s in conv_ops.STRATEGIES}
 
 
@@ -51,7 +53,7 @@ def parse_kernels(value: str | Mapping[str, str] | None) -> dict[str, str]:
             raise Onnx2EdgeError(
                 f"--kernels {name}={setting}: expected one of {', '.join(known[name])}"
             )
-        if setting != AUTO:
+        if setting != "auto":  # the default
             out[name] = setting
     return dict(sorted(out.items()))
 
