@@ -348,12 +348,50 @@ def nn_upsample(p: Any, x: np.ndarray) -> np.ndarray:
 
 
 def nn_batchnorm(p: Any, x: np.ndarray) -> np.ndarray:
-    """[NN] BatchnormLayerParams: gamma * (x - mean) / sqrt(variance + epsilon) + beta."""
+    """[NN] BatchnormLayerParams: gamma * (x - mean) / sqrt(variance + epsilon) + beta; with
+    computeMeanVar the mean and variance are computed from the input, and with
+    instanceNormalization over that one instance (per channel, over H and W; batch 1 here,
+    so both read the same cells). The variance is the population (biased) one."""
 
     def r(wp: Any) -> np.ndarray:
         return _weights(wp).reshape(-1, 1, 1).astype(np.float64)
 
-    return r(p.gamma) * (x - r(p.mean)) / np.sqrt(r(p.variance) + p.epsilon) + r(p.beta)
+    x = x.astype(np.float64)
+    if p.computeMeanVar:
+        mean = x.mean(axis=(1, 2), keepdims=True)
+        var = x.var(axis=(1, 2), keepdims=True)
+    else:
+        mean, var = r(p.mean), r(p.variance)
+    return r(p.gamma) * (x - mean) / np.sqrt(var + p.epsilon) + r(p.beta)
+
+
+def _borders(ba: Any) -> tuple[int, int, int, int]:
+    """[NN] BorderAmounts: borderAmounts[0] is H (start = top), [1] is W (start = left)."""
+    if not len(ba.borderAmounts):
+        return (0, 0, 0, 0)
+    h, w = ba.borderAmounts
+    return h.startEdgeSize, h.endEdgeSize, w.startEdgeSize, w.endEdgeSize
+
+
+def nn_padding(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] PaddingLayerParams: pads H and W by paddingAmounts; constant (value), reflection
+    (mirror without repeating the edge pixel) or replication (repeat the edge pixel)."""
+    t, b, left, r = _borders(p.paddingAmounts)
+    width = ((0, 0), (t, b), (left, r))
+    kind = p.WhichOneof("PaddingType")
+    if kind == "constant":
+        return np.pad(x, width, constant_values=p.constant.value)
+    return np.pad(x, width, mode={"reflection": "reflect", "replication": "edge"}[kind])
+
+
+def nn_crop(p: Any, *xs: np.ndarray) -> np.ndarray:
+    """[NN] CropLayerParams, one input: remove cropAmounts (top/bottom, left/right) from the
+    borders of H and W."""
+    if len(xs) != 1:
+        raise Onnx2EdgeError("evaluator: two-input crop is not modelled")
+    t, b, left, r = _borders(p.cropAmounts)
+    x = xs[0]
+    return x[:, t : x.shape[1] - b, left : x.shape[2] - r]
 
 
 NN_LAYERS: dict[str, Callable[..., np.ndarray]] = {
@@ -420,13 +458,19 @@ def mil_conv_transpose(
     groups=1,
     **_: Any,
 ) -> np.ndarray:
-    """[MIL] conv.conv_transpose: weight (C_in, C_out/groups, kH, kW); valid padding only."""
-    if any(_pads(str(pad_type), pad, 2)) or (
-        dilations is not None and any(int(v) != 1 for v in dilations)
-    ):
-        raise Onnx2EdgeError("evaluator: padded / dilated conv_transpose is not modelled")
+    """[MIL] conv.conv_transpose: weight (C_in, C_out/groups, kH, kW); custom pad removes
+    pad[2i] / pad[2i+1] from the unpadded result (Dout = (Din-1)*s + (K-1)*d + 1 - pad[2i]
+    - pad[2i+1])."""
+    if dilations is not None and any(int(v) != 1 for v in dilations):
+        raise Onnx2EdgeError("evaluator: dilated conv_transpose is not modelled")
     s = tuple(int(v) for v in (strides if strides is not None else (1, 1)))
+    t, b, left, r = _pads(str(pad_type), pad, 2)
     y = np.stack([_deconv2d(xi, weight, s, int(groups)) for xi in x])
+    y = y[:, :, t : y.shape[2] - b, left : y.shape[3] - r]
+    # ct.convert's passes record output_shape; the doc defines Dout by it but not where
+    # the window sits, so only an output_shape equal to the pad formula's is modelled.
+    if output_shape is not None and tuple(int(v) for v in output_shape)[-2:] != y.shape[2:]:
+        raise Onnx2EdgeError("evaluator: conv_transpose output_shape differs from its pads")
     return y if bias is None else y + np.asarray(bias).reshape(1, -1, 1, 1)
 
 
@@ -646,6 +690,36 @@ def mil_batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5, **_: 
     g = 1.0 if gamma is None else np.reshape(gamma, sh)
     b = 0.0 if beta is None else np.reshape(beta, sh)
     return g * (x - np.reshape(mean, sh)) / np.sqrt(np.reshape(variance, sh) + epsilon) + b
+
+
+def mil_instance_norm(x, gamma=None, beta=None, epsilon=1e-5, **_: Any) -> np.ndarray:
+    """[MIL] normalization.instance_norm: per instance and channel, (x - mean) /
+    sqrt(var + epsilon) over the spatial axes (population variance), then gamma, beta."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(2, x.ndim))
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(
+        x.var(axis=axes, keepdims=True) + float(epsilon)
+    )
+    g = 1.0 if gamma is None else np.reshape(gamma, sh)
+    b = 0.0 if beta is None else np.reshape(beta, sh)
+    return g * y + b
+
+
+def mil_pad(x, pad, mode="constant", constant_val=0.0, **_: Any) -> np.ndarray:
+    """[MIL] tensor_operation.pad: pad[2i] / pad[2i+1] before / after each of the last N
+    axes; constant (constant_val), reflect (mirror without the edge) or replicate."""
+    pad = [int(v) for v in pad]
+    n = len(pad) // 2
+    width = [(0, 0)] * (np.ndim(x) - n) + [(pad[2 * i], pad[2 * i + 1]) for i in range(n)]
+    if str(mode) == "constant":
+        return np.pad(x, width, constant_values=constant_val)
+    return np.pad(x, width, mode={"reflect": "reflect", "replicate": "edge"}[str(mode)])
+
+
+def mil_exp(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.exp."""
+    return np.exp(np.asarray(x, np.float64))
 
 
 def mil_identity(x, **_: Any):

@@ -23,9 +23,13 @@ from .common import (
     clip_bounds,
     const,
     conv_geometry,
+    deconv_crop,
     float_tensor,
     gemm_weights,
     opt_const,
+    pad_amounts,
+    pad_mode,
+    pad_value,
     pool_out,
     resize_params,
     static_shape,
@@ -83,10 +87,16 @@ def _op(*names: str) -> Callable[[Emit], Emit]:
     return deco
 
 
-_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Softplus": "softplus"}
+_UNARY = {
+    "Relu": "relu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Softplus": "softplus",
+    "Exp": "exp",
+}
 
 
-@_op("Relu", "Sigmoid", "Tanh", "Softplus", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish")
+@_op("Relu", "Sigmoid", "Tanh", "Softplus", "Exp", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish")
 def _act(c: _Ctx, n: Node, mb: Any) -> None:
     x, nm = c.x(n.inputs[0]), c.out(n)
     if n.op_type in _UNARY:
@@ -158,13 +168,15 @@ def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     w = const(g, n, 1, "ConvTranspose weight").astype(np.float32)
     bias = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and bias is None:
+        raise Refuse("ConvTranspose bias must be a constant")
     geo = conv_geometry(n, tuple(w.shape[2:]))
-    if (
-        any(geo["pads"])
-        or any(d != 1 for d in geo["dilations"])
-        or any(n.attr("output_padding", [0, 0]))
-    ):
-        raise Refuse("ConvTranspose with pads, dilations or output_padding is not supported")
+    if any(d != 1 for d in geo["dilations"]):
+        raise Refuse("dilated ConvTranspose is not supported")
+    # MIL's custom pad removes pad[2i] / pad[2i+1] from the unpadded result (conv_transpose
+    # doc: Dout = (Din-1)*s + k - pad_before - pad_after), as ONNX's pads do; output_padding
+    # then gives back rows at the end.
+    top, bot, left, right = deconv_crop(n, geo)
     kw: dict[str, Any] = {} if bias is None else {"bias": bias.astype(np.float32)}
     c.set(
         n,
@@ -172,10 +184,48 @@ def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
             x=c.x(n.inputs[0]),
             weight=w,
             strides=geo["strides"],
-            pad_type="valid",
+            pad_type="custom",
+            pad=[top, bot, left, right],
             groups=int(n.attr("group", 1)),
             name=c.out(n),
             **kw,
+        ),
+    )
+
+
+@_op("Pad")
+def _pad(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    mode = pad_mode(n)
+    modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
+    if mode not in modes:
+        raise Refuse(f"Pad mode '{mode}' is not supported")
+    t, b, left, r = pad_amounts(g, n)
+    c.set(
+        n,
+        mb.pad(
+            x=c.x(n.inputs[0]),
+            pad=np.array([t, b, left, r], np.int32),  # the last two axes (H, W)
+            mode=modes[mode],
+            constant_val=np.float32(pad_value(g, n)),
+            name=c.out(n),
+        ),
+    )
+
+
+@_op("InstanceNormalization")
+def _instancenorm(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    if len(static_shape(g, n.inputs[0])) != 4:
+        raise Refuse("only 4-D InstanceNormalization is supported")
+    c.set(
+        n,
+        mb.instance_norm(
+            x=c.x(n.inputs[0]),
+            gamma=const(g, n, 1, "scale").astype(np.float32).reshape(-1),
+            beta=const(g, n, 2, "bias").astype(np.float32).reshape(-1),
+            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            name=c.out(n),
         ),
     )
 
