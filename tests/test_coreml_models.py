@@ -204,3 +204,22 @@ def test_check_coreml_ane_json_zoo(
     cd = save(_resized(zoo.build("convdeconv"), 24, 32), tmp_path / "convdeconv.onnx")
     for path in (unet, cd):
         _assert_every_node_placed(path, _ane_rows(path, capsys))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_refusal_names_nodes_after_a_refused_one(fmt: str, tmp_path: Path) -> None:
+    """A node fed by a refused node is judged on its own (placeholders), so one run names
+    every node to fix and only those."""
+    nodes = [
+        helper.make_node("Cos", ["x"], ["a"], name="first_cos"),
+        helper.make_node("Relu", ["a"], ["b"], name="fine_relu"),
+        helper.make_node("Sin", ["b"], ["y"], name="then_sin"),
+    ]
+    path = save(
+        make_model(nodes, [vi("x", [1, 2, 3, 3])], [vi("y", [1, 2, 3, 3])]), tmp_path / "m.onnx"
+    )
+    with pytest.raises(api.UnsupportedError) as e:
+        api.convert(path, "coreml", tmp_path / "o", options={"format": fmt})
+    msg = str(e.value)
+    assert "first_cos (Cos" in msg and "then_sin (Sin" in msg and "fine_relu" not in msg
+    assert "2 nodes" in msg and not (tmp_path / "o").exists()

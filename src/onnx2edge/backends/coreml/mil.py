@@ -451,6 +451,48 @@ def _binary(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, fn(x=a, y=b, name=c.out(n)))
 
 
+def _emit_one(ctx: _Ctx, n: Node, mb: Any) -> str | None:
+    """Emit one node; the reason it is refused, or None."""
+    emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+    try:
+        if emit is None:
+            raise Refuse("no MIL op mapping for this op in onnx2edge")
+        for o in n.outputs[1:]:
+            if o and n.op_type != "Split":
+                raise Refuse("extra outputs are not supported")
+        emit(ctx, n, mb)
+    except Refuse as e:
+        return str(e)
+    except (ValueError, TypeError, AssertionError) as e:  # MIL's own type checks
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"MIL rejected it: {msg}"
+    return None
+
+
+def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
+    """Why node n is refused when emitted alone, its tensor inputs as placeholders (for
+    nodes downstream of a refused one, and when the graph's own inputs are refused)."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, types
+
+    dtypes = {np.dtype(np.float32): types.fp32, np.dtype(np.bool_): types.bool}
+    specs = {}
+    try:
+        for i in n.inputs:
+            if i and not graph.is_const(i) and names[i] not in specs:
+                t = graph.type_of(i)
+                dt = dtypes.get(np.dtype(t.dtype), types.int32) if t is not None else types.fp32
+                specs[names[i]] = mb.placeholder(shape=static_shape(graph, i), dtype=dt)
+    except Refuse as e:
+        return str(e)
+    with Function(specs) as fn:
+        ctx = _Ctx(graph, names)
+        for i in n.inputs:
+            if i and i in names and names[i] in fn.inputs:
+                ctx.vars[i] = fn.inputs[names[i]]
+        return _emit_one(ctx, n, mb)
+
+
 def check(graph: Graph) -> list[str]:
     return build_program(graph, collect=True)[1]
 
@@ -470,44 +512,32 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
     except Refuse as e:
         if not collect:
             raise
-        # Still name every node with no mapping at all, so one run shows all the work.
-        unknown = [
-            f"{n.name} ({n.op_type}, opset {graph.opset}): no mapping for this op in onnx2edge"
+        # Still judge every node on its own, so one run names all the work.
+        each = [
+            f"{n.name} ({n.op_type}, opset {graph.opset}): {why}"
             for n in graph.nodes
-            if n.op_type not in MIL_OPS or n.domain not in ("", "ai.onnx")
+            if (why := _alone(graph, n, names)) is not None
         ]
-        return None, [f"graph inputs/outputs: {e}", *unknown], Lowered()
+        return None, [f"graph inputs/outputs: {e}", *each], Lowered()
     specs = {names[i]: mb.placeholder(shape=static_shape(graph, i)) for i in graph.inputs}
     prog = Program()
     with Function(specs) as fn:
         ctx = _Ctx(graph, names)
         for i in graph.inputs:
             ctx.vars[i] = fn.inputs[names[i]]
-        skipped: set[str] = set()  # outputs of refused nodes: their users are not re-reported
+        skipped: set[str] = set()  # outputs of refused nodes
         for n in graph.nodes:
-            emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
             if any(i in skipped for i in n.inputs):
+                # Its input comes from a refused node: judge it on placeholders instead.
                 skipped.update(n.outputs)
+                if collect and (why := _alone(graph, n, names)) is not None:
+                    refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {why}")
                 continue
-            try:
-                if emit is None:
-                    raise Refuse("no MIL op mapping for this op in onnx2edge")
-                for o in n.outputs[1:]:
-                    if o and o not in ("",) and n.op_type != "Split":
-                        raise Refuse("extra outputs are not supported")
-                emit(ctx, n, mb)
-            except Refuse as e:
+            why = _emit_one(ctx, n, mb)
+            if why is not None:
                 if not collect:
-                    raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
-                refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
-                skipped.update(n.outputs)
-            except (ValueError, TypeError, AssertionError) as e:  # MIL's own type checks
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                if not collect:
-                    raise Refuse(f"{n.name} ({n.op_type}): MIL rejected it: {msg}") from None
-                refusals.append(
-                    f"{n.name} ({n.op_type}, opset {graph.opset}): MIL rejected it: {msg}"
-                )
+                    raise Refuse(f"{n.name} ({n.op_type}): {why}")
+                refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {why}")
                 skipped.update(n.outputs)
         if refusals:
             return None, refusals, ctx.lowered
@@ -533,9 +563,4 @@ def node_reasons(graph: Graph) -> dict[str, str]:
         name = next((m for m in names if line.startswith(f"{m} (")), None)
         if name is not None:
             out[name] = line.split("): ", 1)[-1]
-    if lines and lines[0].startswith("graph inputs/outputs"):
-        # The program could not be built: nodes with a mapping are judged by the table only.
-        for n in graph.nodes:
-            if n.op_type not in MIL_OPS:
-                out.setdefault(n.name, "no MIL op mapping for this op in onnx2edge")
     return out

@@ -593,13 +593,14 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
     except Refuse as e:
         if not collect:
             raise
-        # Still name every node with no mapping at all, so one run shows all the work.
-        unknown = [
-            f"{n.name} ({n.op_type}, opset {graph.opset}): no mapping for this op in onnx2edge"
+        # Still judge every node on its own, so one run names all the work.
+        why, _ = node_reasons(graph)
+        each = [
+            f"{n.name} ({n.op_type}, opset {graph.opset}): {why[n.name]}"
             for n in graph.nodes
-            if n.op_type not in NN_OPS or n.domain not in ("", "ai.onnx")
+            if n.name in why
         ]
-        return None, [f"graph inputs/outputs: {e}", *unknown], Lowered()
+        return None, [f"graph inputs/outputs: {e}", *each], Lowered()
     b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=False)
     ctx = _Ctx(graph, b)
     for n in graph.nodes:
