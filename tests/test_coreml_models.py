@@ -223,3 +223,31 @@ def test_refusal_names_nodes_after_a_refused_one(fmt: str, tmp_path: Path) -> No
     msg = str(e.value)
     assert "first_cos (Cos" in msg and "then_sin (Sin" in msg and "fine_relu" not in msg
     assert "2 nodes" in msg and not (tmp_path / "o").exists()
+
+
+# --- what coremltools can check on Linux --------------------------------------------------
+def test_validate_rejects_broken_files(tmp_path: Path) -> None:
+    from onnx2edge.backends.coreml.backend import validate
+    from onnx2edge.errors import Onnx2EdgeError
+
+    model = FIX / "mps" / "tiny_resnet.dynamo.onnx"
+    nn_out, mil_out = tmp_path / "nn", tmp_path / "mil"
+    api.convert(model, "coreml", nn_out, options={"format": "neuralnetwork"})
+    api.convert(model, "coreml", mil_out, options={"format": "mlprogram"})
+    # NeuralNetwork: a layer reading a blob nothing produces (check_nn_spec).
+    m = ct.models.MLModel(str(nn_out / "model.mlmodel"), skip_model_load=True)
+    spec = m.get_spec()
+    spec.neuralNetwork.layers[1].input[0] = "nowhere"
+    ct.models.MLModel(spec, skip_model_load=True).save(str(tmp_path / "bad.mlmodel"))
+    with pytest.raises(Onnx2EdgeError, match="nothing produces"):
+        validate(tmp_path / "bad.mlmodel")
+    # ML Program: a declared output shape the program does not produce.
+    m = ct.models.MLModel(str(mil_out / "model.mlpackage"), skip_model_load=True)
+    spec = m.get_spec()
+    spec.description.output[0].type.multiArrayType.shape[-1] += 1
+    bad = ct.models.MLModel(spec, weights_dir=m.weights_dir, skip_model_load=True)
+    bad.save(str(tmp_path / "bad.mlpackage"))
+    with pytest.raises(Onnx2EdgeError, match="declared"):
+        validate(tmp_path / "bad.mlpackage")
+    validate(nn_out / "model.mlmodel")
+    validate(mil_out / "model.mlpackage")
