@@ -48,6 +48,10 @@ BOTH += [f"torch/mobilenetv3_block.{e}.onnx" for e in EXPORTERS]
 # The YOLO-style head (convs -> Slice / Reshape / Transpose / Split -> Sigmoid, Exp box
 # decoding -> Concat) ends in a (1, 640, 8) tensor: ML Program only.
 MLPROGRAM_ONLY = [f"mps/yolo_head.{e}.onnx" for e in EXPORTERS]
+# Field patterns the neuralnetwork format refuses (Mish / GELU / erf, LayerNormalization,
+# rank-3 attention tensors, a max over channels): ML Program only.
+MLPROGRAM_FIELD = [f"mps/{n}.{e}.onnx" for n in ("fire_net", "gelu_net") for e in EXPORTERS]
+MLPROGRAM_FIELD += [f"torch/{n}.{e}.onnx" for n in ("vit_block", "sdpa_block") for e in EXPORTERS]
 
 
 def _convert_load_verify(model: Path, fmt: str, tmp_path: Path) -> None:
@@ -77,6 +81,14 @@ def test_detector_head(fixture: str, tmp_path: Path) -> None:
     for n in g.nodes:
         if n.op_type in ("Transpose", "Split", "Exp"):
             assert f"{n.name} ({n.op_type}" in msg, (n.name, msg)
+
+
+@pytest.mark.parametrize("fixture", MLPROGRAM_FIELD)
+def test_mlprogram_only_fixtures(fixture: str, tmp_path: Path) -> None:
+    _convert_load_verify(FIX / fixture, "mlprogram", tmp_path / "mlp")
+    with pytest.raises(api.UnsupportedError) as e:
+        api.convert(FIX / fixture, "coreml", tmp_path / "nn", options={"format": "neuralnetwork"})
+    assert "\n" not in str(e.value) and not (tmp_path / "nn").exists()
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +178,7 @@ def test_pad_instancenorm_deconv_variants(fmt: str, tmp_path: Path) -> None:
 
 # --- `check --target coreml-ane --json`: a placement and a rule source for every node ------
 LSTM = [f"torch/lstm_classifier.{e}.onnx" for e in EXPORTERS]
-CHECKED = [*BOTH, *MLPROGRAM_ONLY, *LSTM]
+CHECKED = [*BOTH, *MLPROGRAM_ONLY, *MLPROGRAM_FIELD, *LSTM]
 
 
 def _ane_rows(path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:

@@ -13,6 +13,7 @@ and it does not model Core ML's own arithmetic (fp16 on the GPU / Neural Engine)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -663,6 +664,14 @@ def mil_slice_by_index(
     return np.asarray(x)[tuple(sl)]
 
 
+def mil_gather(x, indices, axis=0, batch_dims=0, **_: Any) -> np.ndarray:
+    """[MIL] scatter_gather.gather: x taken at indices along axis (output shape
+    x.shape[:axis] + indices.shape + x.shape[axis+1:])."""
+    if int(batch_dims):
+        raise Onnx2EdgeError("evaluator: gather with batch_dims is not modelled")
+    return np.take(x, np.asarray(indices).astype(np.int64), axis=int(axis))
+
+
 def mil_softmax(x, axis=-1, **_: Any) -> np.ndarray:
     """[MIL] activation.softmax."""
     return _softmax(np.asarray(x, np.float64), int(axis))
@@ -720,6 +729,38 @@ def mil_pad(x, pad, mode="constant", constant_val=0.0, **_: Any) -> np.ndarray:
 def mil_exp(x, **_: Any) -> np.ndarray:
     """[MIL] elementwise_unary.exp."""
     return np.exp(np.asarray(x, np.float64))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def mil_erf(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.erf: the Gauss error function."""
+    return _erf(np.asarray(x, np.float64))
+
+
+def mil_gelu(x, mode="EXACT", **_: Any) -> np.ndarray:
+    """[MIL] activation.gelu: EXACT 0.5x(1 + erf(x / sqrt 2)); TANH_APPROXIMATION
+    0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); SIGMOID_APPROXIMATION x sigmoid(1.702x)."""
+    x = np.asarray(x, np.float64)
+    if str(mode) == "EXACT":
+        return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+    if str(mode) == "TANH_APPROXIMATION":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return x * mil_sigmoid(1.702 * x)
+
+
+def mil_layer_norm(x, axes=None, gamma=None, beta=None, epsilon=1e-5, **_: Any) -> np.ndarray:
+    """[MIL] normalization.layer_norm: gamma * (x - E[x]) / sqrt(Var[x] + epsilon) + beta,
+    statistics over axes (all when None); gamma / beta shaped like x.shape[axes]."""
+    x = np.asarray(x, np.float64)
+    ax = _axes(axes, x.ndim) or tuple(range(x.ndim))
+    y = (x - x.mean(axis=ax, keepdims=True)) / np.sqrt(
+        x.var(axis=ax, keepdims=True) + float(epsilon)
+    )
+    if gamma is not None:
+        y = y * np.asarray(gamma)
+    return y if beta is None else y + np.asarray(beta)
 
 
 def mil_identity(x, **_: Any):

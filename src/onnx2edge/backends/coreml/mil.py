@@ -93,10 +93,22 @@ _UNARY = {
     "Tanh": "tanh",
     "Softplus": "softplus",
     "Exp": "exp",
+    "Erf": "erf",
 }
 
 
-@_op("Relu", "Sigmoid", "Tanh", "Softplus", "Exp", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish")
+@_op(
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Softplus",
+    "Exp",
+    "Erf",
+    "LeakyRelu",
+    "Elu",
+    "HardSigmoid",
+    "HardSwish",
+)
 def _act(c: _Ctx, n: Node, mb: Any) -> None:
     x, nm = c.x(n.inputs[0]), c.out(n)
     if n.op_type in _UNARY:
@@ -115,6 +127,54 @@ def _act(c: _Ctx, n: Node, mb: Any) -> None:
         c.lowered.fusions.append(
             {"node": n.name, "op": "HardSwish", "emitted": ["sigmoid_hard", "mul"]}
         )
+
+
+@_op("Gelu")
+def _gelu(c: _Ctx, n: Node, mb: Any) -> None:
+    approx = n.attr("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    mode = {"none": "EXACT", "tanh": "TANH_APPROXIMATION"}.get(approx)
+    if mode is None:
+        raise Refuse(f"Gelu approximate='{approx}' is not supported")
+    c.set(n, mb.gelu(x=c.x(n.inputs[0]), mode=mode, name=c.out(n)))
+
+
+@_op("Mish")
+def _mish(c: _Ctx, n: Node, mb: Any) -> None:
+    # No MIL mish op: x * tanh(softplus(x)), as ONNX defines Mish.
+    x, nm = c.x(n.inputs[0]), c.out(n)
+    sp = mb.softplus(x=x, name=f"{nm}_softplus")
+    th = mb.tanh(x=sp, name=f"{nm}_tanh")
+    c.lowered.layers += ["softplus", "tanh"]
+    c.set(n, mb.mul(x=x, y=th, name=nm))
+    c.lowered.fusions.append({"node": n.name, "op": "Mish", "emitted": ["softplus", "tanh", "mul"]})
+
+
+@_op("LayerNormalization")
+def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    rank = len(static_shape(g, n.inputs[0]))
+    axis = int(n.attr("axis", -1)) % rank
+    if any(o for o in n.outputs[1:]):
+        raise Refuse("LayerNormalization's mean / inv_std_dev outputs are not supported")
+    tail = static_shape(g, n.inputs[0])[axis:]
+    scale = const(g, n, 1, "scale").astype(np.float32)
+    bias = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and bias is None:
+        raise Refuse("LayerNormalization bias must be a constant")
+    kw: dict[str, Any] = {"gamma": np.broadcast_to(scale, tail).astype(np.float32)}
+    if bias is not None:
+        kw["beta"] = np.broadcast_to(bias.astype(np.float32), tail).astype(np.float32)
+    c.set(
+        n,
+        mb.layer_norm(
+            x=c.x(n.inputs[0]),
+            axes=list(range(axis, rank)),
+            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            name=c.out(n),
+            **kw,
+        ),
+    )
 
 
 @_op("Clip")
@@ -387,6 +447,18 @@ def _slice(c: _Ctx, n: Node, mb: Any) -> None:
     )
 
 
+@_op("Gather")
+def _gather(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    idx = const(g, n, 1, "Gather indices (only constant indices are supported)")
+    rank = len(static_shape(g, n.inputs[0]))
+    axis = int(n.attr("axis", 0)) % rank
+    size = static_shape(g, n.inputs[0])[axis]
+    # ONNX allows negative indices; MIL's gather doc does not promise to: normalise them.
+    idx = np.where(idx < 0, idx + size, idx).astype(np.int32)
+    c.set(n, mb.gather(x=c.x(n.inputs[0]), indices=idx, axis=axis, name=c.out(n)))
+
+
 @_op("Softmax")
 def _softmax(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
@@ -458,7 +530,7 @@ def _emit_one(ctx: _Ctx, n: Node, mb: Any) -> str | None:
         if emit is None:
             raise Refuse("no MIL op mapping for this op in onnx2edge")
         for o in n.outputs[1:]:
-            if o and n.op_type != "Split":
+            if o and n.op_type not in ("Split", "LayerNormalization"):
                 raise Refuse("extra outputs are not supported")
         emit(ctx, n, mb)
     except Refuse as e:
