@@ -450,7 +450,7 @@ def _slice(c: _Ctx, n: Node, mb: Any) -> None:
 @_op("Gather")
 def _gather(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
-    idx = const(g, n, 1, "Gather indices (only constant indices are supported)")
+    idx = const(g, n, 1, "Gather's indices")
     rank = len(static_shape(g, n.inputs[0]))
     axis = int(n.attr("axis", 0)) % rank
     size = static_shape(g, n.inputs[0])[axis]
