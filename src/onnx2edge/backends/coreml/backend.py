@@ -210,7 +210,19 @@ class CoreMLBackend(Backend):
 
 
 def validate(path: Path) -> None:
-    """Load the saved model with coremltools (no Core ML runtime) and run its spec checks."""
+    """Load the saved model with coremltools (no Core ML runtime) and run the checks that
+    coremltools has in Python.
+
+    ML Program: coremltools' milproto loader rebuilds every op through the MIL builder, which
+    re-runs each op's input-type checks and type / shape inference on the saved program and
+    reads every weight; `Program.validate()` then checks the blocks (every var visible where
+    it is used, producer / consumer links consistent); and the program's output types must be
+    the ones the model description declares. (ct.convert already ran its pass pipeline and
+    `_check_early_error_out_for_invalid_program` when the file was written.)
+
+    NeuralNetwork: coremltools has no Python validator for this format: Core ML's
+    NeuralNetworkValidator (mlmodel/src/Validation) is C++ compiled into libcoremlpython,
+    which the Linux wheel lacks. `check_nn_spec` restates the rules that matter here."""
     ct = coremltools()
     try:
         model = ct.models.MLModel(str(path), skip_model_load=True)
@@ -218,9 +230,23 @@ def validate(path: Path) -> None:
         if spec.WhichOneof("Type") == "neuralNetwork":
             check_nn_spec(spec)
         else:
-            evaluate.load_mil_program(path)  # parses the program and reads every weight
+            prog = evaluate.load_mil_program(path)
+            prog.validate()
+            check_mil_outputs(spec, prog)
     except Exception as e:  # noqa: BLE001 - coremltools raises many types; report one line
         raise Onnx2EdgeError(f"{path}: coremltools rejects the written model: {e}") from e
+
+
+def check_mil_outputs(spec: Any, prog: Any) -> None:
+    """Each declared output is produced by 'main' with the declared shape."""
+    outs = {v.name: v for v in prog.functions["main"].outputs}
+    for o in spec.description.output:
+        if o.name not in outs:
+            raise ValueError(f"model output '{o.name}' is not an output of the program")
+        want = tuple(int(d) for d in o.type.multiArrayType.shape)
+        got = tuple(int(d) for d in outs[o.name].shape)
+        if want and got != want:
+            raise ValueError(f"model output '{o.name}' is {got} in the program, {want} declared")
 
 
 def check_nn_spec(spec: Any) -> None:

@@ -158,3 +158,49 @@ def pool_out(size: int, k: int, s: int, before: int, after: int, ceil: bool) -> 
     if (out - 1) * s >= size + before and before + after > 0:
         out -= 1
     return out
+
+
+def deconv_crop(n: Node, geo: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) to cut from an unpadded transposed convolution so it gives
+    ONNX's output: ONNX removes pads[begin] / pads[end] and then adds output_padding rows at
+    the end, so the end crop is pads[end] - output_padding. Only output_padding <= pads[end]
+    is expressible as a crop (the common k=3, s=2, p=1, output_padding=1 upsampler is)."""
+    t, left, b, r = geo["pads"]
+    op_h, op_w = (int(v) for v in n.attr("output_padding", [0, 0]))
+    if op_h > b or op_w > r:
+        raise Refuse("ConvTranspose with output_padding larger than its end pads is not supported")
+    if n.attr("output_shape") is not None:
+        raise Refuse("ConvTranspose with an output_shape attribute is not supported")
+    return t, b - op_h, left, r - op_w
+
+
+def pad_mode(n: Node) -> str:
+    mode = n.attr("mode", "constant")
+    return mode.decode() if isinstance(mode, bytes) else str(mode)
+
+
+def pad_amounts(g: Graph, n: Node) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) of a 4-D Pad that pads H and W only."""
+    if g.opset < 11:
+        pads = [int(v) for v in n.attr("pads")]
+    else:
+        pads = [int(v) for v in const(g, n, 1, "Pad's pads").reshape(-1)]
+        if len(n.inputs) > 3 and n.inputs[3]:
+            raise Refuse("Pad with an axes input is not supported")
+    rank = len(static_shape(g, n.inputs[0]))
+    if rank != 4 or len(pads) != 8:
+        raise Refuse("only 4-D Pad is supported")
+    if any(pads[i] for i in (0, 1, 4, 5)):
+        raise Refuse("Pad of the batch or channel axis is not supported")
+    if any(p < 0 for p in pads):
+        raise Refuse("negative pads (cropping) are not supported")
+    return pads[2], pads[6], pads[3], pads[7]
+
+
+def pad_value(g: Graph, n: Node) -> float:
+    if g.opset < 11:
+        return float(n.attr("value", 0.0))
+    v = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and v is None:
+        raise Refuse("Pad's constant_value must be a constant")
+    return 0.0 if v is None else float(np.asarray(v).reshape(()))

@@ -13,6 +13,7 @@ and it does not model Core ML's own arithmetic (fp16 on the GPU / Neural Engine)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -348,12 +349,50 @@ def nn_upsample(p: Any, x: np.ndarray) -> np.ndarray:
 
 
 def nn_batchnorm(p: Any, x: np.ndarray) -> np.ndarray:
-    """[NN] BatchnormLayerParams: gamma * (x - mean) / sqrt(variance + epsilon) + beta."""
+    """[NN] BatchnormLayerParams: gamma * (x - mean) / sqrt(variance + epsilon) + beta; with
+    computeMeanVar the mean and variance are computed from the input, and with
+    instanceNormalization over that one instance (per channel, over H and W; batch 1 here,
+    so both read the same cells). The variance is the population (biased) one."""
 
     def r(wp: Any) -> np.ndarray:
         return _weights(wp).reshape(-1, 1, 1).astype(np.float64)
 
-    return r(p.gamma) * (x - r(p.mean)) / np.sqrt(r(p.variance) + p.epsilon) + r(p.beta)
+    x = x.astype(np.float64)
+    if p.computeMeanVar:
+        mean = x.mean(axis=(1, 2), keepdims=True)
+        var = x.var(axis=(1, 2), keepdims=True)
+    else:
+        mean, var = r(p.mean), r(p.variance)
+    return r(p.gamma) * (x - mean) / np.sqrt(var + p.epsilon) + r(p.beta)
+
+
+def _borders(ba: Any) -> tuple[int, int, int, int]:
+    """[NN] BorderAmounts: borderAmounts[0] is H (start = top), [1] is W (start = left)."""
+    if not len(ba.borderAmounts):
+        return (0, 0, 0, 0)
+    h, w = ba.borderAmounts
+    return h.startEdgeSize, h.endEdgeSize, w.startEdgeSize, w.endEdgeSize
+
+
+def nn_padding(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] PaddingLayerParams: pads H and W by paddingAmounts; constant (value), reflection
+    (mirror without repeating the edge pixel) or replication (repeat the edge pixel)."""
+    t, b, left, r = _borders(p.paddingAmounts)
+    width = ((0, 0), (t, b), (left, r))
+    kind = p.WhichOneof("PaddingType")
+    if kind == "constant":
+        return np.pad(x, width, constant_values=p.constant.value)
+    return np.pad(x, width, mode={"reflection": "reflect", "replication": "edge"}[kind])
+
+
+def nn_crop(p: Any, *xs: np.ndarray) -> np.ndarray:
+    """[NN] CropLayerParams, one input: remove cropAmounts (top/bottom, left/right) from the
+    borders of H and W."""
+    if len(xs) != 1:
+        raise Onnx2EdgeError("evaluator: two-input crop is not modelled")
+    t, b, left, r = _borders(p.cropAmounts)
+    x = xs[0]
+    return x[:, t : x.shape[1] - b, left : x.shape[2] - r]
 
 
 NN_LAYERS: dict[str, Callable[..., np.ndarray]] = {
@@ -420,13 +459,19 @@ def mil_conv_transpose(
     groups=1,
     **_: Any,
 ) -> np.ndarray:
-    """[MIL] conv.conv_transpose: weight (C_in, C_out/groups, kH, kW); valid padding only."""
-    if any(_pads(str(pad_type), pad, 2)) or (
-        dilations is not None and any(int(v) != 1 for v in dilations)
-    ):
-        raise Onnx2EdgeError("evaluator: padded / dilated conv_transpose is not modelled")
+    """[MIL] conv.conv_transpose: weight (C_in, C_out/groups, kH, kW); custom pad removes
+    pad[2i] / pad[2i+1] from the unpadded result (Dout = (Din-1)*s + (K-1)*d + 1 - pad[2i]
+    - pad[2i+1])."""
+    if dilations is not None and any(int(v) != 1 for v in dilations):
+        raise Onnx2EdgeError("evaluator: dilated conv_transpose is not modelled")
     s = tuple(int(v) for v in (strides if strides is not None else (1, 1)))
+    t, b, left, r = _pads(str(pad_type), pad, 2)
     y = np.stack([_deconv2d(xi, weight, s, int(groups)) for xi in x])
+    y = y[:, :, t : y.shape[2] - b, left : y.shape[3] - r]
+    # ct.convert's passes record output_shape; the doc defines Dout by it but not where
+    # the window sits, so only an output_shape equal to the pad formula's is modelled.
+    if output_shape is not None and tuple(int(v) for v in output_shape)[-2:] != y.shape[2:]:
+        raise Onnx2EdgeError("evaluator: conv_transpose output_shape differs from its pads")
     return y if bias is None else y + np.asarray(bias).reshape(1, -1, 1, 1)
 
 
@@ -619,6 +664,14 @@ def mil_slice_by_index(
     return np.asarray(x)[tuple(sl)]
 
 
+def mil_gather(x, indices, axis=0, batch_dims=0, **_: Any) -> np.ndarray:
+    """[MIL] scatter_gather.gather: x taken at indices along axis (output shape
+    x.shape[:axis] + indices.shape + x.shape[axis+1:])."""
+    if int(batch_dims):
+        raise Onnx2EdgeError("evaluator: gather with batch_dims is not modelled")
+    return np.take(x, np.asarray(indices).astype(np.int64), axis=int(axis))
+
+
 def mil_softmax(x, axis=-1, **_: Any) -> np.ndarray:
     """[MIL] activation.softmax."""
     return _softmax(np.asarray(x, np.float64), int(axis))
@@ -646,6 +699,68 @@ def mil_batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5, **_: 
     g = 1.0 if gamma is None else np.reshape(gamma, sh)
     b = 0.0 if beta is None else np.reshape(beta, sh)
     return g * (x - np.reshape(mean, sh)) / np.sqrt(np.reshape(variance, sh) + epsilon) + b
+
+
+def mil_instance_norm(x, gamma=None, beta=None, epsilon=1e-5, **_: Any) -> np.ndarray:
+    """[MIL] normalization.instance_norm: per instance and channel, (x - mean) /
+    sqrt(var + epsilon) over the spatial axes (population variance), then gamma, beta."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(2, x.ndim))
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(
+        x.var(axis=axes, keepdims=True) + float(epsilon)
+    )
+    g = 1.0 if gamma is None else np.reshape(gamma, sh)
+    b = 0.0 if beta is None else np.reshape(beta, sh)
+    return g * y + b
+
+
+def mil_pad(x, pad, mode="constant", constant_val=0.0, **_: Any) -> np.ndarray:
+    """[MIL] tensor_operation.pad: pad[2i] / pad[2i+1] before / after each of the last N
+    axes; constant (constant_val), reflect (mirror without the edge) or replicate."""
+    pad = [int(v) for v in pad]
+    n = len(pad) // 2
+    width = [(0, 0)] * (np.ndim(x) - n) + [(pad[2 * i], pad[2 * i + 1]) for i in range(n)]
+    if str(mode) == "constant":
+        return np.pad(x, width, constant_values=constant_val)
+    return np.pad(x, width, mode={"reflect": "reflect", "replicate": "edge"}[str(mode)])
+
+
+def mil_exp(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.exp."""
+    return np.exp(np.asarray(x, np.float64))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def mil_erf(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.erf: the Gauss error function."""
+    return _erf(np.asarray(x, np.float64))
+
+
+def mil_gelu(x, mode="EXACT", **_: Any) -> np.ndarray:
+    """[MIL] activation.gelu: EXACT 0.5x(1 + erf(x / sqrt 2)); TANH_APPROXIMATION
+    0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); SIGMOID_APPROXIMATION x sigmoid(1.702x)."""
+    x = np.asarray(x, np.float64)
+    if str(mode) == "EXACT":
+        return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+    if str(mode) == "TANH_APPROXIMATION":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return x * mil_sigmoid(1.702 * x)
+
+
+def mil_layer_norm(x, axes=None, gamma=None, beta=None, epsilon=1e-5, **_: Any) -> np.ndarray:
+    """[MIL] normalization.layer_norm: gamma * (x - E[x]) / sqrt(Var[x] + epsilon) + beta,
+    statistics over axes (all when None); gamma / beta shaped like x.shape[axes]."""
+    x = np.asarray(x, np.float64)
+    ax = _axes(axes, x.ndim) or tuple(range(x.ndim))
+    y = (x - x.mean(axis=ax, keepdims=True)) / np.sqrt(
+        x.var(axis=ax, keepdims=True) + float(epsilon)
+    )
+    if gamma is not None:
+        y = y * np.asarray(gamma)
+    return y if beta is None else y + np.asarray(beta)
 
 
 def mil_identity(x, **_: Any):

@@ -24,9 +24,13 @@ from .common import (
     clip_bounds,
     const,
     conv_geometry,
+    deconv_crop,
     float_tensor,
     gemm_weights,
     opt_const,
+    pad_amounts,
+    pad_mode,
+    pad_value,
     pool_out,
     resize_params,
     static_shape,
@@ -84,10 +88,28 @@ def _op(*names: str) -> Callable[[Emit], Emit]:
     return deco
 
 
-_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Softplus": "softplus"}
+_UNARY = {
+    "Relu": "relu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "Softplus": "softplus",
+    "Exp": "exp",
+    "Erf": "erf",
+}
 
 
-@_op("Relu", "Sigmoid", "Tanh", "Softplus", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish")
+@_op(
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Softplus",
+    "Exp",
+    "Erf",
+    "LeakyRelu",
+    "Elu",
+    "HardSigmoid",
+    "HardSwish",
+)
 def _act(c: _Ctx, n: Node, mb: Any) -> None:
     x, nm = c.x(n.inputs[0]), c.out(n)
     if n.op_type in _UNARY:
@@ -106,6 +128,54 @@ def _act(c: _Ctx, n: Node, mb: Any) -> None:
         c.lowered.fusions.append(
             {"node": n.name, "op": "HardSwish", "emitted": ["sigmoid_hard", "mul"]}
         )
+
+
+@_op("Gelu")
+def _gelu(c: _Ctx, n: Node, mb: Any) -> None:
+    approx = n.attr("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    mode = {"none": "EXACT", "tanh": "TANH_APPROXIMATION"}.get(approx)
+    if mode is None:
+        raise Refuse(f"Gelu approximate='{approx}' is not supported")
+    c.set(n, mb.gelu(x=c.x(n.inputs[0]), mode=mode, name=c.out(n)))
+
+
+@_op("Mish")
+def _mish(c: _Ctx, n: Node, mb: Any) -> None:
+    # No MIL mish op: x * tanh(softplus(x)), as ONNX defines Mish.
+    x, nm = c.x(n.inputs[0]), c.out(n)
+    sp = mb.softplus(x=x, name=f"{nm}_softplus")
+    th = mb.tanh(x=sp, name=f"{nm}_tanh")
+    c.lowered.layers += ["softplus", "tanh"]
+    c.set(n, mb.mul(x=x, y=th, name=nm))
+    c.lowered.fusions.append({"node": n.name, "op": "Mish", "emitted": ["softplus", "tanh", "mul"]})
+
+
+@_op("LayerNormalization")
+def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    rank = len(static_shape(g, n.inputs[0]))
+    axis = int(n.attr("axis", -1)) % rank
+    if any(o for o in n.outputs[1:]):
+        raise Refuse("LayerNormalization's mean / inv_std_dev outputs are not supported")
+    tail = static_shape(g, n.inputs[0])[axis:]
+    scale = const(g, n, 1, "scale").astype(np.float32)
+    bias = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and bias is None:
+        raise Refuse("LayerNormalization bias must be a constant")
+    kw: dict[str, Any] = {"gamma": np.broadcast_to(scale, tail).astype(np.float32)}
+    if bias is not None:
+        kw["beta"] = np.broadcast_to(bias.astype(np.float32), tail).astype(np.float32)
+    c.set(
+        n,
+        mb.layer_norm(
+            x=c.x(n.inputs[0]),
+            axes=list(range(axis, rank)),
+            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            name=c.out(n),
+            **kw,
+        ),
+    )
 
 
 @_op("Clip")
@@ -159,13 +229,15 @@ def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     w = const(g, n, 1, "ConvTranspose weight").astype(np.float32)
     bias = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and bias is None:
+        raise Refuse("ConvTranspose bias must be a constant")
     geo = conv_geometry(n, tuple(w.shape[2:]))
-    if (
-        any(geo["pads"])
-        or any(d != 1 for d in geo["dilations"])
-        or any(n.attr("output_padding", [0, 0]))
-    ):
-        raise Refuse("ConvTranspose with pads, dilations or output_padding is not supported")
+    if any(d != 1 for d in geo["dilations"]):
+        raise Refuse("dilated ConvTranspose is not supported")
+    # MIL's custom pad removes pad[2i] / pad[2i+1] from the unpadded result (conv_transpose
+    # doc: Dout = (Din-1)*s + k - pad_before - pad_after), as ONNX's pads do; output_padding
+    # then gives back rows at the end.
+    top, bot, left, right = deconv_crop(n, geo)
     kw: dict[str, Any] = {} if bias is None else {"bias": bias.astype(np.float32)}
     c.set(
         n,
@@ -173,10 +245,48 @@ def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
             x=c.x(n.inputs[0]),
             weight=w,
             strides=geo["strides"],
-            pad_type="valid",
+            pad_type="custom",
+            pad=[top, bot, left, right],
             groups=int(attr(n, "group")),
             name=c.out(n),
             **kw,
+        ),
+    )
+
+
+@_op("Pad")
+def _pad(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    mode = pad_mode(n)
+    modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
+    if mode not in modes:
+        raise Refuse(f"Pad mode '{mode}' is not supported")
+    t, b, left, r = pad_amounts(g, n)
+    c.set(
+        n,
+        mb.pad(
+            x=c.x(n.inputs[0]),
+            pad=np.array([t, b, left, r], np.int32),  # the last two axes (H, W)
+            mode=modes[mode],
+            constant_val=np.float32(pad_value(g, n)),
+            name=c.out(n),
+        ),
+    )
+
+
+@_op("InstanceNormalization")
+def _instancenorm(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    if len(static_shape(g, n.inputs[0])) != 4:
+        raise Refuse("only 4-D InstanceNormalization is supported")
+    c.set(
+        n,
+        mb.instance_norm(
+            x=c.x(n.inputs[0]),
+            gamma=const(g, n, 1, "scale").astype(np.float32).reshape(-1),
+            beta=const(g, n, 2, "bias").astype(np.float32).reshape(-1),
+            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            name=c.out(n),
         ),
     )
 
@@ -338,6 +448,18 @@ def _slice(c: _Ctx, n: Node, mb: Any) -> None:
     )
 
 
+@_op("Gather")
+def _gather(c: _Ctx, n: Node, mb: Any) -> None:
+    g = c.graph
+    idx = const(g, n, 1, "Gather's indices")
+    rank = len(static_shape(g, n.inputs[0]))
+    axis = int(n.attr("axis", 0)) % rank
+    size = static_shape(g, n.inputs[0])[axis]
+    # ONNX allows negative indices; MIL's gather doc does not promise to: normalise them.
+    idx = np.where(idx < 0, idx + size, idx).astype(np.int32)
+    c.set(n, mb.gather(x=c.x(n.inputs[0]), indices=idx, axis=axis, name=c.out(n)))
+
+
 @_op("Softmax")
 def _softmax(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
@@ -402,6 +524,48 @@ def _binary(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, fn(x=a, y=b, name=c.out(n)))
 
 
+def _emit_one(ctx: _Ctx, n: Node, mb: Any) -> str | None:
+    """Emit one node; the reason it is refused, or None."""
+    emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+    try:
+        if emit is None:
+            raise Refuse("no MIL op mapping for this op in onnx2edge")
+        for o in n.outputs[1:]:
+            if o and n.op_type not in ("Split", "LayerNormalization"):
+                raise Refuse("extra outputs are not supported")
+        emit(ctx, n, mb)
+    except Refuse as e:
+        return str(e)
+    except (ValueError, TypeError, AssertionError) as e:  # MIL's own type checks
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"MIL rejected it: {msg}"
+    return None
+
+
+def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
+    """Why node n is refused when emitted alone, its tensor inputs as placeholders (for
+    nodes downstream of a refused one, and when the graph's own inputs are refused)."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, types
+
+    dtypes = {np.dtype(np.float32): types.fp32, np.dtype(np.bool_): types.bool}
+    specs = {}
+    try:
+        for i in n.inputs:
+            if i and not graph.is_const(i) and names[i] not in specs:
+                t = graph.type_of(i)
+                dt = dtypes.get(np.dtype(t.dtype), types.int32) if t is not None else types.fp32
+                specs[names[i]] = mb.placeholder(shape=static_shape(graph, i), dtype=dt)
+    except Refuse as e:
+        return str(e)
+    with Function(specs) as fn:
+        ctx = _Ctx(graph, names)
+        for i in n.inputs:
+            if i and i in names and names[i] in fn.inputs:
+                ctx.vars[i] = fn.inputs[names[i]]
+        return _emit_one(ctx, n, mb)
+
+
 def check(graph: Graph) -> list[str]:
     return build_program(graph, collect=True)[1]
 
@@ -421,44 +585,32 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
     except Refuse as e:
         if not collect:
             raise
-        # Still name every node with no mapping at all, so one run shows all the work.
-        unknown = [
-            f"{n.name} ({n.op_type}, opset {graph.opset}): no mapping for this op in onnx2edge"
+        # Still judge every node on its own, so one run names all the work.
+        each = [
+            f"{n.name} ({n.op_type}, opset {graph.opset}): {why}"
             for n in graph.nodes
-            if n.op_type not in MIL_OPS or n.domain not in ("", "ai.onnx")
+            if (why := _alone(graph, n, names)) is not None
         ]
-        return None, [f"graph inputs/outputs: {e}", *unknown], Lowered()
+        return None, [f"graph inputs/outputs: {e}", *each], Lowered()
     specs = {names[i]: mb.placeholder(shape=static_shape(graph, i)) for i in graph.inputs}
     prog = Program()
     with Function(specs) as fn:
         ctx = _Ctx(graph, names)
         for i in graph.inputs:
             ctx.vars[i] = fn.inputs[names[i]]
-        skipped: set[str] = set()  # outputs of refused nodes: their users are not re-reported
+        skipped: set[str] = set()  # outputs of refused nodes
         for n in graph.nodes:
-            emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
             if any(i in skipped for i in n.inputs):
+                # Its input comes from a refused node: judge it on placeholders instead.
                 skipped.update(n.outputs)
+                if collect and (why := _alone(graph, n, names)) is not None:
+                    refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {why}")
                 continue
-            try:
-                if emit is None:
-                    raise Refuse("no MIL op mapping for this op in onnx2edge")
-                for o in n.outputs[1:]:
-                    if o and o not in ("",) and n.op_type != "Split":
-                        raise Refuse("extra outputs are not supported")
-                emit(ctx, n, mb)
-            except Refuse as e:
+            why = _emit_one(ctx, n, mb)
+            if why is not None:
                 if not collect:
-                    raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
-                refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
-                skipped.update(n.outputs)
-            except (ValueError, TypeError, AssertionError) as e:  # MIL's own type checks
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                if not collect:
-                    raise Refuse(f"{n.name} ({n.op_type}): MIL rejected it: {msg}") from None
-                refusals.append(
-                    f"{n.name} ({n.op_type}, opset {graph.opset}): MIL rejected it: {msg}"
-                )
+                    raise Refuse(f"{n.name} ({n.op_type}): {why}")
+                refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {why}")
                 skipped.update(n.outputs)
         if refusals:
             return None, refusals, ctx.lowered
@@ -484,9 +636,4 @@ def node_reasons(graph: Graph) -> dict[str, str]:
         name = next((m for m in names if line.startswith(f"{m} (")), None)
         if name is not None:
             out[name] = line.split("): ", 1)[-1]
-    if lines and lines[0].startswith("graph inputs/outputs"):
-        # The program could not be built: nodes with a mapping are judged by the table only.
-        for n in graph.nodes:
-            if n.op_type not in MIL_OPS:
-                out.setdefault(n.name, "no MIL op mapping for this op in onnx2edge")
     return out

@@ -27,9 +27,13 @@ from .common import (
     clip_bounds,
     const,
     conv_geometry,
+    deconv_crop,
     float_tensor,
     gemm_weights,
     opt_const,
+    pad_amounts,
+    pad_mode,
+    pad_value,
     pool_out,
     resize_params,
     static_shape,
@@ -169,26 +173,30 @@ def _deconv(c: _Ctx, n: Node) -> None:
     g = c.graph
     w = const(g, n, 1, "ConvTranspose weight").astype(np.float32)
     bias = opt_const(g, n, 2)
+    if len(n.inputs) > 2 and n.inputs[2] and bias is None:
+        raise Refuse("ConvTranspose bias must be a constant")
     geo = conv_geometry(n, tuple(w.shape[2:]))
-    if (
-        any(geo["pads"])
-        or any(d != 1 for d in geo["dilations"])
-        or any(n.attr("output_padding", [0, 0]))
-    ):
-        # Core ML crops deconvolution output differently from ONNX pads; only the plain
-        # (H-1)*s + k case is mapped so the two agree by construction.
-        raise Refuse("ConvTranspose with pads, dilations or output_padding is not supported")
+    if any(d != 1 for d in geo["dilations"]):
+        raise Refuse("dilated ConvTranspose is not supported")
+    top, bot, left, right = deconv_crop(n, geo)
     groups = int(attr(n, "group"))
-    cin = chw(g, n.inputs[0])[0]
-    oc, oh, ow = chw(g, n.outputs[0])
+    cin, ih, iw = chw(g, n.inputs[0])
+    oc = chw(g, n.outputs[0])[0]
+    sh, sw = geo["strides"]
+    # The unpadded result ((H-1)*s + k), then a Crop layer: NeuralNetwork.proto's
+    # deconvolution padding rules are not documented precisely enough to map ONNX pads onto
+    # them, while Crop's border amounts are (the old onnx-coreml converter did the same).
+    full = ((ih - 1) * sh + w.shape[2], (iw - 1) * sw + w.shape[3])
+    crop = any((top, bot, left, right))
+    y = c.tmp(n.outputs[0]) if crop else n.outputs[0]
     c.b.add_convolution(
         n.name,
         kernel_channels=cin,
         output_channels=oc,
         height=w.shape[2],
         width=w.shape[3],
-        stride_height=geo["strides"][0],
-        stride_width=geo["strides"][1],
+        stride_height=sh,
+        stride_width=sw,
         border_mode="valid",
         groups=groups,
         # builder layout for deconvolution: (kH, kW, Cin, Cout/groups)
@@ -196,11 +204,68 @@ def _deconv(c: _Ctx, n: Node) -> None:
         b=None if bias is None else bias.astype(np.float32),
         has_bias=bias is not None,
         is_deconv=True,
-        output_shape=(oh, ow),
+        output_shape=full,
         input_name=n.inputs[0],
-        output_name=n.outputs[0],
+        output_name=y,
     )
     c.layer("convolution(deconv)")
+    if crop:
+        c.b.add_crop(c.tmp(n.name), left, right, top, bot, [0, 0], [y], n.outputs[0])
+        c.layer("crop")
+
+
+_NN_PAD = {"constant": "constant", "reflect": "reflection", "edge": "replication"}
+
+
+@_op("Pad")
+def _pad(c: _Ctx, n: Node) -> None:
+    g = c.graph
+    mode = pad_mode(n)
+    if mode not in _NN_PAD:
+        raise Refuse(f"Pad mode '{mode}' is not supported")
+    t, b, left, r = pad_amounts(g, n)
+    _, h, w = chw(g, n.inputs[0])
+    if mode == "reflect" and (max(t, b) >= h or max(left, r) >= w):
+        raise Refuse("reflect pads must be smaller than the padded axis")
+    c.b.add_padding(
+        n.name,
+        left=left,
+        right=r,
+        top=t,
+        bottom=b,
+        value=pad_value(g, n),
+        input_name=n.inputs[0],
+        output_name=n.outputs[0],
+        padding_type=_NN_PAD[mode],
+    )
+    c.layer("padding")
+
+
+@_op("InstanceNormalization")
+def _instancenorm(c: _Ctx, n: Node) -> None:
+    # BatchNorm with computeMeanVar + instanceNormalization: statistics of this instance
+    # over H and W (NeuralNetwork.proto, BatchnormLayerParams) = ONNX InstanceNormalization.
+    g = c.graph
+    ch = chw(g, n.inputs[0])[0]
+    if len(static_shape(g, n.inputs[0])) != 4:
+        raise Refuse("only 4-D InstanceNormalization is supported")
+    gamma = const(g, n, 1, "InstanceNormalization scale").astype(np.float32).reshape(-1)
+    beta = const(g, n, 2, "InstanceNormalization bias").astype(np.float32).reshape(-1)
+    zeros = np.zeros(ch, np.float32)
+    c.b.add_batchnorm(
+        n.name,
+        ch,
+        gamma,
+        beta,
+        zeros,
+        np.ones(ch, np.float32),
+        n.inputs[0],
+        n.outputs[0],
+        compute_mean_var=True,
+        instance_normalization=True,
+        epsilon=float(n.attr("epsilon", 1e-5)),
+    )
+    c.layer("batchnorm(instance)")
 
 
 @_op("Gemm", "MatMul")
@@ -529,13 +594,14 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
     except Refuse as e:
         if not collect:
             raise
-        # Still name every node with no mapping at all, so one run shows all the work.
-        unknown = [
-            f"{n.name} ({n.op_type}, opset {graph.opset}): no mapping for this op in onnx2edge"
+        # Still judge every node on its own, so one run names all the work.
+        why, _ = node_reasons(graph)
+        each = [
+            f"{n.name} ({n.op_type}, opset {graph.opset}): {why[n.name]}"
             for n in graph.nodes
-            if n.op_type not in NN_OPS or n.domain not in ("", "ai.onnx")
+            if n.name in why
         ]
-        return None, [f"graph inputs/outputs: {e}", *unknown], Lowered()
+        return None, [f"graph inputs/outputs: {e}", *each], Lowered()
     b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=False)
     ctx = _Ctx(graph, b)
     for n in graph.nodes:
