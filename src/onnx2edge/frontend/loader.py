@@ -597,7 +597,7 @@ def load(
     model = bind_inputs(load_model(path, load_external=False), fixed_inputs or {})
     model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
     bare, declared = strip_output_shapes(model)
-    graph = lower_contrib(graph_from_model(bare, base_dir=base_dir))
+    graph = _spell_out_defaults(lower_contrib(graph_from_model(bare, base_dir=base_dir)))
     # The IR never lists initializers as inputs, which IR 3 requires (inference ignores them).
     graph = graph.replace(ir_version=max(graph.ir_version, 4))
     if not fold:
@@ -611,6 +611,26 @@ def load(
     check_if_selects(graph)
     _note_declared(graph, declared, quiet)
     return graph
+
+
+# Attributes onnx's shape inference reads with another default than the op's schema: spelled
+# out, so inference and every later pass see the schema's meaning (STFT's inference takes a
+# missing `onesided` as 0, its schema default is 1).
+_DEFAULTS_TO_SPELL = {"STFT": {"onesided": 1}}
+
+
+def _spell_out_defaults(graph: Graph) -> Graph:
+    from ..ir import Attr
+
+    nodes = []
+    for n in graph.nodes:
+        add = {
+            k: Attr(onnx.AttributeProto.INT, v)
+            for k, v in _DEFAULTS_TO_SPELL.get(n.op_type, {}).items()
+            if n.domain in ("", "ai.onnx") and k not in n.attrs
+        }
+        nodes.append(n.replace(attrs={**n.attrs, **add}) if add else n)
+    return graph.replace(nodes=tuple(nodes))
 
 
 def _declared_fallback(graph: Graph, declared: Mapping[str, tuple]) -> Graph:

@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ..base import Backend, ConvertResult, read_manifest, register_backend
+from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .emitter import ModelEmitter
 from .writer import write_model, write_support_files
@@ -28,6 +29,7 @@ class CBackend(Backend):
         "fold_constants",
         "remove_identity",
         "fold_batchnorm",
+        "widen_small_floats",  # before the fusions: each widened op rounds its own result
         "fuse_residual",
         "fuse_activation",
         "eliminate_dead_nodes",
