@@ -57,6 +57,40 @@ def _check_external_data(model: onnx.ModelProto, base_dir: Path, source: Path) -
             )
 
 
+def _import_default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A model of ai.onnx.ml or training ops only may import no default-domain opset; one is
+    added (no node uses it, so its version only has to be one every tool knows) so the rest of
+    the pipeline has its usual opset."""
+    domains = {("" if o.domain == "ai.onnx" else o.domain) for o in model.opset_import}
+    if "" in domains or not domains & {"ai.onnx.ml", "ai.onnx.preview.training"}:
+        return model
+    if any(n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model  # default-domain nodes without an opset: _check_opsets refuses it
+    out = _copy(model)
+    out.opset_import.append(onnx.helper.make_opsetid("", 17))
+    return out
+
+
+def _upgrade_old_opset(model: onnx.ModelProto, source: Path) -> onnx.ModelProto:
+    """A model below MIN_OPSET, converted up by onnx's version converter (the adapters are the
+    spec's own); unchanged when it cannot convert it, so _check_opsets names the opset."""
+    versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    if versions.get("", MIN_OPSET) >= MIN_OPSET:
+        return model
+    try:
+        from onnx import version_converter
+
+        up = version_converter.convert_version(model, MIN_OPSET)
+    except Exception:  # noqa: BLE001 - any converter failure: the opset error below stands
+        return model
+    print(
+        f"onnx2edge: note: {source}: opset {versions['']} converted to {MIN_OPSET} "
+        "(onnx.version_converter)",
+        file=sys.stderr,
+    )
+    return up
+
+
 def _check_opsets(model: onnx.ModelProto, source: Path) -> int:
     versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     if "" not in versions:
@@ -248,6 +282,7 @@ def load_model(
     else:
         source = Path(path)
         model = read_model_proto(source, load_external=load_external)
+    model = _upgrade_old_opset(_import_default_domain(model), source)
     opset = _check_opsets(model, source)
     model = _import_used_domains(model)
     if check:

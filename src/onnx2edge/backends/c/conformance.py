@@ -169,7 +169,8 @@ def _input_names(model: Any) -> list[str]:
 
 def _shape_inputs(model: Any, ins: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Graph inputs whose values decide a shape or a branch (read, directly or through
-    arithmetic, at a position passes.specialise lists, an If condition or a Loop count)."""
+    arithmetic, at a position passes.specialise lists, an If condition, a Loop count or a
+    Dropout's ratio and training_mode)."""
     from ...passes.specialise import _SHAPE_INPUTS
 
     producer = {o: n for n in model.graph.node for o in n.output if o}
@@ -180,6 +181,8 @@ def _shape_inputs(model: Any, ins: list[np.ndarray]) -> dict[str, np.ndarray]:
             positions = (0,)
         elif n.op_type == "Loop":
             positions = (0, 1)
+        elif n.op_type == "Dropout":
+            positions = (1, 2)  # ratio and training_mode decide whether a mask is drawn
         stack += [n.input[i] for i in positions if i < len(n.input) and n.input[i]]
     seen: set[str] = set()
     while stack:

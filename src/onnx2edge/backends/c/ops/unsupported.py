@@ -54,7 +54,6 @@ UNSUPPORTED: dict[str, str] = {
     "StringConcat": _STRING,
     "StringNormalizer": _STRING,
     "StringSplit": _STRING,
-    "SwiGLU": _NO_EMITTER,
     "TfIdfVectorizer": _NO_EMITTER,
     "Unique": _DATA_SHAPE,
 }
