@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import Onnx2EdgeError
+from ...passes.bounded import bounded_axis
 from .build import STRICT_FLAGS, arch_flags, build_executable, compiler, is_emulated, run_executable
 
 BATCH = 48
@@ -148,7 +149,12 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
                 for n in g.inputs
             ],
             "outputs": [
-                {"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))}
+                {
+                    "name": n,
+                    "dtype": g.type_of(n).dtype.name,
+                    "shape": list(g.shape_of(n)),
+                    "bounded_axis": bounded_axis(g, n),
+                }
                 for n in g.outputs
             ],
         }

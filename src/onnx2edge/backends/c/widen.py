@@ -21,6 +21,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ...ir import Attr, Graph, Node, TensorType, Value
+from ...passes.bounded import bounded_axes
 from ...passes.registry import register_pass
 
 WIDENED = ("float16", "bfloat16")
@@ -43,7 +44,13 @@ def _is_small(graph: Graph, name: str) -> bool:
 
 @register_pass(
     "widen_small_floats",
-    after=("fold_constants", "remove_identity", "infer_shapes", "fold_batchnorm"),
+    after=(
+        "fold_constants",
+        "remove_identity",
+        "infer_shapes",
+        "fold_batchnorm",
+        "bound_data_dependent",
+    ),
 )
 def widen_small_floats(graph: Graph) -> Graph:
     """Wrap every float-only op that sees float16 / bfloat16 in Casts to and from float32."""
@@ -73,6 +80,7 @@ def widen_small_floats(graph: Graph) -> Graph:
             or node.domain not in ("", "ai.onnx")
             or _native(node.op_type)
             or any(a in node.attrs for a in _TYPED_ATTRS)
+            or bounded_axes(node)  # a run-time-sized output must stay the graph output
         ):
             nodes.append(node)
             continue

@@ -17,7 +17,6 @@ _OPTIONAL = "takes or returns an optional value: the C backend has tensors only"
 _STRING = "string tensors: the C backend has numeric and bool tensors only"
 _RANDOM = "it draws random numbers, which could not be checked against onnxruntime"
 _SUBGRAPH = "control flow: subgraph attributes are not lowered to C"
-_DATA_SHAPE = "its output shape depends on the input values; C tensors have static shapes"
 _WINDOW = "not written yet; its function body is refused too (its Range output has no static shape)"
 
 UNSUPPORTED: dict[str, str] = {
@@ -33,7 +32,6 @@ UNSUPPORTED: dict[str, str] = {
     "MaxRoiPool": _NO_EMITTER,
     "MaxUnpool": _NO_EMITTER,
     "Multinomial": _RANDOM,
-    "NonMaxSuppression": f"not written yet; {_DATA_SHAPE}",
     "Optional": _OPTIONAL,
     "OptionalGetElement": _OPTIONAL,
     "RandomNormal": _RANDOM,
@@ -55,7 +53,6 @@ UNSUPPORTED: dict[str, str] = {
     "StringNormalizer": _STRING,
     "StringSplit": _STRING,
     "TfIdfVectorizer": _NO_EMITTER,
-    "Unique": _DATA_SHAPE,
 }
 
 # Ops no emitter needs: they are gone from the graph before the backend sees it.
