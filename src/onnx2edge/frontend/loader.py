@@ -57,6 +57,56 @@ def _check_external_data(model: onnx.ModelProto, base_dir: Path, source: Path) -
             )
 
 
+# Preview ops the ONNX spec defines by a function of standard ops (FlexAttention): replaced by
+# that function, expanded by onnx itself for the node's attributes and input types.
+_EXPANDED_DOMAINS = ("ai.onnx.preview",)
+
+
+def _expand_preview_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    if not any(n.domain in _EXPANDED_DOMAINS for n in model.graph.node):
+        return model
+    import onnx.inliner
+
+    out = _copy(model)
+    g = out.graph
+    nodes = [n for n in g.node if n.domain in _EXPANDED_DOMAINS]
+    types = {vi.name: vi.type for vi in (*g.input, *g.value_info, *g.output)}
+    types |= {
+        t.name: onnx.helper.make_tensor_type_proto(t.data_type, t.dims) for t in g.initializer
+    }
+    versions = {o.domain: o.version for o in out.opset_import}
+    done: set[tuple[str, str]] = set()
+    for n in nodes:
+        try:
+            s = onnx.defs.get_schema(n.op_type, versions.get(n.domain, 1), n.domain)
+        except onnx.defs.SchemaError:
+            return model  # _check_ops names it
+        if not (s.has_function or s.has_context_dependent_function) or not all(
+            i in types for i in n.input if i
+        ):
+            return model
+        if (n.domain, n.op_type) in done:
+            return model  # two such nodes would need two bodies under one name: not expanded
+        done.add((n.domain, n.op_type))
+        node = onnx.NodeProto()
+        node.CopyFrom(n)
+        names = {a.name for a in node.attribute}
+        node.attribute.extend(
+            v.default_value
+            for k, v in s.attributes.items()
+            if k not in names and v.default_value.name
+        )
+        if s.has_context_dependent_function:
+            ins = [types[i].SerializeToString() for i in n.input if i]
+            body = s.get_context_dependent_function(node.SerializeToString(), ins)
+        else:
+            body = s.function_body.SerializeToString()
+        out.functions.append(onnx.FunctionProto.FromString(body))
+        n.ClearField("attribute")
+        n.attribute.extend(node.attribute)
+    return onnx.inliner.inline_local_functions(out)
+
+
 def _import_default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
     """A model of ai.onnx.ml or training ops only may import no default-domain opset; one is
     added (no node uses it, so its version only has to be one every tool knows) so the rest of
@@ -282,6 +332,7 @@ def load_model(
     else:
         source = Path(path)
         model = read_model_proto(source, load_external=load_external)
+    model = _expand_preview_ops(model)
     model = _upgrade_old_opset(_import_default_domain(model), source)
     opset = _check_opsets(model, source)
     model = _import_used_domains(model)
