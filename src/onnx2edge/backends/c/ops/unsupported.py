@@ -52,7 +52,6 @@ UNSUPPORTED: dict[str, str] = {
     "StringConcat": _STRING,
     "StringNormalizer": _STRING,
     "StringSplit": _STRING,
-    "TfIdfVectorizer": _NO_EMITTER,
 }
 
 # Ops no emitter needs: they are gone from the graph before the backend sees it.
