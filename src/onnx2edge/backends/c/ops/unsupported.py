@@ -30,7 +30,6 @@ UNSUPPORTED: dict[str, str] = {
     "ImageDecoder": "it decodes encoded images (JPEG, PNG, ...): a codec's job",
     "Loop": _SUBGRAPH,
     "MaxRoiPool": _NO_EMITTER,
-    "MaxUnpool": _NO_EMITTER,
     "Multinomial": _RANDOM,
     "Optional": _OPTIONAL,
     "OptionalGetElement": _OPTIONAL,
