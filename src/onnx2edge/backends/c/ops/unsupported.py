@@ -38,7 +38,6 @@ UNSUPPORTED: dict[str, str] = {
     "RandomUniform": _RANDOM,
     "RandomUniformLike": _RANDOM,
     "RegexFullMatch": _STRING,
-    "RoiAlign": _NO_EMITTER,
     "Scan": _SUBGRAPH,
     "SequenceAt": _SEQUENCE,
     "SequenceConstruct": _SEQUENCE,
