@@ -23,7 +23,6 @@ UNSUPPORTED: dict[str, str] = {
     "Bernoulli": _RANDOM,
     "BlackmanWindow": _WINDOW,
     "ConcatFromSequence": _SEQUENCE,
-    "DeformConv": _NO_EMITTER,
     "HammingWindow": _WINDOW,
     "HannWindow": _WINDOW,
     "If": _SUBGRAPH,
