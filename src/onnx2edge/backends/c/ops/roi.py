@@ -1,6 +1,7 @@
 """RoiAlign: average or max of bilinear samples over a grid in each output bin of each region.
 
-Follows the ONNX reference (and onnxruntime's kernel) step by step, in double: sample points
+Follows the ONNX reference (and onnxruntime's kernel) step by step, in the tensor's type (the
+region's float32 rounding decides the sampling grid, ceil(bin size), as it does there): points
 outside [-1, size] count as 0, the grid is sampling_ratio or ceil(bin size) points per axis, and
 max mode takes the largest of the four weighted corner values of each sample (the spec's, not a
 max of interpolated values).
@@ -9,7 +10,7 @@ max of interpolated values).
 from __future__ import annotations
 
 from ....ir import Graph, Node
-from ..emitter import NodeContext
+from ..emitter import NodeContext, c_literal
 from . import register_op
 
 
@@ -34,45 +35,48 @@ def roi_align(ctx: NodeContext) -> str:
     ncol = rois.shape[1]
     if y.size == 0:
         return "/* empty output */"
-    sample = f"""double yy = sh + (double)p_h * bh + (iy + 0.5) * bh / gh;
-        double xx = sw + (double)p_w * bw + (ix + 0.5) * bw / gw;
-        double v1 = 0, v2 = 0, v3 = 0, v4 = 0;
+    T = x.ctype
+    half_lit = "0.5" if T == "double" else "0.5f"
+    sample = f"""{T} yy = sh + ({T})p_h * bh + (({T})iy + {half_lit}) * bh / ({T})gh;
+        {T} xx = sw + ({T})p_w * bw + (({T})ix + {half_lit}) * bw / ({T})gw;
+        {T} v1 = 0, v2 = 0, v3 = 0, v4 = 0;
         if (!(yy < -1.0 || yy > {h} || xx < -1.0 || xx > {w})) {{
           if (yy < 0) yy = 0;
           if (xx < 0) xx = 0;
           long yl = (long)yy, xl = (long)xx, yh, xh;
-          if (yl >= {h - 1}) {{ yh = yl = {h - 1}; yy = (double)yl; }} else yh = yl + 1;
-          if (xl >= {w - 1}) {{ xh = xl = {w - 1}; xx = (double)xl; }} else xh = xl + 1;
-          const double ly = yy - yl, lx = xx - xl, hy = 1.0 - ly, hx = 1.0 - lx;
-          v1 = hy * hx * (double)img[yl * {w} + xl];
-          v2 = hy * lx * (double)img[yl * {w} + xh];
-          v3 = ly * hx * (double)img[yh * {w} + xl];
-          v4 = ly * lx * (double)img[yh * {w} + xh];
+          if (yl >= {h - 1}) {{ yh = yl = {h - 1}; yy = ({T})yl; }} else yh = yl + 1;
+          if (xl >= {w - 1}) {{ xh = xl = {w - 1}; xx = ({T})xl; }} else xh = xl + 1;
+          const {T} ly = yy - ({T})yl, lx = xx - ({T})xl, hy = 1 - ly, hx = 1 - lx;
+          v1 = hy * hx * img[yl * {w} + xl];
+          v2 = hy * lx * img[yl * {w} + xh];
+          v3 = ly * hx * img[yh * {w} + xl];
+          v4 = ly * lx * img[yh * {w} + xh];
         }}"""
     if avg:
         combine = "acc += v1 + v2 + v3 + v4;"
-        result = "acc / (double)(gh * gw > 1 ? gh * gw : 1)"
+        result = f"acc / ({T})(gh * gw > 1 ? gh * gw : 1)"
     else:
-        combine = """double m = v1 > v2 ? v1 : v2;
+        combine = f"""{T} m = v1 > v2 ? v1 : v2;
         if (v3 > m) m = v3;
         if (v4 > m) m = v4;
         if (first || m > acc) acc = m;
         first = 0;"""
         result = "acc"
-    off = "0.5" if half else "0.0"
-    clamp = "" if half else "if (rw < 1.0) rw = 1.0;\n  if (rh < 1.0) rh = 1.0;"
+    off = c_literal(0.5 if half else 0.0, x.dtype)
+    clamp = "" if half else "if (rw < 1) rw = 1;\n  if (rh < 1) rh = 1;"
     grid = (
         f"const long gh = {ratio}, gw = {ratio};"
         if ratio > 0
-        else f"const long gh = (long)ceil(rh / {ph}), gw = (long)ceil(rw / {pw});"
+        else f"const long gh = (long)ceil(rh / ({T}){ph}), gw = (long)ceil(rw / ({T}){pw});"
     )
-    return f"""for (size_t n = 0; n < {nr}; ++n) {{
-  const double sw = (double){rois.sym}[n * {ncol}] * {scale!r} - {off};
-  const double sh = (double){rois.sym}[n * {ncol} + 1] * {scale!r} - {off};
-  double rw = (double){rois.sym}[n * {ncol} + 2] * {scale!r} - {off} - sw;
-  double rh = (double){rois.sym}[n * {ncol} + 3] * {scale!r} - {off} - sh;
+    return f"""const {T} sc = {c_literal(scale, x.dtype)};
+for (size_t n = 0; n < {nr}; ++n) {{
+  const {T} sw = ({T}){rois.sym}[n * {ncol}] * sc - {off};
+  const {T} sh = ({T}){rois.sym}[n * {ncol} + 1] * sc - {off};
+  {T} rw = ({T}){rois.sym}[n * {ncol} + 2] * sc - {off} - sw;
+  {T} rh = ({T}){rois.sym}[n * {ncol} + 3] * sc - {off} - sh;
   {clamp}
-  const double bh = rh / {ph}, bw = rw / {pw};
+  const {T} bh = rh / ({T}){ph}, bw = rw / ({T}){pw};
   {grid}
   const int64_t b = (int64_t){bidx.sym}[n];
   if (b < 0 || b >= {x.shape[0]}) {{  /* a batch index out of range: zeros, no read */
@@ -83,7 +87,7 @@ def roi_align(ctx: NodeContext) -> str:
     const {x.ctype} *img = {x.sym} + ((size_t)b * {ch} + c) * {h * w};
     for (size_t p_h = 0; p_h < {ph}; ++p_h)
     for (size_t p_w = 0; p_w < {pw}; ++p_w) {{
-      double acc = 0;
+      {T} acc = 0;
       int first = 1;
       (void)first;
       for (long iy = 0; iy < gh; ++iy)
