@@ -680,7 +680,8 @@ def load(
     # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
     # neither copied into the protobuf nor copied again with every ModelProto copy below.
     base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent
-    model = bind_inputs(load_model(path, load_external=False), fixed_inputs or {})
+    model = _present_optional_inputs(load_model(path, load_external=False))
+    model = bind_inputs(model, fixed_inputs or {})
     model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
     bare, declared = strip_output_shapes(model)
     graph = _spell_out_defaults(lower_contrib(graph_from_model(bare, base_dir=base_dir)))
@@ -717,6 +718,30 @@ def _spell_out_defaults(graph: Graph) -> Graph:
         }
         nodes.append(n.replace(attrs={**n.attrs, **add}) if add else n)
     return graph.replace(nodes=tuple(nodes))
+
+
+def _present_optional_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Graph inputs of type optional(tensor) become plain tensor inputs: generated code always
+    receives them (an absent value has no form in a C buffer). OptionalHasElement and
+    OptionalGetElement take tensors from opset 18, so older models are left as they are."""
+    versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    opt = [
+        i
+        for i in model.graph.input
+        if i.type.HasField("optional_type")
+        and i.type.optional_type.elem_type.HasField("tensor_type")
+    ]
+    if not opt or versions.get("", 0) < 18:
+        return model
+    out = _copy(model)
+    for vi in out.graph.input:
+        if vi.type.HasField("optional_type") and vi.type.optional_type.elem_type.HasField(
+            "tensor_type"
+        ):
+            tensor = onnx.TypeProto()
+            tensor.CopyFrom(vi.type.optional_type.elem_type)
+            vi.type.CopyFrom(tensor)
+    return out
 
 
 def _declared_fallback(graph: Graph, declared: Mapping[str, tuple]) -> Graph:

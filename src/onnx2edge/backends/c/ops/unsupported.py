@@ -31,7 +31,6 @@ UNSUPPORTED: dict[str, str] = {
     "MaxRoiPool": _NO_EMITTER,
     "Multinomial": _RANDOM,
     "Optional": _OPTIONAL,
-    "OptionalGetElement": _OPTIONAL,
     "RandomNormal": _RANDOM,
     "RandomNormalLike": _RANDOM,
     "RandomUniform": _RANDOM,
@@ -54,8 +53,4 @@ UNSUPPORTED: dict[str, str] = {
 # Ops no emitter needs: they are gone from the graph before the backend sees it.
 HANDLED_BEFORE_C: dict[str, str] = {
     "Constant": "becomes an initializer at conversion time (passes/fold_constants.py)",
-    "OptionalHasElement": (
-        "folded to a constant at conversion time when its input is absent; "
-        "an optional value at run time is not supported"
-    ),
 }
