@@ -11,6 +11,7 @@ from ....ir import Graph, Node
 from ....passes.bounded import bounded_axes
 from ..emitter import NodeContext
 from . import register_op
+from .dtypes import allow_storage_dtypes, compute_ctype, load_expr
 
 
 def _bounded_check(node: Node, graph: Graph) -> str | None:
@@ -128,7 +129,7 @@ for (size_t c = 0; c < {nc}; ++c) {{
 # --------------------------------------------------------------------------------------------
 def _unique_check(node: Node, graph: Graph) -> str | None:
     t = graph.type_of(node.inputs[0])
-    if t is None or t.dtype.kind not in "fiub":
+    if t is None or (t.dtype.kind not in "fiub" and t.dtype.name not in ("bfloat16", "float16")):
         return "Unique takes a numeric tensor"
     return _bounded_check(node, graph)
 
@@ -162,14 +163,18 @@ def unique(ctx: NodeContext) -> str:
     # the comparison depends on the shape: one helper a node. Slice i's element (o, e) is
     # x[(o * length + i) * inner + e]; returns -1 / 0 / 1, or 2 when a NaN makes them unordered
     name = ctx.unique("o2e_unique_cmp")
+    # float16 & co compare as the values they store (dtypes.load_expr), copied as raw bits
+    ct = compute_ctype(x.dtype)
+    la = load_expr(ctx, x.dtype, f"x[(o * {length} + (size_t)i) * {inner} + e]")
+    lb = load_expr(ctx, x.dtype, f"x[(o * {length} + (size_t)j) * {inner} + e]")
     ctx.helper(
         name,
         f"""static int {name}(const {x.ctype} *x, int64_t i, int64_t j)
 {{
   for (size_t o = 0; o < {outer}; ++o)
     for (size_t e = 0; e < {inner}; ++e) {{
-      const {x.ctype} a = x[(o * {length} + (size_t)i) * {inner} + e];
-      const {x.ctype} b = x[(o * {length} + (size_t)j) * {inner} + e];
+      const {ct} a = {la};
+      const {ct} b = {lb};
       if (a < b) return -1;
       if (b < a) return 1;
       if (!(a == b)) return 2;
@@ -221,3 +226,6 @@ for (size_t i = 0; i < {length}; ++i) {{
 {sort_code}
 for (int64_t p = 0; p < nu; ++p) {rank}[{perm}[p]] = p;
 {body}"""
+
+
+allow_storage_dtypes("Unique")
