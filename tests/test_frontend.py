@@ -202,13 +202,32 @@ def test_op_newer_than_opset(tmp_path: Path) -> None:
         load(save(m, tmp_path / "g.onnx"))
 
 
-@pytest.mark.parametrize("opset", [6, 99])
+@pytest.mark.parametrize("opset", [99])
 def test_unsupported_opset(tmp_path: Path, opset: int) -> None:
     m = make_model(
         [helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])], opset=opset
     )
     with pytest.raises(UnsupportedError, match=f"opset {opset} is not supported"):
         load(save(m, tmp_path / "o.onnx"))
+
+
+def test_old_opset_is_converted_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Below opset 7, onnx's version converter upgrades the model (with a note); a model it
+    cannot convert (Upsample-1's scales attribute in a broken form here) keeps the error."""
+    m = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])], opset=6
+    )
+    g = load(save(m, tmp_path / "o.onnx"))
+    assert g.opset == 7 and [n.op_type for n in g.nodes] == ["Relu"]
+    assert "opset 6 converted to 7" in capsys.readouterr().err
+    bad = make_model(
+        [helper.make_node("Upsample", ["x"], ["y"], scales=[1.0, 2.0])],
+        [vi("x", [2, 2])],
+        [vi("y", [2, 4])],
+        opset=5,
+    )
+    with pytest.raises(UnsupportedError, match="opset 5 is not supported"):
+        load(save(bad, tmp_path / "u.onnx"))
 
 
 @pytest.mark.parametrize("opset", [7, 11, 13, 17, 21])

@@ -292,7 +292,12 @@ def _fixed_entries(fixed: Fixed) -> dict[str, Any]:
 def _io_entry(graph: Graph, name: str) -> dict[str, Any]:
     t = graph.type_of(name)
     assert t is not None and t.is_static
-    return {"name": name, "shape": list(t.static_shape), "dtype": str(t.dtype)}
+    from .passes.bounded import bounded_axis
+
+    entry = {"name": name, "shape": list(t.static_shape), "dtype": str(t.dtype)}
+    if (axis := bounded_axis(graph, name)) is not None:
+        entry["bounded_axis"] = axis  # shape is a bound; the run reports the actual extent
+    return entry
 
 
 def run(

@@ -63,6 +63,90 @@ def _check_external_data(model: onnx.ModelProto, base_dir: Path, source: Path) -
             )
 
 
+# Preview ops the ONNX spec defines by a function of standard ops (FlexAttention): replaced by
+# that function, expanded by onnx itself for the node's attributes and input types.
+_EXPANDED_DOMAINS = ("ai.onnx.preview",)
+
+
+def _expand_preview_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    if not any(n.domain in _EXPANDED_DOMAINS for n in model.graph.node):
+        return model
+    import onnx.inliner
+
+    out = _copy(model)
+    g = out.graph
+    nodes = [n for n in g.node if n.domain in _EXPANDED_DOMAINS]
+    types = {vi.name: vi.type for vi in (*g.input, *g.value_info, *g.output)}
+    types |= {
+        t.name: onnx.helper.make_tensor_type_proto(t.data_type, t.dims) for t in g.initializer
+    }
+    versions = {o.domain: o.version for o in out.opset_import}
+    done: set[tuple[str, str]] = set()
+    for n in nodes:
+        try:
+            s = onnx.defs.get_schema(n.op_type, versions.get(n.domain, 1), n.domain)
+        except onnx.defs.SchemaError:
+            return model  # _check_ops names it
+        if not (s.has_function or s.has_context_dependent_function) or not all(
+            i in types for i in n.input if i
+        ):
+            return model
+        if (n.domain, n.op_type) in done:
+            return model  # two such nodes would need two bodies under one name: not expanded
+        done.add((n.domain, n.op_type))
+        node = onnx.NodeProto()
+        node.CopyFrom(n)
+        names = {a.name for a in node.attribute}
+        node.attribute.extend(
+            v.default_value
+            for k, v in s.attributes.items()
+            if k not in names and v.default_value.name
+        )
+        if s.has_context_dependent_function:
+            ins = [types[i].SerializeToString() for i in n.input if i]
+            body = s.get_context_dependent_function(node.SerializeToString(), ins)
+        else:
+            body = s.function_body.SerializeToString()
+        out.functions.append(onnx.FunctionProto.FromString(body))
+        n.ClearField("attribute")
+        n.attribute.extend(node.attribute)
+    return onnx.inliner.inline_local_functions(out)
+
+
+def _import_default_domain(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A model of ai.onnx.ml or training ops only may import no default-domain opset; one is
+    added (no node uses it, so its version only has to be one every tool knows) so the rest of
+    the pipeline has its usual opset."""
+    domains = {("" if o.domain == "ai.onnx" else o.domain) for o in model.opset_import}
+    if "" in domains or not domains & {"ai.onnx.ml", "ai.onnx.preview.training"}:
+        return model
+    if any(n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model  # default-domain nodes without an opset: _check_opsets refuses it
+    out = _copy(model)
+    out.opset_import.append(onnx.helper.make_opsetid("", 17))
+    return out
+
+
+def _upgrade_old_opset(model: onnx.ModelProto, source: Path) -> onnx.ModelProto:
+    """A model below MIN_OPSET, converted up by onnx's version converter (the adapters are the
+    spec's own); unchanged when it cannot convert it, so _check_opsets names the opset."""
+    versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    if versions.get("", MIN_OPSET) >= MIN_OPSET:
+        return model
+    try:
+        from onnx import version_converter
+
+        up = version_converter.convert_version(model, MIN_OPSET)
+    except Exception:  # noqa: BLE001 - any converter failure: the opset error below stands
+        return model
+    print(
+        f"onnx2edge: note: {source}: opset {versions['']} converted to {MIN_OPSET} "
+        "(onnx.version_converter)",
+        file=sys.stderr,
+    )
+    return up
+
+
 def _check_opsets(model: onnx.ModelProto, source: Path) -> int:
     versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     if "" not in versions:
@@ -252,6 +336,8 @@ def load_model(
     else:
         source = Path(path)
         model = read_model_proto(source, load_external=load_external)
+    model = _expand_preview_ops(model)
+    model = _upgrade_old_opset(_import_default_domain(model), source)
     opset = _check_opsets(model, source)
     model = _import_used_domains(model)
     if check:
@@ -532,10 +618,11 @@ def load(
     # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
     # neither copied into the protobuf nor copied again with every ModelProto copy below.
     base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent
-    model = bind_inputs(load_model(path, load_external=False), fixed_inputs or {})
+    model = _present_optional_inputs(load_model(path, load_external=False))
+    model = bind_inputs(model, fixed_inputs or {})
     model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
     bare, declared = strip_output_shapes(model)
-    graph = lower_contrib(graph_from_model(bare, base_dir=base_dir))
+    graph = _spell_out_defaults(lower_contrib(graph_from_model(bare, base_dir=base_dir)))
     # The IR never lists initializers as inputs, which IR 3 requires (inference ignores them).
     graph = graph.replace(ir_version=max(graph.ir_version, 4))
     if not fold:
@@ -549,6 +636,50 @@ def load(
     check_if_selects(graph)
     _note_declared(graph, declared, quiet)
     return graph
+
+
+# Attributes onnx's shape inference reads with another default than the op's schema: spelled
+# out, so inference and every later pass see the schema's meaning (STFT's inference takes a
+# missing `onesided` as 0, its schema default is 1).
+_DEFAULTS_TO_SPELL = {"STFT": {"onesided": 1}}
+
+
+def _spell_out_defaults(graph: Graph) -> Graph:
+    from ..ir import Attr
+
+    nodes = []
+    for n in graph.nodes:
+        add = {
+            k: Attr(onnx.AttributeProto.INT, v)
+            for k, v in _DEFAULTS_TO_SPELL.get(n.op_type, {}).items()
+            if n.domain in ("", "ai.onnx") and k not in n.attrs
+        }
+        nodes.append(n.replace(attrs={**n.attrs, **add}) if add else n)
+    return graph.replace(nodes=tuple(nodes))
+
+
+def _present_optional_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Graph inputs of type optional(tensor) become plain tensor inputs: generated code always
+    receives them (an absent value has no form in a C buffer). OptionalHasElement and
+    OptionalGetElement take tensors from opset 18, so older models are left as they are."""
+    versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    opt = [
+        i
+        for i in model.graph.input
+        if i.type.HasField("optional_type")
+        and i.type.optional_type.elem_type.HasField("tensor_type")
+    ]
+    if not opt or versions.get("", 0) < 18:
+        return model
+    out = _copy(model)
+    for vi in out.graph.input:
+        if vi.type.HasField("optional_type") and vi.type.optional_type.elem_type.HasField(
+            "tensor_type"
+        ):
+            tensor = onnx.TypeProto()
+            tensor.CopyFrom(vi.type.optional_type.elem_type)
+            vi.type.CopyFrom(tensor)
+    return out
 
 
 def _declared_fallback(graph: Graph, declared: Mapping[str, tuple]) -> Graph:

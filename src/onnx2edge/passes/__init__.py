@@ -6,6 +6,7 @@ list it needs and `run_passes` orders it. A pass's docstring draws the graph bef
 
 from .fold_constants import fold_constants  # noqa: E402, I001  (registers itself)
 from .fold_batchnorm import fold_batchnorm  # noqa: E402
+from .bounded import bound_data_dependent  # noqa: E402, F401
 from .fuse_activation import activation_of, fuse_activation  # noqa: E402
 from .fuse_residual import fuse_residual, has_residual  # noqa: E402
 from .infer_shapes import infer_shapes  # noqa: E402

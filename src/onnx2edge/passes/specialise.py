@@ -85,6 +85,7 @@ _SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "HammingWindow": (0,),
     "BlackmanWindow": (0,),
     "MelWeightMatrix": (0, 1, 2),
+    "MaxUnpool": (2,),
     "RandomNormalLike": (),
 }
 

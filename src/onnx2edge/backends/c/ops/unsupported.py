@@ -17,34 +17,25 @@ _OPTIONAL = "takes or returns an optional value: the C backend has tensors only"
 _STRING = "string tensors: the C backend has numeric and bool tensors only"
 _RANDOM = "it draws random numbers, which could not be checked against onnxruntime"
 _SUBGRAPH = "control flow: subgraph attributes are not lowered to C"
-_DATA_SHAPE = "its output shape depends on the input values; C tensors have static shapes"
 _WINDOW = "not written yet; its function body is refused too (its Range output has no static shape)"
 
 UNSUPPORTED: dict[str, str] = {
     "Bernoulli": _RANDOM,
     "BlackmanWindow": _WINDOW,
     "ConcatFromSequence": _SEQUENCE,
-    "DFT": _NO_EMITTER,
-    "DeformConv": _NO_EMITTER,
     "HammingWindow": _WINDOW,
     "HannWindow": _WINDOW,
     "If": _SUBGRAPH,
     "ImageDecoder": "it decodes encoded images (JPEG, PNG, ...): a codec's job",
     "Loop": _SUBGRAPH,
     "MaxRoiPool": _NO_EMITTER,
-    "MaxUnpool": _NO_EMITTER,
-    "MelWeightMatrix": _NO_EMITTER,
     "Multinomial": _RANDOM,
-    "NonMaxSuppression": f"not written yet; {_DATA_SHAPE}",
     "Optional": _OPTIONAL,
-    "OptionalGetElement": _OPTIONAL,
     "RandomNormal": _RANDOM,
     "RandomNormalLike": _RANDOM,
     "RandomUniform": _RANDOM,
     "RandomUniformLike": _RANDOM,
     "RegexFullMatch": _STRING,
-    "RoiAlign": _NO_EMITTER,
-    "STFT": _NO_EMITTER,
     "Scan": _SUBGRAPH,
     "SequenceAt": _SEQUENCE,
     "SequenceConstruct": _SEQUENCE,
@@ -57,16 +48,9 @@ UNSUPPORTED: dict[str, str] = {
     "StringConcat": _STRING,
     "StringNormalizer": _STRING,
     "StringSplit": _STRING,
-    "SwiGLU": _NO_EMITTER,
-    "TfIdfVectorizer": _NO_EMITTER,
-    "Unique": _DATA_SHAPE,
 }
 
 # Ops no emitter needs: they are gone from the graph before the backend sees it.
 HANDLED_BEFORE_C: dict[str, str] = {
     "Constant": "becomes an initializer at conversion time (passes/fold_constants.py)",
-    "OptionalHasElement": (
-        "folded to a constant at conversion time when its input is absent; "
-        "an optional value at run time is not supported"
-    ),
 }
