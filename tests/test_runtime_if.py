@@ -1,0 +1,219 @@
+"""Issue 11, item 4: an If whose condition is only known at run time runs only its taken branch
+in C (`if (cond) {...} else {...}`), each branch with its own static shapes.
+
+- a sample-rate switch (`sr == 16000`) whose branches reshape to different internal shapes;
+- branches that would fault if run when not taken (an out-of-range Gather, a division by
+  zero), built with ASan + UBSan (float-divide-by-zero included) so a run of the wrong branch
+  aborts the program;
+- an If nested in a branch, reading tensors of the enclosing branch;
+- branches whose outputs disagree in shape: one line naming the If, exit 2.
+Every run is compared with onnxruntime on inputs that take each branch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from onnx2edge import api
+from onnx2edge.backends.c.build import build_executable, run_executable
+from onnx2edge.cli import main
+from onnx2edge.runtime import ort_run
+
+from conftest import ASAN, make_model, save, tensor, vi
+
+# UBSan's `undefined` group leaves float division by zero out; the faulting branch needs it
+GUARD_FLAGS = [*ASAN, "-fsanitize=float-divide-by-zero"]
+
+
+def _i64(name: str, v: object) -> onnx.TensorProto:
+    return tensor(name, np.array(v, np.int64))
+
+
+def sample_rate_switch() -> onnx.ModelProto:
+    """As speech models: 16 kHz audio framed 4 x 8, anything else 8 x 4; both give [1, 4]."""
+
+    def branch(name: str, frames: list[int], axis: int) -> onnx.GraphProto:
+        return h.make_graph(
+            [
+                h.make_node("Reshape", ["x", f"{name}_shape"], [f"{name}_frames"]),
+                h.make_node("ReduceMax", [f"{name}_frames"], [f"{name}_m"], axes=[axis]),
+                h.make_node("Reshape", [f"{name}_m", "out_shape"], [f"{name}_y"]),
+            ],
+            name,
+            [],
+            [vi(f"{name}_y", [1, 4])],
+            initializer=[_i64(f"{name}_shape", frames)],
+        )
+
+    nodes = [
+        h.make_node("Equal", ["sr", "k16000"], ["is16k"]),
+        h.make_node(
+            "If",
+            ["is16k"],
+            ["y"],
+            name="sr_if",
+            then_branch=branch("then", [4, 8], 1),
+            else_branch=branch("else", [8, 4], 0),
+        ),
+    ]
+    inits = [_i64("k16000", 16000), _i64("out_shape", [1, 4])]
+    return make_model(
+        nodes, [vi("x", [1, 32]), vi("sr", [], T.INT64)], [vi("y", [1, 4])], inits, 13
+    )
+
+
+def bounds_if() -> onnx.ModelProto:
+    """then (k < 8): table[k] * x, out of range otherwise; else: x / max(k - 7, 0), a division
+    by zero whenever k < 8."""
+    then = h.make_graph(
+        [
+            h.make_node("Gather", ["table", "k"], ["row"], axis=0),
+            h.make_node("Mul", ["row", "x"], ["t_y"]),
+        ],
+        "then",
+        [],
+        [vi("t_y", [4])],
+    )
+    els = h.make_graph(
+        [
+            h.make_node("Sub", ["k", "seven"], ["km"]),
+            h.make_node("Max", ["km", "zero"], ["kc"]),
+            h.make_node("Cast", ["kc"], ["kf"], to=T.FLOAT),
+            h.make_node("Div", ["x", "kf"], ["e_y"]),
+        ],
+        "else",
+        [],
+        [vi("e_y", [4])],
+    )
+    nodes = [
+        h.make_node("Less", ["k", "eight"], ["c"]),
+        h.make_node("If", ["c"], ["y"], name="bounds_if", then_branch=then, else_branch=els),
+    ]
+    inits = [
+        tensor("table", np.arange(32, dtype=np.float32).reshape(8, 4)),
+        _i64("seven", 7),
+        _i64("eight", 8),
+        _i64("zero", 0),
+    ]
+    return make_model(nodes, [vi("x", [4]), vi("k", [], T.INT64)], [vi("y", [4])], inits, 13)
+
+
+def nested_if() -> onnx.ModelProto:
+    """If sum(x) > 0: a = relu(x), then (inner If on k < 4) table[k] * a or a * 2; else -x.
+    The inner If reads `a`, a tensor of the enclosing branch, and `k` from the main graph."""
+    inner_then = h.make_graph(
+        [
+            h.make_node("Gather", ["table", "k"], ["row"], axis=0),
+            h.make_node("Mul", ["row", "a"], ["it_y"]),
+        ],
+        "inner_then",
+        [],
+        [vi("it_y", [4])],
+    )
+    inner_else = h.make_graph(
+        [h.make_node("Mul", ["a", "two"], ["ie_y"])], "inner_else", [], [vi("ie_y", [4])]
+    )
+    outer_then = h.make_graph(
+        [
+            h.make_node("Relu", ["x"], ["a"]),
+            h.make_node("Less", ["k", "four"], ["kc"]),
+            h.make_node(
+                "If",
+                ["kc"],
+                ["t_y"],
+                name="inner_if",
+                then_branch=inner_then,
+                else_branch=inner_else,
+            ),
+        ],
+        "outer_then",
+        [],
+        [vi("t_y", [4])],
+    )
+    outer_else = h.make_graph(
+        [h.make_node("Neg", ["x"], ["e_y"])], "outer_else", [], [vi("e_y", [4])]
+    )
+    nodes = [
+        h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        h.make_node("Greater", ["s", "fzero"], ["c"]),
+        h.make_node(
+            "If", ["c"], ["y"], name="outer_if", then_branch=outer_then, else_branch=outer_else
+        ),
+    ]
+    inits = [
+        tensor("table", np.arange(16, dtype=np.float32).reshape(4, 4)),
+        tensor("two", np.array(2, np.float32)),
+        tensor("fzero", np.array(0, np.float32)),
+        _i64("four", 4),
+    ]
+    return make_model(nodes, [vi("x", [4]), vi("k", [], T.INT64)], [vi("y", [4])], inits, 13)
+
+
+def _check_each(path: Path, out: Path, feeds: list[dict[str, np.ndarray]]) -> None:
+    """Sanitized program and the ctypes library both equal onnxruntime on every feed."""
+    api.convert(path, "c", out)
+    io = json.loads((out / "onnx2edge.json").read_text())
+    exe = build_executable(out, GUARD_FLAGS, name="guarded")
+    model = onnx.load(path)
+    for feed in feeds:
+        ref = ort_run(model, feed)["y"]
+        np.testing.assert_allclose(run_executable(exe, io, feed, out)["y"], ref, rtol=1e-6)
+        np.testing.assert_allclose(api.run(out, feed)["y"], ref, rtol=1e-6)
+
+
+def test_sample_rate_switch_runs_one_branch(tmp_path: Path) -> None:
+    path = save(sample_rate_switch(), tmp_path / "sr.onnx")
+    x = np.random.default_rng(0).standard_normal((1, 32)).astype(np.float32)
+    feeds = [{"x": x, "sr": np.array(sr, np.int64)} for sr in (16000, 8000)]
+    _check_each(path, tmp_path / "c", feeds)
+    code = (tmp_path / "c" / "model.c").read_text()
+    # one block per branch, each with its own internal shape ([4, 8] vs [8, 4])
+    assert re.search(r"^  if \(T_\w+\[0\]\) \{", code, re.M)
+    assert re.search(r"^  if \(!T_\w+\[0\]\) \{", code, re.M)
+    rep = api.verify(path, target="c", inputs=feeds[1], work_dir=tmp_path / "v")
+    assert rep.ok, rep.format()
+
+
+def test_branch_not_taken_is_not_run(tmp_path: Path) -> None:
+    """k = 3 would divide by zero in the else branch, k = 10**12 read far out of the table in
+    the then branch: the sanitized program aborts if either runs when not taken."""
+    path = save(bounds_if(), tmp_path / "b.onnx")
+    x = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+    feeds = [{"x": x, "k": np.array(k, np.int64)} for k in (3, 7, 8, 10**12)]
+    _check_each(path, tmp_path / "c", feeds)
+
+
+def test_nested_runtime_if(tmp_path: Path) -> None:
+    path = save(nested_if(), tmp_path / "n.onnx")
+    pos = np.array([1.0, -0.5, 2.0, 0.25], np.float32)
+    feeds = [{"x": sign * pos, "k": np.array(k, np.int64)} for sign in (1, -1) for k in (2, 10**12)]
+    _check_each(path, tmp_path / "c", feeds)
+    code = (tmp_path / "c" / "model.c").read_text()
+    # the inner If's blocks sit inside the outer one's
+    assert re.search(r"^  if \(T_outer_if_cond\[0\]\) \{", code, re.M)
+    assert re.search(r"^    if \(T_outer_if_then_inner_if_cond\[0\]\) \{", code, re.M)
+
+
+def test_branches_of_different_output_shapes_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    m = sample_rate_switch()
+    # the else branch now ends in [4, 1]: no static shape fits both
+    else_g = next(a.g for a in m.graph.node[1].attribute if a.name == "else_branch")
+    else_g.initializer.append(_i64("else_out", [4, 1]))
+    else_g.node[2].input[1] = "else_out"
+    else_g.output[0].CopyFrom(vi("else_y", [None, None]))
+    path = save(m, tmp_path / "bad.onnx")
+    assert main(["convert", str(path), "--target", "c", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "node 'sr_if' (op If)" in err and "float[1, 4] vs float[4, 1]" in err, err
+    assert not (tmp_path / "o").exists()
