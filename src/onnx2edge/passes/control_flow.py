@@ -355,17 +355,73 @@ def _body_never_exits(body: onnx.GraphProto) -> bool:
     return False
 
 
+def _exit_count(graph: Graph, node: Node, body: onnx.GraphProto, trip: int) -> int | None:
+    """How many times a Loop whose body computes its own condition runs, when that condition
+    follows from constants alone (tf2onnx's while loops: `i < n and counter < n`, with `n` a
+    shape that specialisation made constant). Only the body nodes the condition depends on,
+    across iterations through the carried values, are evaluated (onnx's reference evaluator,
+    as fold_constants). None when the condition depends on run-time values."""
+    from .fold_constants import _evaluate
+
+    n_carried = len(node.inputs) - 2
+    ins = [i.name for i in body.input]
+    outs = [o.name for o in body.output]
+    protos = {o: p for p in body.node for o in p.output if o}
+    need, todo = set(), [outs[0]]
+    while todo:
+        name = todo.pop()
+        if name in need:
+            continue
+        need.add(name)
+        if name in protos:
+            todo.extend(i for i in protos[name].input if i)
+        elif name in ins[2:]:
+            todo.append(outs[1 + ins.index(name) - 2])
+    if any(_has_subgraphs(protos[o]) for o in need if o in protos):
+        return None
+    inits = {t.name: numpy_helper.to_array(t) for t in body.initializer}
+    slice_ = [node_from_proto(p) for p in body.node if any(o in need for o in p.output)]
+    carried: list[np.ndarray | None] = [graph.const(x) for x in node.inputs[2:]]
+    for it in range(min(trip, _MAX_UNROLL + 1)):
+        env: dict[str, np.ndarray] = dict(inits)
+        env[ins[0]], env[ins[1]] = np.array(it, np.int64), np.array(True)
+        env.update({ins[2 + k]: v for k, v in enumerate(carried) if v is not None})
+        for n in slice_:
+            for x in n.inputs:
+                if x and x not in env and (c := graph.const(x)) is not None:
+                    env[x] = np.asarray(c)
+                if x and x not in env:
+                    break
+            else:
+                res = _evaluate(n, env, dict(graph.opset_imports))
+                if res is not None:
+                    env.update({o: r for o, r in zip(n.outputs, res, strict=False) if o})
+        if outs[0] not in env:
+            return None
+        carried = [env.get(outs[1 + k]) for k in range(n_carried)]
+        if not bool(np.all(env[outs[0]])):
+            return it + 1
+    return trip if trip <= _MAX_UNROLL else None
+
+
 def _unroll_loop(inl: _Inliner, graph: Graph, node: Node) -> list[Node] | None:
     body: onnx.GraphProto = node.attr("body")
-    trip = _const_scalar(graph, node.inputs[0]) if node.inputs and node.inputs[0] else None
-    if trip is None or not 0 < int(trip) <= _MAX_UNROLL:
+    has_trip = bool(node.inputs and node.inputs[0])
+    trip = _const_scalar(graph, node.inputs[0]) if has_trip else _MAX_UNROLL + 1
+    if trip is None or int(trip) <= 0:
         return None
+    trip = int(trip)
     cond_in = node.inputs[1] if len(node.inputs) > 1 else ""
     if cond_in:
         c = _const_scalar(graph, cond_in)
         if c is None or not bool(c):
             return None
     if not _body_never_exits(body):
+        runs = _exit_count(graph, node, body, trip)
+        if runs is None:
+            return None
+        trip = runs
+    if trip > _MAX_UNROLL:
         return None
     n_carried = len(node.inputs) - 2
     n_scan = len(body.output) - 1 - n_carried

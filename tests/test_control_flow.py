@@ -1,4 +1,4 @@
-"""Issue 11, item 4: an If whose condition is only known at run time runs only its taken branch
+"""Issue 11, item 4, control flow in C. An If whose condition is only known at run time runs only its taken branch
 in C (`if (cond) {...} else {...}`), each branch with its own static shapes.
 
 - a sample-rate switch (`sr == 16000`) whose branches reshape to different internal shapes;
@@ -6,8 +6,10 @@ in C (`if (cond) {...} else {...}`), each branch with its own static shapes.
   zero), built with ASan + UBSan (float-divide-by-zero included) so a run of the wrong branch
   aborts the program;
 - an If nested in a branch, reading tensors of the enclosing branch;
-- branches whose outputs disagree in shape: one line naming the If, exit 2.
-Every run is compared with onnxruntime on inputs that take each branch.
+- branches whose outputs disagree in shape: one line naming the If, exit 2;
+- tf2onnx's while loops (a Loop whose body computes its own exit condition): unrolled as many
+  times as they run when the condition follows from constants, else the Loop is named.
+Every run is compared with onnxruntime (inputs that take each branch).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from onnx import helper as h
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_executable, run_executable
 from onnx2edge.cli import main
+from onnx2edge.errors import UnsupportedError
 from onnx2edge.runtime import ort_run
 
 from conftest import ASAN, make_model, save, tensor, vi
@@ -217,3 +220,71 @@ def test_branches_of_different_output_shapes_are_refused(
     assert len(err.splitlines()) == 1, err
     assert "node 'sr_if' (op If)" in err and "float[1, 4] vs float[4, 1]" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def while_loop(exit_at: int | None) -> onnx.ModelProto:
+    """tf2onnx's while loop: trip count n = len(x) from Shape, the body computes its own
+    condition (counter < n and i + 1 < limit) and reads x[i] with a Gather; the scan output
+    stacks 2 * x[i] + h. `exit_at`: a limit that ends the loop before n (None: limit n)."""
+    body = h.make_graph(
+        [
+            h.make_node("Add", ["counter", "one"], ["counter_out"]),
+            h.make_node("Add", ["i", "one"], ["i1"]),
+            h.make_node("Less", ["counter_out", "n"], ["c1"]),
+            h.make_node("Less", ["i1", "limit"], ["c2"]),
+            h.make_node("And", ["c1", "c2"], ["cond_out"]),
+            h.make_node("Gather", ["x", "i"], ["xi"], axis=0),
+            h.make_node("Mul", ["xi", "two"], ["x2"]),
+            h.make_node("Add", ["x2", "h_in"], ["h_out"]),
+            h.make_node("Identity", ["h_out"], ["scan"]),
+        ],
+        "body",
+        [vi("i", [], T.INT64), vi("cond", [], T.BOOL), vi("counter", [], T.INT64), vi("h_in", [3])],
+        [vi("cond_out", [], T.BOOL), vi("counter_out", [], T.INT64), vi("h_out", [3])],
+    )
+    body.output.append(vi("scan", [3]))
+    nodes = [
+        h.make_node("Shape", ["x"], ["sx"]),
+        h.make_node("Gather", ["sx", "zero"], ["n"], axis=0),
+        h.make_node("Less", ["zero", "n"], ["start"]),
+        h.make_node("Identity", ["n" if exit_at is None else "exit_at"], ["limit"]),
+        h.make_node(
+            "Loop", ["n", "start", "zero", "h0"], ["count", "h", "ys"], name="while", body=body
+        ),
+    ]
+    inits = [
+        _i64("zero", 0),
+        _i64("one", 1),
+        _i64("exit_at", exit_at or 0),
+        tensor("two", np.array(2, np.float32)),
+        tensor("h0", np.zeros(3, np.float32)),
+    ]
+    return make_model(
+        nodes,
+        [vi("x", ["n", 3])],
+        [vi("count", [], T.INT64), vi("h", [3]), vi("ys", [None, 3])],
+        inits,
+        13,
+    )
+
+
+@pytest.mark.parametrize("exit_at,runs", [(None, 6), (3, 3)])
+def test_while_loop_with_a_condition_from_shapes(tmp_path: Path, exit_at: int | None, runs: int):
+    """The body's own condition follows from constants once x's length is fixed: unrolled as
+    many times as it runs (3 when the limit ends it early, with a [3, 3] scan output)."""
+    from onnx2edge.frontend import load
+
+    path = save(while_loop(exit_at), tmp_path / "w.onnx")
+    g = load(path, input_shapes={"x": (6, 3)}, quiet=True)
+    assert "Loop" not in {n.op_type for n in g.nodes} and g.shape_of("ys") == (runs, 3)
+    rep = api.verify(path, target="c", input_shapes={"x": (6, 3)}, work_dir=tmp_path / "c")
+    assert rep.ok, rep.format()
+
+
+def test_while_loop_on_run_time_values_is_named(tmp_path: Path) -> None:
+    m = while_loop(None)
+    m.graph.input.append(vi("stop", [], T.INT64))  # the limit now comes at run time
+    m.graph.node[3].input[0] = "stop"
+    path = save(m, tmp_path / "w.onnx")
+    with pytest.raises(UnsupportedError, match=r"node .while. \(op Loop\) makes .ys. data-dep"):
+        api.convert(path, "c", tmp_path / "c", input_shapes={"x": (6, 3)})
