@@ -1,5 +1,5 @@
-"""Issue 11, item 4, control flow in C. An If whose condition is only known at run time runs only its taken branch
-in C (`if (cond) {...} else {...}`), each branch with its own static shapes.
+"""Issue 11, item 4, control flow in C. An If whose condition is only known at run time runs
+only its taken branch (`if (cond) {...} else {...}`), each branch with its own static shapes.
 
 - a sample-rate switch (`sr == 16000`) whose branches reshape to different internal shapes;
 - branches that would fault if run when not taken (an out-of-range Gather, a division by

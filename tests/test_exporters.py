@@ -1,6 +1,7 @@
 """The exporter corpus (issue 11): models as torch (TorchScript, dynamo, torch.jit.script),
-paddle2onnx-style graphs, onnxscript, spox, skl2onnx (a trained scikit-learn model), jax2onnx
-and onnxruntime's own quantizer and transformer optimizer write them, with their dynamic dims.
+paddle2onnx-style graphs, onnxscript, spox, skl2onnx (a trained scikit-learn model), jax2onnx,
+tf2onnx (Keras models, one trained on scikit-learn's digits; tools/build_tf_fixtures.sh) and
+onnxruntime's own quantizer and transformer optimizer write them, with their dynamic dims.
 
 tests/fixtures/exporters/build.py wrote them (the packages are not needed here) and
 corpus.json says, per model, the input shapes to fix and the inputs to bind. Each model is
@@ -42,6 +43,7 @@ def test_corpus_is_complete_and_small() -> None:
         "jax2onnx",
         "ort_transformers",
         "ort_quantize_static_qop",
+        "tf2onnx",
     } <= exporters
     # the onnxruntime-written ones really carry com.microsoft ops
     for name in (
