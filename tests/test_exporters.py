@@ -1,7 +1,7 @@
 """The exporter corpus (issue 11): models as torch (TorchScript, dynamo, torch.jit.script),
 paddle2onnx-style graphs, onnxscript, spox, skl2onnx (a trained scikit-learn model), jax2onnx,
-tf2onnx (Keras models, one trained on scikit-learn's digits; tools/build_tf_fixtures.sh) and
-onnxruntime's own quantizer and transformer optimizer write them, with their dynamic dims.
+tf2onnx (Keras models, one trained on scikit-learn's digits), paddle2onnx (the last two built
+in venvs of their own by tools/build_venv_fixtures.sh) and onnxruntime's own quantizer and transformer optimizer write them, with their dynamic dims.
 
 tests/fixtures/exporters/build.py wrote them (the packages are not needed here) and
 corpus.json says, per model, the input shapes to fix and the inputs to bind. Each model is
@@ -44,6 +44,7 @@ def test_corpus_is_complete_and_small() -> None:
         "ort_transformers",
         "ort_quantize_static_qop",
         "tf2onnx",
+        "paddle2onnx",
     } <= exporters
     # the onnxruntime-written ones really carry com.microsoft ops
     for name in (
