@@ -78,3 +78,20 @@ def test_exported_model_through_c(name: str, fixed: dict, tmp_path: Path) -> Non
 def test_branch_on_an_input_needs_fix_input(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError, match=r"node '/If' \(op If\).*--fix-input"):
         api.convert(CORPUS / "resample_if.torchscript.onnx", "c", tmp_path / "c")
+
+
+def test_tf_cond_on_the_input_runs_the_taken_branch(tmp_path: Path) -> None:
+    """tf2onnx's If for tf.cond(min(x) >= 0, sqrt(x), tanh(x @ w)): both branches in C, each
+    checked against onnxruntime on an input that takes it."""
+    from onnx2edge.runtime import ort_run
+
+    path = CORPUS / "gate.tf2onnx.onnx"
+    out = tmp_path / "c"
+    api.convert(path, "c", out, input_shapes={"x": (3, 8)})
+    assert "  if (" in (out / "model.c").read_text()
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    for feed in (np.abs(x), x):
+        ref = ort_run(onnx.load(path), {"x": feed})
+        got = api.run(out, {"x": feed})
+        for k, v in ref.items():
+            np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6)

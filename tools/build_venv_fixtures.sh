@@ -12,7 +12,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${2:-/tmp/venv-$kind}"
 case "$kind" in
   tf) pkgs=("tensorflow-cpu==2.21.*" "tf2onnx==1.17.*" scikit-learn)
-      models=(digits_cnn.tf2onnx text_rnn.tf2onnx heads.tf2onnx) ;;
+      models=(digits_cnn.tf2onnx text_rnn.tf2onnx heads.tf2onnx gate.tf2onnx) ;;
   paddle) pkgs=("paddlepaddle==3.3.*" "paddle2onnx==2.1.*" packaging onnxruntime)
       models=(attention.paddle2onnx) ;;
   *) echo "$0: unknown kind '$kind' (tf or paddle)" >&2; exit 2 ;;
