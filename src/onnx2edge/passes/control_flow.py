@@ -382,13 +382,14 @@ def _exit_count(graph: Graph, node: Node, body: onnx.GraphProto, trip: int) -> i
     inits = {t.name: numpy_helper.to_array(t) for t in body.initializer}
     slice_ = [node_from_proto(p) for p in body.node if any(o in need for o in p.output)]
     carried: list[np.ndarray | None] = [graph.const(x) for x in node.inputs[2:]]
+    local = set(protos) | set(ins) | set(inits)  # never read as the outer scope's constants
     for it in range(min(trip, _MAX_UNROLL + 1)):
         env: dict[str, np.ndarray] = dict(inits)
         env[ins[0]], env[ins[1]] = np.array(it, np.int64), np.array(True)
         env.update({ins[2 + k]: v for k, v in enumerate(carried) if v is not None})
         for n in slice_:
             for x in n.inputs:
-                if x and x not in env and (c := graph.const(x)) is not None:
+                if x and x not in env and x not in local and (c := graph.const(x)) is not None:
                     env[x] = np.asarray(c)
                 if x and x not in env:
                     break
