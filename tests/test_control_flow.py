@@ -288,3 +288,36 @@ def test_while_loop_on_run_time_values_is_named(tmp_path: Path) -> None:
     path = save(m, tmp_path / "w.onnx")
     with pytest.raises(UnsupportedError, match=r"node .while. \(op Loop\) makes .ys. data-dep"):
         api.convert(path, "c", tmp_path / "c", input_shapes={"x": (6, 3)})
+
+
+def test_branches_share_arena_memory(tmp_path: Path) -> None:
+    """The two sides of a run-time If never run together, so the planner lets their buffers
+    overlap: three 16 KiB buffers live at once (x -> a -> b -> y on one side, the other side's
+    result kept), not four; both sides still equal onnxruntime under ASan."""
+
+    def br(name: str, op: str) -> onnx.GraphProto:
+        return h.make_graph(
+            [
+                h.make_node(op, ["x"], [f"{name}_a"]),
+                h.make_node("Mul", [f"{name}_a", "x"], [f"{name}_b"]),
+                h.make_node("Add", [f"{name}_b", f"{name}_a"], [f"{name}_y"]),
+            ],
+            name,
+            [],
+            [vi(f"{name}_y", [1, 4096])],
+        )
+
+    nodes = [
+        h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        h.make_node("Greater", ["s", "zero"], ["c"]),
+        h.make_node(
+            "If", ["c"], ["y"], then_branch=br("then", "Relu"), else_branch=br("else", "Neg")
+        ),
+    ]
+    zero = tensor("zero", np.array(0, np.float32))
+    m = make_model(nodes, [vi("x", [1, 4096])], [vi("y", [1, 4096])], [zero], 13)
+    path = save(m, tmp_path / "a.onnx")
+    x = np.abs(np.random.default_rng(0).standard_normal((1, 4096))).astype(np.float32)
+    _check_each(path, tmp_path / "c", [{"x": x}, {"x": -x}])
+    arena = re.search(r"Arena: (\d+) bytes", (tmp_path / "c" / "model.c").read_text())
+    assert arena and int(arena.group(1)) <= 3 * (16384 + 64), arena

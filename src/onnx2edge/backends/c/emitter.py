@@ -375,8 +375,10 @@ class ModelEmitter:
         # one, which keeps every buffer of both branches valid whichever runs.
         guards = runtime_if_guards(g)
         opened: Guard = ()
+        written_under: dict[str, Guard] = {}
         for step, node in enumerate(g.nodes):
             guard = guards.get(node.name, ())
+            written_under.update({o: guard for o in node.outputs if o})
             blocks.extend(self._guard_lines(opened, guard))
             opened = guard
             ctx = NodeContext(self, node, step)
@@ -385,7 +387,7 @@ class ModelEmitter:
             else:
                 body = self.ops[node.op_type].emit(ctx)
             for key, nbytes in ctx.scratch_requests:
-                scratch.append(Buffer(key, nbytes, step, step))
+                scratch.append(Buffer(key, nbytes, step, step, guard))
             attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())
             header = f"/* node {_cmt(node.name)}: {node.op_type}({_cmt(', '.join(i or '-' for i in node.inputs))})"
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
@@ -402,7 +404,7 @@ class ModelEmitter:
             if t.kind != "arena":
                 continue
             used = steps.get(name, [0])
-            buffers.append(Buffer(name, t.nbytes, min(used), max(used)))
+            buffers.append(Buffer(name, t.nbytes, min(used), max(used), written_under.get(name, ())))
         # graph outputs that are constants or inputs get copied at the end
         tail = []
         for i, name in enumerate(g.outputs):
