@@ -404,7 +404,9 @@ class ModelEmitter:
             if t.kind != "arena":
                 continue
             used = steps.get(name, [0])
-            buffers.append(Buffer(name, t.nbytes, min(used), max(used), written_under.get(name, ())))
+            buffers.append(
+                Buffer(name, t.nbytes, min(used), max(used), written_under.get(name, ()))
+            )
         # graph outputs that are constants or inputs get copied at the end
         tail = []
         for i, name in enumerate(g.outputs):
