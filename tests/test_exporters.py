@@ -1,6 +1,7 @@
 """The exporter corpus (issue 11): models as torch (TorchScript, dynamo, torch.jit.script),
-paddle2onnx-style graphs, onnxscript, spox, skl2onnx (a trained scikit-learn model), jax2onnx
-and onnxruntime's own quantizer and transformer optimizer write them, with their dynamic dims.
+paddle2onnx-style graphs, onnxscript, spox, skl2onnx (a trained scikit-learn model), jax2onnx,
+tf2onnx (Keras models, one trained on scikit-learn's digits), paddle2onnx (the last two built
+in venvs of their own by tools/build_venv_fixtures.sh) and onnxruntime's own quantizer and transformer optimizer write them, with their dynamic dims.
 
 tests/fixtures/exporters/build.py wrote them (the packages are not needed here) and
 corpus.json says, per model, the input shapes to fix and the inputs to bind. Each model is
@@ -42,6 +43,8 @@ def test_corpus_is_complete_and_small() -> None:
         "jax2onnx",
         "ort_transformers",
         "ort_quantize_static_qop",
+        "tf2onnx",
+        "paddle2onnx",
     } <= exporters
     # the onnxruntime-written ones really carry com.microsoft ops
     for name in (
@@ -75,3 +78,20 @@ def test_exported_model_through_c(name: str, fixed: dict, tmp_path: Path) -> Non
 def test_branch_on_an_input_needs_fix_input(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError, match=r"node '/If' \(op If\).*--fix-input"):
         api.convert(CORPUS / "resample_if.torchscript.onnx", "c", tmp_path / "c")
+
+
+def test_tf_cond_on_the_input_runs_the_taken_branch(tmp_path: Path) -> None:
+    """tf2onnx's If for tf.cond(min(x) >= 0, sqrt(x), tanh(x @ w)): both branches in C, each
+    checked against onnxruntime on an input that takes it."""
+    from onnx2edge.runtime import ort_run
+
+    path = CORPUS / "gate.tf2onnx.onnx"
+    out = tmp_path / "c"
+    api.convert(path, "c", out, input_shapes={"x": (3, 8)})
+    assert "  if (" in (out / "model.c").read_text()
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    for feed in (np.abs(x), x):
+        ref = ort_run(onnx.load(path), {"x": feed})
+        got = api.run(out, {"x": feed})
+        for k, v in ref.items():
+            np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6)

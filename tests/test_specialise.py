@@ -1,12 +1,12 @@
 """Issue 11, frontend half: each failure new users met on exporters' models, as its own test.
 
-- shapes computed at run time through Shape -> Gather -> Cast -> Mul -> Concat chains,
+- shapes computed at run time through Shape -> Gather -> Cast -> Mul/Div -> Concat chains,
   including a second Reshape that reads the first one's shape (needs fold + infer iterated);
 - declared dims of -1, 0, '' and '?' are dynamic;
 - declared output shapes that contradict the real ones give a note, not a refusal;
 - `--fix-input` binds an input so an If on it folds away and the input leaves the API;
-- If on a run-time condition: both branches + a selection in C; a clear refusal when the
-  branches' shapes differ; Loop with a constant trip count unrolled;
+- If on a run-time condition: only the taken branch runs in C (more in test_control_flow.py);
+  a clear refusal when the branches' shapes differ; Loop with a constant trip count unrolled;
 - a shape that stays dynamic names itself and the node that makes it so.
 Every conversion is checked against onnxruntime through the C backend.
 """
@@ -310,4 +310,41 @@ def test_scan_is_unrolled(tmp_path: Path) -> None:
     g = load(path, quiet=True)
     assert "Scan" not in {n.op_type for n in g.nodes} and g.shape_of("ys") == (2, 5)
     rep = api.verify(path, target="c", work_dir=tmp_path / "o")
+    assert rep.ok, rep.format()
+
+
+def test_div_chain_slice_and_expand_targets(tmp_path: Path) -> None:
+    """TorchScript's `d // heads` (integer Div) and paddle's float `t / 2` (Cast -> Div ->
+    Cast) in a Reshape target, a Slice end and an Expand shape read from Shape."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+        h.make_node("Gather", ["s", "i1"], ["t"], axis=0),
+        h.make_node("Gather", ["s", "i2"], ["d"], axis=0),
+        h.make_node("Cast", ["t"], ["tf"], to=T.FLOAT),
+        h.make_node("Div", ["tf", "two_f"], ["half_f"]),
+        h.make_node("Cast", ["half_f"], ["half"], to=T.INT64),
+        h.make_node("Div", ["d", "four"], ["dh"]),
+        *[h.make_node("Unsqueeze", [v, "ax0"], [f"{v}_u"]) for v in ("b", "half", "dh")],
+        h.make_node("Concat", ["b_u", "two", "half_u", "four_1", "dh_u"], ["shp"], axis=0),
+        h.make_node("Reshape", ["x", "shp"], ["r"]),
+        h.make_node("Sub", ["half_u", "one"], ["end"]),
+        h.make_node("Slice", ["r", "zero_1", "end", "ax2"], ["sl"]),
+        h.make_node("Shape", ["sl"], ["sl_shape"]),
+        h.make_node("Expand", ["bias", "sl_shape"], ["bias_x"]),
+        h.make_node("Add", ["sl", "bias_x"], ["y"]),
+    ]
+    inits = [
+        *[_i64(k, v) for k, v in {"i0": 0, "i1": 1, "i2": 2, "four": 4}.items()],
+        *[_i64(k, [v]) for k, v in {"ax0": 0, "ax2": 2, "two": 2, "four_1": 4}.items()],
+        *[_i64(k, [v]) for k, v in {"one": 1, "zero_1": 0}.items()],
+        tensor("two_f", np.array(2.0, np.float32)),
+        tensor("bias", np.arange(4, dtype=np.float32)),
+    ]
+    m = make_model(nodes, [vi("x", ["b", "t", 16])], [vi("y", [None] * 5)], inits, opset=13)
+    path = save(m, tmp_path / "div.onnx")
+    g = load(path, input_shapes={"x": (3, 6, 16)}, quiet=True)
+    assert g.shape_of("y") == (3, 2, 2, 4, 4)
+    assert [n.op_type for n in g.nodes] == ["Reshape", "Slice", "Add"]
+    rep = api.verify(path, target="c", input_shapes={"x": (3, 6, 16)}, work_dir=tmp_path / "o")
     assert rep.ok, rep.format()

@@ -628,8 +628,12 @@ def load(
     if not fold:
         return infer_shapes_pass(graph)
     graph = specialise(graph)
-    if any(n.op_type == "If" for n in graph.nodes):
-        graph = specialise(select_runtime_if(graph))
+    # each round makes the Ifs nested one level deeper in branches top-level (or folds them)
+    while any(n.op_type == "If" for n in graph.nodes):
+        selected = select_runtime_if(graph)
+        if selected is graph:
+            break
+        graph = specialise(selected)
     graph = _declared_fallback(graph, declared)
     if dynamic_tensors(graph) or declared_conflict(graph, declared):
         graph = observe_shapes(graph, ort_observer(model, graph, base_dir), quiet=quiet)

@@ -4,9 +4,12 @@
   part of the specialisation loop, since a condition often becomes constant only after the
   shapes it compares are folded, e.g. `sr == 16000` once `--fix-input sr=16000` is given).
 - `If` whose condition is only known at run time: both branches are inlined and a `Where`
-  selects the outputs (`select_runtime_if`, run once the loop has converged). Both branches
-  are computed; each keeps its own static shapes, but their outputs must agree in shape and
-  type, else the node is refused with its name (`check_if_selects`).
+  selects the outputs (`select_runtime_if`, run once the loop has converged, again for Ifs
+  nested in branches). Each branch keeps its own static shapes, but their outputs must agree
+  in shape and type, else the node is refused with its name (`check_if_selects`). The graph
+  stays straight-line for every pass; `runtime_if_guards` then tells a backend under which
+  conditions each node is needed, so the C backend runs only the taken branch (a branch may
+  divide by zero or index out of range when it is not the one taken).
 - `Loop` with a constant trip count whose body never exits early: unrolled, one copy of the
   body per iteration, scan outputs stacked with Unsqueeze + Concat.
 
@@ -54,9 +57,8 @@ class _Inliner:
 
     def body(self, sub: onnx.GraphProto, bind: dict[str, str], prefix: str) -> list[Node] | None:
         """The subgraph's nodes with its inputs bound (`bind`: sub name -> outer name) and every
-        name it defines renamed; `bind` gains its outputs. None if nested subgraphs would need
-        renaming inside them (left alone: rare, and those nodes stay for the backend to refuse).
-        """
+        name it defines renamed, also where a nested subgraph (an If inside a branch) reads it
+        from the enclosing scope; `bind` gains its outputs."""
         renames = dict(bind)
         for t in sub.initializer:
             new = self.fresh(f"{prefix}{t.name}")
@@ -65,15 +67,13 @@ class _Inliner:
         defined = [o for p in sub.node for o in p.output if o]
         for name in defined:
             renames[name] = self.fresh(f"{prefix}{name}")
-        if any(_has_subgraphs(p) for p in sub.node) and any(
-            renames.get(k, k) != k for k in defined
-        ):
-            return None
         for vi in sub.value_info:
             if vi.name in renames:
                 self.values[renames[vi.name]] = Value(renames[vi.name], _type_from_proto(vi.type))
         nodes = []
         for p in sub.node:
+            if _has_subgraphs(p):
+                p = _rename_captured(p, renames)
             n = node_from_proto(p, self.fresh(f"{prefix}{p.name or p.op_type}"))
             nodes.append(
                 n.replace(
@@ -86,6 +86,36 @@ class _Inliner:
 
     def done(self, nodes: list[Node]) -> Graph:
         return self.graph.with_nodes(nodes, initializers=self.inits, values=self.values)
+
+
+def _rename_captured(p: onnx.NodeProto, renames: dict[str, str]) -> onnx.NodeProto:
+    """A copy of `p` whose subgraphs read renamed outer-scope tensors by their new names."""
+    q = onnx.NodeProto()
+    q.CopyFrom(p)
+    for a in q.attribute:
+        if a.type == AttributeProto.GRAPH:
+            _rename_refs(a.g, renames)
+        elif a.type == AttributeProto.GRAPHS:
+            for g in a.graphs:
+                _rename_refs(g, renames)
+    return q
+
+
+def _rename_refs(g: onnx.GraphProto, renames: dict[str, str]) -> None:
+    """Rename, in place, the references `g` (and its own subgraphs) make to enclosing scopes;
+    names `g` defines itself shadow the outer ones and stay."""
+    local = {i.name for i in g.input} | {t.name for t in g.initializer}
+    local |= {o for n in g.node for o in n.output}
+    outer = {k: v for k, v in renames.items() if k not in local}
+    if not outer:
+        return
+    for n in g.node:
+        n.input[:] = [outer.get(i, i) for i in n.input]
+        for a in n.attribute:
+            for sub in [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs):
+                _rename_refs(sub, outer)
+    for o in g.output:
+        o.name = outer.get(o.name, o.name)
 
 
 def _identity(name: str, src: str, dst: str) -> Node:
@@ -278,7 +308,9 @@ def select_runtime_if(graph: Graph) -> Graph:
                     doc_string=IF_SELECT_TAG + node.name,
                 )
             )
-        out.extend([*tnodes, *enodes, *sel])
+        # the condition first: backends that run only the taken branch (the C backend, through
+        # `runtime_if_guards`) read it before either branch
+        out.extend([sel[0], *tnodes, *enodes, *sel[1:]])
         changed = True
     return inl.done(out) if changed else graph
 
@@ -323,17 +355,74 @@ def _body_never_exits(body: onnx.GraphProto) -> bool:
     return False
 
 
+def _exit_count(graph: Graph, node: Node, body: onnx.GraphProto, trip: int) -> int | None:
+    """How many times a Loop whose body computes its own condition runs, when that condition
+    follows from constants alone (tf2onnx's while loops: `i < n and counter < n`, with `n` a
+    shape that specialisation made constant). Only the body nodes the condition depends on,
+    across iterations through the carried values, are evaluated (onnx's reference evaluator,
+    as fold_constants). None when the condition depends on run-time values."""
+    from .fold_constants import _evaluate
+
+    n_carried = len(node.inputs) - 2
+    ins = [i.name for i in body.input]
+    outs = [o.name for o in body.output]
+    protos = {o: p for p in body.node for o in p.output if o}
+    need, todo = set(), [outs[0]]
+    while todo:
+        name = todo.pop()
+        if name in need:
+            continue
+        need.add(name)
+        if name in protos:
+            todo.extend(i for i in protos[name].input if i)
+        elif name in ins[2:]:
+            todo.append(outs[1 + ins.index(name) - 2])
+    if any(_has_subgraphs(protos[o]) for o in need if o in protos):
+        return None
+    inits = {t.name: numpy_helper.to_array(t) for t in body.initializer}
+    slice_ = [node_from_proto(p) for p in body.node if any(o in need for o in p.output)]
+    carried: list[np.ndarray | None] = [graph.const(x) for x in node.inputs[2:]]
+    local = set(protos) | set(ins) | set(inits)  # never read as the outer scope's constants
+    for it in range(min(trip, _MAX_UNROLL + 1)):
+        env: dict[str, np.ndarray] = dict(inits)
+        env[ins[0]], env[ins[1]] = np.array(it, np.int64), np.array(True)
+        env.update({ins[2 + k]: v for k, v in enumerate(carried) if v is not None})
+        for n in slice_:
+            for x in n.inputs:
+                if x and x not in env and x not in local and (c := graph.const(x)) is not None:
+                    env[x] = np.asarray(c)
+                if x and x not in env:
+                    break
+            else:
+                res = _evaluate(n, env, dict(graph.opset_imports))
+                if res is not None:
+                    env.update({o: r for o, r in zip(n.outputs, res, strict=False) if o})
+        if outs[0] not in env:
+            return None
+        carried = [env.get(outs[1 + k]) for k in range(n_carried)]
+        if not bool(np.all(env[outs[0]])):
+            return it + 1
+    return trip if trip <= _MAX_UNROLL else None
+
+
 def _unroll_loop(inl: _Inliner, graph: Graph, node: Node) -> list[Node] | None:
     body: onnx.GraphProto = node.attr("body")
-    trip = _const_scalar(graph, node.inputs[0]) if node.inputs and node.inputs[0] else None
-    if trip is None or not 0 < int(trip) <= _MAX_UNROLL:
+    has_trip = bool(node.inputs and node.inputs[0])
+    trip = _const_scalar(graph, node.inputs[0]) if has_trip else _MAX_UNROLL + 1
+    if trip is None or int(trip) <= 0:
         return None
+    trip = int(trip)
     cond_in = node.inputs[1] if len(node.inputs) > 1 else ""
     if cond_in:
         c = _const_scalar(graph, cond_in)
         if c is None or not bool(c):
             return None
     if not _body_never_exits(body):
+        runs = _exit_count(graph, node, body, trip)
+        if runs is None:
+            return None
+        trip = runs
+    if trip > _MAX_UNROLL:
         return None
     n_carried = len(node.inputs) - 2
     n_scan = len(body.output) - 1 - n_carried
@@ -363,3 +452,66 @@ def _unroll_loop(inl: _Inliner, graph: Graph, node: Node) -> list[Node] | None:
             continue
         nodes.extend(_stack(inl, graph, scans[k - n_carried], 0, y, f"{node.name}/out{k}"))
     return nodes
+
+
+Guard = tuple[tuple[str, bool], ...]
+
+
+def runtime_if_guards(graph: Graph) -> dict[str, Guard]:
+    """For each node, the conditions under which its result is needed: ((cond, taken), ...)
+    outermost first, () for always. A backend that wraps each node in `if` statements on its
+    guard runs only the taken branch of every run-time If (the `Where` selects left by
+    `select_runtime_if`, whose branch inputs are needed only when their side is taken).
+
+    Computed from the data flow alone, after every pass, so a pass that moves or fuses nodes
+    cannot make it wrong: a tensor needed under two guards is needed under their common prefix
+    (run more often, never less), and a guard is cut before a condition computed only after the
+    node. Nodes of no select are all guarded ().
+    """
+    if not any(n.doc_string.startswith(IF_SELECT_TAG) for n in graph.nodes):
+        return {}
+    made_at = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs if o}
+    need: dict[str, Guard] = {o: () for o in graph.outputs}
+    guards: dict[str, Guard] = {}
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        node = graph.nodes[i]
+        g: Guard | None = None
+        for o in node.outputs:
+            if o in need:
+                g = need[o] if g is None else _common(g, need[o])
+        g = g or ()
+        for k, (cond, _) in enumerate(g):
+            if made_at.get(cond, -1) >= i:
+                g = g[:k]
+                break
+        guards[node.name] = g
+        select = is_if_select(graph, node)
+        for k, x in enumerate(node.inputs):
+            if not x:
+                continue
+            want = g + ((node.inputs[0], k == 1),) if select and k in (1, 2) else g
+            need[x] = _common(need[x], want) if x in need else want
+    return guards
+
+
+def is_if_select(graph: Graph, node: Node) -> bool:
+    """Is `node` the Where that picks a run-time If's output (scalar condition, both branch
+    outputs of the output's own static shape and type), which a backend may emit as a copy of
+    the taken side?"""
+    if node.op_type != "Where" or not node.doc_string.startswith(IF_SELECT_TAG):
+        return False
+    c, t, e, y = (graph.type_of(x) for x in (*node.inputs, node.outputs[0]))
+    if any(v is None or not v.is_static for v in (c, t, e, y)):
+        return False
+    return (
+        int(np.prod(c.static_shape)) == 1
+        and t.static_shape == e.static_shape == y.static_shape
+        and t.elem_type == e.elem_type == y.elem_type
+    )
+
+
+def _common(a: Guard, b: Guard) -> Guard:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]

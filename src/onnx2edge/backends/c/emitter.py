@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import Graph, Node
 from ...ir.proto import release_pages
+from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.fused import base_op, is_fused
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
@@ -388,31 +389,46 @@ class ModelEmitter:
         blocks: list[str] = []
         steps: dict[str, list[int]] = {}
         scratch: list[Buffer] = []
+        # A run-time If runs only its taken branch: nodes are wrapped in `if` statements on
+        # their guards (control_flow.runtime_if_guards). The arena plan stays the straight-line
+        # one, which keeps every buffer of both branches valid whichever runs.
+        guards = runtime_if_guards(g)
+        opened: Guard = ()
+        written_under: dict[str, Guard] = {}
         for step, node in enumerate(g.nodes):
+            guard = guards.get(node.name, ())
+            written_under.update({o: guard for o in node.outputs if o})
+            blocks.extend(self._guard_lines(opened, guard))
+            opened = guard
             ctx = NodeContext(self, node, step)
-            body = self.ops[op_key(node)].emit(ctx)
+            if is_if_select(g, node):
+                body = self._if_select(node)
+            else:
+                body = self.ops[op_key(node)].emit(ctx)
             for key, nbytes in ctx.scratch_requests:
-                scratch.append(Buffer(key, nbytes, step, step))
+                scratch.append(Buffer(key, nbytes, step, step, guard))
             attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())
             op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
             header = (
                 f"/* node {_cmt(node.name)}: {op}({_cmt(', '.join(i or '-' for i in node.inputs))})"
             )
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
-            blocks.append(
-                f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"
-            )
+            block = f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"
+            blocks.append(_indent(block, 2 * len(guard)) if guard else block)
             for name in (*node.inputs, *node.outputs):
                 if name:
                     steps.setdefault(name, []).append(step)
             for name in node.inputs:
                 release_pages(g.initializers.get(name))
+        blocks.extend(self._guard_lines(opened, ()))
         buffers = []
         for name, t in self.tensors.items():
             if t.kind != "arena":
                 continue
             used = steps.get(name, [0])
-            buffers.append(Buffer(name, t.nbytes, min(used), max(used)))
+            buffers.append(
+                Buffer(name, t.nbytes, min(used), max(used), written_under.get(name, ()))
+            )
         # graph outputs that are constants or inputs get copied at the end
         tail = []
         for i, name in enumerate(g.outputs):
@@ -422,6 +438,27 @@ class ModelEmitter:
                 tail.append(f"  memcpy({out}, {t.sym}, {t.nbytes});  /* output {_cmt(name)} */")
         offsets, arena = plan(buffers + scratch)
         return {"blocks": blocks, "offsets": offsets, "arena": arena, "tail": tail}
+
+    def _guard_lines(self, opened: Guard, guard: Guard) -> list[str]:
+        """Close the `if` blocks of `opened` that `guard` does not share, open its others."""
+        n = 0
+        while n < min(len(opened), len(guard)) and opened[n] == guard[n]:
+            n += 1
+        lines = [" " * (2 * d) + "  }" for d in range(len(opened) - 1, n - 1, -1)]
+        for d, (cond, taken) in enumerate(guard[n:], n):
+            c = self.tensor(cond)
+            pad = " " * (2 * d)
+            lines.append(f"{pad}  if ({'' if taken else '!'}{c.sym}[0]) {{  /* {_cmt(cond)} */")
+        return lines
+
+    def _if_select(self, node: Node) -> str:
+        """A run-time If's output: a copy of the side its condition took (only that side was
+        computed)."""
+        c, t, e = (self.tensor(x) for x in node.inputs)
+        y = self.tensor(node.outputs[0])
+        if y.nbytes == 0:
+            return "/* empty */"
+        return f"memcpy({y.sym}, {c.sym}[0] ? (const void *){t.sym} : (const void *){e.sym}, {y.nbytes});"
 
     def _trace_calls(self, node: Node) -> str:
         calls = []

@@ -18,6 +18,14 @@ class Buffer:
     nbytes: int
     first: int  # step that writes it
     last: int  # last step that reads it
+    # (condition, taken) pairs under which it is written and read (a run-time If's branch:
+    # control_flow.runtime_if_guards); buffers of opposite sides of one condition are never
+    # in use in the same run, so they may share memory whatever their steps
+    guard: tuple[tuple[str, bool], ...] = ()
+
+
+def _exclusive(a: Buffer, b: Buffer) -> bool:
+    return any((cond, not taken) in b.guard for cond, taken in a.guard)
 
 
 def _align(n: int) -> int:
@@ -33,7 +41,9 @@ def plan(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
     for b in order:
         size = _align(max(b.nbytes, 1))
         live = sorted(
-            (off, end) for off, end, o in placed if not (o.last < b.first or b.last < o.first)
+            (off, end)
+            for off, end, o in placed
+            if not (o.last < b.first or b.last < o.first or _exclusive(o, b))
         )
         offset = 0
         for off, end in live:
