@@ -98,15 +98,23 @@ def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
     return d < 1.0 if m == "force" else d <= BREAK_EVEN[kind]
 
 
-def _bsr(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """bptr, bcol, bval (v floats per block, zero-padded rows) of the v x 1 blocks of W."""
+def _bsc(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """cptr, brow, bval (v floats per block, zero-padded rows) of the v x 1 blocks of W[M][K],
+    stored by input column (o2e_bsc_fc skips zero inputs): column k's blocks are
+    cptr[k] .. cptr[k + 1], row block brow[j] ascending."""
     wp = np.pad(w, ((0, -w.shape[0] % v), (0, 0)))
     blocks = wp.reshape(-1, v, w.shape[1])  # (row blocks, v, K)
-    keep = (blocks != 0).any(axis=1)  # (row blocks, K)
-    rb, cols = np.nonzero(keep)
-    bptr = np.zeros(blocks.shape[0] + 1, np.int32)
-    np.cumsum(keep.sum(axis=1), out=bptr[1:])
-    return bptr, cols.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
+    keep = (blocks != 0).any(axis=1).T  # (K, row blocks)
+    cols, rb = np.nonzero(keep)
+    cptr = np.zeros(w.shape[1] + 1, np.int32)
+    np.cumsum(keep.sum(axis=1), out=cptr[1:])
+    return cptr, rb.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
+
+
+def _csc(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """colptr, row (ascending per column), val of W[M][K]; NaN weights count as nonzero."""
+    ptr, row, val = _csr(np.ascontiguousarray(w.T))
+    return ptr, row, val
 
 
 def _use(ctx: NodeContext) -> None:
@@ -115,7 +123,7 @@ def _use(ctx: NodeContext) -> None:
 
 
 def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
-    fmt = "BSR 16x1" if kind.endswith("bsr") else "CSR"
+    fmt = {"fc_batch1_bsr": "BSC 16x1", "fc_batch1": "CSC"}.get(kind, "CSR")
     ctx.kernel(f"sparse {kind.replace('_bsr', '').replace('_', ' ')} ({fmt})")
     ctx.model.sparse_layers.append(
         {
@@ -180,18 +188,28 @@ def try_fc(
         np.asarray(w, np.float32) * np.float32(alpha) if alpha != 1.0 else np.asarray(w, np.float32)
     )
     if kind == "fc_batch1_bsr":
-        bptr, bcol, bval = _bsr(wv)
-        npad = bptr.size * 16 - 16
+        cptr, brow, bval = _bsc(wv)
+        npad = -(-N // 16) * 16
         # the bias padded to 16 * row blocks
         bias_sym = "NULL" if b is None else ctx.weight("sp_bias16", np.pad(b, (0, npad - N)))
         syms = [
-            ctx.weight(n, a) for n, a in (("sp_bptr", bptr), ("sp_bcol", bcol), ("sp_bval", bval))
+            ctx.weight(n, a) for n, a in (("sp_cptr", cptr), ("sp_brow", brow), ("sp_bval", bval))
         ]
         _use(ctx)
-        _record(ctx, kind, wv, int(np.count_nonzero(wv)), bptr.nbytes + bcol.nbytes + bval.nbytes)
+        _record(ctx, kind, wv, int(np.count_nonzero(wv)), cptr.nbytes + brow.nbytes + bval.nbytes)
         return (
-            f"o2e_bsr_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
+            f"o2e_bsc_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
             f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N)
+        )
+    if kind == "fc_batch1":
+        cp, row, val = _csc(wv)
+        syms = [ctx.weight(n, a) for n, a in (("sp_colptr", cp), ("sp_row", row), ("sp_val", val))]
+        bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
+        _use(ctx)
+        _record(ctx, kind, wv, int(val.size), cp.nbytes + row.nbytes + val.nbytes)
+        return (
+            f"o2e_csc_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym});"
+            + _act_loop(ctx, y.sym, N)
         )
     bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
     rp, col, val, nnz, stored = _weights(ctx, wv)
