@@ -80,54 +80,93 @@ static inline void o2e_sp_nonfinite(int M, int K, int P, const int *rowptr, cons
   }
 }
 
-/* Y[m][p] = bias[m] + sum_j val[j] * X[col[j]][p] for p < P (X row stride ldx, Y ldy). */
+/* Vectors of lanes per pass of o2e_spmm, all accumulators in registers (32 zmm / 16 ymm / 16
+ * xmm / 32 NEON q registers, one more for the broadcast weight). Measured on an AVX-512 host
+ * (tools/sparse_breakeven.py's 1x1 layers of MobileNet v1 shapes at density 0.1, one thread,
+ * sparse / our dense GEMM in the same process): the former 4-vector tiles ran 16-22 GFLOP/s,
+ * 12 vectors per pass 24-38 GFLOP/s (1.3-1.5x, 2.0-2.8x our dense GEMM); 24 spilled. */
+#ifndef O2E_SP_CH
+#define O2E_SP_CH 12
+#endif
+
+/* The last vector of a row of lanes may be partial (49 pixels of a 7x7 map): AVX-512 and AVX2
+ * load and store it masked (no fault on the masked-off lanes); other ISAs leave the last
+ * P % O2E_SPW lanes to the scalar loop. */
+#if O2E_SP_VEC && O2E_SPW == 16 && defined(__AVX512F__)
+#define O2E_SP_MASKED 1
+typedef __mmask16 o2e_sp_mask;
+static inline o2e_sp_mask o2e_sp_lanes(int r) { return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1u); }
+#define O2E_SPV_MLOAD(v, p, mk) ((v) = (o2e_spv)_mm512_maskz_loadu_ps((mk), (p)))
+#define O2E_SPV_MSTORE(p, v, mk) _mm512_mask_storeu_ps((p), (mk), (__m512)(v))
+#elif O2E_SP_VEC && O2E_SPW == 8 && defined(__AVX2__)
+#define O2E_SP_MASKED 1
+typedef __m256i o2e_sp_mask;
+static inline o2e_sp_mask o2e_sp_lanes(int r) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#define O2E_SPV_MLOAD(v, p, mk) ((v) = (o2e_spv)_mm256_maskload_ps((p), (mk)))
+#define O2E_SPV_MSTORE(p, v, mk) _mm256_maskstore_ps((p), (mk), (__m256)(v))
+#else
+#define O2E_SP_MASKED 0
+#endif
+
+/* Y[m][p] = bias[m] + sum_j val[j] * X[col[j]][p] for p < P (X row stride ldx, Y ldy).
+ * The lanes of a row are cut into passes of at most O2E_SP_CH vectors (as equal as possible);
+ * per pass and output row all the pass's accumulators stay in registers while the row's
+ * nonzeros stream: per nonzero, one broadcast and one FMA per vector reading a contiguous run
+ * of X's row (XNNPACK's sparse 1x1 design: pixels in the lanes, CSR over output channels). */
 static inline void o2e_spmm(int M, int K, int P, const int *rowptr, const int *col, const float *val,
                      const float *x, int ldx, const float *bias, float *y, int ldy) {
   int p = 0, m, j;
 #if O2E_SP_VEC
-  /* 4 vectors of lanes per pass (64 on AVX-512, 32 on AVX2, 16 on SSE / NEON): the X tile
-   * stays in L1/L2 across all M rows */
-  for (; p + 4 * O2E_SPW <= P; p += 4 * O2E_SPW)
+  const int nvec = O2E_SP_MASKED ? (P + O2E_SPW - 1) / O2E_SPW : P / O2E_SPW;
+  const int npass = (nvec + O2E_SP_CH - 1) / O2E_SP_CH;
+  int v0 = 0, pass, v;
+  for (pass = 0; pass < npass; ++pass) {
+    const int v1 = (int)((long)nvec * (pass + 1) / npass), nv = v1 - v0;
+#if O2E_SP_MASKED
+    const o2e_sp_mask lm = o2e_sp_lanes(P - (v1 - 1) * O2E_SPW);
+#endif
+    p = v0 * O2E_SPW;
     for (m = 0; m < M; ++m) {
+      o2e_spv a[O2E_SP_CH];
       const float b = bias ? bias[m] : 0.0f;
-      o2e_spv a0 = {0}, a1, a2, a3;
-      a0 += b;
-      a1 = a0, a2 = a0, a3 = a0;
+      float *yr = y + (size_t)m * ldy + p;
+      for (v = 0; v < O2E_SP_CH; ++v) {
+        a[v] = (o2e_spv){0};
+        a[v] += b;
+      }
       for (j = rowptr[m]; j < rowptr[m + 1]; ++j) {
         const float w = val[j];
         const float *xr = x + (size_t)col[j] * ldx + p;
-        o2e_spv x0, x1, x2, x3;
-        O2E_SPV_LOAD(x0, xr);
-        O2E_SPV_LOAD(x1, xr + O2E_SPW);
-        O2E_SPV_LOAD(x2, xr + 2 * O2E_SPW);
-        O2E_SPV_LOAD(x3, xr + 3 * O2E_SPW);
-        a0 += w * x0;
-        a1 += w * x1;
-        a2 += w * x2;
-        a3 += w * x3;
+        for (v = 0; v < O2E_SP_CH; ++v) {
+          o2e_spv t;
+          if (v >= nv) break;
+#if O2E_SP_MASKED
+          if (v == nv - 1) O2E_SPV_MLOAD(t, xr + v * O2E_SPW, lm);
+          else
+#endif
+            O2E_SPV_LOAD(t, xr + v * O2E_SPW);
+          a[v] += w * t;
+        }
       }
-      float *yr = y + (size_t)m * ldy + p;
-      O2E_SPV_STORE(yr, a0);
-      O2E_SPV_STORE(yr + O2E_SPW, a1);
-      O2E_SPV_STORE(yr + 2 * O2E_SPW, a2);
-      O2E_SPV_STORE(yr + 3 * O2E_SPW, a3);
-    }
-  for (; p + O2E_SPW <= P; p += O2E_SPW)
-    for (m = 0; m < M; ++m) {
-      o2e_spv a0 = {0};
-      a0 += bias ? bias[m] : 0.0f;
-      for (j = rowptr[m]; j < rowptr[m + 1]; ++j) {
-        o2e_spv x0;
-        O2E_SPV_LOAD(x0, x + (size_t)col[j] * ldx + p);
-        a0 += val[j] * x0;
+      for (v = 0; v < O2E_SP_CH; ++v) {
+        if (v >= nv) break;
+#if O2E_SP_MASKED
+        if (v == nv - 1) O2E_SPV_MSTORE(yr + v * O2E_SPW, a[v], lm);
+        else
+#endif
+          O2E_SPV_STORE(yr + v * O2E_SPW, a[v]);
       }
-      O2E_SPV_STORE(y + (size_t)m * ldy + p, a0);
     }
+    v0 = v1;
+  }
+  p = O2E_SP_MASKED ? P : nvec * O2E_SPW;
 #endif
   for (; p < P; p += 16) {
-    /* the last lanes (fewer than a vector, e.g. 49 pixels of a 7x7 map; all of them without
-     * vector extensions), 16 at a time: rows outer, then the row's nonzeros, lanes innermost,
-     * so each nonzero reads one contiguous run of X */
+    /* the last lanes (fewer than a vector without masked loads; all of them without vector
+     * extensions), 16 at a time: rows outer, then the row's nonzeros, lanes innermost, so each
+     * nonzero reads one contiguous run of X */
     const int r = P - p < 16 ? P - p : 16;
     for (m = 0; m < M; ++m) {
       float acc[16];
