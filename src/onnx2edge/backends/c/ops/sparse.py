@@ -42,8 +42,8 @@ HEADER = "o2e_sparse.h"
 # 0.35). fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
 # estimate from its cost per stored block being that of the dense kernel per 16 weights.
 BREAK_EVEN_BY_ISA = {
-    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.15, "fc_batchN": 0.30, "conv1x1": 0.10},
-    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.40, "fc_batchN": 0.40, "conv1x1": 0.40},
+    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.07, "fc_batchN": 0.30, "conv1x1": 0.10},
+    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.12, "fc_batchN": 0.40, "conv1x1": 0.40},
 }
 
 
@@ -77,7 +77,8 @@ def density(w: np.ndarray) -> float:
 
 def mode() -> str:
     """ONNX2EDGE_SPARSE: "auto" (default: the break-even rule), "off" (dense kernels only) or
-    "force" (every eligible layer with any zero weight; to measure the break-even). Recorded
+    "force" (every eligible layer with any zero weight, in the format the break-even rule picks
+    for it: 16x1 blocks or not; for tests and measurements). Recorded
     in the manifest's stats (sparse_mode) since it changes the generated code."""
     m = os.environ.get("ONNX2EDGE_SPARSE", "auto")
     return m if m in ("auto", "off", "force") else "auto"
@@ -94,7 +95,9 @@ def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
     m = mode()
     if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < MIN_WEIGHTS:
         return False
-    d = block_density(w) if kind == "fc_batch1_bsr" else density(w)
+    if kind == "fc_batch1_bsr":  # a format choice between two sparse kernels, even in "force"
+        return block_density(w) <= BREAK_EVEN[kind]
+    d = density(w)
     return d < 1.0 if m == "force" else d <= BREAK_EVEN[kind]
 
 
