@@ -17,11 +17,17 @@ from pathlib import Path
 import onnx
 
 
+ARCH = "native"
+
+
 def _bench(path: Path, shape: dict | None, mode: str) -> dict:
     from onnx2edge.bench.harness import bench_model
 
     os.environ["ONNX2EDGE_SPARSE"] = mode
-    r = bench_model(path, runs=30, warmup=3, input_shapes=shape, min_seconds=0.5)
+    # thread CPU time: the machine is shared, descheduled time is left out on both sides
+    r = bench_model(
+        path, runs=30, warmup=3, input_shapes=shape, min_seconds=0.5, arch=ARCH, cpu_clock=True
+    )
     return {
         "ours_ms": r["ours_ms"],
         "ort_ms": r["ort_ms"],
@@ -37,9 +43,12 @@ def main() -> None:
     ap.add_argument("--out", default="docs/pruning_bench.json")
     ap.add_argument("--levels", default="0,50,60,70,80,90,95")
     ap.add_argument("--cnn", default="70,80,90")
+    ap.add_argument("--arch", default="native", help="-march of the C build (x86-64-v3: AVX2)")
     a = ap.parse_args()
-    res: dict = {"load": os.getloadavg(), "mlp": [], "cnn": []}
-    for lv in a.levels.split(","):
+    global ARCH
+    ARCH = a.arch
+    res: dict = {"load": os.getloadavg(), "arch": a.arch, "mlp": [], "cnn": []}
+    for lv in a.levels.split(",") if a.levels else []:
         p = Path(a.models) / f"mlp_prune_{int(lv):02d}.onnx"
         acc = float((p.with_suffix(".acc")).read_text())
         for b in (1, 360):
@@ -73,7 +82,9 @@ def main() -> None:
                 m, _ = prune_model(base, int(lv) / 100, scope="layer", skip=skip)
                 p = Path(d) / f"mnv1_{lv}.onnx"
                 onnx.save(m, p)
-                sp, de = _bench(p, None, "auto"), _bench(p, None, "off")
+                # force: every 1x1 layer sparse, to time the kernel at each sparsity (auto
+                # keeps a layer dense above the break-even density, see ops/sparse.py)
+                sp, de = _bench(p, None, "force"), _bench(p, None, "off")
                 row = {
                     "sparsity_1x1": int(lv) / 100,
                     "sparse_ms": sp["ours_ms"],

@@ -42,8 +42,20 @@ HEADER = "o2e_sparse.h"
 # 0.35). fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
 # estimate from its cost per stored block being that of the dense kernel per 16 weights.
 BREAK_EVEN_BY_ISA = {
-    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.07, "fc_batchN": 0.30, "conv1x1": 0.10},
-    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.12, "fc_batchN": 0.40, "conv1x1": 0.40},
+    "avx512": {
+        "fc_batch1_bsr": 0.70,
+        "fc_batch1": 0.07,
+        "fc_batch1_bitmap": 0.3,
+        "fc_batchN": 0.30,
+        "conv1x1": 0.10,
+    },
+    "avx2": {
+        "fc_batch1_bsr": 0.70,
+        "fc_batch1": 0.12,
+        "fc_batch1_bitmap": 0.0,
+        "fc_batchN": 0.40,
+        "conv1x1": 0.40,
+    },
 }
 
 
@@ -98,6 +110,8 @@ def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
     if kind == "fc_batch1_bsr":  # a format choice between two sparse kernels, even in "force"
         return block_density(w) <= BREAK_EVEN[kind]
     d = density(w)
+    if kind == "fc_batch1_bitmap":  # between the CSC limit and its own (AVX-512 hosts only)
+        return BREAK_EVEN["fc_batch1"] < d <= BREAK_EVEN[kind]
     return d < 1.0 if m == "force" else d <= BREAK_EVEN[kind]
 
 
@@ -114,6 +128,21 @@ def _bsc(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return cptr, rb.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
 
 
+def _bitmap(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mask (uint16, [groups][K][4]), off (int32, [groups][K]), val (+16 floats of padding) of
+    W[M][K] in o2e_bm_fc's layout: outputs in groups of 64; per group and input the four 16-bit
+    masks of its nonzero outputs (bit l of mask q: output 64 g + 16 q + l) and their values."""
+    m, k = w.shape
+    ng = -(-m // 64)
+    blocks = np.pad(w, ((0, ng * 64 - m), (0, 0))).reshape(ng, 64, k).transpose(0, 2, 1)
+    nz = blocks != 0  # (groups, K, 64); NaN weights count as nonzero
+    mask = np.packbits(nz, axis=-1, bitorder="little").view("<u2").astype(np.uint16)
+    counts = nz.sum(axis=-1).reshape(-1)
+    off = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32).reshape(ng, k)
+    val = np.concatenate([blocks[nz].astype(np.float32), np.zeros(16, np.float32)])
+    return np.ascontiguousarray(mask), off, val
+
+
 def _csc(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """colptr, row (ascending per column), val of W[M][K]; NaN weights count as nonzero."""
     ptr, row, val = _csr(np.ascontiguousarray(w.T))
@@ -126,8 +155,10 @@ def _use(ctx: NodeContext) -> None:
 
 
 def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
-    fmt = {"fc_batch1_bsr": "BSC 16x1", "fc_batch1": "CSC"}.get(kind, "CSR")
-    ctx.kernel(f"sparse {kind.replace('_bsr', '').replace('_', ' ')} ({fmt})")
+    fmt = {"fc_batch1_bsr": "BSC 16x1", "fc_batch1": "CSC", "fc_batch1_bitmap": "bitmap"}
+    fmt = fmt.get(kind, "CSR")
+    name = kind.replace("_bsr", "").replace("_bitmap", "").replace("_", " ")
+    ctx.kernel(f"sparse {name} ({fmt})")
     ctx.model.sparse_layers.append(
         {
             "node": ctx.node.name,
@@ -179,6 +210,8 @@ def try_fc(
     kind = "fc_batch1" if B == 1 else "fc_batchN"
     if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr"):
         kind = "fc_batch1_bsr"
+    elif w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bitmap"):
+        kind = "fc_batch1_bitmap"
     elif w is None or not sparse_applicable(np.asarray(w), kind):
         return None
     b = None
@@ -203,6 +236,16 @@ def try_fc(
         return (
             f"o2e_bsc_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
             f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N)
+        )
+    if kind == "fc_batch1_bitmap":
+        mask, off, val = _bitmap(wv)
+        syms = [ctx.weight(n, a) for n, a in (("sp_mask", mask), ("sp_off", off), ("sp_val", val))]
+        bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
+        _use(ctx)
+        _record(ctx, kind, wv, int(np.count_nonzero(wv)), mask.nbytes + off.nbytes + val.nbytes)
+        return (
+            f"o2e_bm_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
+            f"{ctx.scratch(K * 4, 'int')});" + _act_loop(ctx, y.sym, N)
         )
     if kind == "fc_batch1":
         cp, row, val = _csc(wv)
