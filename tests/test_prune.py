@@ -377,29 +377,3 @@ def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> No
     np.testing.assert_array_equal(np.isnan(got["h1"]), np.isnan(ref))
     fin = np.isfinite(ref)
     np.testing.assert_allclose(got["h1"][fin], ref[fin], rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("isa", ALL_ISAS)
-def test_bitmap_batch1_matches_onnxruntime_with_nan_inf(
-    tmp_path: Path, isa: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """75%-sparse layers at batch 1 take the bitmap kernel when the converting host has
-    AVX-512 (vexpandps); its scalar C elsewhere (v2 / v3 / aarch64 builds of the same code)
-    must give the same numbers, and NaN / Inf inputs give onnxruntime's dense NaNs."""
-    from onnx2edge.backends.c.ops import sparse
-
-    monkeypatch.setitem(sparse.BREAK_EVEN, "fc_batch1", 0.05)
-    monkeypatch.setitem(sparse.BREAK_EVEN, "fc_batch1_bitmap", 0.3)
-    pruned, _ = prune_model(mlp(1, dims=(64, 200, 90)), 0.75, scope="layer")
-    x = np.random.default_rng(7).standard_normal((1, 64)).astype(np.float32)
-    got, stats = _run_c(pruned, tmp_path, isa, x)
-    assert {d["kind"] for d in stats["sparse_layers"]} == {"fc_batch1_bitmap"}
-    ref = ort_run(pruned, {"x": x})
-    np.testing.assert_allclose(got["h1"], ref["h1"], rtol=1e-4, atol=1e-5)
-    x[0, 5], x[0, 9] = np.inf, np.nan
-    (tmp_path / "inf").mkdir()
-    got, _ = _run_c(pruned, tmp_path / "inf", isa, x)
-    ref = ort_run(pruned, {"x": x})["h1"]
-    assert np.isnan(ref).any()
-    np.testing.assert_array_equal(np.isnan(got["h1"]), np.isnan(ref))
-    np.testing.assert_array_equal(np.isposinf(got["h1"]), np.isposinf(ref))

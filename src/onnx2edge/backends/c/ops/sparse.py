@@ -72,6 +72,9 @@ def host_isa() -> str:
 BREAK_EVEN = BREAK_EVEN_BY_ISA[host_isa()]
 # Below this many weights the dense kernel's overheads are negligible either way: stay dense.
 MIN_WEIGHTS = 4096
+# A 1x1 convolution multiplies each weight by every pixel: MobileNet v1's first pointwise layer
+# (32 -> 64, 2048 weights, 112 x 112 pixels) ran 2x faster sparse at 90% (mb2 micro-benchmark).
+MIN_WEIGHTS_CONV1X1 = 1024
 
 
 def _csr(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -105,13 +108,12 @@ def block_density(w: np.ndarray, v: int = 16) -> float:
 def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
     """True when a constant float32 weight (outputs x inputs) is sparse enough for `kind`."""
     m = mode()
-    if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < MIN_WEIGHTS:
+    least = MIN_WEIGHTS_CONV1X1 if kind == "conv1x1" else MIN_WEIGHTS
+    if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < least:
         return False
     if kind == "fc_batch1_bsr":  # a format choice between two sparse kernels, even in "force"
         return block_density(w) <= BREAK_EVEN[kind]
     d = density(w)
-    if kind == "fc_batch1_bitmap":  # between the CSC limit and its own (AVX-512 hosts only)
-        return BREAK_EVEN["fc_batch1"] < d <= BREAK_EVEN[kind]
     return d < 1.0 if m == "force" else d <= BREAK_EVEN[kind]
 
 
@@ -128,21 +130,6 @@ def _bsc(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return cptr, rb.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
 
 
-def _bitmap(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """mask (uint16, [groups][K][4]), off (int32, [groups][K]), val (+16 floats of padding) of
-    W[M][K] in o2e_bm_fc's layout: outputs in groups of 64; per group and input the four 16-bit
-    masks of its nonzero outputs (bit l of mask q: output 64 g + 16 q + l) and their values."""
-    m, k = w.shape
-    ng = -(-m // 64)
-    blocks = np.pad(w, ((0, ng * 64 - m), (0, 0))).reshape(ng, 64, k).transpose(0, 2, 1)
-    nz = blocks != 0  # (groups, K, 64); NaN weights count as nonzero
-    mask = np.packbits(nz, axis=-1, bitorder="little").view("<u2").astype(np.uint16)
-    counts = nz.sum(axis=-1).reshape(-1)
-    off = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32).reshape(ng, k)
-    val = np.concatenate([blocks[nz].astype(np.float32), np.zeros(16, np.float32)])
-    return np.ascontiguousarray(mask), off, val
-
-
 def _csc(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """colptr, row (ascending per column), val of W[M][K]; NaN weights count as nonzero."""
     ptr, row, val = _csr(np.ascontiguousarray(w.T))
@@ -155,9 +142,8 @@ def _use(ctx: NodeContext) -> None:
 
 
 def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
-    fmt = {"fc_batch1_bsr": "BSC 16x1", "fc_batch1": "CSC", "fc_batch1_bitmap": "bitmap"}
-    fmt = fmt.get(kind, "CSR")
-    name = kind.replace("_bsr", "").replace("_bitmap", "").replace("_", " ")
+    fmt = {"fc_batch1_bsr": "BSC 16x1", "fc_batch1": "CSC"}.get(kind, "CSR")
+    name = kind.replace("_bsr", "").replace("_", " ")
     ctx.kernel(f"sparse {name} ({fmt})")
     ctx.model.sparse_layers.append(
         {
@@ -210,8 +196,6 @@ def try_fc(
     kind = "fc_batch1" if B == 1 else "fc_batchN"
     if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr"):
         kind = "fc_batch1_bsr"
-    elif w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bitmap"):
-        kind = "fc_batch1_bitmap"
     elif w is None or not sparse_applicable(np.asarray(w), kind):
         return None
     b = None
@@ -236,16 +220,6 @@ def try_fc(
         return (
             f"o2e_bsc_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
             f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N)
-        )
-    if kind == "fc_batch1_bitmap":
-        mask, off, val = _bitmap(wv)
-        syms = [ctx.weight(n, a) for n, a in (("sp_mask", mask), ("sp_off", off), ("sp_val", val))]
-        bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
-        _use(ctx)
-        _record(ctx, kind, wv, int(np.count_nonzero(wv)), mask.nbytes + off.nbytes + val.nbytes)
-        return (
-            f"o2e_bm_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
-            f"{ctx.scratch(K * 4, 'int')});" + _act_loop(ctx, y.sym, N)
         )
     if kind == "fc_batch1":
         cp, row, val = _csc(wv)

@@ -240,7 +240,11 @@ static inline void o2e_spmv(int M, const int *rowptr, const int *col, const floa
  * nnz(W) gathers: measured on the 1000 -> 500 layer with half the inputs zero (AVX-512 host)
  * at density 0.1: 17 us vs 36 us for the AVX-512 gather spmv and 27 us for our dense kernel
  * (10 vs 22 and 27 at 0.05); an AVX-512 gather / scatter version measured no faster than the
- * scalar loop, so the scalar loop is the one kernel for every ISA. Zero inputs are skipped exactly as the
+ * scalar loop, so the scalar loop is the one kernel for every ISA. Not kept either: a bitmap
+ * format (per 16 outputs and input, a 16-bit mask + the packed values, vexpandps into a full
+ * vector, one FMA per 16 outputs: the dense arithmetic on sparse bytes) timed the same as our
+ * dense kernel at densities 0.1 - 0.5 (tools/sparse_breakeven.py, 1000 -> 500 after a Relu,
+ * sparse / dense 1.04, 0.95, 1.01, 1.00), as expand costs more than the dense FMA's loads. Zero inputs are skipped exactly as the
  * dense kernel does (NaN and Inf are kept); a non-finite x[k] also makes NaN every output
  * whose pruned weight on k is zero (0 * Inf, as dense math). */
 static inline void o2e_csc_fc(int M, int K, const int *colptr, const int *row, const float *val,
@@ -273,65 +277,6 @@ static inline void o2e_csc_fc(int M, int K, const int *colptr, const int *row, c
       if (j < colptr[k + 1] && row[j] == m) ++j;
       else y[m] = NAN;
     }
-  }
-}
-
-/* Batch 1, bitmap format, for densities where o2e_csc_fc's ~1.5 cycles per nonzero lose to
- * our dense kernel (above ~0.1-0.2): outputs in groups of 64; per group g and input k, four
- * 16-bit masks mask[(g K + k) 4 + q] of the nonzero outputs and their values packed from
- * val + off[g K + k]. For each input with x[k] != 0 (skipped as by the dense kernel) the
- * AVX-512 path expands each mask's values into a full vector (vexpandps: zero in the pruned
- * lanes) and does one FMA per 16 outputs: the dense kernel's arithmetic on the sparse kernel's
- * bytes (weights 4 * density + 0.125 bytes each instead of 4), which pays where the dense
- * kernel waits on memory: measured on the 1000 -> 500 layer with half the inputs zero
- * (AVX-512 host, one thread) 22 vs 32 us for our dense kernel at density 0.2, a tie at 0.3.
- * The pruned lanes are multiplied by x[k] as zeros, so NaN / Inf inputs behave exactly as in
- * dense math. val must have 16 floats of padding after the last value (full-vector loads). Other
- * ISAs (no vexpandps) run the same arithmetic in scalar C (correct, not fast: conversion on a
- * host without AVX-512 does not choose this format). nz: scratch for K ints. */
-static inline void o2e_bm_fc(int M, int K, const unsigned short *mask, const int *off,
-                             const float *val, const float *x, const float *bias, float *y,
-                             int *nz) {
-  const int ng = (M + 63) / 64;
-  int n = 0, k, g, i, q;
-  for (k = 0; k < K; ++k)
-    if (x[k] != 0.0f) nz[n++] = k; /* NaN and infinities are kept, so they propagate */
-  for (g = 0; g < ng; ++g) {
-    const unsigned short *mg = mask + (size_t)g * K * 4;
-    const int *og = off + (size_t)g * K;
-#if defined(__AVX512F__)
-    __m512 a[4];
-    for (q = 0; q < 4; ++q) a[q] = _mm512_setzero_ps();
-    for (i = 0; i < n; ++i) {
-      const int kk = nz[i];
-      const __m512 xv = _mm512_set1_ps(x[kk]);
-      const unsigned short *m = mg + (size_t)kk * 4;
-      const float *v = val + og[kk];
-      for (q = 0; q < 4; ++q) {
-        const __mmask16 km = _load_mask16((__mmask16 *)(m + q)); /* kmovw from memory */
-        a[q] = _mm512_fmadd_ps(xv, _mm512_maskz_expand_ps(km, _mm512_loadu_ps(v)), a[q]);
-        v += __builtin_popcount(m[q]);
-      }
-    }
-    for (q = 0; q < 4 && 64 * g + 16 * q < M; ++q) {
-      const int r = M - 64 * g - 16 * q;
-      const __mmask16 lm = r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1u);
-      __m512 t = a[q];
-      if (bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(lm, bias + 64 * g + 16 * q));
-      _mm512_mask_storeu_ps(y + 64 * g + 16 * q, lm, t);
-    }
-#else
-    float a[64];
-    for (q = 0; q < 64; ++q) a[q] = 0.0f;
-    for (i = 0; i < n; ++i) {
-      const int kk = nz[i];
-      const float xk = x[kk];
-      const unsigned short *m = mg + (size_t)kk * 4;
-      const float *v = val + og[kk];
-      for (q = 0; q < 64; ++q) a[q] += xk * ((m[q / 16] >> (q % 16)) & 1u ? *v++ : 0.0f);
-    }
-    for (q = 0; q < 64 && 64 * g + q < M; ++q) y[64 * g + q] = a[q] + (bias ? bias[64 * g + q] : 0.0f);
-#endif
   }
 }
 
