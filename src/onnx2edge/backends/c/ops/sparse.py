@@ -21,41 +21,33 @@ from .common import act_expr, fused_act
 
 HEADER = "o2e_sparse.h"
 
-# Largest density (nonzeros / weights) at which each sparse kernel is used, per ISA of the host
-# that converts (the default build is -march=native). Measured with tools/sparse_breakeven.py
-# on 2026-11-24 ("Intel Xeon @ 2.80GHz", AVX-512; AVX2 = the same host with -march=x86-64-v3;
-# one thread; medians of >= 20 runs; sparse (ONNX2EDGE_SPARSE=force) / our dense (=off) built
-# and timed in the same process; the 2-core machine was shared, load average 5-11, so +-30%
-# noise). Layers: FC 1000 -> 500 at batch 1 and 64, 1x1 conv 256 -> 256 on 14x14; random
-# unstructured masks.
-#   sparse / dense at density        0.2    0.35   0.5
-#   AVX-512 fc_batch1 (gather spmv)  1.14   1.76   2.45
-#   AVX-512 fc_batchN (spmm)         0.56   0.96   1.33
-#   AVX-512 conv1x1   (spmm)         1.84   2.66   3.59
-#   AVX2    fc_batch1                0.24   0.40   -
-#   AVX2    fc_batchN                0.42   0.50   -
-#   AVX2    conv1x1                  0.75   0.88   -
-# AVX-512 thresholds: below the crossing, rounded down (batch-1 gathers lose to our dense GEMV,
-# which also skips the zero inputs ReLU leaves, until ~83% sparsity; 1x1 conv crossing
-# extrapolated linearly to ~90%: the dense path runs at >100 GFLOP/s). AVX2: our dense kernels
-# are slower there, every kind still wins at 0.35; 0.4 is kept as the limit (not measured above
-# 0.35). fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
-# estimate from its cost per stored block being that of the dense kernel per 16 weights.
+# Largest density (nonzeros / weights; for fc_batch1_bsr the share of stored 16x1 blocks) at
+# which each sparse kernel is used, per ISA of the host that converts (the default build is
+# -march=native). Measured with tools/sparse_breakeven.py on 2026-11-24, "Intel Xeon @ 2.80GHz"
+# (Ice Lake server, AVX-512); AVX2 = the same host with -march=x86-64-v3; one thread, thread CPU
+# time, medians of >= 20 runs, the sparse build (only the kind under test sparse) and our dense
+# build (ONNX2EDGE_SPARSE=off) of the same one-layer model timed in the same process; the 2-core
+# machine was shared (load average 12-16), so +-20% noise. Layers: Relu then FC 1000 -> 500 at
+# batch 1 (about half the inputs zero, as in an MLP; our dense batch-1 kernel skips them too) and
+# at batch 64; 1x1 conv 256 -> 256 on 14x14; random unstructured masks (16x1 block masks for
+# fc_batch1_bsr).
+#   sparse / our dense at density           0.1    0.2    0.3    0.4    0.5
+#   AVX-512 fc_batch1 (CSC, zero x skipped)  0.56   1.36   1.98   -      3.31
+#   AVX-512 fc_batch1_bsr (BSC 16x1)         0.11   0.19   0.23   -      0.51
+#   AVX-512 fc_batchN (spmm)                 -      0.54   0.62   0.84   -
+#   AVX-512 conv1x1   (spmm)                 -      0.88   1.52   2.15   -
+#   AVX2    fc_batch1                        0.81   1.50   2.32   2.66   -
+#   AVX2    fc_batchN                        0.26   0.59   0.68   0.83   -
+#   AVX2    conv1x1                          0.30   0.38   0.79   1.10   -
+# Thresholds: the crossing interpolated linearly and rounded down; fc_batchN and fc_batch1_bsr
+# still win at the densest point measured (0.4 / 0.5), their limits are the measured 0.4 and an
+# extrapolated 0.7 (not measured on AVX2: the same value is used). Unstructured batch-1 layers
+# need ~85% sparsity on AVX-512 (~88% on AVX2) to beat our dense kernel: it reads 4 bytes per
+# weight of the nonzero inputs at memory speed, while each stored nonzero costs the CSC loop
+# ~1.5 cycles (o2e_sparse.h lists the formats tried); 16x1 blocks win from far below 70%.
 BREAK_EVEN_BY_ISA = {
-    "avx512": {
-        "fc_batch1_bsr": 0.70,
-        "fc_batch1": 0.07,
-        "fc_batch1_bitmap": 0.3,
-        "fc_batchN": 0.30,
-        "conv1x1": 0.10,
-    },
-    "avx2": {
-        "fc_batch1_bsr": 0.70,
-        "fc_batch1": 0.12,
-        "fc_batch1_bitmap": 0.0,
-        "fc_batchN": 0.40,
-        "conv1x1": 0.40,
-    },
+    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.15, "fc_batchN": 0.40, "conv1x1": 0.20},
+    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.12, "fc_batchN": 0.40, "conv1x1": 0.35},
 }
 
 
