@@ -236,6 +236,24 @@ def try_fc(
     )
 
 
+def try_gemm(ctx: NodeContext) -> str | None:
+    """A Gemm (transA = 0, 2-D input) whose constant B is sparse enough, or None."""
+    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+    bw = ctx.const(1)
+    if ta or bw is None or ctx.x(0).rank != 2:
+        return None
+    return try_fc(
+        ctx,
+        ctx.x(0),
+        bw if tb else bw.T,
+        ctx.y(0),
+        *ctx.x(0).shape,
+        bw.shape[0] if tb else bw.shape[1],
+        alpha=float(ctx.attr("alpha", 1.0)),
+        beta=float(ctx.attr("beta", 1.0)),
+    )
+
+
 def try_conv1x1(ctx: NodeContext) -> str | None:
     """A 1x1 convolution (stride 1, no padding, group 1, NCHW) with a sparse constant weight."""
     from ....passes.fuse_residual import has_residual
