@@ -1,16 +1,18 @@
 /* o2e_sparse.h - sparse (pruned) fully connected layers and 1x1 convolutions (issue 14).
  *
- * Weights W[M][K] (M outputs, K inputs) in CSR: rowptr[M+1], col[nnz] (input index), val[nnz].
- * Two kernels:
+ * Weights W[M][K] (M outputs, K inputs). Kernels:
  *
- *  - o2e_spmm: Y[M][P] = W . X[K][P] with the P columns (pixels of a 1x1 convolution in NCHW,
- *    or batch rows of a fully connected layer after a tile transpose) as the SIMD lanes. Per
- *    nonzero weight: one broadcast and one FMA per 16 lanes, so the vector units stay full
- *    whatever the sparsity pattern (the XNNPACK / "Fast Sparse ConvNets" layout). Written
- *    with GCC / clang vector extensions of the native width: one source that compiles to zmm
+ *  - o2e_spmm (CSR: rowptr[M+1], col[nnz], val[nnz]): Y[M][P] = W . X[K][P] with the P
+ *    columns (pixels of a 1x1 convolution in NCHW, or batch rows of a fully connected layer
+ *    after a tile transpose) as the SIMD lanes; per output row up to 12 vectors of lanes in
+ *    registers, one broadcast and one FMA per vector per nonzero, so the vector units stay full
+ *    whatever the sparsity pattern (the XNNPACK / "Fast Sparse ConvNets" layout). Written with
+ *    GCC / clang vector extensions of the native width: one source that compiles to zmm
  *    (AVX-512), ymm (AVX2), xmm (SSE) or NEON q registers; plain C elsewhere.
- *  - o2e_spmv: y[M] = W . x[K] at batch 1: per row, 16 (AVX-512) or 8 (AVX2) nonzeros at a
- *    time with a gather of x; scalar with four accumulators otherwise.
+ *  - o2e_csc_fc (CSC) and o2e_bsc_fc (16x1 blocks by column): batch 1, zero inputs skipped as
+ *    our dense batch-1 kernel does.
+ *  - o2e_spmv (CSR, AVX-512 / AVX2 gathers): batch-N layers with few outputs (a 10-class head),
+ *    one row of the batch at a time.
  *
  * Non-finite inputs: onnxruntime's dense GEMM also multiplies the pruned (zero) weights, and
  * 0 * Inf and 0 * NaN are NaN. A skipped zero would give a finite output instead, so when an
@@ -342,7 +344,8 @@ static inline void o2e_sparse_conv1x1(int N, int M, int K, int HW, const int *ro
  * (M x 64) stay in L2 for the layers this is used on. */
 #define O2E_SP_TILE 64
 
-/* Fully connected: y[B][M] = x[B][K] . W^T + bias. B == 1 takes o2e_spmv; larger batches are
+/* Fully connected: y[B][M] = x[B][K] . W^T + bias (batch 1 uses o2e_csc_fc). B == 1 or few
+ * outputs take o2e_spmv per row; larger batches are
  * transposed 64 rows at a time into xt[K][64] so the rows are the lanes of o2e_spmm, and back.
  * xt: K * 64 floats, yt: M * 64 floats of scratch. */
 static inline void o2e_sparse_fc(int B, int M, int K, const int *rowptr, const int *col, const float *val,
