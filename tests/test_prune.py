@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,31 @@ from onnx2edge.cli import main
 from onnx2edge.prune import prune_model
 from onnx2edge.runtime import ort_run
 
-from conftest import NATIVE
+# every vector path of o2e_sparse.h: AVX-512 (this host), AVX2 + FMA, SSE (no AVX) and NEON
+# (cross-built, run under qemu-user; correctness only, never timed)
+ISAS = ["native", "x86-64-v3", "x86-64-v2", "aarch64"]
+HAS_AARCH64 = shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64")
 
-V3 = ["-O3", "-march=x86-64-v3", "-ffp-contract=fast"]  # AVX2 + FMA kernels
-V2 = ["-O3", "-march=x86-64-v2"]  # no AVX: the portable / SSE lowering of the vectors
-ISAS = {"native": NATIVE, "x86-64-v3": V3, "x86-64-v2": V2}
+
+def _isa(isa: str) -> object:
+    skip = pytest.mark.skipif(
+        isa == "aarch64" and not HAS_AARCH64,
+        reason="needs aarch64-linux-gnu-gcc (gcc-aarch64-linux-gnu) and qemu-aarch64 (qemu-user)",
+    )
+    return pytest.param(isa, marks=skip)
+
+
+ALL_ISAS = [_isa(i) for i in ISAS]
+
+
+@pytest.fixture
+def force_sparse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every eligible layer sparse whatever the measured break-even, so the kernels are tested
+    at the sparsities the tests use on every ISA (`convert --kernels sparse=force`)."""
+    monkeypatch.setitem(KERNELS, "sparse", "force")
+
+
+KERNELS: dict[str, str] = {"sparse": "auto"}  # the kernels option `_run_c` converts with
 
 
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
@@ -227,24 +248,24 @@ def test_cli_prune_sweep_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
 # --- sparse kernels in the C backend ----------------------------------------------------------
 
 
-def _run_c(model: onnx.ModelProto, tmp: Path, flags: list[str], x: np.ndarray) -> tuple[dict, dict]:
-    from onnx2edge.backends.c.build import build_executable, run_executable
+def _run_c(model: onnx.ModelProto, tmp: Path, isa: str, x: np.ndarray) -> tuple[dict, dict]:
+    from onnx2edge.backends.c.build import build_and_run
 
     path = tmp / "m.onnx"
     onnx.save(model, path)
     out = tmp / "c"
-    res = api.convert(path, "c", out)
-    io = json.loads((out / "onnx2edge.json").read_text())
-    exe = build_executable(out, flags, name="t")
-    return run_executable(exe, io, {"x": x}, out), res.stats
+    res = api.convert(path, "c", out, options={"kernels": dict(KERNELS)})
+    return build_and_run(out, isa, {"x": x}), res.stats
 
 
-@pytest.mark.parametrize("isa", list(ISAS))
+@pytest.mark.parametrize("isa", ALL_ISAS)
 @pytest.mark.parametrize("batch", [1, 83])
-def test_sparse_fc_matches_onnxruntime(tmp_path: Path, isa: str, batch: int) -> None:
+def test_sparse_fc_matches_onnxruntime(
+    tmp_path: Path, isa: str, batch: int, force_sparse: None
+) -> None:
     pruned, _ = prune_model(mlp(batch), 0.9, scope="layer")
     x = np.random.default_rng(2).standard_normal((batch, 64)).astype(np.float32)
-    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    got, stats = _run_c(pruned, tmp_path, isa, x)
     ref = ort_run(pruned, {"x": x})
     layers = {d["node"] for d in stats["sparse_layers"]}
     assert {"fc0", "fc1"} <= layers  # the head (960 weights) is below MIN_WEIGHTS: dense
@@ -253,12 +274,14 @@ def test_sparse_fc_matches_onnxruntime(tmp_path: Path, isa: str, batch: int) -> 
         np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("isa", list(ISAS))
+@pytest.mark.parametrize("isa", ALL_ISAS)
 @pytest.mark.parametrize("hw", [7, 9])  # 49 pixels: 3 vectors + a 1-lane tail; 81: 5 + 1
-def test_sparse_conv1x1_matches_onnxruntime(tmp_path: Path, isa: str, hw: int) -> None:
+def test_sparse_conv1x1_matches_onnxruntime(
+    tmp_path: Path, isa: str, hw: int, force_sparse: None
+) -> None:
     pruned, _ = prune_model(conv1x1(n=2, hw=hw), 0.92)
     x = np.random.default_rng(3).standard_normal((2, 96, hw, hw)).astype(np.float32)
-    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    got, stats = _run_c(pruned, tmp_path, isa, x)
     assert [d["node"] for d in stats["sparse_layers"]] == ["pw"]
     ref = ort_run(pruned, {"x": x})
     np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-4, atol=1e-5)
@@ -267,14 +290,16 @@ def test_sparse_conv1x1_matches_onnxruntime(tmp_path: Path, isa: str, hw: int) -
 def test_dense_stays_dense(tmp_path: Path) -> None:
     pruned, _ = prune_model(mlp(1), 0.3, scope="layer")  # well above every break-even density
     x = np.ones((1, 64), np.float32)
-    got, stats = _run_c(pruned, tmp_path, NATIVE, x)
+    got, stats = _run_c(pruned, tmp_path, "native", x)
     assert stats["sparse_layers"] == [] and stats["sparse_bytes_saved"] == 0
     np.testing.assert_allclose(got["h2"], ort_run(pruned, {"x": x})["h2"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("isa", ["native", "x86-64-v2"])
+@pytest.mark.parametrize("isa", ALL_ISAS)
 @pytest.mark.parametrize("batch", [1, 70])
-def test_sparse_nan_inf_like_dense_onnxruntime(tmp_path: Path, isa: str, batch: int) -> None:
+def test_sparse_nan_inf_like_dense_onnxruntime(
+    tmp_path: Path, isa: str, batch: int, force_sparse: None
+) -> None:
     """Pruned weights are zeros: onnxruntime's dense GEMM computes 0 * Inf = NaN for them, so
     the sparse kernels must turn those outputs into NaN too (and propagate NaN)."""
     pruned, _ = prune_model(mlp(batch, dims=(64, 200, 96)), 0.9, scope="layer")
@@ -282,7 +307,7 @@ def test_sparse_nan_inf_like_dense_onnxruntime(tmp_path: Path, isa: str, batch: 
     x[0, 3] = np.inf
     x[-1, 10] = -np.inf
     x[batch // 2, 20] = np.nan
-    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    got, stats = _run_c(pruned, tmp_path, isa, x)
     assert len(stats["sparse_layers"]) == 2
     ref = ort_run(pruned, {"x": x})
     for k, v in ref.items():
@@ -293,11 +318,12 @@ def test_sparse_nan_inf_like_dense_onnxruntime(tmp_path: Path, isa: str, batch: 
         np.testing.assert_allclose(got[k][fin], v[fin], rtol=1e-4, atol=1e-5)
 
 
-def test_sparse_conv1x1_inf(tmp_path: Path) -> None:
+@pytest.mark.parametrize("isa", ALL_ISAS)
+def test_sparse_conv1x1_inf(tmp_path: Path, isa: str, force_sparse: None) -> None:
     pruned, _ = prune_model(conv1x1(n=1, hw=5), 0.92)
     x = np.random.default_rng(5).standard_normal((1, 96, 5, 5)).astype(np.float32)
     x[0, 7, 2, 3] = np.inf
-    got, _ = _run_c(pruned, tmp_path, NATIVE, x)
+    got, _ = _run_c(pruned, tmp_path, isa, x)
     ref = ort_run(pruned, {"x": x})["y"]
     assert np.isnan(ref).any()
     np.testing.assert_array_equal(np.isnan(got["y"]), np.isnan(ref))
@@ -322,7 +348,7 @@ def test_trained_digits_mlp_pruned_90(tmp_path: Path) -> None:
     for d in m.graph.output[0].type.tensor_type.shape.dim[:1]:
         d.ClearField("dim_param")
         d.dim_value = x.shape[0]
-    got, stats = _run_c(m, tmp_path, NATIVE, x)
+    got, stats = _run_c(m, tmp_path, "native", x)
     assert {d["node"] for d in stats["sparse_layers"]} == {"fc0", "fc1"}
     ref = ort_run(m, {"x": x})["fc2"]
     np.testing.assert_allclose(got["fc2"], ref, rtol=1e-4, atol=1e-4)
@@ -334,7 +360,7 @@ def test_trained_digits_mlp_pruned_90(tmp_path: Path) -> None:
     assert acc_dense > 0.95 and acc_sparse > 0.85  # small model: 90% costs it ~10 points
 
 
-@pytest.mark.parametrize("isa", list(ISAS))
+@pytest.mark.parametrize("isa", ALL_ISAS)
 def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> None:
     """blocks:16x1 pruning takes the BSR kernel at batch 1 (full 16-lane FMAs per block); an
     Inf input is NaN in the rows of skipped blocks, as in onnxruntime's dense product."""
@@ -342,13 +368,13 @@ def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> No
         mlp(1, dims=(64, 200, 90)), 0.8, scope="layer", structured="blocks:16x1"
     )
     x = np.random.default_rng(6).standard_normal((1, 64)).astype(np.float32)
-    got, stats = _run_c(pruned, tmp_path, ISAS[isa], x)
+    got, stats = _run_c(pruned, tmp_path, isa, x)
     assert {d["kind"] for d in stats["sparse_layers"]} == {"fc_batch1_bsr"}
     ref = ort_run(pruned, {"x": x})
     np.testing.assert_allclose(got["h1"], ref["h1"], rtol=1e-4, atol=1e-5)
     x[0, 5] = np.inf
     (tmp_path / "inf").mkdir()
-    got, _ = _run_c(pruned, tmp_path / "inf", ISAS[isa], x)
+    got, _ = _run_c(pruned, tmp_path / "inf", isa, x)
     ref = ort_run(pruned, {"x": x})["h1"]
     assert np.isnan(ref).any()
     np.testing.assert_array_equal(np.isnan(got["h1"]), np.isnan(ref))

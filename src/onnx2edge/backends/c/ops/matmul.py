@@ -30,21 +30,10 @@ def _gemm_check(node: Node, graph: Graph) -> str | None:
 
 @register_op("Gemm", check=_gemm_check)
 def gemm(ctx: NodeContext) -> str:
+    if (sp := sparse.try_gemm(ctx)) is not None:  # pruned weights (issue 14)
+        return sp
     ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
-    if not ta and (bw := ctx.const(1)) is not None and ctx.x(0).rank == 2:  # pruned (issue 14)
-        sp = sparse.try_fc(
-            ctx,
-            ctx.x(0),
-            bw if tb else bw.T,
-            ctx.y(0),
-            *ctx.x(0).shape,
-            bw.shape[0] if tb else bw.shape[1],
-            alpha=alpha,
-            beta=beta,
-        )
-        if sp is not None:
-            return sp
     a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
     M, K = (a.shape[1], a.shape[0]) if ta else a.shape
     N = b.shape[0] if tb else b.shape[1]

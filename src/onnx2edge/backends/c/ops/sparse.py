@@ -16,34 +16,39 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ....semantics.fused import has_residual
 from ..emitter import NodeContext, Tensor
 from .common import act_expr, fused_act
 
 HEADER = "o2e_sparse.h"
 
-# Largest density (nonzeros / weights) at which each sparse kernel is used, per ISA of the host
-# that converts (the default build is -march=native). Measured with tools/sparse_breakeven.py
-# on 2026-11-24 ("Intel Xeon @ 2.80GHz", AVX-512; AVX2 = the same host with -march=x86-64-v3;
-# one thread; medians of >= 20 runs; sparse (ONNX2EDGE_SPARSE=force) / our dense (=off) built
-# and timed in the same process; the 2-core machine was shared, load average 5-11, so +-30%
-# noise). Layers: FC 1000 -> 500 at batch 1 and 64, 1x1 conv 256 -> 256 on 14x14; random
-# unstructured masks.
-#   sparse / dense at density        0.2    0.35   0.5
-#   AVX-512 fc_batch1 (gather spmv)  1.14   1.76   2.45
-#   AVX-512 fc_batchN (spmm)         0.56   0.96   1.33
-#   AVX-512 conv1x1   (spmm)         1.84   2.66   3.59
-#   AVX2    fc_batch1                0.24   0.40   -
-#   AVX2    fc_batchN                0.42   0.50   -
-#   AVX2    conv1x1                  0.75   0.88   -
-# AVX-512 thresholds: below the crossing, rounded down (batch-1 gathers lose to our dense GEMV,
-# which also skips the zero inputs ReLU leaves, until ~83% sparsity; 1x1 conv crossing
-# extrapolated linearly to ~90%: the dense path runs at >100 GFLOP/s). AVX2: our dense kernels
-# are slower there, every kind still wins at 0.35; 0.4 is kept as the limit (not measured above
-# 0.35). fc_batch1_bsr (16x1 blocks, one full FMA per stored block) was NOT measured: 0.7 is an
-# estimate from its cost per stored block being that of the dense kernel per 16 weights.
+# Largest density (nonzeros / weights; for fc_batch1_bsr the share of stored 16x1 blocks) at
+# which each sparse kernel is used, per ISA of the host that converts (the default build is
+# -march=native). Measured with tools/sparse_breakeven.py on 2026-11-24, "Intel Xeon @ 2.80GHz"
+# (Ice Lake server, AVX-512); AVX2 = the same host with -march=x86-64-v3; one thread, thread CPU
+# time, medians of >= 20 runs, the sparse build (only the kind under test sparse) and our dense
+# build (--kernels sparse=off) of the same one-layer model timed in the same process; the 2-core
+# machine was shared (load average 12-16), so +-20% noise. Layers: Relu then FC 1000 -> 500 at
+# batch 1 (about half the inputs zero, as in an MLP; our dense batch-1 kernel skips them too) and
+# at batch 64; 1x1 conv 256 -> 256 on 14x14; random unstructured masks (16x1 block masks for
+# fc_batch1_bsr).
+#   sparse / our dense at density           0.1    0.2    0.3    0.4    0.5
+#   AVX-512 fc_batch1 (CSC, zero x skipped)  0.56   1.36   1.98   -      3.31
+#   AVX-512 fc_batch1_bsr (BSC 16x1)         0.11   0.19   0.23   -      0.51
+#   AVX-512 fc_batchN (spmm)                 -      0.54   0.62   0.84   -
+#   AVX-512 conv1x1   (spmm)                 -      0.88   1.52   2.15   -
+#   AVX2    fc_batch1                        0.81   1.50   2.32   2.66   -
+#   AVX2    fc_batchN                        0.26   0.59   0.68   0.83   -
+#   AVX2    conv1x1                          0.30   0.38   0.79   1.10   -
+# Thresholds: the crossing interpolated linearly and rounded down; fc_batchN and fc_batch1_bsr
+# still win at the densest point measured (0.4 / 0.5), their limits are the measured 0.4 and an
+# extrapolated 0.7 (not measured on AVX2: the same value is used). Unstructured batch-1 layers
+# need ~85% sparsity on AVX-512 (~88% on AVX2) to beat our dense kernel: it reads 4 bytes per
+# weight of the nonzero inputs at memory speed, while each stored nonzero costs the CSC loop
+# ~1.5 cycles (o2e_sparse.h lists the formats tried); 16x1 blocks win from far below 70%.
 BREAK_EVEN_BY_ISA = {
-    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.15, "fc_batchN": 0.30, "conv1x1": 0.10},
-    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.40, "fc_batchN": 0.40, "conv1x1": 0.40},
+    "avx512": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.15, "fc_batchN": 0.40, "conv1x1": 0.20},
+    "avx2": {"fc_batch1_bsr": 0.70, "fc_batch1": 0.12, "fc_batchN": 0.40, "conv1x1": 0.35},
 }
 
 
@@ -60,6 +65,9 @@ def host_isa() -> str:
 BREAK_EVEN = BREAK_EVEN_BY_ISA[host_isa()]
 # Below this many weights the dense kernel's overheads are negligible either way: stay dense.
 MIN_WEIGHTS = 4096
+# A 1x1 convolution multiplies each weight by every pixel: MobileNet v1's first pointwise layer
+# (32 -> 64, 2048 weights, 112 x 112 pixels) ran 2x faster sparse at 90% (mb2 micro-benchmark).
+MIN_WEIGHTS_CONV1X1 = 1024
 
 
 def _csr(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -77,8 +85,9 @@ def density(w: np.ndarray) -> float:
 
 def mode(kernels: Mapping[str, str]) -> str:
     """`convert --kernels sparse=...`: "auto" (default: the break-even rule), "off" (dense
-    kernels only) or "force" (every eligible layer with any zero weight; to measure the
-    break-even). Recorded in the manifest (options.kernels, stats.sparse_mode)."""
+    kernels only) or "force" (every eligible layer with any zero weight, in the format the
+    break-even rule picks for it: 16x1 blocks or not; for tests and measurements). Recorded in
+    the manifest (options.kernels, stats.sparse_mode)."""
     m = kernels.get("sparse", "auto")
     return m if m in ("auto", "off", "force") else "auto"
 
@@ -92,21 +101,32 @@ def block_density(w: np.ndarray, v: int = 16) -> float:
 def sparse_applicable(w: np.ndarray | None, kind: str, m: str) -> bool:
     """True when a constant float32 weight (outputs x inputs) is sparse enough for `kind`
     under mode `m`."""
-    if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < MIN_WEIGHTS:
+    least = MIN_WEIGHTS_CONV1X1 if kind == "conv1x1" else MIN_WEIGHTS
+    if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < least:
         return False
-    d = block_density(w) if kind == "fc_batch1_bsr" else density(w)
+    if kind == "fc_batch1_bsr":  # a format choice between two sparse kernels, even in "force"
+        return block_density(w) <= BREAK_EVEN[kind]
+    d = density(w)
     return d < 1.0 if m == "force" else d <= BREAK_EVEN[kind]
 
 
-def _bsr(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """bptr, bcol, bval (v floats per block, zero-padded rows) of the v x 1 blocks of W."""
+def _bsc(w: np.ndarray, v: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """cptr, brow, bval (v floats per block, zero-padded rows) of the v x 1 blocks of W[M][K],
+    stored by input column (o2e_bsc_fc skips zero inputs): column k's blocks are
+    cptr[k] .. cptr[k + 1], row block brow[j] ascending."""
     wp = np.pad(w, ((0, -w.shape[0] % v), (0, 0)))
     blocks = wp.reshape(-1, v, w.shape[1])  # (row blocks, v, K)
-    keep = (blocks != 0).any(axis=1)  # (row blocks, K)
-    rb, cols = np.nonzero(keep)
-    bptr = np.zeros(blocks.shape[0] + 1, np.int32)
-    np.cumsum(keep.sum(axis=1), out=bptr[1:])
-    return bptr, cols.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
+    keep = (blocks != 0).any(axis=1).T  # (K, row blocks)
+    cols, rb = np.nonzero(keep)
+    cptr = np.zeros(w.shape[1] + 1, np.int32)
+    np.cumsum(keep.sum(axis=1), out=cptr[1:])
+    return cptr, rb.astype(np.int32), np.ascontiguousarray(blocks[rb, :, cols], np.float32)
+
+
+def _csc(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """colptr, row (ascending per column), val of W[M][K]; NaN weights count as nonzero."""
+    ptr, row, val = _csr(np.ascontiguousarray(w.T))
+    return ptr, row, val
 
 
 def _use(ctx: NodeContext) -> None:
@@ -115,8 +135,9 @@ def _use(ctx: NodeContext) -> None:
 
 
 def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
-    fmt = "BSR 16x1" if kind.endswith("bsr") else "CSR"
-    ctx.kernel(f"sparse {kind.replace('_bsr', '').replace('_', ' ')} ({fmt})")
+    fmt = {"fc_batch1_bsr": "BSC 16x1", "fc_batch1": "CSC"}.get(kind, "CSR")
+    name = kind.replace("_bsr", "").replace("_", " ")
+    ctx.kernel(f"sparse {name} ({fmt})")
     ctx.model.sparse_layers.append(
         {
             "node": ctx.node.name,
@@ -181,18 +202,28 @@ def try_fc(
         np.asarray(w, np.float32) * np.float32(alpha) if alpha != 1.0 else np.asarray(w, np.float32)
     )
     if kind == "fc_batch1_bsr":
-        bptr, bcol, bval = _bsr(wv)
-        npad = bptr.size * 16 - 16
+        cptr, brow, bval = _bsc(wv)
+        npad = -(-N // 16) * 16
         # the bias padded to 16 * row blocks
         bias_sym = "NULL" if b is None else ctx.weight("sp_bias16", np.pad(b, (0, npad - N)))
         syms = [
-            ctx.weight(n, a) for n, a in (("sp_bptr", bptr), ("sp_bcol", bcol), ("sp_bval", bval))
+            ctx.weight(n, a) for n, a in (("sp_cptr", cptr), ("sp_brow", brow), ("sp_bval", bval))
         ]
         _use(ctx)
-        _record(ctx, kind, wv, int(np.count_nonzero(wv)), bptr.nbytes + bcol.nbytes + bval.nbytes)
+        _record(ctx, kind, wv, int(np.count_nonzero(wv)), cptr.nbytes + brow.nbytes + bval.nbytes)
         return (
-            f"o2e_bsr_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
+            f"o2e_bsc_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym}, "
             f"{ctx.scratch(npad * 4)});" + _act_loop(ctx, y.sym, N)
+        )
+    if kind == "fc_batch1":
+        cp, row, val = _csc(wv)
+        syms = [ctx.weight(n, a) for n, a in (("sp_colptr", cp), ("sp_row", row), ("sp_val", val))]
+        bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
+        _use(ctx)
+        _record(ctx, kind, wv, int(val.size), cp.nbytes + row.nbytes + val.nbytes)
+        return (
+            f"o2e_csc_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym});"
+            + _act_loop(ctx, y.sym, N)
         )
     bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
     rp, col, val, nnz, stored = _weights(ctx, wv)
@@ -207,10 +238,26 @@ def try_fc(
     )
 
 
+def try_gemm(ctx: NodeContext) -> str | None:
+    """A Gemm (transA = 0, 2-D input) whose constant B is sparse enough, or None."""
+    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+    bw = ctx.const(1)
+    if ta or bw is None or ctx.x(0).rank != 2:
+        return None
+    return try_fc(
+        ctx,
+        ctx.x(0),
+        bw if tb else bw.T,
+        ctx.y(0),
+        *ctx.x(0).shape,
+        bw.shape[0] if tb else bw.shape[1],
+        alpha=float(ctx.attr("alpha", 1.0)),
+        beta=float(ctx.attr("beta", 1.0)),
+    )
+
+
 def try_conv1x1(ctx: NodeContext) -> str | None:
     """A 1x1 convolution (stride 1, no padding, group 1, NCHW) with a sparse constant weight."""
-    from ....passes.fuse_residual import has_residual
-
     w = ctx.const(1)
     if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or has_residual(ctx.node):
         return None
