@@ -30,6 +30,7 @@ class CBackend(Backend):
         "fold_batchnorm",
         "fuse_residual",
         "fuse_activation",
+        "qdq_to_int8",
         "eliminate_dead_nodes",
     )
 

@@ -339,7 +339,8 @@ class ModelEmitter:
     def unsupported(self) -> list[str]:
         problems = []
         for node in self.graph.nodes:
-            spec = self.ops.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            # "o2e": internal ops written by the backend's own passes (passes/qdq_int8.py)
+            spec = self.ops.get(node.op_type) if node.domain in ("", "ai.onnx", "o2e") else None
             where = f"node '{node.name}' (op {node.op_type}, opset {self.graph.opset})"
             if spec is None:
                 why = UNSUPPORTED.get(node.op_type) if node.domain in ("", "ai.onnx") else None

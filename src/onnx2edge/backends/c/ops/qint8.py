@@ -1,0 +1,154 @@
+"""int8 kernels for QLinearConv, QLinearMatMul and the internal o2e QGemm (runtime/o2e_qgemm.h).
+
+`passes/qdq_int8.int8_plan` decides at conversion what a node needs (int8 weights minus their
+zero point, float32 requantisation scales, int32 bias, the output clamp); here the weights are
+packed in the kernel's layout ([ceil(M/8)][ceil(K/4)][8][4]) and the bias absorbs the
+activation zero point: sum_k (x - xz) w = sum_k u w - (xz + off) sum_k w, with u the packed
+byte (x, or x + 128 for int8 activations, flipped by xor 0x80 while packing). Activations are
+packed at run time into 16-column panels (im2col first for kernels larger than 1x1 or with
+stride / padding). Depthwise convolutions run o2e_qdw. The quantization reference loops in
+quant.py stay for everything else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....passes.qdq_int8 import DOMAIN, Int8Plan, int8_plan
+from ..emitter import NodeContext
+from . import register_op
+
+HEADER = "o2e_qgemm.h"
+MR, NR = 8, 16  # O2E_QMR / O2E_QNR
+
+
+def _use(ctx: NodeContext) -> None:
+    ctx.helper("o2e_qgemm_include", f'#include "{HEADER}"')
+    ctx.model.runtime_files.add(HEADER)
+
+
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """int8 [M, K] -> [ceil(M/8), ceil(K/4), 8, 4], zero padded (o2e_qkernel's A layout)."""
+    M, K = w.shape
+    m8, k4 = -(-M // MR), -(-K // 4)
+    a = np.zeros((m8 * MR, k4 * 4), np.int8)
+    a[:M, :K] = w
+    return np.ascontiguousarray(a.reshape(m8, MR, k4, 4).transpose(0, 2, 1, 3))
+
+
+def _panel_bytes(K: int, P: int) -> int:
+    return -(-P // NR) * -(-K // 4) * 64
+
+
+def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
+    """Packed weights, corrected bias, row sums and scales as C symbols."""
+    rowsum = plan.w.astype(np.int64).sum(axis=1)
+    off = plan.x_zp + (128 if plan.x_signed else 0)
+    bias = (plan.bias.astype(np.int64) - off * rowsum).astype(np.int64)
+    bias = ((bias + 2**31) % 2**32 - 2**31).astype(np.int32)  # int32 wrap, as the kernels add
+    return (
+        ctx.weight("qA", pack_weights(plan.w)),
+        ctx.weight("qbias", bias),
+        ctx.weight("qrowsum", rowsum.astype(np.int32)),
+        ctx.weight("qscale", plan.scale),
+    )
+
+
+def _clamp_args(plan: Int8Plan) -> str:
+    return f"{plan.y_zp}, {plan.lo}, {plan.hi}"
+
+
+def _flip(plan: Int8Plan) -> str:
+    return "0x80" if plan.x_signed else "0"
+
+
+def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
+    from .nn import conv_pads
+
+    x, y = ctx.x(0), ctx.y(0)
+    N, C, H, W = x.shape
+    M, OH, OW = y.shape[1:]
+    kh, kw = ctx.const(3).shape[2:]
+    st = list(ctx.attr("strides", [1, 1]))
+    dl = list(ctx.attr("dilations", [1, 1]))
+    pads = conv_pads(ctx.node, (H, W), (OH, OW), [kh, kw], st, dl)
+    geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
+    P = OH * OW
+    xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"
+    if plan.kind == "depthwise":
+        ctx.kernel("int8 depthwise")
+        w = ctx.weight("qW", plan.w)
+        bias = ctx.weight("qbias", plan.bias)
+        sc = ctx.weight("qscale", plan.scale)
+        ph = (OH - 1) * st[0] + (kh - 1) * dl[0] + 1
+        pw = (OW - 1) * st[1] + (kw - 1) * dl[1] + 1
+        plane = ctx.scratch(ph * pw * 2, "int16_t")
+        row = ctx.scratch(OW * 4, "int32_t")
+        xz = plan.x_zp + (128 if plan.x_signed else 0)
+        return (
+            f"for (size_t n = 0; n < {N}; ++n)\n"
+            f"  o2e_qdw({C}, {H}, {W}, {OH}, {OW}, {geo}, {xp} + n * {C * H * W}, {_flip(plan)}, "
+            f"{xz}, {w}, {bias}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {plane}, {row});"
+        )
+    K = plan.w.shape[1]
+    A, bias, rowsum, sc = _consts(ctx, plan)
+    pointwise = kh == kw == 1 and st == [1, 1] and not any(pads)
+    ctx.kernel("int8 gemm 1x1" if pointwise else "int8 im2col gemm")
+    pk = ctx.scratch(_panel_bytes(K, P), "uint8_t")
+    lines = [
+        f"for (size_t n = 0; n < {N}; ++n) {{",
+        f"  const uint8_t *xn = {xp} + n * {C * H * W};",
+    ]
+    src = "xn"
+    if not pointwise:
+        col = ctx.scratch(K * P, "uint8_t")
+        padv = plan.x_zp & 0xFF
+        lines.append(
+            f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
+        )
+        src = col
+    lines += [
+        f"  o2e_qpack_rows({src}, {P}, {K}, {P}, {_flip(plan)}, {pk});",
+        f"  o2e_qgemm({M}, {P}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
+        f"{yp} + n * {M * P}, {P}, 1);",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def _matmul(ctx: NodeContext, plan: Int8Plan) -> str:
+    a, y = ctx.x(0), ctx.y(0)
+    K, N = plan.w.shape[1], plan.w.shape[0]
+    R = a.size // K
+    A, bias, rowsum, sc = _consts(ctx, plan)
+    pk = ctx.scratch(_panel_bytes(K, R), "uint8_t")
+    ctx.kernel("int8 gemm (matmul)")
+    return (
+        f"o2e_qpack_cols((const uint8_t *){a.sym}, {R}, {K}, {_flip(plan)}, {pk});\n"
+        f"o2e_qgemm({N}, {R}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
+        f"(uint8_t *){y.sym}, 1, {N});"
+    )
+
+
+def try_int8(ctx: NodeContext) -> str | None:
+    """The int8 kernels' code for this node, or None when they cannot run it."""
+    plan = int8_plan(ctx.graph, ctx.node)
+    if plan is None:
+        return None
+    _use(ctx)
+    return _conv(ctx, plan) if ctx.node.op_type == "QLinearConv" else _matmul(ctx, plan)
+
+
+def _qgemm_check(node, graph) -> str | None:  # noqa: ANN001
+    if node.domain != DOMAIN or int8_plan(graph, node) is None:
+        return "QGemm (o2e) with operands the int8 kernels cannot run"
+    return None
+
+
+@register_op("QGemm", check=_qgemm_check)
+def qgemm(ctx: NodeContext) -> str:
+    """Written by passes/qdq_int8 only, which checks int8_plan first."""
+    code = try_int8(ctx)
+    if code is None:
+        raise ValueError(f"{ctx.node.name}: QGemm the int8 kernels cannot run")
+    return code

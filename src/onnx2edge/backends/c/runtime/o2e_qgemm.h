@@ -1,0 +1,387 @@
+/* o2e_qgemm.h - int8 matrix products for quantized convolutions and fully connected layers.
+ *
+ * Y[m][p] = requant(sum_k A[m][k] * B[k][p] + bias[m]) with
+ *   A: int8 weights (zero point already subtracted), packed at conversion time as
+ *      [ceil(M/8)][ceil(K/4)][8][4] (8 output channels x 4 consecutive k per step),
+ *   B: uint8 activations (int8 ones are flipped to uint8 by xor 0x80 while packing; the
+ *      conversion folds the -128 * sum_k A[m][k] into bias), packed at run time into
+ *      panels of 16 columns [ceil(P/16)][ceil(K/4)][16][4],
+ *   requant(v) = clamp(round_half_even((float)v * scale[m]) + zp, lo, hi), which is
+ *      onnxruntime's MlasRequantizeOutput (float multiply, clamp, nearest-even) and also
+ *      applies a fused Relu / Clip (lo, hi are their quantized bounds).
+ * Every path is exact in int32 (the sums wrap as ONNX's integer ops allow):
+ *   AVX-512 VNNI: vpdpbusd (u8 x s8 -> s32, no intermediate saturation);
+ *   AVX2: u8 and s8 widened to s16, vpmaddwd (pairs into s32: exact; vpmaddubsw would
+ *         saturate its s16 pair sums at 255 * -128 * 2);
+ *   NEON with dot product: activations flipped back to s8 (x ^ 0x80), sdot, + 128 * rowsum;
+ *   NEON: widened to s16, smlal;  portable C: the same sums in scalar code.
+ * Depthwise convolutions have their own kernel (o2e_qdw): one int16 plane of (x - zp) with a
+ * zero border per channel, int32 row accumulators that gcc vectorises on every target.
+ */
+#ifndef O2E_QGEMM_H
+#define O2E_QGEMM_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define O2E_Q_VNNI 1
+#define O2E_QGEMM_KERNEL "avx512-vnni"
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define O2E_Q_AVX2 1
+#define O2E_QGEMM_KERNEL "avx2"
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#if defined(__ARM_FEATURE_DOTPROD)
+#define O2E_Q_SDOT 1
+#define O2E_QGEMM_KERNEL "neon-sdot"
+#else
+#define O2E_Q_NEON 1
+#define O2E_QGEMM_KERNEL "neon"
+#endif
+#else
+#define O2E_QGEMM_KERNEL "portable"
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define O2E_QMR 8
+#define O2E_QNR 16
+
+static inline const char *o2e_qgemm_kernel_name(void) { return O2E_QGEMM_KERNEL; }
+
+/* Bytes of the packed panels of a K x P activation matrix. */
+#define O2E_QPANEL_BYTES(K, P) ((((size_t)(P) + 15) / 16) * (((size_t)(K) + 3) / 4) * 64)
+
+/* Pack B given as K rows of P bytes (row k at src + k * ld) into 16-column panels; the
+ * padding columns / rows are zero (their weights are zero or their results unused). */
+static void o2e_qpack_rows(const uint8_t *src, size_t ld, size_t K, size_t P, uint8_t flip,
+                           uint8_t *dst) {
+  const size_t K4 = (K + 3) / 4;
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    uint8_t *panel = dst + (p0 / 16) * K4 * 64;
+    const size_t np = P - p0 < 16 ? P - p0 : 16;
+    for (size_t k4 = 0; k4 < K4; ++k4) {
+      uint8_t *d = panel + k4 * 64;
+      const size_t k = k4 * 4;
+#if defined(__SSE2__)
+      if (np == 16 && k + 4 <= K) {
+        /* 4 rows x 16 columns -> 16 columns x 4 rows: two rounds of byte / word unpacks */
+        const __m128i f = _mm_set1_epi8((char)flip);
+        const __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + k * ld + p0)), f);
+        const __m128i r1 =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + (k + 1) * ld + p0)), f);
+        const __m128i r2 =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + (k + 2) * ld + p0)), f);
+        const __m128i r3 =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + (k + 3) * ld + p0)), f);
+        const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
+        const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
+        _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
+        _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
+        _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
+        _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(a1, b1));
+        continue;
+      }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+      if (np == 16 && k + 4 <= K) {
+        const uint8x16_t f = vdupq_n_u8(flip);
+        uint8x16x4_t r;
+        r.val[0] = veorq_u8(vld1q_u8(src + k * ld + p0), f);
+        r.val[1] = veorq_u8(vld1q_u8(src + (k + 1) * ld + p0), f);
+        r.val[2] = veorq_u8(vld1q_u8(src + (k + 2) * ld + p0), f);
+        r.val[3] = veorq_u8(vld1q_u8(src + (k + 3) * ld + p0), f);
+        vst4q_u8(d, r); /* interleaves: column j gets rows k..k+3 */
+        continue;
+      }
+#endif
+      memset(d, 0, 64);
+      for (size_t t = 0; t < 4 && k + t < K; ++t)
+        for (size_t j = 0; j < np; ++j) d[j * 4 + t] = (uint8_t)(src[(k + t) * ld + p0 + j] ^ flip);
+    }
+  }
+}
+
+/* Pack B given as P rows of K bytes (a matrix product's activations [P][K]). */
+static void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_t flip, uint8_t *dst) {
+  const size_t K4 = (K + 3) / 4, Kf = K & ~(size_t)3;
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    uint8_t *panel = dst + (p0 / 16) * K4 * 64;
+    const size_t np = P - p0 < 16 ? P - p0 : 16;
+    if (np < 16 || Kf < K) memset(panel, 0, K4 * 64);
+    for (size_t j = 0; j < np; ++j) {
+      const uint8_t *s = src + (p0 + j) * K;
+      for (size_t k = 0; k < Kf; k += 4) {
+        uint8_t *d = panel + (k / 4) * 64 + j * 4;
+        d[0] = s[k] ^ flip, d[1] = s[k + 1] ^ flip, d[2] = s[k + 2] ^ flip, d[3] = s[k + 3] ^ flip;
+      }
+      for (size_t k = Kf; k < K; ++k) panel[(k / 4) * 64 + j * 4 + (k & 3)] = s[k] ^ flip;
+    }
+  }
+}
+
+/* Columns of a convolution's implicit matrix: row (c, ky, kx) of K, OH * OW columns; outside
+ * the input the value is the zero point `padv` (a real zero). */
+static void o2e_qim2col(const uint8_t *x, size_t C, size_t H, size_t W, size_t OH, size_t OW,
+                        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
+                        uint8_t padv, uint8_t *col) {
+  for (size_t c = 0; c < C; ++c)
+    for (int ky = 0; ky < kh; ++ky)
+      for (int kx = 0; kx < kw; ++kx) {
+        uint8_t *row = col + ((c * kh + ky) * kw + kx) * OH * OW;
+        for (size_t oy = 0; oy < OH; ++oy) {
+          const long iy = (long)oy * sh - ph + (long)ky * dh;
+          uint8_t *r = row + oy * OW;
+          if (iy < 0 || iy >= (long)H) {
+            memset(r, padv, OW);
+            continue;
+          }
+          const uint8_t *xr = x + (c * H + (size_t)iy) * W;
+          const long x0 = (long)kx * dw - pw;
+          if (sw == 1 && x0 >= 0 && x0 + (long)OW <= (long)W) {
+            memcpy(r, xr + x0, OW);
+            continue;
+          }
+          for (size_t ox = 0; ox < OW; ++ox) {
+            const long ix = (long)ox * sw + x0;
+            r[ox] = (ix >= 0 && ix < (long)W) ? xr[ix] : padv;
+          }
+        }
+      }
+}
+
+/* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] */
+static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc) {
+#if defined(O2E_Q_VNNI)
+  __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+          c7 = c0;
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64) {
+    const __m512i bv = _mm512_loadu_si512((const void *)b);
+    int32_t w[8];
+    memcpy(w, a, 32);
+    c0 = _mm512_dpbusd_epi32(c0, bv, _mm512_set1_epi32(w[0]));
+    c1 = _mm512_dpbusd_epi32(c1, bv, _mm512_set1_epi32(w[1]));
+    c2 = _mm512_dpbusd_epi32(c2, bv, _mm512_set1_epi32(w[2]));
+    c3 = _mm512_dpbusd_epi32(c3, bv, _mm512_set1_epi32(w[3]));
+    c4 = _mm512_dpbusd_epi32(c4, bv, _mm512_set1_epi32(w[4]));
+    c5 = _mm512_dpbusd_epi32(c5, bv, _mm512_set1_epi32(w[5]));
+    c6 = _mm512_dpbusd_epi32(c6, bv, _mm512_set1_epi32(w[6]));
+    c7 = _mm512_dpbusd_epi32(c7, bv, _mm512_set1_epi32(w[7]));
+  }
+  _mm512_storeu_si512(acc, c0), _mm512_storeu_si512(acc + 16, c1);
+  _mm512_storeu_si512(acc + 32, c2), _mm512_storeu_si512(acc + 48, c3);
+  _mm512_storeu_si512(acc + 64, c4), _mm512_storeu_si512(acc + 80, c5);
+  _mm512_storeu_si512(acc + 96, c6), _mm512_storeu_si512(acc + 112, c7);
+#elif defined(O2E_Q_AVX2)
+  /* 4 rows x 8 columns at a time (11 ymm live): each column's 4 bytes widen to 4 int16, a
+   * row's 4 weights widen and repeat, vpmaddwd sums pairs exactly into int32 (2 per column);
+   * the pairs are added at the end with one hadd + permute. */
+  for (int rh = 0; rh < 2; ++rh)
+    for (int ch = 0; ch < 2; ++ch) {
+      __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0,
+              h2 = l0, h3 = l0;
+      const int8_t *ap = a + rh * 16;
+      const uint8_t *bp = b + ch * 32;
+      for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+        const __m256i bv = _mm256_loadu_si256((const __m256i *)bp);
+        const __m256i blo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(bv));
+        const __m256i bhi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(bv, 1));
+        int32_t w[4];
+        memcpy(w, ap, 16);
+        __m256i wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[0]));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(blo, wv));
+        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(bhi, wv));
+        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[1]));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(blo, wv));
+        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(bhi, wv));
+        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[2]));
+        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(blo, wv));
+        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(bhi, wv));
+        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[3]));
+        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(blo, wv));
+        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(bhi, wv));
+      }
+      int32_t *o = acc + rh * 64 + ch * 8;
+      _mm256_storeu_si256((__m256i *)o,
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l0, h0), 0xD8));
+      _mm256_storeu_si256((__m256i *)(o + 16),
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l1, h1), 0xD8));
+      _mm256_storeu_si256((__m256i *)(o + 32),
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l2, h2), 0xD8));
+      _mm256_storeu_si256((__m256i *)(o + 48),
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l3, h3), 0xD8));
+    }
+#elif defined(O2E_Q_SDOT)
+  /* 4 rows x 16 columns per pass; b ^ 0x80 = b - 128 as int8, corrected by the caller */
+  const int8x16_t f = vdupq_n_s8((int8_t)-128);
+  for (int rh = 0; rh < 2; ++rh) {
+    int32x4_t c[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) c[r][q] = vdupq_n_s32(0);
+    const int8_t *ap = a + rh * 16;
+    const uint8_t *bp = b;
+    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+      int8x16_t bv[4];
+      for (int q = 0; q < 4; ++q) bv[q] = veorq_s8(vreinterpretq_s8_u8(vld1q_u8(bp + 16 * q)), f);
+      const int8x16_t wv = vld1q_s8(ap); /* 4 rows x 4 k */
+      for (int q = 0; q < 4; ++q) {
+        c[0][q] = vdotq_laneq_s32(c[0][q], bv[q], wv, 0);
+        c[1][q] = vdotq_laneq_s32(c[1][q], bv[q], wv, 1);
+        c[2][q] = vdotq_laneq_s32(c[2][q], bv[q], wv, 2);
+        c[3][q] = vdotq_laneq_s32(c[3][q], bv[q], wv, 3);
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) vst1q_s32(acc + (rh * 4 + r) * 16 + q * 4, c[r][q]);
+  }
+#elif defined(O2E_Q_NEON)
+  /* 4 rows x 16 columns per pass; vld4 splits the 4 k of each column, widened to int16 */
+  for (int rh = 0; rh < 2; ++rh) {
+    int32x4_t c[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) c[r][q] = vdupq_n_s32(0);
+    const int8_t *ap = a + rh * 16;
+    const uint8_t *bp = b;
+    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+      const uint8x16x4_t bv = vld4q_u8(bp); /* val[t][j] = column j, k t */
+      const int16x8_t w01 = vmovl_s8(vld1_s8(ap));     /* rows 0, 1 x 4 k */
+      const int16x8_t w23 = vmovl_s8(vld1_s8(ap + 8)); /* rows 2, 3 x 4 k */
+      for (int t = 0; t < 4; ++t) {
+        const int16x8_t lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(bv.val[t])));
+        const int16x8_t hi = vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(bv.val[t])));
+        const int16x4_t b0 = vget_low_s16(lo), b1 = vget_high_s16(lo);
+        const int16x4_t b2 = vget_low_s16(hi), b3 = vget_high_s16(hi);
+        const int16x4_t wa = vget_low_s16(w01), wb = vget_high_s16(w01);
+        const int16x4_t wc = vget_low_s16(w23), wd = vget_high_s16(w23);
+#define O2E_QROW(r, wr)                                                                        \
+  c[r][0] = vmlal_n_s16(c[r][0], b0, wr[t]);                        \
+  c[r][1] = vmlal_n_s16(c[r][1], b1, wr[t]);                                                   \
+  c[r][2] = vmlal_n_s16(c[r][2], b2, wr[t]);                                                   \
+  c[r][3] = vmlal_n_s16(c[r][3], b3, wr[t]);
+        O2E_QROW(0, wa)
+        O2E_QROW(1, wb)
+        O2E_QROW(2, wc)
+        O2E_QROW(3, wd)
+#undef O2E_QROW
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) vst1q_s32(acc + (rh * 4 + r) * 16 + q * 4, c[r][q]);
+  }
+#else
+  uint32_t c[8][16];
+  memset(c, 0, sizeof c);
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64)
+    for (int r = 0; r < 8; ++r)
+      for (int j = 0; j < 16; ++j)
+        for (int t = 0; t < 4; ++t)
+          c[r][j] += (uint32_t)((int32_t)a[r * 4 + t] * (int32_t)b[j * 4 + t]);
+  for (int r = 0; r < 8; ++r)
+    for (int j = 0; j < 16; ++j) acc[r * 16 + j] = (int32_t)c[r][j];
+#endif
+}
+
+/* Requantization of one row of n sums: onnxruntime's order (float product, clamp to the
+ * output range shifted by the zero point, round half to even, add the zero point). */
+static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, float scale,
+                                    float flo, float fhi, int32_t zp, uint8_t *y, size_t ys) {
+  size_t j = 0;
+#if defined(O2E_Q_VNNI)
+  if (ys == 1) {
+    const __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps(flo), hi = _mm512_set1_ps(fhi);
+    const __m512i b = _mm512_set1_epi32(bias), z = _mm512_set1_epi32(zp);
+    for (; j + 16 <= n; j += 16) {
+      const __m512i v = _mm512_add_epi32(_mm512_loadu_si512(acc + j), b);
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+      f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), z); /* MXCSR: nearest-even */
+      _mm_storeu_si128((__m128i *)(y + j), _mm512_cvtepi32_epi8(q));
+    }
+  }
+#endif
+  for (; j < n; ++j) {
+    float f = (float)(int32_t)((uint32_t)acc[j] + (uint32_t)bias) * scale;
+    f = f < flo ? flo : (f > fhi ? fhi : f);
+    y[j * ys] = (uint8_t)((int32_t)nearbyintf(f) + zp);
+  }
+}
+
+/* Y = requant(A B + bias): M output channels, P columns, K depth. Element (m, p) of Y is at
+ * y[m * ym + p * yp]. bias, rowsum (sum_k A[m][k], for the sdot path), scale: per m.
+ * bpack: O2E_QPANEL_BYTES(K, P) bytes of packed B. */
+static void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, const uint8_t *bpack,
+                      const int32_t *bias, const int32_t *rowsum, const float *scale,
+                      int32_t zp, int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+  const size_t K4 = (K + 3) / 4;
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  int32_t acc[O2E_QMR * O2E_QNR] __attribute__((aligned(64)));
+  (void)rowsum;
+  for (size_t p0 = 0; p0 < P; p0 += O2E_QNR) {
+    const uint8_t *bp = bpack + (p0 / O2E_QNR) * K4 * 64;
+    const size_t np = P - p0 < O2E_QNR ? P - p0 : O2E_QNR;
+    for (size_t m0 = 0; m0 < M; m0 += O2E_QMR) {
+      o2e_qkernel(K4, apack + (m0 / O2E_QMR) * K4 * 32, bp, acc);
+      const size_t mr = M - m0 < O2E_QMR ? M - m0 : O2E_QMR;
+      for (size_t r = 0; r < mr; ++r) {
+        int32_t b = bias[m0 + r];
+#if defined(O2E_Q_SDOT)
+        b = (int32_t)((uint32_t)b + 128u * (uint32_t)rowsum[m0 + r]);
+#endif
+        o2e_qrequant_row(acc + r * O2E_QNR, np, b, scale[m0 + r], flo, fhi, zp,
+                         y + (m0 + r) * ym + p0 * yp, yp);
+      }
+    }
+  }
+}
+
+/* Depthwise convolution, one channel per group: w[c][kh * kw] int8 (zero point subtracted),
+ * bias[c] int32 (no correction: the plane holds x - zp). plane: int16 scratch of
+ * PH * PW, row: int32 scratch of OW. */
+static void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw, int sh,
+                    int sw, int ph, int pw, int dh, int dw, const uint8_t *x, uint8_t flip,
+                    int32_t xz, const int8_t *w, const int32_t *bias, const float *scale,
+                    int32_t zp, int32_t lo, int32_t hi, uint8_t *y, int16_t *plane,
+                    int32_t *row) {
+  const size_t PH = (OH - 1) * sh + (size_t)(kh - 1) * dh + 1;
+  const size_t PW = (OW - 1) * sw + (size_t)(kw - 1) * dw + 1;
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  for (size_t c = 0; c < C; ++c) {
+    /* (x - zp) with a zero border: padding is a real zero */
+    memset(plane, 0, PH * PW * sizeof(int16_t));
+    const uint8_t *xc = x + c * H * W;
+    for (size_t py = 0; py < PH; ++py) {
+      const long iy = (long)py - ph;
+      if (iy < 0 || iy >= (long)H) continue;
+      for (size_t px = 0; px < PW; ++px) {
+        const long ix = (long)px - pw;
+        if (ix >= 0 && ix < (long)W)
+          plane[py * PW + px] = (int16_t)((int32_t)(uint8_t)(xc[iy * W + ix] ^ flip) - xz);
+      }
+    }
+    const int8_t *wc = w + c * (size_t)(kh * kw);
+    for (size_t oy = 0; oy < OH; ++oy) {
+      for (size_t ox = 0; ox < OW; ++ox) row[ox] = 0;
+      for (int ky = 0; ky < kh; ++ky) {
+        const int16_t *pr = plane + (oy * sh + (size_t)ky * dh) * PW;
+        for (int kx = 0; kx < kw; ++kx) {
+          const int32_t wv = wc[ky * kw + kx];
+          const int16_t *s = pr + (size_t)kx * dw;
+          if (sw == 1)
+            for (size_t ox = 0; ox < OW; ++ox) row[ox] += wv * s[ox];
+          else if (sw == 2)
+            for (size_t ox = 0; ox < OW; ++ox) row[ox] += wv * s[2 * ox];
+          else
+            for (size_t ox = 0; ox < OW; ++ox) row[ox] += wv * s[ox * sw];
+        }
+      }
+      o2e_qrequant_row(row, OW, bias[c], scale[c], flo, fhi, zp, y + (c * OH + oy) * OW, 1);
+    }
+  }
+}
+
+#endif /* O2E_QGEMM_H */
