@@ -164,8 +164,57 @@ def test_pass_rewrites_and_keeps_input(models: dict) -> None:
     ops = [n.op_type for n in new.nodes]
     assert ops.count("QLinearConv") == 5 and ops.count("QGemm") == 2, ops
     assert "Conv" not in ops and "Gemm" not in ops and "MatMul" not in ops
-    acts = {n.name: n.attr("o2e_act") for n in new.nodes if n.op_type == "QLinearConv"}
-    assert sorted(a for a in acts.values() if a) == ["Clip", "Relu", "Relu"], acts
+
+
+@pytest.mark.parametrize(
+    ("act", "ytype", "yzp"),
+    [("Relu", np.uint8, 100), ("Clip", np.int8, 3), ("Relu", np.int8, -20)],
+)
+def test_fused_activation_in_requantisation(
+    tmp_path: Path, act: str, ytype: type, yzp: int
+) -> None:
+    """Conv -> Relu / Clip -> Q with a zero point inside the range (the quantizer drops the
+    activation only when its range starts at the zero point): the clamp bounds of the
+    requantisation, against onnxruntime's float Conv between Q / DQ, within one step."""
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(6)
+    M, C = 12, 5
+    wq = rng.integers(-127, 128, (M, C, 3, 3)).astype(np.int8)
+    ws = (rng.random(M) * 0.01 + 0.002).astype(np.float32)
+    xs = np.float32(0.03)
+    bq = rng.integers(-2000, 2000, M).astype(np.int32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+        helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(act, ["c", "lo", "hi"] if act == "Clip" else ["c"], ["a"]),
+        helper.make_node("QuantizeLinear", ["a", "ys", "yz"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
+    ]
+    inits = [
+        tensor("xs", xs), tensor("xz", np.array(128, np.uint8)),
+        tensor("wq", wq), tensor("ws", ws), tensor("wz", np.zeros(M, np.int8)),
+        tensor("bq", bq), tensor("bs", (xs * ws).astype(np.float32)),
+        tensor("bz", np.zeros(M, np.int32)),
+        tensor("lo", np.array(-1.0, np.float32)), tensor("hi", np.array(2.0, np.float32)),
+        tensor("ys", np.array(0.02, np.float32)), tensor("yz", np.array(yzp, ytype)),
+    ]  # fmt: skip
+    shape = (1, C, 7, 7)
+    m = make_model(nodes, [vi("x", list(shape))], [vi("y", [1, M, 7, 7])], inits, opset=13)
+    q = save(m, tmp_path / "act.onnx")
+    out = tmp_path / "c"
+    api.convert(q, "c", out)
+    assert "o2e_qim2col(" in (out / "model.c").read_text()
+    x = {"x": (np.random.default_rng(7).standard_normal(shape) * 2).astype(np.float32)}
+    ref, got = ort_run(onnx.load(str(q)), x)["y"], api.run(out, x)["y"]
+    assert np.abs(got - ref).max() <= 0.02 * 1.0001, np.abs(got - ref).max()
+    lo = {"Relu": 0.0, "Clip": -1.0}[act]
+    assert got.min() >= min(lo, (np.iinfo(ytype).min - yzp) * 0.02) - 1e-6
+    assert np.mean(got == ref) > 0.9
+    del TensorProto
 
 
 def test_unsupported_patterns_stay_float(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ static inline const char *o2e_qgemm_kernel_name(void) { return O2E_QGEMM_KERNEL;
 
 /* Pack B given as K rows of P bytes (row k at src + k * ld) into 16-column panels; the
  * padding columns / rows are zero (their weights are zero or their results unused). */
-static void o2e_qpack_rows(const uint8_t *src, size_t ld, size_t K, size_t P, uint8_t flip,
+static inline void o2e_qpack_rows(const uint8_t *src, size_t ld, size_t K, size_t P, uint8_t flip,
                            uint8_t *dst) {
   const size_t K4 = (K + 3) / 4;
   for (size_t p0 = 0; p0 < P; p0 += 16) {
@@ -108,7 +108,7 @@ static void o2e_qpack_rows(const uint8_t *src, size_t ld, size_t K, size_t P, ui
 }
 
 /* Pack B given as P rows of K bytes (a matrix product's activations [P][K]). */
-static void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_t flip, uint8_t *dst) {
+static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_t flip, uint8_t *dst) {
   const size_t K4 = (K + 3) / 4, Kf = K & ~(size_t)3;
   for (size_t p0 = 0; p0 < P; p0 += 16) {
     uint8_t *panel = dst + (p0 / 16) * K4 * 64;
@@ -127,7 +127,7 @@ static void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_t flip,
 
 /* Columns of a convolution's implicit matrix: row (c, ky, kx) of K, OH * OW columns; outside
  * the input the value is the zero point `padv` (a real zero). */
-static void o2e_qim2col(const uint8_t *x, size_t C, size_t H, size_t W, size_t OH, size_t OW,
+static inline void o2e_qim2col(const uint8_t *x, size_t C, size_t H, size_t W, size_t OH, size_t OW,
                         int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
                         uint8_t padv, uint8_t *col) {
   for (size_t c = 0; c < C; ++c)
@@ -314,7 +314,7 @@ static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, 
 /* Y = requant(A B + bias): M output channels, P columns, K depth. Element (m, p) of Y is at
  * y[m * ym + p * yp]. bias, rowsum (sum_k A[m][k], for the sdot path), scale: per m.
  * bpack: O2E_QPANEL_BYTES(K, P) bytes of packed B. */
-static void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, const uint8_t *bpack,
+static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, const uint8_t *bpack,
                       const int32_t *bias, const int32_t *rowsum, const float *scale,
                       int32_t zp, int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
   const size_t K4 = (K + 3) / 4;
@@ -342,7 +342,7 @@ static void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, const u
 /* Depthwise convolution, one channel per group: w[c][kh * kw] int8 (zero point subtracted),
  * bias[c] int32 (no correction: the plane holds x - zp). plane: int16 scratch of
  * PH * PW, row: int32 scratch of OW. */
-static void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw, int sh,
+static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw, int sh,
                     int sw, int ph, int pw, int dh, int dw, const uint8_t *x, uint8_t flip,
                     int32_t xz, const int8_t *w, const int32_t *bias, const float *scale,
                     int32_t zp, int32_t lo, int32_t hi, uint8_t *y, int16_t *plane,
