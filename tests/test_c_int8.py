@@ -1,7 +1,8 @@
 """int8 C kernels (runtime/o2e_qgemm.h, ops/qint8.py) and the QDQ rewrite (passes/qdq_int8.py).
 
 One small CNN covers every kernel: 3x3 conv with padding (K not a multiple of 4, 100 pixels:
-partial panels), 1x1 conv, depthwise stride 2 and 1, a strided conv with asymmetric padding,
+partial panels), 1x1 conv, residual Add, MaxPool and Concat on the integers, depthwise
+stride 2 and 1, a strided conv with asymmetric padding,
 Gemm (transB) and MatMul; fused Relu and Clip(0, 6). It is quantized by onnxruntime's
 quantize_static as QDQ (uint8 / int8 activations, per channel / per tensor) and QOperator,
 converted once per variant and built at every ISA (x86-64-v2 portable, x86-64-v3 AVX2, native
@@ -38,11 +39,15 @@ def _float_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["c1"], ["r1"]),
         helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"]),
         helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"]),
+        helper.make_node("Add", ["r1", "r2"], ["a"]),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("MaxPool", ["ra"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["p", "r2"], ["cat"], axis=1),
         helper.make_node(
-            "Conv", ["r2", "Wd", "Bd"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2], group=16
-        ),  # fmt: skip
+            "Conv", ["cat", "Wd", "Bd"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2], group=32
+        ),
         helper.make_node("Relu", ["c3"], ["r3"]),
-        helper.make_node("Conv", ["r3", "Wd2"], ["c4"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Conv", ["r3", "Wd2"], ["c4"], pads=[1, 1, 1, 1], group=32),
         helper.make_node("Conv", ["c4", "W5", "B5"], ["c5"], pads=[0, 0, 1, 1], strides=[2, 2]),
         helper.make_node("Flatten", ["c5"], ["f"]),
         helper.make_node("Gemm", ["f", "Wg", "Bg"], ["y1"], transB=1),
@@ -52,9 +57,9 @@ def _float_model() -> onnx.ModelProto:
         tensor("W1", w(16, 3, 3, 3)), tensor("B1", w(16, k=0.1)),
         tensor("W2", w(16, 16, 1, 1)), tensor("B2", w(16, k=0.1)),
         tensor("lo", np.array(0, np.float32)), tensor("hi", np.array(6, np.float32)),
-        tensor("Wd", w(16, 1, 3, 3)), tensor("Bd", w(16, k=0.1)),
-        tensor("Wd2", w(16, 1, 3, 3)),
-        tensor("W5", w(20, 16, 3, 3, k=0.1)), tensor("B5", w(20, k=0.1)),
+        tensor("Wd", w(32, 1, 3, 3)), tensor("Bd", w(32, k=0.1)),
+        tensor("Wd2", w(32, 1, 3, 3)),
+        tensor("W5", w(20, 32, 3, 3, k=0.1)), tensor("B5", w(20, k=0.1)),
         tensor("Wg", w(10, 80, k=0.1)), tensor("Bg", w(10, k=0.1)),
         tensor("Wm", w(80, 12, k=0.1)),
     ]  # fmt: skip
@@ -126,7 +131,7 @@ def _check(model: Path, out: Path, run, shape: tuple[int, ...] = SHAPE) -> None:
 
 def _uses_int8_kernels(out: Path) -> None:
     code = (out / "model.c").read_text()
-    for fn in ("o2e_qgemm(", "o2e_qdw(", "o2e_qim2col(", "o2e_qpack_cols("):
+    for fn in ("o2e_qgemm(", "o2e_qdw(", "o2e_qim2col(", "o2e_qpack_cols(", "uint8_t)W_"):
         assert fn in code, fn
 
 
@@ -163,7 +168,8 @@ def test_pass_rewrites_and_keeps_input(models: dict) -> None:
     assert (g.nodes, dict(g.initializers).keys()) == (before[0], before[1].keys())
     ops = [n.op_type for n in new.nodes]
     assert ops.count("QLinearConv") == 5 and ops.count("QGemm") == 2, ops
-    assert "Conv" not in ops and "Gemm" not in ops and "MatMul" not in ops
+    assert ops.count("QAdd") == ops.count("QConcat") == 1 and "MaxPool" in ops, ops
+    assert not {"Conv", "Gemm", "MatMul", "Add", "Concat", "DequantizeLinear"} & set(ops[1:-2])
 
 
 @pytest.mark.parametrize(

@@ -249,9 +249,75 @@ def _attrs(node: Node, keep: tuple[str, ...]) -> dict[str, Attr]:
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
+def _qparams(graph: Graph, node: Node) -> tuple[float, int, str] | None:
+    """(scale, zero point, dtype) of a per-tensor DequantizeLinear / QuantizeLinear."""
+    s = _scalar(graph, _input(node, 1))
+    z = _scalar(graph, _input(node, 2)) if _input(node, 2) else np.zeros((), np.uint8)
+    t = graph.type_of(node.inputs[0] if node.op_type == "DequantizeLinear" else node.outputs[0])
+    if s is None or z is None or t is None or t.dtype.name not in QRANGE:
+        return None
+    return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), t.dtype.name
+
+
+def _lut(src: tuple[float, int, str], dst: tuple[float, int, str]) -> np.ndarray:
+    """QuantizeLinear(DequantizeLinear(v)) for every byte v, in float32 as both ops compute
+    it (onnxruntime's QLinearConcat builds the same table): bit-exact requantisation."""
+    v = np.arange(256, dtype=np.uint8).view(np.dtype(src[2])).astype(np.int32)
+    f = (v - src[1]).astype(np.float32) * np.float32(src[0])
+    lo, hi = QRANGE[dst[2]]
+    q = np.clip(np.rint(f / np.float32(dst[0])) + dst[1], lo, hi)
+    return q.astype(np.dtype(dst[2]))
+
+
+_PASSTHROUGH = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")
+
+
+def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node] | None:
+    """DQ -> MaxPool / reshapes -> Q with one scale: the op on the integers (its values are
+    only moved or compared). DQ... -> Concat -> Q: the integers, each input requantized by a
+    table where its scale differs (o2e QConcat). DQ, DQ -> Add [-> Relu] -> Q: o2e QAdd."""
+    g = rw.graph
+    q = _only_q(g, node)
+    if q is None or (qp := _qparams(g, q)) is None:
+        return None
+    op = node.op_type
+    if op in _PASSTHROUGH:
+        dq = _dq(g, node.inputs[0])
+        if dq is None or _qparams(g, dq) != qp or activation_of(node) is not None:
+            return None
+        if op == "MaxPool" and len([o for o in node.outputs if o]) != 1:
+            return None
+        return node.replace(inputs=(dq.inputs[0], *node.inputs[1:]), outputs=q.outputs), q
+    if op == "Concat":
+        ins: list[str] = []
+        for i in node.inputs:
+            dq = _dq(g, i)
+            p = _qparams(g, dq) if dq is not None else None
+            if dq is None or p is None:
+                return None
+            ins += [dq.inputs[0], "" if p == qp else rw.const(f"{node.name}/lut", _lut(p, qp))]
+        return Node(node.name, "QConcat", tuple(ins), q.outputs, dict(node.attrs), domain=DOMAIN), q
+    if op == "Add":
+        da, db = _dq(g, node.inputs[0]), _dq(g, node.inputs[1])
+        if da is None or db is None or _qparams(g, da) is None or _qparams(g, db) is None:
+            return None
+        ta, tb = g.type_of(da.inputs[0]), g.type_of(db.inputs[0])
+        if ta is None or tb is None or ta.shape != tb.shape or not ta.is_static:
+            return None
+        if _clamp_bounds(node, np.float32(qp[0]), qp[1], qp[2]) is None:
+            return None
+        ins = [da.inputs[0], da.inputs[1], rw.zp(node, da, 2), db.inputs[0], db.inputs[1]]
+        ins += [rw.zp(node, db, 2), q.inputs[1], rw.zp(node, q, 2)]
+        attrs = _attrs(node, ())
+        return Node(node.name, "QAdd", tuple(ins), q.outputs, attrs, domain=DOMAIN), q
+    return None
+
+
 def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node] | None:
     """The integer node replacing `node` and the QuantizeLinear it absorbs, or None."""
     g = rw.graph
+    if node.domain == "" and node.op_type in (*_PASSTHROUGH, "Concat", "Add"):
+        return _rewrite_data(rw, node)
     if (
         node.domain != ""
         or node.op_type not in ("Conv", "MatMul", "Gemm")
@@ -350,12 +416,18 @@ def qdq_to_int8(graph: Graph) -> Graph:
         return graph
     out = build(new)
     # keep only rewrites the kernels accept (the others stay float between their Q / DQ)
-    ok = {k: v for k, v in new.items() if int8_plan(out, v[0]) is not None}
+    ok = {k: v for k, v in new.items() if _accepted(out, v[0])}
     if len(ok) != len(new):
         if not ok:
             return graph
         out = build(ok)
     return _drop_dead_dq(out)
+
+
+def _accepted(graph: Graph, node: Node) -> bool:
+    if node.op_type in ("QLinearConv", "QGemm"):
+        return int8_plan(graph, node) is not None
+    return True
 
 
 def _drop_dead_dq(graph: Graph) -> Graph:

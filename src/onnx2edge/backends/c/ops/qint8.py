@@ -152,3 +152,76 @@ def qgemm(ctx: NodeContext) -> str:
     if code is None:
         raise ValueError(f"{ctx.node.name}: QGemm the int8 kernels cannot run")
     return code
+
+
+# --------------------------------------------------------------------------------------------
+# element-wise ops between quantized layers (written by passes/qdq_int8)
+# --------------------------------------------------------------------------------------------
+def _internal(node, graph) -> str | None:  # noqa: ANN001
+    return None if node.domain == DOMAIN else f"{node.op_type} outside the {DOMAIN} domain"
+
+
+@register_op("QConcat", check=_internal)
+def qconcat(ctx: NodeContext) -> str:
+    """Concat of quantized tensors: inputs (x_i, table_i); a table requantizes x_i to the
+    output's scale (QuantizeLinear(DequantizeLinear(v)) for each byte, see qdq_int8._lut),
+    an empty one means the scales agree and the bytes are copied."""
+    y = ctx.y(0)
+    axis = int(ctx.attr("axis", 0)) % y.rank
+    outer = int(np.prod(y.shape[:axis]))
+    lines, off = [], 0
+    row = int(np.prod(y.shape[axis:]))
+    for i in range(0, ctx.n_inputs, 2):
+        x = ctx.x(i)
+        n = int(np.prod(x.shape[axis:]))
+        src, dst = f"(const uint8_t *){x.sym} + o * {n}", f"(uint8_t *){y.sym} + o * {row} + {off}"
+        if ctx.has_input(i + 1):
+            lut = ctx.x(i + 1).sym
+            lines.append(
+                f"{{ const uint8_t *s = {src}; uint8_t *d = {dst};\n"
+                f"  for (size_t j = 0; j < {n}; ++j) d[j] = (uint8_t){lut}[s[j]]; }}"
+            )
+        else:
+            lines.append(f"memcpy({dst}, {src}, {n});")
+        off += n
+    ctx.kernel("int8 concat")
+    body = "\n  ".join("\n  ".join(ln.split("\n")) for ln in lines)
+    return f"for (size_t o = 0; o < {outer}; ++o) {{\n  {body}\n}}"
+
+
+@register_op("QAdd", check=_internal)
+def qadd(ctx: NodeContext) -> str:
+    """QLinearAdd as onnxruntime's reference kernel (mlas qladd.cpp) computes it:
+    saturate(round_half_even((sa * (a - za) + sb * (b - zb)) / sc) + zc), in float32; a fused
+    Relu / Clip narrows the clamp (passes/qdq_int8._clamp_bounds)."""
+    from ....passes.qdq_int8 import QRANGE, _clamp_bounds
+
+    a, b, y = ctx.x(0), ctx.x(3), ctx.y(0)
+    g = ctx.graph
+
+    def s(i: int) -> float:
+        return float(np.float32(g.const(ctx.node.inputs[i]).reshape(-1)[0]))
+
+    def z(i: int) -> int:
+        return int(g.const(ctx.node.inputs[i]).reshape(-1)[0])
+
+    sa, sb, sc = (c_float(s(i)) for i in (1, 4, 6))
+    za, zb, zc = z(2), z(5), z(7)
+    yn = np.dtype(y.dtype).name
+    bounds = _clamp_bounds(ctx.node, np.float32(s(6)), zc, yn) or QRANGE[yn]
+    lo, hi = (float(bounds[0] - zc), float(bounds[1] - zc))
+    ctx.kernel("int8 add")
+    return (
+        f"for (size_t i = 0; i < {y.size}; ++i) {{\n"
+        f"  float v = ({sa} * (float)((int32_t){a.sym}[i] - {za}) + "
+        f"{sb} * (float)((int32_t){b.sym}[i] - {zb})) / {sc};\n"
+        f"  v = v < {lo:.1f}f ? {lo:.1f}f : (v > {hi:.1f}f ? {hi:.1f}f : v);\n"
+        f"  {y.sym}[i] = ({y.ctype})((int32_t)nearbyintf(v) + {zc});\n"
+        "}"
+    )
+
+
+def c_float(v: float) -> str:
+    from ..emitter import c_literal
+
+    return c_literal(np.float32(v), np.float32)
