@@ -80,10 +80,10 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         w = ctx.weight("qW", plan.w)
         bias = ctx.weight("qbias", plan.bias)
         sc = ctx.weight("qscale", plan.scale)
-        ph = (OH - 1) * st[0] + (kh - 1) * dl[0] + 1
-        pw = (OW - 1) * st[1] + (kw - 1) * dl[1] + 1
-        plane = ctx.scratch(ph * pw * 2, "int16_t")
-        row = ctx.scratch(OW * 4, "int32_t")
+        qw = OW + (kw - 1) * dl[1] // st[1] + 1
+        rp = OH + (kh - 1) * dl[0] // st[0] + 2
+        plane = ctx.scratch(st[0] * st[1] * rp * qw * 2, "int16_t")
+        row = ctx.scratch(OH * qw * 4, "int32_t")
         xz = plan.x_zp + (128 if plan.x_signed else 0)
         return (
             f"for (size_t n = 0; n < {N}; ++n)\n"

@@ -302,6 +302,15 @@ static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, 
       const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), z); /* MXCSR: nearest-even */
       _mm_storeu_si128((__m128i *)(y + j), _mm512_cvtepi32_epi8(q));
     }
+    if (j < n) { /* the last 1..15 with masks */
+      const __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+      const __m512i v = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, acc + j), b);
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+      f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), z);
+      _mm_mask_storeu_epi8(y + j, k, _mm512_cvtepi32_epi8(q));
+      return;
+    }
   }
 #endif
   for (; j < n; ++j) {
@@ -340,47 +349,45 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
 }
 
 /* Depthwise convolution, one channel per group: w[c][kh * kw] int8 (zero point subtracted),
- * bias[c] int32 (no correction: the plane holds x - zp). plane: int16 scratch of
- * PH * PW, row: int32 scratch of OW. */
-static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw, int sh,
-                    int sw, int ph, int pw, int dh, int dw, const uint8_t *x, uint8_t flip,
-                    int32_t xz, const int8_t *w, const int32_t *bias, const float *scale,
-                    int32_t zp, int32_t lo, int32_t hi, uint8_t *y, int16_t *plane,
-                    int32_t *row) {
-  const size_t PH = (OH - 1) * sh + (size_t)(kh - 1) * dh + 1;
-  const size_t PW = (OW - 1) * sw + (size_t)(kw - 1) * dw + 1;
+ * bias[c] int32 (no correction: the planes hold x - zp). Each channel is split into sh * sw
+ * phase planes of (x - zp) with a zero border (a real zero), all RP rows of QW columns, so
+ * every tap is one long contiguous multiply-add over OH * QW sums (columns past OW are
+ * computed and dropped): loops gcc vectorises on every target. plane: int16 scratch of
+ * O2E_QDW_PLANE(...) elements, acc: int32 scratch of OH * QW. */
+#define O2E_QDW_QW(OW, kw, sw, dw) ((size_t)(OW) + ((size_t)((kw) - 1) * (dw)) / (sw) + 1)
+#define O2E_QDW_RP(OH, kh, sh, dh) ((size_t)(OH) + ((size_t)((kh) - 1) * (dh)) / (sh) + 2)
+static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
+                           int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
+                           uint8_t flip, int32_t xz, const int8_t *w, const int32_t *bias,
+                           const float *scale, int32_t zp, int32_t lo, int32_t hi, uint8_t *y,
+                           int16_t *plane, int32_t *acc) {
+  const size_t QW = O2E_QDW_QW(OW, kw, sw, dw), RP = O2E_QDW_RP(OH, kh, sh, dh);
+  const size_t PS = RP * QW, N = OH * QW;
   const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
   for (size_t c = 0; c < C; ++c) {
-    /* (x - zp) with a zero border: padding is a real zero */
-    memset(plane, 0, PH * PW * sizeof(int16_t));
+    memset(plane, 0, (size_t)sh * sw * PS * sizeof(int16_t));
     const uint8_t *xc = x + c * H * W;
-    for (size_t py = 0; py < PH; ++py) {
-      const long iy = (long)py - ph;
-      if (iy < 0 || iy >= (long)H) continue;
-      for (size_t px = 0; px < PW; ++px) {
-        const long ix = (long)px - pw;
-        if (ix >= 0 && ix < (long)W)
-          plane[py * PW + px] = (int16_t)((int32_t)(uint8_t)(xc[iy * W + ix] ^ flip) - xz);
+    for (size_t iy = 0; iy < H; ++iy) {
+      const size_t py = iy + ph; /* row in the padded image */
+      const size_t r = py / sh;
+      if (r >= RP) continue;
+      int16_t *prow = plane + (py % sh) * sw * PS + r * QW;
+      for (size_t ix = 0; ix < W; ++ix) {
+        const size_t px = ix + pw, q = px / sw;
+        if (q < QW) prow[(px % sw) * PS + q] = (int16_t)((int32_t)(uint8_t)(xc[iy * W + ix] ^ flip) - xz);
       }
     }
     const int8_t *wc = w + c * (size_t)(kh * kw);
-    for (size_t oy = 0; oy < OH; ++oy) {
-      for (size_t ox = 0; ox < OW; ++ox) row[ox] = 0;
-      for (int ky = 0; ky < kh; ++ky) {
-        const int16_t *pr = plane + (oy * sh + (size_t)ky * dh) * PW;
-        for (int kx = 0; kx < kw; ++kx) {
-          const int32_t wv = wc[ky * kw + kx];
-          const int16_t *s = pr + (size_t)kx * dw;
-          if (sw == 1)
-            for (size_t ox = 0; ox < OW; ++ox) row[ox] += wv * s[ox];
-          else if (sw == 2)
-            for (size_t ox = 0; ox < OW; ++ox) row[ox] += wv * s[2 * ox];
-          else
-            for (size_t ox = 0; ox < OW; ++ox) row[ox] += wv * s[ox * sw];
-        }
+    for (size_t i = 0; i < N; ++i) acc[i] = 0;
+    for (int ky = 0; ky < kh; ++ky)
+      for (int kx = 0; kx < kw; ++kx) {
+        const size_t ry = (size_t)ky * dh, rx = (size_t)kx * dw;
+        const int16_t *src = plane + ((ry % sh) * sw + rx % sw) * PS + (ry / sh) * QW + rx / sw;
+        const int32_t wv = wc[ky * kw + kx];
+        for (size_t i = 0; i < N; ++i) acc[i] += wv * (int32_t)src[i];
       }
-      o2e_qrequant_row(row, OW, bias[c], scale[c], flo, fhi, zp, y + (c * OH + oy) * OW, 1);
-    }
+    for (size_t oy = 0; oy < OH; ++oy)
+      o2e_qrequant_row(acc + oy * QW, OW, bias[c], scale[c], flo, fhi, zp, y + (c * OH + oy) * OW, 1);
   }
 }
 
