@@ -93,16 +93,37 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     K = plan.w.shape[1]
     A, bias, rowsum, sc = _consts(ctx, plan)
     pointwise = kh == kw == 1 and st == [1, 1] and not any(pads)
-    ctx.kernel("int8 gemm 1x1" if pointwise else "int8 im2col gemm")
-    pk = ctx.scratch(_panel_bytes(K, P), "uint8_t")
+    padv = plan.x_zp & 0xFF
     lines = [
         f"for (size_t n = 0; n < {N}; ++n) {{",
         f"  const uint8_t *xn = {xp} + n * {C * H * W};",
     ]
+    if st == [1, 1] and not pointwise:
+        # stride 1: padded planes read at K offsets, no column matrix (o2e_qpad)
+        ctx.kernel("int8 padded-plane gemm")
+        wp, hp = OW + (kw - 1) * dl[1], OH + (kh - 1) * dl[0] + 1
+        pe = OH * wp
+        c_, ky, kx = np.meshgrid(np.arange(C), np.arange(kh), np.arange(kw), indexing="ij")
+        off = (c_ * hp * wp + ky * dl[0] * wp + kx * dl[1]).reshape(-1).astype(np.int32)
+        offs = ctx.weight("qrowoff", off)
+        padded = ctx.scratch(C * hp * wp, "uint8_t")
+        pk = ctx.scratch(_panel_bytes(K, pe), "uint8_t")
+        yext = ctx.scratch(M * pe, "uint8_t")
+        lines += [
+            f"  o2e_qpad(xn, {C}, {H}, {W}, {hp}, {wp}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
+            f"{padded});",
+            f"  o2e_qpack_rows_at({padded}, 0, {offs}, {K}, {pe}, {_flip(plan)}, {pk});",
+            f"  o2e_qgemm({M}, {pe}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, "
+            f"{_clamp_args(plan)}, {yext}, {pe}, 1);",
+            f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wp}, {yp} + n * {M * P});",
+            "}",
+        ]
+        return "\n".join(lines)
+    ctx.kernel("int8 gemm 1x1" if pointwise else "int8 im2col gemm")
+    pk = ctx.scratch(_panel_bytes(K, P), "uint8_t")
     src = "xn"
     if not pointwise:
         col = ctx.scratch(K * P, "uint8_t")
-        padv = plan.x_zp & 0xFF
         lines.append(
             f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
         )
