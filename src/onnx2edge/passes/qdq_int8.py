@@ -269,24 +269,47 @@ def _lut(src: tuple[float, int, str], dst: tuple[float, int, str]) -> np.ndarray
     return q.astype(np.dtype(dst[2]))
 
 
+def _plain_pool(node: Node, graph: Graph) -> bool:
+    t = graph.type_of(node.inputs[0])
+    ks = list(node.attr("kernel_shape", []))
+    return (
+        t is not None
+        and t.shape is not None
+        and len(t.shape) == 4
+        and len(ks) == 2
+        and node.attr("auto_pad", "NOTSET") == "NOTSET"
+        and not node.attr("ceil_mode", 0)
+        and all(d == 1 for d in node.attr("dilations", [1, 1]))
+        and not node.attr("storage_order", 0)
+    )
+
+
 _PASSTHROUGH = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")
 
 
-def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node] | None:
+def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     """DQ -> MaxPool / reshapes -> Q with one scale: the op on the integers (its values are
     only moved or compared). DQ... -> Concat -> Q: the integers, each input requantized by a
     table where its scale differs (o2e QConcat). DQ, DQ -> Add [-> Relu] -> Q: o2e QAdd."""
     g = rw.graph
+    op = node.op_type
+    t = g.type_of(node.inputs[0])
+    if op == "MaxPool" and t is not None and t.dtype.name in QRANGE and _plain_pool(node, g):
+        # already on integers (QOperator models): the same kernel, nothing absorbed
+        if len([o for o in node.outputs if o]) == 1:
+            return node.replace(op_type="QMaxPool", domain=DOMAIN, outputs=node.outputs[:1]), None
     q = _only_q(g, node)
     if q is None or (qp := _qparams(g, q)) is None:
         return None
-    op = node.op_type
     if op in _PASSTHROUGH:
         dq = _dq(g, node.inputs[0])
         if dq is None or _qparams(g, dq) != qp or activation_of(node) is not None:
             return None
         if op == "MaxPool" and len([o for o in node.outputs if o]) != 1:
             return None
+        if op == "MaxPool" and _plain_pool(node, g):
+            # 2-D without dilation / ceil mode: o2e QMaxPool's phase-plane kernel
+            return node.replace(op_type="QMaxPool", domain=DOMAIN, inputs=(dq.inputs[0],), outputs=q.outputs), q  # fmt: skip
         return node.replace(inputs=(dq.inputs[0], *node.inputs[1:]), outputs=q.outputs), q
     if op == "Concat":
         ins: list[str] = []
@@ -313,7 +336,7 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node] | None:
     return None
 
 
-def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node] | None:
+def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     """The integer node replacing `node` and the QuantizeLinear it absorbs, or None."""
     g = rw.graph
     if node.domain == "" and node.op_type in (*_PASSTHROUGH, "Concat", "Add"):
@@ -394,7 +417,7 @@ def qdq_to_int8(graph: Graph) -> Graph:
     for node in graph.nodes:
         r = _rewrite(rw, node)
         if r is not None:
-            new[node.name] = (r[0], r[1].name)
+            new[node.name] = (r[0], r[1].name if r[1] is not None else "")
     opsets = dict(graph.opset_imports)
     opsets.setdefault(DOMAIN, 1)
     values = dict(graph.values)
@@ -403,7 +426,7 @@ def qdq_to_int8(graph: Graph) -> Graph:
             values[name] = Value(name, TensorType(np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
 
     def build(rewrites: dict[str, tuple[Node, str]]) -> Graph:
-        qs = {q for _, q in rewrites.values()}
+        qs = {q for _, q in rewrites.values() if q}
         nodes = [
             rewrites[n.name][0] if n.name in rewrites else n
             for n in graph.nodes

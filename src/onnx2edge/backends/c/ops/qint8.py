@@ -210,6 +210,31 @@ def qconcat(ctx: NodeContext) -> str:
     return f"for (size_t o = 0; o < {outer}; ++o) {{\n  {body}\n}}"
 
 
+@register_op("QMaxPool", check=_internal)
+def qmaxpool(ctx: NodeContext) -> str:
+    """2-D MaxPool on quantized bytes (o2e_qmaxpool): the pass checked kernel, pads, strides
+    (no dilation, no ceil mode)."""
+    x, y = ctx.x(0), ctx.y(0)
+    N, C, H, W = x.shape
+    OH, OW = y.shape[2:]
+    kh, kw = ctx.attr("kernel_shape")
+    sh, sw = ctx.attr("strides", [1, 1])
+    pads = ctx.attr("pads", [0, 0, 0, 0])
+    qw = OW + (kw - 1) // sw + 1
+    rp = OH + (kh - 1) // sh + 2
+    plane = ctx.scratch(sh * sw * rp * qw, "uint8_t")
+    acc = ctx.scratch(OH * qw, "uint8_t")
+    flip = "0x80" if np.dtype(x.dtype).name == "int8" else "0"
+    _use(ctx)
+    ctx.kernel("int8 maxpool")
+    return (
+        f"for (size_t n = 0; n < {N}; ++n)\n"
+        f"  o2e_qmaxpool({C}, {H}, {W}, {OH}, {OW}, {kh}, {kw}, {sh}, {sw}, {pads[0]}, {pads[1]}, "
+        f"(const uint8_t *){x.sym} + n * {C * H * W}, {flip}, (uint8_t *){y.sym} + n * {C * OH * OW}, "
+        f"{plane}, {acc});"
+    )
+
+
 @register_op("QAdd", check=_internal)
 def qadd(ctx: NodeContext) -> str:
     """QLinearAdd as onnxruntime's reference kernel (mlas qladd.cpp) computes it:

@@ -493,4 +493,40 @@ static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, i
   }
 }
 
+/* MaxPool on quantized bytes (2-D, no dilation): the order of int8 values is the order of
+ * their bytes xor 0x80 as uint8, so both types run as uint8. Each channel is split into
+ * sh * sw phase planes with a border of 0 (below every value: padding never wins, as in
+ * MaxPool), then every tap is one long vpmaxub-friendly loop over OH * QW outputs (columns
+ * past OW computed and dropped). plane: sh * sw * RP * QW bytes, acc: OH * QW bytes. */
+static inline void o2e_qmaxpool(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh,
+                                int kw, int sh, int sw, int ph, int pw, const uint8_t *x,
+                                uint8_t flip, uint8_t *y, uint8_t *plane, uint8_t *acc) {
+  const size_t QW = O2E_QDW_QW(OW, kw, sw, 1), RP = O2E_QDW_RP(OH, kh, sh, 1);
+  const size_t PS = RP * QW, N = OH * QW;
+  for (size_t c = 0; c < C; ++c) {
+    memset(plane, 0, (size_t)sh * sw * PS);
+    const uint8_t *xc = x + c * H * W;
+    for (size_t iy = 0; iy < H; ++iy) {
+      const size_t py = iy + ph, r = py / sh;
+      if (r >= RP) continue;
+      uint8_t *prow = plane + (py % sh) * sw * PS + r * QW;
+      for (size_t ix = 0; ix < W; ++ix) {
+        const size_t px = ix + pw, q = px / sw;
+        if (q < QW) prow[(px % sw) * PS + q] = (uint8_t)(xc[iy * W + ix] ^ flip);
+      }
+    }
+    memset(acc, 0, N);
+    for (int ky = 0; ky < kh; ++ky)
+      for (int kx = 0; kx < kw; ++kx) {
+        const uint8_t *src = plane + (((size_t)ky % sh) * sw + (size_t)kx % sw) * PS +
+                             ((size_t)ky / sh) * QW + (size_t)kx / sw;
+        for (size_t i = 0; i < N; ++i) acc[i] = src[i] > acc[i] ? src[i] : acc[i];
+      }
+    for (size_t oy = 0; oy < OH; ++oy) {
+      uint8_t *yr = y + (c * OH + oy) * OW;
+      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(acc[oy * QW + ox] ^ flip);
+    }
+  }
+}
+
 #endif /* O2E_QGEMM_H */
