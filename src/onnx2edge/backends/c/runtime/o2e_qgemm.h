@@ -450,6 +450,17 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
   }
 }
 
+/* Columns q of phase cp (input column q * sw + cp - pw) that fall inside a row of W. */
+static inline void o2e_qphase_range(size_t W, size_t QW, int sw, int pw, int cp, size_t *qa,
+                                    size_t *qb) {
+  const long off = (long)cp - pw; /* input column of q = 0 */
+  long a = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  long b = (long)W - off <= 0 ? 0 : ((long)W - off + sw - 1) / sw;
+  if (b > (long)QW) b = (long)QW;
+  if (a > b) a = b;
+  *qa = (size_t)a, *qb = (size_t)b;
+}
+
 /* Depthwise convolution, one channel per group: w[c][kh * kw] int8 (zero point subtracted),
  * bias[c] int32 (no correction: the planes hold x - zp). Each channel is split into sh * sw
  * phase planes of (x - zp) with a zero border (a real zero), all RP rows of QW columns, so
@@ -474,9 +485,13 @@ static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, i
       const size_t r = py / sh;
       if (r >= RP) continue;
       int16_t *prow = plane + (py % sh) * sw * PS + r * QW;
-      for (size_t ix = 0; ix < W; ++ix) {
-        const size_t px = ix + pw, q = px / sw;
-        if (q < QW) prow[(px % sw) * PS + q] = (int16_t)((int32_t)(uint8_t)(xc[iy * W + ix] ^ flip) - xz);
+      const uint8_t *xr = xc + iy * W;
+      for (int cp = 0; cp < sw; ++cp) { /* column phase: q * sw + cp - pw inside the row */
+        size_t qa, qb;
+        o2e_qphase_range(W, QW, sw, pw, cp, &qa, &qb);
+        int16_t *d = prow + (size_t)cp * PS;
+        const uint8_t *sx = xr + cp - pw;
+        for (size_t q = qa; q < qb; ++q) d[q] = (int16_t)((int32_t)(uint8_t)(sx[q * sw] ^ flip) - xz);
       }
     }
     const int8_t *wc = w + c * (size_t)(kh * kw);
@@ -510,9 +525,13 @@ static inline void o2e_qmaxpool(size_t C, size_t H, size_t W, size_t OH, size_t 
       const size_t py = iy + ph, r = py / sh;
       if (r >= RP) continue;
       uint8_t *prow = plane + (py % sh) * sw * PS + r * QW;
-      for (size_t ix = 0; ix < W; ++ix) {
-        const size_t px = ix + pw, q = px / sw;
-        if (q < QW) prow[(px % sw) * PS + q] = (uint8_t)(xc[iy * W + ix] ^ flip);
+      const uint8_t *xr = xc + iy * W;
+      for (int cp = 0; cp < sw; ++cp) {
+        size_t qa, qb;
+        o2e_qphase_range(W, QW, sw, pw, cp, &qa, &qb);
+        uint8_t *d = prow + (size_t)cp * PS;
+        const uint8_t *sx = xr + cp - pw;
+        for (size_t q = qa; q < qb; ++q) d[q] = (uint8_t)(sx[q * sw] ^ flip);
       }
     }
     memset(acc, 0, N);
