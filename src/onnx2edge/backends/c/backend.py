@@ -106,6 +106,7 @@ class CBackend(Backend):
         "widen_small_floats",  # before the fusions: each widened op rounds its own result
         "fuse_residual",
         "fuse_activation",
+        "qdq_to_int8",
         "eliminate_dead_nodes",
     )
 

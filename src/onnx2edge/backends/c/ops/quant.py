@@ -30,6 +30,7 @@ from .dtypes import (
     need,
     store_expr,
 )
+from .qint8 import try_int8
 
 MATMUL_CHUNK = 256  # columns of C accumulated at once (a local array)
 
@@ -400,6 +401,9 @@ def _qmatmul_check(node: Node, graph: Graph) -> str | None:
 
 @register_op("QLinearMatMul", check=_qmatmul_check)
 def qlinear_matmul(ctx: NodeContext) -> str:
+    fast = try_int8(ctx)
+    if fast is not None:
+        return fast
     a, asc, b, bsc, ysc, y = ctx.x(0), ctx.x(1), ctx.x(3), ctx.x(4), ctx.x(6), ctx.y(0)
     azp = ctx.x(2) if ctx.has_input(2) else None
     bzp = ctx.x(5) if ctx.has_input(5) else None
@@ -502,7 +506,11 @@ def conv_integer(ctx: NodeContext) -> str:
 
 @register_op("QLinearConv", check=_conv_int_check)
 def qlinear_conv(ctx: NodeContext) -> str:
-    """ConvInteger plus the int32 bias, requantized with x_scale * w_scale[m] / y_scale."""
+    """ConvInteger plus the int32 bias, requantized with x_scale * w_scale[m] / y_scale.
+    The int8 kernels (qint8.py) take it when they can; these loops are the reference."""
+    fast = try_int8(ctx)
+    if fast is not None:
+        return fast
     y = ctx.y(0)
     x32, w32, code = _conv_operands(ctx, 0, 2, 3, 5)
     bias = ctx.x(8) if ctx.has_input(8) else None

@@ -1,0 +1,551 @@
+/* o2e_qgemm.h - int8 matrix products for quantized convolutions and fully connected layers.
+ *
+ * Y[m][p] = requant(sum_k A[m][k] * B[k][p] + bias[m]) with
+ *   A: int8 weights (zero point already subtracted), packed at conversion time as
+ *      [ceil(M/8)][ceil(K/4)][8][4] (8 output channels x 4 consecutive k per step),
+ *   B: uint8 activations (int8 ones are flipped to uint8 by xor 0x80 while packing; the
+ *      conversion folds the -128 * sum_k A[m][k] into bias), packed at run time into
+ *      panels of 16 columns [ceil(P/16)][ceil(K/4)][16][4],
+ *   requant(v) = clamp(round_half_even((float)v * scale[m]) + zp, lo, hi), which is
+ *      onnxruntime's MlasRequantizeOutput (float multiply, clamp, nearest-even) and also
+ *      applies a fused Relu / Clip (lo, hi are their quantized bounds).
+ * Every path is exact in int32 (the sums wrap as ONNX's integer ops allow):
+ *   AVX-512 VNNI: vpdpbusd (u8 x s8 -> s32, no intermediate saturation);
+ *   AVX2: u8 and s8 widened to s16, vpmaddwd (pairs into s32: exact; vpmaddubsw would
+ *         saturate its s16 pair sums at 255 * -128 * 2);
+ *   NEON with dot product: activations flipped back to s8 (x ^ 0x80), sdot, + 128 * rowsum;
+ *   NEON: widened to s16, smlal;  portable C: the same sums in scalar code.
+ * Depthwise convolutions have their own kernel (o2e_qdw): one int16 plane of (x - zp) with a
+ * zero border per channel, int32 row accumulators that gcc vectorises on every target.
+ */
+#ifndef O2E_QGEMM_H
+#define O2E_QGEMM_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define O2E_Q_VNNI 1
+#define O2E_QGEMM_KERNEL "avx512-vnni"
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define O2E_Q_AVX2 1
+#define O2E_QGEMM_KERNEL "avx2"
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#if defined(__ARM_FEATURE_DOTPROD)
+#define O2E_Q_SDOT 1
+#define O2E_QGEMM_KERNEL "neon-sdot"
+#else
+#define O2E_Q_NEON 1
+#define O2E_QGEMM_KERNEL "neon"
+#endif
+#else
+#define O2E_QGEMM_KERNEL "portable"
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define O2E_QMR 8
+#define O2E_QNR 16
+
+/* 4 packed int8 weights read as one int32 (may_alias: the packed array is int8) */
+typedef int32_t o2e_qi32 __attribute__((may_alias, aligned(1)));
+
+static inline const char *o2e_qgemm_kernel_name(void) { return O2E_QGEMM_KERNEL; }
+
+/* Bytes of the packed panels of a K x P activation matrix. */
+#define O2E_QPANEL_BYTES(K, P) ((((size_t)(P) + 15) / 16) * (((size_t)(K) + 3) / 4) * 64)
+
+/* Pack B given as K rows of P bytes (row k at src + k * ld) into 16-column panels; the
+ * padding columns / rows are zero (their weights are zero or their results unused). */
+static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_t *rowoff,
+                                     size_t K, size_t P, uint8_t flip, uint8_t *dst) {
+#define O2E_QSRC(k) (src + (rowoff ? (size_t)rowoff[k] : (k) * ld))
+  const size_t K4 = (K + 3) / 4;
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    uint8_t *panel = dst + (p0 / 16) * K4 * 64;
+    const size_t np = P - p0 < 16 ? P - p0 : 16;
+    for (size_t k4 = 0; k4 < K4; ++k4) {
+      uint8_t *d = panel + k4 * 64;
+      const size_t k = k4 * 4;
+#if defined(__SSE2__)
+      if (np == 16 && k + 4 <= K) {
+        /* 4 rows x 16 columns -> 16 columns x 4 rows: two rounds of byte / word unpacks */
+        const __m128i f = _mm_set1_epi8((char)flip);
+        const __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(O2E_QSRC(k) + p0)), f);
+        const __m128i r1 =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(O2E_QSRC(k + 1) + p0)), f);
+        const __m128i r2 =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(O2E_QSRC(k + 2) + p0)), f);
+        const __m128i r3 =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(O2E_QSRC(k + 3) + p0)), f);
+        const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
+        const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
+        _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
+        _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
+        _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
+        _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(a1, b1));
+        continue;
+      }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+      if (np == 16 && k + 4 <= K) {
+        const uint8x16_t f = vdupq_n_u8(flip);
+        uint8x16x4_t r;
+        r.val[0] = veorq_u8(vld1q_u8(O2E_QSRC(k) + p0), f);
+        r.val[1] = veorq_u8(vld1q_u8(O2E_QSRC(k + 1) + p0), f);
+        r.val[2] = veorq_u8(vld1q_u8(O2E_QSRC(k + 2) + p0), f);
+        r.val[3] = veorq_u8(vld1q_u8(O2E_QSRC(k + 3) + p0), f);
+        vst4q_u8(d, r); /* interleaves: column j gets rows k..k+3 */
+        continue;
+      }
+#endif
+      memset(d, 0, 64);
+      for (size_t t = 0; t < 4 && k + t < K; ++t)
+        for (size_t j = 0; j < np; ++j) d[j * 4 + t] = (uint8_t)(O2E_QSRC(k + t)[p0 + j] ^ flip);
+    }
+  }
+#undef O2E_QSRC
+}
+
+static inline void o2e_qpack_rows(const uint8_t *src, size_t ld, size_t K, size_t P, uint8_t flip,
+                                  uint8_t *dst) {
+  o2e_qpack_rows_at(src, ld, (const int32_t *)0, K, P, flip, dst);
+}
+
+/* Stride-1 convolutions without im2col: the input copied into planes of Hp x Wp bytes with
+ * a border of the zero point (Wp = OW + (kw - 1) * dw columns, one spare row), so row
+ * (c, ky, kx) of the implicit matrix is that plane read from offset ky * dh * Wp + kx * dw
+ * over OH * Wp "extended" columns (the last Wp - OW of each row are dropped by
+ * o2e_qcompact). */
+static inline void o2e_qpad(const uint8_t *x, size_t C, size_t H, size_t W, size_t Hp, size_t Wp,
+                            int ph, int pw, uint8_t padv, uint8_t *out) {
+  memset(out, padv, C * Hp * Wp);
+  for (size_t c = 0; c < C; ++c)
+    for (size_t iy = 0; iy < H; ++iy) {
+      const long py = (long)iy + ph;
+      if (py < 0 || py >= (long)Hp) continue;
+      long a = 0, b = (long)W;
+      if (pw < 0) a = -pw;
+      if (b + pw > (long)Wp) b = (long)Wp - pw;
+      if (b > a) memcpy(out + (c * Hp + (size_t)py) * Wp + a + pw, x + (c * H + iy) * W + a, (size_t)(b - a));
+    }
+}
+
+static inline void o2e_qcompact(const uint8_t *yext, size_t M, size_t OH, size_t OW, size_t Wp,
+                                uint8_t *y) {
+  for (size_t m = 0; m < M; ++m)
+    for (size_t oy = 0; oy < OH; ++oy) memcpy(y + (m * OH + oy) * OW, yext + (m * OH + oy) * Wp, OW);
+}
+
+
+/* Pack B given as P rows of K bytes (a matrix product's activations [P][K]). */
+static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_t flip, uint8_t *dst) {
+  const size_t K4 = (K + 3) / 4, Kf = K & ~(size_t)3;
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    uint8_t *panel = dst + (p0 / 16) * K4 * 64;
+    const size_t np = P - p0 < 16 ? P - p0 : 16;
+    if (np < 16 || Kf < K) memset(panel, 0, K4 * 64);
+    for (size_t j = 0; j < np; ++j) {
+      const uint8_t *s = src + (p0 + j) * K;
+      for (size_t k = 0; k < Kf; k += 4) {
+        uint8_t *d = panel + (k / 4) * 64 + j * 4;
+        d[0] = s[k] ^ flip, d[1] = s[k + 1] ^ flip, d[2] = s[k + 2] ^ flip, d[3] = s[k + 3] ^ flip;
+      }
+      for (size_t k = Kf; k < K; ++k) panel[(k / 4) * 64 + j * 4 + (k & 3)] = s[k] ^ flip;
+    }
+  }
+}
+
+/* Columns of a convolution's implicit matrix: row (c, ky, kx) of K, OH * OW columns; outside
+ * the input the value is the zero point `padv` (a real zero). */
+static inline void o2e_qim2col(const uint8_t *x, size_t C, size_t H, size_t W, size_t OH, size_t OW,
+                        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
+                        uint8_t padv, uint8_t *col) {
+  for (size_t c = 0; c < C; ++c)
+    for (int ky = 0; ky < kh; ++ky)
+      for (int kx = 0; kx < kw; ++kx) {
+        uint8_t *row = col + ((c * kh + ky) * kw + kx) * OH * OW;
+        for (size_t oy = 0; oy < OH; ++oy) {
+          const long iy = (long)oy * sh - ph + (long)ky * dh;
+          uint8_t *r = row + oy * OW;
+          if (iy < 0 || iy >= (long)H) {
+            memset(r, padv, OW);
+            continue;
+          }
+          const uint8_t *xr = x + (c * H + (size_t)iy) * W;
+          const long x0 = (long)kx * dw - pw;
+          /* columns [oa, ob) read inside the row: the rest is padding */
+          long oa = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+          long ob = (long)W - x0 <= 0 ? 0 : ((long)W - x0 + sw - 1) / sw;
+          if (ob > (long)OW) ob = (long)OW;
+          if (oa > ob) oa = ob;
+          if (oa > 0) memset(r, padv, (size_t)oa);
+          if (sw == 1) {
+            if (ob > oa) memcpy(r + oa, xr + oa + x0, (size_t)(ob - oa));
+          } else if (sw == 2) {
+            for (long ox = oa; ox < ob; ++ox) r[ox] = xr[2 * ox + x0];
+          } else {
+            for (long ox = oa; ox < ob; ++ox) r[ox] = xr[ox * sw + x0];
+          }
+          if (ob < (long)OW) memset(r + ob, padv, (size_t)((long)OW - ob));
+        }
+      }
+}
+
+/* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] */
+static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc) {
+#if defined(O2E_Q_VNNI)
+  /* the weights are broadcast straight from memory (vpdpbusd's {1to16} operand): a
+   * broadcast from a general register would compete with vpdpbusd for port 5 */
+  __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+          c7 = c0;
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64) {
+    const __m512i bv = _mm512_loadu_si512((const void *)b);
+    const o2e_qi32 *w = (const o2e_qi32 *)a;
+    c0 = _mm512_dpbusd_epi32(c0, bv, _mm512_set1_epi32(w[0]));
+    c1 = _mm512_dpbusd_epi32(c1, bv, _mm512_set1_epi32(w[1]));
+    c2 = _mm512_dpbusd_epi32(c2, bv, _mm512_set1_epi32(w[2]));
+    c3 = _mm512_dpbusd_epi32(c3, bv, _mm512_set1_epi32(w[3]));
+    c4 = _mm512_dpbusd_epi32(c4, bv, _mm512_set1_epi32(w[4]));
+    c5 = _mm512_dpbusd_epi32(c5, bv, _mm512_set1_epi32(w[5]));
+    c6 = _mm512_dpbusd_epi32(c6, bv, _mm512_set1_epi32(w[6]));
+    c7 = _mm512_dpbusd_epi32(c7, bv, _mm512_set1_epi32(w[7]));
+  }
+  _mm512_storeu_si512(acc, c0), _mm512_storeu_si512(acc + 16, c1);
+  _mm512_storeu_si512(acc + 32, c2), _mm512_storeu_si512(acc + 48, c3);
+  _mm512_storeu_si512(acc + 64, c4), _mm512_storeu_si512(acc + 80, c5);
+  _mm512_storeu_si512(acc + 96, c6), _mm512_storeu_si512(acc + 112, c7);
+#elif defined(O2E_Q_AVX2)
+  /* 4 rows x 8 columns at a time (11 ymm live): each column's 4 bytes widen to 4 int16, a
+   * row's 4 weights widen and repeat, vpmaddwd sums pairs exactly into int32 (2 per column);
+   * the pairs are added at the end with one hadd + permute. */
+  for (int rh = 0; rh < 2; ++rh)
+    for (int ch = 0; ch < 2; ++ch) {
+      __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0,
+              h2 = l0, h3 = l0;
+      const int8_t *ap = a + rh * 16;
+      const uint8_t *bp = b + ch * 32;
+      for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+        const __m256i bv = _mm256_loadu_si256((const __m256i *)bp);
+        const __m256i blo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(bv));
+        const __m256i bhi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(bv, 1));
+        int32_t w[4];
+        memcpy(w, ap, 16);
+        __m256i wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[0]));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(blo, wv));
+        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(bhi, wv));
+        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[1]));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(blo, wv));
+        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(bhi, wv));
+        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[2]));
+        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(blo, wv));
+        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(bhi, wv));
+        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[3]));
+        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(blo, wv));
+        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(bhi, wv));
+      }
+      int32_t *o = acc + rh * 64 + ch * 8;
+      _mm256_storeu_si256((__m256i *)o,
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l0, h0), 0xD8));
+      _mm256_storeu_si256((__m256i *)(o + 16),
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l1, h1), 0xD8));
+      _mm256_storeu_si256((__m256i *)(o + 32),
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l2, h2), 0xD8));
+      _mm256_storeu_si256((__m256i *)(o + 48),
+                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l3, h3), 0xD8));
+    }
+#elif defined(O2E_Q_SDOT)
+  /* 4 rows x 16 columns per pass; b ^ 0x80 = b - 128 as int8, corrected by the caller */
+  const int8x16_t f = vdupq_n_s8((int8_t)-128);
+  for (int rh = 0; rh < 2; ++rh) {
+    int32x4_t c[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) c[r][q] = vdupq_n_s32(0);
+    const int8_t *ap = a + rh * 16;
+    const uint8_t *bp = b;
+    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+      int8x16_t bv[4];
+      for (int q = 0; q < 4; ++q) bv[q] = veorq_s8(vreinterpretq_s8_u8(vld1q_u8(bp + 16 * q)), f);
+      const int8x16_t wv = vld1q_s8(ap); /* 4 rows x 4 k */
+      for (int q = 0; q < 4; ++q) {
+        c[0][q] = vdotq_laneq_s32(c[0][q], bv[q], wv, 0);
+        c[1][q] = vdotq_laneq_s32(c[1][q], bv[q], wv, 1);
+        c[2][q] = vdotq_laneq_s32(c[2][q], bv[q], wv, 2);
+        c[3][q] = vdotq_laneq_s32(c[3][q], bv[q], wv, 3);
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) vst1q_s32(acc + (rh * 4 + r) * 16 + q * 4, c[r][q]);
+  }
+#elif defined(O2E_Q_NEON)
+  /* 4 rows x 16 columns per pass; vld4 splits the 4 k of each column, widened to int16 */
+  for (int rh = 0; rh < 2; ++rh) {
+    int32x4_t c[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) c[r][q] = vdupq_n_s32(0);
+    const int8_t *ap = a + rh * 16;
+    const uint8_t *bp = b;
+    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+      const uint8x16x4_t bv = vld4q_u8(bp); /* val[t][j] = column j, k t */
+      const int16x8_t w01 = vmovl_s8(vld1_s8(ap));     /* rows 0, 1 x 4 k */
+      const int16x8_t w23 = vmovl_s8(vld1_s8(ap + 8)); /* rows 2, 3 x 4 k */
+      for (int t = 0; t < 4; ++t) {
+        const int16x8_t lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(bv.val[t])));
+        const int16x8_t hi = vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(bv.val[t])));
+        const int16x4_t b0 = vget_low_s16(lo), b1 = vget_high_s16(lo);
+        const int16x4_t b2 = vget_low_s16(hi), b3 = vget_high_s16(hi);
+        const int16x4_t wa = vget_low_s16(w01), wb = vget_high_s16(w01);
+        const int16x4_t wc = vget_low_s16(w23), wd = vget_high_s16(w23);
+#define O2E_QROW(r, wr)                                                                        \
+  c[r][0] = vmlal_n_s16(c[r][0], b0, wr[t]);                        \
+  c[r][1] = vmlal_n_s16(c[r][1], b1, wr[t]);                                                   \
+  c[r][2] = vmlal_n_s16(c[r][2], b2, wr[t]);                                                   \
+  c[r][3] = vmlal_n_s16(c[r][3], b3, wr[t]);
+        O2E_QROW(0, wa)
+        O2E_QROW(1, wb)
+        O2E_QROW(2, wc)
+        O2E_QROW(3, wd)
+#undef O2E_QROW
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 4; ++q) vst1q_s32(acc + (rh * 4 + r) * 16 + q * 4, c[r][q]);
+  }
+#else
+  uint32_t c[8][16];
+  memset(c, 0, sizeof c);
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64)
+    for (int r = 0; r < 8; ++r)
+      for (int j = 0; j < 16; ++j)
+        for (int t = 0; t < 4; ++t)
+          c[r][j] += (uint32_t)((int32_t)a[r * 4 + t] * (int32_t)b[j * 4 + t]);
+  for (int r = 0; r < 8; ++r)
+    for (int j = 0; j < 16; ++j) acc[r * 16 + j] = (int32_t)c[r][j];
+#endif
+}
+
+#if defined(O2E_Q_VNNI)
+/* Two adjacent panels (8 x 32): 16 accumulators, each weight broadcast serves two columns
+ * blocks. b2 is the second panel. */
+static inline void o2e_qkernel2(size_t K4, const int8_t *a, const uint8_t *b, const uint8_t *b2,
+                                int32_t *acc, int32_t *acc2) {
+  __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+          c7 = c0, d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0;
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64, b2 += 64) {
+    const __m512i bv = _mm512_loadu_si512((const void *)b);
+    const __m512i bw = _mm512_loadu_si512((const void *)b2);
+    const o2e_qi32 *w = (const o2e_qi32 *)a;
+    __m512i t = _mm512_set1_epi32(w[0]);
+    c0 = _mm512_dpbusd_epi32(c0, bv, t), d0 = _mm512_dpbusd_epi32(d0, bw, t);
+    t = _mm512_set1_epi32(w[1]);
+    c1 = _mm512_dpbusd_epi32(c1, bv, t), d1 = _mm512_dpbusd_epi32(d1, bw, t);
+    t = _mm512_set1_epi32(w[2]);
+    c2 = _mm512_dpbusd_epi32(c2, bv, t), d2 = _mm512_dpbusd_epi32(d2, bw, t);
+    t = _mm512_set1_epi32(w[3]);
+    c3 = _mm512_dpbusd_epi32(c3, bv, t), d3 = _mm512_dpbusd_epi32(d3, bw, t);
+    t = _mm512_set1_epi32(w[4]);
+    c4 = _mm512_dpbusd_epi32(c4, bv, t), d4 = _mm512_dpbusd_epi32(d4, bw, t);
+    t = _mm512_set1_epi32(w[5]);
+    c5 = _mm512_dpbusd_epi32(c5, bv, t), d5 = _mm512_dpbusd_epi32(d5, bw, t);
+    t = _mm512_set1_epi32(w[6]);
+    c6 = _mm512_dpbusd_epi32(c6, bv, t), d6 = _mm512_dpbusd_epi32(d6, bw, t);
+    t = _mm512_set1_epi32(w[7]);
+    c7 = _mm512_dpbusd_epi32(c7, bv, t), d7 = _mm512_dpbusd_epi32(d7, bw, t);
+  }
+  _mm512_storeu_si512(acc, c0), _mm512_storeu_si512(acc + 16, c1);
+  _mm512_storeu_si512(acc + 32, c2), _mm512_storeu_si512(acc + 48, c3);
+  _mm512_storeu_si512(acc + 64, c4), _mm512_storeu_si512(acc + 80, c5);
+  _mm512_storeu_si512(acc + 96, c6), _mm512_storeu_si512(acc + 112, c7);
+  _mm512_storeu_si512(acc2, d0), _mm512_storeu_si512(acc2 + 16, d1);
+  _mm512_storeu_si512(acc2 + 32, d2), _mm512_storeu_si512(acc2 + 48, d3);
+  _mm512_storeu_si512(acc2 + 64, d4), _mm512_storeu_si512(acc2 + 80, d5);
+  _mm512_storeu_si512(acc2 + 96, d6), _mm512_storeu_si512(acc2 + 112, d7);
+}
+#endif
+
+/* Requantization of one row of n sums: onnxruntime's order (float product, clamp to the
+ * output range shifted by the zero point, round half to even, add the zero point). */
+static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, float scale,
+                                    float flo, float fhi, int32_t zp, uint8_t *y, size_t ys) {
+  size_t j = 0;
+#if defined(O2E_Q_VNNI)
+  if (ys == 1) {
+    const __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps(flo), hi = _mm512_set1_ps(fhi);
+    const __m512i b = _mm512_set1_epi32(bias), z = _mm512_set1_epi32(zp);
+    for (; j + 16 <= n; j += 16) {
+      const __m512i v = _mm512_add_epi32(_mm512_loadu_si512(acc + j), b);
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+      f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), z); /* MXCSR: nearest-even */
+      _mm_storeu_si128((__m128i *)(y + j), _mm512_cvtepi32_epi8(q));
+    }
+    if (j < n) { /* the last 1..15 with masks */
+      const __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+      const __m512i v = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, acc + j), b);
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+      f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), z);
+      _mm_mask_storeu_epi8(y + j, k, _mm512_cvtepi32_epi8(q));
+      return;
+    }
+  }
+#endif
+  for (; j < n; ++j) {
+    float f = (float)(int32_t)((uint32_t)acc[j] + (uint32_t)bias) * scale;
+    f = f < flo ? flo : (f > fhi ? fhi : f);
+    y[j * ys] = (uint8_t)((int32_t)nearbyintf(f) + zp);
+  }
+}
+
+/* Y = requant(A B + bias): M output channels, P columns, K depth. Element (m, p) of Y is at
+ * y[m * ym + p * yp]. bias, rowsum (sum_k A[m][k], for the sdot path), scale: per m.
+ * bpack: O2E_QPANEL_BYTES(K, P) bytes of packed B. (Blocking K so that a block of B stays in
+ * L1 across the row tiles was measured slower on AVX-512 VNNI: 0.8 against 0.63 ms on a
+ * 256x2304x196 product, the partial sums' loads and stores cost more than they save.) */
+static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, const uint8_t *bpack,
+                      const int32_t *bias, const int32_t *rowsum, const float *scale,
+                      int32_t zp, int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+  const size_t K4 = (K + 3) / 4;
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  int32_t acc[2][O2E_QMR * O2E_QNR] __attribute__((aligned(64)));
+  (void)rowsum;
+  for (size_t p0 = 0; p0 < P;) {
+    const uint8_t *bp = bpack + (p0 / O2E_QNR) * K4 * 64;
+    size_t np = P - p0 < O2E_QNR ? P - p0 : O2E_QNR;
+    int two = 0;
+    (void)two;
+#if defined(O2E_Q_VNNI)
+    two = P - p0 > O2E_QNR;
+    if (two) np = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
+#endif
+    for (size_t m0 = 0; m0 < M; m0 += O2E_QMR) {
+      const int8_t *ap = apack + (m0 / O2E_QMR) * K4 * 32;
+      int32_t *t0 = acc[0], *t1 = acc[1];
+#if defined(O2E_Q_VNNI)
+      if (two)
+        o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
+      else
+#endif
+        o2e_qkernel(K4, ap, bp, acc[0]);
+      const size_t mr = M - m0 < O2E_QMR ? M - m0 : O2E_QMR;
+      for (size_t r = 0; r < mr; ++r) {
+        int32_t b = bias[m0 + r];
+#if defined(O2E_Q_SDOT)
+        b = (int32_t)((uint32_t)b + 128u * (uint32_t)rowsum[m0 + r]);
+#endif
+        uint8_t *yr = y + (m0 + r) * ym + p0 * yp;
+        const size_t n0 = np < O2E_QNR ? np : O2E_QNR;
+        o2e_qrequant_row(t0 + r * O2E_QNR, n0, b, scale[m0 + r], flo, fhi, zp, yr, yp);
+        if (np > O2E_QNR)
+          o2e_qrequant_row(t1 + r * O2E_QNR, np - O2E_QNR, b, scale[m0 + r], flo, fhi, zp,
+                           yr + O2E_QNR * yp, yp);
+      }
+    }
+    p0 += np;
+  }
+}
+
+/* Columns q of phase cp (input column q * sw + cp - pw) that fall inside a row of W. */
+static inline void o2e_qphase_range(size_t W, size_t QW, int sw, int pw, int cp, size_t *qa,
+                                    size_t *qb) {
+  const long off = (long)cp - pw; /* input column of q = 0 */
+  long a = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  long b = (long)W - off <= 0 ? 0 : ((long)W - off + sw - 1) / sw;
+  if (b > (long)QW) b = (long)QW;
+  if (a > b) a = b;
+  *qa = (size_t)a, *qb = (size_t)b;
+}
+
+/* Depthwise convolution, one channel per group: w[c][kh * kw] int8 (zero point subtracted),
+ * bias[c] int32 (no correction: the planes hold x - zp). Each channel is split into sh * sw
+ * phase planes of (x - zp) with a zero border (a real zero), all RP rows of QW columns, so
+ * every tap is one long contiguous multiply-add over OH * QW sums (columns past OW are
+ * computed and dropped): loops gcc vectorises on every target. plane: int16 scratch of
+ * O2E_QDW_PLANE(...) elements, acc: int32 scratch of OH * QW. */
+#define O2E_QDW_QW(OW, kw, sw, dw) ((size_t)(OW) + ((size_t)((kw) - 1) * (dw)) / (sw) + 1)
+#define O2E_QDW_RP(OH, kh, sh, dh) ((size_t)(OH) + ((size_t)((kh) - 1) * (dh)) / (sh) + 2)
+static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
+                           int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
+                           uint8_t flip, int32_t xz, const int8_t *w, const int32_t *bias,
+                           const float *scale, int32_t zp, int32_t lo, int32_t hi, uint8_t *y,
+                           int16_t *plane, int32_t *acc) {
+  const size_t QW = O2E_QDW_QW(OW, kw, sw, dw), RP = O2E_QDW_RP(OH, kh, sh, dh);
+  const size_t PS = RP * QW, N = OH * QW;
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  for (size_t c = 0; c < C; ++c) {
+    memset(plane, 0, (size_t)sh * sw * PS * sizeof(int16_t));
+    const uint8_t *xc = x + c * H * W;
+    for (size_t iy = 0; iy < H; ++iy) {
+      const size_t py = iy + ph; /* row in the padded image */
+      const size_t r = py / sh;
+      if (r >= RP) continue;
+      int16_t *prow = plane + (py % sh) * sw * PS + r * QW;
+      const uint8_t *xr = xc + iy * W;
+      for (int cp = 0; cp < sw; ++cp) { /* column phase: q * sw + cp - pw inside the row */
+        size_t qa, qb;
+        o2e_qphase_range(W, QW, sw, pw, cp, &qa, &qb);
+        int16_t *d = prow + (size_t)cp * PS;
+        const uint8_t *sx = xr + cp - pw;
+        for (size_t q = qa; q < qb; ++q) d[q] = (int16_t)((int32_t)(uint8_t)(sx[q * sw] ^ flip) - xz);
+      }
+    }
+    const int8_t *wc = w + c * (size_t)(kh * kw);
+    for (size_t i = 0; i < N; ++i) acc[i] = 0;
+    for (int ky = 0; ky < kh; ++ky)
+      for (int kx = 0; kx < kw; ++kx) {
+        const size_t ry = (size_t)ky * dh, rx = (size_t)kx * dw;
+        const int16_t *src = plane + ((ry % sh) * sw + rx % sw) * PS + (ry / sh) * QW + rx / sw;
+        const int32_t wv = wc[ky * kw + kx];
+        for (size_t i = 0; i < N; ++i) acc[i] += wv * (int32_t)src[i];
+      }
+    for (size_t oy = 0; oy < OH; ++oy)
+      o2e_qrequant_row(acc + oy * QW, OW, bias[c], scale[c], flo, fhi, zp, y + (c * OH + oy) * OW, 1);
+  }
+}
+
+/* MaxPool on quantized bytes (2-D, no dilation): the order of int8 values is the order of
+ * their bytes xor 0x80 as uint8, so both types run as uint8. Each channel is split into
+ * sh * sw phase planes with a border of 0 (below every value: padding never wins, as in
+ * MaxPool), then every tap is one long vpmaxub-friendly loop over OH * QW outputs (columns
+ * past OW computed and dropped). plane: sh * sw * RP * QW bytes, acc: OH * QW bytes. */
+static inline void o2e_qmaxpool(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh,
+                                int kw, int sh, int sw, int ph, int pw, const uint8_t *x,
+                                uint8_t flip, uint8_t *y, uint8_t *plane, uint8_t *acc) {
+  const size_t QW = O2E_QDW_QW(OW, kw, sw, 1), RP = O2E_QDW_RP(OH, kh, sh, 1);
+  const size_t PS = RP * QW, N = OH * QW;
+  for (size_t c = 0; c < C; ++c) {
+    memset(plane, 0, (size_t)sh * sw * PS);
+    const uint8_t *xc = x + c * H * W;
+    for (size_t iy = 0; iy < H; ++iy) {
+      const size_t py = iy + ph, r = py / sh;
+      if (r >= RP) continue;
+      uint8_t *prow = plane + (py % sh) * sw * PS + r * QW;
+      const uint8_t *xr = xc + iy * W;
+      for (int cp = 0; cp < sw; ++cp) {
+        size_t qa, qb;
+        o2e_qphase_range(W, QW, sw, pw, cp, &qa, &qb);
+        uint8_t *d = prow + (size_t)cp * PS;
+        const uint8_t *sx = xr + cp - pw;
+        for (size_t q = qa; q < qb; ++q) d[q] = (uint8_t)(sx[q * sw] ^ flip);
+      }
+    }
+    memset(acc, 0, N);
+    for (int ky = 0; ky < kh; ++ky)
+      for (int kx = 0; kx < kw; ++kx) {
+        const uint8_t *src = plane + (((size_t)ky % sh) * sw + (size_t)kx % sw) * PS +
+                             ((size_t)ky / sh) * QW + (size_t)kx / sw;
+        for (size_t i = 0; i < N; ++i) acc[i] = src[i] > acc[i] ? src[i] : acc[i];
+      }
+    for (size_t oy = 0; oy < OH; ++oy) {
+      uint8_t *yr = y + (c * OH + oy) * OW;
+      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(acc[oy * QW + ox] ^ flip);
+    }
+  }
+}
+
+#endif /* O2E_QGEMM_H */
