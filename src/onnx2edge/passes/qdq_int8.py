@@ -30,7 +30,8 @@ import numpy as np
 from onnx.helper import np_dtype_to_tensor_dtype
 
 from ..ir import Attr, Graph, Node, TensorType, Value
-from .fuse_activation import activation_of
+from ..semantics.activations import Activation
+from ..semantics.fused import base_op, has_residual, is_fused
 from .registry import register_pass
 
 DOMAIN = "o2e"
@@ -66,6 +67,17 @@ def _scalar(graph: Graph, name: str) -> np.ndarray | None:
 
 def _input(node: Node, i: int) -> str:
     return node.inputs[i] if i < len(node.inputs) else ""
+
+
+def activation_of(node: Node) -> Activation | None:
+    """The activation a fused producer (o2e.ConvAct, ...) carries, or that an integer node
+    this pass wrote kept from it (the same three attributes)."""
+    op = node.attr("activation", "")
+    if not op:
+        return None
+    return Activation(
+        op, float(node.attr("activation_alpha", 0.0)), float(node.attr("activation_beta", 0.0))
+    )
 
 
 def _clamp_bounds(node: Node, ys: np.float32, yz: int, qname: str) -> tuple[int, int] | None:
@@ -243,7 +255,7 @@ class _Rewrite:
 
 
 def _attrs(node: Node, keep: tuple[str, ...]) -> dict[str, Attr]:
-    return {k: a for k, a in node.attrs.items() if k in keep or k.startswith("o2e_act")}
+    return {k: a for k, a in node.attrs.items() if k in keep or k.startswith("activation")}
 
 
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -342,9 +354,9 @@ def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     if node.domain == "" and node.op_type in (*_PASSTHROUGH, "Concat", "Add"):
         return _rewrite_data(rw, node)
     if (
-        node.domain != ""
-        or node.op_type not in ("Conv", "MatMul", "Gemm")
-        or node.attr("o2e_residual")
+        not (node.domain == "" or is_fused(node))
+        or base_op(node) not in ("Conv", "MatMul", "Gemm")
+        or has_residual(node)
     ):
         return None
     act = activation_of(node)
@@ -359,7 +371,7 @@ def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     ws = g.const(dw.inputs[1]).reshape(-1).astype(np.float32)
     wscale, wzp = dw.inputs[1], rw.zp(node, dw, 2)
     bias = ""
-    if node.op_type == "Conv":
+    if base_op(node) == "Conv":
         if w is None or w.ndim != 4 or not _weight_dq(g, dw, 0):
             return None
         wq, attrs, op, dom = dw.inputs[0], _attrs(node, _CONV_ATTRS), "QLinearConv", ""
@@ -369,7 +381,7 @@ def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
             return None
         op, dom, attrs = "QGemm", DOMAIN, _attrs(node, ())
         wq = dw.inputs[0]
-        if node.op_type == "Gemm":
+        if base_op(node) == "Gemm":
             if node.attr("transA", 0) or node.attr("alpha", 1.0) != 1.0:
                 return None
             if node.attr("beta", 1.0) != 1.0 and _input(node, 2):
@@ -391,7 +403,7 @@ def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
             x is None
             or x.shape is None
             or len(x.shape) < 2
-            or (node.op_type == "Gemm" and len(x.shape) != 2)
+            or (base_op(node) == "Gemm" and len(x.shape) != 2)
         ):
             return None
     if bi >= 0 and _input(node, bi):

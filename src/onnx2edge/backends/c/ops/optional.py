@@ -7,7 +7,7 @@ from __future__ import annotations
 from ....ir import Graph, Node
 from ..emitter import NodeContext
 from . import register_op
-from .shape import copy_code
+from .loops import copy_code
 
 
 def _tensor_input(node: Node, graph: Graph) -> str | None:

@@ -30,7 +30,7 @@ from .dtypes import (
     need,
     store_expr,
 )
-from .qint8 import try_int8
+from .qgemm_kernels import try_int8
 
 MATMUL_CHUNK = 256  # columns of C accumulated at once (a local array)
 

@@ -1,0 +1,151 @@
+"""The int8 GEMM / convolution kernels behind QLinearConv, QLinearMatMul and o2e.QGemm
+(runtime/o2e_qgemm.h): weight packing and the call sites. A helper module (it registers no op)
+so quant.py and qint8.py can both reach it without importing each other."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....passes.qdq_int8 import Int8Plan, int8_plan
+from ..emitter import NodeContext
+from .conv_spec import conv_pads
+
+HEADER = "o2e_qgemm.h"
+MR, NR = 8, 16  # O2E_QMR / O2E_QNR
+
+
+def _use(ctx: NodeContext) -> None:
+    ctx.helper("o2e_qgemm_include", f'#include "{HEADER}"')
+    ctx.model.runtime_files.add(HEADER)
+
+
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """int8 [M, K] -> [ceil(M/8), ceil(K/4), 8, 4], zero padded (o2e_qkernel's A layout)."""
+    M, K = w.shape
+    m8, k4 = -(-M // MR), -(-K // 4)
+    a = np.zeros((m8 * MR, k4 * 4), np.int8)
+    a[:M, :K] = w
+    return np.ascontiguousarray(a.reshape(m8, MR, k4, 4).transpose(0, 2, 1, 3))
+
+
+def _panel_bytes(K: int, P: int) -> int:
+    return -(-P // NR) * -(-K // 4) * 64
+
+
+def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
+    """Packed weights, corrected bias, row sums and scales as C symbols."""
+    rowsum = plan.w.astype(np.int64).sum(axis=1)
+    off = plan.x_zp + (128 if plan.x_signed else 0)
+    bias = (plan.bias.astype(np.int64) - off * rowsum).astype(np.int64)
+    bias = ((bias + 2**31) % 2**32 - 2**31).astype(np.int32)  # int32 wrap, as the kernels add
+    return (
+        ctx.weight("qA", pack_weights(plan.w)),
+        ctx.weight("qbias", bias),
+        ctx.weight("qrowsum", rowsum.astype(np.int32)),
+        ctx.weight("qscale", plan.scale),
+    )
+
+
+def _clamp_args(plan: Int8Plan) -> str:
+    return f"{plan.y_zp}, {plan.lo}, {plan.hi}"
+
+
+def _flip(plan: Int8Plan) -> str:
+    return "0x80" if plan.x_signed else "0"
+
+
+def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
+
+    x, y = ctx.x(0), ctx.y(0)
+    N, C, H, W = x.shape
+    M, OH, OW = y.shape[1:]
+    kh, kw = ctx.const(3).shape[2:]
+    st = list(ctx.attr("strides", [1, 1]))
+    dl = list(ctx.attr("dilations", [1, 1]))
+    pads = conv_pads(ctx.node, (H, W), (OH, OW), [kh, kw], st, dl)
+    geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
+    P = OH * OW
+    xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"
+    if plan.kind == "depthwise":
+        ctx.kernel("int8 depthwise")
+        w = ctx.weight("qW", plan.w)
+        bias = ctx.weight("qbias", plan.bias)
+        sc = ctx.weight("qscale", plan.scale)
+        qw = OW + (kw - 1) * dl[1] // st[1] + 1
+        rp = OH + (kh - 1) * dl[0] // st[0] + 2
+        plane = ctx.scratch(st[0] * st[1] * rp * qw * 2, "int16_t")
+        row = ctx.scratch(OH * qw * 4, "int32_t")
+        xz = plan.x_zp + (128 if plan.x_signed else 0)
+        return (
+            f"for (size_t n = 0; n < {N}; ++n)\n"
+            f"  o2e_qdw({C}, {H}, {W}, {OH}, {OW}, {geo}, {xp} + n * {C * H * W}, {_flip(plan)}, "
+            f"{xz}, {w}, {bias}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {plane}, {row});"
+        )
+    K = plan.w.shape[1]
+    A, bias, rowsum, sc = _consts(ctx, plan)
+    pointwise = kh == kw == 1 and st == [1, 1] and not any(pads)
+    padv = plan.x_zp & 0xFF
+    lines = [
+        f"for (size_t n = 0; n < {N}; ++n) {{",
+        f"  const uint8_t *xn = {xp} + n * {C * H * W};",
+    ]
+    if st == [1, 1] and not pointwise:
+        # stride 1: padded planes read at K offsets, no column matrix (o2e_qpad)
+        ctx.kernel("int8 padded-plane gemm")
+        wp, hp = OW + (kw - 1) * dl[1], OH + (kh - 1) * dl[0] + 1
+        pe = OH * wp
+        c_, ky, kx = np.meshgrid(np.arange(C), np.arange(kh), np.arange(kw), indexing="ij")
+        off = (c_ * hp * wp + ky * dl[0] * wp + kx * dl[1]).reshape(-1).astype(np.int32)
+        offs = ctx.weight("qrowoff", off)
+        padded = ctx.scratch(C * hp * wp, "uint8_t")
+        pk = ctx.scratch(_panel_bytes(K, pe), "uint8_t")
+        yext = ctx.scratch(M * pe, "uint8_t")
+        lines += [
+            f"  o2e_qpad(xn, {C}, {H}, {W}, {hp}, {wp}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
+            f"{padded});",
+            f"  o2e_qpack_rows_at({padded}, 0, {offs}, {K}, {pe}, {_flip(plan)}, {pk});",
+            f"  o2e_qgemm({M}, {pe}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, "
+            f"{_clamp_args(plan)}, {yext}, {pe}, 1);",
+            f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wp}, {yp} + n * {M * P});",
+            "}",
+        ]
+        return "\n".join(lines)
+    ctx.kernel("int8 gemm 1x1" if pointwise else "int8 im2col gemm")
+    pk = ctx.scratch(_panel_bytes(K, P), "uint8_t")
+    src = "xn"
+    if not pointwise:
+        col = ctx.scratch(K * P, "uint8_t")
+        lines.append(
+            f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
+        )
+        src = col
+    lines += [
+        f"  o2e_qpack_rows({src}, {P}, {K}, {P}, {_flip(plan)}, {pk});",
+        f"  o2e_qgemm({M}, {P}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
+        f"{yp} + n * {M * P}, {P}, 1);",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def _matmul(ctx: NodeContext, plan: Int8Plan) -> str:
+    a, y = ctx.x(0), ctx.y(0)
+    K, N = plan.w.shape[1], plan.w.shape[0]
+    R = a.size // K
+    A, bias, rowsum, sc = _consts(ctx, plan)
+    pk = ctx.scratch(_panel_bytes(K, R), "uint8_t")
+    ctx.kernel("int8 gemm (matmul)")
+    return (
+        f"o2e_qpack_cols((const uint8_t *){a.sym}, {R}, {K}, {_flip(plan)}, {pk});\n"
+        f"o2e_qgemm({N}, {R}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
+        f"(uint8_t *){y.sym}, 1, {N});"
+    )
+
+
+def try_int8(ctx: NodeContext) -> str | None:
+    """The int8 kernels' code for this node, or None when they cannot run it."""
+    plan = int8_plan(ctx.graph, ctx.node)
+    if plan is None:
+        return None
+    _use(ctx)
+    return _conv(ctx, plan) if ctx.node.op_type == "QLinearConv" else _matmul(ctx, plan)
