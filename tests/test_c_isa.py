@@ -150,6 +150,7 @@ CONV_PATHS = {
     "im2col_gemm": ("Conv: im2col + GEMM", 4, 8, 3, 4, 3, 1, 1, 1),
     "implicit_gemm": ("Conv: implicit GEMM", 8, 40, 12, 12, 5, 2, 1, 2),
     "pointwise_gemm": ("Conv: 1x1 as GEMM", 16, 40, 6, 6, 1, 1, 1, 0),
+    "pointwise_lanes": ("Conv: 1x1 on a narrow map", 128, 40, 7, 7, 1, 1, 1, 0),
     "strided_1x1": ("Conv: strided 1x1", 16, 40, 8, 8, 1, 2, 1, 0),
     "depthwise": ("Conv: depthwise direct", 8, 8, 9, 9, 3, 1, 8, 1),
     "winograd": ("Conv: winograd", 16, 40, 12, 12, 3, 1, 1, 1),
@@ -210,10 +211,10 @@ def test_conv_paths_nan_inf_through_fused_activations(
 ) -> None:
     """One model holds every kernel path (one build per ISA): each conv's output goes through
     each fusable activation; NaN / Inf must land where onnxruntime puts them."""
-    from onnx2edge.backends.c.ops import conv_direct, conv_lanes, winograd
+    from onnx2edge.backends.c.ops import conv_direct, conv_lanes, conv_pointwise, winograd
     from onnx2edge.verify import compare
 
-    for env in (conv_direct.ENV, conv_lanes.ENV, winograd.ENV):
+    for env in (conv_direct.ENV, conv_lanes.ENV, conv_pointwise.ENV, winograd.ENV):
         monkeypatch.delenv(env, raising=False)
     nodes, ins, outs, feeds = [], [], [], {}
     inits = [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]

@@ -127,6 +127,10 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
 
     if conv_direct.applicable(ctx, x, w, y, group, ks, st, dl):
         return conv_direct.emit(ctx, x, w, y, ks, dl, pads, bias)
+    from . import conv_pointwise  # 1x1 on 7x7 / 14x14 maps: channels in the lanes (issue 9)
+
+    if conv_pointwise.applicable(ctx, x, w, y, group, ks, st, dl, pads):
+        return conv_pointwise.emit(ctx, x, w, y, bias)
     pointwise = (
         kh == 1
         and kw == 1
