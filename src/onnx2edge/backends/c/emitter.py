@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import Graph, Node
 from ...ir.proto import release_pages
+from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
 
@@ -250,8 +251,6 @@ class ModelEmitter:
         weights_file: bool | None = None,
         optimize: str = "speed",
     ) -> None:
-        from .ops import load_all
-
         self.graph = graph
         self.prefix = prefix
         self.ops = load_all()

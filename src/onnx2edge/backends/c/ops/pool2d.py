@@ -1,5 +1,5 @@
 """Fast 2-D window kernels for float32 NCHW: MaxPool, AveragePool, GlobalAveragePool, and the
-plane machinery the depthwise convolution (nn.py) shares with them.
+plane machinery the depthwise convolution (conv_depthwise.py) shares with them.
 
 Every output of a k x k window op with stride s reads x[oh·s + i·d][ow·s + j·d]. A direct loop
 needs a bounds check per tap and, for s > 1, strided loads that do not vectorise. Instead each
@@ -20,7 +20,7 @@ process a range of planes, so `o2e_parallel_for` (runtime/o2e_gemm.h) can split 
 across threads when the model is built with -DO2E_THREADS=n; each thread then works in its own
 scratch slot. Small ops stay on the calling thread: handing work to the pool costs microseconds.
 
-Pooling semantics follow the ONNX MaxPool / AveragePool specs as the generic N-d loop of nn.py
+Pooling semantics follow the ONNX MaxPool / AveragePool specs as the generic N-d loop of pool.py
 implements them: AveragePool divides by the number of taps inside the input
 (count_include_pad=0) or inside the padded extent (count_include_pad=1), summing the taps in
 the same row-major order; MaxPool ignores padding. MaxPool with the Indices output, LpPool,
@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..emitter import NodeContext
+from .conv_spec import conv_pads
 from .gemm import MAX_THREADS, _use_engine
 
 # Work (element reads + tap operations) below which an op runs on the calling thread: the
@@ -494,8 +495,6 @@ def _divisors(
 
 def pool(ctx: NodeContext) -> str | None:
     """MaxPool / AveragePool on float32 NCHW with phase planes, or None (use the generic loop)."""
-    from .nn import conv_pads  # nn.py imports this module
-
     x, y = ctx.x(0), ctx.y(0)
     op = ctx.node.op_type
     if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:

@@ -19,6 +19,7 @@ from ....ir import Graph, Node
 from ..emitter import NodeContext, Tensor, ctype_of
 from . import register_op
 from .common import elementwise, norm_axis, strides
+from .conv_spec import conv_pads
 from .dtypes import (
     FLOAT_FORMATS,
     allow_storage_dtypes,
@@ -29,7 +30,6 @@ from .dtypes import (
     need,
     store_expr,
 )
-from .nn import conv_pads
 
 MATMUL_CHUNK = 256  # columns of C accumulated at once (a local array)
 
