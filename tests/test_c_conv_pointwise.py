@@ -4,9 +4,9 @@ runtime/o2e_conv1x1.h), at every ISA the C backend emits: x86-64-v2 (SSE vectors
 
 One model holds every edge of the kernel: M not a multiple of the 8 / 16 / 32-channel tiles
 (40, 33), pixel counts below one tile (3x3), between tiles (7x7: balanced tiles) and at the
-path's limit (8x8), K across several K slices (O2E_PW_KC = 256: K = 600), a residual add
-(in place and not) followed by Clip, no bias, a batch of 2, and an activation the tile cannot
-apply (Sigmoid: a separate pass). NaN / Inf handling is in test_c_isa.py's kernel-path test.
+path's limit (8x8), K across several K slices (O2E_PW_KC = 256: K = 600), strides 2 and 3
+(the input subsampled while packing), a residual add followed by Clip, no bias, a batch of 2,
+and an activation the tile cannot apply (Sigmoid: a separate pass). NaN / Inf handling is in test_c_isa.py's kernel-path test.
 """
 
 from __future__ import annotations
@@ -30,26 +30,29 @@ LABEL = "Conv: 1x1 on a narrow map (output channels in lanes)"
 def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray], int]:
     rng = np.random.default_rng(11)
     nodes, ins, outs, inits, feeds = [], [], [], [], {}
-    # name: (N, K, M, H, W, bias, residual, activation)
+    # name: (N, K, M, H, W, stride, bias, residual, activation); H x W is the output map
     cases = {
-        "a": (1, 128, 40, 7, 7, True, False, "Relu"),
-        "b": (2, 600, 33, 3, 3, False, False, None),
-        "c": (1, 160, 96, 8, 8, True, True, "Clip"),
-        "d": (1, 256, 64, 7, 7, True, False, "Sigmoid"),
-        "e": (1, 300, 70, 5, 5, True, False, "LeakyRelu"),
+        "a": (1, 128, 40, 7, 7, 1, True, False, "Relu"),
+        "b": (2, 600, 33, 3, 3, 1, False, False, None),
+        "c": (1, 160, 96, 8, 8, 1, True, True, "Clip"),
+        "d": (1, 256, 64, 7, 7, 1, True, False, "Sigmoid"),
+        "e": (1, 300, 70, 5, 5, 1, True, False, "LeakyRelu"),
+        "f": (1, 256, 48, 7, 7, 2, True, False, "Relu"),  # ResNet50's res5a downsample: 14 -> 7
+        "g": (2, 200, 32, 3, 4, 3, True, True, None),  # stride 3 on 9x11: 3x4
     }
-    for name, (N, K, M, H, W, has_b, res, act) in cases.items():
-        x = rng.standard_normal((N, K, H, W)).astype(np.float32)
+    for name, (N, K, M, H, W, s, has_b, res, act) in cases.items():
+        ih, iw = (H - 1) * s + 1 + (s > 1), (W - 1) * s + 1 + (s > 2)  # uneven leftovers
+        x = rng.standard_normal((N, K, ih, iw)).astype(np.float32)
         w = (rng.standard_normal((M, K, 1, 1)) / np.sqrt(K)).astype(np.float32)
         feeds[f"x{name}"] = x
-        ins.append(vi(f"x{name}", [N, K, H, W]))
+        ins.append(vi(f"x{name}", [N, K, ih, iw]))
         inits.append(tensor(f"w{name}", w))
         conv_in = [f"x{name}", f"w{name}"]
         if has_b:
             inits.append(tensor(f"b{name}", rng.standard_normal(M).astype(np.float32)))
             conv_in.append(f"b{name}")
         cur = f"c{name}"
-        nodes.append(helper.make_node("Conv", conv_in, [cur], kernel_shape=[1, 1]))
+        nodes.append(helper.make_node("Conv", conv_in, [cur], kernel_shape=[1, 1], strides=[s, s]))
         if res:
             feeds[f"r{name}"] = rng.standard_normal((N, M, H, W)).astype(np.float32) * 3
             ins.append(vi(f"r{name}", [N, M, H, W]))

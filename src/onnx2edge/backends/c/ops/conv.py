@@ -75,7 +75,7 @@ def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noq
     if conv_direct.applicable(ctx, x, w, y, group, ks, st, dl):
         return conv_direct.emit(ctx, x, w, y, ks, dl, pads, bias)
     if conv_pointwise.applicable(ctx, x, w, y, group, ks, st, dl, pads):  # 1x1 on 7x7 (issue 9)
-        return conv_pointwise.emit(ctx, x, w, y, bias)
+        return conv_pointwise.emit(ctx, x, w, y, st, bias)
     pointwise = (
         kh == 1
         and kw == 1

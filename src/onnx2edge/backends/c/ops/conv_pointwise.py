@@ -9,7 +9,8 @@ packed once per call into pixel tiles, K cut in slices that keep a tile's weight
 is the "1x1 GEMM micro-kernel with the output-channel dimension in the lanes" variant of
 NCHWc: the tensors between layers stay NCHW, so no layout conversion is needed at either end
 of a chain of such layers; only the finished tile is transposed (a scalar copy), which is why
-K has to be large enough (MIN_K). Bias and Relu / Clip / LeakyRelu are applied in registers;
+K has to be large enough (MIN_K). Strided 1x1 layers (ResNet50's res5a downsample: 14x14 ->
+7x7) subsample the input while packing it. Bias and Relu / Clip / LeakyRelu are applied in registers;
 a residual and the activation after it in one vectorised pass over the finished rows.
 
 Weights are rearranged at conversion time to 16-channel panels [Mp / 16][K][16] (M padded to a
@@ -66,7 +67,6 @@ def applicable(
     return (
         group == 1
         and list(ks) == [1, 1]
-        and list(st) == [1, 1]
         and not any(pads)
         and P <= MAX_P
         and x.shape[1] >= MIN_K
@@ -74,9 +74,9 @@ def applicable(
     )
 
 
-def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, bias: str | None) -> str:
+def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, st: list[int], bias: str | None) -> str:
     """C statements for the whole node (every image of the batch in turn)."""
-    N, K = x.shape[:2]
+    N, K, H, W = x.shape
     M = w.shape[0]
     P = y.shape[2] * y.shape[3]
     Mp = -(-M // MALIGN) * MALIGN
@@ -97,15 +97,15 @@ def emit(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, bias: str | None) ->
     xp = ctx.scratch(K * (P + PXMAX) * 4)
     acc = ctx.scratch(MAX_THREADS * (P + PXMAX) * MALIGN * 4)  # partial sums, per thread
     act = fused_act(ctx)
-    st, post = act_struct(act)
+    act_c, post = act_struct(act)
     res = ctx.x(3).sym if has_residual(ctx.node) else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
     off = "(size_t)n * " + str(M * P)
     lines = [
         f"for (int n = 0; n < {N}; ++n) {{",
-        f"  const o2e_pw_args a = {{{x.sym} + (size_t)n * {K * P}, {wsym}, {xp}, {acc}, "
+        f"  const o2e_pw_args a = {{{x.sym} + (size_t)n * {K * H * W}, {wsym}, {xp}, {acc}, "
         f"{bsym}, {f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, "
-        f"{M}, {K}, {P}, {st}}};",
+        f"{M}, {K}, {P}, {H * W}, {W}, {y.shape[3]}, {st[0]}, {st[1]}, {act_c}}};",
         f"  o2e_conv1x1_lanes(&a, {threaded});",
         "}",
     ]

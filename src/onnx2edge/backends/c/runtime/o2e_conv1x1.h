@@ -1,7 +1,9 @@
 /* o2e_conv1x1.h - 1x1 convolutions on narrow maps, output channels in the vector lanes
  * (ops/conv_pointwise.py chooses it; issue 9).
  *
- *   y[m][p] = act(b[m] + sum_k w[m][k] . x[k][p] + r[m][p])      (NCHW, one image, P = H*W)
+ *   y[m][p] = act(b[m] + sum_k w[m][k] . x[k][p'] + r[m][p])   (NCHW, one image, P = OH*OW)
+ *
+ * where input pixel p' is output pixel p, or with strides its subsampled pixel.
  *
  * The packed GEMM puts the P output pixels in the vector lanes and register columns (48 per
  * AVX-512 strip, 24 per AVX2 strip). A 7x7 map (P = 49) then fills one strip and 1/16 of the
@@ -79,14 +81,15 @@ typedef int32_t o2e_pwi __attribute__((vector_size(4 * O2E_PW_VW)));
 #endif
 
 typedef struct {
-  const float *x;    /* K x P input */
+  const float *x;    /* K x H x W input */
   const float *w;    /* [Mp / 16][K][16], Mp = M rounded up to 32, zero-padded */
   float *xp;         /* scratch: K * (P + O2E_PW_PXMAX) floats */
   float *acc;        /* scratch: (P + O2E_PW_PXMAX) * 32 floats per thread */
   const float *bias; /* Mp floats (zeros when the layer has none) */
   const float *res;  /* M x P added before the activation, or NULL; may be y itself */
   float *y;          /* M x P output */
-  int M, K, P;
+  int M, K, P;       /* P = OH * OW output pixels */
+  int HW, W, OW, sh, sw; /* input plane size and width, output width, strides */
   o2e_act act;
 } o2e_pw_args;
 
@@ -275,8 +278,13 @@ O2E_GEMM_FN void o2e_conv1x1_lanes(const o2e_pw_args *a, int threaded) {
   for (q = 0; q < nt; q++) {
     const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
     float *d = a->xp + (size_t)q * K * O2E_PW_PX;
-    for (k = 0; k < K; k++)
-      for (p = 0; p < pn; p++) d[(size_t)k * O2E_PW_PX + p] = a->x[(size_t)k * P + p0 + p];
+    size_t off[O2E_PW_PX]; /* input offset of each pixel of the tile (strided: subsampled) */
+    for (p = 0; p < pn; p++)
+      off[p] = (size_t)((p0 + p) / a->OW) * a->sh * a->W + (size_t)((p0 + p) % a->OW) * a->sw;
+    for (k = 0; k < K; k++) {
+      const float *xk = a->x + (size_t)k * a->HW;
+      for (p = 0; p < pn; p++) d[(size_t)k * O2E_PW_PX + p] = xk[off[p]];
+    }
   }
   if (threaded)
     o2e_parallel_for(units, o2e_pw_units_, (void *)a);
