@@ -22,7 +22,7 @@ from onnx2edge import api
 from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
-from conftest import ALL_ISAS, make_model, save, tensor, vi
+from conftest import ALL_ISAS, ASAN, make_model, save, tensor, vi
 
 LABEL = "Conv: 1x1 on a narrow map (output channels in lanes)"
 
@@ -83,6 +83,36 @@ def test_pointwise_lanes_matches_onnxruntime(
     kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
     assert kernels.get(LABEL) == n, kernels  # every case takes the path
     got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"],
+        ["-O2", "-DO2E_THREADS=2", "-pthread"],
+    ],
+    ids=["native_asan_3threads", "portable_2threads"],
+)
+def test_pointwise_lanes_threads_and_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    """Split across threads (each with its own partial-sum slot), under ASan / UBSan: the
+    padded weight and bias reads stay inside their arrays, and the results do not change."""
+    import json
+
+    from onnx2edge.backends.c.build import build_executable, run_executable
+    from onnx2edge.backends.c.ops import conv_pointwise, pool2d
+
+    monkeypatch.delenv(conv_pointwise.ENV, raising=False)
+    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
+    path, feeds, _ = _model(tmp_path)
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    io = json.loads((out / "onnx2edge.json").read_text())
+    got = run_executable(build_executable(out, flags, "t"), io, feeds, tmp_path)
     ref = ort_run(onnx.load(path), feeds)
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
