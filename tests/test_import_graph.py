@@ -216,6 +216,15 @@ KNOWN_LAZY_CIRCLES = {
             "onnx2edge.backends.mps.backend",
         }
     ),
+    # attrs.py registers the o2e schemas (fused.py) when first asked about an o2e node, and
+    # fused.py reads attributes through attrs.py (semantics package)
+    frozenset(
+        {
+            "onnx2edge.semantics.activations",
+            "onnx2edge.semantics.attrs",
+            "onnx2edge.semantics.fused",
+        }
+    ),
     # lower.py runs its CPU fallback, which lowers the graph it falls back from (mps split)
     frozenset({"onnx2edge.backends.mps.cpu", "onnx2edge.backends.mps.lower"}),
     # api.py is the facade the commands share, and the commands call back into it

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir import Graph
+from ..semantics.attrs import attr
 from .rules import Builder, default_domain, float_dtype, register_rule, single_consumer
 
 
@@ -52,8 +53,8 @@ def hardswish_fuse(graph: Graph) -> Graph:
                     p is not None
                     and p.op_type == "HardSigmoid"
                     and p.inputs[0] == n.inputs[i]
-                    and math.isclose(p.attr("alpha", 0.2), 1 / 6, rel_tol=1e-6)
-                    and math.isclose(p.attr("beta", 0.5), 0.5, rel_tol=1e-6)
+                    and math.isclose(attr(p, "alpha"), 1 / 6, rel_tol=1e-6)
+                    and math.isclose(attr(p, "beta"), 0.5, rel_tol=1e-6)
                     and single_consumer(graph, p.outputs[0]) is n
                 ):
                     fused.add(p.name)
@@ -106,7 +107,7 @@ def silu_decompose(graph: Graph) -> Graph:
     b = Builder(graph)
     for n in graph.nodes:
         if n.op_type == "Swish" and default_domain(n):
-            x, alpha = n.inputs[0], float(n.attr("alpha", 1.0))
+            x, alpha = n.inputs[0], float(attr(n, "alpha"))
             t = x
             if alpha != 1.0:
                 t = b.add(
@@ -216,9 +217,7 @@ def leakyrelu_maxmin(graph: Graph) -> Graph:
             zero = b.const(n, "zero", _c(dt, 0.0))
             pos = b.add(n, "max", "Max", [x, zero])
             neg = b.add(n, "min", "Min", [x, zero])
-            neg = b.add(
-                n, "scale", "Mul", [neg, b.const(n, "alpha", _c(dt, n.attr("alpha", 0.01)))]
-            )
+            neg = b.add(n, "scale", "Mul", [neg, b.const(n, "alpha", _c(dt, attr(n, "alpha")))])
             b.add(n, "add", "Add", [pos, neg], output=n.outputs[0])
         else:
             b.keep(n)
@@ -257,7 +256,7 @@ def gelu_decompose(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.op_type == "Gelu" and default_domain(n):
             x, dt = n.inputs[0], float_dtype(graph, n.inputs[0])
-            if n.attr("approximate", "none") == "tanh":
+            if attr(n, "approximate") == "tanh":
                 _gelu_tanh(b, n, x, dt, n.outputs[0])
                 continue
             z = b.add(n, "scale", "Mul", [x, b.const(n, "rsqrt2", _c(dt, 1 / math.sqrt(2.0)))])
@@ -284,7 +283,7 @@ def gelu_tanh(graph: Graph) -> Graph:
     """
     b = Builder(graph)
     for n in graph.nodes:
-        if n.op_type == "Gelu" and default_domain(n) and n.attr("approximate", "none") == "none":
+        if n.op_type == "Gelu" and default_domain(n) and attr(n, "approximate") == "none":
             _gelu_tanh(b, n, n.inputs[0], float_dtype(graph, n.inputs[0]), n.outputs[0])
         else:
             b.keep(n)
@@ -308,7 +307,7 @@ def gelu_erf(graph: Graph) -> Graph:
     """
     b = Builder(graph)
     for n in graph.nodes:
-        if n.op_type == "Gelu" and default_domain(n) and n.attr("approximate", "none") == "tanh":
+        if n.op_type == "Gelu" and default_domain(n) and attr(n, "approximate") == "tanh":
             b.add(n, "gelu", "Gelu", [n.inputs[0]], output=n.outputs[0])
         else:
             b.keep(n)

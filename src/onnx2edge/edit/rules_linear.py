@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
+from ..semantics.attrs import attr
 from .rules import Builder, default_domain, register_rule, single_consumer
 
 
@@ -35,25 +36,25 @@ def gemm_to_conv(graph: Graph) -> Graph:
             a_shape is None
             or len(a_shape) != 2
             or not default_domain(n)
-            or n.attr("transA", 0)
+            or attr(n, "transA")
             or (
                 len(n.inputs) > 2
                 and n.inputs[2]
                 and (
                     cv is None
-                    or cv.size not in (1, bv.shape[1 - n.attr("transB", 0)])
+                    or cv.size not in (1, bv.shape[1 - int(attr(n, "transB"))])
                     or (cv.ndim == 2 and cv.shape[0] != 1)
                 )
             )
         ):
             b.keep(n)
             continue
-        w = bv.T if n.attr("transB", 0) else bv  # [K, M]
-        w = (w.astype(np.float64) * n.attr("alpha", 1.0)).astype(bv.dtype)
+        w = bv.T if attr(n, "transB") else bv  # [K, M]
+        w = (w.astype(np.float64) * attr(n, "alpha")).astype(bv.dtype)
         m = w.shape[1]
         ins = [None, b.const(n, "weight", np.ascontiguousarray(w.T).reshape(m, w.shape[0], 1, 1))]
         if cv is not None:
-            bias = np.broadcast_to(cv.reshape(-1).astype(np.float64) * n.attr("beta", 1.0), (m,))
+            bias = np.broadcast_to(cv.reshape(-1).astype(np.float64) * attr(n, "beta"), (m,))
             ins.append(b.const(n, "bias", bias.astype(bv.dtype)))
         x4 = b.add(
             n,
@@ -91,10 +92,10 @@ def conv_to_gemm(graph: Graph) -> Graph:
             and xs[2:] == (1, 1)
             and wv is not None
             and wv.shape[2:] == (1, 1)
-            and n.attr("group", 1) == 1
+            and attr(n, "group") == 1
             and default_domain(n)
             and not any(n.attr("pads", [0]) or [0])
-            and n.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+            and attr(n, "auto_pad") in ("NOTSET", "VALID")
             and (len(n.inputs) < 3 or not n.inputs[2] or graph.const(n.inputs[2]) is not None)
         )
         if not ok:

@@ -15,22 +15,14 @@ import numpy as np
 from onnx import AttributeProto
 
 from ..ir import Attr, Graph, Node
+from ..semantics.attrs import attr
+from ..semantics.batchnorm import bn_affine
 from .registry import register_pass
 
 
 def _bn_params(graph: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     """Per-channel (scale, shift) of an inference BN whose parameters are all constant."""
-    if len(bn.inputs) < 5 or len(bn.outputs) > 1 and any(bn.outputs[1:]):
-        return None  # training-mode outputs requested
-    if bn.attr("training_mode", 0):
-        return None
-    params = [graph.const(n) for n in bn.inputs[1:5]]
-    if any(p is None for p in params):
-        return None
-    gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)  # type: ignore[arg-type]
-    eps = float(bn.attr("epsilon", 1e-5))
-    scale = gamma / np.sqrt(var + eps)
-    return scale, beta - mean * scale
+    return bn_affine(graph, bn)
 
 
 def _scaled_weights(graph: Graph, node: Node, scale: np.ndarray) -> np.ndarray | None:
@@ -44,7 +36,7 @@ def _scaled_weights(graph: Graph, node: Node, scale: np.ndarray) -> np.ndarray |
             return None
         return (w64 * scale.reshape((c,) + (1,) * (w.ndim - 1))).astype(np.float32)
     if node.op_type == "ConvTranspose":
-        group = int(node.attr("group", 1))
+        group = int(attr(node, "group", graph.opset))
         cin, cout_g = w.shape[0], w.shape[1]
         if cout_g * group != c:
             return None
@@ -55,7 +47,7 @@ def _scaled_weights(graph: Graph, node: Node, scale: np.ndarray) -> np.ndarray |
     # Gemm: y = alpha·A·B' (+ beta·C); scale the output columns of B'
     if w.ndim != 2:
         return None
-    if node.attr("transB", 0):
+    if attr(node, "transB", graph.opset):
         return None if w.shape[0] != c else (w64 * scale[:, None]).astype(np.float32)
     return None if w.shape[1] != c else (w64 * scale[None, :]).astype(np.float32)
 
@@ -71,7 +63,7 @@ def _folded_bias(
             return None
         b = np.asarray(b, dtype=np.float64)
         if node.op_type == "Gemm":
-            b = b * float(node.attr("beta", 1.0))
+            b = b * float(attr(node, "beta", graph.opset))
             if b.size not in (1, c):
                 return None
         old = np.broadcast_to(b.reshape(-1), (c,))

@@ -1,9 +1,10 @@
 """Fuse a residual Add into the convolution that produces one of its operands.
 
 before:  x -> Conv -> t ┐
-                   r ───┴-> Add -> y          after:  x, r -> Conv[o2e_residual=1] -> y
+                   r ───┴-> Add -> y          after:  x, r -> o2e.ConvAddAct -> y
 
-The residual becomes the Conv's 4th input (a missing bias is written as ""), added in the GEMM
+The Conv becomes the internal op o2e.ConvAddAct (semantics/fused.py; no activation yet): the
+residual is its 4th input (a missing bias is written as ""), added in the GEMM
 epilogue while the output tile is still in registers; a Relu after the Add then fuses into the
 same Conv (`fuse_activation` runs after this pass). The Conv moves to the Add's position, which
 keeps the order topological: everything it reads exists by then.
@@ -11,15 +12,11 @@ keeps the order topological: everything it reads exists by then.
 
 from __future__ import annotations
 
-from onnx import AttributeProto
-
-from ..ir import Attr, Graph, Node
-from .fuse_activation import activation_of
+from ..ir import Graph, Node
+from ..semantics.fused import has_residual, with_domain, with_residual
 from .registry import register_pass
 
-
-def has_residual(node: Node) -> bool:
-    return bool(node.attr("o2e_residual", 0))
+__all__ = ["fuse_residual", "has_residual"]
 
 
 @register_pass("fuse_residual", after=("fold_constants", "fold_batchnorm"))
@@ -36,9 +33,8 @@ def fuse_residual(graph: Graph) -> Graph:
             if (
                 prod is None
                 or prod.op_type != "Conv"
+                or prod.domain != ""
                 or prod.name in dropped
-                or activation_of(prod) is not None
-                or has_residual(prod)
                 or len(graph.consumers(prod.outputs[0])) != 1
                 or prod.outputs[0] in graph.outputs
                 or other == prod.outputs[0]
@@ -55,16 +51,10 @@ def fuse_residual(graph: Graph) -> Graph:
                 or t_other.elem_type != 1
             ):
                 continue
-            bias = prod.inputs[2] if len(prod.inputs) > 2 else ""
-            attrs = {**prod.attrs, "o2e_residual": Attr(AttributeProto.INT, 1)}
-            moved[add.name] = prod.replace(
-                inputs=(prod.inputs[0], prod.inputs[1], bias, other),
-                outputs=add.outputs,
-                attrs=attrs,
-            )
+            moved[add.name] = with_residual(prod, other, add.outputs)
             dropped.add(prod.name)
             break
     if not moved:
         return graph
     nodes = [moved.get(n.name, n) for n in graph.nodes if n.name not in dropped]
-    return graph.with_nodes(nodes)
+    return with_domain(graph).with_nodes(nodes)

@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...ir import Graph, Node
 from ...ir.proto import release_pages
+from ...semantics.fused import base_op, is_fused
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
@@ -213,6 +214,11 @@ class NodeContext:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attr(name, default)
 
+    @property
+    def op(self) -> str:
+        """The ONNX op this node computes: its op_type, or a fused op's base (ConvAct: Conv)."""
+        return base_op(self.node)
+
     def helper(self, name: str, code: str) -> str:
         """Add a static C function (or other top-level code) once; returns `name`."""
         self.model.add_helper(name, code)
@@ -235,9 +241,8 @@ class NodeContext:
 
     def kernel(self, name: str) -> None:
         """Record which kernel this node runs (reported by `convert` and `bench`)."""
-        self.model.kernels[f"{self.node.op_type}: {name}"] = (
-            self.model.kernels.get(f"{self.node.op_type}: {name}", 0) + 1
-        )
+        key = f"{self.op}: {name}"
+        self.model.kernels[key] = self.model.kernels.get(key, 0) + 1
 
 
 OpEmitFn = Callable[[NodeContext], str]
@@ -338,7 +343,8 @@ class ModelEmitter:
     def unsupported(self) -> list[str]:
         problems = []
         for node in self.graph.nodes:
-            spec = self.ops.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            plain = node.domain in ("", "ai.onnx") or is_fused(node)
+            spec = self.ops.get(base_op(node)) if plain else None
             where = f"node '{node.name}' (op {node.op_type}, opset {self.graph.opset})"
             if spec is None:
                 why = UNSUPPORTED.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -354,7 +360,7 @@ class ModelEmitter:
                     problems.append(f"{where}: {why_dynamic(self.graph, name)}")
                     break
                 if t.dtype.name not in CTYPES and not (
-                    t.dtype.name in STORAGE_CTYPES and node.op_type in STORAGE_DTYPE_OPS
+                    t.dtype.name in STORAGE_CTYPES and base_op(node) in STORAGE_DTYPE_OPS
                 ):
                     problems.append(f"{where}: dtype {t.dtype.name} of '{name}' is not supported")
                     break
@@ -370,11 +376,14 @@ class ModelEmitter:
         scratch: list[Buffer] = []
         for step, node in enumerate(g.nodes):
             ctx = NodeContext(self, node, step)
-            body = self.ops[node.op_type].emit(ctx)
+            body = self.ops[base_op(node)].emit(ctx)
             for key, nbytes in ctx.scratch_requests:
                 scratch.append(Buffer(key, nbytes, step, step))
             attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())
-            header = f"/* node {_cmt(node.name)}: {node.op_type}({_cmt(', '.join(i or '-' for i in node.inputs))})"
+            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            header = (
+                f"/* node {_cmt(node.name)}: {op}({_cmt(', '.join(i or '-' for i in node.inputs))})"
+            )
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
             blocks.append(
                 f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"

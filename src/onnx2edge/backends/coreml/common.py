@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from ...ir import Graph, Node
+from ...semantics.activations import clip_params
+from ...semantics.attrs import attr, gemm_attrs, ints
 
 FORMATS = ("neuralnetwork", "mlprogram")
 
@@ -63,14 +65,13 @@ def conv_geometry(node: Node, kernel: tuple[int, ...]) -> dict[str, Any]:
     nd = len(kernel)
     if nd != 2:
         raise Refuse(f"{nd}-D kernels are not supported (2-D only)")
-    auto = node.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = attr(node, "auto_pad") or "NOTSET"
     if auto not in ("NOTSET", "VALID"):
         raise Refuse(f"auto_pad={auto} is not supported; re-export with explicit pads")
-    pads = list(node.attr("pads", [0] * 2 * nd)) if auto == "NOTSET" else [0] * 2 * nd
+    pads = list(attr(node, "pads") or [0] * 2 * nd) if auto == "NOTSET" else [0] * 2 * nd
     return {
-        "strides": [int(s) for s in node.attr("strides", [1] * nd)],
-        "dilations": [int(d) for d in node.attr("dilations", [1] * nd)],
+        "strides": list(ints(node, "strides", nd, 1)),
+        "dilations": list(ints(node, "dilations", nd, 1)),
         "pads": [int(p) for p in pads],  # ONNX order: top, left, bottom, right
     }
 
@@ -115,17 +116,11 @@ def resize_params(graph: Graph, node: Node) -> dict[str, Any]:
 
 
 def clip_bounds(graph: Graph, node: Node) -> tuple[float, float]:
-    if graph.opset < 11:
-        return float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
-    lo, hi = opt_const(graph, node, 1), opt_const(graph, node, 2)
-    if (len(node.inputs) > 1 and node.inputs[1] and lo is None) or (
-        len(node.inputs) > 2 and node.inputs[2] and hi is None
-    ):
+    """A Clip's constant bounds as the activation table reads them (semantics/activations)."""
+    bounds = clip_params(node, graph)
+    if bounds is None:
         raise Refuse("Clip bounds must be constants")
-    return (
-        float(lo) if lo is not None else -np.inf,
-        float(hi) if hi is not None else np.inf,
-    )
+    return bounds
 
 
 def gemm_weights(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray | None]:
@@ -135,11 +130,12 @@ def gemm_weights(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray | Non
         if b.ndim != 2:
             raise Refuse("MatMul's constant operand must be 2-D")
         return b.T.astype(np.float32), None
-    if node.attr("transA", 0):
+    ga = gemm_attrs(node, graph.opset) if node.op_type == "Gemm" else None
+    if ga is not None and ga.trans_a:
         raise Refuse("Gemm with transA=1 is not supported")
     w = const(graph, node, 1, "Gemm's B")
-    w = w if node.attr("transB", 0) else w.T
-    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    w = w if ga is not None and ga.trans_b else w.T
+    alpha, beta = (ga.alpha, ga.beta) if ga is not None else (1.0, 1.0)
     c = opt_const(graph, node, 2)
     if len(node.inputs) > 2 and node.inputs[2] and c is None:
         raise Refuse("Gemm's C must be a constant")

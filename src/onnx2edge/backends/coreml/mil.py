@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...ir import Graph, Node
+from ...semantics.attrs import attr
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -92,11 +93,11 @@ def _act(c: _Ctx, n: Node, mb: Any) -> None:
     if n.op_type in _UNARY:
         c.set(n, getattr(mb, _UNARY[n.op_type])(x=x, name=nm))
     elif n.op_type == "LeakyRelu":
-        c.set(n, mb.leaky_relu(x=x, alpha=float(n.attr("alpha", 0.01)), name=nm))
+        c.set(n, mb.leaky_relu(x=x, alpha=float(attr(n, "alpha")), name=nm))
     elif n.op_type == "Elu":
-        c.set(n, mb.elu(x=x, alpha=float(n.attr("alpha", 1.0)), name=nm))
+        c.set(n, mb.elu(x=x, alpha=float(attr(n, "alpha")), name=nm))
     elif n.op_type == "HardSigmoid":
-        a, b = float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5))
+        a, b = float(attr(n, "alpha")), float(attr(n, "beta"))
         c.set(n, mb.sigmoid_hard(x=x, alpha=a, beta=b, name=nm))
     else:  # HardSwish: no MIL op; x * sigmoid_hard(x; 1/6, 1/2)
         t = mb.sigmoid_hard(x=x, alpha=1.0 / 6.0, beta=0.5, name=f"{nm}_hsig")
@@ -146,7 +147,7 @@ def _conv(c: _Ctx, n: Node, mb: Any) -> None:
             pad_type="custom",
             pad=_pad4(geo["pads"]),
             dilations=geo["dilations"],
-            groups=int(n.attr("group", 1)),
+            groups=int(attr(n, "group")),
             name=c.out(n),
             **kw,
         ),
@@ -173,7 +174,7 @@ def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
             weight=w,
             strides=geo["strides"],
             pad_type="valid",
-            groups=int(n.attr("group", 1)),
+            groups=int(attr(n, "group")),
             name=c.out(n),
             **kw,
         ),
@@ -226,7 +227,7 @@ def _pool(c: _Ctx, n: Node, mb: Any) -> None:
     if n.op_type == "MaxPool":
         c.set(n, mb.max_pool(**args))
     else:
-        excl = not bool(n.attr("count_include_pad", 0))
+        excl = not bool(attr(n, "count_include_pad"))
         c.set(n, mb.avg_pool(exclude_padding_from_average=excl, **args))
 
 
@@ -240,9 +241,9 @@ def _lrn(c: _Ctx, n: Node, mb: Any) -> None:
         mb.local_response_norm(
             x=c.x(n.inputs[0]),
             size=size,
-            alpha=float(n.attr("alpha", 1e-4)),
-            beta=float(n.attr("beta", 0.75)),
-            k=float(n.attr("bias", 1.0)),
+            alpha=float(attr(n, "alpha")),
+            beta=float(attr(n, "beta")),
+            k=float(attr(n, "bias")),
             name=c.out(n),
         ),
     )
@@ -385,7 +386,7 @@ def _bn(c: _Ctx, n: Node, mb: Any) -> None:
             variance=var,
             gamma=gamma,
             beta=beta,
-            epsilon=float(n.attr("epsilon", 1e-5)),
+            epsilon=float(attr(n, "epsilon")),
             name=c.out(n),
         ),
     )

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...ir import Graph, Node
+from ...semantics.attrs import attr
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -89,11 +90,11 @@ def _activation(c: _Ctx, n: Node) -> None:
     if n.op_type in _ACT:
         c.b.add_activation(n.name, _ACT[n.op_type], x, y)
     elif n.op_type == "LeakyRelu":
-        c.b.add_activation(n.name, "LEAKYRELU", x, y, params=[float(n.attr("alpha", 0.01))])
+        c.b.add_activation(n.name, "LEAKYRELU", x, y, params=[float(attr(n, "alpha"))])
     elif n.op_type == "Elu":
-        c.b.add_activation(n.name, "ELU", x, y, params=float(n.attr("alpha", 1.0)))
+        c.b.add_activation(n.name, "ELU", x, y, params=float(attr(n, "alpha")))
     else:  # HardSigmoid: Core ML's SIGMOID_HARD is min(max(alpha*x + beta, 0), 1) as in ONNX
-        ab = [float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5))]
+        ab = [float(attr(n, "alpha")), float(attr(n, "beta"))]
         c.b.add_activation(n.name, "SIGMOID_HARD", x, y, params=ab)
     c.layer("activation")
 
@@ -137,7 +138,7 @@ def _conv(c: _Ctx, n: Node) -> None:
     cin = chw(g, n.inputs[0])[0]
     chw(g, n.outputs[0])
     geo = conv_geometry(n, tuple(w.shape[2:]))
-    groups = int(n.attr("group", 1))
+    groups = int(attr(n, "group"))
     t, left, bot, r = geo["pads"]
     c.b.add_convolution(
         n.name,
@@ -177,7 +178,7 @@ def _deconv(c: _Ctx, n: Node) -> None:
         # Core ML crops deconvolution output differently from ONNX pads; only the plain
         # (H-1)*s + k case is mapped so the two agree by construction.
         raise Refuse("ConvTranspose with pads, dilations or output_padding is not supported")
-    groups = int(n.attr("group", 1))
+    groups = int(attr(n, "group"))
     cin = chw(g, n.inputs[0])[0]
     oc, oh, ow = chw(g, n.outputs[0])
     c.b.add_convolution(
@@ -262,7 +263,7 @@ def _pool(c: _Ctx, n: Node) -> None:
         padding_type=padding,
         input_name=n.inputs[0],
         output_name=n.outputs[0],
-        exclude_pad_area=not bool(n.attr("count_include_pad", 0)),
+        exclude_pad_area=not bool(attr(n, "count_include_pad")),
         padding_top=t,
         padding_bottom=bot,
         padding_left=left,
@@ -281,10 +282,10 @@ def _lrn(c: _Ctx, n: Node) -> None:
         n.name,
         n.inputs[0],
         n.outputs[0],
-        alpha=float(n.attr("alpha", 1e-4)),
-        beta=float(n.attr("beta", 0.75)),
+        alpha=float(attr(n, "alpha")),
+        beta=float(attr(n, "beta")),
         local_size=size,
-        k=float(n.attr("bias", 1.0)),
+        k=float(attr(n, "bias")),
     )
     c.layer("lrn")
 
@@ -394,7 +395,7 @@ def _bn(c: _Ctx, n: Node) -> None:
         var,
         n.inputs[0],
         n.outputs[0],
-        epsilon=float(n.attr("epsilon", 1e-5)),
+        epsilon=float(attr(n, "epsilon")),
     )
     c.layer("batchnorm")
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ...semantics.attrs import attr
+from ...semantics.conv_geometry import conv_geometry
 
 if TYPE_CHECKING:
     from .lower import Lowering
@@ -83,11 +85,9 @@ UNARY: dict[str, Callable[[Node], str]] = {
     "Ceil": lambda n: "x.rounded(.up)",
     "Softplus": lambda n: "logf(1 + expf(x))",
     "Softsign": lambda n: "x / (1 + abs(x))",
-    "LeakyRelu": lambda n: f"x >= 0 ? x : {_f(n.attr('alpha', 0.01))} * x",
-    "Elu": lambda n: f"x >= 0 ? x : {_f(n.attr('alpha', 1.0))} * (expf(x) - 1)",
-    "HardSigmoid": lambda n: (
-        f"min(max({_f(n.attr('alpha', 0.2))} * x + {_f(n.attr('beta', 0.5))}, 0), 1)"
-    ),
+    "LeakyRelu": lambda n: f"x >= 0 ? x : {_f(attr(n, 'alpha'))} * x",
+    "Elu": lambda n: f"x >= 0 ? x : {_f(attr(n, 'alpha'))} * (expf(x) - 1)",
+    "HardSigmoid": lambda n: f"min(max({_f(attr(n, 'alpha'))} * x + {_f(attr(n, 'beta'))}, 0), 1)",
     "HardSwish": lambda n: "x * min(max(x / 6 + 0.5, 0), 1)",
     "Gelu": lambda n: (
         "0.5 * x * (1 + tanhf(0.7978845608028654 * (x + 0.044715 * x * x * x)))"
@@ -272,7 +272,7 @@ def _gemm(lw: Lowering, node: Node) -> None:
         b, sb = f"cpuTranspose({b}, [1, 0])", sb[::-1]
     out = _shape(lw, node.outputs[0])
     expr = f"cpuMatMul({a}, {b}, {_ints(out)})"
-    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    alpha, beta = float(attr(node, "alpha")), float(attr(node, "beta"))
     if alpha != 1.0:
         expr = f"cpuUnary({expr}) {{ x in x * {_f(alpha)} }}"
     if len(node.inputs) > 2 and node.inputs[2]:
@@ -301,24 +301,15 @@ def _conv(lw: Lowering, node: Node) -> None:
     wshape = _shape(lw, node.inputs[1])
     if len(shape) != 4 or len(wshape) != 4:
         raise CPURefuse("only 2-D convolutions of [1, C, H, W] tensors")
-    k = wshape[2:]
-    strides = list(node.attr("strides") or [1, 1])
-    dil = list(node.attr("dilations") or [1, 1])
-    auto = node.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
-    pads = list(node.attr("pads") or [0, 0, 0, 0])
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        for i in range(2):
-            total = max((out[2 + i] - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - shape[2 + i], 0)
-            small = total // 2
-            pads[i] = small if auto == "SAME_UPPER" else total - small
+    geo = conv_geometry(node, shape, wshape, out, lw.g.opset)
+    strides, dil, pads = list(geo.strides), list(geo.dilations), list(geo.pads)
     x = lw.cpu_in(node.inputs[0])
     w = lw.cpu_in(node.inputs[1])
     b = lw.cpu_in(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else "nil"
     lw.cpu_out(
         node,
         node.outputs[0],
-        f"cpuConv({x}, {w}, {b}, groups: {int(node.attr('group', 1))}, strides: "
+        f"cpuConv({x}, {w}, {b}, groups: {geo.group}, strides: "
         f"{_ints(strides)}, pads: {_ints(pads[:2])}, dilations: {_ints(dil)}, {_ints(out)})",
     )
 

@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...ir import Graph, Node
+from ...semantics.activations import ACTIVATIONS, as_activation, clip_params, mps_neuron
+from ...semantics.attrs import epsilon
+from ...semantics.batchnorm import bn_affine
+from ...semantics.conv_geometry import conv_geometry, conv_transpose_geometry, pool_geometry
 from .cpu import CPU_EMITTERS, CPURefuse
 from .params import ParamBlob
 
@@ -202,22 +206,11 @@ class Lowering:
     def neuron_spec(self, node: Node) -> NeuronSpec | None:
         """The MPSCNNNeuronType for an activation node, or None if it is not one."""
         op = node.op_type
-        if op == "Relu":
-            return ("reLU", 0, 0, 0)
-        if op == "LeakyRelu":
-            return ("reLU", node.attr("alpha", 0.01), 0, 0)
-        if op == "Sigmoid":
-            return ("sigmoid", 0, 0, 0)
-        if op == "Tanh":
-            return ("tanH", 1, 1, 0)
-        if op == "Elu":
-            return ("ELU", node.attr("alpha", 1.0), 0, 0)
-        if op == "HardSigmoid":
-            return ("hardSigmoid", node.attr("alpha", 0.2), node.attr("beta", 0.5), 0)
-        if op == "Softplus":
-            return ("softPlus", 1, 1, 0)
-        if op == "Softsign":
-            return ("softSign", 0, 0, 0)
+        if op in ACTIVATIONS:  # the activation table's `mps` column (semantics/activations.py)
+            if op == "Clip":
+                self.clip_bounds(node)  # refuses a bound computed at run time, naming it
+            act = as_activation(self.g, node)
+            return None if act is None else mps_neuron(act)
         if op == "Abs":
             return ("absolute", 0, 0, 0)
         if op == "Neg":
@@ -227,31 +220,21 @@ class Lowering:
             return ("exponential", 1, 0, -1)
         if op == "Log":
             return ("logarithm", 1, 0, -1)
-        if op == "Gelu" and node.attr("approximate", "none") == "none":
-            return ("geLU", 0, 0, 0)
         if op == "Pow":
             p = self.g.const(node.inputs[1])
             if p is not None and p.size == 1:
                 return ("power", 1, 0, float(p.reshape(-1)[0]))
             return None
-        if op == "Clip":
-            lo, hi = self.clip_bounds(node)
-            if lo == 0 and np.isfinite(hi):
-                return ("reLUN", 0, hi, 0)  # min(max(x, 0), b)
-            if lo == 0 and not np.isfinite(hi):
-                return ("reLU", 0, 0, 0)
-            return None
         return None
 
     def clip_bounds(self, node: Node) -> tuple[float, float]:
-        if self.g.opset < 11:
-            return float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
-        lo = self.opt_const(node, 1)
-        hi = self.opt_const(node, 2)
-        return (
-            float(lo.reshape(-1)[0]) if lo is not None else -np.inf,
-            float(hi.reshape(-1)[0]) if hi is not None else np.inf,
-        )
+        """A Clip's constant (min, max) as the activation table reads them; refuses a bound
+        computed at run time."""
+        for i in (1, 2):
+            self.opt_const(node, i)  # raises Refuse naming the run-time bound
+        bounds = clip_params(node, self.g)
+        assert bounds is not None
+        return bounds
 
     def neuron_expr(self, spec: NeuronSpec) -> str:
         t, a, b, c = spec
@@ -275,7 +258,7 @@ class Lowering:
             and nxt.op_type == "BatchNormalization"
             and len([o for o in nxt.outputs if o]) == 1
         ):
-            if all(self.g.const(i) is not None for i in nxt.inputs[1:5]):
+            if bn_affine(self.g, nxt) is not None:
                 bn_node = nxt
                 self.absorbed.add(id(nxt))
                 comment.append(f"+ '{nxt.name}' (BatchNormalization, folded into the weights)")
@@ -298,11 +281,14 @@ class Lowering:
     def bn_fold(
         self, bn: Node, w: np.ndarray, b: np.ndarray, axis: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        gamma, beta, mean, var = (self.g.const(i).astype(np.float64) for i in bn.inputs[1:5])  # type: ignore[union-attr]
-        scale = gamma / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        """A BN the fold_batchnorm pass left (its producer's weights were not float32 or were
+        shared) folded into these float64 weights: the shared formula (semantics/batchnorm)."""
+        affine = bn_affine(self.g, bn)
+        assert affine is not None  # fuse_after takes only a BN with an affine form
+        scale, shift = affine
         shape = [1] * w.ndim
         shape[axis] = -1
-        return (w * scale.reshape(shape)), (b - mean) * scale + beta
+        return (w * scale.reshape(shape)), b * scale + shift
 
     # -- the CPU tail -----------------------------------------------------------------------
     def cpu_in(self, name: str) -> str:
@@ -609,31 +595,6 @@ def _padding(
     )
 
 
-def _auto_pads(
-    node: Node,
-    in_hw: tuple[int, int],
-    out_hw: tuple[int, int],
-    k: list[int],
-    s: list[int],
-    d: list[int],
-) -> list[int]:
-    auto = node.attr("auto_pad", "NOTSET")
-    if isinstance(auto, bytes):
-        auto = auto.decode()
-    if auto in ("NOTSET", ""):
-        return _ints(node.attr("pads"), 4, 0)
-    if auto == "VALID":
-        return [0, 0, 0, 0]
-    pads = [0, 0, 0, 0]
-    for i in range(2):
-        total = max((out_hw[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_hw[i], 0)
-        small = total // 2
-        pads[i], pads[i + 2] = (
-            (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
-        )
-    return pads
-
-
 def _conv_weights_source(
     lw: Lowering,
     node: Node,
@@ -674,15 +635,13 @@ def _conv(lw: Lowering, node: Node) -> None:
     b = lw.opt_const(node, 2)
     b = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
     o, ig, kh, kw = w.shape
-    group = int(node.attr("group", 1))
-    s = _ints(node.attr("strides"), 2, 1)
-    d = _ints(node.attr("dilations"), 2, 1)
     comment = [f"ONNX node '{node.name}' (Conv)"]
     y, spec, bn = lw.fuse_after(node.outputs[0], comment, bn=True)
     if bn is not None:
         w, b = lw.bn_fold(bn, w, b, axis=0)
     oc, oh, ow = _static(lw, y)
-    pads = _auto_pads(node, (x.h, x.w), (oh, ow), [kh, kw], s, d)
+    geo = conv_geometry(node, (1, x.c, x.h, x.w), w.shape, (1, oc, oh, ow), lw.g.opset)
+    group, s, d, pads = geo.group, list(geo.strides), list(geo.dilations), list(geo.pads)
     depthwise = group > 1 and group == x.c and ig == 1
     if depthwise and o != x.c:
         raise Refuse(
@@ -732,29 +691,24 @@ def _conv_transpose(lw: Lowering, node: Node) -> None:
         raise Refuse(
             f"{w.ndim - 2}-D transposed convolution; MPSCNNConvolutionTranspose is 2-D only"
         )
-    if int(node.attr("group", 1)) != 1:
+    geo = conv_transpose_geometry(node, (1, x.c, x.h, x.w), w.shape, None, lw.g.opset)
+    if geo.group != 1:
         raise Refuse("grouped ConvTranspose is not supported by this backend; use group=1")
-    if _ints(node.attr("dilations"), 2, 1) != [1, 1]:
+    if not geo.unit_dilation:
         raise Refuse("dilated ConvTranspose has no MPSCNNConvolutionTranspose equivalent")
     b = lw.opt_const(node, 2)
     ci, o, kh, kw = w.shape
     b = np.zeros(o) if b is None else b.astype(np.float64)
-    s = _ints(node.attr("strides"), 2, 1)
+    s = list(geo.strides)
     comment = [f"ONNX node '{node.name}' (ConvTranspose)"]
     y, spec, bn = lw.fuse_after(node.outputs[0], comment, bn=True)
     if bn is not None:
         w, b = lw.bn_fold(bn, w, b, axis=1)
     oc, oh, ow = _static(lw, y)
-    # Output size = (in - 1) * s + k - padBegin - padEnd + output_padding: recover the
-    # leading pads from the attributes (or auto_pad), the trailing ones from the shape.
-    auto = node.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
-    pads = _ints(node.attr("pads"), 4, 0)
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        for i, (n_in, n_out, k) in enumerate(((x.h, oh, kh), (x.w, ow, kw))):
-            total = max((n_in - 1) * s[i] + k - n_out, 0)
-            first = total // 2 if auto == "SAME_UPPER" else total - total // 2
-            pads[i], pads[i + 2] = first, total - first
+    # pads as ONNX resolves them (attributes, auto_pad or output_shape) for this output size
+    pads = list(
+        conv_transpose_geometry(node, (1, x.c, x.h, x.w), w.shape, (1, oc, oh, ow), lw.g.opset).pads
+    )
     # MPS applies the weights as-is over the zero-stuffed source (MPSCNNConvolution.h): rotate
     # ONNX's kernel by 180 degrees and swap in/out: [I][O][kH][kW] -> OHWI flipped.
     weights = w.transpose(1, 2, 3, 0)[:, ::-1, ::-1, :]
@@ -797,10 +751,10 @@ def _pool(lw: Lowering, node: Node) -> None:
         k = _ints(node.attr("kernel_shape"), 2, 1)
         if len(k) != 2:
             raise Refuse(f"{len(k)}-D pooling; MPS pooling is 2-D only")
-        s = _ints(node.attr("strides"), 2, 1)
-        if _ints(node.attr("dilations"), 2, 1) != [1, 1]:
+        geo = pool_geometry(node, (1, x.c, x.h, x.w), (1, oc, oh, ow), lw.g.opset)
+        if not geo.unit_dilation:
             raise Refuse("dilated pooling is not supported by this backend")
-        pads = _auto_pads(node, (x.h, x.w), (oh, ow), k, s, [1, 1])
+        s, pads = list(geo.strides), list(geo.pads)
     is_max = "Max" in node.op_type
     cls = "MPSCNNPoolingMaxNode" if is_max else "MPSCNNPoolingAverageNode"
     counts_pad = not is_max and not glob and bool(node.attr("count_include_pad", 0)) and any(pads)
@@ -1013,15 +967,16 @@ def _batchnorm(lw: Lowering, node: Node) -> None:
     x = lw.img(node.inputs[0])
     if x.flat_of:
         raise Refuse("BatchNormalization of a flattened tensor")
-    gamma, beta, mean, var = (
-        lw.const(node, i, n).astype(np.float64)
-        for i, n in enumerate(("scale", "B", "mean", "var"), 1)
-    )
-    scale = gamma / np.sqrt(var + node.attr("epsilon", 1e-5))
+    for i, n in enumerate(("scale", "B", "mean", "var"), 1):
+        lw.const(node, i, n)  # refuses a parameter computed at run time, naming it
+    affine = bn_affine(lw.g, node)
+    if affine is None:
+        raise Refuse("BatchNormalization in training mode (extra outputs) has no MPS node")
+    scale, shift = affine
     comment = [
         f"ONNX node '{node.name}' (BatchNormalization, as a 1x1 depthwise convolution: scale and shift)"
     ]
-    _channel_affine(lw, node, x, scale, beta - mean * scale, comment, "batch normalization")
+    _channel_affine(lw, node, x, scale, shift, comment, "batch normalization")
 
 
 @emitter("InstanceNormalization")
@@ -1033,7 +988,7 @@ def _instancenorm(lw: Lowering, node: Node) -> None:
     goff, gent = lw.blob.add(gamma)
     boff, bent = lw.blob.add(beta)
     lw.blob.layer(var, [node.name], "instance normalization", {"gamma": gent, "beta": bent})
-    eps = swift_float(node.attr("epsilon", 1e-5))
+    eps = swift_float(epsilon(node, lw.g.opset))
     lines = [
         f"let {var} = MPSCNNInstanceNormalizationNode(\n    source: {x.var},\n    dataSource: InstanceNormalizationParameters(\n"
         f"        parameters, label: {swift_string(var)}, channels: {x.c}, gammaOffset: {goff}, betaOffset: {boff}, epsilon: {eps}))"

@@ -2119,7 +2119,7 @@ int model_run(const void *const *inputs, void *const *outputs)
   (void)in_input; (void)out_logits; (void)T_conv1_relu; (void)T_pool1; (void)T_dw2_relu; (void)T_pw2_relu; (void)T_res2; (void)T_conv3_relu;
   (void)T_gap; (void)T_flat;
 
-  /* node conv1: Conv(input, conv1.weight_bnfold, conv1_bias_bnfold) -> conv1.relu  [group=1, pads=[1, 1, 1, 1], o2e_act=Relu, o2e_act_alpha=0.0, o2e_act_beta=0.0] */
+  /* node conv1: o2e.ConvAct(input, conv1.weight_bnfold, conv1_bias_bnfold) -> conv1.relu  [group=1, pads=[1, 1, 1, 1], activation=Relu, activation_alpha=0.0, activation_beta=0.0] */
   {
     {
       o2e_dconv_args a = {in_input, W_conv1_direct, W_conv1_bias_bnfold, NULL, T_conv1_relu};
@@ -2136,7 +2136,7 @@ int model_run(const void *const *inputs, void *const *outputs)
     }
   }
   O2E_PROF(1); O2E_TRACE("pool1", T_pool1, 16384);
-  /* node dw2: Conv(pool1, dw2.weight_bnfold, dw2_bias_bnfold) -> dw2.relu  [group=16, pads=[1, 1, 1, 1], o2e_act=Relu, o2e_act_alpha=0.0, o2e_act_beta=0.0] */
+  /* node dw2: o2e.ConvAct(pool1, dw2.weight_bnfold, dw2_bias_bnfold) -> dw2.relu  [group=16, pads=[1, 1, 1, 1], activation=Relu, activation_alpha=0.0, activation_beta=0.0] */
   {
     {
       o2e_win2d_args a = {.x = T_pool1, .w = W_dw2_weight_bnfold, .bias = W_dw2_bias_bnfold, .y = T_dw2_relu, .C = 16, .H = 16, .W = 16, .OH = 16, .OW = 16, .pt = 1, .pl = 1, .HQ = 18, .WQ = 18, .lo = 0.0f, .hi = 0.0f, .scratch = S_dw2_0, .slot = 656, .thread = NULL};
@@ -2144,7 +2144,7 @@ int model_run(const void *const *inputs, void *const *outputs)
     }
   }
   O2E_PROF(2); O2E_TRACE("dw2.relu", T_dw2_relu, 16384);
-  /* node pw2: Conv(dw2.relu, pw2.weight_bnfold, pw2_bias_bnfold) -> pw2.relu  [group=1, pads=[0, 0, 0, 0], o2e_act=Relu, o2e_act_alpha=0.0, o2e_act_beta=0.0] */
+  /* node pw2: o2e.ConvAct(dw2.relu, pw2.weight_bnfold, pw2_bias_bnfold) -> pw2.relu  [group=1, pads=[0, 0, 0, 0], activation=Relu, activation_alpha=0.0, activation_beta=0.0] */
   {
     for (int n = 0; n < 1; ++n)
     for (int g = 0; g < 1; ++g) {
@@ -2158,7 +2158,7 @@ int model_run(const void *const *inputs, void *const *outputs)
       { const float a = T_pool1[i0]; const float b = T_pw2_relu[i0]; T_res2[i0] = (float)(a + b); }
   }
   O2E_PROF(4); O2E_TRACE("res2", T_res2, 16384);
-  /* node conv3: Conv(res2, conv3.weight_bnfold, conv3_bias_bnfold) -> conv3.relu  [group=1, pads=[1, 1, 1, 1], o2e_act=Relu, o2e_act_alpha=0.0, o2e_act_beta=0.0] */
+  /* node conv3: o2e.ConvAct(res2, conv3.weight_bnfold, conv3_bias_bnfold) -> conv3.relu  [group=1, pads=[1, 1, 1, 1], activation=Relu, activation_alpha=0.0, activation_beta=0.0] */
   {
     /* Winograd F(4x4,3x3): 4x4 tiles, 4 tile row(s) per block, 36 GEMMs 32x(tiles)x16 per block */
     for (int b = 0; b < 1; ++b) {

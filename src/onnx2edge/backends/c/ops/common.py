@@ -7,7 +7,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ....passes.fuse_activation import Activation, activation_of
+from ....semantics.activations import (  # clip_bounds: re-exported for the emitters
+    ACTIVATIONS,
+    Activation,
+    c_expr,
+    clip_bounds,  # noqa: F401
+)
+from ....semantics.fused import activation_of
 from ..emitter import NodeContext, Tensor, c_literal
 
 
@@ -104,48 +110,22 @@ def elementwise(
     return "\n".join([*lines, code])
 
 
-def clip_bounds(lo: float, hi: float, dtype: type = np.float32) -> tuple[float, float]:
-    """A fused Clip's bounds in `dtype`: a missing bound (infinite here) is the type's largest
-    finite value, as onnxruntime (and the spec's numeric_limits default) clamps +-Inf to it."""
-    big = float(np.finfo(dtype).max)
-    return (-big if lo == -np.inf else lo), (big if hi == np.inf else hi)
-
-
 def act_expr(act: Activation | None, v: str, ctype: str = "float") -> str:
-    """C expression applying a fused activation to the value `v` (a simple expression).
-
-    NaN and Inf follow onnxruntime, the same in every encoding of the activation (this one,
-    elementwise.py's standalone ops, gemm.py's o2e_act for o2e_gemm.h's epilogue, nn.py's
-    depthwise kernels): Relu, Clip, LeakyRelu, HardSigmoid and HardSwish keep NaN; Clip with a
-    missing bound clamps +-Inf to the type's largest finite value (clip_bounds)."""
+    """C expression applying a fused activation to the value `v` (a simple expression): the
+    activation table's expression (semantics/activations.py), which every encoding renders -
+    elementwise.py's standalone ops, the epilogues here, the direct and depthwise kernels - and
+    whose NaN / Inf behaviour follows onnxruntime (the table's tests check it)."""
     if act is None:
         return v
-    flt = ctype in ("float", "double")
-    f = "" if ctype == "double" else "f"
     lit = lambda x: c_literal(x, np.float64 if ctype == "double" else np.float32)  # noqa: E731
-    if act.op == "Relu":  # a comparison NaN fails keeps it; integers: no `< 0` on unsigned
-        return f"({v} < 0 ? 0 : {v})" if flt else f"({v} > 0 ? {v} : 0)"
-    if act.op == "LeakyRelu":
-        return f"({v} >= 0 ? {v} : {v} * {lit(act.alpha)})"
-    if act.op == "Clip":
-        lo_v, hi_v = clip_bounds(
-            act.alpha, act.beta, np.float64 if ctype == "double" else np.float32
-        )
-        if not flt:
-            lo_v, hi_v = act.alpha, act.beta
-        lo = "" if np.isinf(lo_v) else f"{v} < {lit(lo_v)} ? {lit(lo_v)} : "
-        hi = "" if np.isinf(hi_v) else f"{v} > {lit(hi_v)} ? {lit(hi_v)} : "
-        return f"({lo}{hi}{v})" if lo or hi else v
-    if act.op == "Sigmoid":
-        return f"(1 / (1 + exp{f}(-{v})))"
-    if act.op == "Tanh":
-        return f"tanh{f}({v})"
-    if act.op == "HardSigmoid":
-        t = f"({lit(act.alpha)} * {v} + {lit(act.beta)})"
-        return f"({t} < 0 ? 0 : ({t} > 1 ? 1 : {t}))"
-    if act.op == "HardSwish":
-        return f"({v} * fmax{f}(0, fmin{f}(1, {v} / 6 + 0.5{f})))"
-    raise ValueError(f"unknown fused activation {act.op}")
+    if ctype not in ("float", "double"):
+        # integer producers (a fused Add): the parameters are the values as given, and Relu
+        # has no `< 0` (always false on unsigned types, a warning under the strict flags)
+        if act.op == "Relu":
+            return f"({v} > 0 ? {v} : 0)"
+        if act.op == "Clip":
+            return f"({ACTIVATIONS['Clip'].c(v, act.alpha, act.beta, lit, '')})"
+    return c_expr(act, v, lit, ctype)
 
 
 def fused_act(ctx: NodeContext) -> Activation | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....passes.fuse_residual import has_residual
+from ....semantics.fused import unfused
 from ..emitter import NodeContext
 from . import conv_direct, conv_lanes, conv_pointwise, register_op, sparse, winograd
 from .common import act_expr, fused_act
@@ -37,10 +38,7 @@ def conv(ctx: NodeContext) -> str:
     if has_residual(ctx.node) and not gemm_path:
         # the residual and activation come after the kernel: run it without them, then one pass
         act = fused_act(ctx)
-        plain = {k: v for k, v in ctx.node.attrs.items() if not k.startswith("o2e_")}
-        inner = NodeContext(
-            ctx.model, ctx.node.replace(attrs=plain), ctx.step, ctx.scratch_requests
-        )
+        inner = NodeContext(ctx.model, unfused(ctx.node), ctx.step, ctx.scratch_requests)
         body = (_conv2d if nsp == 2 else _conv_nd)(
             inner, x, w, y, N, C, M, ks, group, st, dl, pads, bias
         )

@@ -12,6 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.activations import ACTIVATIONS
+from ....semantics.attrs import attr
+from ....semantics.fused import base_op
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import act_expr, elementwise, fused_act
@@ -83,8 +86,6 @@ _numeric = _dtype_check(
 # --------------------------------------------------------------------------------------------
 # unary float ops: expression in terms of `a` and the libm suffix `F`
 _UNARY_FLOAT = {
-    "Sigmoid": "1 / (1 + expF(-a))",
-    "Tanh": "tanhF(a)",
     "Exp": "expF(a)",
     "Log": "logF(a)",
     "Sqrt": "sqrtF(a)",
@@ -104,10 +105,6 @@ _UNARY_FLOAT = {
     "Asinh": "asinhF(a)",
     "Acosh": "acoshF(a)",
     "Atanh": "atanhF(a)",
-    "Softplus": "(a > 0 ? a + log1pF(expF(-a)) : log1pF(expF(a)))",
-    "Softsign": "a / (1 + fabsF(a))",
-    "Mish": "a * tanhF(a > 0 ? a + log1pF(expF(-a)) : log1pF(expF(a)))",
-    "HardSwish": "a * fmaxF(0, fminF(1, a / 6 + 0.5))",
 }
 FLOAT_OPS += _UNARY_FLOAT
 
@@ -127,8 +124,9 @@ FLOAT_OPS += ["Relu", "Neg", "Abs", "Sign"]
 def unary_any(ctx: NodeContext) -> str:
     op, t = ctx.node.op_type, ctx.x(0)
     ct, unsigned, flt = _ctype(t), t.dtype.kind == "u", is_float(t.dtype)
-    if op == "Relu":  # NaN stays NaN (numpy.maximum(x, 0), onnxruntime)
-        expr = "a" if unsigned else "a < 0 ? 0 : a"
+    if op == "Relu":  # the activation table's expression: NaN stays NaN (onnxruntime)
+        relu = ACTIVATIONS["Relu"].c("a", 0.0, 0.0, lambda v: _lit(ct, v), _F(ct))
+        expr = "a" if unsigned else relu
     elif op == "Neg":
         # the minimum wraps to itself, as in numpy (C promotes the narrow types to int)
         expr = "-a" if flt or np.dtype(t.dtype).itemsize < 4 else f"0 - ({_unsigned(ct)})a"
@@ -144,54 +142,27 @@ def unary_any(ctx: NodeContext) -> str:
     return _ew(ctx, [t], ctx.y(0), expr)
 
 
-def _alpha_beta_expr(op: str, node: Node, ct: str) -> str:
-    F = _F(ct)
-    a = lambda name, d: _lit(ct, float(node.attr(name, d)))  # noqa: E731
-    if op == "LeakyRelu":
-        return f"a >= 0 ? a : a * {a('alpha', 0.01)}"
-    if op == "Elu":
-        return f"a >= 0 ? a : {a('alpha', 1.0)} * (exp{F}(a) - 1)"
-    if op == "Selu":
-        return f"{a('gamma', 1.0507009873554805)} * (a > 0 ? a : {a('alpha', 1.6732632423543772)} * (exp{F}(a) - 1))"
-    if op == "Celu":
-        al = a("alpha", 1.0)
-        # max(0, a) + min(0, ...) in a form that keeps NaN, as onnxruntime does
-        return f"a > 0 ? a : {al} * (exp{F}(a / {al}) - 1)"
-    if op == "ThresholdedRelu":
-        return f"a > {a('alpha', 1.0)} ? a : 0"
-    if op == "HardSigmoid":
-        t = f"({a('alpha', 0.2)} * a + {a('beta', 0.5)})"
-        return f"{t} < 0 ? 0 : ({t} > 1 ? 1 : {t})"  # NaN stays NaN (onnxruntime)
-    if op == "Gelu":
-        if node.attr("approximate", "none") == "tanh":
-            return f"0.5{F} * a * (1 + tanh{F}({_lit(ct, np.sqrt(2 / np.pi))} * (a + {_lit(ct, 0.044715)} * a * a * a)))"
-        return f"0.5{F} * a * (1 + erf{F}(a * {_lit(ct, 1 / np.sqrt(2))}))"
-    if op == "Shrink":
-        b, lam = a("bias", 0.0), a("lambd", 0.5)
-        return f"a < -{lam} ? a + {b} : (a > {lam} ? a - {b} : 0)"
-    if op == "Swish":  # x * sigmoid(alpha * x), opset 24
-        return f"a / (1 + exp{F}(-{a('alpha', 1.0)} * a))"
-    raise AssertionError(op)
+def _shrink_expr(node: Node, ct: str) -> str:
+    b, lam = (_lit(ct, float(attr(node, n))) for n in ("bias", "lambd"))
+    return f"a < -{lam} ? a + {b} : (a > {lam} ? a - {b} : 0)"
 
 
-_PARAM_ACTS = (
-    "LeakyRelu",
-    "Elu",
-    "Selu",
-    "Celu",
-    "ThresholdedRelu",
-    "HardSigmoid",
-    "Gelu",
-    "Swish",
-)
-FLOAT_OPS += _PARAM_ACTS
+def _table_expr(ctx: NodeContext, ct: str) -> str:
+    """The activation table's C expression of this node over `a` (semantics/activations.py)."""
+    op = ctx.op
+    p = ACTIVATIONS[op].params(ctx.node, ctx.graph)
+    assert p is not None  # only Clip has run-time parameters, and Clip is emitted below
+    return ACTIVATIONS[op].c("a", p[0], p[1], lambda v: _lit(ct, v), _F(ct))
 
 
-@register_op(*_PARAM_ACTS, check=_float_only)
-def unary_params(ctx: NodeContext) -> str:
-    return _ew(
-        ctx, [ctx.x(0)], ctx.y(0), _alpha_beta_expr(ctx.node.op_type, ctx.node, _ctype(ctx.y(0)))
-    )
+# every activation of the table but Relu (integers too, unary_any) and Clip (run-time bounds)
+_TABLE_ACTS = tuple(op for op in ACTIVATIONS if op not in ("Relu", "Clip"))
+FLOAT_OPS += _TABLE_ACTS
+
+
+@register_op(*_TABLE_ACTS, check=_float_only)
+def activation(ctx: NodeContext) -> str:
+    return _ew(ctx, [ctx.x(0)], ctx.y(0), _table_expr(ctx, _ctype(ctx.y(0))))
 
 
 FLOAT_OPS.append("Shrink")
@@ -202,8 +173,8 @@ def shrink(ctx: NodeContext) -> str:
     """Shrink also takes integer types; bias and lambd are floats, so compare in float."""
     out = ctx.y(0)
     if is_float(out.dtype):
-        return _ew(ctx, [ctx.x(0)], out, _alpha_beta_expr("Shrink", ctx.node, _ctype(out)))
-    b, lam = float(ctx.attr("bias", 0.0)), float(ctx.attr("lambd", 0.5))
+        return _ew(ctx, [ctx.x(0)], out, _shrink_expr(ctx.node, _ctype(out)))
+    b, lam = float(attr(ctx.node, "bias")), float(attr(ctx.node, "lambd"))
     expr = (
         f"(double)a < {-lam!r} ? (double)a + {b!r} : ((double)a > {lam!r} ? (double)a - {b!r} : 0)"
     )
@@ -311,7 +282,7 @@ def _binary_check(node: Node, graph: Graph) -> str | None:
     t = graph.type_of(node.inputs[0])
     if t is None:
         return None
-    op, dt = node.op_type, t.dtype
+    op, dt = base_op(node), t.dtype  # o2e.AddAct is an Add
     if op in _ARITH and not (is_int(dt) or is_float(dt)) or is_storage(dt) and not is_float(dt):
         return f"{op} on {dt.name} is not supported"
     return None
@@ -319,7 +290,7 @@ def _binary_check(node: Node, graph: Graph) -> str | None:
 
 @register_op(*_CMP, *_LOGIC, *_BITWISE, *_ARITH, check=_binary_check)
 def binary(ctx: NodeContext) -> str:
-    op, a, b, out = ctx.node.op_type, ctx.x(0), ctx.x(1), ctx.y(0)
+    op, a, b, out = ctx.op, ctx.x(0), ctx.x(1), ctx.y(0)
     ct = _ctype(a)
     if op in _CMP:
         return _ew(ctx, [a, b], out, f"a {_CMP[op]} b", src="bool")

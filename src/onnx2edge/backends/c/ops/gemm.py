@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....passes.fuse_activation import Activation
+from ....semantics.activations import ACTIVATIONS, Activation, clip_bounds
 from ..emitter import NodeContext, c_literal
 from ..gemm_pack import pack_a, packed_a_size, sgemm_workspace_bytes
-from .common import act_expr, clip_bounds
+from .common import act_expr
 
 # Workspace is planned for up to this many threads; a build asking for more fails loudly.
 MAX_THREADS = 4
@@ -25,16 +25,17 @@ _GUARD = (
     f'#error "GEMM workspaces were planned for at most {MAX_THREADS} threads: reconvert or lower O2E_THREADS"\n'
     "#endif\n"
 )
-_KINDS = {"Relu": 1, "Clip": 2, "LeakyRelu": 3}
 
 
 def act_struct(act: Activation | None) -> tuple[str, bool]:
-    """The o2e_act initialiser, and whether the activation still needs a separate loop."""
-    if act is None or act.op not in _KINDS:
+    """The o2e_act initialiser (kind from the activation table's `gemm_kind`), and whether
+    the activation still needs a separate loop (no epilogue kind)."""
+    kind = None if act is None else ACTIVATIONS[act.op].gemm_kind
+    if act is None or kind is None:
         return "(o2e_act){0, 0.0f, 0.0f}", act is not None
     lo, hi = clip_bounds(act.alpha, act.beta) if act.op == "Clip" else (act.alpha, act.beta)
     a, b = c_literal(lo, np.float32), c_literal(hi, np.float32)
-    return f"(o2e_act){{{_KINDS[act.op]}, {a}, {b}}}", False
+    return f"(o2e_act){{{kind}, {a}, {b}}}", False
 
 
 def _use_engine(ctx: NodeContext) -> None:

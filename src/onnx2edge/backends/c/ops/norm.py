@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
-from ....passes.fuse_activation import Activation
+from ....semantics.activations import Activation
+from ....semantics.attrs import attr, epsilon
+from ....semantics.batchnorm import bn_affine
 from ..emitter import NodeContext, Tensor, c_literal
 from . import pool2d, register_op
 from .checks import float_input
@@ -114,7 +116,7 @@ def layer_norm(ctx: NodeContext) -> str:
     outer, n = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
     if x.size == 0:
         return "/* empty */"
-    eps = c_literal(float(ctx.attr("epsilon", 1e-5)), np.float64)
+    eps = c_literal(epsilon(ctx.node, ctx.graph.opset), np.float64)
     sc = ctx.x(1)
     scale = f" * {sc.sym}[{bcast_index(sc.shape, x.shape, axis, 'o', 'j')}]"
     bias = ""
@@ -304,7 +306,7 @@ def _group_norm_code(ctx: NodeContext, groups: int, per_group: bool) -> str:
     fields = (
         f".x = {x.sym}, .scale = {ctx.x(1).sym}, .bias = {ctx.x(2).sym}, .y = {y.sym}, "
         f".G = {groups}, .cg = {C // groups}, .per_group = {int(per_group)}, .S = {S}, "
-        f".eps = {c_literal(float(ctx.attr('epsilon', 1e-5)), np.float64)}"
+        f".eps = {c_literal(epsilon(ctx.node, ctx.graph.opset), np.float64)}"
     )
     run = f"o2e_parallel_for({n}, {name}, &a);" if threaded else f"{name}(&a, 0, {n});"
     return f"{{\n  o2e_group_norm_args_{t} a = {{{fields}}};\n  {run}\n}}"
@@ -439,14 +441,12 @@ def batchnorm(ctx: NodeContext) -> str:
     C = x.shape[1] if x.rank > 1 else 1
     S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
     N = x.shape[0]
-    eps = float(ctx.attr("epsilon", 1e-5))
-    consts = [ctx.const(i) for i in range(1, 5)]
-    if all(c is not None for c in consts):
+    eps = epsilon(ctx.node, ctx.graph.opset)
+    affine = bn_affine(ctx.graph, ctx.node)
+    if affine is not None:
         # a BN the fold_batchnorm pass could not fold into a conv: precompute scale and shift
-        g, b, m, v = (np.asarray(c, np.float64) for c in consts)  # type: ignore[arg-type]
-        s = g / np.sqrt(v + eps)
-        scale = ctx.weight("scale", s.astype(x.dtype))
-        shift = ctx.weight("shift", (b - m * s).astype(x.dtype))
+        scale = ctx.weight("scale", affine[0].astype(x.dtype))
+        shift = ctx.weight("shift", affine[1].astype(x.dtype))
         sc, sh = f"{scale}[c]", f"{shift}[c]"
     else:
         g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
@@ -466,8 +466,8 @@ def _batchnorm_training(ctx: NodeContext, x: Tensor, y: Tensor) -> str:
     running_mean = input_mean·momentum + batch_mean·(1 - momentum), likewise running_var."""
     N, C = x.shape[0], x.shape[1] if x.rank > 1 else 1
     S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
-    eps = c_literal(float(ctx.attr("epsilon", 1e-5)), np.float64)
-    mom = c_literal(float(ctx.attr("momentum", 0.9)), np.float64)
+    eps = c_literal(epsilon(ctx.node, ctx.graph.opset), np.float64)
+    mom = c_literal(float(attr(ctx.node, "momentum", ctx.graph.opset)), np.float64)
     g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
     out = []
     if ctx.has_output(1):

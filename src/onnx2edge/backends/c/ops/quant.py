@@ -16,10 +16,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.conv_geometry import conv_geometry
 from ..emitter import NodeContext, Tensor, ctype_of
 from . import register_op
 from .common import elementwise, norm_axis, strides
-from .conv_spec import conv_pads
 from .dtypes import (
     FLOAT_FORMATS,
     allow_storage_dtypes,
@@ -427,12 +427,9 @@ def _conv_int(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, bias: Tensor | 
     nsp = x.rank - 2
     N, C = x.shape[:2]
     M = w.shape[0]
-    ks = list(ctx.attr("kernel_shape", list(w.shape[2:])))
-    st = list(ctx.attr("strides", [1] * nsp))
-    dl = list(ctx.attr("dilations", [1] * nsp))
+    geo = conv_geometry(ctx.node, x.shape, w.shape, y.shape, ctx.graph.opset)
+    ks, st, dl, pads, g = geo.kernel, geo.strides, geo.dilations, geo.pads, geo.group
     in_sp, out_sp = x.shape[2:], y.shape[2:]
-    pads = conv_pads(ctx.node, in_sp, out_sp, ks, st, dl)
-    g = int(ctx.attr("group", 1))
     cg, mg = C // g, M // g
     isz, osz, ksz = int(np.prod(in_sp)), int(np.prod(out_sp)), int(np.prod(ks))
     lines = [

@@ -146,12 +146,14 @@
 
 #ifndef O2E_ACT_DEFINED
 #define O2E_ACT_DEFINED
-/* kind: 0 none, 1 relu, 2 clip(a, b), 3 leaky relu (alpha = a) */
+/* kind: one of O2E_ACT_*, the `gemm_kind` column of onnx2edge's activation table
+ * (semantics/activations.py; a test checks both agree). Relu and Clip keep NaN. */
 typedef struct {
   int kind;
   float a, b;
 } o2e_act;
 #endif
+enum { O2E_ACT_NONE = 0, O2E_ACT_RELU = 1, O2E_ACT_CLIP = 2, O2E_ACT_LEAKY_RELU = 3 };
 
 O2E_GEMM_FN const char *o2e_gemm_kernel_name(void) {
 #if defined(O2E_GEMM_AVX512)
@@ -217,12 +219,12 @@ typedef struct {
 
 O2E_GEMM_INL float o2e_act1_(float x, o2e_act act) {
   switch (act.kind) {
-  case 1:
+  case O2E_ACT_RELU:
     return x < 0.0f ? 0.0f : x;
-  case 2:
+  case O2E_ACT_CLIP:
     x = x < act.a ? act.a : x;
     return x > act.b ? act.b : x;
-  case 3:
+  case O2E_ACT_LEAKY_RELU:
     return x < 0.0f ? x * act.a : x;
   default:
     return x;
@@ -493,11 +495,11 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
 
 O2E_GEMM_INL __m512 o2e_act16_(__m512 x, o2e_act act) {
   switch (act.kind) {
-  case 1: /* max(0, x): with a NaN second operand vmaxps returns it, so NaN propagates */
+  case O2E_ACT_RELU: /* max(0, x): with a NaN second operand vmaxps returns it, so NaN propagates */
     return _mm512_max_ps(_mm512_setzero_ps(), x);
-  case 2:
+  case O2E_ACT_CLIP:
     return _mm512_min_ps(_mm512_set1_ps(act.b), _mm512_max_ps(_mm512_set1_ps(act.a), x));
-  case 3: {
+  case O2E_ACT_LEAKY_RELU: {
     const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     return _mm512_mask_mul_ps(x, neg, x, _mm512_set1_ps(act.a));
   }
@@ -679,11 +681,11 @@ O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, i
 
 O2E_GEMM_INL __m256 o2e_act8_(__m256 x, o2e_act act) {
   switch (act.kind) {
-  case 1:
+  case O2E_ACT_RELU:
     return _mm256_max_ps(_mm256_setzero_ps(), x);
-  case 2:
+  case O2E_ACT_CLIP:
     return _mm256_min_ps(_mm256_set1_ps(act.b), _mm256_max_ps(_mm256_set1_ps(act.a), x));
-  case 3: {
+  case O2E_ACT_LEAKY_RELU: {
     const __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
     return _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(act.a)), neg);
   }
@@ -831,14 +833,14 @@ O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, i
 O2E_GEMM_INL float32x4_t o2e_act4_(float32x4_t x, o2e_act act) {
   const float32x4_t z = vdupq_n_f32(0.0f);
   switch (act.kind) {
-  case 1:
+  case O2E_ACT_RELU:
     return vbslq_f32(vcltq_f32(x, z), z, x);
-  case 2: {
+  case O2E_ACT_CLIP: {
     const float32x4_t lo = vdupq_n_f32(act.a), hi = vdupq_n_f32(act.b);
     x = vbslq_f32(vcltq_f32(x, lo), lo, x);
     return vbslq_f32(vcgtq_f32(x, hi), hi, x);
   }
-  case 3:
+  case O2E_ACT_LEAKY_RELU:
     return vbslq_f32(vcltq_f32(x, z), vmulq_n_f32(x, act.a), x);
   default:
     return x;
