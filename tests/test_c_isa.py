@@ -150,6 +150,7 @@ CONV_PATHS = {
     "im2col_gemm": ("Conv: im2col + GEMM", 4, 8, 3, 4, 3, 1, 1, 1),
     "implicit_gemm": ("Conv: implicit GEMM", 8, 40, 12, 12, 5, 2, 1, 2),
     "pointwise_gemm": ("Conv: 1x1 as GEMM", 16, 40, 6, 6, 1, 1, 1, 0),
+    "pointwise_lanes": ("Conv: 1x1 on a narrow map", 128, 40, 7, 7, 1, 1, 1, 0),
     "strided_1x1": ("Conv: strided 1x1", 16, 40, 8, 8, 1, 2, 1, 0),
     "depthwise": ("Conv: depthwise direct", 8, 8, 9, 9, 3, 1, 8, 1),
     "winograd": ("Conv: winograd", 16, 40, 12, 12, 3, 1, 1, 1),

@@ -235,9 +235,29 @@ def _fc_part() -> Part:
 
 
 # kernel family -> (its part of the model, kernels the converter must pick for it)
+def _pointwise_part() -> Part:
+    """1x1 conv on a 7x7 map with output channels in the lanes (ops/conv_pointwise.py): M = 40
+    (a partial 16-lane tile), K = 300 (two K slices), then Clip with a residual Add."""
+    rng = np.random.default_rng(14)
+    inits: list = []
+    nodes = [
+        _conv("pw", "x_pw", "pwo", _w(rng, 40, 300, 1, 1), inits),
+        helper.make_node("Add", ["pwo", "r_pw"], ["pws"]),
+        helper.make_node("Clip", ["pws", "pw_lo", "pw_hi"], ["pw_out"]),
+    ]
+    inits += [tensor("pw_lo", np.array(-0.5, np.float32)), tensor("pw_hi", np.array(1, np.float32))]
+    return (
+        nodes,
+        [vi("x_pw", [1, 300, 7, 7]), vi("r_pw", [1, 40, 7, 7])],
+        [vi("pw_out", [1, 40, 7, 7])],
+        inits,
+    )
+
+
 PARTS = {
     "gemm": (_gemm_part, {"Conv: 1x1 as GEMM"}),
     "depthwise": (_depthwise_part, {"Conv: depthwise direct"}),
+    "pointwise": (_pointwise_part, {"Conv: 1x1 on a narrow map (output channels in lanes)"}),
     "winograd": (_winograd_part, {"Conv: winograd F(4x4,3x3)"}),
     "pool": (
         _pool_part,

@@ -76,6 +76,7 @@ CASES = {
     "winograd": ({"C": 32, "M": 32, "H": 20, "k": 3, "pad": 1}, ""),
     "lanes": ({"C": 32, "M": 64, "H": 20, "k": 5, "pad": 2}, ""),
     "direct": ({"C": 16, "M": 4, "H": 20, "k": 3, "pad": 1}, ""),
+    "pointwise": ({"C": 128, "M": 64, "H": 7, "k": 1}, "sparse=off"),
     "implicit_gemm": ({"C": 16, "M": 48, "H": 21, "k": 3, "stride": 2, "pad": 1}, ""),
     "gemm_1x1": ({"C": 32, "M": 64, "H": 9, "k": 1}, "sparse=off"),
     "subsample_gemm": ({"C": 32, "M": 64, "H": 9, "k": 1, "stride": 2}, ""),

@@ -10,7 +10,16 @@ blocked NCHWc layout), put it in its own module and in `STRATEGIES` below.
 from __future__ import annotations
 
 from ..emitter import NodeContext
-from . import conv_depthwise, conv_direct, conv_gemm, conv_lanes, register_op, sparse, winograd
+from . import (
+    conv_depthwise,
+    conv_direct,
+    conv_gemm,
+    conv_lanes,
+    conv_pointwise,
+    register_op,
+    sparse,
+    winograd,
+)
 from .common import act_expr
 from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, choose, conv_check
 
@@ -105,6 +114,7 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
     winograd.STRATEGY,  # 3x3 stride-1 convs with enough channels
     conv_lanes.STRATEGY,  # many output channels, wide maps
     conv_direct.STRATEGY,  # few output channels / 1xk layers
+    conv_pointwise.STRATEGY,  # 1x1 on maps of <= 64 pixels: output channels in the lanes
     conv_gemm.IMPLICIT_GEMM,
     conv_gemm.GEMM_1X1,
     conv_gemm.SUBSAMPLE_GEMM,

@@ -1,0 +1,102 @@
+"""1x1 convolutions on narrow maps with the output channels in the vector lanes (issue 9).
+
+MobileNet v1/v2's pointwise layers on 7x7 maps, ResNet50's res5 1x1 layers: there the packed
+GEMM (nn.py "1x1 as GEMM") puts the P = 49 output pixels in its 48-column (AVX-512) or
+24-column (AVX2) strips, leaving the last strip mostly empty, and streams the whole weight
+matrix (several MB) once per strip. runtime/o2e_conv1x1.h swaps the roles: 32 output channels
+(16 or 8 at a time on narrower ISAs) in the lanes x up to 12 pixels in registers, the input
+packed once per call into pixel tiles, K cut in slices that keep a tile's weights in L1. That
+is the "1x1 GEMM micro-kernel with the output-channel dimension in the lanes" variant of
+NCHWc: the tensors between layers stay NCHW, so no layout conversion is needed at either end
+of a chain of such layers; only the finished tile is transposed (a scalar copy), which is why
+K has to be large enough (MIN_K). Strided 1x1 layers (ResNet50's res5a downsample: 14x14 ->
+7x7) subsample the input while packing it. Bias and Relu / Clip / LeakyRelu are applied in registers;
+a residual and the activation after it in one vectorised pass over the finished rows.
+
+Weights are rearranged at conversion time to 16-channel panels [Mp / 16][K][16] (M padded to a
+multiple of 32), the same for every ISA, so one generated model.c runs with the AVX-512, AVX2,
+NEON, SSE or plain C kernel of the header.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..emitter import NodeContext
+from . import pool2d
+from .conv_spec import ConvSpec, ConvStrategy
+from .gemm import MAX_THREADS, _use_engine, act_struct, post_act
+
+HEADER = "o2e_conv1x1.h"
+PANEL = 16  # O2E_PW_PANEL: channels per weight panel
+MALIGN = 32  # O2E_PW_MALIGN: M is zero-padded to a multiple of this
+PXMAX = 12  # O2E_PW_PXMAX: the widest pixel tile (scratch sizing)
+# Maps up to 8x8. Measured per layer (1 thread, CPU time, this path / the packed GEMM, on an
+# AVX-512 host at -march=native and at x86-64-v3), MobileNet / ResNet50 shapes K -> M:
+#   7x7:   1024 -> 1024 0.82 / 0.72, 512 -> 1024 0.75 / 0.75, 160 -> 960 0.58 / 1.13,
+#          960 -> 160 (+ residual) 0.71 / 0.88, 320 -> 1280 0.80 / 0.78, 2048 -> 512 0.75 / 0.83
+#   14x14: 512 -> 512 1.01 / 1.07, 256 -> 512 1.31 / 0.84, 64 -> 384 1.30 / 1.09,
+#          384 -> 64 (+ residual) 1.15 / 1.06, 1024 -> 256 1.21 / 1.16; 13x13 512 -> 1000 1.12 / 0.95
+# At P = 196 the GEMM's strips are 94 % (AVX-512) / 98 % (AVX2) full and its B strip is reused
+# by every weight panel; at P = 49 they are 77 % / 88 % full and the weights, several MB,
+# stream from L3 once per strip.
+MAX_P = 64
+MIN_K = 128  # the transposing store costs ~PX x 32 scalar steps per tile, against K x PX FMAs
+MIN_M = 32
+
+
+def refuse(spec: ConvSpec) -> str | None:
+    if not spec.rearrangeable:
+        return "weights computed at run time, or not a float32 NCHW map"
+    node, graph = spec.node, spec.graph
+    if spec.bias is not None and node is not None and graph is not None:
+        if graph.const(node.inputs[2]) is None:  # the bias is padded at conversion time
+            return "bias computed at run time"
+    P = spec.y.shape[2] * spec.y.shape[3]
+    if spec.nsp != 2 or spec.group != 1 or spec.ks != [1, 1] or any(spec.pads):
+        return "not an unpadded 2-D 1x1 convolution without groups"
+    if P > MAX_P or spec.C < MIN_K or spec.M < MIN_M:
+        return f"map over {MAX_P} pixels, fewer than {MIN_K} inputs or {MIN_M} outputs"
+    return None
+
+
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
+    """C statements for the whole node (every image of the batch in turn)."""
+    x, w, y, st, bias = spec.x, spec.w, spec.y, spec.st, spec.bias
+    N, K, H, W = x.shape
+    M = w.shape[0]
+    P = y.shape[2] * y.shape[3]
+    Mp = -(-M // MALIGN) * MALIGN
+    wc = np.zeros((Mp, K), np.float32)
+    wc[:M] = ctx.const(1).reshape(M, K)
+    # [Mp / 16][K][16]: one panel's weights in the order a tile reads them
+    wsym = ctx.weight(
+        "lanes1x1", np.ascontiguousarray(wc.reshape(Mp // PANEL, PANEL, K).transpose(0, 2, 1))
+    )
+    bc = np.zeros(Mp, np.float32)  # padded, so the tile adds it as whole vectors
+    if bias is not None:
+        bc[:M] = ctx.const(2).reshape(M)
+    bsym = ctx.weight("bias1x1", bc)
+    _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
+    ctx.helper("o2e_conv1x1_include", f'#include "{HEADER}"\n')
+    ctx.model.runtime_files.add(HEADER)
+    ctx.kernel("1x1 on a narrow map (output channels in lanes)")
+    xp = ctx.scratch(K * (P + PXMAX) * 4)
+    acc = ctx.scratch(MAX_THREADS * (P + PXMAX) * MALIGN * 4)  # partial sums, per thread
+    act = spec.act
+    act_c, post = act_struct(act)
+    res = ctx.x(3).sym if spec.residual else None
+    threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
+    off = "(size_t)n * " + str(M * P)
+    lines = [
+        f"for (int n = 0; n < {N}; ++n) {{",
+        f"  const o2e_pw_args a = {{{x.sym} + (size_t)n * {K * H * W}, {wsym}, {xp}, {acc}, "
+        f"{bsym}, {f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, "
+        f"{M}, {K}, {P}, {H * W}, {W}, {y.shape[3]}, {st[0]}, {st[1]}, {act_c}}};",
+        f"  o2e_conv1x1_lanes(&a, {threaded});",
+        "}",
+    ]
+    return "\n".join(lines) + post_act(act, post, N * M, P, y.sym, P)
+
+
+STRATEGY = ConvStrategy("pointwise", refuse, emit)

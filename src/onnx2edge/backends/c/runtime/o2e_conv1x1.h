@@ -1,0 +1,295 @@
+/* o2e_conv1x1.h - 1x1 convolutions on narrow maps, output channels in the vector lanes
+ * (ops/conv_pointwise.py chooses it; issue 9).
+ *
+ *   y[m][p] = act(b[m] + sum_k w[m][k] . x[k][p'] + r[m][p])   (NCHW, one image, P = OH*OW)
+ *
+ * where input pixel p' is output pixel p, or with strides its subsampled pixel.
+ *
+ * The packed GEMM puts the P output pixels in the vector lanes and register columns (48 per
+ * AVX-512 strip, 24 per AVX2 strip). A 7x7 map (P = 49) then fills one strip and 1/16 of the
+ * next, and every strip streams the whole weight matrix again: MobileNet's conv6/sep reads its
+ * 4 MB of weights three times per call at AVX2. Here the roles are swapped: a tile holds
+ * NV vectors of output channels (the lanes) x PX pixels (one register row each), so the lanes
+ * are full whatever P is, and each weight is read once per pixel tile from L1/L2:
+ *
+ *   AVX-512  32 channels x 12 pixels: 24 accumulators + 2 weight vectors + 1 broadcast (32 zmm)
+ *   AVX2     16 channels x  6 pixels: 12 accumulators + 2 weight vectors + 1 broadcast (16 ymm)
+ *   NEON     16 channels x  6 pixels: 24 accumulators + 4 weight vectors (32 q registers)
+ *   SSE      8 channels x  6 pixels: 12 accumulators + 2 + 1 (16 xmm)
+ *   other    plain C over the same blocks.
+ * Per K step a tile loads NV weight vectors and broadcasts PX pixels for NV*PX FMAs, so the
+ * FMA units, not the loads, set the pace. The vector code is written once with GCC / clang
+ * vector extensions (one native vector each, as in o2e_sparse.h); a*b+c contracts to FMA
+ * under -ffp-contract=fast.
+ *
+ * Weights are rearranged at conversion time to panels of 16 channels, [Mp/16][K][16] with M
+ * zero-padded to Mp, a multiple of 32 (bias likewise): a tile's weights are one or two
+ * sequential streams whatever lane width the build has, and one generated model.c runs with
+ * any of the kernels. The input is packed once per call into tiles of K x PX consecutive
+ * floats (tile q: pixels [q*P/nt, (q+1)*P/nt), balanced so 49 pixels are 9+10+10+10+10 at
+ * AVX-512, never a 1-pixel tile), shared by all threads. Bias and activation are applied to
+ * the tile in registers; the finished tile is then transposed into the NCHW rows by a scalar
+ * copy (the caller picks this path only where K is large enough for that copy to be a small
+ * part of the tile). With a residual, the activation waits for a pass over the finished rows
+ * of a channel tile (add, then activate: compare-and-select, which keeps NaN as the GEMM
+ * epilogue's o2e_act1_ does).
+ * Work units are tiles of channels: independent, split by o2e_parallel_for.
+ * Results do not depend on the split or the thread count.
+ */
+#ifndef O2E_CONV1X1_H
+#define O2E_CONV1X1_H
+
+#include "o2e_gemm.h"
+
+#define O2E_PW_PANEL 16 /* channels per weight panel: part of the converted weight format */
+#define O2E_PW_MALIGN 32 /* M is zero-padded to a multiple of this in weights and bias */
+#define O2E_PW_PXMAX 12  /* widest pixel tile of any build (the scratch is sized for it) */
+#ifndef O2E_PW_KC /* K slice: the slice of a tile's weights stays in L1 (16 or 32 KB) */
+#define O2E_PW_KC 256
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) &&                                              \
+    (defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__) ||                          \
+     (defined(__ARM_NEON) && defined(__aarch64__)))
+#define O2E_PW_VEC 1
+#if defined(__AVX512F__)
+#define O2E_PW_VW 16
+#define O2E_PW_NV 2
+#define O2E_PW_PX 12
+#elif defined(__AVX__)
+#define O2E_PW_VW 8
+#define O2E_PW_NV 2
+#define O2E_PW_PX 6
+#elif defined(__aarch64__)
+#define O2E_PW_VW 4
+#define O2E_PW_NV 4
+#define O2E_PW_PX 6
+#else
+#define O2E_PW_VW 4
+#define O2E_PW_NV 2
+#define O2E_PW_PX 6
+#endif
+typedef float o2e_pwv __attribute__((vector_size(4 * O2E_PW_VW)));
+typedef int32_t o2e_pwi __attribute__((vector_size(4 * O2E_PW_VW)));
+#define O2E_PWV_LOAD(v, p) memcpy(&(v), (p), sizeof(o2e_pwv))
+#define O2E_PWV_STORE(p, v) memcpy((p), &(v), sizeof(o2e_pwv))
+#define O2E_PW_SUB (O2E_PW_VW * O2E_PW_NV) /* channels per tile */
+#else
+#define O2E_PW_VEC 0
+#define O2E_PW_SUB 8
+#define O2E_PW_PX 4
+#endif
+
+typedef struct {
+  const float *x;    /* K x H x W input */
+  const float *w;    /* [Mp / 16][K][16], Mp = M rounded up to 32, zero-padded */
+  float *xp;         /* scratch: K * (P + O2E_PW_PXMAX) floats */
+  float *acc;        /* scratch: (P + O2E_PW_PXMAX) * 32 floats per thread */
+  const float *bias; /* Mp floats (zeros when the layer has none) */
+  const float *res;  /* M x P added before the activation, or NULL; may be y itself */
+  float *y;          /* M x P output */
+  int M, K, P;       /* P = OH * OW output pixels */
+  int HW, W, OW, sh, sw; /* input plane size and width, output width, strides */
+  o2e_act act;
+} o2e_pw_args;
+
+#if O2E_PW_VEC
+/* x < 0 ? s : x, lane by lane, as the scalar o2e_act1_ (a NaN fails the comparison and passes) */
+O2E_GEMM_INL o2e_pwv o2e_pw_sel_(o2e_pwi m, o2e_pwv s, o2e_pwv x) {
+  return (o2e_pwv)(((o2e_pwi)s & m) | ((o2e_pwi)x & ~m));
+}
+
+/* t[p][l] = act(s[p][l] + sum_{k0 <= k < k1} w[k][l] . xp[k][p]) for l < O2E_PW_SUB, p < PN,
+ * where s is bias[l] when bias != NULL (first K slice), else t's partial sums; act only on the
+ * last slice without a residual (act != NULL). Vector v of the tile reads wb[v] + 16 k; xp
+ * has row stride O2E_PW_PX. PN is a constant after inlining, so acc stays in registers. */
+O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const *wb,
+                               const float *xp, const float *bias, const o2e_act *act, float *t) {
+  o2e_pwv acc[O2E_PW_PX][O2E_PW_NV], bv[O2E_PW_NV];
+  int k, p, v;
+  if (bias) {
+#pragma GCC unroll 4
+    for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(bv[v], bias + v * O2E_PW_VW);
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+      for (v = 0; v < O2E_PW_NV; v++) acc[p][v] = bv[v];
+  } else {
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+      for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(acc[p][v], t + p * O2E_PW_SUB + v * O2E_PW_VW);
+  }
+  for (k = k0; k < k1; k++) {
+    o2e_pwv wv[O2E_PW_NV];
+    const float *xk = xp + (size_t)k * O2E_PW_PX;
+#pragma GCC unroll 4
+    for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(wv[v], wb[v] + (size_t)k * O2E_PW_PANEL);
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++) {
+      const float b = xk[p];
+#pragma GCC unroll 4
+      for (v = 0; v < O2E_PW_NV; v++) acc[p][v] += b * wv[v];
+    }
+  }
+  if (act && act->kind) {
+    const o2e_pwv z = {0}, lo = z + act->a, hi = z + act->b;
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+      for (v = 0; v < O2E_PW_NV; v++) {
+        o2e_pwv x = acc[p][v];
+        if (act->kind == 1)
+          x = o2e_pw_sel_(x < z, z, x);
+        else if (act->kind == 2)
+          x = o2e_pw_sel_(x > hi, hi, o2e_pw_sel_(x < lo, lo, x));
+        else
+          x = o2e_pw_sel_(x < z, x * lo, x);
+        acc[p][v] = x;
+      }
+  }
+#pragma GCC unroll 12
+  for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+    for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_STORE(t + p * O2E_PW_SUB + v * O2E_PW_VW, acc[p][v]);
+}
+
+O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb, const float *xp,
+                                  const float *bias, const o2e_act *act, float *t) {
+  switch (pn) { /* one register-resident copy per width */
+#if O2E_PW_PX > 6
+  case 12: o2e_pw_tile_(12, k0, k1, wb, xp, bias, act, t); return;
+  case 11: o2e_pw_tile_(11, k0, k1, wb, xp, bias, act, t); return;
+  case 10: o2e_pw_tile_(10, k0, k1, wb, xp, bias, act, t); return;
+  case 9: o2e_pw_tile_(9, k0, k1, wb, xp, bias, act, t); return;
+  case 8: o2e_pw_tile_(8, k0, k1, wb, xp, bias, act, t); return;
+  case 7: o2e_pw_tile_(7, k0, k1, wb, xp, bias, act, t); return;
+#endif
+  case 6: o2e_pw_tile_(6, k0, k1, wb, xp, bias, act, t); return;
+  case 5: o2e_pw_tile_(5, k0, k1, wb, xp, bias, act, t); return;
+  case 4: o2e_pw_tile_(4, k0, k1, wb, xp, bias, act, t); return;
+  case 3: o2e_pw_tile_(3, k0, k1, wb, xp, bias, act, t); return;
+  case 2: o2e_pw_tile_(2, k0, k1, wb, xp, bias, act, t); return;
+  default: o2e_pw_tile_(1, k0, k1, wb, xp, bias, act, t); return;
+  }
+}
+#else
+O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb,
+                                  const float *xp, const float *bias, const o2e_act *act,
+                                  float *t) {
+  int k, p, l;
+  if (bias)
+    for (p = 0; p < pn; p++)
+      for (l = 0; l < O2E_PW_SUB; l++) t[p * O2E_PW_SUB + l] = bias[l];
+  for (k = k0; k < k1; k++)
+    for (p = 0; p < pn; p++) {
+      const float b = xp[(size_t)k * O2E_PW_PX + p];
+      for (l = 0; l < O2E_PW_SUB; l++) t[p * O2E_PW_SUB + l] += b * wb[0][(size_t)k * O2E_PW_PANEL + l];
+    }
+  if (act)
+    for (k = 0; k < pn * O2E_PW_SUB; k++) t[k] = o2e_act1_(t[k], *act);
+}
+#endif
+
+/* Balanced pixel tiles: tile q covers [q*P/nt, (q+1)*P/nt). */
+O2E_GEMM_INL int o2e_pw_ntiles_(int P) { return (P + O2E_PW_PX - 1) / O2E_PW_PX; }
+
+/* y[l][p] = t[p][l] for l < nl, p < pn (y row stride P). */
+O2E_GEMM_FN void o2e_pw_store_(const float *restrict t, int nl, int pn, float *restrict y, int P) {
+  int l, p;
+  for (l = 0; l < nl; l++)
+    for (p = 0; p < pn; p++) y[(size_t)l * P + p] = t[p * O2E_PW_SUB + l];
+}
+
+/* y[l][p] = act(y[l][p] + r[l][p]) over whole rows (l < nl, p < P): contiguous, so the
+ * compiler vectorises it (compare and blend, which keep NaN as o2e_act1_ does). r may be y
+ * itself (each element is read before it is written), so neither pointer is restrict. */
+O2E_GEMM_FN void o2e_pw_residual_(int nl, int P, const float *r, float *y, o2e_act act) {
+  const float lo = act.a, hi = act.b;
+  const size_t n = (size_t)nl * P;
+  size_t i;
+  switch (act.kind) {
+  case 0:
+    for (i = 0; i < n; i++) y[i] = y[i] + r[i];
+    break;
+  case 1:
+    for (i = 0; i < n; i++) {
+      const float v = y[i] + r[i];
+      y[i] = v < 0.0f ? 0.0f : v;
+    }
+    break;
+  case 2:
+    for (i = 0; i < n; i++) {
+      float v = y[i] + r[i];
+      v = v < lo ? lo : v;
+      y[i] = v > hi ? hi : v;
+    }
+    break;
+  default:
+    for (i = 0; i < n; i++) {
+      const float v = y[i] + r[i];
+      y[i] = v < 0.0f ? v * lo : v;
+    }
+  }
+}
+
+/* Tiles [u0, u1): tile u covers channels [u * O2E_PW_SUB, (u + 1) * O2E_PW_SUB), all pixels.
+ * K is cut into O2E_PW_KC slices so that the tile's weights of a slice stay in L1 while every
+ * pixel tile streams past them (as the GEMM's KC); partial sums wait in this thread's part of
+ * a->acc, one PX x SUB block per pixel tile. */
+O2E_GEMM_FN void o2e_pw_units_(void *arg, int u0, int u1) {
+  const o2e_pw_args *a = (const o2e_pw_args *)arg;
+  const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P);
+  float *acc = a->acc + (size_t)o2e_parallel_thread() * nt * O2E_PW_PX * O2E_PW_SUB;
+  const float *wb[O2E_PW_SUB / 4 + 1];
+  int u, q, v, k0;
+  for (u = u0; u < u1; u++) {
+    const int m0 = u * O2E_PW_SUB, nl = a->M - m0 < O2E_PW_SUB ? a->M - m0 : O2E_PW_SUB;
+    if (nl <= 0) continue; /* wholly in the zero padding past M */
+    for (v = 0; v * 4 < O2E_PW_SUB; v++) { /* the panel row of each group of 4 lanes */
+      const int c = m0 + 4 * v;
+      wb[v] = a->w + (size_t)(c / O2E_PW_PANEL) * K * O2E_PW_PANEL + c % O2E_PW_PANEL;
+    }
+#if O2E_PW_VEC
+    for (v = 0; v < O2E_PW_NV; v++) wb[v] = wb[v * O2E_PW_VW / 4];
+#endif
+    for (k0 = 0; k0 < K; k0 += O2E_PW_KC) {
+      const int k1 = K - k0 > O2E_PW_KC ? k0 + O2E_PW_KC : K, last = k1 == K;
+      for (q = 0; q < nt; q++) {
+        const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
+        float *t = acc + (size_t)q * O2E_PW_PX * O2E_PW_SUB;
+        o2e_pw_tile_any_(pn, k0, k1, wb, a->xp + (size_t)q * K * O2E_PW_PX,
+                         k0 ? NULL : a->bias + m0, last && !a->res ? &a->act : NULL, t);
+        if (!last) continue;
+        o2e_pw_store_(t, nl, pn, a->y + (size_t)m0 * P + p0, P); /* transpose into NCHW rows */
+      }
+    }
+    if (a->res) /* rows m0 .. m0 + nl are complete: add the residual, then the activation */
+      o2e_pw_residual_(nl, P, a->res + (size_t)m0 * P, a->y + (size_t)m0 * P, a->act);
+  }
+}
+
+/* One image: packs the input into pixel tiles, then runs every tile of channels (on the
+ * thread pool when `threaded`, which the converter sets for layers worth the hand-off). */
+O2E_GEMM_FN void o2e_conv1x1_lanes(const o2e_pw_args *a, int threaded) {
+  const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P);
+  const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
+  int q, k, p;
+  for (q = 0; q < nt; q++) {
+    const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
+    float *d = a->xp + (size_t)q * K * O2E_PW_PX;
+    size_t off[O2E_PW_PX]; /* input offset of each pixel of the tile (strided: subsampled) */
+    for (p = 0; p < pn; p++)
+      off[p] = (size_t)((p0 + p) / a->OW) * a->sh * a->W + (size_t)((p0 + p) % a->OW) * a->sw;
+    for (k = 0; k < K; k++) {
+      const float *xk = a->x + (size_t)k * a->HW;
+      for (p = 0; p < pn; p++) d[(size_t)k * O2E_PW_PX + p] = xk[off[p]];
+    }
+  }
+  if (threaded)
+    o2e_parallel_for(units, o2e_pw_units_, (void *)a);
+  else
+    o2e_pw_units_((void *)a, 0, units);
+}
+
+#endif /* O2E_CONV1X1_H */

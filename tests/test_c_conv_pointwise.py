@@ -1,0 +1,129 @@
+"""1x1 convolutions on narrow maps, output channels in the lanes (ops/conv_pointwise.py,
+runtime/o2e_conv1x1.h), at every ISA the C backend emits: x86-64-v2 (SSE vectors), x86-64-v3
+(AVX2: 16 lanes x 6 pixels), native (AVX-512: 32 x 12) and aarch64 (NEON, under qemu).
+
+One model holds every edge of the kernel: M not a multiple of the 8 / 16 / 32-channel tiles
+(40, 33), pixel counts below one tile (3x3), between tiles (7x7: balanced tiles) and at the
+path's limit (8x8), K across several K slices (O2E_PW_KC = 256: K = 600), strides 2 and 3
+(the input subsampled while packing), a residual add followed by Clip, no bias, a batch of 2,
+and an activation the tile cannot apply (Sigmoid: a separate pass). NaN / Inf handling is in test_c_isa.py's kernel-path test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2edge import api
+from onnx2edge.runtime import ort_run
+from onnx2edge.verify import compare
+
+from conftest import ALL_ISAS, ASAN, make_model, save, tensor, vi
+
+LABEL = "Conv: 1x1 on a narrow map (output channels in lanes)"
+
+
+def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray], int]:
+    rng = np.random.default_rng(11)
+    nodes, ins, outs, inits, feeds = [], [], [], [], {}
+    # name: (N, K, M, H, W, stride, bias, residual, activation); H x W is the output map
+    cases = {
+        "a": (1, 128, 40, 7, 7, 1, True, False, "Relu"),
+        "b": (2, 600, 33, 3, 3, 1, False, False, None),
+        "c": (1, 160, 96, 8, 8, 1, True, True, "Clip"),
+        "d": (1, 256, 64, 7, 7, 1, True, False, "Sigmoid"),
+        "e": (1, 300, 70, 5, 5, 1, True, False, "LeakyRelu"),
+        "f": (1, 256, 48, 7, 7, 2, True, False, "Relu"),  # ResNet50's res5a downsample: 14 -> 7
+        "g": (2, 200, 32, 3, 4, 3, True, True, None),  # stride 3 on 9x11: 3x4
+    }
+    for name, (N, K, M, H, W, s, has_b, res, act) in cases.items():
+        ih, iw = (H - 1) * s + 1 + (s > 1), (W - 1) * s + 1 + (s > 2)  # uneven leftovers
+        x = rng.standard_normal((N, K, ih, iw)).astype(np.float32)
+        w = (rng.standard_normal((M, K, 1, 1)) / np.sqrt(K)).astype(np.float32)
+        feeds[f"x{name}"] = x
+        ins.append(vi(f"x{name}", [N, K, ih, iw]))
+        inits.append(tensor(f"w{name}", w))
+        conv_in = [f"x{name}", f"w{name}"]
+        if has_b:
+            inits.append(tensor(f"b{name}", rng.standard_normal(M).astype(np.float32)))
+            conv_in.append(f"b{name}")
+        cur = f"c{name}"
+        nodes.append(helper.make_node("Conv", conv_in, [cur], kernel_shape=[1, 1], strides=[s, s]))
+        if res:
+            feeds[f"r{name}"] = rng.standard_normal((N, M, H, W)).astype(np.float32) * 3
+            ins.append(vi(f"r{name}", [N, M, H, W]))
+            nodes.append(helper.make_node("Add", [cur, f"r{name}"], [f"s{name}"]))
+            cur = f"s{name}"
+        if act == "Clip":
+            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"y{name}"]))
+        elif act == "LeakyRelu":
+            nodes.append(helper.make_node(act, [cur], [f"y{name}"], alpha=0.2))
+        elif act:
+            nodes.append(helper.make_node(act, [cur], [f"y{name}"]))
+        else:
+            nodes.append(helper.make_node("Identity", [cur], [f"y{name}"]))
+        outs.append(vi(f"y{name}", [N, M, H, W]))
+    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "pw.onnx")
+    return path, feeds, len(cases)
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_pointwise_lanes_matches_onnxruntime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str
+) -> None:
+
+    path, feeds, n = _model(tmp_path)
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get(LABEL) == n, kernels  # every case takes the path
+    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"],
+        ["-O2", "-DO2E_THREADS=2", "-pthread"],
+    ],
+    ids=["native_asan_3threads", "portable_2threads"],
+)
+def test_pointwise_lanes_threads_and_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    """Split across threads (each with its own partial-sum slot), under ASan / UBSan: the
+    padded weight and bias reads stay inside their arrays, and the results do not change."""
+    import json
+
+    from onnx2edge.backends.c.build import build_executable, run_executable
+    from onnx2edge.backends.c.ops import pool2d
+
+    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
+    path, feeds, _ = _model(tmp_path)
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    io = json.loads((out / "onnx2edge.json").read_text())
+    got = run_executable(build_executable(out, flags, "t"), io, feeds, tmp_path)
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+def test_wider_maps_and_small_k_keep_the_gemm(tmp_path: Path) -> None:
+    """14x14 maps (the GEMM's strips are full there) and K < MIN_K stay on the packed GEMM."""
+    rng = np.random.default_rng(3)
+    nodes, ins, outs, inits = [], [], [], []
+    for name, (K, H) in {"wide": (256, 14), "thin": (64, 7)}.items():
+        inits.append(tensor(f"w{name}", rng.standard_normal((64, K, 1, 1)).astype(np.float32)))
+        ins.append(vi(f"x{name}", [1, K, H, H]))
+        nodes.append(helper.make_node("Conv", [f"x{name}", f"w{name}"], [f"y{name}"]))
+        outs.append(vi(f"y{name}", [1, 64, H, H]))
+    path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "g.onnx")
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels == {"Conv: 1x1 as GEMM": 2}, kernels
