@@ -1,5 +1,5 @@
 """Direct convolution for few output channels (backends/c/ops/conv_direct.py) and ConvTranspose
-by sub-pixel phases (ops/nn.py _convtranspose_phases), against onnxruntime.
+by sub-pixel phases (ops/conv_transpose.py _convtranspose_phases), against onnxruntime.
 
 Two ONNX models hold the cases. Conv: output channels 1 to 18 (one to five passes), kernels
 1x1 to 9x9 with dilations, symmetric, asymmetric and huge pads, widths that leave full and
@@ -22,7 +22,7 @@ from onnx import helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_executable, run_executable
-from onnx2edge.backends.c.ops import conv_direct, nn, pool2d
+from onnx2edge.backends.c.ops import conv_direct, conv_transpose, pool2d
 from onnx2edge.runtime import ort_run
 
 from conftest import ASAN, NATIVE, make_model, save, tensor, vi
@@ -239,7 +239,7 @@ def test_direct_conv_matches_onnxruntime(
 
 DECONV_BUILDS = {
     # name: (gcc flags, parallel threshold, row block bytes)
-    "portable": (["-O2"], pool2d.PAR_MIN_WORK, nn.DECONV_BLOCK_BYTES),
+    "portable": (["-O2"], pool2d.PAR_MIN_WORK, conv_transpose.DECONV_BLOCK_BYTES),
     "native_2threads": ([*NATIVE, "-DO2E_THREADS=2", "-pthread"], 0, 3000),  # many blocks, tails
     "native_asan_3threads": (["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"], 0, 3000),
 }
@@ -251,7 +251,7 @@ def test_deconv_phases_match_onnxruntime(
 ) -> None:
     flags, par_min, block_bytes = DECONV_BUILDS[build]
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", par_min)
-    monkeypatch.setattr(nn, "DECONV_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(conv_transpose, "DECONV_BLOCK_BYTES", block_bytes)
     kernels = _check(deconv_model, flags, build, tmp_path)
     # all but the dilated one
     assert (
@@ -329,7 +329,7 @@ def test_passes_split_output_channels_evenly() -> None:
     ],
 )
 def test_deconv_phase_taps(k: int, s: int, p: int, out: int, phases: list) -> None:
-    assert [nn._deconv_phase(k, s, p, r, out) for r in range(s)] == phases
+    assert [conv_transpose._deconv_phase(k, s, p, r, out) for r in range(s)] == phases
 
 
 def test_deconv_phase_taps_reproduce_the_scatter() -> None:
@@ -352,7 +352,7 @@ def test_deconv_phase_taps_reproduce_the_scatter() -> None:
                     ref[o] += x[i] * w[t]
         got = np.zeros(out)
         for r in range(s):
-            taps, d0, q = nn._deconv_phase(k, s, p, r, out)
+            taps, d0, q = conv_transpose._deconv_phase(k, s, p, r, out)
             for qq in range(q):
                 got[s * qq + r] = sum(
                     w[t] * x[qq + d0 + u] for u, t in enumerate(taps) if 0 <= qq + d0 + u < n

@@ -483,7 +483,7 @@ def test_fused_relu_on_integer_add(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint32", "uint64"])
 def test_integer_matmul(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
-    """quant.integer_matmul, which nn.py's MatMul can hand integer inputs to (numpy.matmul)."""
+    """quant.integer_matmul, which matmul.py's MatMul can hand integer inputs to (numpy.matmul)."""
     from onnx2edge.backends.c.ops import C_OPS, OpSpec, load_all
     from onnx2edge.backends.c.ops.quant import integer_matmul
 

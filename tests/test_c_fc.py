@@ -1,4 +1,4 @@
-"""Fully connected layers at batch 1 (backends/c/ops/nn.py `_fc_gemv`): the layout that skips
+"""Fully connected layers at batch 1 (backends/c/ops/matmul.py `_fc_gemv`): the layout that skips
 zero inputs (o2e_fc_skip_zeros) against onnxruntime - inputs after a ReLU, all-zero inputs,
 NaN and infinity propagation, fused activations, threads - and when the packed GEMV stays."""
 

@@ -1,4 +1,4 @@
-"""Fast 2-D window kernels (ops/pool2d.py, the depthwise and im2col paths of ops/nn.py) and the
+"""Fast 2-D window kernels (ops/pool2d.py, ops/conv_depthwise.py and the im2col path of ops/conv_gemm.py) and the
 generic `o2e_parallel_for` of runtime/o2e_gemm.h.
 
 One ONNX model holds every case (pooling and depthwise geometries with padding, strides,
@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_executable, run_executable
-from onnx2edge.backends.c.ops import nn, pool2d
+from onnx2edge.backends.c.ops import conv_gemm, pool2d
 from onnx2edge.runtime import ort_run
 
 from conftest import ASAN, AVX2, NATIVE, make_model, save, tensor, vi
@@ -139,8 +139,8 @@ def _convert(
     path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, *, par_min: int, block_bytes: int
 ) -> dict:
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", par_min)
-    monkeypatch.setattr(nn, "IM2COL_BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(nn, "IM2COL_MIN_COLS", 1)
+    monkeypatch.setattr(conv_gemm, "IM2COL_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(conv_gemm, "IM2COL_MIN_COLS", 1)
     res = api.convert(path, "c", out)
     assert res.stats["kernels"].get("MaxPool: 2-D phase planes", 0) > 0, res.stats["kernels"]
     assert res.stats["kernels"].get("Conv: depthwise direct", 0) > 0, res.stats["kernels"]
@@ -149,9 +149,9 @@ def _convert(
 
 BUILDS = {
     # name: (gcc flags, parallel threshold, im2col block bytes)
-    "portable_serial": (["-O2"], pool2d.PAR_MIN_WORK, nn.IM2COL_BLOCK_BYTES),
+    "portable_serial": (["-O2"], pool2d.PAR_MIN_WORK, conv_gemm.IM2COL_BLOCK_BYTES),
     "native_2threads": ([*NATIVE, "-DO2E_THREADS=2", "-pthread"], 0, 2000),
-    "avx2_serial": (AVX2, pool2d.PAR_MIN_WORK, nn.IM2COL_BLOCK_BYTES),
+    "avx2_serial": (AVX2, pool2d.PAR_MIN_WORK, conv_gemm.IM2COL_BLOCK_BYTES),
     "avx2_asan_2threads": (["-march=x86-64-v3", *ASAN, "-DO2E_THREADS=2", "-pthread"], 0, 2000),
     "native_asan_3threads": (["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"], 0, 2000),
     "portable_asan_serial": ([*ASAN], 0, 2000),
@@ -330,7 +330,7 @@ def test_single_op_model_builds_strict(
 
 
 def test_float32_only_and_indices_keep_the_generic_loop(tmp_path: Path) -> None:
-    """MaxPool with Indices, LpPool, 1-D / 3-D pooling and double stay on nn.py's N-d loop."""
+    """MaxPool with Indices, LpPool, 1-D / 3-D pooling and double stay on pool.py's N-d loop."""
     cases = [
         (
             helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2]),

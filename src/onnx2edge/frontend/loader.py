@@ -18,7 +18,13 @@ from onnx import external_data_helper
 from ..errors import Onnx2EdgeError, UnsupportedError
 from ..fsutil import resolve_inside
 from ..ir import Graph
+from ..ir.onnx_shapes import infer_shapes as infer_shapes  # re-exported: edit/, tests
+from ..ir.onnx_shapes import skeleton
 from ..ir.proto import graph_from_model
+from ..passes import infer_shapes as infer_shapes_pass
+from ..passes.control_flow import check_if_selects, select_runtime_if
+from ..passes.lower_contrib import LOWERINGS, lower_contrib
+from ..passes.specialise import dynamic_tensors, observe_shapes, specialise
 from .validate import check_consistency
 
 MIN_OPSET = 7
@@ -84,8 +90,6 @@ def _check_ops(model: onnx.ModelProto, source: Path, opset: int) -> None:
             bad.append(f"{label}: unknown domain")
             continue
         if domain == "com.microsoft":
-            from ..passes.lower_contrib import LOWERINGS
-
             if n.op_type not in LOWERINGS:
                 bad.append(f"{label}: onnxruntime contrib op not supported by onnx2edge")
             continue
@@ -437,67 +441,6 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def skeleton(model: onnx.ModelProto, max_elements: int = 64) -> onnx.ModelProto:
-    """The model without its large weights: they become typed graph inputs.
-
-    Shape inference and the checker need only their types; serialising hundreds of MB of
-    weights through protobuf for them is what made conversion of big models slow.
-    """
-    from onnx import helper
-
-    m = onnx.ModelProto()
-    for f in (
-        "ir_version",
-        "producer_name",
-        "producer_version",
-        "domain",
-        "model_version",
-        "doc_string",
-    ):
-        if model.HasField(f):
-            setattr(m, f, getattr(model, f))
-    m.opset_import.extend(model.opset_import)
-    m.metadata_props.extend(model.metadata_props)
-    m.functions.extend(model.functions)
-    g, src = m.graph, model.graph
-    g.name = src.name
-    g.node.extend(src.node)
-    g.output.extend(src.output)
-    g.value_info.extend(src.value_info)
-    g.sparse_initializer.extend(src.sparse_initializer)
-    listed = {vi.name for vi in src.input}
-    g.input.extend(src.input)
-    for t in src.initializer:
-        # External tensors are never kept: their data is not loaded (the frontend maps it).
-        small = int(np.prod(t.dims, dtype=np.int64)) <= max_elements
-        if small and not external_data_helper.uses_external_data(t):
-            g.initializer.append(t)
-        elif t.name not in listed:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return m
-
-
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnx's shape inference with data propagation (folds Shape->Gather->... dims).
-
-    Runs on the weightless skeleton and copies the inferred shapes back."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(
-            skeleton(model), check_type=False, strict_mode=False, data_prop=True
-        )
-    except Exception as e:  # noqa: BLE001 - onnx raises several unrelated types here
-        raise Onnx2EdgeError(f"shape inference failed: {str(e).splitlines()[0]}") from e
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.value_info[:]
-    out.graph.value_info.extend(inferred.graph.value_info)
-    by_name = {o.name: o for o in inferred.graph.output}
-    for o in out.graph.output:
-        if o.name in by_name:
-            o.CopyFrom(by_name[o.name])
-    return out
-
-
 def strip_output_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
     """Declared output shapes are hints (exporters get them wrong: a declared [1, seqlen] that
     is really [32, 1, 8210]); drop them so inference decides, keep them to report conflicts."""
@@ -586,11 +529,6 @@ def load(
     """The whole frontend: file -> checked model -> fixed inputs and static input shapes ->
     IR -> contrib ops lowered -> static specialisation (fold + infer to a fixed point, control
     flow inlined) -> shapes checked against onnxruntime."""
-    from ..passes import infer_shapes as infer_shapes_pass
-    from ..passes.control_flow import check_if_selects, select_runtime_if
-    from ..passes.lower_contrib import lower_contrib
-    from ..passes.specialise import dynamic_tensors, observe_shapes, specialise
-
     # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
     # neither copied into the protobuf nor copied again with every ModelProto copy below.
     base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent

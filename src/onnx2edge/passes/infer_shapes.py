@@ -4,14 +4,13 @@ shape tensors become static)."""
 from __future__ import annotations
 
 from ..ir import Graph, Value
+from ..ir.onnx_shapes import infer_shapes as onnx_infer
 from ..ir.proto import graph_from_model, model_from_graph
 from .registry import register_pass
 
 
 @register_pass("infer_shapes", after=("fold_constants",))
 def infer_shapes(graph: Graph) -> Graph:
-    from ..frontend.loader import infer_shapes as onnx_infer
-
     # Drop the old intermediate shapes so inference cannot be contradicted by stale ones.
     keep = set(graph.inputs) | set(graph.outputs)
     bare = graph.replace(values={k: v for k, v in graph.values.items() if k in keep})

@@ -24,6 +24,7 @@ from ...errors import UnsupportedError
 from ...ir import Graph, Node
 from ...ir.proto import release_pages
 from ...semantics.fused import base_op, is_fused
+from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
 
@@ -255,8 +256,6 @@ class ModelEmitter:
         weights_file: bool | None = None,
         optimize: str = "speed",
     ) -> None:
-        from .ops import load_all
-
         self.graph = graph
         self.prefix = prefix
         self.ops = load_all()

@@ -37,8 +37,8 @@ import zlib
 
 import numpy as np
 
-from ....passes.fuse_activation import Activation
-from ....passes.fuse_residual import has_residual
+from ....semantics.activations import Activation
+from ....semantics.fused import has_residual
 from ..emitter import NodeContext, Tensor
 from . import pool2d
 from .common import act_expr, fused_act, specialised_conv_ok

@@ -2,7 +2,7 @@
 output on maps at least 12 pixels wide: Inception-v3's 1x7 / 7x1 (17x17) and 5x5 (35x35)
 layers, NIN's 5x5, AlexNet's grouped layers, ResNet's 3x3 / 2 downsampling layers.
 
-There the implicit GEMM (nn.py) loses a fifth of its time to packing B - the column matrix
+There the implicit GEMM (conv_gemm.py) loses a fifth of its time to packing B - the column matrix
 has kh·kw copies of every input - and its 48-column strips fit a 289-pixel map badly. Here
 nothing is packed: 32 output channels x P <= 12 consecutive output pixels of one row are 2·P
 accumulators that stay in AVX-512 registers for the whole C x kh x kw loop; each tap loads
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....passes.fuse_residual import has_residual
+from ....semantics.fused import has_residual
 from ..emitter import NodeContext, Tensor
 from . import pool2d
 from .common import act_expr, fused_act, specialised_conv_ok

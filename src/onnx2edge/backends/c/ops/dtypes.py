@@ -35,7 +35,7 @@ allow_storage_dtypes(
     "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Pad", "CenterCropPad", "Shape", "Size",
     "Gather", "GatherElements", "GatherND", "Compress", "ReverseSequence", "Trilu",
 )  # fmt: skip
-# nn.py's pooling loads and stores through load_expr / store_expr
+# pool.py's pooling loads and stores through load_expr / store_expr
 allow_storage_dtypes(
     "MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"
 )

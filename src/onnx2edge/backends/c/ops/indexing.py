@@ -20,7 +20,7 @@ from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import norm_axis, strides
 from .dtypes import allow_storage_dtypes, compute_ctype, is_storage, load_expr, store_expr
-from .shape import copy_code, nest
+from .loops import copy_code, nest
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import numpy as np
 from ....ir import Graph, Node
 from ..emitter import NodeContext, Tensor
 from . import register_op
+from .checks import float_input
 from .common import strides
-from .norm import float_input
 
 
 # --------------------------------------------------------------------------------------------

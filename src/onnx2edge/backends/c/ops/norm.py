@@ -21,16 +21,10 @@ from ....semantics.attrs import attr, epsilon
 from ....semantics.batchnorm import bn_affine
 from ..emitter import NodeContext, Tensor, c_literal
 from . import pool2d, register_op
+from .checks import float_input
 from .common import act_expr, broadcast_strides, fused_act, norm_axis, strides
 from .gemm import _use_engine
-from .reduce import along, dim_runs, loops, offset_expr, split_axis
-
-
-def float_input(node: Node, graph: Graph) -> str | None:
-    t = graph.type_of(node.inputs[0])
-    if t is not None and t.dtype not in (np.float32, np.float64):
-        return f"{node.op_type} on {t.dtype.name} is not supported (float32 and float64 only)"
-    return None
+from .loops import along, dim_runs, loops, offset_expr, split_axis
 
 
 def bcast_index(t_shape: tuple[int, ...], shape: tuple[int, ...], axis: int, o: str, j: str) -> str:

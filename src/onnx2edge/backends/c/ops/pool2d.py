@@ -1,5 +1,5 @@
 """Fast 2-D window kernels for float32 NCHW: MaxPool, AveragePool, GlobalAveragePool, and the
-plane machinery the depthwise convolution (nn.py) shares with them.
+plane machinery the depthwise convolution (conv_depthwise.py) shares with them.
 
 Every output of a k x k window op with stride s reads x[oh·s + i·d][ow·s + j·d]. A direct loop
 needs a bounds check per tap and, for s > 1, strided loads that do not vectorise. Instead each
@@ -20,7 +20,7 @@ process a range of planes, so `o2e_parallel_for` (runtime/o2e_gemm.h) can split 
 across threads when the model is built with -DO2E_THREADS=n; each thread then works in its own
 scratch slot. Small ops stay on the calling thread: handing work to the pool costs microseconds.
 
-Pooling semantics follow the ONNX MaxPool / AveragePool specs as the generic N-d loop of nn.py
+Pooling semantics follow the ONNX MaxPool / AveragePool specs as the generic N-d loop of pool.py
 implements them: AveragePool divides by the number of taps inside the input
 (count_include_pad=0) or inside the padded extent (count_include_pad=1), summing the taps in
 the same row-major order; MaxPool ignores padding. MaxPool with the Indices output, LpPool,
@@ -33,6 +33,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ....semantics.attrs import attr
+from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
 from .gemm import MAX_THREADS, _use_engine
 
@@ -494,8 +496,6 @@ def _divisors(
 
 def pool(ctx: NodeContext) -> str | None:
     """MaxPool / AveragePool on float32 NCHW with phase planes, or None (use the generic loop)."""
-    from .nn import conv_pads  # nn.py imports this module
-
     x, y = ctx.x(0), ctx.y(0)
     op = ctx.node.op_type
     if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:
@@ -504,10 +504,8 @@ def pool(ctx: NodeContext) -> str | None:
         return None
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
-    kh, kw = (int(v) for v in ctx.attr("kernel_shape"))
-    sh, sw = (int(v) for v in ctx.attr("strides", [1, 1]))
-    dh, dw = (int(v) for v in ctx.attr("dilations", [1, 1]))
-    pads = conv_pads(ctx.node, (H, W), (OH, OW), [kh, kw], [sh, sw], [dh, dw])
+    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
+    (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
     if min(pads) < 0:
         return None
     name = _pool_kernel(ctx, op, kh, kw, sh, sw, dh, dw)
@@ -529,7 +527,7 @@ def pool(ctx: NodeContext) -> str | None:
         "WQ": str(WQ),
     }
     if op == "AveragePool":
-        inc = bool(int(ctx.attr("count_include_pad", 0)))
+        inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
         dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
         dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
         # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)

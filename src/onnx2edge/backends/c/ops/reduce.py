@@ -16,6 +16,7 @@ from ....ir import Graph, Node
 from ..emitter import NodeContext, Tensor
 from . import register_op
 from .common import norm_axis, strides
+from .loops import along, dim_runs, loops, offset_expr, split_axis
 
 REDUCE_OPS = (
     "ReduceSum",
@@ -49,16 +50,6 @@ INT_MAX = {
     "uint32_t": "UINT32_MAX",
     "uint64_t": "UINT64_MAX",
 }
-
-
-def split_axis(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
-    """(outer, n, inner): the sizes before, at and after `axis` of a row-major tensor."""
-    return int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
-
-
-def along(i: str, stride: int) -> str:
-    """The offset of index `i` along a dim of `stride` (no `* 1` in generated code)."""
-    return i if stride == 1 else f"({i}) * {stride}" if " " in i else f"{i} * {stride}"
 
 
 def runtime_axis_split(axis_sym: str, shape: tuple[int, ...]) -> str:
@@ -180,35 +171,6 @@ def _reduce_check(node: Node, graph: Graph) -> str | None:
     if kind not in "fiub":
         return f"{node.op_type} on {t.dtype.name} is not supported"
     return None
-
-
-def dim_runs(shape: tuple[int, ...], reduced: set[int]) -> list[tuple[bool, int, int]]:
-    """(is_reduced, size, stride) runs of adjacent dims of one kind; size-1 dims dropped.
-
-    Adjacent dims of a row-major tensor merge into one dim, so a run is one loop.
-    """
-    st = strides(shape)
-    runs: list[tuple[bool, int, int]] = []
-    for d, n in enumerate(shape):
-        if n == 1:
-            continue
-        red = d in reduced
-        if runs and runs[-1][0] == red and runs[-1][2] == st[d] * n:
-            runs[-1] = (red, runs[-1][1] * n, st[d])
-        else:
-            runs.append((red, n, st[d]))
-    return runs
-
-
-def offset_expr(idx: list[str], sts: list[int]) -> str:
-    terms = [i if s == 1 else f"{i} * {s}" for i, s in zip(idx, sts, strict=True)]
-    return " + ".join(terms) or "0"
-
-
-def loops(idx: list[str], sizes: list[int], indent: str = "") -> list[str]:
-    return [
-        f"{indent}for (size_t {i} = 0; {i} < {n}; ++{i})" for i, n in zip(idx, sizes, strict=True)
-    ]
 
 
 def _reduce_static(x: Tensor, y: Tensor, fold: Fold, reduced: list[int]) -> str:

@@ -17,12 +17,7 @@ from ....ir import Graph, Node
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import elementwise, merge_dims, norm_axis, strides
-
-
-def copy_code(dst: str, src: str, nbytes: int) -> str:
-    if nbytes == 0:
-        return "/* empty */"
-    return f"if ((const void *){dst} != (const void *){src}) memmove({dst}, {src}, {nbytes});"
+from .loops import copy_code, nest
 
 
 def _has(node: Node, i: int) -> bool:
@@ -220,28 +215,6 @@ def slice_(ctx: NodeContext) -> str:
             f"{y.sym}[o++] = {x.sym}[p];",
         )
     )
-    return "\n".join(lines)
-
-
-def nest(shape: tuple[int, ...], term, stmt: str) -> str:  # noqa: ANN001
-    """Nested loops over `shape` (i0, i1, ...); level d adds term(d, "i<d>") to a running signed
-    source offset, `p` at the innermost level. `stmt` runs there (it may keep a running output
-    index `o`, declared here)."""
-    r = len(shape)
-    lines = ["size_t o = 0;"]
-    if r == 0:
-        lines.append("const int64_t p = 0;")
-    for d, n in enumerate(shape):
-        prev = f"p{d - 1} + " if d else ""
-        name = "p" if d == r - 1 else f"p{d}"
-        t = term(d, f"i{d}")
-        t = t.removesuffix(" * 1")
-        if t == "0" and d:
-            prev, t = f"p{d - 1}", ""
-        lines.append("  " * d + f"for (size_t i{d} = 0; i{d} < {n}; ++i{d}) {{")
-        lines.append("  " * (d + 1) + f"const int64_t {name} = {prev}{t};")
-    lines.append("  " * r + stmt)
-    lines += ["  " * d + "}" for d in reversed(range(r))]
     return "\n".join(lines)
 
 

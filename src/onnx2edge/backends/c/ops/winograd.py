@@ -44,8 +44,8 @@ from fractions import Fraction
 import numpy as np
 
 from ....ir import Graph, Node
-from ....passes.fuse_activation import Activation
-from ....passes.fuse_residual import has_residual
+from ....semantics.activations import Activation
+from ....semantics.fused import has_residual
 from ..emitter import NodeContext, Tensor
 from ..gemm_pack import sgemm_workspace_bytes
 from .common import act_expr, fused_act, specialised_conv_ok
