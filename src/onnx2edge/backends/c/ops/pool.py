@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
-from ....semantics.attrs import attrs
+from ....semantics.attrs import attr, attrs
 from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
 from . import pool2d, register_op
@@ -77,7 +77,7 @@ def pool(ctx: NodeContext) -> str:
     if op == "MaxPool":
         # the first maximum wins; storage_order 1 numbers the indices column-major (MaxPool spec)
         idx = off
-        if int(ctx.attr("storage_order", 0)):
+        if int(attr(ctx.node, "storage_order", ctx.graph.opset)):
             idx = f"i{nsp - 1}"
             for d in reversed(range(nsp - 1)):
                 idx = f"({idx} * {in_sp[d]} + i{d})"
@@ -124,7 +124,7 @@ def global_pool(ctx: NodeContext) -> str:
     elif op == "GlobalMaxPool":  # NaN propagates from the first element, as in the reference
         body, res = "if (i == 0 || v > acc) acc = v;", "acc"
     else:
-        p = int(ctx.attr("p", 2))
+        p = int(attr(ctx.node, "p", ctx.graph.opset))
         body, res = f"acc += pow{F}(fabs{F}(v), {p});", f"pow{F}(acc, ({ct})1 / {p})"
     init = "-INFINITY" if op == "GlobalMaxPool" and ct in FLOAT else "0"
     return f"""for (int nc = 0; nc < {NC}; ++nc) {{
