@@ -1,5 +1,5 @@
 """docs/pruning.md's measurements: the digits MLP (examples/train_digits_mlp.py) at each sparsity,
-batch 1 and 360: our sparse build, our dense build (ONNX2EDGE_SPARSE=off) and onnxruntime dense
+batch 1 and 360: our sparse build, our dense build (--kernels sparse=off) and onnxruntime dense
 on the same pruned model, each pair timed in the same run by the bench harness (medians, one
 thread); then MobileNet v1 (bench zoo) with its 1x1 convolutions pruned per layer.
 
@@ -20,8 +20,8 @@ import onnx
 def _bench(path: Path, shape: dict | None, mode: str) -> dict:
     from onnx2edge.bench.harness import bench_model
 
-    os.environ["ONNX2EDGE_SPARSE"] = mode
-    r = bench_model(path, runs=30, warmup=3, input_shapes=shape, min_seconds=0.5)
+    opts = {"kernels": f"sparse={mode}"}
+    r = bench_model(path, runs=30, warmup=3, input_shapes=shape, min_seconds=0.5, options=opts)
     return {
         "ours_ms": r["ours_ms"],
         "ort_ms": r["ort_ms"],

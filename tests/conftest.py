@@ -84,7 +84,9 @@ SANITIZE_NATIVE = [
 ]
 
 
-def assert_sanitized_run_matches_ort(path: Path, out: Path, seed: int = 3) -> None:
+def assert_sanitized_run_matches_ort(
+    path: Path, out: Path, seed: int = 3, options: dict | None = None
+) -> None:
     """Convert `path`, build it as an ASan + UBSan executable with the native (AVX-512 / AVX2)
     kernels, run it on seeded random inputs and compare with onnxruntime (rtol 1e-4)."""
     import json
@@ -93,7 +95,7 @@ def assert_sanitized_run_matches_ort(path: Path, out: Path, seed: int = 3) -> No
     from onnx2edge.backends.c.build import build_executable, run_executable
     from onnx2edge.runtime import ort_run
 
-    api.convert(path, "c", out)
+    api.convert(path, "c", out, options=options)
     io = json.loads((out / "onnx2edge.json").read_text())
     exe = build_executable(out, SANITIZE_NATIVE, name="asan")
     x = {

@@ -232,7 +232,6 @@ def test_direct_conv_matches_onnxruntime(
 ) -> None:
     flags = CONV_BUILDS[build]
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0 if "-pthread" in flags else pool2d.PAR_MIN_WORK)
-    monkeypatch.delenv(conv_direct.ENV, raising=False)
     kernels = _check(conv_model, flags, build, tmp_path)
     assert kernels.get("Conv: direct conv (few output channels)") == len(CONVS), kernels
 
@@ -274,16 +273,16 @@ def _single_conv(path: Path, C: int, M: int, H: int, W: int, **attrs: object) ->
     )
 
 
-def test_kernel_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kernel_choice(tmp_path: Path) -> None:
     """Up to 32 output channels (8 for 1x1), stride 1, group 1, at least one vector of output
     columns; Winograd first where it applies."""
-    monkeypatch.delenv(conv_direct.ENV, raising=False)
     direct = "Conv: direct conv (few output channels)"
 
-    def kernels(name: str, C: int, M: int, H: int, W: int, **attrs: object) -> dict[str, int]:
-        return api.convert(
-            _single_conv(tmp_path / f"{name}.onnx", C, M, H, W, **attrs), "c", tmp_path / name
-        ).stats["kernels"]
+    def kernels(
+        name: str, C: int, M: int, H: int, W: int, off: str = "", **attrs: object
+    ) -> dict[str, int]:
+        path = _single_conv(tmp_path / f"{name}.onnx", C, M, H, W, **attrs)
+        return api.convert(path, "c", tmp_path / name, options={"kernels": off}).stats["kernels"]
 
     assert direct in kernels("rgb_out", 32, 3, 40, 40, kernel_shape=[9, 9], pads=[4, 4, 4, 4])
     assert direct in kernels("eight", 3, 8, 20, 30)
@@ -299,8 +298,7 @@ def test_kernel_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     }.items():
         C, M, H, W, attrs = args
         assert direct not in kernels(name, C, M, H, W, **attrs), name
-    monkeypatch.setenv(conv_direct.ENV, "0")
-    assert direct not in kernels("off", 32, 3, 40, 40)
+    assert direct not in kernels("off", 32, 3, 40, 40, off="direct=off")
 
 
 def test_passes_split_output_channels_evenly() -> None:

@@ -30,7 +30,7 @@ MODELS = {
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_golden_c(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in list(os.environ):  # kernel switches (ONNX2EDGE_WINOGRAD=0, ...) would change the C
+    for var in list(os.environ):  # no ONNX2EDGE_* variable may change the C (kernels: options)
         if var.startswith("ONNX2EDGE_") and var != "ONNX2EDGE_UPDATE_GOLDEN":
             monkeypatch.delenv(var)
     out = tmp_path / name

@@ -28,11 +28,13 @@ from conftest import (
 IMPLICIT = "Conv: implicit GEMM (im2col fused into B packing)"
 
 
-@pytest.fixture(autouse=True)
-def _implicit_gemm_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stride-1 convolutions with few outputs or many taps have direct kernels (ops/conv_*.py)."""
-    monkeypatch.setenv("ONNX2EDGE_DIRECT_CONV", "0")
-    monkeypatch.setenv("ONNX2EDGE_LANES_CONV", "0")
+# Stride-1 convolutions with few outputs or many taps have direct kernels (ops/conv_*.py):
+# switched off here (convert --kernels), so the layers reach the GEMM paths
+OFF = {"kernels": "direct=off,lanes=off"}
+
+
+def _opts(flags: list[str] | None = None) -> dict:
+    return {**OFF, "cflags": flags} if flags else OFF
 
 
 def _conv_model(
@@ -183,9 +185,9 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_implicit_gemm_matches_onnxruntime(tmp_path: Path, case: str) -> None:
     path = _conv_model(tmp_path / "m.onnx", **CASES[case])
-    assert api.convert(path, "c", tmp_path / "out").stats["kernels"].get(IMPLICIT) == 1
+    assert api.convert(path, "c", tmp_path / "out", options=OFF).stats["kernels"].get(IMPLICIT) == 1
     for flags in ISA_CFLAGS:
-        rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
+        rep = api.verify(path, target="c", options=_opts(flags))
         assert rep.ok, (flags, rep)
 
 
@@ -194,17 +196,17 @@ def test_implicit_gemm_matches_onnxruntime(tmp_path: Path, case: str) -> None:
 )
 def test_implicit_gemm_threaded(tmp_path: Path, case: str) -> None:
     path = _conv_model(tmp_path / "m.onnx", **CASES[case])
-    rep = api.verify(path, target="c", options={"cflags": THREADED})
+    rep = api.verify(path, target="c", options=_opts(THREADED))
     assert rep.ok, rep
 
 
 def test_tiny_outputs_keep_the_column_matrix(tmp_path: Path) -> None:
     """Under 16 output positions the engine's small-N paths read B in place: im2col stays."""
     path = _conv_model(tmp_path / "m.onnx", C=8, M=16, H=5, W=5, k=(3, 3))  # 3x3 = 9 outputs
-    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    kernels = api.convert(path, "c", tmp_path / "out", options=OFF).stats["kernels"]
     assert kernels == {"Conv: im2col + GEMM": 1}
     for flags in ISA_CFLAGS:
-        rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
+        rep = api.verify(path, target="c", options=_opts(flags))
         assert rep.ok, (flags, rep)
 
 
@@ -213,7 +215,7 @@ def test_tiny_outputs_keep_the_column_matrix(tmp_path: Path) -> None:
 def test_implicit_gemm_sanitizers_clean(tmp_path: Path, case: str) -> None:
     """The packing reads only inside the input, also on the AVX-512 masked-move path."""
     assert_sanitized_run_matches_ort(
-        _conv_model(tmp_path / "m.onnx", **CASES[case]), tmp_path / "out"
+        _conv_model(tmp_path / "m.onnx", **CASES[case]), tmp_path / "out", options=OFF
     )
 
 
@@ -231,8 +233,8 @@ def test_strided_1x1_subsamples_then_multiplies(tmp_path: Path, strides: tuple[i
         residual=True,
         relu=True,
     )
-    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    kernels = api.convert(path, "c", tmp_path / "out", options=OFF).stats["kernels"]
     assert kernels.get("Conv: strided 1x1: subsample + GEMM") == 1, kernels
     for flags in (*ISA_CFLAGS, THREADED):
-        rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
+        rep = api.verify(path, target="c", options=_opts(flags))
         assert rep.ok, (flags, rep)

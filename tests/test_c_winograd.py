@@ -75,8 +75,8 @@ def _conv_model(
     return save(make_model(nodes, inputs, [vi("y", [batch, M, OH, OW])], inits), path)
 
 
-def _kernels(path: Path, out: Path) -> dict[str, int]:
-    return api.convert(path, "c", out).stats["kernels"]
+def _kernels(path: Path, out: Path, kernels: str = "") -> dict[str, int]:
+    return api.convert(path, "c", out, options={"kernels": kernels}).stats["kernels"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,7 +162,6 @@ def test_winograd_matches_onnxruntime(tmp_path: Path, case: str) -> None:
 
 def test_deep_networks_start_with_f2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where DEEP or more weighted layers follow (errors amplified the most), F(2x2) is used."""
-    monkeypatch.delenv(winograd.ENV, raising=False)
     depth = winograd.DEEP + 3
     rng = np.random.default_rng(0)
     nodes, inits = [], []
@@ -206,17 +205,14 @@ def test_winograd_native_and_threaded_builds(tmp_path: Path, case: str) -> None:
 
 
 @pytest.mark.parametrize("m", ["2", "4"])
-def test_forced_tile_size_on_edge_tiles(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, m: str
-) -> None:
-    monkeypatch.setenv(winograd.ENV, m)
+def test_forced_tile_size_on_edge_tiles(tmp_path: Path, m: str) -> None:
     path = _conv_model(tmp_path / "m.onnx", C=8, M=8, H=5, W=6, act="Relu", residual=True)
-    assert f"Conv: winograd F({m}x{m},3x3)" in _kernels(path, tmp_path / "out")
-    assert api.verify(path, target="c").ok
+    forced = f"winograd={m}"  # convert --kernels winograd=2|4
+    assert f"Conv: winograd F({m}x{m},3x3)" in _kernels(path, tmp_path / "out", forced)
+    assert api.verify(path, target="c", options={"kernels": forced}).ok
 
 
-def test_kernel_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(winograd.ENV, raising=False)
+def test_kernel_choice(tmp_path: Path) -> None:
     big = _kernels(_conv_model(tmp_path / "a.onnx", C=64, M=64, H=28, W=28), tmp_path / "a")
     assert big.get("Conv: winograd F(4x4,3x3)") == 1, big
     small_map = _kernels(_conv_model(tmp_path / "b.onnx", C=64, M=64, H=7, W=7), tmp_path / "b")
@@ -234,8 +230,8 @@ def test_kernel_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     }.items():
         ks = _kernels(_conv_model(tmp_path / f"{name}.onnx", **kw), tmp_path / name)
         assert not any(k.startswith("Conv: winograd") for k in ks), (name, ks)
-    monkeypatch.setenv(winograd.ENV, "0")
-    off = _kernels(_conv_model(tmp_path / "d.onnx", C=64, M=64, H=28, W=28), tmp_path / "d")
+    d = _conv_model(tmp_path / "d.onnx", C=64, M=64, H=28, W=28)
+    off = _kernels(d, tmp_path / "d", "winograd=off")
     assert not any(k.startswith("Conv: winograd") for k in off), off
 
 

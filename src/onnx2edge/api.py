@@ -238,11 +238,13 @@ def convert(
     options: Mapping[str, Any] | None = None,
     fixed_inputs: Fixed = None,
 ) -> ConvertResult:
+    backend = get_backend(target)
+    # canonical before anything runs: a bad option fails fast, the manifest records what emit
+    # read (e.g. the C backend's `kernels`, checked against its kernel strategies)
+    options = backend.normalize_options(options or {})
     graph = prepare(
         model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs, options=options
     )
-    backend = get_backend(target)
-    options = dict(options or {})
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
         res = backend.emit(graph, tmp, options)
         manifest = {

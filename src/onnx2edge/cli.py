@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__, api
+from .backends import BACKENDS, BackendOption, backend_names
 from .errors import Onnx2EdgeError
 from .frontend import parse_input_shapes
 from .frontend.loader import parse_fixed_inputs
@@ -41,7 +42,42 @@ def _shapes(p: argparse.ArgumentParser) -> None:
 
 
 def _targets() -> list[str]:
-    return ["onnx", "c", "mps", "coreml"]
+    """verify's targets: the frontend re-emitted as ONNX, then every registered backend."""
+    return ["onnx", *backend_names()]
+
+
+def _backend_options(p: argparse.ArgumentParser) -> None:
+    """One flag per conversion option the registered backends declare (Backend.options); its
+    help names the targets that read it. A backend adds an option there, not here."""
+    decls: dict[str, list[tuple[str, BackendOption]]] = {}
+    for name in backend_names():
+        b = BACKENDS[name]
+        for o in b.options:
+            decls.setdefault(o.name, []).append((b.label or name, o))
+    for name, pairs in decls.items():
+        o = pairs[0][1]
+        shape = (o.switch, o.choices, o.default)
+        if any((d.switch, d.choices, d.default) != shape for _, d in pairs):
+            raise AssertionError(f"backends declare option {name} differently: {pairs}")
+        text = "; ".join(f"{label}: {d.help}" for label, d in pairs)
+        if o.switch:
+            p.add_argument(o.flag, dest=name, action="store_true", help=text)
+        else:
+            p.add_argument(
+                o.flag, dest=name, choices=o.choices, default=None, metavar=o.metavar, help=text
+            )
+
+
+def _target_options(a: argparse.Namespace, target: str) -> dict[str, Any]:
+    """The options `target` declares, from the parsed flags (defaults filled in; those marked
+    so are left out at their default, as older manifests have them)."""
+    opts: dict[str, Any] = {}
+    for o in BACKENDS[target].options:
+        v = getattr(a, o.name, None)
+        v = bool(v) if o.switch else (o.default if v is None else v)
+        if v is not None and (o.record_default or v != o.default):
+            opts[o.name] = v
+    return opts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,44 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("convert", help="generate code for a target")
     s.add_argument("model")
-    s.add_argument("--target", required=True, choices=["c", "mps", "coreml"])
+    s.add_argument("--target", required=True, choices=backend_names())
     s.add_argument("-o", "--output", required=True, help="output folder")
-    s.add_argument(
-        "--weights-file",
-        action="store_true",
-        help="C: weights in model_weights.bin instead of C arrays",
-    )
-    s.add_argument(
-        "--blas", choices=["none", "openblas"], default="none", help="C: GEMM from a BLAS library"
-    )
-    s.add_argument(
-        "--fp16",
-        action="store_true",
-        help="MPS, Core ML: float16 weights (Core ML mlprogram: fp16 compute)",
-    )
-    s.add_argument(
-        "--format",
-        choices=["neuralnetwork", "mlprogram"],
-        default="mlprogram",
-        help="Core ML: .mlmodel NeuralNetwork (Neural-Engine-friendly layers) or .mlpackage ML Program",
-    )
-    s.add_argument(
-        "--gpu-only",
-        action="store_true",
-        help="MPS: refuse nodes MPSNNGraph cannot run instead of a CPU tail in Swift",
-    )
-    s.add_argument(
-        "--weights",
-        choices=["fp32", "fp16"],
-        default="fp32",
-        help="C: store weights as fp16 (half the size; widened to fp32 by model_init)",
-    )
-    s.add_argument(
-        "--optimize",
-        choices=["speed", "size"],
-        default="speed",
-        help="C: speed (default) or size (weights at their ONNX size: no Winograd-transformed copies)",
-    )
+    _backend_options(s)
     _shapes(s)
     _common(s)
 
@@ -162,12 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare MODEL (a quantized model) with its fp32 original instead, per layer",
     )
     s.add_argument("--calib", metavar="FILE.npz|DIR", help="with --reference: samples to use")
-    s.add_argument(
-        "--format",
-        choices=["neuralnetwork", "mlprogram"],
-        default="mlprogram",
-        help="Core ML format",
-    )
+    _backend_options(s)
     _arch(s)
     _shapes(s)
     _common(s)
@@ -461,15 +457,7 @@ def _cmd_weights(a: argparse.Namespace) -> int:
 
 
 def _cmd_convert(a: argparse.Namespace) -> int:
-    opts: dict[str, Any] = {}
-    if a.target == "c":
-        opts = {"weights_file": a.weights_file, "blas": a.blas, "optimize": a.optimize}
-        if a.weights != "fp32":  # recorded in the manifest only when it changes the output
-            opts["weights"] = a.weights
-    elif a.target == "mps":
-        opts = {"fp16": a.fp16, "gpu_only": a.gpu_only}
-    elif a.target == "coreml":
-        opts = {"format": a.format, "fp16": a.fp16}
+    opts = _target_options(a, a.target)
     res = api.convert(
         a.model,
         a.target,
@@ -479,6 +467,8 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         fixed_inputs=parse_fixed_inputs(a.fix_input),
     )
     for k, v in res.stats.items():
+        if k == "layer_kernels":  # one line per layer: in the manifest, counted under kernels
+            continue
         if isinstance(v, dict):
             print(f"{k}: " + ", ".join(f"{n} ×{c}" for n, c in v.items()))
         else:
@@ -544,7 +534,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         per_layer=a.per_layer,
         seed=a.seed,
         options={
-            **({"format": a.format} if a.target == "coreml" else {}),
+            **(_target_options(a, a.target) if a.target in BACKENDS else {}),
             **({"arch": a.arch} if a.arch else {}),
         }
         or None,

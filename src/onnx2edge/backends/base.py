@@ -32,10 +32,39 @@ class ConvertResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BackendOption:
+    """One conversion option a backend declares. `convert` (and `verify`) get a `--NAME` flag
+    from it (underscores as dashes), the API takes `options={NAME: value}`, and the manifest
+    records the value so `convert` can reproduce the output."""
+
+    name: str
+    help: str
+    choices: tuple[str, ...] | None = None  # None: any string (or a switch)
+    default: Any = None  # None: absent from the options unless given
+    switch: bool = False  # a flag without a value (default False)
+    # False: recorded only when it differs from the default (older manifests stay identical)
+    record_default: bool = True
+    metavar: str | None = None  # how --help shows a free-form value
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
 class Backend(ABC):
     name: str = ""
     # Pass names (see onnx2edge.passes.PASSES), ordered by their declared dependencies.
     required_passes: tuple[str, ...] = ()
+    # The options `convert` takes for this target (the CLI builds its flags from these).
+    options: tuple[BackendOption, ...] = ()
+    # How `--help` names the target before an option's help text.
+    label: str = ""
+
+    def normalize_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The options as `emit` reads them and the manifest records them (a backend may
+        canonicalise a value or refuse a bad one with Onnx2EdgeError); default: unchanged."""
+        return dict(options)
 
     @abstractmethod
     def unsupported(self, graph: Graph) -> list[str]:
@@ -66,15 +95,8 @@ def register_backend(cls: type[Backend]) -> type[Backend]:
 
 
 def get_backend(name: str) -> Backend:
-    # Importing the package registers the built-in backends.
-    from . import c as _c  # noqa: F401
-
-    try:
-        from . import mps as _mps  # noqa: F401
-    except ImportError:
-        pass
-    from . import coreml as _coreml  # noqa: F401  (imports coremltools only when used)
-
+    # onnx2edge.backends (the package, imported before this module) registers the built-in
+    # backends; other packages register theirs with `register_backend` when imported.
     if name not in BACKENDS:
         raise Onnx2EdgeError(f"unknown target '{name}' (available: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[name]()
@@ -90,3 +112,8 @@ def read_manifest(out_dir: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise Onnx2EdgeError(f"{path}: corrupt manifest ({e}); convert the model again") from e
+
+
+def backend_names() -> list[str]:
+    """The registered targets, sorted: the CLI's --target choices."""
+    return sorted(BACKENDS)

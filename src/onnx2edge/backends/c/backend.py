@@ -12,18 +12,89 @@ import numpy as np
 
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
-from ..base import Backend, ConvertResult, read_manifest, register_backend
+from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .emitter import ModelEmitter
+from .ops import conv as conv_ops
+from .ops.conv_spec import AUTO
 from .writer import write_model, write_support_files
 
 # convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
 OPTIMIZE = ("speed", "size")
 
 
+def kernel_settings() -> dict[str, tuple[str, ...]]:
+    """Strategy name -> the values `--kernels NAME=VALUE` takes (ops/conv.py STRATEGIES)."""
+    return {s.name: s.settings for s in conv_ops.STRATEGIES}
+
+
+def parse_kernels(value: str | Mapping[str, str] | None) -> dict[str, str]:
+    """`--kernels winograd=off,lanes=off` (or the same as a mapping) -> {name: setting},
+    checked against the strategies; "auto" entries dropped (that is the default)."""
+    if value is None or isinstance(value, Mapping):
+        pairs = [(str(k), str(v)) for k, v in (value or {}).items()]
+    else:
+        pairs = []
+        for item in filter(None, (i.strip() for i in str(value).split(","))):
+            name, eq, setting = item.partition("=")
+            if not eq or not name.strip() or not setting.strip():
+                raise Onnx2EdgeError(f"--kernels {item!r}: expected NAME=SETTING, e.g. lanes=off")
+            pairs.append((name.strip(), setting.strip()))
+    known = kernel_settings()
+    out: dict[str, str] = {}
+    for name, setting in pairs:
+        if name not in known:
+            raise Onnx2EdgeError(
+                f"--kernels {name}: unknown kernel strategy (one of {', '.join(sorted(known))})"
+            )
+        if setting not in known[name]:
+            raise Onnx2EdgeError(
+                f"--kernels {name}={setting}: expected one of {', '.join(known[name])}"
+            )
+        if setting != AUTO:
+            out[name] = setting
+    return dict(sorted(out.items()))
+
+
 @register_backend
 class CBackend(Backend):
     name = "c"
+    label = "C"
+    options = (
+        BackendOption(
+            "weights_file", "weights in model_weights.bin instead of C arrays", switch=True
+        ),
+        BackendOption(
+            "weights",
+            "store weights as fp16 (half the size; widened to fp32 by model_init)",
+            choices=("fp32", "fp16"),
+            default="fp32",
+            record_default=False,
+        ),
+        BackendOption(
+            "optimize",
+            "speed (default) or size (weights at their ONNX size: no Winograd-transformed copies)",
+            choices=OPTIMIZE,
+            default="speed",
+        ),
+        BackendOption(
+            "kernels",
+            "kernel strategies, comma-separated NAME=SETTING: NAME=off skips one (winograd, "
+            "lanes, direct, depthwise, sparse, implicit_gemm, ...), winograd=2|4 forces the tile, "
+            "sparse=force takes every pruned layer (recorded in the manifest)",
+            default="",
+            record_default=False,
+            metavar="NAME=SETTING,...",
+        ),
+    )
+
+    def normalize_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(options)
+        kernels = parse_kernels(out.pop("kernels", None))
+        if kernels:  # canonical text: the manifest records it and `convert` reads it back
+            out["kernels"] = ",".join(f"{k}={v}" for k, v in kernels.items())
+        return out
+
     required_passes = (
         "fold_constants",
         "remove_identity",
@@ -53,6 +124,7 @@ class CBackend(Backend):
             source_name=str(options.get("source", graph.name)),
             weights_fp16=wdt == "fp16",
             optimize=optimize,
+            kernel_options=parse_kernels(options.get("kernels")),
         )
         files = [
             "model.c",

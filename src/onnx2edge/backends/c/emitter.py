@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,6 +255,7 @@ class ModelEmitter:
         prefix: str = "model",
         weights_file: bool | None = None,
         optimize: str = "speed",
+        kernel_options: Mapping[str, str] | None = None,
     ) -> None:
         self.graph = graph
         self.prefix = prefix
@@ -274,6 +275,9 @@ class ModelEmitter:
         # (Winograd's transformed 3x3 weights: 16/9 of the ONNX size); "size": weights kept at
         # about their ONNX size (only layout padding)
         self.optimize = optimize
+        # convert --kernels: strategy name -> "off" or its own setting (ops/conv_spec.py)
+        self.kernel_options: Mapping[str, str] = dict(kernel_options or {})
+        self.layer_strategies: dict[str, str] = {}  # node -> the strategy that wrote it
         self._make_tensors()
 
     # --- naming ------------------------------------------------------------------------------

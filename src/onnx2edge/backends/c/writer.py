@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +93,12 @@ def write_model(
     source_name: str = "model",
     weights_fp16: bool = False,
     optimize: str = "speed",
+    kernel_options: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
 
     optimize: "speed" or "size" (ModelEmitter.optimize)."""
-    em = ModelEmitter(graph, prefix=prefix, optimize=optimize)
+    em = ModelEmitter(graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options)
     res = em.emit()
     # Emitters may look at a weight and then use a repacked copy: keep only what code names.
     import re
@@ -358,7 +360,8 @@ def write_model(
         "nodes": len(graph.nodes),
         "kernels": dict(sorted(em.kernels.items())),
         "sparse_layers": em.sparse_layers,
-        "sparse_mode": sparse_mode(),
+        "sparse_mode": sparse_mode(em.kernel_options),
+        "layer_kernels": dict(sorted(em.layer_strategies.items())),
         "sparse_break_even": dict(_SPARSE_BREAK_EVEN),
         "sparse_bytes_saved": sum(d["bytes_saved"] for d in em.sparse_layers),
         "runtime_files": sorted(em.runtime_files),

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
-from ..base import Backend, ConvertResult, register_backend
+from ..base import Backend, BackendOption, ConvertResult, register_backend
 from . import evaluate, mil, nn
 from ._ct import coremltools, no_progress_bars
 from .common import FORMATS, Refuse, static_shape
@@ -62,6 +62,16 @@ def _set_descriptions(spec: Any, graph: Graph, names: Mapping[str, str], fmt: st
 @register_backend
 class CoreMLBackend(Backend):
     name = "coreml"
+    label = "Core ML"
+    options = (
+        BackendOption(
+            "format",
+            ".mlmodel NeuralNetwork (Neural-Engine-friendly layers) or .mlpackage ML Program",
+            choices=FORMATS,
+            default=DEFAULT_FORMAT,
+        ),
+        BackendOption("fp16", "float16 weights (mlprogram: fp16 compute)", switch=True),
+    )
     required_passes = (
         "fold_constants",
         "infer_shapes",

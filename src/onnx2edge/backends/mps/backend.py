@@ -15,7 +15,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ...passes import PASSES
-from ..base import Backend, ConvertResult, register_backend
+from ..base import Backend, BackendOption, ConvertResult, register_backend
 from . import build
 from .lower import Refuse, lower, swift_ident
 from .swift import render_model, render_package, render_readme
@@ -30,6 +30,15 @@ def model_class_name(graph: Graph, options: Mapping[str, Any]) -> str:
 @register_backend
 class MPSBackend(Backend):
     name = "mps"
+    label = "MPS"
+    options = (
+        BackendOption("fp16", "float16 weights", switch=True),
+        BackendOption(
+            "gpu_only",
+            "refuse nodes MPSNNGraph cannot run instead of a CPU tail in Swift",
+            switch=True,
+        ),
+    )
 
     @property  # type: ignore[override]
     def required_passes(self) -> tuple[str, ...]:

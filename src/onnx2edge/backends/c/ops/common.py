@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import numpy as np
@@ -142,17 +141,3 @@ def apply_act_loop(ctx: NodeContext, ptr: str, n: int, ctype: str = "float") -> 
 
 def norm_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
-
-
-def specialised_conv_ok(ctx: NodeContext, x: Tensor, switch: str) -> bool:
-    """Whether a specialised Conv kernel (Winograd, the direct ones) may take this node: its
-    tuning switch (environment variable `switch`) is not "0", the weights are a float32
-    constant (they are rearranged at conversion time) and the input is a float32 NCHW map."""
-    wc = ctx.const(1)
-    return (
-        os.environ.get(switch, "") != "0"
-        and wc is not None
-        and wc.dtype == np.float32
-        and x.dtype == np.float32
-        and x.rank == 4
-    )

@@ -1,222 +1,65 @@
-"""Conv: 2-D kernels (depthwise, Winograd, direct, implicit GEMM, im2col + GEMM, sparse 1x1) and
-the generic N-d loop."""
+"""Conv: the op emitter, and the kernel strategies in the order they are preferred.
+
+Each strategy (ops/conv_spec.py `ConvStrategy`) lives with its kernel: the sparse 1x1 layers
+(sparse.py), depthwise planes (conv_depthwise.py), Winograd (winograd.py), the two direct
+kernels (conv_lanes.py, conv_direct.py), the GEMM family (conv_gemm.py), and here the N-d
+loop. The first one that does not refuse a layer writes it: to add one (an ISA variant, a
+blocked NCHWc layout), put it in its own module and in `STRATEGIES` below.
+"""
 
 from __future__ import annotations
 
-import numpy as np
-
-from ....semantics.conv_geometry import conv_geometry
-from ....semantics.fused import has_residual, unfused
 from ..emitter import NodeContext
-from . import conv_direct, conv_lanes, register_op, sparse, winograd
-from .common import act_expr, fused_act
-from .conv_depthwise import _depthwise
-from .conv_gemm import IMPLICIT_MIN_COLS, _im2col_call, _im2col_rows, implicit_gemm_call
-from .conv_spec import conv_check
-from .gemm import (
-    gemm_call,
-    gemm_packed_call,
-    packed_weights,
-)
+from . import conv_depthwise, conv_direct, conv_gemm, conv_lanes, register_op, sparse, winograd
+from .common import act_expr
+from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, choose, conv_check
 
 
-@register_op("Conv", check=conv_check)
-def conv(ctx: NodeContext) -> str:
-    if (sp := sparse.try_conv1x1(ctx)) is not None:  # pruned 1x1 weights (issue 14)
-        return sp
-    x, w, y = ctx.x(0), ctx.x(1), ctx.y(0)
-    nsp = x.rank - 2
-    N, C = x.shape[:2]
-    M = w.shape[0]
-    geo = conv_geometry(ctx.node, x.shape, w.shape, y.shape, ctx.graph.opset)
-    ks, group, st, dl = list(geo.kernel), geo.group, list(geo.strides), list(geo.dilations)
-    pads = list(geo.pads)
-    bias = ctx.x(2).sym if ctx.has_input(2) else None
-    gemm_path = nsp == 2 and not (group == C and M == C)
-    if has_residual(ctx.node) and not gemm_path:
-        # the residual and activation come after the kernel: run it without them, then one pass
-        act = fused_act(ctx)
-        inner = NodeContext(ctx.model, unfused(ctx.node), ctx.step, ctx.scratch_requests)
-        body = (_conv2d if nsp == 2 else _conv_nd)(
-            inner, x, w, y, N, C, M, ks, group, st, dl, pads, bias
-        )
-        r = ctx.x(3)
-        return body + (
-            f"\nfor (size_t i = 0; i < {y.size}; ++i) {{ const float v = {y.sym}[i] + {r.sym}[i]; "
-            f"{y.sym}[i] = {act_expr(act, 'v')}; }}"
-        )
-    if nsp == 2:
-        return _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
-    return _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias)
+# --------------------------------------------------------------------------------------------
+# pruned 1x1 weights (issue 14): ops/sparse.py decides on the density and writes the kernel
+# --------------------------------------------------------------------------------------------
+def _refuse_sparse(spec: ConvSpec) -> str | None:
+    """The conditions of sparse.try_conv1x1, read off the record (it must not refuse after)."""
+    g = spec.geom
+    if not spec.rearrangeable or spec.residual or spec.group != 1 or spec.ks != [1, 1]:
+        return "not a float32 1x1 convolution with constant weights and no residual"
+    if spec.st != [1, 1] or any(spec.pads) or g.auto_pad not in ("NOTSET", "VALID"):
+        return "strided or padded"
+    if spec.y.shape[2:] != spec.x.shape[2:]:
+        return "output map differs from the input map"
+    node, graph = spec.node, spec.graph
+    if spec.bias is not None and node is not None and graph is not None:
+        if graph.const(node.inputs[2]) is None:
+            return "bias computed at run time"
+    assert spec.weights is not None
+    w2 = spec.weights.reshape(spec.M, -1)
+    if not sparse.sparse_applicable(w2, "conv1x1", sparse.mode(spec.kernels)):
+        return "weights not sparse enough to pay (--kernels sparse=force to take them)"
+    return None
 
 
-def _conv2d(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noqa: ANN001
-    H, W = x.shape[2:]
-    OH, OW = y.shape[2:]
-    kh, kw = ks
-    sh, sw = st
-    dh, dw = dl
-    pt, pl = pads[0], pads[1]
-    cg, mg = C // group, M // group
-    K = cg * kh * kw
-    P = OH * OW
-    act = fused_act(ctx)
-    if group == C and M == C and cg == 1:
-        return _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, bias)
-    if winograd.applicable(ctx, x, w, y, group, ks, st, dl):
-        return winograd.emit(ctx, x, w, y, group, ks, st, dl, pads, bias)
-    if conv_lanes.applicable(ctx, x, w, y, group, ks, st, dl):
-        return conv_lanes.emit(ctx, x, w, y, ks, st, pads, bias, group)
-
-    if conv_direct.applicable(ctx, x, w, y, group, ks, st, dl):
-        return conv_direct.emit(ctx, x, w, y, ks, dl, pads, bias)
-    pointwise = (
-        kh == 1
-        and kw == 1
-        and sh == 1
-        and sw == 1
-        and pt == 0
-        and pl == 0
-        and pads[2] == 0
-        and pads[3] == 0
-    )
-    lines = []
-    # im2col in blocks of output rows: the columns stay cache-sized and bounded (a 9x9 conv
-    # at 480x640 would otherwise need a 3 GB matrix)
-    for_n = f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{"
-    xin = f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {H * W}"
-    yout = f"{y.sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
-    wg = f"{w.sym} + (size_t)g * {mg * K}"
-    bg = f"{bias} + (size_t)g * {mg}" if bias else "NULL"
-    res = None
-    if has_residual(ctx.node):
-        ctx.kernel("residual add in the GEMM epilogue")
-        res = f"{ctx.x(3).sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
-    wc = ctx.const(1)
-    packed = None
-    if wc is not None and wc.dtype == np.float32:
-        # a strided 1x1 convolution reads one input pixel in sh*sw: its im2col is a plain
-        # subsampling copy, after which B is read in place (no repacking, no phase planes)
-        subsample = kh == 1 and kw == 1 and not any(pads)
-        if not pointwise and not subsample and P >= IMPLICIT_MIN_COLS:
-            ctx.kernel("implicit GEMM (im2col fused into B packing)")
-            packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
-            return "\n".join(
-                [
-                    for_n,
-                    "  "
-                    + implicit_gemm_call(
-                        ctx,
-                        f"{packed} + (size_t)g * {stride}",
-                        mg,
-                        P,
-                        K,
-                        xin,
-                        cg,
-                        H,
-                        W,
-                        kh,
-                        kw,
-                        sh,
-                        sw,
-                        dh,
-                        dw,
-                        pt,
-                        pl,
-                        OW,
-                        yout,
-                        bg,
-                        act,
-                        res,
-                    ),
-                    "}",
-                ]
-            )
-        ctx.kernel(
-            "1x1 as GEMM"
-            if pointwise
-            else "strided 1x1: subsample + GEMM"
-            if subsample
-            else "im2col + GEMM"
-        )
-        packed, stride = packed_weights(ctx, "packed", wc.reshape(group, mg, K))
-
-    rows = OH if pointwise else _im2col_rows(K, OH, OW)
-    if not pointwise:
-        col = ctx.scratch(K * rows * OW * 4)
-    lines.append(for_n)
-
-    def block(oh0: str, nrows: int) -> list[str]:
-        """im2col + GEMM for output rows [oh0, oh0 + nrows)."""
-        ncols, off = nrows * OW, f"(size_t)({oh0}) * {OW}"
-        out, r = (yout, res) if oh0 == "0" else (f"{yout} + {off}", res and f"{res} + {off}")
-        if pointwise:
-            b_mat, code = xin, []
-        else:
-            b_mat = col
-            code = [
-                _im2col_call(
-                    ctx, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, oh0, nrows, col
-                )
-            ]
-        if packed is not None:
-            code.append(
-                gemm_packed_call(
-                    ctx,
-                    f"{packed} + (size_t)g * {stride}",
-                    mg,
-                    ncols,
-                    K,
-                    b_mat,
-                    ncols,
-                    out,
-                    P,
-                    bias_m=bg,
-                    act=act,
-                    residual=r,
-                    ldr=P,
-                )
-            )
-        else:
-            code.append(
-                gemm_call(
-                    ctx,
-                    mg,
-                    ncols,
-                    K,
-                    wg,
-                    K,
-                    b_mat,
-                    ncols,
-                    out,
-                    P,
-                    bias_m=bg,
-                    act=act,
-                    residual=r,
-                    ldr=P,
-                )
-            )
-        return code
-
-    if rows >= OH:
-        lines += ["  " + c for c in block("0", OH)]
-    else:
-        full = OH - OH % rows
-        lines.append(f"  for (int oh0 = 0; oh0 < {full}; oh0 += {rows}) {{")
-        lines += ["    " + c for c in block("oh0", rows)]
-        lines.append("  }")
-        if full < OH:
-            lines += ["  " + c for c in block(str(full), OH - full)]
-    lines.append("}")
-    return "\n".join(lines)
+def _emit_sparse(ctx: NodeContext, spec: ConvSpec) -> str:
+    code = sparse.try_conv1x1(ctx)
+    assert code is not None, "sparse.try_conv1x1 refused a layer _refuse_sparse accepted"
+    return code
 
 
-def _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # noqa: ANN001
+# auto: where the density pays (sparse.BREAK_EVEN); force: any zero weight; off: dense only
+SPARSE = ConvStrategy("sparse", _refuse_sparse, _emit_sparse, settings=(AUTO, OFF, "force"))
+
+
+def _refuse_nd(spec: ConvSpec) -> str | None:
+    return "2-D convolutions have their own kernels" if spec.nsp == 2 else None
+
+
+def _emit_nd(ctx: NodeContext, spec: ConvSpec) -> str:
     """Direct N-d convolution (1-D and 3-D models are rare; clarity over speed)."""
+    x, w, y, N, C, M = spec.x, spec.w, spec.y, spec.N, spec.C, spec.M
+    ks, st, dl, pads, bias = spec.ks, spec.st, spec.dl, spec.pads, spec.bias
     nsp = len(ks)
     in_sp, out_sp = x.shape[2:], y.shape[2:]
-    cg, mg = C // group, M // group
-    act = fused_act(ctx)
+    cg, mg = spec.cg, spec.mg
+    act = spec.act
     lines = [
         f"for (int n = 0; n < {N}; ++n)",
         f"for (int m = 0; m < {M}; ++m) {{",
@@ -250,3 +93,37 @@ def _conv_nd(ctx, x, w, y, N, C, M, ks, group, st, dl, pads, bias) -> str:  # no
     lines.append(f"{ind}}}")
     lines.append("}")
     return "\n".join(lines)
+
+
+# N-d convolutions other than 2-D: the fallback, so it cannot be switched off
+ND_LOOP = ConvStrategy("nd_loop", _refuse_nd, _emit_nd, fuses_residual=False, settings=(AUTO,))
+
+# Preference order: the first strategy that does not refuse a layer writes it.
+STRATEGIES: tuple[ConvStrategy, ...] = (
+    SPARSE,
+    conv_depthwise.STRATEGY,
+    winograd.STRATEGY,  # 3x3 stride-1 convs with enough channels
+    conv_lanes.STRATEGY,  # many output channels, wide maps
+    conv_direct.STRATEGY,  # few output channels / 1xk layers
+    conv_gemm.IMPLICIT_GEMM,
+    conv_gemm.GEMM_1X1,
+    conv_gemm.SUBSAMPLE_GEMM,
+    conv_gemm.IM2COL_GEMM,  # takes any 2-D convolution
+    ND_LOOP,  # takes any other
+)
+
+
+@register_op("Conv", check=conv_check)
+def conv(ctx: NodeContext) -> str:
+    spec = ConvSpec.of(ctx)
+    strategy = choose(STRATEGIES, spec)
+    ctx.model.layer_strategies[ctx.node.name] = strategy.name
+    if not spec.residual or strategy.fuses_residual:
+        return strategy.emit(ctx, spec)
+    # the residual and activation come after the kernel: run it without them, then one pass
+    body = strategy.emit(ctx, spec.without_epilogue())
+    y, r = spec.y, ctx.x(3)
+    return body + (
+        f"\nfor (size_t i = 0; i < {y.size}; ++i) {{ const float v = {y.sym}[i] + {r.sym}[i]; "
+        f"{y.sym}[i] = {act_expr(spec.act, 'v')}; }}"
+    )

@@ -7,7 +7,8 @@ import numpy as np
 from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
 from ..emitter import NodeContext, c_literal
 from . import pool2d
-from .common import act_expr, clip_bounds, fused_act
+from .common import act_expr, clip_bounds
+from .conv_spec import ConvSpec, ConvStrategy
 
 
 def _dw_kernel(
@@ -88,8 +89,21 @@ static void {name}(void *arg, int i0, int i1)
     return name
 
 
-def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, bias) -> str:  # noqa: ANN001
-    act = fused_act(ctx)
+def refuse(spec: ConvSpec) -> str | None:
+    if spec.nsp != 2 or not spec.depthwise:
+        return "not a 2-D depthwise convolution (one filter per channel)"
+    return None
+
+
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
+    x, w, y, N, C = spec.x, spec.w, spec.y, spec.N, spec.C
+    H, W = x.shape[2:]
+    OH, OW = y.shape[2:]
+    kh, kw = spec.ks
+    sh, sw = spec.st
+    dh, dw = spec.dl
+    pt, pl, bias = spec.pads[0], spec.pads[1], spec.bias
+    act = spec.act
     # the epilogue kinds of the activation table (o2e_gemm.h's numbering) the kernel applies
     # itself; any other activation runs as a loop after it
     kind = GEMM_NONE if act is None else ACTIVATIONS[act.op].gemm_kind
@@ -129,3 +143,7 @@ def _depthwise(ctx, x, w, y, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl,
             f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}"
         )
     return "\n".join(lines)
+
+
+# The residual add and the activation other than Relu / Clip run as a pass after the kernel.
+STRATEGY = ConvStrategy("depthwise", refuse, emit, fuses_residual=False)

@@ -38,10 +38,10 @@ import zlib
 import numpy as np
 
 from ....semantics.activations import Activation
-from ....semantics.fused import has_residual
-from ..emitter import NodeContext, Tensor
+from ..emitter import NodeContext
 from . import pool2d
-from .common import act_expr, fused_act, specialised_conv_ok
+from .common import act_expr
+from .conv_spec import ConvSpec, ConvStrategy
 from .gemm import _use_engine
 
 # Applies up to this many output channels: the input is re-read once per pass of 4 channels,
@@ -54,26 +54,18 @@ MAX_M = 32
 MAX_M_POINTWISE = 8
 # ... and from this many output columns (one AVX-512 vector; narrower maps are mostly padding)
 MIN_OW = 16
-# Tuning / debugging switch read at conversion time: "0" disables the direct path.
-ENV = "ONNX2EDGE_DIRECT_CONV"
 
 
-def applicable(
-    ctx: NodeContext,
-    x: Tensor,
-    w: Tensor,
-    y: Tensor,
-    group: int,
-    ks: list[int],
-    st: list[int],
-    dl: list[int],
-) -> bool:
-    if not specialised_conv_ok(ctx, x, ENV):
-        return False
-    if group != 1 or list(st) != [1, 1] or min(dl) < 1:
-        return False
+def refuse(spec: ConvSpec) -> str | None:
+    if not spec.rearrangeable:
+        return "weights computed at run time, or not a float32 NCHW map"
+    if spec.nsp != 2 or spec.group != 1 or spec.st != [1, 1] or min(spec.dl) < 1:
+        return "not a 2-D stride-1 convolution without groups"
+    ks, y = spec.ks, spec.y
     limit = MAX_M_POINTWISE if ks[0] * ks[1] == 1 else MAX_M
-    return w.shape[0] <= limit and y.shape[3] >= MIN_OW and y.size > 0
+    if spec.M <= limit and y.shape[3] >= MIN_OW and y.size > 0:
+        return None
+    return f"more than {limit} output channels, or fewer than {MIN_OW} output columns"
 
 
 def passes(M: int) -> list[int]:
@@ -428,21 +420,13 @@ static void NAME(void *arg, int r0, int r1)
     return ctx.helper(name, body.replace("NAME", name))
 
 
-def emit(
-    ctx: NodeContext,
-    x: Tensor,
-    w: Tensor,
-    y: Tensor,
-    ks: list[int],
-    dl: list[int],
-    pads: list[int],
-    bias: str | None,
-) -> str:
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
+    x, w, y, ks, dl, pads, bias = spec.x, spec.w, spec.y, spec.ks, spec.dl, spec.pads, spec.bias
     N, C, H, W = x.shape
     M = w.shape[0]
     OH, OW = y.shape[2:]
     kh, kw = ks
-    residual = has_residual(ctx.node)
+    residual = spec.residual
     g = _Geom(C, H, W, M, OH, OW, kh, kw, dl[0], dl[1], pads[0], pads[1], residual)
     wc = ctx.const(1).astype(np.float32)
     # [pass][c][i][j][m]: the weights of one block, in the order the block reads them
@@ -451,7 +435,7 @@ def emit(
         blocks.append(wc[m0 : m0 + MB].transpose(1, 2, 3, 0).reshape(-1))
         m0 += MB
     wsym = ctx.weight("direct", np.ascontiguousarray(np.concatenate(blocks)))
-    name = _kernel(ctx, g, fused_act(ctx))
+    name = _kernel(ctx, g, spec.act)
     ctx.kernel("direct conv (few output channels)")
     if residual:
         ctx.kernel("residual add in the direct conv")
@@ -463,3 +447,6 @@ def emit(
         _use_engine(ctx)
         return f"{{\n  {init}\n  o2e_parallel_for({rows}, {name}, &a);\n}}"
     return f"{{\n  {init}\n  {name}(&a, 0, {rows});\n}}"
+
+
+STRATEGY = ConvStrategy("direct", refuse, emit)

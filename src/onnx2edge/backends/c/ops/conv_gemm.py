@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ....semantics.activations import Activation
 from ..emitter import NodeContext
 from ..gemm_pack import sgemm_workspace_bytes
 from . import pool2d
+from .conv_spec import AUTO, ConvSpec, ConvStrategy
 from .gemm import (
     MAX_THREADS,
     _use_engine,
     act_struct,
+    gemm_call,
+    gemm_packed_call,
+    packed_weights,
     post_act,
 )
 
@@ -169,3 +175,203 @@ static void o2e_im2col_rows(void *arg, int r0, int r1)
   }
 }
 """
+
+
+# --------------------------------------------------------------------------------------------
+# the strategies: one GEMM per group, B either packed straight from the input (implicit), the
+# input itself (1x1), a subsampled copy (strided 1x1) or im2col blocks
+# --------------------------------------------------------------------------------------------
+def _const_f32(spec: ConvSpec) -> bool:
+    return spec.weights is not None and spec.weights.dtype == np.float32
+
+
+def _pointwise(spec: ConvSpec) -> bool:
+    return spec.ks == [1, 1] and spec.st == [1, 1] and not any(spec.pads)
+
+
+def _subsample(spec: ConvSpec) -> bool:
+    """A strided 1x1 convolution reads one input pixel in sh*sw: its im2col is a plain
+    subsampling copy, after which B is read in place (no repacking, no phase planes)."""
+    return spec.ks == [1, 1] and not any(spec.pads) and not _pointwise(spec)
+
+
+def _refuse_implicit(spec: ConvSpec) -> str | None:
+    if spec.nsp != 2:
+        return "not a 2-D convolution"
+    if not _const_f32(spec):
+        return "weights computed at run time (B is packed at conversion time)"
+    if _pointwise(spec) or _subsample(spec):
+        return "a 1x1 convolution reads its input in place"
+    if spec.y.shape[2] * spec.y.shape[3] < IMPLICIT_MIN_COLS:
+        return f"fewer than {IMPLICIT_MIN_COLS} output positions"
+    return None
+
+
+def _refuse_1x1(spec: ConvSpec) -> str | None:
+    return None if spec.nsp == 2 and _pointwise(spec) else "not 1x1, stride 1, unpadded"
+
+
+def _refuse_subsample(spec: ConvSpec) -> str | None:
+    return None if spec.nsp == 2 and _const_f32(spec) and _subsample(spec) else "not strided 1x1"
+
+
+def _refuse_im2col(spec: ConvSpec) -> str | None:
+    return None if spec.nsp == 2 else "not a 2-D convolution"
+
+
+def _emit_implicit(ctx: NodeContext, spec: ConvSpec) -> str:
+    return _emit_gemm(ctx, spec, "implicit")
+
+
+def _emit_1x1(ctx: NodeContext, spec: ConvSpec) -> str:
+    return _emit_gemm(ctx, spec, "1x1")
+
+
+def _emit_subsample(ctx: NodeContext, spec: ConvSpec) -> str:
+    return _emit_gemm(ctx, spec, "subsample")
+
+
+def _emit_im2col(ctx: NodeContext, spec: ConvSpec) -> str:
+    return _emit_gemm(ctx, spec, "im2col")
+
+
+LABELS = {
+    "implicit": "implicit GEMM (im2col fused into B packing)",
+    "1x1": "1x1 as GEMM",
+    "subsample": "strided 1x1: subsample + GEMM",
+    "im2col": "im2col + GEMM",
+}
+
+
+def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
+    x, w, y, N, C, M, group = spec.x, spec.w, spec.y, spec.N, spec.C, spec.M, spec.group
+    H, W = x.shape[2:]
+    OH, OW = y.shape[2:]
+    kh, kw = spec.ks
+    sh, sw = spec.st
+    dh, dw = spec.dl
+    pt, pl = spec.pads[0], spec.pads[1]
+    cg, mg = spec.cg, spec.mg
+    K = cg * kh * kw
+    P = OH * OW
+    act, bias = spec.act, spec.bias
+    pointwise = how == "1x1"
+    lines = []
+    # im2col in blocks of output rows: the columns stay cache-sized and bounded (a 9x9 conv
+    # at 480x640 would otherwise need a 3 GB matrix)
+    for_n = f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{"
+    xin = f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {H * W}"
+    yout = f"{y.sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
+    wg = f"{w.sym} + (size_t)g * {mg * K}"
+    bg = f"{bias} + (size_t)g * {mg}" if bias else "NULL"
+    res = None
+    if spec.residual:
+        ctx.kernel("residual add in the GEMM epilogue")
+        res = f"{ctx.x(3).sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
+    packed = None
+    if _const_f32(spec):
+        assert spec.weights is not None
+        ctx.kernel(LABELS[how])
+        packed, stride = packed_weights(ctx, "packed", spec.weights.reshape(group, mg, K))
+        if how == "implicit":
+            call = implicit_gemm_call(
+                ctx,
+                f"{packed} + (size_t)g * {stride}",
+                mg,
+                P,
+                K,
+                xin,
+                cg,
+                H,
+                W,
+                kh,
+                kw,
+                sh,
+                sw,
+                dh,
+                dw,
+                pt,
+                pl,
+                OW,
+                yout,
+                bg,
+                act,
+                res,
+            )
+            return "\n".join([for_n, "  " + call, "}"])
+
+    rows = OH if pointwise else _im2col_rows(K, OH, OW)
+    if not pointwise:
+        col = ctx.scratch(K * rows * OW * 4)
+    lines.append(for_n)
+
+    def block(oh0: str, nrows: int) -> list[str]:
+        """im2col + GEMM for output rows [oh0, oh0 + nrows)."""
+        ncols, off = nrows * OW, f"(size_t)({oh0}) * {OW}"
+        out, r = (yout, res) if oh0 == "0" else (f"{yout} + {off}", res and f"{res} + {off}")
+        if pointwise:
+            b_mat, code = xin, []
+        else:
+            b_mat = col
+            code = [
+                _im2col_call(
+                    ctx, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, oh0, nrows, col
+                )
+            ]
+        if packed is not None:
+            code.append(
+                gemm_packed_call(
+                    ctx,
+                    f"{packed} + (size_t)g * {stride}",
+                    mg,
+                    ncols,
+                    K,
+                    b_mat,
+                    ncols,
+                    out,
+                    P,
+                    bias_m=bg,
+                    act=act,
+                    residual=r,
+                    ldr=P,
+                )
+            )
+        else:
+            code.append(
+                gemm_call(
+                    ctx,
+                    mg,
+                    ncols,
+                    K,
+                    wg,
+                    K,
+                    b_mat,
+                    ncols,
+                    out,
+                    P,
+                    bias_m=bg,
+                    act=act,
+                    residual=r,
+                    ldr=P,
+                )
+            )
+        return code
+
+    if rows >= OH:
+        lines += ["  " + c for c in block("0", OH)]
+    else:
+        full = OH - OH % rows
+        lines.append(f"  for (int oh0 = 0; oh0 < {full}; oh0 += {rows}) {{")
+        lines += ["    " + c for c in block("oh0", rows)]
+        lines.append("  }")
+        if full < OH:
+            lines += ["  " + c for c in block(str(full), OH - full)]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+IMPLICIT_GEMM = ConvStrategy("implicit_gemm", _refuse_implicit, _emit_implicit)
+GEMM_1X1 = ConvStrategy("gemm_1x1", _refuse_1x1, _emit_1x1)
+SUBSAMPLE_GEMM = ConvStrategy("subsample_gemm", _refuse_subsample, _emit_subsample)
+# the 2-D fallback: takes any 2-D convolution, so it cannot be switched off
+IM2COL_GEMM = ConvStrategy("im2col_gemm", _refuse_im2col, _emit_im2col, settings=(AUTO,))

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.fused import has_residual
-from ..emitter import NodeContext, Tensor
+from ..emitter import NodeContext
 from . import pool2d
-from .common import act_expr, fused_act, specialised_conv_ok
+from .common import act_expr
+from .conv_spec import ConvSpec, ConvStrategy
 from .gemm import _use_engine
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
@@ -51,37 +51,30 @@ MIN_M = 64
 # RGB stems (3 input channels, 7x7 / 2: 147 taps) ran 1.3-2x slower than the GEMM: MIN_K.
 MAX_STRIDE = 4
 MAX_PLANES_BYTES = 8 << 20  # the phase planes live in the arena while the layer runs
-# Tuning / debugging switch read at conversion time: "0" disables this path.
-ENV = "ONNX2EDGE_LANES_CONV"
 MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layers ran 25 % slower than the GEMM
 
 
-def applicable(
-    ctx: NodeContext,
-    x: Tensor,
-    w: Tensor,
-    y: Tensor,
-    group: int,
-    ks: list[int],
-    st: list[int],
-    dl: list[int],
-) -> bool:
-    if not specialised_conv_ok(ctx, x, ENV):
-        return False
-    kh, kw = ks
-    C, M = x.shape[1] // group, w.shape[0] // group
+def refuse(spec: ConvSpec) -> str | None:
+    if not spec.rearrangeable:
+        return "weights computed at run time, or not a float32 NCHW map"
+    kh, kw = spec.ks
+    st, y = spec.st, spec.y
+    C, M = spec.cg, spec.mg
+    if spec.nsp != 2:
+        return "not a 2-D convolution"
     HQ, WQ = pool2d.phase_geometry(y.shape[2], y.shape[3], kh, kw, st[0], st[1], 1, 1)
     if C * st[0] * st[1] * HQ * WQ * 4 > MAX_PLANES_BYTES:  # the input copy lives in the arena
-        return False
-    return (
-        list(dl) == [1, 1]
+        return "input phase planes too large for the arena"
+    ok = (
+        spec.dl == [1, 1]
         and kh * kw > 1
         and max(st) <= MAX_STRIDE
         and C * kh * kw >= MIN_K
         and M >= MIN_M
         and y.shape[3] >= MIN_OW
-        and not has_residual(ctx.node)
+        and not spec.residual
     )
+    return None if ok else f"needs >= {MIN_M} outputs, >= {MIN_K} taps, a wide map, no residual"
 
 
 ARGS = r"""
@@ -217,18 +210,10 @@ static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float 
 """
 
 
-def emit(
-    ctx: NodeContext,
-    x: Tensor,
-    w: Tensor,
-    y: Tensor,
-    ks: list[int],
-    st: list[int],
-    pads: list[int],
-    bias: str | None,
-    group: int = 1,
-) -> str:
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     """Groups (AlexNet's conv2, conv4, conv5) run one after the other, each as its own layer."""
+    x, w, y, ks, st, pads = spec.x, spec.w, spec.y, spec.ks, spec.st, spec.pads
+    bias, group = spec.bias, spec.group
     N, Ctot, H, W = x.shape
     Mtot = w.shape[0]
     C, M = Ctot // group, Mtot // group
@@ -248,7 +233,7 @@ def emit(
         ),
     )
     gstride = blocks * LANES * C * kh * kw
-    act = fused_act(ctx)
+    act = spec.act
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
@@ -310,3 +295,6 @@ static void {name}(void *arg, int u0, int u1)
             "}",
         ]
     )
+
+
+STRATEGY = ConvStrategy("lanes", refuse, emit)

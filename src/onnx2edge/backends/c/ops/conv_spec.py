@@ -1,15 +1,182 @@
-"""What the Conv-family emitters share: the float32 check, pads with auto_pad resolved."""
+"""A Conv layer as its kernel strategies see it (`ConvSpec`), what a strategy is
+(`ConvStrategy`), and the choice among them (issue 10, item 4).
+
+A strategy is one way to compute a 2-D (or N-d) convolution: depthwise planes, Winograd, the
+direct kernels, the implicit GEMM, im2col + GEMM... Each says why it does not take a layer
+(`refuse`, None when it does) and writes the C for one it takes (`emit`). `choose` takes the
+first strategy of a declared list (ops/conv.py `STRATEGIES`) that does not refuse, so the
+order is the preference. `convert --kernels NAME=off` switches a strategy off (some take a
+value: winograd=2|4 forces the tile size); the choice is then recorded per layer in the
+manifest (stats.conv_strategies) and the options under options.kernels, so an output can be
+reproduced from its manifest.
+
+Where to add a strategy: a module next to this one defining `STRATEGY = ConvStrategy(...)`,
+then its place in ops/conv.py's `STRATEGIES` (earlier = preferred when several apply).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
 from ....ir import Graph, Node
-from ....semantics.conv_geometry import resolve_pads
+from ....semantics.activations import Activation
+from ....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
+from ....semantics.fused import has_residual
+from ..emitter import NodeContext, Tensor
 from .checks import float32_input
+from .common import fused_act
+
+# Settings every strategy takes in `convert --kernels NAME=SETTING`.
+AUTO, OFF = "auto", "off"
 
 
-# --------------------------------------------------------------------------------------------
-# convolution
-# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConvSpec:
+    """One Conv node: its geometry, tensors, epilogue and the conversion's kernel options."""
+
+    geom: ConvGeometry
+    x: Tensor
+    w: Tensor
+    y: Tensor
+    bias: str | None  # C symbol of the bias, or None
+    act: Activation | None  # fused activation
+    residual: bool  # a fused residual add (input 3) before the activation
+    optimize: str  # convert --optimize: "speed" or "size"
+    kernels: Mapping[str, str] = field(default_factory=dict)  # convert --kernels
+    # not part of the record's identity: the layer's place in the graph, its constant weights
+    node: Node | None = field(default=None, compare=False, repr=False)
+    graph: Graph | None = field(default=None, compare=False, repr=False)
+    weights: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, ctx: NodeContext) -> ConvSpec:
+        x, w, y = ctx.x(0), ctx.x(1), ctx.y(0)
+        return cls(
+            geom=conv_geometry(ctx.node, x.shape, w.shape, y.shape, ctx.graph.opset),
+            x=x,
+            w=w,
+            y=y,
+            bias=ctx.x(2).sym if ctx.has_input(2) else None,
+            act=fused_act(ctx),
+            residual=has_residual(ctx.node),
+            optimize=ctx.model.optimize,
+            kernels=ctx.model.kernel_options,
+            node=ctx.node,
+            graph=ctx.graph,
+            weights=ctx.const(1),
+        )
+
+    def setting(self, strategy: str) -> str:
+        return self.kernels.get(strategy, AUTO)
+
+    # the names the kernels have always used, read off the geometry
+    @property
+    def nsp(self) -> int:
+        return self.geom.rank
+
+    @property
+    def N(self) -> int:  # noqa: N802
+        return self.geom.batch
+
+    @property
+    def C(self) -> int:  # noqa: N802
+        return self.geom.in_channels
+
+    @property
+    def M(self) -> int:  # noqa: N802
+        return self.geom.out_channels
+
+    @property
+    def group(self) -> int:
+        return self.geom.group
+
+    @property
+    def cg(self) -> int:
+        return self.geom.in_per_group
+
+    @property
+    def mg(self) -> int:
+        return self.geom.out_per_group
+
+    @property
+    def ks(self) -> list[int]:
+        return list(self.geom.kernel)
+
+    @property
+    def st(self) -> list[int]:
+        return list(self.geom.strides)
+
+    @property
+    def dl(self) -> list[int]:
+        return list(self.geom.dilations)
+
+    @property
+    def pads(self) -> list[int]:
+        return list(self.geom.pads)
+
+    @property
+    def depthwise(self) -> bool:
+        """One filter per channel, as many outputs as inputs (multipliers above 1 are not)."""
+        return self.group == self.C and self.M == self.C and self.cg == 1
+
+    @property
+    def rearrangeable(self) -> bool:
+        """The weights are a float32 constant (a specialised kernel rearranges them at
+        conversion time) and the input a float32 NCHW map."""
+        wc = self.weights
+        return (
+            wc is not None
+            and wc.dtype == np.float32
+            and self.x.dtype == np.float32
+            and self.x.rank == 4
+        )
+
+    def without_epilogue(self) -> ConvSpec:
+        """The same layer with its residual and activation left to a pass after the kernel."""
+        return dataclasses.replace(self, act=None, residual=False)
+
+
+RefuseFn = Callable[[ConvSpec], str | None]
+EmitFn = Callable[[NodeContext, ConvSpec], str]
+
+
+@dataclass(frozen=True)
+class ConvStrategy:
+    """One kernel for a convolution.
+
+    refuse(spec): why it does not take this layer, None when it does (pure: no code, no
+    weights registered). emit(ctx, spec): the C statements. fuses_residual: False when the
+    kernel cannot add the residual / apply the activation itself; the layer then runs without
+    them and one pass over the output adds them. settings: the values `--kernels NAME=...`
+    accepts ("auto" and "off" unless the strategy cannot be switched off: the fallbacks)."""
+
+    name: str
+    refuse: RefuseFn
+    emit: EmitFn
+    fuses_residual: bool = True
+    settings: tuple[str, ...] = (AUTO, OFF)
+
+    def applicable(self, spec: ConvSpec) -> bool:
+        return self.why_not(spec) is None
+
+    def why_not(self, spec: ConvSpec) -> str | None:
+        if spec.setting(self.name) == OFF:
+            return f"--kernels {self.name}=off"
+        return self.refuse(spec)
+
+
+def choose(strategies: tuple[ConvStrategy, ...], spec: ConvSpec) -> ConvStrategy:
+    """The first strategy that takes the layer (the list ends with ones that take any)."""
+    for s in strategies:
+        if s.why_not(spec) is None:
+            return s
+    raise AssertionError(f"no Conv strategy takes {spec.geom}")  # the fallbacks take any
+
+
 def conv_pads(
     node: Node,
     in_sp: tuple[int, ...],

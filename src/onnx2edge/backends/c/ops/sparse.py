@@ -12,7 +12,7 @@ the dense constant in the generated file).
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -75,11 +75,11 @@ def density(w: np.ndarray) -> float:
     return float(np.count_nonzero(w)) / w.size if w.size else 1.0
 
 
-def mode() -> str:
-    """ONNX2EDGE_SPARSE: "auto" (default: the break-even rule), "off" (dense kernels only) or
-    "force" (every eligible layer with any zero weight; to measure the break-even). Recorded
-    in the manifest's stats (sparse_mode) since it changes the generated code."""
-    m = os.environ.get("ONNX2EDGE_SPARSE", "auto")
+def mode(kernels: Mapping[str, str]) -> str:
+    """`convert --kernels sparse=...`: "auto" (default: the break-even rule), "off" (dense
+    kernels only) or "force" (every eligible layer with any zero weight; to measure the
+    break-even). Recorded in the manifest (options.kernels, stats.sparse_mode)."""
+    m = kernels.get("sparse", "auto")
     return m if m in ("auto", "off", "force") else "auto"
 
 
@@ -89,9 +89,9 @@ def block_density(w: np.ndarray, v: int = 16) -> float:
     return float(nz.reshape(-1, v, w.shape[1]).any(axis=1).mean())
 
 
-def sparse_applicable(w: np.ndarray | None, kind: str) -> bool:
-    """True when a constant float32 weight (outputs x inputs) is sparse enough for `kind`."""
-    m = mode()
+def sparse_applicable(w: np.ndarray | None, kind: str, m: str) -> bool:
+    """True when a constant float32 weight (outputs x inputs) is sparse enough for `kind`
+    under mode `m`."""
     if m == "off" or w is None or w.dtype != np.float32 or w.ndim != 2 or w.size < MIN_WEIGHTS:
         return False
     d = block_density(w) if kind == "fc_batch1_bsr" else density(w)
@@ -166,9 +166,10 @@ def try_fc(
 ) -> str | None:
     """y[B][N] = alpha * x[B][K] . W^T + beta * C with W[N][K] constant, or None (stay dense)."""
     kind = "fc_batch1" if B == 1 else "fc_batchN"
-    if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr"):
+    m = mode(ctx.model.kernel_options)
+    if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr", m):
         kind = "fc_batch1_bsr"
-    elif w is None or not sparse_applicable(np.asarray(w), kind):
+    elif w is None or not sparse_applicable(np.asarray(w), kind, m):
         return None
     b = None
     if with_bias and ctx.has_input(2) and beta != 0.0:
@@ -223,7 +224,7 @@ def try_conv1x1(ctx: NodeContext) -> str | None:
     if x.rank != 4 or x.dtype != np.float32 or tuple(y.shape[2:]) != tuple(x.shape[2:]):
         return None
     w2 = w.reshape(w.shape[0], -1)
-    if not sparse_applicable(w2, "conv1x1"):
+    if not sparse_applicable(w2, "conv1x1", mode(ctx.model.kernel_options)):
         return None
     N, C, H, W = x.shape
     M = w.shape[0]

@@ -36,7 +36,6 @@ the output transform.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -45,10 +44,10 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....semantics.activations import Activation
-from ....semantics.fused import has_residual
 from ..emitter import NodeContext, Tensor
 from ..gemm_pack import sgemm_workspace_bytes
-from .common import act_expr, fused_act, specialised_conv_ok
+from .common import act_expr
+from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy
 from .gemm import MAX_THREADS, _use_engine, act_struct, packed_weights
 
 # Interpolation points per output tile size m (infinity is always the last point).
@@ -74,9 +73,9 @@ BLOCK_BYTES = 2 << 20
 # Tiles are transformed in chunks of VEC (a constant trip count gcc vectorises without a
 # run-time profitability check); scratch rows are padded to a multiple of it.
 VEC = 16
-# Tuning / debugging switch read at conversion time: "0" disables Winograd, "2" or "4" forces
-# that tile size wherever the kernel applies.
-ENV = "ONNX2EDGE_WINOGRAD"
+# Name in `convert --kernels`: winograd=off disables it, winograd=2 or 4 forces that tile size
+# wherever the kernel applies.
+STRATEGY_NAME = "winograd"
 # With at least this many blocks (images x tile-row blocks) a convolution shares whole blocks
 # between threads; with fewer it shares the (m + 2)^2 products of each block.
 BLOCK_PARALLEL_MIN = 2
@@ -432,28 +431,17 @@ static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, i
 # --------------------------------------------------------------------------------------------
 # the conv hook
 # --------------------------------------------------------------------------------------------
-def tile_size(
-    ctx: NodeContext,
-    x: Tensor,
-    w: Tensor,
-    y: Tensor,
-    group: int,
-    ks: list[int],
-    st: list[int],
-    dl: list[int],
-) -> int:
+def tile_size(spec: ConvSpec) -> int:
     """The output tile size m to use for this Conv, 0 when Winograd does not apply or pay."""
-    forced = os.environ.get(ENV, "")
-    if not specialised_conv_ok(ctx, x, ENV):
+    forced = spec.setting(STRATEGY_NAME)
+    if forced == OFF or not spec.rearrangeable:
         return 0
-    if list(ks) != [3, 3] or list(st) != [1, 1] or list(dl) != [1, 1] or group != 1:
+    if spec.ks != [3, 3] or spec.st != [1, 1] or spec.dl != [1, 1] or spec.group != 1:
         return 0
-    if (
-        ctx.model.optimize == "size"
-    ):  # transformed weights: 36/9 (F(4x4)), 16/9 (F(2x2)) of the 3x3 ones
+    if spec.optimize == "size":  # transformed weights: 36/9 (F(4x4)), 16/9 (F(2x2)) of the 3x3 ones
         return 0
-    C, M = x.shape[1], w.shape[0]
-    OH, OW = y.shape[2:]
+    C, M = spec.C, spec.M
+    OH, OW = spec.y.shape[2:]
     if forced in ("2", "4"):
         return int(forced)
     if C < MIN_CHANNELS or M < MIN_CHANNELS:
@@ -461,7 +449,8 @@ def tile_size(
     # the GEMMs need enough tiles (their N) to run near full speed: F(4x4) from about 13x13
     # outputs, F(2x2) down to 7x7, where F(4x4) would leave only 2x2 tiles per GEMM;
     # F(2x2) also where many layers follow, which would amplify F(4x4)'s larger rounding errors
-    sizes = (2,) if layers_after(ctx.graph, ctx.node) >= DEEP else (4, 2)
+    assert spec.graph is not None and spec.node is not None
+    sizes = (2,) if layers_after(spec.graph, spec.node) >= DEEP else (4, 2)
     for m in sizes:
         if -(-OH // m) * -(-OW // m) >= MIN_TILES:
             return m
@@ -480,17 +469,10 @@ def layers_after(graph: Graph, node: Node) -> int:
     return 0
 
 
-def applicable(
-    ctx: NodeContext,
-    x: Tensor,
-    w: Tensor,
-    y: Tensor,
-    group: int,
-    ks: list[int],
-    st: list[int],
-    dl: list[int],
-) -> bool:
-    return tile_size(ctx, x, w, y, group, ks, st, dl) > 0
+def refuse(spec: ConvSpec) -> str | None:
+    if tile_size(spec) == 0:
+        return "not 3x3 stride 1 on float32 constant weights, or too few channels / tiles"
+    return None
 
 
 @dataclass(frozen=True)
@@ -526,20 +508,10 @@ class Plan:
         return planes, m * _ld(TW) + m, n * n * vs, n * n * ms
 
 
-def emit(
-    ctx: NodeContext,
-    x: Tensor,
-    w: Tensor,
-    y: Tensor,
-    group: int,
-    ks: list[int],
-    st: list[int],
-    dl: list[int],
-    pads: list[int],
-    bias: str | None,
-) -> str:
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     """The Conv as (m + 2)² packed GEMMs between generated input and output transforms."""
-    m = tile_size(ctx, x, w, y, group, ks, st, dl)
+    x, w, y, pads, bias = spec.x, spec.w, spec.y, spec.pads, spec.bias
+    m = tile_size(spec)
     N, C, H, W = x.shape
     M = w.shape[0]
     OH, OW = y.shape[2:]
@@ -548,10 +520,10 @@ def emit(
     pt, pl = pads[0], pads[1]
     ctx.kernel(f"winograd F({m}x{m},3x3)")
     packed, stride = packed_weights(ctx, f"winograd{m}", transform_weights(ctx.const(1), m))
-    act = fused_act(ctx)
+    act = spec.act
     st_act, post = act_struct(act)
     res = None
-    if has_residual(ctx.node):
+    if spec.residual:
         ctx.kernel("residual add in the Winograd output transform")
         res = ctx.x(3).sym
     fin, fin_code = _input_kernel(m)
@@ -699,3 +671,7 @@ def _odd(size: int) -> int:
 def _post_act(act: Activation | None, y: Tensor) -> str:
     """Activations the output transform does not apply (Sigmoid, Tanh, ...): one pass over y."""
     return f"for (size_t i = 0; i < {y.size}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(act, 'v')}; }}"
+
+
+# convert --kernels winograd=2|4 forces the tile size where Winograd applies at all
+STRATEGY = ConvStrategy(STRATEGY_NAME, refuse, emit, settings=(AUTO, OFF, "2", "4"))
