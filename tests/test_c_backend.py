@@ -45,7 +45,8 @@ def test_generated_files_and_header(tmp_path: Path, example: Path) -> None:
     assert f"#define MODEL_WEIGHT_BYTES {res.stats['weight_bytes']}" in h
     c = (out / "model.c").read_text()
     assert "malloc" not in c
-    assert "/* node conv1: Conv(" in c  # every block names its ONNX node
+    # every block names its node: conv1 + its Relu are the fused internal op o2e.ConvAct
+    assert "/* node conv1: o2e.ConvAct(" in c
     # BN folded, Relu fused: no separate BN or Relu blocks
     assert "BatchNormalization(" not in c and ": Relu(" not in c
 

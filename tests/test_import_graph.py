@@ -203,15 +203,6 @@ def test_cycles_are_found() -> None:
 # Circles that only function-level imports close, still to be untied; each with its reason.
 # A new one fails the test below; a fixed one must leave this list.
 KNOWN_LAZY_CIRCLES = {
-    # attrs.py registers the o2e schemas (fused.py) when first asked about an o2e node, and
-    # fused.py reads attributes through attrs.py (semantics package)
-    frozenset(
-        {
-            "onnx2edge.semantics.activations",
-            "onnx2edge.semantics.attrs",
-            "onnx2edge.semantics.fused",
-        }
-    ),
     # lower.py runs its CPU fallback, which lowers the graph it falls back from (mps split)
     frozenset({"onnx2edge.backends.mps.cpu", "onnx2edge.backends.mps.lower"}),
     # api.py is the facade the commands share, and the commands call back into it

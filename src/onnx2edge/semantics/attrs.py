@@ -53,11 +53,10 @@ def defaults(op_type: str, opset: int | None = None, domain: str = "") -> Mappin
 
 def _domain_opset(node: Node, opset: int | None) -> tuple[str, int | None]:
     """The schema domain and version to read: `opset` is the default domain's; internal ops
-    (domain `o2e`) have one version, registered with onnx when fused.py is imported."""
+    (domain `o2e`) have one version, registered with onnx by fused.py (imported by this
+    package's __init__, so before any of its modules is used)."""
     if node.domain in ("", "ai.onnx"):
         return "", opset
-    from . import fused  # noqa: F401, PLC0415 (registers the o2e schemas; fused imports attrs)
-
     return node.domain, None
 
 

@@ -154,6 +154,30 @@ def _window_pads(
     return pads, out
 
 
+def resolve_pads(
+    node: Node,
+    in_sp: Sequence[int],
+    out_sp: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    opset: int | None = None,
+) -> tuple[int, ...]:
+    """Begin pads then end pads of a Conv / pool window whose output size is known, auto_pad
+    resolved (the pads part of conv_geometry / pool_geometry, for callers holding the sizes)."""
+    pads, _ = _window_pads(
+        _auto_pad(node, opset),
+        attr(node, "pads", opset),
+        in_sp,
+        out_sp,
+        kernel,
+        strides,
+        dilations,
+        False,
+    )
+    return pads
+
+
 def conv_geometry(
     node: Node,
     x_shape: Sequence[int],

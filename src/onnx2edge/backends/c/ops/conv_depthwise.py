@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
 from ..emitter import NodeContext, c_literal
 from . import pool2d
 from .common import act_expr, clip_bounds
@@ -22,7 +23,7 @@ def _dw_kernel(
     that vectorises fully even for 7x7 maps (the WQ − OW columns of garbage per row are
     dropped when compacting). The kernel runs over a range of planes (N·C of them), so
     `o2e_parallel_for` can split the channels across threads, each in its own scratch slot.
-    kind: 0 none, 1 Relu, 2 Clip(lo, hi).
+    kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi).
     """
     name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{('', '_relu', '_clip')[kind]}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
@@ -103,14 +104,16 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     dh, dw = spec.dl
     pt, pl, bias = spec.pads[0], spec.pads[1], spec.bias
     act = spec.act
-    kind, lo, hi, post = 0, "0.0f", "0.0f", None
-    if act is not None and act.op == "Relu":
-        kind = 1
-    elif act is not None and act.op == "Clip":
+    # the epilogue kinds of the activation table (o2e_gemm.h's numbering) the kernel applies
+    # itself; any other activation runs as a loop after it
+    kind = GEMM_NONE if act is None else ACTIVATIONS[act.op].gemm_kind
+    lo, hi, post = "0.0f", "0.0f", None
+    if kind == GEMM_CLIP:
+        assert act is not None
         b = clip_bounds(act.alpha, act.beta)
-        kind, lo, hi = 2, c_literal(b[0], np.float32), c_literal(b[1], np.float32)
-    elif act is not None:
-        post = act
+        lo, hi = c_literal(b[0], np.float32), c_literal(b[1], np.float32)
+    elif kind != GEMM_RELU:
+        kind, post = GEMM_NONE, act
     name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind)
     ctx.kernel("depthwise direct")
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)

@@ -37,7 +37,7 @@ import zlib
 
 import numpy as np
 
-from ....passes.fuse_activation import Activation
+from ....semantics.activations import Activation
 from ..emitter import NodeContext
 from . import pool2d
 from .common import act_expr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....passes.fuse_activation import Activation
+from ....semantics.activations import Activation
 from ..emitter import NodeContext
 from ..gemm_pack import sgemm_workspace_bytes
 from . import pool2d

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ....ir import Graph, Node
-from ....passes.fuse_activation import Activation
-from ....semantics.conv_geometry import ConvGeometry, conv_geometry
+from ....semantics.activations import Activation
+from ....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
 from ....semantics.fused import has_residual
 from ..emitter import NodeContext, Tensor
 from .checks import float32_input
@@ -185,22 +185,8 @@ def conv_pads(
     s: list[int],
     d: list[int],
 ) -> list[int]:
-    """Begin pads then end pads, resolving auto_pad (ONNX Conv spec); pooling and the
-    quantised convolutions read it (semantics/conv_geometry.py is the record's source)."""
-    n = len(in_sp)
-    auto = node.attr("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * (2 * n)
-        for i in range(n):
-            total = max((out_sp[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_sp[i], 0)
-            small = total // 2
-            pads[i], pads[i + n] = (
-                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
-            )
-        return pads
-    if auto == "VALID":
-        return [0] * (2 * n)
-    return list(node.attr("pads", [0] * (2 * n)))
+    """Begin pads then end pads, resolving auto_pad: semantics/conv_geometry.py's rule."""
+    return list(resolve_pads(node, in_sp, out_sp, k, s, d))
 
 
 def conv_check(node: Node, graph: Graph) -> str | None:

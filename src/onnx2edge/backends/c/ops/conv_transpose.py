@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....ir import Node
-from ....passes.fuse_activation import Activation
+from ....semantics.activations import Activation
+from ....semantics.conv_geometry import conv_transpose_geometry
 from ..emitter import NodeContext, Tensor
 from ..gemm_pack import sgemm_workspace_bytes
 from . import pool2d, register_op
@@ -27,15 +27,15 @@ def conv_transpose(ctx: NodeContext) -> str:
     x, w, y = ctx.x(0), ctx.x(1), ctx.y(0)
     nsp = x.rank - 2
     N, C = x.shape[:2]
-    group = int(ctx.attr("group", 1))
+    geo = conv_transpose_geometry(ctx.node, x.shape, w.shape, y.shape, ctx.graph.opset)
+    group = geo.group
     mg = w.shape[1]
     M = mg * group
     cg = C // group
     ks = list(w.shape[2:])
-    st = list(ctx.attr("strides", [1] * nsp))
-    dl = list(ctx.attr("dilations", [1] * nsp))
+    st, dl = list(geo.strides), list(geo.dilations)
     in_sp, out_sp = x.shape[2:], y.shape[2:]
-    pads = _convtranspose_pads(ctx.node, in_sp, out_sp, ks, st, dl)
+    pads = list(geo.pads)
     bias = ctx.x(2).sym if ctx.has_input(2) else None
     act = fused_act(ctx)
     wt = ctx.graph.const(ctx.node.inputs[1])
@@ -109,25 +109,6 @@ def conv_transpose(ctx: NodeContext) -> str:
         )
     lines.append("}")
     return "\n".join(lines)
-
-
-def _convtranspose_pads(node: Node, in_sp, out_sp, ks, st, dl) -> list[int]:  # noqa: ANN001
-    n = len(in_sp)
-    auto = node.attr("auto_pad", "NOTSET")
-    opad = list(node.attr("output_padding", [0] * n))
-    if node.attr("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * (2 * n)
-        for i in range(n):
-            total = st[i] * (in_sp[i] - 1) + opad[i] + ((ks[i] - 1) * dl[i] + 1) - out_sp[i]
-            total = max(total, 0)
-            if auto == "SAME_UPPER":
-                pads[i], pads[i + n] = total // 2, total - total // 2
-            else:
-                pads[i], pads[i + n] = total - total // 2, total // 2
-        return pads
-    if auto == "VALID":
-        return [0] * (2 * n)
-    return list(node.attr("pads", [0] * (2 * n)))
 
 
 # Bytes of the phase outputs of one block of rows (all column phases of one row phase): they

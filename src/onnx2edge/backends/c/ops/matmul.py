@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import gemm_attrs
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op, sparse
 from .common import act_expr, broadcast_strides, fused_act, strides
@@ -32,8 +33,8 @@ def _gemm_check(node: Node, graph: Graph) -> str | None:
 def gemm(ctx: NodeContext) -> str:
     if (sp := sparse.try_gemm(ctx)) is not None:  # pruned weights (issue 14)
         return sp
-    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
-    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    ga = gemm_attrs(ctx.node, ctx.graph.opset)
+    ta, tb, alpha, beta = int(ga.trans_a), int(ga.trans_b), ga.alpha, ga.beta
     a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
     M, K = (a.shape[1], a.shape[0]) if ta else a.shape
     N = b.shape[0] if tb else b.shape[1]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....semantics.activations import Activation
-from ....semantics.attrs import attr, epsilon
+from ....semantics.attrs import attr, attrs, epsilon
 from ....semantics.batchnorm import bn_affine
 from ..emitter import NodeContext, Tensor, c_literal
 from . import pool2d, register_op
@@ -58,10 +58,10 @@ def softmax_split(ctx: NodeContext, x: Tensor) -> tuple[int, int, int]:
     the op runs over the second dim (default axis 1); from 13 it runs over `axis` alone
     (default -1). ONNX Softmax-13 changelog.
     """
+    axis = norm_axis(int(attr(ctx.node, "axis", ctx.graph.opset)), x.rank)  # 1, from 13 -1
     if ctx.graph.opset < 13:
-        axis = norm_axis(int(ctx.attr("axis", 1)), x.rank)
         return int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])), 1
-    return split_axis(x.shape, norm_axis(int(ctx.attr("axis", -1)), x.rank))
+    return split_axis(x.shape, axis)
 
 
 @register_op("Softmax", "LogSoftmax", "Hardmax", check=float_input)
@@ -112,7 +112,7 @@ def layer_norm(ctx: NodeContext) -> str:
     """
     x, y = ctx.x(0), ctx.y(0)
     rms = ctx.node.op_type == "RMSNormalization"
-    axis = norm_axis(int(ctx.attr("axis", -1)), x.rank)
+    axis = norm_axis(int(attr(ctx.node, "axis", ctx.graph.opset)), x.rank)
     outer, n = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
     if x.size == 0:
         return "/* empty */"
@@ -353,7 +353,7 @@ def mean_variance_norm(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     if x.size == 0:
         return "/* empty */"
-    axes = sorted({norm_axis(int(a), x.rank) for a in ctx.attr("axes", [0, 2, 3])})
+    axes = sorted({norm_axis(int(a), x.rank) for a in attr(ctx.node, "axes", ctx.graph.opset)})
     runs = dim_runs(x.shape, set(axes))
     kept = [(n, s) for r, n, s in runs if not r]
     red = [(n, s) for r, n, s in runs if r]
@@ -394,8 +394,9 @@ def lp_norm(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     if x.size == 0:
         return "/* empty */"
-    outer, n, inner = split_axis(x.shape, norm_axis(int(ctx.attr("axis", -1)), x.rank))
-    p = int(ctx.attr("p", 2))
+    a = attrs(ctx.node, ctx.graph.opset)
+    outer, n, inner = split_axis(x.shape, norm_axis(int(a["axis"]), x.rank))
+    p = int(a["p"])
     term, norm = ("fabs((double)v)", "acc") if p == 1 else ("(double)v * v", "sqrt(acc)")
     return f"""for (size_t o = 0; o < {outer}; ++o)
 for (size_t i = 0; i < {inner}; ++i) {{
@@ -602,7 +603,7 @@ def lrn(ctx: NodeContext) -> str:
     N, C = x.shape[:2]
     S = int(np.prod(x.shape[2:]))
     size = int(ctx.attr("size"))
-    beta = float(ctx.attr("beta", 0.75))
+    beta = float(attr(ctx.node, "beta", ctx.graph.opset))
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     T = x.ctype
     t = "f32" if T == "float" else "f64"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import attr, attrs
+from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
 from . import pool2d, register_op
-from .conv_spec import conv_pads
 from .dtypes import compute_ctype, is_float, load_expr, store_expr
 
 FLOAT = ("float", "double")
@@ -43,13 +44,11 @@ def pool(ctx: NodeContext) -> str:
     flt = ct in FLOAT
     nsp = x.rank - 2
     N, C = x.shape[:2]
-    ks = list(ctx.attr("kernel_shape"))
-    st = list(ctx.attr("strides", [1] * nsp))
-    dl = list(ctx.attr("dilations", [1] * nsp))
+    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
+    ks, st, dl, pads = list(geo.kernel), list(geo.strides), list(geo.dilations), list(geo.pads)
     in_sp, out_sp = x.shape[2:], y.shape[2:]
-    pads = conv_pads(ctx.node, in_sp, out_sp, ks, st, dl)
-    include_pad = int(ctx.attr("count_include_pad", 0))
-    p = int(ctx.attr("p", 2))
+    a = attrs(ctx.node, ctx.graph.opset)  # each op has its own: p (LpPool), count_include_pad
+    include_pad, p = int(a.get("count_include_pad", 0)), int(a.get("p", 2))
     want_idx = op == "MaxPool" and ctx.has_output(1)
     lines = [
         f"for (int nc = 0; nc < {N * C}; ++nc) {{",
@@ -78,7 +77,7 @@ def pool(ctx: NodeContext) -> str:
     if op == "MaxPool":
         # the first maximum wins; storage_order 1 numbers the indices column-major (MaxPool spec)
         idx = off
-        if int(ctx.attr("storage_order", 0)):
+        if int(attr(ctx.node, "storage_order", ctx.graph.opset)):
             idx = f"i{nsp - 1}"
             for d in reversed(range(nsp - 1)):
                 idx = f"({idx} * {in_sp[d]} + i{d})"
@@ -125,7 +124,7 @@ def global_pool(ctx: NodeContext) -> str:
     elif op == "GlobalMaxPool":  # NaN propagates from the first element, as in the reference
         body, res = "if (i == 0 || v > acc) acc = v;", "acc"
     else:
-        p = int(ctx.attr("p", 2))
+        p = int(attr(ctx.node, "p", ctx.graph.opset))
         body, res = f"acc += pow{F}(fabs{F}(v), {p});", f"pow{F}(acc, ({ct})1 / {p})"
     init = "-INFINITY" if op == "GlobalMaxPool" and ct in FLOAT else "0"
     return f"""for (int nc = 0; nc < {NC}; ++nc) {{

@@ -33,8 +33,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ....semantics.attrs import attr
+from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
-from .conv_spec import conv_pads
 from .gemm import MAX_THREADS, _use_engine
 
 # Work (element reads + tap operations) below which an op runs on the calling thread: the
@@ -503,10 +504,8 @@ def pool(ctx: NodeContext) -> str | None:
         return None
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
-    kh, kw = (int(v) for v in ctx.attr("kernel_shape"))
-    sh, sw = (int(v) for v in ctx.attr("strides", [1, 1]))
-    dh, dw = (int(v) for v in ctx.attr("dilations", [1, 1]))
-    pads = conv_pads(ctx.node, (H, W), (OH, OW), [kh, kw], [sh, sw], [dh, dw])
+    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
+    (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
     if min(pads) < 0:
         return None
     name = _pool_kernel(ctx, op, kh, kw, sh, sw, dh, dw)
@@ -528,7 +527,7 @@ def pool(ctx: NodeContext) -> str | None:
         "WQ": str(WQ),
     }
     if op == "AveragePool":
-        inc = bool(int(ctx.attr("count_include_pad", 0)))
+        inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
         dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
         dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
         # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)

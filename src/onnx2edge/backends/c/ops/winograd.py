@@ -43,7 +43,7 @@ from fractions import Fraction
 import numpy as np
 
 from ....ir import Graph, Node
-from ....passes.fuse_activation import Activation
+from ....semantics.activations import Activation
 from ..emitter import NodeContext, Tensor
 from ..gemm_pack import sgemm_workspace_bytes
 from .common import act_expr
