@@ -203,8 +203,6 @@ def test_cycles_are_found() -> None:
 # Circles that only function-level imports close, still to be untied; each with its reason.
 # A new one fails the test below; a fixed one must leave this list.
 KNOWN_LAZY_CIRCLES = {
-    # lower.py runs its CPU fallback, which lowers the graph it falls back from (mps split)
-    frozenset({"onnx2edge.backends.mps.cpu", "onnx2edge.backends.mps.lower"}),
     # api.py is the facade the commands share, and the commands call back into it
     frozenset(
         {
@@ -266,3 +264,26 @@ def test_c_op_modules_do_not_import_each_other() -> None:
     assert helpers_into_ops == set(), f"helper modules importing op modules: {helpers_into_ops}"
     assert sideways - KNOWN_SIDEWAYS == set(), f"op modules importing op modules: {sideways}"
     assert KNOWN_SIDEWAYS <= sideways, "untied: drop it from KNOWN_SIDEWAYS"
+
+
+MPS_OPS = "onnx2edge.backends.mps.ops"
+
+
+def test_mps_op_modules_do_not_import_each_other() -> None:
+    """backends/mps/ops/*.py (one module per op family) share helpers through ops/common.py and
+    mps/core.py only: an op module importing a sibling op module fails here."""
+    mods = _modules()
+    ops = {
+        name.removeprefix(MPS_OPS + ".")
+        for name in mods
+        if name.startswith(MPS_OPS + ".") and name.count(".") == MPS_OPS.count(".") + 1
+    }
+    assert {"common", "conv", "pool", "neuron", "norm", "binary", "shape"} <= ops
+    graph = import_graph(function_level=True)
+    sideways = {
+        (m, t.removeprefix(MPS_OPS + "."))
+        for m in ops
+        for t in graph[f"{MPS_OPS}.{m}"]
+        if t.removeprefix(MPS_OPS + ".") in ops - {"common"}
+    }
+    assert sideways == set(), f"MPS op modules importing one another: {sideways}"

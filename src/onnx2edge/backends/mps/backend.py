@@ -17,7 +17,8 @@ from ...ir import Graph
 from ...passes import PASSES
 from ..base import Backend, BackendOption, ConvertResult, register_backend
 from . import build
-from .lower import Refuse, lower, swift_ident
+from .core import Refuse, swift_ident
+from .lower import lower
 from .swift import render_model, render_package, render_readme
 
 MODEL_INFO = "mps-model.json"

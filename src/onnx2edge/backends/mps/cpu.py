@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
-from ...semantics.attrs import attr
+from ...semantics.attrs import attr, gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
+from .core import _reduce_axes, swift_float
 
 if TYPE_CHECKING:
     from .lower import Lowering
@@ -44,8 +45,6 @@ def cpu_emitter(*ops: str) -> Callable[[CPUEmitter], CPUEmitter]:
 
 
 def _f(v: float) -> str:
-    from .lower import swift_float
-
     v = float(v)
     if np.isnan(v):
         return "Float.nan"
@@ -91,7 +90,7 @@ UNARY: dict[str, Callable[[Node], str]] = {
     "HardSwish": lambda n: "x * min(max(x / 6 + 0.5, 0), 1)",
     "Gelu": lambda n: (
         "0.5 * x * (1 + tanhf(0.7978845608028654 * (x + 0.044715 * x * x * x)))"
-        if n.attr("approximate", "none") in ("tanh", b"tanh")
+        if attr(n, "approximate") == "tanh"
         else "0.5 * x * (1 + erff(x * 0.7071067811865476))"
     ),
     "Mish": lambda n: "x * tanhf(logf(1 + expf(x)))",
@@ -205,7 +204,7 @@ def _slice(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Split")
 def _split(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
-    axis = _axis(int(node.attr("axis", 0)), len(shape))
+    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
     x = lw.cpu_in(node.inputs[0])
     at = 0
     for o in node.outputs:
@@ -222,7 +221,7 @@ def _split(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Softmax", "LogSoftmax")
 def _softmax(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
-    axis = _axis(int(node.attr("axis", -1 if lw.g.opset >= 13 else 1)), len(shape))
+    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
     x = lw.cpu_in(node.inputs[0])
     log = "true" if node.op_type == "LogSoftmax" else "false"
     if lw.g.opset < 13 and axis != len(shape) - 1:
@@ -240,8 +239,6 @@ def _softmax(lw: Lowering, node: Node) -> None:
 
 @cpu_emitter("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum")
 def _reduce(lw: Lowering, node: Node) -> None:
-    from .lower import _reduce_axes
-
     shape = _shape(lw, node.inputs[0])
     axes = _reduce_axes(lw, node, len(shape))
     axes = list(range(len(shape))) if axes is None else axes
@@ -266,13 +263,14 @@ def _gemm(lw: Lowering, node: Node) -> None:
     a = lw.cpu_in(node.inputs[0])
     b = lw.cpu_in(node.inputs[1])
     sa, sb = _shape(lw, node.inputs[0]), _shape(lw, node.inputs[1])
-    if node.attr("transA", 0):
+    ga = gemm_attrs(node, lw.g.opset)
+    if ga.trans_a:
         a, sa = f"cpuTranspose({a}, [1, 0])", sa[::-1]
-    if node.attr("transB", 0):
+    if ga.trans_b:
         b, sb = f"cpuTranspose({b}, [1, 0])", sb[::-1]
     out = _shape(lw, node.outputs[0])
     expr = f"cpuMatMul({a}, {b}, {_ints(out)})"
-    alpha, beta = float(attr(node, "alpha")), float(attr(node, "beta"))
+    alpha, beta = ga.alpha, ga.beta
     if alpha != 1.0:
         expr = f"cpuUnary({expr}) {{ x in x * {_f(alpha)} }}"
     if len(node.inputs) > 2 and node.inputs[2]:
@@ -284,7 +282,7 @@ def _gemm(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Gather")
 def _gather(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
-    axis = _axis(int(node.attr("axis", 0)), len(shape))
+    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
     t = lw.g.type_of(node.inputs[1])
     if t is None or t.dtype.kind not in "iu":
         raise CPURefuse("Gather indices must be an integer tensor")
@@ -320,18 +318,17 @@ def _resize(lw: Lowering, node: Node) -> None:
     if len(shape) < 2 or shape[:-2] != out[:-2]:
         raise CPURefuse("resize of axes other than the last two")
 
-    def s(attr: str, default: str) -> str:
-        v = node.attr(attr, default)
-        return v.decode() if isinstance(v, bytes) else str(v)
+    def s(name: str) -> str:  # the schema supplies every default (Resize-11+, Upsample mode)
+        return str(attr(node, name, lw.g.opset))
 
-    mode = s("mode", "nearest")
-    if mode not in ("nearest", "linear", "bilinear") or node.attr("antialias", 0):
+    mode = s("mode")
+    if mode not in ("nearest", "linear", "bilinear") or attr(node, "antialias", lw.g.opset):
         raise CPURefuse(f"resize mode '{mode}'")
     new = node.op_type == "Resize" and lw.g.opset >= 11
-    transform = s("coordinate_transformation_mode", "half_pixel") if new else "asymmetric"
+    transform = s("coordinate_transformation_mode") if new else "asymmetric"
     if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
         raise CPURefuse(f"coordinate_transformation_mode '{transform}'")
-    nearest = s("nearest_mode", "round_prefer_floor") if new else "floor"
+    nearest = s("nearest_mode") if new else "floor"
     x = lw.cpu_in(node.inputs[0])
     linear = "false" if mode == "nearest" else "true"
     lw.cpu_out(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from .lower import Lowered, swift_string
+from .core import Lowered, swift_string
 
 CPU_SUPPORT = (Path(__file__).parent / "cpu_support.swift.txt").read_text()
 
