@@ -1,6 +1,7 @@
 """ONNX IR -> MPSNNGraph nodes, as Swift statements plus a parameter blob.
 
-One emitter per ONNX op (the `EMITTERS` table). An emitter either appends `Layer`s (Swift
+The graph walk; the emitters, one per ONNX op in the `EMITTERS` table, live in `ops/` (one
+module per op family) and the shared vocabulary in `core.py`. An emitter either appends `Layer`s (Swift
 statements building one graph node, commented with the ONNX node(s) they come from) or raises
 `Refuse` with what would make the node convertible; `lower(graph, check_only=True)` collects
 every refusal so `unsupported()` can list them all at once.
