@@ -209,7 +209,7 @@ _DEFS = [
         _np(lambda x, a, b: x * np.fmax(0, np.fmin(1, x / 6 + x.dtype.type(0.5)))),
         lambda x, a, b, lit, F: f"{x} * fmax{F}(0, fmin{F}(1, {x} / 6 + 0.5{F}))",
         None,
-        None,  # no neuron: MPS composes x * HardSigmoid(x) (lower.py)
+        None,  # no neuron: MPS composes x * HardSigmoid(x) (mps/ops/neuron.py)
         True,
     ),
     ActivationDef(
