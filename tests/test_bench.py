@@ -43,7 +43,8 @@ def test_bench_measures_both_sides_and_checks_the_outputs(example: Path, tmp_pat
     assert r["accurate"], r["accuracy"]
     assert r["gemm_kernel"] in {"avx512", "avx2", "portable"}
     assert r["kernels"] and r["convert_s"] > 0 and r["build_s"] > 0
-    convs = [p for p in r["profile"] if p["op"] == "Conv"]
+    # fused convolutions show their internal op (o2e.ConvAct, ConvAddAct)
+    convs = [p for p in r["profile"] if p["op"] in ("Conv", "ConvAct", "ConvAddAct")]
     assert convs and all(p["ort_ms"] is not None and p["ms"] > 0 for p in convs)
     text = format_result(r)
     assert "ratio ours/onnxruntime" in text and "onnxruntime optimised vs unoptimised" in text

@@ -211,6 +211,9 @@ def test_fuzz_bounded_run(target: str, runs: int) -> None:
             target,
             f"-runs={runs}",
             "-seed=1",
+            # ru_maxrss survives execve: a pytest worker that peaked above libFuzzer's 2 GB
+            # default would make the child look out of memory before its first input
+            "-rss_limit_mb=0",
         ],
         capture_output=True,
         text=True,
