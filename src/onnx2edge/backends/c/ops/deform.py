@@ -50,8 +50,8 @@ def deform_conv(ctx: NodeContext) -> str:
     n, ic, ih, iw = x.shape
     oc, icg, kh, kw = wt.shape
     _, _, oh, ow = y.shape
-    group = int(ctx.attr("group", 1))
-    og = int(ctx.attr("offset_group", 1))
+    group = int(ctx.attr("group"))
+    og = int(ctx.attr("offset_group"))
     sh, sw = (int(v) for v in ctx.attr("strides", [1, 1]))
     dh, dw = (int(v) for v in ctx.attr("dilations", [1, 1]))
     pt, pl = (int(v) for v in ctx.attr("pads", [0, 0, 0, 0])[:2])

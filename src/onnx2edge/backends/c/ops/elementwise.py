@@ -382,7 +382,8 @@ def clip(ctx: NodeContext) -> str:
     lo = hi = None
     ops = [t]
     if ctx.graph.opset < 11:
-        lo, hi = ctx.attr("min"), ctx.attr("max")
+        # None, not Clip-6's schema default +-FLT_MAX: an absent bound emits no clamp at all
+        lo, hi = ctx.attr("min", None), ctx.attr("max", None)
         lo = None if lo is None else _lit(ct, lo)
         hi = None if hi is None else _lit(ct, hi)
     else:

@@ -32,7 +32,7 @@ def gather(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     outer = int(np.prod(x.shape[:axis]))
     n = x.shape[axis]
     inner = int(np.prod(x.shape[axis + 1 :]))
@@ -51,7 +51,7 @@ def gather_elements(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     xs = strides(x.shape)
     stmt = (
         f"{{ int64_t k = (int64_t){idx.sym}[o]; if (k < 0) k += {x.shape[axis]}; "
@@ -132,7 +132,7 @@ def scatter_elements(ctx: NodeContext) -> str:
     """y = data; y[i.. with i_axis = indices[i..]] (op)= updates[i..], in index order (so
     duplicates resolve as the reference does: last write wins, or reduce)."""
     x, idx, upd, y = ctx.x(0), ctx.x(1), ctx.x(2), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     ys = strides(y.shape)
     code = (
         ""
@@ -190,7 +190,7 @@ def tensor_scatter(ctx: NodeContext) -> str:
     """A KV-cache write (ONNX TensorScatter-24): y = past; for batch b (axis 0) the update's
     steps go to rows write_indices[b] + s along `axis`, modulo its length in circular mode."""
     x, upd, y = ctx.x(0), ctx.x(1), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", -2)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     code = copy_code(y.sym, x.sym, y.nbytes)
     steps = upd.shape[axis]
     if upd.size == 0:
@@ -200,11 +200,7 @@ def tensor_scatter(ctx: NodeContext) -> str:
     L = x.shape[axis]
     inner = int(np.prod(x.shape[axis + 1 :]))
     start = f"(int64_t){ctx.x(2).sym}[b]" if ctx.has_input(2) else "0"
-    row = (
-        "(w0 + (int64_t)s) % " + str(L)
-        if ctx.attr("mode", "linear") == "circular"
-        else "w0 + (int64_t)s"
-    )
+    row = "(w0 + (int64_t)s) % " + str(L) if ctx.attr("mode") == "circular" else "w0 + (int64_t)s"
     es = np.dtype(x.dtype).itemsize
     return (
         code
@@ -288,8 +284,8 @@ def reverse_sequence(ctx: NodeContext) -> str:
     x, lens, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    ba = int(ctx.attr("batch_axis", 1))
-    ta = int(ctx.attr("time_axis", 0))
+    ba = int(ctx.attr("batch_axis"))
+    ta = int(ctx.attr("time_axis"))
     xs = strides(x.shape)
     stmt = (
         f"{{ const int64_t L = (int64_t){lens.sym}[i{ba}], t = (int64_t)i{ta}; "
@@ -312,9 +308,7 @@ def trilu(ctx: NodeContext) -> str:
     kc = ctx.const(1) if ctx.has_input(1) else np.array(0)
     k = str(int(np.asarray(kc).reshape(-1)[0])) if kc is not None else f"(int64_t){ctx.x(1).sym}[0]"
     keep = (
-        "(int64_t)j - (int64_t)i >= k"
-        if int(ctx.attr("upper", 1))
-        else "(int64_t)j - (int64_t)i <= k"
+        "(int64_t)j - (int64_t)i >= k" if int(ctx.attr("upper")) else "(int64_t)j - (int64_t)i <= k"
     )
     zero = c_literal(0, y.dtype)
     return f"""const int64_t k = {k};
@@ -333,7 +327,7 @@ def one_hot(ctx: NodeContext) -> str:
     idx, vals, y = ctx.x(0), ctx.x(2), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis", -1)), y.rank)
+    axis = norm_axis(int(ctx.attr("axis")), y.rank)
     depth = y.shape[axis]
     outer = int(np.prod(y.shape[:axis]))
     inner = int(np.prod(y.shape[axis + 1 :]))
@@ -373,7 +367,7 @@ def eye_like(ctx: NodeContext) -> str:
     if y.size == 0:
         return "/* empty */"
     R, C = y.shape if y.rank == 2 else (y.shape[0], y.shape[0])
-    k = int(ctx.attr("k", 0))
+    k = int(ctx.attr("k"))
     one, zero = c_literal(1, y.dtype), c_literal(0, y.dtype)
     return f"""for (size_t i = 0; i < {R}; ++i)
 for (size_t j = 0; j < {C}; ++j) {y.sym}[i * {C} + j] = (int64_t)j - (int64_t)i == {k} ? {one} : {zero};"""

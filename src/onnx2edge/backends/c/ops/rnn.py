@@ -389,7 +389,7 @@ def causal_conv_with_state(ctx: NodeContext) -> str:
         if past is not None
         else f"(p < {P} ? 0 : xc[p - {P}])"
     )
-    silu = ctx.attr("activation", "none") in ("silu", "swish")
+    silu = ctx.attr("activation") in ("silu", "swish")
     out = f"acc * (1 / (1 + exp{f}(-acc)))" if silu else "acc"
     lines = [
         f"for (int b = 0; b < {B}; ++b)",

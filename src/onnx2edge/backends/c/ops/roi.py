@@ -29,9 +29,9 @@ def roi_align(ctx: NodeContext) -> str:
     _, ch, h, w = x.shape
     nr, _, ph, pw = y.shape
     half = str(ctx.attr("coordinate_transformation_mode", "half_pixel")) == "half_pixel"
-    avg = str(ctx.attr("mode", "avg")) == "avg"
-    ratio = int(ctx.attr("sampling_ratio", 0))
-    scale = float(ctx.attr("spatial_scale", 1.0))
+    avg = str(ctx.attr("mode")) == "avg"
+    ratio = int(ctx.attr("sampling_ratio"))
+    scale = float(ctx.attr("spatial_scale"))
     ncol = rois.shape[1]
     if y.size == 0:
         return "/* empty output */"

@@ -334,7 +334,7 @@ def _pad_check(node: Node, graph: Graph) -> str | None:
 def pad(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     r = x.rank
-    mode = ctx.attr("mode", "constant")
+    mode = ctx.attr("mode")
     if ctx.graph.opset < 11:
         value = c_literal(float(ctx.attr("value", 0.0)), y.dtype)
     elif ctx.has_input(2) and ctx.x(2).size:
