@@ -71,8 +71,10 @@ def _same(literal: Any, default: Any) -> bool:
 
 
 def redundant(call: Call) -> bool:
-    """True when the literal equals the schema default in every version of every op."""
-    found = [d for op in call.ops for d in schema_defaults(op, call.name)]
+    """True when the literal equals the schema default in every version of every op that has
+    the attribute at all (a shared helper reads `p` for the module's ops that declare `p`)."""
+    per_op = [schema_defaults(op, call.name) for op in call.ops]
+    found = [d for ds in per_op if any(d is not _NONE for d in ds) for d in ds]
     return bool(found) and all(_same(call.literal, d) for d in found)
 
 
@@ -82,6 +84,13 @@ def _registered(fn: ast.AST) -> tuple[str, ...]:
         if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "register_op":
             names += [a.value for a in dec.args if isinstance(a, ast.Constant)]
     return tuple(names)
+
+
+def _is_ctx(e: ast.expr) -> bool:
+    """`ctx` or `something.ctx`: a NodeContext, whose attr() falls back to the schema."""
+    return (isinstance(e, ast.Name) and e.id == "ctx") or (
+        isinstance(e, ast.Attribute) and e.attr == "ctx"
+    )
 
 
 def calls() -> Iterator[Call]:
@@ -98,6 +107,7 @@ def calls() -> Iterator[Call]:
                     isinstance(n, ast.Call)
                     and isinstance(n.func, ast.Attribute)
                     and n.func.attr == "attr"
+                    and _is_ctx(n.func.value)  # Node.attr (check functions) has no fallback
                     and len(n.args) == 2
                     and isinstance(n.args[0], ast.Constant)
                 ):

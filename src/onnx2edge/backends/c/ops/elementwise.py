@@ -188,7 +188,7 @@ FLOAT_OPS += ["IsNaN", "IsInf"]
 def is_nan_inf(ctx: NodeContext) -> str:
     if ctx.node.op_type == "IsNaN":
         return _ew(ctx, [ctx.x(0)], ctx.y(0), "isnan(a)")
-    pos, neg = int(ctx.attr("detect_positive", 1)), int(ctx.attr("detect_negative", 1))
+    pos, neg = int(ctx.attr("detect_positive")), int(ctx.attr("detect_negative"))
     cond = (
         " || ".join(
             c for c, on in (("(isinf(a) && a > 0)", pos), ("(isinf(a) && a < 0)", neg)) if on

@@ -339,7 +339,7 @@ def _lstm_cell(st: _Step) -> list[str]:
     pf = f" + {p}[{2 * H} + j] * c[j]" if p else ""
     gf = f"gates[{2 * H} + j]{pf}"
     forget = (
-        "1 - gi" if int(st.ctx.attr("input_forget", 0)) else _act_expr(f, _clip(clip, "gf", T_), T_)
+        "1 - gi" if int(st.ctx.attr("input_forget")) else _act_expr(f, _clip(clip, "gf", T_), T_)
     )
     po = f" + {p}[{H} + j] * cn" if p else ""
     return [
