@@ -94,9 +94,12 @@ def attention(ctx: NodeContext) -> str:
     L = P + Sk
     reps = Hq // Hkv if Hq % Hkv == 0 else 1
     is_causal = int(ctx.attr("is_causal"))
+    # kept: Attention before opset 25 has no left_window_size default; this is its meaning there |
+    # kept: Attention before opset 25 has no right_window_size default; this is its meaning there
     left, right = int(ctx.attr("left_window_size", -1)), int(ctx.attr("right_window_size", -1))
     softcap = float(ctx.attr("softcap"))
     mode = int(ctx.attr("qk_matmul_output_mode"))
+    # softmax_precision has no schema default: this is the value the spec's text gives
     A = _PRECISION.get(int(ctx.attr("softmax_precision", 0)), T)  # softmax arithmetic type
     scale = ctx.attr("scale")
     scale = 1 / np.sqrt(Dk) if scale is None else float(scale)

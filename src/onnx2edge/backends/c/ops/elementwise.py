@@ -417,7 +417,9 @@ def cast(ctx: NodeContext) -> str:
     src, out = ctx.x(0), ctx.y(0)
     if np.dtype(src.dtype) == np.dtype(out.dtype):
         return elementwise(ctx, [src], out, "a")
+    # kept: Cast before opset 19 has no saturate default; this is its meaning there
     saturate = bool(int(ctx.attr("saturate", 1)))
+    # kept: Cast before opset 24 has no round_mode default; this is its meaning there
     round_mode = ctx.attr("round_mode", "up")
     if isinstance(round_mode, bytes):
         round_mode = round_mode.decode()

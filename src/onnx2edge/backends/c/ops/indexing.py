@@ -74,6 +74,7 @@ def gather_nd(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
+    # kept: GatherND before opset 12 has no batch_dims default; this is its meaning there
     b = int(ctx.attr("batch_dims", 0))
     m = idx.shape[-1]
     batches = int(np.prod(x.shape[:b]))
@@ -141,6 +142,7 @@ def scatter_elements(ctx: NodeContext) -> str:
     )
     if idx.size == 0:
         return code or "/* empty */"
+    # kept: ScatterElements before opset 16 has no reduction default; this is its meaning there
     reduce = _reduce(
         ctx, y.dtype, ctx.attr("reduction", "none"), f"{y.sym}[p + k * {ys[axis]}]", f"{upd.sym}[o]"
     )
@@ -168,6 +170,7 @@ def scatter_nd(ctx: NodeContext) -> str:
     if tuples == 0 or inner == 0:
         return code or "/* empty */"
     ys = strides(y.shape)
+    # kept: ScatterND before opset 16 has no reduction default; this is its meaning there
     reduce = _reduce(
         ctx,
         y.dtype,
@@ -227,6 +230,7 @@ def compress(ctx: NodeContext) -> str:
     x, cond, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
+    # axis has no schema default: this is the value the spec's text gives
     axis_attr = ctx.attr("axis", None)
     if axis_attr is None:
         outer, n, inner, m = 1, x.size, 1, y.size
@@ -349,6 +353,7 @@ def range_(ctx: NodeContext) -> str:
     if y.size == 0:
         return "/* empty */"
     if is_storage(y.dtype):
+        # kept: Range before opset 27 has no stash_type default; this is its meaning there
         ct = "double" if int(ctx.attr("stash_type", 1)) == 11 else compute_ctype(y.dtype)
         a = load_expr(ctx, y.dtype, f"{start.sym}[0]")
         d = load_expr(ctx, y.dtype, f"{delta.sym}[0]")
@@ -379,6 +384,7 @@ def constant_of_shape(ctx: NodeContext) -> str:
     y = ctx.y(0)
     if y.size == 0:
         return "/* empty */"
+    # value has no schema default: this is the value the spec's text gives
     v = ctx.attr("value", None)
     value = np.asarray(v).reshape(-1)[0].item() if v is not None and np.asarray(v).size else 0
     if value == 0 and not (isinstance(value, float) and np.signbit(value)):

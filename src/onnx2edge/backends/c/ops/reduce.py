@@ -279,6 +279,7 @@ def arg_max_min(ctx: NodeContext) -> str:
     if y.size == 0 or n == 0:
         return "/* empty */"
     cmp = ">" if ctx.node.op_type == "ArgMax" else "<"
+    # kept: ArgMax before opset 12 has no select_last_index default; this is its meaning there
     if int(ctx.attr("select_last_index", 0)):
         cmp += "="
     return f"""for (size_t o = 0; o < {outer}; ++o)
@@ -309,6 +310,7 @@ def top_k(ctx: NodeContext) -> str:
     if yv.size == 0:
         return "/* k = 0: empty outputs */"
     # `better` is strict: an equal value never passes an earlier one (the reference's tie rule)
+    # kept: TopK before opset 11 has no largest default; this is its meaning there
     better = ">" if int(ctx.attr("largest", 1)) else "<"
     yi = ctx.y(1).sym if ctx.has_output(1) else None
     move_i = f" ix[{along('p', inner)}] = ix[{along('p - 1', inner)}];" if yi else ""

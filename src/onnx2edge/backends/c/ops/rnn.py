@@ -163,6 +163,7 @@ def recurrent(ctx: NodeContext) -> str:
     op = ctx.node.op_type
     x, w, r = ctx.x(0), ctx.x(1), ctx.x(2)
     T_ = x.ctype
+    # kept: RNN before opset 14 has no layout default; this is its meaning there
     layout = int(ctx.attr("layout", 0))
     direction = ctx.attr("direction", "forward")
     ndir, GH, n_in = w.shape
@@ -286,6 +287,7 @@ def _gru_cell(st: _Step) -> list[str]:
     and Ht = (1 - zt) ⊙ ht + zt ⊙ Ht-1. Gate order in W, R, B: z, r, h."""
     H, n_in, gemv, wd, rd, wb, rb, T_ = st.H, st.n_in, st.gemv, st.wd, st.rd, st.wb, st.rb, st.T
     (f, g), clip = st.act, st.clip
+    # kept: GRU before opset 3 has no linear_before_reset default; this is its meaning there
     lbr = int(st.ctx.attr("linear_before_reset", 0))
     whb = f"({wb} + {2 * H})" if wb else "NULL"
     rhb = f"({rb} + {2 * H})" if rb else "NULL"
