@@ -24,6 +24,7 @@ from ...errors import UnsupportedError
 from ...ir import Graph, Node
 from ...ir.proto import release_pages
 from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
+from ...semantics.attrs import attr as semantic_attr
 from ...semantics.fused import base_op, is_fused
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
@@ -187,6 +188,9 @@ def array_literal(arr: np.ndarray, per_line: int = 8) -> str:
     return ",\n  ".join(lines) if lines else "0"
 
 
+_SCHEMA: Any = object()  # NodeContext.attr's "no default passed": use the schema's
+
+
 @dataclass
 class NodeContext:
     """What an op emitter sees of the model while it writes one node's code."""
@@ -220,8 +224,14 @@ class NodeContext:
     def const(self, i: int) -> np.ndarray | None:
         return self.graph.const(self.node.inputs[i]) if self.has_input(i) else None
 
-    def attr(self, name: str, default: Any = None) -> Any:
-        return self.node.attr(name, default)
+    def attr(self, name: str, default: Any = _SCHEMA) -> Any:
+        """The node's attribute `name`; absent, `default` when one is passed, else the default
+        the op's schema declares at the graph's opset (semantics.attrs: read from onnx.defs,
+        never retyped), else None (an optional attribute without a default, or an op onnx has
+        no schema for: those callers pass an explicit default)."""
+        if default is not _SCHEMA or name in self.node.attrs:
+            return self.node.attr(name, None if default is _SCHEMA else default)
+        return semantic_attr(self.node, name, self.graph.opset)
 
     @property
     def op(self) -> str:

@@ -16,8 +16,9 @@ so it stays true to the code.
 3. Emit: `my_op(ctx) -> str` returns the C statements of one node. Everything comes from the
    NodeContext (emitter.py): ctx.x(i) / ctx.y(i) are the input / output Tensors (.sym the C
    pointer, .shape, .size, .ctype, .dtype), ctx.has_input(i) for optional inputs, ctx.const(i)
-   an input's value when it is known at conversion time, ctx.attr(name, default) an attribute
-   (the default is the ONNX schema's), ctx.helper(name, code) a static C function added once,
+   an input's value when it is known at conversion time, ctx.attr(name) an attribute
+   (absent: the ONNX schema's default, read from onnx.defs; pass a default only where the
+   schema has none or the op has no onnx schema, and say why), ctx.helper(name, code) a static C function added once,
    ctx.scratch(nbytes, ctype) arena memory for this node only, ctx.weight(hint, array) a
    derived constant (repacked weights), ctx.kernel(name) records the kernel chosen. Shapes are
    static, so loop bounds are constants; the code must be C99 that compiles under
@@ -48,7 +49,7 @@ def _check(node: Node, graph: Graph) -> str | None:
 @register_op(OP_TYPE, check=_check)
 def my_op(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
-    alpha = c_literal(ctx.attr("alpha", 0.01), x.dtype)  # an exact C literal of x's type
+    alpha = c_literal(ctx.attr("alpha"), x.dtype)  # schema default if absent; exact C literal
     # NaN < 0 is false, so NaN passes through unchanged, as in onnxruntime
     return (
         f"for (size_t i = 0; i < {y.size}; ++i) {{\n"

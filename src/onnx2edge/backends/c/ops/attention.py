@@ -93,10 +93,13 @@ def attention(ctx: NodeContext) -> str:
     P = past_k.shape[2] if past_k is not None else 0
     L = P + Sk
     reps = Hq // Hkv if Hq % Hkv == 0 else 1
-    is_causal = int(ctx.attr("is_causal", 0))
+    is_causal = int(ctx.attr("is_causal"))
+    # kept: Attention before opset 25 has no left_window_size default; this is its meaning there |
+    # kept: Attention before opset 25 has no right_window_size default; this is its meaning there
     left, right = int(ctx.attr("left_window_size", -1)), int(ctx.attr("right_window_size", -1))
-    softcap = float(ctx.attr("softcap", 0.0))
-    mode = int(ctx.attr("qk_matmul_output_mode", 0))
+    softcap = float(ctx.attr("softcap"))
+    mode = int(ctx.attr("qk_matmul_output_mode"))
+    # softmax_precision has no schema default: this is the value the spec's text gives
     A = _PRECISION.get(int(ctx.attr("softmax_precision", 0)), T)  # softmax arithmetic type
     scale = ctx.attr("scale")
     scale = 1 / np.sqrt(Dk) if scale is None else float(scale)
@@ -253,9 +256,9 @@ def rotary_embedding(ctx: NodeContext) -> str:
     T = x.ctype
     H, S, D, st = _heads_layout(x, ctx.attr("num_heads"))
     B = x.shape[0]
-    rd = int(ctx.attr("rotary_embedding_dim", 0)) or D
+    rd = int(ctx.attr("rotary_embedding_dim")) or D
     half = rd // 2
-    inter = int(ctx.attr("interleaved", 0))
+    inter = int(ctx.attr("interleaved"))
     pos = ctx.x(3) if ctx.has_input(3) else None
     cache_row = (
         f"(size_t){pos.sym}[b * {S} + s] * {half}"
@@ -313,7 +316,7 @@ def linear_attention(ctx: NodeContext) -> str:
     B, S = q.shape[:2]
     dk, dv = q.shape[2] // Hq, v.shape[2] // Hkv
     G = Hq // Hkv
-    rule = ctx.attr("update_rule", "gated_delta")
+    rule = ctx.attr("update_rule")
     gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
     scale = ctx.attr("scale")
     scale = 1 / np.sqrt(dk) if not scale else float(scale)

@@ -50,10 +50,13 @@ def deform_conv(ctx: NodeContext) -> str:
     n, ic, ih, iw = x.shape
     oc, icg, kh, kw = wt.shape
     _, _, oh, ow = y.shape
-    group = int(ctx.attr("group", 1))
-    og = int(ctx.attr("offset_group", 1))
+    group = int(ctx.attr("group"))
+    og = int(ctx.attr("offset_group"))
+    # strides has no schema default: this is the value the spec's text gives
     sh, sw = (int(v) for v in ctx.attr("strides", [1, 1]))
+    # dilations has no schema default: this is the value the spec's text gives
     dh, dw = (int(v) for v in ctx.attr("dilations", [1, 1]))
+    # pads has no schema default: this is the value the spec's text gives
     pt, pl = (int(v) for v in ctx.attr("pads", [0, 0, 0, 0])[:2])
     ocg, icog = oc // group, ic // og
     bias = f"(double){ctx.x(3).sym}[o]" if ctx.has_input(3) else "0.0"

@@ -188,7 +188,7 @@ FLOAT_OPS += ["IsNaN", "IsInf"]
 def is_nan_inf(ctx: NodeContext) -> str:
     if ctx.node.op_type == "IsNaN":
         return _ew(ctx, [ctx.x(0)], ctx.y(0), "isnan(a)")
-    pos, neg = int(ctx.attr("detect_positive", 1)), int(ctx.attr("detect_negative", 1))
+    pos, neg = int(ctx.attr("detect_positive")), int(ctx.attr("detect_negative"))
     cond = (
         " || ".join(
             c for c, on in (("(isinf(a) && a > 0)", pos), ("(isinf(a) && a < 0)", neg)) if on
@@ -382,7 +382,8 @@ def clip(ctx: NodeContext) -> str:
     lo = hi = None
     ops = [t]
     if ctx.graph.opset < 11:
-        lo, hi = ctx.attr("min"), ctx.attr("max")
+        # None, not Clip-6's schema default +-FLT_MAX: an absent bound emits no clamp at all
+        lo, hi = ctx.attr("min", None), ctx.attr("max", None)
         lo = None if lo is None else _lit(ct, lo)
         hi = None if hi is None else _lit(ct, hi)
     else:
@@ -416,7 +417,9 @@ def cast(ctx: NodeContext) -> str:
     src, out = ctx.x(0), ctx.y(0)
     if np.dtype(src.dtype) == np.dtype(out.dtype):
         return elementwise(ctx, [src], out, "a")
+    # kept: Cast before opset 19 has no saturate default; this is its meaning there
     saturate = bool(int(ctx.attr("saturate", 1)))
+    # kept: Cast before opset 24 has no round_mode default; this is its meaning there
     round_mode = ctx.attr("round_mode", "up")
     if isinstance(round_mode, bytes):
         round_mode = round_mode.decode()

@@ -26,5 +26,5 @@ def swiglu(ctx: NodeContext) -> str:
     # -Inf / Inf = NaN as onnxruntime's Swish does
     y = ctx.y(0)
     f = "" if y.ctype == "double" else "f"
-    alpha = c_literal(float(ctx.attr("alpha", 1.0)), y.dtype)
+    alpha = c_literal(float(ctx.attr("alpha")), y.dtype)
     return elementwise(ctx, [ctx.x(0), ctx.x(1)], y, f"a / (1 + exp{f}(-{alpha} * a)) * b")

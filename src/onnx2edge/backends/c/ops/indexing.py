@@ -32,7 +32,7 @@ def gather(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     outer = int(np.prod(x.shape[:axis]))
     n = x.shape[axis]
     inner = int(np.prod(x.shape[axis + 1 :]))
@@ -51,7 +51,7 @@ def gather_elements(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     xs = strides(x.shape)
     stmt = (
         f"{{ int64_t k = (int64_t){idx.sym}[o]; if (k < 0) k += {x.shape[axis]}; "
@@ -74,6 +74,7 @@ def gather_nd(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
+    # kept: GatherND before opset 12 has no batch_dims default; this is its meaning there
     b = int(ctx.attr("batch_dims", 0))
     m = idx.shape[-1]
     batches = int(np.prod(x.shape[:b]))
@@ -132,7 +133,7 @@ def scatter_elements(ctx: NodeContext) -> str:
     """y = data; y[i.. with i_axis = indices[i..]] (op)= updates[i..], in index order (so
     duplicates resolve as the reference does: last write wins, or reduce)."""
     x, idx, upd, y = ctx.x(0), ctx.x(1), ctx.x(2), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     ys = strides(y.shape)
     code = (
         ""
@@ -141,6 +142,7 @@ def scatter_elements(ctx: NodeContext) -> str:
     )
     if idx.size == 0:
         return code or "/* empty */"
+    # kept: ScatterElements before opset 16 has no reduction default; this is its meaning there
     reduce = _reduce(
         ctx, y.dtype, ctx.attr("reduction", "none"), f"{y.sym}[p + k * {ys[axis]}]", f"{upd.sym}[o]"
     )
@@ -168,6 +170,7 @@ def scatter_nd(ctx: NodeContext) -> str:
     if tuples == 0 or inner == 0:
         return code or "/* empty */"
     ys = strides(y.shape)
+    # kept: ScatterND before opset 16 has no reduction default; this is its meaning there
     reduce = _reduce(
         ctx,
         y.dtype,
@@ -190,7 +193,7 @@ def tensor_scatter(ctx: NodeContext) -> str:
     """A KV-cache write (ONNX TensorScatter-24): y = past; for batch b (axis 0) the update's
     steps go to rows write_indices[b] + s along `axis`, modulo its length in circular mode."""
     x, upd, y = ctx.x(0), ctx.x(1), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", -2)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     code = copy_code(y.sym, x.sym, y.nbytes)
     steps = upd.shape[axis]
     if upd.size == 0:
@@ -200,11 +203,7 @@ def tensor_scatter(ctx: NodeContext) -> str:
     L = x.shape[axis]
     inner = int(np.prod(x.shape[axis + 1 :]))
     start = f"(int64_t){ctx.x(2).sym}[b]" if ctx.has_input(2) else "0"
-    row = (
-        "(w0 + (int64_t)s) % " + str(L)
-        if ctx.attr("mode", "linear") == "circular"
-        else "w0 + (int64_t)s"
-    )
+    row = "(w0 + (int64_t)s) % " + str(L) if ctx.attr("mode") == "circular" else "w0 + (int64_t)s"
     es = np.dtype(x.dtype).itemsize
     return (
         code
@@ -231,6 +230,7 @@ def compress(ctx: NodeContext) -> str:
     x, cond, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
+    # axis has no schema default: this is the value the spec's text gives
     axis_attr = ctx.attr("axis", None)
     if axis_attr is None:
         outer, n, inner, m = 1, x.size, 1, y.size
@@ -288,8 +288,8 @@ def reverse_sequence(ctx: NodeContext) -> str:
     x, lens, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    ba = int(ctx.attr("batch_axis", 1))
-    ta = int(ctx.attr("time_axis", 0))
+    ba = int(ctx.attr("batch_axis"))
+    ta = int(ctx.attr("time_axis"))
     xs = strides(x.shape)
     stmt = (
         f"{{ const int64_t L = (int64_t){lens.sym}[i{ba}], t = (int64_t)i{ta}; "
@@ -312,9 +312,7 @@ def trilu(ctx: NodeContext) -> str:
     kc = ctx.const(1) if ctx.has_input(1) else np.array(0)
     k = str(int(np.asarray(kc).reshape(-1)[0])) if kc is not None else f"(int64_t){ctx.x(1).sym}[0]"
     keep = (
-        "(int64_t)j - (int64_t)i >= k"
-        if int(ctx.attr("upper", 1))
-        else "(int64_t)j - (int64_t)i <= k"
+        "(int64_t)j - (int64_t)i >= k" if int(ctx.attr("upper")) else "(int64_t)j - (int64_t)i <= k"
     )
     zero = c_literal(0, y.dtype)
     return f"""const int64_t k = {k};
@@ -333,7 +331,7 @@ def one_hot(ctx: NodeContext) -> str:
     idx, vals, y = ctx.x(0), ctx.x(2), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis", -1)), y.rank)
+    axis = norm_axis(int(ctx.attr("axis")), y.rank)
     depth = y.shape[axis]
     outer = int(np.prod(y.shape[:axis]))
     inner = int(np.prod(y.shape[axis + 1 :]))
@@ -355,6 +353,7 @@ def range_(ctx: NodeContext) -> str:
     if y.size == 0:
         return "/* empty */"
     if is_storage(y.dtype):
+        # kept: Range before opset 27 has no stash_type default; this is its meaning there
         ct = "double" if int(ctx.attr("stash_type", 1)) == 11 else compute_ctype(y.dtype)
         a = load_expr(ctx, y.dtype, f"{start.sym}[0]")
         d = load_expr(ctx, y.dtype, f"{delta.sym}[0]")
@@ -373,7 +372,7 @@ def eye_like(ctx: NodeContext) -> str:
     if y.size == 0:
         return "/* empty */"
     R, C = y.shape if y.rank == 2 else (y.shape[0], y.shape[0])
-    k = int(ctx.attr("k", 0))
+    k = int(ctx.attr("k"))
     one, zero = c_literal(1, y.dtype), c_literal(0, y.dtype)
     return f"""for (size_t i = 0; i < {R}; ++i)
 for (size_t j = 0; j < {C}; ++j) {y.sym}[i * {C} + j] = (int64_t)j - (int64_t)i == {k} ? {one} : {zero};"""
@@ -385,6 +384,7 @@ def constant_of_shape(ctx: NodeContext) -> str:
     y = ctx.y(0)
     if y.size == 0:
         return "/* empty */"
+    # value has no schema default: this is the value the spec's text gives
     v = ctx.attr("value", None)
     value = np.asarray(v).reshape(-1)[0].item() if v is not None and np.asarray(v).size else 0
     if value == 0 and not (isinstance(value, float) and np.signbit(value)):

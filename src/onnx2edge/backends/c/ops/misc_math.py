@@ -188,7 +188,7 @@ def _loss(ctx: NodeContext, x: Tensor, log_prob: bool) -> str:
     tg, y = ctx.x(1), ctx.y(0)
     N, C = x.shape[:2]
     D = int(np.prod(x.shape[2:]))
-    reduction = str(ctx.attr("reduction", "mean"))
+    reduction = str(ctx.attr("reduction"))
     ii = ctx.attr("ignore_index")
     w = f"{ctx.x(2).sym}[t]" if ctx.has_input(2) else "1"
     # a target outside [0, C) is invalid (spec); it contributes nothing instead of reading out of bounds

@@ -28,6 +28,7 @@ def binarizer(ctx: NodeContext) -> str:
     """y = x > threshold ? 1 : 0 in x's type (NaN > threshold is false: 0, as the ONNX
     reference; onnxruntime refuses NaN input)."""
     x = ctx.x(0)
+    # no onnx schema here (another domain): threshold's default is spelled out
     th = c_literal(float(ctx.attr("threshold", 0.0)), x.dtype if x.dtype.kind == "f" else "float64")
     return elementwise(ctx, [x], ctx.y(0), f"a > {th} ? 1 : 0")
 
@@ -116,6 +117,7 @@ def tree_ensemble(ctx: NodeContext) -> str:
     rows, (sets,), roots = _flatten_trees(ctx.node)
     wts = [float(v) for v in np.asarray(ctx.attr("leaf_weights")).reshape(-1)]
     tids = [int(v) for v in ctx.attr("leaf_targetids")]
+    # no onnx schema here (another domain): aggregate_function's default is spelled out
     agg = int(ctx.attr("aggregate_function", 1))
     ints = ctx.weight(
         "tnodes",

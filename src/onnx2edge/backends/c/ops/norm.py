@@ -627,7 +627,7 @@ def lrn(ctx: NodeContext) -> str:
     L = lambda v: c_literal(v, x.dtype)  # noqa: E731
     fields = (
         f".x = {x.sym}, .y = {y.sym}, .C = {C}, .S = {S}, .nb = {nb}, .lo = {lo}, .hi = {hi}, "
-        f".alpha = {L(float(ctx.attr('alpha', 1e-4)) / size)}, .bias = {L(float(ctx.attr('bias', 1.0)))}, "
+        f".alpha = {L(float(ctx.attr('alpha')) / size)}, .bias = {L(float(ctx.attr('bias')))}, "
         f".beta = {L(beta)}"
     )
     run = f"o2e_parallel_for({n}, {name}, &a);" if threaded else f"{name}(&a, 0, {n});"

@@ -60,6 +60,7 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     N, C, H, W = x.shape
     M, OH, OW = y.shape[1:]
     kh, kw = ctx.const(3).shape[2:]
+    # QLinearConv's strides / dilations have no schema default: 1 per axis (the spec's text)
     st = list(ctx.attr("strides", [1, 1]))
     dl = list(ctx.attr("dilations", [1, 1]))
     pads = conv_pads(ctx.node, (H, W), (OH, OW), [kh, kw], st, dl)

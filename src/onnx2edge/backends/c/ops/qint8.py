@@ -48,6 +48,7 @@ def qconcat(ctx: NodeContext) -> str:
     output's scale (QuantizeLinear(DequantizeLinear(v)) for each byte, see qdq_int8._lut),
     an empty one means the scales agree and the bytes are copied."""
     y = ctx.y(0)
+    # no onnx schema here (another domain): axis's default is spelled out
     axis = int(ctx.attr("axis", 0)) % y.rank
     outer = int(np.prod(y.shape[:axis]))
     lines, off = [], 0
@@ -78,7 +79,9 @@ def qmaxpool(ctx: NodeContext) -> str:
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
     kh, kw = ctx.attr("kernel_shape")
+    # no onnx schema here (another domain): strides's default is spelled out
     sh, sw = ctx.attr("strides", [1, 1])
+    # no onnx schema here (another domain): pads's default is spelled out
     pads = ctx.attr("pads", [0, 0, 0, 0])
     qw = OW + (kw - 1) // sw + 1
     rp = OH + (kh - 1) // sh + 2

@@ -138,6 +138,7 @@ def _qdq_loop(ctx: NodeContext, x: Tensor, scale: Tensor, body: Callable[[str, s
 
 def _quant_dtype(ctx: NodeContext, x: Tensor, scale: Tensor) -> np.dtype:
     """The type x / scale is computed in: `precision` if given, else numpy's promotion (the reference)."""
+    # kept: QuantizeLinear before opset 23 has no precision default; this is its meaning there
     p = int(ctx.attr("precision", 0) or 0)
     if p:
         from onnx.helper import tensor_dtype_to_np_dtype
@@ -172,6 +173,7 @@ def quantize_linear(ctx: NodeContext) -> str:
             return f"{v} {y.sym}[{xi}] = {store_expr(ctx, y.dtype, f'!(v >= {lo}) ? {lo} : (v > {hi} ? {hi} : v)', src='int64_t')};"
         if yn == "float4_e2m1fn" and zp is not None:
             q = f"{q} + {load_expr(ctx, zp.dtype, f'{zp.sym}[{si}]')}"
+        # kept: QuantizeLinear before opset 19 has no saturate default; this is its meaning there
         sat = bool(int(ctx.attr("saturate", 1)))
         return f"{y.sym}[{xi}] = {store_expr(ctx, y.dtype, q, src=ct, saturate=sat)};"
 

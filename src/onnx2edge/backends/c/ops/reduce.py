@@ -274,11 +274,12 @@ def reduce(ctx: NodeContext) -> str:
 def arg_max_min(ctx: NodeContext) -> str:
     """Index of the first (or with select_last_index, the last) extreme value along `axis`."""
     x, y = ctx.x(0), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     outer, n, inner = split_axis(x.shape, axis)
     if y.size == 0 or n == 0:
         return "/* empty */"
     cmp = ">" if ctx.node.op_type == "ArgMax" else "<"
+    # kept: ArgMax before opset 12 has no select_last_index default; this is its meaning there
     if int(ctx.attr("select_last_index", 0)):
         cmp += "="
     return f"""for (size_t o = 0; o < {outer}; ++o)
@@ -303,12 +304,13 @@ def top_k(ctx: NodeContext) -> str:
     Insertion into the sorted output: O(n·k), no scratch memory.
     """
     x, yv = ctx.x(0), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis", -1)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     outer, n, inner = split_axis(x.shape, axis)
     k = yv.shape[axis]
     if yv.size == 0:
         return "/* k = 0: empty outputs */"
     # `better` is strict: an equal value never passes an earlier one (the reference's tie rule)
+    # kept: TopK before opset 11 has no largest default; this is its meaning there
     better = ">" if int(ctx.attr("largest", 1)) else "<"
     yi = ctx.y(1).sym if ctx.has_output(1) else None
     move_i = f" ix[{along('p', inner)}] = ix[{along('p - 1', inner)}];" if yi else ""
@@ -345,8 +347,8 @@ def cumulative(ctx: NodeContext) -> str:
     acc_type = "double" if x.dtype.kind == "f" else x.ctype
     step = "acc *= v;" if prod else "acc += v;"
     store = f"{y.sym}[k] = ({y.ctype})acc;"
-    body = f"{store} {step}" if int(ctx.attr("exclusive", 0)) else f"{step} {store}"
-    jj = "n - 1 - j" if int(ctx.attr("reverse", 0)) else "j"
+    body = f"{store} {step}" if int(ctx.attr("exclusive")) else f"{step} {store}"
+    jj = "n - 1 - j" if int(ctx.attr("reverse")) else "j"
     c = ctx.const(1)
     if c is not None:
         outer, n, inner = split_axis(x.shape, norm_axis(int(np.asarray(c).reshape(-1)[0]), x.rank))

@@ -412,8 +412,8 @@ def grid_sample(ctx: NodeContext) -> str:
     f = "f" if T == "float" else ""
     mode = ctx.attr("mode", "linear" if ctx.graph.opset >= 20 else "bilinear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-    pad = ctx.attr("padding_mode", "zeros")
-    align = int(ctx.attr("align_corners", 0))
+    pad = ctx.attr("padding_mode")
+    align = int(ctx.attr("align_corners"))
     N, C = x.shape[:2]
     dims = list(x.shape[2:])
     nd = len(dims)
@@ -509,7 +509,7 @@ def affine_grid(ctx: NodeContext) -> str:
     theta, y = ctx.x(0), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    align = int(ctx.attr("align_corners", 0))
+    align = int(ctx.attr("align_corners"))
     N = y.shape[0]
     sp = list(y.shape[1:-1])  # (H, W) or (D, H, W)
     nd = len(sp)

@@ -163,6 +163,7 @@ def recurrent(ctx: NodeContext) -> str:
     op = ctx.node.op_type
     x, w, r = ctx.x(0), ctx.x(1), ctx.x(2)
     T_ = x.ctype
+    # kept: RNN before opset 14 has no layout default; this is its meaning there
     layout = int(ctx.attr("layout", 0))
     direction = ctx.attr("direction", "forward")
     ndir, GH, n_in = w.shape
@@ -286,6 +287,7 @@ def _gru_cell(st: _Step) -> list[str]:
     and Ht = (1 - zt) ⊙ ht + zt ⊙ Ht-1. Gate order in W, R, B: z, r, h."""
     H, n_in, gemv, wd, rd, wb, rb, T_ = st.H, st.n_in, st.gemv, st.wd, st.rd, st.wb, st.rb, st.T
     (f, g), clip = st.act, st.clip
+    # kept: GRU before opset 3 has no linear_before_reset default; this is its meaning there
     lbr = int(st.ctx.attr("linear_before_reset", 0))
     whb = f"({wb} + {2 * H})" if wb else "NULL"
     rhb = f"({rb} + {2 * H})" if rb else "NULL"
@@ -339,7 +341,7 @@ def _lstm_cell(st: _Step) -> list[str]:
     pf = f" + {p}[{2 * H} + j] * c[j]" if p else ""
     gf = f"gates[{2 * H} + j]{pf}"
     forget = (
-        "1 - gi" if int(st.ctx.attr("input_forget", 0)) else _act_expr(f, _clip(clip, "gf", T_), T_)
+        "1 - gi" if int(st.ctx.attr("input_forget")) else _act_expr(f, _clip(clip, "gf", T_), T_)
     )
     po = f" + {p}[{H} + j] * cn" if p else ""
     return [
@@ -389,7 +391,7 @@ def causal_conv_with_state(ctx: NodeContext) -> str:
         if past is not None
         else f"(p < {P} ? 0 : xc[p - {P}])"
     )
-    silu = ctx.attr("activation", "none") in ("silu", "swish")
+    silu = ctx.attr("activation") in ("silu", "swish")
     out = f"acc * (1 / (1 + exp{f}(-acc)))" if silu else "acc"
     lines = [
         f"for (int b = 0; b < {B}; ++b)",

@@ -89,7 +89,7 @@ def non_max_suppression(ctx: NodeContext) -> str:
     iou = f"{ctx.x(3).sym}[0]" if ctx.has_input(3) and ctx.x(3).size else "0.0f"
     has_st = ctx.has_input(4) and ctx.x(4).size > 0
     st = f"{ctx.x(4).sym}[0]" if has_st else "0.0f"
-    center = int(ctx.attr("center_point_box", 0))
+    center = int(ctx.attr("center_point_box"))
     order = ctx.scratch(max(n, 1) * 8, "int64_t")
     kept = ctx.scratch(max(n, 1) * 8, "int64_t")
     count = _count(ctx, 0, "count")
@@ -153,7 +153,7 @@ def unique(ctx: NodeContext) -> str:
         inner = 1
         for d in x.shape[a + 1 :]:
             inner *= d
-    sort = int(ctx.attr("sorted", 1))
+    sort = int(ctx.attr("sorted"))
     first = ctx.scratch(max(length, 1) * 8, "int64_t")  # first occurrence of each unique
     cnt = ctx.scratch(max(length, 1) * 8, "int64_t")
     inv = ctx.scratch(max(length, 1) * 8, "int64_t")

@@ -58,6 +58,7 @@ def shape_size(ctx: NodeContext) -> str:
     if ctx.node.op_type == "Size":
         return f"{y.sym}[0] = {c_literal(x.size, y.dtype)};"
     r = x.rank
+    # kept: Shape before opset 15 has no start default; this is its meaning there
     start = min(max(norm_axis(int(ctx.attr("start", 0)), r), 0), r)
     end = min(max(norm_axis(int(ctx.attr("end", r)), r), 0), r)
     dims = x.shape[start:end]
@@ -126,6 +127,7 @@ def split(ctx: NodeContext) -> str:
     """The output shapes (static) say where each part starts, whether `split` is an input,
     an attribute, or `num_outputs` (uneven last chunk, Split-18)."""
     x = ctx.x(0)
+    # kept: Split before opset 2 has no axis default; this is its meaning there
     axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
     outer = int(np.prod(x.shape[:axis]))
     inner_x = int(np.prod(x.shape[axis:]))
@@ -334,9 +336,9 @@ def _pad_check(node: Node, graph: Graph) -> str | None:
 def pad(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     r = x.rank
-    mode = ctx.attr("mode", "constant")
+    mode = ctx.attr("mode")
     if ctx.graph.opset < 11:
-        value = c_literal(float(ctx.attr("value", 0.0)), y.dtype)
+        value = c_literal(float(ctx.attr("value")), y.dtype)  # Pad-1/2: schema default 0.0
     elif ctx.has_input(2) and ctx.x(2).size:
         v = ctx.const(2)
         value = (
@@ -400,6 +402,7 @@ def depth_space(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     b = int(ctx.attr("blocksize"))
     N, C, H, W = x.shape
+    # kept: DepthToSpace before opset 11 has no mode default; this is its meaning there
     mode = ctx.attr("mode", "DCR")
     if ctx.node.op_type == "DepthToSpace":
         c2 = C // (b * b)

@@ -240,6 +240,9 @@ def try_fc(
 
 def try_gemm(ctx: NodeContext) -> str | None:
     """A Gemm (transA = 0, 2-D input) whose constant B is sparse enough, or None."""
+    # Literal defaults kept in this module: its helpers serve Gemm and Conv nodes (and their
+    # fused o2e forms) registered elsewhere, so the scan in tests/test_c_attr_defaults.py
+    # cannot tie them to one schema; each equals the ONNX default (strides/pads have none).
     ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
     bw = ctx.const(1)
     if ta or bw is None or ctx.x(0).rank != 2:

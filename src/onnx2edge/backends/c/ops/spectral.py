@@ -73,8 +73,8 @@ def dft(ctx: NodeContext) -> str:
     g = ctx.graph
     axis = _dft_axis(ctx.node, g, x.rank)
     assert axis is not None
-    inverse = bool(ctx.attr("inverse", 0))
-    onesided = bool(ctx.attr("onesided", 0))
+    inverse = bool(ctx.attr("inverse"))
+    onesided = bool(ctx.attr("onesided"))
     n_in = x.shape[axis]
     length = _scalar(g, ctx.node, 1)
     if length is None:

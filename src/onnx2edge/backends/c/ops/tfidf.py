@@ -55,6 +55,7 @@ def tfidf_vectorizer(ctx: NodeContext) -> str:
     lo, hi = int(ctx.attr("min_gram_length")), int(ctx.attr("max_gram_length"))
     skips = int(ctx.attr("max_skip_count")) + 1
     mode = str(ctx.attr("mode"))
+    # weights has no schema default: this is the value the spec's text gives
     weights = [float(v) for v in ctx.attr("weights", []) or []]
     if y.size == 0:
         return "/* empty output */"

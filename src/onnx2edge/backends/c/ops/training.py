@@ -83,6 +83,7 @@ def momentum(ctx: NodeContext) -> str:
         _f(ctx, "beta", 0.0),
         _f(ctx, "norm_coefficient", 0.0),
     )
+    # no onnx schema here (another domain): mode's default is spelled out
     nesterov = str(ctx.attr("mode", "standard")) == "nesterov"
     step = f"(gr + {alpha} * o1)" if nesterov else "o1"
     body = (
