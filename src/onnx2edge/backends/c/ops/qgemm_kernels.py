@@ -29,7 +29,9 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
 
 
 def _panel_bytes(K: int, P: int) -> int:
-    return -(-P // NR) * -(-K // 4) * 64
+    """O2E_QPANEL_BYTES at its largest: 128 bytes per 16-column step, the AVX2 build's int16
+    panels (the others use the first half); the C is one file for every -march."""
+    return -(-P // NR) * -(-K // 4) * 128
 
 
 def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
