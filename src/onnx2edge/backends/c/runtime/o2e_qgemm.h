@@ -71,18 +71,22 @@ static inline const char *o2e_qgemm_kernel_name(void) { return O2E_QGEMM_KERNEL;
 /* Bytes of the packed panels of a K x P activation matrix. */
 #define O2E_QPANEL_BYTES(K, P) ((((size_t)(P) + 15) / 16) * (((size_t)(K) + 3) / 4) * O2E_QSTEP)
 
-/* Store one packed 64-byte step (16 columns x 4 k); AVX2 panels hold it as 64 int16. */
+/* Store step k4 (16 columns x 4 k bytes, column-major) of a panel of K4 steps. AVX2 panels
+ * are int16 and split into 4 sub-panels of 4 columns, [4][K4][4][4] (so one pass of
+ * o2e_qkernel reads 32 contiguous bytes per step); the others are [K4][16][4] bytes. */
 #if defined(O2E_Q_AVX2)
-static inline void o2e_qstep_store(uint8_t *d, const __m128i *v) {
-  for (int i = 0; i < 4; ++i)
-    _mm256_storeu_si256((__m256i *)(d + 32 * i), _mm256_cvtepu8_epi16(_mm_loadu_si128(v + i)));
+static inline void o2e_qstep_store(uint8_t *panel, size_t k4, size_t K4, const __m128i *v) {
+  for (size_t i = 0; i < 4; ++i)
+    _mm256_storeu_si256((__m256i *)(panel + (i * K4 + k4) * 32),
+                        _mm256_cvtepu8_epi16(_mm_loadu_si128(v + i)));
 }
 #endif
-static inline void o2e_qstep_put(uint8_t *d, const uint8_t *blk) {
+static inline void o2e_qstep_put(uint8_t *panel, size_t k4, size_t K4, const uint8_t *blk) {
 #if defined(O2E_Q_AVX2)
-  o2e_qstep_store(d, (const __m128i *)blk);
+  o2e_qstep_store(panel, k4, K4, (const __m128i *)blk);
 #else
-  memcpy(d, blk, 64);
+  (void)K4;
+  memcpy(panel + k4 * 64, blk, 64);
 #endif
 }
 
@@ -114,7 +118,7 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
 #if defined(O2E_Q_AVX2)
         const __m128i v[4] = {_mm_unpacklo_epi16(a0, b0), _mm_unpackhi_epi16(a0, b0),
                               _mm_unpacklo_epi16(a1, b1), _mm_unpackhi_epi16(a1, b1)};
-        o2e_qstep_store(d, v);
+        o2e_qstep_store(panel, k4, K4, v);
         continue;
 #endif
         _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
@@ -139,7 +143,7 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
       memset(blk, 0, 64);
       for (size_t t = 0; t < 4 && k + t < K; ++t)
         for (size_t j = 0; j < np; ++j) blk[j * 4 + t] = (uint8_t)(O2E_QSRC(k + t)[p0 + j] ^ flip);
-      o2e_qstep_put(d, blk);
+      o2e_qstep_put(panel, k4, K4, blk);
     }
   }
 #undef O2E_QSRC
@@ -188,7 +192,7 @@ static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_
       if (np < 16 || nk < 4) memset(blk, 0, 64);
       for (size_t j = 0; j < np; ++j)
         for (size_t t = 0; t < nk; ++t) blk[j * 4 + t] = src[(p0 + j) * K + k + t] ^ flip;
-      o2e_qstep_put(panel + k4 * O2E_QSTEP, blk);
+      o2e_qstep_put(panel, k4, K4, blk);
     }
   }
 }
@@ -253,7 +257,7 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
   _mm512_storeu_si512(acc + 64, c4), _mm512_storeu_si512(acc + 80, c5);
   _mm512_storeu_si512(acc + 96, c6), _mm512_storeu_si512(acc + 112, c7);
 #elif defined(O2E_Q_AVX2)
-  /* b holds int16 (see o2e_qpack_rows_at). 4 passes of 8 rows x 4 columns (11 ymm live):
+  /* b holds int16 sub-panels (o2e_qstep_store). 4 passes of 8 rows x 4 columns (11 ymm):
    * each step's 8 x 4 weights are sign-extended once per pass (rows 0-3, rows 4-7: dword
    * pairs (k0 k1), (k2 k3) of each row), a column's 4 activations are broadcast as one qword
    * from memory and vpmaddwd sums pairs exactly into int32; the inner loop is loads,
@@ -267,8 +271,8 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
     __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0,
             h3 = l0;
     const int8_t *ap = a;
-    const int16_t *bp = b16 + cq * 16;
-    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+    const int16_t *bp = b16 + cq * K4 * 16;
+    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 16) {
       const __m256i wl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)ap));
       const __m256i wh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(ap + 16)));
       __m256i x = _mm256_set1_epi64x(*(const o2e_qi64 *)bp);
@@ -512,6 +516,22 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
       }
     }
     p0 += np;
+  }
+}
+
+/* o2e_qgemm on activations packed 32 columns at a time (o2e_qpack_rows_at's source: K rows
+ * at src + rowoff[k] or src + k * ld, P columns) into pk (O2E_QPANEL_BYTES(K, 32) bytes):
+ * the chunk just packed is still in L1 / L2 when the kernel reads it, where a whole packed
+ * matrix (up to megabytes, int16 on AVX2) is not, and the scratch is two panels. */
+static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *apack,
+                                  const uint8_t *src, size_t ld, const int32_t *rowoff,
+                                  uint8_t flip, uint8_t *pk, const int32_t *bias,
+                                  const int32_t *rowsum, const float *scale, int32_t zp,
+                                  int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+  for (size_t p0 = 0; p0 < P; p0 += 2 * O2E_QNR) {
+    const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
+    o2e_qpack_rows_at(src + p0, ld, rowoff, K, nc, flip, pk);
+    o2e_qgemm(M, nc, K, apack, pk, bias, rowsum, scale, zp, lo, hi, y + p0 * yp, ym, yp);
   }
 }
 
