@@ -29,7 +29,9 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
 
 
 def _panel_bytes(K: int, P: int) -> int:
-    return -(-P // NR) * -(-K // 4) * 64
+    """O2E_QPANEL_BYTES at its largest: 128 bytes per 16-column step, the AVX2 build's int16
+    panels (the others use the first half); the C is one file for every -march."""
+    return -(-P // NR) * -(-K // 4) * 128
 
 
 def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
@@ -99,20 +101,19 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         off = (c_ * hp * wp + ky * dl[0] * wp + kx * dl[1]).reshape(-1).astype(np.int32)
         offs = ctx.weight("qrowoff", off)
         padded = ctx.scratch(C * hp * wp, "uint8_t")
-        pk = ctx.scratch(_panel_bytes(K, pe), "uint8_t")
+        pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
         yext = ctx.scratch(M * pe, "uint8_t")
         lines += [
             f"  o2e_qpad(xn, {C}, {H}, {W}, {hp}, {wp}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
             f"{padded});",
-            f"  o2e_qpack_rows_at({padded}, 0, {offs}, {K}, {pe}, {_flip(plan)}, {pk});",
-            f"  o2e_qgemm({M}, {pe}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, "
-            f"{_clamp_args(plan)}, {yext}, {pe}, 1);",
+            f"  o2e_qgemm_rows({M}, {pe}, {K}, {A}, {padded}, 0, {offs}, {_flip(plan)}, {pk}, "
+            f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {pe}, 1);",
             f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wp}, {yp} + n * {M * P});",
             "}",
         ]
         return "\n".join(lines)
     ctx.kernel("int8 gemm 1x1" if pointwise else "int8 im2col gemm")
-    pk = ctx.scratch(_panel_bytes(K, P), "uint8_t")
+    pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
     src = "xn"
     if not pointwise:
         col = ctx.scratch(K * P, "uint8_t")
@@ -121,9 +122,8 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         )
         src = col
     lines += [
-        f"  o2e_qpack_rows({src}, {P}, {K}, {P}, {_flip(plan)}, {pk});",
-        f"  o2e_qgemm({M}, {P}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
-        f"{yp} + n * {M * P}, {P}, 1);",
+        f"  o2e_qgemm_rows({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {bias}, "
+        f"{rowsum}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {P}, 1);",
         "}",
     ]
     return "\n".join(lines)

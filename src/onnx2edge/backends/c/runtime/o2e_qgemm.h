@@ -11,8 +11,11 @@
  *      applies a fused Relu / Clip (lo, hi are their quantized bounds).
  * Every path is exact in int32 (the sums wrap as ONNX's integer ops allow):
  *   AVX-512 VNNI: vpdpbusd (u8 x s8 -> s32, no intermediate saturation);
- *   AVX2: u8 and s8 widened to s16, vpmaddwd (pairs into s32: exact; vpmaddubsw would
- *         saturate its s16 pair sums at 255 * -128 * 2);
+ *   AVX2: the activation panels are packed as int16 (each byte zero-extended once, same
+ *         [16][4] order, 128 bytes per step), each step's 8 x 4 weights sign-extended in
+ *         two vpmovsxbw, one column's 4 activations broadcast as a qword and vpmaddwd into
+ *         s32 pairs: exact (vpmaddubsw would saturate its s16 pair sums: 255 * 127 * 2 >
+ *         32767; no weight-pair bound holds in practice, see o2e_qkernel);
  *   NEON with dot product: activations flipped back to s8 (x ^ 0x80), sdot, + 128 * rowsum;
  *   NEON: widened to s16, smlal;  portable C: the same sums in scalar code.
  * Depthwise convolutions have their own kernel (o2e_qdw): one int16 plane of (x - zp) with a
@@ -52,14 +55,40 @@
 
 #define O2E_QMR 8
 #define O2E_QNR 16
+/* bytes of one K4 step of a 16-column panel: 64 uint8, or 64 int16 on AVX2 */
+#if defined(O2E_Q_AVX2)
+#define O2E_QSTEP 128
+#else
+#define O2E_QSTEP 64
+#endif
 
 /* 4 packed int8 weights read as one int32 (may_alias: the packed array is int8) */
 typedef int32_t o2e_qi32 __attribute__((may_alias, aligned(1)));
+typedef int64_t o2e_qi64 __attribute__((may_alias, aligned(1)));
 
 static inline const char *o2e_qgemm_kernel_name(void) { return O2E_QGEMM_KERNEL; }
 
 /* Bytes of the packed panels of a K x P activation matrix. */
-#define O2E_QPANEL_BYTES(K, P) ((((size_t)(P) + 15) / 16) * (((size_t)(K) + 3) / 4) * 64)
+#define O2E_QPANEL_BYTES(K, P) ((((size_t)(P) + 15) / 16) * (((size_t)(K) + 3) / 4) * O2E_QSTEP)
+
+/* Store step k4 (16 columns x 4 k bytes, column-major) of a panel of K4 steps. AVX2 panels
+ * are int16 and split into 4 sub-panels of 4 columns, [4][K4][4][4] (so one pass of
+ * o2e_qkernel reads 32 contiguous bytes per step); the others are [K4][16][4] bytes. */
+#if defined(O2E_Q_AVX2)
+static inline void o2e_qstep_store(uint8_t *panel, size_t k4, size_t K4, const __m128i *v) {
+  for (size_t i = 0; i < 4; ++i)
+    _mm256_storeu_si256((__m256i *)(panel + (i * K4 + k4) * 32),
+                        _mm256_cvtepu8_epi16(_mm_loadu_si128(v + i)));
+}
+#endif
+static inline void o2e_qstep_put(uint8_t *panel, size_t k4, size_t K4, const uint8_t *blk) {
+#if defined(O2E_Q_AVX2)
+  o2e_qstep_store(panel, k4, K4, (const __m128i *)blk);
+#else
+  (void)K4;
+  memcpy(panel + k4 * 64, blk, 64);
+#endif
+}
 
 /* Pack B given as K rows of P bytes (row k at src + k * ld) into 16-column panels; the
  * padding columns / rows are zero (their weights are zero or their results unused). */
@@ -68,10 +97,10 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
 #define O2E_QSRC(k) (src + (rowoff ? (size_t)rowoff[k] : (k) * ld))
   const size_t K4 = (K + 3) / 4;
   for (size_t p0 = 0; p0 < P; p0 += 16) {
-    uint8_t *panel = dst + (p0 / 16) * K4 * 64;
+    uint8_t *panel = dst + (p0 / 16) * K4 * O2E_QSTEP;
     const size_t np = P - p0 < 16 ? P - p0 : 16;
     for (size_t k4 = 0; k4 < K4; ++k4) {
-      uint8_t *d = panel + k4 * 64;
+      uint8_t *d = panel + k4 * O2E_QSTEP;
       const size_t k = k4 * 4;
 #if defined(__SSE2__)
       if (np == 16 && k + 4 <= K) {
@@ -86,6 +115,12 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
             _mm_xor_si128(_mm_loadu_si128((const __m128i *)(O2E_QSRC(k + 3) + p0)), f);
         const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
         const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
+#if defined(O2E_Q_AVX2)
+        const __m128i v[4] = {_mm_unpacklo_epi16(a0, b0), _mm_unpackhi_epi16(a0, b0),
+                              _mm_unpacklo_epi16(a1, b1), _mm_unpackhi_epi16(a1, b1)};
+        o2e_qstep_store(panel, k4, K4, v);
+        continue;
+#endif
         _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
         _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
         _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
@@ -104,9 +139,11 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
         continue;
       }
 #endif
-      memset(d, 0, 64);
+      uint8_t blk[64];
+      memset(blk, 0, 64);
       for (size_t t = 0; t < 4 && k + t < K; ++t)
-        for (size_t j = 0; j < np; ++j) d[j * 4 + t] = (uint8_t)(O2E_QSRC(k + t)[p0 + j] ^ flip);
+        for (size_t j = 0; j < np; ++j) blk[j * 4 + t] = (uint8_t)(O2E_QSRC(k + t)[p0 + j] ^ flip);
+      o2e_qstep_put(panel, k4, K4, blk);
     }
   }
 #undef O2E_QSRC
@@ -145,18 +182,17 @@ static inline void o2e_qcompact(const uint8_t *yext, size_t M, size_t OH, size_t
 
 /* Pack B given as P rows of K bytes (a matrix product's activations [P][K]). */
 static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_t flip, uint8_t *dst) {
-  const size_t K4 = (K + 3) / 4, Kf = K & ~(size_t)3;
+  const size_t K4 = (K + 3) / 4;
   for (size_t p0 = 0; p0 < P; p0 += 16) {
-    uint8_t *panel = dst + (p0 / 16) * K4 * 64;
+    uint8_t *panel = dst + (p0 / 16) * K4 * O2E_QSTEP;
     const size_t np = P - p0 < 16 ? P - p0 : 16;
-    if (np < 16 || Kf < K) memset(panel, 0, K4 * 64);
-    for (size_t j = 0; j < np; ++j) {
-      const uint8_t *s = src + (p0 + j) * K;
-      for (size_t k = 0; k < Kf; k += 4) {
-        uint8_t *d = panel + (k / 4) * 64 + j * 4;
-        d[0] = s[k] ^ flip, d[1] = s[k + 1] ^ flip, d[2] = s[k + 2] ^ flip, d[3] = s[k + 3] ^ flip;
-      }
-      for (size_t k = Kf; k < K; ++k) panel[(k / 4) * 64 + j * 4 + (k & 3)] = s[k] ^ flip;
+    for (size_t k4 = 0; k4 < K4; ++k4) {
+      uint8_t blk[64];
+      const size_t k = k4 * 4, nk = K - k < 4 ? K - k : 4;
+      if (np < 16 || nk < 4) memset(blk, 0, 64);
+      for (size_t j = 0; j < np; ++j)
+        for (size_t t = 0; t < nk; ++t) blk[j * 4 + t] = src[(p0 + j) * K + k + t] ^ flip;
+      o2e_qstep_put(panel, k4, K4, blk);
     }
   }
 }
@@ -221,44 +257,53 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
   _mm512_storeu_si512(acc + 64, c4), _mm512_storeu_si512(acc + 80, c5);
   _mm512_storeu_si512(acc + 96, c6), _mm512_storeu_si512(acc + 112, c7);
 #elif defined(O2E_Q_AVX2)
-  /* 4 rows x 8 columns at a time (11 ymm live): each column's 4 bytes widen to 4 int16, a
-   * row's 4 weights widen and repeat, vpmaddwd sums pairs exactly into int32 (2 per column);
-   * the pairs are added at the end with one hadd + permute. */
-  for (int rh = 0; rh < 2; ++rh)
-    for (int ch = 0; ch < 2; ++ch) {
-      __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0,
-              h2 = l0, h3 = l0;
-      const int8_t *ap = a + rh * 16;
-      const uint8_t *bp = b + ch * 32;
-      for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
-        const __m256i bv = _mm256_loadu_si256((const __m256i *)bp);
-        const __m256i blo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(bv));
-        const __m256i bhi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(bv, 1));
-        int32_t w[4];
-        memcpy(w, ap, 16);
-        __m256i wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[0]));
-        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(blo, wv));
-        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(bhi, wv));
-        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[1]));
-        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(blo, wv));
-        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(bhi, wv));
-        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[2]));
-        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(blo, wv));
-        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(bhi, wv));
-        wv = _mm256_cvtepi8_epi16(_mm_set1_epi32(w[3]));
-        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(blo, wv));
-        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(bhi, wv));
-      }
-      int32_t *o = acc + rh * 64 + ch * 8;
-      _mm256_storeu_si256((__m256i *)o,
-                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l0, h0), 0xD8));
-      _mm256_storeu_si256((__m256i *)(o + 16),
-                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l1, h1), 0xD8));
-      _mm256_storeu_si256((__m256i *)(o + 32),
-                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l2, h2), 0xD8));
-      _mm256_storeu_si256((__m256i *)(o + 48),
-                          _mm256_permute4x64_epi64(_mm256_hadd_epi32(l3, h3), 0xD8));
+  /* b holds int16 sub-panels (o2e_qstep_store). 4 passes of 8 rows x 4 columns (11 ymm):
+   * each step's 8 x 4 weights are sign-extended once per pass (rows 0-3, rows 4-7: dword
+   * pairs (k0 k1), (k2 k3) of each row), a column's 4 activations are broadcast as one qword
+   * from memory and vpmaddwd sums pairs exactly into int32; the inner loop is loads,
+   * 2 vpmovsxbw, 8 vpmaddwd and 8 vpaddd per step. The two partial sums of a row are added
+   * and the 8 x 4 tile transposed into acc's rows at the end.
+   * (vpmaddubsw, twice the multiply-adds per instruction, saturates unless every weight pair
+   * of a row has |w0| + |w1| <= 128 on each sign: no row of the zoo models' quantized layers
+   * passes, about a quarter of their pairs do not, so it is not used.) */
+  const int16_t *b16 = (const int16_t *)(const void *)b;
+  for (int cq = 0; cq < 4; ++cq) {
+    __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0,
+            h3 = l0;
+    const int8_t *ap = a;
+    const int16_t *bp = b16 + cq * K4 * 16;
+    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 16) {
+      const __m256i wl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)ap));
+      const __m256i wh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(ap + 16)));
+      __m256i x = _mm256_set1_epi64x(*(const o2e_qi64 *)bp);
+      l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(wl, x));
+      h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(wh, x));
+      x = _mm256_set1_epi64x(*(const o2e_qi64 *)(bp + 4));
+      l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(wl, x));
+      h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(wh, x));
+      x = _mm256_set1_epi64x(*(const o2e_qi64 *)(bp + 8));
+      l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(wl, x));
+      h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(wh, x));
+      x = _mm256_set1_epi64x(*(const o2e_qi64 *)(bp + 12));
+      l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(wl, x));
+      h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(wh, x));
     }
+    /* hadd: lane 0 rows 0 1 4 5, lane 1 rows 2 3 6 7; permute: rows 0..7 of one column */
+    const __m256i c0 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l0, h0), 0xD8);
+    const __m256i c1 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l1, h1), 0xD8);
+    const __m256i c2 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l2, h2), 0xD8);
+    const __m256i c3 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l3, h3), 0xD8);
+    /* 4 x 4 transposes in each 128-bit lane: lane 0 rows 0-3, lane 1 rows 4-7 */
+    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
+    const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
+    const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                          _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    for (int r = 0; r < 4; ++r) {
+      _mm_storeu_si128((__m128i *)(acc + r * 16 + cq * 4), _mm256_castsi256_si128(u[r]));
+      _mm_storeu_si128((__m128i *)(acc + (r + 4) * 16 + cq * 4),
+                       _mm256_extracti128_si256(u[r], 1));
+    }
+  }
 #elif defined(O2E_Q_SDOT)
   /* 4 rows x 16 columns per pass; b ^ 0x80 = b - 128 as int8, corrected by the caller */
   const int8x16_t f = vdupq_n_s8((int8_t)-128);
@@ -394,6 +439,30 @@ static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, 
       return;
     }
   }
+#elif defined(O2E_Q_AVX2)
+  if (ys == 1) {
+    /* the same order 16 at a time; the int32 results lie in [lo, hi] (within -128..255), so
+     * vpackssdw keeps them and the low bytes are kept by the mask before vpackuswb */
+    const __m256 s = _mm256_set1_ps(scale), lo = _mm256_set1_ps(flo), hi = _mm256_set1_ps(fhi);
+    const __m256i b = _mm256_set1_epi32(bias), z = _mm256_set1_epi32(zp);
+    const __m256i m8 = _mm256_set1_epi16(0xFF), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (; j + 16 <= n; j += 16) {
+      __m256 f0 = _mm256_mul_ps(
+          _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + j)), b)),
+          s);
+      __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(
+                                    _mm256_loadu_si256((const __m256i *)(acc + j + 8)), b)),
+                                s);
+      f0 = _mm256_min_ps(_mm256_max_ps(f0, lo), hi);
+      f1 = _mm256_min_ps(_mm256_max_ps(f1, lo), hi);
+      const __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), z); /* nearest-even */
+      const __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), z);
+      /* lanes: (0-3, 8-11 | 4-7, 12-15) as int16, then bytes; dwords reordered to 0..15 */
+      const __m256i w = _mm256_and_si256(_mm256_packs_epi32(q0, q1), m8);
+      const __m256i v = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w, w), order);
+      _mm_storeu_si128((__m128i *)(y + j), _mm256_castsi256_si128(v));
+    }
+  }
 #endif
   for (; j < n; ++j) {
     float f = (float)(int32_t)((uint32_t)acc[j] + (uint32_t)bias) * scale;
@@ -415,7 +484,7 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
   int32_t acc[2][O2E_QMR * O2E_QNR] __attribute__((aligned(64)));
   (void)rowsum;
   for (size_t p0 = 0; p0 < P;) {
-    const uint8_t *bp = bpack + (p0 / O2E_QNR) * K4 * 64;
+    const uint8_t *bp = bpack + (p0 / O2E_QNR) * K4 * O2E_QSTEP;
     size_t np = P - p0 < O2E_QNR ? P - p0 : O2E_QNR;
     int two = 0;
     (void)two;
@@ -447,6 +516,22 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
       }
     }
     p0 += np;
+  }
+}
+
+/* o2e_qgemm on activations packed 32 columns at a time (o2e_qpack_rows_at's source: K rows
+ * at src + rowoff[k] or src + k * ld, P columns) into pk (O2E_QPANEL_BYTES(K, 32) bytes):
+ * the chunk just packed is still in L1 / L2 when the kernel reads it, where a whole packed
+ * matrix (up to megabytes, int16 on AVX2) is not, and the scratch is two panels. */
+static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *apack,
+                                  const uint8_t *src, size_t ld, const int32_t *rowoff,
+                                  uint8_t flip, uint8_t *pk, const int32_t *bias,
+                                  const int32_t *rowsum, const float *scale, int32_t zp,
+                                  int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+  for (size_t p0 = 0; p0 < P; p0 += 2 * O2E_QNR) {
+    const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
+    o2e_qpack_rows_at(src + p0, ld, rowoff, K, nc, flip, pk);
+    o2e_qgemm(M, nc, K, apack, pk, bias, rowsum, scale, zp, lo, hi, y + p0 * yp, ym, yp);
   }
 }
 
