@@ -14,6 +14,7 @@ attribute defaults in attrs.py and onnx's checker know them):
 | `o2e.MatMulAct` | act(MatMul(A, B)) | A, B |
 | `o2e.AddAct` | act(Add(A, B)) | A, B |
 | `o2e.InstanceNormalizationAct` | act(InstanceNormalization(X, scale, B)) | X, scale, B |
+| `o2e.BatchNormalizationAct` | act(BatchNormalization(X, ...)), inference, one output (MPS only: a BN left unfolded is a channel affine there, a 1x1 depthwise convolution with a neuron) | X, scale, B, mean, var |
 
 Each carries its base op's attributes unchanged plus `activation` (an ONNX activation op name
 from the activation table, "" for none: a ConvAddAct without activation), `activation_alpha`
@@ -55,6 +56,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         FusedOp("MatMulAct", "MatMul"),
         FusedOp("AddAct", "Add"),
         FusedOp("InstanceNormalizationAct", "InstanceNormalization"),
+        FusedOp("BatchNormalizationAct", "BatchNormalization"),
     )
 }
 
@@ -99,7 +101,10 @@ def _schema(f: FusedOp) -> OpSchema:
         f"onnx2edge internal op: activation({f.base}(...){res}), fused by the passes "
         "fuse_residual / fuse_activation; see onnx2edge.semantics.fused.",
         inputs=inputs,
-        outputs=[OpSchema.FormalParameter(p.name, p.type_str, p.description) for p in base.outputs],
+        outputs=[
+            OpSchema.FormalParameter(p.name, p.type_str, p.description, param_option=p.option)
+            for p in base.outputs
+        ],
         type_constraints=[
             (c.type_param_str, list(c.allowed_type_strs), c.description)
             for c in base.type_constraints
