@@ -149,4 +149,4 @@ def try_int8(ctx: NodeContext) -> str | None:
     if plan is None:
         return None
     _use(ctx)
-    return _conv(ctx, plan) if ctx.node.op_type == "QLinearConv" else _matmul(ctx, plan)
+    return _conv(ctx, plan) if ctx.op == "QLinearConv" else _matmul(ctx, plan)

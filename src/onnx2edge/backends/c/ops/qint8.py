@@ -48,8 +48,8 @@ def qconcat(ctx: NodeContext) -> str:
     output's scale (QuantizeLinear(DequantizeLinear(v)) for each byte, see qdq_int8._lut),
     an empty one means the scales agree and the bytes are copied."""
     y = ctx.y(0)
-    # no onnx schema here (another domain): axis's default is spelled out
-    axis = int(ctx.attr("axis", 0)) % y.rank
+    # QConcat's schema (semantics/fused.py) requires axis, as Concat's does
+    axis = int(ctx.attr("axis")) % y.rank
     outer = int(np.prod(y.shape[:axis]))
     lines, off = [], 0
     row = int(np.prod(y.shape[axis:]))
@@ -79,9 +79,8 @@ def qmaxpool(ctx: NodeContext) -> str:
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
     kh, kw = ctx.attr("kernel_shape")
-    # no onnx schema here (another domain): strides's default is spelled out
+    # MaxPool's schema (copied by QMaxPool's) has no default: 1 per axis, 0 pads (spec text)
     sh, sw = ctx.attr("strides", [1, 1])
-    # no onnx schema here (another domain): pads's default is spelled out
     pads = ctx.attr("pads", [0, 0, 0, 0])
     qw = OW + (kw - 1) // sw + 1
     rp = OH + (kh - 1) // sh + 2
