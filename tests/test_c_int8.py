@@ -129,11 +129,13 @@ def _check(model: Path, out: Path, run, shape: tuple[int, ...] = SHAPE) -> None:
         assert exact >= 0.9, (k, res)
 
 
-def _uses_int8_kernels(out: Path) -> None:
+def _uses_int8_kernels(out: Path, qdq: bool) -> None:
     code = (out / "model.c").read_text()
+    # QOperator's QLinearAdd is lowered to float ops (passes/lower_contrib); QDQ's is o2e QAdd
+    assert ("o2e_qadd(" in code) == qdq
     for fn in (
         "o2e_qgemm(",
-        "o2e_qdw(",
+        "o2e_qdwc(",
         "o2e_qim2col(",
         "o2e_qpad(",
         "o2e_qpack_cols(",
@@ -148,7 +150,7 @@ def test_int8_kernels_match_onnxruntime(models: dict, variant: str, arch: str) -
     from onnx2edge.backends.c.build import build_and_run
 
     q, out = models[variant]
-    _uses_int8_kernels(out)
+    _uses_int8_kernels(out, variant.startswith("qdq"))
     _check(q, out, lambda o, x: build_and_run(o, arch, x))
 
 

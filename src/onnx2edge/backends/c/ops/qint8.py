@@ -99,9 +99,10 @@ def qmaxpool(ctx: NodeContext) -> str:
 
 @register_op("o2e:QAdd", check=_internal)
 def qadd(ctx: NodeContext) -> str:
-    """QLinearAdd as onnxruntime's reference kernel (mlas qladd.cpp) computes it:
-    saturate(round_half_even((sa * (a - za) + sb * (b - zb)) / sc) + zc), in float32; a fused
-    Relu / Clip narrows the clamp (passes/qdq_int8._clamp_bounds)."""
+    """QLinearAdd as onnxruntime's x86 kernel (mlas qladd_avx2.cpp) computes it, vectorised
+    (o2e_qadd, runtime/o2e_qdw.h); a fused Relu / Clip narrows the clamp
+    (passes/qdq_int8._clamp_bounds). Mixed input types keep the scalar float loop of the
+    reference formula saturate(round_half_even((sa * (a - za) + sb * (b - zb)) / sc) + zc)."""
     from ....passes.qdq_int8 import QRANGE, _clamp_bounds
 
     a, b, y = ctx.x(0), ctx.x(3), ctx.y(0)
@@ -117,6 +118,11 @@ def qadd(ctx: NodeContext) -> str:
     za, zb, zc = z(2), z(5), z(7)
     yn = np.dtype(y.dtype).name
     bounds = _clamp_bounds(ctx.node, np.float32(s(6)), zc, yn) or QRANGE[yn]
+    if a.dtype == b.dtype == y.dtype:
+        # onnxruntime's x86 formula, vectorised (runtime/o2e_qdw.h)
+        from .qdw_kernels import qadd as qadd_vector
+
+        return qadd_vector(ctx, (s(1), s(4), s(6)), (za, zb, zc), bounds)
     lo, hi = (float(bounds[0] - zc), float(bounds[1] - zc))
     ctx.kernel("int8 add")
     return (
