@@ -174,7 +174,7 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
     a, b, y = spec.a, spec.b, spec.y
     M, N, K = spec.M, spec.N, spec.K
     lines = []
-    a_sym, b_sym = a.sym, b.sym
+    a_sym = a.sym
     if ta:
         a_sym = ctx.scratch(M * K * 4)
         lines.append(
@@ -192,6 +192,8 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
         lines.append(
             f"for (int k = 0; k < {K}; ++k) for (int j = 0; j < {N}; ++j) {b_sym}[k * {N} + j] = {b.sym}[j * {K} + k];"
         )
+    else:  # B is named only where the code reads it (emitter.ConstTensor records names)
+        b_sym = b.sym
     bias_n = None
     c_full = None
     if spec.has_c and beta != 0.0:
