@@ -14,11 +14,13 @@ attribute defaults in attrs.py and onnx's checker know them):
 | `o2e.MatMulAct` | act(MatMul(A, B)) | A, B |
 | `o2e.AddAct` | act(Add(A, B)) | A, B |
 | `o2e.InstanceNormalizationAct` | act(InstanceNormalization(X, scale, B)) | X, scale, B |
-| `o2e.BatchNormalizationAct` | act(BatchNormalization(X, ...)), inference, one output (MPS only: a BN left unfolded is a channel affine there, a 1x1 depthwise convolution with a neuron) | X, scale, B, mean, var |
+| `o2e.BatchNormalizationAct` | act(BatchNormalization(X, ...)) (MPS) | X, scale, B, mean, var |
 
 Each carries its base op's attributes unchanged plus `activation` (an ONNX activation op name
 from the activation table, "" for none: a ConvAddAct without activation), `activation_alpha`
-and `activation_beta` (its parameters, defaults resolved). A backend emits a fused op with its
+and `activation_beta` (its parameters, defaults resolved). BatchNormalizationAct is produced
+only by MPS's options of fuse_activation: a BN the fold pass left is a channel affine there (a
+1x1 depthwise convolution, which takes a neuron). A backend emits a fused op with its
 base op's emitter (`base_op`) and reads the extras with `activation_of` / `has_residual`.
 """
 
