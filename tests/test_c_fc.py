@@ -1,6 +1,7 @@
-"""Fully connected layers at batch 1 (backends/c/ops/matmul.py `_fc_gemv`): the layout that skips
-zero inputs (o2e_fc_skip_zeros) against onnxruntime - inputs after a ReLU, all-zero inputs,
-NaN and infinity propagation, fused activations, threads - and when the packed GEMV stays."""
+"""Fully connected layers at batch 1 (backends/c/ops/matmul.py strategies `fc_skip_zeros`,
+`fc_gemv`): the layout that skips zero inputs (o2e_fc_skip_zeros) against onnxruntime - inputs
+after a ReLU, all-zero inputs, NaN and infinity propagation, fused activations, threads - and
+when the packed GEMV stays."""
 
 from __future__ import annotations
 

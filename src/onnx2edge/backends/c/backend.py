@@ -23,12 +23,17 @@ OPTIMIZE = ("speed", "size")
 
 
 def kernel_settings() -> dict[str, tuple[str, ...]]:
-    """Strategy name -> the values `--kernels NAME=VALUE` takes (ops/conv.py STRATEGIES)."""
+    """Strategy name -> the values `--kernels NAME=VALUE` takes (ops/conv.py and
+    ops/matmul.py STRATEGIES; a name in both, `sparse`, is one switch with one setting list)."""
     # imported here, not at the top: the kernel modules load when a conversion starts, not
     # with every `onnx2edge` command (no circle: ops never import this module)
     from .ops import conv as conv_ops  # noqa: PLC0415
+    from .ops import matmul as matmul_ops  # noqa: PLC0415
 
-    return {s.name: s.settings for s in conv_ops.STRATEGIES}
+    out: dict[str, tuple[str, ...]] = {}
+    for s in (*conv_ops.STRATEGIES, *matmul_ops.STRATEGIES):
+        assert out.setdefault(s.name, s.settings) == s.settings, f"{s.name}: two setting lists"
+    return out
 
 
 def parse_kernels(value: str | Mapping[str, str] | None) -> dict[str, str]:
@@ -83,7 +88,8 @@ class CBackend(Backend):
         BackendOption(
             "kernels",
             "kernel strategies, comma-separated NAME=SETTING: NAME=off skips one (winograd, "
-            "lanes, direct, depthwise, sparse, implicit_gemm, ...), winograd=2|4 forces the tile, "
+            "lanes, direct, depthwise, sparse, implicit_gemm, fc_skip_zeros, fc_gemv, ...), "
+            "winograd=2|4 forces the tile, "
             "sparse=force takes every pruned layer (recorded in the manifest)",
             default="",
             record_default=False,

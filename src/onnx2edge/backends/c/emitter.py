@@ -129,6 +129,20 @@ class Tensor:
         return len(self.shape)
 
 
+class ConstTensor(Tensor):
+    """A constant (an initializer or a derived copy: packed, transformed, folded) as the op
+    emitters see it. Its C symbol is the only way to name it in generated code, so reading
+    `sym` records the constant as referenced (`ModelEmitter.referenced`), and the writer emits
+    exactly the referenced constants: an emitter may look at a weight (`ctx.x(1)` for its shape,
+    `ctx.const(1)` for its values) and write only a repacked copy, and then the original is not
+    written."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "sym":
+            object.__getattribute__(self, "_referenced").add(object.__getattribute__(self, "_key"))
+        return object.__getattribute__(self, name)
+
+
 def c_literal(value: Any, dtype: np.dtype) -> str:
     """An exact C literal for one value of `dtype`."""
     dtype = np.dtype(dtype)
@@ -282,6 +296,8 @@ class ModelEmitter:
         self.helpers: dict[str, str] = {}
         self.constants: dict[str, Tensor] = {}
         self.const_data: dict[str, np.ndarray] = {}
+        # keys of `constants` whose C symbol generated code names (ConstTensor.sym)
+        self.referenced: set[str] = set()
         self.scratch_macros: dict[str, tuple[str, str]] = {}
         self.kernels: dict[str, int] = {}
         self.sparse_layers: list[dict[str, Any]] = []  # layers on sparse kernels (ops/sparse.py)
@@ -345,13 +361,15 @@ class ModelEmitter:
             return self.constants[key]
         arr = np.ascontiguousarray(arr)
         ctype_of(arr.dtype)
-        t = Tensor(
+        t = ConstTensor(
             onnx_name or hint,
             self._ident("W_" + c_ident(hint)),
             tuple(arr.shape),
             arr.dtype,
             "const",
         )
+        object.__setattr__(t, "_key", key)
+        object.__setattr__(t, "_referenced", self.referenced)
         self.constants[key] = t
         self.const_data[key] = arr
         if onnx_name is not None:

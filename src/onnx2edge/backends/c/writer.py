@@ -101,12 +101,10 @@ def write_model(
     optimize: "speed" or "size" (ModelEmitter.optimize)."""
     em = ModelEmitter(graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options)
     res = em.emit()
-    # Emitters may look at a weight and then use a repacked copy: keep only what code names.
-    import re
-
-    code = "\n".join([*res["blocks"], *res["tail"], *em.helpers.values()])
-    named = set(re.findall(r"\bW_\w+", code))
-    for key in [k for k, t in em.constants.items() if t.sym not in named]:
+    # Emitters may look at a weight (its shape, its values) and write a repacked copy: keep
+    # exactly the constants whose symbol the code names, recorded as the code is written
+    # (emitter.ConstTensor: reading `sym` is the one way to name a constant).
+    for key in [k for k in em.constants if k not in em.referenced]:
         del em.constants[key]
         del em.const_data[key]
     half = {k for k, a in em.const_data.items() if weights_fp16 and fp16_storable(a)}

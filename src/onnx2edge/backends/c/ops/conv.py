@@ -38,7 +38,7 @@ def _refuse_sparse(spec: ConvSpec) -> str | None:
     if spec.y.shape[2:] != spec.x.shape[2:]:
         return "output map differs from the input map"
     node, graph = spec.node, spec.graph
-    if spec.bias is not None and node is not None and graph is not None:
+    if spec.has_bias and node is not None and graph is not None:
         if graph.const(node.inputs[2]) is None:
             return "bias computed at run time"
     assert spec.weights is not None

@@ -262,7 +262,6 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
     for_n = f"for (int n = 0; n < {N}; ++n)\nfor (int g = 0; g < {group}; ++g) {{"
     xin = f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {H * W}"
     yout = f"{y.sym} + ((size_t)n * {M} + (size_t)g * {mg}) * {P}"
-    wg = f"{w.sym} + (size_t)g * {mg * K}"
     bg = f"{bias} + (size_t)g * {mg}" if bias else "NULL"
     res = None
     if spec.residual:
@@ -336,7 +335,8 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
                     ldr=P,
                 )
             )
-        else:
+        else:  # weights computed at run time: read in place (named only here: emitter.ConstTensor)
+            wg = f"{w.sym} + (size_t)g * {mg * K}"
             code.append(
                 gemm_call(
                     ctx,

@@ -49,7 +49,7 @@ def refuse(spec: ConvSpec) -> str | None:
     if not spec.rearrangeable:
         return "weights computed at run time, or not a float32 NCHW map"
     node, graph = spec.node, spec.graph
-    if spec.bias is not None and node is not None and graph is not None:
+    if spec.has_bias and node is not None and graph is not None:
         if graph.const(node.inputs[2]) is None:  # the bias is padded at conversion time
             return "bias computed at run time"
     P = spec.y.shape[2] * spec.y.shape[3]
@@ -62,7 +62,7 @@ def refuse(spec: ConvSpec) -> str | None:
 
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     """C statements for the whole node (every image of the batch in turn)."""
-    x, w, y, st, bias = spec.x, spec.w, spec.y, spec.st, spec.bias
+    x, w, y, st = spec.x, spec.w, spec.y, spec.st
     N, K, H, W = x.shape
     M = w.shape[0]
     P = y.shape[2] * y.shape[3]
@@ -74,7 +74,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "lanes1x1", np.ascontiguousarray(wc.reshape(Mp // PANEL, PANEL, K).transpose(0, 2, 1))
     )
     bc = np.zeros(Mp, np.float32)  # padded, so the tile adds it as whole vectors
-    if bias is not None:
+    if spec.has_bias:  # the constant padded (its own symbol is not named)
         bc[:M] = ctx.const(2).reshape(M)
     bsym = ctx.weight("bias1x1", bc)
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for

@@ -42,7 +42,7 @@ class ConvSpec:
     x: Tensor
     w: Tensor
     y: Tensor
-    bias: str | None  # C symbol of the bias, or None
+    bias_tensor: Tensor | None  # the bias input, or None (`bias`: its C symbol)
     act: Activation | None  # fused activation
     residual: bool  # a fused residual add (input 3) before the activation
     optimize: str  # convert --optimize: "speed" or "size"
@@ -60,7 +60,7 @@ class ConvSpec:
             x=x,
             w=w,
             y=y,
-            bias=ctx.x(2).sym if ctx.has_input(2) else None,
+            bias_tensor=ctx.x(2) if ctx.has_input(2) else None,
             act=fused_act(ctx),
             residual=has_residual(ctx.node),
             optimize=ctx.model.optimize,
@@ -72,6 +72,17 @@ class ConvSpec:
 
     def setting(self, strategy: str) -> str:
         return self.kernels.get(strategy, AUTO)
+
+    @property
+    def has_bias(self) -> bool:
+        return self.bias_tensor is not None
+
+    @property
+    def bias(self) -> str | None:
+        """The bias's C symbol, or None. Reading it marks a constant bias as referenced by the
+        code (emitter.ConstTensor): a strategy writing a bias of its own (sparse) or refusing
+        a layer asks `has_bias` instead."""
+        return None if self.bias_tensor is None else self.bias_tensor.sym
 
     # the names the kernels have always used, read off the geometry
     @property

@@ -1,15 +1,18 @@
-"""Gemm and MatMul on float32 (integer MatMul: quant.integer_matmul): the GEMM engine, packed
-GEMV for one row, sparse layouts for pruned weights."""
+"""Gemm and MatMul on float32 (integer MatMul: quant.integer_matmul), as a list of kernel
+strategies (matmul_spec.py: `MatMulSpec`, `MatMulStrategy`, `choose`), in the order they are
+preferred: sparse layouts for pruned weights, the batch-1 fully connected layer that skips the
+rows of zero inputs, the packed GEMV, one GEMM (Gemm; MatMul with the batch folded into M),
+a loop of GEMMs. To add one (an ISA variant, a quantised layout), write its refuse / emit pair
+and put it in `STRATEGIES` before the strategies it should beat."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ....ir import Graph, Node
-from ....semantics.attrs import gemm_attrs
-from ..emitter import NodeContext, Tensor, c_literal
+from ..emitter import NodeContext, c_literal
 from . import register_op, sparse
-from .common import act_expr, broadcast_strides, fused_act, strides
+from .common import act_expr, broadcast_strides, strides
 from .gemm import (
     _use_engine,
     act_struct,
@@ -18,6 +21,7 @@ from .gemm import (
     packed_weights,
     post_act,
 )
+from .matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy, choose
 
 
 def _gemm_check(node: Node, graph: Graph) -> str | None:
@@ -29,27 +33,154 @@ def _gemm_check(node: Node, graph: Graph) -> str | None:
     return None
 
 
-@register_op("Gemm", check=_gemm_check)
-def gemm(ctx: NodeContext) -> str:
-    if (sp := sparse.try_gemm(ctx)) is not None:  # pruned weights (issue 14)
-        return sp
-    ga = gemm_attrs(ctx.node, ctx.graph.opset)
-    ta, tb, alpha, beta = int(ga.trans_a), int(ga.trans_b), ga.alpha, ga.beta
-    a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
-    M, K = (a.shape[1], a.shape[0]) if ta else a.shape
-    N = b.shape[0] if tb else b.shape[1]
+# --------------------------------------------------------------------------------------------
+# pruned weights (issue 14): ops/sparse.py decides on the density and writes the kernel
+# --------------------------------------------------------------------------------------------
+def _sparse_operands(spec: MatMulSpec) -> tuple[np.ndarray, int] | None:
+    """(W[N][K], rows of A) when the node has the shape sparse.try_gemm / try_fc take."""
+    w = spec.fc_weights()
+    if w is None:
+        return None
+    if spec.op == "Gemm":
+        return None if spec.trans_a or spec.a.rank != 2 else (w, spec.a.shape[0])
+    return (w, spec.rows) if spec.folds_batch else None
+
+
+def _refuse_sparse(spec: MatMulSpec) -> str | None:
+    """The conditions of sparse.try_fc, read off the record (it must not refuse after)."""
+    ops = _sparse_operands(spec)
+    if ops is None:
+        return "not a constant 2-D weight times a matrix of rows"
+    w, rows = ops
+    m = sparse.mode(spec.kernels)
+    bsr = rows == 1 and sparse.sparse_applicable(np.asarray(w), "fc_batch1_bsr", m)
+    kind = "fc_batch1" if rows == 1 else "fc_batchN"
+    if not bsr and not sparse.sparse_applicable(np.asarray(w), kind, m):
+        return "weights not sparse enough to pay (--kernels sparse=force to take them)"
+    if spec.op == "Gemm" and spec.has_c and spec.beta != 0.0:
+        c = spec.bias
+        if c is None or c.size not in (1, spec.N) or c.dtype != np.float32:
+            return "bias not a float32 constant of 1 or N values"
+    return None
+
+
+def _emit_sparse(ctx: NodeContext, spec: MatMulSpec) -> str:
+    if spec.op == "Gemm":
+        code = sparse.try_gemm(ctx)
+    else:
+        w, rows = _sparse_operands(spec)  # type: ignore[misc]
+        code = sparse.try_fc(ctx, spec.a, w, spec.y, rows, spec.K, spec.N, with_bias=False)
+    assert code is not None, "ops/sparse.py refused a layer _refuse_sparse accepted"
+    return code
+
+
+# --------------------------------------------------------------------------------------------
+# batch-1 fully connected layers: W packed at conversion as the A operand (Yt = W . xt)
+# --------------------------------------------------------------------------------------------
+def _fc_scaled(spec: MatMulSpec) -> np.ndarray:
+    # Views until a copy is needed: a 2 GB layer must not be copied three times on the way.
+    wv = np.asarray(spec.fc_weights(), dtype=np.float32)
+    return wv * np.float32(spec.alpha) if spec.alpha != 1.0 else wv
+
+
+def _fc_bias(ctx: NodeContext, spec: MatMulSpec) -> str | None:
+    """The bias vector (beta * C broadcast to N), registered as a weight; None without one."""
+    if spec.op != "Gemm" or not spec.has_c or spec.beta == 0.0:
+        return None
+    cc = spec.bias
+    assert cc is not None and cc.size in (1, spec.N)  # MatMulSpec.is_fc
+    return ctx.weight(
+        "bias",
+        np.broadcast_to(
+            cc.reshape(-1).astype(np.float32) * np.float32(spec.beta), (spec.N,)
+        ).copy(),
+    )
+
+
+def _refuse_fc_skip_zeros(spec: MatMulSpec) -> str | None:
+    if not spec.is_fc():
+        return "not one row times a constant float32 weight"
+    blocks = -(-spec.N // FC_NB)
+    if blocks * FC_NB > spec.N * FC_MAX_PAD:
+        return f"{spec.N} outputs: padding to blocks of {FC_NB} would waste more than 10 %"
+    if not _all_finite(_fc_scaled(spec).reshape(spec.N, spec.K)):
+        return "a weight is not finite (skipping a zero input would drop its 0 * Inf = NaN)"
+    return None
+
+
+def _emit_fc_skip_zeros(ctx: NodeContext, spec: MatMulSpec) -> str:
+    """Fully connected layer at batch 1 in FC_NB-output blocks, skipping zero inputs."""
+    N, K, y = spec.N, spec.K, spec.y
+    wv = _fc_scaled(spec)
+    bias = _fc_bias(ctx, spec)
+    ctx.kernel("fully connected, zero inputs skipped")
+    # block q: its K rows of FC_NB weights, contiguous (o2e_fc_skip_zeros); outputs past N are
+    # zero padding
+    blocks = -(-N // FC_NB)
+    wt = np.zeros((blocks, K, FC_NB), np.float32)
+    for q in range(blocks):
+        rows = wv.reshape(N, K)[q * FC_NB : (q + 1) * FC_NB]
+        wt[q, :, : rows.shape[0]] = rows.T
+    blocked = ctx.weight("wt", wt)
+    nz = ctx.scratch(K * 4, "int")
+    st, post = act_struct(spec.act)
+    _use_engine(ctx)
+    return (
+        f"o2e_fc_skip_zeros({N}, {K}, {blocked}, {spec.a.sym}, {bias or 'NULL'}, {y.sym}, {st}, "
+        f"{nz});" + post_act(spec.act, post, 1, N, y.sym, N)
+    )
+
+
+def _refuse_fc_gemv(spec: MatMulSpec) -> str | None:
+    return None if spec.is_fc() else "not one row times a constant float32 weight"
+
+
+def _emit_fc_gemv(ctx: NodeContext, spec: MatMulSpec) -> str:
+    """Fully connected layer at batch 1: y[N] = W[N][K].x[K] + b, W packed at conversion.
+
+    Written as Yt = W.xt so the constant matrix is the packed A operand and N = 1 takes the
+    engine's matrix-vector path."""
+    N, K = spec.N, spec.K
+    wv = _fc_scaled(spec)
+    bias = _fc_bias(ctx, spec)
+    ctx.kernel("fully connected as packed GEMV")
+    packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
+    return gemm_packed_call(
+        ctx, packed, N, 1, K, spec.a.sym, 1, spec.y.sym, 1, bias_m=bias, act=spec.act
+    )
+
+
+def _all_finite(w: np.ndarray, rows: int = 1024) -> bool:
+    """np.isfinite(w).all() without a boolean copy of a large weight."""
+    return all(np.isfinite(w[i : i + rows]).all() for i in range(0, w.shape[0], rows))
+
+
+# Outputs per weight block of o2e_fc_skip_zeros (O2E_FC_NB), and the most zero padding that
+# layout may add (as a factor of N): narrower layers keep the packed GEMV.
+FC_NB = 256
+FC_MAX_PAD = 1.1
+
+
+# --------------------------------------------------------------------------------------------
+# the GEMM engine
+# --------------------------------------------------------------------------------------------
+def _refuse_gemm(spec: MatMulSpec) -> str | None:
+    return None if spec.op == "Gemm" else "MatMul: folded_gemm / batched_gemm"
+
+
+def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
+    """Any Gemm: transposes, alpha, a bias vector in the engine's epilogue or a full C after."""
+    ta, tb, alpha, beta = spec.trans_a, spec.trans_b, spec.alpha, spec.beta
+    a, b, y = spec.a, spec.b, spec.y
+    M, N, K = spec.M, spec.N, spec.K
     lines = []
-    a_sym, b_sym = a.sym, b.sym
+    a_sym = a.sym
     if ta:
         a_sym = ctx.scratch(M * K * 4)
         lines.append(
             f"for (int i = 0; i < {M}; ++i) for (int k = 0; k < {K}; ++k) {a_sym}[i * {K} + k] = {a.sym}[k * {M} + i];"
         )
-    bc = ctx.const(1)
-    cc = ctx.const(2)
-    simple_bias = not ctx.has_input(2) or beta == 0.0 or (cc is not None and cc.size in (1, N))
-    if bc is not None and M == 1 and not ta and bc.dtype == np.float32 and simple_bias:
-        return _fc_gemv(ctx, a.sym, bc if tb else bc.T, alpha, beta, y, K, N)
+    bc = spec.weights
     if bc is not None:
         arr = bc.T if tb else bc
         if alpha != 1.0:
@@ -61,18 +192,20 @@ def gemm(ctx: NodeContext) -> str:
         lines.append(
             f"for (int k = 0; k < {K}; ++k) for (int j = 0; j < {N}; ++j) {b_sym}[k * {N} + j] = {b.sym}[j * {K} + k];"
         )
+    else:  # B is named only where the code reads it (emitter.ConstTensor records names)
+        b_sym = b.sym
     bias_n = None
     c_full = None
-    if ctx.has_input(2) and beta != 0.0:
+    if spec.has_c and beta != 0.0:
         c = ctx.x(2)
-        cc = ctx.const(2)
+        cc = spec.bias
         if cc is not None and (cc.size == N and (cc.ndim == 1 or cc.shape[0] == 1)):
             bias_n = ctx.weight("bias", (cc.reshape(N) * np.float32(beta)).astype(np.float32))
         elif cc is not None and cc.size == 1:
             bias_n = ctx.weight("bias", np.full(N, float(cc.reshape(-1)[0]) * beta, np.float32))
         else:
             c_full = c
-    act = fused_act(ctx)
+    act = spec.act
     if alpha != 1.0 or c_full is not None:
         lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N, b_const=bc is not None))
         cst = broadcast_strides(c_full.shape, (M, N)) if c_full is not None else [0, 0]
@@ -105,99 +238,29 @@ def gemm(ctx: NodeContext) -> str:
     return "\n".join(lines)
 
 
-def _fc_gemv(
-    ctx: NodeContext,
-    x: str,
-    w: np.ndarray,
-    alpha: float,
-    beta: float,
-    y: Tensor,
-    K: int,
-    N: int,
-    with_bias: bool = True,
-) -> str:
-    """Fully connected layer at batch 1: y[N] = W[N][K]·x[K] + b, with W packed at conversion.
-
-    Written as Yᵀ = W·xᵀ so the constant matrix is the packed A operand and N = 1 takes the
-    engine's matrix-vector path."""
-    # Views until a copy is needed: a 2 GB layer must not be copied three times on the way.
-    wv = np.asarray(w, dtype=np.float32)
-    if alpha != 1.0:
-        wv = wv * np.float32(alpha)
-    bias = None
-    if with_bias and ctx.has_input(2) and beta != 0.0:
-        cc = ctx.const(2)
-        if cc is None or cc.size not in (1, N):
-            return "#error unsupported Gemm bias"  # guarded by _gemm_check
-        bias = ctx.weight(
-            "bias",
-            np.broadcast_to(cc.reshape(-1).astype(np.float32) * np.float32(beta), (N,)).copy(),
-        )
-    blocks = -(-N // FC_NB)
-    if blocks * FC_NB <= N * FC_MAX_PAD and _all_finite(wv.reshape(N, K)):
-        ctx.kernel("fully connected, zero inputs skipped")
-        # block q: its K rows of FC_NB weights, contiguous (o2e_fc_skip_zeros); outputs past N
-        # are zero padding
-        wt = np.zeros((blocks, K, FC_NB), np.float32)
-        for q in range(blocks):
-            rows = wv.reshape(N, K)[q * FC_NB : (q + 1) * FC_NB]
-            wt[q, :, : rows.shape[0]] = rows.T
-        blocked = ctx.weight("wt", wt)
-        nz = ctx.scratch(K * 4, "int")
-        act = fused_act(ctx)
-        st, post = act_struct(act)
-        _use_engine(ctx)
-        return (
-            f"o2e_fc_skip_zeros({N}, {K}, {blocked}, {x}, {bias or 'NULL'}, {y.sym}, {st}, {nz});"
-            + post_act(act, post, 1, N, y.sym, N)
-        )
-    ctx.kernel("fully connected as packed GEMV")
-    packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
-    return gemm_packed_call(ctx, packed, N, 1, K, x, 1, y.sym, 1, bias_m=bias, act=fused_act(ctx))
+def _refuse_folded(spec: MatMulSpec) -> str | None:
+    return None if spec.folds_batch else "not a batch of rows times one 2-D B"
 
 
-def _all_finite(w: np.ndarray, rows: int = 1024) -> bool:
-    """np.isfinite(w).all() without a boolean copy of a large weight."""
-    return all(np.isfinite(w[i : i + rows]).all() for i in range(0, w.shape[0], rows))
+def _emit_folded(ctx: NodeContext, spec: MatMulSpec) -> str:
+    """MatMul with a 2-D B: the batch folded into M, one GEMM."""
+    a, y, N, K = spec.a, spec.y, spec.N, spec.K
+    return gemm_call(
+        ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, act=spec.act,
+        b_const=spec.weights is not None,
+    )  # fmt: skip
 
 
-# Outputs per weight block of o2e_fc_skip_zeros (O2E_FC_NB), and the most zero padding that
-# layout may add (as a factor of N): narrower layers keep the packed GEMV.
-FC_NB = 256
-FC_MAX_PAD = 1.1
+def _refuse_batched(spec: MatMulSpec) -> str | None:
+    return None if spec.op == "MatMul" else "Gemm: gemm"
 
 
-@register_op("MatMul", check=_gemm_check)
-def matmul(ctx: NodeContext) -> str:
-    if ctx.x(0).dtype.kind in "iu":
-        from .quant import integer_matmul  # numpy.matmul with wrap-around
-
-        return integer_matmul(ctx)
-    a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
-    ash, bsh = list(a.shape), list(b.shape)
-    if len(ash) == 1:
-        ash = [1, ash[0]]
-    if len(bsh) == 1:
-        bsh = [bsh[0], 1]
-    M, K = ash[-2:]
-    N = bsh[-1]
-    batch = list(np.broadcast_shapes(tuple(ash[:-2]), tuple(bsh[:-2])))
-    nb = int(np.prod(batch)) if batch else 1
-    act = fused_act(ctx)
-    bc = ctx.const(1)
-    if len(bsh) == 2 and nb * M == a.size // K and bc is not None:  # pruned (issue 14)
-        sp = sparse.try_fc(ctx, a, bc.reshape(K, N).T, y, nb * M, K, N, with_bias=False)
-        if sp is not None:
-            return sp
-    # B constant and 2-D: fold the batch into M (one big GEMM); one row is a packed GEMV
-    if len(bsh) == 2 and nb * M == 1 and bc is not None and bc.dtype == np.float32:
-        return _fc_gemv(ctx, a.sym, bc.reshape(K, N).T, 1.0, 0.0, y, K, N, with_bias=False)
-    if len(bsh) == 2 and nb * M == a.size // K:
-        return gemm_call(
-            ctx, nb * M, N, K, a.sym, K, b.sym, N, y.sym, N, act=act, b_const=bc is not None
-        )
-    a_st = _batch_strides(ash[:-2], batch, M * K)
-    b_st = _batch_strides(bsh[:-2], batch, K * N)
+def _emit_batched(ctx: NodeContext, spec: MatMulSpec) -> str:
+    """MatMul: one GEMM per matrix of the broadcast batch."""
+    a, b, y = spec.a, spec.b, spec.y
+    M, N, K, batch, nb = spec.M, spec.N, spec.K, list(spec.batch), spec.nb
+    a_st = _batch_strides(list(spec.a_shape[:-2]), batch, M * K)
+    b_st = _batch_strides(list(spec.b_shape[:-2]), batch, K * N)
     lines = [f"for (int bi = 0; bi < {nb}; ++bi) {{"]
     rem = "bi"
     aoff, boff = [], []
@@ -223,11 +286,52 @@ def matmul(ctx: NodeContext) -> str:
             N,
             f"{y.sym} + (size_t)bi * {M * N}",
             N,
-            act=act,
+            act=spec.act,
         )
     )
     lines.append("}")
     return "\n".join(lines)
+
+
+# auto: where the density pays (sparse.BREAK_EVEN); force: any zero weight; off: dense only.
+# The same switch as Conv's sparse strategy (ops/conv.py).
+SPARSE = MatMulStrategy("sparse", _refuse_sparse, _emit_sparse, settings=(AUTO, OFF, "force"))
+FC_SKIP_ZEROS = MatMulStrategy("fc_skip_zeros", _refuse_fc_skip_zeros, _emit_fc_skip_zeros)
+FC_GEMV = MatMulStrategy("fc_gemv", _refuse_fc_gemv, _emit_fc_gemv)
+GEMM = MatMulStrategy("gemm", _refuse_gemm, _emit_gemm, settings=(AUTO,))  # takes any Gemm
+FOLDED_GEMM = MatMulStrategy("folded_gemm", _refuse_folded, _emit_folded)
+BATCHED_GEMM = MatMulStrategy("batched_gemm", _refuse_batched, _emit_batched, settings=(AUTO,))
+
+# Preference order: the first strategy that does not refuse a node writes it.
+STRATEGIES: tuple[MatMulStrategy, ...] = (
+    SPARSE,
+    FC_SKIP_ZEROS,  # batch 1, N near a multiple of 256, finite weights
+    FC_GEMV,
+    GEMM,  # takes any Gemm
+    FOLDED_GEMM,
+    BATCHED_GEMM,  # takes any MatMul
+)
+
+
+def _emit(ctx: NodeContext) -> str:
+    spec = MatMulSpec.of(ctx)
+    strategy = choose(STRATEGIES, spec)
+    ctx.model.layer_strategies[ctx.node.name] = strategy.name
+    return strategy.emit(ctx, spec)
+
+
+@register_op("Gemm", check=_gemm_check)
+def gemm(ctx: NodeContext) -> str:
+    return _emit(ctx)
+
+
+@register_op("MatMul", check=_gemm_check)
+def matmul(ctx: NodeContext) -> str:
+    if ctx.x(0).dtype.kind in "iu":
+        from .quant import integer_matmul  # numpy.matmul with wrap-around
+
+        return integer_matmul(ctx)
+    return _emit(ctx)
 
 
 def _batch_strides(shape: list[int], batch: list[int], mat: int) -> list[int]:

@@ -1,0 +1,177 @@
+"""A float32 Gemm or MatMul node as its kernel strategies see it (`MatMulSpec`), what a
+strategy is (`MatMulStrategy`) and the choice among them (issue 10, item 4, as for Conv in
+conv_spec.py).
+
+A strategy is one way to compute the product: sparse layouts for pruned weights, the batch-1
+fully connected layer that skips zero inputs, the packed GEMV, one GEMM, a loop of GEMMs. Each
+says why it does not take a node (`refuse`, pure: no code or weights registered; None when it
+does) and writes the C for one it takes (`emit`). `choose` takes the first of ops/matmul.py's
+`STRATEGIES` that does not refuse; `convert --kernels NAME=off` switches one off (the same
+option, manifest entry `options.kernels` and per-layer record `stats.layer_kernels` as Conv's;
+a name both lists hold, `sparse`, is one switch for both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ....semantics.activations import Activation
+from ....semantics.attrs import gemm_attrs
+from ..emitter import NodeContext, Tensor
+from .common import fused_act
+
+AUTO, OFF = "auto", "off"
+
+
+@dataclass(frozen=True)
+class MatMulSpec:
+    """One Gemm / MatMul: Y[M][N] = alpha * op(A) . op(B) (+ beta * C), over `batch` for
+    MatMul; A's and B's shapes padded to rank 2 as numpy.matmul reads them."""
+
+    op: str  # the base op: "Gemm" or "MatMul"
+    a: Tensor
+    b: Tensor
+    y: Tensor
+    M: int
+    N: int
+    K: int
+    a_shape: tuple[int, ...]  # MatMul: A's shape, a vector as [1, K]
+    b_shape: tuple[int, ...]  # MatMul: B's shape, a vector as [K, 1]
+    batch: tuple[int, ...]  # MatMul: the broadcast batch dimensions
+    trans_a: bool
+    trans_b: bool
+    alpha: float
+    beta: float
+    has_c: bool  # Gemm: a C input (the bias)
+    act: Activation | None
+    kernels: Mapping[str, str] = field(default_factory=dict)  # convert --kernels
+    # not part of the record's identity: the constant B and C (None when computed at run time)
+    weights: np.ndarray | None = field(default=None, compare=False, repr=False)
+    bias: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, ctx: NodeContext) -> MatMulSpec:
+        a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
+        common = {
+            "a": a,
+            "b": b,
+            "y": y,
+            "act": fused_act(ctx),
+            "kernels": ctx.model.kernel_options,
+            "weights": ctx.const(1),
+        }
+        if ctx.op == "Gemm":
+            ga = gemm_attrs(ctx.node, ctx.graph.opset)
+            M, K = (a.shape[1], a.shape[0]) if ga.trans_a else a.shape
+            N = b.shape[0] if ga.trans_b else b.shape[1]
+            return cls(
+                op="Gemm",
+                M=M,
+                N=N,
+                K=K,
+                a_shape=tuple(a.shape),
+                b_shape=tuple(b.shape),
+                batch=(),
+                trans_a=bool(ga.trans_a),
+                trans_b=bool(ga.trans_b),
+                alpha=ga.alpha,
+                beta=ga.beta,
+                has_c=ctx.has_input(2),
+                bias=ctx.const(2),
+                **common,
+            )
+        ash, bsh = list(a.shape), list(b.shape)
+        if len(ash) == 1:
+            ash = [1, ash[0]]
+        if len(bsh) == 1:
+            bsh = [bsh[0], 1]
+        batch = tuple(np.broadcast_shapes(tuple(ash[:-2]), tuple(bsh[:-2])))
+        return cls(
+            op="MatMul",
+            M=ash[-2],
+            N=bsh[-1],
+            K=ash[-1],
+            a_shape=tuple(ash),
+            b_shape=tuple(bsh),
+            batch=batch,
+            trans_a=False,
+            trans_b=False,
+            alpha=1.0,
+            beta=0.0,
+            has_c=False,
+            **common,
+        )
+
+    def setting(self, strategy: str) -> str:
+        return self.kernels.get(strategy, AUTO)
+
+    @property
+    def nb(self) -> int:
+        """Number of matrices in the batch (1 for Gemm)."""
+        return int(np.prod(self.batch)) if self.batch else 1
+
+    @property
+    def rows(self) -> int:
+        """MatMul with a 2-D B: the rows of A once the batch is folded into M."""
+        return self.nb * self.M
+
+    @property
+    def folds_batch(self) -> bool:
+        """MatMul whose B is 2-D and whose A is the batch of rows stacked: one GEMM."""
+        return self.op == "MatMul" and len(self.b_shape) == 2 and self.rows == self.a.size // self.K
+
+    def fc_weights(self) -> np.ndarray | None:
+        """The constant weight as W[N][K] (what the fully connected kernels read), or None
+        (computed at run time, or a MatMul's B with a batch of its own)."""
+        w = self.weights
+        if w is None or (self.op == "MatMul" and len(self.b_shape) != 2):
+            return None
+        if self.op == "Gemm":
+            return w if self.trans_b else w.T
+        return w.reshape(self.K, self.N).T
+
+    def simple_bias(self) -> bool:
+        """Gemm: no bias, or a constant one of 1 or N values (a vector the kernels add)."""
+        c = self.bias
+        return not self.has_c or self.beta == 0.0 or (c is not None and c.size in (1, self.N))
+
+    def is_fc(self) -> bool:
+        """One row times a constant float32 weight: the batch-1 fully connected kernels."""
+        w = self.weights
+        if w is None or w.dtype != np.float32:
+            return False
+        if self.op == "Gemm":
+            return self.M == 1 and not self.trans_a and self.simple_bias()
+        return len(self.b_shape) == 2 and self.rows == 1
+
+
+RefuseFn = Callable[[MatMulSpec], str | None]
+EmitFn = Callable[[NodeContext, MatMulSpec], str]
+
+
+@dataclass(frozen=True)
+class MatMulStrategy:
+    """One kernel for a matrix product: refuse(spec) says why it does not take the node (None
+    when it does; pure), emit(ctx, spec) writes the C. settings: the values `--kernels
+    NAME=...` accepts ("auto" alone for the fallbacks, which cannot be switched off)."""
+
+    name: str
+    refuse: RefuseFn
+    emit: EmitFn
+    settings: tuple[str, ...] = (AUTO, OFF)
+
+    def why_not(self, spec: MatMulSpec) -> str | None:
+        if spec.setting(self.name) == OFF:
+            return f"--kernels {self.name}=off"
+        return self.refuse(spec)
+
+
+def choose(strategies: tuple[MatMulStrategy, ...], spec: MatMulSpec) -> MatMulStrategy:
+    """The first strategy that takes the node (the list ends with ones that take any)."""
+    for s in strategies:
+        if s.why_not(spec) is None:
+            return s
+    raise AssertionError(f"no {spec.op} strategy takes the node")  # the fallbacks take any
