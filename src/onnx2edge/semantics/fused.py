@@ -203,7 +203,9 @@ def _internal_schemas() -> list[OpSchema]:
         ],  # fmt: skip
         outputs=[_Param("concat_result", "T", "")],
         type_constraints=[("T", _QTYPES, "")],
-        attributes=[OpSchema.Attribute("axis", OpSchema.AttrType.INT, "Concat's axis", required=True)],
+        attributes=[
+            OpSchema.Attribute("axis", OpSchema.AttrType.INT, "Concat's axis", required=True)
+        ],
     )
     qconcat.set_type_and_shape_inference_function(_qconcat_infer)
     mp = onnx.defs.get_schema("MaxPool", onnx.defs.onnx_opset_version(), "")
