@@ -12,8 +12,14 @@ from typing import Any
 from ..errors import Onnx2EdgeError
 
 
-def add_parsers(sub: Any, _common: Callable[[Any], None], _shapes: Callable[[Any], None]) -> None:
-    from ..check import available_targets
+def add_parsers(
+    sub: Any,
+    _common: Callable[[Any], None],
+    _shapes: Callable[[Any], None],
+    command: str | None = None,
+) -> None:
+    """The editing commands' subparsers; `command` (the one being run, None: all) limits the
+    imports to what it needs (check's target list loads every backend)."""
 
     def model_out(name: str, help: str) -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help)
@@ -34,7 +40,13 @@ def add_parsers(sub: Any, _common: Callable[[Any], None], _shapes: Callable[[Any
 
     s = sub.add_parser("check", help="per node: supported / replaceable / unsupported on a target")
     s.add_argument("model")
-    s.add_argument("--target", required=True, help=f"one of {', '.join(available_targets())}")
+    if command in (None, "check"):
+        from ..check import available_targets
+
+        targets = f"one of {', '.join(available_targets())}"
+    else:
+        targets = "a target of the check registry"
+    s.add_argument("--target", required=True, help=targets)
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
