@@ -91,12 +91,16 @@ def test_weights_cli(tmp_path: Path, example: Path) -> None:
 
 def test_help_and_argument_errors_import_no_heavy_module() -> None:
     """`import onnx2edge.cli`, `onnx2edge --help`, a command's --help and an argument error
-    load neither onnxruntime, coremltools nor matplotlib (nor the API and the backends: only
-    convert / verify read the backend registry), so they answer quickly."""
+    load neither onnxruntime, coremltools nor matplotlib (nor the API, the backends, the edit
+    rules, onnx or numpy: only the command being run loads what its flags need), so they
+    answer quickly."""
     import subprocess
     import sys
 
-    heavy = ("onnxruntime", "coremltools", "matplotlib", "onnx2edge.api", "onnx2edge.backends")
+    heavy = (
+        *("onnxruntime", "coremltools", "matplotlib"),
+        *("onnx2edge.api", "onnx2edge.backends", "onnx2edge.edit", "onnx", "numpy"),
+    )
     script = (
         "import sys\n"
         "from onnx2edge import cli\n"

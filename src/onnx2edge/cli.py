@@ -334,9 +334,13 @@ def _cmd_prune(a: argparse.Namespace) -> int:
 
 # --- model editing (issue 16): check, rewrite, surgery, nhwc (see onnx2edge/edit/commands.py)
 def _edit_parsers(sub: Any, command: str | None = None) -> None:
+    if command is not None and command not in EDIT_COMMANDS:
+        for name, text in EDIT_COMMANDS.items():  # listed only: another command is running
+            sub.add_parser(name, help=text)
+        return
     from .edit.commands import add_parsers
 
-    add_parsers(sub, _common, _shapes, command)
+    add_parsers(sub, _common, _shapes, command, EDIT_COMMANDS)
 
 
 def _cmd_edit(a: argparse.Namespace) -> int:
@@ -345,19 +349,21 @@ def _cmd_edit(a: argparse.Namespace) -> int:
     return run_command(a)
 
 
-EDIT_COMMANDS = (
-    "check",
-    "rewrite",
-    "extract",
-    "delete-nodes",
-    "rename",
-    "set-shape",
-    "add-output",
-    "opset",
-    "simplify",
-    "constant",
-    "nhwc",
-)
+# the editing commands (edit/commands.py) and their one-line help, listed without importing
+# the edit package (its rules load onnx and numpy)
+EDIT_COMMANDS = {
+    "check": "per node: supported / replaceable / unsupported on a target",
+    "rewrite": "replace ops by equivalent ones (rules), verified",
+    "extract": "the subgraph between tensors (onnx.utils.Extractor)",
+    "delete-nodes": "delete nodes (Identity-like ones are bypassed)",
+    "rename": "rename tensors / nodes (OLD=NEW or regex)",
+    "set-shape": "change input shapes or the batch size",
+    "add-output": "make intermediate tensors graph outputs",
+    "opset": "convert to another opset (onnx version converter), verified",
+    "simplify": "constant folding, dead code, fusions; reports what changed",
+    "constant": "bind inputs to constant values (and fold)",
+    "nhwc": "NHWC image inputs / outputs, Transposes only at the boundaries",
+}
 
 
 def _arch(s: argparse.ArgumentParser, command: str | None = None) -> None:
