@@ -33,17 +33,4 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the API loads on first us
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "Onnx2EdgeError",
-    "UnsupportedError",
-    "compare_quantized",
-    "convert",
-    "export_weights",
-    "from_json",
-    "import_weights",
-    "inspect",
-    "quantize",
-    "run",
-    "to_json",
-    "verify",
-]
+__all__ = ["Onnx2EdgeError", "UnsupportedError", *_API]
