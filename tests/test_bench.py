@@ -194,3 +194,53 @@ def test_min_seconds_raises_the_runs_of_small_models(example: Path) -> None:
     r = bench_model(example, runs=3, warmup=1, min_seconds=0.05)
     assert 3 < r["runs"] <= 2000
     assert r["accurate"]
+
+
+def test_fused_ops_count_their_base_ops_macs() -> None:
+    """The gap tables' GFLOP/s: o2e.ConvAct / ConvAddAct / GemmAct / MatMulAct (and the int8
+    QLinearConvAct / QGemmAct) count the multiply-accumulates of their base op, not 0."""
+    import numpy as np
+    from onnx import AttributeProto, helper
+
+    from onnx2edge.analysis import node_macs
+    from onnx2edge.api import DEFAULT_PASSES
+    from onnx2edge.ir import Attr, Node
+    from onnx2edge.ir.proto import graph_from_model
+    from onnx2edge.passes import run_passes
+
+    from conftest import make_model, tensor, vi
+
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Add", ["c2", "r"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["t"], name="relu2"),
+        helper.make_node("Flatten", ["t"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "g"], ["y"], transB=1, name="gemm"),
+        helper.make_node("Sigmoid", ["y"], ["z"], name="sig"),
+    ]
+    inits = [
+        tensor("w", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+        tensor("b", np.zeros(8, np.float32)),
+        tensor("w2", rng.standard_normal((8, 8, 1, 1)).astype(np.float32)),
+        tensor("g", rng.standard_normal((10, 8 * 6 * 6)).astype(np.float32)),
+    ]
+    m = make_model(nodes, [vi("x", [1, 3, 6, 6])], [vi("z", [1, 10])], inits)
+    plain = run_passes(graph_from_model(m), DEFAULT_PASSES)
+    fused = run_passes(plain, ("fuse_residual", "fuse_activation"))
+    ops = {n.name: n.op_type for n in fused.nodes}
+    assert ops["conv"] == "ConvAct" and ops["conv2"] == "ConvAddAct" and ops["gemm"] == "GemmAct"
+    want = {"conv": 8 * 36 * 27, "conv2": 8 * 36 * 8, "gemm": 10 * 288}
+    for g in (plain, fused):
+        got = {n.name: node_macs(g, n) for n in g.nodes if n.name in want}
+        assert got == want, (g.nodes, got)
+    # the int8 forms: o2e.QLinearConvAct reads its weights at input 3, o2e.QGemmAct is A x B
+    relu = {"activation": Attr(AttributeProto.STRING, "Relu")}
+    qconv = Node("qc", "QLinearConvAct", ("x", "s", "z", "w", "s", "z", "s", "z"), ("r",), relu,
+                 domain="o2e")  # fmt: skip
+    qgemm = Node("qg", "QGemmAct", ("f", "s", "z", "g", "s", "z", "s", "z"), ("z",), relu,
+                 domain="o2e")  # fmt: skip
+    assert node_macs(fused, qconv) == want["conv"]
+    assert node_macs(fused, qgemm) == 10 * 288

@@ -5,70 +5,22 @@ portable, native (AVX-512), AVX2 (x86-64-v3) and threaded builds, and under ASan
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-from onnx import helper
 
 from onnx2edge import api
 
-from conftest import (
-    ISA_CFLAGS,
-    THREADED,
-    assert_sanitized_run_matches_ort,
-    make_model,
-    save,
-    tensor,
-    vi,
-)
+from conftest import ISA_CFLAGS, THREADED, assert_sanitized_run_matches_ort
+from conv_models import conv_model
 
 LANES = "Conv: direct conv (output channels in lanes)"
 
 
-def _model(
-    path: Path,
-    *,
-    C: int,
-    M: int,
-    H: int,
-    W: int,
-    k: tuple[int, int],
-    pads: tuple[int, int, int, int],
-    bias: bool = True,
-    act: str | None = "Relu",
-    batch: int = 1,
-    group: int = 1,
-    strides: tuple[int, int] = (1, 1),
-) -> Path:
-    rng = np.random.default_rng(11)
-    kh, kw = k
-    w = (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(C // group * kh * kw)).astype(
-        np.float32
-    )
-    inits, ins = [tensor("w", w)], ["x", "w"]
-    if bias:
-        inits.append(tensor("b", rng.standard_normal(M).astype(np.float32)))
-        ins.append("b")
-    OH = (H + pads[0] + pads[2] - kh) // strides[0] + 1
-    OW = (W + pads[1] + pads[3] - kw) // strides[1] + 1
-    nodes = [
-        helper.make_node(
-            "Conv",
-            ins,
-            ["c"],
-            kernel_shape=[kh, kw],
-            pads=list(pads),
-            group=group,
-            strides=list(strides),
-            name="conv",
-        ),
-        helper.make_node(act or "Identity", ["c"], ["y"], name="post"),
-    ]
-    return save(
-        make_model(nodes, [vi("x", [batch, C, H, W])], [vi("y", [batch, M, OH, OW])], inits), path
-    )
+# the layer under test, with a Relu unless a case says otherwise (tests/conv_models.py)
+_model = functools.partial(conv_model, seed=11, act="Relu")
 
 
 CASES = {

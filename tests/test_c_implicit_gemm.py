@@ -6,24 +6,16 @@ portable build, the AVX-512/AVX2 build and a threaded one."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-from onnx import helper
 
 from onnx2edge import api
 
-from conftest import (
-    ISA_CFLAGS,
-    THREADED,
-    assert_sanitized_run_matches_ort,
-    make_model,
-    save,
-    tensor,
-    vi,
-)
+from conftest import ISA_CFLAGS, THREADED, assert_sanitized_run_matches_ort
+from conv_models import conv_model
 
 IMPLICIT = "Conv: implicit GEMM (im2col fused into B packing)"
 
@@ -37,58 +29,8 @@ def _opts(flags: list[str] | None = None) -> dict:
     return {**OFF, "cflags": flags} if flags else OFF
 
 
-def _conv_model(
-    path: Path,
-    *,
-    C: int,
-    M: int,
-    H: int,
-    W: int,
-    k: tuple[int, int],
-    strides: tuple[int, int] = (1, 1),
-    dilations: tuple[int, int] = (1, 1),
-    pads: tuple[int, int, int, int] = (0, 0, 0, 0),
-    group: int = 1,
-    batch: int = 1,
-    bias: bool = True,
-    relu: bool = False,
-    residual: bool = False,
-) -> Path:
-    rng = np.random.default_rng(7)
-    kh, kw = k
-    fan_in = C // group * kh * kw
-    inits = [
-        tensor(
-            "w", (rng.standard_normal((M, C // group, kh, kw)) / np.sqrt(fan_in)).astype(np.float32)
-        )
-    ]
-    ins = ["x", "w"]
-    if bias:
-        inits.append(tensor("b", rng.standard_normal(M).astype(np.float32)))
-        ins.append("b")
-    OH = (H + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
-    OW = (W + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
-    nodes = [
-        helper.make_node(
-            "Conv",
-            ins,
-            ["c"],
-            kernel_shape=[kh, kw],
-            strides=list(strides),
-            dilations=list(dilations),
-            pads=list(pads),
-            group=group,
-            name="conv",
-        )
-    ]
-    inputs = [vi("x", [batch, C, H, W])]
-    cur = "c"
-    if residual:
-        inputs.append(vi("r", [batch, M, OH, OW]))
-        nodes.append(helper.make_node("Add", [cur, "r"], ["a"], name="add"))
-        cur = "a"
-    nodes.append(helper.make_node("Relu" if relu else "Identity", [cur], ["y"], name="post"))
-    return save(make_model(nodes, inputs, [vi("y", [batch, M, OH, OW])], inits), path)
+# the layer under test; seed 7 as before the builder was shared (tests/conv_models.py)
+_conv_model = functools.partial(conv_model, seed=7)
 
 
 CASES = {
@@ -100,7 +42,7 @@ CASES = {
         "W": 35,
         "k": (5, 5),
         "pads": (2, 2, 2, 2),
-        "relu": True,
+        "act": "Relu",
     },
     "1x7_rows": {"C": 32, "M": 40, "H": 17, "W": 17, "k": (1, 7), "pads": (0, 3, 0, 3)},
     "7x1_cols": {
@@ -110,7 +52,7 @@ CASES = {
         "W": 17,
         "k": (7, 1),
         "pads": (3, 0, 3, 0),
-        "relu": True,
+        "act": "Relu",
     },
     # AlexNet conv1 in small: stride 4, every input column read through the strided copy
     "11x11_stride4": {
@@ -166,7 +108,7 @@ CASES = {
         "k": (5, 3),
         "pads": (2, 1, 2, 1),
         "bias": False,
-        "relu": True,
+        "act": "Relu",
         "residual": True,
         "batch": 2,
     },
@@ -231,7 +173,7 @@ def test_strided_1x1_subsamples_then_multiplies(tmp_path: Path, strides: tuple[i
         k=(1, 1),
         strides=strides,
         residual=True,
-        relu=True,
+        act="Relu",
     )
     kernels = api.convert(path, "c", tmp_path / "out", options=OFF).stats["kernels"]
     assert kernels.get("Conv: strided 1x1: subsample + GEMM") == 1, kernels

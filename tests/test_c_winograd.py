@@ -4,6 +4,7 @@ residual, batch), plus which kernel a Conv gets."""
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,64 +16,12 @@ from onnx2edge import api
 from onnx2edge.backends.c.ops import winograd
 
 from conftest import ISA_CFLAGS, X86_V3, make_model, save, tensor, vi
+from conv_models import conv_model
 
-
-def _conv_model(
-    path: Path,
-    *,
-    C: int = 32,
-    M: int = 48,
-    H: int = 13,
-    W: int = 11,
-    pads: tuple[int, int, int, int] = (1, 1, 1, 1),
-    bias: bool = True,
-    act: str | None = None,
-    residual: bool = False,
-    batch: int = 1,
-    strides: tuple[int, int] = (1, 1),
-    group: int = 1,
-    seed: int = 0,
-) -> Path:
-    """x -> Conv 3x3 [-> Add r] [-> activation] -> y, with He-initialised weights."""
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((M, C // group, 3, 3)) * np.sqrt(2 / (9 * C // group))).astype(
-        np.float32
-    )
-    inits = [tensor("w", w)]
-    ins = ["x", "w"]
-    if bias:
-        inits.append(tensor("b", rng.standard_normal(M).astype(np.float32)))
-        ins.append("b")
-    OH = (H + pads[0] + pads[2] - 3) // strides[0] + 1
-    OW = (W + pads[1] + pads[3] - 3) // strides[1] + 1
-    nodes = [
-        helper.make_node(
-            "Conv",
-            ins,
-            ["c"],
-            kernel_shape=[3, 3],
-            pads=list(pads),
-            strides=list(strides),
-            group=group,
-            name="conv",
-        )
-    ]
-    inputs = [vi("x", [batch, C, H, W])]
-    cur = "c"
-    if residual:
-        inputs.append(vi("r", [batch, M, OH, OW]))
-        nodes.append(helper.make_node("Add", [cur, "r"], ["a"], name="add"))
-        cur = "a"
-    if act == "Clip":
-        inits += [tensor("lo", np.array(0.0, np.float32)), tensor("hi", np.array(6.0, np.float32))]
-        nodes.append(helper.make_node("Clip", [cur, "lo", "hi"], ["y"], name="act"))
-    elif act == "LeakyRelu":
-        nodes.append(helper.make_node("LeakyRelu", [cur], ["y"], alpha=0.1, name="act"))
-    elif act is not None:
-        nodes.append(helper.make_node(act, [cur], ["y"], name="act"))
-    else:
-        nodes.append(helper.make_node("Identity", [cur], ["y"], name="id"))
-    return save(make_model(nodes, inputs, [vi("y", [batch, M, OH, OW])], inits), path)
+# x -> Conv 3x3 [-> Add r] [-> activation] -> y, He-initialised (tests/conv_models.py)
+_conv_model = functools.partial(
+    conv_model, C=32, M=48, H=13, W=11, pads=(1, 1, 1, 1), he_init=True, leaky_alpha=0.1
+)
 
 
 def _kernels(path: Path, out: Path, kernels: str = "") -> dict[str, int]:

@@ -87,3 +87,38 @@ def test_weights_cli(tmp_path: Path, example: Path) -> None:
         == 0
     )
     assert (tmp_path / "m.onnx").read_bytes()
+
+
+def test_help_and_argument_errors_import_no_heavy_module() -> None:
+    """`import onnx2edge.cli`, `onnx2edge --help`, a command's --help and an argument error
+    load neither onnxruntime, coremltools nor matplotlib (nor the API, the backends, the edit
+    rules, onnx or numpy: only the command being run loads what its flags need), so they
+    answer quickly."""
+    import subprocess
+    import sys
+
+    heavy = (
+        *("onnxruntime", "coremltools", "matplotlib"),
+        *("onnx2edge.api", "onnx2edge.backends", "onnx2edge.edit", "onnx", "numpy"),
+    )
+    script = (
+        "import sys\n"
+        "from onnx2edge import cli\n"
+        "for argv in ([], ['--help'], ['inspect', '--help'], ['bogus'], ['inspect']):\n"
+        "    try:\n"
+        "        cli.main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]", out
+    # convert's flags come from every backend's declaration: still none of the three
+    script = script.replace("['inspect']):", "['inspect'], ['convert', '--help']):")
+    script = script.replace(repr(heavy), repr(heavy[:3]))
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]", out

@@ -217,3 +217,18 @@ def test_attr_defaults_come_from_the_schema() -> None:
         },
     )
     assert epsilon(_ir_node(mi2)) == epsilon(_ir_node(mi))
+
+
+def test_geometry_dispatches_fused_ops_on_their_base_op() -> None:
+    """o2e.ConvTransposeAct is a ConvTranspose (output 2 * (5 - 1) + 3 = 11), o2e.QMaxPool a pool."""
+    from onnx import AttributeProto
+
+    from onnx2edge.ir import Attr, Node
+
+    st = {"strides": Attr(AttributeProto.INTS, [2, 2])}
+    deconv = Node("d", "ConvTransposeAct", ("x", "w"), ("y",), st, domain="o2e")
+    g = geometry(deconv, (1, 4, 5, 5), (4, 3, 3, 3))
+    assert (g.kind, g.out_spatial, g.out_channels) == ("conv_transpose", (11, 11), 3)
+    ks = {"kernel_shape": Attr(AttributeProto.INTS, [3, 3]), **st}
+    pool = Node("p", "QMaxPool", ("x",), ("y",), ks, domain="o2e")
+    assert geometry(pool, (1, 4, 9, 9)).out_spatial == (4, 4)

@@ -7,23 +7,9 @@ The Python API mirrors the CLI: `inspect`, `to_json`/`from_json`, `export_weight
 
 __version__ = "0.1.0"
 
-from .api import (  # noqa: E402
-    compare_quantized,
-    convert,
-    export_weights,
-    from_json,
-    import_weights,
-    inspect,
-    quantize,
-    run,
-    to_json,
-    verify,
-)
 from .errors import Onnx2EdgeError, UnsupportedError  # noqa: E402
 
-__all__ = [
-    "Onnx2EdgeError",
-    "UnsupportedError",
+_API = (
     "compare_quantized",
     "convert",
     "export_weights",
@@ -34,4 +20,17 @@ __all__ = [
     "run",
     "to_json",
     "verify",
-]
+)
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the API loads on first use
+    """`onnx2edge.convert` and friends import `onnx2edge.api` (onnx, numpy, every pass and
+    backend) when first touched, so `import onnx2edge.cli` and `onnx2edge --help` stay quick."""
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Onnx2EdgeError", "UnsupportedError", *_API]

@@ -1,7 +1,8 @@
 """`inspect`: per-node output shapes, parameter counts and multiply-accumulates.
 
 MACs are counted for the ops whose cost is multiply-accumulates: Conv, ConvTranspose, Gemm,
-MatMul. Everything else (pooling, element-wise, normalisation, data movement) counts 0 MACs;
+MatMul, their integer forms (ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul, o2e.QGemm)
+and the fused internal ops the passes make of them (o2e.ConvAct, ...). Everything else (pooling, element-wise, normalisation, data movement) counts 0 MACs;
 `total_macs` is therefore the number the papers quote (ResNet50 ≈ 4.1 G).
 """
 
@@ -13,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from .ir import Graph, Node
-from .semantics.fused import base_op
+from .semantics.attrs import gemm_attrs
+from .semantics.fused import DOMAIN, base_domain, base_op
 
 
 def _prod(xs: tuple[int, ...] | list[int]) -> int:
@@ -25,12 +27,20 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...] | None:
     return t.static_shape if t is not None and t.is_static else None
 
 
+# the weight input of each convolution, and the matrix products with A at input 0 (the
+# integer forms included: their cost is the same multiply-accumulates)
+_CONVS = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}
+_MATMULS = ("MatMul", "MatMulInteger", "QLinearMatMul", f"{DOMAIN}:QGemm")
+
+
 def node_macs(graph: Graph, node: Node) -> int:
-    # the fused internal ops (o2e.ConvAct, ConvAddAct, GemmAct, ...) cost what their base op
-    # does: bench --profile's GFLOP/s column reads this on the optimised graph
-    op = base_op(node)
-    if op == "Conv":
-        w, y = _shape(graph, node.inputs[1]), _shape(graph, node.outputs[0])
+    """Multiply-accumulates of one node; a fused internal op (o2e.ConvAct, ConvAddAct, GemmAct,
+    QLinearConvAct, QGemmAct...) counts as its base op (semantics/fused.py `base_op`)."""
+    domain, op = base_domain(node), base_op(node)
+    if domain not in ("", "ai.onnx"):
+        op = f"{domain}:{op}"
+    if op in _CONVS:
+        w, y = _shape(graph, node.inputs[_CONVS[op]]), _shape(graph, node.outputs[0])
         if w is None or y is None:
             return 0
         # every output element reads (Cin/group) * kernel inputs: that is w.shape[1:]
@@ -45,9 +55,9 @@ def node_macs(graph: Graph, node: Node) -> int:
         a, y = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
         if a is None or y is None:
             return 0
-        k = a[0] if node.attr("transA", 0) else a[1]
+        k = a[0] if gemm_attrs(node, graph.opset).trans_a else a[1]
         return _prod(y) * k
-    if op == "MatMul":
+    if op in _MATMULS:
         a, y = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
         if a is None or y is None:
             return 0

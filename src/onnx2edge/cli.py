@@ -3,20 +3,51 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from . import __version__, api
-from .backends import BACKENDS, BackendOption, backend_names
+from . import __version__
 from .errors import Onnx2EdgeError
-from .frontend import parse_input_shapes
-from .frontend.loader import parse_fixed_inputs
-from .runtime import parse_input_files
+
+if TYPE_CHECKING:
+    from .backends import BackendOption
+
+
+class _Lazy:
+    """A module imported on first attribute access: `--help` and argument errors need only
+    argparse and the backend declarations, not numpy, onnx or the conversion code."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+api = _Lazy("onnx2edge.api")
+np = _Lazy("numpy")
+
+
+def parse_input_shapes(specs: Sequence[str]) -> Any:
+    from .frontend import parse_input_shapes as parse
+
+    return parse(specs)
+
+
+def parse_fixed_inputs(specs: Sequence[str]) -> Any:
+    from .frontend.loader import parse_fixed_inputs as parse
+
+    return parse(specs)
+
+
+def parse_input_files(specs: Sequence[str]) -> Any:
+    from .runtime import parse_input_files as parse
+
+    return parse(specs)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -43,12 +74,16 @@ def _shapes(p: argparse.ArgumentParser) -> None:
 
 def _targets() -> list[str]:
     """verify's targets: the frontend re-emitted as ONNX, then every registered backend."""
+    from .backends import backend_names
+
     return ["onnx", *backend_names()]
 
 
 def _backend_options(p: argparse.ArgumentParser) -> None:
     """One flag per conversion option the registered backends declare (Backend.options); its
     help names the targets that read it. A backend adds an option there, not here."""
+    from .backends import BACKENDS, backend_names
+
     decls: dict[str, list[tuple[str, BackendOption]]] = {}
     for name in backend_names():
         b = BACKENDS[name]
@@ -71,6 +106,8 @@ def _backend_options(p: argparse.ArgumentParser) -> None:
 def _target_options(a: argparse.Namespace, target: str) -> dict[str, Any]:
     """The options `target` declares, from the parsed flags (defaults filled in; those marked
     so are left out at their default, as older manifests have them)."""
+    from .backends import BACKENDS
+
     opts: dict[str, Any] = {}
     for o in BACKENDS[target].options:
         v = getattr(a, o.name, None)
@@ -80,7 +117,14 @@ def _target_options(a: argparse.Namespace, target: str) -> dict[str, Any]:
     return opts
 
 
-def build_parser() -> argparse.ArgumentParser:
+# the commands whose flags come from the backend registry (importing every backend)
+_BACKEND_COMMANDS = ("convert", "verify")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the `command` being run, the backends are imported only when it
+    needs them (the other subparsers are only listed), so `--help` stays quick."""
+    backends = command is None or command in _BACKEND_COMMANDS
     p = argparse.ArgumentParser(
         prog="onnx2edge", description="ONNX models -> verified inference code for edge devices"
     )
@@ -125,9 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("convert", help="generate code for a target")
     s.add_argument("model")
-    s.add_argument("--target", required=True, choices=backend_names())
+    s.add_argument("--target", required=True, choices=_targets()[1:] if backends else None)
     s.add_argument("-o", "--output", required=True, help="output folder")
-    _backend_options(s)
+    if backends:
+        _backend_options(s)
     _shapes(s)
     _common(s)
 
@@ -135,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out_dir", metavar="OUT")
     s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     s.add_argument("-o", "--output", help="write outputs to this .npz (prints them otherwise)")
-    _arch(s)
+    _arch(s, command)
     _common(s)
 
     s = sub.add_parser("verify", help="compare against onnxruntime")
@@ -143,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--target",
         default="onnx",
-        choices=_targets(),
+        choices=_targets() if backends else None,
         help="onnx: frontend + passes re-emitted as ONNX (default); c, mps: generated code; coreml: NumPy model of the Core ML file",
     )
     s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
@@ -163,8 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare MODEL (a quantized model) with its fp32 original instead, per layer",
     )
     s.add_argument("--calib", metavar="FILE.npz|DIR", help="with --reference: samples to use")
-    _backend_options(s)
-    _arch(s)
+    if backends:
+        _backend_options(s)
+    _arch(s, command)
     _shapes(s)
     _common(s)
     _quantize_parser(sub)
@@ -219,9 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(tests/conformance/c.expected; needs the full run, no --filter)",
     )
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
-    _arch(s)
+    _arch(s, command)
     _common(s)
-    _edit_parsers(sub)
+    _edit_parsers(sub, command)
 
     s = sub.add_parser("report", help="one self-contained HTML page: graph, layers, RAM and flash")
     s.add_argument("model")
@@ -287,10 +333,14 @@ def _cmd_prune(a: argparse.Namespace) -> int:
 
 
 # --- model editing (issue 16): check, rewrite, surgery, nhwc (see onnx2edge/edit/commands.py)
-def _edit_parsers(sub: Any) -> None:
+def _edit_parsers(sub: Any, command: str | None = None) -> None:
+    if command is not None and command not in EDIT_COMMANDS:
+        for name, text in EDIT_COMMANDS.items():  # listed only: another command is running
+            sub.add_parser(name, help=text)
+        return
     from .edit.commands import add_parsers
 
-    add_parsers(sub, _common, _shapes)
+    add_parsers(sub, _common, _shapes, command, EDIT_COMMANDS)
 
 
 def _cmd_edit(a: argparse.Namespace) -> int:
@@ -299,23 +349,29 @@ def _cmd_edit(a: argparse.Namespace) -> int:
     return run_command(a)
 
 
-EDIT_COMMANDS = (
-    "check",
-    "rewrite",
-    "extract",
-    "delete-nodes",
-    "rename",
-    "set-shape",
-    "add-output",
-    "opset",
-    "simplify",
-    "constant",
-    "nhwc",
-)
+# the editing commands (edit/commands.py) and their one-line help, listed without importing
+# the edit package (its rules load onnx and numpy)
+EDIT_COMMANDS = {
+    "check": "per node: supported / replaceable / unsupported on a target",
+    "rewrite": "replace ops by equivalent ones (rules), verified",
+    "extract": "the subgraph between tensors (onnx.utils.Extractor)",
+    "delete-nodes": "delete nodes (Identity-like ones are bypassed)",
+    "rename": "rename tensors / nodes (OLD=NEW or regex)",
+    "set-shape": "change input shapes or the batch size",
+    "add-output": "make intermediate tensors graph outputs",
+    "opset": "convert to another opset (onnx version converter), verified",
+    "simplify": "constant folding, dead code, fusions; reports what changed",
+    "constant": "bind inputs to constant values (and fold)",
+    "nhwc": "NHWC image inputs / outputs, Transposes only at the boundaries",
+}
 
 
-def _arch(s: argparse.ArgumentParser) -> None:
-    """--arch (C target, issue 9): the instruction set the generated C is built for."""
+def _arch(s: argparse.ArgumentParser, command: str | None = None) -> None:
+    """--arch (C target, issue 9): the instruction set the generated C is built for (its
+    choices, from the C backend's build module, only when `s` is the command being run)."""
+    if command is not None and command != s.prog.split()[-1]:
+        s.add_argument("--arch")
+        return
     from .backends.c.build import ARCHES
 
     s.add_argument(
@@ -534,7 +590,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         per_layer=a.per_layer,
         seed=a.seed,
         options={
-            **(_target_options(a, a.target) if a.target in BACKENDS else {}),
+            **(_target_options(a, a.target) if a.target in _targets()[1:] else {}),
             **({"arch": a.arch} if a.arch else {}),
         }
         or None,
@@ -637,7 +693,8 @@ COMMANDS["report"] = _cmd_report
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    command = next((t for t in argv if not t.startswith("-")), "")  # "": no command given
+    args = build_parser(command).parse_args(argv)
     debug = bool(getattr(args, "debug", False)) or "--debug" in argv
     try:
         return COMMANDS[args.command](args)

@@ -6,14 +6,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import Onnx2EdgeError
 
 
-def add_parsers(sub: Any, _common: Callable[[Any], None], _shapes: Callable[[Any], None]) -> None:
-    from ..check import available_targets
+def add_parsers(
+    sub: Any,
+    _common: Callable[[Any], None],
+    _shapes: Callable[[Any], None],
+    command: str | None,
+    helps: Mapping[str, str],
+) -> None:
+    """The editing commands' subparsers, their one-line `helps` from cli.py (which lists them
+    without importing this package); `command` (the one being run, None: all) limits the
+    imports to what it needs (check's target list loads every backend)."""
 
     def model_out(name: str, help: str) -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help)
@@ -32,13 +40,19 @@ def add_parsers(sub: Any, _common: Callable[[Any], None], _shapes: Callable[[Any
         s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
         s.add_argument("--json", action="store_true", help="print JSON")
 
-    s = sub.add_parser("check", help="per node: supported / replaceable / unsupported on a target")
+    s = sub.add_parser("check", help=helps["check"])
     s.add_argument("model")
-    s.add_argument("--target", required=True, help=f"one of {', '.join(available_targets())}")
+    if command in (None, "check"):
+        from ..check import available_targets
+
+        targets = f"one of {', '.join(available_targets())}"
+    else:
+        targets = "a target of the check registry"
+    s.add_argument("--target", required=True, help=targets)
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
-    s = sub.add_parser("rewrite", help="replace ops by equivalent ones (rules), verified")
+    s = sub.add_parser("rewrite", help=helps["rewrite"])
     s.add_argument("model", nargs="?")
     s.add_argument("-o", "--output", help="ONNX file to write")
     s.add_argument("--rules", default="", help="comma-separated rule names (see --list)")
@@ -52,17 +66,17 @@ def add_parsers(sub: Any, _common: Callable[[Any], None], _shapes: Callable[[Any
     _shapes(s)
     verify_opts(s)
     _common(s)
-    s = model_out("extract", "the subgraph between tensors (onnx.utils.Extractor)")
+    s = model_out("extract", helps["extract"])
     s.add_argument("--inputs", default="", help="comma-separated tensor names")
     s.add_argument("--outputs", required=True, help="comma-separated tensor names")
-    s = model_out("delete-nodes", "delete nodes (Identity-like ones are bypassed)")
+    s = model_out("delete-nodes", helps["delete-nodes"])
     s.add_argument("nodes", help="comma-separated node names")
-    s = model_out("rename", "rename tensors / nodes (OLD=NEW or regex)")
+    s = model_out("rename", helps["rename"])
     s.add_argument("--tensor", action="append", default=[], metavar="OLD=NEW")
     s.add_argument("--node", action="append", default=[], metavar="OLD=NEW")
     s.add_argument("--tensor-regex", action="append", default=[], metavar="PATTERN=REPL")
     s.add_argument("--node-regex", action="append", default=[], metavar="PATTERN=REPL")
-    s = model_out("set-shape", "change input shapes or the batch size")
+    s = model_out("set-shape", helps["set-shape"])
     s.add_argument(
         "--input-shape",
         action="append",
@@ -71,19 +85,19 @@ def add_parsers(sub: Any, _common: Callable[[Any], None], _shapes: Callable[[Any
         help="e.g. input=1x3x224x224; a non-numeric dim stays symbolic (input=Nx3x224x224)",
     )
     s.add_argument("--batch", help="dim 0 of every input (a number or a symbolic name)")
-    s = model_out("add-output", "make intermediate tensors graph outputs")
+    s = model_out("add-output", helps["add-output"])
     s.add_argument("tensors", help="comma-separated tensor names")
-    s = model_out("opset", "convert to another opset (onnx version converter), verified")
+    s = model_out("opset", helps["opset"])
     s.add_argument("version", type=int)
     verify_opts(s)
-    s = model_out("simplify", "constant folding, dead code, fusions; reports what changed")
+    s = model_out("simplify", helps["simplify"])
     _shapes(s)
     verify_opts(s)
-    s = model_out("constant", "bind inputs to constant values (and fold)")
+    s = model_out("constant", helps["constant"])
     s.add_argument("--value", action="append", required=True, metavar="NAME=FILE.npy|1,2,3")
     s.add_argument("--fold", action=argparse.BooleanOptionalAction, default=True)
     verify_opts(s)
-    s = model_out("nhwc", "NHWC image inputs / outputs, Transposes only at the boundaries")
+    s = model_out("nhwc", helps["nhwc"])
     s.add_argument("--inputs", help="comma-separated inputs (default: every rank-4 float input)")
     s.add_argument("--outputs", help="comma-separated outputs (default: every rank-4 float output)")
     verify_opts(s)

@@ -30,6 +30,8 @@ import numpy as np
 from onnx.helper import np_dtype_to_tensor_dtype
 
 from ..ir import Attr, Graph, Node, TensorType, Value
+from ..semantics.attrs import attr
+from ..semantics.conv_geometry import pool_geometry
 from ..semantics.fused import (
     DOMAIN,
     activation_of,
@@ -291,18 +293,14 @@ def _lut(src: tuple[float, int, str], dst: tuple[float, int, str]) -> np.ndarray
 
 
 def _plain_pool(node: Node, graph: Graph) -> bool:
+    """A 2-D MaxPool o2e.QMaxPool's kernel runs: explicit pads, no dilation, no ceil mode."""
     t = graph.type_of(node.inputs[0])
-    ks = list(node.attr("kernel_shape", []))
-    return (
-        t is not None
-        and t.shape is not None
-        and len(t.shape) == 4
-        and len(ks) == 2
-        and node.attr("auto_pad", "NOTSET") == "NOTSET"
-        and not node.attr("ceil_mode", 0)
-        and all(d == 1 for d in node.attr("dilations", [1, 1]))
-        and not node.attr("storage_order", 0)
-    )
+    if t is None or not t.is_static or len(t.static_shape) != 4:
+        return False
+    if attr(node, "storage_order", graph.opset):
+        return False
+    g = pool_geometry(node, t.static_shape, None, graph.opset)
+    return g.auto_pad == "NOTSET" and not g.ceil_mode and g.unit_dilation
 
 
 _PASSTHROUGH = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")

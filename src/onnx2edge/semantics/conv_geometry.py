@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ..ir import Node
 from .attrs import attr, ints
+from .fused import base_op
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -328,11 +329,13 @@ def geometry(
     y_shape: Sequence[int] | None = None,
     opset: int | None = None,
 ) -> ConvGeometry:
-    """Dispatch on the op type: ConvTranspose, pools, else a convolution (fused ops too)."""
-    if node.op_type == "ConvTranspose":
+    """Dispatch on the op type: ConvTranspose, pools, else a convolution (fused ops by their
+    base op: o2e.ConvTransposeAct is a ConvTranspose)."""
+    op = base_op(node)
+    if op == "ConvTranspose":
         assert w_shape is not None
         return conv_transpose_geometry(node, x_shape, w_shape, y_shape, opset)
-    if node.op_type.endswith("Pool"):
+    if op.endswith("Pool"):
         return pool_geometry(node, x_shape, y_shape, opset)
     assert w_shape is not None
     return conv_geometry(node, x_shape, w_shape, y_shape, opset)

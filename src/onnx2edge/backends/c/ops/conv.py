@@ -24,38 +24,13 @@ from . import (
 from .common import act_expr
 from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, choose, conv_check
 
-
 # --------------------------------------------------------------------------------------------
 # pruned 1x1 weights (issue 14): ops/sparse.py decides on the density and writes the kernel
 # --------------------------------------------------------------------------------------------
-def _refuse_sparse(spec: ConvSpec) -> str | None:
-    """The conditions of sparse.try_conv1x1, read off the record (it must not refuse after)."""
-    g = spec.geom
-    if not spec.rearrangeable or spec.residual or spec.group != 1 or spec.ks != [1, 1]:
-        return "not a float32 1x1 convolution with constant weights and no residual"
-    if spec.st != [1, 1] or any(spec.pads) or g.auto_pad not in ("NOTSET", "VALID"):
-        return "strided or padded"
-    if spec.y.shape[2:] != spec.x.shape[2:]:
-        return "output map differs from the input map"
-    node, graph = spec.node, spec.graph
-    if spec.has_bias and node is not None and graph is not None:
-        if graph.const(node.inputs[2]) is None:
-            return "bias computed at run time"
-    assert spec.weights is not None
-    w2 = spec.weights.reshape(spec.M, -1)
-    if not sparse.sparse_applicable(w2, "conv1x1", sparse.mode(spec.kernels)):
-        return "weights not sparse enough to pay (--kernels sparse=force to take them)"
-    return None
-
-
-def _emit_sparse(ctx: NodeContext, spec: ConvSpec) -> str:
-    code = sparse.try_conv1x1(ctx)
-    assert code is not None, "sparse.try_conv1x1 refused a layer _refuse_sparse accepted"
-    return code
-
-
 # auto: where the density pays (sparse.BREAK_EVEN); force: any zero weight; off: dense only
-SPARSE = ConvStrategy("sparse", _refuse_sparse, _emit_sparse, settings=(AUTO, OFF, "force"))
+SPARSE = ConvStrategy(
+    "sparse", sparse.refuse_conv1x1, sparse.emit_conv1x1, settings=(AUTO, OFF, "force")
+)
 
 
 def _refuse_nd(spec: ConvSpec) -> str | None:

@@ -41,7 +41,7 @@ from ....semantics.activations import Activation
 from ..emitter import NodeContext
 from . import pool2d
 from .common import act_expr
-from .conv_spec import ConvSpec, ConvStrategy
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
 from .gemm import _use_engine
 
 # Applies up to this many output channels: the input is re-read once per pass of 4 channels,
@@ -57,8 +57,8 @@ MIN_OW = 16
 
 
 def refuse(spec: ConvSpec) -> str | None:
-    if not spec.rearrangeable:
-        return "weights computed at run time, or not a float32 NCHW map"
+    if (why := refuse_not_rearrangeable(spec)) is not None:
+        return why
     if spec.nsp != 2 or spec.group != 1 or spec.st != [1, 1] or min(spec.dl) < 1:
         return "not a 2-D stride-1 convolution without groups"
     ks, y = spec.ks, spec.y

@@ -38,7 +38,7 @@ import numpy as np
 from ..emitter import NodeContext
 from . import pool2d
 from .common import act_expr
-from .conv_spec import ConvSpec, ConvStrategy
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
 from .gemm import _use_engine
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
@@ -55,8 +55,8 @@ MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layer
 
 
 def refuse(spec: ConvSpec) -> str | None:
-    if not spec.rearrangeable:
-        return "weights computed at run time, or not a float32 NCHW map"
+    if (why := refuse_not_rearrangeable(spec)) is not None:
+        return why
     kh, kw = spec.ks
     st, y = spec.st, spec.y
     C, M = spec.cg, spec.mg

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..emitter import NodeContext
 from . import conv_pointwise, pool2d
-from .conv_spec import ConvSpec, ConvStrategy
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
 from .gemm import MAX_THREADS, _use_engine, act_struct, post_act
 
 MAX_P = 64
@@ -31,12 +31,8 @@ MIN_M = 32
 
 
 def refuse(spec: ConvSpec) -> str | None:
-    if not spec.rearrangeable:
-        return "weights computed at run time, or not a float32 NCHW map"
-    node, graph = spec.node, spec.graph
-    if spec.bias is not None and node is not None and graph is not None:
-        if graph.const(node.inputs[2]) is None:  # the bias is padded at conversion time
-            return "bias computed at run time"
+    if (why := refuse_not_rearrangeable(spec, constant_bias=True)) is not None:
+        return why  # the bias is padded at conversion time
     if spec.nsp != 2 or spec.group != 1:
         return "not a 2-D convolution without groups"
     if spec.ks == [1, 1]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..emitter import NodeContext
 from . import pool2d
-from .conv_spec import ConvSpec, ConvStrategy
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
 from .gemm import MAX_THREADS, _use_engine, act_struct, post_act
 
 HEADER = "o2e_conv1x1.h"
@@ -46,12 +46,8 @@ MIN_M = 32
 
 
 def refuse(spec: ConvSpec) -> str | None:
-    if not spec.rearrangeable:
-        return "weights computed at run time, or not a float32 NCHW map"
-    node, graph = spec.node, spec.graph
-    if spec.has_bias and node is not None and graph is not None:
-        if graph.const(node.inputs[2]) is None:  # the bias is padded at conversion time
-            return "bias computed at run time"
+    if (why := refuse_not_rearrangeable(spec, constant_bias=True)) is not None:
+        return why  # the bias is padded at conversion time
     P = spec.y.shape[2] * spec.y.shape[3]
     if spec.nsp != 2 or spec.group != 1 or spec.ks != [1, 1] or any(spec.pads):
         return "not an unpadded 2-D 1x1 convolution without groups"

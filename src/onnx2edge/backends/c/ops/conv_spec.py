@@ -146,9 +146,27 @@ class ConvSpec:
             and self.x.rank == 4
         )
 
+    @property
+    def bias_values(self) -> np.ndarray | None:
+        """The bias as a constant (None: no bias, or one computed at run time)."""
+        if not self.has_bias or self.node is None or self.graph is None:
+            return None
+        return self.graph.const(self.node.inputs[2])
+
     def without_epilogue(self) -> ConvSpec:
         """The same layer with its residual and activation left to a pass after the kernel."""
         return dataclasses.replace(self, act=None, residual=False)
+
+
+def refuse_not_rearrangeable(spec: ConvSpec, *, constant_bias: bool = False) -> str | None:
+    """The refusal every kernel that lays its weights out at conversion time starts with
+    (pointwise, direct, lanes, sparse): run-time weights or a non-float32 / non-NCHW input,
+    and with `constant_bias` a bias computed at run time (the kernel pads or repacks it)."""
+    if not spec.rearrangeable:
+        return "weights computed at run time, or not a float32 NCHW map"
+    if constant_bias and spec.has_bias and spec.bias_values is None:
+        return "bias computed at run time"
+    return None
 
 
 RefuseFn = Callable[[ConvSpec], str | None]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ....passes.qdq_int8 import Int8Plan, int8_plan
+from ....semantics.conv_geometry import conv_geometry
 from ..emitter import NodeContext
-from .conv_spec import conv_pads
 
 HEADER = "o2e_qgemm.h"
 MR, NR = 8, 16  # O2E_QMR / O2E_QNR
@@ -61,11 +61,8 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     x, y = ctx.x(0), ctx.y(0)
     N, C, H, W = x.shape
     M, OH, OW = y.shape[1:]
-    kh, kw = ctx.const(3).shape[2:]
-    # QLinearConv's strides / dilations have no schema default: 1 per axis (the spec's text)
-    st = list(ctx.attr("strides", [1, 1]))
-    dl = list(ctx.attr("dilations", [1, 1]))
-    pads = conv_pads(ctx.node, (H, W), (OH, OW), [kh, kw], st, dl)
+    g = conv_geometry(ctx.node, x.shape, ctx.const(3).shape, y.shape, ctx.graph.opset)
+    (kh, kw), st, dl, pads = g.kernel, list(g.strides), list(g.dilations), list(g.pads)
     geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
     P = OH * OW
     xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....passes.qdq_int8 import DOMAIN, int8_plan
+from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
 from . import register_op
 from .qgemm_kernels import _use, try_int8
@@ -78,10 +79,8 @@ def qmaxpool(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
-    kh, kw = ctx.attr("kernel_shape")
-    # MaxPool's schema (copied by QMaxPool's) has no default: 1 per axis, 0 pads (spec text)
-    sh, sw = ctx.attr("strides", [1, 1])
-    pads = ctx.attr("pads", [0, 0, 0, 0])
+    g = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
+    (kh, kw), (sh, sw), pads = g.kernel, g.strides, g.pads
     qw = OW + (kw - 1) // sw + 1
     rp = OH + (kh - 1) // sh + 2
     plane = ctx.scratch(sh * sw * rp * qw, "uint8_t")

@@ -6,8 +6,10 @@ kernel measured faster than our dense one (BREAK_EVEN below); dense stays dense.
 are stored in CSR (runtime/o2e_sparse.h explains the kernels and the NaN/Inf handling), and
 the original dense weight is not emitted, so the weight bytes shrink with the sparsity.
 
-The hooks in nn.py run before the dense paths read the weight input (reading it registers
-the dense constant in the generated file).
+Gemm / MatMul (ops/matmul.py) ask `try_gemm` / `try_fc` before their dense paths read the
+weight input (reading it registers the dense constant in the generated file); Conv takes the
+sparse kernel as its first strategy (ops/conv.py `SPARSE`: `refuse_conv1x1` / `emit_conv1x1`
+on the layer's ConvSpec, whose geometry resolved strides, pads and auto_pad).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ....semantics.fused import has_residual
+from ....semantics.attrs import gemm_attrs
 from ..emitter import NodeContext, Tensor
-from .common import act_expr, fused_act
+from .common import apply_act_loop
+from .conv_spec import ConvSpec, refuse_not_rearrangeable
 
 HEADER = "o2e_sparse.h"
 
@@ -164,12 +167,8 @@ def _weights(ctx: NodeContext, w: np.ndarray) -> tuple[str, str, str, int, int]:
 
 
 def _act_loop(ctx: NodeContext, y: str, n: int) -> str:
-    act = fused_act(ctx)
-    if act is None:
-        return ""
-    # Relu keeps NaN (as onnxruntime and the dense engine's vmaxps do)
-    expr = "(v < 0.0f ? 0.0f : v)" if act.op == "Relu" else act_expr(act, "v")
-    return f"\nfor (size_t i = 0; i < {n}; ++i) {{ const float v = {y}[i]; {y}[i] = {expr}; }}"
+    loop = apply_act_loop(ctx, y, n)  # the activation table's expression (NaN kept by Relu)
+    return "\n" + loop if loop else ""
 
 
 def try_fc(
@@ -240,54 +239,50 @@ def try_fc(
 
 def try_gemm(ctx: NodeContext) -> str | None:
     """A Gemm (transA = 0, 2-D input) whose constant B is sparse enough, or None."""
-    # Literal defaults kept in this module: its helpers serve Gemm and Conv nodes (and their
-    # fused o2e forms) registered elsewhere, so the scan in tests/test_c_attr_defaults.py
-    # cannot tie them to one schema; each equals the ONNX default (strides/pads have none).
-    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+    ga = gemm_attrs(ctx.node, ctx.graph.opset)  # the schema's defaults (semantics/attrs.py)
     bw = ctx.const(1)
-    if ta or bw is None or ctx.x(0).rank != 2:
+    if ga.trans_a or bw is None or ctx.x(0).rank != 2:
         return None
     return try_fc(
         ctx,
         ctx.x(0),
-        bw if tb else bw.T,
+        bw if ga.trans_b else bw.T,
         ctx.y(0),
         *ctx.x(0).shape,
-        bw.shape[0] if tb else bw.shape[1],
-        alpha=float(ctx.attr("alpha", 1.0)),
-        beta=float(ctx.attr("beta", 1.0)),
+        bw.shape[0] if ga.trans_b else bw.shape[1],
+        alpha=ga.alpha,
+        beta=ga.beta,
     )
 
 
-def try_conv1x1(ctx: NodeContext) -> str | None:
-    """A 1x1 convolution (stride 1, no padding, group 1, NCHW) with a sparse constant weight."""
-    w = ctx.const(1)
-    if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or has_residual(ctx.node):
-        return None
-    if int(ctx.attr("group", 1)) != 1 or any(int(v) != 1 for v in ctx.attr("strides", [1, 1])):
-        return None
-    if any(int(v) != 0 for v in ctx.attr("pads", [0, 0, 0, 0])):
-        return None
-    if ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
-        return None
-    x, y = ctx.x(0), ctx.y(0)
-    if x.rank != 4 or x.dtype != np.float32 or tuple(y.shape[2:]) != tuple(x.shape[2:]):
-        return None
-    w2 = w.reshape(w.shape[0], -1)
-    if not sparse_applicable(w2, "conv1x1", mode(ctx.model.kernel_options)):
-        return None
-    N, C, H, W = x.shape
-    M = w.shape[0]
-    bias_sym = "NULL"
-    if ctx.has_input(2):
-        b = ctx.const(2)
-        if b is None:
-            return None
-        bias_sym = ctx.weight("sp_bias", b.reshape(-1).astype(np.float32))
+def refuse_conv1x1(spec: ConvSpec) -> str | None:
+    """Why the sparse kernel does not take this Conv (ops/conv.py's SPARSE strategy): it
+    needs a 1x1 convolution (stride 1, no padding after auto_pad, group 1, float32 NCHW)
+    with constant weights and bias, no residual, and weights sparse enough to pay."""
+    if (why := refuse_not_rearrangeable(spec, constant_bias=True)) is not None:
+        return why
+    if spec.residual or spec.group != 1 or spec.ks != [1, 1]:
+        return "not a 1x1 convolution without groups and residual"
+    if spec.st != [1, 1] or any(spec.pads):
+        return "strided or padded"
+    assert spec.weights is not None
+    if not sparse_applicable(spec.weights.reshape(spec.M, -1), "conv1x1", mode(spec.kernels)):
+        return "weights not sparse enough to pay (--kernels sparse=force to take them)"
+    return None
+
+
+def emit_conv1x1(ctx: NodeContext, spec: ConvSpec) -> str:
+    """A layer refuse_conv1x1 accepted, in CSR."""
+    assert spec.weights is not None
+    N, C, H, W = spec.x.shape
+    M = spec.M
+    w2 = spec.weights.reshape(M, -1)
+    b = spec.bias_values
+    bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b.reshape(-1).astype(np.float32))
     rp, col, val, nnz, stored = _weights(ctx, w2)
     _use(ctx)
     _record(ctx, "conv1x1", w2, nnz, stored)
     return (
-        f"o2e_sparse_conv1x1({N}, {M}, {C}, {H * W}, {rp}, {col}, {val}, {x.sym}, {bias_sym}, "
-        f"{y.sym});" + _act_loop(ctx, y.sym, y.size)
+        f"o2e_sparse_conv1x1({N}, {M}, {C}, {H * W}, {rp}, {col}, {val}, {spec.x.sym}, "
+        f"{bias_sym}, {spec.y.sym});" + _act_loop(ctx, spec.y.sym, spec.y.size)
     )
