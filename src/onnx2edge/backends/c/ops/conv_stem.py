@@ -1,0 +1,372 @@
+"""Direct convolution for strided first layers ("stems") with few input channels: the RGB
+stems of SqueezeNet (3x3 / 2, 3 -> 96), ResNet50 (7x7 / 2, 3 -> 64), Inception-v3 and the
+MobileNets (3x3 / 2, 3 -> 32). (AlexNet's and NIN's 11x11 / 4 keep the GEMM: MAX_K.)
+
+There K = C·kh·kw is 27..147 and the implicit GEMM (conv_gemm.py) spends most of its time
+packing B: every input pixel is copied kh·kw / (sh·sw) times into the column matrix, for
+only K·M FMAs per output column. Here nothing is packed but the input itself, once: each
+channel is split into its sh x sw zero-bordered phase planes (ops/pool2d.py phase_split), so
+tap (i, j) of output pixels ow .. ow + n reads plane (i % sh, j % sw) at row oh + i / sh,
+columns ow + j / sw .. : consecutive floats, whatever the stride.
+
+Output pixels are in the vector lanes (NCHW rows: the store is a plain vector store, no
+transposition), MB output channels x VB vectors of one output row are accumulators that stay
+in registers for the whole C x kh x kw loop; per tap VB input vectors are loaded and MB
+weights broadcast, for MB·VB FMAs:
+
+    y[m][oh][ow .. ow + L·VB) = b[m] + Σ_c Σ_i Σ_j w[c][i][j][m] · plane(c, i%sh, j%sw)[oh + i/sh][ow + j/sw ..]
+
+Weights are rearranged at conversion time to [c][i][j][M'] (M' = M rounded up to 24, zero
+past M) so a block's MB weights of one tap are adjacent. Per ISA (compile time): AVX-512
+MB = 8, VB <= 3 (24 zmm accumulators); AVX2 MB = 4, VB <= 3; NEON MB = 8, VB <= 3 (32 q
+registers); portable C MB = 4, VB <= 2 on 4-float structs. A row is cut into balanced blocks
+of whole vectors; the lanes past the row's end read the planes' zero slack and are not
+stored (masked / partial stores). The bias starts each sum; the fused activation (the
+activation table's expression) runs over each block just stored, still in L1. Rows go in
+bands of BAND: each channel block runs over the whole band, so a block writes MB channel
+rows at a time (SqueezeNet's 96 rows 48 kB apart per output row thrashed the TLB: 1.9 ->
+0.9 ms). Only the planes' borders are zeroed per call (clearing 1 MB of planes cost a tenth
+of the 3x3 stems). Rows are independent: `o2e_parallel_for` splits them across threads,
+same results for any split.
+
+Measured (1 thread, thread CPU time, min of 5 interleaved rounds, shared machine; ms, this
+kernel vs the implicit GEMM it replaces): native AVX-512 - SqueezeNet conv1 0.87 vs 1.99,
+ResNet50 7x7 2.41 vs 2.74, Inception-v3 1a 0.58 vs 0.82, MobileNet 3x3 / 2 0.45 vs 0.51;
+x86-64-v3 - 1.29 vs 2.92, 3.64 vs 4.47, 0.83 vs 2.25, 0.38 vs 0.57.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..emitter import NodeContext
+from . import pool2d
+from .common import act_expr
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .gemm import _use_engine
+
+MAX_C = 4  # input channels: RGB(A) stems; more channels have enough K for the GEMM
+# C·kh·kw. AlexNet's / NIN's 11x11 / 4 stems (363 taps) measured slower here than the
+# implicit GEMM at native (AlexNet 2.61 vs 2.12 ms, NIN 2.53 vs 2.36) and tied at x86-64-v3:
+# their K is large enough for the GEMM's packing to pay. ResNet50's 7x7 x 3 = 147 wins.
+MAX_K = 160
+MIN_M = 8
+MIN_OW = 16  # one AVX-512 vector per output row at least
+MAX_STRIDE = 4
+MAX_PLANES_BYTES = 8 << 20  # the phase planes live in the arena while the layer runs
+M_ROUND = 24  # weight columns padded to a multiple of every ISA's MB (8, 4)
+SLACK = 16  # floats after the planes: the last vector of a row may read past its end
+
+
+def refuse(spec: ConvSpec) -> str | None:
+    if (why := refuse_not_rearrangeable(spec)) is not None:
+        return why
+    if spec.nsp != 2 or spec.group != 1 or spec.dl != [1, 1] or spec.residual:
+        return "not a 2-D convolution without groups, dilation or residual"
+    kh, kw = spec.ks
+    sh, sw = spec.st
+    if max(sh, sw) < 2 or max(sh, sw) > MAX_STRIDE:
+        return f"stride 1 or above {MAX_STRIDE} (stride-1 layers have the direct / GEMM kernels)"
+    C, M = spec.C, spec.M
+    OH, OW = spec.y.shape[2:]
+    if C > MAX_C or C * kh * kw > MAX_K or M < MIN_M or OW < MIN_OW:
+        return (
+            f"needs <= {MAX_C} input channels, <= {MAX_K} taps, >= {MIN_M} outputs and "
+            f">= {MIN_OW} output columns"
+        )
+    HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, 1, 1)
+    if (C * sh * sw * HQ * WQ + SLACK) * 4 > MAX_PLANES_BYTES:
+        return "input phase planes too large for the arena"
+    return None
+
+
+# The vector type per ISA: lanes L, output channels per block MB, vectors per block VB.
+VECTORS = r"""
+/* Vectors of the stem convolution (ops/conv_stem.py): O2E_SL lanes, blocks of O2E_SMB output
+ * channels x <= O2E_SVB vectors of output pixels. */
+#if defined(__AVX512F__)
+typedef __m512 o2e_sv;
+#define O2E_SL 16
+#define O2E_SMB 8
+#define O2E_SVB 3
+#define o2e_sv_load(p) _mm512_loadu_ps(p)
+#define o2e_sv_set1(x) _mm512_set1_ps(x)
+#define o2e_sv_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define o2e_sv_store(p, v) _mm512_storeu_ps(p, v)
+#define o2e_sv_store_n(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1u), v)
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 o2e_sv;
+#define O2E_SL 8
+#define O2E_SMB 4
+#define O2E_SVB 3
+#define o2e_sv_load(p) _mm256_loadu_ps(p)
+#define o2e_sv_set1(x) _mm256_set1_ps(x)
+#define o2e_sv_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define o2e_sv_store(p, v) _mm256_storeu_ps(p, v)
+#define o2e_sv_store_n(p, v, n) \
+  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v)
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+typedef float32x4_t o2e_sv;
+#define O2E_SL 4
+#define O2E_SMB 8
+#define O2E_SVB 3
+#define o2e_sv_load(p) vld1q_f32(p)
+#define o2e_sv_set1(x) vdupq_n_f32(x)
+#define o2e_sv_fma(a, b, c) vfmaq_f32(c, a, b)
+#define o2e_sv_store(p, v) vst1q_f32(p, v)
+#else
+/* plain C99: four floats the compiler may keep in registers or vectorise */
+typedef struct { float f[4]; } o2e_sv;
+#define O2E_SL 4
+#define O2E_SMB 4
+#define O2E_SVB 2
+static inline o2e_sv o2e_sv_load(const float *p)
+{
+  o2e_sv v;
+  for (int k = 0; k < 4; k++) v.f[k] = p[k];
+  return v;
+}
+static inline o2e_sv o2e_sv_set1(float x)
+{
+  o2e_sv v;
+  for (int k = 0; k < 4; k++) v.f[k] = x;
+  return v;
+}
+static inline o2e_sv o2e_sv_fma(o2e_sv a, o2e_sv b, o2e_sv c)
+{
+  for (int k = 0; k < 4; k++) c.f[k] += a.f[k] * b.f[k];
+  return c;
+}
+static inline void o2e_sv_store(float *p, o2e_sv v)
+{
+  for (int k = 0; k < 4; k++) p[k] = v.f[k];
+}
+#endif
+#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
+/* the first n (< 4) lanes of v (lane by lane: a copy loop becomes a memcpy gcc then
+ * warns about) */
+static inline void o2e_sv_store_n(float *p, o2e_sv v, int n)
+{
+  float t[4];
+  o2e_sv_store(t, v);
+  if (n > 0) p[0] = t[0];
+  if (n > 1) p[1] = t[1];
+  if (n > 2) p[2] = t[2];
+}
+#endif
+/* Keeps a loaded vector in a register: without it gcc folds a load into each FMA using it. */
+#if (defined(__AVX512F__) || defined(__AVX2__)) && (defined(__GNUC__) || defined(__clang__))
+#define O2E_SREG(v) __asm__("" : "+v"(v))
+#else
+#define O2E_SREG(v) ((void)0)
+#endif
+typedef struct {
+  const float *x; /* phase planes of one image: [c][sh * sw][HQ][WQ], zero-bordered */
+  const float *w; /* [c][kh][kw][MP] */
+  const float *bias;
+  float *y; /* M x OH x OW */
+} o2e_stem_args;
+"""
+
+# One block and the row loop, with the geometry as constants (one copy per layer geometry).
+KERNEL = r"""
+/* NAME_MB output channels [m0, m0 + nm) x VB vectors of output row oh from column ow0 (n of
+ * them inside the row); xp: the planes at (oh, ow0), wp: the weights at column m0. */
+#define NAME_MB O2E_SMB
+#define NAME_VB O2E_SVB
+static inline __attribute__((always_inline)) void NAME_b(const int VB, const float *restrict xp,
+    const float *restrict wp, const float *restrict bp, float *restrict yp, int nm, int n)
+{
+  o2e_sv acc[NAME_MB][NAME_VB];
+#pragma GCC unroll 16
+  for (int m = 0; m < NAME_MB; m++) {
+    const o2e_sv b = o2e_sv_set1(bp && m < nm ? bp[m] : 0.0f);
+#pragma GCC unroll 4
+    for (int v = 0; v < VB; v++) acc[m][v] = b;
+  }
+  for (int c = 0; c < CC; c++)
+    for (int i = 0; i < KH; i++) {
+      const float *restrict xr = xp + (size_t)(c * (SH * SW) + (i % SH) * SW) * (HQ * WQ) + (size_t)(i / SH) * WQ;
+      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * MP;
+#pragma GCC unroll 16
+      for (int j = 0; j < KW; j++) {
+        const float *restrict xj = xr + (size_t)(j % SW) * (HQ * WQ) + j / SW;
+        o2e_sv xv[NAME_VB];
+#pragma GCC unroll 4
+        for (int v = 0; v < VB; v++) {
+          xv[v] = o2e_sv_load(xj + v * O2E_SL);
+          O2E_SREG(xv[v]);
+        }
+#pragma GCC unroll 16
+        for (int m = 0; m < NAME_MB; m++) {
+          o2e_sv w = o2e_sv_set1(wr[j * MP + m]);
+          O2E_SREG(w);
+#pragma GCC unroll 4
+          for (int v = 0; v < VB; v++) acc[m][v] = o2e_sv_fma(xv[v], w, acc[m][v]);
+        }
+      }
+    }
+#pragma GCC unroll 16
+  for (int m = 0; m < NAME_MB; m++) {
+    if (m >= nm) break;
+#pragma GCC unroll 4
+    for (int v = 0; v < VB; v++) {
+      float *restrict p = yp + (size_t)m * (OH * OW) + v * O2E_SL;
+      const int r = n - v * O2E_SL;
+      if (r >= O2E_SL)
+        o2e_sv_store(p, acc[m][v]);
+      else if (r > 0)
+        o2e_sv_store_n(p, acc[m][v], r);
+    }
+  }
+}
+
+/* Output rows [r0, r1) of one image: every channel block, the row in balanced blocks. */
+static void NAME(void *arg, int r0, int r1)
+{
+  const o2e_stem_args *a = (const o2e_stem_args *)arg;
+  enum { NV = (OW + O2E_SL - 1) / O2E_SL, NB = (NV + NAME_VB - 1) / NAME_VB };
+  /* bands of rows, each channel block over the whole band: the block writes NAME_MB
+   * channel rows (pages) at a time, not all MM (96 rows 48 kB apart thrash the TLB) */
+  for (int ob = r0; ob < r1; ob += BAND) {
+    const int oe = ob + BAND < r1 ? ob + BAND : r1;
+    for (int m0 = 0; m0 < MM; m0 += NAME_MB)
+    for (int oh = ob; oh < oe; oh++) {
+      const int nm = MM - m0 < NAME_MB ? MM - m0 : NAME_MB;
+      const float *bp = a->bias ? a->bias + m0 : NULL;
+      float *yr = a->y + (size_t)m0 * (OH * OW) + (size_t)oh * OW;
+      for (int q = 0; q < NB; q++) {
+        const int v0 = q * NV / NB, vb = (q + 1) * NV / NB - v0, ow0 = v0 * O2E_SL;
+        const int n = OW - ow0 < vb * O2E_SL ? OW - ow0 : vb * O2E_SL;
+        const float *xp = a->x + (size_t)oh * WQ + ow0;
+        switch (vb) { /* one register-resident copy per width */
+#if NAME_VB >= 4
+        case 4: NAME_b(4, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+#endif
+#if NAME_VB >= 3
+        case 3: NAME_b(3, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+#endif
+        case 2: NAME_b(2, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        default: NAME_b(1, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        }ACT
+      }
+    }
+  }
+}
+"""
+
+
+def _act_loop(spec: ConvSpec) -> str:
+    """The fused activation over a block just stored (nm channels x n pixels, in L1)."""
+    if spec.act is None:
+        return ""
+    return f"""
+        for (int m = 0; m < nm; m++) {{ /* the fused activation (the table's expression) */
+          float *restrict yb = yr + (size_t)m * (OH * OW) + ow0;
+          for (int p = 0; p < n; p++) {{ const float v = yb[p]; yb[p] = {act_expr(spec.act, "v")}; }}
+        }}"""
+
+
+# Output rows per band (see the row loop); a module constant so A/B runs can vary it.
+BAND = 16
+
+
+def _border(ctx: NodeContext, sh: int, sw: int) -> str:
+    """The C helper zeroing what phase_split leaves of one channel's planes (the padding and
+    the columns / rows past the input): the arena is shared, so this runs every call, and
+    costs a fraction of clearing the whole planes (1 MB for a 299x299 RGB input)."""
+    name = f"o2e_stem_border_s{sh}x{sw}"
+    return ctx.helper(
+        name,
+        f"""
+static void {name}(float *restrict planes, int H, int W, int pt, int pl, int HQ, int WQ)
+{{
+  for (int a = 0; a < {sh}; ++a)
+    for (int b = 0; b < {sw}; ++b) {{
+      float *restrict p = planes + (size_t)(a * {sw} + b) * HQ * WQ;
+      /* the columns phase_split writes: source column q*{sw} + b - pl in [0, W) */
+      int q0 = pl > b ? (pl - b + {sw - 1}) / {sw} : 0, q1 = (W + pl - b + {sw - 1}) / {sw};
+      if (q0 > WQ) q0 = WQ;
+      if (q1 > WQ) q1 = WQ;
+      if (q1 < q0) q1 = q0;
+      for (int r = 0; r < HQ; ++r) {{
+        const int ih = r * {sh} + a - pt;
+        float *restrict row = p + (size_t)r * WQ;
+        if (ih < 0 || ih >= H) {{
+          for (int q = 0; q < WQ; ++q) row[q] = 0.0f;
+        }} else {{
+          for (int q = 0; q < q0; ++q) row[q] = 0.0f;
+          for (int q = q1; q < WQ; ++q) row[q] = 0.0f;
+        }}
+      }}
+    }}
+}}
+""",
+    )
+
+
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
+    x, y, bias = spec.x, spec.y, spec.bias
+    N, C, H, W = x.shape
+    M = spec.M
+    OH, OW = y.shape[2:]
+    kh, kw = spec.ks
+    sh, sw = spec.st
+    pt, pl = spec.pads[0], spec.pads[1]
+    HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, 1, 1)
+    MP = -(-M // M_ROUND) * M_ROUND
+    wc = np.zeros((C, kh, kw, MP), np.float32)
+    assert spec.weights is not None
+    wc[..., :M] = spec.weights.astype(np.float32).transpose(1, 2, 3, 0)
+    wsym = ctx.weight("stem", wc)
+    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    ctx.helper("o2e_stem_vectors", VECTORS)
+    consts = {
+        "CC": C,
+        "KH": kh,
+        "KW": kw,
+        "SH": sh,
+        "SW": sw,
+        "HQ": HQ,
+        "WQ": WQ,
+        "MP": MP,
+        "MM": M,
+        "OH": OH,
+        "OW": OW,
+        "BAND": BAND,
+    }
+    body = KERNEL.replace("ACT", _act_loop(spec))
+    name = f"o2e_stem_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
+    for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
+        body = re.sub(rf"\b{k}\b", str(v), body)
+    ctx.helper(name, body.replace("NAME", name))
+    split = pool2d.phase_split(ctx, sh, sw)
+    border = _border(ctx, sh, sw)
+    ctx.kernel("stem conv (strided, few input channels)")
+    plane = sh * sw * HQ * WQ
+    nfl = C * plane + SLACK
+    xp = ctx.scratch(nfl * 4)
+    threaded = OH > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
+    if threaded:
+        _use_engine(ctx)
+    run = f"o2e_parallel_for({OH}, {name}, &a);" if threaded else f"{name}(&a, 0, {OH});"
+    return "\n".join(
+        [
+            f"for (int n = 0; n < {N}; ++n) {{",
+            f"  memset({xp} + {C * plane}, 0, {SLACK * 4});",
+            f"  for (int c = 0; c < {C}; ++c) {{",
+            f"    {border}({xp} + (size_t)c * {plane}, {H}, {W}, {pt}, {pl}, {HQ}, {WQ});",
+            f"    {split}({x.sym} + ((size_t)n * {C} + c) * {H * W}, "
+            f"{H}, {W}, {pt}, {pl}, {HQ}, {WQ}, {xp} + (size_t)c * {plane});",
+            "  }",
+            f"  o2e_stem_args a = {{{xp}, {wsym}, {bias or 'NULL'}, "
+            f"{y.sym} + (size_t)n * {M * OH * OW}}};",
+            f"  {run}",
+            "}",
+        ]
+    )
+
+
+STRATEGY = ConvStrategy("stem", refuse, emit)
