@@ -1610,7 +1610,7 @@ O2E_GEMM_INL void o2e_pf_c_(const o2e_gemm_args_ *g, int i, int rows, int j) {
   for (r = 0; r < rows; r++)
     for (c = 0; c < O2E_GEMM_NR && j + c < g->N; c += 16) {
       O2E_PREFETCH_(g->C + (size_t)(i + r) * g->ldc + j + c, 2);
-      if (g->R) O2E_PREFETCH_(g->R + (size_t)(i + r) * g->ldr + j + c, 2);
+      O2E_PREFETCH_(g->R + (size_t)(i + r) * g->ldr + j + c, 2);
     }
 }
 
@@ -1648,10 +1648,11 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
      * spread over all L1 sets, so up to 8 panels still read it without conflicts. */
     const int direct = !g->conv && (npan <= 4 || (npan <= 8 && g->ldb % 16 == 0 &&
                                                  (g->ldb / 16) % 2 == 1));
-    /* C's rows are pages apart (else the hardware prefetchers follow them: 13x13 or 28x28
-     * maps measured 1.0-1.09x slower with it) and the next strip's C and R lines of the
-     * whole block fit the prefetch budget */
-    const int pf_c = g->ldc >= 1024 &&
+    /* a residual is read (without one, 56x56 / 54x54 maps measured 0.92-1.0x: within the
+     * noise), C's rows are pages apart (else the hardware prefetchers follow them: 13x13 or
+     * 28x28 maps measured 1.0-1.09x slower with it) and the next strip's C and R lines of
+     * the whole block fit the prefetch budget */
+    const int pf_c = g->R && g->ldc >= 1024 &&
                      (size_t)(ie - ic) * O2E_GEMM_NR * sizeof(float) * (g->R ? 2 : 1) <=
                          (size_t)O2E_GEMM_PF_C_BYTES;
     for (jb = n0; jb < n1; jb += NB) {
