@@ -312,14 +312,14 @@ O2E_GEMM_FN void o2e_convkxk_lanes(const o2e_pw_args *a, const o2e_pwk_geom *g, 
   for (q = 0; q < nt; q++) {
     const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
     float *d = a->xp + (size_t)q * K * O2E_PW_PX;
-    int iy0[O2E_PW_PX], ix0[O2E_PW_PX]; /* top-left input position of each pixel's window */
+    int iy0[O2E_PW_PX] = {0}, ix0[O2E_PW_PX] = {0}; /* each pixel window's top-left input */
     for (p = 0; p < pn; p++) {
       iy0[p] = (p0 + p) / g->OW * g->SH - g->PT;
       ix0[p] = (p0 + p) % g->OW * g->SW - g->PL;
     }
     for (t = 0; t < taps; t++) {
       const int dy = t / g->KW * g->DH, dx = t % g->KW * g->DW;
-      int off[O2E_PW_PX]; /* input offset of the tap per pixel, -1 in the padding */
+      int off[O2E_PW_PX] = {0}; /* input offset of the tap per pixel, -1 in the padding */
       for (p = 0; p < pn; p++) {
         const int iy = iy0[p] + dy, ix = ix0[p] + dx;
         off[p] = iy >= 0 && iy < g->H && ix >= 0 && ix < g->W ? iy * g->W + ix : -1;
