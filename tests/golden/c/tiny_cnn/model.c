@@ -1523,48 +1523,34 @@ static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
 #endif
 }
 
-/* Copies one (H x W) channel into the 1x1 phase planes of its padded version:
- * plane (a, b) (at planes + (a*1 + b)*HQ*WQ) holds xpad[r*1 + a][q*1 + b] at [r][q].
- * Only input pixels are written; the border keeps the fill value the caller set once. */
-static void o2e_phase_split_s1x1(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
-    float *restrict planes)
+/* One input row into a zero-bordered row buffer (conv_dwrows.py), column stride 1. */
+static void o2e_dwr_fill_s1(float *restrict d, const float *restrict s, int W, int pl, int need, int RW)
 {
-  for (int b = 0; b < 1; ++b) {
-    /* columns q whose source iw = q*1 + b - pl lies in [0, W) */
-    const int q0 = pl > b ? (pl - b + 0) / 1 : 0;
-    int q1 = (W + pl - b + 0) / 1;
-    if (q1 > WQ) q1 = WQ;
-    for (int ih = 0; ih < H; ++ih) {
-      const int ph = ih + pt, r = ph / 1;
-      if (r >= HQ) break;
-      {
-        const float *restrict s = x + (size_t)ih * W;
-        float *restrict d = planes + ((size_t)((ph % 1) * 1 + b) * HQ + r) * WQ;
-        o2e_copy_row(d + q0, s + (q0 + b - pl), q1 - q0);
-      }
-    }
-  }
+  (void)RW;
+  /* padded column q = iw + pl; the taps read q < OW + kw - 1 = need */
+  const int n = W < need - pl ? W : need - pl;
+  if (n > 0) o2e_copy_row(d + pl, s, n);
 }
 
-/* depthwise 3x3 convolution, stride 1x1, dilation 1x1: one filter per channel,
- * over planes [i0, i1) (nn.py _dw_kernel). */
-static void o2e_dw3x3_s1x1_d1x1_relu(void *arg, int i0, int i1)
+/* depthwise 3x3 convolution, stride 1x1, over planes [i0, i1), from a ring of
+ * 3 zero-bordered input rows (conv_dwrows.py). a->WQ: floats per phase of a row buffer. */
+static void o2e_dwrows3x3_s1x1_relu(void *arg, int i0, int i1)
 {
   const o2e_win2d_args *a = (const o2e_win2d_args *)arg;
-  const int H = a->H, W = a->W, OH = a->OH, OW = a->OW, HQ = a->HQ, WQ = a->WQ;
-  float *restrict planes = a->scratch + a->slot * (size_t)(a->thread ? a->thread() : 0);
-  const size_t np = ((size_t)1 * HQ * WQ + 31) / 16 * 16;
-  float *restrict yw = planes + np; /* the wide output (when rows need compaction) */
-  (void)yw; (void)OW;
-  for (size_t k = 0; k < np; ++k) planes[k] = 0.0f;
-  const float *restrict P0_0 = planes + (size_t)0 * HQ * WQ;
+  const int H = a->H, W = a->W, OH = a->OH, OW = a->OW, pt = a->pt, pl = a->pl, RW = a->WQ;
+  const int need = OW + 2; /* columns of each phase the taps read */
   const float lo = a->lo, hi = a->hi;
+  float *restrict ring = a->scratch + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  const float *zrow = ring + (size_t)3 * RW; /* rows outside the input */
   (void)lo; (void)hi;
+  for (size_t k = 0; k < (size_t)4 * RW; ++k) ring[k] = 0.0f;
   for (int i = i0; i < i1; ++i) {
     const int c = i % a->C;
     const float *restrict wc = a->w + (size_t)c * 9;
     const float b = a->bias ? a->bias[c] : 0.0f;
+    const float *restrict xc = a->x + (size_t)i * H * W;
     float *restrict yc = a->y + (size_t)i * OH * OW;
+    int tag[3]; /* the input row each ring slot holds (-1: none yet) */
     const float w0_0 = wc[0];
     const float w0_1 = wc[1];
     const float w0_2 = wc[2];
@@ -1574,112 +1560,101 @@ static void o2e_dw3x3_s1x1_d1x1_relu(void *arg, int i0, int i1)
     const float w2_0 = wc[6];
     const float w2_1 = wc[7];
     const float w2_2 = wc[8];
-    o2e_phase_split_s1x1(a->x + (size_t)i * H * W, H, W, a->pt, a->pl, HQ, WQ, planes);
-    {
-      #if defined(__ARM_NEON) && defined(__aarch64__)
-      const int n = (OH - 1) * WQ + OW;
-      int p = 0;
-      for (; p < n; p += 16) {
-          float32x4_t v0 = vfmaq_n_f32(vdupq_n_f32(b), vld1q_f32(&P0_0[p]), w0_0);
-          float32x4_t v1 = vfmaq_n_f32(vdupq_n_f32(b), vld1q_f32(&P0_0[p + 4]), w0_0);
-          float32x4_t v2 = vfmaq_n_f32(vdupq_n_f32(b), vld1q_f32(&P0_0[p + 8]), w0_0);
-          float32x4_t v3 = vfmaq_n_f32(vdupq_n_f32(b), vld1q_f32(&P0_0[p + 12]), w0_0);
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 1]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 1]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 1]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 1]);
-            v0 = vfmaq_n_f32(v0, t0, w0_1);
-            v1 = vfmaq_n_f32(v1, t1, w0_1);
-            v2 = vfmaq_n_f32(v2, t2, w0_1);
-            v3 = vfmaq_n_f32(v3, t3, w0_1);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 2]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 2]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 2]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 2]);
-            v0 = vfmaq_n_f32(v0, t0, w0_2);
-            v1 = vfmaq_n_f32(v1, t1, w0_2);
-            v2 = vfmaq_n_f32(v2, t2, w0_2);
-            v3 = vfmaq_n_f32(v3, t3, w0_2);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 1 * WQ]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 1 * WQ]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 1 * WQ]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 1 * WQ]);
-            v0 = vfmaq_n_f32(v0, t0, w1_0);
-            v1 = vfmaq_n_f32(v1, t1, w1_0);
-            v2 = vfmaq_n_f32(v2, t2, w1_0);
-            v3 = vfmaq_n_f32(v3, t3, w1_0);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 1 * WQ + 1]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 1 * WQ + 1]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 1 * WQ + 1]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 1 * WQ + 1]);
-            v0 = vfmaq_n_f32(v0, t0, w1_1);
-            v1 = vfmaq_n_f32(v1, t1, w1_1);
-            v2 = vfmaq_n_f32(v2, t2, w1_1);
-            v3 = vfmaq_n_f32(v3, t3, w1_1);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 1 * WQ + 2]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 1 * WQ + 2]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 1 * WQ + 2]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 1 * WQ + 2]);
-            v0 = vfmaq_n_f32(v0, t0, w1_2);
-            v1 = vfmaq_n_f32(v1, t1, w1_2);
-            v2 = vfmaq_n_f32(v2, t2, w1_2);
-            v3 = vfmaq_n_f32(v3, t3, w1_2);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 2 * WQ]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 2 * WQ]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 2 * WQ]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 2 * WQ]);
-            v0 = vfmaq_n_f32(v0, t0, w2_0);
-            v1 = vfmaq_n_f32(v1, t1, w2_0);
-            v2 = vfmaq_n_f32(v2, t2, w2_0);
-            v3 = vfmaq_n_f32(v3, t3, w2_0);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 2 * WQ + 1]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 2 * WQ + 1]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 2 * WQ + 1]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 2 * WQ + 1]);
-            v0 = vfmaq_n_f32(v0, t0, w2_1);
-            v1 = vfmaq_n_f32(v1, t1, w2_1);
-            v2 = vfmaq_n_f32(v2, t2, w2_1);
-            v3 = vfmaq_n_f32(v3, t3, w2_1);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_0[p + 2 * WQ + 2]);
-            const float32x4_t t1 = vld1q_f32(&P0_0[p + 4 + 2 * WQ + 2]);
-            const float32x4_t t2 = vld1q_f32(&P0_0[p + 8 + 2 * WQ + 2]);
-            const float32x4_t t3 = vld1q_f32(&P0_0[p + 12 + 2 * WQ + 2]);
-            v0 = vfmaq_n_f32(v0, t0, w2_2);
-            v1 = vfmaq_n_f32(v1, t1, w2_2);
-            v2 = vfmaq_n_f32(v2, t2, w2_2);
-            v3 = vfmaq_n_f32(v3, t3, w2_2);
-          }
-          vst1q_f32(&yw[p + 0], vbslq_f32(vcltq_f32(v0, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), v0));
-          vst1q_f32(&yw[p + 4], vbslq_f32(vcltq_f32(v1, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), v1));
-          vst1q_f32(&yw[p + 8], vbslq_f32(vcltq_f32(v2, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), v2));
-          vst1q_f32(&yw[p + 12], vbslq_f32(vcltq_f32(v3, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), v3));
+    for (int k = 0; k < 3; ++k) tag[k] = -1;
+    for (int oh = 0; oh < OH; ++oh) {
+    const float *rows[3];
+    for (int t = 0; t < 3; ++t) {
+      const int ih = oh * 1 - pt + t;
+      if (ih < 0 || ih >= H) {
+        rows[t] = zrow;
+        continue;
       }
+      float *slot = ring + (size_t)(ih % 3) * 1 * RW;
+      if (tag[ih % 3] != ih) {
+        o2e_dwr_fill_s1(slot, xc + (size_t)ih * W, W, pl, need, RW);
+        tag[ih % 3] = ih;
+      }
+      rows[t] = slot;
+    }
+    {
+    float *restrict yr = yc + (size_t)oh * OW;
+    const float *restrict r0_0 = rows[0] + 0 * RW;
+    const float *restrict r1_0 = rows[1] + 0 * RW;
+    const float *restrict r2_0 = rows[2] + 0 * RW;
+#if defined(__AVX512F__)
+    const __m512 vb = _mm512_set1_ps(b), zero = _mm512_setzero_ps();
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    (void)zero; (void)vlo; (void)vhi;
+    for (int ow = 0; ow < OW; ow += 16) {
+      __m512 v;
+      v = vb;
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r0_0 + ow), _mm512_set1_ps(w0_0), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r0_0 + 1 + ow), _mm512_set1_ps(w0_1), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r0_0 + 2 + ow), _mm512_set1_ps(w0_2), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r1_0 + ow), _mm512_set1_ps(w1_0), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r1_0 + 1 + ow), _mm512_set1_ps(w1_1), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r1_0 + 2 + ow), _mm512_set1_ps(w1_2), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r2_0 + ow), _mm512_set1_ps(w2_0), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r2_0 + 1 + ow), _mm512_set1_ps(w2_1), v);
+      v = _mm512_fmadd_ps(_mm512_loadu_ps(r2_0 + 2 + ow), _mm512_set1_ps(w2_2), v);
+      v = _mm512_max_ps(zero, v);
+      if (ow + 16 <= OW) _mm512_storeu_ps(yr + ow, v);
+      else _mm512_mask_storeu_ps(yr + ow, (__mmask16)((1u << (OW - ow)) - 1u), v);
+    }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+    const float32x4_t vb = vdupq_n_f32(b), zero = vdupq_n_f32(0.0f);
+    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
+    (void)zero; (void)vlo; (void)vhi;
+    for (int ow = 0; ow < OW; ow += 4) {
+      float32x4_t v;
+      v = vb;
+      v = vfmaq_n_f32(v, vld1q_f32(r0_0 + ow), w0_0);
+      v = vfmaq_n_f32(v, vld1q_f32(r0_0 + 1 + ow), w0_1);
+      v = vfmaq_n_f32(v, vld1q_f32(r0_0 + 2 + ow), w0_2);
+      v = vfmaq_n_f32(v, vld1q_f32(r1_0 + ow), w1_0);
+      v = vfmaq_n_f32(v, vld1q_f32(r1_0 + 1 + ow), w1_1);
+      v = vfmaq_n_f32(v, vld1q_f32(r1_0 + 2 + ow), w1_2);
+      v = vfmaq_n_f32(v, vld1q_f32(r2_0 + ow), w2_0);
+      v = vfmaq_n_f32(v, vld1q_f32(r2_0 + 1 + ow), w2_1);
+      v = vfmaq_n_f32(v, vld1q_f32(r2_0 + 2 + ow), w2_2);
+      v = vbslq_f32(vcltq_f32(v, zero), zero, v);
+      if (ow + 4 <= OW) vst1q_f32(yr + ow, v);
+      else { /* the last 1..3 columns: y has no slack */
+        float t[4];
+        vst1q_f32(t, v);
+        for (int k = 0; ow + k < OW; ++k) yr[ow + k] = t[k];
+      }
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 vb = _mm256_set1_ps(b), zero = _mm256_setzero_ps();
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    (void)zero; (void)vlo; (void)vhi;
+    for (int ow = 0; ow < OW; ow += 8) {
+      __m256 v;
+      v = vb;
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r0_0 + ow), _mm256_set1_ps(w0_0), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r0_0 + 1 + ow), _mm256_set1_ps(w0_1), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r0_0 + 2 + ow), _mm256_set1_ps(w0_2), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r1_0 + ow), _mm256_set1_ps(w1_0), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r1_0 + 1 + ow), _mm256_set1_ps(w1_1), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r1_0 + 2 + ow), _mm256_set1_ps(w1_2), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r2_0 + ow), _mm256_set1_ps(w2_0), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r2_0 + 1 + ow), _mm256_set1_ps(w2_1), v);
+      v = _mm256_fmadd_ps(_mm256_loadu_ps(r2_0 + 2 + ow), _mm256_set1_ps(w2_2), v);
+      v = _mm256_max_ps(zero, v);
+      if (ow + 8 <= OW) _mm256_storeu_ps(yr + ow, v);
+      else _mm256_maskstore_ps(yr + ow, _mm256_cmpgt_epi32(_mm256_set1_epi32(OW - ow),
+          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+    }
 #else
-      const int n = (OH - 1) * WQ + OW;
-      for (int p0 = 0; p0 < n; p0 += 16)
-        for (int p = p0; p < p0 + 16; ++p) {
-          float v = b + w0_0 * P0_0[p] + w0_1 * P0_0[p + 1] + w0_2 * P0_0[p + 2] + w1_0 * P0_0[p + 1 * WQ] + w1_1 * P0_0[p + 1 * WQ + 1] + w1_2 * P0_0[p + 1 * WQ + 2] + w2_0 * P0_0[p + 2 * WQ] + w2_1 * P0_0[p + 2 * WQ + 1] + w2_2 * P0_0[p + 2 * WQ + 2];
-          v = v < 0.0f ? 0.0f : v;
-          yw[p] = v;
-        }
+    for (int ow = 0; ow < OW; ++ow) {
+      float v = b + w0_0 * r0_0[ow] + w0_1 * r0_0[ow + 1] + w0_2 * r0_0[ow + 2] + w1_0 * r1_0[ow] + w1_1 * r1_0[ow + 1] + w1_2 * r1_0[ow + 2] + w2_0 * r2_0[ow] + w2_1 * r2_0[ow + 1] + w2_2 * r2_0[ow + 2];
+      v = v < 0.0f ? 0.0f : v;
+      yr[ow] = v;
+    }
 #endif
     }
-    for (int oh = 0; oh < OH; ++oh) o2e_copy_row(yc + (size_t)oh * OW, yw + (size_t)oh * WQ, OW);
+    }
   }
 }
 
@@ -2142,8 +2117,8 @@ int model_run(const void *const *inputs, void *const *outputs)
   /* node dw2: o2e.ConvAct(pool1, dw2.weight_bnfold, dw2_bias_bnfold) -> dw2.relu  [group=16, pads=[1, 1, 1, 1], activation=Relu, activation_alpha=0.0, activation_beta=0.0] */
   {
     {
-      o2e_win2d_args a = {.x = T_pool1, .w = W_dw2_weight_bnfold, .bias = W_dw2_bias_bnfold, .y = T_dw2_relu, .C = 16, .H = 16, .W = 16, .OH = 16, .OW = 16, .pt = 1, .pl = 1, .HQ = 18, .WQ = 18, .lo = 0.0f, .hi = 0.0f, .scratch = S_dw2_0, .slot = 656, .thread = NULL};
-      o2e_dw3x3_s1x1_d1x1_relu(&a, 0, 16);
+      o2e_win2d_args a = {.x = T_pool1, .w = W_dw2_weight_bnfold, .bias = W_dw2_bias_bnfold, .y = T_dw2_relu, .C = 16, .H = 16, .W = 16, .OH = 16, .OW = 16, .pt = 1, .pl = 1, .HQ = 0, .WQ = 48, .lo = 0.0f, .hi = 0.0f, .scratch = S_dw2_0, .slot = 192, .thread = NULL};
+      o2e_dwrows3x3_s1x1_relu(&a, 0, 16);
     }
   }
   O2E_PROF(2); O2E_TRACE("dw2.relu", T_dw2_relu, 16384);

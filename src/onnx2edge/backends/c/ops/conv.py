@@ -13,6 +13,7 @@ from ..emitter import NodeContext
 from . import (
     conv_depthwise,
     conv_direct,
+    conv_dwrows,
     conv_gemm,
     conv_lanes,
     conv_narrow,
@@ -87,6 +88,7 @@ ND_LOOP = ConvStrategy("nd_loop", _refuse_nd, _emit_nd, fuses_residual=False, se
 # Preference order: the first strategy that does not refuse a layer writes it.
 STRATEGIES: tuple[ConvStrategy, ...] = (
     SPARSE,
+    conv_dwrows.STRATEGY,  # depthwise on rows of >= 16 outputs
     conv_depthwise.STRATEGY,
     winograd.STRATEGY,  # 3x3 stride-1 convs with enough channels
     conv_narrow.STRATEGY,  # other k x k on maps of <= 64 pixels: output channels in the lanes
