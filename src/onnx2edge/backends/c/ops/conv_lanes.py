@@ -43,6 +43,7 @@ from .gemm import _use_engine
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
+PX_AVX2 = 6  # AVX2: 16 lanes x 6 pixels = 12 ymm accumulators, each lane half in turn
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
 # Strided layers read phase planes of the input (stride 2: 4 per channel; ops/pool2d.py
@@ -87,6 +88,14 @@ typedef struct {
   float *y;          /* M x OH x OW output */
   const float *bias; /* M, or NULL */
 } o2e_lanes_args;
+/* Pixel tiles per output row: AVX-512 holds 12 pixels x 32 lanes in registers, AVX2 + FMA 6 x 16,
+ * so an AVX2 row is cut straight into balanced tiles of <= 6 (27 pixels as 5,5,5,6,6, not as
+ * 9 + 9 + 9 each split 5 + 4: fewer short tiles whose few FMA chains wait on each other). */
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define O2E_LANES_NT(wide, avx2) avx2
+#else
+#define O2E_LANES_NT(wide, avx2) wide
+#endif
 """
 
 # The tile loops with the filter size as constants (one copy per kh x kw), so the taps of a
@@ -124,13 +133,31 @@ static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_
 #elif defined(__AVX2__) && defined(__FMA__)
 /* AVX2: 16 ymm registers hold 16 lanes x P <= 6 pixels (12 accumulators + 2 weight vectors +
  * 1 broadcast); per tap 2 weight loads and P broadcasts feed 2·P FMAs. Lane half h (0, 1)
- * of the 32-lane block goes to t[p][16h .. 16h + 16]. */
+ * of the 32-lane block goes to t[p][16h .. 16h + 16]. The accumulators are named variables
+ * and every weight / broadcast value is pinned to a register where it is loaded (empty asm):
+ * with an array and free scheduling GCC hoisted the broadcasts of the next taps and spilled
+ * accumulators (32 stack moves per 108 FMAs in the 3x3 / 2 tile, 49 per 300 in the 5x5). */
+#ifndef O2E_LANES_PIN_
+#define O2E_LANES_PIN_(v) __asm__("" : "+x"(v))
+#define O2E_LANES_FMA_(p)                                                                        \
+  if (P > p) {                                                                                   \
+    __m256 b = _mm256_broadcast_ss(xr + p);                                                      \
+    O2E_LANES_PIN_(b);                                                                           \
+    a0##p = _mm256_fmadd_ps(b, w0, a0##p);                                                       \
+    a1##p = _mm256_fmadd_ps(b, w1, a1##p);                                                       \
+  }
+#define O2E_LANES_ST_(p)                                                                         \
+  if (P > p) {                                                                                   \
+    _mm256_storeu_ps(t + 32 * p + 16 * h, a0##p);                                                \
+    _mm256_storeu_ps(t + 32 * p + 16 * h + 8, a1##p);                                            \
+  }
+#endif
 static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_lanes_args *a, int mb, int oh,
                                                          int ow0, int h, float *t)
 {
-  __m256 a0[6], a1[6];
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a04 = a00, a05 = a00;
+  __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00, a14 = a00, a15 = a00;
   const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32) + 16 * h;
-  for (int p = 0; p < P; p++) a0[p] = a1[p] = _mm256_setzero_ps();
   for (int c = 0; c < a->C; c++) {
     const float *xc = a->x + (size_t)c * (SH * SW) * a->Hp * a->Wp + (size_t)oh * a->Wp + ow0;
 #pragma GCC unroll 16
@@ -138,20 +165,15 @@ static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_
 #pragma GCC unroll 16
       for (int j = 0; j < KW; j++) {
         const float *xr = xc + (size_t)((i % SH) * SW + j % SW) * a->Hp * a->Wp + (size_t)(i / SH) * a->Wp + j / SW;
-        const __m256 w0 = _mm256_loadu_ps(wp + (i * KW + j) * 32), w1 = _mm256_loadu_ps(wp + (i * KW + j) * 32 + 8);
-#pragma GCC unroll 6
-        for (int p = 0; p < P; p++) {
-          const __m256 b = _mm256_broadcast_ss(xr + p);
-          a0[p] = _mm256_fmadd_ps(b, w0, a0[p]);
-          a1[p] = _mm256_fmadd_ps(b, w1, a1[p]);
-        }
+        __m256 w0 = _mm256_loadu_ps(wp + (i * KW + j) * 32), w1 = _mm256_loadu_ps(wp + (i * KW + j) * 32 + 8);
+        O2E_LANES_PIN_(w0);
+        O2E_LANES_PIN_(w1);
+        O2E_LANES_FMA_(0) O2E_LANES_FMA_(1) O2E_LANES_FMA_(2)
+        O2E_LANES_FMA_(3) O2E_LANES_FMA_(4) O2E_LANES_FMA_(5)
       }
     wp += KH * KW * 32;
   }
-  for (int p = 0; p < P; p++) {
-    _mm256_storeu_ps(t + 32 * p + 16 * h, a0[p]);
-    _mm256_storeu_ps(t + 32 * p + 16 * h + 8, a1[p]);
-  }
+  O2E_LANES_ST_(0) O2E_LANES_ST_(1) O2E_LANES_ST_(2) O2E_LANES_ST_(3) O2E_LANES_ST_(4) O2E_LANES_ST_(5)
 }
 
 static void NAME_h(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int h, float *t)
@@ -254,6 +276,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     threaded = units > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
     name = f"o2e_lanes_rows_{ctx.step}"
     ntiles = -(-OW // PX)
+    nt = f"O2E_LANES_NT({ntiles}, {-(-OW // PX_AVX2)})"
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
     ctx.helper(
@@ -265,8 +288,8 @@ static void {name}(void *arg, int u0, int u1)
   float *t = a->t + (size_t){PX * LANES} * (size_t)({"o2e_parallel_thread()" if threaded else "0"});
   for (int u = u0; u < u1; u++) {{
     const int mb = u / {OH}, oh = u % {OH}, m = mb * {LANES}, nl = {M} - m < {LANES} ? {M} - m : {LANES};
-    for (int q = 0; q < {ntiles}; q++) {{ /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
-      const int ow0 = q * {OW} / {ntiles}, P = (q + 1) * {OW} / {ntiles} - ow0;
+    for (int q = 0; q < {nt}; q++) {{ /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
+      const int ow0 = q * {OW} / {nt}, P = (q + 1) * {OW} / {nt} - ow0;
       {tile}(a, mb, oh, ow0, P, t);
       for (int l = 0; l < nl; l++) {{
         float *restrict yr = a->y + ((size_t)(m + l) * {OH} + oh) * {OW} + ow0;
