@@ -233,8 +233,11 @@ static inline void o2e_qim2col(const uint8_t *x, size_t C, size_t H, size_t W, s
       }
 }
 
-/* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] */
-static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc) {
+/* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] for the
+ * columns j < ncol (AVX2 skips the 4-column passes past them; the others compute all 16) */
+static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc,
+                               size_t ncol) {
+  (void)ncol;
 #if defined(O2E_Q_VNNI)
   /* the weights are broadcast straight from memory (vpdpbusd's {1to16} operand): a
    * broadcast from a general register would compete with vpdpbusd for port 5 */
@@ -270,7 +273,7 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
    * stack here; GNU vector += and a do-while (K4 >= 1: K >= 1) keep them in place.) */
   typedef int o2e_v8si __attribute__((vector_size(32)));
   const int16_t *b16 = (const int16_t *)(const void *)b;
-  for (int cq = 0; cq < 4; ++cq) {
+  for (int cq = 0; cq < 4 && (size_t)cq * 4 < ncol; ++cq) {
     o2e_v8si l0 = {0}, l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
     const int8_t *ap = a;
     const int16_t *bp = b16 + cq * K4 * 16;
@@ -504,7 +507,7 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
       else
 #endif
-        o2e_qkernel(K4, ap, bp, acc[0]);
+        o2e_qkernel(K4, ap, bp, acc[0], np);
       const size_t mr = M - m0 < O2E_QMR ? M - m0 : O2E_QMR;
       for (size_t r = 0; r < mr; ++r) {
         int32_t b = bias[m0 + r];
