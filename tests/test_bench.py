@@ -46,8 +46,16 @@ def test_bench_measures_both_sides_and_checks_the_outputs(example: Path, tmp_pat
     # fused convolutions show their internal op (o2e.ConvAct, ConvAddAct)
     convs = [p for p in r["profile"] if p["op"] in ("Conv", "ConvAct", "ConvAddAct")]
     assert convs and all(p["ort_ms"] is not None and p["ms"] > 0 for p in convs)
+    assert all(p["macs"] > 0 and p["gflops"] > 0 for p in convs)  # fused ops count their MACs
     text = format_result(r)
     assert "ratio ours/onnxruntime" in text and "onnxruntime optimised vs unoptimised" in text
+
+
+def test_bench_cpu_clock_profiles_on_the_same_clock(example: Path, tmp_path: Path) -> None:
+    # --cpu-clock --profile: the node timers read the thread CPU clock the runs are timed by
+    r = bench_model(example, runs=3, warmup=1, work_dir=tmp_path, profile=True, cpu_clock=True)
+    assert "-DO2E_PROF_CLOCK=CLOCK_THREAD_CPUTIME_ID" in r["cflags"]
+    assert r["accurate"] and r["profile"] and sum(p["ms"] for p in r["profile"]) > 0
 
 
 def test_bench_cli_json(example: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,8 @@ from onnx2edge.runtime import ort_run
 from conftest import AVX2, ISA_CFLAGS, NATIVE, THREADED, make_model, save, tensor, vi
 
 SKIP = "Gemm: fully connected, zero inputs skipped"
+# the AVX2 one-pass path that streams whole rows (taken from 16 MB of weights) on small layers
+AVX2_STREAM = [*AVX2, "-DO2E_FC_STREAM=1"]
 GEMV = "Gemm: fully connected as packed GEMV"
 
 
@@ -64,12 +66,14 @@ def _kernels(path: Path, out: Path) -> dict[str, int]:
 def test_skip_zeros_matches_onnxruntime(tmp_path: Path, K: int, N: int, act: str | None) -> None:
     path = _mlp(tmp_path / "m.onnx", K, N, act=act)
     assert _kernels(path, tmp_path / "out").get(SKIP) == 1
-    for flags in (*ISA_CFLAGS, THREADED):
+    for flags in (*ISA_CFLAGS, THREADED, AVX2_STREAM):
         rep = api.verify(path, target="c", options={"cflags": flags} if flags else None)
         assert rep.ok, (flags, rep)
 
 
-@pytest.mark.parametrize("flags", [NATIVE, AVX2], ids=["native", "avx2"])
+@pytest.mark.parametrize(
+    "flags", [NATIVE, AVX2, AVX2_STREAM], ids=["native", "avx2", "avx2_stream"]
+)
 @pytest.mark.parametrize("special", ["all_zero", "nan", "inf"])
 def test_skip_zeros_edge_inputs(tmp_path: Path, special: str, flags: list[str]) -> None:
     """No input left, or a NaN / infinity among them: the same as the dense product."""

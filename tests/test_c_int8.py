@@ -129,11 +129,13 @@ def _check(model: Path, out: Path, run, shape: tuple[int, ...] = SHAPE) -> None:
         assert exact >= 0.9, (k, res)
 
 
-def _uses_int8_kernels(out: Path) -> None:
+def _uses_int8_kernels(out: Path, qdq: bool) -> None:
     code = (out / "model.c").read_text()
+    # QOperator's QLinearAdd is lowered to float ops (passes/lower_contrib); QDQ's is o2e QAdd
+    assert ("o2e_qadd(" in code) == qdq
     for fn in (
         "o2e_qgemm(",
-        "o2e_qdw(",
+        "o2e_qdwc(",
         "o2e_qim2col(",
         "o2e_qpad(",
         "o2e_qpack_cols(",
@@ -148,7 +150,7 @@ def test_int8_kernels_match_onnxruntime(models: dict, variant: str, arch: str) -
     from onnx2edge.backends.c.build import build_and_run
 
     q, out = models[variant]
-    _uses_int8_kernels(out)
+    _uses_int8_kernels(out, variant.startswith("qdq"))
     _check(q, out, lambda o, x: build_and_run(o, arch, x))
 
 
@@ -330,3 +332,72 @@ def test_int8_gemm_exact_where_pairs_would_saturate(
         assert got[k].dtype == r.dtype
         assert len(np.unique(r)) > 20, k  # the scale keeps the results apart: a real check
         np.testing.assert_array_equal(got[k], r, err_msg=k)
+
+
+def _act_chain_model() -> onnx.ModelProto:
+    """QDQ MatMul -> Relu -> Q and Add -> Relu -> Q whose zero points lie inside the range, so
+    the Relus stay in the graph (fuse_activation makes them o2e.MatMulAct / o2e.AddAct)."""
+    rng = np.random.default_rng(8)
+    K, N = 24, 16
+    wq = rng.integers(-127, 128, (K, N)).astype(np.int8)
+    ws = (rng.random(N) * 0.01 + 0.002).astype(np.float32)
+    xs = np.float32(0.03)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+        helper.make_node("Relu", ["m"], ["mr"]),
+        helper.make_node("QuantizeLinear", ["mr", "ms", "mz"], ["mq"]),
+        helper.make_node("DequantizeLinear", ["mq", "ms", "mz"], ["md"]),
+        helper.make_node("QuantizeLinear", ["b", "bs", "bz"], ["bq"]),
+        helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"]),
+        helper.make_node("Add", ["md", "bd"], ["a"]),
+        helper.make_node("Relu", ["a"], ["ar"]),
+        helper.make_node("QuantizeLinear", ["ar", "ys", "yz"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
+    ]
+    inits = [
+        tensor("xs", xs), tensor("xz", np.array(128, np.uint8)),
+        tensor("wq", wq), tensor("ws", ws), tensor("wz", np.zeros(N, np.int8)),
+        tensor("ms", np.array(0.05, np.float32)), tensor("mz", np.array(90, np.uint8)),
+        tensor("bs", np.array(0.04, np.float32)), tensor("bz", np.array(120, np.uint8)),
+        tensor("ys", np.array(0.06, np.float32)), tensor("yz", np.array(70, np.uint8)),
+    ]  # fmt: skip
+    return make_model(nodes, [vi("x", [3, K]), vi("b", [3, N])], [vi("y", [3, N])], inits, opset=13)
+
+
+def test_fused_int8_ops_are_named_internal_ops(tmp_path: Path) -> None:
+    """A Relu kept between an integer op and its Q becomes an o2e ...Act op of its own schema
+    (semantics/fused.py), not attributes on QLinearConv / QGemm / QAdd; onnx's inference
+    knows them, and the C output matches onnxruntime within one step."""
+    from onnx2edge.api import DEFAULT_PASSES
+    from onnx2edge.frontend.loader import load
+    from onnx2edge.ir.proto import model_from_graph
+    from onnx2edge.passes import run_passes
+    from onnx2edge.semantics.fused import activation_of, base_op
+
+    q = save(_act_chain_model(), tmp_path / "acts.onnx")
+    g = run_passes(load(q, quiet=True), (*DEFAULT_PASSES, "fuse_activation", "qdq_to_int8"))
+    ops = {n.op_type: n for n in g.nodes}
+    assert {"QGemmAct", "QAddAct"} <= ops.keys(), list(ops)
+    for name, base in (("QGemmAct", "QGemm"), ("QAddAct", "QAdd")):
+        n = ops[name]
+        assert n.domain == "o2e" and base_op(n) == base
+        assert activation_of(n) is not None and activation_of(n).op == "Relu"  # type: ignore[union-attr]
+    for n in g.nodes:  # no activation attribute smuggled onto a standard op
+        assert n.domain == "o2e" or not any(k.startswith("activation") for k in n.attrs), n
+    m = model_from_graph(g, value_info=False)  # shapes from the o2e schemas alone
+    onnx.checker.check_model(m)
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    shapes = {v.name: v for v in inferred.graph.value_info}
+    assert [d.dim_value for d in shapes["mq"].type.tensor_type.shape.dim] == [3, 16]
+    out = tmp_path / "c"
+    api.convert(q, "c", out)
+    r = np.random.default_rng(9)
+    x = {"x": r.standard_normal((3, 24)).astype(np.float32) * 2,
+         "b": r.standard_normal((3, 16)).astype(np.float32) * 3}  # fmt: skip
+    ref, got = ort_run(onnx.load(str(q)), x)["y"], api.run(out, x)["y"]
+    assert np.abs(got - ref).max() <= 0.06 * 1.0001, np.abs(got - ref).max()
+    assert np.mean(got == ref) > 0.9
+    assert got.min() >= 0.0

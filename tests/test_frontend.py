@@ -71,6 +71,19 @@ def test_macs_by_hand() -> None:
     assert macs["ct"] == 8 * 10 * 4 * (2 * 2 * 2)
 
 
+def test_macs_survive_fusion() -> None:
+    # bench --profile reads MACs on the optimised graph, where Conv+Add+Relu is one
+    # o2e.ConvAddAct: its MACs are the Conv's (the GFLOP/s column was 0 for fused nodes)
+    path = next(p for p in LIGHT_MODELS if p.stem == "light_resnet50")
+    from onnx2edge.analysis import node_macs
+
+    g = api.prepare(path, "c")
+    fused = [n for n in g.nodes if n.op_type in ("ConvAct", "ConvAddAct")]
+    assert fused and all(node_macs(g, n) > 0 for n in fused)
+    total = sum(node_macs(g, n) for n in g.nodes)
+    assert abs(total - api.inspect(path)["total_macs"]) / total < 1e-6
+
+
 def _torch_style_reshape_model() -> onnx.ModelProto:
     """x:[N,4,6] -> Shape -> Gather(0) -> Unsqueeze -> Concat([-1]) -> Reshape, as torch exports."""
     nodes = [

@@ -549,7 +549,8 @@ def speech_head() -> onnx.ModelProto:
 
 
 def cpu_conv_resize() -> onnx.ModelProto:
-    """Tail nodes that MPS has but that follow a CPU node: a grouped strided Conv and Resize
+    """Tail nodes that MPS has but that follow a CPU node: a grouped strided Conv (with a
+    LeakyRelu the fusion pass puts into it: the tail splits o2e.ConvAct again) and Resize
     (nearest at a non-integer scale, linear with align_corners) after a 5-D Reshape."""
     rng = np.random.default_rng(6)
     n = helper.make_node
@@ -563,8 +564,9 @@ def cpu_conv_resize() -> onnx.ModelProto:
         n("Reshape", ["a5", "s4"], ["a4"], name="to4d"),
         n("Conv", ["a4", "w1", "b1"], ["c"], name="cpu_conv", group=2, strides=[2, 2],
           pads=[1, 0, 1, 2]),
-        n("Resize", ["c", "", "", "sz1"], ["near"], name="near", mode="nearest"),
-        n("Resize", ["c", "", "", "sz2"], ["lin"], name="lin", mode="linear",
+        n("LeakyRelu", ["c"], ["cl"], name="leaky", alpha=0.2),
+        n("Resize", ["cl", "", "", "sz1"], ["near"], name="near", mode="nearest"),
+        n("Resize", ["cl", "", "", "sz2"], ["lin"], name="lin", mode="linear",
           coordinate_transformation_mode="align_corners"),
     ]  # fmt: skip
     graph = helper.make_graph(
@@ -594,6 +596,7 @@ def test_reductions_slices_and_cpu_tail(sim_dir: Path, tmp_path: Path) -> None:
     assert where["m2_to_rank3"]["on"] == "gpu"
     for cpu in ("m3_to5d", "m3_cpu_conv", "m3_near", "m3_lin"):
         assert where[cpu]["on"] == "cpu", where[cpu]
+    assert "o2e.ConvAct" in where["m3_cpu_conv"]["node"] and "m3_leaky" not in where
     soft = where["m0_soft_w"]
     assert soft["on"] == "cpu" and "feature channels only" in soft["reason"]
     assert where["m0_pick"]["on"] == "cpu" and "gather" in where["m0_pick"]["reason"]
@@ -605,6 +608,38 @@ def test_reductions_slices_and_cpu_tail(sim_dir: Path, tmp_path: Path) -> None:
     for cls in ("MPSNNReductionFeatureChannelsSumNode", "MPSNNReductionRowMaxNode",
                 "MPSNNReductionSpatialMeanNode", "resultImages:", "func cpuSoftmax"):  # fmt: skip
         assert cls in swift, cls
+
+
+@needs_swift
+def test_mps_fusion_options(sim_dir: Path, tmp_path: Path) -> None:
+    """MPS runs the shared fuse_activation pass with its options: neurons into convolutions,
+    fully connected layers and unfolded BatchNormalization; an activation without an
+    MPSCNNNeuronType (HardSwish, Clip from -1) or a producer without a neuron slot (Add)
+    stays a node of its own."""
+    rng = np.random.default_rng(3)
+    n = helper.make_node
+    p = {"w": _w(rng, 4, 4, 1, 1), "w2": _w(rng, 4, 4, 1, 1), "lo": np.array(-1, np.float32),
+         "hi": np.array(1, np.float32), "s": np.ones(4, np.float32), "b": np.zeros(4, np.float32),
+         "m": np.zeros(4, np.float32), "v": np.ones(4, np.float32)}  # fmt: skip
+    nodes = [
+        n("Conv", ["x", "w"], ["c1"], name="c1"),
+        n("Relu", ["c1"], ["r1"], name="r1"),
+        n("Conv", ["r1", "w2"], ["c2"], name="c2"),
+        n("HardSwish", ["c2"], ["h2"], name="h2"),
+        n("Add", ["h2", "x"], ["a"], name="add"),
+        n("Relu", ["a"], ["ar"], name="ar"),
+        n("BatchNormalization", ["ar", "s", "b", "m", "v"], ["bn"], name="bn"),
+        n("Sigmoid", ["bn"], ["bs"], name="bs"),
+        n("Conv", ["bs", "w"], ["c3"], name="c3"),
+        n("Clip", ["c3", "lo", "hi"], ["y"], name="clip"),
+    ]
+    model = _model(nodes, {"x": [1, 4, 3, 3]}, ("y", [1, 4, 3, 3]), p)
+    g = run_passes(load(_save(model, tmp_path), quiet=True), MPSBackend.required_passes)
+    ops = [(nd.name, nd.op_type) for nd in g.nodes]
+    assert ops == [("c1", "ConvAct"), ("c2", "Conv"), ("h2", "HardSwish"), ("add", "Add"),
+                   ("ar", "Relu"), ("bn", "BatchNormalizationAct"), ("c3", "Conv"),
+                   ("clip", "Clip")], ops  # fmt: skip
+    check_against_ort(model, tmp_path)
 
 
 def test_gpu_only_refuses_the_cpu_tail(tmp_path: Path) -> None:

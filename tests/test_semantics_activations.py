@@ -189,7 +189,8 @@ def test_c_standalone_and_fused_match_onnxruntime(tmp_path: Path) -> None:
 def test_fused_ops_have_schemas_and_roundtrip() -> None:
     for f in fused.FUSED_OPS.values():
         s = onnx.defs.get_schema(f.name, fused.VERSION, fused.DOMAIN)
-        base = onnx.defs.get_schema(f.base, onnx.defs.onnx_opset_version(), "")
+        version = fused.VERSION if f.base_domain else onnx.defs.onnx_opset_version()
+        base = onnx.defs.get_schema(f.base, version, f.base_domain)
         assert set(base.attributes) | set(fused.ACT_ATTRS) == set(s.attributes)
         assert len(s.inputs) == len(base.inputs) + int(f.residual)
     m = make_model(

@@ -2,12 +2,13 @@
 onnxruntime (issue 10, item 2: the activation table's meaning holds whichever kernel is picked).
 
 One model holds a case per kernel: im2col + GEMM, implicit GEMM, 1x1 as GEMM, strided 1x1,
-depthwise, Winograd, lanes, direct, ConvTranspose by sub-pixel phases, and the residual
-(o2e.ConvAddAct) epilogues of the GEMM, Winograd and direct kernels; each followed by an
-activation of the table (epilogue kinds Relu / Clip / LeakyRelu and post-loop ones). The input
-holds NaN, +Inf and -Inf. The kernel counts prove each path ran. Built portable (C99 epilogue),
-AVX2 and native (AVX-512 here), compared with onnxruntime without graph optimisations (each
-op's own meaning) and with them (its fused kernels): NaN where it has NaN, the same infinities.
+depthwise, Winograd, lanes, direct, k x k on a narrow map, ConvTranspose by sub-pixel phases,
+and the residual (o2e.ConvAddAct) epilogues of the GEMM, Winograd and direct kernels; each
+followed by an activation of the table (epilogue kinds Relu / Clip / LeakyRelu and post-loop
+ones). The input holds NaN, +Inf and -Inf. The kernel counts prove each path ran. Built
+portable (C99 epilogue), AVX2 and native (AVX-512 here), compared with onnxruntime without
+graph optimisations (each op's own meaning) and with them (its fused kernels): NaN where it
+has NaN, the same infinities.
 
 Winograd is the one documented exception: its transforms mix a whole input tile, so a
 non-finite input reaches every output of its tile (where onnxruntime's direct sums may stay
@@ -34,7 +35,9 @@ H = W = 20
 C = 16
 # name: (M, kernel, strides, pads, group, activation, residual, expected kernel)
 CASES = {
-    "im2col": (40, 5, 8, 0, 1, "Relu", False, "Conv: im2col + GEMM"),
+    # 24 outputs: the narrow-map kernel (>= 32) would take this 2x2 output
+    "im2col": (24, 5, 8, 0, 1, "Relu", False, "Conv: im2col + GEMM"),
+    "narrow": (40, 3, 3, 1, 1, "Clip", False, "Conv: k x k on a narrow map"),
     "implicit": (
         40,
         5,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .ir import Graph, Node
+from .semantics.fused import base_op
 
 
 def _prod(xs: tuple[int, ...] | list[int]) -> int:
@@ -25,7 +26,9 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...] | None:
 
 
 def node_macs(graph: Graph, node: Node) -> int:
-    op = node.op_type
+    # the fused internal ops (o2e.ConvAct, ConvAddAct, GemmAct, ...) cost what their base op
+    # does: bench --profile's GFLOP/s column reads this on the optimised graph
+    op = base_op(node)
     if op == "Conv":
         w, y = _shape(graph, node.inputs[1]), _shape(graph, node.outputs[0])
         if w is None or y is None:

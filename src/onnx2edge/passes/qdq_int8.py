@@ -4,17 +4,17 @@ onnxruntime.quantization.quantize_static (QDQ format) writes every quantized lay
 
 before:  xq -> DequantizeLinear -> Conv -> [Relu / Clip] -> QuantizeLinear -> yq
          wq (int8 const) -> DequantizeLinear -^   ^- DequantizeLinear <- bias (int32 const)
-after:   xq -> QLinearConv[o2e_act=...] -> yq
+after:   xq -> QLinearConv -> yq       (o2e.QLinearConvAct when it carries the Relu / Clip)
 
-and the same around MatMul / Gemm, which become `QGemm` in the internal domain `o2e`
-(QLinearMatMul's inputs, B as [K, N], plus an optional int32 bias at input 8: QLinearMatMul
-has no bias and a fused activation is no standard attribute). onnxruntime runs these groups
+and the same around MatMul / Gemm, which become `o2e.QGemm` / `o2e.QGemmAct` (QLinearMatMul's
+inputs, B as [K, N], plus an optional int32 bias at input 8: QLinearMatMul has no bias). These
+internal ops and their schemas live in semantics/fused.py. onnxruntime runs these groups
 with its integer kernels; the float Conv between Q/DQ pairs only approximates them. A fused
 Relu / Clip becomes the bounds of the requantisation clamp, which is exact: quantization is
 monotonic, so Q(relu(v)) = max(Q(v), Q(0)) and Q(clip(v, a, b)) = clamp(Q(v), Q(a), Q(b)).
 
 `int8_plan` reads an integer node (from this pass, or a QOperator model's QLinearConv /
-QLinearMatMul) into what the kernels need, computed at conversion: int8 weights with their
+QLinearMatMul; a fused one by its `base_op`) into what the kernels need, computed at conversion: int8 weights with their
 zero point subtracted, per-output requantisation scales x_scale * w_scale / y_scale in
 float32 (onnxruntime's order of operations), the int32 bias, the output clamp. A pattern the
 kernels cannot run (3-D convolutions, grouped non-depthwise convolutions, weights that do not
@@ -30,11 +30,17 @@ import numpy as np
 from onnx.helper import np_dtype_to_tensor_dtype
 
 from ..ir import Attr, Graph, Node, TensorType, Value
-from ..semantics.activations import Activation
-from ..semantics.fused import base_op, has_residual, is_fused
+from ..semantics.fused import (
+    DOMAIN,
+    activation_of,
+    base_domain,
+    base_op,
+    has_residual,
+    is_fused,
+    with_activation,
+)
 from .registry import register_pass
 
-DOMAIN = "o2e"
 QRANGE = {"uint8": (0, 255), "int8": (-128, 127)}
 _ACTS = ("Relu", "Clip")
 
@@ -69,17 +75,6 @@ def _input(node: Node, i: int) -> str:
     return node.inputs[i] if i < len(node.inputs) else ""
 
 
-def activation_of(node: Node) -> Activation | None:
-    """The activation a fused producer (o2e.ConvAct, ...) carries, or that an integer node
-    this pass wrote kept from it (the same three attributes)."""
-    op = node.attr("activation", "")
-    if not op:
-        return None
-    return Activation(
-        op, float(node.attr("activation_alpha", 0.0)), float(node.attr("activation_beta", 0.0))
-    )
-
-
 def _clamp_bounds(node: Node, ys: np.float32, yz: int, qname: str) -> tuple[int, int] | None:
     """The output clamp: the type's range narrowed by a fused Relu / Clip (None: another
     activation the integer kernels cannot apply)."""
@@ -103,10 +98,10 @@ def _clamp_bounds(node: Node, ys: np.float32, yz: int, qname: str) -> tuple[int,
 
 
 def int8_plan(graph: Graph, node: Node) -> Int8Plan | None:
-    """The kernels' view of a QLinearConv / QLinearMatMul / o2e QGemm, or None if they cannot
-    run it (the emitter then uses the reference loops)."""
-    gemm = node.op_type == "QGemm" and node.domain == DOMAIN
-    if not gemm and not (node.op_type in ("QLinearConv", "QLinearMatMul") and node.domain == ""):
+    """The kernels' view of a QLinearConv / QLinearMatMul / o2e QGemm (or their o2e ...Act
+    forms), or None if they cannot run it (the emitter then uses the reference loops)."""
+    op = (base_domain(node), base_op(node))
+    if op not in ((DOMAIN, "QGemm"), ("", "QLinearConv"), ("", "QLinearMatMul")):
         return None
     x, w = graph.type_of(_input(node, 0)), graph.const(_input(node, 3))
     y = graph.type_of(node.outputs[0])
@@ -125,8 +120,7 @@ def int8_plan(graph: Graph, node: Node) -> Int8Plan | None:
         return None
     xz_i = int(xz.reshape(-1)[0]) if xz is not None else 0
     yz_i = int(yz.reshape(-1)[0]) if yz is not None else 0
-    conv = node.op_type == "QLinearConv"
-    if conv:
+    if op[1] == "QLinearConv":
         if w.ndim != 4 or len(x.static_shape) != 4:
             return None
         M, cg = w.shape[0], w.shape[1]
@@ -255,7 +249,22 @@ class _Rewrite:
 
 
 def _attrs(node: Node, keep: tuple[str, ...]) -> dict[str, Attr]:
-    return {k: a for k, a in node.attrs.items() if k in keep or k.startswith("activation")}
+    return {k: a for k, a in node.attrs.items() if k in keep}
+
+
+def _integer_node(
+    node: Node,
+    op: str,
+    domain: str,
+    inputs: tuple[str, ...],
+    outputs: tuple[str, ...],
+    attrs: dict[str, Attr],
+) -> Node:
+    """The integer op replacing `node`; its fused form (o2e.QLinearConvAct, QGemmAct, QAddAct)
+    when `node` carries an activation, which becomes the requantisation clamp."""
+    new = Node(node.name, op, inputs, outputs, attrs, domain=domain)
+    act = activation_of(node)
+    return new if act is None else with_activation(new, act, outputs)
 
 
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -304,7 +313,7 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     only moved or compared). DQ... -> Concat -> Q: the integers, each input requantized by a
     table where its scale differs (o2e QConcat). DQ, DQ -> Add [-> Relu] -> Q: o2e QAdd."""
     g = rw.graph
-    op = node.op_type
+    op = base_op(node)  # o2e.AddAct is an Add
     t = g.type_of(node.inputs[0])
     if op == "MaxPool" and t is not None and t.dtype.name in QRANGE and _plain_pool(node, g):
         # already on integers (QOperator models): the same kernel, nothing absorbed
@@ -343,8 +352,7 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
             return None
         ins = [da.inputs[0], da.inputs[1], rw.zp(node, da, 2), db.inputs[0], db.inputs[1]]
         ins += [rw.zp(node, db, 2), q.inputs[1], rw.zp(node, q, 2)]
-        attrs = _attrs(node, ())
-        return Node(node.name, "QAdd", tuple(ins), q.outputs, attrs, domain=DOMAIN), q
+        return _integer_node(node, "QAdd", DOMAIN, tuple(ins), q.outputs, {}), q
     return None
 
 
@@ -352,6 +360,8 @@ def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     """The integer node replacing `node` and the QuantizeLinear it absorbs, or None."""
     g = rw.graph
     if node.domain == "" and node.op_type in (*_PASSTHROUGH, "Concat", "Add"):
+        return _rewrite_data(rw, node)
+    if is_fused(node) and base_op(node) == "Add":  # o2e.AddAct (fuse_activation)
         return _rewrite_data(rw, node)
     if (
         not (node.domain == "" or is_fused(node))
@@ -418,8 +428,7 @@ def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     ]  # fmt: skip
     if not bias:
         inputs.pop()
-    new = Node(node.name, op, tuple(inputs), (q.outputs[0],), attrs, domain=dom)
-    return new, q
+    return _integer_node(node, op, dom, tuple(inputs), (q.outputs[0],), attrs), q
 
 
 @register_pass("qdq_to_int8", after=("fuse_activation",))
@@ -460,7 +469,7 @@ def qdq_to_int8(graph: Graph) -> Graph:
 
 
 def _accepted(graph: Graph, node: Node) -> bool:
-    if node.op_type in ("QLinearConv", "QGemm"):
+    if base_op(node) in ("QLinearConv", "QGemm"):
         return int8_plan(graph, node) is not None
     return True
 

@@ -14,11 +14,27 @@ attribute defaults in attrs.py and onnx's checker know them):
 | `o2e.MatMulAct` | act(MatMul(A, B)) | A, B |
 | `o2e.AddAct` | act(Add(A, B)) | A, B |
 | `o2e.InstanceNormalizationAct` | act(InstanceNormalization(X, scale, B)) | X, scale, B |
+| `o2e.BatchNormalizationAct` | act(BatchNormalization(X, ...)), inference, one output (MPS only: a BN left unfolded is a channel affine there, a 1x1 depthwise convolution with a neuron) | X, scale, B, mean, var |
+| `o2e.QLinearConvAct` | act(QLinearConv(...)), act in the requantisation clamp | QLinearConv's |
+| `o2e.QGemmAct` | act(o2e.QGemm(...)) | QGemm's |
+| `o2e.QAddAct` | act(o2e.QAdd(...)) | QAdd's |
 
 Each carries its base op's attributes unchanged plus `activation` (an ONNX activation op name
 from the activation table, "" for none: a ConvAddAct without activation), `activation_alpha`
 and `activation_beta` (its parameters, defaults resolved). A backend emits a fused op with its
-base op's emitter (`base_op`) and reads the extras with `activation_of` / `has_residual`.
+base op's emitter (`base_op`, `base_domain`) and reads the extras with `activation_of` /
+`has_residual`.
+
+The C backend's int8 pass (passes/qdq_int8.py) writes integer ops ONNX has no standard form
+for; their schemas are here too (`INTERNAL_OPS`), and the three `Q...Act` above are their
+fused forms:
+
+| op | = | inputs |
+|---|---|---|
+| `o2e.QGemm` | QLinearMatMul with B constant [K, N] and an int32 bias added before requantising | QLinearMatMul's, bias? |
+| `o2e.QAdd` | QLinearAdd of two tensors of one shape (onnxruntime's com.microsoft op, in float32) | A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point |
+| `o2e.QConcat` | Concat of quantized tensors, each requantized to the output's scale by a 256-entry table ("" when the scales agree) | X0, table0, X1, table1, ... |
+| `o2e.QMaxPool` | MaxPool on int8 / uint8 (no Indices output) | X |
 """
 
 from __future__ import annotations
@@ -26,6 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import onnx.defs
+import onnx.helper
+import onnx.shape_inference
 from onnx import AttributeProto
 from onnx.defs import OpSchema
 from onnx.helper import make_attribute
@@ -43,6 +61,7 @@ class FusedOp:
     name: str
     base: str
     residual: bool = False
+    base_domain: str = ""  # DOMAIN when the base is itself an internal op (o2e.QGemm, ...)
 
 
 FUSED_OPS: dict[str, FusedOp] = {
@@ -55,12 +74,169 @@ FUSED_OPS: dict[str, FusedOp] = {
         FusedOp("MatMulAct", "MatMul"),
         FusedOp("AddAct", "Add"),
         FusedOp("InstanceNormalizationAct", "InstanceNormalization"),
+        FusedOp("BatchNormalizationAct", "BatchNormalization"),
+        # passes/qdq_int8: the activation is the requantisation clamp (a Relu / Clip only)
+        FusedOp("QLinearConvAct", "QLinearConv"),
+        FusedOp("QGemmAct", "QGemm", base_domain=DOMAIN),
+        FusedOp("QAddAct", "QAdd", base_domain=DOMAIN),
     )
 }
 
 
+# --------------------------------------------------------------------------------------------
+# internal int8 ops (passes/qdq_int8), the bases of QGemmAct / QAddAct
+# --------------------------------------------------------------------------------------------
+_Param = OpSchema.FormalParameter
+_OPTIONAL = OpSchema.FormalParameterOption.Optional
+_QTYPES = ["tensor(int8)", "tensor(uint8)"]
+
+
+def _elem_type(ctx: onnx.shape_inference.InferenceContext, i: int) -> int | None:
+    t = ctx.get_input_type(i) if i < ctx.get_num_inputs() and ctx.has_input(i) else None
+    return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else None
+
+
+def _set_output(
+    ctx: onnx.shape_inference.InferenceContext, elem_type: int, dims: list[int | str] | None
+) -> None:
+    out = onnx.TypeProto()
+    out.tensor_type.elem_type = elem_type
+    if dims is not None:
+        out.tensor_type.shape.SetInParent()
+        for d in dims:
+            dim = out.tensor_type.shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            elif d:
+                dim.dim_param = d
+    ctx.set_output_type(0, out)
+
+
+def _dims(ctx: onnx.shape_inference.InferenceContext, i: int) -> list[int | str] | None:
+    t = ctx.get_input_type(i)
+    if t is None or not t.tensor_type.HasField("shape"):
+        return None
+    return [
+        d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.tensor_type.shape.dim
+    ]
+
+
+def _qadd_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    # C's type is its zero point's (QuantizeLinear's uint8 when absent); A and B share a shape
+    _set_output(ctx, _elem_type(ctx, 7) or onnx.TensorProto.UINT8, _dims(ctx, 0))
+
+
+def _qconcat_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    # a table holds output-typed bytes; without one the input already has the output's type
+    elem = _elem_type(ctx, 1) or _elem_type(ctx, 0)
+    shapes = [_dims(ctx, i) for i in range(0, ctx.get_num_inputs(), 2)]
+    if elem is None:
+        return
+    if any(s is None for s in shapes) or not shapes:
+        _set_output(ctx, elem, None)
+        return
+    rank = len(shapes[0])  # type: ignore[arg-type]
+    axis = onnx.helper.get_attribute_value(ctx.get_attribute("axis")) % rank
+    sizes = [s[axis] for s in shapes]  # type: ignore[index]
+    dims = list(shapes[0])  # type: ignore[arg-type]
+    dims[axis] = sum(sizes) if all(isinstance(v, int) for v in sizes) else ""  # type: ignore
+    _set_output(ctx, elem, dims)
+
+
+def _internal_schemas() -> list[OpSchema]:
+    qmm = onnx.defs.get_schema("QLinearMatMul", onnx.defs.onnx_opset_version(), "")
+    qgemm = OpSchema(
+        "QGemm",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op (passes/qdq_int8): QLinearMatMul with B constant [K, N] and an "
+        "int32 bias [N] added to the integer sums before requantising.",
+        inputs=[
+            *[_Param(p.name, p.type_str, p.description, param_option=p.option) for p in qmm.inputs],
+            _Param("bias", "T4", "int32 bias [N], scale a_scale * b_scale", param_option=_OPTIONAL),
+        ],
+        outputs=[_Param(p.name, p.type_str, p.description) for p in qmm.outputs],
+        type_constraints=[
+            *[
+                (c.type_param_str, list(c.allowed_type_strs), c.description)
+                for c in qmm.type_constraints
+            ],
+            ("T4", ["tensor(int32)"], "bias"),
+        ],  # fmt: skip
+    )
+    # the bias does not change the output: QLinearMatMul's inference reads inputs 0, 3 and 7
+    qgemm.set_type_and_shape_inference_function(qmm.get_type_and_shape_inference_function())
+    f = "tensor(float)"
+    qadd = OpSchema(
+        "QAdd",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op (passes/qdq_int8): "
+        "Q(DQ(A) + DQ(B)) for A and B of one shape, in float32 as onnxruntime's QLinearAdd.",
+        inputs=[
+            _Param("A", "T1", ""),
+            _Param("A_scale", f, ""),
+            _Param("A_zero_point", "T1", "", param_option=_OPTIONAL),
+            _Param("B", "T2", ""),
+            _Param("B_scale", f, ""),
+            _Param("B_zero_point", "T2", "", param_option=_OPTIONAL),
+            _Param("C_scale", f, ""),
+            _Param("C_zero_point", "T3", "", param_option=_OPTIONAL),
+        ],  # fmt: skip
+        outputs=[_Param("C", "T3", "")],
+        type_constraints=[(t, _QTYPES, "") for t in ("T1", "T2", "T3")],
+    )
+    qadd.set_type_and_shape_inference_function(_qadd_infer)
+    qconcat = OpSchema(
+        "QConcat",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op (passes/qdq_int8): Concat of quantized tensors given as pairs "
+        "(X_i, table_i); table_i[v] = QuantizeLinear(DequantizeLinear(v)) requantizes X_i to the "
+        "output's scale, '' when they agree.",
+        inputs=[
+            _Param(
+                "inputs",
+                "T",
+                "",
+                param_option=OpSchema.FormalParameterOption.Variadic,
+                is_homogeneous=False,
+            )
+        ],  # fmt: skip
+        outputs=[_Param("concat_result", "T", "")],
+        type_constraints=[("T", _QTYPES, "")],
+        attributes=[OpSchema.Attribute("axis", OpSchema.AttrType.INT, "Concat's axis", required=True)],
+    )
+    qconcat.set_type_and_shape_inference_function(_qconcat_infer)
+    mp = onnx.defs.get_schema("MaxPool", onnx.defs.onnx_opset_version(), "")
+    qmaxpool = OpSchema(
+        "QMaxPool",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op (passes/qdq_int8): MaxPool on int8 / uint8 without Indices.",
+        inputs=[_Param(p.name, p.type_str, p.description) for p in mp.inputs],
+        outputs=[_Param(mp.outputs[0].name, mp.outputs[0].type_str, "")],
+        type_constraints=[("T", _QTYPES, "")],
+        attributes=_copy_attrs(mp),
+    )
+    # MaxPool's inference sets Indices only when the node has a second output
+    qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
+    return [qgemm, qadd, qconcat, qmaxpool]
+
+
+def _copy_attrs(base: OpSchema) -> list[OpSchema.Attribute]:
+    out = []
+    for a in base.attributes.values():
+        if a.default_value.name:
+            out.append(OpSchema.Attribute(a.name, a.default_value, a.description))
+        else:
+            out.append(OpSchema.Attribute(a.name, a.type, a.description, required=a.required))
+    return out
+
+
 def _schema(f: FusedOp) -> OpSchema:
-    base = onnx.defs.get_schema(f.base, onnx.defs.onnx_opset_version(), "")
+    version = VERSION if f.base_domain else onnx.defs.onnx_opset_version()
+    base = onnx.defs.get_schema(f.base, version, f.base_domain)
     inputs = [
         OpSchema.FormalParameter(p.name, p.type_str, p.description, param_option=p.option)
         for p in base.inputs
@@ -68,12 +244,7 @@ def _schema(f: FusedOp) -> OpSchema:
     if f.residual:
         # the bias becomes optional-but-positional: "" when the Conv had none
         inputs.append(OpSchema.FormalParameter("R", "T", "residual added before the activation"))
-    attrs = []
-    for a in base.attributes.values():
-        if a.default_value.name:
-            attrs.append(OpSchema.Attribute(a.name, a.default_value, a.description))
-        else:
-            attrs.append(OpSchema.Attribute(a.name, a.type, a.description, required=a.required))
+    attrs = _copy_attrs(base)
     attrs += [
         OpSchema.Attribute(
             "activation",
@@ -97,9 +268,12 @@ def _schema(f: FusedOp) -> OpSchema:
         DOMAIN,
         VERSION,
         f"onnx2edge internal op: activation({f.base}(...){res}), fused by the passes "
-        "fuse_residual / fuse_activation; see onnx2edge.semantics.fused.",
+        "fuse_residual / fuse_activation / qdq_to_int8; see onnx2edge.semantics.fused.",
         inputs=inputs,
-        outputs=[OpSchema.FormalParameter(p.name, p.type_str, p.description) for p in base.outputs],
+        outputs=[
+            OpSchema.FormalParameter(p.name, p.type_str, p.description, param_option=p.option)
+            for p in base.outputs
+        ],
         type_constraints=[
             (c.type_param_str, list(c.allowed_type_strs), c.description)
             for c in base.type_constraints
@@ -113,11 +287,23 @@ def _schema(f: FusedOp) -> OpSchema:
     return schema
 
 
+INTERNAL_OPS = ("QGemm", "QAdd", "QConcat", "QMaxPool")
+
+
 def _register() -> None:
-    for f in FUSED_OPS.values():
+    def known(name: str) -> bool:
         try:
-            onnx.defs.get_schema(f.name, VERSION, DOMAIN)
+            onnx.defs.get_schema(name, VERSION, DOMAIN)
         except onnx.defs.SchemaError:
+            return False
+        return True
+
+    # the bases first: QGemmAct / QAddAct copy their schemas
+    for sch in _internal_schemas() if not all(map(known, INTERNAL_OPS)) else ():
+        if not known(sch.name):
+            onnx.defs.register_schema(sch)
+    for f in FUSED_OPS.values():
+        if not known(f.name):
             onnx.defs.register_schema(_schema(f))
 
 
@@ -132,6 +318,11 @@ def base_op(node: Node) -> str:
     """The ONNX op a node computes before its fused extras: Conv for o2e.ConvAct, else its
     own op_type."""
     return FUSED_OPS[node.op_type].base if is_fused(node) else node.op_type
+
+
+def base_domain(node: Node) -> str:
+    """The domain of `base_op(node)`: "" for o2e.ConvAct, o2e for o2e.QGemmAct."""
+    return FUSED_OPS[node.op_type].base_domain if is_fused(node) else node.domain
 
 
 def activation_of(node: Node) -> Activation | None:
@@ -168,9 +359,9 @@ def with_activation(node: Node, act: Activation, outputs: tuple[str, ...]) -> No
     attrs["activation"] = Attr(AttributeProto.STRING, act.op)
     attrs["activation_alpha"] = Attr(AttributeProto.FLOAT, act.alpha)
     attrs["activation_beta"] = Attr(AttributeProto.FLOAT, act.beta)
-    return node.replace(
-        op_type=_fused_name(base, residual), domain=DOMAIN, attrs=attrs, outputs=outputs
-    )
+    name = _fused_name(base, residual)
+    assert name in FUSED_OPS, f"no fused form of {base}"
+    return node.replace(op_type=name, domain=DOMAIN, attrs=attrs, outputs=outputs)
 
 
 def with_residual(conv: Node, residual: str, outputs: tuple[str, ...]) -> Node:
@@ -196,4 +387,4 @@ def unfused(node: Node) -> Node:
     inputs = node.inputs[:3] if has_residual(node) else node.inputs
     while inputs and not inputs[-1]:
         inputs = inputs[:-1]
-    return node.replace(op_type=base_op(node), domain="", attrs=attrs, inputs=inputs)
+    return node.replace(op_type=base_op(node), domain=base_domain(node), attrs=attrs, inputs=inputs)

@@ -25,7 +25,7 @@ from ...ir import Graph, Node
 from ...ir.proto import release_pages
 from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.attrs import attr as semantic_attr
-from ...semantics.fused import base_op, is_fused
+from ...semantics.fused import base_domain, base_op
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
@@ -75,10 +75,10 @@ _RESERVED = set(
 
 def op_key(node: Node) -> str:
     """A node's name in the op registry: the op type in the default domain, `domain:op`
-    elsewhere (ops/ml.py and ops/training.py register `ai.onnx.ml:Binarizer`, ...)."""
-    if is_fused(node):
-        return base_op(node)
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+    elsewhere (ops/ml.py and ops/training.py register `ai.onnx.ml:Binarizer`, ...). A fused op
+    is its base op's (o2e.ConvAct: Conv, o2e.QGemmAct: o2e:QGemm)."""
+    domain, op = base_domain(node), base_op(node)
+    return op if domain in ("", "ai.onnx") else f"{domain}:{op}"
 
 
 def c_ident(name: str) -> str:

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import Onnx2EdgeError
-from ...ir import Graph
-from ...passes import PASSES
+from ...ir import Graph, Node
+from ...passes.fuse_activation import fuse_activations
+from ...passes.registry import register_pass
+from ...semantics.activations import ACTIVATIONS, Activation, mps_neuron
 from ..base import Backend, BackendOption, ConvertResult, register_backend
 from . import build
 from .core import Refuse, swift_ident
@@ -22,6 +24,29 @@ from .lower import lower
 from .swift import render_model, render_package, render_readme
 
 MODEL_INFO = "mps-model.json"
+
+# Which fusions MPS takes is decided here, as options of the shared fuse_activation pass, not
+# undone later: MPSNNGraph applies an activation only as the fusedNeuronDescriptor of a
+# convolution / fully connected layer (a BatchNormalization the fold pass left is a 1x1
+# depthwise convolution here, so it takes one too), and only an MPSCNNNeuronType (the activation
+# table's `mps` column: not HardSwish, not a Clip whose lower bound is not 0, not tanh-GELU).
+# Refusing up front keeps the activation a node of its own, with its name, which the GPU
+# emitters lower as before. Where a node runs (GPU or the CPU tail) is only known while
+# lowering, so a fused node the GPU refuses is split again in one place: cpu.cpu_fused.
+MPS_FUSION_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization")
+MPS_NEURONS = tuple(op for op, d in ACTIVATIONS.items() if d.mps is not None)
+
+
+def _has_neuron(graph: Graph, producer: Node, act: Activation) -> bool:
+    return mps_neuron(act) is not None
+
+
+@register_pass("fuse_activation_mps", after=("fold_constants", "fold_batchnorm"))
+def fuse_activation_mps(graph: Graph) -> Graph:
+    """fuse_activation with MPS's options (above)."""
+    return fuse_activations(
+        graph, producers=MPS_FUSION_PRODUCERS, activations=MPS_NEURONS, accept=_has_neuron
+    )
 
 
 def model_class_name(graph: Graph, options: Mapping[str, Any]) -> str:
@@ -41,12 +66,14 @@ class MPSBackend(Backend):
         ),
     )
 
-    @property  # type: ignore[override]
-    def required_passes(self) -> tuple[str, ...]:
-        # BN folding also happens in the emitter (as in the paper); the shared pass is used
-        # when it exists so every backend folds the same way.
-        base = ("fold_constants", "infer_shapes", "remove_identity", "eliminate_dead_nodes")
-        return base + tuple(p for p in ("fold_batchnorm",) if p in PASSES)
+    required_passes = (
+        "fold_constants",
+        "infer_shapes",
+        "remove_identity",
+        "eliminate_dead_nodes",
+        "fold_batchnorm",
+        "fuse_activation_mps",
+    )
 
     def unsupported(self, graph: Graph) -> list[str]:
         return self.unsupported_for(graph, {})

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ...semantics.activations import as_activation
 from ...semantics.attrs import attr, gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
+from ...semantics.fused import activation_of, base_op, has_residual, unfused
 from .core import _reduce_axes, swift_float
 
 if TYPE_CHECKING:
@@ -68,32 +70,37 @@ def _axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-# Element-wise functions (ONNX operator definitions) as Swift closures of `x`.
-UNARY: dict[str, Callable[[Node], str]] = {
-    "Relu": lambda n: "max(x, 0)",
-    "Sigmoid": lambda n: "1 / (1 + expf(-x))",
-    "Tanh": lambda n: "tanhf(x)",
-    "Exp": lambda n: "expf(x)",
-    "Log": lambda n: "logf(x)",
-    "Neg": lambda n: "-x",
-    "Abs": lambda n: "abs(x)",
-    "Sqrt": lambda n: "x.squareRoot()",
-    "Reciprocal": lambda n: "1 / x",
-    "Erf": lambda n: "erff(x)",
-    "Floor": lambda n: "x.rounded(.down)",
-    "Ceil": lambda n: "x.rounded(.up)",
-    "Softplus": lambda n: "logf(1 + expf(x))",
-    "Softsign": lambda n: "x / (1 + abs(x))",
-    "LeakyRelu": lambda n: f"x >= 0 ? x : {_f(attr(n, 'alpha'))} * x",
-    "Elu": lambda n: f"x >= 0 ? x : {_f(attr(n, 'alpha'))} * (expf(x) - 1)",
-    "HardSigmoid": lambda n: f"min(max({_f(attr(n, 'alpha'))} * x + {_f(attr(n, 'beta'))}, 0), 1)",
-    "HardSwish": lambda n: "x * min(max(x / 6 + 0.5, 0), 1)",
-    "Gelu": lambda n: (
+# Element-wise functions (ONNX operator definitions) as Swift closures of `x`. The activation
+# table's ops take their resolved parameters (alpha, beta: semantics/activations.py), so a
+# standalone node and one fused into an o2e.<Op>Act (cpu_fused) render the same closure.
+ACT_SWIFT: dict[str, Callable[[float, float], str]] = {
+    "Relu": lambda a, b: "max(x, 0)",
+    "Sigmoid": lambda a, b: "1 / (1 + expf(-x))",
+    "Tanh": lambda a, b: "tanhf(x)",
+    "Softplus": lambda a, b: "logf(1 + expf(x))",
+    "Softsign": lambda a, b: "x / (1 + abs(x))",
+    "LeakyRelu": lambda a, b: f"x >= 0 ? x : {_f(a)} * x",
+    "Elu": lambda a, b: f"x >= 0 ? x : {_f(a)} * (expf(x) - 1)",
+    "HardSigmoid": lambda a, b: f"min(max({_f(a)} * x + {_f(b)}, 0), 1)",
+    "HardSwish": lambda a, b: "x * min(max(x / 6 + 0.5, 0), 1)",
+    "Gelu": lambda a, b: (
         "0.5 * x * (1 + tanhf(0.7978845608028654 * (x + 0.044715 * x * x * x)))"
-        if attr(n, "approximate") == "tanh"
+        if a
         else "0.5 * x * (1 + erff(x * 0.7071067811865476))"
     ),
-    "Mish": lambda n: "x * tanhf(logf(1 + expf(x)))",
+    "Mish": lambda a, b: "x * tanhf(logf(1 + expf(x)))",
+    "Clip": lambda a, b: f"min(max(x, {_f(a)}), {_f(b)})",
+}
+UNARY: dict[str, str] = {
+    "Exp": "expf(x)",
+    "Log": "logf(x)",
+    "Neg": "-x",
+    "Abs": "abs(x)",
+    "Sqrt": "x.squareRoot()",
+    "Reciprocal": "1 / x",
+    "Erf": "erff(x)",
+    "Floor": "x.rounded(.down)",
+    "Ceil": "x.rounded(.up)",
 }
 
 BINARY = {
@@ -107,17 +114,34 @@ BINARY = {
 }
 
 
-@cpu_emitter(*UNARY)
+@cpu_emitter(*UNARY, *ACT_SWIFT)
 def _unary(lw: Lowering, node: Node) -> None:
+    if node.op_type in UNARY:
+        body = UNARY[node.op_type]
+    else:
+        if node.op_type == "Clip":
+            lw.clip_bounds(node)  # refuses a bound computed at run time, naming it
+        act = as_activation(lw.g, node)
+        if act is None:
+            raise CPURefuse(f"{node.op_type} parameters computed at run time")
+        body = ACT_SWIFT[act.op](act.alpha, act.beta)
     x = lw.cpu_in(node.inputs[0])
-    lw.cpu_out(node, node.outputs[0], f"cpuUnary({x}) {{ x in {UNARY[node.op_type](node)} }}")
+    lw.cpu_out(node, node.outputs[0], f"cpuUnary({x}) {{ x in {body} }}")
 
 
-@cpu_emitter("Clip")
-def _clip(lw: Lowering, node: Node) -> None:
-    lo, hi = lw.clip_bounds(node)
-    x = lw.cpu_in(node.inputs[0])
-    lw.cpu_out(node, node.outputs[0], f"cpuUnary({x}) {{ x in min(max(x, {_f(lo)}), {_f(hi)}) }}")
+def cpu_fused(lw: Lowering, node: Node) -> None:
+    """An o2e.<Op>Act the GPU graph could not take (the shared fusion pass runs before
+    placement is known): its base op's CPU code, then the activation on the result."""
+    act = activation_of(node)
+    if has_residual(node):
+        raise CPURefuse("a fused residual (MPS does not run fuse_residual)")
+    CPU_EMITTERS[base_op(node)](lw, unfused(node))
+    if act is not None:
+        if act.op not in ACT_SWIFT:
+            raise CPURefuse(f"no CPU code for the fused {act.op}")
+        x = lw.cpu_in(node.outputs[0])
+        body = ACT_SWIFT[act.op](act.alpha, act.beta)
+        lw.cpu_out(node, node.outputs[0], f"cpuUnary({x}) {{ x in {body} }}")
 
 
 @cpu_emitter(*BINARY)

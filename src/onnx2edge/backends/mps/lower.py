@@ -26,7 +26,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.activations import ACTIVATIONS, as_activation, clip_params, mps_neuron
-from ...semantics.batchnorm import bn_affine
+from ...semantics.fused import base_op, is_fused
 from .core import (
     Img,
     Layer,
@@ -38,9 +38,13 @@ from .core import (
     swift_ident,
     swift_string,
 )
-from .cpu import CPU_EMITTERS, CPURefuse
+from .cpu import CPU_EMITTERS, CPURefuse, cpu_fused
 from .ops import EMITTERS, HEAVY_OPS, MATMUL_OF_ACTIVATIONS, NO_NODE
 from .params import ParamBlob
+
+
+def _onnx_or_fused(node: Node) -> bool:
+    return node.domain in ("", "ai.onnx") or is_fused(node)
 
 
 class Lowering:
@@ -67,7 +71,8 @@ class Lowering:
 
     # -- helpers ----------------------------------------------------------------------------
     def label(self, node: Node) -> str:
-        return f"node '{node.name or node.outputs[0]}' (op {node.op_type}, opset {self.g.opset})"
+        op = f"{node.domain}.{node.op_type}" if is_fused(node) else node.op_type
+        return f"node '{node.name or node.outputs[0]}' (op {op}, opset {self.g.opset})"
 
     def fresh(self, base: str) -> str:
         name = swift_ident(base)
@@ -159,53 +164,6 @@ class Lowering:
             f"b: {swift_float(b)}, c: {swift_float(c)})"
         )
 
-    def fuse_after(
-        self, tensor: str, comment: list[str], *, bn: bool
-    ) -> tuple[str, NeuronSpec | None, Node | None]:
-        """Look past `tensor` for a BatchNormalization (if `bn`) then an activation to absorb.
-
-        Returns the tensor the fused layer produces, the neuron to fuse, and the BN node.
-        """
-        bn_node = None
-        nxt = self.sole_consumer(tensor)
-        if (
-            bn
-            and nxt is not None
-            and nxt.op_type == "BatchNormalization"
-            and len([o for o in nxt.outputs if o]) == 1
-        ):
-            if bn_affine(self.g, nxt) is not None:
-                bn_node = nxt
-                self.absorbed.add(id(nxt))
-                comment.append(f"+ '{nxt.name}' (BatchNormalization, folded into the weights)")
-                tensor = nxt.outputs[0]
-                nxt = self.sole_consumer(tensor)
-        spec = None
-        if nxt is not None and nxt.op_type != "PRelu":
-            try:
-                spec = self.neuron_spec(nxt)
-            except Refuse:
-                spec = None
-            if spec is not None:
-                self.absorbed.add(id(nxt))
-                comment.append(
-                    f"+ '{nxt.name}' ({nxt.op_type}, fused as fusedNeuronDescriptor .{spec[0]})"
-                )
-                tensor = nxt.outputs[0]
-        return tensor, spec, bn_node
-
-    def bn_fold(
-        self, bn: Node, w: np.ndarray, b: np.ndarray, axis: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """A BN the fold_batchnorm pass left (its producer's weights were not float32 or were
-        shared) folded into these float64 weights: the shared formula (semantics/batchnorm)."""
-        affine = bn_affine(self.g, bn)
-        assert affine is not None  # fuse_after takes only a BN with an affine form
-        scale, shift = affine
-        shape = [1] * w.ndim
-        shape[axis] = -1
-        return (w * scale.reshape(shape)), b * scale + shift
-
     # -- the CPU tail -----------------------------------------------------------------------
     def cpu_in(self, name: str) -> str:
         """The Swift CPUTensor expression for ONNX tensor `name` on the CPU."""
@@ -247,9 +205,11 @@ class Lowering:
 
     def on_cpu(self, node: Node, why: str) -> str | None:
         """Emit `node` in the CPU tail; returns None or why it cannot run there either."""
-        fn = CPU_EMITTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        fn = CPU_EMITTERS.get(base_op(node)) if _onnx_or_fused(node) else None
         if fn is None:
-            return f"{why}; the CPU tail has no {node.op_type} either"
+            return f"{why}; the CPU tail has no {base_op(node)} either"
+        if is_fused(node):
+            fn = cpu_fused  # the one place a fusion MPS took is undone: the tail runs it in two
         for o in node.outputs:
             t = self.g.type_of(o) if o else None
             if t is not None and t.dtype != np.float32:
@@ -337,20 +297,21 @@ class Lowering:
         for node in self.g.nodes:
             if id(node) in self.absorbed:
                 continue
-            emitter = EMITTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            op = base_op(node)  # an o2e.<Op>Act node is lowered by its base op's emitter
+            emitter = EMITTERS.get(op) if _onnx_or_fused(node) else None
             ins = [i for i in node.inputs if i]
             # Downstream of a refused node only ops with no MPS node (and no CPU code) at all
             # are reported (their refusal does not depend on the inputs); the rest would only
             # echo it.
             if any(i in self.poisoned for i in ins):
                 self.poisoned.update(o for o in node.outputs if o)
-                if node.op_type == "MatMul" and self.g.const(node.inputs[1]) is None:
+                if op == "MatMul" and self.g.const(node.inputs[1]) is None:
                     if not self.cpu:
                         refusals.append(f"{self.label(node)}: {MATMUL_OF_ACTIVATIONS}")
-                elif emitter is None and (not self.cpu or node.op_type not in CPU_EMITTERS):
-                    why = NO_NODE.get(node.op_type, "MPSNNGraph has no node for this op")
+                elif emitter is None and (not self.cpu or op not in CPU_EMITTERS):
+                    why = NO_NODE.get(op, "MPSNNGraph has no node for this op")
                     if self.cpu:
-                        why += f"; the CPU tail has no {node.op_type} either"
+                        why += f"; the CPU tail has no {op} either"
                     refusals.append(f"{self.label(node)}: {why}")
                 continue
             on_cpu = [i for i in ins if i in self.cpu_origin and i not in self.head]
@@ -368,12 +329,10 @@ class Lowering:
                         if i in self.head:
                             self.upload(i)
                     if emitter is None:
-                        raise Refuse(
-                            NO_NODE.get(node.op_type, "MPSNNGraph has no node for this op")
-                        )
+                        raise Refuse(NO_NODE.get(op, "MPSNNGraph has no node for this op"))
                     emitter(self, node)
                     self.placement.append((self.label(node), "gpu", ""))
-                    heavy += node.op_type in HEAVY_OPS
+                    heavy += op in HEAVY_OPS
                     continue
                 except Refuse as e:
                     self.restore(mark)

@@ -20,7 +20,10 @@
 #ifdef O2E_PROFILE  /* per-node times for `onnx2edge bench --profile` (needs POSIX clock_gettime) */
 #include <time.h>
 static double o2e_prof_ms[9];
-static double o2e_prof_now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; }
+#ifndef O2E_PROF_CLOCK
+#define O2E_PROF_CLOCK CLOCK_MONOTONIC
+#endif
+static double o2e_prof_now(void) { struct timespec ts; clock_gettime(O2E_PROF_CLOCK, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; }
 void model_profile(double *ms) { for (int i = 0; i < 9; ++i) ms[i] = o2e_prof_ms[i]; }
 #define O2E_PROF_BEGIN double o2e_t0 = o2e_prof_now(), o2e_t1;
 #define O2E_PROF(i) do { o2e_t1 = o2e_prof_now(); o2e_prof_ms[i] += o2e_t1 - o2e_t0; o2e_t0 = o2e_t1; } while (0)

@@ -15,6 +15,7 @@ from . import (
     conv_direct,
     conv_gemm,
     conv_lanes,
+    conv_narrow,
     conv_pointwise,
     register_op,
     sparse,
@@ -112,6 +113,7 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
     SPARSE,
     conv_depthwise.STRATEGY,
     winograd.STRATEGY,  # 3x3 stride-1 convs with enough channels
+    conv_narrow.STRATEGY,  # other k x k on maps of <= 64 pixels: output channels in the lanes
     conv_lanes.STRATEGY,  # many output channels, wide maps
     conv_direct.STRATEGY,  # few output channels / 1xk layers
     conv_pointwise.STRATEGY,  # 1x1 on maps of <= 64 pixels: output channels in the lanes

@@ -70,20 +70,10 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     P = OH * OW
     xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"
     if plan.kind == "depthwise":
-        ctx.kernel("int8 depthwise")
-        w = ctx.weight("qW", plan.w)
-        bias = ctx.weight("qbias", plan.bias)
-        sc = ctx.weight("qscale", plan.scale)
-        qw = OW + (kw - 1) * dl[1] // st[1] + 1
-        rp = OH + (kh - 1) * dl[0] // st[0] + 2
-        plane = ctx.scratch(st[0] * st[1] * rp * qw * 2, "int16_t")
-        row = ctx.scratch(OH * qw * 4, "int32_t")
-        xz = plan.x_zp + (128 if plan.x_signed else 0)
-        return (
-            f"for (size_t n = 0; n < {N}; ++n)\n"
-            f"  o2e_qdw({C}, {H}, {W}, {OH}, {OW}, {geo}, {xp} + n * {C * H * W}, {_flip(plan)}, "
-            f"{xz}, {w}, {bias}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {plane}, {row});"
-        )
+        # across channels in blocks of 16 (runtime/o2e_qdw.h)
+        from .qdw_kernels import depthwise
+
+        return depthwise(ctx, plan, (kh, kw), st, dl, pads)
     K = plan.w.shape[1]
     A, bias, rowsum, sc = _consts(ctx, plan)
     pointwise = kh == kw == 1 and st == [1, 1] and not any(pads)
@@ -149,4 +139,4 @@ def try_int8(ctx: NodeContext) -> str | None:
     if plan is None:
         return None
     _use(ctx)
-    return _conv(ctx, plan) if ctx.node.op_type == "QLinearConv" else _matmul(ctx, plan)
+    return _conv(ctx, plan) if ctx.op == "QLinearConv" else _matmul(ctx, plan)

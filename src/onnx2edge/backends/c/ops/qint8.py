@@ -48,8 +48,8 @@ def qconcat(ctx: NodeContext) -> str:
     output's scale (QuantizeLinear(DequantizeLinear(v)) for each byte, see qdq_int8._lut),
     an empty one means the scales agree and the bytes are copied."""
     y = ctx.y(0)
-    # no onnx schema here (another domain): axis's default is spelled out
-    axis = int(ctx.attr("axis", 0)) % y.rank
+    # QConcat's schema (semantics/fused.py) requires axis, as Concat's does
+    axis = int(ctx.attr("axis")) % y.rank
     outer = int(np.prod(y.shape[:axis]))
     lines, off = [], 0
     row = int(np.prod(y.shape[axis:]))
@@ -79,9 +79,8 @@ def qmaxpool(ctx: NodeContext) -> str:
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
     kh, kw = ctx.attr("kernel_shape")
-    # no onnx schema here (another domain): strides's default is spelled out
+    # MaxPool's schema (copied by QMaxPool's) has no default: 1 per axis, 0 pads (spec text)
     sh, sw = ctx.attr("strides", [1, 1])
-    # no onnx schema here (another domain): pads's default is spelled out
     pads = ctx.attr("pads", [0, 0, 0, 0])
     qw = OW + (kw - 1) // sw + 1
     rp = OH + (kh - 1) // sh + 2
@@ -100,9 +99,10 @@ def qmaxpool(ctx: NodeContext) -> str:
 
 @register_op("o2e:QAdd", check=_internal)
 def qadd(ctx: NodeContext) -> str:
-    """QLinearAdd as onnxruntime's reference kernel (mlas qladd.cpp) computes it:
-    saturate(round_half_even((sa * (a - za) + sb * (b - zb)) / sc) + zc), in float32; a fused
-    Relu / Clip narrows the clamp (passes/qdq_int8._clamp_bounds)."""
+    """QLinearAdd as onnxruntime's x86 kernel (mlas qladd_avx2.cpp) computes it, vectorised
+    (o2e_qadd, runtime/o2e_qdw.h); a fused Relu / Clip narrows the clamp
+    (passes/qdq_int8._clamp_bounds). Mixed input types keep the scalar float loop of the
+    reference formula saturate(round_half_even((sa * (a - za) + sb * (b - zb)) / sc) + zc)."""
     from ....passes.qdq_int8 import QRANGE, _clamp_bounds
 
     a, b, y = ctx.x(0), ctx.x(3), ctx.y(0)
@@ -118,6 +118,11 @@ def qadd(ctx: NodeContext) -> str:
     za, zb, zc = z(2), z(5), z(7)
     yn = np.dtype(y.dtype).name
     bounds = _clamp_bounds(ctx.node, np.float32(s(6)), zc, yn) or QRANGE[yn]
+    if a.dtype == b.dtype == y.dtype:
+        # onnxruntime's x86 formula, vectorised (runtime/o2e_qdw.h)
+        from .qdw_kernels import qadd as qadd_vector
+
+        return qadd_vector(ctx, (s(1), s(4), s(6)), (za, zb, zc), bounds)
     lo, hi = (float(bounds[0] - zc), float(bounds[1] - zc))
     ctx.kernel("int8 add")
     return (

@@ -16,7 +16,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ....ir import Graph, Node
+from ....passes.qdq_int8 import int8_plan
 from ....semantics.conv_geometry import conv_geometry
+from ....semantics.fused import activation_of
 from ..emitter import NodeContext, Tensor, ctype_of
 from . import register_op
 from .common import elementwise, norm_axis, strides
@@ -481,9 +483,12 @@ def _conv_int(ctx: NodeContext, x: Tensor, w: Tensor, y: Tensor, bias: Tensor | 
 
 
 def _conv_int_check(node: Node, graph: Graph) -> str | None:
-    w = graph.type_of(node.inputs[3 if node.op_type == "QLinearConv" else 1])
+    w = graph.type_of(node.inputs[1 if node.op_type == "ConvInteger" else 3])
     if w is None or w.shape is None or len(w.shape) < 3:
         return "weights of unknown rank"
+    if activation_of(node) is not None and int8_plan(graph, node) is None:
+        # o2e.QLinearConvAct: its clamp lives in the int8 kernels, the reference loops have none
+        return "fused activation on a QLinearConv the int8 kernels cannot run"
     return None
 
 
@@ -509,7 +514,8 @@ def conv_integer(ctx: NodeContext) -> str:
 @register_op("QLinearConv", check=_conv_int_check)
 def qlinear_conv(ctx: NodeContext) -> str:
     """ConvInteger plus the int32 bias, requantized with x_scale * w_scale[m] / y_scale.
-    The int8 kernels (qint8.py) take it when they can; these loops are the reference."""
+    The int8 kernels (qint8.py) take it when they can (always for o2e.QLinearConvAct, see
+    the check); these loops are the reference."""
     fast = try_int8(ctx)
     if fast is not None:
         return fast

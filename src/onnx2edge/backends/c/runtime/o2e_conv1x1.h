@@ -292,4 +292,49 @@ O2E_GEMM_FN void o2e_conv1x1_lanes(const o2e_pw_args *a, int threaded) {
     o2e_pw_units_((void *)a, 0, units);
 }
 
+/* ---- k x k convolutions on narrow maps (ops/conv_narrow.py) ------------------------------
+ * The same tiles for any 2-D kernel, stride, dilation and padding: K = C * KH * KW, and the
+ * packing gathers the im2col column of each output pixel (zero where a tap falls in the
+ * padding) into the pixel tiles, in the order of the ONNX weights (c, ky, kx). On a map of
+ * <= 64 output pixels the packed GEMM's pixel strips are part empty and stream the whole
+ * weight matrix once per strip (ResNet50 res5a_branch2b: 3x3 stride 2, 512 -> 512, 7x7
+ * output, K = 4608); here each weight is read once per pixel tile with full lanes. */
+typedef struct {
+  int C, H, W;       /* input planes */
+  int KH, KW, SH, SW, DH, DW, PT, PL; /* kernel, strides, dilations, begin pads */
+  int OW;            /* output width */
+} o2e_pwk_geom;
+
+O2E_GEMM_FN void o2e_convkxk_lanes(const o2e_pw_args *a, const o2e_pwk_geom *g, int threaded) {
+  const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P), taps = g->KH * g->KW;
+  const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
+  int q, c, t, p;
+  for (q = 0; q < nt; q++) {
+    const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
+    float *d = a->xp + (size_t)q * K * O2E_PW_PX;
+    int iy0[O2E_PW_PX], ix0[O2E_PW_PX]; /* top-left input position of each pixel's window */
+    for (p = 0; p < pn; p++) {
+      iy0[p] = (p0 + p) / g->OW * g->SH - g->PT;
+      ix0[p] = (p0 + p) % g->OW * g->SW - g->PL;
+    }
+    for (t = 0; t < taps; t++) {
+      const int dy = t / g->KW * g->DH, dx = t % g->KW * g->DW;
+      int off[O2E_PW_PX]; /* input offset of the tap per pixel, -1 in the padding */
+      for (p = 0; p < pn; p++) {
+        const int iy = iy0[p] + dy, ix = ix0[p] + dx;
+        off[p] = iy >= 0 && iy < g->H && ix >= 0 && ix < g->W ? iy * g->W + ix : -1;
+      }
+      for (c = 0; c < g->C; c++) {
+        const float *xc = a->x + (size_t)c * g->H * g->W;
+        float *dk = d + ((size_t)c * taps + t) * O2E_PW_PX;
+        for (p = 0; p < pn; p++) dk[p] = off[p] >= 0 ? xc[off[p]] : 0.0f;
+      }
+    }
+  }
+  if (threaded)
+    o2e_parallel_for(units, o2e_pw_units_, (void *)a);
+  else
+    o2e_pw_units_((void *)a, 0, units);
+}
+
 #endif /* O2E_CONV1X1_H */

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ....ir import Node
+from ....semantics.activations import mps_neuron
+from ....semantics.fused import activation_of
 from ..core import (
     Img,
     Layer,
@@ -97,6 +99,19 @@ def _padding(
     )
 
 
+def _fused_neuron(node: Node, comment: list[str]) -> NeuronSpec | None:
+    """The neuron of an o2e.<Op>Act node (the shared fuse_activation pass, run with MPS's
+    options by backend.py: only activations with an MPSCNNNeuronType, so the table's `mps`
+    column always has one here), noted in the layer's comment; None for a plain node."""
+    act = activation_of(node)
+    if act is None:
+        return None
+    spec = mps_neuron(act)
+    assert spec is not None, f"{act.op} fused although MPS has no neuron for it"
+    comment.append(f"+ {act.op} (fused as fusedNeuronDescriptor .{spec[0]})")
+    return spec
+
+
 def _conv_weights_source(
     lw: Lowering,
     node: Node,
@@ -158,7 +173,7 @@ def _channel_affine(
     kind: str,
 ) -> None:
     """y = scale[c] * x + shift[c] as a 1x1 depthwise convolution (weights = scale)."""
-    y, spec, _ = lw.fuse_after(node.outputs[0], comment, bn=False)
+    y, spec = node.outputs[0], _fused_neuron(node, comment)
     var = lw.fresh(node.name or node.outputs[0])
     desc = (
         f"convolutionDescriptor(\n            depthwise: true, kernel: (1, 1), "

@@ -9,6 +9,7 @@ import numpy as np
 from ....ir import Node
 from ....semantics.attrs import gemm_attrs
 from ....semantics.conv_geometry import conv_geometry, conv_transpose_geometry
+from ....semantics.fused import base_op
 from ..core import (
     Img,
     Refuse,
@@ -16,6 +17,7 @@ from ..core import (
 from .common import (
     MATMUL_OF_ACTIVATIONS,
     _conv_weights_source,
+    _fused_neuron,
     _padding,
     _static,
     emitter,
@@ -37,9 +39,7 @@ def _conv(lw: Lowering, node: Node) -> None:
     b = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
     o, ig, kh, kw = w.shape
     comment = [f"ONNX node '{node.name}' (Conv)"]
-    y, spec, bn = lw.fuse_after(node.outputs[0], comment, bn=True)
-    if bn is not None:
-        w, b = lw.bn_fold(bn, w, b, axis=0)
+    y, spec = node.outputs[0], _fused_neuron(node, comment)
     oc, oh, ow = _static(lw, y)
     geo = conv_geometry(node, (1, x.c, x.h, x.w), w.shape, (1, oc, oh, ow), lw.g.opset)
     group, s, d, pads = geo.group, list(geo.strides), list(geo.dilations), list(geo.pads)
@@ -102,9 +102,7 @@ def _conv_transpose(lw: Lowering, node: Node) -> None:
     b = np.zeros(o) if b is None else b.astype(np.float64)
     s = list(geo.strides)
     comment = [f"ONNX node '{node.name}' (ConvTranspose)"]
-    y, spec, bn = lw.fuse_after(node.outputs[0], comment, bn=True)
-    if bn is not None:
-        w, b = lw.bn_fold(bn, w, b, axis=1)
+    y, spec = node.outputs[0], _fused_neuron(node, comment)
     oc, oh, ow = _static(lw, y)
     # pads as ONNX resolves them (attributes, auto_pad or output_shape) for this output size
     pads = list(
@@ -140,10 +138,8 @@ def _conv_transpose(lw: Lowering, node: Node) -> None:
 def _fully_connected(lw: Lowering, node: Node, x: Img, w: np.ndarray, b: np.ndarray) -> None:
     """`w` is [N, K] with K = C*H*W in ONNX (CHW) order."""
     n, k = w.shape
-    comment = [f"ONNX node '{node.name}' ({node.op_type}, fully connected)"]
-    y, spec, bn = lw.fuse_after(node.outputs[0], comment, bn=True)
-    if bn is not None:
-        w, b = lw.bn_fold(bn, w, b, axis=0)
+    comment = [f"ONNX node '{node.name}' ({base_op(node)}, fully connected)"]
+    y, spec = node.outputs[0], _fused_neuron(node, comment)
     c, h, wd = x.flat_of or (x.c, x.h, x.w)
     if c * h * wd != k:
         raise Refuse(f"weight has {k} inputs, the source image {c}x{h}x{wd}")

@@ -57,7 +57,7 @@ public final class MnistMlp {
         let input = MPSNNImageNode(handle: ONNXTensorHandle(name: "input"))
 
         // ONNX node 'fc1' (Gemm, fully connected)
-        // + 'fc1/relu' (Relu, fused as fusedNeuronDescriptor .reLU)
+        // + Relu (fused as fusedNeuronDescriptor .reLU)
         let fc1 = MPSCNNFullyConnectedNode(
             source: input,
             weights: ConvolutionWeights(
@@ -68,7 +68,7 @@ public final class MnistMlp {
                 neuron: MPSNNNeuronDescriptor.cnnNeuronDescriptor(with: .reLU, a: 0.0, b: 0.0, c: 0.0)))
 
         // ONNX node 'fc2' (Gemm, fully connected)
-        // + 'fc2/relu' (Relu, fused as fusedNeuronDescriptor .reLU)
+        // + Relu (fused as fusedNeuronDescriptor .reLU)
         let fc2 = MPSCNNFullyConnectedNode(
             source: fc1.resultImage,
             weights: ConvolutionWeights(

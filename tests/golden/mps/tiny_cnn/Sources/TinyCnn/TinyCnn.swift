@@ -57,7 +57,7 @@ public final class TinyCnn {
         let input = MPSNNImageNode(handle: ONNXTensorHandle(name: "input"))
 
         // ONNX node 'conv' (Conv)
-        // + 'relu' (Relu, fused as fusedNeuronDescriptor .reLU)
+        // + Relu (fused as fusedNeuronDescriptor .reLU)
         let conv = MPSCNNConvolutionNode(
             source: input,
             weights: ConvolutionWeights(

@@ -1,0 +1,102 @@
+"""Call sites of runtime/o2e_qdw.h: the int8 depthwise convolution vectorised across channels
+(o2e_qdwc) and the quantized Add (o2e_qadd). A helper module (it registers no op), used by
+qgemm_kernels.py (QLinearConv, depthwise) and qint8.py (o2e QAdd)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....passes.qdq_int8 import Int8Plan
+from ..emitter import NodeContext, c_literal
+
+HEADER = "o2e_qdw.h"
+CB = 16  # O2E_QDWC_CB: channels per block (one AVX-512 register of int32 sums)
+
+
+def _use(ctx: NodeContext) -> None:
+    ctx.helper("o2e_qdw_include", f'#include "{HEADER}"')
+    ctx.model.runtime_files.add(HEADER)
+
+
+def _pad16(v: np.ndarray) -> np.ndarray:
+    """Pad the first axis to a multiple of CB with zeros."""
+    n = -(-v.shape[0] // CB) * CB
+    out = np.zeros((n, *v.shape[1:]), v.dtype)
+    out[: v.shape[0]] = v
+    return out
+
+
+def pack_depthwise(w: np.ndarray) -> np.ndarray:
+    """int8 [C, T] (T taps) -> int32 [ceil(C/16)][T][16], zero past C (o2e_qdwc's layout)."""
+    C, T = w.shape
+    wp = _pad16(w.astype(np.int32))
+    return np.ascontiguousarray(wp.reshape(-1, CB, T).transpose(0, 2, 1))
+
+
+def tap_offsets(kh: int, kw: int, dh: int, dw: int, wp: int) -> np.ndarray:
+    """Offset of tap (ky, kx) in the plane of Wp 16-lane pixels, in int16 elements."""
+    ky, kx = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    return ((ky * dh * wp + kx * dw) * CB).reshape(-1).astype(np.int32)
+
+
+def depthwise(
+    ctx: NodeContext,
+    plan: Int8Plan,
+    kernel: tuple[int, int],
+    st: list[int],
+    dl: list[int],
+    pads: list[int],
+) -> str:
+    """QLinearConv with one channel per group, batch by batch."""
+    x, y = ctx.x(0), ctx.y(0)
+    N, C, H, W = x.shape
+    OH, OW = y.shape[2:]
+    kh, kw = kernel
+    hp = (OH - 1) * st[0] + (kh - 1) * dl[0] + 1
+    wp = (OW - 1) * st[1] + (kw - 1) * dl[1] + 1
+    _use(ctx)
+    ctx.kernel("int8 depthwise (channel blocks)")
+    w = ctx.weight("qWc", pack_depthwise(plan.w))
+    off = ctx.weight("qtap", tap_offsets(kh, kw, dl[0], dl[1], wp))
+    bias = ctx.weight("qbias16", _pad16(plan.bias.astype(np.int32)))
+    sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
+    plane = ctx.scratch(hp * wp * CB * 2, "int16_t")
+    tile = ctx.scratch(OW * CB, "uint8_t")
+    xz = plan.x_zp + (128 if plan.x_signed else 0)
+    flip = "0x80" if plan.x_signed else "0"
+    geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
+    return (
+        f"for (size_t n = 0; n < {N}; ++n)\n"
+        f"  o2e_qdwc({C}, {H}, {W}, {OH}, {OW}, {geo}, (const uint8_t *){x.sym} + n * {C * H * W}, "
+        f"{flip}, {xz}, {w}, {off}, {bias}, {sc}, {plan.y_zp}, {plan.lo}, {plan.hi}, "
+        f"(uint8_t *){y.sym} + n * {C * OH * OW}, {plane}, {tile});"
+    )
+
+
+def qadd_constants(
+    sa: float, za: int, sb: float, zb: int, sc: float, zc: int
+) -> tuple[np.float32, np.float32, np.float32]:
+    """sa / sc, sb / sc and the fixed part zc - (sa/sc * za + sb/sc * zb), each step in float32
+    as onnxruntime's x86 QLinearAdd computes them (its compiler fuses the sum of products into
+    one fma: checked against onnxruntime over every pair of input bytes, tests/test_c_qdw.py).
+    float64 holds the exact fma here (a 24-bit by 9-bit product plus a float32), rounded once."""
+    f32 = np.float32
+    rac, rbc = f32(f32(sa) / f32(sc)), f32(f32(sb) / f32(sc))
+    inner = f32(np.float64(rac) * np.float64(za) + np.float64(f32(rbc * f32(zb))))
+    return rac, rbc, f32(f32(zc) - inner)
+
+
+def qadd(
+    ctx: NodeContext, s: tuple[float, float, float], z: tuple[int, int, int], bounds: tuple
+) -> str:
+    """o2e QAdd of same-shaped tensors a (input 0) and b (input 3)."""
+    a, b, y = ctx.x(0), ctx.x(3), ctx.y(0)
+    rac, rbc, fixed = qadd_constants(s[0], z[0], s[1], z[1], s[2], z[2])
+    sgn = 1 if np.dtype(y.dtype).name == "int8" else 0
+    lit = [c_literal(np.float32(v), np.float32) for v in (rac, rbc, fixed)]
+    _use(ctx)
+    ctx.kernel("int8 add (vector)")
+    return (
+        f"o2e_qadd({y.size}, (const uint8_t *){a.sym}, (const uint8_t *){b.sym}, {sgn}, "
+        f"{lit[0]}, {lit[1]}, {lit[2]}, {int(bounds[0])}, {int(bounds[1])}, (uint8_t *){y.sym});"
+    )

@@ -1,0 +1,234 @@
+/* o2e_qdw.h - int8 depthwise convolution across channels, and the quantized Add.
+ *
+ * o2e_qdwc: depthwise convolution (one input channel per group) vectorised across channels,
+ * as onnxruntime's int8 depthwise kernel does in NHWC. The activations stay NCHW between
+ * layers, so each block of 16 channels is copied into one padded plane of 16-lane pixels
+ * (int16 x - zp, a zero border: a real zero), then every output pixel is a sum over the taps
+ * of a 16-lane multiply-add in int32 (exact, as the GEMM kernels), requantised in onnxruntime's
+ * order (float product, clamp, round half to even, zero point) and written back to NCHW.
+ * Weights: int32 [ceil(C/16)][kh * kw][16] (zero point subtracted, zero past C), bias and
+ * scale padded to a multiple of 16.
+ *
+ * o2e_qadd: QLinearAdd as onnxruntime's x86 kernel (mlas qladd_avx2.cpp) computes it, every
+ * step in float32: r = fma(a, sa / sc, fma(b, sb / sc, F)), F = zc - (sa/sc * za + sb/sc * zb)
+ * (the constants are computed at conversion time), converted with round half to even and
+ * saturated. fmaf gives the same single rounding on every target (a libm call without an FMA
+ * unit, which only the x86-64-v2 build lacks).
+ */
+#ifndef O2E_QDW_H
+#define O2E_QDW_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define O2E_QD_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define O2E_QD_AVX2 1
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#define O2E_QD_NEON 1
+#endif
+
+#define O2E_QDWC_CB 16
+
+/* 16 int32 sums + bias -> bytes: clamp(round_half_even((float)v * scale), flo, fhi) + zp. */
+static inline void o2e_qdwc_requant16(const int32_t *acc, const int32_t *bias, const float *scale,
+                                      float flo, float fhi, int32_t zp, uint8_t *out) {
+#if defined(O2E_QD_AVX512)
+  const __m512i v = _mm512_add_epi32(_mm512_loadu_si512(acc), _mm512_loadu_si512(bias));
+  __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(scale));
+  f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(flo)), _mm512_set1_ps(fhi));
+  const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp));
+  _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(q));
+#else
+  for (int c = 0; c < O2E_QDWC_CB; ++c) {
+    float f = (float)(int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]) * scale[c];
+    f = f < flo ? flo : (f > fhi ? fhi : f);
+    out[c] = (uint8_t)((int32_t)nearbyintf(f) + zp);
+  }
+#endif
+}
+
+/* One block of 16 channels (cn of them real) into plane[Hp][Wp][16] of int16 (x - xz). */
+static inline void o2e_qdwc_plane(const uint8_t *x, size_t cn, size_t H, size_t W, size_t Hp,
+                                  size_t Wp, int ph, int pw, uint8_t flip, int32_t xz,
+                                  int16_t *plane) {
+  const size_t CB = O2E_QDWC_CB;
+  /* columns [xa, xb) of the padded row hold input columns xa - pw .. */
+  long xa = pw, xb = (long)W + pw;
+  if (xa < 0) xa = 0;
+  if (xb > (long)Wp) xb = (long)Wp;
+  for (size_t py = 0; py < Hp; ++py) {
+    int16_t *row = plane + py * Wp * CB;
+    const long iy = (long)py - ph;
+    if (iy < 0 || iy >= (long)H || xb <= xa) {
+      memset(row, 0, Wp * CB * sizeof(int16_t));
+      continue;
+    }
+    if (xa > 0) memset(row, 0, (size_t)xa * CB * sizeof(int16_t));
+    if (xb < (long)Wp) memset(row + xb * CB, 0, ((size_t)Wp - (size_t)xb) * CB * sizeof(int16_t));
+    if (cn < CB)
+      for (long px = xa; px < xb; ++px) memset(row + px * CB + cn, 0, (CB - cn) * sizeof(int16_t));
+    for (size_t c = 0; c < cn; ++c) {
+      const uint8_t *xr = x + (c * H + (size_t)iy) * W - pw;
+      int16_t *d = row + c;
+      for (long px = xa; px < xb; ++px) d[px * CB] = (int16_t)((int32_t)(uint8_t)(xr[px] ^ flip) - xz);
+    }
+  }
+}
+
+/* acc[16] = sum over the T taps of w[t][0..15] * s[off[t]][0..15] */
+static inline void o2e_qdwc_pixel(const int16_t *s, const int32_t *off, size_t T, const int32_t *w,
+                                  int32_t *acc) {
+#if defined(O2E_QD_AVX512)
+  __m512i a = _mm512_setzero_si512();
+  for (size_t t = 0; t < T; ++t) {
+    const __m512i v = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(s + off[t])));
+    a = _mm512_add_epi32(a, _mm512_mullo_epi32(v, _mm512_loadu_si512(w + t * 16)));
+  }
+  _mm512_storeu_si512(acc, a);
+#elif defined(O2E_QD_AVX2)
+  __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+  for (size_t t = 0; t < T; ++t) {
+    const int16_t *p = s + off[t];
+    const __m256i v0 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m256i v1 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
+    a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(v0, _mm256_loadu_si256((const __m256i *)(w + t * 16))));
+    a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(v1, _mm256_loadu_si256((const __m256i *)(w + t * 16 + 8))));
+  }
+  _mm256_storeu_si256((__m256i *)acc, a0);
+  _mm256_storeu_si256((__m256i *)(acc + 8), a1);
+#elif defined(O2E_QD_NEON)
+  int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t t = 0; t < T; ++t) {
+    const int16_t *p = s + off[t];
+    const int16x8_t v0 = vld1q_s16(p), v1 = vld1q_s16(p + 8);
+    const int32_t *wt = w + t * 16;
+    a0 = vmlaq_s32(a0, vmovl_s16(vget_low_s16(v0)), vld1q_s32(wt));
+    a1 = vmlaq_s32(a1, vmovl_s16(vget_high_s16(v0)), vld1q_s32(wt + 4));
+    a2 = vmlaq_s32(a2, vmovl_s16(vget_low_s16(v1)), vld1q_s32(wt + 8));
+    a3 = vmlaq_s32(a3, vmovl_s16(vget_high_s16(v1)), vld1q_s32(wt + 12));
+  }
+  vst1q_s32(acc, a0), vst1q_s32(acc + 4, a1), vst1q_s32(acc + 8, a2), vst1q_s32(acc + 12, a3);
+#else
+  for (int c = 0; c < O2E_QDWC_CB; ++c) acc[c] = 0;
+  for (size_t t = 0; t < T; ++t)
+    for (int c = 0; c < O2E_QDWC_CB; ++c)
+      acc[c] = (int32_t)((uint32_t)acc[c] + (uint32_t)(w[t * 16 + c] * (int32_t)s[off[t] + c]));
+#endif
+}
+
+/* Rows / columns of the padded plane the outputs read. */
+#define O2E_QDWC_HP(OH, kh, sh, dh) (((size_t)(OH) - 1) * (size_t)(sh) + ((size_t)(kh) - 1) * (size_t)(dh) + 1)
+#define O2E_QDWC_WP(OW, kw, sw, dw) (((size_t)(OW) - 1) * (size_t)(sw) + ((size_t)(kw) - 1) * (size_t)(dw) + 1)
+
+/* Depthwise convolution of one image: x [C][H][W] -> y [C][OH][OW]. off: kh * kw int32 tap
+ * offsets into the plane ((ky * dh * Wp + kx * dw) * 16). plane: int16 scratch of
+ * Hp * Wp * 16, tile: OW * 16 bytes. */
+static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
+                            int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
+                            uint8_t flip, int32_t xz, const int32_t *w, const int32_t *off,
+                            const int32_t *bias, const float *scale, int32_t zp, int32_t lo,
+                            int32_t hi, uint8_t *y, int16_t *plane, uint8_t *tile) {
+  const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw;
+  const size_t Hp = O2E_QDWC_HP(OH, kh, sh, dh), Wp = O2E_QDWC_WP(OW, kw, sw, dw);
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  int32_t acc[O2E_QDWC_CB] __attribute__((aligned(64)));
+  for (size_t c0 = 0; c0 < C; c0 += CB) {
+    const size_t cn = C - c0 < CB ? C - c0 : CB;
+    o2e_qdwc_plane(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, xz, plane);
+    const int32_t *wb = w + (c0 / CB) * T * CB;
+    for (size_t oy = 0; oy < OH; ++oy) {
+      const int16_t *prow = plane + oy * (size_t)sh * Wp * CB;
+      for (size_t ox = 0; ox < OW; ++ox) {
+        o2e_qdwc_pixel(prow + ox * (size_t)sw * CB, off, T, wb, acc);
+        o2e_qdwc_requant16(acc, bias + c0, scale + c0, flo, fhi, zp, tile + ox * CB);
+      }
+      for (size_t c = 0; c < cn; ++c) {
+        uint8_t *yr = y + ((c0 + c) * OH + oy) * OW;
+        for (size_t ox = 0; ox < OW; ++ox) yr[ox] = tile[ox * CB + c];
+      }
+    }
+  }
+  (void)dw;
+}
+
+/* y = saturate(round_half_even(fma(a, rac, fma(b, rbc, fixed)))) clamped to [lo, hi]; a, b, y
+ * int8 when sgn (as bytes), else uint8. */
+static inline void o2e_qadd(size_t n, const uint8_t *a, const uint8_t *b, int sgn, float rac,
+                            float rbc, float fixed, int32_t lo, int32_t hi, uint8_t *y) {
+  const float flo = (float)lo, fhi = (float)hi;
+  size_t i = 0;
+#if defined(O2E_QD_AVX512)
+  {
+    const __m512 ra = _mm512_set1_ps(rac), rb = _mm512_set1_ps(rbc), fx = _mm512_set1_ps(fixed);
+    const __m512 l = _mm512_set1_ps(flo), h = _mm512_set1_ps(fhi);
+    for (; i + 16 <= n; i += 16) {
+      const __m128i va = _mm_loadu_si128((const __m128i *)(a + i));
+      const __m128i vb = _mm_loadu_si128((const __m128i *)(b + i));
+      const __m512i ia = sgn ? _mm512_cvtepi8_epi32(va) : _mm512_cvtepu8_epi32(va);
+      const __m512i ib = sgn ? _mm512_cvtepi8_epi32(vb) : _mm512_cvtepu8_epi32(vb);
+      __m512 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), rb, fx);
+      r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), ra, r);
+      r = _mm512_min_ps(_mm512_max_ps(r, l), h);
+      _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
+    }
+  }
+#elif defined(O2E_QD_AVX2)
+  {
+    const __m256 ra = _mm256_set1_ps(rac), rb = _mm256_set1_ps(rbc), fx = _mm256_set1_ps(fixed);
+    const __m256 l = _mm256_set1_ps(flo), h = _mm256_set1_ps(fhi);
+    for (; i + 8 <= n; i += 8) {
+      const __m128i va = _mm_loadl_epi64((const __m128i *)(a + i));
+      const __m128i vb = _mm_loadl_epi64((const __m128i *)(b + i));
+      const __m256i ia = sgn ? _mm256_cvtepi8_epi32(va) : _mm256_cvtepu8_epi32(va);
+      const __m256i ib = sgn ? _mm256_cvtepi8_epi32(vb) : _mm256_cvtepu8_epi32(vb);
+      __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ib), rb, fx);
+      r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), ra, r);
+      r = _mm256_min_ps(_mm256_max_ps(r, l), h);
+      __m256i q = _mm256_cvtps_epi32(r); /* in [lo, hi]: the packs do not saturate */
+      q = _mm256_packs_epi32(q, q);
+      q = _mm256_permute4x64_epi64(q, 0x08); /* the two 128-bit halves' low words together */
+      const __m128i q16 = _mm256_castsi256_si128(q);
+      const __m128i q8 = sgn ? _mm_packs_epi16(q16, q16) : _mm_packus_epi16(q16, q16);
+      _mm_storel_epi64((__m128i *)(y + i), q8);
+    }
+  }
+#elif defined(O2E_QD_NEON)
+  {
+    const float32x4_t ra = vdupq_n_f32(rac), rb = vdupq_n_f32(rbc), fx = vdupq_n_f32(fixed);
+    const float32x4_t l = vdupq_n_f32(flo), h = vdupq_n_f32(fhi);
+    for (; i + 8 <= n; i += 8) {
+      int16x8_t wa, wb;
+      if (sgn) {
+        wa = vmovl_s8(vld1_s8((const int8_t *)(a + i)));
+        wb = vmovl_s8(vld1_s8((const int8_t *)(b + i)));
+      } else {
+        wa = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(a + i)));
+        wb = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(b + i)));
+      }
+      float32x4_t r0 = vfmaq_f32(fx, vcvtq_f32_s32(vmovl_s16(vget_low_s16(wb))), rb);
+      float32x4_t r1 = vfmaq_f32(fx, vcvtq_f32_s32(vmovl_s16(vget_high_s16(wb))), rb);
+      r0 = vfmaq_f32(r0, vcvtq_f32_s32(vmovl_s16(vget_low_s16(wa))), ra);
+      r1 = vfmaq_f32(r1, vcvtq_f32_s32(vmovl_s16(vget_high_s16(wa))), ra);
+      r0 = vminq_f32(vmaxq_f32(r0, l), h), r1 = vminq_f32(vmaxq_f32(r1, l), h);
+      const int16x8_t q = vcombine_s16(vmovn_s32(vcvtnq_s32_f32(r0)), vmovn_s32(vcvtnq_s32_f32(r1)));
+      vst1_u8(y + i, vreinterpret_u8_s8(vmovn_s16(q)));
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const float fa = sgn ? (float)(int8_t)a[i] : (float)a[i];
+    const float fb = sgn ? (float)(int8_t)b[i] : (float)b[i];
+    float r = fmaf(fa, rac, fmaf(fb, rbc, fixed));
+    r = r < flo ? flo : (r > fhi ? fhi : r);
+    y[i] = (uint8_t)(int32_t)nearbyintf(r);
+  }
+}
+
+#endif /* O2E_QDW_H */
