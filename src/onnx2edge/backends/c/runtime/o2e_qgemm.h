@@ -233,8 +233,11 @@ static inline void o2e_qim2col(const uint8_t *x, size_t C, size_t H, size_t W, s
       }
 }
 
-/* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] */
-static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc) {
+/* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] for the
+ * columns j < ncol (AVX2 skips the 4-column passes past them; the others compute all 16) */
+static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc,
+                               size_t ncol) {
+  (void)ncol;
 #if defined(O2E_Q_VNNI)
   /* the weights are broadcast straight from memory (vpdpbusd's {1to16} operand): a
    * broadcast from a general register would compete with vpdpbusd for port 5 */
@@ -266,33 +269,37 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
    * (vpmaddubsw, twice the multiply-adds per instruction, saturates unless every weight pair
    * of a row has |w0| + |w1| <= 128 on each sign: no row of the zoo models' quantized layers
    * passes, about a quarter of their pairs do not, so it is not used.) */
+  /* (gcc 12 copies every _mm256_add_epi32 accumulator through a spare register and the
+   * stack here; GNU vector += and a do-while (K4 >= 1: K >= 1) keep them in place.) */
+  typedef int o2e_v8si __attribute__((vector_size(32)));
   const int16_t *b16 = (const int16_t *)(const void *)b;
-  for (int cq = 0; cq < 4; ++cq) {
-    __m256i l0 = _mm256_setzero_si256(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0,
-            h3 = l0;
+  for (int cq = 0; cq < 4 && (size_t)cq * 4 < ncol; ++cq) {
+    o2e_v8si l0 = {0}, l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
     const int8_t *ap = a;
     const int16_t *bp = b16 + cq * K4 * 16;
-    for (size_t k = 0; k < K4; ++k, ap += 32, bp += 16) {
+    size_t k = K4;
+    do {
       const __m256i wl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)ap));
       const __m256i wh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(ap + 16)));
       __m256i x = _mm256_set1_epi64x(*(const o2e_qi64 *)bp);
-      l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(wl, x));
-      h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(wh, x));
+      l0 += (o2e_v8si)_mm256_madd_epi16(wl, x);
+      h0 += (o2e_v8si)_mm256_madd_epi16(wh, x);
       x = _mm256_set1_epi64x(*(const o2e_qi64 *)(bp + 4));
-      l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(wl, x));
-      h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(wh, x));
+      l1 += (o2e_v8si)_mm256_madd_epi16(wl, x);
+      h1 += (o2e_v8si)_mm256_madd_epi16(wh, x);
       x = _mm256_set1_epi64x(*(const o2e_qi64 *)(bp + 8));
-      l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(wl, x));
-      h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(wh, x));
+      l2 += (o2e_v8si)_mm256_madd_epi16(wl, x);
+      h2 += (o2e_v8si)_mm256_madd_epi16(wh, x);
       x = _mm256_set1_epi64x(*(const o2e_qi64 *)(bp + 12));
-      l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(wl, x));
-      h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(wh, x));
-    }
+      l3 += (o2e_v8si)_mm256_madd_epi16(wl, x);
+      h3 += (o2e_v8si)_mm256_madd_epi16(wh, x);
+      ap += 32, bp += 16;
+    } while (--k);
     /* hadd: lane 0 rows 0 1 4 5, lane 1 rows 2 3 6 7; permute: rows 0..7 of one column */
-    const __m256i c0 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l0, h0), 0xD8);
-    const __m256i c1 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l1, h1), 0xD8);
-    const __m256i c2 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l2, h2), 0xD8);
-    const __m256i c3 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(l3, h3), 0xD8);
+#define O2E_QCOL(l, h) _mm256_permute4x64_epi64(_mm256_hadd_epi32((__m256i)l, (__m256i)h), 0xD8)
+    const __m256i c0 = O2E_QCOL(l0, h0), c1 = O2E_QCOL(l1, h1), c2 = O2E_QCOL(l2, h2),
+                  c3 = O2E_QCOL(l3, h3);
+#undef O2E_QCOL
     /* 4 x 4 transposes in each 128-bit lane: lane 0 rows 0-3, lane 1 rows 4-7 */
     const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
     const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
@@ -500,7 +507,7 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
       else
 #endif
-        o2e_qkernel(K4, ap, bp, acc[0]);
+        o2e_qkernel(K4, ap, bp, acc[0], np);
       const size_t mr = M - m0 < O2E_QMR ? M - m0 : O2E_QMR;
       for (size_t r = 0; r < mr; ++r) {
         int32_t b = bias[m0 + r];
