@@ -100,3 +100,27 @@ def qadd(
         f"o2e_qadd({y.size}, (const uint8_t *){a.sym}, (const uint8_t *){b.sym}, {sgn}, "
         f"{lit[0]}, {lit[1]}, {lit[2]}, {int(bounds[0])}, {int(bounds[1])}, (uint8_t *){y.sym});"
     )
+
+
+def try_quantize(ctx: NodeContext, per_tensor: bool, qdtype: np.dtype) -> str | None:
+    """QuantizeLinear of float32 to uint8 / int8 with one scale: o2e_qquant (vectorised), or
+    None for every other case (the reference loop)."""
+    x, s, y = ctx.x(0), ctx.x(1), ctx.y(0)
+    yn = np.dtype(y.dtype).name
+    if not per_tensor or yn not in ("uint8", "int8") or x.size == 0:
+        return None
+    if np.dtype(x.dtype) != np.float32 or np.dtype(s.dtype) != np.float32 or qdtype != np.float32:
+        return None
+    zp = "0"
+    if ctx.has_input(2):
+        z = ctx.x(2)
+        if np.dtype(z.dtype).name != yn:
+            return None
+        zp = f"(int32_t){z.sym}[0]"
+    lo, hi = (-128, 127) if yn == "int8" else (0, 255)
+    _use(ctx)
+    ctx.kernel("quantize (vector)")
+    return (
+        f"o2e_qquant({x.size}, (const float *){x.sym}, {s.sym}[0], {zp}, {lo}, {hi}, "
+        f"(uint8_t *){y.sym});"
+    )

@@ -231,4 +231,56 @@ static inline void o2e_qadd(size_t n, const uint8_t *a, const uint8_t *b, int sg
   }
 }
 
+/* QuantizeLinear of float32 per tensor to 8 bits, as onnxruntime's MlasQuantizeLinear:
+ * v = x / scale clamped to [lo - zp, hi - zp] (NaN to lo - zp), rounded half to even, + zp;
+ * the result's byte is stored (int8 two's complement). */
+static inline void o2e_qquant(size_t n, const float *x, float scale, int32_t zp, int32_t lo,
+                              int32_t hi, uint8_t *y) {
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  size_t i = 0;
+#if defined(O2E_QD_AVX512)
+  {
+    const __m512 s = _mm512_set1_ps(scale), l = _mm512_set1_ps(flo), h = _mm512_set1_ps(fhi);
+    const __m512i z = _mm512_set1_epi32(zp);
+    for (; i + 16 <= n; i += 16) {
+      __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
+      v = _mm512_min_ps(_mm512_max_ps(v, l), h); /* maxps(NaN, l) is l */
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), z);
+      _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(q));
+    }
+  }
+#elif defined(O2E_QD_AVX2)
+  {
+    const __m256 s = _mm256_set1_ps(scale), l = _mm256_set1_ps(flo), h = _mm256_set1_ps(fhi);
+    const __m256i z = _mm256_set1_epi32(zp);
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i), s);
+      v = _mm256_min_ps(_mm256_max_ps(v, l), h); /* maxps(NaN, l) is l */
+      __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), z);
+      q = _mm256_packs_epi32(q, q); /* in [lo, hi]: no saturation */
+      q = _mm256_permute4x64_epi64(q, 0x08);
+      const __m128i q16 = _mm256_castsi256_si128(q);
+      _mm_storel_epi64((__m128i *)(y + i), lo < 0 ? _mm_packs_epi16(q16, q16) : _mm_packus_epi16(q16, q16));
+    }
+  }
+#elif defined(O2E_QD_NEON)
+  {
+    const float32x4_t s = vdupq_n_f32(scale), l = vdupq_n_f32(flo), h = vdupq_n_f32(fhi);
+    const int32x4_t z = vdupq_n_s32(zp);
+    for (; i + 8 <= n; i += 8) {
+      /* vmaxnm: the number when the other is NaN */
+      float32x4_t v0 = vminq_f32(vmaxnmq_f32(vdivq_f32(vld1q_f32(x + i), s), l), h);
+      float32x4_t v1 = vminq_f32(vmaxnmq_f32(vdivq_f32(vld1q_f32(x + i + 4), s), l), h);
+      const int32x4_t q0 = vaddq_s32(vcvtnq_s32_f32(v0), z), q1 = vaddq_s32(vcvtnq_s32_f32(v1), z);
+      vst1_u8(y + i, vreinterpret_u8_s8(vmovn_s16(vcombine_s16(vmovn_s32(q0), vmovn_s32(q1)))));
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    float v = x[i] / scale;
+    v = !(v >= flo) ? flo : (v > fhi ? fhi : v);
+    y[i] = (uint8_t)((int32_t)nearbyintf(v) + zp);
+  }
+}
+
 #endif /* O2E_QDW_H */
