@@ -61,7 +61,7 @@ def depthwise(
     bias = ctx.weight("qbias16", _pad16(plan.bias.astype(np.int32)))
     sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
     plane = ctx.scratch(hp * wp * CB * 2, "int16_t")
-    tile = ctx.scratch(OW * CB, "uint8_t")
+    tile = ctx.scratch(-(-OH * OW // 16) * 16 * CB, "uint8_t")
     xz = plan.x_zp + (128 if plan.x_signed else 0)
     flip = "0x80" if plan.x_signed else "0"
     geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
