@@ -92,6 +92,34 @@ static inline void o2e_qdwc_requant16(const int32_t *acc, const int32_t *bias, c
   f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(flo)), _mm512_set1_ps(fhi));
   const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp));
   _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(q));
+#elif defined(O2E_QD_AVX2)
+  const __m256 l = _mm256_set1_ps(flo), h = _mm256_set1_ps(fhi);
+  const __m256i z = _mm256_set1_epi32(zp);
+  __m256i q[2];
+  for (int k = 0; k < 2; ++k) {
+    const __m256i v = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + 8 * k)),
+                                       _mm256_loadu_si256((const __m256i *)(bias + 8 * k)));
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(scale + 8 * k));
+    f = _mm256_min_ps(_mm256_max_ps(f, l), h);
+    q[k] = _mm256_add_epi32(_mm256_cvtps_epi32(f), z);
+  }
+  /* in [lo, hi]: the packs do not saturate; packs_epi32 interleaves the 128-bit halves */
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+  const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
+  _mm_storeu_si128((__m128i *)out, (int32_t)flo + zp < 0 ? _mm_packs_epi16(w0, w1) : _mm_packus_epi16(w0, w1));
+#elif defined(O2E_QD_NEON)
+  int16x8_t q16[2];
+  for (int k = 0; k < 2; ++k) {
+    int32x4_t q[2];
+    for (int j = 0; j < 2; ++j) {
+      const int32x4_t v = vaddq_s32(vld1q_s32(acc + 8 * k + 4 * j), vld1q_s32(bias + 8 * k + 4 * j));
+      float32x4_t f = vmulq_f32(vcvtq_f32_s32(v), vld1q_f32(scale + 8 * k + 4 * j));
+      f = vminq_f32(vmaxq_f32(f, vdupq_n_f32(flo)), vdupq_n_f32(fhi));
+      q[j] = vaddq_s32(vcvtnq_s32_f32(f), vdupq_n_s32(zp));
+    }
+    q16[k] = vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1]));
+  }
+  vst1q_u8(out, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(q16[0]), vmovn_s16(q16[1]))));
 #else
   for (int c = 0; c < O2E_QDWC_CB; ++c) {
     float f = (float)(int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]) * scale[c];
@@ -186,18 +214,20 @@ static inline void o2e_qdwc_pixel(const int16_t *s, const int32_t *off, size_t T
 #if defined(O2E_QD_AVX512)
   __m512i a = _mm512_setzero_si512();
   for (size_t t = 0; t < T; ++t) {
-    const __m512i v = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(s + off[t])));
-    a = _mm512_add_epi32(a, _mm512_mullo_epi32(v, _mm512_loadu_si512(w + t * 16)));
+    /* x zero-extended to 32 bits: vpmaddwd adds x * (int16)w + 0 * (w >> 16), exactly x * w,
+     * in one uop where vpmulld takes two */
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + off[t])));
+    a = _mm512_add_epi32(a, _mm512_madd_epi16(v, _mm512_loadu_si512(w + t * 16)));
   }
   _mm512_storeu_si512(acc, a);
 #elif defined(O2E_QD_AVX2)
   __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
   for (size_t t = 0; t < T; ++t) {
     const int16_t *p = s + off[t];
-    const __m256i v0 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)p));
-    const __m256i v1 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
-    a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(v0, _mm256_loadu_si256((const __m256i *)(w + t * 16))));
-    a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(v1, _mm256_loadu_si256((const __m256i *)(w + t * 16 + 8))));
+    const __m256i v0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)); /* see above */
+    const __m256i v1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
+    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(v0, _mm256_loadu_si256((const __m256i *)(w + t * 16))));
+    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(v1, _mm256_loadu_si256((const __m256i *)(w + t * 16 + 8))));
   }
   _mm256_storeu_si256((__m256i *)acc, a0);
   _mm256_storeu_si256((__m256i *)(acc + 8), a1);
