@@ -6,8 +6,8 @@ packed in the kernel's layout ([ceil(M/8)][ceil(K/4)][8][4]) and the bias absorb
 activation zero point: sum_k (x - xz) w = sum_k u w - (xz + off) sum_k w, with u the packed
 byte (x, or x + 128 for int8 activations, flipped by xor 0x80 while packing). Activations are
 packed at run time into 16-column panels (im2col first for kernels larger than 1x1 or with
-stride / padding). Depthwise convolutions run o2e_qdw. The quantization reference loops in
-quant.py stay for everything else.
+stride / padding). Depthwise convolutions run o2e_qdwc (qdw_kernels.py). The quantization
+reference loops in quant.py stay for everything else.
 """
 
 from __future__ import annotations
