@@ -200,3 +200,41 @@ def test_quantize_linear_vector(tmp_path: Path, arch: str) -> None:
         got = build_and_run(c, arch, {"x": x})["y"]
         bad = np.flatnonzero(got != ref)
         assert bad.size == 0, (name, bad[:5], x[bad[:5]], got[bad[:5]], ref[bad[:5]])
+
+
+def _strided_1x1_model(C: int, M: int, H: int, W: int, s: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(C + W)
+    wq = rng.integers(-128, 128, (M, C, 1, 1)).astype(np.int8)
+    ws = (rng.random(M) * 0.01 + 0.001).astype(np.float32)
+    xs = np.float32(0.05)
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd"], ["c"], strides=[s, s], kernel_shape=[1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["y"]),
+    ]
+    inits = [
+        tensor("xs", xs), tensor("xz", np.array(100, np.uint8)),
+        tensor("wq", wq), tensor("ws", ws), tensor("wz", np.zeros(M, np.int8)),
+        tensor("ys", np.float32(0.3)), tensor("yz", np.array(120, np.uint8)),
+    ]  # fmt: skip
+    oh, ow = (H - 1) // s + 1, (W - 1) // s + 1
+    e = TensorProto.UINT8
+    return make_model(
+        nodes, [vi("x", [1, C, H, W], e)], [vi("y", [1, M, oh, ow], e)], inits, opset=13
+    )
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_strided_1x1_subsample(tmp_path: Path, arch: str) -> None:
+    """1x1 convolutions with stride 2 / 3 and no padding read a subsample (o2e_qsubsample:
+    16-byte vectors plus a tail for W = 37 / 64, odd heights) instead of im2col."""
+    for C, M, H, W, s in ((5, 9, 7, 37, 2), (3, 8, 6, 64, 2), (4, 3, 8, 11, 3)):
+        q = save(_strided_1x1_model(C, M, H, W, s), tmp_path / f"s{C}.onnx")
+        c = tmp_path / f"s{C}_c"
+        api.convert(q, "c", c)
+        assert "o2e_qsubsample(" in (c / "model.c").read_text()
+        x = {"x": np.random.default_rng(W).integers(0, 256, (1, C, H, W)).astype(np.uint8)}
+        ref = ort_run(onnx.load(str(q)), x)["y"]
+        got = build_and_run(c, arch, x)["y"]
+        assert np.array_equal(got, ref), (C, W, s, np.argwhere(got != ref)[:5])

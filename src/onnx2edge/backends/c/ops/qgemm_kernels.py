@@ -101,14 +101,25 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
             "}",
         ]
         return "\n".join(lines)
-    ctx.kernel("int8 gemm 1x1" if pointwise else "int8 im2col gemm")
+    subsample = kh == kw == 1 and not any(pads) and not pointwise
+    im2col = "int8 subsample gemm" if subsample else "int8 im2col gemm"
+    ctx.kernel("int8 gemm 1x1" if pointwise else im2col)
     pk = ctx.scratch(_panel_bytes(K, P), "uint8_t")
     src = "xn"
     if not pointwise:
         col = ctx.scratch(K * P, "uint8_t")
-        lines.append(
-            f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
-        )
+        if subsample:
+            # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
+            from .qdw_kernels import _use as _use_qdw
+
+            _use_qdw(ctx)
+            lines.append(
+                f"  o2e_qsubsample(xn, {C}, {H}, {W}, {OH}, {OW}, {st[0]}, {st[1]}, {col});"
+            )
+        else:
+            lines.append(
+                f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
+            )
         src = col
     lines += [
         f"  o2e_qpack_rows({src}, {P}, {K}, {P}, {_flip(plan)}, {pk});",

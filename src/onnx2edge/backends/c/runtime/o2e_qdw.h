@@ -416,4 +416,30 @@ static inline void o2e_qquant(size_t n, const float *x, float scale, int32_t zp,
   }
 }
 
+/* The column matrix of a 1x1 convolution without padding: x [C][H][W] sampled every sh rows
+ * and sw columns into col [C][OH * OW] (im2col's result, without its per-tap bookkeeping;
+ * stride 2 picks the even bytes 16 at a time). */
+static inline void o2e_qsubsample(const uint8_t *x, size_t C, size_t H, size_t W, size_t OH,
+                                  size_t OW, int sh, int sw, uint8_t *col) {
+  for (size_t c = 0; c < C; ++c)
+    for (size_t oy = 0; oy < OH; ++oy) {
+      const uint8_t *xr = x + (c * H + oy * (size_t)sh) * W;
+      uint8_t *r = col + (c * OH + oy) * OW;
+      size_t ox = 0;
+      if (sw == 2) {
+#if defined(__SSE2__)
+        const __m128i lo = _mm_set1_epi16(0x00FF);
+        for (; ox + 16 <= OW && 2 * ox + 32 <= W; ox += 16) {
+          const __m128i a = _mm_and_si128(_mm_loadu_si128((const __m128i *)(xr + 2 * ox)), lo);
+          const __m128i b = _mm_and_si128(_mm_loadu_si128((const __m128i *)(xr + 2 * ox + 16)), lo);
+          _mm_storeu_si128((__m128i *)(r + ox), _mm_packus_epi16(a, b));
+        }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+        for (; ox + 16 <= OW && 2 * ox + 32 <= W; ox += 16) vst1q_u8(r + ox, vld2q_u8(xr + 2 * ox).val[0]);
+#endif
+      }
+      for (; ox < OW; ++ox) r[ox] = xr[ox * (size_t)sw];
+    }
+}
+
 #endif /* O2E_QDW_H */
