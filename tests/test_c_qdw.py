@@ -183,16 +183,26 @@ def _quant_model(dt: type, s: float, z: int | None) -> onnx.ModelProto:
     return make_model(nodes, [vi("x", [1003])], [vi("y", [1003], out_t)], inits, opset=13)
 
 
+@pytest.fixture(scope="module")
+def quant_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    d = tmp_path_factory.mktemp("qquant")
+    out = {}
+    for name, (dt, s, z) in QUANT_CASES.items():
+        q = save(_quant_model(dt, s, z), d / f"{name}.onnx")
+        c = d / f"{name}_c"
+        api.convert(q, "c", c)
+        assert "o2e_qquant(" in (c / "model.c").read_text()
+        out[name] = (q, c)
+    return out
+
+
 @pytest.mark.parametrize("arch", ALL_ISAS)
-def test_quantize_linear_vector(tmp_path: Path, arch: str) -> None:
+def test_quantize_linear_vector(quant_models: dict, arch: str) -> None:
     """o2e_qquant (a model's float input edge): ties of x / scale, NaN, +-Inf, values far out
     of range and a tail past the vector width, equal to onnxruntime's bytes."""
     rng = np.random.default_rng(3)
-    for name, (dt, s, z) in QUANT_CASES.items():
-        q = save(_quant_model(dt, s, z), tmp_path / f"{name}.onnx")
-        c = tmp_path / f"{name}_c"
-        api.convert(q, "c", c)
-        assert "o2e_qquant(" in (c / "model.c").read_text()
+    for name, (q, c) in quant_models.items():
+        s = QUANT_CASES[name][1]
         x = (rng.standard_normal(1003) * 4).astype(np.float32)
         x[:200] = ((np.arange(200) - 100 + 0.5) * np.float32(s)).astype(np.float32)  # ties
         x[200:206] = [np.nan, np.inf, -np.inf, 1e30, -1e30, -0.0]
@@ -225,15 +235,27 @@ def _strided_1x1_model(C: int, M: int, H: int, W: int, s: int) -> onnx.ModelProt
     )
 
 
-@pytest.mark.parametrize("arch", ALL_ISAS)
-def test_strided_1x1_subsample(tmp_path: Path, arch: str) -> None:
-    """1x1 convolutions with stride 2 / 3 and no padding read a subsample (o2e_qsubsample:
-    16-byte vectors plus a tail for W = 37 / 64, odd heights) instead of im2col."""
-    for C, M, H, W, s in ((5, 9, 7, 37, 2), (3, 8, 6, 64, 2), (4, 3, 8, 11, 3)):
-        q = save(_strided_1x1_model(C, M, H, W, s), tmp_path / f"s{C}.onnx")
-        c = tmp_path / f"s{C}_c"
+SUB_CASES = ((5, 9, 7, 37, 2), (3, 8, 6, 64, 2), (4, 3, 8, 11, 3))  # C, M, H, W, stride
+
+
+@pytest.fixture(scope="module")
+def sub_models(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, Path]]:
+    d = tmp_path_factory.mktemp("qsub")
+    out = []
+    for C, M, H, W, s in SUB_CASES:
+        q = save(_strided_1x1_model(C, M, H, W, s), d / f"s{C}.onnx")
+        c = d / f"s{C}_c"
         api.convert(q, "c", c)
         assert "o2e_qsubsample(" in (c / "model.c").read_text()
+        out.append((q, c))
+    return out
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_strided_1x1_subsample(sub_models: list, arch: str) -> None:
+    """1x1 convolutions with stride 2 / 3 and no padding read a subsample (o2e_qsubsample:
+    16-byte vectors plus a tail for W = 37 / 64, odd heights) instead of im2col."""
+    for (C, _, H, W, s), (q, c) in zip(SUB_CASES, sub_models, strict=True):
         x = {"x": np.random.default_rng(W).integers(0, 256, (1, C, H, W)).astype(np.uint8)}
         ref = ort_run(onnx.load(str(q)), x)["y"]
         got = build_and_run(c, arch, x)["y"]
