@@ -13,7 +13,7 @@ HEADER = "o2e_qdw.h"
 CB = 16  # O2E_QDWC_CB: channels per block (one AVX-512 register of int32 sums)
 
 
-def _use(ctx: NodeContext) -> None:
+def use_runtime(ctx: NodeContext) -> None:
     ctx.helper("o2e_qdw_include", f'#include "{HEADER}"')
     ctx.model.runtime_files.add(HEADER)
 
@@ -54,14 +54,14 @@ def depthwise(
     kh, kw = kernel
     hp = (OH - 1) * st[0] + (kh - 1) * dl[0] + 1
     wp = (OW - 1) * st[1] + (kw - 1) * dl[1] + 1
-    _use(ctx)
+    use_runtime(ctx)
     ctx.kernel("int8 depthwise (channel blocks)")
     w = ctx.weight("qWc", pack_depthwise(plan.w))
     off = ctx.weight("qtap", tap_offsets(kh, kw, dl[0], dl[1], wp))
     bias = ctx.weight("qbias16", _pad16(plan.bias.astype(np.int32)))
     sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
     plane = ctx.scratch(hp * wp * CB * 2, "int16_t")
-    tile = ctx.scratch(OW * CB, "uint8_t")
+    tile = ctx.scratch(-(-OH * OW // 16) * 16 * CB, "uint8_t")
     xz = plan.x_zp + (128 if plan.x_signed else 0)
     flip = "0x80" if plan.x_signed else "0"
     geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
@@ -94,9 +94,33 @@ def qadd(
     rac, rbc, fixed = qadd_constants(s[0], z[0], s[1], z[1], s[2], z[2])
     sgn = 1 if np.dtype(y.dtype).name == "int8" else 0
     lit = [c_literal(np.float32(v), np.float32) for v in (rac, rbc, fixed)]
-    _use(ctx)
+    use_runtime(ctx)
     ctx.kernel("int8 add (vector)")
     return (
         f"o2e_qadd({y.size}, (const uint8_t *){a.sym}, (const uint8_t *){b.sym}, {sgn}, "
         f"{lit[0]}, {lit[1]}, {lit[2]}, {int(bounds[0])}, {int(bounds[1])}, (uint8_t *){y.sym});"
+    )
+
+
+def try_quantize(ctx: NodeContext, per_tensor: bool, qdtype: np.dtype) -> str | None:
+    """QuantizeLinear of float32 to uint8 / int8 with one scale: o2e_qquant (vectorised), or
+    None for every other case (the reference loop)."""
+    x, s, y = ctx.x(0), ctx.x(1), ctx.y(0)
+    yn = np.dtype(y.dtype).name
+    if not per_tensor or yn not in ("uint8", "int8") or x.size == 0:
+        return None
+    if np.dtype(x.dtype) != np.float32 or np.dtype(s.dtype) != np.float32 or qdtype != np.float32:
+        return None
+    zp = "0"
+    if ctx.has_input(2):
+        z = ctx.x(2)
+        if np.dtype(z.dtype).name != yn:
+            return None
+        zp = f"(int32_t){z.sym}[0]"
+    lo, hi = (-128, 127) if yn == "int8" else (0, 255)
+    use_runtime(ctx)
+    ctx.kernel("quantize (vector)")
+    return (
+        f"o2e_qquant({x.size}, (const float *){x.sym}, {s.sym}[0], {zp}, {lo}, {hi}, "
+        f"(uint8_t *){y.sym});"
     )

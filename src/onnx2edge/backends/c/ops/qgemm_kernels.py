@@ -9,6 +9,7 @@ import numpy as np
 from ....passes.qdq_int8 import Int8Plan, int8_plan
 from ....semantics.conv_geometry import conv_geometry
 from ..emitter import NodeContext
+from .qdw_kernels import depthwise, use_runtime
 
 HEADER = "o2e_qgemm.h"
 MR, NR = 8, 16  # O2E_QMR / O2E_QNR
@@ -68,8 +69,6 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"
     if plan.kind == "depthwise":
         # across channels in blocks of 16 (runtime/o2e_qdw.h)
-        from .qdw_kernels import depthwise
-
         return depthwise(ctx, plan, (kh, kw), st, dl, pads)
     K = plan.w.shape[1]
     A, bias, rowsum, sc = _consts(ctx, plan)
@@ -99,14 +98,23 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
             "}",
         ]
         return "\n".join(lines)
-    ctx.kernel("int8 gemm 1x1" if pointwise else "int8 im2col gemm")
+    subsample = kh == kw == 1 and not any(pads) and not pointwise
+    im2col = "int8 subsample gemm" if subsample else "int8 im2col gemm"
+    ctx.kernel("int8 gemm 1x1" if pointwise else im2col)
     pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
     src = "xn"
     if not pointwise:
         col = ctx.scratch(K * P, "uint8_t")
-        lines.append(
-            f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
-        )
+        if subsample:
+            # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
+            use_runtime(ctx)
+            lines.append(
+                f"  o2e_qsubsample(xn, {C}, {H}, {W}, {OH}, {OW}, {st[0]}, {st[1]}, {col});"
+            )
+        else:
+            lines.append(
+                f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
+            )
         src = col
     lines += [
         f"  o2e_qgemm_rows({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {bias}, "

@@ -6,8 +6,8 @@ packed in the kernel's layout ([ceil(M/8)][ceil(K/4)][8][4]) and the bias absorb
 activation zero point: sum_k (x - xz) w = sum_k u w - (xz + off) sum_k w, with u the packed
 byte (x, or x + 128 for int8 activations, flipped by xor 0x80 while packing). Activations are
 packed at run time into 16-column panels (im2col first for kernels larger than 1x1 or with
-stride / padding). Depthwise convolutions run o2e_qdw. The quantization reference loops in
-quant.py stay for everything else.
+stride / padding). Depthwise convolutions run o2e_qdwc (qdw_kernels.py). The quantization
+reference loops in quant.py stay for everything else.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ....passes.qdq_int8 import DOMAIN, int8_plan
 from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
 from . import register_op
+from .qdw_kernels import qadd as qadd_vector
 from .qgemm_kernels import _use, try_int8
 
 
@@ -119,8 +120,6 @@ def qadd(ctx: NodeContext) -> str:
     bounds = _clamp_bounds(ctx.node, np.float32(s(6)), zc, yn) or QRANGE[yn]
     if a.dtype == b.dtype == y.dtype:
         # onnxruntime's x86 formula, vectorised (runtime/o2e_qdw.h)
-        from .qdw_kernels import qadd as qadd_vector
-
         return qadd_vector(ctx, (s(1), s(4), s(6)), (za, zb, zc), bounds)
     lo, hi = (float(bounds[0] - zc), float(bounds[1] - zc))
     ctx.kernel("int8 add")

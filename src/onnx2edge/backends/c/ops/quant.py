@@ -32,6 +32,7 @@ from .dtypes import (
     need,
     store_expr,
 )
+from .qdw_kernels import try_quantize  # the int8 models' input edge, vectorised
 from .qgemm_kernels import try_int8
 
 MATMUL_CHUNK = 256  # columns of C accumulated at once (a local array)
@@ -159,6 +160,9 @@ def quantize_linear(ctx: NodeContext) -> str:
     x, s, y = ctx.x(0), ctx.x(1), ctx.y(0)
     zp = ctx.x(2) if ctx.has_input(2) else None
     qd = _quant_dtype(ctx, x, s)
+    axis = _granularity(ctx.node, x.shape, s.shape, ctx.graph.opset)[0]
+    if (code := try_quantize(ctx, axis < 0, qd)) is not None:
+        return code
     ct = "double" if qd == np.float64 else "float"
     F = "" if ct == "double" else "f"
     yn = name_of(y.dtype)

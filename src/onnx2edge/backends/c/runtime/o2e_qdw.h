@@ -34,7 +34,54 @@
 #define O2E_QD_NEON 1
 #endif
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define O2E_QD_V128 1
+typedef __m128i o2e_qd_v;
+#define O2E_QD_LD(p) _mm_loadu_si128((const __m128i *)(p))
+#define O2E_QD_ST(p, v) _mm_storeu_si128((__m128i *)(p), v)
+#define O2E_QD_ZIP1(a, b, e) _mm_unpacklo_epi##e(a, b)
+#define O2E_QD_ZIP2(a, b, e) _mm_unpackhi_epi##e(a, b)
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define O2E_QD_V128 1
+typedef uint8x16_t o2e_qd_v;
+#define O2E_QD_LD(p) vld1q_u8((const uint8_t *)(p))
+#define O2E_QD_ST(p, v) vst1q_u8((uint8_t *)(p), v)
+#define O2E_QD_U_8(v) (v)
+#define O2E_QD_ZIPN(f, a, b, e, t) vreinterpretq_u8_##t(f##_##t(vreinterpretq_##t##_u8(a), vreinterpretq_##t##_u8(b)))
+#define O2E_QD_ZIP1(a, b, e) O2E_QD_ZIP_##e(vzip1q, a, b)
+#define O2E_QD_ZIP2(a, b, e) O2E_QD_ZIP_##e(vzip2q, a, b)
+#define O2E_QD_ZIP_8(f, a, b) f##_u8(a, b)
+#define O2E_QD_ZIP_16(f, a, b) O2E_QD_ZIPN(f, a, b, 16, u16)
+#define O2E_QD_ZIP_32(f, a, b) O2E_QD_ZIPN(f, a, b, 32, u32)
+#define O2E_QD_ZIP_64(f, a, b) O2E_QD_ZIPN(f, a, b, 64, u64)
+#endif
+
 #define O2E_QDWC_CB 16
+
+#if defined(O2E_QD_V128)
+/* One merge stage of a 16 x 16 byte transpose: pairs of row groups interleaved at element
+ * size E; v[g * nb + j] holds row group g, column block j (nb blocks before the stage). */
+#define O2E_QD_STAGE(E, NB)                                                                     \
+  do {                                                                                          \
+    o2e_qd_v t_[16];                                                                            \
+    for (int g = 0; g < 16 / (2 * (NB)); ++g)                                                   \
+      for (int j = 0; j < (NB); ++j) {                                                          \
+        const o2e_qd_v a_ = v[(2 * g) * (NB) + j], b_ = v[(2 * g + 1) * (NB) + j];             \
+        t_[g * 2 * (NB) + 2 * j] = O2E_QD_ZIP1(a_, b_, E);                                      \
+        t_[g * 2 * (NB) + 2 * j + 1] = O2E_QD_ZIP2(a_, b_, E);                                  \
+      }                                                                                         \
+    for (int i = 0; i < 16; ++i) v[i] = t_[i];                                                  \
+  } while (0)
+
+/* v[r] (row r: 16 bytes) -> v[c] (column c: the 16 rows' bytes) */
+static inline void o2e_qd_tr16(o2e_qd_v *v) {
+  O2E_QD_STAGE(8, 1);
+  O2E_QD_STAGE(16, 2);
+  O2E_QD_STAGE(32, 4);
+  O2E_QD_STAGE(64, 8);
+}
+#endif
 
 /* 16 int32 sums + bias -> bytes: clamp(round_half_even((float)v * scale), flo, fhi) + zp. */
 static inline void o2e_qdwc_requant16(const int32_t *acc, const int32_t *bias, const float *scale,
@@ -45,6 +92,34 @@ static inline void o2e_qdwc_requant16(const int32_t *acc, const int32_t *bias, c
   f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(flo)), _mm512_set1_ps(fhi));
   const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp));
   _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(q));
+#elif defined(O2E_QD_AVX2)
+  const __m256 l = _mm256_set1_ps(flo), h = _mm256_set1_ps(fhi);
+  const __m256i z = _mm256_set1_epi32(zp);
+  __m256i q[2];
+  for (int k = 0; k < 2; ++k) {
+    const __m256i v = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + 8 * k)),
+                                       _mm256_loadu_si256((const __m256i *)(bias + 8 * k)));
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(scale + 8 * k));
+    f = _mm256_min_ps(_mm256_max_ps(f, l), h);
+    q[k] = _mm256_add_epi32(_mm256_cvtps_epi32(f), z);
+  }
+  /* in [lo, hi]: the packs do not saturate; packs_epi32 interleaves the 128-bit halves */
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+  const __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
+  _mm_storeu_si128((__m128i *)out, (int32_t)flo + zp < 0 ? _mm_packs_epi16(w0, w1) : _mm_packus_epi16(w0, w1));
+#elif defined(O2E_QD_NEON)
+  int16x8_t q16[2];
+  for (int k = 0; k < 2; ++k) {
+    int32x4_t q[2];
+    for (int j = 0; j < 2; ++j) {
+      const int32x4_t v = vaddq_s32(vld1q_s32(acc + 8 * k + 4 * j), vld1q_s32(bias + 8 * k + 4 * j));
+      float32x4_t f = vmulq_f32(vcvtq_f32_s32(v), vld1q_f32(scale + 8 * k + 4 * j));
+      f = vminq_f32(vmaxq_f32(f, vdupq_n_f32(flo)), vdupq_n_f32(fhi));
+      q[j] = vaddq_s32(vcvtnq_s32_f32(f), vdupq_n_s32(zp));
+    }
+    q16[k] = vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1]));
+  }
+  vst1q_u8(out, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(q16[0]), vmovn_s16(q16[1]))));
 #else
   for (int c = 0; c < O2E_QDWC_CB; ++c) {
     float f = (float)(int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]) * scale[c];
@@ -54,32 +129,83 @@ static inline void o2e_qdwc_requant16(const int32_t *acc, const int32_t *bias, c
 #endif
 }
 
-/* One block of 16 channels (cn of them real) into plane[Hp][Wp][16] of int16 (x - xz). */
-static inline void o2e_qdwc_plane(const uint8_t *x, size_t cn, size_t H, size_t W, size_t Hp,
-                                  size_t Wp, int ph, int pw, uint8_t flip, int32_t xz,
-                                  int16_t *plane) {
-  const size_t CB = O2E_QDWC_CB;
-  /* columns [xa, xb) of the padded row hold input columns xa - pw .. */
-  long xa = pw, xb = (long)W + pw;
-  if (xa < 0) xa = 0;
-  if (xb > (long)Wp) xb = (long)Wp;
-  for (size_t py = 0; py < Hp; ++py) {
-    int16_t *row = plane + py * Wp * CB;
-    const long iy = (long)py - ph;
-    if (iy < 0 || iy >= (long)H || xb <= xa) {
-      memset(row, 0, Wp * CB * sizeof(int16_t));
-      continue;
+/* The input pixels of one block of 16 channels (cn of them real) into the interior of
+ * plane[Hp][Wp][16] (int16 x - xz; the border, zeroed once, is never written). Lanes past cn
+ * hold channel 0 again: their weights are zero. */
+static inline void o2e_qdwc_fill(const uint8_t *x, size_t cn, size_t H, size_t W, size_t Hp,
+                                 size_t Wp, int ph, int pw, uint8_t flip, int32_t xz,
+                                 int16_t *plane) {
+  const size_t CB = O2E_QDWC_CB, HW = H * W;
+  size_t iy = 0, ix = 0; /* of pixel p */
+#if defined(O2E_QD_V128)
+  for (size_t p0 = 0; p0 < HW; p0 += 16) {
+    o2e_qd_v v[16];
+    const size_t np = HW - p0 < 16 ? HW - p0 : 16;
+    for (size_t c = 0; c < 16; ++c) {
+      const uint8_t *src = x + (c < cn ? c : 0) * HW + p0;
+      if (np == 16) {
+        v[c] = O2E_QD_LD(src);
+      } else {
+        uint8_t tmp[16] = {0};
+        memcpy(tmp, src, np);
+        v[c] = O2E_QD_LD(tmp);
+      }
     }
-    if (xa > 0) memset(row, 0, (size_t)xa * CB * sizeof(int16_t));
-    if (xb < (long)Wp) memset(row + xb * CB, 0, ((size_t)Wp - (size_t)xb) * CB * sizeof(int16_t));
-    if (cn < CB)
-      for (long px = xa; px < xb; ++px) memset(row + px * CB + cn, 0, (CB - cn) * sizeof(int16_t));
-    for (size_t c = 0; c < cn; ++c) {
-      const uint8_t *xr = x + (c * H + (size_t)iy) * W - pw;
-      int16_t *d = row + c;
-      for (long px = xa; px < xb; ++px) d[px * CB] = (int16_t)((int32_t)(uint8_t)(xr[px] ^ flip) - xz);
+    o2e_qd_tr16(v); /* v[j]: pixel p0 + j, 16 channels */
+    for (size_t j = 0; j < np; ++j) {
+      const size_t py = iy + (size_t)ph, px = ix + (size_t)pw;
+      if (py < Hp && px < Wp) {
+        int16_t *d = plane + (py * Wp + px) * CB;
+#if defined(__SSE2__)
+        const __m128i u = _mm_xor_si128(v[j], _mm_set1_epi8((char)flip)), z = _mm_setzero_si128();
+        const __m128i zx = _mm_set1_epi16((short)xz);
+        _mm_storeu_si128((__m128i *)d, _mm_sub_epi16(_mm_unpacklo_epi8(u, z), zx));
+        _mm_storeu_si128((__m128i *)(d + 8), _mm_sub_epi16(_mm_unpackhi_epi8(u, z), zx));
+#else
+        const uint8x16_t u = veorq_u8(v[j], vdupq_n_u8(flip));
+        const int16x8_t zx = vdupq_n_s16((int16_t)xz);
+        vst1q_s16(d, vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(u))), zx));
+        vst1q_s16(d + 8, vsubq_s16(vreinterpretq_s16_u16(vmovl_high_u8(u)), zx));
+#endif
+      }
+      if (++ix == W) ix = 0, ++iy;
     }
   }
+#else
+  for (size_t p = 0; p < HW; ++p) {
+    const size_t py = iy + (size_t)ph, px = ix + (size_t)pw;
+    if (py < Hp && px < Wp) {
+      int16_t *d = plane + (py * Wp + px) * CB;
+      for (size_t c = 0; c < CB; ++c)
+        d[c] = (int16_t)((int32_t)(uint8_t)(x[(c < cn ? c : 0) * HW + p] ^ flip) - xz);
+    }
+    if (++ix == W) ix = 0, ++iy;
+  }
+#endif
+}
+
+/* tile[P][16] (pixel-major bytes; rows up to a multiple of 16 readable) -> y[c][P], c < cn */
+static inline void o2e_qdwc_store(const uint8_t *tile, size_t cn, size_t P, uint8_t *y) {
+#if defined(O2E_QD_V128)
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    o2e_qd_v v[16];
+    for (int j = 0; j < 16; ++j) v[j] = O2E_QD_LD(tile + (p0 + (size_t)j) * O2E_QDWC_CB);
+    o2e_qd_tr16(v); /* v[c]: channel c, pixels p0 .. p0 + 15 */
+    const size_t np = P - p0 < 16 ? P - p0 : 16;
+    for (size_t c = 0; c < cn; ++c) {
+      if (np == 16) {
+        O2E_QD_ST(y + c * P + p0, v[c]);
+      } else {
+        uint8_t tmp[16];
+        O2E_QD_ST(tmp, v[c]);
+        memcpy(y + c * P + p0, tmp, np);
+      }
+    }
+  }
+#else
+  for (size_t c = 0; c < cn; ++c)
+    for (size_t p = 0; p < P; ++p) y[c * P + p] = tile[p * O2E_QDWC_CB + c];
+#endif
 }
 
 /* acc[16] = sum over the T taps of w[t][0..15] * s[off[t]][0..15] */
@@ -88,18 +214,20 @@ static inline void o2e_qdwc_pixel(const int16_t *s, const int32_t *off, size_t T
 #if defined(O2E_QD_AVX512)
   __m512i a = _mm512_setzero_si512();
   for (size_t t = 0; t < T; ++t) {
-    const __m512i v = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(s + off[t])));
-    a = _mm512_add_epi32(a, _mm512_mullo_epi32(v, _mm512_loadu_si512(w + t * 16)));
+    /* x zero-extended to 32 bits: vpmaddwd adds x * (int16)w + 0 * (w >> 16), exactly x * w,
+     * in one uop where vpmulld takes two */
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + off[t])));
+    a = _mm512_add_epi32(a, _mm512_madd_epi16(v, _mm512_loadu_si512(w + t * 16)));
   }
   _mm512_storeu_si512(acc, a);
 #elif defined(O2E_QD_AVX2)
   __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
   for (size_t t = 0; t < T; ++t) {
     const int16_t *p = s + off[t];
-    const __m256i v0 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)p));
-    const __m256i v1 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
-    a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(v0, _mm256_loadu_si256((const __m256i *)(w + t * 16))));
-    a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(v1, _mm256_loadu_si256((const __m256i *)(w + t * 16 + 8))));
+    const __m256i v0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)); /* see above */
+    const __m256i v1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
+    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(v0, _mm256_loadu_si256((const __m256i *)(w + t * 16))));
+    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(v1, _mm256_loadu_si256((const __m256i *)(w + t * 16 + 8))));
   }
   _mm256_storeu_si256((__m256i *)acc, a0);
   _mm256_storeu_si256((__m256i *)(acc + 8), a1);
@@ -129,31 +257,32 @@ static inline void o2e_qdwc_pixel(const int16_t *s, const int32_t *off, size_t T
 
 /* Depthwise convolution of one image: x [C][H][W] -> y [C][OH][OW]. off: kh * kw int32 tap
  * offsets into the plane ((ky * dh * Wp + kx * dw) * 16). plane: int16 scratch of
- * Hp * Wp * 16, tile: OW * 16 bytes. */
+ * Hp * Wp * 16, tile: O2E_QDWC_TILE(OH * OW) bytes. */
+#define O2E_QDWC_TILE(P) ((((size_t)(P) + 15) / 16) * 16 * O2E_QDWC_CB)
 static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
                             int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
                             uint8_t flip, int32_t xz, const int32_t *w, const int32_t *off,
                             const int32_t *bias, const float *scale, int32_t zp, int32_t lo,
                             int32_t hi, uint8_t *y, int16_t *plane, uint8_t *tile) {
-  const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw;
+  const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw, P = OH * OW;
   const size_t Hp = O2E_QDWC_HP(OH, kh, sh, dh), Wp = O2E_QDWC_WP(OW, kw, sw, dw);
   const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
   int32_t acc[O2E_QDWC_CB] __attribute__((aligned(64)));
+  memset(plane, 0, Hp * Wp * CB * sizeof(int16_t));
+  memset(tile + P * CB, 0, O2E_QDWC_TILE(P) - P * CB);
   for (size_t c0 = 0; c0 < C; c0 += CB) {
     const size_t cn = C - c0 < CB ? C - c0 : CB;
-    o2e_qdwc_plane(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, xz, plane);
+    o2e_qdwc_fill(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, xz, plane);
     const int32_t *wb = w + (c0 / CB) * T * CB;
+    uint8_t *t = tile;
     for (size_t oy = 0; oy < OH; ++oy) {
       const int16_t *prow = plane + oy * (size_t)sh * Wp * CB;
-      for (size_t ox = 0; ox < OW; ++ox) {
+      for (size_t ox = 0; ox < OW; ++ox, t += CB) {
         o2e_qdwc_pixel(prow + ox * (size_t)sw * CB, off, T, wb, acc);
-        o2e_qdwc_requant16(acc, bias + c0, scale + c0, flo, fhi, zp, tile + ox * CB);
-      }
-      for (size_t c = 0; c < cn; ++c) {
-        uint8_t *yr = y + ((c0 + c) * OH + oy) * OW;
-        for (size_t ox = 0; ox < OW; ++ox) yr[ox] = tile[ox * CB + c];
+        o2e_qdwc_requant16(acc, bias + c0, scale + c0, flo, fhi, zp, t);
       }
     }
+    o2e_qdwc_store(tile, cn, P, y + c0 * P);
   }
   (void)dw;
 }
@@ -222,13 +351,95 @@ static inline void o2e_qadd(size_t n, const uint8_t *a, const uint8_t *b, int sg
     }
   }
 #endif
-  for (; i < n; ++i) {
-    const float fa = sgn ? (float)(int8_t)a[i] : (float)a[i];
-    const float fb = sgn ? (float)(int8_t)b[i] : (float)b[i];
+  const uint8_t *ae = a + n; /* the tail by pointers: see o2e_qquant */
+  for (a += i, b += i, y += i; a < ae; ++a, ++b, ++y) {
+    const float fa = sgn ? (float)(int8_t)*a : (float)*a;
+    const float fb = sgn ? (float)(int8_t)*b : (float)*b;
     float r = fmaf(fa, rac, fmaf(fb, rbc, fixed));
     r = r < flo ? flo : (r > fhi ? fhi : r);
-    y[i] = (uint8_t)(int32_t)nearbyintf(r);
+    *y = (uint8_t)(int32_t)nearbyintf(r);
   }
+}
+
+/* QuantizeLinear of float32 per tensor to 8 bits, as onnxruntime's MlasQuantizeLinear:
+ * v = x / scale clamped to [lo - zp, hi - zp] (NaN to lo - zp), rounded half to even, + zp;
+ * the result's byte is stored (int8 two's complement). */
+static inline void o2e_qquant(size_t n, const float *x, float scale, int32_t zp, int32_t lo,
+                              int32_t hi, uint8_t *y) {
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  size_t i = 0;
+#if defined(O2E_QD_AVX512)
+  {
+    const __m512 s = _mm512_set1_ps(scale), l = _mm512_set1_ps(flo), h = _mm512_set1_ps(fhi);
+    const __m512i z = _mm512_set1_epi32(zp);
+    for (; i + 16 <= n; i += 16) {
+      __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
+      v = _mm512_min_ps(_mm512_max_ps(v, l), h); /* maxps(NaN, l) is l */
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), z);
+      _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(q));
+    }
+  }
+#elif defined(O2E_QD_AVX2)
+  {
+    const __m256 s = _mm256_set1_ps(scale), l = _mm256_set1_ps(flo), h = _mm256_set1_ps(fhi);
+    const __m256i z = _mm256_set1_epi32(zp);
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i), s);
+      v = _mm256_min_ps(_mm256_max_ps(v, l), h); /* maxps(NaN, l) is l */
+      __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), z);
+      q = _mm256_packs_epi32(q, q); /* in [lo, hi]: no saturation */
+      q = _mm256_permute4x64_epi64(q, 0x08);
+      const __m128i q16 = _mm256_castsi256_si128(q);
+      _mm_storel_epi64((__m128i *)(y + i), lo < 0 ? _mm_packs_epi16(q16, q16) : _mm_packus_epi16(q16, q16));
+    }
+  }
+#elif defined(O2E_QD_NEON)
+  {
+    const float32x4_t s = vdupq_n_f32(scale), l = vdupq_n_f32(flo), h = vdupq_n_f32(fhi);
+    const int32x4_t z = vdupq_n_s32(zp);
+    for (; i + 8 <= n; i += 8) {
+      /* vmaxnm: the number when the other is NaN */
+      float32x4_t v0 = vminq_f32(vmaxnmq_f32(vdivq_f32(vld1q_f32(x + i), s), l), h);
+      float32x4_t v1 = vminq_f32(vmaxnmq_f32(vdivq_f32(vld1q_f32(x + i + 4), s), l), h);
+      const int32x4_t q0 = vaddq_s32(vcvtnq_s32_f32(v0), z), q1 = vaddq_s32(vcvtnq_s32_f32(v1), z);
+      vst1_u8(y + i, vreinterpret_u8_s8(vmovn_s16(vcombine_s16(vmovn_s32(q0), vmovn_s32(q1)))));
+    }
+  }
+#endif
+  /* the tail by pointers: an index loop after the vector loop made gcc warn (a bogus
+   * -Waggressive-loop-optimizations, an error under -Werror) once inlined with a constant n */
+  const float *xe = x + n;
+  for (x += i, y += i; x < xe; ++x, ++y) {
+    float v = *x / scale;
+    v = !(v >= flo) ? flo : (v > fhi ? fhi : v);
+    *y = (uint8_t)((int32_t)nearbyintf(v) + zp);
+  }
+}
+
+/* The column matrix of a 1x1 convolution without padding: x [C][H][W] sampled every sh rows
+ * and sw columns into col [C][OH * OW] (im2col's result, without its per-tap bookkeeping;
+ * stride 2 picks the even bytes 16 at a time). */
+static inline void o2e_qsubsample(const uint8_t *x, size_t C, size_t H, size_t W, size_t OH,
+                                  size_t OW, int sh, int sw, uint8_t *col) {
+  for (size_t c = 0; c < C; ++c)
+    for (size_t oy = 0; oy < OH; ++oy) {
+      const uint8_t *xr = x + (c * H + oy * (size_t)sh) * W;
+      uint8_t *r = col + (c * OH + oy) * OW;
+      size_t ox = 0;
+      if (sw == 2) {
+#if defined(__SSE2__)
+        const __m128i lo = _mm_set1_epi16(0x00FF);
+        for (; ox + 16 <= OW && 2 * ox + 32 <= W; ox += 16) {
+          const __m128i a = _mm_and_si128(_mm_loadu_si128((const __m128i *)(xr + 2 * ox)), lo);
+          const __m128i b = _mm_and_si128(_mm_loadu_si128((const __m128i *)(xr + 2 * ox + 16)), lo);
+          _mm_storeu_si128((__m128i *)(r + ox), _mm_packus_epi16(a, b));
+        }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+        for (; ox + 16 <= OW && 2 * ox + 32 <= W; ox += 16) vst1q_u8(r + ox, vld2q_u8(xr + 2 * ox).val[0]);
+#endif
+      }
+      for (; ox < OW; ++ox) r[ox] = xr[ox * (size_t)sw];
+    }
 }
 
 #endif /* O2E_QDW_H */
