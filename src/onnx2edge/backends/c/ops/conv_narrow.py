@@ -46,7 +46,7 @@ def refuse(spec: ConvSpec) -> str | None:
 
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     """C statements for the whole node (every image of the batch in turn)."""
-    x, w, y, bias = spec.x, spec.w, spec.y, spec.bias
+    x, w, y = spec.x, spec.w, spec.y
     N, C, H, W = x.shape
     M = w.shape[0]
     kh, kw = spec.ks
@@ -64,7 +64,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "lanesKxK", np.ascontiguousarray(wc.reshape(Mp // panel, panel, K).transpose(0, 2, 1))
     )
     bc = np.zeros(Mp, np.float32)  # padded, so the tile adds it as whole vectors
-    if bias is not None:
+    if spec.has_bias:  # the constant padded (its own symbol is not named)
         bc[:M] = ctx.const(2).reshape(M)
     bsym = ctx.weight("biasKxK", bc)
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for

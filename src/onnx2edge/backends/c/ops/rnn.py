@@ -99,7 +99,12 @@ def _activations(node: Node) -> list[_Act]:
 
 
 def _act_expr(act: _Act, v: str, ctype: str) -> str:
-    """C expression of one RNN activation function (ONNX operator of the same name)."""
+    """C expression of one RNN activation function (ONNX operator of the same name).
+
+    Not the activation table (semantics/activations.py) on purpose: these are the RNN
+    attribute's functions (Affine and ScaledTanh exist nowhere else), and onnxruntime's cells
+    compute them with their own helpers, e.g. Relu as max(0, v), which turns NaN into 0 where
+    the standalone Relu keeps it (checked against onnxruntime 1.31)."""
     f = "" if ctype == "double" else "f"
     lit = lambda x: c_literal(x, np.float64 if ctype == "double" else np.float32)  # noqa: E731
     a, b = lit(act.alpha), lit(act.beta)
