@@ -137,7 +137,7 @@ def _uses_int8_kernels(out: Path, qdq: bool) -> None:
     for fn in (
         "o2e_qgemm(",
         "o2e_qdwc(",
-        "o2e_qim2col(",
+        "o2e_qphase(",
         "o2e_qpad(",
         "o2e_qpack_cols(",
         "o2e_qmaxpool(",

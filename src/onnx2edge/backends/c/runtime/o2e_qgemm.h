@@ -173,6 +173,60 @@ static inline void o2e_qpad(const uint8_t *x, size_t C, size_t H, size_t W, size
     }
 }
 
+/* Columns q of phase cp (input column q * sw + cp - pw) that fall inside a row of W. */
+static inline void o2e_qphase_range(size_t W, size_t QW, int sw, int pw, int cp, size_t *qa,
+                                    size_t *qb) {
+  const long off = (long)cp - pw; /* input column of q = 0 */
+  long a = off >= 0 ? 0 : (-off + sw - 1) / sw;
+  long b = (long)W - off <= 0 ? 0 : ((long)W - off + sw - 1) / sw;
+  if (b > (long)QW) b = (long)QW;
+  if (a > b) a = b;
+  *qa = (size_t)a, *qb = (size_t)b;
+}
+
+/* Strided convolutions without im2col: the input split into sh * sw phase planes per channel,
+ * plane (c, a, b) holding the padded image's pixels (qy * sh + a, qx * sw + b) in Hq x Wq
+ * bytes (border: the zero point), Wq = OW + ((kw - 1) * dw) / sw columns and Hq = OH +
+ * ((kh - 1) * dh) / sh + 1 rows (one spare). Row (c, ky, kx) of the implicit matrix is then
+ * plane (c, ky * dh % sh, kx * dw % sw) read from offset (ky * dh / sh) * Wq + kx * dw / sw over
+ * OH * Wq extended columns, as o2e_qpad's planes for stride 1 (o2e_qcompact drops the last
+ * Wq - OW of each row). The planes hold the input's bytes once, where im2col wrote kh * kw /
+ * (sh * sw) times as many (2.25 x for 3 x 3 stride 2) with a scalar gather per byte. */
+static inline void o2e_qphase(const uint8_t *x, size_t C, size_t H, size_t W, int sh, int sw,
+                              int ph, int pw, size_t Hq, size_t Wq, uint8_t padv, uint8_t *out) {
+  const size_t PS = Hq * Wq;
+  memset(out, padv, C * (size_t)sh * (size_t)sw * PS);
+  for (size_t c = 0; c < C; ++c)
+    for (size_t iy = 0; iy < H; ++iy) {
+      const size_t py = iy + (size_t)ph, qy = py / (size_t)sh;
+      if (qy >= Hq) continue;
+      const uint8_t *xr = x + (c * H + iy) * W;
+      for (int cp = 0; cp < sw; ++cp) {
+        size_t qa, qb;
+        o2e_qphase_range(W, Wq, sw, pw, cp, &qa, &qb);
+        uint8_t *d = out + ((c * (size_t)sh + py % (size_t)sh) * (size_t)sw + (size_t)cp) * PS +
+                     qy * Wq;
+        const uint8_t *sx = xr + cp - pw; /* input column of q = 0 (q >= qa is inside) */
+        size_t q = qa;
+        if (sw == 2) {
+          /* 16 even bytes of 32: the last read (sx[2q + 31]) stays before sx[2 (qb - 1)] */
+#if defined(__SSE2__)
+          const __m128i m = _mm_set1_epi16(0xFF);
+          for (; q + 16 < qb; q += 16) {
+            const __m128i v0 = _mm_loadu_si128((const __m128i *)(sx + 2 * q));
+            const __m128i v1 = _mm_loadu_si128((const __m128i *)(sx + 2 * q + 16));
+            _mm_storeu_si128((__m128i *)(d + q),
+                             _mm_packus_epi16(_mm_and_si128(v0, m), _mm_and_si128(v1, m)));
+          }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+          for (; q + 16 < qb; q += 16) vst1q_u8(d + q, vld2q_u8(sx + 2 * q).val[0]);
+#endif
+        }
+        for (; q < qb; ++q) d[q] = sx[q * (size_t)sw];
+      }
+    }
+}
+
 static inline void o2e_qcompact(const uint8_t *yext, size_t M, size_t OH, size_t OW, size_t Wp,
                                 uint8_t *y) {
   for (size_t m = 0; m < M; ++m)
@@ -195,42 +249,6 @@ static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_
       o2e_qstep_put(panel, k4, K4, blk);
     }
   }
-}
-
-/* Columns of a convolution's implicit matrix: row (c, ky, kx) of K, OH * OW columns; outside
- * the input the value is the zero point `padv` (a real zero). */
-static inline void o2e_qim2col(const uint8_t *x, size_t C, size_t H, size_t W, size_t OH, size_t OW,
-                        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw,
-                        uint8_t padv, uint8_t *col) {
-  for (size_t c = 0; c < C; ++c)
-    for (int ky = 0; ky < kh; ++ky)
-      for (int kx = 0; kx < kw; ++kx) {
-        uint8_t *row = col + ((c * kh + ky) * kw + kx) * OH * OW;
-        for (size_t oy = 0; oy < OH; ++oy) {
-          const long iy = (long)oy * sh - ph + (long)ky * dh;
-          uint8_t *r = row + oy * OW;
-          if (iy < 0 || iy >= (long)H) {
-            memset(r, padv, OW);
-            continue;
-          }
-          const uint8_t *xr = x + (c * H + (size_t)iy) * W;
-          const long x0 = (long)kx * dw - pw;
-          /* columns [oa, ob) read inside the row: the rest is padding */
-          long oa = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
-          long ob = (long)W - x0 <= 0 ? 0 : ((long)W - x0 + sw - 1) / sw;
-          if (ob > (long)OW) ob = (long)OW;
-          if (oa > ob) oa = ob;
-          if (oa > 0) memset(r, padv, (size_t)oa);
-          if (sw == 1) {
-            if (ob > oa) memcpy(r + oa, xr + oa + x0, (size_t)(ob - oa));
-          } else if (sw == 2) {
-            for (long ox = oa; ox < ob; ++ox) r[ox] = xr[2 * ox + x0];
-          } else {
-            for (long ox = oa; ox < ob; ++ox) r[ox] = xr[ox * sw + x0];
-          }
-          if (ob < (long)OW) memset(r + ob, padv, (size_t)((long)OW - ob));
-        }
-      }
 }
 
 /* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] for the
@@ -545,16 +563,6 @@ static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *ap
   }
 }
 
-/* Columns q of phase cp (input column q * sw + cp - pw) that fall inside a row of W. */
-static inline void o2e_qphase_range(size_t W, size_t QW, int sw, int pw, int cp, size_t *qa,
-                                    size_t *qb) {
-  const long off = (long)cp - pw; /* input column of q = 0 */
-  long a = off >= 0 ? 0 : (-off + sw - 1) / sw;
-  long b = (long)W - off <= 0 ? 0 : ((long)W - off + sw - 1) / sw;
-  if (b > (long)QW) b = (long)QW;
-  if (a > b) a = b;
-  *qa = (size_t)a, *qb = (size_t)b;
-}
 
 /* Depthwise convolution, one channel per group: w[c][kh * kw] int8 (zero point subtracted),
  * bias[c] int32 (no correction: the planes hold x - zp). Each channel is split into sh * sw
