@@ -441,6 +441,31 @@ static inline void o2e_qkernel2(size_t K4, const int8_t *a, const uint8_t *b, co
 #undef O2E_QV2
 #endif
 
+#if defined(O2E_Q_VNNI)
+/* One column (a matrix-vector product: a classifier's Gemm at batch 1), 8 rows: the column's
+ * 4 bytes of each step broadcast against the step's 8 x 4 weights in one 256-bit vpdpbusd,
+ * where o2e_qkernel would compute 16 columns for it. 4 accumulators over consecutive steps
+ * hide vpdpbusd's latency. Writes acc[r * 16] (column 0 of o2e_qkernel's layout). */
+static inline void o2e_qkernel_col(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc) {
+  __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
+#define O2E_QCOL1(c, i)                                                                          \
+  c = _mm256_dpbusd_epi32(c, _mm256_set1_epi32(*(const o2e_qi32 *)(b + (i) * 64)),              \
+                          _mm256_loadu_si256((const __m256i *)(a + (i) * 32)))
+  for (size_t n = K4 / 4; n; --n, a += 128, b += 256) {
+    O2E_QCOL1(c0, 0);
+    O2E_QCOL1(c1, 1);
+    O2E_QCOL1(c2, 2);
+    O2E_QCOL1(c3, 3);
+  }
+  for (size_t n = K4 % 4; n; --n, a += 32, b += 64) O2E_QCOL1(c0, 0);
+#undef O2E_QCOL1
+  int32_t t[8];
+  _mm256_storeu_si256((__m256i *)t,
+                      _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)));
+  for (int r = 0; r < 8; ++r) acc[r * 16] = t[r];
+}
+#endif
+
 /* Requantization of one row of n sums: onnxruntime's order (float product, clamp to the
  * output range shifted by the zero point, round half to even, add the zero point). */
 static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, float scale,
@@ -526,6 +551,8 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
 #if defined(O2E_Q_VNNI)
       if (two)
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
+      else if (np == 1)
+        o2e_qkernel_col(K4, ap, bp, acc[0]);
       else
 #endif
         o2e_qkernel(K4, ap, bp, acc[0], np);
