@@ -131,12 +131,13 @@ def _check(model: Path, out: Path, run, shape: tuple[int, ...] = SHAPE) -> None:
 
 def _uses_int8_kernels(out: Path, qdq: bool) -> None:
     code = (out / "model.c").read_text()
-    # QOperator's QLinearAdd is lowered to float ops (passes/lower_contrib); QDQ's is o2e QAdd
-    assert ("o2e_qadd(" in code) == qdq
+    # QDQ's Add and QOperator's same-shaped QLinearAdd (lowered to DQ, DQ -> Add -> Q by
+    # passes/lower_contrib) both become o2e QAdd
+    assert "o2e_qadd(" in code
     for fn in (
         "o2e_qgemm(",
         "o2e_qdwc(",
-        "o2e_qim2col(",
+        "o2e_qphase(",
         "o2e_qpad(",
         "o2e_qpack_cols(",
         "o2e_qmaxpool(",

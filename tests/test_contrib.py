@@ -179,6 +179,30 @@ def test_qlinear_binary(tmp_path: Path, op: str, dtype: type) -> None:
     check_quant(tmp_path, m, feeds, max_mismatch=0.015)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_add_same_shape_runs_int8_kernel(tmp_path: Path, dtype: type) -> None:
+    """A same-shaped QLinearAdd (QOperator residuals) is lowered to DQ, DQ -> Add -> Q, which the
+    C backend runs as o2e QAdd: every output byte equals onnxruntime's QLinearAdd."""
+    elem = T.UINT8 if dtype == np.uint8 else T.INT8
+    zp = 128 if dtype == np.uint8 else 0
+    inits = [
+        tensor("sa", np.array(0.05, F)), _q8("za", zp + 3, dtype),
+        tensor("sb", np.array(0.02, F)), _q8("zb", zp - 5, dtype),
+        tensor("sc", np.array(0.07, F)), _q8("zc", zp - 2, dtype),
+    ]  # fmt: skip
+    node = ms("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["y"])
+    shape = [2, 8, 16, 16]
+    m = ms_model(
+        [node], [vi("a", shape, elem), vi("b", shape, elem)], [vi("y", shape, elem)], inits
+    )
+    feeds = {"a": _quant_inputs(shape, dtype), "b": _quant_inputs(shape, dtype)}
+    path = save(m, tmp_path / "m.onnx")
+    api.convert(path, "c", tmp_path / "c")
+    assert "o2e_qadd(" in (tmp_path / "c" / "model.c").read_text()
+    ours, want = api.run(tmp_path / "c", feeds)["y"], ort_run(m, feeds)["y"]
+    assert ours.dtype == want.dtype and np.array_equal(ours, want)
+
+
 def _unary_q(op: str, shape: list[int], out_shape: list[int], **kw: object) -> onnx.ModelProto:
     inits = [
         tensor("sx", np.array(0.05, F)),

@@ -251,6 +251,16 @@ def _qlinear_binary(op: str) -> Lower:
 
     def lower(L: _Lowering, n: Node) -> None:
         sa, sb, sc = n.inputs[1], n.inputs[4], n.inputs[6]
+        if op == "Add" and not _known_to_broadcast(L.graph, n.inputs[0], n.inputs[3]):
+            # DQ, DQ -> Add -> Q: the C backend's qdq_to_int8 makes a same-shaped one o2e QAdd,
+            # onnxruntime's x86 formula bit for bit (a QDQ model's Add takes the same path).
+            # Shapes are not inferred yet: an Add found to broadcast later runs the float
+            # reference, within one step of onnxruntime (the formula below matches it more
+            # often, so it stays for Adds known to broadcast here)
+            a = _dq(L, n.inputs[0], sa, _opt(n, 2))
+            b = _dq(L, n.inputs[3], sb, _opt(n, 5))
+            _q(L, L.op("Add", [a, b]), sc, _opt(n, 7), n.outputs[0])
+            return
         one = L.const("one", 1.0)
         zc = _opt(n, 7)
         out_zp = L.op("Sub", [zc, zc]) if zc else ""  # zero of the output's integer type
@@ -277,6 +287,13 @@ def _qlinear_binary(op: str) -> Lower:
         _q(L, v, one, zc, n.outputs[0])
 
     return lower
+
+
+def _known_to_broadcast(graph: Graph, a: str, b: str) -> bool:
+    ta, tb = graph.type_of(a), graph.type_of(b)
+    return (
+        ta is not None and tb is not None and ta.is_static and tb.is_static and ta.shape != tb.shape
+    )
 
 
 def _as_float(L: _Lowering, x: str) -> str:

@@ -39,6 +39,13 @@ def tap_offsets(kh: int, kw: int, dh: int, dw: int, wp: int) -> np.ndarray:
     return ((ky * dh * wp + kx * dw) * CB).reshape(-1).astype(np.int32)
 
 
+def depthwise_bias(bias: np.ndarray, w: np.ndarray, xz: int) -> np.ndarray:
+    """bias - xz * sum_t w[c][t] as int32 (wrapping, as the kernel's sums do): o2e_qdwc's plane
+    holds the bytes x, not x - xz, so the zero point's share of every sum moves here."""
+    b = bias.astype(np.int64) - xz * w.astype(np.int64).sum(axis=1)
+    return ((b + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
 def depthwise(
     ctx: NodeContext,
     plan: Int8Plan,
@@ -58,11 +65,11 @@ def depthwise(
     ctx.kernel("int8 depthwise (channel blocks)")
     w = ctx.weight("qWc", pack_depthwise(plan.w))
     off = ctx.weight("qtap", tap_offsets(kh, kw, dl[0], dl[1], wp))
-    bias = ctx.weight("qbias16", _pad16(plan.bias.astype(np.int32)))
-    sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
-    plane = ctx.scratch(hp * wp * CB * 2, "int16_t")
-    tile = ctx.scratch(-(-OH * OW // 16) * 16 * CB, "uint8_t")
     xz = plan.x_zp + (128 if plan.x_signed else 0)
+    bias = ctx.weight("qbias16", _pad16(depthwise_bias(plan.bias, plan.w, xz)))
+    sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
+    plane = ctx.scratch(hp * wp * CB, "uint8_t")
+    tile = ctx.scratch(-(-OH * OW // 16) * 16 * CB, "uint8_t")
     flip = "0x80" if plan.x_signed else "0"
     geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
     return (

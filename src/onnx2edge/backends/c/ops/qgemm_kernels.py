@@ -64,7 +64,6 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     M, OH, OW = y.shape[1:]
     g = conv_geometry(ctx.node, x.shape, ctx.const(3).shape, y.shape, ctx.graph.opset)
     (kh, kw), st, dl, pads = g.kernel, list(g.strides), list(g.dilations), list(g.pads)
-    geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
     P = OH * OW
     xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"
     if plan.kind == "depthwise":
@@ -99,26 +98,69 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         ]
         return "\n".join(lines)
     subsample = kh == kw == 1 and not any(pads) and not pointwise
-    im2col = "int8 subsample gemm" if subsample else "int8 im2col gemm"
-    ctx.kernel("int8 gemm 1x1" if pointwise else im2col)
+    if not pointwise and not subsample:
+        # strided: phase planes read at K offsets, no column matrix (o2e_qphase)
+        return _phase_conv(ctx, plan, (A, bias, rowsum, sc), lines, (kh, kw), st, dl, pads)
+    ctx.kernel("int8 gemm 1x1" if pointwise else "int8 subsample gemm")
     pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
     src = "xn"
-    if not pointwise:
+    if subsample:
+        # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
         col = ctx.scratch(K * P, "uint8_t")
-        if subsample:
-            # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
-            use_runtime(ctx)
-            lines.append(
-                f"  o2e_qsubsample(xn, {C}, {H}, {W}, {OH}, {OW}, {st[0]}, {st[1]}, {col});"
-            )
-        else:
-            lines.append(
-                f"  o2e_qim2col(xn, {C}, {H}, {W}, {OH}, {OW}, {geo}, (uint8_t){padv}, {col});"
-            )
+        use_runtime(ctx)
+        lines.append(f"  o2e_qsubsample(xn, {C}, {H}, {W}, {OH}, {OW}, {st[0]}, {st[1]}, {col});")
         src = col
     lines += [
         f"  o2e_qgemm_rows({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {bias}, "
         f"{rowsum}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {P}, 1);",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def phase_offsets(
+    C: int, kernel: tuple[int, int], st: list[int], dl: list[int], hq: int, wq: int
+) -> np.ndarray:
+    """Offset of row (c, ky, kx) of the implicit matrix in o2e_qphase's planes: plane
+    (c, ky * dh % sh, kx * dw % sw), row ky * dh // sh, column kx * dw // sw."""
+    c_, ky, kx = np.meshgrid(
+        np.arange(C), np.arange(kernel[0]), np.arange(kernel[1]), indexing="ij"
+    )
+    ry, rx = ky * dl[0], kx * dl[1]
+    plane = (c_ * st[0] + ry % st[0]) * st[1] + rx % st[1]
+    return (plane * hq * wq + (ry // st[0]) * wq + rx // st[1]).reshape(-1).astype(np.int32)
+
+
+def _phase_conv(
+    ctx: NodeContext,
+    plan: Int8Plan,
+    consts: tuple[str, str, str, str],
+    lines: list[str],
+    kernel: tuple[int, int],
+    st: list[int],
+    dl: list[int],
+    pads: list[int],
+) -> str:
+    x, y = ctx.x(0), ctx.y(0)
+    C, H, W = x.shape[1:]
+    M, OH, OW = y.shape[1:]
+    K = plan.w.shape[1]
+    A, bias, rowsum, sc = consts
+    ctx.kernel("int8 phase-plane gemm")
+    wq = OW + (kernel[1] - 1) * dl[1] // st[1]
+    hq = OH + (kernel[0] - 1) * dl[0] // st[0] + 1
+    pe = OH * wq
+    offs = ctx.weight("qrowoff", phase_offsets(C, kernel, st, dl, hq, wq))
+    planes = ctx.scratch(C * st[0] * st[1] * hq * wq, "uint8_t")
+    pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
+    yext = ctx.scratch(M * pe, "uint8_t")
+    padv = plan.x_zp & 0xFF
+    lines += [
+        f"  o2e_qphase(xn, {C}, {H}, {W}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {hq}, {wq}, "
+        f"(uint8_t){padv}, {planes});",
+        f"  o2e_qgemm_rows({M}, {pe}, {K}, {A}, {planes}, 0, {offs}, {_flip(plan)}, {pk}, "
+        f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {pe}, 1);",
+        f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wq}, (uint8_t *){y.sym} + n * {M * OH * OW});",
         "}",
     ]
     return "\n".join(lines)

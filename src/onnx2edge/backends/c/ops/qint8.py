@@ -5,8 +5,8 @@ zero point, float32 requantisation scales, int32 bias, the output clamp); here t
 packed in the kernel's layout ([ceil(M/8)][ceil(K/4)][8][4]) and the bias absorbs the
 activation zero point: sum_k (x - xz) w = sum_k u w - (xz + off) sum_k w, with u the packed
 byte (x, or x + 128 for int8 activations, flipped by xor 0x80 while packing). Activations are
-packed at run time into 16-column panels (im2col first for kernels larger than 1x1 or with
-stride / padding). Depthwise convolutions run o2e_qdwc (qdw_kernels.py). The quantization
+packed at run time into 16-column panels, read from the input (1x1), a zero-point-bordered
+copy (stride 1) or its phase planes (strided) at K row offsets (qgemm_kernels.py). Depthwise convolutions run o2e_qdwc (qdw_kernels.py). The quantization
 reference loops in quant.py stay for everything else.
 """
 

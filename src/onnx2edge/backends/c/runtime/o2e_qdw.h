@@ -3,11 +3,14 @@
  * o2e_qdwc: depthwise convolution (one input channel per group) vectorised across channels,
  * as onnxruntime's int8 depthwise kernel does in NHWC. The activations stay NCHW between
  * layers, so each block of 16 channels is copied into one padded plane of 16-lane pixels
- * (int16 x - zp, a zero border: a real zero), then every output pixel is a sum over the taps
- * of a 16-lane multiply-add in int32 (exact, as the GEMM kernels), requantised in onnxruntime's
- * order (float product, clamp, round half to even, zero point) and written back to NCHW.
- * Weights: int32 [ceil(C/16)][kh * kw][16] (zero point subtracted, zero past C), bias and
- * scale padded to a multiple of 16.
+ * (the bytes x, as uint8; a border of the zero point: a real zero), then every output pixel
+ * is a sum over the taps of a 16-lane multiply-add in int32 (exact, as the GEMM kernels),
+ * requantised in onnxruntime's order (float product, clamp, round half to even, zero point)
+ * and written back to NCHW. The plane holds bytes rather than x - zp as int16: half the
+ * memory and no widening while filling it (the fill, a 16 x 16 transpose per 16 pixels, is
+ * most of a stride-2 layer's time); the conversion folds - zp * sum_t w[t] into the bias.
+ * Weights: int32 [ceil(C/16)][kh * kw][16] (zero point subtracted, zero past C), bias (with
+ * that correction) and scale padded to a multiple of 16.
  *
  * o2e_qadd: QLinearAdd as onnxruntime's x86 kernel (mlas qladd_avx2.cpp) computes it, every
  * step in float32: r = fma(a, sa / sc, fma(b, sb / sc, F)), F = zc - (sa/sc * za + sb/sc * zb)
@@ -75,7 +78,7 @@ typedef uint8x16_t o2e_qd_v;
   } while (0)
 
 /* v[r] (row r: 16 bytes) -> v[c] (column c: the 16 rows' bytes) */
-static inline void o2e_qd_tr16(o2e_qd_v *v) {
+static inline __attribute__((always_inline)) void o2e_qd_tr16(o2e_qd_v *v) {
   O2E_QD_STAGE(8, 1);
   O2E_QD_STAGE(16, 2);
   O2E_QD_STAGE(32, 4);
@@ -130,11 +133,10 @@ static inline void o2e_qdwc_requant16(const int32_t *acc, const int32_t *bias, c
 }
 
 /* The input pixels of one block of 16 channels (cn of them real) into the interior of
- * plane[Hp][Wp][16] (int16 x - xz; the border, zeroed once, is never written). Lanes past cn
- * hold channel 0 again: their weights are zero. */
+ * plane[Hp][Wp][16] (bytes x ^ flip; the border, set to the zero point once, is never
+ * written). Lanes past cn hold channel 0 again: their weights are zero. */
 static inline void o2e_qdwc_fill(const uint8_t *x, size_t cn, size_t H, size_t W, size_t Hp,
-                                 size_t Wp, int ph, int pw, uint8_t flip, int32_t xz,
-                                 int16_t *plane) {
+                                 size_t Wp, int ph, int pw, uint8_t flip, uint8_t *plane) {
   const size_t CB = O2E_QDWC_CB, HW = H * W;
   size_t iy = 0, ix = 0; /* of pixel p */
 #if defined(O2E_QD_V128)
@@ -155,17 +157,10 @@ static inline void o2e_qdwc_fill(const uint8_t *x, size_t cn, size_t H, size_t W
     for (size_t j = 0; j < np; ++j) {
       const size_t py = iy + (size_t)ph, px = ix + (size_t)pw;
       if (py < Hp && px < Wp) {
-        int16_t *d = plane + (py * Wp + px) * CB;
 #if defined(__SSE2__)
-        const __m128i u = _mm_xor_si128(v[j], _mm_set1_epi8((char)flip)), z = _mm_setzero_si128();
-        const __m128i zx = _mm_set1_epi16((short)xz);
-        _mm_storeu_si128((__m128i *)d, _mm_sub_epi16(_mm_unpacklo_epi8(u, z), zx));
-        _mm_storeu_si128((__m128i *)(d + 8), _mm_sub_epi16(_mm_unpackhi_epi8(u, z), zx));
+        O2E_QD_ST(plane + (py * Wp + px) * CB, _mm_xor_si128(v[j], _mm_set1_epi8((char)flip)));
 #else
-        const uint8x16_t u = veorq_u8(v[j], vdupq_n_u8(flip));
-        const int16x8_t zx = vdupq_n_s16((int16_t)xz);
-        vst1q_s16(d, vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(u))), zx));
-        vst1q_s16(d + 8, vsubq_s16(vreinterpretq_s16_u16(vmovl_high_u8(u)), zx));
+        O2E_QD_ST(plane + (py * Wp + px) * CB, veorq_u8(v[j], vdupq_n_u8(flip)));
 #endif
       }
       if (++ix == W) ix = 0, ++iy;
@@ -175,9 +170,8 @@ static inline void o2e_qdwc_fill(const uint8_t *x, size_t cn, size_t H, size_t W
   for (size_t p = 0; p < HW; ++p) {
     const size_t py = iy + (size_t)ph, px = ix + (size_t)pw;
     if (py < Hp && px < Wp) {
-      int16_t *d = plane + (py * Wp + px) * CB;
-      for (size_t c = 0; c < CB; ++c)
-        d[c] = (int16_t)((int32_t)(uint8_t)(x[(c < cn ? c : 0) * HW + p] ^ flip) - xz);
+      uint8_t *d = plane + (py * Wp + px) * CB;
+      for (size_t c = 0; c < CB; ++c) d[c] = (uint8_t)(x[(c < cn ? c : 0) * HW + p] ^ flip);
     }
     if (++ix == W) ix = 0, ++iy;
   }
@@ -209,23 +203,23 @@ static inline void o2e_qdwc_store(const uint8_t *tile, size_t cn, size_t P, uint
 }
 
 /* acc[16] = sum over the T taps of w[t][0..15] * s[off[t]][0..15] */
-static inline void o2e_qdwc_pixel(const int16_t *s, const int32_t *off, size_t T, const int32_t *w,
+static inline void o2e_qdwc_pixel(const uint8_t *s, const int32_t *off, size_t T, const int32_t *w,
                                   int32_t *acc) {
 #if defined(O2E_QD_AVX512)
   __m512i a = _mm512_setzero_si512();
   for (size_t t = 0; t < T; ++t) {
     /* x zero-extended to 32 bits: vpmaddwd adds x * (int16)w + 0 * (w >> 16), exactly x * w,
      * in one uop where vpmulld takes two */
-    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + off[t])));
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + off[t])));
     a = _mm512_add_epi32(a, _mm512_madd_epi16(v, _mm512_loadu_si512(w + t * 16)));
   }
   _mm512_storeu_si512(acc, a);
 #elif defined(O2E_QD_AVX2)
   __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
   for (size_t t = 0; t < T; ++t) {
-    const int16_t *p = s + off[t];
-    const __m256i v0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)); /* see above */
-    const __m256i v1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
+    const uint8_t *p = s + off[t];
+    const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); /* see above */
+    const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
     a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(v0, _mm256_loadu_si256((const __m256i *)(w + t * 16))));
     a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(v1, _mm256_loadu_si256((const __m256i *)(w + t * 16 + 8))));
   }
@@ -234,8 +228,9 @@ static inline void o2e_qdwc_pixel(const int16_t *s, const int32_t *off, size_t T
 #elif defined(O2E_QD_NEON)
   int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
   for (size_t t = 0; t < T; ++t) {
-    const int16_t *p = s + off[t];
-    const int16x8_t v0 = vld1q_s16(p), v1 = vld1q_s16(p + 8);
+    const uint8x16_t u = vld1q_u8(s + off[t]);
+    const int16x8_t v0 = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(u)));
+    const int16x8_t v1 = vreinterpretq_s16_u16(vmovl_high_u8(u));
     const int32_t *wt = w + t * 16;
     a0 = vmlaq_s32(a0, vmovl_s16(vget_low_s16(v0)), vld1q_s32(wt));
     a1 = vmlaq_s32(a1, vmovl_s16(vget_high_s16(v0)), vld1q_s32(wt + 4));
@@ -256,27 +251,28 @@ static inline void o2e_qdwc_pixel(const int16_t *s, const int32_t *off, size_t T
 #define O2E_QDWC_WP(OW, kw, sw, dw) (((size_t)(OW) - 1) * (size_t)(sw) + ((size_t)(kw) - 1) * (size_t)(dw) + 1)
 
 /* Depthwise convolution of one image: x [C][H][W] -> y [C][OH][OW]. off: kh * kw int32 tap
- * offsets into the plane ((ky * dh * Wp + kx * dw) * 16). plane: int16 scratch of
- * Hp * Wp * 16, tile: O2E_QDWC_TILE(OH * OW) bytes. */
+ * offsets into the plane ((ky * dh * Wp + kx * dw) * 16 bytes). xz: the input zero point as a
+ * byte after the flip (the plane's border); bias includes - xz * sum_t w[t]. plane: Hp * Wp *
+ * 16 bytes of scratch, tile: O2E_QDWC_TILE(OH * OW) bytes. */
 #define O2E_QDWC_TILE(P) ((((size_t)(P) + 15) / 16) * 16 * O2E_QDWC_CB)
 static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
                             int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
                             uint8_t flip, int32_t xz, const int32_t *w, const int32_t *off,
                             const int32_t *bias, const float *scale, int32_t zp, int32_t lo,
-                            int32_t hi, uint8_t *y, int16_t *plane, uint8_t *tile) {
+                            int32_t hi, uint8_t *y, uint8_t *plane, uint8_t *tile) {
   const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw, P = OH * OW;
   const size_t Hp = O2E_QDWC_HP(OH, kh, sh, dh), Wp = O2E_QDWC_WP(OW, kw, sw, dw);
   const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
   int32_t acc[O2E_QDWC_CB] __attribute__((aligned(64)));
-  memset(plane, 0, Hp * Wp * CB * sizeof(int16_t));
+  memset(plane, (int)(uint8_t)xz, Hp * Wp * CB);
   memset(tile + P * CB, 0, O2E_QDWC_TILE(P) - P * CB);
   for (size_t c0 = 0; c0 < C; c0 += CB) {
     const size_t cn = C - c0 < CB ? C - c0 : CB;
-    o2e_qdwc_fill(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, xz, plane);
+    o2e_qdwc_fill(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, plane);
     const int32_t *wb = w + (c0 / CB) * T * CB;
     uint8_t *t = tile;
     for (size_t oy = 0; oy < OH; ++oy) {
-      const int16_t *prow = plane + oy * (size_t)sh * Wp * CB;
+      const uint8_t *prow = plane + oy * (size_t)sh * Wp * CB;
       for (size_t ox = 0; ox < OW; ++ox, t += CB) {
         o2e_qdwc_pixel(prow + ox * (size_t)sw * CB, off, T, wb, acc);
         o2e_qdwc_requant16(acc, bias + c0, scale + c0, flo, fhi, zp, t);
