@@ -270,3 +270,10 @@ def test_fused_ops_count_their_base_ops_macs() -> None:
                  domain="o2e")  # fmt: skip
     assert node_macs(fused, qconv) == want["conv"]
     assert node_macs(fused, qgemm) == 10 * 288
+
+
+def test_suite_doc_names_the_rounds_it_was_measured_with() -> None:
+    # the command line a table was measured with says --rounds when it was not 1
+    r = {**_result("resnet50", 1, 0.95), "clock": "thread CPU time", "rounds": 4}
+    assert suite._cmd_extra([r]).endswith(" --cpu-clock --rounds 4")
+    assert "--rounds" not in suite._cmd_extra([_result("resnet50", 1, 0.95)])

@@ -413,6 +413,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
                 log=log,
                 arch=arch,
                 cpu_clock=a.cpu_clock,
+                rounds=a.rounds,
             )
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
