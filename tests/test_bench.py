@@ -58,6 +58,32 @@ def test_bench_cpu_clock_profiles_on_the_same_clock(example: Path, tmp_path: Pat
     assert r["accurate"] and r["profile"] and sum(p["ms"] for p in r["profile"]) > 0
 
 
+def test_bench_rounds_alternate_the_sides_and_keep_every_run(example: Path) -> None:
+    # 5 runs in 2 rounds: 3 per round on each side, profiles averaged over the rounds
+    said: list[str] = []
+    r = bench_model(
+        example, runs=5, warmup=1, profile=True, cpu_clock=True, rounds=2, log=said.append
+    )
+    assert r["rounds"] == 2 and r["runs"] == 6
+    timing = [m for m in said if m.startswith("timing")]
+    assert timing == [
+        "timing ours: 3 runs, 1 thread(s) (round 1 of 2)",
+        "timing onnxruntime: 3 runs, 1 thread(s) (round 1 of 2)",
+        "timing ours: 3 runs, 1 thread(s) (round 2 of 2)",
+        "timing onnxruntime: 3 runs, 1 thread(s) (round 2 of 2)",
+    ]
+    assert r["accurate"] and r["profile"] and all(p["ms"] > 0 for p in r["profile"])
+    assert "6 runs in 2 alternating rounds" in format_result(r)
+
+
+def test_bench_zero_rounds_is_a_clear_error(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", str(example), "--rounds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--rounds must be at least 1" in err and "Traceback" not in err
+
+
 def test_bench_cli_json(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", str(example), "--runs", "3", "--warmup", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -244,3 +270,10 @@ def test_fused_ops_count_their_base_ops_macs() -> None:
                  domain="o2e")  # fmt: skip
     assert node_macs(fused, qconv) == want["conv"]
     assert node_macs(fused, qgemm) == 10 * 288
+
+
+def test_suite_doc_names_the_rounds_it_was_measured_with() -> None:
+    # the command line a table was measured with says --rounds when it was not 1
+    r = {**_result("resnet50", 1, 0.95), "clock": "thread CPU time", "rounds": 4}
+    assert suite._cmd_extra([r]).endswith(" --cpu-clock --rounds 4")
+    assert "--rounds" not in suite._cmd_extra([_result("resnet50", 1, 0.95)])

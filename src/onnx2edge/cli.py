@@ -244,6 +244,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="1 thread: time calls by thread CPU time on both sides (a machine shared with other jobs)",
     )
+    s.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="alternate ours and onnxruntime in this many rounds of runs/ROUNDS each (a shared "
+        "machine's changing load then falls on both sides alike)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
@@ -406,6 +413,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
                 log=log,
                 arch=arch,
                 cpu_clock=a.cpu_clock,
+                rounds=a.rounds,
             )
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
@@ -425,6 +433,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         fixed_inputs=parse_fixed_inputs(a.fix_input),
         arch=a.arch,
         cpu_clock=a.cpu_clock,
+        rounds=a.rounds,
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1

@@ -261,6 +261,24 @@ MAX_RUNS = 2000
 SPREAD_FACTOR = 2.0
 
 
+def _merge_rounds(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One side's results over all rounds: every timed run, per-node times averaged over the
+    rounds, the largest peak RSS, the median call overhead."""
+    out = dict(parts[-1])
+    out["times_ms"] = [t for p in parts for t in p["times_ms"]]
+    out["maxrss_kb"] = max(p["maxrss_kb"] for p in parts)
+    if "overhead_ms" in out:
+        out["overhead_ms"] = float(np.median([p["overhead_ms"] for p in parts]))
+    if "profile_ms" in out:
+        out["profile_ms"] = list(np.mean([p["profile_ms"] for p in parts], axis=0))
+    if out.get("nodes"):
+        out["nodes"] = {
+            name: {**d, "ms": float(np.mean([p["nodes"].get(name, d)["ms"] for p in parts]))}
+            for name, d in out["nodes"].items()
+        }
+    return out
+
+
 def _stats(ms: Sequence[float]) -> dict[str, float]:
     a = np.asarray(ms, dtype=np.float64)
     return {"median": float(np.median(a)), "mean": float(a.mean()), "min": float(a.min())}
@@ -326,6 +344,7 @@ def bench_model(
     options: Mapping[str, Any] | None = None,
     arch: str | None = None,
     cpu_clock: bool = False,
+    rounds: int = 1,
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
 
@@ -338,7 +357,13 @@ def bench_model(
     arch: the `-march` the C is built for (x86-64-v2 / -v3 / -v4 / native), so that an AVX-512
     host can time the AVX2 kernels too.
     cpu_clock (1 thread only): time each call by the calling thread's CPU time on both sides
-    instead of wall time, for a machine shared with other jobs (descheduled time left out)."""
+    instead of wall time, for a machine shared with other jobs (descheduled time left out).
+    rounds: split the runs into this many rounds, ours then onnxruntime in each: on a shared
+    machine the load changes over a run, and timing all of ours before all of onnxruntime's
+    lets that change bias the ratio (MobileNet v1 on a 2-core machine shared by five jobs:
+    1.38 timed one after the other, 0.95-1.02 in alternating rounds)."""
+    if rounds < 1:
+        raise Onnx2EdgeError(f"bench: --rounds must be at least 1 (got {rounds})")
     from .. import api
     from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, arch_flags, compiler, is_emulated
 
@@ -418,14 +443,8 @@ def bench_model(
             if trial.returncode == 0:
                 est = float(np.median(json.loads(trial.stdout)["times_ms"]))
                 runs = max(runs, min(MAX_RUNS, int(min_seconds * 1000 / max(est, 1e-3))))
-        say(f"timing ours: {runs} runs, {threads} thread(s)")
-        p = subprocess.run(
-            [str(exe), str(runs), str(warmup), str(data)], capture_output=True, text=True, env=env
-        )
-        if p.returncode != 0:
-            raise Onnx2EdgeError(f"benchmark run failed: {p.stderr.strip()[:300]}")
-        ours = json.loads(p.stdout)
-        say(f"timing onnxruntime: {runs} runs, {threads} thread(s)")
+        per = -(-runs // rounds)  # runs per round: both sides run rounds * per times
+        runs = per * rounds
         from ..frontend.loader import bind_inputs, fix_input_shapes, load_model
 
         fixed = work / "model_fixed.onnx"
@@ -438,21 +457,36 @@ def bench_model(
         cfg = {
             "model": str(fixed),
             "threads": threads,
-            "runs": runs,
+            "runs": per,
             "warmup": warmup,
             "inputs": {s["name"]: str(data / f"{i}.npy") for i, s in enumerate(io["inputs"])},
             "outputs": str(data / "ort_out.npz"),
             "profile": profile,
             "cpu_clock": cpu_clock,
         }
-        p = subprocess.run(
-            [sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)], capture_output=True, text=True
-        )
-        if p.returncode != 0:
-            raise Onnx2EdgeError(
-                f"onnxruntime benchmark failed: {p.stderr.strip().splitlines()[-1][:300]}"
+        ours_rounds, ort_rounds = [], []
+        for i in range(rounds):
+            tag = f" (round {i + 1} of {rounds})" if rounds > 1 else ""
+            say(f"timing ours: {per} runs, {threads} thread(s){tag}")
+            p = subprocess.run(
+                [str(exe), str(per), str(warmup), str(data)],
+                capture_output=True,
+                text=True,
+                env=env,
             )
-        ort = json.loads(p.stdout)
+            if p.returncode != 0:
+                raise Onnx2EdgeError(f"benchmark run failed: {p.stderr.strip()[:300]}")
+            ours_rounds.append(json.loads(p.stdout))
+            say(f"timing onnxruntime: {per} runs, {threads} thread(s){tag}")
+            p = subprocess.run(
+                [sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)], capture_output=True, text=True
+            )
+            if p.returncode != 0:
+                raise Onnx2EdgeError(
+                    f"onnxruntime benchmark failed: {p.stderr.strip().splitlines()[-1][:300]}"
+                )
+            ort_rounds.append(json.loads(p.stdout))
+        ours, ort = _merge_rounds(ours_rounds), _merge_rounds(ort_rounds)
         ref = np.load(data / "ort_out.npz")
         plain = np.load(data / "ort_out.npz.plain.npz")
         errors = {}
@@ -515,6 +549,7 @@ def bench_model(
             "cflags": " ".join(flags),
             "arch": arch or "native",
             "clock": "thread CPU time" if cpu_clock else "wall",
+            "rounds": rounds,
             "onnxruntime": ort["version"],
             "cpu": cpu_name(),
             "accuracy": errors,
@@ -529,8 +564,10 @@ def _ms(v: float | None) -> str:
 
 
 def format_result(r: Mapping[str, Any]) -> str:
+    rounds = r.get("rounds", 1)
+    alt = f" in {rounds} alternating rounds" if rounds > 1 else ""
     lines = [
-        f"{r['model']}: {r['threads']} thread(s), {r['runs']} runs, {r['cpu']}",
+        f"{r['model']}: {r['threads']} thread(s), {r['runs']} runs{alt}, {r['cpu']}",
         f"  ours        median {r['ours']['median']:.3f} ms  mean {r['ours']['mean']:.3f}  min {r['ours']['min']:.3f}"
         f"  peak RSS {r['ours_peak_rss_mb']:.0f} MB",
         f"  onnxruntime median {r['ort']['median']:.3f} ms  mean {r['ort']['mean']:.3f}  min {r['ort']['min']:.3f}"

@@ -62,9 +62,11 @@ def run_suite(
     explain_misses: bool = True,
     arch: str | None = None,
     cpu_clock: bool = False,
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
     """Bench each model at each thread count; for a model that misses its 1-thread target, a
-    profiled run (both sides per node) records where the gap is (`gaps`)."""
+    profiled run (both sides per node) records where the gap is (`gaps`). rounds: ours and
+    onnxruntime alternate in that many rounds (bench_model)."""
     say = log or (lambda m: None)
     names = list(models or SEED_SUITE)
     results = []
@@ -82,6 +84,7 @@ def run_suite(
                     min_seconds=MIN_SECONDS,
                     arch=arch,
                     cpu_clock=cpu_clock and t == 1,
+                    rounds=rounds,
                 )
                 r["name"] = name
                 r["target_ratio"] = TARGETS.get(name)
@@ -107,6 +110,7 @@ def run_suite(
                         profile=True,
                         arch=arch,
                         cpu_clock=cpu_clock,
+                        rounds=rounds,
                     )
                     r["gaps"] = gap_nodes(p)
             path.unlink()
@@ -198,7 +202,9 @@ def _cmd_extra(results: list[dict[str, Any]]) -> str:
     """The bench options besides --arch that the results were measured with."""
     names = list(dict.fromkeys(r["name"] for r in results))
     extra = f" --models {','.join(names)}" if names != SEED_SUITE else ""
-    return extra + (" --cpu-clock" if results and results[0].get("clock", "wall") != "wall" else "")
+    extra += " --cpu-clock" if results and results[0].get("clock", "wall") != "wall" else ""
+    rounds = results[0].get("rounds", 1) if results else 1
+    return extra + (f" --rounds {rounds}" if rounds > 1 else "")
 
 
 def _doc_part(
