@@ -26,6 +26,7 @@ from ...ir.proto import release_pages
 from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.attrs import attr as semantic_attr
 from ...semantics.fused import base_domain, base_op
+from .concat_alias import concat_aliases
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
@@ -313,6 +314,7 @@ class ModelEmitter:
         # convert --kernels: strategy name -> "off" or its own setting (ops/conv_spec.py)
         self.kernel_options: Mapping[str, str] = dict(kernel_options or {})
         self.layer_strategies: dict[str, str] = {}  # node -> the strategy that wrote it
+        self.concat_aliases: dict[str, tuple[str, int]] = {}  # set by emit (concat_alias.py)
         self._make_tensors()
 
     # --- naming ------------------------------------------------------------------------------
@@ -421,6 +423,9 @@ class ModelEmitter:
         # their guards (control_flow.runtime_if_guards). The arena plan stays the straight-line
         # one, which keeps every buffer of both branches valid whichever runs.
         guards = runtime_if_guards(g)
+        # Concat inputs written in place in their output's buffer (concat_alias.py)
+        kinds = {n: t.kind for n, t in self.tensors.items()}
+        self.concat_aliases = concat_aliases(g, kinds, set(guards))
         opened: Guard = ()
         written_under: dict[str, Guard] = {}
         for step, node in enumerate(g.nodes):
@@ -450,10 +455,14 @@ class ModelEmitter:
                 release_pages(g.initializers.get(name))
         blocks.extend(self._guard_lines(opened, ()))
         buffers = []
+        # a concat output with aliased inputs is live from the first of their producers
+        first: dict[str, int] = {}
+        for x, (y, _) in self.concat_aliases.items():
+            first[y] = min(first.get(y, min(steps[x])), min(steps[x]))
         for name, t in self.tensors.items():
-            if t.kind != "arena":
+            if t.kind != "arena" or name in self.concat_aliases:
                 continue
-            used = steps.get(name, [0])
+            used = steps.get(name, [0]) + ([first[name]] if name in first else [])
             buffers.append(
                 Buffer(name, t.nbytes, min(used), max(used), written_under.get(name, ()))
             )
@@ -465,6 +474,8 @@ class ModelEmitter:
                 out = f"(({t.ctype} *)outputs[{i}])"
                 tail.append(f"  memcpy({out}, {t.sym}, {t.nbytes});  /* output {_cmt(name)} */")
         offsets, arena = plan(buffers + scratch)
+        for x, (y, off) in self.concat_aliases.items():
+            offsets[x] = offsets[y] + off
         return {"blocks": blocks, "offsets": offsets, "arena": arena, "tail": tail}
 
     def _guard_lines(self, opened: Guard, guard: Guard) -> list[str]:

@@ -115,6 +115,11 @@ def concat(ctx: NodeContext) -> str:
         inner = int(np.prod(t.shape[axis:]))
         if inner == 0 or outer == 0:
             continue
+        if ctx.model.concat_aliases.get(t.name) == (y.name, off * es):
+            # its producer wrote it in place (concat_alias.py)
+            lines.append(f"/* {t.sym}: written in place */")
+            off += inner
+            continue
         lines.append(
             f"for (size_t o = 0; o < {outer}; ++o) memcpy({y.sym} + o * {inner_y} + {off}, {t.sym} + o * {inner}, {inner * es});"
         )

@@ -1,0 +1,79 @@
+"""Concat without copies: inputs written straight into their slice of the output.
+
+A Concat whose slices are contiguous in its output (everything before the axis has extent 1:
+batch-1 NCHW concatenated on channels, as in SqueezeNet's fire modules, Inception's and
+GoogLeNet's mixed blocks) only moves bytes: each input is one contiguous run of the output.
+When such an input is an arena tensor that nothing else reads, its producer can write it in
+place, at its offset inside the output's buffer, and the Concat copies nothing for it. On
+SqueezeNet the eight concats were 1.2 ms of 22 (AVX-512, 1 thread), the bytes of every fire
+module's output written and read twice.
+
+The planner then keeps one buffer for the output, live from the first of its aliased inputs'
+producers to the output's last reader; an aliased input gets no buffer of its own (its
+offset is the output's plus its slice's). Skipped, and copied as before: graph inputs and
+outputs, inputs read by other nodes too or repeated in the Concat, inputs that are
+themselves concat outputs with aliases (no chains), and nodes under a run-time If guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ...ir import Graph
+
+
+def concat_aliases(
+    graph: Graph, kinds: Mapping[str, str], guarded: set[str]
+) -> dict[str, tuple[str, int]]:
+    """{input tensor: (Concat output tensor, byte offset of its slice)} for the inputs that
+    can be written in place. kinds: tensor name -> "input" | "output" | "const" | "arena";
+    guarded: names of nodes under a run-time If."""
+    readers: dict[str, int] = {}
+    producer: dict[str, str] = {}
+    for node in graph.nodes:
+        for name in node.outputs:
+            producer[name] = node.name
+        for name in node.inputs:
+            if name:
+                readers[name] = readers.get(name, 0) + 1
+    outputs = set(graph.outputs)
+    targets: set[str] = set()  # concat outputs that received aliases
+    aliases: dict[str, tuple[str, int]] = {}
+    for node in graph.nodes:
+        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx") or node.name in guarded:
+            continue
+        y = node.outputs[0]
+        ty = graph.type_of(y)
+        if kinds.get(y) != "arena" or ty is None or not ty.is_static:
+            continue
+        shape = ty.static_shape
+        axis = int(node.attrs["axis"].value)
+        axis += len(shape) if axis < 0 else 0
+        if int(np.prod(shape[:axis], dtype=np.int64)) != 1:
+            continue  # slices interleave: every outer index has its own run
+        itemsize = np.dtype(ty.dtype).itemsize
+        off = 0
+        for x in node.inputs:
+            if not x:
+                continue
+            tx = graph.type_of(x)
+            if tx is None or not tx.is_static:
+                break  # shapes unknown: leave the node to its emitter
+            nbytes = int(np.prod(tx.static_shape, dtype=np.int64)) * itemsize
+            if (
+                kinds.get(x) == "arena"
+                and x not in outputs
+                and x not in targets
+                and x not in aliases
+                and readers.get(x) == 1
+                and x in producer
+                and producer[x] not in guarded
+                and tx.dtype == ty.dtype
+                and nbytes > 0
+            ):
+                aliases[x] = (y, off)
+                targets.add(y)
+            off += nbytes
+    return aliases
