@@ -137,6 +137,17 @@
 #ifndef O2E_GEMM_PF_C_BYTES /* most C + R bytes of one strip prefetched a strip ahead */
 #define O2E_GEMM_PF_C_BYTES (256 * 1024)
 #endif
+/* Prefetch C a strip ahead (o2e_pf_c_) also without a residual. In the model (tools/ab_nodes.py,
+ * per-node minima of interleaved builds) ResNet50's residual-free 56x56 1x1 layers ran
+ * 0.88-0.97x with it at AVX-512 while other jobs loaded the machine, 0.93-1.0x on a quiet one;
+ * at x86-64-v3 on the same host 1.00-1.04x, so AVX2 keeps it off. */
+#ifndef O2E_GEMM_PF_C_NORES
+#if defined(O2E_GEMM_AVX512)
+#define O2E_GEMM_PF_C_NORES 1
+#else
+#define O2E_GEMM_PF_C_NORES 0
+#endif
+#endif
 #ifndef O2E_PACK_PD /* rows of B the packing loop prefetches ahead of its copy */
 #define O2E_PACK_PD 16
 #endif
@@ -1610,7 +1621,7 @@ O2E_GEMM_INL void o2e_pf_c_(const o2e_gemm_args_ *g, int i, int rows, int j) {
   for (r = 0; r < rows; r++)
     for (c = 0; c < O2E_GEMM_NR && j + c < g->N; c += 16) {
       O2E_PREFETCH_(g->C + (size_t)(i + r) * g->ldc + j + c, 2);
-      O2E_PREFETCH_(g->R + (size_t)(i + r) * g->ldr + j + c, 2);
+      if (g->R) O2E_PREFETCH_(g->R + (size_t)(i + r) * g->ldr + j + c, 2);
     }
 }
 
@@ -1652,7 +1663,7 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
      * noise), C's rows are pages apart (else the hardware prefetchers follow them: 13x13 or
      * 28x28 maps measured 1.0-1.09x slower with it) and the next strip's C and R lines of
      * the whole block fit the prefetch budget */
-    const int pf_c = g->R && g->ldc >= 1024 &&
+    const int pf_c = (g->R || O2E_GEMM_PF_C_NORES) && g->ldc >= 1024 &&
                      (size_t)(ie - ic) * O2E_GEMM_NR * sizeof(float) * (g->R ? 2 : 1) <=
                          (size_t)O2E_GEMM_PF_C_BYTES;
     for (jb = n0; jb < n1; jb += NB) {
