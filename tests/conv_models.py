@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from onnx import helper
+import onnx
+from onnx import TensorProto, helper
 
 from conftest import make_model, save, tensor, vi
 
@@ -62,3 +63,56 @@ def conv_model(
         extra = {"alpha": leaky_alpha} if act == "LeakyRelu" and leaky_alpha is not None else {}
         nodes.append(helper.make_node(act or "Identity", [cur], ["y"], name="act", **extra))
     return save(make_model(nodes, inputs, [vi("y", [batch, M, OH, OW])], inits), path)
+
+
+QTYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+
+
+def qdq_conv_model(
+    x_shape: tuple[int, int, int, int],
+    wq: np.ndarray,
+    ws: np.ndarray,
+    bq: np.ndarray,
+    *,
+    x_q: tuple[np.float32, int],
+    y_q: tuple[np.float32, int],
+    dtype: type,
+    strides: tuple[int, int],
+    pads: list[int],
+    dilation: int,
+    group: int = 1,
+    act: str | None = None,
+) -> onnx.ModelProto:
+    """DQ(x), DQ(w), DQ(bias) -> Conv [-> act] -> Q: one quantized layer as onnxruntime's
+    quantize_static writes it (per-channel int8 weights, int32 bias at x scale * w scale);
+    `x_q` / `y_q` are (scale, zero point) in `dtype` (uint8 or int8)."""
+    (xs, xz), (ys, yz) = x_q, y_q
+    M, _, kh, kw = wq.shape
+    N, C, H, W = x_shape
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+        helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
+        helper.make_node(
+            "Conv", ["xd", "wd", "bd"], ["c"], group=group, pads=pads, strides=list(strides),
+            dilations=[dilation, dilation], kernel_shape=[kh, kw],
+        ),
+    ]  # fmt: skip
+    last = "c"
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["r"]))
+        last = "r"
+    nodes.append(helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["y"]))
+    inits = [
+        tensor("xs", xs), tensor("xz", np.array(xz, dtype)),
+        tensor("wq", wq), tensor("ws", ws), tensor("wz", np.zeros(M, np.int8)),
+        tensor("bq", bq), tensor("bs", (xs * ws).astype(np.float32)),
+        tensor("bz", np.zeros(M, np.int32)),
+        tensor("ys", ys), tensor("yz", np.array(yz, dtype)),
+    ]  # fmt: skip
+    oh = (H + pads[0] + pads[2] - dilation * (kh - 1) - 1) // strides[0] + 1
+    ow = (W + pads[1] + pads[3] - dilation * (kw - 1) - 1) // strides[1] + 1
+    e = QTYPES[dtype]
+    return make_model(
+        nodes, [vi("x", [N, C, H, W], e)], [vi("y", [N, M, oh, ow], e)], inits, opset=13
+    )

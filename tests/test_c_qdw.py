@@ -20,8 +20,7 @@ from onnx2edge.backends.c.build import build_and_run
 from onnx2edge.runtime import ort_run
 
 from conftest import ALL_ISAS, make_model, save, tensor, vi
-
-ELEM = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+from conv_models import QTYPES, qdq_conv_model
 
 
 def _byte_range(dt: type) -> np.ndarray:
@@ -52,7 +51,7 @@ def _add_model(case: tuple) -> onnx.ModelProto:
     nodes.append(helper.make_node("QuantizeLinear", [last, "sc", "zc"], ["y"]))
     inits = [tensor(k, np.array(v, np.float32)) for k, v in (("sa", sa), ("sb", sb), ("sc", sc))]
     inits += [tensor(k, np.array(v, dt)) for k, v in (("za", za), ("zb", zb), ("zc", zc))]
-    e = ELEM[dt]
+    e = QTYPES[dt]
     return make_model(nodes, [vi("a", [n], e), vi("b", [n], e)], [vi("y", [n], e)], inits, opset=13)
 
 
@@ -102,32 +101,19 @@ def _dw_model(case: tuple, rng: np.random.Generator) -> onnx.ModelProto:
     xs = np.float32(0.05)
     bq = rng.integers(-5000, 5000, C).astype(np.int32)
     ys = np.float32(0.04)  # small enough that outputs saturate at both ends
-    nodes = [
-        helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xd"]),
-        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
-        helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
-        helper.make_node(
-            "Conv", ["xd", "wd", "bd"], ["c"], group=C, pads=pads, strides=[s, s],
-            dilations=[dl, dl], kernel_shape=[k, k],
-        ),
-    ]  # fmt: skip
-    last = "c"
-    if act:
-        nodes.append(helper.make_node(act, ["c"], ["r"]))
-        last = "r"
-    nodes.append(helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["y"]))
-    inits = [
-        tensor("xs", xs), tensor("xz", np.array(xz, dt)),
-        tensor("wq", wq), tensor("ws", ws), tensor("wz", np.zeros(C, np.int8)),
-        tensor("bq", bq), tensor("bs", (xs * ws).astype(np.float32)),
-        tensor("bz", np.zeros(C, np.int32)),
-        tensor("ys", ys), tensor("yz", np.array(yz, dt)),
-    ]  # fmt: skip
-    oh = (H + pads[0] + pads[2] - dl * (k - 1) - 1) // s + 1
-    ow = (W + pads[1] + pads[3] - dl * (k - 1) - 1) // s + 1
-    e = ELEM[dt]
-    return make_model(
-        nodes, [vi("x", [1, C, H, W], e)], [vi("y", [1, C, oh, ow], e)], inits, opset=13
+    return qdq_conv_model(
+        (1, C, H, W),
+        wq,
+        ws,
+        bq,
+        x_q=(xs, xz),
+        y_q=(ys, yz),
+        dtype=dt,
+        strides=(s, s),
+        pads=pads,
+        dilation=dl,
+        group=C,
+        act=act,
     )
 
 
@@ -179,7 +165,7 @@ def _quant_model(dt: type, s: float, z: int | None) -> onnx.ModelProto:
     if z is not None:
         inits.append(tensor("z", np.array(z, dt)))
     nodes = [helper.make_node("QuantizeLinear", ins, ["y"])]
-    out_t = ELEM[dt] if z is not None else TensorProto.UINT8
+    out_t = QTYPES[dt] if z is not None else TensorProto.UINT8
     return make_model(nodes, [vi("x", [1003])], [vi("y", [1003], out_t)], inits, opset=13)
 
 

@@ -12,16 +12,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_and_run
 from onnx2edge.backends.c.ops.qgemm_kernels import phase_offsets
 from onnx2edge.runtime import ort_run
 
-from conftest import ALL_ISAS, make_model, save, tensor, vi
-
-ELEM = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+from conftest import ALL_ISAS, save
+from conv_models import qdq_conv_model
 
 # name: (C, M, H, W, kernel (kh, kw), strides, pads, dilation, x type, x zp, y zp, activation)
 CASES = {
@@ -47,32 +45,18 @@ def _model(case: tuple, rng: np.random.Generator) -> onnx.ModelProto:
     xs = np.float32(0.05)
     bq = rng.integers(-5000, 5000, M).astype(np.int32)
     ys = np.float32(0.3)
-    nodes = [
-        helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xd"]),
-        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
-        helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
-        helper.make_node(
-            "Conv", ["xd", "wd", "bd"], ["c"], pads=pads, strides=[sh, sw],
-            dilations=[dl, dl], kernel_shape=[kh, kw],
-        ),
-    ]  # fmt: skip
-    last = "c"
-    if act:
-        nodes.append(helper.make_node(act, ["c"], ["r"]))
-        last = "r"
-    nodes.append(helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["y"]))
-    inits = [
-        tensor("xs", xs), tensor("xz", np.array(xz, dt)),
-        tensor("wq", wq), tensor("ws", ws), tensor("wz", np.zeros(M, np.int8)),
-        tensor("bq", bq), tensor("bs", (xs * ws).astype(np.float32)),
-        tensor("bz", np.zeros(M, np.int32)),
-        tensor("ys", ys), tensor("yz", np.array(yz, dt)),
-    ]  # fmt: skip
-    oh = (H + pads[0] + pads[2] - dl * (kh - 1) - 1) // sh + 1
-    ow = (W + pads[1] + pads[3] - dl * (kw - 1) - 1) // sw + 1
-    e = ELEM[dt]
-    return make_model(
-        nodes, [vi("x", [1, C, H, W], e)], [vi("y", [1, M, oh, ow], e)], inits, opset=13
+    return qdq_conv_model(
+        (1, C, H, W),
+        wq,
+        ws,
+        bq,
+        x_q=(xs, xz),
+        y_q=(ys, yz),
+        dtype=dt,
+        strides=(sh, sw),
+        pads=pads,
+        dilation=dl,
+        act=act,
     )
 
 
