@@ -11,7 +11,7 @@ from onnx import helper
 
 from onnx2edge import api
 from onnx2edge.errors import Onnx2EdgeError
-from onnx2edge.verify import compare
+from onnx2edge.verify import SPREAD_FACTOR, compare, within_spread
 
 from conftest import LIGHT_MODELS, make_model, save, tensor, vi
 
@@ -46,6 +46,70 @@ def test_compare_catches_errors() -> None:
     assert not compare("y", ref[:2], ref, 1e-4, 0).ok
     assert compare("i", np.array([1, 2]), np.array([1, 2]), 0, 0).ok
     assert not compare("i", np.array([1, 3]), np.array([1, 2]), 0, 0).ok
+
+
+def test_compare_catches_nonfinite_out_of_place() -> None:
+    ref = np.array([1.0, np.inf, -np.inf, np.nan], np.float32)
+    assert compare("y", ref.copy(), ref, 1e-4, 0).ok
+    spurious = np.array([np.inf, np.inf, -np.inf, np.nan], np.float32)  # Inf where ref is 1
+    bad = compare("y", spurious, ref, 1e-4, 0)
+    assert not bad.ok and bad.max_abs == np.inf
+    assert not compare("y", np.array([1, -np.inf, -np.inf, np.nan], np.float32), ref, 1e-4, 0).ok
+
+
+def test_within_spread_allowance() -> None:
+    """A float output missing the tolerance passes within SPREAD_FACTOR x onnxruntime's own
+    optimised-vs-unoptimised difference; NaN placement and integer outputs get no allowance."""
+    ref = np.linspace(-10, 10, 50).astype(np.float32)
+    plain = ref + np.float32(0.004)  # onnxruntime unoptimised: 2e-4 of max|ref|
+    near = ref + np.float32(0.004 * (SPREAD_FACTOR - 0.5))
+    rep = within_spread(compare("y", near, ref, 1e-4, 0), near, plain, ref)
+    assert rep.ok and rep.ort_spread_rel == pytest.approx(4e-4, rel=1e-3)
+    assert "within 2x onnxruntime" in rep.note()
+    far = ref + np.float32(0.004 * (SPREAD_FACTOR + 0.5))
+    rep = within_spread(compare("y", far, ref, 1e-4, 0), far, plain, ref)
+    assert not rep.ok and "beyond" in rep.note()
+    nan = near.copy()
+    nan[3] = np.nan
+    assert not within_spread(compare("y", nan, ref, 1e-4, 0), nan, plain, ref).ok
+    ints = np.arange(4)
+    rep = compare("i", ints + 1, ints, 0, 0)
+    assert within_spread(rep, ints + 1, ints + 1, ints) is rep  # no allowance for integers
+
+
+def test_verify_spread_allowance_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify asks onnxruntime for its unoptimised run only when an output fails, reports the
+    spread, and `spread=False` (CLI --strict) keeps the plain tolerance."""
+    m = make_model(
+        [helper.make_node("Mul", ["x", "k"], ["y"], name="scale")],
+        [vi("x", [4])],
+        [vi("y", [4])],
+        [tensor("k", np.full(4, 2.0, np.float32))],
+    )
+    path = save(m, tmp_path / "m.onnx")
+    import onnx2edge.api as api_mod
+
+    real_emit, real_ort = api_mod.model_from_graph, api_mod.ort_run
+
+    def off_by_3e4(graph):  # noqa: ANN001, ANN202 - ours: 3e-4 relative error
+        k = np.full(4, 2.0 * (1 + 3e-4), np.float32)
+        return real_emit(graph.replace(initializers={**graph.initializers, "k": k}))
+
+    def ort(model, feeds, outputs=None, *, optimize=True):  # noqa: ANN001, ANN202
+        out = real_ort(model, feeds, outputs, optimize=optimize)
+        # onnxruntime unoptimised made to differ by 2e-4 relative, as on deep models
+        return out if optimize else {n: v * np.float32(1 + 2e-4) for n, v in out.items()}
+
+    monkeypatch.setattr(api_mod, "model_from_graph", off_by_3e4)
+    monkeypatch.setattr(api_mod, "ort_run", ort)
+    x = {"x": np.array([1.0, -2.0, 3.0, 0.5], np.float32)}
+    rep = api.verify(path, inputs=x)
+    assert rep.ok and rep.outputs[0].ort_spread_rel == pytest.approx(2e-4, rel=1e-2)
+    assert "within 2x" in rep.format() and rep.as_dict()["outputs"][0]["ort_spread_rel"] > 0
+    strict = api.verify(path, inputs=x, spread=False)
+    assert not strict.ok and strict.outputs[0].ort_spread_rel is None
 
 
 def test_per_layer_names_first_divergent_node(

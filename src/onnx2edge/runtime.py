@@ -86,9 +86,13 @@ def ort_integer_products_exact() -> bool:
 
 
 def ort_run(
-    model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    model: onnx.ModelProto,
+    inputs: Mapping[str, np.ndarray],
+    outputs: Sequence[str] | None = None,
+    *,
+    optimize: bool = True,
 ) -> dict[str, np.ndarray]:
-    sess = ort_session(model)
+    sess = ort_session(model, optimize=optimize)
     names = list(outputs) if outputs is not None else [o.name for o in sess.get_outputs()]
     feeds = {i.name: inputs[i.name] for i in sess.get_inputs() if i.name in inputs}
     try:

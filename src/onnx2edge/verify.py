@@ -7,12 +7,19 @@ generated code built and run (`target="c"`, `"mps"`).
 A tensor passes when max|ours - ref| <= atol + rtol * max|ref|: the error is measured
 against the tensor's scale, so a 1e-4 relative tolerance means "1e-4 of the largest output",
 which is what float32 reassociation in a different kernel order can produce.
+
+Deep networks amplify rounding: on Inception-v3 onnxruntime's own optimised and unoptimised
+runs of the same file differ by 1.2e-4 of the largest logit, more than that tolerance. An
+output that misses the tolerance is therefore also compared with onnxruntime's unoptimised run
+(`within_spread`), and passes when its error is at most SPREAD_FACTOR times that spread: the
+distance between two correct float32 implementations on this model and input. `--strict` (or
+`spread=False`) turns the allowance off. The benchmark harness applies the same rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +36,8 @@ class TensorReport:
     ok: bool
     node: str = ""  # producing node, for per-layer reports
     op: str = ""
+    # onnxruntime optimised vs unoptimised (max_rel), when the allowance decided `ok`
+    ort_spread_rel: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -38,7 +47,17 @@ class TensorReport:
             "max_rel_error": self.max_rel,
             "ok": self.ok,
             **({"node": self.node, "op": self.op} if self.node else {}),
+            **({"ort_spread_rel": self.ort_spread_rel} if self.ort_spread_rel is not None else {}),
         }
+
+    def note(self) -> str:
+        if self.ort_spread_rel is None:
+            return ""
+        verdict = "within" if self.ok else "beyond"
+        return (
+            f" ({verdict} {SPREAD_FACTOR:g}x onnxruntime's own optimised-vs-unoptimised "
+            f"difference, {self.ort_spread_rel:.2g})"
+        )
 
 
 @dataclass
@@ -79,7 +98,7 @@ class VerifyReport:
         for o in self.outputs:
             lines.append(
                 f"{'ok  ' if o.ok else 'FAIL'} {o.name} {'x'.join(map(str, o.shape))}: "
-                f"max abs error {o.max_abs:.3g}, max rel error {o.max_rel:.3g}"
+                f"max abs error {o.max_abs:.3g}, max rel error {o.max_rel:.3g}{o.note()}"
             )
         if self.layers:
             fd = self.first_divergence
@@ -113,15 +132,44 @@ def compare(name: str, ours: np.ndarray, ref: np.ndarray, rtol: float, atol: flo
         err = float(diff.max())
         return TensorReport(name, tuple(ref.shape), err, err, err == 0.0)
     r, o = ref.astype(np.float64), ours.astype(np.float64)
-    same_nonfinite = bool(
-        np.array_equal(np.isnan(r), np.isnan(o)) and np.array_equal(r[np.isinf(r)], o[np.isinf(r)])
-    )
+    same_nonfinite = _same_nonfinite(o, r)
     finite = np.isfinite(r) & np.isfinite(o)
     err = float(np.abs(o[finite] - r[finite]).max()) if finite.any() else 0.0
     scale = float(np.abs(r[finite]).max()) if finite.any() else 0.0
     rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+    if not same_nonfinite:  # a NaN / Inf out of place is an unbounded error
+        err = rel = float("inf")
     ok = same_nonfinite and err <= atol + rtol * scale
     return TensorReport(name, tuple(ref.shape), err, rel, ok)
+
+
+SPREAD_FACTOR = 2.0
+
+
+def within_spread(
+    rep: TensorReport, ours: np.ndarray, plain: np.ndarray, ref: np.ndarray
+) -> TensorReport:
+    """`rep` (the comparison of `ours` with the optimised reference `ref`) judged again against
+    onnxruntime's own spread, `plain` being its unoptimised run. Only float tensors get the
+    allowance, and NaN / Inf must still sit where the reference has them."""
+    ref = np.asarray(ref)
+    if rep.ok or ref.dtype.kind not in "fc" or np.shape(ours) != ref.shape:
+        return rep
+    spread = compare(rep.name, plain, ref, 0.0, 0.0)
+    ok = _same_nonfinite(ours, ref) and rep.max_abs <= SPREAD_FACTOR * spread.max_abs
+    return replace(rep, ok=ok, ort_spread_rel=spread.max_rel)
+
+
+def _same_nonfinite(ours: np.ndarray, ref: np.ndarray) -> bool:
+    """NaN where the reference has NaN, the same infinities where it has them, and no
+    infinity where it is finite (an error the finite-only max would not see)."""
+    o, r = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+    inf = np.isinf(r)
+    return bool(
+        np.array_equal(np.isnan(o), np.isnan(r))
+        and np.array_equal(np.isinf(o), inf)
+        and np.array_equal(o[inf], r[inf])
+    )
 
 
 def compare_all(

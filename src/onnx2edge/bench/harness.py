@@ -254,11 +254,10 @@ def match_ort_nodes(
 
 # Accuracy check: the C backend's verification tolerance, or - on deep models where
 # onnxruntime's optimised and unoptimised runs already differ by more (Inception-v3: 1.2e-4)
-# - at most SPREAD_FACTOR times that spread.
+# - at most verify.SPREAD_FACTOR times that spread (`verify.within_spread`, as `verify` does).
 RTOL, ATOL = 1e-4, 1e-6
 # cap on the runs min_seconds may ask for (sub-millisecond models)
 MAX_RUNS = 2000
-SPREAD_FACTOR = 2.0
 
 
 def _merge_rounds(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -372,7 +371,7 @@ def bench_model(
             f"bench --arch {arch} runs under emulation: correctness only, no timing"
         )
     from ..runtime import random_inputs
-    from ..verify import compare
+    from ..verify import compare, within_spread
 
     model = Path(model)
     tmp = tempfile.TemporaryDirectory(prefix="onnx2edge-bench-")
@@ -493,12 +492,13 @@ def bench_model(
         for i, s in enumerate(io["outputs"]):
             got = np.fromfile(data / f"out_{i}.bin", dtype=s["dtype"]).reshape(s["shape"])
             rep = compare(s["name"], got, ref[s["name"]], RTOL, ATOL)
+            judged = within_spread(rep, got, plain[s["name"]], ref[s["name"]])
             spread = compare(s["name"], plain[s["name"]], ref[s["name"]], RTOL, ATOL)
             errors[s["name"]] = {
                 "max_abs_error": rep.max_abs,
                 "max_rel_error": rep.max_rel,
                 "ort_spread_rel": spread.max_rel,
-                "ok": rep.ok or rep.max_abs <= SPREAD_FACTOR * spread.max_abs,
+                "ok": judged.ok,
             }
         o, r_raw = _stats(ours["times_ms"]), _stats(ort["times_ms"])
         r = {k: max(v - ort["overhead_ms"], 1e-6) for k, v in r_raw.items()}
