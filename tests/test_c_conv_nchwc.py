@@ -152,8 +152,8 @@ def test_chain_matches_onnxruntime(chain: tuple, arch: str) -> None:
 
 @pytest.mark.parametrize(
     "flags",
-    [["-O2", "-DO2E_NCHWC_SCALAR"], [*NATIVE, "-DO2E_THREADS=3", "-pthread"]],
-    ids=["portable", "native_3threads"],
+    [["-O2", "-DO2E_NCHWC_SCALAR"], [*NATIVE, "-DO2E_THREADS=3", "-pthread", "-DO2E_NC_KC=32"]],
+    ids=["portable", "native_3threads_kslices"],
 )
 def test_portable_and_threaded(
     chain: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
@@ -169,7 +169,9 @@ def test_portable_and_threaded(
     _check(got, ort_run(onnx.load(path), feeds))
 
 
-@pytest.mark.parametrize("build", [["-O2", "-DO2E_NCHWC_SCALAR"], ["-O3", "-march=x86-64-v3"]])
+@pytest.mark.parametrize(
+    "build", [["-O2", "-DO2E_NCHWC_SCALAR"], ["-O3", "-march=x86-64-v3", "-DO2E_NC_KC=32"]]
+)
 def test_nan_inf(chain: tuple, tmp_path: Path, build: list[str]) -> None:
     """NaN / +-Inf inputs: NaN where onnxruntime has NaN, the same infinities, through the
     blocked kernels' activations (compare and select) and residuals."""

@@ -39,8 +39,8 @@
 #define O2E_NC_VEC 1
 #if defined(__AVX512F__)
 #define O2E_NC_VW 16
-#define O2E_NC_NV 2 /* 1x1 tile: 32 channels x 12 pixels = 24 zmm accumulators */
-#define O2E_NC_PX 12
+#define O2E_NC_NV 4 /* 1x1 tile: 64 channels x 6 pixels = 24 zmm accumulators */
+#define O2E_NC_PX 6
 #define O2E_NC_DWPX 14
 #elif defined(__AVX__)
 #define O2E_NC_VW 8
@@ -62,12 +62,18 @@ typedef float o2e_ncv __attribute__((vector_size(4 * O2E_NC_VW)));
 typedef int32_t o2e_nci __attribute__((vector_size(4 * O2E_NC_VW)));
 #define O2E_NCV_LOAD(v, p) memcpy(&(v), (p), sizeof(o2e_ncv))
 #define O2E_NCV_STORE(p, v) memcpy((p), &(v), sizeof(o2e_ncv))
-#define O2E_NC_SUB (O2E_NC_VW * O2E_NC_NV) /* channels per 1x1 tile: 16 or 32 */
+#define O2E_NC_SUB (O2E_NC_VW * O2E_NC_NV) /* channels per 1x1 tile: 16 or 64 */
 #else
 #define O2E_NC_VEC 0
 #define O2E_NC_SUB 16
 #define O2E_NC_PX 4
 #define O2E_NC_DWPX 8
+#endif
+/* K slice of a 1x1 layer with a blocked output (partial sums wait in y): a 64-channel tile's
+ * slice is 64 KB of weights. Measured neutral against one slice on a 48 KB-L1 host; kept for
+ * smaller caches (the tests build with a small one to cover it). */
+#ifndef O2E_NC_KC
+#define O2E_NC_KC 256
 #endif
 
 typedef struct {
@@ -134,25 +140,36 @@ O2E_GEMM_FN void o2e_nc_store_nchw_(const float *t, int nl, int pn, float *y, in
     for (p = 0; p < pn; p++) y[(size_t)l * P + p] = t[p * O2E_NC_NV * O2E_NC_VW + l];
 }
 
-/* One 1x1 tile: channels [m0, m0 + NV*VW) x pixels [p0, p0 + PN) of a blocked input, bias
- * included. NV and PN are constants after inlining, so the accumulators stay in registers. */
+/* One 1x1 tile: channels [m0, m0 + NV*VW) x pixels [p0, p0 + PN), input channels
+ * [k0, k1) of a blocked input. The first slice starts from the bias, later ones from the
+ * partial sums in y (blocked outputs only: an NCHW output takes K in one slice). NV and PN are
+ * constants after inlining, so the accumulators stay in registers. */
 O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_args *a,
-                                  const float *x, int m0, int p0) {
+                                  const float *x, int m0, int p0, int k0, int k1) {
   o2e_ncv acc[O2E_NC_PX][O2E_NC_NV], wv[O2E_NC_NV];
   const float *wb[O2E_NC_NV];
+  float *yb[O2E_NC_NV];
   const int K = a->K, P = a->P;
   int kb, l, p, v;
 #pragma GCC unroll 4
   for (v = 0; v < NV; v++) {
     const int c = m0 + v * O2E_NC_VW;
     wb[v] = a->w + (size_t)(c / O2E_NC_BLOCK) * K * O2E_NC_BLOCK + c % O2E_NC_BLOCK;
+    yb[v] = a->y + ((size_t)(c / O2E_NC_BLOCK) * P + p0) * O2E_NC_BLOCK + c % O2E_NC_BLOCK;
     O2E_NCV_LOAD(wv[v], a->bias + c);
   }
+  if (k0 == 0) {
 #pragma GCC unroll 12
-  for (p = 0; p < PN; p++)
+    for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
-    for (v = 0; v < NV; v++) acc[p][v] = wv[v];
-  for (kb = 0; kb < K / O2E_NC_BLOCK; kb++) {
+      for (v = 0; v < NV; v++) acc[p][v] = wv[v];
+  } else {
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+      for (v = 0; v < NV; v++) O2E_NCV_LOAD(acc[p][v], yb[v] + (size_t)p * O2E_NC_BLOCK);
+  }
+  for (kb = k0 / O2E_NC_BLOCK; kb < k1 / O2E_NC_BLOCK; kb++) {
     const float *xb = x + ((size_t)kb * P + p0) * O2E_NC_BLOCK;
     const size_t wo = (size_t)kb * O2E_NC_BLOCK * O2E_NC_BLOCK;
     for (l = 0; l < O2E_NC_BLOCK; l++) {
@@ -168,12 +185,9 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
   }
   if (a->yblk) {
 #pragma GCC unroll 4
-    for (v = 0; v < NV; v++) {
-      const int c = m0 + v * O2E_NC_VW;
-      float *yb = a->y + ((size_t)(c / O2E_NC_BLOCK) * P + p0) * O2E_NC_BLOCK + c % O2E_NC_BLOCK;
+    for (v = 0; v < NV; v++)
 #pragma GCC unroll 12
-      for (p = 0; p < PN; p++) O2E_NCV_STORE(yb + (size_t)p * O2E_NC_BLOCK, acc[p][v]);
-    }
+      for (p = 0; p < PN; p++) O2E_NCV_STORE(yb[v] + (size_t)p * O2E_NC_BLOCK, acc[p][v]);
   } else {
     float t[O2E_NC_PX * O2E_NC_NV * O2E_NC_VW];
 #pragma GCC unroll 12
@@ -184,23 +198,19 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
   }
 }
 
-/* `NV`-vector tiles over all pixels (one copy per pixel count a tile can have). */
+/* `NV`-vector tiles over all pixels for input channels [k0, k1) (one copy per pixel count a
+ * tile can have). */
 #define O2E_NC_PW_CASE(n, NV)                                                                  \
-  case n: o2e_nc_pw_tile_(n, NV, a, x, m0, p0); break;
+  case n: o2e_nc_pw_tile_(n, NV, a, x, m0, p0, k0, k1); break;
 #define O2E_NC_PW_ROW(NV)                                                                      \
   for (q = 0; q < nt; q++) {                                                                   \
     const int p0 = (int)((long)q * a->P / nt), pn = (int)((long)(q + 1) * a->P / nt) - p0;     \
     switch (pn) {                                                                              \
       O2E_NC_PW_CASES(NV)                                                                      \
-    default: o2e_nc_pw_tile_(1, NV, a, x, m0, p0); break;                                      \
+    default: o2e_nc_pw_tile_(1, NV, a, x, m0, p0, k0, k1); break;                              \
     }                                                                                          \
   }
-#if O2E_NC_PX > 6
-#define O2E_NC_PW_CASES(NV)                                                                    \
-  O2E_NC_PW_CASE(12, NV) O2E_NC_PW_CASE(11, NV) O2E_NC_PW_CASE(10, NV) O2E_NC_PW_CASE(9, NV)   \
-  O2E_NC_PW_CASE(8, NV) O2E_NC_PW_CASE(7, NV) O2E_NC_PW_CASE(6, NV) O2E_NC_PW_CASE(5, NV)      \
-  O2E_NC_PW_CASE(4, NV) O2E_NC_PW_CASE(3, NV) O2E_NC_PW_CASE(2, NV)
-#elif O2E_NC_PX > 3
+#if O2E_NC_PX > 3
 #define O2E_NC_PW_CASES(NV)                                                                    \
   O2E_NC_PW_CASE(6, NV) O2E_NC_PW_CASE(5, NV) O2E_NC_PW_CASE(4, NV) O2E_NC_PW_CASE(3, NV)      \
   O2E_NC_PW_CASE(2, NV)
@@ -211,18 +221,24 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
 O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
   const o2e_nc_pw_args *a = (const o2e_nc_pw_args *)arg;
   const int nt = o2e_nc_ntiles_(a->P, O2E_NC_PX);
+  const int kc = a->yblk ? O2E_NC_KC : a->K; /* partial sums wait in a blocked y only */
   const float *x = a->xblk ? a->x : a->xs;
-  int u, q;
+  int u, q, k0;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_NC_SUB;
     const int nl = a->M - m0 < O2E_NC_SUB ? a->M - m0 : O2E_NC_SUB;
-#if O2E_NC_SUB > O2E_NC_BLOCK
-    if (nl < O2E_NC_SUB) { /* the last, single block of an odd block count */
-      O2E_NC_PW_ROW(O2E_NC_NV / 2)
-    } else
+    for (k0 = 0; k0 < a->K; k0 += kc) {
+      const int k1 = a->K - k0 < kc ? a->K : k0 + kc;
+      switch (nl / O2E_NC_VW) { /* the last tile of the layer may be narrower */
+#if O2E_NC_VW == 16
+      case 1: O2E_NC_PW_ROW(1) break;
+      case 2: O2E_NC_PW_ROW(2) break;
+      case 3: O2E_NC_PW_ROW(3) break;
+#elif O2E_NC_VW == 8 && O2E_NC_NV > 2
+      case 2: O2E_NC_PW_ROW(2) break;
 #endif
-    {
-      O2E_NC_PW_ROW(O2E_NC_NV)
+      default: O2E_NC_PW_ROW(O2E_NC_NV) break;
+      }
     }
     o2e_nc_epilogue_(a->y + (size_t)m0 * a->P, a->res ? a->res + (size_t)m0 * a->P : NULL,
                      (size_t)nl * a->P, &a->act);
