@@ -194,3 +194,9 @@ def test_nan_inf(chain: tuple, tmp_path: Path, build: list[str]) -> None:
             fin = np.isfinite(r)
             assert np.abs(g[fin] - r[fin]).max() <= 1e-4 * max(1.0, np.abs(r[fin]).max()), k
         assert np.isnan(r).any(), k  # the case reaches every output
+
+
+def test_per_layer_verify_sees_nchw_tensors(chain: tuple) -> None:
+    """`verify --per-layer` compares every intermediate tensor: its build keeps them NCHW."""
+    rep = api.verify(chain[0], target="c", per_layer=True)
+    assert rep.ok and rep.layers and all(r.ok for r in rep.layers), rep

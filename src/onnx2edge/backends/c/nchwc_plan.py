@@ -36,9 +36,10 @@ from ...semantics.fused import activation_of, base_op, has_residual
 
 NAME = "nchwc"  # the strategy's name in --kernels and stats.layer_kernels
 BLOCK = 16  # channels per block (O2E_NC_BLOCK in runtime/o2e_nchwc.h)
-# Largest output map a chain takes. Measured (ops/conv_nchwc.py): 14x14 and 7x7 win; the
-# 28x28 1x1 layers stay on the GEMM, whose strips are full there.
-MAX_P = 196
+# Largest output map a chain takes. Measured per node against main (tools/ab_nodes.py, native,
+# AVX-512 host): 14x14 / 7x7 1x1 layers 0.82-0.92x, depthwise 0.3-0.8x; with 28x28 too,
+# MobileNet v1 conv4_1 dw / 1x1 0.76x / 0.93x and v2 block4 dw 0.70x, 1x1 0.82-0.84x.
+MAX_P = 784
 MIN_DENSITY = 0.5  # pruned 1x1 weights below this are left to the sparse kernels
 
 
