@@ -64,6 +64,12 @@ def parse_kernels(value: str | Mapping[str, str] | None) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def _traceable(kernels: dict[str, str], options: Mapping[str, Any]) -> dict[str, str]:
+    """`verify --per-layer` compares every intermediate tensor with onnxruntime's NCHW ones:
+    its build keeps them all NCHW (no channel-blocked chains, nchwc_plan.py)."""
+    return {**kernels, "nchwc": "off"} if options.get("per_layer") else kernels
+
+
 @register_backend
 class CBackend(Backend):
     name = "c"
@@ -136,7 +142,7 @@ class CBackend(Backend):
             source_name=str(options.get("source", graph.name)),
             weights_fp16=wdt == "fp16",
             optimize=optimize,
-            kernel_options=parse_kernels(options.get("kernels")),
+            kernel_options=_traceable(parse_kernels(options.get("kernels")), options),
         )
         files = [
             "model.c",

@@ -27,6 +27,7 @@ from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.attrs import attr as semantic_attr
 from ...semantics.fused import base_domain, base_op
 from .concat_alias import concat_aliases
+from .nchwc_plan import LayoutPlan, plan_layout
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
@@ -314,6 +315,8 @@ class ModelEmitter:
         # convert --kernels: strategy name -> "off" or its own setting (ops/conv_spec.py)
         self.kernel_options: Mapping[str, str] = dict(kernel_options or {})
         self.layer_strategies: dict[str, str] = {}  # node -> the strategy that wrote it
+        # tensors kept channel-blocked between layers, and the layers that run so (issue 9)
+        self.layout_plan: LayoutPlan = plan_layout(graph, self.kernel_options)
         self.concat_aliases: dict[str, tuple[str, int]] = {}  # set by emit (concat_alias.py)
         self._make_tensors()
 

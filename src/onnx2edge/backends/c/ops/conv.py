@@ -17,6 +17,7 @@ from . import (
     conv_gemm,
     conv_lanes,
     conv_narrow,
+    conv_nchwc,
     conv_pointwise,
     conv_stem,
     register_op,
@@ -87,6 +88,7 @@ ND_LOOP = ConvStrategy("nd_loop", _refuse_nd, _emit_nd, fuses_residual=False, se
 
 # Preference order: the first strategy that does not refuse a layer writes it.
 STRATEGIES: tuple[ConvStrategy, ...] = (
+    conv_nchwc.STRATEGY,  # members of channel-blocked chains (nchwc_plan.py): all of them
     SPARSE,
     conv_dwrows.STRATEGY,  # depthwise on rows of >= 16 outputs
     conv_depthwise.STRATEGY,

@@ -27,6 +27,7 @@ from ....semantics.activations import Activation
 from ....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
 from ....semantics.fused import has_residual
 from ..emitter import NodeContext, Tensor
+from ..nchwc_plan import BlockedRole
 from .checks import float32_input
 from .common import fused_act
 
@@ -47,6 +48,8 @@ class ConvSpec:
     residual: bool  # a fused residual add (input 3) before the activation
     optimize: str  # convert --optimize: "speed" or "size"
     kernels: Mapping[str, str] = field(default_factory=dict)  # convert --kernels
+    # the layer's layouts when it is in a channel-blocked chain (nchwc_plan.py), else None
+    layout: BlockedRole | None = None
     # not part of the record's identity: the layer's place in the graph, its constant weights
     node: Node | None = field(default=None, compare=False, repr=False)
     graph: Graph | None = field(default=None, compare=False, repr=False)
@@ -65,6 +68,7 @@ class ConvSpec:
             residual=has_residual(ctx.node),
             optimize=ctx.model.optimize,
             kernels=ctx.model.kernel_options,
+            layout=ctx.model.layout_plan.role(ctx.node),
             node=ctx.node,
             graph=ctx.graph,
             weights=ctx.const(1),

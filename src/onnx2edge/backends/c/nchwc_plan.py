@@ -1,0 +1,160 @@
+"""Which tensors the C backend keeps channel-blocked (NCHW16c) between layers (issue 9).
+
+On MobileNets' narrow maps (14x14, 7x7) the packed GEMM's pixel strips are part empty and
+the depthwise kernels have short rows: onnxruntime keeps those activations in channel blocks
+([C/16][H][W][16]) from layer to layer. Here the same: a chain of depthwise 3x3 and 1x1
+convolutions (fused activation / residual included) whose channel counts are multiples of
+BLOCK keeps its intermediate tensors blocked, and ops/conv_nchwc.py writes every node of the
+chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
+broadcasts one input scalar at a time) and writes either (blocked: whole vectors; NCHW: a
+transposing store), so chains start and end at 1x1 layers; a depthwise layer only runs
+inside a chain (blocked in and out).
+
+BLOCK is fixed at conversion, not per ISA: one generated model.c compiles for AVX-512 (one
+zmm per block), AVX2 (two ymm), NEON (four q) and portable C.
+
+The plan is a pure function of the graph and the `--kernels` options (`nchwc=off` empties
+it), computed once per model (emitter.ModelEmitter) and read by ConvSpec.of: a tensor is
+blocked when its producer and every consumer are chain members reading it as data (input 0,
+or the residual input 3), and it is not a graph output. Members are then checked against
+the layouts they got (a depthwise layer needs both sides blocked, a residual must be in its
+output's layout, a 1x1 layer with neither side blocked gains nothing) until nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from ...ir import Graph, Node
+from ...semantics.activations import ACTIVATIONS
+from ...semantics.conv_geometry import conv_geometry
+from ...semantics.fused import activation_of, base_op, has_residual
+
+NAME = "nchwc"  # the strategy's name in --kernels and stats.layer_kernels
+BLOCK = 16  # channels per block (O2E_NC_BLOCK in runtime/o2e_nchwc.h)
+# Largest output map a chain takes. Measured per node against main (tools/ab_nodes.py, native,
+# AVX-512 host): 14x14 / 7x7 1x1 layers 0.82-0.92x, depthwise 0.3-0.8x; with 28x28 too,
+# MobileNet v1 conv4_1 dw / 1x1 0.76x / 0.93x and v2 block4 dw 0.70x, 1x1 0.82-0.84x.
+MAX_P = 784
+MIN_DENSITY = 0.5  # pruned 1x1 weights below this are left to the sparse kernels
+
+
+@dataclass(frozen=True)
+class BlockedRole:
+    """A chain member's layouts: whether its input 0, output and residual input are blocked."""
+
+    kind: str  # "pointwise" or "depthwise"
+    x: bool
+    y: bool
+    residual: bool = False  # the node adds a residual (input 3)
+    r: bool = False  # ... which is blocked
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    roles: Mapping[str, BlockedRole]  # node name -> its layouts (chain members only)
+    blocked: frozenset[str]  # tensors stored as NCHW16c
+
+    def role(self, node: Node) -> BlockedRole | None:
+        return self.roles.get(node.name)
+
+
+EMPTY = LayoutPlan({}, frozenset())
+
+
+def _kind(node: Node, graph: Graph) -> str | None:
+    """'pointwise' / 'depthwise' when the node could run blocked whatever its neighbours."""
+    if base_op(node) != "Conv" or node.domain not in ("", "ai.onnx", "o2e"):
+        return None
+    if len(node.inputs) < 2 or not node.inputs[0]:
+        return None
+    ts = [graph.type_of(n) for n in (node.inputs[0], node.inputs[1], node.outputs[0])]
+    if any(t is None or not t.is_static or len(t.static_shape) != 4 for t in ts):
+        return None
+    xs, ws, ys = (t.static_shape for t in ts)  # type: ignore[union-attr]
+    w = graph.const(node.inputs[1])
+    if w is None or w.dtype != np.float32 or ts[0].dtype != np.float32:  # type: ignore[union-attr]
+        return None
+    if len(node.inputs) > 2 and node.inputs[2] and graph.const(node.inputs[2]) is None:
+        return None  # the bias is repacked at conversion time
+    act = activation_of(node)
+    if act is not None and ACTIVATIONS[act.op].gemm_kind is None:
+        return None  # only the activations the kernels apply in registers
+    g = conv_geometry(node, xs, ws, ys, graph.opset)
+    C, M = g.in_channels, g.out_channels
+    if C % BLOCK or M % BLOCK or ys[2] * ys[3] > MAX_P or any(d != 1 for d in g.dilations):
+        return None
+    if g.kernel == (1, 1) and g.group == 1 and g.strides == (1, 1) and not any(g.pads):
+        if np.count_nonzero(w) < MIN_DENSITY * w.size:
+            return None
+        return "pointwise"
+    if (
+        g.kernel == (3, 3)
+        and g.group == C == M
+        and g.strides in ((1, 1), (2, 2))
+        and max(g.pads) <= 1
+        and not has_residual(node)
+    ):
+        return "depthwise"
+    return None
+
+
+def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
+    """The chains of `graph` that run blocked (pure: reads the graph only)."""
+    if kernels.get(NAME) == "off":
+        return EMPTY
+    # subgraphs may read outer tensors: their readers are not visible here, so do not block
+    if any(_has_subgraph(a.value) for n in graph.nodes for a in n.attrs.values()):
+        return EMPTY
+    kinds = {n.name: k for n in graph.nodes if (k := _kind(n, graph)) is not None}
+    outputs = set(graph.outputs)
+    while True:
+        blocked = frozenset(
+            t
+            for n in graph.nodes
+            if n.name in kinds
+            for t in n.outputs[:1]
+            if t not in outputs
+            and graph.consumers(t)
+            and all(_reads_as_data(c, t) and c.name in kinds for c in graph.consumers(t))
+        )
+        roles = {}
+        for n in graph.nodes:
+            if n.name not in kinds:
+                continue
+            res = has_residual(n)
+            roles[n.name] = BlockedRole(
+                kinds[n.name],
+                n.inputs[0] in blocked,
+                n.outputs[0] in blocked,
+                res,
+                res and n.inputs[3] in blocked,
+            )
+        drop = {name for name, r in roles.items() if not _consistent(r)}
+        if not drop:
+            return LayoutPlan(roles, blocked)
+        kinds = {k: v for k, v in kinds.items() if k not in drop}
+
+
+def _reads_as_data(node: Node, t: str) -> bool:
+    """`t` is only the node's input 0 or its residual (input 3), never a weight or bias."""
+    idx = [i for i, n in enumerate(node.inputs) if n == t]
+    return all(i == 0 or (i == 3 and has_residual(node)) for i in idx)
+
+
+def _consistent(role: BlockedRole) -> bool:
+    if role.kind == "depthwise":
+        return role.x and role.y
+    if role.residual and role.r != role.y:
+        return False  # the kernel adds the residual in its output's layout
+    return role.x or role.y  # neither side blocked: the NCHW kernels take it
+
+
+def _has_subgraph(value: object) -> bool:
+    if isinstance(value, onnx.GraphProto):
+        return True
+    return isinstance(value, list) and any(isinstance(v, onnx.GraphProto) for v in value)

@@ -1,0 +1,112 @@
+"""Channel-blocked (NCHW16c) 1x1 and depthwise 3x3 layers on narrow maps (issue 9).
+
+backends/c/nchwc_plan.py decides which tensors stay blocked between layers (chains of
+depthwise and 1x1 layers on maps of <= MAX_P pixels, channel counts multiples of 16) and
+ConvSpec.of hands each chain member its layouts (`spec.layout`). This strategy comes first
+in STRATEGIES and takes exactly the members: a blocked tensor has no other reader or writer,
+so no other strategy ever sees one. The kernels are in runtime/o2e_nchwc.h.
+
+Why it is faster than the NCHW kernels there: the 1x1 layer needs neither the GEMM's packing
+of the input nor o2e_conv1x1.h's transposing store (its tiles are stored as whole vectors),
+so it pays on 14x14 maps too; the depthwise layer keeps channels in the lanes, so a 7- or
+14-wide row is one register tile instead of a short, edge-heavy plane row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..emitter import NodeContext
+from ..nchwc_plan import BLOCK, NAME
+from . import pool2d
+from .conv_spec import ConvSpec, ConvStrategy
+from .gemm import _use_engine, act_struct
+
+HEADER = "o2e_nchwc.h"
+
+
+def refuse(spec: ConvSpec) -> str | None:
+    # the plan checked the layer (nchwc_plan._kind) and its neighbours' layouts
+    return None if spec.layout is not None else "not in a channel-blocked chain"
+
+
+def _bias(ctx: NodeContext, spec: ConvSpec, m: int) -> str:
+    b = np.zeros(m, np.float32)
+    if spec.has_bias:  # a constant (nchwc_plan checked): its own symbol is not named
+        b[:] = ctx.const(2).reshape(m)
+    return ctx.weight("nc_bias", b)
+
+
+def _include(ctx: NodeContext) -> None:
+    _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
+    ctx.helper("o2e_nchwc_include", f'#include "{HEADER}"\n')
+    ctx.model.runtime_files.add(HEADER)
+
+
+def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
+    role = spec.layout
+    assert role is not None
+    x, y = spec.x, spec.y
+    N, K = x.shape[:2]
+    M = spec.M
+    P = y.shape[2] * y.shape[3]
+    w = ctx.const(1).reshape(M // BLOCK, BLOCK, K).transpose(0, 2, 1)  # [M/16][K][16]
+    wsym = ctx.weight("nc_w", np.ascontiguousarray(w))
+    bsym = _bias(ctx, spec, M)
+    _include(ctx)
+    ctx.kernel(f"1x1, channel blocks ({_sides(role.x, role.y)})")
+    act_c, post = act_struct(spec.act)
+    assert not post  # nchwc_plan takes only activations the kernel applies
+    res = ctx.x(3).sym if spec.residual else None
+    threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
+    off = f"(size_t)n * {M * P}"
+    xs = "NULL" if role.x else ctx.scratch(K * P * 4)
+    return "\n".join(
+        [
+            f"for (int n = 0; n < {N}; ++n) {{",
+            f"  const o2e_nc_pw_args a = {{{x.sym} + (size_t)n * {K * P}, {wsym}, {bsym}, "
+            f"{f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, {xs}, {M}, {K}, {P}, "
+            f"{int(role.x)}, {int(role.y)}, {act_c}}};",
+            f"  o2e_nchwc_conv1x1(&a, {threaded});",
+            "}",
+        ]
+    )
+
+
+def _depthwise(ctx: NodeContext, spec: ConvSpec) -> str:
+    x, y = spec.x, spec.y
+    N, C, H, W = x.shape
+    OH, OW = y.shape[2:]
+    w = ctx.const(1).reshape(C // BLOCK, BLOCK, 9).transpose(0, 2, 1)  # [C/16][9][16]
+    wsym = ctx.weight("nc_w", np.ascontiguousarray(w))
+    bsym = _bias(ctx, spec, C)
+    _include(ctx)
+    ctx.kernel(f"depthwise 3x3 stride {spec.st[0]}, channel blocks")
+    act_c, post = act_struct(spec.act)
+    assert not post
+    threaded = int(C * 9 * OH * OW >= pool2d.PAR_MIN_WORK and C > BLOCK)
+    pt, pl = spec.pads[0], spec.pads[1]
+    return "\n".join(
+        [
+            f"for (int n = 0; n < {N}; ++n) {{",
+            f"  const o2e_nc_dw_args a = {{{x.sym} + (size_t)n * {C * H * W}, {wsym}, {bsym}, "
+            f"{y.sym} + (size_t)n * {C * OH * OW}, {C}, {H}, {W}, {OH}, {OW}, "
+            f"{spec.st[0]}, {spec.st[1]}, {pt}, {pl}, {act_c}}};",
+            f"  o2e_nchwc_dw3x3(&a, {threaded});",
+            "}",
+        ]
+    )
+
+
+def _sides(xb: bool, yb: bool) -> str:
+    return {(True, True): "in chain", (False, True): "enters", (True, False): "leaves"}[xb, yb]
+
+
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
+    assert spec.layout is not None
+    if spec.layout.kind == "depthwise":
+        return _depthwise(ctx, spec)
+    return _pointwise(ctx, spec)
+
+
+STRATEGY = ConvStrategy(NAME, refuse, emit)

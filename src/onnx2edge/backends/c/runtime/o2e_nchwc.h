@@ -1,0 +1,409 @@
+/* o2e_nchwc.h - channel-blocked (NCHW16c) 1x1 and depthwise 3x3 convolutions on narrow maps
+ * (ops/conv_nchwc.py writes the calls, backends/c/nchwc_plan.py decides which tensors are
+ * blocked; issue 9).
+ *
+ * A blocked tensor of C channels, one image: [C/16][H][W][16], channel c of pixel p at
+ * (c/16)*16*H*W + p*16 + c%16. 16 channels are one zmm (AVX-512), two ymm (AVX2), four q
+ * (NEON) or four xmm (SSE): the block does not depend on the ISA, so one model.c compiles for
+ * any of them.
+ *
+ *   1x1:       y[m][p] = act(b[m] + sum_k w[m][k] . x[k][p] + r[m][p])
+ *              a tile is NV vectors of output channels x PN pixels in registers; per input
+ *              channel k one broadcast scalar per pixel and NV weight vectors. The input is
+ *              read in either layout (blocked or NCHW: only the scalar's address differs) and
+ *              the output written in either (blocked: whole vectors, with the residual added
+ *              and the activation applied in registers; NCHW: a transposing scalar store at
+ *              the chain's exit). No packing, no K slices: a tile's weights (K x 16..32
+ *              floats) come from L1/L2 once per pixel tile.
+ *   depthwise: y[c][oy][ox] = act(b[c] + sum_{ky,kx} w[c][ky][kx] . x[c][iy][ix]),
+ *              3x3, stride 1 or 2, pads <= 1, both sides blocked: channels in the lanes, a
+ *              row of up to DWPX output pixels in registers, so narrow maps (7, 14 wide)
+ *              need no per-plane edge code: taps falling in the padding are skipped per
+ *              pixel on the edge tiles only.
+ * Weights are rearranged at conversion time: 1x1 [M/16][K][16], depthwise [C/16][9][16].
+ * Activations (o2e_act kinds 1-3) by compare and select, so NaN passes as in o2e_act1_.
+ * Work units are blocks of output channels, split by o2e_parallel_for; results do not depend
+ * on the split. Define O2E_NCHWC_SCALAR to build the portable loops on a vector-capable host
+ * (the tests do).
+ */
+#ifndef O2E_NCHWC_H
+#define O2E_NCHWC_H
+
+#include "o2e_gemm.h"
+
+#define O2E_NC_BLOCK 16
+
+#if !defined(O2E_NCHWC_SCALAR) && (defined(__GNUC__) || defined(__clang__)) &&                \
+    (defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__) ||                          \
+     (defined(__ARM_NEON) && defined(__aarch64__)))
+#define O2E_NC_VEC 1
+#if defined(__AVX512F__)
+#define O2E_NC_VW 16
+#define O2E_NC_NV 4 /* 1x1 tile: 64 channels x 6 pixels = 24 zmm accumulators */
+#define O2E_NC_PX 6
+#define O2E_NC_DWPX 14
+#elif defined(__AVX__)
+#define O2E_NC_VW 8
+#define O2E_NC_NV 2 /* 16 channels x 6 pixels = 12 ymm */
+#define O2E_NC_PX 6
+#define O2E_NC_DWPX 7
+#elif defined(__aarch64__)
+#define O2E_NC_VW 4
+#define O2E_NC_NV 4 /* 16 channels x 6 pixels = 24 q */
+#define O2E_NC_PX 6
+#define O2E_NC_DWPX 14
+#else
+#define O2E_NC_VW 4
+#define O2E_NC_NV 4 /* 16 channels x 3 pixels = 12 xmm */
+#define O2E_NC_PX 3
+#define O2E_NC_DWPX 7
+#endif
+typedef float o2e_ncv __attribute__((vector_size(4 * O2E_NC_VW)));
+typedef int32_t o2e_nci __attribute__((vector_size(4 * O2E_NC_VW)));
+#define O2E_NCV_LOAD(v, p) memcpy(&(v), (p), sizeof(o2e_ncv))
+#define O2E_NCV_STORE(p, v) memcpy((p), &(v), sizeof(o2e_ncv))
+#define O2E_NC_SUB (O2E_NC_VW * O2E_NC_NV) /* channels per 1x1 tile: 16 or 64 */
+#else
+#define O2E_NC_VEC 0
+#define O2E_NC_SUB 16
+#define O2E_NC_PX 4
+#define O2E_NC_DWPX 8
+#endif
+/* K slice of a 1x1 layer with a blocked output (partial sums wait in y): a 64-channel tile's
+ * slice is 64 KB of weights. Measured neutral against one slice on a 48 KB-L1 host; kept for
+ * smaller caches (the tests build with a small one to cover it). */
+#ifndef O2E_NC_KC
+#define O2E_NC_KC 256
+#endif
+
+typedef struct {
+  const float *x;    /* K x P input: blocked, or NCHW when !xblk */
+  const float *w;    /* [M/16][K][16] */
+  const float *bias; /* M floats (zeros when the layer has none) */
+  const float *res;  /* M x P in y's layout, added before the activation, or NULL */
+  float *y;          /* M x P output: blocked, or NCHW when !yblk */
+  float *xs;         /* scratch, K x P floats: an NCHW input reordered to blocks */
+  int M, K, P;
+  int xblk, yblk;
+  o2e_act act;
+} o2e_nc_pw_args;
+
+typedef struct {
+  const float *x;    /* blocked C x H x W */
+  const float *w;    /* [C/16][9][16] */
+  const float *bias; /* C floats */
+  float *y;          /* blocked C x OH x OW */
+  int C, H, W, OH, OW, sh, sw, pt, pl;
+  o2e_act act;
+} o2e_nc_dw_args;
+
+/* Balanced tiles of n items, at most `most` each: tile q covers [q*n/nt, (q+1)*n/nt). */
+O2E_GEMM_INL int o2e_nc_ntiles_(int n, int most) { return (n + most - 1) / most; }
+
+#if O2E_NC_VEC
+/* m ? s : x, lane by lane (a NaN fails every comparison, so it passes as in o2e_act1_) */
+O2E_GEMM_INL o2e_ncv o2e_nc_sel_(o2e_nci m, o2e_ncv s, o2e_ncv x) {
+  return (o2e_ncv)(((o2e_nci)s & m) | ((o2e_nci)x & ~m));
+}
+
+O2E_GEMM_INL o2e_ncv o2e_nc_act_(o2e_ncv x, const o2e_act *act) {
+  const o2e_ncv z = {0}, lo = z + act->a, hi = z + act->b;
+  if (act->kind == 1) return o2e_nc_sel_(x < z, z, x);
+  if (act->kind == 2) return o2e_nc_sel_(x > hi, hi, o2e_nc_sel_(x < lo, lo, x));
+  return o2e_nc_sel_(x < z, x * lo, x);
+}
+
+/* y[i] = act(y[i] + r[i]) (r may be NULL) over n floats, n a multiple of the vector width:
+ * the output of a channel tile is one contiguous range in either layout, so the residual and
+ * activation are one pass over it while it is still in L1 / L2 (kept out of the register
+ * tiles, whose many copies would otherwise each carry it). */
+O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_act *act) {
+  size_t i;
+  if (!r && !act->kind) return;
+  for (i = 0; i < n; i += O2E_NC_VW) {
+    o2e_ncv s, t;
+    O2E_NCV_LOAD(s, y + i);
+    if (r) {
+      O2E_NCV_LOAD(t, r + i);
+      s += t;
+    }
+    if (act->kind) s = o2e_nc_act_(s, act);
+    O2E_NCV_STORE(y + i, s);
+  }
+}
+
+/* A finished tile t[p][l] (l < nl channels from m0, p < pn pixels from p0) into NCHW rows:
+ * the layer leaves the chain. */
+O2E_GEMM_FN void o2e_nc_store_nchw_(const float *t, int nl, int pn, float *y, int P) {
+  int l, p;
+  for (l = 0; l < nl; l++)
+    for (p = 0; p < pn; p++) y[(size_t)l * P + p] = t[p * O2E_NC_NV * O2E_NC_VW + l];
+}
+
+/* One 1x1 tile: channels [m0, m0 + NV*VW) x pixels [p0, p0 + PN), input channels
+ * [k0, k1) of a blocked input. The first slice starts from the bias, later ones from the
+ * partial sums in y (blocked outputs only: an NCHW output takes K in one slice). NV and PN are
+ * constants after inlining, so the accumulators stay in registers. */
+O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_args *a,
+                                  const float *x, int m0, int p0, int k0, int k1) {
+  o2e_ncv acc[O2E_NC_PX][O2E_NC_NV], wv[O2E_NC_NV];
+  const float *wb[O2E_NC_NV];
+  float *yb[O2E_NC_NV];
+  const int K = a->K, P = a->P;
+  int kb, l, p, v;
+#pragma GCC unroll 4
+  for (v = 0; v < NV; v++) {
+    const int c = m0 + v * O2E_NC_VW;
+    wb[v] = a->w + (size_t)(c / O2E_NC_BLOCK) * K * O2E_NC_BLOCK + c % O2E_NC_BLOCK;
+    yb[v] = a->y + ((size_t)(c / O2E_NC_BLOCK) * P + p0) * O2E_NC_BLOCK + c % O2E_NC_BLOCK;
+    O2E_NCV_LOAD(wv[v], a->bias + c);
+  }
+  if (k0 == 0) {
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+      for (v = 0; v < NV; v++) acc[p][v] = wv[v];
+  } else {
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+      for (v = 0; v < NV; v++) O2E_NCV_LOAD(acc[p][v], yb[v] + (size_t)p * O2E_NC_BLOCK);
+  }
+  for (kb = k0 / O2E_NC_BLOCK; kb < k1 / O2E_NC_BLOCK; kb++) {
+    const float *xb = x + ((size_t)kb * P + p0) * O2E_NC_BLOCK;
+    const size_t wo = (size_t)kb * O2E_NC_BLOCK * O2E_NC_BLOCK;
+    for (l = 0; l < O2E_NC_BLOCK; l++) {
+#pragma GCC unroll 4
+      for (v = 0; v < NV; v++) O2E_NCV_LOAD(wv[v], wb[v] + wo + (size_t)l * O2E_NC_BLOCK);
+#pragma GCC unroll 12
+      for (p = 0; p < PN; p++) {
+        const float b = xb[p * O2E_NC_BLOCK + l];
+#pragma GCC unroll 4
+        for (v = 0; v < NV; v++) acc[p][v] += b * wv[v];
+      }
+    }
+  }
+  if (a->yblk) {
+#pragma GCC unroll 4
+    for (v = 0; v < NV; v++)
+#pragma GCC unroll 12
+      for (p = 0; p < PN; p++) O2E_NCV_STORE(yb[v] + (size_t)p * O2E_NC_BLOCK, acc[p][v]);
+  } else {
+    float t[O2E_NC_PX * O2E_NC_NV * O2E_NC_VW];
+#pragma GCC unroll 12
+    for (p = 0; p < PN; p++)
+#pragma GCC unroll 4
+      for (v = 0; v < NV; v++) O2E_NCV_STORE(t + (p * O2E_NC_NV + v) * O2E_NC_VW, acc[p][v]);
+    o2e_nc_store_nchw_(t, NV * O2E_NC_VW, PN, a->y + (size_t)m0 * P + p0, P);
+  }
+}
+
+/* `NV`-vector tiles over all pixels for input channels [k0, k1) (one copy per pixel count a
+ * tile can have). */
+#define O2E_NC_PW_CASE(n, NV)                                                                  \
+  case n: o2e_nc_pw_tile_(n, NV, a, x, m0, p0, k0, k1); break;
+#define O2E_NC_PW_ROW(NV)                                                                      \
+  for (q = 0; q < nt; q++) {                                                                   \
+    const int p0 = (int)((long)q * a->P / nt), pn = (int)((long)(q + 1) * a->P / nt) - p0;     \
+    switch (pn) {                                                                              \
+      O2E_NC_PW_CASES(NV)                                                                      \
+    default: o2e_nc_pw_tile_(1, NV, a, x, m0, p0, k0, k1); break;                              \
+    }                                                                                          \
+  }
+#if O2E_NC_PX > 3
+#define O2E_NC_PW_CASES(NV)                                                                    \
+  O2E_NC_PW_CASE(6, NV) O2E_NC_PW_CASE(5, NV) O2E_NC_PW_CASE(4, NV) O2E_NC_PW_CASE(3, NV)      \
+  O2E_NC_PW_CASE(2, NV)
+#else
+#define O2E_NC_PW_CASES(NV) O2E_NC_PW_CASE(3, NV) O2E_NC_PW_CASE(2, NV)
+#endif
+
+O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
+  const o2e_nc_pw_args *a = (const o2e_nc_pw_args *)arg;
+  const int nt = o2e_nc_ntiles_(a->P, O2E_NC_PX);
+  const int kc = a->yblk ? O2E_NC_KC : a->K; /* partial sums wait in a blocked y only */
+  const float *x = a->xblk ? a->x : a->xs;
+  int u, q, k0;
+  for (u = u0; u < u1; u++) {
+    const int m0 = u * O2E_NC_SUB;
+    const int nl = a->M - m0 < O2E_NC_SUB ? a->M - m0 : O2E_NC_SUB;
+    for (k0 = 0; k0 < a->K; k0 += kc) {
+      const int k1 = a->K - k0 < kc ? a->K : k0 + kc;
+      switch (nl / O2E_NC_VW) { /* the last tile of the layer may be narrower */
+#if O2E_NC_VW == 16
+      case 1: O2E_NC_PW_ROW(1) break;
+      case 2: O2E_NC_PW_ROW(2) break;
+      case 3: O2E_NC_PW_ROW(3) break;
+#elif O2E_NC_VW == 8 && O2E_NC_NV > 2
+      case 2: O2E_NC_PW_ROW(2) break;
+#endif
+      default: O2E_NC_PW_ROW(O2E_NC_NV) break;
+      }
+    }
+    o2e_nc_epilogue_(a->y + (size_t)m0 * a->P, a->res ? a->res + (size_t)m0 * a->P : NULL,
+                     (size_t)nl * a->P, &a->act);
+  }
+}
+
+/* One depthwise tile: VW channels of one block, output row oy, pixels [ox0, ox0 + PN), stride
+ * S; taps in the padding are skipped per pixel (on 7- and 14-wide maps every tile touches an
+ * edge). The activation follows in o2e_nc_epilogue_ over the row. */
+O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const o2e_nc_dw_args *a,
+                                  const float *xb, const float *wb, const float *bb, float *yb,
+                                  int oy, int ox0) {
+  o2e_ncv acc[O2E_NC_DWPX], wv, xv;
+  int ky, kx, p;
+  O2E_NCV_LOAD(wv, bb);
+#pragma GCC unroll 14
+  for (p = 0; p < PN; p++) acc[p] = wv;
+  for (ky = 0; ky < 3; ky++) {
+    const int iy = oy * a->sh - a->pt + ky;
+    const float *row;
+    if (iy < 0 || iy >= a->H) continue;
+    row = xb + (size_t)iy * a->W * O2E_NC_BLOCK;
+    for (kx = 0; kx < 3; kx++) {
+      const int ix0 = ox0 * S - a->pl + kx;
+      O2E_NCV_LOAD(wv, wb + (ky * 3 + kx) * O2E_NC_BLOCK);
+#pragma GCC unroll 14
+      for (p = 0; p < PN; p++) {
+        const int ix = ix0 + p * S;
+        if (ix < 0 || ix >= a->W) continue;
+        O2E_NCV_LOAD(xv, row + (size_t)ix * O2E_NC_BLOCK);
+        acc[p] += xv * wv;
+      }
+    }
+  }
+#pragma GCC unroll 14
+  for (p = 0; p < PN; p++) O2E_NCV_STORE(yb + (size_t)p * O2E_NC_BLOCK, acc[p]);
+}
+
+#define O2E_NC_DW_CASE(n, S)                                                                   \
+  case n: o2e_nc_dw_tile_(n, S, a, xb, wb, bb, yb, oy, ox0); break;
+#if O2E_NC_DWPX > 7
+#define O2E_NC_DW_CASES(S)                                                                     \
+  O2E_NC_DW_CASE(14, S) O2E_NC_DW_CASE(13, S) O2E_NC_DW_CASE(12, S) O2E_NC_DW_CASE(11, S)      \
+  O2E_NC_DW_CASE(10, S) O2E_NC_DW_CASE(9, S) O2E_NC_DW_CASE(8, S) O2E_NC_DW_CASE(7, S)         \
+  O2E_NC_DW_CASE(6, S) O2E_NC_DW_CASE(5, S) O2E_NC_DW_CASE(4, S) O2E_NC_DW_CASE(3, S)          \
+  O2E_NC_DW_CASE(2, S)
+#else
+#define O2E_NC_DW_CASES(S)                                                                     \
+  O2E_NC_DW_CASE(7, S) O2E_NC_DW_CASE(6, S) O2E_NC_DW_CASE(5, S) O2E_NC_DW_CASE(4, S)          \
+  O2E_NC_DW_CASE(3, S) O2E_NC_DW_CASE(2, S)
+#endif
+
+O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
+  const o2e_nc_dw_args *a = (const o2e_nc_dw_args *)arg;
+  const int nt = o2e_nc_ntiles_(a->OW, O2E_NC_DWPX);
+  int u, s, oy, q;
+  for (u = u0; u < u1; u++) {
+    for (s = 0; s < O2E_NC_BLOCK; s += O2E_NC_VW) {
+      const float *xb = a->x + (size_t)u * O2E_NC_BLOCK * a->H * a->W + s;
+      const float *wb = a->w + (size_t)u * 9 * O2E_NC_BLOCK + s;
+      const float *bb = a->bias + (size_t)u * O2E_NC_BLOCK + s;
+      for (oy = 0; oy < a->OH; oy++)
+        for (q = 0; q < nt; q++) {
+          const int ox0 = (int)((long)q * a->OW / nt);
+          const int pn = (int)((long)(q + 1) * a->OW / nt) - ox0;
+          float *yb =
+              a->y + ((size_t)u * a->OH * a->OW + (size_t)oy * a->OW + ox0) * O2E_NC_BLOCK + s;
+          if (a->sw == 1) {
+            switch (pn) {
+              O2E_NC_DW_CASES(1)
+            default: o2e_nc_dw_tile_(1, 1, a, xb, wb, bb, yb, oy, ox0); break;
+            }
+          } else {
+            switch (pn) {
+              O2E_NC_DW_CASES(2)
+            default: o2e_nc_dw_tile_(1, 2, a, xb, wb, bb, yb, oy, ox0); break;
+            }
+          }
+        }
+    }
+    o2e_nc_epilogue_(a->y + (size_t)u * O2E_NC_BLOCK * a->OH * a->OW, NULL,
+                     (size_t)O2E_NC_BLOCK * a->OH * a->OW, &a->act);
+  }
+}
+#else /* portable C: the same sums in the same order, lane by lane */
+O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
+  const o2e_nc_pw_args *a = (const o2e_nc_pw_args *)arg;
+  const int K = a->K, P = a->P;
+  const size_t ls = a->xblk ? 1 : (size_t)P, ps = a->xblk ? O2E_NC_BLOCK : 1;
+  int u, p, k, l;
+  for (u = u0; u < u1; u++) {
+    const float *w = a->w + (size_t)u * K * O2E_NC_BLOCK;
+    for (p = 0; p < P; p++) {
+      float acc[O2E_NC_BLOCK];
+      for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] = a->bias[u * O2E_NC_BLOCK + l];
+      for (k = 0; k < K; k++) {
+        const float b = a->x[(size_t)(k / O2E_NC_BLOCK) * O2E_NC_BLOCK * P +
+                             (size_t)(k % O2E_NC_BLOCK) * ls + (size_t)p * ps];
+        for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * w[(size_t)k * O2E_NC_BLOCK + l];
+      }
+      for (l = 0; l < O2E_NC_BLOCK; l++) {
+        const size_t i = a->yblk ? ((size_t)u * P + p) * O2E_NC_BLOCK + l
+                                 : (size_t)(u * O2E_NC_BLOCK + l) * P + p;
+        float s = acc[l];
+        if (a->res) s += a->res[i];
+        a->y[i] = o2e_act1_(s, a->act);
+      }
+    }
+  }
+}
+
+O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
+  const o2e_nc_dw_args *a = (const o2e_nc_dw_args *)arg;
+  int u, oy, ox, ky, kx, l;
+  for (u = u0; u < u1; u++)
+    for (oy = 0; oy < a->OH; oy++)
+      for (ox = 0; ox < a->OW; ox++) {
+        float acc[O2E_NC_BLOCK];
+        float *yp = a->y + ((size_t)u * a->OH * a->OW + (size_t)oy * a->OW + ox) * O2E_NC_BLOCK;
+        for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] = a->bias[u * O2E_NC_BLOCK + l];
+        for (ky = 0; ky < 3; ky++) {
+          const int iy = oy * a->sh - a->pt + ky;
+          if (iy < 0 || iy >= a->H) continue;
+          for (kx = 0; kx < 3; kx++) {
+            const int ix = ox * a->sw - a->pl + kx;
+            const float *xp, *wp;
+            if (ix < 0 || ix >= a->W) continue;
+            xp = a->x + ((size_t)u * a->H * a->W + (size_t)iy * a->W + ix) * O2E_NC_BLOCK;
+            wp = a->w + ((size_t)u * 9 + ky * 3 + kx) * O2E_NC_BLOCK;
+            for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += xp[l] * wp[l];
+          }
+        }
+        for (l = 0; l < O2E_NC_BLOCK; l++) yp[l] = o2e_act1_(acc[l], a->act);
+      }
+}
+#endif
+
+/* One image of a 1x1 layer (on the thread pool when `threaded`: the converter sets it for
+ * layers worth the hand-off). */
+O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
+  const int units = (a->M + O2E_NC_SUB - 1) / O2E_NC_SUB;
+#if O2E_NC_VEC
+  if (!a->xblk) { /* entering the chain: reorder the input to blocks once, for every tile */
+    const int P = a->P;
+    int kb, p, l;
+    for (kb = 0; kb < a->K / O2E_NC_BLOCK; kb++)
+      for (p = 0; p < P; p++)
+        for (l = 0; l < O2E_NC_BLOCK; l++)
+          a->xs[((size_t)kb * P + p) * O2E_NC_BLOCK + l] =
+              a->x[((size_t)kb * O2E_NC_BLOCK + l) * P + p];
+  }
+#endif
+  if (threaded)
+    o2e_parallel_for(units, o2e_nc_pw_units_, (void *)a);
+  else
+    o2e_nc_pw_units_((void *)a, 0, units);
+}
+
+/* One image of a depthwise 3x3 layer, both sides blocked. */
+O2E_GEMM_FN void o2e_nchwc_dw3x3(const o2e_nc_dw_args *a, int threaded) {
+  const int units = a->C / O2E_NC_BLOCK;
+  if (threaded)
+    o2e_parallel_for(units, o2e_nc_dw_units_, (void *)a);
+  else
+    o2e_nc_dw_units_((void *)a, 0, units);
+}
+
+#endif /* O2E_NCHWC_H */
