@@ -182,11 +182,13 @@ def test_nan_inf(chain: tuple, tmp_path: Path, build: list[str]) -> None:
     native = run_executable(build_executable(out, NATIVE, "nat"), io, {"x": x}, tmp_path)
     got = run_executable(build_executable(out, build, "b"), io, {"x": x}, tmp_path)
     ref = ort_run(onnx.load(path), {"x": x})
-    # y4 (the refused 24-channel branch) runs main's NCHW kernels: 20 of its outputs are finite
-    # where onnxruntime has NaN, with nchwc=off too (a gap of those kernels, not of this path)
+    # y4 (the refused 24-channel branch, our NCHW kernels): onnxruntime's optimised run (its
+    # own NCHWc kernels) turns Inf - Inf sums there into NaN where its unoptimised run keeps
+    # the Inf; ours follows the unoptimised run (verify.within_spread accepts either)
+    plain = ort_run(onnx.load(path), {"x": x}, optimize=False)
+    assert np.isnan(ref["y4"]).sum() > np.isnan(plain["y4"]).sum()
+    ref["y4"] = plain["y4"]
     for k, r in ref.items():
-        if k == "y4":
-            continue
         for g in (got[k], native[k]):
             np.testing.assert_array_equal(np.isnan(g), np.isnan(r), err_msg=k)
             inf = np.isinf(r)
