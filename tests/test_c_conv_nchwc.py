@@ -185,9 +185,8 @@ def test_nan_inf(chain: tuple, tmp_path: Path, build: list[str]) -> None:
     # y4 (the refused 24-channel branch, our NCHW kernels): onnxruntime's optimised run (its
     # own NCHWc kernels) turns Inf - Inf sums there into NaN where its unoptimised run keeps
     # the Inf; ours follows the unoptimised run (verify.within_spread accepts either)
-    plain = ort_run(onnx.load(path), {"x": x}, optimize=False)
-    assert np.isnan(ref["y4"]).sum() > np.isnan(plain["y4"]).sum()
-    ref["y4"] = plain["y4"]
+    # (whether the optimised run does so depends on the host's NCHWc block: 16 with AVX-512)
+    ref["y4"] = ort_run(onnx.load(path), {"x": x}, optimize=False)["y4"]
     for k, r in ref.items():
         for g in (got[k], native[k]):
             np.testing.assert_array_equal(np.isnan(g), np.isnan(r), err_msg=k)
