@@ -156,6 +156,9 @@ static inline void o2e_sv_store_n(float *p, o2e_sv v, int n)
   if (n > 2) p[2] = t[2];
 }
 #endif
+#if 8 % O2E_SMB != 0
+#error "the stem weights come in blocks of 8 output channels: O2E_SMB must divide 8"
+#endif
 /* Keeps a loaded vector in a register: without it gcc folds a load into each FMA using it. */
 #if (defined(__AVX512F__) || defined(__AVX2__)) && (defined(__GNUC__) || defined(__clang__))
 #define O2E_SREG(v) __asm__("" : "+v"(v))
@@ -164,7 +167,7 @@ static inline void o2e_sv_store_n(float *p, o2e_sv v, int n)
 #endif
 typedef struct {
   const float *x; /* phase planes of one image: [c][sh * sw][HQ][WQ], zero-bordered */
-  const float *w; /* [c][kh][kw][MP] */
+  const float *w; /* [M' / 8][c][kh][kw][8] */
   const float *bias;
   float *y; /* M x OH x OW */
 } o2e_stem_args;
@@ -189,7 +192,7 @@ static inline __attribute__((always_inline)) void NAME_b(const int VB, const flo
   for (int c = 0; c < CC; c++)
     for (int i = 0; i < KH; i++) {
       const float *restrict xr = xp + (size_t)(c * (SH * SW) + (i % SH) * SW) * (HQ * WQ) + (size_t)(i / SH) * WQ;
-      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * MP;
+      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * 8;
 #pragma GCC unroll 16
       for (int j = 0; j < KW; j++) {
         const float *restrict xj = xr + (size_t)(j % SW) * (HQ * WQ) + j / SW;
@@ -201,7 +204,7 @@ static inline __attribute__((always_inline)) void NAME_b(const int VB, const flo
         }
 #pragma GCC unroll 16
         for (int m = 0; m < NAME_MB; m++) {
-          o2e_sv w = o2e_sv_set1(wr[j * MP + m]);
+          o2e_sv w = o2e_sv_set1(wr[j * 8 + m]);
           O2E_SREG(w);
 #pragma GCC unroll 4
           for (int v = 0; v < VB; v++) acc[m][v] = o2e_sv_fma(xv[v], w, acc[m][v]);
@@ -243,13 +246,13 @@ static void NAME(void *arg, int r0, int r1)
         const float *xp = a->x + (size_t)oh * WQ + ow0;
         switch (vb) { /* one register-resident copy per width */
 #if NAME_VB >= 4
-        case 4: NAME_b(4, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        case 4: NAME_b(4, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
 #endif
 #if NAME_VB >= 3
-        case 3: NAME_b(3, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        case 3: NAME_b(3, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
 #endif
-        case 2: NAME_b(2, xp, a->w + m0, bp, yr + ow0, nm, n); break;
-        default: NAME_b(1, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        case 2: NAME_b(2, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
+        default: NAME_b(1, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
         }ACT
       }
     }
@@ -270,7 +273,7 @@ def _act_loop(spec: ConvSpec) -> str:
 
 
 # Output rows per band (see the row loop); a module constant so A/B runs can vary it.
-BAND = 16
+BAND = 55
 
 
 def _border(ctx: NodeContext, sh: int, sw: int) -> str:
@@ -317,9 +320,11 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     pt, pl = spec.pads[0], spec.pads[1]
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, 1, 1)
     MP = -(-M // M_ROUND) * M_ROUND
-    wc = np.zeros((C, kh, kw, MP), np.float32)
+    wc = np.zeros((MP, C, kh, kw), np.float32)
     assert spec.weights is not None
-    wc[..., :M] = spec.weights.astype(np.float32).transpose(1, 2, 3, 0)
+    wc[:M] = spec.weights.astype(np.float32)
+    # blocks of 8 output channels, each block's taps one sequential stream: [M'/8][c][i][j][8]
+    wc = np.ascontiguousarray(wc.reshape(MP // 8, 8, C, kh, kw).transpose(0, 2, 3, 4, 1))
     wsym = ctx.weight("stem", wc)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_stem_vectors", VECTORS)
