@@ -41,7 +41,8 @@ import re
 
 import numpy as np
 
-from ..emitter import NodeContext
+from ....semantics.activations import Activation, clip_bounds
+from ..emitter import NodeContext, c_literal
 from . import pool2d
 from .common import act_expr
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
@@ -96,6 +97,8 @@ typedef __m512 o2e_sv;
 #define o2e_sv_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define o2e_sv_store(p, v) _mm512_storeu_ps(p, v)
 #define o2e_sv_store_n(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1u), v)
+#define o2e_sv_lo(v, lo) _mm512_max_ps(_mm512_set1_ps(lo), v)
+#define o2e_sv_hi(v, hi) _mm512_min_ps(_mm512_set1_ps(hi), v)
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef __m256 o2e_sv;
 #define O2E_SL 8
@@ -107,6 +110,8 @@ typedef __m256 o2e_sv;
 #define o2e_sv_store(p, v) _mm256_storeu_ps(p, v)
 #define o2e_sv_store_n(p, v, n) \
   _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v)
+#define o2e_sv_lo(v, lo) _mm256_max_ps(_mm256_set1_ps(lo), v)
+#define o2e_sv_hi(v, hi) _mm256_min_ps(_mm256_set1_ps(hi), v)
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 typedef float32x4_t o2e_sv;
 #define O2E_SL 4
@@ -116,6 +121,8 @@ typedef float32x4_t o2e_sv;
 #define o2e_sv_set1(x) vdupq_n_f32(x)
 #define o2e_sv_fma(a, b, c) vfmaq_f32(c, a, b)
 #define o2e_sv_store(p, v) vst1q_f32(p, v)
+#define o2e_sv_lo(v, lo) vbslq_f32(vcltq_f32(v, vdupq_n_f32(lo)), vdupq_n_f32(lo), v)
+#define o2e_sv_hi(v, hi) vbslq_f32(vcgtq_f32(v, vdupq_n_f32(hi)), vdupq_n_f32(hi), v)
 #else
 /* plain C99: four floats the compiler may keep in registers or vectorise */
 typedef struct { float f[4]; } o2e_sv;
@@ -142,6 +149,16 @@ static inline o2e_sv o2e_sv_fma(o2e_sv a, o2e_sv b, o2e_sv c)
 static inline void o2e_sv_store(float *p, o2e_sv v)
 {
   for (int k = 0; k < 4; k++) p[k] = v.f[k];
+}
+static inline o2e_sv o2e_sv_lo(o2e_sv v, float lo)
+{
+  for (int k = 0; k < 4; k++) v.f[k] = v.f[k] < lo ? lo : v.f[k];
+  return v;
+}
+static inline o2e_sv o2e_sv_hi(o2e_sv v, float hi)
+{
+  for (int k = 0; k < 4; k++) v.f[k] = v.f[k] > hi ? hi : v.f[k];
+  return v;
 }
 #endif
 #if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
@@ -216,6 +233,7 @@ static inline __attribute__((always_inline)) void NAME_b(const int VB, const flo
     if (m >= nm) break;
 #pragma GCC unroll 4
     for (int v = 0; v < VB; v++) {
+      VACT
       float *restrict p = yp + (size_t)m * (OH * OW) + v * O2E_SL;
       const int r = n - v * O2E_SL;
       if (r >= O2E_SL)
@@ -261,9 +279,24 @@ static void NAME(void *arg, int r0, int r1)
 """
 
 
+def _register_act(act: Activation | None) -> str | None:
+    """The fused activation on the accumulators before the store, for the clamps (Relu, Clip
+    with lo <= hi): o2e_sv_lo / _hi are `v < lo ? lo : v` / `v > hi ? hi : v` lane by lane
+    (NaN and -0.0 kept, as the table's expression). None: the loop of _act_loop instead."""
+    if act is None:
+        return ""
+    lit = lambda x: c_literal(x, np.float32)  # noqa: E731
+    if act.op == "Relu":
+        return "acc[m][v] = o2e_sv_lo(acc[m][v], 0.0f);"
+    lo, hi = clip_bounds(act.alpha, act.beta)  # a missing bound: the largest finite value
+    if act.op == "Clip" and lo <= hi:
+        return f"acc[m][v] = o2e_sv_hi(o2e_sv_lo(acc[m][v], {lit(lo)}), {lit(hi)});"
+    return None
+
+
 def _act_loop(spec: ConvSpec) -> str:
     """The fused activation over a block just stored (nm channels x n pixels, in L1)."""
-    if spec.act is None:
+    if spec.act is None or _register_act(spec.act) is not None:
         return ""
     return f"""
         for (int m = 0; m < nm; m++) {{ /* the fused activation (the table's expression) */
@@ -273,7 +306,7 @@ def _act_loop(spec: ConvSpec) -> str:
 
 
 # Output rows per band (see the row loop); a module constant so A/B runs can vary it.
-BAND = 55
+BAND = 16
 
 
 def _border(ctx: NodeContext, sh: int, sw: int) -> str:
@@ -342,7 +375,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "OW": OW,
         "BAND": BAND,
     }
-    body = KERNEL.replace("ACT", _act_loop(spec))
+    body = KERNEL.replace("VACT", _register_act(spec.act) or "").replace("ACT", _act_loop(spec))
     name = f"o2e_stem_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
     for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
         body = re.sub(rf"\b{k}\b", str(v), body)
