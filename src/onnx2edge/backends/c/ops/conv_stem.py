@@ -16,13 +16,17 @@ weights broadcast, for MB·VB FMAs:
 
     y[m][oh][ow .. ow + L·VB) = b[m] + Σ_c Σ_i Σ_j w[c][i][j][m] · plane(c, i%sh, j%sw)[oh + i/sh][ow + j/sw ..]
 
-Weights are rearranged at conversion time to [c][i][j][M'] (M' = M rounded up to 24, zero
-past M) so a block's MB weights of one tap are adjacent. Per ISA (compile time): AVX-512
+Weights are rearranged at conversion time to [M' / 8][c][i][j][8] (M' = M rounded up to
+24, zero past M): a block's MB (4 or 8) weights of one tap are adjacent and its taps one
+sequential stream (with [c][i][j][M'] each tap was a line of its own: 147 / 363 lines per
+block, ResNet50 conv1 2.16 -> 1.98 ms, SqueezeNet's 3.16 -> 2.92). Per ISA (compile time): AVX-512
 MB = 8, VB <= 3 (24 zmm accumulators); AVX2 MB = 4, VB <= 3; NEON MB = 8, VB <= 3 (32 q
 registers); portable C MB = 4, VB <= 2 on 4-float structs. A row is cut into balanced blocks
 of whole vectors; the lanes past the row's end read the planes' zero slack and are not
-stored (masked / partial stores). The bias starts each sum; the fused activation (the
-activation table's expression) runs over each block just stored, still in L1. Rows go in
+stored (masked / partial stores). The bias starts each sum; a fused Relu / Clip clamps
+the accumulators before the store (o2e_sv_lo / _hi, lane for lane the activation table's
+expression, NaN and -0.0 included; 3-5 %), other activations run over each block just
+stored, still in L1. Rows go in
 bands of BAND: each channel block runs over the whole band, so a block writes MB channel
 rows at a time (SqueezeNet's 96 rows 48 kB apart per output row thrashed the TLB: 1.9 ->
 0.9 ms). Only the planes' borders are zeroed per call (clearing 1 MB of planes cost a tenth
@@ -52,6 +56,10 @@ MAX_C = 4  # input channels: RGB(A) stems; more channels have enough K for the G
 # C·kh·kw. AlexNet's / NIN's 11x11 / 4 stems (363 taps) measured slower here than the
 # implicit GEMM at native (AlexNet 2.61 vs 2.12 ms, NIN 2.53 vs 2.36) and tied at x86-64-v3:
 # their K is large enough for the GEMM's packing to pay. ResNet50's 7x7 x 3 = 147 wins.
+# Re-measured with the blocked weights and register clamps (min of 40, native): AlexNet
+# 2.35 vs 1.86 ms - a 55-pixel row is 4 vectors of 16 (14 % idle lanes) cut into blocks of
+# 2 (16 accumulators, 10 load uops per 16 FMAs); 12 channels x 2 vectors (24 accumulators)
+# gave 2.31, still behind the GEMM.
 MAX_K = 160
 MIN_M = 8
 MIN_OW = 16  # one AVX-512 vector per output row at least
