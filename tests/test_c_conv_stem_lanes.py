@@ -7,8 +7,9 @@ One model holds the kernel's edges on small maps: AlexNet's 11x11 / 4, 7x7 / 2 w
 (the zero-bordered copy), a mixed (2, 3) stride with asymmetric padding, stride 1; 1, 3 and
 4 input channels; M = 47 (a partial 48-channel block) and 96 (two blocks); output widths that
 leave partial tiles of 8 / 6 / 4 pixels (13, 23, 111); no bias; a batch of 2; fused Relu,
-Clip, LeakyRelu, Sigmoid and none; and NaN / +-Inf inputs (they must reach the same outputs
-as in onnxruntime)."""
+Clip and none (AVX-512: applied in registers before the transposing store, a partial
+16-channel vector with M = 47) and LeakyRelu, Sigmoid (the scalar store); and NaN / +-Inf
+inputs (they must reach the same outputs as in onnxruntime)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,10 @@ LABEL = "Conv: stem conv (output channels in lanes)"
 
 # name: (N, C, M, H, W, (kh, kw), (sh, sw), pads t l b r, bias, activation)
 CASES = {
-    "a": (1, 3, 96, 43, 59, (11, 11), (4, 4), (0, 0, 0, 0), True, "Relu"),  # AlexNet-like
-    "b": (1, 3, 48, 29, 45, (7, 7), (2, 2), (3, 3, 3, 3), True, "Clip"),  # padded
-    "c": (2, 4, 47, 18, 70, (5, 5), (2, 3), (2, 0, 1, 2), False, "LeakyRelu"),  # K = 100
-    "d": (1, 1, 96, 14, 30, (10, 10), (1, 1), (0, 0, 0, 0), True, "Sigmoid"),  # stride 1
+    "a": (1, 3, 96, 43, 59, (11, 11), (4, 4), (0, 0, 0, 0), False, "Relu"),  # AlexNet-like
+    "b": (1, 3, 48, 29, 45, (7, 7), (2, 2), (3, 3, 3, 3), True, "LeakyRelu"),  # padded
+    "c": (2, 4, 47, 18, 70, (5, 5), (2, 3), (2, 0, 1, 2), True, "Clip"),  # K = 100, M = 47
+    "d": (1, 1, 96, 14, 30, (10, 10), (1, 1), (0, 0, 0, 0), False, "Sigmoid"),  # stride 1
     "e": (1, 3, 96, 15, 227, (7, 7), (2, 2), (0, 0, 0, 0), True, None),  # 111 px, SqueezeNet
 }
 

@@ -287,7 +287,7 @@ static void NAME(void *arg, int r0, int r1)
 """
 
 
-def _register_act(act: Activation | None) -> str | None:
+def register_act(act: Activation | None) -> str | None:
     """The fused activation on the accumulators before the store, for the clamps (Relu, Clip
     with lo <= hi): o2e_sv_lo / _hi are `v < lo ? lo : v` / `v > hi ? hi : v` lane by lane
     (NaN and -0.0 kept, as the table's expression). None: the loop of _act_loop instead."""
@@ -304,7 +304,7 @@ def _register_act(act: Activation | None) -> str | None:
 
 def _act_loop(spec: ConvSpec) -> str:
     """The fused activation over a block just stored (nm channels x n pixels, in L1)."""
-    if spec.act is None or _register_act(spec.act) is not None:
+    if spec.act is None or register_act(spec.act) is not None:
         return ""
     return f"""
         for (int m = 0; m < nm; m++) {{ /* the fused activation (the table's expression) */
@@ -383,7 +383,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "OW": OW,
         "BAND": BAND,
     }
-    body = KERNEL.replace("VACT", _register_act(spec.act) or "").replace("ACT", _act_loop(spec))
+    body = KERNEL.replace("VACT", register_act(spec.act) or "").replace("ACT", _act_loop(spec))
     name = f"o2e_stem_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
     for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
         body = re.sub(rf"\b{k}\b", str(v), body)

@@ -79,11 +79,56 @@ TILE_VECTORS = r"""
 #endif
 """
 
+# AVX-512 with VL: 8 pixel vectors of 16 channels -> 16 channel rows of 8 pixels, in registers
+STORE16 = r"""
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+/* r[p]: pixel p (< 8) of 16 channels; writes the first P (mask mk) pixels of the first nl
+ * (<= 16) channel rows at y, rows ys apart. unpack / shuffle: u[j] lane k = channel 4k + j,
+ * pixels 0..3, u[4 + j] lane k = the same channel, pixels 4..7. */
+static inline __attribute__((always_inline)) void o2e_stl_store16(const __m512 *r, __mmask8 mk,
+    int nl, float *restrict y, size_t ys)
+{
+  __m512 t[8], u[8];
+  for (int h = 0; h < 2; h++) {
+    const __m512 *q = r + 4 * h;
+    t[4 * h] = _mm512_unpacklo_ps(q[0], q[1]);
+    t[4 * h + 1] = _mm512_unpackhi_ps(q[0], q[1]);
+    t[4 * h + 2] = _mm512_unpacklo_ps(q[2], q[3]);
+    t[4 * h + 3] = _mm512_unpackhi_ps(q[2], q[3]);
+    u[4 * h] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+    u[4 * h + 1] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+    u[4 * h + 2] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+    u[4 * h + 3] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; j++) {
+    /* [a0 b0 a1 b1] and [a2 b2 a3 b3]: channel rows j, 4 + j and 8 + j, 12 + j */
+    const __m512 lo = _mm512_shuffle_f32x4(_mm512_shuffle_f32x4(u[j], u[4 + j], 0x44),
+                                           _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44), 0xD8);
+    const __m512 hi = _mm512_shuffle_f32x4(_mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE),
+                                           _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE), 0xD8);
+    const __m256 row[4] = {
+        _mm512_castps512_ps256(lo),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)),
+        _mm512_castps512_ps256(hi),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1))};
+    for (int k = 0; k < 4; k++)
+      if (4 * k + j < nl) _mm256_mask_storeu_ps(y + (size_t)(4 * k + j) * ys, mk, row[k]);
+  }
+}
+#endif
+"""
+
 KERNEL = r"""
+#if defined(__AVX512F__) && defined(__AVX512VL__) && REGACT
+#define NAME_FAST 1
+#else
+#define NAME_FAST 0
+#endif
 /* One tile: channels [0, O2E_CB) of the weight block wp x P pixels of one output row;
  * xp: the input at (oh * SH, ow0 * SW); the sums go to t[p][O2E_CB]. */
 static inline __attribute__((always_inline)) void NAME_t(const int P, const float *restrict xp,
-    const float *restrict wp, float *restrict t)
+    const float *restrict wp, float *restrict t, const float *restrict bp, int nl,
+    float *restrict yp)
 {
   o2e_sv acc[O2E_CP][O2E_CNV];
 #pragma GCC unroll 8
@@ -112,10 +157,32 @@ static inline __attribute__((always_inline)) void NAME_t(const int P, const floa
         O2E_TAP_END();
       }
     }
+#if NAME_FAST
+  /* bias and activation on the accumulators, then each 16-channel vector block transposed
+   * in registers into its channel rows (yp: channel m0, row oh, column ow0) */
+  const __mmask8 mk = (__mmask8)((1u << P) - 1u);
+  (void)t;
+#pragma GCC unroll 4
+  for (int v = 0; v < O2E_CNV; v++) {
+    const int nv = nl - v * 16;
+    if (nv <= 0) break;
+    const __mmask16 mv = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
+    const __m512 bv = bp ? _mm512_maskz_loadu_ps(mv, bp + v * 16) : _mm512_setzero_ps();
+    __m512 r[8];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+      r[p] = p < P ? _mm512_add_ps(acc[p][v], bv) : _mm512_setzero_ps();
+      VACT
+    }
+    o2e_stl_store16(r, mk, nv, yp + (size_t)v * 16 * (OH * OW), OH * OW);
+  }
+#else
+  (void)bp, (void)nl, (void)yp;
 #pragma GCC unroll 8
   for (int p = 0; p < P; p++)
 #pragma GCC unroll 4
     for (int v = 0; v < O2E_CNV; v++) o2e_sv_store(t + p * O2E_CB + v * O2E_SL, acc[p][v]);
+#endif
 }
 
 /* Units [u0, u1): (channel block, output row) pairs of one image. */
@@ -131,10 +198,13 @@ static void NAME(void *arg, int u0, int u1)
     for (int q = 0; q < NT; q++) { /* balanced tiles: 55 pixels as 8 x 6 + 7 */
       const int ow0 = q * OW / NT, P = (q + 1) * OW / NT - ow0;
       const float *xp = a->x + (size_t)oh * SH * WP + (size_t)ow0 * SW;
+      const float *bp = a->bias ? a->bias + m0 : NULL;
+      float *yp = a->y + ((size_t)m0 * OH + oh) * OW + ow0;
       switch (P) { /* one register-resident copy per width */
 CASES
-      default: NAME_t(1, xp, wp, t); break;
+      default: NAME_t(1, xp, wp, t, bp, nl, yp); break;
       }
+#if !NAME_FAST
       for (int l = 0; l < nl; l++) { /* into the NCHW rows: bias, activation */
         const float b = a->bias ? a->bias[m0 + l] : 0.0f;
         const size_t o = ((size_t)(m0 + l) * OH + oh) * OW + ow0;
@@ -144,6 +214,7 @@ CASES
           yr[p] = ACT;
         }
       }
+#endif
     }
   }
 }
@@ -209,6 +280,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_stem_vectors", conv_stem.VECTORS)
     ctx.helper("o2e_stem_lanes_vectors", TILE_VECTORS)
+    ctx.helper("o2e_stl_store16", STORE16)
     padded = any(spec.pads)
     # the rows / columns the tiles read: the whole input when unpadded
     HP, WP = ((OH - 1) * sh + kh, (OW - 1) * sw + kw) if padded else (H, W)
@@ -226,10 +298,13 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "WB": WB,
     }
     cases = "\n".join(
-        f"#if O2E_CP >= {p}\n      case {p}: NAME_t({p}, xp, wp, t); break;\n#endif"
+        f"#if O2E_CP >= {p}\n      case {p}: NAME_t({p}, xp, wp, t, bp, nl, yp); break;\n#endif"
         for p in range(MAX_P, 1, -1)
     )
-    body = KERNEL.replace("CASES", cases).replace("ACT", act_expr(spec.act, "v"))
+    reg = conv_stem.register_act(spec.act)  # None: an activation the registers do not run
+    body = KERNEL.replace("CASES", cases).replace("REGACT", "0" if reg is None else "1")
+    body = body.replace("VACT", (reg or "").replace("acc[m][v]", "r[p]"))
+    body = body.replace("ACT", act_expr(spec.act, "v"))
     name = f"o2e_stem_lanes_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
     for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
         body = re.sub(rf"\b{k}\b", str(v), body)
