@@ -1,6 +1,7 @@
 """Direct convolution for strided first layers ("stems") with few input channels: the RGB
-stems of SqueezeNet (3x3 / 2, 3 -> 96), ResNet50 (7x7 / 2, 3 -> 64), Inception-v3 and the
-MobileNets (3x3 / 2, 3 -> 32). (AlexNet's and NIN's 11x11 / 4 keep the GEMM: MAX_K.)
+stems of ResNet50 (7x7 / 2, 3 -> 64), Inception-v3 and the MobileNets (3x3 / 2, 3 -> 32).
+(SqueezeNet's 7x7 / 2 3 -> 96 and AlexNet's / NIN's 11x11 / 4 go to conv_stem_lanes.py,
+output channels in the lanes, tried first.)
 
 There K = C·kh·kw is 27..147 and the implicit GEMM (conv_gemm.py) spends most of its time
 packing B: every input pixel is copied kh·kw / (sh·sw) times into the column matrix, for

@@ -1,12 +1,12 @@
-"""Direct convolution for unpadded first layers with few input channels and large kernels,
-output channels in the vector lanes: AlexNet's and NIN's 11x11 / 4 RGB stems (3 -> 96, 363
-taps per output).
+"""Direct convolution for first layers with few input channels, >= 100 taps and M near a
+multiple of 48, output channels in the vector lanes: AlexNet's and NIN's 11x11 / 4 RGB stems
+(3 -> 96, 363 taps per output) and SqueezeNet's 7x7 / 2 (3 -> 96, 147 taps).
 
 There the pixel-lanes stem (conv_stem.py) lost to the implicit GEMM: a 54- or 55-pixel row
 is 4 vectors of 16 (14 % idle lanes) cut into blocks of 2 (16 accumulators), and its 16
 phase planes per channel are re-read from L2. Here, as in onnxruntime's NCHW-input NCHWc
 kernel, the lanes hold output channels and each tap broadcasts input pixels read in place,
-at any stride, from the input itself (no copy: the layer has no padding):
+at any stride, from the input itself (a padded layer reads a zero-bordered copy of it):
 
     y[m .. m + CB][oh][ow + p] = b + Σ_c Σ_i Σ_j w[c][i][j][m .. m + CB] · x[c][oh·sh + i][(ow + p)·sw + j]
 
