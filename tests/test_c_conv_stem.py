@@ -4,9 +4,11 @@ native (AVX-512 where present) and aarch64 (NEON, under qemu).
 
 One model holds the kernel's edges on small maps: strides 2, 3, 4 and a mixed (2, 3) stride;
 kernels 3x3, 5x5, 7x7 and 5x3; symmetric, asymmetric and no padding; output widths that
-leave partial vectors of 16 / 8 / 4 lanes and rows of 1 to 8 vectors; channel counts that leave partial channel blocks (M = 13, 20); 1, 3 and 4 input
-channels; no bias; a batch of 2; fused Relu, Clip, LeakyRelu, Sigmoid and none; and NaN /
-+-Inf inputs (they must reach the same outputs as in onnxruntime)."""
+leave partial vectors of 16 / 8 / 4 lanes and rows of 1 to 8 vectors; channel counts that
+leave partial channel blocks (M = 13, 20); 1, 3 and 4 input channels; no bias; a batch of 2;
+fused Relu, Clip (with and without a max: both applied to the accumulators), LeakyRelu,
+Sigmoid (a loop after the store) and none; and NaN / +-Inf inputs (they must reach the same
+outputs as in onnxruntime)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ CASES = {
     "d": (1, 4, 24, 18, 100, (5, 3), (2, 3), (2, 0, 1, 2), True, "LeakyRelu"),  # mixed stride
     "e": (1, 1, 16, 21, 55, (3, 3), (3, 3), (0, 1, 0, 0), True, "Sigmoid"),  # stride 3, gray
     "f": (1, 3, 40, 9, 230, (3, 3), (2, 2), (0, 0, 0, 0), True, "Relu"),  # 114 px: 8 vectors
+    # Clip without a max (clamps +Inf to the largest float), on partial channel blocks
+    "g": (1, 3, 20, 23, 61, (7, 7), (2, 2), (3, 3, 3, 3), True, "ClipMin"),
 }
 
 
@@ -61,6 +65,8 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         )
         if act == "Clip":
             nodes.append(helper.make_node("Clip", [c, "zero", "six"], [f"y{name}"]))
+        elif act == "ClipMin":
+            nodes.append(helper.make_node("Clip", [c, "zero"], [f"y{name}"]))
         elif act == "LeakyRelu":
             nodes.append(helper.make_node(act, [c], [f"y{name}"], alpha=0.1))
         else:

@@ -20,6 +20,7 @@ from . import (
     conv_nchwc,
     conv_pointwise,
     conv_stem,
+    conv_stem_lanes,
     register_op,
     sparse,
     winograd,
@@ -94,7 +95,8 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
     conv_depthwise.STRATEGY,
     winograd.STRATEGY,  # 3x3 stride-1 convs with enough channels
     conv_narrow.STRATEGY,  # other k x k on maps of <= 64 pixels: output channels in the lanes
-    conv_stem.STRATEGY,  # strided RGB stems: few input channels
+    conv_stem_lanes.STRATEGY,  # RGB stems with >= 100 taps: output channels in lanes
+    conv_stem.STRATEGY,  # other strided RGB stems: output pixels in lanes
     conv_lanes.STRATEGY,  # many output channels, wide maps
     conv_direct.STRATEGY,  # few output channels / 1xk layers
     conv_pointwise.STRATEGY,  # 1x1 on maps of <= 64 pixels: output channels in the lanes

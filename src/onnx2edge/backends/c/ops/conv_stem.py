@@ -1,6 +1,7 @@
 """Direct convolution for strided first layers ("stems") with few input channels: the RGB
-stems of SqueezeNet (3x3 / 2, 3 -> 96), ResNet50 (7x7 / 2, 3 -> 64), Inception-v3 and the
-MobileNets (3x3 / 2, 3 -> 32). (AlexNet's and NIN's 11x11 / 4 keep the GEMM: MAX_K.)
+stems of ResNet50 (7x7 / 2, 3 -> 64), Inception-v3 and the MobileNets (3x3 / 2, 3 -> 32).
+(SqueezeNet's 7x7 / 2 3 -> 96 and AlexNet's / NIN's 11x11 / 4 go to conv_stem_lanes.py,
+output channels in the lanes, tried first.)
 
 There K = C·kh·kw is 27..147 and the implicit GEMM (conv_gemm.py) spends most of its time
 packing B: every input pixel is copied kh·kw / (sh·sw) times into the column matrix, for
@@ -16,13 +17,17 @@ weights broadcast, for MB·VB FMAs:
 
     y[m][oh][ow .. ow + L·VB) = b[m] + Σ_c Σ_i Σ_j w[c][i][j][m] · plane(c, i%sh, j%sw)[oh + i/sh][ow + j/sw ..]
 
-Weights are rearranged at conversion time to [c][i][j][M'] (M' = M rounded up to 24, zero
-past M) so a block's MB weights of one tap are adjacent. Per ISA (compile time): AVX-512
+Weights are rearranged at conversion time to [M' / 8][c][i][j][8] (M' = M rounded up to
+24, zero past M): a block's MB (4 or 8) weights of one tap are adjacent and its taps one
+sequential stream (with [c][i][j][M'] each tap was a line of its own: 147 / 363 lines per
+block, ResNet50 conv1 2.16 -> 1.98 ms, SqueezeNet's 3.16 -> 2.92). Per ISA (compile time): AVX-512
 MB = 8, VB <= 3 (24 zmm accumulators); AVX2 MB = 4, VB <= 3; NEON MB = 8, VB <= 3 (32 q
 registers); portable C MB = 4, VB <= 2 on 4-float structs. A row is cut into balanced blocks
 of whole vectors; the lanes past the row's end read the planes' zero slack and are not
-stored (masked / partial stores). The bias starts each sum; the fused activation (the
-activation table's expression) runs over each block just stored, still in L1. Rows go in
+stored (masked / partial stores). The bias starts each sum; a fused Relu / Clip clamps
+the accumulators before the store (o2e_sv_lo / _hi, lane for lane the activation table's
+expression, NaN and -0.0 included; 3-5 %), other activations run over each block just
+stored, still in L1. Rows go in
 bands of BAND: each channel block runs over the whole band, so a block writes MB channel
 rows at a time (SqueezeNet's 96 rows 48 kB apart per output row thrashed the TLB: 1.9 ->
 0.9 ms). Only the planes' borders are zeroed per call (clearing 1 MB of planes cost a tenth
@@ -41,7 +46,8 @@ import re
 
 import numpy as np
 
-from ..emitter import NodeContext
+from ....semantics.activations import Activation, clip_bounds
+from ..emitter import NodeContext, c_literal
 from . import pool2d
 from .common import act_expr
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
@@ -51,6 +57,10 @@ MAX_C = 4  # input channels: RGB(A) stems; more channels have enough K for the G
 # C·kh·kw. AlexNet's / NIN's 11x11 / 4 stems (363 taps) measured slower here than the
 # implicit GEMM at native (AlexNet 2.61 vs 2.12 ms, NIN 2.53 vs 2.36) and tied at x86-64-v3:
 # their K is large enough for the GEMM's packing to pay. ResNet50's 7x7 x 3 = 147 wins.
+# Re-measured with the blocked weights and register clamps (min of 40, native): AlexNet
+# 2.35 vs 1.86 ms - a 55-pixel row is 4 vectors of 16 (14 % idle lanes) cut into blocks of
+# 2 (16 accumulators, 10 load uops per 16 FMAs); 12 channels x 2 vectors (24 accumulators)
+# gave 2.31, still behind the GEMM.
 MAX_K = 160
 MIN_M = 8
 MIN_OW = 16  # one AVX-512 vector per output row at least
@@ -96,6 +106,8 @@ typedef __m512 o2e_sv;
 #define o2e_sv_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define o2e_sv_store(p, v) _mm512_storeu_ps(p, v)
 #define o2e_sv_store_n(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1u), v)
+#define o2e_sv_lo(v, lo) _mm512_max_ps(_mm512_set1_ps(lo), v)
+#define o2e_sv_hi(v, hi) _mm512_min_ps(_mm512_set1_ps(hi), v)
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef __m256 o2e_sv;
 #define O2E_SL 8
@@ -107,6 +119,8 @@ typedef __m256 o2e_sv;
 #define o2e_sv_store(p, v) _mm256_storeu_ps(p, v)
 #define o2e_sv_store_n(p, v, n) \
   _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v)
+#define o2e_sv_lo(v, lo) _mm256_max_ps(_mm256_set1_ps(lo), v)
+#define o2e_sv_hi(v, hi) _mm256_min_ps(_mm256_set1_ps(hi), v)
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 typedef float32x4_t o2e_sv;
 #define O2E_SL 4
@@ -116,6 +130,8 @@ typedef float32x4_t o2e_sv;
 #define o2e_sv_set1(x) vdupq_n_f32(x)
 #define o2e_sv_fma(a, b, c) vfmaq_f32(c, a, b)
 #define o2e_sv_store(p, v) vst1q_f32(p, v)
+#define o2e_sv_lo(v, lo) vbslq_f32(vcltq_f32(v, vdupq_n_f32(lo)), vdupq_n_f32(lo), v)
+#define o2e_sv_hi(v, hi) vbslq_f32(vcgtq_f32(v, vdupq_n_f32(hi)), vdupq_n_f32(hi), v)
 #else
 /* plain C99: four floats the compiler may keep in registers or vectorise */
 typedef struct { float f[4]; } o2e_sv;
@@ -143,6 +159,16 @@ static inline void o2e_sv_store(float *p, o2e_sv v)
 {
   for (int k = 0; k < 4; k++) p[k] = v.f[k];
 }
+static inline o2e_sv o2e_sv_lo(o2e_sv v, float lo)
+{
+  for (int k = 0; k < 4; k++) v.f[k] = v.f[k] < lo ? lo : v.f[k];
+  return v;
+}
+static inline o2e_sv o2e_sv_hi(o2e_sv v, float hi)
+{
+  for (int k = 0; k < 4; k++) v.f[k] = v.f[k] > hi ? hi : v.f[k];
+  return v;
+}
 #endif
 #if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
 /* the first n (< 4) lanes of v (lane by lane: a copy loop becomes a memcpy gcc then
@@ -156,6 +182,9 @@ static inline void o2e_sv_store_n(float *p, o2e_sv v, int n)
   if (n > 2) p[2] = t[2];
 }
 #endif
+#if 8 % O2E_SMB != 0
+#error "the stem weights come in blocks of 8 output channels: O2E_SMB must divide 8"
+#endif
 /* Keeps a loaded vector in a register: without it gcc folds a load into each FMA using it. */
 #if (defined(__AVX512F__) || defined(__AVX2__)) && (defined(__GNUC__) || defined(__clang__))
 #define O2E_SREG(v) __asm__("" : "+v"(v))
@@ -164,7 +193,7 @@ static inline void o2e_sv_store_n(float *p, o2e_sv v, int n)
 #endif
 typedef struct {
   const float *x; /* phase planes of one image: [c][sh * sw][HQ][WQ], zero-bordered */
-  const float *w; /* [c][kh][kw][MP] */
+  const float *w; /* [M' / 8][c][kh][kw][8] */
   const float *bias;
   float *y; /* M x OH x OW */
 } o2e_stem_args;
@@ -189,7 +218,7 @@ static inline __attribute__((always_inline)) void NAME_b(const int VB, const flo
   for (int c = 0; c < CC; c++)
     for (int i = 0; i < KH; i++) {
       const float *restrict xr = xp + (size_t)(c * (SH * SW) + (i % SH) * SW) * (HQ * WQ) + (size_t)(i / SH) * WQ;
-      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * MP;
+      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * 8;
 #pragma GCC unroll 16
       for (int j = 0; j < KW; j++) {
         const float *restrict xj = xr + (size_t)(j % SW) * (HQ * WQ) + j / SW;
@@ -201,7 +230,7 @@ static inline __attribute__((always_inline)) void NAME_b(const int VB, const flo
         }
 #pragma GCC unroll 16
         for (int m = 0; m < NAME_MB; m++) {
-          o2e_sv w = o2e_sv_set1(wr[j * MP + m]);
+          o2e_sv w = o2e_sv_set1(wr[j * 8 + m]);
           O2E_SREG(w);
 #pragma GCC unroll 4
           for (int v = 0; v < VB; v++) acc[m][v] = o2e_sv_fma(xv[v], w, acc[m][v]);
@@ -213,6 +242,7 @@ static inline __attribute__((always_inline)) void NAME_b(const int VB, const flo
     if (m >= nm) break;
 #pragma GCC unroll 4
     for (int v = 0; v < VB; v++) {
+      VACT
       float *restrict p = yp + (size_t)m * (OH * OW) + v * O2E_SL;
       const int r = n - v * O2E_SL;
       if (r >= O2E_SL)
@@ -243,13 +273,13 @@ static void NAME(void *arg, int r0, int r1)
         const float *xp = a->x + (size_t)oh * WQ + ow0;
         switch (vb) { /* one register-resident copy per width */
 #if NAME_VB >= 4
-        case 4: NAME_b(4, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        case 4: NAME_b(4, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
 #endif
 #if NAME_VB >= 3
-        case 3: NAME_b(3, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        case 3: NAME_b(3, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
 #endif
-        case 2: NAME_b(2, xp, a->w + m0, bp, yr + ow0, nm, n); break;
-        default: NAME_b(1, xp, a->w + m0, bp, yr + ow0, nm, n); break;
+        case 2: NAME_b(2, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
+        default: NAME_b(1, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
         }ACT
       }
     }
@@ -258,9 +288,24 @@ static void NAME(void *arg, int r0, int r1)
 """
 
 
+def register_act(act: Activation | None) -> str | None:
+    """The fused activation on the accumulators before the store, for the clamps (Relu, Clip
+    with lo <= hi): o2e_sv_lo / _hi are `v < lo ? lo : v` / `v > hi ? hi : v` lane by lane
+    (NaN and -0.0 kept, as the table's expression). None: the loop of _act_loop instead."""
+    if act is None:
+        return ""
+    lit = lambda x: c_literal(x, np.float32)  # noqa: E731
+    if act.op == "Relu":
+        return "acc[m][v] = o2e_sv_lo(acc[m][v], 0.0f);"
+    lo, hi = clip_bounds(act.alpha, act.beta)  # a missing bound: the largest finite value
+    if act.op == "Clip" and lo <= hi:
+        return f"acc[m][v] = o2e_sv_hi(o2e_sv_lo(acc[m][v], {lit(lo)}), {lit(hi)});"
+    return None
+
+
 def _act_loop(spec: ConvSpec) -> str:
     """The fused activation over a block just stored (nm channels x n pixels, in L1)."""
-    if spec.act is None:
+    if spec.act is None or register_act(spec.act) is not None:
         return ""
     return f"""
         for (int m = 0; m < nm; m++) {{ /* the fused activation (the table's expression) */
@@ -317,9 +362,11 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     pt, pl = spec.pads[0], spec.pads[1]
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, 1, 1)
     MP = -(-M // M_ROUND) * M_ROUND
-    wc = np.zeros((C, kh, kw, MP), np.float32)
+    wc = np.zeros((MP, C, kh, kw), np.float32)
     assert spec.weights is not None
-    wc[..., :M] = spec.weights.astype(np.float32).transpose(1, 2, 3, 0)
+    wc[:M] = spec.weights.astype(np.float32)
+    # blocks of 8 output channels, each block's taps one sequential stream: [M'/8][c][i][j][8]
+    wc = np.ascontiguousarray(wc.reshape(MP // 8, 8, C, kh, kw).transpose(0, 2, 3, 4, 1))
     wsym = ctx.weight("stem", wc)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_stem_vectors", VECTORS)
@@ -337,7 +384,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "OW": OW,
         "BAND": BAND,
     }
-    body = KERNEL.replace("ACT", _act_loop(spec))
+    body = KERNEL.replace("VACT", register_act(spec.act) or "").replace("ACT", _act_loop(spec))
     name = f"o2e_stem_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
     for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
         body = re.sub(rf"\b{k}\b", str(v), body)

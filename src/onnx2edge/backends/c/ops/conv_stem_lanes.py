@@ -1,0 +1,340 @@
+"""Direct convolution for first layers with few input channels, >= 100 taps and M near a
+multiple of 48, output channels in the vector lanes: AlexNet's and NIN's 11x11 / 4 RGB stems
+(3 -> 96, 363 taps per output) and SqueezeNet's 7x7 / 2 (3 -> 96, 147 taps).
+
+There the pixel-lanes stem (conv_stem.py) lost to the implicit GEMM: a 54- or 55-pixel row
+is 4 vectors of 16 (14 % idle lanes) cut into blocks of 2 (16 accumulators), and its 16
+phase planes per channel are re-read from L2. Here, as in onnxruntime's NCHW-input NCHWc
+kernel, the lanes hold output channels and each tap broadcasts input pixels read in place,
+at any stride, from the input itself (a padded layer reads a zero-bordered copy of it):
+
+    y[m .. m + CB][oh][ow + p] = b + Σ_c Σ_i Σ_j w[c][i][j][m .. m + CB] · x[c][oh·sh + i][(ow + p)·sw + j]
+
+A tile is NV vectors of channels (CB = NV·L) x P output pixels of one row, NV·P
+accumulators in registers for the whole C x kh x kw loop; per tap NV weight vectors are
+loaded (one aligned stream per block) and P pixels broadcast, for NV·P FMAs. Per ISA
+(compile time): AVX-512 3 x 16 lanes x 8 pixels (24 zmm accumulators, 11 loads per 24
+FMAs), AVX2 2 x 8 x 6 (12 ymm), NEON 4 x 4 x 6 (24 q), portable C 2 x 4 x 4 on 4-float
+structs. The filter rows are a loop (unrolled 11x11 taps over the tile widths would not fit
+the uop cache), the taps of a row are unrolled. Weights are rearranged at conversion time to
+[M' / 48][c][i][j][48] (M' = M rounded up to 48, zero past M): every ISA's CB (48, 16, 8)
+divides 48. The finished tile goes through a small stack buffer into the NCHW output with
+the bias and the fused activation (the activation table's expression); a residual is a pass
+after (fuses_residual False). Work units
+are (channel block, output row), split across threads by `o2e_parallel_for`: same results for
+any split.
+
+On AVX-512 (with VL) a fused Relu / Clip (or none) and the bias are applied to the
+accumulators and each 16-channel vector block is transposed in registers (8 pixels x 16
+channels -> 16 channel rows) and stored with masked 8-float stores: the scalar store loop
+was a quarter of SqueezeNet's conv1.
+
+Measured (1 thread, thread CPU time, min of 4 interleaved rounds x 10 runs, shared machine;
+ms, this kernel vs what main ran): native AVX-512 - AlexNet conv1 1.31 vs 1.95 (implicit
+GEMM), NIN 1.27 vs 1.80 (implicit GEMM), SqueezeNet 2.40 vs 3.21 (pixel-lanes stem);
+x86-64-v3 - 2.25 vs 2.94, 2.07 vs 2.76, 4.14 vs 4.91.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..emitter import NodeContext
+from . import conv_stem, pool2d
+from .common import act_expr
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .gemm import _use_engine
+
+MAX_C = 4  # RGB(A) stems; more input channels have enough K per pixel for the GEMM
+MIN_K = 100  # smaller kernels: the pixel-lanes stem measured faster
+MIN_M = 16
+MIN_OW = 8
+MAX_P = 8  # the widest tile of any ISA
+WB = 48  # weight block: AVX-512's CB; the other ISAs' (16, 8) divide it
+# idle lanes: M = 64 would run as 48 + 48 channels (ResNet50's 7x7 / 2 stem: 2.13 ms vs 1.94
+# in the pixel-lanes stem; 64 x 6 tiles, 4 vectors, also 2.13)
+MAX_IDLE = 0.1
+
+
+TILE_VECTORS = r"""
+/* Tiles of the channel-lanes stem (ops/conv_stem_lanes.py): O2E_CNV vectors of O2E_SL
+ * channels x O2E_CP output pixels. */
+#if defined(__AVX512F__)
+#define O2E_CNV 3
+#define O2E_CP 8
+#elif defined(__AVX2__) && defined(__FMA__)
+#define O2E_CNV 2
+#define O2E_CP 6
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#define O2E_CNV 4
+#define O2E_CP 6
+#else
+#define O2E_CNV 2
+#define O2E_CP 4
+#endif
+#define O2E_CB (O2E_CNV * O2E_SL)
+/* The end of a tap: without it gcc interleaved the next taps' loads and broadcasts with this
+ * tap's FMAs and spilled accumulators (AlexNet's 11x11 / 4 tile: 268 stack moves, 1.86 ->
+ * 1.35 ms); a compiler barrier only, no instruction. */
+#if defined(__GNUC__) || defined(__clang__)
+#define O2E_TAP_END() __asm__ __volatile__("" ::: "memory")
+#else
+#define O2E_TAP_END() ((void)0)
+#endif
+"""
+
+# AVX-512 with VL: 8 pixel vectors of 16 channels -> 16 channel rows of 8 pixels, in registers
+STORE16 = r"""
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+/* r[p]: pixel p (< 8) of 16 channels; writes the first P (mask mk) pixels of the first nl
+ * (<= 16) channel rows at y, rows ys apart. unpack / shuffle: u[j] lane k = channel 4k + j,
+ * pixels 0..3, u[4 + j] lane k = the same channel, pixels 4..7. */
+static inline __attribute__((always_inline)) void o2e_stl_store16(const __m512 *r, __mmask8 mk,
+    int nl, float *restrict y, size_t ys)
+{
+  __m512 t[8], u[8];
+  for (int h = 0; h < 2; h++) {
+    const __m512 *q = r + 4 * h;
+    t[4 * h] = _mm512_unpacklo_ps(q[0], q[1]);
+    t[4 * h + 1] = _mm512_unpackhi_ps(q[0], q[1]);
+    t[4 * h + 2] = _mm512_unpacklo_ps(q[2], q[3]);
+    t[4 * h + 3] = _mm512_unpackhi_ps(q[2], q[3]);
+    u[4 * h] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+    u[4 * h + 1] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+    u[4 * h + 2] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+    u[4 * h + 3] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; j++) {
+    /* [a0 b0 a1 b1] and [a2 b2 a3 b3]: channel rows j, 4 + j and 8 + j, 12 + j */
+    const __m512 lo = _mm512_shuffle_f32x4(_mm512_shuffle_f32x4(u[j], u[4 + j], 0x44),
+                                           _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44), 0xD8);
+    const __m512 hi = _mm512_shuffle_f32x4(_mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE),
+                                           _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE), 0xD8);
+    const __m256 row[4] = {
+        _mm512_castps512_ps256(lo),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo), 1)),
+        _mm512_castps512_ps256(hi),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi), 1))};
+    for (int k = 0; k < 4; k++)
+      if (4 * k + j < nl) _mm256_mask_storeu_ps(y + (size_t)(4 * k + j) * ys, mk, row[k]);
+  }
+}
+#endif
+"""
+
+KERNEL = r"""
+#if defined(__AVX512F__) && defined(__AVX512VL__) && REGACT
+#define NAME_FAST 1
+#else
+#define NAME_FAST 0
+#endif
+/* One tile: channels [0, O2E_CB) of the weight block wp x P pixels of one output row;
+ * xp: the input at (oh * SH, ow0 * SW); the sums go to t[p][O2E_CB]. */
+static inline __attribute__((always_inline)) void NAME_t(const int P, const float *restrict xp,
+    const float *restrict wp, float *restrict t, const float *restrict bp, int nl,
+    float *restrict yp)
+{
+  o2e_sv acc[O2E_CP][O2E_CNV];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; p++)
+#pragma GCC unroll 4
+    for (int v = 0; v < O2E_CNV; v++) acc[p][v] = o2e_sv_set1(0.0f);
+  for (int c = 0; c < CC; c++)
+    for (int i = 0; i < KH; i++) {
+      const float *restrict xr = xp + (size_t)c * (HP * WP) + (size_t)i * WP;
+      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * WB;
+#pragma GCC unroll 16
+      for (int j = 0; j < KW; j++) {
+        o2e_sv w[O2E_CNV];
+#pragma GCC unroll 4
+        for (int v = 0; v < O2E_CNV; v++) {
+          w[v] = o2e_sv_load(wr + j * WB + v * O2E_SL);
+          O2E_SREG(w[v]);
+        }
+#pragma GCC unroll 8
+        for (int p = 0; p < P; p++) {
+          o2e_sv b = o2e_sv_set1(xr[p * SW + j]);
+          O2E_SREG(b);
+#pragma GCC unroll 4
+          for (int v = 0; v < O2E_CNV; v++) acc[p][v] = o2e_sv_fma(b, w[v], acc[p][v]);
+        }
+        O2E_TAP_END();
+      }
+    }
+#if NAME_FAST
+  /* bias and activation on the accumulators, then each 16-channel vector block transposed
+   * in registers into its channel rows (yp: channel m0, row oh, column ow0) */
+  const __mmask8 mk = (__mmask8)((1u << P) - 1u);
+  (void)t;
+#pragma GCC unroll 4
+  for (int v = 0; v < O2E_CNV; v++) {
+    const int nv = nl - v * 16;
+    if (nv <= 0) break;
+    const __mmask16 mv = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
+    const __m512 bv = bp ? _mm512_maskz_loadu_ps(mv, bp + v * 16) : _mm512_setzero_ps();
+    __m512 r[8];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+      r[p] = p < P ? _mm512_add_ps(acc[p][v], bv) : _mm512_setzero_ps();
+      VACT
+    }
+    o2e_stl_store16(r, mk, nv, yp + (size_t)v * 16 * (OH * OW), OH * OW);
+  }
+#else
+  (void)bp, (void)nl, (void)yp;
+#pragma GCC unroll 8
+  for (int p = 0; p < P; p++)
+#pragma GCC unroll 4
+    for (int v = 0; v < O2E_CNV; v++) o2e_sv_store(t + p * O2E_CB + v * O2E_SL, acc[p][v]);
+#endif
+}
+
+/* Units [u0, u1): (channel block, output row) pairs of one image. */
+static void NAME(void *arg, int u0, int u1)
+{
+  const o2e_stem_args *a = (const o2e_stem_args *)arg;
+  enum { NT = (OW + O2E_CP - 1) / O2E_CP };
+  float t[O2E_CP * O2E_CB];
+  for (int u = u0; u < u1; u++) {
+    const int mb = u / OH, oh = u % OH, m0 = mb * O2E_CB;
+    const int nl = MM - m0 < O2E_CB ? MM - m0 : O2E_CB;
+    const float *wp = a->w + (size_t)(m0 / WB) * (CC * KH * KW * WB) + m0 % WB;
+    for (int q = 0; q < NT; q++) { /* balanced tiles: 55 pixels as 8 x 6 + 7 */
+      const int ow0 = q * OW / NT, P = (q + 1) * OW / NT - ow0;
+      const float *xp = a->x + (size_t)oh * SH * WP + (size_t)ow0 * SW;
+      const float *bp = a->bias ? a->bias + m0 : NULL;
+      float *yp = a->y + ((size_t)m0 * OH + oh) * OW + ow0;
+      switch (P) { /* one register-resident copy per width */
+CASES
+      default: NAME_t(1, xp, wp, t, bp, nl, yp); break;
+      }
+#if !NAME_FAST
+      for (int l = 0; l < nl; l++) { /* into the NCHW rows: bias, activation */
+        const float b = a->bias ? a->bias[m0 + l] : 0.0f;
+        const size_t o = ((size_t)(m0 + l) * OH + oh) * OW + ow0;
+        float *restrict yr = a->y + o;
+        for (int p = 0; p < P; p++) {
+          const float v = t[p * O2E_CB + l] + b;
+          yr[p] = ACT;
+        }
+      }
+#endif
+    }
+  }
+}
+"""
+
+
+def refuse(spec: ConvSpec) -> str | None:
+    if (why := refuse_not_rearrangeable(spec)) is not None:
+        return why
+    if spec.nsp != 2 or spec.group != 1 or spec.dl != [1, 1]:
+        return "not a 2-D convolution without groups or dilation"
+    kh, kw = spec.ks
+    C, M = spec.C, spec.M
+    OW = spec.y.shape[3]
+    if -(-M // WB) * WB > M * (1 + MAX_IDLE):
+        return f"{M} outputs leave more than {MAX_IDLE:.0%} of the {WB}-channel blocks idle"
+    if C > MAX_C or C * kh * kw < MIN_K or M < MIN_M or OW < MIN_OW:
+        return (
+            f"needs <= {MAX_C} input channels, >= {MIN_K} taps, >= {MIN_M} outputs and "
+            f">= {MIN_OW} output columns"
+        )
+    return None
+
+
+def _pad(ctx: NodeContext, spec: ConvSpec, HP: int, WP: int) -> tuple[str, str]:
+    """(C statements copying image n into a zero-bordered HP x WP buffer, the buffer): the
+    rows and columns the tiles read, so a tap never tests the border."""
+    x = spec.x
+    _, C, H, W = x.shape
+    pt, pl = spec.pads[0], spec.pads[1]
+    buf = ctx.scratch(C * HP * WP * 4)
+    ncopy = max(0, min(W, WP - pl))
+    code = f"""  for (int c = 0; c < {C}; ++c)
+    for (int r = 0; r < {HP}; ++r) {{ /* padded row r: input row r - {pt} */
+      float *restrict d = {buf} + ((size_t)c * {HP} + r) * {WP};
+      const int ih = r - {pt};
+      if (ih < 0 || ih >= {H}) {{
+        for (int q = 0; q < {WP}; ++q) d[q] = 0.0f;
+        continue;
+      }}
+      const float *restrict s = {x.sym} + (((size_t)n * {C} + c) * {H} + ih) * {W};
+      for (int q = 0; q < {min(pl, WP)}; ++q) d[q] = 0.0f;
+      for (int q = 0; q < {ncopy}; ++q) d[{pl} + q] = s[q];
+      for (int q = {pl + ncopy}; q < {WP}; ++q) d[q] = 0.0f;
+    }}"""
+    return code, buf
+
+
+def emit(ctx: NodeContext, spec: ConvSpec) -> str:
+    x, y, bias = spec.x, spec.y, spec.bias
+    N, C, H, W = x.shape
+    M = spec.M
+    OH, OW = y.shape[2:]
+    kh, kw = spec.ks
+    sh, sw = spec.st
+    MP = -(-M // WB) * WB
+    wc = np.zeros((MP, C, kh, kw), np.float32)
+    assert spec.weights is not None
+    wc[:M] = spec.weights.astype(np.float32)
+    # blocks of WB output channels, each block's taps one sequential stream: [M'/WB][c][i][j][WB]
+    wc = np.ascontiguousarray(wc.reshape(MP // WB, WB, C, kh, kw).transpose(0, 2, 3, 4, 1))
+    wsym = ctx.weight("stem_lanes", wc)
+    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    ctx.helper("o2e_stem_vectors", conv_stem.VECTORS)
+    ctx.helper("o2e_stem_lanes_vectors", TILE_VECTORS)
+    ctx.helper("o2e_stl_store16", STORE16)
+    padded = any(spec.pads)
+    # the rows / columns the tiles read: the whole input when unpadded
+    HP, WP = ((OH - 1) * sh + kh, (OW - 1) * sw + kw) if padded else (H, W)
+    consts = {
+        "CC": C,
+        "KH": kh,
+        "KW": kw,
+        "SH": sh,
+        "SW": sw,
+        "HP": HP,
+        "WP": WP,
+        "MM": M,
+        "OH": OH,
+        "OW": OW,
+        "WB": WB,
+    }
+    cases = "\n".join(
+        f"#if O2E_CP >= {p}\n      case {p}: NAME_t({p}, xp, wp, t, bp, nl, yp); break;\n#endif"
+        for p in range(MAX_P, 1, -1)
+    )
+    reg = conv_stem.register_act(spec.act)  # None: an activation the registers do not run
+    body = KERNEL.replace("CASES", cases).replace("REGACT", "0" if reg is None else "1")
+    body = body.replace("VACT", (reg or "").replace("acc[m][v]", "r[p]"))
+    body = body.replace("ACT", act_expr(spec.act, "v"))
+    name = f"o2e_stem_lanes_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
+    for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
+        body = re.sub(rf"\b{k}\b", str(v), body)
+    ctx.helper(name, body.replace("NAME", name))
+    ctx.kernel("stem conv (output channels in lanes)")
+    units = f"(({M} + O2E_CB - 1) / O2E_CB) * {OH}"  # (channel block, row); CB per ISA
+    threaded = OH > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
+    if threaded:
+        _use_engine(ctx)
+    run = f"o2e_parallel_for({units}, {name}, &a);" if threaded else f"{name}(&a, 0, {units});"
+    if padded:
+        fill, src = _pad(ctx, spec, HP, WP)
+    else:
+        fill, src = "", f"{x.sym} + (size_t)n * {C * H * W}"
+    return "\n".join(
+        [
+            f"for (int n = 0; n < {N}; ++n) {{",
+            *([fill] if fill else []),
+            f"  o2e_stem_args a = {{{src}, {wsym}, {bias or 'NULL'}, "
+            f"{y.sym} + (size_t)n * {M * OH * OW}}};",
+            f"  {run}",
+            "}",
+        ]
+    )
+
+
+STRATEGY = ConvStrategy("stem_lanes", refuse, emit, fuses_residual=False)
