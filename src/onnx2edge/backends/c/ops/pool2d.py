@@ -508,6 +508,12 @@ def pool(ctx: NodeContext) -> str | None:
     (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
     if min(pads) < 0:
         return None
+    if op == "MaxPool":
+        from .pool_rows import maxpool  # imported here: pool_rows imports this module
+
+        rows = maxpool(ctx, (N, C, H, W), (OH, OW), (kh, kw), (sh, sw), (dh, dw), pads)
+        if rows is not None:
+            return rows
     name = _pool_kernel(ctx, op, kh, kw, sh, sw, dh, dw)
     ctx.kernel("2-D phase planes")
     HQ, WQ = phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)

@@ -1,0 +1,346 @@
+"""Separable MaxPool for float32 NCHW: a horizontal max along each input row, then a vertical
+max over the window's rows (ops/pool2d.py calls `maxpool` first).
+
+The phase-plane kernel of pool2d.py copies every channel into its phase planes and then reads
+each of the kh·kw taps of every output: for SqueezeNet's pool1 (3x3 / 2 on 96x111x111) that is
+a 49 KB copy per channel (out of L1) and 9 plane reads per output, about twice onnxruntime's
+time. A max is separable: max over the window = max over its rows of each row's max over its
+columns. Here every input row needed is read once, straight from the input, and its row maxima
+h[ow] = max_j x[r][ow·sw − pl + j] are computed in blocks of V outputs (stride 2: two vector
+loads deinterleaved by permutes, AVX-512 vpermt2ps, AVX2 shufps + vpermpd, NEON ld2); each
+output row is then the max of kh row-maxima rows, kept in a ring of kh rows (a few KB, in L1),
+so rows shared by overlapping windows (stride < kh) are computed once.
+
+Edges: a block whose reads leave the row (left / right padding, ceil_mode, the row's tail)
+reads with masked loads filling NaN (AVX-512) or from a NaN padded copy of its span (other
+targets); window rows outside the input are skipped. Output rows are written in whole blocks
+(the garbage tail of a row is overwritten by the next row) except at the plane's end.
+
+NaN: a NaN tap is ignored, as C's fmaxf does: a window gives NaN only when all its taps inside
+the input are NaN; the same on every target (o2e_maxp, AVX-512DQ vrangeps, NEON fmaxnm; edge
+lanes outside the input load as NaN, so padding is ignored by the same rule). onnxruntime's
+MaxPool (MLAS) has no consistent rule: depending on the NaN's tap it returns NaN, the other
+taps' max or even -FLT_MAX (checked with onnxruntime 1.31); the other taps' max is what it
+returns most often. The sign of a max of +0 and -0 may differ between targets.
+"""
+
+from __future__ import annotations
+
+from ..emitter import NodeContext
+from .pool2d import ARGS, INTRINSICS, call_planes
+
+# Output positions per block: one AVX-512 register, two AVX2 / NEON registers... (see _BLOCK)
+MAXB = 64  # blocks of 16 outputs per row at most (the lane masks' array)
+_V = {"avx512": 16, "avx2": 8, "neon": 8, "c": 8}
+
+MAXP = r"""
+/* Max of a and b ignoring NaN (C's fmaxf: NaN only when both are NaN), the same on every
+ * target (pool_rows.py): AVX-512DQ vrangeps and NEON fmaxnm do this in one instruction; x86's
+ * max returns its second operand when a NaN is involved, so a NaN b is replaced by a. */
+static inline float o2e_maxp(float a, float b) { return (a > b || b != b) ? a : b; }
+#if defined(__AVX512F__)
+static inline __m512 o2e_maxp16(__m512 a, __m512 b)
+{
+#if defined(__AVX512DQ__)
+  return _mm512_range_ps(a, b, 5); /* max of the two, a NaN operand ignored */
+#else
+  return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q), a, b);
+#endif
+}
+/* lanes l of a 16-float load at x + c (c may be negative) with 0 <= c + l < n */
+static inline __mmask16 o2e_lanes16(int c, int n)
+{
+  const int lo = c < 0 ? (-c < 16 ? -c : 16) : 0;
+  const int hi = n - c < 0 ? 0 : (n - c > 16 ? 16 : n - c);
+  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline __m256 o2e_maxp8(__m256 a, __m256 b)
+{
+  return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+}
+#endif
+"""
+
+
+def _span(kw: int, sw: int, v: int) -> int:
+    """Floats a block of v outputs reads from its first tap on (the vector loads included)."""
+    if sw == 2:
+        return (kw - 1) - (kw - 1) % 2 + 2 * v
+    return kw - 1 + v
+
+
+def _loads512(kw: int, sw: int) -> list[int]:
+    """Offsets of the 16-float loads of one AVX-512 block, from its first column."""
+    if sw == 1:
+        return list(range(kw))
+    return [o for b in range(0, kw, 2) for o in (b, b + 16)]
+
+
+def _block_avx512(kw: int, sw: int, masked: bool) -> list[str]:
+    """Statements computing v16 (16 row maxima) from s; masked: load l uses the lane mask
+    m[l] (lanes outside the row load as NaN)."""
+    offs = _loads512(kw, sw)
+
+    def load(off: int) -> str:
+        if masked:
+            return f"_mm512_mask_loadu_ps(fill, (__mmask16)m[{offs.index(off)}], s + {off})"
+        return f"_mm512_loadu_ps(s + {off})"
+
+    lines: list[str] = []
+    taps: list[str] = []
+    if sw == 1:
+        taps = [load(j) for j in range(kw)]
+    else:
+        for b in range(0, kw, 2):
+            lines.append(f"const __m512 l{b} = {load(b)}, h{b} = {load(b + 16)};")
+            taps.append(f"_mm512_permutex2var_ps(l{b}, even, h{b})")
+            if b + 1 < kw:
+                taps.append(f"_mm512_permutex2var_ps(l{b}, odd, h{b})")
+    lines.append(f"__m512 v16 = {taps[0]};")
+    lines += [f"v16 = o2e_maxp16(v16, {t});" for t in taps[1:]]
+    return lines
+
+
+def _block_avx2(kw: int, sw: int) -> list[str]:
+    """Statements computing v8 (8 row maxima) from s."""
+    lines: list[str] = []
+    taps: list[str] = []
+    if sw == 1:
+        taps = [f"_mm256_loadu_ps(s + {j})" for j in range(kw)]
+    else:
+        for b in range(0, kw, 2):
+            lines.append(
+                f"const __m256 l{b} = _mm256_loadu_ps(s + {b}), h{b} = _mm256_loadu_ps(s + {b + 8});"
+            )
+            for k, sel in ((0, "2, 0, 2, 0"), (1, "3, 1, 3, 1")):
+                if b + k < kw:
+                    taps.append(
+                        "_mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd("
+                        f"_mm256_shuffle_ps(l{b}, h{b}, _MM_SHUFFLE({sel}))), _MM_SHUFFLE(3, 1, 2, 0)))"
+                    )
+    lines.append(f"__m256 v8 = {taps[0]};")
+    lines += [f"v8 = o2e_maxp8(v8, {t});" for t in taps[1:]]
+    return lines
+
+
+def _block_neon(kw: int, sw: int) -> list[str]:
+    """Statements computing va, vb (2 x 4 row maxima) from s."""
+    lines: list[str] = []
+    for half, off in (("a", 0), ("b", 4 * sw)):
+        taps: list[str] = []
+        if sw == 1:
+            taps = [f"vld1q_f32(s + {off + j})" for j in range(kw)]
+        else:
+            for b in range(0, kw, 2):
+                lines.append(f"const float32x4x2_t d{half}{b} = vld2q_f32(s + {off + b});")
+                taps.append(f"d{half}{b}.val[0]")
+                if b + 1 < kw:
+                    taps.append(f"d{half}{b}.val[1]")
+        lines.append(f"float32x4_t v{half} = {taps[0]};")
+        lines += [f"v{half} = vmaxnmq_f32(v{half}, {t});" for t in taps[1:]]
+    return lines
+
+
+def _kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int) -> str:
+    """The C kernel for one window geometry (dilation 1, sw 1 or 2): its name."""
+    name = f"o2e_maxpool_rows{kh}x{kw}_s{sh}x{sw}"
+    ctx.helper("o2e_win2d_args", ARGS)
+    ctx.helper("o2e_intrinsics", INTRINSICS)
+    ctx.helper("o2e_maxp", MAXP)
+    sp512, sp256, spn, spc = (_span(kw, sw, _V[k]) for k in ("avx512", "avx2", "neon", "c"))
+    ind = "\n      "
+    b512 = ind.join(_block_avx512(kw, sw, False))
+    b512m = ind.join(_block_avx512(kw, sw, True))
+    b256 = ind.join(_block_avx2(kw, sw))
+    bneon = ind.join(_block_neon(kw, sw))
+    nl = len(_loads512(kw, sw))
+    offs = ", ".join(map(str, _loads512(kw, sw)))
+    ctx.helper(
+        name,
+        f"""
+/* MaxPool {kh}x{kw}, stride {sh}x{sw}, separable (pool_rows.py): h = row maxima of V outputs per
+ * block, straight from the input row x (W floats) at first column c = ow0*{sw} - pl. */
+static inline void {name}_h(float *restrict h, const float *restrict x, int W, int pl, int OW,
+    const unsigned short *mk)
+{{
+#if defined(__AVX512F__)
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 fill = _mm512_set1_ps(NAN); /* ignored by o2e_maxp16 */
+  (void)even; (void)odd; (void)fill;
+  for (int ow0 = 0; ow0 < OW; ow0 += 16) {{
+    const int c = ow0 * {sw} - pl;
+    const float *s = x + c;
+    const unsigned short *m = mk + (ow0 / 16) * {nl};
+    if (c >= 0 && c + {sp512} <= W) {{
+      {b512}
+      _mm512_storeu_ps(h + ow0, v16);
+    }} else {{ /* edge block: lanes outside the row load as NaN (masked loads do not fault) */
+      {b512m}
+      _mm512_storeu_ps(h + ow0, v16);
+    }}
+  }}
+#else
+  (void)mk;
+#if defined(__ARM_NEON) && defined(__aarch64__)
+  enum {{ V = 8, SPAN = {spn} }};
+#elif defined(__AVX2__) && defined(__FMA__)
+  enum {{ V = 8, SPAN = {sp256} }};
+#else
+  enum {{ V = 8, SPAN = {spc} }};
+#endif
+  float t[SPAN];
+  for (int ow0 = 0; ow0 < OW; ow0 += V) {{
+    const int c = ow0 * {sw} - pl;
+    const int edge = c < 0 || c + SPAN > W;
+    const float *s = edge ? t : x + c;
+    if (edge) /* edge block: read a NaN padded copy of its span */
+      for (int k = 0; k < SPAN; ++k) t[k] = c + k >= 0 && c + k < W ? x[c + k] : NAN;
+    {{
+#if defined(__ARM_NEON) && defined(__aarch64__)
+      {bneon}
+      vst1q_f32(h + ow0, va);
+      vst1q_f32(h + ow0 + 4, vb);
+#elif defined(__AVX2__) && defined(__FMA__)
+      {b256}
+      _mm256_storeu_ps(h + ow0, v8);
+#else
+      for (int i = 0; i < V; ++i) {{
+        float v = s[i * {sw}];
+        for (int j = 1; j < {kw}; ++j) v = o2e_maxp(v, s[i * {sw} + j]);
+        h[ow0 + i] = v;
+      }}
+#endif
+    }}
+  }}
+#endif
+}}
+
+/* y[0, n) = max over rows rows[0..nr) at [0, n), as whole blocks when `full` (the block may
+ * write past n into positions rewritten later), else exactly n floats. */
+static inline void {name}_v(float *restrict y, const float *const *rows, int nr, int n, int full)
+{{
+#if defined(__AVX512F__)
+  for (int o = 0; o < n; o += 16) {{
+    __m512 v = _mm512_loadu_ps(rows[0] + o);
+    for (int r = 1; r < nr; ++r) v = o2e_maxp16(v, _mm512_loadu_ps(rows[r] + o));
+    if (full || o + 16 <= n) _mm512_storeu_ps(y + o, v);
+    else _mm512_mask_storeu_ps(y + o, (__mmask16)((1u << (n - o)) - 1u), v);
+  }}
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (int o = 0; o < n; o += 8) {{
+    __m256 v = _mm256_loadu_ps(rows[0] + o);
+    for (int r = 1; r < nr; ++r) v = o2e_maxp8(v, _mm256_loadu_ps(rows[r] + o));
+    if (full || o + 8 <= n) _mm256_storeu_ps(y + o, v);
+    else {{
+      const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - o), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      _mm256_maskstore_ps(y + o, m, v);
+    }}
+  }}
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  int o = 0;
+  for (; o + 4 <= n || (full && o < n); o += 4) {{
+    float32x4_t v = vld1q_f32(rows[0] + o);
+    for (int r = 1; r < nr; ++r) v = vmaxnmq_f32(v, vld1q_f32(rows[r] + o));
+    vst1q_f32(y + o, v);
+  }}
+  for (; o < n; ++o) {{
+    float v = rows[0][o];
+    for (int r = 1; r < nr; ++r) v = o2e_maxp(v, rows[r][o]);
+    y[o] = v;
+  }}
+#else
+  (void)full;
+  for (int o = 0; o < n; ++o) {{
+    float v = rows[0][o];
+    for (int r = 1; r < nr; ++r) v = o2e_maxp(v, rows[r][o]);
+    y[o] = v;
+  }}
+#endif
+}}
+
+/* over planes [i0, i1): each needed input row's maxima go to a ring of {kh} rows of OWp floats
+ * (this thread's scratch slot) once; each output row is the max of its window's rows. */
+static void {name}(void *arg, int i0, int i1)
+{{
+  static const int offs[{nl}] = {{{offs}}};
+  const o2e_win2d_args *a = (const o2e_win2d_args *)arg;
+  const int H = a->H, W = a->W, OH = a->OH, OW = a->OW, pt = a->pt, pl = a->pl;
+  const int OWp = a->WQ; /* ring row stride: OW rounded up to whole blocks */
+  float *restrict ring = a->scratch + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  /* AVX-512: the lane masks of every block's loads, the same for every row */
+#if defined(__AVX512F__)
+  unsigned short mk[{MAXB} * {nl}];
+  for (int b = 0; b * 16 < OW; ++b)
+    for (int l = 0; l < {nl}; ++l) mk[b * {nl} + l] = o2e_lanes16(b * 16 * {sw} - pl + offs[l], W);
+#else
+  const unsigned short *mk = NULL;
+  (void)offs;
+#endif
+  for (int i = i0; i < i1; ++i) {{
+    const float *restrict x = a->x + (size_t)i * H * W;
+    float *restrict y = a->y + (size_t)i * OH * OW;
+    int done = -1; /* rows below done + 1 are in the ring (or no longer needed) */
+    for (int oh = 0; oh < OH; ++oh) {{
+      const int r0 = oh * {sh} - pt;
+      const int lo = r0 > 0 ? r0 : 0, hi = r0 + {kh} < H ? r0 + {kh} : H;
+      const float *rows[{kh + 1}] = {{0}}; /* one spare: kh = 1 keeps gcc's bounds check quiet */
+      float *yr = y + (size_t)oh * OW;
+      if (hi <= lo) {{ /* the window covers padding only */
+        for (int o = 0; o < OW; ++o) yr[o] = -INFINITY;
+        continue;
+      }}
+      for (int r = lo; r < hi; ++r) {{
+        float *h = ring + (size_t)(r % {kh}) * OWp;
+        if (r > done) {name}_h(h, x + (size_t)r * W, W, pl, OW, mk);
+        rows[r - lo] = h;
+      }}
+      if (hi - 1 > done) done = hi - 1;
+      {name}_v(yr, rows, hi - lo, OW, (size_t)oh * OW + OWp <= (size_t)OH * OW);
+    }}
+  }}
+}}
+""",
+    )
+    return name
+
+
+def maxpool(
+    ctx: NodeContext,
+    shape: tuple[int, int, int, int],
+    out: tuple[int, int],
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    dilations: tuple[int, int],
+    pads: tuple[int, ...],
+) -> str | None:
+    """C statements for a float32 NCHW MaxPool by rows, or None (the geometry is not handled:
+    dilation, a column stride above 2, a window wider than 8 columns, a pad as wide as the window)."""
+    (kh, kw), (sh, sw) = kernel, strides
+    if dilations != (1, 1) or sw not in (1, 2) or kw > 8 or kh > 16 or out[1] > 16 * MAXB:
+        return None
+    if max(pads[1], pads[3]) >= kw or max(pads[0], pads[2]) >= kh:
+        return None  # windows of padding only: left to pool2d.py's -inf planes
+    N, C, H, W = shape
+    OH, OW = out
+    name = _kernel(ctx, kh, kw, sh, sw)
+    ctx.kernel("separable rows")
+    owp = (OW + 15) // 16 * 16  # whole blocks of the widest target (AVX-512)
+    slot = kh * owp + 16
+    fields = {
+        "x": ctx.x(0).sym,
+        "y": ctx.y(0).sym,
+        "H": str(H),
+        "W": str(W),
+        "OH": str(OH),
+        "OW": str(OW),
+        "pt": str(pads[0]),
+        "pl": str(pads[1]),
+        "WQ": str(owp),
+    }
+    n = N * C
+    work = n * (H * W + OH * owp * kh)
+    return f"/* MaxPool {kh}x{kw}/{sh}x{sw} by rows (pool_rows.py) */\n" + call_planes(
+        ctx, name, n, work, slot, fields
+    )
