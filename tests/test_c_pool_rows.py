@@ -20,6 +20,7 @@ import pytest
 from onnx import helper
 
 from onnx2edge import api
+from onnx2edge.backends.c.ops import pool_rows
 from onnx2edge.runtime import ort_run
 
 from conftest import ALL_ISAS, build_and_run, make_model, save, vi
@@ -99,7 +100,10 @@ def _inputs(mode: str) -> dict[str, np.ndarray]:
 def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("pool_rows")
     path = _model(tmp)
-    res = api.convert(path, "c", tmp / "out")
+    with pytest.MonkeyPatch.context() as mp:  # every kernel with its prefetches (big inputs)
+        mp.setattr(pool_rows, "PREFETCH_MIN_BYTES", 0)
+        res = api.convert(path, "c", tmp / "out")
+    assert "__builtin_prefetch" in (tmp / "out" / "model.c").read_text()
     assert res.stats["kernels"] == {"MaxPool: separable rows": len(CASES)}, res.stats["kernels"]
     return path, tmp / "out"
 
