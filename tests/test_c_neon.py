@@ -175,7 +175,7 @@ def _winograd_part() -> Part:
 def _pool_part() -> Part:
     """MaxPool 3x3/2 with padding (stride-2 planes, odd width), MaxPool 2x2/2, AveragePool
     3x3/1 (count_include_pad 0 and 1), GlobalAveragePool (29 = 16 + 13 elements), MaxPool 2x1/2x1,
-    a dilated MaxPool (phase planes)."""
+    a dilated MaxPool and AveragePool (phase planes; the others run by rows)."""
     nodes = [
         helper.make_node(
             "MaxPool",
@@ -218,6 +218,7 @@ def _pool_part() -> Part:
         vi("gap", [1, 5, 1]),
         vi("max_2x1", [1, 3, 7, 19]),
         vi("max_dil", [1, 3, 13, 6]),
+        vi("avg_dil", [1, 3, 13, 17]),
     ]
     return nodes, [vi("x_pool", [1, 3, 15, 19]), vi("g_pool", [1, 5, 29])], outs, []
 
@@ -276,6 +277,7 @@ PARTS = {
             "MaxPool: 2-D phase planes",
             "MaxPool: separable rows",
             "AveragePool: 2-D phase planes",
+            "AveragePool: separable rows",
             "GlobalAveragePool: vectorised sum",
         },
     ),

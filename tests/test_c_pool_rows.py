@@ -1,10 +1,11 @@
-"""The separable MaxPool kernel (ops/pool_rows.py) at every ISA: x86-64-v2 (portable C),
+"""The separable MaxPool / AveragePool kernels (ops/pool_rows.py) at every ISA: x86-64-v2 (portable C),
 x86-64-v3 (AVX2), native (AVX-512 here) and aarch64 (NEON, under qemu).
 
 One model holds every geometry (strides 1 and 2 and 3 for rows, pads, ceil_mode, auto_pad,
 odd sizes, maps narrower and wider than a vector block, rows whose last block needs a masked
-or padded read). Finite inputs are compared with onnxruntime. NaN / +-Inf inputs are compared
-with a numpy reference of the documented rule (a NaN tap is ignored, as C's fmaxf does; a
+or padded read), AveragePool with count_include_pad 0 and 1. Finite inputs are compared with
+onnxruntime (AveragePool within float rounding: rows are summed first). NaN / +-Inf inputs give
+AveragePool's NaN / Inf pattern of onnxruntime; for MaxPool they are compared with a numpy reference of the documented rule (a NaN tap is ignored, as C's fmaxf does; a
 window is NaN only when all its taps inside the input are NaN), since onnxruntime's own MaxPool
 has no consistent NaN rule and returns -FLT_MAX for some all -inf edge windows (see the
 module docstring of pool_rows.py).
@@ -43,12 +44,20 @@ CASES = [  # (input shape, attributes)
 ]
 
 
+def _avg(a: dict, inc: int) -> dict:
+    return a | {"count_include_pad": inc}
+
+
 def _model(tmp: Path) -> Path:
-    nodes = [
-        helper.make_node("MaxPool", [f"x{k}"], [f"y{k}"], **a) for k, (_, a) in enumerate(CASES)
-    ]
+    """MaxPool y<k>, AveragePool a<k> (count_include_pad 0) and p<k> (1) of every case."""
+    nodes, outs = [], []
+    for k, (_, a) in enumerate(CASES):
+        nodes.append(helper.make_node("MaxPool", [f"x{k}"], [f"y{k}"], **a))
+        nodes.append(helper.make_node("AveragePool", [f"x{k}"], [f"a{k}"], **_avg(a, 0)))
+        nodes.append(helper.make_node("AveragePool", [f"x{k}"], [f"p{k}"], **_avg(a, 1)))
+        outs += [f"y{k}", f"a{k}", f"p{k}"]
     inputs = [vi(f"x{k}", list(s)) for k, (s, _) in enumerate(CASES)]
-    m = make_model(nodes, inputs, [vi(f"y{k}", None) for k in range(len(CASES))], opset=13)
+    m = make_model(nodes, inputs, [vi(o, None) for o in outs], opset=19)
     return save(onnx.shape_inference.infer_shapes(m), tmp / "maxpools.onnx")
 
 
@@ -104,7 +113,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         mp.setattr(pool_rows, "PREFETCH_MIN_BYTES", 0)
         res = api.convert(path, "c", tmp / "out")
     assert "__builtin_prefetch" in (tmp / "out" / "model.c").read_text()
-    assert res.stats["kernels"] == {"MaxPool: separable rows": len(CASES)}, res.stats["kernels"]
+    want = {"MaxPool: separable rows": len(CASES), "AveragePool: separable rows": 2 * len(CASES)}
+    assert res.stats["kernels"] == want, res.stats["kernels"]
     return path, tmp / "out"
 
 
@@ -117,9 +127,18 @@ def test_maxpool_rows_every_isa(converted: tuple[Path, Path], arch: str) -> None
     got = build_and_run(out, arch, finite)
     for k in range(len(CASES)):
         assert np.array_equal(got[f"y{k}"], ref[f"y{k}"]), (arch, CASES[k])
+        for o in (f"a{k}", f"p{k}"):  # row sums then column sums: another rounding order
+            np.testing.assert_allclose(got[o], ref[o], rtol=1e-5, atol=1e-6, err_msg=f"{arch} {o}")
     for mode in ("special", "mostly_nan"):
         x = _inputs(mode)
         got = build_and_run(out, arch, x)
         for k, (_, a) in enumerate(CASES):
             want = _fmax_pool(x[f"x{k}"], a, ref[f"y{k}"].shape)
             assert np.array_equal(got[f"y{k}"], want, equal_nan=True), (arch, mode, CASES[k])
+        r = ort_run(model, x)  # AveragePool: NaN / +-inf where onnxruntime has them
+        for o in (f"{p}{k}" for p in "ap" for k in range(len(CASES))):
+            assert np.array_equal(np.isnan(got[o]), np.isnan(r[o])), (arch, mode, o)
+            assert np.array_equal(np.isinf(got[o]), np.isinf(r[o])), (arch, mode, o)
+            assert np.array_equal(
+                np.signbit(got[o][np.isinf(r[o])]), np.signbit(r[o][np.isinf(r[o])])
+            )

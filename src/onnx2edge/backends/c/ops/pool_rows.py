@@ -26,6 +26,8 @@ returns most often. The sign of a max of +0 and -0 may differ between targets.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..emitter import NodeContext
 from .pool2d import ARGS, INTRINSICS, call_planes
 
@@ -44,6 +46,7 @@ MAXP = r"""
  * target (pool_rows.py): AVX-512DQ vrangeps and NEON fmaxnm do this in one instruction; x86's
  * max returns its second operand when a NaN is involved, so a NaN b is replaced by a. */
 static inline float o2e_maxp(float a, float b) { return (a > b || b != b) ? a : b; }
+static inline float o2e_addf(float a, float b) { return a + b; }
 #if defined(__AVX512F__)
 static inline __m512 o2e_maxp16(__m512 a, __m512 b)
 {
@@ -69,6 +72,28 @@ static inline __m256 o2e_maxp8(__m256 a, __m256 b)
 """
 
 
+# The reduction per op: AVX-512 / AVX2 / NEON / scalar combine, the fill of lanes outside the
+# input (ignored by the combine), and the value of a window of padding only.
+OPS = {
+    "MaxPool": dict(
+        f16="o2e_maxp16",
+        f8="o2e_maxp8",
+        fn="vmaxnmq_f32",
+        fc="o2e_maxp",
+        fill="NAN",
+        empty="-INFINITY",
+    ),
+    "AveragePool": dict(
+        f16="_mm512_add_ps",
+        f8="_mm256_add_ps",
+        fn="vaddq_f32",
+        fc="o2e_addf",
+        fill="0.0f",
+        empty="0.0f",
+    ),
+}
+
+
 def _span(kw: int, sw: int, v: int) -> int:
     """Floats a block of v outputs reads from its first tap on (the vector loads included)."""
     if sw == 2:
@@ -83,7 +108,7 @@ def _loads512(kw: int, sw: int) -> list[int]:
     return [o for b in range(0, kw, 2) for o in (b, b + 16)]
 
 
-def _block_avx512(kw: int, sw: int, masked: bool) -> list[str]:
+def _block_avx512(kw: int, sw: int, masked: bool, f: str) -> list[str]:
     """Statements computing v16 (16 row maxima) from s; masked: load l uses the lane mask
     m[l] (lanes outside the row load as NaN)."""
     offs = _loads512(kw, sw)
@@ -104,11 +129,11 @@ def _block_avx512(kw: int, sw: int, masked: bool) -> list[str]:
             if b + 1 < kw:
                 taps.append(f"_mm512_permutex2var_ps(l{b}, odd, h{b})")
     lines.append(f"__m512 v16 = {taps[0]};")
-    lines += [f"v16 = o2e_maxp16(v16, {t});" for t in taps[1:]]
+    lines += [f"v16 = {f}(v16, {t});" for t in taps[1:]]
     return lines
 
 
-def _block_avx2(kw: int, sw: int) -> list[str]:
+def _block_avx2(kw: int, sw: int, f: str) -> list[str]:
     """Statements computing v8 (8 row maxima) from s."""
     lines: list[str] = []
     taps: list[str] = []
@@ -126,11 +151,11 @@ def _block_avx2(kw: int, sw: int) -> list[str]:
                         f"_mm256_shuffle_ps(l{b}, h{b}, _MM_SHUFFLE({sel}))), _MM_SHUFFLE(3, 1, 2, 0)))"
                     )
     lines.append(f"__m256 v8 = {taps[0]};")
-    lines += [f"v8 = o2e_maxp8(v8, {t});" for t in taps[1:]]
+    lines += [f"v8 = {f}(v8, {t});" for t in taps[1:]]
     return lines
 
 
-def _block_neon(kw: int, sw: int) -> list[str]:
+def _block_neon(kw: int, sw: int, f: str) -> list[str]:
     """Statements computing va, vb (2 x 4 row maxima) from s."""
     lines: list[str] = []
     for half, off in (("a", 0), ("b", 4 * sw)):
@@ -144,14 +169,24 @@ def _block_neon(kw: int, sw: int) -> list[str]:
                 if b + 1 < kw:
                     taps.append(f"d{half}{b}.val[1]")
         lines.append(f"float32x4_t v{half} = {taps[0]};")
-        lines += [f"v{half} = vmaxnmq_f32(v{half}, {t});" for t in taps[1:]]
+        lines += [f"v{half} = {f}(v{half}, {t});" for t in taps[1:]]
     return lines
 
 
-def _kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, pf: bool) -> str:
-    """The C kernel for one window geometry (dilation 1, sw 1 or 2): its name. pf: prefetch
-    the input ahead (see PREFETCH_MIN_BYTES)."""
-    name = f"o2e_maxpool_rows{kh}x{kw}_s{sh}x{sw}{'_pf' if pf else ''}"
+def _kernel(ctx: NodeContext, op: str, kh: int, kw: int, sh: int, sw: int, pf: bool) -> str:
+    """The C kernel for one op and window geometry (dilation 1, sw 1 or 2): its name. pf:
+    prefetch the input ahead (see PREFETCH_MIN_BYTES)."""
+    name = f"o2e_{op[:3].lower()}pool_rows{kh}x{kw}_s{sh}x{sw}{'_pf' if pf else ''}"
+    o = OPS[op]
+    avg = op == "AveragePool"
+    div = dict.fromkeys(("d16", "d8", "dn", "dc"), "")
+    if avg:  # y = sum / (count of the row * count of the column), as pool2d.py divides
+        div = dict(
+            d16="v = _mm512_div_ps(v, _mm512_mul_ps(_mm512_set1_ps(dr), _mm512_loadu_ps(dc + o)));",
+            d8="v = _mm256_div_ps(v, _mm256_mul_ps(_mm256_set1_ps(dr), _mm256_loadu_ps(dc + o)));",
+            dn="v = vdivq_f32(v, vmulq_f32(vdupq_n_f32(dr), vld1q_f32(dc + o)));",
+            dc="v = v / (dr * dc[o]);",
+        )
     prefetch = (
         """#if O2E_POOL_PF > 0
           /* the lines O2E_POOL_PF floats ahead: the next plane's rows on small maps, whose
@@ -167,24 +202,24 @@ def _kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, pf: bool) -> s
     ctx.helper("o2e_maxp", MAXP)
     sp512, sp256, spn, spc = (_span(kw, sw, _V[k]) for k in ("avx512", "avx2", "neon", "c"))
     ind = "\n      "
-    b512 = ind.join(_block_avx512(kw, sw, False))
-    b512m = ind.join(_block_avx512(kw, sw, True))
-    b256 = ind.join(_block_avx2(kw, sw))
-    bneon = ind.join(_block_neon(kw, sw))
+    b512 = ind.join(_block_avx512(kw, sw, False, o["f16"]))
+    b512m = ind.join(_block_avx512(kw, sw, True, o["f16"]))
+    b256 = ind.join(_block_avx2(kw, sw, o["f8"]))
+    bneon = ind.join(_block_neon(kw, sw, o["fn"]))
     nl = len(_loads512(kw, sw))
     offs = ", ".join(map(str, _loads512(kw, sw)))
     ctx.helper(
         name,
         f"""
-/* MaxPool {kh}x{kw}, stride {sh}x{sw}, separable (pool_rows.py): h = row maxima of V outputs per
- * block, straight from the input row x (W floats) at first column c = ow0*{sw} - pl. */
+/* {op} {kh}x{kw}, stride {sh}x{sw}, separable (pool_rows.py): h = row maxima (sums) of V outputs
+ * per block, straight from the input row x (W floats) at first column c = ow0*{sw} - pl. */
 static inline void {name}_h(float *restrict h, const float *restrict x, int W, int pl, int OW,
     const unsigned short *mk)
 {{
 #if defined(__AVX512F__)
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  const __m512 fill = _mm512_set1_ps(NAN); /* ignored by o2e_maxp16 */
+  const __m512 fill = _mm512_set1_ps({o["fill"]}); /* ignored by the combine */
   (void)even; (void)odd; (void)fill;
   for (int ow0 = 0; ow0 < OW; ow0 += 16) {{
     const int c = ow0 * {sw} - pl;
@@ -193,7 +228,7 @@ static inline void {name}_h(float *restrict h, const float *restrict x, int W, i
     if (c >= 0 && c + {sp512} <= W) {{
       {b512}
       _mm512_storeu_ps(h + ow0, v16);
-    }} else {{ /* edge block: lanes outside the row load as NaN (masked loads do not fault) */
+    }} else {{ /* edge block: lanes outside the row load as the fill (masked loads do not fault) */
       {b512m}
       _mm512_storeu_ps(h + ow0, v16);
     }}
@@ -212,8 +247,8 @@ static inline void {name}_h(float *restrict h, const float *restrict x, int W, i
     const int c = ow0 * {sw} - pl;
     const int edge = c < 0 || c + SPAN > W;
     const float *s = edge ? t : x + c;
-    if (edge) /* edge block: read a NaN padded copy of its span */
-      for (int k = 0; k < SPAN; ++k) t[k] = c + k >= 0 && c + k < W ? x[c + k] : NAN;
+    if (edge) /* edge block: read a copy of its span, the fill outside the row */
+      for (int k = 0; k < SPAN; ++k) t[k] = c + k >= 0 && c + k < W ? x[c + k] : {o["fill"]};
     {{
 #if defined(__ARM_NEON) && defined(__aarch64__)
       {bneon}
@@ -225,7 +260,7 @@ static inline void {name}_h(float *restrict h, const float *restrict x, int W, i
 #else
       for (int i = 0; i < V; ++i) {{
         float v = s[i * {sw}];
-        for (int j = 1; j < {kw}; ++j) v = o2e_maxp(v, s[i * {sw} + j]);
+        for (int j = 1; j < {kw}; ++j) v = {o["fc"]}(v, s[i * {sw} + j]);
         h[ow0 + i] = v;
       }}
 #endif
@@ -234,21 +269,25 @@ static inline void {name}_h(float *restrict h, const float *restrict x, int W, i
 #endif
 }}
 
-/* y[0, n) = max over rows rows[0..nr) at [0, n), as whole blocks when `full` (the block may
- * write past n into positions rewritten later), else exactly n floats. */
-static inline void {name}_v(float *restrict y, const float *const *rows, int nr, int n, int full)
+/* y[0, n) = max (sum / (dr * dc)) over rows rows[0..nr) at [0, n), as whole blocks when `full`
+ * (the block may write past n into positions rewritten later), else exactly n floats. */
+static inline void {name}_v(float *restrict y, const float *const *rows, int nr, int n, int full,
+    float dr, const float *dc)
 {{
+  (void)dr; (void)dc;
 #if defined(__AVX512F__)
   for (int o = 0; o < n; o += 16) {{
     __m512 v = _mm512_loadu_ps(rows[0] + o);
-    for (int r = 1; r < nr; ++r) v = o2e_maxp16(v, _mm512_loadu_ps(rows[r] + o));
+    for (int r = 1; r < nr; ++r) v = {o["f16"]}(v, _mm512_loadu_ps(rows[r] + o));
+    {div["d16"]}
     if (full || o + 16 <= n) _mm512_storeu_ps(y + o, v);
     else _mm512_mask_storeu_ps(y + o, (__mmask16)((1u << (n - o)) - 1u), v);
   }}
 #elif defined(__AVX2__) && defined(__FMA__)
   for (int o = 0; o < n; o += 8) {{
     __m256 v = _mm256_loadu_ps(rows[0] + o);
-    for (int r = 1; r < nr; ++r) v = o2e_maxp8(v, _mm256_loadu_ps(rows[r] + o));
+    for (int r = 1; r < nr; ++r) v = {o["f8"]}(v, _mm256_loadu_ps(rows[r] + o));
+    {div["d8"]}
     if (full || o + 8 <= n) _mm256_storeu_ps(y + o, v);
     else {{
       const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - o), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -259,19 +298,22 @@ static inline void {name}_v(float *restrict y, const float *const *rows, int nr,
   int o = 0;
   for (; o + 4 <= n || (full && o < n); o += 4) {{
     float32x4_t v = vld1q_f32(rows[0] + o);
-    for (int r = 1; r < nr; ++r) v = vmaxnmq_f32(v, vld1q_f32(rows[r] + o));
+    for (int r = 1; r < nr; ++r) v = {o["fn"]}(v, vld1q_f32(rows[r] + o));
+    {div["dn"]}
     vst1q_f32(y + o, v);
   }}
   for (; o < n; ++o) {{
     float v = rows[0][o];
-    for (int r = 1; r < nr; ++r) v = o2e_maxp(v, rows[r][o]);
+    for (int r = 1; r < nr; ++r) v = {o["fc"]}(v, rows[r][o]);
+    {div["dc"]}
     y[o] = v;
   }}
 #else
   (void)full;
   for (int o = 0; o < n; ++o) {{
     float v = rows[0][o];
-    for (int r = 1; r < nr; ++r) v = o2e_maxp(v, rows[r][o]);
+    for (int r = 1; r < nr; ++r) v = {o["fc"]}(v, rows[r][o]);
+    {div["dc"]}
     y[o] = v;
   }}
 #endif
@@ -307,7 +349,7 @@ static void {name}(void *arg, int i0, int i1)
       const float *rows[{kh + 1}] = {{0}}; /* one spare: kh = 1 keeps gcc's bounds check quiet */
       float *yr = y + (size_t)oh * OW;
       if (hi <= lo) {{ /* the window covers padding only */
-        for (int o = 0; o < OW; ++o) yr[o] = -INFINITY;
+        for (int o = 0; o < OW; ++o) yr[o] = {o["empty"]};
         continue;
       }}
       for (int r = lo; r < hi; ++r) {{
@@ -320,7 +362,8 @@ static void {name}(void *arg, int i0, int i1)
         rows[r - lo] = h;
       }}
       if (hi - 1 > done) done = hi - 1;
-      {name}_v(yr, rows, hi - lo, OW, (size_t)oh * OW + OWp <= (size_t)OH * OW);
+      {name}_v(yr, rows, hi - lo, OW, (size_t)oh * OW + OWp <= (size_t)OH * OW,
+          a->dr ? a->dr[oh] : 1.0f, a->dc);
     }}
   }}
 }}
@@ -329,25 +372,28 @@ static void {name}(void *arg, int i0, int i1)
     return name
 
 
-def maxpool(
+def pool(
     ctx: NodeContext,
+    op: str,
     shape: tuple[int, int, int, int],
     out: tuple[int, int],
     kernel: tuple[int, int],
     strides: tuple[int, int],
     dilations: tuple[int, int],
     pads: tuple[int, ...],
+    divisors: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> str | None:
-    """C statements for a float32 NCHW MaxPool by rows, or None (the geometry is not handled:
-    dilation, a column stride above 2, a window wider than 8 columns, a pad as wide as the window)."""
+    """C statements for a float32 NCHW MaxPool / AveragePool by rows, or None (the geometry is
+    not handled: dilation, a column stride above 2, a window wider than 8 columns, a pad as wide
+    as the window). divisors: AveragePool's taps counted per output row and column."""
     (kh, kw), (sh, sw) = kernel, strides
     if dilations != (1, 1) or sw not in (1, 2) or kw > 8 or kh > 16 or out[1] > 16 * MAXB:
         return None
     if max(pads[1], pads[3]) >= kw or max(pads[0], pads[2]) >= kh:
-        return None  # windows of padding only: left to pool2d.py's -inf planes
+        return None  # windows of padding only: left to pool2d.py's planes
     N, C, H, W = shape
     OH, OW = out
-    name = _kernel(ctx, kh, kw, sh, sw, N * C * H * W * 4 >= PREFETCH_MIN_BYTES)
+    name = _kernel(ctx, op, kh, kw, sh, sw, N * C * H * W * 4 >= PREFETCH_MIN_BYTES)
     ctx.kernel("separable rows")
     owp = (OW + 15) // 16 * 16  # whole blocks of the widest target (AVX-512)
     slot = kh * owp + 16
@@ -363,8 +409,13 @@ def maxpool(
         "pl": str(pads[1]),
         "WQ": str(owp),
     }
+    if divisors is not None:
+        dr, dc = divisors
+        fields["dr"] = ctx.weight("div_rows", dr.astype(np.float32))
+        # whole blocks read the column divisors too: padded with ones
+        fields["dc"] = ctx.weight("div_cols", np.pad(dc, (0, owp - OW), constant_values=1))
     n = N * C
     work = n * (H * W + OH * owp * kh)
-    return f"/* MaxPool {kh}x{kw}/{sh}x{sw} by rows (pool_rows.py) */\n" + call_planes(
+    return f"/* {op} {kh}x{kw}/{sh}x{sw} by rows (pool_rows.py) */\n" + call_planes(
         ctx, name, n, work, slot, fields
     )
