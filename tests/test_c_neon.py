@@ -175,7 +175,7 @@ def _winograd_part() -> Part:
 def _pool_part() -> Part:
     """MaxPool 3x3/2 with padding (stride-2 planes, odd width), MaxPool 2x2/2, AveragePool
     3x3/1 (count_include_pad 0 and 1), GlobalAveragePool (29 = 16 + 13 elements), MaxPool 2x1/2x1,
-    a dilated MaxPool and AveragePool (phase planes; the others run by rows)."""
+    a dilated MaxPool and a column-stride-3 AveragePool (phase planes; the others run by rows)."""
     nodes = [
         helper.make_node(
             "MaxPool",
@@ -209,6 +209,9 @@ def _pool_part() -> Part:
             dilations=[2, 2],
             strides=[1, 3],
         ),
+        helper.make_node(
+            "AveragePool", ["x_pool"], ["avg_s3"], kernel_shape=[2, 2], strides=[1, 3]
+        ),
     ]
     outs = [
         vi("max_3s2", [1, 3, 8, 10]),
@@ -218,7 +221,7 @@ def _pool_part() -> Part:
         vi("gap", [1, 5, 1]),
         vi("max_2x1", [1, 3, 7, 19]),
         vi("max_dil", [1, 3, 13, 6]),
-        vi("avg_dil", [1, 3, 13, 17]),
+        vi("avg_s3", [1, 3, 14, 6]),
     ]
     return nodes, [vi("x_pool", [1, 3, 15, 19]), vi("g_pool", [1, 5, 29])], outs, []
 
