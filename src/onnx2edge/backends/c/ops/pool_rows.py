@@ -214,18 +214,18 @@ def _kernel(ctx: NodeContext, op: str, kh: int, kw: int, sh: int, sw: int, pf: b
 /* {op} {kh}x{kw}, stride {sh}x{sw}, separable (pool_rows.py): h = row maxima (sums) of V outputs
  * per block, straight from the input row x (W floats) at first column c = ow0*{sw} - pl. */
 static inline void {name}_h(float *restrict h, const float *restrict x, int W, int pl, int OW,
-    const unsigned short *mk)
+    const unsigned short *mk, size_t lim)
 {{
 #if defined(__AVX512F__)
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 fill = _mm512_set1_ps({o["fill"]}); /* ignored by the combine */
-  (void)even; (void)odd; (void)fill;
+  (void)even; (void)odd; (void)fill; (void)W;
   for (int ow0 = 0; ow0 < OW; ow0 += 16) {{
     const int c = ow0 * {sw} - pl;
     const float *s = x + c;
     const unsigned short *m = mk + (ow0 / 16) * {nl};
-    if (c >= 0 && c + {sp512} <= W) {{
+    if (c >= 0 && (size_t)c + {sp512} <= lim) {{
       {b512}
       _mm512_storeu_ps(h + ow0, v16);
     }} else {{ /* edge block: lanes outside the row load as the fill (masked loads do not fault) */
@@ -245,7 +245,7 @@ static inline void {name}_h(float *restrict h, const float *restrict x, int W, i
   float t[SPAN];
   for (int ow0 = 0; ow0 < OW; ow0 += V) {{
     const int c = ow0 * {sw} - pl;
-    const int edge = c < 0 || c + SPAN > W;
+    const int edge = c < 0 || (size_t)c + SPAN > lim;
     const float *s = edge ? t : x + c;
     if (edge) /* edge block: read a copy of its span, the fill outside the row */
       for (int k = 0; k < SPAN; ++k) t[k] = c + k >= 0 && c + k < W ? x[c + k] : {o["fill"]};
@@ -338,7 +338,7 @@ static void {name}(void *arg, int i0, int i1)
   (void)offs;
 #endif
   const size_t xn = (size_t)a->C * H * W; /* C: the number of planes here */
-  (void)xn;
+  const int tail_ok = (OW - 1) * {sw} - pl + {kw} <= W;
   for (int i = i0; i < i1; ++i) {{
     const float *restrict x = a->x + (size_t)i * H * W;
     float *restrict y = a->y + (size_t)i * OH * OW;
@@ -357,7 +357,9 @@ static void {name}(void *arg, int i0, int i1)
         if (r > done) {{
           const float *xr = x + (size_t)r * W;
 {prefetch}
-          {name}_h(h, xr, W, pl, OW, mk);
+          /* floats a block may read from the row start: on into the next row (whose values
+           * reach only lanes past OW) when no window overhangs the row's right end */
+          {name}_h(h, xr, W, pl, OW, mk, tail_ok ? xn - (size_t)(xr - a->x) : (size_t)W);
         }}
         rows[r - lo] = h;
       }}
