@@ -508,18 +508,6 @@ def pool(ctx: NodeContext) -> str | None:
     (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
     if min(pads) < 0:
         return None
-    divisors = None
-    if op == "AveragePool":
-        inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
-        dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
-        dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
-        # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)
-        divisors = np.where(dr > 0, dr, 1).astype(np.float32), np.where(dc > 0, dc, 1)
-    from .pool_rows import pool as by_rows  # imported here: pool_rows imports this module
-
-    geo2 = ((kh, kw), (sh, sw), (dh, dw))
-    if (rows := by_rows(ctx, op, (N, C, H, W), (OH, OW), *geo2, pads, divisors)) is not None:
-        return rows
     name = _pool_kernel(ctx, op, kh, kw, sh, sw, dh, dw)
     ctx.kernel("2-D phase planes")
     HQ, WQ = phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
@@ -538,9 +526,13 @@ def pool(ctx: NodeContext) -> str | None:
         "HQ": str(HQ),
         "WQ": str(WQ),
     }
-    if divisors is not None:
-        fields["dr"] = ctx.weight("div_rows", divisors[0])
-        fields["dc"] = ctx.weight("div_cols", divisors[1].astype(np.float32))
+    if op == "AveragePool":
+        inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
+        dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
+        dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
+        # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)
+        fields["dr"] = ctx.weight("div_rows", np.where(dr > 0, dr, 1).astype(np.float32))
+        fields["dc"] = ctx.weight("div_cols", np.where(dc > 0, dc, 1).astype(np.float32))
     n = N * C
     work = n * (H * W + OH * WQ * (kh * kw + 1))
     return f"/* {op} {kh}x{kw}/{sh}x{sw} via phase planes (pool2d.py) */\n" + call_planes(

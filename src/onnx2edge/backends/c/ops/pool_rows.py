@@ -1,5 +1,6 @@
-"""Separable MaxPool for float32 NCHW: a horizontal max along each input row, then a vertical
-max over the window's rows (ops/pool2d.py calls `maxpool` first).
+"""Separable MaxPool / AveragePool for float32 NCHW: a horizontal max (sum) along each input
+row, then a vertical max (sum) over the window's rows (ops/pool.py tries `pool` first, then
+pool2d.py's phase planes).
 
 The phase-plane kernel of pool2d.py copies every channel into its phase planes and then reads
 each of the kh·kw taps of every output: for SqueezeNet's pool1 (3x3 / 2 on 96x111x111) that is
@@ -28,8 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....semantics.attrs import attr
+from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
-from .pool2d import ARGS, INTRINSICS, call_planes
+from .pool2d import ARGS, INTRINSICS, _divisors, call_planes
 
 # Output positions per block: one AVX-512 register, two AVX2 / NEON registers... (see _BLOCK)
 # Inputs from this size on are prefetched ahead (ab_nodes, native, 1 thread: -10..-35 % on
@@ -374,7 +377,34 @@ static void {name}(void *arg, int i0, int i1)
     return name
 
 
-def pool(
+def pool(ctx: NodeContext) -> str | None:
+    """MaxPool / AveragePool on float32 NCHW by rows, or None (pool2d.py's planes, then the
+    generic loop, take it)."""
+    x, y = ctx.x(0), ctx.y(0)
+    op = ctx.node.op_type
+    if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:
+        return None
+    if op == "MaxPool" and ctx.has_output(1):
+        return None
+    N, C, H, W = x.shape
+    OH, OW = y.shape[2:]
+    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
+    (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
+    if min(pads) < 0:
+        return None
+    divisors = None
+    if op == "AveragePool":
+        inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
+        dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
+        dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
+        # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)
+        divisors = np.where(dr > 0, dr, 1).astype(np.float32), np.where(dc > 0, dc, 1)
+    return _rows(
+        ctx, op, (N, C, H, W), (OH, OW), (kh, kw), (sh, sw), (dh, dw), tuple(pads), divisors
+    )
+
+
+def _rows(
     ctx: NodeContext,
     op: str,
     shape: tuple[int, int, int, int],
