@@ -71,6 +71,15 @@ static inline __m256 o2e_maxp8(__m256 a, __m256 b)
 {
   return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
 }
+/* 8 floats at p = x + c (c may be negative): lanes with 0 <= c + l < n from memory, the
+ * others `fill` (vmaskmov neither reads nor faults on masked-off lanes) */
+static inline __m256 o2e_ld8m(const float *p, int c, int n, __m256 fill)
+{
+  const __m256i i = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)),
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32(n), i));
+  return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
 #endif
 """
 
@@ -136,17 +145,22 @@ def _block_avx512(kw: int, sw: int, masked: bool, f: str) -> list[str]:
     return lines
 
 
-def _block_avx2(kw: int, sw: int, f: str) -> list[str]:
-    """Statements computing v8 (8 row maxima) from s."""
+def _block_avx2(kw: int, sw: int, f: str, masked: bool = False) -> list[str]:
+    """Statements computing v8 (8 row maxima) from s; masked: lanes outside the row [0, W)
+    (c = the block's first column) load as `fill`."""
+
+    def load(off: int) -> str:
+        if masked:
+            return f"o2e_ld8m(s + {off}, c + {off}, W, fill)"
+        return f"_mm256_loadu_ps(s + {off})"
+
     lines: list[str] = []
     taps: list[str] = []
     if sw == 1:
-        taps = [f"_mm256_loadu_ps(s + {j})" for j in range(kw)]
+        taps = [load(j) for j in range(kw)]
     else:
         for b in range(0, kw, 2):
-            lines.append(
-                f"const __m256 l{b} = _mm256_loadu_ps(s + {b}), h{b} = _mm256_loadu_ps(s + {b + 8});"
-            )
+            lines.append(f"const __m256 l{b} = {load(b)}, h{b} = {load(b + 8)};")
             for k, sel in ((0, "2, 0, 2, 0"), (1, "3, 1, 3, 1")):
                 if b + k < kw:
                     taps.append(
@@ -208,6 +222,7 @@ def _kernel(ctx: NodeContext, op: str, kh: int, kw: int, sh: int, sw: int, pf: b
     b512 = ind.join(_block_avx512(kw, sw, False, o["f16"]))
     b512m = ind.join(_block_avx512(kw, sw, True, o["f16"]))
     b256 = ind.join(_block_avx2(kw, sw, o["f8"]))
+    b256m = ind.join(_block_avx2(kw, sw, o["f8"], masked=True))
     bneon = ind.join(_block_neon(kw, sw, o["fn"]))
     nl = len(_loads512(kw, sw))
     offs = ", ".join(map(str, _loads512(kw, sw)))
@@ -236,12 +251,25 @@ static inline void {name}_h(float *restrict h, const float *restrict x, int W, i
       _mm512_storeu_ps(h + ow0, v16);
     }}
   }}
+#elif defined(__AVX2__) && defined(__FMA__)
+  (void)mk;
+  for (int ow0 = 0; ow0 < OW; ow0 += 8) {{
+    const int c = ow0 * {sw} - pl;
+    const float *s = x + c;
+    if (c >= 0 && (size_t)c + {sp256} <= lim) {{
+      {b256}
+      _mm256_storeu_ps(h + ow0, v8);
+    }} else {{ /* edge block: lanes outside the row load as the fill (no copy: a vector load
+                * of scalar stores would stall on store forwarding) */
+      const __m256 fill = _mm256_set1_ps({o["fill"]});
+      {b256m}
+      _mm256_storeu_ps(h + ow0, v8);
+    }}
+  }}
 #else
   (void)mk;
 #if defined(__ARM_NEON) && defined(__aarch64__)
   enum {{ V = 8, SPAN = {spn} }};
-#elif defined(__AVX2__) && defined(__FMA__)
-  enum {{ V = 8, SPAN = {sp256} }};
 #else
   enum {{ V = 8, SPAN = {spc} }};
 #endif
@@ -257,9 +285,6 @@ static inline void {name}_h(float *restrict h, const float *restrict x, int W, i
       {bneon}
       vst1q_f32(h + ow0, va);
       vst1q_f32(h + ow0 + 4, vb);
-#elif defined(__AVX2__) && defined(__FMA__)
-      {b256}
-      _mm256_storeu_ps(h + ow0, v8);
 #else
       for (int i = 0; i < V; ++i) {{
         float v = s[i * {sw}];
