@@ -1346,6 +1346,15 @@ static inline __m256 o2e_maxp8(__m256 a, __m256 b)
 {
   return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
 }
+/* 8 floats at p = x + c (c may be negative): lanes with 0 <= c + l < n from memory, the
+ * others `fill` (vmaskmov neither reads nor faults on masked-off lanes) */
+static inline __m256 o2e_ld8m(const float *p, int c, int n, __m256 fill)
+{
+  const __m256i i = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)),
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32(n), i));
+  return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
 #endif
 
 /* MaxPool 2x2, stride 2x2, separable (pool_rows.py): h = row maxima (sums) of V outputs
@@ -1374,11 +1383,28 @@ static inline void o2e_maxpool_rows2x2_s2x2_h(float *restrict h, const float *re
       _mm512_storeu_ps(h + ow0, v16);
     }
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  (void)mk;
+  for (int ow0 = 0; ow0 < OW; ow0 += 8) {
+    const int c = ow0 * 2 - pl;
+    const float *s = x + c;
+    if (c >= 0 && (size_t)c + 16 <= lim) {
+      const __m256 l0 = _mm256_loadu_ps(s + 0), h0 = _mm256_loadu_ps(s + 8);
+      __m256 v8 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+      v8 = o2e_maxp8(v8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
+      _mm256_storeu_ps(h + ow0, v8);
+    } else { /* edge block: lanes outside the row load as the fill (no copy: a vector load
+                * of scalar stores would stall on store forwarding) */
+      const __m256 fill = _mm256_set1_ps(NAN);
+      const __m256 l0 = o2e_ld8m(s + 0, c + 0, W, fill), h0 = o2e_ld8m(s + 8, c + 8, W, fill);
+      __m256 v8 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+      v8 = o2e_maxp8(v8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
+      _mm256_storeu_ps(h + ow0, v8);
+    }
+  }
 #else
   (void)mk;
 #if defined(__ARM_NEON) && defined(__aarch64__)
-  enum { V = 8, SPAN = 16 };
-#elif defined(__AVX2__) && defined(__FMA__)
   enum { V = 8, SPAN = 16 };
 #else
   enum { V = 8, SPAN = 16 };
@@ -1400,11 +1426,6 @@ static inline void o2e_maxpool_rows2x2_s2x2_h(float *restrict h, const float *re
       vb = vmaxnmq_f32(vb, db0.val[1]);
       vst1q_f32(h + ow0, va);
       vst1q_f32(h + ow0 + 4, vb);
-#elif defined(__AVX2__) && defined(__FMA__)
-      const __m256 l0 = _mm256_loadu_ps(s + 0), h0 = _mm256_loadu_ps(s + 8);
-      __m256 v8 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
-      v8 = o2e_maxp8(v8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
-      _mm256_storeu_ps(h + ow0, v8);
 #else
       for (int i = 0; i < V; ++i) {
         float v = s[i * 2];
