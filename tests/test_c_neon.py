@@ -174,7 +174,8 @@ def _winograd_part() -> Part:
 
 def _pool_part() -> Part:
     """MaxPool 3x3/2 with padding (stride-2 planes, odd width), MaxPool 2x2/2, AveragePool
-    3x3/1 (count_include_pad 0 and 1), GlobalAveragePool (29 = 16 + 13 elements), MaxPool 2x1/2x1."""
+    3x3/1 (count_include_pad 0 and 1), GlobalAveragePool (29 = 16 + 13 elements), MaxPool 2x1/2x1,
+    a dilated MaxPool and a column-stride-3 AveragePool (phase planes; the others run by rows)."""
     nodes = [
         helper.make_node(
             "MaxPool",
@@ -199,6 +200,18 @@ def _pool_part() -> Part:
         helper.make_node("GlobalAveragePool", ["g_pool"], ["gap"]),
         # one column per window: no compaction, 7 x 19 = 8 x 16 + 5 outputs (the tail)
         helper.make_node("MaxPool", ["x_pool"], ["max_2x1"], kernel_shape=[2, 1], strides=[2, 1]),
+        # dilated: still on the phase planes (the other MaxPools run by rows, pool_rows.py)
+        helper.make_node(
+            "MaxPool",
+            ["x_pool"],
+            ["max_dil"],
+            kernel_shape=[2, 2],
+            dilations=[2, 2],
+            strides=[1, 3],
+        ),
+        helper.make_node(
+            "AveragePool", ["x_pool"], ["avg_s3"], kernel_shape=[2, 2], strides=[1, 3]
+        ),
     ]
     outs = [
         vi("max_3s2", [1, 3, 8, 10]),
@@ -207,6 +220,8 @@ def _pool_part() -> Part:
         vi("avg_pad", [1, 3, 15, 19]),
         vi("gap", [1, 5, 1]),
         vi("max_2x1", [1, 3, 7, 19]),
+        vi("max_dil", [1, 3, 13, 6]),
+        vi("avg_s3", [1, 3, 14, 6]),
     ]
     return nodes, [vi("x_pool", [1, 3, 15, 19]), vi("g_pool", [1, 5, 29])], outs, []
 
@@ -263,7 +278,9 @@ PARTS = {
         _pool_part,
         {
             "MaxPool: 2-D phase planes",
+            "MaxPool: separable rows",
             "AveragePool: 2-D phase planes",
+            "AveragePool: separable rows",
             "GlobalAveragePool: vectorised sum",
         },
     ),

@@ -143,6 +143,8 @@ def _convert(
     monkeypatch.setattr(conv_gemm, "IM2COL_MIN_COLS", 1)
     res = api.convert(path, "c", out)
     assert res.stats["kernels"].get("MaxPool: 2-D phase planes", 0) > 0, res.stats["kernels"]
+    assert res.stats["kernels"].get("MaxPool: separable rows", 0) > 0, res.stats["kernels"]
+    assert res.stats["kernels"].get("AveragePool: separable rows", 0) > 0, res.stats["kernels"]
     assert res.stats["kernels"].get("Conv: depthwise direct", 0) > 0, res.stats["kernels"]
     return json.loads((out / "onnx2edge.json").read_text())
 

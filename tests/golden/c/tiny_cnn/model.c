@@ -1317,170 +1317,225 @@ typedef struct {
 #include <arm_neon.h>
 #endif
 
-/* Splits n consecutive floats into their even (d0[k] = s[2k]) and odd (d1[k] = s[2k+1])
- * positions: the two column phases of a stride-2 window. AVX-512 reads 32 floats and writes
- * 16 + 16 with two permutes (the last block masked); AVX2 reads 16 and writes 8 + 8 (the
- * remainder by the plain loop); other targets use the plain loop. */
-static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
+#ifndef O2E_POOL_PF
+#define O2E_POOL_PF 1024 /* prefetch distance of the MaxPool rows kernel, in floats (0: none) */
+#endif
+/* Max of a and b ignoring NaN (C's fmaxf: NaN only when both are NaN), the same on every
+ * target (pool_rows.py): AVX-512DQ vrangeps and NEON fmaxnm do this in one instruction; x86's
+ * max returns its second operand when a NaN is involved, so a NaN b is replaced by a. */
+static inline float o2e_maxp(float a, float b) { return (a > b || b != b) ? a : b; }
+static inline float o2e_addf(float a, float b) { return a + b; }
+#if defined(__AVX512F__)
+static inline __m512 o2e_maxp16(__m512 a, __m512 b)
+{
+#if defined(__AVX512DQ__)
+  return _mm512_range_ps(a, b, 5); /* max of the two, a NaN operand ignored */
+#else
+  return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q), a, b);
+#endif
+}
+/* lanes l of a 16-float load at x + c (c may be negative) with 0 <= c + l < n */
+static inline __mmask16 o2e_lanes16(int c, int n)
+{
+  const int lo = c < 0 ? (-c < 16 ? -c : 16) : 0;
+  const int hi = n - c < 0 ? 0 : (n - c > 16 ? 16 : n - c);
+  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline __m256 o2e_maxp8(__m256 a, __m256 b)
+{
+  return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+}
+/* 8 floats at p = x + c (c may be negative): lanes with 0 <= c + l < n from memory, the
+ * others `fill` (vmaskmov neither reads nor faults on masked-off lanes) */
+static inline __m256 o2e_ld8m(const float *p, int c, int n, __m256 fill)
+{
+  const __m256i i = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)),
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32(n), i));
+  return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+#endif
+
+/* MaxPool 2x2, stride 2x2, separable (pool_rows.py): h = row maxima (sums) of V outputs
+ * per block, straight from the input row x (W floats) at first column c = ow0*2 - pl. */
+static inline void o2e_maxpool_rows2x2_s2x2_h(float *restrict h, const float *restrict x, int W, int pl, int OW,
+    const unsigned short *mk, size_t lim)
 {
 #if defined(__AVX512F__)
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  int k = 0;
-  for (; 2 * k + 32 <= n; k += 16) {
-    const __m512 lo = _mm512_loadu_ps(s + 2 * k), hi = _mm512_loadu_ps(s + 2 * k + 16);
-    _mm512_storeu_ps(d0 + k, _mm512_permutex2var_ps(lo, even, hi));
-    _mm512_storeu_ps(d1 + k, _mm512_permutex2var_ps(lo, odd, hi));
-  }
-  if (2 * k < n) {
-    const int r = n - 2 * k; /* 1 .. 31 floats left */
-    const __mmask16 mlo = (__mmask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
-    const __mmask16 mhi = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
-    const __m512 lo = _mm512_maskz_loadu_ps(mlo, s + 2 * k);
-    const __m512 hi = _mm512_maskz_loadu_ps(mhi, s + 2 * k + 16);
-    _mm512_mask_storeu_ps(d0 + k, (__mmask16)((1u << ((r + 1) / 2)) - 1u), _mm512_permutex2var_ps(lo, even, hi));
-    _mm512_mask_storeu_ps(d1 + k, (__mmask16)((1u << (r / 2)) - 1u), _mm512_permutex2var_ps(lo, odd, hi));
-  }
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-  /* NEON: ld2 splits 8 floats into their even and odd lanes in one instruction */
-  int k = 0;
-  for (; 2 * k + 8 <= n; k += 4) {
-    const float32x4x2_t v = vld2q_f32(s + 2 * k);
-    vst1q_f32(d0 + k, v.val[0]);
-    vst1q_f32(d1 + k, v.val[1]);
-  }
-  for (; 2 * k < n; ++k) {
-    d0[k] = s[2 * k];
-    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
+  const __m512 fill = _mm512_set1_ps(NAN); /* ignored by the combine */
+  (void)even; (void)odd; (void)fill; (void)W;
+  for (int ow0 = 0; ow0 < OW; ow0 += 16) {
+    const int c = ow0 * 2 - pl;
+    const float *s = x + c;
+    const unsigned short *m = mk + (ow0 / 16) * 2;
+    if (c >= 0 && (size_t)c + 32 <= lim) {
+      const __m512 l0 = _mm512_loadu_ps(s + 0), h0 = _mm512_loadu_ps(s + 16);
+      __m512 v16 = _mm512_permutex2var_ps(l0, even, h0);
+      v16 = o2e_maxp16(v16, _mm512_permutex2var_ps(l0, odd, h0));
+      _mm512_storeu_ps(h + ow0, v16);
+    } else { /* edge block: lanes outside the row load as the fill (masked loads do not fault) */
+      const __m512 l0 = _mm512_mask_loadu_ps(fill, (__mmask16)m[0], s + 0), h0 = _mm512_mask_loadu_ps(fill, (__mmask16)m[1], s + 16);
+      __m512 v16 = _mm512_permutex2var_ps(l0, even, h0);
+      v16 = o2e_maxp16(v16, _mm512_permutex2var_ps(l0, odd, h0));
+      _mm512_storeu_ps(h + ow0, v16);
+    }
   }
 #elif defined(__AVX2__) && defined(__FMA__)
-  /* 16 floats -> 8 + 8: shufps picks even / odd within 128-bit lanes, vpermpd orders the lanes */
-  int k = 0;
-  for (; 2 * k + 16 <= n; k += 8) {
-    const __m256 lo = _mm256_loadu_ps(s + 2 * k), hi = _mm256_loadu_ps(s + 2 * k + 8);
-    _mm256_storeu_ps(d0 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
-        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0))));
-    _mm256_storeu_ps(d1 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
-        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
-  }
-  for (; 2 * k < n; ++k) {
-    d0[k] = s[2 * k];
-    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
+  (void)mk;
+  for (int ow0 = 0; ow0 < OW; ow0 += 8) {
+    const int c = ow0 * 2 - pl;
+    const float *s = x + c;
+    if (c >= 0 && (size_t)c + 16 <= lim) {
+      const __m256 l0 = _mm256_loadu_ps(s + 0), h0 = _mm256_loadu_ps(s + 8);
+      __m256 v8 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+      v8 = o2e_maxp8(v8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
+      _mm256_storeu_ps(h + ow0, v8);
+    } else { /* edge block: lanes outside the row load as the fill (no copy: a vector load
+                * of scalar stores would stall on store forwarding) */
+      const __m256 fill = _mm256_set1_ps(NAN);
+      const __m256 l0 = o2e_ld8m(s + 0, c + 0, W, fill), h0 = o2e_ld8m(s + 8, c + 8, W, fill);
+      __m256 v8 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+      v8 = o2e_maxp8(v8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(l0, h0, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
+      _mm256_storeu_ps(h + ow0, v8);
+    }
   }
 #else
-  for (int k = 0; 2 * k < n; ++k) {
-    d0[k] = s[2 * k];
-    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
+  (void)mk;
+#if defined(__ARM_NEON) && defined(__aarch64__)
+  enum { V = 8, SPAN = 16 };
+#else
+  enum { V = 8, SPAN = 16 };
+#endif
+  float t[SPAN];
+  for (int ow0 = 0; ow0 < OW; ow0 += V) {
+    const int c = ow0 * 2 - pl;
+    const int edge = c < 0 || (size_t)c + SPAN > lim;
+    const float *s = edge ? t : x + c;
+    if (edge) /* edge block: read a copy of its span, the fill outside the row */
+      for (int k = 0; k < SPAN; ++k) t[k] = c + k >= 0 && c + k < W ? x[c + k] : NAN;
+    {
+#if defined(__ARM_NEON) && defined(__aarch64__)
+      const float32x4x2_t da0 = vld2q_f32(s + 0);
+      float32x4_t va = da0.val[0];
+      va = vmaxnmq_f32(va, da0.val[1]);
+      const float32x4x2_t db0 = vld2q_f32(s + 8);
+      float32x4_t vb = db0.val[0];
+      vb = vmaxnmq_f32(vb, db0.val[1]);
+      vst1q_f32(h + ow0, va);
+      vst1q_f32(h + ow0 + 4, vb);
+#else
+      for (int i = 0; i < V; ++i) {
+        float v = s[i * 2];
+        for (int j = 1; j < 2; ++j) v = o2e_maxp(v, s[i * 2 + j]);
+        h[ow0 + i] = v;
+      }
+#endif
+    }
   }
 #endif
 }
 
-/* Copies one (H x W) channel into the 2x2 phase planes of its padded version:
- * plane (a, b) (at planes + (a*2 + b)*HQ*WQ) holds xpad[r*2 + a][q*2 + b] at [r][q].
- * Only input pixels are written; the border keeps the fill value the caller set once. */
-static void o2e_phase_split_s2x2(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
-    float *restrict planes)
+/* y[0, n) = max (sum / (dr * dc)) over rows rows[0..nr) at [0, n), as whole blocks when `full`
+ * (the block may write past n into positions rewritten later), else exactly n floats. */
+static inline void o2e_maxpool_rows2x2_s2x2_v(float *restrict y, const float *const *rows, int nr, int n, int full,
+    float dr, const float *dc)
 {
-  /* source columns whose padded column iw + pl falls inside the planes (q < WQ) */
-  const int m = W < 2 * WQ - pl ? W : 2 * WQ - pl;
-  for (int ih = 0; ih < H; ++ih) {
-    const int ph = ih + pt, r = ph / 2;
-    if (r >= HQ) break;
-    {
-      const float *restrict s = x + (size_t)ih * W;
-      float *restrict d0 = planes + ((size_t)((ph % 2) * 2) * HQ + r) * WQ;
-      float *restrict d1 = d0 + (size_t)HQ * WQ;
-      if (pl % 2 == 0) {
-        o2e_deinterleave2(d0 + pl / 2, d1 + pl / 2, s, m);
-      } else if (m > 0) { /* column 0 is odd in the padded row */
-        d1[pl / 2] = s[0];
-        o2e_deinterleave2(d0 + (pl + 1) / 2, d1 + (pl + 1) / 2, s + 1, m - 1);
-      }
+  (void)dr; (void)dc;
+#if defined(__AVX512F__)
+  for (int o = 0; o < n; o += 16) {
+    __m512 v = _mm512_loadu_ps(rows[0] + o);
+    for (int r = 1; r < nr; ++r) v = o2e_maxp16(v, _mm512_loadu_ps(rows[r] + o));
+    
+    if (full || o + 16 <= n) _mm512_storeu_ps(y + o, v);
+    else _mm512_mask_storeu_ps(y + o, (__mmask16)((1u << (n - o)) - 1u), v);
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (int o = 0; o < n; o += 8) {
+    __m256 v = _mm256_loadu_ps(rows[0] + o);
+    for (int r = 1; r < nr; ++r) v = o2e_maxp8(v, _mm256_loadu_ps(rows[r] + o));
+    
+    if (full || o + 8 <= n) _mm256_storeu_ps(y + o, v);
+    else {
+      const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - o), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      _mm256_maskstore_ps(y + o, m, v);
     }
   }
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  int o = 0;
+  for (; o + 4 <= n || (full && o < n); o += 4) {
+    float32x4_t v = vld1q_f32(rows[0] + o);
+    for (int r = 1; r < nr; ++r) v = vmaxnmq_f32(v, vld1q_f32(rows[r] + o));
+    
+    vst1q_f32(y + o, v);
+  }
+  for (; o < n; ++o) {
+    float v = rows[0][o];
+    for (int r = 1; r < nr; ++r) v = o2e_maxp(v, rows[r][o]);
+    
+    y[o] = v;
+  }
+#else
+  (void)full;
+  for (int o = 0; o < n; ++o) {
+    float v = rows[0][o];
+    for (int r = 1; r < nr; ++r) v = o2e_maxp(v, rows[r][o]);
+    
+    y[o] = v;
+  }
+#endif
 }
 
-/* MaxPool 2x2, stride 2x2, dilation 1x1, over planes [i0, i1) (pool2d.py). */
-static void o2e_maxpool2x2_s2x2_d1x1(void *arg, int i0, int i1)
+/* over planes [i0, i1): each needed input row's maxima go to a ring of 2 rows of OWp floats
+ * (this thread's scratch slot) once; each output row is the max of its window's rows. */
+static void o2e_maxpool_rows2x2_s2x2(void *arg, int i0, int i1)
 {
+  static const int offs[2] = {0, 16};
   const o2e_win2d_args *a = (const o2e_win2d_args *)arg;
-  const int H = a->H, W = a->W, OH = a->OH, OW = a->OW, HQ = a->HQ, WQ = a->WQ;
-  float *restrict planes = a->scratch + a->slot * (size_t)(a->thread ? a->thread() : 0);
-  const size_t np = ((size_t)4 * HQ * WQ + 31) / 16 * 16;
-  float *restrict yw = planes + np; /* the wide output (when rows need compaction) */
-  (void)yw; (void)OW;
-  for (size_t k = 0; k < np; ++k) planes[k] = -INFINITY;
-  /* WQ == OW: rows need no compaction, the kernel writes y directly */
-  const float *restrict P0_0 = planes + (size_t)0 * HQ * WQ;
-  const float *restrict P0_1 = planes + (size_t)1 * HQ * WQ;
-  const float *restrict P1_0 = planes + (size_t)2 * HQ * WQ;
-  const float *restrict P1_1 = planes + (size_t)3 * HQ * WQ;
-  for (int i = i0; i < i1; ++i) {
-    float *restrict yc = a->y + (size_t)i * OH * OW;
-    o2e_phase_split_s2x2(a->x + (size_t)i * H * W, H, W, a->pt, a->pl, HQ, WQ, planes);
-    {
-      #if defined(__ARM_NEON) && defined(__aarch64__)
-      const int n = OH * OW;
-      int p = 0;
-      for (; p + 16 <= n; p += 16) {
-          float32x4_t v0 = vld1q_f32(&P0_0[p]);
-          float32x4_t v1 = vld1q_f32(&P0_0[p + 4]);
-          float32x4_t v2 = vld1q_f32(&P0_0[p + 8]);
-          float32x4_t v3 = vld1q_f32(&P0_0[p + 12]);
-          {
-            const float32x4_t t0 = vld1q_f32(&P0_1[p]);
-            const float32x4_t t1 = vld1q_f32(&P0_1[p + 4]);
-            const float32x4_t t2 = vld1q_f32(&P0_1[p + 8]);
-            const float32x4_t t3 = vld1q_f32(&P0_1[p + 12]);
-            v0 = vbslq_f32(vcgtq_f32(t0, v0), t0, v0);
-            v1 = vbslq_f32(vcgtq_f32(t1, v1), t1, v1);
-            v2 = vbslq_f32(vcgtq_f32(t2, v2), t2, v2);
-            v3 = vbslq_f32(vcgtq_f32(t3, v3), t3, v3);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P1_0[p]);
-            const float32x4_t t1 = vld1q_f32(&P1_0[p + 4]);
-            const float32x4_t t2 = vld1q_f32(&P1_0[p + 8]);
-            const float32x4_t t3 = vld1q_f32(&P1_0[p + 12]);
-            v0 = vbslq_f32(vcgtq_f32(t0, v0), t0, v0);
-            v1 = vbslq_f32(vcgtq_f32(t1, v1), t1, v1);
-            v2 = vbslq_f32(vcgtq_f32(t2, v2), t2, v2);
-            v3 = vbslq_f32(vcgtq_f32(t3, v3), t3, v3);
-          }
-          {
-            const float32x4_t t0 = vld1q_f32(&P1_1[p]);
-            const float32x4_t t1 = vld1q_f32(&P1_1[p + 4]);
-            const float32x4_t t2 = vld1q_f32(&P1_1[p + 8]);
-            const float32x4_t t3 = vld1q_f32(&P1_1[p + 12]);
-            v0 = vbslq_f32(vcgtq_f32(t0, v0), t0, v0);
-            v1 = vbslq_f32(vcgtq_f32(t1, v1), t1, v1);
-            v2 = vbslq_f32(vcgtq_f32(t2, v2), t2, v2);
-            v3 = vbslq_f32(vcgtq_f32(t3, v3), t3, v3);
-          }
-          vst1q_f32(&yc[p + 0], v0);
-          vst1q_f32(&yc[p + 4], v1);
-          vst1q_f32(&yc[p + 8], v2);
-          vst1q_f32(&yc[p + 12], v3);
-      }
-      for (; p < n; ++p) {
-        float v = P0_0[p];
-          { const float t = P0_1[p]; v = t > v ? t : v; }
-          { const float t = P1_0[p]; v = t > v ? t : v; }
-          { const float t = P1_1[p]; v = t > v ? t : v; }
-          yc[p] = v;
-      }
+  const int H = a->H, W = a->W, OH = a->OH, OW = a->OW, pt = a->pt, pl = a->pl;
+  const int OWp = a->WQ; /* ring row stride: OW rounded up to whole blocks */
+  float *restrict ring = a->scratch + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  /* AVX-512: the lane masks of every block's loads, the same for every row */
+#if defined(__AVX512F__)
+  unsigned short mk[64 * 2];
+  for (int b = 0; b * 16 < OW; ++b)
+    for (int l = 0; l < 2; ++l) mk[b * 2 + l] = o2e_lanes16(b * 16 * 2 - pl + offs[l], W);
 #else
-      const int n = OH * OW;
-      for (int p = 0; p < n; ++p) {
-        float v = P0_0[p];
-          { const float t = P0_1[p]; v = t > v ? t : v; }
-          { const float t = P1_0[p]; v = t > v ? t : v; }
-          { const float t = P1_1[p]; v = t > v ? t : v; }
-          yc[p] = v;
-      }
+  const unsigned short *mk = NULL;
+  (void)offs;
 #endif
+  const size_t xn = (size_t)a->C * H * W; /* C: the number of planes here */
+  const int tail_ok = (OW - 1) * 2 - pl + 2 <= W;
+  for (int i = i0; i < i1; ++i) {
+    const float *restrict x = a->x + (size_t)i * H * W;
+    float *restrict y = a->y + (size_t)i * OH * OW;
+    int done = -1; /* rows below done + 1 are in the ring (or no longer needed) */
+    for (int oh = 0; oh < OH; ++oh) {
+      const int r0 = oh * 2 - pt;
+      const int lo = r0 > 0 ? r0 : 0, hi = r0 + 2 < H ? r0 + 2 : H;
+      const float *rows[3] = {0}; /* one spare: kh = 1 keeps gcc's bounds check quiet */
+      float *yr = y + (size_t)oh * OW;
+      if (hi <= lo) { /* the window covers padding only */
+        for (int o = 0; o < OW; ++o) yr[o] = -INFINITY;
+        continue;
+      }
+      for (int r = lo; r < hi; ++r) {
+        float *h = ring + (size_t)(r % 2) * OWp;
+        if (r > done) {
+          const float *xr = x + (size_t)r * W;
+
+          /* floats a block may read from the row start: on into the next row (whose values
+           * reach only lanes past OW) when no window overhangs the row's right end */
+          o2e_maxpool_rows2x2_s2x2_h(h, xr, W, pl, OW, mk, tail_ok ? xn - (size_t)(xr - a->x) : (size_t)W);
+        }
+        rows[r - lo] = h;
+      }
+      if (hi - 1 > done) done = hi - 1;
+      o2e_maxpool_rows2x2_s2x2_v(yr, rows, hi - lo, OW, (size_t)oh * OW + OWp <= (size_t)OH * OW,
+          a->dr ? a->dr[oh] : 1.0f, a->dc);
     }
-    (void)yc;
   }
 }
 
@@ -2107,10 +2162,10 @@ int model_run(const void *const *inputs, void *const *outputs)
   O2E_PROF(0); O2E_TRACE("conv1.relu", T_conv1_relu, 65536);
   /* node pool1: MaxPool(conv1.relu) -> pool1  [kernel_shape=[2, 2], strides=[2, 2]] */
   {
-    /* MaxPool 2x2/2x2 via phase planes (pool2d.py) */
+    /* MaxPool 2x2/2x2 by rows (pool_rows.py) */
     {
-      o2e_win2d_args a = {.x = T_conv1_relu, .y = T_pool1, .H = 32, .W = 32, .OH = 16, .OW = 16, .pt = 0, .pl = 0, .HQ = 16, .WQ = 16, .scratch = S_pool1_0, .slot = 1040, .thread = NULL};
-      o2e_maxpool2x2_s2x2_d1x1(&a, 0, 16);
+      o2e_win2d_args a = {.x = T_conv1_relu, .y = T_pool1, .C = 16, .H = 32, .W = 32, .OH = 16, .OW = 16, .pt = 0, .pl = 0, .WQ = 16, .scratch = S_pool1_0, .slot = 48, .thread = NULL};
+      o2e_maxpool_rows2x2_s2x2(&a, 0, 16);
     }
   }
   O2E_PROF(1); O2E_TRACE("pool1", T_pool1, 16384);

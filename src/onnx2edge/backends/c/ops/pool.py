@@ -9,7 +9,7 @@ from ....ir import Graph, Node
 from ....semantics.attrs import attr, attrs
 from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
-from . import pool2d, register_op
+from . import pool2d, pool_rows, register_op
 from .dtypes import compute_ctype, is_float, load_expr, store_expr
 
 FLOAT = ("float", "double")
@@ -36,6 +36,8 @@ def _pool_types(ctx: NodeContext) -> tuple[str, str, str]:
 
 @register_op("MaxPool", "AveragePool", "LpPool", check=_pool_check)
 def pool(ctx: NodeContext) -> str:
+    if (fast := pool_rows.pool(ctx)) is not None:  # float32 2-D, separable by rows
+        return fast
     if (fast := pool2d.pool(ctx)) is not None:  # float32 2-D MaxPool / AveragePool
         return fast
     x, y = ctx.x(0), ctx.y(0)
