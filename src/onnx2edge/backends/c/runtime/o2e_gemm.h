@@ -1004,6 +1004,33 @@ O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int
     }                                                                                          \
   } while (0)
 
+#define O2E_LEAN4_V_(acc, rw, v, KIND)                                                         \
+  do {                                                                                         \
+    float32x4_t x_ = vaddq_f32(acc, bm_);                                                      \
+    if (lr_) x_ = vaddq_f32(x_, vld1q_f32(lr_ + (rw) * lldr_ + 4 * (v)));                      \
+    x_ = o2e_act4_(x_, lact_);                                                                 \
+    vst1q_f32(lo_ + (rw) * lldo_ + 4 * (v), x_);                                               \
+  } while (0)
+#define O2E_LEAN4_ROW_(rw, KIND)                                                               \
+  do {                                                                                         \
+    const float32x4_t bm_ = vdupq_n_f32(lbm_ ? lbm_[rw] : 0.0f);                               \
+    O2E_LEAN4_V_(c##rw##0, rw, 0, KIND);                                                       \
+    if (NV > 1) O2E_LEAN4_V_(c##rw##1, rw, 1, KIND);                                           \
+    if (NV > 2) O2E_LEAN4_V_(c##rw##2, rw, 2, KIND);                                           \
+  } while (0)
+#define O2E_LEAN4_TILE_(KIND)                                                                  \
+  do {                                                                                         \
+    const o2e_act lact_ = {KIND, la_, lb_};                                                    \
+    O2E_LEAN4_ROW_(0, KIND);                                                                   \
+    O2E_LEAN4_ROW_(1, KIND);                                                                   \
+    O2E_LEAN4_ROW_(2, KIND);                                                                   \
+    O2E_LEAN4_ROW_(3, KIND);                                                                   \
+    O2E_LEAN4_ROW_(4, KIND);                                                                   \
+    O2E_LEAN4_ROW_(5, KIND);                                                                   \
+    O2E_LEAN4_ROW_(6, KIND);                                                                   \
+    O2E_LEAN4_ROW_(7, KIND);                                                                   \
+  } while (0)
+
 /* 8 x (4 NV) kernel: 24 accumulators for NV = 3, the 8-row panel in one pass. */
 O2E_GEMM_INL void o2e_k4_body_(const int NV, const int PLAIN, int kc, const float *a, int lda,
                                const float *b, int w, int mr, int nr, const o2e_epi_ *e, int i0,
@@ -1032,6 +1059,18 @@ O2E_GEMM_INL void o2e_k4_body_(const int NV, const int PLAIN, int kc, const floa
     if (!PLAIN && (k & 1) == 0) O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR, 3);
     if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
+  }
+  if (mr == O2E_GEMM_MR && nr == 4 * NV && e->final && !e->q && !e->bn && !e->p) {
+    /* full tile, bias / residual / activation only: from the registers (see the lean
+     * epilogue's note above O2E_LEAN_LOCALS_) */
+    O2E_LEAN_LOCALS_();
+    switch (e->act.kind) {
+    case O2E_ACT_RELU: O2E_LEAN4_TILE_(O2E_ACT_RELU); break;
+    case O2E_ACT_CLIP: O2E_LEAN4_TILE_(O2E_ACT_CLIP); break;
+    case O2E_ACT_LEAKY_RELU: O2E_LEAN4_TILE_(O2E_ACT_LEAKY_RELU); break;
+    default: O2E_LEAN4_TILE_(O2E_ACT_NONE); break;
+    }
+    return;
   }
   /* Through a small L1-resident tile to the epilogue (kc >> 1: the 24 stores and reloads
    * cost little next to the kc x 24 fmla). */
