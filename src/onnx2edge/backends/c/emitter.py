@@ -31,6 +31,7 @@ from .nchwc_plan import LayoutPlan, plan_layout
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
 from .planner import Buffer, plan
+from .residual_alias import residual_aliases
 
 CTYPES: dict[str, str] = {
     "float32": "float",
@@ -318,6 +319,10 @@ class ModelEmitter:
         # tensors kept channel-blocked between layers, and the layers that run so (issue 9)
         self.layout_plan: LayoutPlan = plan_layout(graph, self.kernel_options)
         self.concat_aliases: dict[str, tuple[str, int]] = {}  # set by emit (concat_alias.py)
+        # fused residual adds that may run in place (residual_alias.py): output -> (residual,
+        # step), registered by the kernels; emit keeps those it can take in residual_inplace
+        self.residual_candidates: dict[str, tuple[str, int]] = {}
+        self.residual_inplace: dict[str, str] = {}
         self._make_tensors()
 
     # --- naming ------------------------------------------------------------------------------
@@ -458,14 +463,32 @@ class ModelEmitter:
                 release_pages(g.initializers.get(name))
         blocks.extend(self._guard_lines(opened, ()))
         buffers = []
+        # outputs written over their residual's buffer (residual_alias.py): the root buffer
+        # lives until the last reader of any tensor of its chain
+        excluded = set(self.concat_aliases) | {y for y, _ in self.concat_aliases.values()}
+        self.residual_inplace = residual_aliases(
+            {
+                y: c
+                for y, c in self.residual_candidates.items()
+                if not guards.get(g.nodes[c[1]].name)
+            },
+            steps,
+            kinds,
+            {n: t.nbytes for n, t in self.tensors.items()},
+            excluded,
+        )
+        chained: dict[str, list[int]] = {}
+        for y, root in self.residual_inplace.items():
+            chained.setdefault(root, []).extend(steps[y])
         # a concat output with aliased inputs is live from the first of their producers
         first: dict[str, int] = {}
         for x, (y, _) in self.concat_aliases.items():
             first[y] = min(first.get(y, min(steps[x])), min(steps[x]))
         for name, t in self.tensors.items():
-            if t.kind != "arena" or name in self.concat_aliases:
+            if t.kind != "arena" or name in self.concat_aliases or name in self.residual_inplace:
                 continue
             used = steps.get(name, [0]) + ([first[name]] if name in first else [])
+            used += chained.get(name, [])
             buffers.append(
                 Buffer(name, t.nbytes, min(used), max(used), written_under.get(name, ()))
             )
@@ -479,6 +502,8 @@ class ModelEmitter:
         offsets, arena = plan(buffers + scratch)
         for x, (y, off) in self.concat_aliases.items():
             offsets[x] = offsets[y] + off
+        for y, root in self.residual_inplace.items():
+            offsets[y] = offsets[root]
         return {"blocks": blocks, "offsets": offsets, "arena": arena, "tail": tail}
 
     def _guard_lines(self, opened: Guard, guard: Guard) -> list[str]:

@@ -370,8 +370,16 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
     return "\n".join(lines)
 
 
-IMPLICIT_GEMM = ConvStrategy("implicit_gemm", _refuse_implicit, _emit_implicit)
-GEMM_1X1 = ConvStrategy("gemm_1x1", _refuse_1x1, _emit_1x1)
-SUBSAMPLE_GEMM = ConvStrategy("subsample_gemm", _refuse_subsample, _emit_subsample)
+# The GEMM engine's epilogue reads R[i][j] and writes C[i][j] in the same tile (K slices keep
+# partial sums in scratch when R overlaps C), so the residual's buffer may hold the output.
+IMPLICIT_GEMM = ConvStrategy(
+    "implicit_gemm", _refuse_implicit, _emit_implicit, inplace_residual=True
+)
+GEMM_1X1 = ConvStrategy("gemm_1x1", _refuse_1x1, _emit_1x1, inplace_residual=True)
+SUBSAMPLE_GEMM = ConvStrategy(
+    "subsample_gemm", _refuse_subsample, _emit_subsample, inplace_residual=True
+)
 # the 2-D fallback: takes any 2-D convolution, so it cannot be switched off
-IM2COL_GEMM = ConvStrategy("im2col_gemm", _refuse_im2col, _emit_im2col, settings=(AUTO,))
+IM2COL_GEMM = ConvStrategy(
+    "im2col_gemm", _refuse_im2col, _emit_im2col, settings=(AUTO,), inplace_residual=True
+)

@@ -185,13 +185,17 @@ class ConvStrategy:
     weights registered). emit(ctx, spec): the C statements. fuses_residual: False when the
     kernel cannot add the residual / apply the activation itself; the layer then runs without
     them and one pass over the output adds them. settings: the values `--kernels NAME=...`
-    accepts ("auto" and "off" unless the strategy cannot be switched off: the fallbacks)."""
+    accepts ("auto" and "off" unless the strategy cannot be switched off: the fallbacks).
+    inplace_residual: the kernel reads each residual element before it writes the output
+    element at the same place, so the output may take the residual's buffer
+    (residual_alias.py)."""
 
     name: str
     refuse: RefuseFn
     emit: EmitFn
     fuses_residual: bool = True
     settings: tuple[str, ...] = (AUTO, OFF)
+    inplace_residual: bool = False
 
     def applicable(self, spec: ConvSpec) -> bool:
         return self.why_not(spec) is None

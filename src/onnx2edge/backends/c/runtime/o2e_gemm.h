@@ -502,6 +502,18 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
  * lda == 0: a is a packed panel (k-major, 8 values per K step). lda > 0: a points at row i0
  * of a plain row-major A; the broadcast operand needs no packing (each use is one scalar
  * load), rows past mr are read as row mr - 1 so nothing past the matrix is touched. */
+/* The lean epilogue of a full tile on its last K slice with no partial sums, column bias or
+ * accumulation: out = act(acc + bias_m + R), the activation kind a constant of each copy.
+ * The generic one re-read the epilogue's fields and re-dispatched the activation for every
+ * vector, since a float store may alias them: with a short K loop (1x1 convolutions with
+ * 16-96 input channels on 56x56 maps) that took ~40 % of the time (issue 9). The fields are
+ * read once into locals (O2E_LEAN_LOCALS_, for a full tile at C position (i0, j0)). */
+#define O2E_LEAN_LOCALS_()                                                                     \
+  float *const lo_ = e->out + (size_t)(i0 - e->oi) * e->ldo + (j0 - e->oj);                   \
+  const size_t lldo_ = (size_t)e->ldo, lldr_ = (size_t)e->ldr;                                 \
+  const float *const lr_ = e->r ? e->r + (size_t)i0 * e->ldr + j0 : NULL;                      \
+  const float *const lbm_ = e->bm ? e->bm + i0 : NULL;                                         \
+  const float la_ = e->act.a, lb_ = e->act.b
 /* Row r of a plain-A tile: rows past mr repeat row mr - 1 (results discarded). */
 #define O2E_PR_(r) (PLAIN ? a + (size_t)((r) < mr ? (r) : mr - 1) * lda : a)
 
@@ -587,6 +599,34 @@ O2E_GEMM_INL __m512 o2e_epi16_(const o2e_epi_ *e, __m512 x, const float *q, __m5
                                           O2E_OFF16_(p, 2)));                                  \
   } while (0)
 
+/* AVX-512 lean epilogue: see O2E_LEAN_LOCALS_. */
+#define O2E_LEAN16_V_(acc, rw, v, KIND)                                                        \
+  do {                                                                                         \
+    __m512 x_ = _mm512_add_ps(acc, bm_);                                                       \
+    if (lr_) x_ = _mm512_add_ps(x_, _mm512_loadu_ps(lr_ + (rw) * lldr_ + 16 * (v)));           \
+    x_ = o2e_act16_(x_, lact_);                                                                \
+    _mm512_storeu_ps(lo_ + (rw) * lldo_ + 16 * (v), x_);                                       \
+  } while (0)
+#define O2E_LEAN16_ROW_(rw, KIND)                                                              \
+  do {                                                                                         \
+    const __m512 bm_ = _mm512_set1_ps(lbm_ ? lbm_[rw] : 0.0f);                                 \
+    O2E_LEAN16_V_(c##rw##0, rw, 0, KIND);                                                      \
+    if (NV > 1) O2E_LEAN16_V_(c##rw##1, rw, 1, KIND);                                          \
+    if (NV > 2) O2E_LEAN16_V_(c##rw##2, rw, 2, KIND);                                          \
+  } while (0)
+#define O2E_LEAN16_TILE_(KIND)                                                                 \
+  do {                                                                                         \
+    const o2e_act lact_ = {KIND, la_, lb_};                                                    \
+    O2E_LEAN16_ROW_(0, KIND);                                                                  \
+    O2E_LEAN16_ROW_(1, KIND);                                                                  \
+    O2E_LEAN16_ROW_(2, KIND);                                                                  \
+    O2E_LEAN16_ROW_(3, KIND);                                                                  \
+    O2E_LEAN16_ROW_(4, KIND);                                                                  \
+    O2E_LEAN16_ROW_(5, KIND);                                                                  \
+    O2E_LEAN16_ROW_(6, KIND);                                                                  \
+    O2E_LEAN16_ROW_(7, KIND);                                                                  \
+  } while (0)
+
 /* One row r of the rank-1 update: broadcast a[r], FMA with the NV vectors of B. */
 #define O2E_R16_(r)                                                                            \
   do {                                                                                         \
@@ -628,7 +668,16 @@ O2E_GEMM_INL void o2e_k16_body_(const int NV, const int PLAIN, int kc, const flo
     if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
   }
-  if (mr == O2E_GEMM_MR && nr == 16 * NV) {
+  if (mr == O2E_GEMM_MR && nr == 16 * NV && e->final && !e->q && !e->bn && !e->p) {
+    /* Full tile, last K slice, bias / residual / activation only: the lean epilogue */
+    O2E_LEAN_LOCALS_();
+    switch (e->act.kind) {
+    case O2E_ACT_RELU: O2E_LEAN16_TILE_(O2E_ACT_RELU); break;
+    case O2E_ACT_CLIP: O2E_LEAN16_TILE_(O2E_ACT_CLIP); break;
+    case O2E_ACT_LEAKY_RELU: O2E_LEAN16_TILE_(O2E_ACT_LEAKY_RELU); break;
+    default: O2E_LEAN16_TILE_(O2E_ACT_NONE); break;
+    }
+  } else if (mr == O2E_GEMM_MR && nr == 16 * NV) {
     /* Full tile: the epilogue straight from the registers. */
     O2E_FAST16_ROW_(0);
     O2E_FAST16_ROW_(1);
@@ -759,6 +808,29 @@ O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int
     if (NV > 2) c##r##2 = _mm256_fmadd_ps(av, b2, c##r##2);                                    \
   } while (0)
 
+#define O2E_LEAN8_V_(acc, rw, v, KIND)                                                         \
+  do {                                                                                         \
+    __m256 x_ = _mm256_add_ps(acc, bm_);                                                       \
+    if (lr_) x_ = _mm256_add_ps(x_, _mm256_loadu_ps(lr_ + (rw) * lldr_ + 8 * (v)));            \
+    x_ = o2e_act8_(x_, lact_);                                                                 \
+    _mm256_storeu_ps(lo_ + (rw) * lldo_ + 8 * (v), x_);                                        \
+  } while (0)
+#define O2E_LEAN8_ROW_(rw, KIND)                                                               \
+  do {                                                                                         \
+    const __m256 bm_ = _mm256_set1_ps(lbm_ ? lbm_[rw] : 0.0f);                                 \
+    O2E_LEAN8_V_(c##rw##0, rw, 0, KIND);                                                       \
+    if (NV > 1) O2E_LEAN8_V_(c##rw##1, rw, 1, KIND);                                           \
+    if (NV > 2) O2E_LEAN8_V_(c##rw##2, rw, 2, KIND);                                           \
+  } while (0)
+#define O2E_LEAN8_TILE_(KIND)                                                                  \
+  do {                                                                                         \
+    const o2e_act lact_ = {KIND, la_, lb_};                                                    \
+    O2E_LEAN8_ROW_(0, KIND);                                                                   \
+    O2E_LEAN8_ROW_(1, KIND);                                                                   \
+    O2E_LEAN8_ROW_(2, KIND);                                                                   \
+    O2E_LEAN8_ROW_(3, KIND);                                                                   \
+  } while (0)
+
 /* 4 x (8 NV) kernel over rows [h, h + 4) of the 8-row panel (A read with stride 8). */
 O2E_GEMM_INL void o2e_k8_body_(const int NV, const int PLAIN, int kc, const float *a, int lda,
                                const float *b, int w, int mr, int nr, const o2e_epi_ *e, int i0,
@@ -780,6 +852,18 @@ O2E_GEMM_INL void o2e_k8_body_(const int NV, const int PLAIN, int kc, const floa
     O2E_R8_(3);
     if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
+  }
+  if (mr == 4 && nr == 8 * NV && e->final && !e->q && !e->bn && !e->p) {
+    /* full tile, bias / residual / activation only: from the registers (see the AVX-512
+     * kernel's lean epilogue) */
+    O2E_LEAN_LOCALS_();
+    switch (e->act.kind) {
+    case O2E_ACT_RELU: O2E_LEAN8_TILE_(O2E_ACT_RELU); break;
+    case O2E_ACT_CLIP: O2E_LEAN8_TILE_(O2E_ACT_CLIP); break;
+    case O2E_ACT_LEAKY_RELU: O2E_LEAN8_TILE_(O2E_ACT_LEAKY_RELU); break;
+    default: O2E_LEAN8_TILE_(O2E_ACT_NONE); break;
+    }
+    return;
   }
   {
     float t[4 * 24];
@@ -920,6 +1004,33 @@ O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int
     }                                                                                          \
   } while (0)
 
+#define O2E_LEAN4_V_(acc, rw, v, KIND)                                                         \
+  do {                                                                                         \
+    float32x4_t x_ = vaddq_f32(acc, bm_);                                                      \
+    if (lr_) x_ = vaddq_f32(x_, vld1q_f32(lr_ + (rw) * lldr_ + 4 * (v)));                      \
+    x_ = o2e_act4_(x_, lact_);                                                                 \
+    vst1q_f32(lo_ + (rw) * lldo_ + 4 * (v), x_);                                               \
+  } while (0)
+#define O2E_LEAN4_ROW_(rw, KIND)                                                               \
+  do {                                                                                         \
+    const float32x4_t bm_ = vdupq_n_f32(lbm_ ? lbm_[rw] : 0.0f);                               \
+    O2E_LEAN4_V_(c##rw##0, rw, 0, KIND);                                                       \
+    if (NV > 1) O2E_LEAN4_V_(c##rw##1, rw, 1, KIND);                                           \
+    if (NV > 2) O2E_LEAN4_V_(c##rw##2, rw, 2, KIND);                                           \
+  } while (0)
+#define O2E_LEAN4_TILE_(KIND)                                                                  \
+  do {                                                                                         \
+    const o2e_act lact_ = {KIND, la_, lb_};                                                    \
+    O2E_LEAN4_ROW_(0, KIND);                                                                   \
+    O2E_LEAN4_ROW_(1, KIND);                                                                   \
+    O2E_LEAN4_ROW_(2, KIND);                                                                   \
+    O2E_LEAN4_ROW_(3, KIND);                                                                   \
+    O2E_LEAN4_ROW_(4, KIND);                                                                   \
+    O2E_LEAN4_ROW_(5, KIND);                                                                   \
+    O2E_LEAN4_ROW_(6, KIND);                                                                   \
+    O2E_LEAN4_ROW_(7, KIND);                                                                   \
+  } while (0)
+
 /* 8 x (4 NV) kernel: 24 accumulators for NV = 3, the 8-row panel in one pass. */
 O2E_GEMM_INL void o2e_k4_body_(const int NV, const int PLAIN, int kc, const float *a, int lda,
                                const float *b, int w, int mr, int nr, const o2e_epi_ *e, int i0,
@@ -948,6 +1059,18 @@ O2E_GEMM_INL void o2e_k4_body_(const int NV, const int PLAIN, int kc, const floa
     if (!PLAIN && (k & 1) == 0) O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR, 3);
     if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
+  }
+  if (mr == O2E_GEMM_MR && nr == 4 * NV && e->final && !e->q && !e->bn && !e->p) {
+    /* full tile, bias / residual / activation only: from the registers (see the lean
+     * epilogue's note above O2E_LEAN_LOCALS_) */
+    O2E_LEAN_LOCALS_();
+    switch (e->act.kind) {
+    case O2E_ACT_RELU: O2E_LEAN4_TILE_(O2E_ACT_RELU); break;
+    case O2E_ACT_CLIP: O2E_LEAN4_TILE_(O2E_ACT_CLIP); break;
+    case O2E_ACT_LEAKY_RELU: O2E_LEAN4_TILE_(O2E_ACT_LEAKY_RELU); break;
+    default: O2E_LEAN4_TILE_(O2E_ACT_NONE); break;
+    }
+    return;
   }
   /* Through a small L1-resident tile to the epilogue (kc >> 1: the 24 stores and reloads
    * cost little next to the kc x 24 fmla). */
@@ -1616,12 +1739,18 @@ O2E_GEMM_INL void o2e_pf_init_(o2e_pf_ *f, const float *p, int rows, int cols, i
  * planes), more streams than the hardware prefetchers follow, so without this every epilogue
  * waits for its lines from L3 or memory. Issued one strip ahead (a sweep over the block's
  * panels): ResNet50's res2 1x1 64 -> 256 with its residual ran 0.77-0.81x the time. */
+O2E_GEMM_INL int o2e_r_in_place_(const o2e_gemm_args_ *g) {
+  return g->R == g->C && g->ldr == g->ldc;
+}
+
+/* (R == C, a residual written in place: its lines are C's, fetched once.) */
 O2E_GEMM_INL void o2e_pf_c_(const o2e_gemm_args_ *g, int i, int rows, int j) {
+  const float *R = o2e_r_in_place_(g) ? NULL : g->R;
   int r, c;
   for (r = 0; r < rows; r++)
     for (c = 0; c < O2E_GEMM_NR && j + c < g->N; c += 16) {
       O2E_PREFETCH_(g->C + (size_t)(i + r) * g->ldc + j + c, 2);
-      if (g->R) O2E_PREFETCH_(g->R + (size_t)(i + r) * g->ldr + j + c, 2);
+      if (R) O2E_PREFETCH_(R + (size_t)(i + r) * g->ldr + j + c, 2);
     }
 }
 
@@ -1664,7 +1793,8 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
      * 28x28 maps measured 1.0-1.09x slower with it) and the next strip's C and R lines of
      * the whole block fit the prefetch budget */
     const int pf_c = (g->R || O2E_GEMM_PF_C_NORES) && g->ldc >= 1024 &&
-                     (size_t)(ie - ic) * O2E_GEMM_NR * sizeof(float) * (g->R ? 2 : 1) <=
+                     (size_t)(ie - ic) * O2E_GEMM_NR * sizeof(float) *
+                             (g->R && !o2e_r_in_place_(g) ? 2 : 1) <=
                          (size_t)O2E_GEMM_PF_C_BYTES;
     for (jb = n0; jb < n1; jb += NB) {
       const int nb = n1 - jb < NB ? n1 - jb : NB;
