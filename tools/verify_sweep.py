@@ -16,7 +16,6 @@ zoo models are built into a scratch directory on demand (never committed).
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 import time
@@ -27,35 +26,11 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from onnx2edge import api  # noqa: E402
 from onnx2edge.bench import zoo  # noqa: E402
+from onnx2edge.bench.harness import cpu_name  # noqa: E402
+from onnx2edge.bench.suite import SEED_SUITE as SEED  # noqa: E402
 from onnx2edge.errors import Onnx2EdgeError  # noqa: E402
 
-SEED = [
-    "alexnet",
-    "alexnet_bn",
-    "nin",
-    "nin_bn",
-    "googlenet",
-    "vgg16",
-    "vgg19",
-    "inception_v3",
-    "resnet50",
-    "squeezenet",
-    "mobilenet_v1",
-    "mobilenet_v2",
-    "convdeconv",
-    "mnist_mlp",
-]
 FIXTURES = sorted((ROOT / "tests/fixtures/torch").glob("*.onnx"))
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def cell(path: Path, arch: str) -> str:
