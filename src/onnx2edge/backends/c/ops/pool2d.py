@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ....semantics.attrs import attr
-from ....semantics.conv_geometry import pool_geometry
+from ....semantics.conv_geometry import ConvGeometry, pool_geometry
 from ..emitter import NodeContext
 from .gemm import MAX_THREADS, _use_engine
 
@@ -494,20 +494,29 @@ def _divisors(
     return cnt
 
 
-def pool(ctx: NodeContext) -> str | None:
-    """MaxPool / AveragePool on float32 NCHW with phase planes, or None (use the generic loop)."""
+def float_pool_2d(ctx: NodeContext) -> ConvGeometry | None:
+    """The geometry of a MaxPool (without indices) / AveragePool on a non-empty float32 NCHW
+    tensor with pads >= 0, the pools the 2-D kernels (here and pool_rows.py) take; else None."""
     x, y = ctx.x(0), ctx.y(0)
     op = ctx.node.op_type
     if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:
         return None
     if op == "MaxPool" and ctx.has_output(1):
         return None
+    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
+    return None if min(geo.pads) < 0 else geo
+
+
+def pool(ctx: NodeContext) -> str | None:
+    """MaxPool / AveragePool on float32 NCHW with phase planes, or None (use the generic loop)."""
+    geo = float_pool_2d(ctx)
+    if geo is None:
+        return None
+    x, y = ctx.x(0), ctx.y(0)
+    op = ctx.node.op_type
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
-    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
     (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
-    if min(pads) < 0:
-        return None
     name = _pool_kernel(ctx, op, kh, kw, sh, sw, dh, dw)
     ctx.kernel("2-D phase planes")
     HQ, WQ = phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)

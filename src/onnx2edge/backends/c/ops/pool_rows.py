@@ -30,9 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from ....semantics.attrs import attr
-from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
-from .pool2d import ARGS, INTRINSICS, _divisors, call_planes
+from .pool2d import ARGS, INTRINSICS, _divisors, call_planes, float_pool_2d
 
 # Output positions per block: one AVX-512 register, two AVX2 / NEON registers... (see _BLOCK)
 # Inputs from this size on are prefetched ahead (ab_nodes, native, 1 thread: -10..-35 % on
@@ -405,18 +404,14 @@ static void {name}(void *arg, int i0, int i1)
 def pool(ctx: NodeContext) -> str | None:
     """MaxPool / AveragePool on float32 NCHW by rows, or None (pool2d.py's planes, then the
     generic loop, take it)."""
+    geo = float_pool_2d(ctx)
+    if geo is None:
+        return None
     x, y = ctx.x(0), ctx.y(0)
     op = ctx.node.op_type
-    if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:
-        return None
-    if op == "MaxPool" and ctx.has_output(1):
-        return None
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
-    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
     (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
-    if min(pads) < 0:
-        return None
     divisors = None
     if op == "AveragePool":
         inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
