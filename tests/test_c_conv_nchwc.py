@@ -7,7 +7,8 @@ One model (a batch of 2) holds every seam of the plan: a chain entered by a 1x1 
 NCHW graph input, depthwise layers inside it (stride 1 and 2, symmetric and asymmetric pads,
 Clip / LeakyRelu / Relu / none), a blocked residual (MobileNet v2's linear bottleneck), a
 layer leaving the chain with an NCHW residual, a graph output inside a chain (that tensor
-stays NCHW, the chain resumes after it), 48-channel layers (an odd number of 16-channel
+stays NCHW, the chain resumes after it), a GlobalAveragePool reading a blocked tensor (the
+chain's exit in MobileNets) beside one reading NCHW, 48-channel layers (an odd number of 16-channel
 blocks: AVX-512's half tile), maps of 14x14, 7x7 and 3x3, and a 24-channel branch the plan
 refuses (not a multiple of 16).
 """
@@ -84,6 +85,8 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
     t7 = act(conv(t6, "pw7", 32, 96), "Relu")
     t8 = act(conv(t7, "dw8", 96, 96, 3, 2, p1), "Relu")  # stride 2: 14 -> 7
     conv(t8, "y1", 96, 48)  # a graph output inside the chain: stays NCHW
+    nodes.append(helper.make_node("GlobalAveragePool", [t8], ["y5"]))  # reads t8's blocks
+    nodes.append(helper.make_node("GlobalAveragePool", ["y1"], ["y6"]))  # an NCHW input
     t10 = act(conv("y1", "pw10", 48, 64), "Clip")  # re-enters from the NCHW output
     t11 = conv(t10, "dw11", 64, 64, 3, 2, (0, 0, 1, 1))  # asymmetric pads, no activation
     conv(t11, "y2", 64, 16)  # leaves: 3x3 map
@@ -97,6 +100,8 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
         vi("y2", [N, 16, 3, 3]),
         vi("y3", [N, 32, 14, 14]),
         vi("y4", [N, 32, 14, 14]),
+        vi("y5", [N, 96, 1, 1]),
+        vi("y6", [N, 48, 1, 1]),
     ]
     m = make_model(nodes, [vi("x", [N, 32, 14, 14])], outs, inits, opset=13)
     x = rng.standard_normal((N, 32, 14, 14)).astype(np.float32)
@@ -124,6 +129,7 @@ def test_the_plan_takes_the_chains_and_refuses_the_rest(chain: tuple) -> None:
     assert kernels["Conv: 1x1, channel blocks (enters)"] == 2, kernels  # pw1, pw10
     assert kernels["Conv: 1x1, channel blocks (leaves)"] == 3, kernels  # pw13, y1, y2
     assert kernels["Conv: depthwise 3x3 stride 2, channel blocks"] == 2, kernels
+    assert kernels["GlobalAveragePool: channel blocks"] == 1, kernels  # y5; y6 reads NCHW
 
 
 def test_plan_is_pure_and_switches_off(chain: tuple, tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ BLOCK keeps its intermediate tensors blocked, and ops/conv_nchwc.py writes every
 chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
 broadcasts one input scalar at a time) and writes either (blocked: whole vectors; NCHW: a
 transposing store), so chains start and end at 1x1 layers; a depthwise layer only runs
-inside a chain (blocked in and out).
+inside a chain (blocked in and out). A chain may also end at a GlobalAveragePool that reads
+the blocked tensor (MobileNets' 7x7 head): its [N][C][1][1] output is the same in both
+layouts, so the last 1x1 layer stores whole vectors instead of transposing.
 
 BLOCK is fixed at conversion, not per ISA: one generated model.c compiles for AVX-512 (one
 zmm per block), AVX2 (two ymm), NEON (four q) and portable C.
@@ -47,7 +49,7 @@ MIN_DENSITY = 0.5  # pruned 1x1 weights below this are left to the sparse kernel
 class BlockedRole:
     """A chain member's layouts: whether its input 0, output and residual input are blocked."""
 
-    kind: str  # "pointwise" or "depthwise"
+    kind: str  # "pointwise", "depthwise" or "gap" (a GlobalAveragePool reading blocks)
     x: bool
     y: bool
     residual: bool = False  # the node adds a residual (input 3)
@@ -67,7 +69,10 @@ EMPTY = LayoutPlan({}, frozenset())
 
 
 def _kind(node: Node, graph: Graph) -> str | None:
-    """'pointwise' / 'depthwise' when the node could run blocked whatever its neighbours."""
+    """'pointwise' / 'depthwise' / 'gap' when the node could run blocked whatever its
+    neighbours."""
+    if node.op_type == "GlobalAveragePool" and node.domain in ("", "ai.onnx"):
+        return "gap" if _blockable_input(node, graph) else None
     if base_op(node) != "Conv" or node.domain not in ("", "ai.onnx", "o2e"):
         return None
     if len(node.inputs) < 2 or not node.inputs[0]:
@@ -103,6 +108,15 @@ def _kind(node: Node, graph: Graph) -> str | None:
     return None
 
 
+def _blockable_input(node: Node, graph: Graph) -> bool:
+    """Input 0 is a static float32 NCHW tensor whose channels fill whole blocks."""
+    t = graph.type_of(node.inputs[0]) if node.inputs and node.inputs[0] else None
+    if t is None or not t.is_static or t.dtype != np.float32:
+        return False
+    shape = t.static_shape
+    return len(shape) == 4 and shape[1] % BLOCK == 0
+
+
 def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
     """The chains of `graph` that run blocked (pure: reads the graph only)."""
     if kernels.get(NAME) == "off":
@@ -116,7 +130,7 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
         blocked = frozenset(
             t
             for n in graph.nodes
-            if n.name in kinds
+            if n.name in kinds and kinds[n.name] != "gap"  # its output: 1x1 maps, NCHW
             for t in n.outputs[:1]
             if t not in outputs
             and graph.consumers(t)
@@ -149,6 +163,8 @@ def _reads_as_data(node: Node, t: str) -> bool:
 def _consistent(role: BlockedRole) -> bool:
     if role.kind == "depthwise":
         return role.x and role.y
+    if role.kind == "gap":
+        return role.x  # an NCHW input: pool2d's kernel
     if role.residual and role.r != role.y:
         return False  # the kernel adds the residual in its output's layout
     return role.x or role.y  # neither side blocked: the NCHW kernels take it

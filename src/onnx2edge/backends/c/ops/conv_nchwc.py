@@ -98,6 +98,22 @@ def _depthwise(ctx: NodeContext, spec: ConvSpec) -> str:
     )
 
 
+def global_avgpool(ctx: NodeContext) -> str | None:
+    """GlobalAveragePool of a blocked tensor (the chain's exit, nchwc_plan), or None (NCHW)."""
+    role = ctx.model.layout_plan.role(ctx.node)
+    if role is None or not role.x:
+        return None
+    x, y = ctx.x(0), ctx.y(0)
+    N, C, H, W = x.shape
+    _include(ctx)
+    ctx.kernel("channel blocks")
+    return (
+        f"for (int n = 0; n < {N}; ++n)\n"
+        f"  o2e_nchwc_gap({x.sym} + (size_t)n * {C * H * W}, {y.sym} + (size_t)n * {C}, "
+        f"{C}, {H * W});"
+    )
+
+
 def _sides(xb: bool, yb: bool) -> str:
     return {(True, True): "in chain", (False, True): "enters", (True, False): "leaves"}[xb, yb]
 

@@ -9,7 +9,7 @@ from ....ir import Graph, Node
 from ....semantics.attrs import attr, attrs
 from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
-from . import pool2d, pool_rows, register_op
+from . import conv_nchwc, pool2d, pool_rows, register_op
 from .dtypes import compute_ctype, is_float, load_expr, store_expr
 
 FLOAT = ("float", "double")
@@ -114,6 +114,8 @@ def pool(ctx: NodeContext) -> str:
 
 @register_op("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", check=_pool_check)
 def global_pool(ctx: NodeContext) -> str:
+    if (blocked := conv_nchwc.global_avgpool(ctx)) is not None:  # a blocked input
+        return blocked
     if (fast := pool2d.global_pool(ctx)) is not None:  # float32 GlobalAveragePool
         return fast
     x, y = ctx.x(0), ctx.y(0)

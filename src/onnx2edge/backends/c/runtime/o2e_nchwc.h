@@ -20,6 +20,9 @@
  *              row of up to DWPX output pixels in registers, so narrow maps (7, 14 wide)
  *              need no per-plane edge code: taps falling in the padding are skipped per
  *              pixel on the edge tiles only.
+ *   GlobalAveragePool of a blocked input (the chain's exit before a 7x7 head): y[c] is the mean
+ *              of channel c over the P pixels, written as [C] (a 1x1 map: the same in both
+ *              layouts), so the layer before it stores whole vectors.
  * Weights are rearranged at conversion time: 1x1 [M/16][K][16], depthwise [C/16][9][16].
  * Activations (o2e_act kinds 1-3) by compare and select, so NaN passes as in o2e_act1_.
  * Work units are blocks of output channels, split by o2e_parallel_for; results do not depend
@@ -41,6 +44,18 @@
 #define O2E_NC_VW 16
 #define O2E_NC_NV 4 /* 1x1 tile: 64 channels x 6 pixels = 24 zmm accumulators */
 #define O2E_NC_PX 6
+/* narrower tiles (a layer's last 16, 32 or 48 channels: MobileNet v2's 32-, 96- and
+ * 160-channel linear layers) take more pixels, so a tile still has 16-24 accumulators per
+ * weight vector loaded */
+#ifndef O2E_NC_PX1
+#define O2E_NC_PX1 12
+#endif
+#ifndef O2E_NC_PX2
+#define O2E_NC_PX2 12
+#endif
+#ifndef O2E_NC_PX3
+#define O2E_NC_PX3 8
+#endif
 #define O2E_NC_DWPX 14
 #elif defined(__AVX__)
 #define O2E_NC_VW 8
@@ -63,6 +78,19 @@ typedef int32_t o2e_nci __attribute__((vector_size(4 * O2E_NC_VW)));
 #define O2E_NCV_LOAD(v, p) memcpy(&(v), (p), sizeof(o2e_ncv))
 #define O2E_NCV_STORE(p, v) memcpy((p), &(v), sizeof(o2e_ncv))
 #define O2E_NC_SUB (O2E_NC_VW * O2E_NC_NV) /* channels per 1x1 tile: 16 or 64 */
+#if O2E_NC_VW == 16 /* the narrow tiles' pixel counts: 12, 8 or 6 (their switch cases) */
+#define O2E_NC_PXMAX 12
+#define O2E_NC_PW_CASES_PXN_(n) O2E_NC_PW_CASES_PXN__(n)
+#define O2E_NC_PW_CASES_PXN__(n) O2E_NC_PW_CASES_##n
+#define O2E_NC_PW_CASES_12 O2E_NC_PW_CASES12
+#define O2E_NC_PW_CASES_8 O2E_NC_PW_CASES8
+#define O2E_NC_PW_CASES_6 O2E_NC_PW_CASES
+#define O2E_NC_PW_CASES_PX1 O2E_NC_PW_CASES_PXN_(O2E_NC_PX1)
+#define O2E_NC_PW_CASES_PX2 O2E_NC_PW_CASES_PXN_(O2E_NC_PX2)
+#define O2E_NC_PW_CASES_PX3 O2E_NC_PW_CASES_PXN_(O2E_NC_PX3)
+#else
+#define O2E_NC_PXMAX O2E_NC_PX
+#endif
 #else
 #define O2E_NC_VEC 0
 #define O2E_NC_SUB 16
@@ -146,7 +174,7 @@ O2E_GEMM_FN void o2e_nc_store_nchw_(const float *t, int nl, int pn, float *y, in
  * constants after inlining, so the accumulators stay in registers. */
 O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_args *a,
                                   const float *x, int m0, int p0, int k0, int k1) {
-  o2e_ncv acc[O2E_NC_PX][O2E_NC_NV], wv[O2E_NC_NV];
+  o2e_ncv acc[O2E_NC_PXMAX][O2E_NC_NV], wv[O2E_NC_NV];
   const float *wb[O2E_NC_NV];
   float *yb[O2E_NC_NV];
   const int K = a->K, P = a->P;
@@ -189,7 +217,7 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
 #pragma GCC unroll 12
       for (p = 0; p < PN; p++) O2E_NCV_STORE(yb[v] + (size_t)p * O2E_NC_BLOCK, acc[p][v]);
   } else {
-    float t[O2E_NC_PX * O2E_NC_NV * O2E_NC_VW];
+    float t[O2E_NC_PXMAX * O2E_NC_NV * O2E_NC_VW];
 #pragma GCC unroll 12
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
@@ -202,11 +230,12 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
  * tile can have). */
 #define O2E_NC_PW_CASE(n, NV)                                                                  \
   case n: o2e_nc_pw_tile_(n, NV, a, x, m0, p0, k0, k1); break;
-#define O2E_NC_PW_ROW(NV)                                                                      \
+#define O2E_NC_PW_ROW(NV, PX, CASES)                                                           \
+  nt = o2e_nc_ntiles_(a->P, PX);                                                               \
   for (q = 0; q < nt; q++) {                                                                   \
     const int p0 = (int)((long)q * a->P / nt), pn = (int)((long)(q + 1) * a->P / nt) - p0;     \
     switch (pn) {                                                                              \
-      O2E_NC_PW_CASES(NV)                                                                      \
+      CASES(NV)                                                                                \
     default: o2e_nc_pw_tile_(1, NV, a, x, m0, p0, k0, k1); break;                              \
     }                                                                                          \
   }
@@ -214,16 +243,20 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
 #define O2E_NC_PW_CASES(NV)                                                                    \
   O2E_NC_PW_CASE(6, NV) O2E_NC_PW_CASE(5, NV) O2E_NC_PW_CASE(4, NV) O2E_NC_PW_CASE(3, NV)      \
   O2E_NC_PW_CASE(2, NV)
+#define O2E_NC_PW_CASES8(NV)                                                                   \
+  O2E_NC_PW_CASE(8, NV) O2E_NC_PW_CASE(7, NV) O2E_NC_PW_CASES(NV)
+#define O2E_NC_PW_CASES12(NV)                                                                  \
+  O2E_NC_PW_CASE(12, NV) O2E_NC_PW_CASE(11, NV) O2E_NC_PW_CASE(10, NV) O2E_NC_PW_CASE(9, NV)   \
+  O2E_NC_PW_CASES8(NV)
 #else
 #define O2E_NC_PW_CASES(NV) O2E_NC_PW_CASE(3, NV) O2E_NC_PW_CASE(2, NV)
 #endif
 
 O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
   const o2e_nc_pw_args *a = (const o2e_nc_pw_args *)arg;
-  const int nt = o2e_nc_ntiles_(a->P, O2E_NC_PX);
   const int kc = a->yblk ? O2E_NC_KC : a->K; /* partial sums wait in a blocked y only */
   const float *x = a->xblk ? a->x : a->xs;
-  int u, q, k0;
+  int u, q, k0, nt;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_NC_SUB;
     const int nl = a->M - m0 < O2E_NC_SUB ? a->M - m0 : O2E_NC_SUB;
@@ -231,13 +264,11 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
       const int k1 = a->K - k0 < kc ? a->K : k0 + kc;
       switch (nl / O2E_NC_VW) { /* the last tile of the layer may be narrower */
 #if O2E_NC_VW == 16
-      case 1: O2E_NC_PW_ROW(1) break;
-      case 2: O2E_NC_PW_ROW(2) break;
-      case 3: O2E_NC_PW_ROW(3) break;
-#elif O2E_NC_VW == 8 && O2E_NC_NV > 2
-      case 2: O2E_NC_PW_ROW(2) break;
+      case 1: O2E_NC_PW_ROW(1, O2E_NC_PX1, O2E_NC_PW_CASES_PX1) break;
+      case 2: O2E_NC_PW_ROW(2, O2E_NC_PX2, O2E_NC_PW_CASES_PX2) break;
+      case 3: O2E_NC_PW_ROW(3, O2E_NC_PX3, O2E_NC_PW_CASES_PX3) break;
 #endif
-      default: O2E_NC_PW_ROW(O2E_NC_NV) break;
+      default: O2E_NC_PW_ROW(O2E_NC_NV, O2E_NC_PX, O2E_NC_PW_CASES) break;
       }
     }
     o2e_nc_epilogue_(a->y + (size_t)m0 * a->P, a->res ? a->res + (size_t)m0 * a->P : NULL,
@@ -246,8 +277,8 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
 }
 
 /* One depthwise tile: VW channels of one block, output row oy, pixels [ox0, ox0 + PN), stride
- * S; taps in the padding are skipped per pixel (on 7- and 14-wide maps every tile touches an
- * edge). The activation follows in o2e_nc_epilogue_ over the row. */
+ * S; taps in the padding are skipped on the tile's first and last pixels (on 7- and 14-wide
+ * maps every tile touches an edge). The activation follows in o2e_nc_epilogue_ over the row. */
 O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const o2e_nc_dw_args *a,
                                   const float *xb, const float *wb, const float *bb, float *yb,
                                   int oy, int ox0) {
@@ -267,7 +298,10 @@ O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const o2e_nc_dw_arg
 #pragma GCC unroll 14
       for (p = 0; p < PN; p++) {
         const int ix = ix0 + p * S;
-        if (ix < 0 || ix >= a->W) continue;
+        /* with pads <= 1 and stride <= 2 only a tile's first and last pixels can reach into
+         * the padding (ix >= ox0*S - 1 + S for p >= 1, ix <= W + pr - 3 for p <= PN - 2,
+         * as ox0 + PN <= OW), so the inner pixels run without a test once unrolled */
+        if ((p == 0 || p == PN - 1) && (ix < 0 || ix >= a->W)) continue;
         O2E_NCV_LOAD(xv, row + (size_t)ix * O2E_NC_BLOCK);
         acc[p] += xv * wv;
       }
@@ -404,6 +438,25 @@ O2E_GEMM_FN void o2e_nchwc_dw3x3(const o2e_nc_dw_args *a, int threaded) {
     o2e_parallel_for(units, o2e_nc_dw_units_, (void *)a);
   else
     o2e_nc_dw_units_((void *)a, 0, units);
+}
+
+/* GlobalAveragePool of one blocked image x [C/16][P][16] into y[C]. Two interleaved partial
+ * sums per lane (even / odd pixels: the adds do not wait on each other); the plain loops
+ * vectorise over the 16 lanes at every ISA, so there is no ISA branch. */
+O2E_GEMM_FN void o2e_nchwc_gap(const float *x, float *y, int C, int P) {
+  int b, p, l;
+  for (b = 0; b < C / O2E_NC_BLOCK; b++) {
+    const float *xb = x + (size_t)b * P * O2E_NC_BLOCK;
+    float s0[O2E_NC_BLOCK] = {0}, s1[O2E_NC_BLOCK] = {0};
+    for (p = 0; p + 1 < P; p += 2)
+      for (l = 0; l < O2E_NC_BLOCK; l++) {
+        s0[l] += xb[(size_t)p * O2E_NC_BLOCK + l];
+        s1[l] += xb[(size_t)(p + 1) * O2E_NC_BLOCK + l];
+      }
+    if (p < P)
+      for (l = 0; l < O2E_NC_BLOCK; l++) s0[l] += xb[(size_t)p * O2E_NC_BLOCK + l];
+    for (l = 0; l < O2E_NC_BLOCK; l++) y[b * O2E_NC_BLOCK + l] = (s0[l] + s1[l]) / (float)P;
+  }
 }
 
 #endif /* O2E_NCHWC_H */
