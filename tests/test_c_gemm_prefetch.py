@@ -1,10 +1,12 @@
 """The packed GEMM's C prefetch a strip ahead (runtime/o2e_gemm.h, o2e_pf_c_), taken by 1x1
-convolutions on maps of >= 512 pixels (O2E_GEMM_PF_C_MINLD: 27x27 and larger): with a residual (C and R
-prefetched) and, at AVX-512, without one (O2E_GEMM_PF_C_NORES: C only, R is NULL).
+convolutions on maps of >= 512 pixels (O2E_GEMM_PF_C_MINLD: 27x27 and larger): with a
+residual (C and R prefetched) and without one (O2E_GEMM_PF_C_NORES: C only, R is NULL; at
+AVX2 only for K <= 128).
 
 Prefetches change no result; what is checked is that every path around them computes what
 onnxruntime does at every ISA: M not a multiple of the 8-row panels (36, 40), a pixel count
-that leaves a partial last strip (32x34 = 1088, 23x27 = 621), K across several K slices (300 > KC), no bias,
+that leaves a partial last strip (32x34 = 1088, 23x27 = 621), K across several K slices
+(300 > KC), no bias,
 and NaN / Inf inputs propagating as onnxruntime's. Runs in ~15 s (aarch64 under qemu the most).
 """
 
