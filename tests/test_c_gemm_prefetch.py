@@ -6,8 +6,8 @@ AVX2 only for K <= 128).
 Prefetches change no result; what is checked is that every path around them computes what
 onnxruntime does at every ISA: M not a multiple of the 8-row panels (36, 40), a pixel count
 that leaves a partial last strip (32x34 = 1088, 23x27 = 621), K across several K slices
-(300 > KC), no bias,
-and NaN / Inf inputs propagating as onnxruntime's. Runs in ~15 s (aarch64 under qemu the most).
+(300 > KC), no bias, and NaN / Inf inputs propagating as onnxruntime's. Runs in ~30 s (aarch64
+under qemu the most).
 """
 
 from __future__ import annotations
