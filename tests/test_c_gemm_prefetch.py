@@ -1,11 +1,13 @@
 """The packed GEMM's C prefetch a strip ahead (runtime/o2e_gemm.h, o2e_pf_c_), taken by 1x1
-convolutions on maps of >= 1024 pixels (C's rows pages apart): with a residual (C and R
-prefetched) and, at AVX-512, without one (O2E_GEMM_PF_C_NORES: C only, R is NULL).
+convolutions on maps of >= 512 pixels (O2E_GEMM_PF_C_MINLD: 27x27 and larger): with a
+residual (C and R prefetched) and without one (O2E_GEMM_PF_C_NORES: C only, R is NULL; at
+AVX2 only for K <= 128).
 
 Prefetches change no result; what is checked is that every path around them computes what
 onnxruntime does at every ISA: M not a multiple of the 8-row panels (36, 40), a pixel count
-that leaves a partial last strip (32x34 = 1088), K across several K slices (300 > KC), no bias,
-and NaN / Inf inputs propagating as onnxruntime's. Runs in ~15 s (aarch64 under qemu the most).
+that leaves a partial last strip (32x34 = 1088, 23x27 = 621), K across several K slices
+(300 > KC), no bias, and NaN / Inf inputs propagating as onnxruntime's. Runs in ~30 s (aarch64
+under qemu the most).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from onnx2edge.verify import compare
 
 from conftest import ALL_ISAS, assert_sanitized_run_matches_ort, make_model, save, tensor, vi
 
-H, W = 32, 34  # 1088 output pixels: ldc >= 1024, the last 48- / 24-column strip partial
+# output pixels (ldc) above the prefetch threshold, the last 48- / 24-column strip partial:
+# 1088 (pages apart) and 621 (27x27-sized maps, between O2E_GEMM_PF_C_MINLD and a page)
+MAPS = [(32, 34), (23, 27)]
 
 
-def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+def _model(tmp_path: Path, H: int = 32, W: int = 34) -> tuple[Path, dict[str, np.ndarray]]:
     rng = np.random.default_rng(5)
     nodes, ins, outs, inits, feeds = [], [], [], [], {}
     # name: (K, M, bias, residual, Relu)
@@ -37,7 +41,7 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     }
     for name, (K, M, has_b, res, relu) in cases.items():
         x = rng.standard_normal((1, K, H, W)).astype(np.float32)
-        x[0, 1, 2, 3], x[0, 2, 31, 33], x[0, K - 1, 16, 0] = np.nan, np.inf, -np.inf
+        x[0, 1, 2, 3], x[0, 2, H - 1, W - 1], x[0, K - 1, H // 2, 0] = np.nan, np.inf, -np.inf
         feeds[f"x{name}"] = x
         ins.append(vi(f"x{name}", [1, K, H, W]))
         inits.append(tensor(f"w{name}", (rng.standard_normal((M, K, 1, 1)) / K).astype(np.float32)))
@@ -59,9 +63,12 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "pf.onnx"), feeds
 
 
+@pytest.mark.parametrize("hw", MAPS)
 @pytest.mark.parametrize("arch", ALL_ISAS)
-def test_prefetching_gemm_matches_onnxruntime(tmp_path: Path, arch: str) -> None:
-    path, feeds = _model(tmp_path)
+def test_prefetching_gemm_matches_onnxruntime(
+    tmp_path: Path, arch: str, hw: tuple[int, int]
+) -> None:
+    path, feeds = _model(tmp_path, *hw)
     kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
     assert kernels.get("Conv: 1x1 as GEMM") == 3, kernels  # every case on the packed GEMM
     got = api.run(tmp_path / "out", feeds, options={"arch": arch})

@@ -140,13 +140,32 @@
 /* Prefetch C a strip ahead (o2e_pf_c_) also without a residual. In the model (tools/ab_nodes.py,
  * per-node minima of interleaved builds) ResNet50's residual-free 56x56 1x1 layers ran
  * 0.88-0.97x with it at AVX-512 while other jobs loaded the machine, 0.93-1.0x on a quiet one;
- * at x86-64-v3 on the same host 1.00-1.04x, so AVX2 keeps it off. */
+ * at x86-64-v3 on the same host 1.00-1.04x, so AVX2 takes it only where K is small
+ * (O2E_GEMM_PF_C_NORES_MAXK), i.e. where the few FMAs per tile cannot hide the output lines'
+ * misses: SqueezeNet's expand1x1 layers (K = 32 .. 64) then ran 0.69-0.82x, its squeeze1x1
+ * layers on 55x55 maps (K = 96, 128) 0.80x at x86-64-v3. */
 #ifndef O2E_GEMM_PF_C_NORES
-#if defined(O2E_GEMM_AVX512)
+#if defined(O2E_GEMM_AVX512) || defined(O2E_GEMM_AVX2)
 #define O2E_GEMM_PF_C_NORES 1
 #else
 #define O2E_GEMM_PF_C_NORES 0
 #endif
+#endif
+#ifndef O2E_GEMM_PF_C_NORES_MAXK /* ... and then only for K up to this */
+#if defined(O2E_GEMM_AVX2)
+#define O2E_GEMM_PF_C_NORES_MAXK 128
+#else
+#define O2E_GEMM_PF_C_NORES_MAXK (1 << 30)
+#endif
+#endif
+/* C rows at least this many floats apart are prefetched (o2e_pf_c_). In the model
+ * (tools/ab_nodes.py, per-node minima of interleaved builds, AVX-512) a 1024 threshold left
+ * out 27x27 and 28x28 maps (729 / 784): SqueezeNet's fire8/expand1x1 (64 -> 256, small K, so
+ * the output lines are the cost) ran 0.62x and fire6/expand1x1 0.72x with it, ResNet50's
+ * res3b-d 1x1 + residual 0.8x; 13x13 / 14x14 maps (169 / 196) stay out: res4's 1x1 layers
+ * with their residual ran 1.1-1.2x slower with it. */
+#ifndef O2E_GEMM_PF_C_MINLD
+#define O2E_GEMM_PF_C_MINLD 512
 #endif
 #ifndef O2E_PACK_PD /* rows of B the packing loop prefetches ahead of its copy */
 #define O2E_PACK_PD 16
@@ -1789,10 +1808,11 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
     const int direct = !g->conv && (npan <= 4 || (npan <= 8 && g->ldb % 16 == 0 &&
                                                  (g->ldb / 16) % 2 == 1));
     /* a residual is read (without one, 56x56 / 54x54 maps measured 0.92-1.0x: within the
-     * noise), C's rows are pages apart (else the hardware prefetchers follow them: 13x13 or
-     * 28x28 maps measured 1.0-1.09x slower with it) and the next strip's C and R lines of
-     * the whole block fit the prefetch budget */
-    const int pf_c = (g->R || O2E_GEMM_PF_C_NORES) && g->ldc >= 1024 &&
+     * noise), C's rows are at least O2E_GEMM_PF_C_MINLD floats apart (closer rows, the
+     * hardware prefetchers follow them) and the next strip's C and R lines of the whole block
+     * fit the prefetch budget */
+    const int pf_c = (g->R || (O2E_GEMM_PF_C_NORES && K <= O2E_GEMM_PF_C_NORES_MAXK)) &&
+                     g->ldc >= O2E_GEMM_PF_C_MINLD &&
                      (size_t)(ie - ic) * O2E_GEMM_NR * sizeof(float) *
                              (g->R && !o2e_r_in_place_(g) ? 2 : 1) <=
                          (size_t)O2E_GEMM_PF_C_BYTES;
