@@ -55,6 +55,22 @@ MAX_PLANES_BYTES = 8 << 20  # the phase planes live in the arena while the layer
 MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layers ran 25 % slower than the GEMM
 
 
+def tile_px(kh: int, kw: int, sw: int) -> int:
+    """Output pixels per AVX-512 tile (a row is cut into balanced tiles of at most this).
+
+    With P pixels a kernel row's taps in one column phase (nj = ceil(kw / sw) of them) read
+    P + nj - 1 distinct inputs, and GCC keeps each broadcast for all the taps that use it
+    (taps j and j + sw are one pixel apart): 2·P accumulators + 2·nj weight vectors + the
+    broadcast must fit the 32 zmm registers or the tile spills. At P = 12 the 5x5 tile did
+    (objdump: 339 stack moves per 600 FMAs of one width; 48 at P = 10), and Inception-v3's
+    5x5 48 -> 64 on 35x35 ran 0.65-0.67x the time with 4 tiles of <= 10 pixels per row instead
+    of 3 of <= 12 (tools/ab_nodes.py, three interleaved runs). 3x3 (stride 1 or 2) keeps 12."""
+    nj = -(-kw // sw)
+    if kh == 1:  # Inception-v3's 1x7 on 17x17: 8 + 9 pixels and 6 + 6 + 5 timed alike (1.01-1.06)
+        return PX
+    return max(4, min(PX, (31 - 2 * nj) // 2))
+
+
 def refuse(spec: ConvSpec) -> str | None:
     if (why := refuse_not_rearrangeable(spec)) is not None:
         return why
@@ -193,19 +209,8 @@ static void NAME_h(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int 
 static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float *t)
 {
 #if defined(__AVX512F__)
-  switch (P) { /* one register-resident copy per width */
-  case 12: NAME_p(12, a, mb, oh, ow0, t); return;
-  case 11: NAME_p(11, a, mb, oh, ow0, t); return;
-  case 10: NAME_p(10, a, mb, oh, ow0, t); return;
-  case 9: NAME_p(9, a, mb, oh, ow0, t); return;
-  case 8: NAME_p(8, a, mb, oh, ow0, t); return;
-  case 7: NAME_p(7, a, mb, oh, ow0, t); return;
-  case 6: NAME_p(6, a, mb, oh, ow0, t); return;
-  case 5: NAME_p(5, a, mb, oh, ow0, t); return;
-  case 4: NAME_p(4, a, mb, oh, ow0, t); return;
-  case 3: NAME_p(3, a, mb, oh, ow0, t); return;
-  case 2: NAME_p(2, a, mb, oh, ow0, t); return;
-  default: NAME_p(1, a, mb, oh, ow0, t); return;
+  switch (P) { /* one register-resident copy per width, up to this layer's tile_px */
+PCASES  default: NAME_p(1, a, mb, oh, ow0, t); return;
   }
 #elif defined(__AVX2__) && defined(__FMA__)
   /* a tile of up to 12 pixels as two balanced halves of <= 6, each lane half in turn */
@@ -258,14 +263,19 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     act = spec.act
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
+    px = tile_px(kh, kw, sw)
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
+    cases = "".join(
+        f"  case {p}: {tile}_p({p}, a, mb, oh, ow0, t); return;\n" for p in range(px, 1, -1)
+    )
     ctx.helper(
         tile,
         TILE.replace("NAME", tile)
         .replace("KH", str(kh))
         .replace("KW", str(kw))
         .replace("SH", str(sh))
-        .replace("SW", str(sw)),
+        .replace("SW", str(sw))
+        .replace("PCASES", cases),
     )
     pad = pool2d.phase_split(ctx, sh, sw)
     ctx.kernel("direct conv (output channels in lanes)")
@@ -275,7 +285,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     units = blocks * OH
     threaded = units > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
     name = f"o2e_lanes_rows_{ctx.step}"
-    ntiles = -(-OW // PX)
+    ntiles = -(-OW // px)
     nt = f"O2E_LANES_NT({ntiles}, {-(-OW // PX_AVX2)})"
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
