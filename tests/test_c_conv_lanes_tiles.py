@@ -1,6 +1,6 @@
-"""The lanes convolution's AVX-512 tile width per filter (backends/c/ops/conv_lanes.py tile_px):
-5x5 layers cut a row into tiles of <= 10 pixels (4 tiles on Inception-v3's 35-wide maps where
-there were 3 of <= 12), so the widths here leave every tile count and tail; checked against
+"""The lanes convolution's AVX-512 tiles of <= 10 pixels (backends/c/ops/conv_lanes.py PX512):
+4 tiles on Inception-v3's 35-wide 5x5 layers where there were 3 of <= 12, and widths that
+leave other tile counts and tails; checked against
 onnxruntime with NaN / +-Inf in the input at x86-64-v2, x86-64-v3, native and aarch64 (qemu)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import onnx
 import pytest
 
 from onnx2edge import api
-from onnx2edge.backends.c.ops.conv_lanes import PX, tile_px
 from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
@@ -26,7 +25,7 @@ CASES = {
     "5x5_w35": {"C": 48, "M": 64, "H": 5, "W": 35, "k": (5, 5), "pads": (2, 2, 2, 2)},
     # 21 = 7 + 7 + 7 (2 tiles of <= 12 before), 72 output channels: a partial 32-lane block
     "5x5_w21_m72": {"C": 24, "M": 72, "H": 6, "W": 21, "k": (5, 5), "pads": (2, 2, 2, 2)},
-    # 13 = 7 + 6; then a 3x3 / 2 (13 wide): stride 2 keeps 12-pixel tiles
+    # 13 = 7 + 6; then a 3x3 / 2 on a 13-wide output
     "5x5_w13_leaky": {
         "C": 32,
         "M": 64,
@@ -46,13 +45,6 @@ CASES = {
         "strides": (2, 2),
     },
 }
-
-
-def test_tile_px_fits_registers() -> None:
-    assert tile_px(5, 5, 1) == 10  # 20 accumulators + 10 weight vectors + 1 broadcast
-    assert tile_px(3, 3, 1) == PX == tile_px(3, 3, 2)
-    assert tile_px(1, 7, 1) == PX  # measured alike: kept
-    assert tile_px(7, 7, 1) == 8 and tile_px(11, 11, 1) == 4
 
 
 def _feeds(path: Path, seed: int) -> dict[str, np.ndarray]:

@@ -43,6 +43,16 @@ from .gemm import _use_engine
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
+# AVX-512 tiles hold at most PX512 pixels (a row is cut into balanced tiles of <= this). GCC keeps
+# each broadcast input for all the taps of a kernel row that use it (taps j and j + sw read one
+# pixel apart), so besides the 2·P accumulators and 2 weight vectors a tile holds up to
+# P + ceil(kw / sw) - 1 broadcasts. Compiled alone per width (objdump, stack moves per tile
+# copy, -O3 -march=native): 3x3 / 2 at P = 12, 11, 10, 9: 160, 117, 44, 36 (the last two only
+# the final stores); 5x5 / 1: 350, 198, 46, 36. Inception-v3's 5x5 48 -> 64 on 35x35 (3 tiles
+# of <= 12 -> 4 of <= 10) then took 0.64-0.69x the time (tools/ab_nodes.py, three interleaved
+# runs); rows already cut into tiles of <= 10 (ResNet50's 28 and 14, Inception-v3's 17) keep
+# their tiles.
+PX512 = 10
 PX_AVX2 = 6  # AVX2: 16 lanes x 6 pixels = 12 ymm accumulators, each lane half in turn
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
@@ -53,22 +63,6 @@ MIN_M = 64
 MAX_STRIDE = 4
 MAX_PLANES_BYTES = 8 << 20  # the phase planes live in the arena while the layer runs
 MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layers ran 25 % slower than the GEMM
-
-
-def tile_px(kh: int, kw: int, sw: int) -> int:
-    """Output pixels per AVX-512 tile (a row is cut into balanced tiles of at most this).
-
-    With P pixels a kernel row's taps in one column phase (nj = ceil(kw / sw) of them) read
-    P + nj - 1 distinct inputs, and GCC keeps each broadcast for all the taps that use it
-    (taps j and j + sw are one pixel apart): 2·P accumulators + 2·nj weight vectors + the
-    broadcast must fit the 32 zmm registers or the tile spills. At P = 12 the 5x5 tile did
-    (objdump: 339 stack moves per 600 FMAs of one width; 48 at P = 10), and Inception-v3's
-    5x5 48 -> 64 on 35x35 ran 0.65-0.67x the time with 4 tiles of <= 10 pixels per row instead
-    of 3 of <= 12 (tools/ab_nodes.py, three interleaved runs). 3x3 (stride 1 or 2) keeps 12."""
-    nj = -(-kw // sw)
-    if kh == 1:  # Inception-v3's 1x7 on 17x17: 8 + 9 pixels and 6 + 6 + 5 timed alike (1.01-1.06)
-        return PX
-    return max(4, min(PX, (31 - 2 * nj) // 2))
 
 
 def refuse(spec: ConvSpec) -> str | None:
@@ -209,7 +203,7 @@ static void NAME_h(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int 
 static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float *t)
 {
 #if defined(__AVX512F__)
-  switch (P) { /* one register-resident copy per width, up to this layer's tile_px */
+  switch (P) { /* one register-resident copy per width, up to PX512 */
 PCASES  default: NAME_p(1, a, mb, oh, ow0, t); return;
   }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -263,7 +257,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     act = spec.act
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
-    px = tile_px(kh, kw, sw)
+    px = PX512
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
     cases = "".join(
         f"  case {p}: {tile}_p({p}, a, mb, oh, ow0, t); return;\n" for p in range(px, 1, -1)
