@@ -4,7 +4,7 @@ layers, NIN's 5x5, AlexNet's grouped layers, ResNet's 3x3 / 2 downsampling layer
 
 There the implicit GEMM (conv_gemm.py) loses a fifth of its time to packing B - the column matrix
 has kh·kw copies of every input - and its 48-column strips fit a 289-pixel map badly. Here
-nothing is packed: 32 output channels x P <= 12 consecutive output pixels of one row are 2·P
+nothing is packed: 32 output channels x P <= 10 (PX512) consecutive output pixels of a row are 2·P
 accumulators that stay in AVX-512 registers for the whole C x kh x kw loop; each tap loads
 the 32 weights of that (c, i, j) as two vectors and broadcasts P input values read in place
 from a zero-bordered copy of the input, for 2·P FMAs:
@@ -42,7 +42,7 @@ from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
 from .gemm import _use_engine
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
-PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
+PX = 12  # tile scratch and the widest tile of the AVX2 / portable paths (2 x 6 pixels)
 # AVX-512 tiles hold at most PX512 pixels (a row is cut into balanced tiles of <= this). GCC keeps
 # each broadcast input for all the taps of a kernel row that use it (taps j and j + sw read one
 # pixel apart), so besides the 2·P accumulators and 2 weight vectors a tile holds up to
@@ -98,7 +98,7 @@ typedef struct {
   float *y;          /* M x OH x OW output */
   const float *bias; /* M, or NULL */
 } o2e_lanes_args;
-/* Pixel tiles per output row: AVX-512 holds 12 pixels x 32 lanes in registers, AVX2 + FMA 6 x 16,
+/* Pixel tiles per output row: AVX-512 holds 10 pixels x 32 lanes in registers, AVX2 + FMA 6 x 16,
  * so an AVX2 row is cut straight into balanced tiles of <= 6 (27 pixels as 5,5,5,6,6, not as
  * 9 + 9 + 9 each split 5 + 4: fewer short tiles whose few FMA chains wait on each other). */
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
