@@ -4,7 +4,7 @@ layers, NIN's 5x5, AlexNet's grouped layers, ResNet's 3x3 / 2 downsampling layer
 
 There the implicit GEMM (conv_gemm.py) loses a fifth of its time to packing B - the column matrix
 has kh·kw copies of every input - and its 48-column strips fit a 289-pixel map badly. Here
-nothing is packed: 32 output channels x P <= 12 consecutive output pixels of one row are 2·P
+nothing is packed: 32 output channels x P <= 10 (PX512) consecutive output pixels of a row are 2·P
 accumulators that stay in AVX-512 registers for the whole C x kh x kw loop; each tap loads
 the 32 weights of that (c, i, j) as two vectors and broadcasts P input values read in place
 from a zero-bordered copy of the input, for 2·P FMAs:
@@ -42,7 +42,17 @@ from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
 from .gemm import _use_engine
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
-PX = 12  # output pixels per tile: 24 accumulators + 2 weight vectors + 1 broadcast
+PX = 12  # tile scratch and the widest tile of the AVX2 / portable paths (2 x 6 pixels)
+# AVX-512 tiles hold at most PX512 pixels (a row is cut into balanced tiles of <= this). GCC keeps
+# each broadcast input for all the taps of a kernel row that use it (taps j and j + sw read one
+# pixel apart), so besides the 2·P accumulators and 2 weight vectors a tile holds up to
+# P + ceil(kw / sw) - 1 broadcasts. Compiled alone per width (objdump, stack moves per tile
+# copy, -O3 -march=native): 3x3 / 2 at P = 12, 11, 10, 9: 160, 117, 44, 36 (the last two only
+# the final stores); 5x5 / 1: 350, 198, 46, 36. Inception-v3's 5x5 48 -> 64 on 35x35 (3 tiles
+# of <= 12 -> 4 of <= 10) then took 0.64-0.69x the time (tools/ab_nodes.py, three interleaved
+# runs); rows already cut into tiles of <= 10 (ResNet50's 28 and 14, Inception-v3's 17) keep
+# their tiles.
+PX512 = 10
 PX_AVX2 = 6  # AVX2: 16 lanes x 6 pixels = 12 ymm accumulators, each lane half in turn
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
@@ -88,7 +98,7 @@ typedef struct {
   float *y;          /* M x OH x OW output */
   const float *bias; /* M, or NULL */
 } o2e_lanes_args;
-/* Pixel tiles per output row: AVX-512 holds 12 pixels x 32 lanes in registers, AVX2 + FMA 6 x 16,
+/* Pixel tiles per output row: AVX-512 holds 10 pixels x 32 lanes in registers, AVX2 + FMA 6 x 16,
  * so an AVX2 row is cut straight into balanced tiles of <= 6 (27 pixels as 5,5,5,6,6, not as
  * 9 + 9 + 9 each split 5 + 4: fewer short tiles whose few FMA chains wait on each other). */
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
@@ -193,19 +203,8 @@ static void NAME_h(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int 
 static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float *t)
 {
 #if defined(__AVX512F__)
-  switch (P) { /* one register-resident copy per width */
-  case 12: NAME_p(12, a, mb, oh, ow0, t); return;
-  case 11: NAME_p(11, a, mb, oh, ow0, t); return;
-  case 10: NAME_p(10, a, mb, oh, ow0, t); return;
-  case 9: NAME_p(9, a, mb, oh, ow0, t); return;
-  case 8: NAME_p(8, a, mb, oh, ow0, t); return;
-  case 7: NAME_p(7, a, mb, oh, ow0, t); return;
-  case 6: NAME_p(6, a, mb, oh, ow0, t); return;
-  case 5: NAME_p(5, a, mb, oh, ow0, t); return;
-  case 4: NAME_p(4, a, mb, oh, ow0, t); return;
-  case 3: NAME_p(3, a, mb, oh, ow0, t); return;
-  case 2: NAME_p(2, a, mb, oh, ow0, t); return;
-  default: NAME_p(1, a, mb, oh, ow0, t); return;
+  switch (P) { /* one register-resident copy per width, up to PX512 */
+PCASES  default: NAME_p(1, a, mb, oh, ow0, t); return;
   }
 #elif defined(__AVX2__) && defined(__FMA__)
   /* a tile of up to 12 pixels as two balanced halves of <= 6, each lane half in turn */
@@ -258,14 +257,19 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     act = spec.act
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
+    px = PX512
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
+    cases = "".join(
+        f"  case {p}: {tile}_p({p}, a, mb, oh, ow0, t); return;\n" for p in range(px, 1, -1)
+    )
     ctx.helper(
         tile,
         TILE.replace("NAME", tile)
         .replace("KH", str(kh))
         .replace("KW", str(kw))
         .replace("SH", str(sh))
-        .replace("SW", str(sw)),
+        .replace("SW", str(sw))
+        .replace("PCASES", cases),
     )
     pad = pool2d.phase_split(ctx, sh, sw)
     ctx.kernel("direct conv (output channels in lanes)")
@@ -275,7 +279,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     units = blocks * OH
     threaded = units > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
     name = f"o2e_lanes_rows_{ctx.step}"
-    ntiles = -(-OW // PX)
+    ntiles = -(-OW // px)
     nt = f"O2E_LANES_NT({ntiles}, {-(-OW // PX_AVX2)})"
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
