@@ -60,11 +60,12 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     res = ctx.x(3).sym if spec.residual else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
     off = f"(size_t)n * {M * P}"
+    xs = "NULL" if role.x else ctx.scratch(K * P * 4)
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
             f"  const o2e_nc_pw_args a = {{{x.sym} + (size_t)n * {K * P}, {wsym}, {bsym}, "
-            f"{f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, {M}, {K}, {P}, "
+            f"{f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, {xs}, {M}, {K}, {P}, "
             f"{int(role.x)}, {int(role.y)}, {act_c}}};",
             f"  o2e_nchwc_conv1x1(&a, {threaded});",
             "}",

@@ -63,9 +63,7 @@
 #define O2E_NC_VW 8
 #define O2E_NC_NV 2 /* 16 channels x 6 pixels = 12 ymm */
 #define O2E_NC_PX 6
-#ifndef O2E_NC_DWPX
 #define O2E_NC_DWPX 7
-#endif
 #elif defined(__aarch64__)
 #define O2E_NC_VW 4
 #define O2E_NC_NV 4 /* 16 channels x 6 pixels = 24 q */
@@ -114,6 +112,7 @@ typedef struct {
   const float *bias; /* M floats (zeros when the layer has none) */
   const float *res;  /* M x P in y's layout, added before the activation, or NULL */
   float *y;          /* M x P output: blocked, or NCHW when !yblk */
+  float *xs;         /* scratch, K x P floats: an NCHW input reordered to blocks */
   int M, K, P;
   int xblk, yblk;
   o2e_act act;
@@ -172,11 +171,11 @@ O2E_GEMM_FN void o2e_nc_store_nchw_(const float *t, int nl, int pn, float *y, in
 }
 
 /* One 1x1 tile: channels [m0, m0 + NV*VW) x pixels [p0, p0 + PN), input channels
- * [k0, k1) of a blocked (XB) or NCHW input. The first slice starts from the bias, later ones from the
+ * [k0, k1) of a blocked input. The first slice starts from the bias, later ones from the
  * partial sums in y (blocked outputs only: an NCHW output takes K in one slice). NV and PN are
  * constants after inlining, so the accumulators stay in registers. */
-O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const int XB,
-                                  const o2e_nc_pw_args *a, int m0, int p0, int k0, int k1) {
+O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_args *a,
+                                  const float *x, int m0, int p0, int k0, int k1) {
   o2e_ncv acc[O2E_NC_PXMAX][O2E_NC_NV], wv[O2E_NC_NV];
   const float *wb[O2E_NC_NV];
   float *yb[O2E_NC_NV];
@@ -201,15 +200,14 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const int XB,
       for (v = 0; v < NV; v++) O2E_NCV_LOAD(acc[p][v], yb[v] + (size_t)p * O2E_NC_BLOCK);
   }
   for (kb = k0 / O2E_NC_BLOCK; kb < k1 / O2E_NC_BLOCK; kb++) {
-    const float *xb = XB ? a->x + ((size_t)kb * P + p0) * O2E_NC_BLOCK
-                         : a->x + (size_t)kb * O2E_NC_BLOCK * P + p0;
+    const float *xb = x + ((size_t)kb * P + p0) * O2E_NC_BLOCK;
     const size_t wo = (size_t)kb * O2E_NC_BLOCK * O2E_NC_BLOCK;
     for (l = 0; l < O2E_NC_BLOCK; l++) {
 #pragma GCC unroll 4
       for (v = 0; v < NV; v++) O2E_NCV_LOAD(wv[v], wb[v] + wo + (size_t)l * O2E_NC_BLOCK);
 #pragma GCC unroll 12
       for (p = 0; p < PN; p++) {
-        const float b = XB ? xb[p * O2E_NC_BLOCK + l] : xb[(size_t)l * P + p];
+        const float b = xb[p * O2E_NC_BLOCK + l];
 #pragma GCC unroll 4
         for (v = 0; v < NV; v++) acc[p][v] += b * wv[v];
       }
@@ -233,14 +231,14 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const int XB,
 /* `NV`-vector tiles over all pixels for input channels [k0, k1) (one copy per pixel count a
  * tile can have). */
 #define O2E_NC_PW_CASE(n, NV)                                                                  \
-  case n: o2e_nc_pw_tile_(n, NV, O2E_NC_XB, a, m0, p0, k0, k1); break;
+  case n: o2e_nc_pw_tile_(n, NV, a, x, m0, p0, k0, k1); break;
 #define O2E_NC_PW_ROW(NV, PX, CASES)                                                           \
   nt = o2e_nc_ntiles_(a->P, PX);                                                               \
   for (q = 0; q < nt; q++) {                                                                   \
     const int p0 = (int)((long)q * a->P / nt), pn = (int)((long)(q + 1) * a->P / nt) - p0;     \
     switch (pn) {                                                                              \
       CASES(NV)                                                                                \
-    default: o2e_nc_pw_tile_(1, NV, O2E_NC_XB, a, m0, p0, k0, k1); break;                      \
+    default: o2e_nc_pw_tile_(1, NV, a, x, m0, p0, k0, k1); break;                              \
     }                                                                                          \
   }
 #if O2E_NC_PX > 3
@@ -256,37 +254,23 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const int XB,
 #define O2E_NC_PW_CASES(NV) O2E_NC_PW_CASE(3, NV) O2E_NC_PW_CASE(2, NV)
 #endif
 
-/* One K slice of one channel unit (O2E_NC_XB, the input's layout, is defined around each
- * use): the last unit of the layer may be narrower. */
-#if O2E_NC_VW == 16
-#define O2E_NC_PW_SLICE                                                                        \
-  switch (nl / O2E_NC_VW) {                                                                    \
-  case 1: O2E_NC_PW_ROW(1, O2E_NC_PX1, O2E_NC_PW_CASES_PX1) break;                             \
-  case 2: O2E_NC_PW_ROW(2, O2E_NC_PX2, O2E_NC_PW_CASES_PX2) break;                             \
-  case 3: O2E_NC_PW_ROW(3, O2E_NC_PX3, O2E_NC_PW_CASES_PX3) break;                             \
-  default: O2E_NC_PW_ROW(O2E_NC_NV, O2E_NC_PX, O2E_NC_PW_CASES) break;                         \
-  }
-#else
-#define O2E_NC_PW_SLICE O2E_NC_PW_ROW(O2E_NC_NV, O2E_NC_PX, O2E_NC_PW_CASES)
-#endif
-
 O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
   const o2e_nc_pw_args *a = (const o2e_nc_pw_args *)arg;
   const int kc = a->yblk ? O2E_NC_KC : a->K; /* partial sums wait in a blocked y only */
+  const float *x = a->xblk ? a->x : a->xs;
   int u, q, k0, nt;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_NC_SUB;
     const int nl = a->M - m0 < O2E_NC_SUB ? a->M - m0 : O2E_NC_SUB;
     for (k0 = 0; k0 < a->K; k0 += kc) {
       const int k1 = a->K - k0 < kc ? a->K : k0 + kc;
-      if (a->xblk) {
-#define O2E_NC_XB 1
-        O2E_NC_PW_SLICE
-#undef O2E_NC_XB
-      } else { /* entering the chain: scalars broadcast from NCHW rows, no reorder */
-#define O2E_NC_XB 0
-        O2E_NC_PW_SLICE
-#undef O2E_NC_XB
+      switch (nl / O2E_NC_VW) { /* the last tile of the layer may be narrower */
+#if O2E_NC_VW == 16
+      case 1: O2E_NC_PW_ROW(1, O2E_NC_PX1, O2E_NC_PW_CASES_PX1) break;
+      case 2: O2E_NC_PW_ROW(2, O2E_NC_PX2, O2E_NC_PW_CASES_PX2) break;
+      case 3: O2E_NC_PW_ROW(3, O2E_NC_PX3, O2E_NC_PW_CASES_PX3) break;
+#endif
+      default: O2E_NC_PW_ROW(O2E_NC_NV, O2E_NC_PX, O2E_NC_PW_CASES) break;
       }
     }
     o2e_nc_epilogue_(a->y + (size_t)m0 * a->P, a->res ? a->res + (size_t)m0 * a->P : NULL,
@@ -351,14 +335,11 @@ O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
   const int nt = o2e_nc_ntiles_(a->OW, O2E_NC_DWPX);
   int u, s, oy, q;
   for (u = u0; u < u1; u++) {
-    /* the vectors of a block (2 or 4 below AVX-512) inner to the rows: the 3 input rows a row
-     * of output reads stay in L1 for all of them (at AVX2, sweeping the whole 56x56 block once
-     * per half was 1.4x slower than the NCHW kernel) */
-    for (oy = 0; oy < a->OH; oy++)
-      for (s = 0; s < O2E_NC_BLOCK; s += O2E_NC_VW) {
-        const float *xb = a->x + (size_t)u * O2E_NC_BLOCK * a->H * a->W + s;
-        const float *wb = a->w + (size_t)u * 9 * O2E_NC_BLOCK + s;
-        const float *bb = a->bias + (size_t)u * O2E_NC_BLOCK + s;
+    for (s = 0; s < O2E_NC_BLOCK; s += O2E_NC_VW) {
+      const float *xb = a->x + (size_t)u * O2E_NC_BLOCK * a->H * a->W + s;
+      const float *wb = a->w + (size_t)u * 9 * O2E_NC_BLOCK + s;
+      const float *bb = a->bias + (size_t)u * O2E_NC_BLOCK + s;
+      for (oy = 0; oy < a->OH; oy++)
         for (q = 0; q < nt; q++) {
           const int ox0 = (int)((long)q * a->OW / nt);
           const int pn = (int)((long)(q + 1) * a->OW / nt) - ox0;
@@ -436,6 +417,17 @@ O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
  * layers worth the hand-off). */
 O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
   const int units = (a->M + O2E_NC_SUB - 1) / O2E_NC_SUB;
+#if O2E_NC_VEC
+  if (!a->xblk) { /* entering the chain: reorder the input to blocks once, for every tile */
+    const int P = a->P;
+    int kb, p, l;
+    for (kb = 0; kb < a->K / O2E_NC_BLOCK; kb++)
+      for (p = 0; p < P; p++)
+        for (l = 0; l < O2E_NC_BLOCK; l++)
+          a->xs[((size_t)kb * P + p) * O2E_NC_BLOCK + l] =
+              a->x[((size_t)kb * O2E_NC_BLOCK + l) * P + p];
+  }
+#endif
   if (threaded)
     o2e_parallel_for(units, o2e_nc_pw_units_, (void *)a);
   else
