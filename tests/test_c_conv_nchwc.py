@@ -204,3 +204,53 @@ def test_per_layer_verify_sees_nchw_tensors(chain: tuple) -> None:
     """`verify --per-layer` compares every intermediate tensor: its build keeps them NCHW."""
     rep = api.verify(chain[0], target="c", per_layer=True)
     assert rep.ok and rep.layers and all(r.ok for r in rep.layers), rep
+
+
+def _wide_model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """Maps over MAX_P (30x31): blocked only where a depthwise layer writes or reads them."""
+    rng = np.random.default_rng(7)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def conv(x: str, y: str, c: int, m: int, k: int = 1, s: int = 1) -> str:
+        g = c if k == 3 else 1
+        w = (rng.standard_normal((m, c // g, k, k)) / np.sqrt(c // g * k * k)).astype(np.float32)
+        inits.append(tensor(f"w_{y}", w))
+        p = [k // 2] * 4
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, f"w_{y}"], [y], kernel_shape=[k, k], strides=[s, s], pads=p, group=g
+            )
+        )
+        nodes[-1].name = y
+        r = f"{y}_relu"
+        nodes.append(helper.make_node("Relu", [y], [r]))
+        return r
+
+    t = conv(conv(conv("x", "wa", 16, 32), "wdw", 32, 32, 3), "wb", 32, 32)
+    conv(t, "wc", 32, 16)  # 1x1 -> 1x1 over MAX_P: NCHW (the GEMM's)
+    t = conv(conv("x", "sa", 16, 48), "sdw", 48, 48, 3, 2)  # stride 2: 30x31 -> 15x16
+    conv(t, "sb", 48, 32)
+    outs = [vi("wc_relu", [1, 16, 30, 31]), vi("sb_relu", [1, 32, 15, 16])]
+    m = make_model(nodes, [vi("x", [1, 16, 30, 31])], outs, inits, opset=13)
+    return save(m, tmp / "wide.onnx"), {"x": rng.standard_normal((1, 16, 30, 31), np.float32)}
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path, dict]:
+    tmp = tmp_path_factory.mktemp("nchwc_wide")
+    path, feeds = _wide_model(tmp)
+    out = tmp / "out"
+    return path, feeds, out, api.convert(path, "c", out).stats
+
+
+def test_wide_maps_blocked_next_to_depthwise_only(wide: tuple) -> None:
+    layers = wide[3]["layer_kernels"]
+    blocked = {n for n, k in layers.items() if k == "nchwc"}
+    assert blocked == {"wa", "wdw", "wb", "sa", "sdw", "sb"}, layers
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_wide_maps_match_onnxruntime(wide: tuple, arch: str) -> None:
+    path, feeds, out, _ = wide
+    _check(api.run(out, feeds, options={"arch": arch}), ort_run(onnx.load(path), feeds))

@@ -42,6 +42,12 @@ BLOCK = 16  # channels per block (O2E_NC_BLOCK in runtime/o2e_nchwc.h)
 # AVX-512 host): 14x14 / 7x7 1x1 layers 0.82-0.92x, depthwise 0.3-0.8x; with 28x28 too,
 # MobileNet v1 conv4_1 dw / 1x1 0.76x / 0.93x and v2 block4 dw 0.70x, 1x1 0.82-0.84x.
 MAX_P = 784
+# A tensor of up to MAX_P_DW pixels is blocked too when a depthwise layer writes or reads it:
+# MobileNet v1's 56x56 stage (tools/ab_nodes.py, native): conv3_1/dw 0.268 -> 0.193 ms,
+# conv3_2/dw (stride 2, 56 -> 28) 0.138 -> 0.084, conv2_2/sep entering at 56x56 0.385 -> 0.445
+# (the input's reorder), conv3_1/sep level. Plain 1x1 -> 1x1 tensors over MAX_P (ResNet50's
+# 56x56 stage) stay NCHW: there the packed GEMM is as fast and shared with the other kernels.
+MAX_P_DW = 3136
 MIN_DENSITY = 0.5  # pruned 1x1 weights below this are left to the sparse kernels
 
 
@@ -91,7 +97,7 @@ def _kind(node: Node, graph: Graph) -> str | None:
         return None  # only the activations the kernels apply in registers
     g = conv_geometry(node, xs, ws, ys, graph.opset)
     C, M = g.in_channels, g.out_channels
-    if C % BLOCK or M % BLOCK or ys[2] * ys[3] > MAX_P or any(d != 1 for d in g.dilations):
+    if C % BLOCK or M % BLOCK or ys[2] * ys[3] > MAX_P_DW or any(d != 1 for d in g.dilations):
         return None
     if g.kernel == (1, 1) and g.group == 1 and g.strides == (1, 1) and not any(g.pads):
         if np.count_nonzero(w) < MIN_DENSITY * w.size:
@@ -135,6 +141,7 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
             if t not in outputs
             and graph.consumers(t)
             and all(_reads_as_data(c, t) and c.name in kinds for c in graph.consumers(t))
+            and (_pixels(graph, t) <= MAX_P or _next_to_depthwise(n, t, graph, kinds))
         )
         roles = {}
         for n in graph.nodes:
@@ -152,6 +159,19 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
         if not drop:
             return LayoutPlan(roles, blocked)
         kinds = {k: v for k, v in kinds.items() if k not in drop}
+
+
+def _pixels(graph: Graph, t: str) -> int:
+    shape = graph.type_of(t).static_shape  # type: ignore[union-attr]  # _kind checked it
+    return shape[2] * shape[3]
+
+
+def _next_to_depthwise(producer: Node, t: str, graph: Graph, kinds: Mapping[str, str]) -> bool:
+    """A depthwise chain member writes or reads `t`."""
+    readers = graph.consumers(t)
+    return kinds[producer.name] == "depthwise" or any(
+        kinds.get(c.name) == "depthwise" for c in readers
+    )
 
 
 def _reads_as_data(node: Node, t: str) -> bool:

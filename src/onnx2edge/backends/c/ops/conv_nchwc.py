@@ -1,10 +1,11 @@
 """Channel-blocked (NCHW16c) 1x1 and depthwise 3x3 layers on narrow maps (issue 9).
 
 backends/c/nchwc_plan.py decides which tensors stay blocked between layers (chains of
-depthwise and 1x1 layers on maps of <= MAX_P pixels, channel counts multiples of 16) and
-ConvSpec.of hands each chain member its layouts (`spec.layout`). This strategy comes first
-in STRATEGIES and takes exactly the members: a blocked tensor has no other reader or writer,
-so no other strategy ever sees one. The kernels are in runtime/o2e_nchwc.h.
+depthwise and 1x1 layers on maps of <= MAX_P pixels, MAX_P_DW next to a depthwise layer,
+channel counts multiples of 16) and ConvSpec.of hands each chain member its layouts
+(`spec.layout`). This strategy comes first in STRATEGIES and takes exactly the members: a
+blocked tensor has no other reader or writer, so no other strategy ever sees one. The kernels
+are in runtime/o2e_nchwc.h.
 
 Why it is faster than the NCHW kernels there: the 1x1 layer needs neither the GEMM's packing
 of the input nor o2e_conv1x1.h's transposing store (its tiles are stored as whole vectors),

@@ -42,7 +42,9 @@
 #define O2E_NC_VEC 1
 #if defined(__AVX512F__)
 #define O2E_NC_VW 16
+#ifndef O2E_NC_NV
 #define O2E_NC_NV 4 /* 1x1 tile: 64 channels x 6 pixels = 24 zmm accumulators */
+#endif
 #define O2E_NC_PX 6
 /* narrower tiles (a layer's last 16, 32 or 48 channels: MobileNet v2's 32-, 96- and
  * 160-channel linear layers) take more pixels, so a tile still has 16-24 accumulators per
@@ -278,7 +280,7 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
 
 /* One depthwise tile: VW channels of one block, output row oy, pixels [ox0, ox0 + PN), stride
  * S; taps in the padding are skipped on the tile's first and last pixels (on 7- and 14-wide
- * maps every tile touches an edge). The activation follows in o2e_nc_epilogue_ over the row. */
+ * maps every tile touches an edge). The activation is applied in registers before the store. */
 O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const o2e_nc_dw_args *a,
                                   const float *xb, const float *wb, const float *bb, float *yb,
                                   int oy, int ox0) {
@@ -307,6 +309,9 @@ O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const o2e_nc_dw_arg
       }
     }
   }
+  if (a->act.kind) /* in registers: a second pass over the block's rows cost 30-45 % here */
+#pragma GCC unroll 14
+    for (p = 0; p < PN; p++) acc[p] = o2e_nc_act_(acc[p], &a->act);
 #pragma GCC unroll 14
   for (p = 0; p < PN; p++) O2E_NCV_STORE(yb + (size_t)p * O2E_NC_BLOCK, acc[p]);
 }
@@ -353,8 +358,6 @@ O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
           }
         }
     }
-    o2e_nc_epilogue_(a->y + (size_t)u * O2E_NC_BLOCK * a->OH * a->OW, NULL,
-                     (size_t)O2E_NC_BLOCK * a->OH * a->OW, &a->act);
   }
 }
 #else /* portable C: the same sums in the same order, lane by lane */
