@@ -60,10 +60,14 @@ def plan(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
 # AVX-512 host): a variant preferring, among fits that do not grow the arena, the offsets
 # shared with buffers last read 1-4 steps before (git history: plan(hot=True), commit
 # 8b7d4df) left the arena size unchanged on 13 of the 14 seed models (ConvDeconvNet +0.2 %)
-# and timed the same as main (tools/ab_nodes.py, whole models, native: ratios to a second
-# main build 0.96-1.02). Lowest fit already alternates two regions along a chain, so a layer
+# and timed as main: tools/ab_nodes.py, builds in the order hot/main/main/hot, sums of
+# per-node minima, hot/main 0.991 ResNet50, 0.990 SqueezeNet, 0.997 GoogLeNet, 1.026
+# Inception-v3 (native), 1.000 GoogLeNet, 0.999 NIN (x86-64-v3), where two main builds
+# differed by up to 1 %. Lowest fit already alternates two regions along a chain, so a layer
 # writes over the input of the layer before it; what stays cold is what no placement fixes:
-# an input plus an output larger than L2 (NIN 55x55x96, ResNet50 56x56x256).
+# an input plus an output larger than L2 (NIN 55x55x96, ResNet50 56x56x256). Touching every
+# output just before its node (tools/ab_warm.py, an upper bound for any placement) saved 8 %
+# of ResNet50's and 7 % of NIN's time, mostly on those layers.
 
 
 def collisions(buffers: list[Buffer], offsets: dict[str, int]) -> list[tuple[str, str]]:
