@@ -4,7 +4,7 @@
 `onnx2edge bench --profile` times one build per call: on a 2-core machine shared by several
 jobs its medians moved by up to 2x between calls (ResNet50, native: ours 80-109 ms over four
 calls of the same build), far more than the kernel changes being judged. This tool instead
-builds every variant once, then runs the variants in turn for several rounds (A B C A B C ...),
+builds every variant once, then runs the variants in turn for several rounds (A B C C B A ...),
 each run timing every node by thread CPU time (-DO2E_PROFILE), and keeps each node's minimum
 over all runs of a variant: interference only adds time, so minima of interleaved runs
 compare the variants under the same conditions. On ResNet50 the per-node minima of two
@@ -155,8 +155,13 @@ def main() -> int:
             exes.append(work / f"v{i}" / "run")
             build(gens[src], args.arch, cflags, exes[-1])
         best: list[list[float] | None] = [None] * len(variants)
-        for _ in range(args.rounds):
-            for i, (_, src, _) in enumerate(variants):
+        for r in range(args.rounds):
+            # Odd rounds run the variants in reverse (A B C C B A ...): in a fixed order two
+            # identical builds differed by up to 14 % from their position alone; this order
+            # brought them within about 1 % (the arena branch's measurement).
+            order = range(len(variants)) if r % 2 == 0 else range(len(variants) - 1, -1, -1)
+            for i in order:
+                src = variants[i][1]
                 weights = gens[src] / "model_weights.bin"
                 cmd = [str(exes[i]), str(weights) if weights.exists() else "", str(args.runs)]
                 got = [
