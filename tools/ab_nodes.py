@@ -132,6 +132,41 @@ def build(gen: Path, arch: str, cflags: str, exe: Path) -> None:
     subprocess.run(cmd, check=True)
 
 
+def interleave(cmds: list[list[str]], rounds: int) -> list[list[float]]:
+    """Each command's per-value minima over `rounds` rounds of running them all in turn.
+
+    Odd rounds run them in reverse (A B C C B A ...): in a fixed order two identical builds
+    differed by up to 14 % from their position alone; this order brought them within about
+    1 % (the arena branch's measurement)."""
+    best: list[list[float]] = [[] for _ in cmds]
+    for r in range(rounds):
+        order = range(len(cmds)) if r % 2 == 0 else range(len(cmds) - 1, -1, -1)
+        for i in order:
+            run = subprocess.run(cmds[i], check=True, capture_output=True, text=True)
+            got = [float(v) for v in run.stdout.split()]
+            prev = best[i] or got
+            best[i] = [min(a, b) for a, b in zip(prev, got, strict=True)]
+    return best
+
+
+def print_table(
+    label: str, names: dict[int, str], variants: list[str], best: list[list[float]], min_ms: float
+) -> None:
+    """The total (value 0) and every node (value i + 1) above `min_ms` in the first variant,
+    each variant's time with its ratio to the first."""
+    ref = best[0]
+    print(f"{label:48s}" + "".join(f" {n:>14s}" for n in variants))
+    rows = [("total", 0)] + [(names.get(i, f"node {i}"), i + 1) for i in range(len(ref) - 1)]
+    for name, k in rows:
+        if k and ref[k] < min_ms:
+            continue
+        cells = "".join(
+            f" {b[k]:7.3f} {b[k] / ref[k]:5.2f}" if ref[k] > 0 else f" {b[k]:7.3f}   -  "
+            for b in best
+        )
+        print(f"{name[:48]:48s}{cells}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", type=Path)
@@ -154,41 +189,14 @@ def main() -> int:
             (work / f"v{i}").mkdir()
             exes.append(work / f"v{i}" / "run")
             build(gens[src], args.arch, cflags, exes[-1])
-        best: list[list[float] | None] = [None] * len(variants)
-        for r in range(args.rounds):
-            # Odd rounds run the variants in reverse (A B C C B A ...): in a fixed order two
-            # identical builds differed by up to 14 % from their position alone; this order
-            # brought them within about 1 % (the arena branch's measurement).
-            order = range(len(variants)) if r % 2 == 0 else range(len(variants) - 1, -1, -1)
-            for i in order:
-                src = variants[i][1]
-                weights = gens[src] / "model_weights.bin"
-                cmd = [str(exes[i]), str(weights) if weights.exists() else "", str(args.runs)]
-                got = [
-                    float(v)
-                    for v in subprocess.run(
-                        cmd, check=True, capture_output=True, text=True
-                    ).stdout.split()
-                ]
-                prev = best[i]
-                best[i] = (
-                    got if prev is None else [min(a, b) for a, b in zip(prev, got, strict=True)]
-                )
+        cmds = []
+        for i, (_, src, _) in enumerate(variants):
+            weights = gens[src] / "model_weights.bin"
+            cmds.append([str(exes[i]), str(weights) if weights.exists() else "", str(args.runs)])
+        best = interleave(cmds, args.rounds)
         names = node_names((next(iter(gens.values())) / "model.c").read_text())
-    ref = best[0]
-    assert ref is not None
-    head = "".join(f" {n:>14s}" for n, _, _ in variants)
-    print(f"{'node (min ms over runs; ratio to ' + variants[0][0] + ')':48s}{head}")
-    rows = [("total", 0)] + [(names.get(i, f"node {i}"), i + 1) for i in range(len(ref) - 1)]
-    for label, k in rows:
-        if k and ref[k] < args.min_ms:
-            continue
-        cells = "".join(
-            f" {b[k]:7.3f} {b[k] / ref[k]:5.2f}" if ref[k] > 0 else f" {b[k]:7.3f}   -  "
-            for b in best
-            if b is not None
-        )
-        print(f"{label:48s}{cells}")
+    label = "node (min ms over runs; ratio to " + variants[0][0] + ")"
+    print_table(label, names, [n for n, _, _ in variants], best, args.min_ms)
     return 0
 
 

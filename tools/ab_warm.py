@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -110,23 +109,11 @@ def main() -> int:
             exes.append(work / f"v{k}" / "run")
             ab_nodes.build(gen, args.arch, flags, exes[-1])
         weights = gen / "model_weights.bin"
-        best: list[list[float]] = [[] for _ in VARIANTS]
-        for _ in range(args.rounds):
-            for k, exe in enumerate(exes):
-                cmd = [str(exe), str(weights) if weights.exists() else "", str(args.runs)]
-                run = subprocess.run(cmd, check=True, capture_output=True, text=True)
-                got = [float(v) for v in run.stdout.split()]
-                prev = best[k] or got
-                best[k] = [min(a, b) for a, b in zip(prev, got, strict=True)]
+        cmd = [str(weights) if weights.exists() else "", str(args.runs)]
+        best = ab_nodes.interleave([[str(exe), *cmd] for exe in exes], args.rounds)
         names = ab_nodes.node_names((gen / "model.c").read_text())
-    ref = best[0]
-    print(f"{'node (min ms; ratio to plain)':44s}" + "".join(f" {n:>14s}" for n, _ in VARIANTS))
-    rows = [("total", 0)] + [(names.get(i, f"node {i}"), i + 1) for i in range(len(ref) - 1)]
-    for label, k in rows:
-        if k and ref[k] < args.min_ms:
-            continue
-        cells = "".join(f" {b[k]:7.3f} {b[k] / ref[k]:5.2f}" for b in best if ref[k] > 0)
-        print(f"{label[:44]:44s}{cells}")
+    label = "node (min ms; ratio to plain)"
+    ab_nodes.print_table(label, names, [n for n, _ in VARIANTS], best, args.min_ms)
     return 0
 
 

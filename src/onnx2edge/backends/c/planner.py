@@ -28,6 +28,11 @@ def _exclusive(a: Buffer, b: Buffer) -> bool:
     return any((cond, not taken) in b.guard for cond, taken in a.guard)
 
 
+def _conflict(a: Buffer, b: Buffer) -> bool:
+    """In use at the same step of one run: their bytes must not overlap."""
+    return not (a.last < b.first or b.last < a.first or _exclusive(a, b))
+
+
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -40,11 +45,7 @@ def plan(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
     total = 0
     for b in order:
         size = _align(max(b.nbytes, 1))
-        live = sorted(
-            (off, end)
-            for off, end, o in placed
-            if not (o.last < b.first or b.last < o.first or _exclusive(o, b))
-        )
+        live = sorted((off, end) for off, end, o in placed if _conflict(o, b))
         offset = 0
         for off, end in live:
             if offset + size <= off:
@@ -83,6 +84,6 @@ def collisions(buffers: list[Buffer], offsets: dict[str, int]) -> list[tuple[str
         for off2, _, o in spans[i + 1 :]:
             if off2 >= end:
                 break
-            if not (o.last < b.first or b.last < o.first or _exclusive(o, b)):
+            if _conflict(o, b):
                 bad.append((b.key, o.key))
     return bad

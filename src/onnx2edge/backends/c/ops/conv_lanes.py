@@ -257,10 +257,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     act = spec.act
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ctx.helper("o2e_lanes_args", ARGS)
-    px = PX512
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
     cases = "".join(
-        f"  case {p}: {tile}_p({p}, a, mb, oh, ow0, t); return;\n" for p in range(px, 1, -1)
+        f"  case {p}: {tile}_p({p}, a, mb, oh, ow0, t); return;\n" for p in range(PX512, 1, -1)
     )
     ctx.helper(
         tile,
@@ -279,7 +278,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     units = blocks * OH
     threaded = units > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
     name = f"o2e_lanes_rows_{ctx.step}"
-    ntiles = -(-OW // px)
+    ntiles = -(-OW // PX512)
     nt = f"O2E_LANES_NT({ntiles}, {-(-OW // PX_AVX2)})"
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
