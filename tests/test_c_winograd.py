@@ -167,6 +167,13 @@ def test_forced_tile_size_on_edge_tiles(tmp_path: Path, m: str) -> None:
     assert api.verify(path, target="c", options={"kernels": forced}).ok
 
 
+@pytest.mark.parametrize(("hw", "m"), [(13, 2), (16, 2), (17, 4)])
+def test_f4_needs_25_tiles(tmp_path: Path, hw: int, m: int) -> None:
+    """13x13 .. 16x16 maps (16 F(4x4) tiles: SqueezeNet fire9, GoogLeNet 4a-4e) run F(2x2)."""
+    ks = _kernels(_conv_model(tmp_path / "a.onnx", C=64, M=64, H=hw, W=hw), tmp_path / "a")
+    assert ks == {f"Conv: winograd F({m}x{m},3x3)": 1}, ks
+
+
 def test_kernel_choice(tmp_path: Path) -> None:
     big = _kernels(_conv_model(tmp_path / "a.onnx", C=64, M=64, H=28, W=28), tmp_path / "a")
     assert big.get("Conv: winograd F(4x4,3x3)") == 1, big

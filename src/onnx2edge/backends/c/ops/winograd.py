@@ -61,6 +61,13 @@ POINTS: dict[int, tuple[Fraction, ...]] = {
 # input channels (RGB stems, 2x slower); MIN_TILES: see tile_size.
 MIN_CHANNELS = 8
 MIN_TILES = 16
+# F(4x4) needs more tiles than that: at 16 (13x13 .. 16x16 maps) its GEMMs' N is one AVX-512
+# vector, the micro-kernel runs 16 x 1 (one FMA per load of the weights: 2/3 of SqueezeNet's
+# fire9 time), and its weights are 36/16 of F(2x2)'s. Measured in-model (tools/ab_nodes.py,
+# 1 thread, F(2x2) / F(4x4) time): SqueezeNet fire9 (64 -> 256, 13x13) 0.91-0.92 native, 1.04-1.07
+# x86-64-v3; GoogLeNet 4a-4e (14x14) 0.88-0.95 native, 0.94-1.05 x86-64-v3; ResNet50 res4 (14x14)
+# 0.96-1.04 both. F(2x2) is also 3-4x more accurate. From 17x17 (25 tiles) F(4x4) wins again.
+MIN_TILES_F4 = 25
 # F(4x4, 3x3) rounds ~8x worse than a direct convolution (F(2x2): ~1.4x). An error made early in
 # Inception-v3 (45 weighted layers after Conv2d_2a/2b) is amplified ~100x by the time it reaches
 # the logits. Measured there (native, logits vs onnxruntime, whose own optimised-vs-unoptimised
@@ -450,13 +457,13 @@ def tile_size(spec: ConvSpec) -> int:
         return int(forced)
     if C < MIN_CHANNELS or M < MIN_CHANNELS:
         return 0
-    # the GEMMs need enough tiles (their N) to run near full speed: F(4x4) from about 13x13
-    # outputs, F(2x2) down to 7x7, where F(4x4) would leave only 2x2 tiles per GEMM;
+    # the GEMMs need enough tiles (their N) to run near full speed: F(4x4) from 17x17 outputs
+    # (MIN_TILES_F4), F(2x2) down to 7x7, where F(4x4) would leave only 2x2 tiles per GEMM;
     # F(2x2) also where many layers follow, which would amplify F(4x4)'s larger rounding errors
     assert spec.graph is not None and spec.node is not None
     sizes = (2,) if layers_after(spec.graph, spec.node) >= DEEP else (4, 2)
     for m in sizes:
-        if -(-OH // m) * -(-OW // m) >= MIN_TILES:
+        if -(-OH // m) * -(-OW // m) >= (MIN_TILES_F4 if m == 4 else MIN_TILES):
             return m
     return 0
 
