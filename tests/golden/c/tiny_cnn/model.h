@@ -16,8 +16,8 @@
 #define MODEL_INPUT_0_SIZE 3072  /* 1x3x32x32 float32 */
 #define MODEL_OUTPUT_0_NAME "logits"
 #define MODEL_OUTPUT_0_SIZE 10  /* 1x10 float32 */
-#define MODEL_ARENA_BYTES 380736
-#define MODEL_WEIGHT_BYTES 79464
+#define MODEL_ARENA_BYTES 459584
+#define MODEL_WEIGHT_BYTES 38504
 #define MODEL_WEIGHTS_IN_FILE 1
 
 int model_init(const char *weights_path);
