@@ -260,6 +260,29 @@ def _sandwich(
     ]
 
 
+def _sandwich_cols(
+    t: list[list[Fraction]],
+    src: str,
+    n: int,
+    load: Callable[[int, int], str],
+    store: Callable[[int, int, str], str],
+) -> list[str]:
+    """_sandwich with X's column j loaded (load(i, j)) right before s = T·X's column j: gcc keeps
+    the source order, so at most one column of X and the rows of s are live at once (with all of
+    X loaded first, 36 + 24 values of F(4x4)'s output transform spilled to the stack)."""
+    rows = range(len(t))
+    lines: list[str] = []
+    for j in range(n):
+        lines += [f"const float {src}{i}_{j} = {load(i, j)};" for i in range(n)]
+        lines += [
+            f"const float s{k}_{j} = {_lin(t[k], [f'{src}{i}_{j}' for i in range(n)])};"
+            for k in rows
+        ]
+    return lines + [
+        store(k, ll, _lin(t[ll], [f"s{k}_{j}" for j in range(n)])) for k in rows for ll in rows
+    ]
+
+
 def _lin(coeffs: list[Fraction], terms: list[str]) -> str:
     """Σ coeffs[i]·terms[i] as C, skipping zeros and writing ±1 as a plain sum."""
     out = ""
@@ -376,11 +399,14 @@ def _output_kernel(m: int) -> tuple[str, str]:
     at, _, _ = matrices(m)
     n = m + 2
     name = f"o2e_winograd_f{m}_out"
-    lines = [
-        f"const float m{i}_{j} = mt[{i * n + j} * ms + u];" for i in range(n) for j in range(n)
-    ]
-    # y = Aᵀ·M·A + bias
-    lines += _sandwich(at, "m", n, lambda a, b, e: f"ft[{a * m + b} * fs + u] = b + {e};")
+    # y = Aᵀ·M·A + bias; column j of M is loaded just before the products that use it
+    lines = _sandwich_cols(
+        at,
+        "m",
+        n,
+        lambda i, j: f"mt[{i * n + j} * ms + u]",
+        lambda a, b, e: f"ft[{a * m + b} * fs + u] = b + {e};",
+    )
     body = "\n".join("        " + ln for ln in lines)
     rows = "\n".join(
         f"        const float *restrict f{b} = f + (a * {m} + {b}) * fs + (size_t)th * TW;"

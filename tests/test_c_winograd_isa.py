@@ -1,0 +1,128 @@
+"""Winograd F(2x2) / F(4x4) 3x3 convolutions (ops/winograd.py) at every ISA the C backend emits:
+x86-64-v2 (SSE), x86-64-v3 (AVX2), native (AVX-512) and aarch64 (NEON, under qemu), against
+onnxruntime, finite and with NaN / +-Inf in the input and the residual (non-finite values
+spread to whole tiles: _tile_mask).
+
+One model holds the edges the kernel choice (MIN_TILES_F4) and the transforms meet: odd maps
+with edge tiles in both directions, no padding, asymmetric pads, few input channels (SqueezeNet's
+squeeze outputs: 16), 13x13 (F(2x2) since 16 F(4x4) tiles are too few) and 17x19 (F(4x4)), a
+residual followed by Clip, LeakyRelu, Relu, no bias, and an activation the output transform does
+not apply (Sigmoid: a separate pass).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2edge import api
+from onnx2edge.runtime import ort_run
+from onnx2edge.verify import compare
+
+from conftest import ALL_ISAS, make_model, save, tensor, vi
+
+# name: (C, M, H, W, pads (t, l, b, r), bias, residual, act, tile size expected)
+CASES = {
+    "f4_odd_relu": (16, 40, 17, 19, (1, 1, 1, 1), True, False, "Relu", 4),
+    "f4_res_clip": (24, 32, 21, 18, (1, 1, 1, 1), True, True, "Clip", 4),
+    "f4_valid_sigmoid": (8, 17, 23, 22, (0, 0, 0, 0), False, False, "Sigmoid", 4),
+    "f2_13_leaky": (64, 48, 13, 13, (1, 1, 1, 1), True, False, "LeakyRelu", 2),
+    "f2_asym_res": (32, 24, 12, 15, (2, 0, 1, 2), False, True, None, 2),
+}
+
+
+def _model(tmp_path: Path, nonfinite: bool) -> tuple[Path, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(9)
+    nodes, ins, outs, inits, feeds = [], [], [], [], {}
+    for name, (C, M, H, W, p, has_b, res, act, _) in CASES.items():
+        OH, OW = H + p[0] + p[2] - 2, W + p[1] + p[3] - 2
+        x = rng.standard_normal((1, C, H, W)).astype(np.float32)
+        if nonfinite:
+            x[0, 1, 2, 3], x[0, C - 1, H - 1, W - 1], x[0, C // 2, 1, W // 2] = (
+                np.nan,
+                np.inf,
+                -np.inf,
+            )
+        feeds[f"x{name}"] = x
+        ins.append(vi(f"x{name}", [1, C, H, W]))
+        w = (rng.standard_normal((M, C, 3, 3)) / np.sqrt(9 * C)).astype(np.float32)
+        inits.append(tensor(f"w{name}", w))
+        conv_in = [f"x{name}", f"w{name}"]
+        if has_b:
+            inits.append(tensor(f"b{name}", rng.standard_normal(M).astype(np.float32)))
+            conv_in.append(f"b{name}")
+        cur = f"c{name}"
+        nodes.append(
+            helper.make_node("Conv", conv_in, [cur], kernel_shape=[3, 3], pads=list(p), name=name)
+        )
+        if res:
+            r = rng.standard_normal((1, M, OH, OW)).astype(np.float32) * 3
+            if nonfinite:
+                r[0, 0, 0, 0], r[0, M - 1, OH - 1, OW - 1] = np.nan, -np.inf
+            feeds[f"r{name}"] = r
+            ins.append(vi(f"r{name}", [1, M, OH, OW]))
+            nodes.append(helper.make_node("Add", [cur, f"r{name}"], [f"s{name}"]))
+            cur = f"s{name}"
+        if act == "Clip":
+            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"y{name}"]))
+        elif act == "LeakyRelu":
+            nodes.append(helper.make_node(act, [cur], [f"y{name}"], alpha=0.2))
+        elif act:
+            nodes.append(helper.make_node(act, [cur], [f"y{name}"]))
+        else:
+            nodes.append(helper.make_node("Identity", [cur], [f"y{name}"]))
+        outs.append(vi(f"y{name}", [1, M, OH, OW]))
+    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "wino.onnx"), feeds
+
+
+def _tile_mask(feeds: dict[str, np.ndarray], name: str) -> np.ndarray:
+    """Outputs of case `name` whose Winograd tile reads a non-finite input (or which add a
+    non-finite residual): there the transforms' sums of +-Inf of both signs give NaN where a
+    direct convolution gives +-Inf or, after Relu / Clip, a finite value. A property of the
+    algorithm (every output of a tile mixes all its inputs), not of one ISA's code."""
+    C, M, H, W, p, _, res, _, m = CASES[name]
+    OH, OW = H + p[0] + p[2] - 2, W + p[1] + p[3] - 2
+    mask = np.zeros((OH, OW), bool)
+    for ir, ic in zip(*np.nonzero((~np.isfinite(feeds[f"x{name}"][0])).any(axis=0)), strict=True):
+        # direct: outputs ir + pt - 2 .. ir + pt; Winograd: all of the tiles holding them
+        r0, r1 = max(ir + p[0] - 2, 0) // m * m, (min(ir + p[0], OH - 1) // m + 1) * m
+        c0, c1 = max(ic + p[1] - 2, 0) // m * m, (min(ic + p[1], OW - 1) // m + 1) * m
+        mask[r0:r1, c0:c1] = True
+    mask = np.broadcast_to(mask, (1, M, OH, OW)).copy()
+    if res:
+        mask |= ~np.isfinite(feeds[f"r{name}"])
+    return mask
+
+
+def _check(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], feeds: dict) -> None:
+    for name in CASES:
+        k = f"y{name}"
+        # non-finite where onnxruntime is, and only in the tiles that read a non-finite value
+        bad = ~np.isfinite(got[k])
+        assert not (~np.isfinite(ref[k]) & ~bad).any(), k
+        assert not (bad & ~_tile_mask(feeds, name)).any(), k
+        inf = np.isinf(ref[k]) & np.isinf(got[k])
+        np.testing.assert_array_equal(got[k][inf], ref[k][inf], err_msg=k)
+        ok = np.isfinite(ref[k]) & ~bad
+        r = compare(k, np.where(ok, got[k], 0), np.where(ok, ref[k], 0), 1e-4, 1e-5)
+        assert r.ok, (r.name, r.max_abs, r.max_rel)
+
+
+@pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "nan_inf"])
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_winograd_matches_onnxruntime(tmp_path: Path, arch: str, nonfinite: bool) -> None:
+    path, feeds = _model(tmp_path, nonfinite)
+    stats = api.convert(path, "c", tmp_path / "out").stats
+    want: dict[str, int] = {}
+    for *_, m in CASES.values():
+        label = f"Conv: winograd F({m}x{m},3x3)"
+        want[label] = want.get(label, 0) + 1
+    got_kernels = {k: v for k, v in stats["kernels"].items() if k.startswith("Conv: winograd")}
+    assert got_kernels == want, stats["kernels"]
+    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    _check(got, ort_run(onnx.load(path), feeds), feeds)
