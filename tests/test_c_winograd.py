@@ -167,10 +167,11 @@ def test_forced_tile_size_on_edge_tiles(tmp_path: Path, m: str) -> None:
     assert api.verify(path, target="c", options={"kernels": forced}).ok
 
 
-@pytest.mark.parametrize(("hw", "m"), [(13, 2), (16, 2), (17, 4)])
-def test_f4_needs_25_tiles(tmp_path: Path, hw: int, m: int) -> None:
-    """13x13 .. 16x16 maps (16 F(4x4) tiles: SqueezeNet fire9, GoogLeNet 4a-4e) run F(2x2)."""
-    ks = _kernels(_conv_model(tmp_path / "a.onnx", C=64, M=64, H=hw, W=hw), tmp_path / "a")
+@pytest.mark.parametrize(("hw", "c", "m"), [(13, 64, 2), (16, 64, 2), (17, 64, 4), (14, 512, 4)])
+def test_f4_needs_25_tiles(tmp_path: Path, hw: int, c: int, m: int) -> None:
+    """13x13 .. 16x16 maps (16 F(4x4) tiles: SqueezeNet fire9, GoogLeNet 4a-4e) run F(2x2),
+    unless the layer has many input channels (VGG16 conv5)."""
+    ks = _kernels(_conv_model(tmp_path / "a.onnx", C=c, M=64, H=hw, W=hw), tmp_path / "a")
     assert ks == {f"Conv: winograd F({m}x{m},3x3)": 1}, ks
 
 

@@ -66,8 +66,12 @@ MIN_TILES = 16
 # fire9 time), and its weights are 36/16 of F(2x2)'s. Measured in-model (tools/ab_nodes.py,
 # 1 thread, F(2x2) / F(4x4) time): SqueezeNet fire9 (64 -> 256, 13x13) 0.91-0.92 native, 1.04-1.07
 # x86-64-v3; GoogLeNet 4a-4e (14x14) 0.88-0.95 native, 0.94-1.05 x86-64-v3; ResNet50 res4 (14x14)
-# 0.96-1.04 both. F(2x2) is also 3-4x more accurate. From 17x17 (25 tiles) F(4x4) wins again.
+# 0.96-1.04 both; AlexNet conv3 (256 -> 384, 13x13) 0.96 native. F(2x2) is also 3-4x more
+# accurate. From 17x17 (25 tiles) F(4x4) wins again, and with many input channels it keeps the
+# 16-tile maps: VGG16 conv5 (512 -> 512, 14x14) ran 1.06-1.13x slower as F(2x2) (native,
+# in-model); F4_MIN_C lies between the 256 and 512 measured (not tuned further).
 MIN_TILES_F4 = 25
+F4_MIN_C = 384
 # F(4x4, 3x3) rounds ~8x worse than a direct convolution (F(2x2): ~1.4x). An error made early in
 # Inception-v3 (45 weighted layers after Conv2d_2a/2b) is amplified ~100x by the time it reaches
 # the logits. Measured there (native, logits vs onnxruntime, whose own optimised-vs-unoptimised
@@ -484,12 +488,13 @@ def tile_size(spec: ConvSpec) -> int:
     if C < MIN_CHANNELS or M < MIN_CHANNELS:
         return 0
     # the GEMMs need enough tiles (their N) to run near full speed: F(4x4) from 17x17 outputs
-    # (MIN_TILES_F4), F(2x2) down to 7x7, where F(4x4) would leave only 2x2 tiles per GEMM;
+    # (MIN_TILES_F4; 13x13 with >= F4_MIN_C inputs), F(2x2) down to 7x7, where F(4x4) would leave only 2x2 tiles per GEMM;
     # F(2x2) also where many layers follow, which would amplify F(4x4)'s larger rounding errors
     assert spec.graph is not None and spec.node is not None
     sizes = (2,) if layers_after(spec.graph, spec.node) >= DEEP else (4, 2)
     for m in sizes:
-        if -(-OH // m) * -(-OW // m) >= (MIN_TILES_F4 if m == 4 else MIN_TILES):
+        few = MIN_TILES_F4 if m == 4 and C < F4_MIN_C else MIN_TILES
+        if -(-OH // m) * -(-OW // m) >= few:
             return m
     return 0
 
