@@ -47,6 +47,12 @@
 #ifndef O2E_PW_KC /* K slice: the slice of a tile's weights stays in L1 (16 or 32 KB) */
 #define O2E_PW_KC 256
 #endif
+#ifndef O2E_PW_PF /* prefetch the next K slice's weights while the first pixel tile runs */
+#define O2E_PW_PF 1
+#endif
+#ifndef O2E_PW_PF_LOC /* its cache level hint (__builtin_prefetch locality) */
+#define O2E_PW_PF_LOC 2
+#endif
 
 #if (defined(__GNUC__) || defined(__clang__)) &&                                              \
     (defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__) ||                          \
@@ -104,7 +110,8 @@ O2E_GEMM_INL o2e_pwv o2e_pw_sel_(o2e_pwi m, o2e_pwv s, o2e_pwv x) {
  * last slice without a residual (act != NULL). Vector v of the tile reads wb[v] + 16 k; xp
  * has row stride O2E_PW_PX. PN is a constant after inlining, so acc stays in registers. */
 O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const *wb,
-                               const float *xp, const float *bias, const o2e_act *act, float *t) {
+                               const float *const *pf, const float *xp, const float *bias,
+                               const o2e_act *act, float *t) {
   o2e_pwv acc[O2E_PW_PX][O2E_PW_NV], bv[O2E_PW_NV];
   int k, p, v;
   if (bias) {
@@ -125,6 +132,11 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
     const float *xk = xp + (size_t)k * O2E_PW_PX;
 #pragma GCC unroll 4
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(wv[v], wb[v] + (size_t)k * O2E_PW_PANEL);
+    if (pf) /* one line per panel row: the vectors of a 64-byte row share it */
+#pragma GCC unroll 4
+      for (v = 0; v < O2E_PW_NV; v++)
+        if (v * O2E_PW_VW % O2E_PW_PANEL == 0)
+          O2E_PREFETCH_(pf[v] + (size_t)(k - k0) * O2E_PW_PANEL, O2E_PW_PF_LOC);
 #pragma GCC unroll 12
     for (p = 0; p < PN; p++) {
       const float b = xk[p];
@@ -154,30 +166,32 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_STORE(t + p * O2E_PW_SUB + v * O2E_PW_VW, acc[p][v]);
 }
 
-O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb, const float *xp,
-                                  const float *bias, const o2e_act *act, float *t) {
+O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb,
+                                  const float *const *pf, const float *xp, const float *bias,
+                                  const o2e_act *act, float *t) {
   switch (pn) { /* one register-resident copy per width */
 #if O2E_PW_PX > 6
-  case 12: o2e_pw_tile_(12, k0, k1, wb, xp, bias, act, t); return;
-  case 11: o2e_pw_tile_(11, k0, k1, wb, xp, bias, act, t); return;
-  case 10: o2e_pw_tile_(10, k0, k1, wb, xp, bias, act, t); return;
-  case 9: o2e_pw_tile_(9, k0, k1, wb, xp, bias, act, t); return;
-  case 8: o2e_pw_tile_(8, k0, k1, wb, xp, bias, act, t); return;
-  case 7: o2e_pw_tile_(7, k0, k1, wb, xp, bias, act, t); return;
+  case 12: o2e_pw_tile_(12, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 11: o2e_pw_tile_(11, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 10: o2e_pw_tile_(10, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 9: o2e_pw_tile_(9, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 8: o2e_pw_tile_(8, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 7: o2e_pw_tile_(7, k0, k1, wb, pf, xp, bias, act, t); return;
 #endif
-  case 6: o2e_pw_tile_(6, k0, k1, wb, xp, bias, act, t); return;
-  case 5: o2e_pw_tile_(5, k0, k1, wb, xp, bias, act, t); return;
-  case 4: o2e_pw_tile_(4, k0, k1, wb, xp, bias, act, t); return;
-  case 3: o2e_pw_tile_(3, k0, k1, wb, xp, bias, act, t); return;
-  case 2: o2e_pw_tile_(2, k0, k1, wb, xp, bias, act, t); return;
-  default: o2e_pw_tile_(1, k0, k1, wb, xp, bias, act, t); return;
+  case 6: o2e_pw_tile_(6, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 5: o2e_pw_tile_(5, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 4: o2e_pw_tile_(4, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 3: o2e_pw_tile_(3, k0, k1, wb, pf, xp, bias, act, t); return;
+  case 2: o2e_pw_tile_(2, k0, k1, wb, pf, xp, bias, act, t); return;
+  default: o2e_pw_tile_(1, k0, k1, wb, pf, xp, bias, act, t); return;
   }
 }
 #else
 O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb,
-                                  const float *xp, const float *bias, const o2e_act *act,
-                                  float *t) {
+                                  const float *const *pf, const float *xp, const float *bias,
+                                  const o2e_act *act, float *t) {
   int k, p, l;
+  (void)pf; /* no prefetch in the plain C kernel */
   if (bias)
     for (p = 0; p < pn; p++)
       for (l = 0; l < O2E_PW_SUB; l++) t[p * O2E_PW_SUB + l] = bias[l];
@@ -233,33 +247,49 @@ O2E_GEMM_FN void o2e_pw_residual_(int nl, int P, const float *r, float *y, o2e_a
   }
 }
 
+/* wb[v]: the panel row where vector v of channel tile u starts (its lanes' weights at k = 0). */
+O2E_GEMM_INL void o2e_pw_wb_(const o2e_pw_args *a, int u, const float **wb) {
+  int v;
+  for (v = 0; v * 4 < O2E_PW_SUB; v++) { /* the panel row of each group of 4 lanes */
+    const int c = u * O2E_PW_SUB + 4 * v;
+    wb[v] = a->w + (size_t)(c / O2E_PW_PANEL) * a->K * O2E_PW_PANEL + c % O2E_PW_PANEL;
+  }
+#if O2E_PW_VEC
+  for (v = 0; v < O2E_PW_NV; v++) wb[v] = wb[v * O2E_PW_VW / 4];
+#endif
+}
+
 /* Tiles [u0, u1): tile u covers channels [u * O2E_PW_SUB, (u + 1) * O2E_PW_SUB), all pixels.
  * K is cut into O2E_PW_KC slices so that the tile's weights of a slice stay in L1 while every
  * pixel tile streams past them (as the GEMM's KC); partial sums wait in this thread's part of
- * a->acc, one PX x SUB block per pixel tile. */
+ * a->acc, one PX x SUB block per pixel tile. The first pixel tile of a slice prefetches the
+ * weights of the next slice (or of the next channel tile's first slice): the weights, 1-4 MB
+ * on NIN's cccp7/8 and ResNet50's res5 layers, come from L3 or memory once per call, and the
+ * hardware prefetchers, following two or more panel streams that restart every K slice, left
+ * the first tile waiting for them. */
 O2E_GEMM_FN void o2e_pw_units_(void *arg, int u0, int u1) {
   const o2e_pw_args *a = (const o2e_pw_args *)arg;
   const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P);
+  const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
   float *acc = a->acc + (size_t)o2e_parallel_thread() * nt * O2E_PW_PX * O2E_PW_SUB;
-  const float *wb[O2E_PW_SUB / 4 + 1];
+  const float *wb[O2E_PW_SUB / 4 + 1], *wn[O2E_PW_SUB / 4 + 1], *pf[O2E_PW_SUB / 4 + 1];
   int u, q, v, k0;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_PW_SUB, nl = a->M - m0 < O2E_PW_SUB ? a->M - m0 : O2E_PW_SUB;
     if (nl <= 0) continue; /* wholly in the zero padding past M */
-    for (v = 0; v * 4 < O2E_PW_SUB; v++) { /* the panel row of each group of 4 lanes */
-      const int c = m0 + 4 * v;
-      wb[v] = a->w + (size_t)(c / O2E_PW_PANEL) * K * O2E_PW_PANEL + c % O2E_PW_PANEL;
-    }
-#if O2E_PW_VEC
-    for (v = 0; v < O2E_PW_NV; v++) wb[v] = wb[v * O2E_PW_VW / 4];
-#endif
+    o2e_pw_wb_(a, u, wb);
+    o2e_pw_wb_(a, u + 1 < units ? u + 1 : u, wn);
     for (k0 = 0; k0 < K; k0 += O2E_PW_KC) {
       const int k1 = K - k0 > O2E_PW_KC ? k0 + O2E_PW_KC : K, last = k1 == K;
+      const int pf_on = O2E_PW_PF && (!last || u + 1 < units);
+      for (v = 0; v * 4 < O2E_PW_SUB; v++)
+        pf[v] = last ? wn[v] : wb[v] + (size_t)k1 * O2E_PW_PANEL;
       for (q = 0; q < nt; q++) {
         const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
         float *t = acc + (size_t)q * O2E_PW_PX * O2E_PW_SUB;
-        o2e_pw_tile_any_(pn, k0, k1, wb, a->xp + (size_t)q * K * O2E_PW_PX,
-                         k0 ? NULL : a->bias + m0, last && !a->res ? &a->act : NULL, t);
+        o2e_pw_tile_any_(pn, k0, k1, wb, pf_on && q == 0 ? pf : NULL,
+                         a->xp + (size_t)q * K * O2E_PW_PX, k0 ? NULL : a->bias + m0,
+                         last && !a->res ? &a->act : NULL, t);
         if (!last) continue;
         o2e_pw_store_(t, nl, pn, a->y + (size_t)m0 * P + p0, P); /* transpose into NCHW rows */
       }
