@@ -12,7 +12,7 @@
  * NV vectors of output channels (the lanes) x PX pixels (one register row each), so the lanes
  * are full whatever P is, and each weight is read once per pixel tile from L1/L2:
  *
- *   AVX-512  32 channels x 12 pixels: 24 accumulators + 2 weight vectors + 1 broadcast (32 zmm)
+ *   AVX-512  32 channels x 13 pixels: 26 accumulators + 2 weight vectors + 1 broadcast (32 zmm)
  *   AVX2     16 channels x  6 pixels: 12 accumulators + 2 weight vectors + 1 broadcast (16 ymm)
  *   NEON     16 channels x  6 pixels: 24 accumulators + 4 weight vectors (32 q registers)
  *   SSE      8 channels x  6 pixels: 12 accumulators + 2 + 1 (16 xmm)
@@ -26,7 +26,7 @@
  * zero-padded to Mp, a multiple of 32 (bias likewise): a tile's weights are one or two
  * sequential streams whatever lane width the build has, and one generated model.c runs with
  * any of the kernels. The input is packed once per call into tiles of K x PX consecutive
- * floats (tile q: pixels [q*P/nt, (q+1)*P/nt), balanced so 49 pixels are 9+10+10+10+10 at
+ * floats (tile q: pixels [q*P/nt, (q+1)*P/nt), balanced so 49 pixels are 12+12+12+13 at
  * AVX-512, never a 1-pixel tile), shared by all threads. Bias and activation are applied to
  * the tile in registers; the finished tile is then transposed into the NCHW rows by a scalar
  * copy (the caller picks this path only where K is large enough for that copy to be a small
@@ -43,7 +43,7 @@
 
 #define O2E_PW_PANEL 16 /* channels per weight panel: part of the converted weight format */
 #define O2E_PW_MALIGN 32 /* M is zero-padded to a multiple of this in weights and bias */
-#define O2E_PW_PXMAX 12  /* widest pixel tile of any build (the scratch is sized for it) */
+#define O2E_PW_PXMAX 12  /* the scratch holds P + this pixels: enough for tiles of <= 13 */
 #ifndef O2E_PW_KC /* K slice: the slice of a tile's weights stays in L1 (16 or 32 KB) */
 #define O2E_PW_KC 256
 #endif
@@ -61,7 +61,7 @@
 #if defined(__AVX512F__)
 #define O2E_PW_VW 16
 #define O2E_PW_NV 2
-#define O2E_PW_PX 12
+#define O2E_PW_PX 13 /* 26 accumulators + 2 + 1 of 32 zmm: 49 pixels are 4 tiles, not 5 */
 #elif defined(__AVX__)
 #define O2E_PW_VW 8
 #define O2E_PW_NV 2
@@ -117,12 +117,12 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
   if (bias) {
 #pragma GCC unroll 4
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(bv[v], bias + v * O2E_PW_VW);
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) acc[p][v] = bv[v];
   } else {
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(acc[p][v], t + p * O2E_PW_SUB + v * O2E_PW_VW);
@@ -137,7 +137,7 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
       for (v = 0; v < O2E_PW_NV; v++)
         if (v * O2E_PW_VW % O2E_PW_PANEL == 0)
           O2E_PREFETCH_(pf[v] + (size_t)(k - k0) * O2E_PW_PANEL, O2E_PW_PF_LOC);
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++) {
       const float b = xk[p];
 #pragma GCC unroll 4
@@ -146,7 +146,7 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
   }
   if (act && act->kind) {
     const o2e_pwv z = {0}, lo = z + act->a, hi = z + act->b;
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) {
@@ -160,7 +160,7 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
         acc[p][v] = x;
       }
   }
-#pragma GCC unroll 12
+#pragma GCC unroll 16
   for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_STORE(t + p * O2E_PW_SUB + v * O2E_PW_VW, acc[p][v]);
@@ -170,6 +170,9 @@ O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb
                                   const float *const *pf, const float *xp, const float *bias,
                                   const o2e_act *act, float *t) {
   switch (pn) { /* one register-resident copy per width */
+#if O2E_PW_PX > 12
+  case 13: o2e_pw_tile_(13, k0, k1, wb, pf, xp, bias, act, t); return;
+#endif
 #if O2E_PW_PX > 6
   case 12: o2e_pw_tile_(12, k0, k1, wb, pf, xp, bias, act, t); return;
   case 11: o2e_pw_tile_(11, k0, k1, wb, pf, xp, bias, act, t); return;
