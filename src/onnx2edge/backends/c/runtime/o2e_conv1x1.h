@@ -47,8 +47,8 @@
 #ifndef O2E_PW_KC /* K slice: the slice of a tile's weights stays in L1 (16 or 32 KB) */
 #define O2E_PW_KC 256
 #endif
-#ifndef O2E_PW_PF /* prefetch the next K slice's weights while the first pixel tile runs */
-#define O2E_PW_PF 1
+#ifndef O2E_PW_PF /* prefetch the next K slice's weights: 0 off, 1 during the slice's first */
+#define O2E_PW_PF 2 /* pixel tile, 2 spread over all its pixel tiles (see o2e_pw_units_) */
 #endif
 #ifndef O2E_PW_PF_LOC /* its cache level hint (__builtin_prefetch locality) */
 #define O2E_PW_PF_LOC 2
@@ -99,6 +99,13 @@ typedef struct {
   o2e_act act;
 } o2e_pw_args;
 
+/* Weight rows a tile prefetches: rows q, q + step, q + 2 step, ... (< len) of the panels p[v],
+ * one every `step` K steps (see o2e_pw_units_). */
+typedef struct {
+  const float *p[O2E_PW_SUB / 4 + 1];
+  int q, step, len;
+} o2e_pw_pf;
+
 #if O2E_PW_VEC
 /* x < 0 ? s : x, lane by lane, as the scalar o2e_act1_ (a NaN fails the comparison and passes) */
 O2E_GEMM_INL o2e_pwv o2e_pw_sel_(o2e_pwi m, o2e_pwv s, o2e_pwv x) {
@@ -110,7 +117,7 @@ O2E_GEMM_INL o2e_pwv o2e_pw_sel_(o2e_pwi m, o2e_pwv s, o2e_pwv x) {
  * last slice without a residual (act != NULL). Vector v of the tile reads wb[v] + 16 k; xp
  * has row stride O2E_PW_PX. PN is a constant after inlining, so acc stays in registers. */
 O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const *wb,
-                               const float *const *pf, const float *xp, const float *bias,
+                               const o2e_pw_pf *pf, const float *xp, const float *bias,
                                const o2e_act *act, float *t) {
   o2e_pwv acc[O2E_PW_PX][O2E_PW_NV], bv[O2E_PW_NV];
   int k, p, v;
@@ -127,16 +134,21 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(acc[p][v], t + p * O2E_PW_SUB + v * O2E_PW_VW);
   }
+  int cd = 0; /* K steps to the next prefetch */
   for (k = k0; k < k1; k++) {
     o2e_pwv wv[O2E_PW_NV];
     const float *xk = xp + (size_t)k * O2E_PW_PX;
 #pragma GCC unroll 4
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(wv[v], wb[v] + (size_t)k * O2E_PW_PANEL);
-    if (pf) /* one line per panel row: the vectors of a 64-byte row share it */
+    if (pf && cd-- == 0) {
+      const int r = k - k0 + pf->q;
+      cd = pf->step - 1;
+      if (r < pf->len) /* one line per panel row: the vectors of a 64-byte row share it */
 #pragma GCC unroll 4
-      for (v = 0; v < O2E_PW_NV; v++)
-        if (v * O2E_PW_VW % O2E_PW_PANEL == 0)
-          O2E_PREFETCH_(pf[v] + (size_t)(k - k0) * O2E_PW_PANEL, O2E_PW_PF_LOC);
+        for (v = 0; v < O2E_PW_NV; v++)
+          if (v * O2E_PW_VW % O2E_PW_PANEL == 0)
+            O2E_PREFETCH_(pf->p[v] + (size_t)r * O2E_PW_PANEL, O2E_PW_PF_LOC);
+    }
 #pragma GCC unroll 16
     for (p = 0; p < PN; p++) {
       const float b = xk[p];
@@ -167,7 +179,7 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
 }
 
 O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb,
-                                  const float *const *pf, const float *xp, const float *bias,
+                                  const o2e_pw_pf *pf, const float *xp, const float *bias,
                                   const o2e_act *act, float *t) {
   switch (pn) { /* one register-resident copy per width */
 #if O2E_PW_PX > 12
@@ -191,7 +203,7 @@ O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb
 }
 #else
 O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb,
-                                  const float *const *pf, const float *xp, const float *bias,
+                                  const o2e_pw_pf *pf, const float *xp, const float *bias,
                                   const o2e_act *act, float *t) {
   int k, p, l;
   (void)pf; /* no prefetch in the plain C kernel */
@@ -265,17 +277,20 @@ O2E_GEMM_INL void o2e_pw_wb_(const o2e_pw_args *a, int u, const float **wb) {
 /* Tiles [u0, u1): tile u covers channels [u * O2E_PW_SUB, (u + 1) * O2E_PW_SUB), all pixels.
  * K is cut into O2E_PW_KC slices so that the tile's weights of a slice stay in L1 while every
  * pixel tile streams past them (as the GEMM's KC); partial sums wait in this thread's part of
- * a->acc, one PX x SUB block per pixel tile. The first pixel tile of a slice prefetches the
- * weights of the next slice (or of the next channel tile's first slice): the weights, 1-4 MB
- * on NIN's cccp7/8 and ResNet50's res5 layers, come from L3 or memory once per call, and the
- * hardware prefetchers, following two or more panel streams that restart every K slice, left
- * the first tile waiting for them. */
+ * a->acc, one PX x SUB block per pixel tile. The pixel tiles of a slice prefetch the weights
+ * of the next slice (or of the next channel tile's first slice), tile q of nt the rows q,
+ * q + nt, ..., so the misses spread over the whole slice: the weights, 1-4 MB on NIN's cccp7/8
+ * and ResNet50's res5 layers, come from L3 or memory once per call, and the hardware
+ * prefetchers, following two or more panel streams that restart every K slice, left the first
+ * tile waiting for them (per node 0.90-0.95x at AVX-512; all in the first tile: 0.92-0.97x;
+ * a whole channel tile ahead instead of a slice: 1.01-1.04x the slice-ahead time). */
 O2E_GEMM_FN void o2e_pw_units_(void *arg, int u0, int u1) {
   const o2e_pw_args *a = (const o2e_pw_args *)arg;
   const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P);
   const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
   float *acc = a->acc + (size_t)o2e_parallel_thread() * nt * O2E_PW_PX * O2E_PW_SUB;
-  const float *wb[O2E_PW_SUB / 4 + 1], *wn[O2E_PW_SUB / 4 + 1], *pf[O2E_PW_SUB / 4 + 1];
+  const float *wb[O2E_PW_SUB / 4 + 1], *wn[O2E_PW_SUB / 4 + 1];
+  o2e_pw_pf pf;
   int u, q, v, k0;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_PW_SUB, nl = a->M - m0 < O2E_PW_SUB ? a->M - m0 : O2E_PW_SUB;
@@ -286,11 +301,14 @@ O2E_GEMM_FN void o2e_pw_units_(void *arg, int u0, int u1) {
       const int k1 = K - k0 > O2E_PW_KC ? k0 + O2E_PW_KC : K, last = k1 == K;
       const int pf_on = O2E_PW_PF && (!last || u + 1 < units);
       for (v = 0; v * 4 < O2E_PW_SUB; v++)
-        pf[v] = last ? wn[v] : wb[v] + (size_t)k1 * O2E_PW_PANEL;
+        pf.p[v] = last ? wn[v] : wb[v] + (size_t)k1 * O2E_PW_PANEL;
+      pf.len = last ? (K < O2E_PW_KC ? K : O2E_PW_KC) : (K - k1 < O2E_PW_KC ? K - k1 : O2E_PW_KC);
+      pf.step = O2E_PW_PF == 2 ? nt : 1;
       for (q = 0; q < nt; q++) {
         const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
         float *t = acc + (size_t)q * O2E_PW_PX * O2E_PW_SUB;
-        o2e_pw_tile_any_(pn, k0, k1, wb, pf_on && q == 0 ? pf : NULL,
+        pf.q = O2E_PW_PF == 2 ? q : 0;
+        o2e_pw_tile_any_(pn, k0, k1, wb, pf_on && (O2E_PW_PF == 2 || q == 0) ? &pf : NULL,
                          a->xp + (size_t)q * K * O2E_PW_PX, k0 ? NULL : a->bias + m0,
                          last && !a->res ? &a->act : NULL, t);
         if (!last) continue;
