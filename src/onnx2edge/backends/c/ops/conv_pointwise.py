@@ -103,11 +103,13 @@ STRATEGY = ConvStrategy("pointwise", refuse, emit)
 # the GEMM's packed weights. There the GEMM's 24-column strips leave 169 = 7 x 24 + 1 and
 # 196 = 8 x 24 + 4 pixels with a nearly empty last strip that streams all the weights again;
 # 16 channels x 6 pixels in registers keep the lanes full. Measured per layer (1 thread, CPU
-# time minima of interleaved runs, this path / the GEMM, x86-64-v3 on an AVX-512 host),
-# K -> M: 13x13 512 -> 1000 0.81, 384 -> 384 0.95; 14x14 256 -> 1024 (+ residual) 0.86,
-# 1024 -> 512 0.89, 512 -> 512 0.88, 256 -> 512 0.95, 1024 -> 256 0.99, but 160 -> 960 1.04
-# and 17x17 768 -> 192 1.11. At AVX-512 the GEMM stays (the lanes kernel: 1.08-1.34x there),
-# so the generated C keeps both behind #if: one model.c still serves every ISA.
+# time minima of interleaved runs, tools/ab_nodes.py, this path / the GEMM, x86-64-v3 on an
+# AVX-512 host), K -> M: one-layer models 13x13 512 -> 1000 0.84, 384 -> 384 0.96; 14x14
+# 256 -> 1024 (+ residual) 0.94, 1024 -> 512 0.95, 512 -> 512 0.91; in ResNet50 res4 1024 -> 256
+# 0.86-0.95, 256 -> 1024 (+ residual) 0.91-0.97, res5a_branch2a 0.84. The same tiles over their
+# own 16-channel panels were slower at K = 160 (1.04) and on 17x17 (768 -> 192: 1.11), and at
+# AVX-512 on all of these (1.08-1.34: there the 48-column strips stay), so the generated C keeps
+# both behind #if: one model.c still serves every ISA.
 AVX2_MIN_P = MAX_P + 1
 AVX2_MAX_P = 196
 AVX2_MIN_K = 256
