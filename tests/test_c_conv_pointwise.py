@@ -25,6 +25,7 @@ from onnx2edge.verify import compare
 from conftest import ALL_ISAS, ASAN, make_model, save, tensor, vi
 
 LABEL = "Conv: 1x1 on a narrow map (output channels in lanes)"
+AVX2_LABEL = "Conv: 1x1 as GEMM: at AVX2 output channels in lanes over the packed weights"
 
 
 def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray], int]:
@@ -126,4 +127,89 @@ def test_wider_maps_and_small_k_keep_the_gemm(tmp_path: Path) -> None:
         outs.append(vi(f"y{name}", [1, 64, H, H]))
     path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "g.onnx")
     kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
-    assert kernels == {"Conv: 1x1 as GEMM": 2}, kernels
+    # (the 14x14 layer has K = 256: at AVX2 its GEMM statement runs the lanes kernel instead)
+    assert kernels == {"Conv: 1x1 as GEMM": 2, AVX2_LABEL: 1}, kernels
+
+
+def _packed_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """1x1 layers of 65..196 pixels with K >= 256 (conv_pointwise.avx2_lanes): at AVX2 the
+    lanes kernel over the GEMM's packed weights, elsewhere the GEMM. M not a multiple of the
+    16-channel tile or of the 8-row panels (40, 33), odd pixel counts (9x11, 13x13), K across
+    K slices and not a multiple of 256 (600), no bias, a batch of 2, NaN / Inf in the input,
+    and residuals whose buffer the output may take (each used only by its Add) before Relu,
+    Clip and an activation the tile cannot apply (Sigmoid)."""
+    rng = np.random.default_rng(5)
+    nodes, ins, outs, inits, feeds = [], [], [], [], {}
+    # name: (N, K, M, H, W, bias, residual, activation)
+    cases = {
+        "a": (1, 256, 40, 9, 11, True, True, "Relu"),
+        "b": (2, 600, 33, 13, 13, False, False, "Clip"),
+        "c": (1, 300, 64, 14, 14, True, True, "Sigmoid"),
+        "d": (1, 512, 48, 9, 9, True, False, "LeakyRelu"),
+    }
+    for name, (N, K, M, H, W, has_b, res, act) in cases.items():
+        x = rng.standard_normal((N, K, H, W)).astype(np.float32)
+        if name == "a":
+            x[0, 3, 2, 5], x[0, 7, 8, 10], x[0, 9, 0, 0] = np.nan, np.inf, -np.inf
+        feeds[f"x{name}"] = x
+        ins.append(vi(f"x{name}", [N, K, H, W]))
+        w = (rng.standard_normal((M, K, 1, 1)) / np.sqrt(K)).astype(np.float32)
+        inits.append(tensor(f"w{name}", w))
+        conv_in = [f"x{name}", f"w{name}"]
+        if has_b:
+            inits.append(tensor(f"b{name}", rng.standard_normal(M).astype(np.float32)))
+            conv_in.append(f"b{name}")
+        cur = f"c{name}"
+        nodes.append(helper.make_node("Conv", conv_in, [cur], kernel_shape=[1, 1]))
+        if res:  # the residual is an intermediate used once: its buffer may hold the output
+            feeds[f"r{name}"] = rng.standard_normal((N, M, H, W)).astype(np.float32)
+            ins.append(vi(f"r{name}", [N, M, H, W]))
+            nodes.append(helper.make_node("Neg", [f"r{name}"], [f"n{name}"]))
+            nodes.append(helper.make_node("Add", [cur, f"n{name}"], [f"s{name}"]))
+            cur = f"s{name}"
+        if act == "Clip":
+            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"a{name}"]))
+        elif act == "LeakyRelu":
+            nodes.append(helper.make_node(act, [cur], [f"a{name}"], alpha=0.2))
+        else:
+            nodes.append(helper.make_node(act, [cur], [f"a{name}"]))
+        # a last op, so that the convolution's output is not a graph output and may alias
+        nodes.append(helper.make_node("Neg", [f"a{name}"], [f"y{name}"]))
+        outs.append(vi(f"y{name}", [N, M, H, W]))
+    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "pa.onnx"), feeds
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_avx2_lanes_over_packed_weights_match_onnxruntime(tmp_path: Path, arch: str) -> None:
+    path, feeds = _packed_model(tmp_path)
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get(AVX2_LABEL) == 4 and kernels.get("Conv: 1x1 as GEMM") == 4, kernels
+    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+    ya = got["ya"]  # NaN / Inf propagate (Relu keeps NaN) as in onnxruntime
+    assert np.array_equal(np.isnan(ya), np.isnan(ref["ya"])) and np.isnan(ya).any()
+
+
+def test_avx2_lanes_over_packed_weights_threads_and_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The AVX2 branch split across threads under ASan / UBSan: the clamped panel reads of M
+    tails (33, 40 channels) stay inside the packed weights."""
+    import json
+
+    from onnx2edge.backends.c.build import build_executable, run_executable
+    from onnx2edge.backends.c.ops import pool2d
+
+    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
+    path, feeds = _packed_model(tmp_path)
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    io = json.loads((out / "onnx2edge.json").read_text())
+    flags = ["-march=x86-64-v3", *ASAN, "-DO2E_THREADS=3", "-pthread"]
+    got = run_executable(build_executable(out, flags, "t"), io, feeds, tmp_path)
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]

@@ -7,7 +7,7 @@ import numpy as np
 from ....semantics.activations import Activation
 from ..emitter import NodeContext
 from ..gemm_pack import sgemm_workspace_bytes
-from . import pool2d
+from . import conv_pointwise, pool2d
 from .conv_spec import AUTO, ConvSpec, ConvStrategy
 from .gemm import (
     MAX_THREADS,
@@ -318,23 +318,24 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
                 )
             ]
         if packed is not None:
-            code.append(
-                gemm_packed_call(
-                    ctx,
-                    f"{packed} + (size_t)g * {stride}",
-                    mg,
-                    ncols,
-                    K,
-                    b_mat,
-                    ncols,
-                    out,
-                    P,
-                    bias_m=bg,
-                    act=act,
-                    residual=r,
-                    ldr=P,
-                )
+            call = gemm_packed_call(
+                ctx,
+                f"{packed} + (size_t)g * {stride}",
+                mg,
+                ncols,
+                K,
+                b_mat,
+                ncols,
+                out,
+                P,
+                bias_m=bg,
+                act=act,
+                residual=r,
+                ldr=P,
             )
+            if pointwise and conv_pointwise.avx2_lanes(spec):  # AVX2 builds: lanes kernel
+                call = conv_pointwise.avx2_branch(ctx, spec, packed, xin, out, bg, r, call)
+            code.append(call)
         else:  # weights computed at run time: read in place (named only here: emitter.ConstTensor)
             wg = f"{w.sym} + (size_t)g * {mg * K}"
             code.append(

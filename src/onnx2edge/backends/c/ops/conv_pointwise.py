@@ -96,3 +96,61 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
 
 
 STRATEGY = ConvStrategy("pointwise", refuse, emit)
+
+
+# --------------------------------------------------------------------------------------------
+# 1x1 layers on 9x9 .. 14x14 maps (conv_gemm.py's "1x1 as GEMM"): at AVX2 the same tiles over
+# the GEMM's packed weights. There the GEMM's 24-column strips leave 169 = 7 x 24 + 1 and
+# 196 = 8 x 24 + 4 pixels with a nearly empty last strip that streams all the weights again;
+# 16 channels x 6 pixels in registers keep the lanes full. Measured per layer (1 thread, CPU
+# time minima of interleaved runs, tools/ab_nodes.py, this path / the GEMM, x86-64-v3 on an
+# AVX-512 host), K -> M: one-layer models 13x13 512 -> 1000 0.84, 384 -> 384 0.96; 14x14
+# 256 -> 1024 (+ residual) 0.94, 1024 -> 512 0.95, 512 -> 512 0.91; in ResNet50 res4 1024 -> 256
+# 0.86-0.95, 256 -> 1024 (+ residual) 0.91-0.97, res5a_branch2a 0.84. The same tiles over their
+# own 16-channel panels were slower at K = 160 (1.04) and on 17x17 (768 -> 192: 1.11), and at
+# AVX-512 on all of these (1.08-1.34: there the 48-column strips stay), so the generated C keeps
+# both behind #if: one model.c still serves every ISA.
+AVX2_MIN_P = MAX_P + 1
+AVX2_MAX_P = 196
+AVX2_MIN_K = 256
+
+
+def avx2_lanes(spec: ConvSpec) -> bool:
+    """Whether a 1x1 GEMM layer runs the lanes kernel over its packed weights at AVX2."""
+    P = spec.y.shape[2] * spec.y.shape[3]
+    return (
+        spec.group == 1
+        and AVX2_MIN_P <= P <= AVX2_MAX_P
+        and spec.C >= AVX2_MIN_K
+        and spec.M >= MIN_M
+    )
+
+
+def avx2_branch(
+    ctx: NodeContext,
+    spec: ConvSpec,
+    packed: str,
+    xin: str,
+    y: str,
+    bias: str,
+    res: str | None,
+    gemm: str,
+) -> str:
+    """The GEMM statement `gemm` for one image, with the lanes kernel over the same packed
+    weights in its place when compiled for AVX2 (o2e_conv1x1_lanes_packed_a)."""
+    K, M = spec.C, spec.M
+    H, W = spec.x.shape[2], spec.x.shape[3]
+    P = spec.y.shape[2] * spec.y.shape[3]
+    ctx.helper("o2e_conv1x1_include", f'#include "{HEADER}"\n')
+    ctx.model.runtime_files.add(HEADER)
+    ctx.kernel("1x1 as GEMM: at AVX2 output channels in lanes over the packed weights")
+    xp = ctx.scratch(K * (P + PXMAX) * 4)
+    acc = ctx.scratch(MAX_THREADS * (P + PXMAX) * MALIGN * 4)
+    act_c, post = act_struct(spec.act)
+    threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
+    lanes = (
+        f"{{ const o2e_pw_args a = {{{xin}, {packed}, {xp}, {acc}, {bias}, {res or 'NULL'}, "
+        f"{y}, {M}, {K}, {P}, {H * W}, {W}, {W}, 1, 1, {act_c}}}; "
+        f"o2e_conv1x1_lanes_packed_a(&a, {threaded}); }}" + post_act(spec.act, post, M, P, y, P)
+    )
+    return f"\n#if defined(O2E_GEMM_AVX2)\n{lanes}\n#else\n{gemm}\n#endif\n"

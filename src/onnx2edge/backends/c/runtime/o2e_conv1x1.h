@@ -12,7 +12,7 @@
  * NV vectors of output channels (the lanes) x PX pixels (one register row each), so the lanes
  * are full whatever P is, and each weight is read once per pixel tile from L1/L2:
  *
- *   AVX-512  32 channels x 12 pixels: 24 accumulators + 2 weight vectors + 1 broadcast (32 zmm)
+ *   AVX-512  32 channels x 13 pixels: 26 accumulators + 2 weight vectors + 1 broadcast (32 zmm)
  *   AVX2     16 channels x  6 pixels: 12 accumulators + 2 weight vectors + 1 broadcast (16 ymm)
  *   NEON     16 channels x  6 pixels: 24 accumulators + 4 weight vectors (32 q registers)
  *   SSE      8 channels x  6 pixels: 12 accumulators + 2 + 1 (16 xmm)
@@ -26,7 +26,7 @@
  * zero-padded to Mp, a multiple of 32 (bias likewise): a tile's weights are one or two
  * sequential streams whatever lane width the build has, and one generated model.c runs with
  * any of the kernels. The input is packed once per call into tiles of K x PX consecutive
- * floats (tile q: pixels [q*P/nt, (q+1)*P/nt), balanced so 49 pixels are 9+10+10+10+10 at
+ * floats (tile q: pixels [q*P/nt, (q+1)*P/nt), balanced so 49 pixels are 12+12+12+13 at
  * AVX-512, never a 1-pixel tile), shared by all threads. Bias and activation are applied to
  * the tile in registers; the finished tile is then transposed into the NCHW rows by a scalar
  * copy (the caller picks this path only where K is large enough for that copy to be a small
@@ -43,9 +43,15 @@
 
 #define O2E_PW_PANEL 16 /* channels per weight panel: part of the converted weight format */
 #define O2E_PW_MALIGN 32 /* M is zero-padded to a multiple of this in weights and bias */
-#define O2E_PW_PXMAX 12  /* widest pixel tile of any build (the scratch is sized for it) */
+#define O2E_PW_PXMAX 12  /* the scratch holds P + this pixels: enough for tiles of <= 13 */
 #ifndef O2E_PW_KC /* K slice: the slice of a tile's weights stays in L1 (16 or 32 KB) */
 #define O2E_PW_KC 256
+#endif
+#ifndef O2E_PW_PF /* prefetch the next K slice's weights: 0 off, 1 during the slice's first */
+#define O2E_PW_PF 2 /* pixel tile, 2 spread over all its pixel tiles (see o2e_pw_units_) */
+#endif
+#ifndef O2E_PW_PF_LOC /* its cache level hint (__builtin_prefetch locality) */
+#define O2E_PW_PF_LOC 2
 #endif
 
 #if (defined(__GNUC__) || defined(__clang__)) &&                                              \
@@ -55,7 +61,7 @@
 #if defined(__AVX512F__)
 #define O2E_PW_VW 16
 #define O2E_PW_NV 2
-#define O2E_PW_PX 12
+#define O2E_PW_PX 13 /* 26 accumulators + 2 + 1 of 32 zmm: 49 pixels are 4 tiles, not 5 */
 #elif defined(__AVX__)
 #define O2E_PW_VW 8
 #define O2E_PW_NV 2
@@ -93,6 +99,21 @@ typedef struct {
   o2e_act act;
 } o2e_pw_args;
 
+/* A call's arguments and its weight layout: wfmt 0, the panels above; O2E_GEMM_MR, the GEMM's
+ * packed A ([M8 / 8][K][8], M rounded up to 8: o2e_pack_a) with bias M floats or NULL and res
+ * possibly y itself (ops/conv_gemm.py's 1x1 layers at AVX2: o2e_conv1x1_lanes_packed_a). */
+typedef struct {
+  o2e_pw_args a;
+  int wfmt;
+} o2e_pw_job_;
+
+/* Weight rows a tile prefetches: rows q, q + step, q + 2 step, ... (< len) of the panels p[v],
+ * one every `step` K steps (see o2e_pw_units_). */
+typedef struct {
+  const float *p[O2E_PW_SUB / 4 + 1];
+  int q, step, len;
+} o2e_pw_pf;
+
 #if O2E_PW_VEC
 /* x < 0 ? s : x, lane by lane, as the scalar o2e_act1_ (a NaN fails the comparison and passes) */
 O2E_GEMM_INL o2e_pwv o2e_pw_sel_(o2e_pwi m, o2e_pwv s, o2e_pwv x) {
@@ -103,29 +124,40 @@ O2E_GEMM_INL o2e_pwv o2e_pw_sel_(o2e_pwi m, o2e_pwv s, o2e_pwv x) {
  * where s is bias[l] when bias != NULL (first K slice), else t's partial sums; act only on the
  * last slice without a residual (act != NULL). Vector v of the tile reads wb[v] + 16 k; xp
  * has row stride O2E_PW_PX. PN is a constant after inlining, so acc stays in registers. */
-O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const *wb,
-                               const float *xp, const float *bias, const o2e_act *act, float *t) {
+O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const *wb, int ws,
+                               const o2e_pw_pf *pf, const float *xp, const float *bias,
+                               const o2e_act *act, float *t) {
   o2e_pwv acc[O2E_PW_PX][O2E_PW_NV], bv[O2E_PW_NV];
   int k, p, v;
   if (bias) {
 #pragma GCC unroll 4
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(bv[v], bias + v * O2E_PW_VW);
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) acc[p][v] = bv[v];
   } else {
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(acc[p][v], t + p * O2E_PW_SUB + v * O2E_PW_VW);
   }
+  int cd = 0; /* K steps to the next prefetch */
   for (k = k0; k < k1; k++) {
     o2e_pwv wv[O2E_PW_NV];
     const float *xk = xp + (size_t)k * O2E_PW_PX;
 #pragma GCC unroll 4
-    for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(wv[v], wb[v] + (size_t)k * O2E_PW_PANEL);
-#pragma GCC unroll 12
+    for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_LOAD(wv[v], wb[v] + (size_t)k * ws);
+    if (pf && cd-- == 0) {
+      const int r = k - k0 + pf->q;
+      cd = pf->step - 1;
+      if (r < pf->len) /* one line per panel row: the vectors of a 64-byte row share it */
+#pragma GCC unroll 4
+        for (v = 0; v < O2E_PW_NV; v++)
+          if (v * O2E_PW_VW % O2E_PW_PANEL == 0 || ws != O2E_PW_PANEL)
+            O2E_PREFETCH_(pf->p[v] + (size_t)r * ws, O2E_PW_PF_LOC);
+    }
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++) {
       const float b = xk[p];
 #pragma GCC unroll 4
@@ -134,7 +166,7 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
   }
   if (act && act->kind) {
     const o2e_pwv z = {0}, lo = z + act->a, hi = z + act->b;
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) {
@@ -148,43 +180,49 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
         acc[p][v] = x;
       }
   }
-#pragma GCC unroll 12
+#pragma GCC unroll 16
   for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_STORE(t + p * O2E_PW_SUB + v * O2E_PW_VW, acc[p][v]);
 }
 
-O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb, const float *xp,
-                                  const float *bias, const o2e_act *act, float *t) {
+O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb, int ws,
+                                  const o2e_pw_pf *pf, const float *xp, const float *bias,
+                                  const o2e_act *act, float *t) {
   switch (pn) { /* one register-resident copy per width */
-#if O2E_PW_PX > 6
-  case 12: o2e_pw_tile_(12, k0, k1, wb, xp, bias, act, t); return;
-  case 11: o2e_pw_tile_(11, k0, k1, wb, xp, bias, act, t); return;
-  case 10: o2e_pw_tile_(10, k0, k1, wb, xp, bias, act, t); return;
-  case 9: o2e_pw_tile_(9, k0, k1, wb, xp, bias, act, t); return;
-  case 8: o2e_pw_tile_(8, k0, k1, wb, xp, bias, act, t); return;
-  case 7: o2e_pw_tile_(7, k0, k1, wb, xp, bias, act, t); return;
+#if O2E_PW_PX > 12
+  case 13: o2e_pw_tile_(13, k0, k1, wb, ws, pf, xp, bias, act, t); return;
 #endif
-  case 6: o2e_pw_tile_(6, k0, k1, wb, xp, bias, act, t); return;
-  case 5: o2e_pw_tile_(5, k0, k1, wb, xp, bias, act, t); return;
-  case 4: o2e_pw_tile_(4, k0, k1, wb, xp, bias, act, t); return;
-  case 3: o2e_pw_tile_(3, k0, k1, wb, xp, bias, act, t); return;
-  case 2: o2e_pw_tile_(2, k0, k1, wb, xp, bias, act, t); return;
-  default: o2e_pw_tile_(1, k0, k1, wb, xp, bias, act, t); return;
+#if O2E_PW_PX > 6
+  case 12: o2e_pw_tile_(12, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 11: o2e_pw_tile_(11, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 10: o2e_pw_tile_(10, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 9: o2e_pw_tile_(9, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 8: o2e_pw_tile_(8, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 7: o2e_pw_tile_(7, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+#endif
+  case 6: o2e_pw_tile_(6, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 5: o2e_pw_tile_(5, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 4: o2e_pw_tile_(4, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 3: o2e_pw_tile_(3, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  case 2: o2e_pw_tile_(2, k0, k1, wb, ws, pf, xp, bias, act, t); return;
+  default: o2e_pw_tile_(1, k0, k1, wb, ws, pf, xp, bias, act, t); return;
   }
 }
 #else
-O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb,
-                                  const float *xp, const float *bias, const o2e_act *act,
-                                  float *t) {
+O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb, int ws,
+                                  const o2e_pw_pf *pf, const float *xp, const float *bias,
+                                  const o2e_act *act, float *t) {
   int k, p, l;
+  (void)pf; /* no prefetch in the plain C kernel */
   if (bias)
     for (p = 0; p < pn; p++)
       for (l = 0; l < O2E_PW_SUB; l++) t[p * O2E_PW_SUB + l] = bias[l];
   for (k = k0; k < k1; k++)
     for (p = 0; p < pn; p++) {
       const float b = xp[(size_t)k * O2E_PW_PX + p];
-      for (l = 0; l < O2E_PW_SUB; l++) t[p * O2E_PW_SUB + l] += b * wb[0][(size_t)k * O2E_PW_PANEL + l];
+      for (l = 0; l < O2E_PW_SUB; l++)
+        t[p * O2E_PW_SUB + l] += b * wb[l / 4][(size_t)k * ws + l % 4];
     }
   if (act)
     for (k = 0; k < pn * O2E_PW_SUB; k++) t[k] = o2e_act1_(t[k], *act);
@@ -233,47 +271,108 @@ O2E_GEMM_FN void o2e_pw_residual_(int nl, int P, const float *r, float *y, o2e_a
   }
 }
 
+/* y[l][p] = act(t[p][l] + r[l][p]) for l < nl, p < pn (row stride P): the packed-A path's
+ * store, one element at a time, so that r may be y itself (ops/conv_gemm.py lets a 1x1
+ * layer's output take its residual's buffer); o2e_act1_ is the GEMM epilogue's activation. */
+O2E_GEMM_FN void o2e_pw_store_res_(const float *t, int nl, int pn, const float *r, float *y,
+                                   int P, o2e_act act) {
+  int l, p;
+  for (l = 0; l < nl; l++)
+    for (p = 0; p < pn; p++) {
+      const size_t i = (size_t)l * P + p;
+      y[i] = o2e_act1_(t[p * O2E_PW_SUB + l] + r[i], act);
+    }
+}
+
+/* wb[v]: where vector v of channel tile u starts (its lanes' weights at k = 0), the row stride
+ * of those rows returned. In the GEMM's packed A a vector past the last 8-row panel (M not a
+ * multiple of 16) reads the last panel again: its lanes are never stored. */
+O2E_GEMM_INL int o2e_pw_wb_(const o2e_pw_args *a, int wfmt, int u, const float **wb) {
+  const int pw = wfmt ? wfmt : O2E_PW_PANEL, np = (a->M + pw - 1) / pw;
+  int v;
+  for (v = 0; v * 4 < O2E_PW_SUB; v++) { /* the panel row of each group of 4 lanes */
+    const int c = u * O2E_PW_SUB + 4 * v, pi = c / pw < np ? c / pw : np - 1;
+    wb[v] = a->w + (size_t)pi * a->K * pw + c % pw;
+  }
+#if O2E_PW_VEC
+  for (v = 0; v < O2E_PW_NV; v++) wb[v] = wb[v * O2E_PW_VW / 4];
+#endif
+  return pw;
+}
+
 /* Tiles [u0, u1): tile u covers channels [u * O2E_PW_SUB, (u + 1) * O2E_PW_SUB), all pixels.
  * K is cut into O2E_PW_KC slices so that the tile's weights of a slice stay in L1 while every
  * pixel tile streams past them (as the GEMM's KC); partial sums wait in this thread's part of
- * a->acc, one PX x SUB block per pixel tile. */
+ * a->acc, one PX x SUB block per pixel tile. The pixel tiles of a slice prefetch the weights
+ * of the next slice (or of the next channel tile's first slice), tile q of nt the rows q,
+ * q + nt, ..., so the misses spread over the whole slice: the weights, 1-4 MB on NIN's cccp7/8
+ * and ResNet50's res5 layers, come from L3 or memory once per call, and the hardware
+ * prefetchers, following two or more panel streams that restart every K slice, left the first
+ * tile waiting for them (per node 0.90-0.95x at AVX-512; all in the first tile: 0.92-0.97x;
+ * a whole channel tile ahead instead of a slice: 1.01-1.04x the slice-ahead time). */
 O2E_GEMM_FN void o2e_pw_units_(void *arg, int u0, int u1) {
-  const o2e_pw_args *a = (const o2e_pw_args *)arg;
+  const o2e_pw_args *a = &((const o2e_pw_job_ *)arg)->a;
+  const int wfmt = ((const o2e_pw_job_ *)arg)->wfmt;
   const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P);
+  const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
   float *acc = a->acc + (size_t)o2e_parallel_thread() * nt * O2E_PW_PX * O2E_PW_SUB;
-  const float *wb[O2E_PW_SUB / 4 + 1];
+  const float *wb[O2E_PW_SUB / 4 + 1], *wn[O2E_PW_SUB / 4 + 1];
+  o2e_pw_pf pf;
   int u, q, v, k0;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_PW_SUB, nl = a->M - m0 < O2E_PW_SUB ? a->M - m0 : O2E_PW_SUB;
     if (nl <= 0) continue; /* wholly in the zero padding past M */
-    for (v = 0; v * 4 < O2E_PW_SUB; v++) { /* the panel row of each group of 4 lanes */
-      const int c = m0 + 4 * v;
-      wb[v] = a->w + (size_t)(c / O2E_PW_PANEL) * K * O2E_PW_PANEL + c % O2E_PW_PANEL;
+    const int ws = o2e_pw_wb_(a, wfmt, u, wb);
+    const float *bias = a->bias ? a->bias + m0 : NULL;
+    float bpad[O2E_PW_SUB]; /* packed A: the bias is not padded to whole tiles */
+    o2e_pw_wb_(a, wfmt, u + 1 < units ? u + 1 : u, wn);
+    if (wfmt) {
+      for (v = 0; v < O2E_PW_SUB; v++) bpad[v] = bias && v < nl ? bias[v] : 0.0f;
+      bias = bpad;
     }
-#if O2E_PW_VEC
-    for (v = 0; v < O2E_PW_NV; v++) wb[v] = wb[v * O2E_PW_VW / 4];
-#endif
     for (k0 = 0; k0 < K; k0 += O2E_PW_KC) {
       const int k1 = K - k0 > O2E_PW_KC ? k0 + O2E_PW_KC : K, last = k1 == K;
+      const int pf_on = O2E_PW_PF && (!last || u + 1 < units);
+      for (v = 0; v * 4 < O2E_PW_SUB; v++)
+        pf.p[v] = last ? wn[v] : wb[v] + (size_t)k1 * ws;
+      pf.len = last ? (K < O2E_PW_KC ? K : O2E_PW_KC) : (K - k1 < O2E_PW_KC ? K - k1 : O2E_PW_KC);
+      pf.step = O2E_PW_PF == 2 ? nt : 1;
       for (q = 0; q < nt; q++) {
         const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
         float *t = acc + (size_t)q * O2E_PW_PX * O2E_PW_SUB;
-        o2e_pw_tile_any_(pn, k0, k1, wb, a->xp + (size_t)q * K * O2E_PW_PX,
-                         k0 ? NULL : a->bias + m0, last && !a->res ? &a->act : NULL, t);
+        pf.q = O2E_PW_PF == 2 ? q : 0;
+        o2e_pw_tile_any_(pn, k0, k1, wb, ws, pf_on && (O2E_PW_PF == 2 || q == 0) ? &pf : NULL,
+                         a->xp + (size_t)q * K * O2E_PW_PX, k0 ? NULL : bias,
+                         last && !a->res ? &a->act : NULL, t);
         if (!last) continue;
-        o2e_pw_store_(t, nl, pn, a->y + (size_t)m0 * P + p0, P); /* transpose into NCHW rows */
+        if (wfmt && a->res)
+          o2e_pw_store_res_(t, nl, pn, a->res + (size_t)m0 * P + p0, a->y + (size_t)m0 * P + p0,
+                            P, a->act);
+        else /* transpose into NCHW rows */
+          o2e_pw_store_(t, nl, pn, a->y + (size_t)m0 * P + p0, P);
       }
     }
-    if (a->res) /* rows m0 .. m0 + nl are complete: add the residual, then the activation */
+    if (a->res && !wfmt) /* rows m0 .. m0 + nl are complete: add the residual, then act */
       o2e_pw_residual_(nl, P, a->res + (size_t)m0 * P, a->y + (size_t)m0 * P, a->act);
   }
 }
 
+/* Runs every tile of channels of a packed call (on the thread pool when `threaded`). */
+O2E_GEMM_FN void o2e_pw_run_(const o2e_pw_args *a, int wfmt, int threaded) {
+  o2e_pw_job_ j;
+  const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
+  j.a = *a;
+  j.wfmt = wfmt;
+  if (threaded)
+    o2e_parallel_for(units, o2e_pw_units_, (void *)&j);
+  else
+    o2e_pw_units_((void *)&j, 0, units);
+}
+
 /* One image: packs the input into pixel tiles, then runs every tile of channels (on the
  * thread pool when `threaded`, which the converter sets for layers worth the hand-off). */
-O2E_GEMM_FN void o2e_conv1x1_lanes(const o2e_pw_args *a, int threaded) {
+O2E_GEMM_FN void o2e_conv1x1_lanes_fmt_(const o2e_pw_args *a, int wfmt, int threaded) {
   const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P);
-  const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
   int q, k, p;
   for (q = 0; q < nt; q++) {
     const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
@@ -286,10 +385,17 @@ O2E_GEMM_FN void o2e_conv1x1_lanes(const o2e_pw_args *a, int threaded) {
       for (p = 0; p < pn; p++) d[(size_t)k * O2E_PW_PX + p] = xk[off[p]];
     }
   }
-  if (threaded)
-    o2e_parallel_for(units, o2e_pw_units_, (void *)a);
-  else
-    o2e_pw_units_((void *)a, 0, units);
+  o2e_pw_run_(a, wfmt, threaded);
+}
+
+O2E_GEMM_FN void o2e_conv1x1_lanes(const o2e_pw_args *a, int threaded) {
+  o2e_conv1x1_lanes_fmt_(a, 0, threaded);
+}
+
+/* The same over the GEMM's packed weights (a->w from o2e_pack_a, a->bias M floats or NULL,
+ * a->res may be a->y): ops/conv_gemm.py's 1x1 layers on 9x9 .. 14x14 maps at AVX2. */
+O2E_GEMM_FN void o2e_conv1x1_lanes_packed_a(const o2e_pw_args *a, int threaded) {
+  o2e_conv1x1_lanes_fmt_(a, O2E_GEMM_MR, threaded);
 }
 
 /* ---- k x k convolutions on narrow maps (ops/conv_narrow.py) ------------------------------
@@ -307,7 +413,6 @@ typedef struct {
 
 O2E_GEMM_FN void o2e_convkxk_lanes(const o2e_pw_args *a, const o2e_pwk_geom *g, int threaded) {
   const int P = a->P, K = a->K, nt = o2e_pw_ntiles_(P), taps = g->KH * g->KW;
-  const int units = (a->M + O2E_PW_SUB - 1) / O2E_PW_SUB;
   int q, c, t, p;
   for (q = 0; q < nt; q++) {
     const int p0 = (int)((long)q * P / nt), pn = (int)((long)(q + 1) * P / nt) - p0;
@@ -331,10 +436,7 @@ O2E_GEMM_FN void o2e_convkxk_lanes(const o2e_pw_args *a, const o2e_pwk_geom *g, 
       }
     }
   }
-  if (threaded)
-    o2e_parallel_for(units, o2e_pw_units_, (void *)a);
-  else
-    o2e_pw_units_((void *)a, 0, units);
+  o2e_pw_run_(a, 0, threaded);
 }
 
 #endif /* O2E_CONV1X1_H */
