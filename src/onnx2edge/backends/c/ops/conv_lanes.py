@@ -68,6 +68,7 @@ MIN_M = 64
 # RGB stems (3 input channels, 7x7 / 2: 147 taps) ran 1.3-2x slower than the GEMM: MIN_K.
 MAX_STRIDE = 4
 MAX_PLANES_BYTES = 8 << 20  # the phase planes live in the arena while the layer runs
+PREFETCH_L2 = 1 << 20  # see emit: prefetch the next block's weights where the working set fits
 MIN_OW = PX  # narrower maps: one short tile per row; Inception-v3 8x8 1x3 layers ran 25 % slower than the GEMM
 
 
@@ -320,6 +321,17 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     name = f"o2e_lanes_rows_{ctx.step}"
     ntiles = -(-OW // PX512)
     nt = f"O2E_LANES_NT({ntiles}, {-(-OW // PX_AVX2)})"
+    # While block mb runs, its tiles' store loops pull the next block's weights into L2 (pfk
+    # cache lines per output channel stored), where two blocks and the input copy fit in
+    # PREFETCH_L2 bytes. Not in the tile loop: a prefetch there cost GCC the broadcasts it keeps
+    # in registers (5x5 tile: 70 -> 214 broadcasts per 500 FMAs).
+    span = C * kh * kw * LANES  # floats of one block's weights
+    pfk = -(-span // (16 * OH * ntiles * LANES))
+    prefetch = (2 * span + C * sh * sw * Hp * Wp) * 4 <= PREFETCH_L2
+    pfc = f"""const float *pf = mb + 1 < {blocks} && (oh * {nt} + q + 1) * {LANES * pfk * 16} <= {span}
+          ? a->w + (size_t)(mb + 1) * {span} + (size_t)(oh * {nt} + q) * {LANES * pfk * 16} : NULL;"""
+    pfl = f"""if (pf)
+          for (int k = 0; k < {pfk}; k++) __builtin_prefetch(pf + (size_t)(l * {pfk} + k) * 16, 0, 2);"""
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
     ctx.helper(
@@ -334,7 +346,9 @@ static void {name}(void *arg, int u0, int u1)
     for (int q = 0; q < {nt}; q++) {{ /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
       const int ow0 = q * {OW} / {nt}, P = (q + 1) * {OW} / {nt} - ow0;
       {tile}(a, mb, oh, ow0, P, t);
+      {pfc if prefetch else ""}
       for (int l = 0; l < nl; l++) {{
+        {pfl if prefetch else ""}
         float *restrict yr =
             a->y + (size_t)(m + l) * {OH * OW} + (size_t)oh * {ys[0]} + (size_t)ow0 * {ys[1]};
         for (int p = 0; p < P; p++) {{
