@@ -143,7 +143,8 @@ def test_lanes_conv_sanitizers_clean(tmp_path: Path) -> None:
 
 
 # k x 1 filters (stride 1, >= 12 output rows) run as 1 x k on the transposed map: width pads,
-# a partial 32-lane block, groups, batch 2; NaN / +-Inf in the input, every ISA.
+# a partial 32-lane block, groups, batch 2, with the next block's weights prefetched; NaN / +-Inf
+# in the input, every ISA.
 TRANSPOSED = {
     "7x1_wpad_m70": {"C": 80, "M": 70, "H": 13, "W": 11, "k": (7, 1), "pads": (2, 1, 4, 2)},
     "3x1_grouped_batch2": {
@@ -177,7 +178,9 @@ def test_kx1_transposed_matches_onnxruntime(tmp_path: Path, case: str, arch: str
     path = _model(tmp_path / "m.onnx", **TRANSPOSED[case])
     out = tmp_path / "out"
     assert api.convert(path, "c", out).stats["kernels"].get(LANES) == 1
-    assert "o2e_lanes_pad_transposed" in (out / "model.c").read_text()
+    code = (out / "model.c").read_text()
+    assert "o2e_lanes_pad_transposed" in code
+    assert "__builtin_prefetch" in code  # the next block's weights: small working set
     feeds = _nonfinite_feeds(path)
     got = api.run(out, feeds, options={"arch": arch})
     ref = ort_run(onnx.load(path), feeds)
