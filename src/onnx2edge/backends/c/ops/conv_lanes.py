@@ -328,10 +328,12 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     span = C * kh * kw * LANES  # floats of one block's weights
     pfk = -(-span // (16 * OH * ntiles * LANES))
     prefetch = (2 * span + C * sh * sw * Hp * Wp) * 4 <= PREFETCH_L2
-    pfc = f"""const float *pf = mb + 1 < {blocks} && (oh * {nt} + q + 1) * {LANES * pfk * 16} <= {span}
-          ? a->w + (size_t)(mb + 1) * {span} + (size_t)(oh * {nt} + q) * {LANES * pfk * 16} : NULL;"""
+    chunk = LANES * pfk * 16  # floats prefetched per tile
+    pfc = f"""const float *pf = mb + 1 < {blocks} && (oh * {nt} + q + 1) * {chunk} <= {span}
+          ? a->w + (size_t)(mb + 1) * {span} + (size_t)(oh * {nt} + q) * {chunk} : NULL;"""
     pfl = f"""if (pf)
-          for (int k = 0; k < {pfk}; k++) __builtin_prefetch(pf + (size_t)(l * {pfk} + k) * 16, 0, 2);"""
+          for (int k = 0; k < {pfk}; k++)
+            __builtin_prefetch(pf + (size_t)(l * {pfk} + k) * 16, 0, 2);"""
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
     ctx.helper(
