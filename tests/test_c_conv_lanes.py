@@ -9,11 +9,15 @@ import functools
 import shutil
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 
 from onnx2edge import api
+from onnx2edge.runtime import ort_run
+from onnx2edge.verify import compare
 
-from conftest import ISA_CFLAGS, THREADED, assert_sanitized_run_matches_ort
+from conftest import ALL_ISAS, ISA_CFLAGS, THREADED, assert_sanitized_run_matches_ort
 from conv_models import conv_model
 
 LANES = "Conv: direct conv (output channels in lanes)"
@@ -136,3 +140,63 @@ def test_lanes_conv_sanitizers_clean(tmp_path: Path) -> None:
     assert_sanitized_run_matches_ort(
         _model(tmp_path / "m.onnx", **CASES["1x3_wide_asym_no_bias"]), tmp_path / "out"
     )
+
+
+# k x 1 filters (stride 1, >= 12 output rows) run as 1 x k on the transposed map: width pads,
+# a partial 32-lane block, groups, batch 2, with the next block's weights prefetched; NaN / +-Inf
+# in the input, every ISA.
+TRANSPOSED = {
+    "7x1_wpad_m70": {"C": 80, "M": 70, "H": 13, "W": 11, "k": (7, 1), "pads": (2, 1, 4, 2)},
+    "3x1_grouped_batch2": {
+        "C": 336,
+        "M": 128,
+        "H": 12,
+        "W": 12,
+        "k": (3, 1),
+        "pads": (1, 0, 1, 0),
+        "group": 2,
+        "batch": 2,
+        "act": "LeakyRelu",
+    },
+}
+
+
+def _nonfinite_feeds(path: Path) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    feeds = {}
+    for i in onnx.load(path).graph.input:
+        x = rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+        x = x.astype(np.float32)
+        x.flat[[5, x.size // 3, x.size - 2]] = [np.nan, np.inf, -np.inf]
+        feeds[i.name] = x
+    return feeds
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+@pytest.mark.parametrize("case", sorted(TRANSPOSED))
+def test_kx1_transposed_matches_onnxruntime(tmp_path: Path, case: str, arch: str) -> None:
+    path = _model(tmp_path / "m.onnx", **TRANSPOSED[case])
+    out = tmp_path / "out"
+    assert api.convert(path, "c", out).stats["kernels"].get(LANES) == 1
+    code = (out / "model.c").read_text()
+    assert "o2e_lanes_pad_transposed" in code
+    assert "__builtin_prefetch" in code  # the next block's weights: small working set
+    feeds = _nonfinite_feeds(path)
+    got = api.run(out, feeds, options={"arch": arch})
+    ref = ort_run(onnx.load(path), feeds)
+    for k in ref:  # NaN where onnxruntime has NaN, the same infinities, close elsewhere
+        np.testing.assert_array_equal(np.isnan(got[k]), np.isnan(ref[k]), err_msg=k)
+        inf = np.isinf(ref[k])
+        np.testing.assert_array_equal(got[k][inf], ref[k][inf], err_msg=k)
+        fin = np.isfinite(ref[k])
+        r = compare(k, np.where(fin, got[k], 0), np.where(fin, ref[k], 0), 1e-4, 1e-5)
+        assert r.ok, (r.max_abs, r.max_rel)
+        assert np.isnan(ref[k]).any()  # the non-finite inputs reached the output
+
+
+def test_short_kx1_keeps_rows(tmp_path: Path) -> None:
+    """5x1 with 8 output rows: transposed rows would be narrower than a tile, so it is not."""
+    path = _model(tmp_path / "m.onnx", **CASES["5x1_batch2"])
+    out = tmp_path / "out"
+    assert api.convert(path, "c", out).stats["kernels"].get(LANES) == 1
+    assert "o2e_lanes_pad_transposed" not in (out / "model.c").read_text()
