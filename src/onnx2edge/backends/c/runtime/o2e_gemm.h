@@ -740,6 +740,77 @@ O2E_K16_FN_(o2e_k16x3p_, 3, 1)
 O2E_K16_FN_(o2e_k16x2p_, 2, 1)
 O2E_K16_FN_(o2e_k16x1p_, 1, 1)
 
+/* A last strip of at most O2E_GEMM_NARROW columns (N = 289 = 6 x 48 + 1, 196 = 4 x 48 + 4):
+ * the 8 x 16 kernel would spend 8 A broadcasts and 8 FMAs per k on <= 4 useful columns (load
+ * bound: about 4.5 cycles per k, 6-9 % of such a layer). Here one k's 8 rows of the packed A
+ * panel are one ymm and each column's B value the broadcast: 1 + nr loads and nr FMAs per k,
+ * over 4 k-chains to cover the FMA latency. */
+#ifndef O2E_GEMM_NARROW
+#define O2E_GEMM_NARROW 4
+#endif
+#define O2E_N8_(j)                                                                             \
+  do {                                                                                         \
+    if (NC > j) {                                                                              \
+      s0##j = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + j), s0##j);                          \
+      s1##j = _mm256_fmadd_ps(a1, _mm256_broadcast_ss(b + w + j), s1##j);                      \
+      s2##j = _mm256_fmadd_ps(a2, _mm256_broadcast_ss(b + 2 * w + j), s2##j);                  \
+      s3##j = _mm256_fmadd_ps(a3, _mm256_broadcast_ss(b + 3 * w + j), s3##j);                  \
+    }                                                                                          \
+  } while (0)
+O2E_GEMM_INL void o2e_k8n_body_(const int NC, int kc, const float *a, const float *b, int w,
+                                int mr, const o2e_epi_ *e, int i0, int j0) {
+  __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
+  __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00, s20 = s00, s21 = s00, s22 = s00;
+  __m256 s23 = s00, s30 = s00, s31 = s00, s32 = s00, s33 = s00;
+  float t[O2E_GEMM_MR * 48], c[8];
+  int k, r;
+  for (k = 0; k + 4 <= kc; k += 4) {
+    const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+    const __m256 a2 = _mm256_loadu_ps(a + 16), a3 = _mm256_loadu_ps(a + 24);
+    O2E_N8_(0);
+    O2E_N8_(1);
+    O2E_N8_(2);
+    O2E_N8_(3);
+    O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR, 3);
+    O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR + 16, 3);
+    a += 4 * O2E_GEMM_MR;
+    b += 4 * w;
+  }
+  for (; k < kc; k++) { /* the K tail: one k at a time into chain 0 */
+    const __m256 a0 = _mm256_loadu_ps(a);
+    s00 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b), s00);
+    if (NC > 1) s01 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + 1), s01);
+    if (NC > 2) s02 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + 2), s02);
+    if (NC > 3) s03 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + 3), s03);
+    a += O2E_GEMM_MR;
+    b += w;
+  }
+#define O2E_N8_ST_(j)                                                                          \
+  do {                                                                                         \
+    if (NC > j) {                                                                              \
+      _mm256_storeu_ps(c, _mm256_add_ps(_mm256_add_ps(s0##j, s1##j),                           \
+                                        _mm256_add_ps(s2##j, s3##j)));                         \
+      for (r = 0; r < O2E_GEMM_MR; r++) t[r * 48 + j] = c[r];                                  \
+    }                                                                                          \
+  } while (0)
+  O2E_N8_ST_(0);
+  O2E_N8_ST_(1);
+  O2E_N8_ST_(2);
+  O2E_N8_ST_(3);
+#undef O2E_N8_ST_
+  o2e_tile_store_(e, t, 48, mr, NC, i0, j0);
+}
+#undef O2E_N8_
+#define O2E_K8N_FN_(name, NC)                                                                  \
+  O2E_GEMM_FN void name(int kc, const float *a, const float *b, int w, int mr,                 \
+                        const o2e_epi_ *e, int i0, int j0) {                                   \
+    o2e_k8n_body_(NC, kc, a, b, w, mr, e, i0, j0);                                             \
+  }
+O2E_K8N_FN_(o2e_k8n1_, 1)
+O2E_K8N_FN_(o2e_k8n2_, 2)
+O2E_K8N_FN_(o2e_k8n3_, 3)
+O2E_K8N_FN_(o2e_k8n4_, 4)
+
 O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, int w, int mr,
                               int nr, const o2e_epi_ *e, int i0, int j0) {
   if (lda) {
@@ -749,6 +820,15 @@ O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, i
       o2e_k16x2p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
     else
       o2e_k16x1p_(kc, a, lda, b, w, mr, nr, e, i0, j0);
+  } else if (nr <= O2E_GEMM_NARROW && nr <= 4) {
+    if (nr == 1)
+      o2e_k8n1_(kc, a, b, w, mr, e, i0, j0);
+    else if (nr == 2)
+      o2e_k8n2_(kc, a, b, w, mr, e, i0, j0);
+    else if (nr == 3)
+      o2e_k8n3_(kc, a, b, w, mr, e, i0, j0);
+    else
+      o2e_k8n4_(kc, a, b, w, mr, e, i0, j0);
   } else {
     if (nr > 32)
       o2e_k16x3_(kc, a, 0, b, w, mr, nr, e, i0, j0);
