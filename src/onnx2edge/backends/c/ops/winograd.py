@@ -488,7 +488,8 @@ def tile_size(spec: ConvSpec) -> int:
     if C < MIN_CHANNELS or M < MIN_CHANNELS:
         return 0
     # the GEMMs need enough tiles (their N) to run near full speed: F(4x4) from 17x17 outputs
-    # (MIN_TILES_F4; 13x13 with >= F4_MIN_C inputs), F(2x2) down to 7x7, where F(4x4) would leave only 2x2 tiles per GEMM;
+    # (MIN_TILES_F4; 13x13 with >= F4_MIN_C inputs), F(2x2) down to 7x7, where F(4x4) would
+    # leave only 2x2 tiles per GEMM;
     # F(2x2) also where many layers follow, which would amplify F(4x4)'s larger rounding errors
     assert spec.graph is not None and spec.node is not None
     sizes = (2,) if layers_after(spec.graph, spec.node) >= DEEP else (4, 2)
