@@ -116,3 +116,20 @@ def qdq_conv_model(
     return make_model(
         nodes, [vi("x", [N, C, H, W], e)], [vi("y", [N, M, oh, ow], e)], inits, opset=13
     )
+
+
+def act_node(act: str | None, src: str, dst: str, alpha: float = 0.2) -> onnx.NodeProto:
+    """The activation a test fuses after a conv: Clip(0, 6) / ClipMin (Clip(0)) read the
+    "zero" / "six" initializers of act_inits(); None is an Identity."""
+    if act == "Clip":
+        return helper.make_node("Clip", [src, "zero", "six"], [dst])
+    if act == "ClipMin":
+        return helper.make_node("Clip", [src, "zero"], [dst])
+    if act == "LeakyRelu":
+        return helper.make_node(act, [src], [dst], alpha=alpha)
+    return helper.make_node(act or "Identity", [src], [dst])
+
+
+def act_inits() -> list[onnx.TensorProto]:
+    """The Clip bounds act_node refers to."""
+    return [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]

@@ -26,6 +26,7 @@ from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
 from conftest import ALL_ISAS, ASAN, make_model, save, tensor, vi
+from conv_models import act_inits, act_node
 
 LABEL = "Conv: depthwise rows"
 # name: (N, C, H, W, kh, kw, sh, sw, pads (t, l, b, r), bias, residual, activation)
@@ -44,7 +45,7 @@ CASES = {
 def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     rng = np.random.default_rng(9)
     nodes, ins, outs, feeds = [], [], [], {}
-    inits = [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    inits = act_inits()
     for name, (N, C, H, W, kh, kw, sh, sw, pads, has_b, res, act) in CASES.items():
         x = rng.standard_normal((N, C, H, W)).astype(np.float32) * 2
         wt = rng.standard_normal((C, 1, kh, kw)).astype(np.float32)
@@ -81,14 +82,7 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
             ins.append(vi(f"r{name}", [N, C, OH, OW]))
             nodes.append(helper.make_node("Add", [cur, f"r{name}"], [f"s{name}"]))
             cur = f"s{name}"
-        if act == "Clip":
-            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"y{name}"]))
-        elif act == "LeakyRelu":
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"], alpha=0.1))
-        elif act:
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"]))
-        else:
-            nodes.append(helper.make_node("Identity", [cur], [f"y{name}"]))
+        nodes.append(act_node(act, cur, f"y{name}", alpha=0.1))
         outs.append(vi(f"y{name}", [N, C, OH, OW]))
     return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "dw.onnx"), feeds
 

@@ -25,6 +25,7 @@ from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
 from conftest import ALL_ISAS, ASAN, make_model, save, tensor, vi
+from conv_models import act_inits, act_node
 
 LABEL = "Conv: k x k on a narrow map (output channels in lanes)"
 
@@ -74,16 +75,9 @@ def _model(tmp_path: Path, nonfinite: bool = False) -> tuple[Path, dict[str, np.
             ins.append(vi(f"r{name}", [N, M, OH, OW]))
             nodes.append(helper.make_node("Add", [cur, f"r{name}"], [f"s{name}"]))
             cur = f"s{name}"
-        if act == "Clip":
-            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"y{name}"]))
-        elif act == "LeakyRelu":
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"], alpha=0.2))
-        elif act:
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"]))
-        else:
-            nodes.append(helper.make_node("Identity", [cur], [f"y{name}"]))
+        nodes.append(act_node(act, cur, f"y{name}"))
         outs.append(vi(f"y{name}", [N, M, OH, OW]))
-    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    inits += act_inits()
     return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "narrow.onnx"), feeds
 
 

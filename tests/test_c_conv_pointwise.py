@@ -23,6 +23,7 @@ from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
 from conftest import ALL_ISAS, ASAN, make_model, save, tensor, vi
+from conv_models import act_inits, act_node
 
 LABEL = "Conv: 1x1 on a narrow map (output channels in lanes)"
 AVX2_LABEL = "Conv: 1x1 as GEMM: at AVX2 output channels in lanes over the packed weights"
@@ -59,16 +60,9 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray], int]:
             ins.append(vi(f"r{name}", [N, M, H, W]))
             nodes.append(helper.make_node("Add", [cur, f"r{name}"], [f"s{name}"]))
             cur = f"s{name}"
-        if act == "Clip":
-            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"y{name}"]))
-        elif act == "LeakyRelu":
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"], alpha=0.2))
-        elif act:
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"]))
-        else:
-            nodes.append(helper.make_node("Identity", [cur], [f"y{name}"]))
+        nodes.append(act_node(act, cur, f"y{name}"))
         outs.append(vi(f"y{name}", [N, M, H, W]))
-    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    inits += act_inits()
     path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "pw.onnx")
     return path, feeds, len(cases)
 
@@ -176,7 +170,7 @@ def _packed_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         # a last op, so that the convolution's output is not a graph output and may alias
         nodes.append(helper.make_node("Neg", [f"a{name}"], [f"y{name}"]))
         outs.append(vi(f"y{name}", [N, M, H, W]))
-    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    inits += act_inits()
     return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "pa.onnx"), feeds
 
 

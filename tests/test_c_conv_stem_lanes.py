@@ -26,6 +26,7 @@ from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
 from conftest import ALL_ISAS, ASAN, make_model, save, tensor, vi
+from conv_models import act_inits, act_node
 
 LABEL = "Conv: stem conv (output channels in lanes)"
 
@@ -62,13 +63,8 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
                 "Conv", conv_in, [c], kernel_shape=list(k), strides=list(s), pads=list(pads)
             )
         )
-        if act == "Clip":
-            nodes.append(helper.make_node("Clip", [c, "zero", "six"], [f"y{name}"]))
-        elif act == "LeakyRelu":
-            nodes.append(helper.make_node(act, [c], [f"y{name}"], alpha=0.1))
-        else:
-            nodes.append(helper.make_node(act or "Identity", [c], [f"y{name}"]))
-    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+        nodes.append(act_node(act, c, f"y{name}", alpha=0.1))
+    inits += act_inits()
     path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "stem_lanes.onnx")
     return path, feeds
 

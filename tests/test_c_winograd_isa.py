@@ -24,6 +24,7 @@ from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
 from conftest import ALL_ISAS, make_model, save, tensor, vi
+from conv_models import act_inits, act_node
 
 # name: (C, M, H, W, pads (t, l, b, r), bias, residual, act, tile size expected)
 CASES = {
@@ -67,16 +68,9 @@ def _model(tmp_path: Path, nonfinite: bool) -> tuple[Path, dict[str, np.ndarray]
             ins.append(vi(f"r{name}", [1, M, OH, OW]))
             nodes.append(helper.make_node("Add", [cur, f"r{name}"], [f"s{name}"]))
             cur = f"s{name}"
-        if act == "Clip":
-            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"y{name}"]))
-        elif act == "LeakyRelu":
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"], alpha=0.2))
-        elif act:
-            nodes.append(helper.make_node(act, [cur], [f"y{name}"]))
-        else:
-            nodes.append(helper.make_node("Identity", [cur], [f"y{name}"]))
+        nodes.append(act_node(act, cur, f"y{name}"))
         outs.append(vi(f"y{name}", [1, M, OH, OW]))
-    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    inits += act_inits()
     return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "wino.onnx"), feeds
 
 
