@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnx2edge.backends.c.gemm_pack import MR, pack_a, packed_a_size, sgemm_workspace_bytes
+from onnx2edge.backends.c.gemm_pack import (
+    KC_MIN,
+    MR,
+    pack_a,
+    packed_a_size,
+    sgemm_workspace_bytes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "src" / "onnx2edge" / "backends" / "c" / "runtime"
@@ -274,6 +280,8 @@ def make_cases(seed: int = 0, n_random: int = 220) -> list[Case]:
         (4096, 16, 25088),
         (5, 100, 161),
         (3, 13, 9),
+        (256, 196, 128),  # 64 < K <= 256: a build with O2E_GEMM_KC=64 adds the M block's tile
+        (384, 729, 96),
     ]:
         add(MODE_WS, m, n, k)
     # random shapes, paddings, epilogues; every act kind with every flag mix appears
@@ -328,6 +336,10 @@ BUILDS: dict[str, tuple[list[str], int, str | None]] = {
     ),
     "native_small_threads": ([*NATIVE, *SMALL_BLOCKS, *THREADS], 2, _SKIP_AVX2),
     "portable_small_threads": ([*PORTABLE, *SMALL_BLOCKS, *THREADS], 2, None),
+    # the lowest K slice a generated model may be built with (gemm_pack.KC_MIN): the workspace
+    # cases check the Python bound still holds
+    "native_kc_min": ([*NATIVE, f"-DO2E_GEMM_KC={KC_MIN}"], 1, _SKIP_AVX2),
+    "portable_kc_min": ([*PORTABLE, f"-DO2E_GEMM_KC={KC_MIN}"], 1, None),
     "asan_portable": ([*PORTABLE, "-O1", *SANITIZE], 1, None),
     "asan_native": (
         [*NATIVE, "-O1", *SANITIZE, *SMALL_BLOCKS, *THREADS],

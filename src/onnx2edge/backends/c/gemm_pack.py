@@ -57,6 +57,7 @@ def pack_a(a: np.ndarray) -> np.ndarray:
 _SB = 1
 _MC_MIN = 64
 _SN_KB = 128
+KC_MIN = 64  # lowest O2E_GEMM_KC a generated model may be built with (blocking_guard)
 _VARIANTS = {
     "avx512": (256, 48, 8 * 1024 * 1024, 12),
     "avx2": (160, 24, 8 * 1024 * 1024, 1),
@@ -75,7 +76,9 @@ def _ws_floats(m: int, n: int, k: int, kc: int, nr: int, a_bytes: int, small_n: 
     if n == 1:
         return _rup16(k) + _rup16(m + MR)
     total = _rup16(kc * _SB * nr)
-    if k > kc:
+    # The C code adds the M block's partial-sum tile when K > KC; counted from K > KC_MIN, so
+    # a build that lowers O2E_GEMM_KC (tuning, down to KC_MIN) never outgrows the arena.
+    if k > KC_MIN:
         rows = min(max(a_bytes / (k * 4.0), _MC_MIN), m)
         mc = max(MR, (int(rows) + MR - 1) // MR * MR)
         total += _rup16(mc * _SB * nr)
@@ -83,6 +86,32 @@ def _ws_floats(m: int, n: int, k: int, kc: int, nr: int, a_bytes: int, small_n: 
         sn = _rup16(n * (_SN_KB + 2) * 8) + _rup16(4 * MR * _SN_KB) + _rup16((m + MR) * n) + 16
         total = max(total, sn)
     return total
+
+
+def blocking_guard() -> str:
+    """C preprocessor lines that stop a build raising o2e_gemm.h's blocking above the defaults.
+
+    `sgemm_workspace_bytes` grows with each of these knobs (and not with a lower KC), so a
+    generated model compiled with, say, -DO2E_GEMM_KC=512 would overrun its static arena: the
+    build fails with this message instead. Lower values stay allowed (tuning experiments),
+    down to KC_MIN for the K slice.
+    """
+    kc, a_bytes = (max(v[i] for v in _VARIANTS.values()) for i in (0, 2))
+    limits = [
+        ("O2E_GEMM_KC", kc),
+        ("O2E_GEMM_SB", _SB),
+        ("O2E_GEMM_A_BYTES", a_bytes),
+        ("O2E_GEMM_MC_MIN", _MC_MIN),
+        ("O2E_SN_KB", _SN_KB),
+    ]
+    cond = " || ".join([f"O2E_GEMM_KC < {KC_MIN}"] + [f"{name} > {v}" for name, v in limits])
+    names = ", ".join(name for name, _ in limits)
+    return (
+        f"#if {cond}\n"
+        f'#error "GEMM workspaces were sized for the default {names} (KC >= {KC_MIN}): '
+        'lower them or reconvert"\n'
+        "#endif\n"
+    )
 
 
 def sgemm_workspace_bytes(m: int, n: int, k: int, threads: int = 1) -> int:

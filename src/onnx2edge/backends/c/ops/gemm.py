@@ -13,7 +13,7 @@ import numpy as np
 
 from ....semantics.activations import ACTIVATIONS, Activation, clip_bounds
 from ..emitter import NodeContext, c_literal
-from ..gemm_pack import pack_a, packed_a_size, sgemm_workspace_bytes
+from ..gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
 from .common import act_expr
 
 # Workspace is planned for up to this many threads; a build asking for more fails loudly.
@@ -23,7 +23,7 @@ _GUARD = (
     f'#include "{HEADER}"\n'
     f"#if defined(O2E_THREADS) && O2E_THREADS > {MAX_THREADS}\n"
     f'#error "GEMM workspaces were planned for at most {MAX_THREADS} threads: reconvert or lower O2E_THREADS"\n'
-    "#endif\n"
+    "#endif\n" + blocking_guard()
 )
 
 
