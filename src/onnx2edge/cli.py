@@ -257,6 +257,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="alternate ours and onnxruntime in this many rounds of runs/ROUNDS each (a shared "
         "machine's changing load then falls on both sides alike)",
     )
+    s.add_argument(
+        "--ort-isa",
+        choices=["host", "match"],
+        default="host",
+        help="match: hold onnxruntime to the instruction set of our --arch build (x86-64-v3: "
+        "AVX2 + FMA, v2: SSE4.2) by masking its CPUID (Linux, CPUs with cpuid_fault), so an "
+        "AVX-512 host measures what an AVX2-only CPU would",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
@@ -420,6 +428,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
                 arch=arch,
                 cpu_clock=a.cpu_clock,
                 rounds=a.rounds,
+                ort_isa=a.ort_isa,
             )
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
@@ -440,6 +449,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         arch=a.arch,
         cpu_clock=a.cpu_clock,
         rounds=a.rounds,
+        ort_isa=a.ort_isa,
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1

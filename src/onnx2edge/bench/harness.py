@@ -344,6 +344,7 @@ def bench_model(
     arch: str | None = None,
     cpu_clock: bool = False,
     rounds: int = 1,
+    ort_isa: str = "host",
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
 
@@ -360,7 +361,11 @@ def bench_model(
     rounds: split the runs into this many rounds, ours then onnxruntime in each: on a shared
     machine the load changes over a run, and timing all of ours before all of onnxruntime's
     lets that change bias the ratio (MobileNet v1 on a 2-core machine shared by five jobs:
-    1.38 timed one after the other, 0.95-1.02 in alternating rounds)."""
+    1.38 timed one after the other, 0.95-1.02 in alternating rounds).
+    ort_isa: "host" (onnxruntime uses what the CPU has) or "match" (held to the level of our
+    `arch` build, x86-64-v3 -> AVX2 + FMA, v2 -> SSE4.2: see ort_isa.py)."""
+    if ort_isa not in ("host", "match"):
+        raise Onnx2EdgeError(f"bench: --ort-isa must be host or match (got {ort_isa!r})")
     if rounds < 1:
         raise Onnx2EdgeError(f"bench: --rounds must be at least 1 (got {rounds})")
     from .. import api
@@ -435,6 +440,10 @@ def bench_model(
             feeds[s["name"]].astype(s["dtype"]).tofile(data / f"in_{i}.bin")
             np.save(data / f"{i}.npy", feeds[s["name"]])
         env = {**os.environ, "MODEL_WEIGHTS": str(out / "model_weights.bin")}
+        from .ort_isa import DESCRIPTION, level_for, preload_env
+
+        ort_level = level_for(arch) if ort_isa == "match" else None
+        ort_env = {**os.environ, **preload_env(ort_level, work, compiler())}
         if min_seconds > 0:
             trial = subprocess.run(
                 [str(exe), "5", str(warmup), str(data)], capture_output=True, text=True, env=env
@@ -478,7 +487,10 @@ def bench_model(
             ours_rounds.append(json.loads(p.stdout))
             say(f"timing onnxruntime: {per} runs, {threads} thread(s){tag}")
             p = subprocess.run(
-                [sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)], capture_output=True, text=True
+                [sys.executable, "-c", ORT_SCRIPT, json.dumps(cfg)],
+                capture_output=True,
+                text=True,
+                env=ort_env,
             )
             if p.returncode != 0:
                 raise Onnx2EdgeError(
@@ -551,6 +563,7 @@ def bench_model(
             "clock": "thread CPU time" if cpu_clock else "wall",
             "rounds": rounds,
             "onnxruntime": ort["version"],
+            "ort_isa": DESCRIPTION[ort_level] if ort_level else "host",
             "cpu": cpu_name(),
             "accuracy": errors,
             "accurate": all(e["ok"] for e in errors.values()),
@@ -573,6 +586,8 @@ def format_result(r: Mapping[str, Any]) -> str:
         f"  onnxruntime median {r['ort']['median']:.3f} ms  mean {r['ort']['mean']:.3f}  min {r['ort']['min']:.3f}"
         f"  peak RSS {r['ort_peak_rss_mb']:.0f} MB  (Python call overhead {r['ort_call_overhead_ms'] * 1000:.1f} us subtracted)",
         f"  ratio ours/onnxruntime (medians): {r['ratio']:.3f}",
+        f"  onnxruntime kernels: {r.get('ort_isa', 'host')}"
+        + (" (whatever this CPU has)" if r.get("ort_isa", "host") == "host" else ""),
         f"  arch {r.get('arch', 'native')}; convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
         f"  GEMM kernel: {r['gemm_kernel']}; kernels: "
         + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items()),

@@ -63,6 +63,7 @@ def run_suite(
     arch: str | None = None,
     cpu_clock: bool = False,
     rounds: int = 1,
+    ort_isa: str = "host",
 ) -> list[dict[str, Any]]:
     """Bench each model at each thread count; for a model that misses its 1-thread target, a
     profiled run (both sides per node) records where the gap is (`gaps`). rounds: ours and
@@ -85,6 +86,7 @@ def run_suite(
                     arch=arch,
                     cpu_clock=cpu_clock and t == 1,
                     rounds=rounds,
+                    ort_isa=ort_isa,
                 )
                 r["name"] = name
                 r["target_ratio"] = TARGETS.get(name)
@@ -111,6 +113,7 @@ def run_suite(
                         arch=arch,
                         cpu_clock=cpu_clock,
                         rounds=rounds,
+                        ort_isa=ort_isa,
                     )
                     r["gaps"] = gap_nodes(p)
             path.unlink()
@@ -181,7 +184,14 @@ def write_doc(results: list[dict[str, Any]], path: Path) -> None:
             "# Benchmarks: generated C vs onnxruntime",
             "",
             "One section per instruction set our C was built for (`bench --suite seed --arch A,B`). "
-            "onnxruntime picks its kernels at run time from the CPU it runs on, whatever `--arch` says.",
+            + (
+                "With `--ort-isa match` onnxruntime is held to the same instruction set (CPUID "
+                "masked, see each section); otherwise it picks its kernels from the CPU it runs "
+                "on, whatever `--arch` says."
+                if any(_held(r) for r in results)
+                else "onnxruntime picks its kernels at run time from the CPU it runs on, "
+                "whatever `--arch` says."
+            ),
             "",
             *_notes(path),
         ]
@@ -204,7 +214,12 @@ def _cmd_extra(results: list[dict[str, Any]]) -> str:
     extra = f" --models {','.join(names)}" if names != SEED_SUITE else ""
     extra += " --cpu-clock" if results and results[0].get("clock", "wall") != "wall" else ""
     rounds = results[0].get("rounds", 1) if results else 1
-    return extra + (f" --rounds {rounds}" if rounds > 1 else "")
+    extra += f" --rounds {rounds}" if rounds > 1 else ""
+    return extra + (" --ort-isa match" if any(_held(r) for r in results) else "")
+
+
+def _held(r: dict[str, Any]) -> bool:
+    return r.get("ort_isa", "host") != "host"
 
 
 def _doc_part(
@@ -231,6 +246,11 @@ def _doc_part(
         "Ratio = ours / onnxruntime (lower is better).",
         f"Our build: `gcc {r0.get('cflags', '')}`; GEMM micro-kernel: {', '.join(kernels)}; "
         f"timed by {r0.get('clock', 'wall')} clock.",
+        *(
+            [f"onnxruntime held to {r0['ort_isa']} like our build (`--ort-isa match`)."]
+            if _held(r0)
+            else []
+        ),
         "How each side is timed: see `src/onnx2edge/bench/harness.py` (C harness with clock_gettime for ours; "
         "IOBinding loop in a separate process for onnxruntime, its Python per-call overhead measured and subtracted).",
         "Random weights from `onnx2edge.bench.zoo`; every run also checks our outputs against onnxruntime's "
