@@ -111,35 +111,37 @@ def test_pointwise_lanes_threads_and_bounds(
 
 
 def test_wider_maps_and_small_k_keep_the_gemm(tmp_path: Path) -> None:
-    """14x14 maps (the GEMM's strips are full there) and K < MIN_K stay on the packed GEMM."""
+    """14x14 maps (the GEMM's strips are full there) and K < MIN_K stay on the packed GEMM, at
+    AVX2 too under 1 MB of weights (conv_pointwise.avx2_lanes)."""
     rng = np.random.default_rng(3)
     nodes, ins, outs, inits = [], [], [], []
-    for name, (K, H) in {"wide": (256, 14), "thin": (64, 7)}.items():
-        inits.append(tensor(f"w{name}", rng.standard_normal((64, K, 1, 1)).astype(np.float32)))
+    shapes = {"wide": (256, 64, 14), "thin": (64, 64, 7), "m768": (256, 768, 13)}
+    for name, (K, M, H) in shapes.items():
+        inits.append(tensor(f"w{name}", rng.standard_normal((M, K, 1, 1)).astype(np.float32)))
         ins.append(vi(f"x{name}", [1, K, H, H]))
         nodes.append(helper.make_node("Conv", [f"x{name}", f"w{name}"], [f"y{name}"]))
-        outs.append(vi(f"y{name}", [1, 64, H, H]))
+        outs.append(vi(f"y{name}", [1, M, H, H]))
     path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "g.onnx")
     kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
-    # (the 14x14 layer has K = 256: at AVX2 its GEMM statement runs the lanes kernel instead)
-    assert kernels == {"Conv: 1x1 as GEMM": 2, AVX2_LABEL: 1}, kernels
+    assert kernels == {"Conv: 1x1 as GEMM": 3}, kernels
 
 
 def _packed_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    """1x1 layers of 65..196 pixels with K >= 256 (conv_pointwise.avx2_lanes): at AVX2 the
-    lanes kernel over the GEMM's packed weights, elsewhere the GEMM. M not a multiple of the
-    16-channel tile or of the 8-row panels (40, 33), odd pixel counts (9x11, 13x13), K across
-    K slices and not a multiple of 256 (600), no bias, a batch of 2, NaN / Inf in the input,
-    and residuals whose buffer the output may take (each used only by its Add) before Relu,
-    Clip and an activation the tile cannot apply (Sigmoid)."""
+    """1x1 layers of 65..196 pixels with K >= 256 and >= 1 MB of weights
+    (conv_pointwise.avx2_lanes): at AVX2 the lanes kernel over the GEMM's packed weights,
+    elsewhere the GEMM. M not a multiple of the 16-channel tile or of the 8-row panels (1030,
+    513, 520), odd pixel counts (9x11, 13x13), K across K slices and not a multiple of 256
+    (520, 300), no bias, a batch of 2, NaN / Inf in the input, and residuals whose buffer the
+    output may take (each used only by its Add) before Relu, Clip and an activation the tile
+    cannot apply (Sigmoid)."""
     rng = np.random.default_rng(5)
     nodes, ins, outs, inits, feeds = [], [], [], [], {}
     # name: (N, K, M, H, W, bias, residual, activation)
     cases = {
-        "a": (1, 256, 40, 9, 11, True, True, "Relu"),
-        "b": (2, 600, 33, 13, 13, False, False, "Clip"),
-        "c": (1, 300, 64, 14, 14, True, True, "Sigmoid"),
-        "d": (1, 512, 48, 9, 9, True, False, "LeakyRelu"),
+        "a": (1, 256, 1030, 9, 11, True, True, "Relu"),
+        "b": (2, 520, 513, 13, 13, False, False, "Clip"),
+        "c": (1, 300, 880, 14, 14, True, True, "Sigmoid"),
+        "d": (1, 512, 520, 9, 9, True, False, "LeakyRelu"),
     }
     for name, (N, K, M, H, W, has_b, res, act) in cases.items():
         x = rng.standard_normal((N, K, H, W)).astype(np.float32)
@@ -191,7 +193,7 @@ def test_avx2_lanes_over_packed_weights_threads_and_bounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The AVX2 branch split across threads under ASan / UBSan: the clamped panel reads of M
-    tails (33, 40 channels) stay inside the packed weights."""
+    tails (1030, 513, 520 channels) stay inside the packed weights."""
     import json
 
     from onnx2edge.backends.c.build import build_executable, run_executable
@@ -203,7 +205,7 @@ def test_avx2_lanes_over_packed_weights_threads_and_bounds(
     api.convert(path, "c", out)
     io = json.loads((out / "onnx2edge.json").read_text())
     flags = ["-march=x86-64-v3", *ASAN, "-DO2E_THREADS=3", "-pthread"]
-    got = run_executable(build_executable(out, flags, "t"), io, feeds, tmp_path)
+    got = run_executable(build_executable(out, flags, "t"), io, feeds, out)  # weights file
     ref = ort_run(onnx.load(path), feeds)
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]

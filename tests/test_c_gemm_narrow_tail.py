@@ -1,13 +1,17 @@
-"""The packed GEMM's narrow last strip (o2e_gemm.h, O2E_GEMM_NARROW): at AVX-512 a last strip
-of 1..4 columns (N = 289 = 6 x 48 + 1, 196 = 4 x 48 + 4) runs an 8-row x nr kernel instead of
-the 16-wide one. Checked against onnxruntime at every ISA the C backend emits (the other ISAs
-keep their kernels: the same model checks that nothing changed there).
+"""The packed GEMM's narrow last strip (o2e_gemm.h, O2E_GEMM_NARROW): a last strip of 1..4
+columns runs an 8-row x nr kernel (the 8 packed A rows of one k in the lanes, each column's B
+value broadcast) instead of the full-width one: at AVX-512 (48-column strips: N = 289 =
+6 x 48 + 1, 196 = 4 x 48 + 4) and at AVX2 (24-column strips: 169 = 7 x 24 + 1, 196, 289).
+NEON (12-column strips) and portable C keep their kernels. Checked against onnxruntime at
+every ISA the C backend emits.
 
-The cases cover every tail width 1..4 (N = 145, 146, 147, 196, 289), K not a multiple of the
-kernel's 4-step unroll and across K slices (301, 514, 600: partial sums through the scratch
-tile before a fused activation), M not a multiple of the 8-row panels (33, 45) and few panels
-(M = 24: B read in place, only the last strip packed), no bias, residual Adds (one into the
-conv's own buffer), fused Relu / Clip / LeakyRelu, and NaN / Inf inputs.
+_model covers every tail width 1..4 (N = 145, 146, 147, 196, 289 leave the same tail at 48,
+24 and 12 columns), K not a multiple of the kernel's k-chains and across K slices (301, 514,
+600: partial sums through the scratch tile before a fused activation), M not a multiple of the
+8-row panels (33, 45) and few panels (M = 24: B read in place, only the last strip packed), no
+bias, residual Adds (one into the conv's own buffer), fused Relu / Clip / LeakyRelu, and NaN /
+Inf inputs. _sweep gives every leftover width 1..23 of a 24-column strip (1..11 of a 12-column
+one) with small K, so the narrow kernel and the full-width edge tiles meet every tail.
 """
 
 from __future__ import annotations
@@ -82,19 +86,66 @@ def test_narrow_last_strip_matches_onnxruntime(tmp_path: Path, arch: str) -> Non
         assert np.array_equal(np.isinf(got[k]), np.isinf(ref[k]))
 
 
-def test_narrow_last_strip_threads_and_bounds(tmp_path: Path) -> None:
-    """AVX-512 split across 3 threads (N ranges of a thread end in narrow strips too), under
-    ASan / UBSan: the kernel reads only its nr columns of the padded strip and kc rows of A."""
+@pytest.mark.parametrize("march", ["native", "x86-64-v3"])
+def test_narrow_last_strip_threads_and_bounds(tmp_path: Path, march: str) -> None:
+    """AVX-512 (native here) and AVX2 split across 3 threads (N ranges of a thread end in
+    narrow strips too), under ASan / UBSan: the kernel reads only its nr columns of the padded
+    strip and kc rows of A."""
     import json
 
     from onnx2edge.backends.c.build import build_executable, run_executable
 
-    path, feeds, _ = _model(tmp_path)
     out = tmp_path / "out"
+    path, feeds, _ = (_model if march == "native" else _sweep)(tmp_path)
     api.convert(path, "c", out)
     io = json.loads((out / "onnx2edge.json").read_text())
-    flags = ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"]
+    flags = [f"-march={march}", *ASAN, "-DO2E_THREADS=3", "-pthread"]
     got = run_executable(build_executable(out, flags, "t"), io, feeds, tmp_path)
     ref = ort_run(onnx.load(path), feeds)
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+def _sweep(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray], int]:
+    """One 1x1 layer per leftover width t = 1..23 of a 24-column strip: N = 72 + t pixels,
+    K = 30 + 9 t (two K slices from t = 15 at AVX2's KC = 160), M = 20 or 41 (a part panel),
+    activations and residuals in turn, NaN / Inf in the last column of some."""
+    rng = np.random.default_rng(31)
+    nodes, ins, outs, inits, feeds = [], [], [], [], {}
+    acts = [None, "Relu", "Clip", "LeakyRelu"]
+    for t in range(1, 24):
+        N, K, M = 72 + t, 30 + 9 * t, 41 if t % 2 else 20
+        x = rng.standard_normal((1, K, 1, N)).astype(np.float32)
+        if t % 5 == 1:
+            x[0, 2, 0, N - 1], x[0, 5, 0, N - 2], x[0, 6, 0, 0] = np.nan, np.inf, -np.inf
+        feeds[f"x{t}"] = x
+        ins.append(vi(f"x{t}", [1, K, 1, N]))
+        inits.append(tensor(f"w{t}", (rng.standard_normal((M, K, 1, 1)) / 4).astype(np.float32)))
+        inits.append(tensor(f"b{t}", rng.standard_normal(M).astype(np.float32)))
+        cur = f"c{t}"
+        nodes.append(helper.make_node("Conv", [f"x{t}", f"w{t}", f"b{t}"], [cur]))
+        if t % 3 == 0:
+            feeds[f"r{t}"] = rng.standard_normal((1, M, 1, N)).astype(np.float32)
+            ins.append(vi(f"r{t}", [1, M, 1, N]))
+            nodes.append(helper.make_node("Add", [cur, f"r{t}"], [f"s{t}"]))
+            cur = f"s{t}"
+        nodes.append(act_node(acts[t % 4], cur, f"y{t}"))
+        outs.append(vi(f"y{t}", [1, M, 1, N]))
+    inits += act_inits()
+    path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "sw.onnx")
+    return path, feeds, 23
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_every_strip_tail_matches_onnxruntime(tmp_path: Path, arch: str) -> None:
+    path, feeds, n = _sweep(tmp_path)
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get(GEMM) == n, kernels
+    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+    for t in (1, 6, 11, 16, 21):  # NaN / Inf where onnxruntime has them
+        k = f"y{t}"
+        assert np.array_equal(np.isnan(got[k]), np.isnan(ref[k])) and np.isnan(got[k]).any()
+        assert np.array_equal(np.isinf(got[k]), np.isinf(ref[k]))

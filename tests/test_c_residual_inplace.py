@@ -98,8 +98,6 @@ def test_residual_outputs_take_the_residual_buffer(tmp_path: Path) -> None:
     res = api.convert(path, "c", tmp_path / "out", options=KERNELS)
     assert res.stats["kernels"] == {
         "Conv: 1x1 as GEMM": 10,
-        # K = 300 on 195 pixels: at AVX2 the lanes kernel over the packed weights (in place too)
-        "Conv: 1x1 as GEMM: at AVX2 output channels in lanes over the packed weights": 1,
         "Conv: implicit GEMM (im2col fused into B packing)": 1,
         "Conv: residual add in the GEMM epilogue": 7,
         "Conv: strided 1x1: subsample + GEMM": 2,

@@ -100,19 +100,24 @@ STRATEGY = ConvStrategy("pointwise", refuse, emit)
 
 # --------------------------------------------------------------------------------------------
 # 1x1 layers on 9x9 .. 14x14 maps (conv_gemm.py's "1x1 as GEMM"): at AVX2 the same tiles over
-# the GEMM's packed weights. There the GEMM's 24-column strips leave 169 = 7 x 24 + 1 and
-# 196 = 8 x 24 + 4 pixels with a nearly empty last strip that streams all the weights again;
-# 16 channels x 6 pixels in registers keep the lanes full. Measured per layer (1 thread, CPU
-# time minima of interleaved runs, tools/ab_nodes.py, this path / the GEMM, x86-64-v3 on an
-# AVX-512 host), K -> M: one-layer models 13x13 512 -> 1000 0.84, 384 -> 384 0.96; 14x14
-# 256 -> 1024 (+ residual) 0.94, 1024 -> 512 0.95, 512 -> 512 0.91; in ResNet50 res4 1024 -> 256
-# 0.86-0.95, 256 -> 1024 (+ residual) 0.91-0.97, res5a_branch2a 0.84. The same tiles over their
-# own 16-channel panels were slower at K = 160 (1.04) and on 17x17 (768 -> 192: 1.11), and at
-# AVX-512 on all of these (1.08-1.34: there the 48-column strips stay), so the generated C keeps
-# both behind #if: one model.c still serves every ISA.
+# the GEMM's packed weights, for layers with >= 1 MB of weights. The GEMM's 24-column strips
+# leave 169 = 7 x 24 + 1 and 196 = 8 x 24 + 4 pixels a 1-4 column last strip, which
+# o2e_gemm.h's narrow kernel (O2E_GEMM_NARROW) runs at 1 + nr loads per k; but the GEMM still
+# reads all the weights once per strip (8 times), from L3 once they outgrow L2 next to the
+# input, where these tiles read them once. Against the GEMM with that kernel (1 thread, CPU
+# time minima of 5-8 interleaved rounds, tools/ab_nodes.py, this path / the GEMM, x86-64-v3 on
+# an AVX-512 host), K -> M: in ResNet50 res4 1024 -> 256 0.90-0.92, 256 -> 1024 (+ residual)
+# 0.99-1.01; one-layer models (weights warm in cache between runs) 13x13 512 -> 1000 0.88,
+# 14x14 1024 -> 512 0.93, 256 -> 1024 (+ residual) 0.93, 512 -> 512 0.98, 1024 -> 256 1.02.
+# Under 1 MB the GEMM is as fast or faster: SqueezeNet fire9 512 -> 64 1.03 (in the model),
+# one-layer 13x13 256 -> 768 1.00, 384 -> 384 1.02. The same tiles over their own 16-channel
+# panels were slower at K = 160 (1.04) and on 17x17 (768 -> 192: 1.11), and at AVX-512 on all
+# of these (1.08-1.34: there the 48-column strips stay), so the generated C keeps both behind
+# #if: one model.c still serves every ISA.
 AVX2_MIN_P = MAX_P + 1
 AVX2_MAX_P = 196
 AVX2_MIN_K = 256
+AVX2_MIN_WEIGHTS = 512 * 512  # M x K floats (1 MB)
 
 
 def avx2_lanes(spec: ConvSpec) -> bool:
@@ -123,6 +128,7 @@ def avx2_lanes(spec: ConvSpec) -> bool:
         and AVX2_MIN_P <= P <= AVX2_MAX_P
         and spec.C >= AVX2_MIN_K
         and spec.M >= MIN_M
+        and spec.M * spec.C >= AVX2_MIN_WEIGHTS
     )
 
 

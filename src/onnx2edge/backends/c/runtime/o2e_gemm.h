@@ -998,9 +998,97 @@ O2E_K8_FN_(o2e_k8x3p_, 3, 1)
 O2E_K8_FN_(o2e_k8x2p_, 2, 1)
 O2E_K8_FN_(o2e_k8x1p_, 1, 1)
 
+/* A last strip of at most O2E_GEMM_NARROW columns (N = 169 = 7 x 24 + 1, 196 = 8 x 24 + 4,
+ * 289 = 12 x 24 + 1): the two 4 x 8 halves spend 2 B loads, 8 A broadcasts and 8 FMAs per k
+ * (load bound, ~5 cycles) on <= 4 useful columns. As at AVX-512, one k's 8 packed A rows are
+ * one ymm and each column's B value the broadcast: 1 + nr loads and nr FMAs per k. 16 ymm
+ * registers hold 4 k-chains of 1-2 columns, 2 chains of 3-4 (4 x 4 accumulators + A + the
+ * broadcast would spill; at 3-4 columns the loads, not the FMA latency, bound the loop). */
+#ifndef O2E_GEMM_NARROW
+#define O2E_GEMM_NARROW 4
+#endif
+#define O2E_N8_(c, j)                                                                          \
+  do {                                                                                         \
+    if (NC > j) s##c##j = _mm256_fmadd_ps(a##c, _mm256_broadcast_ss(b + c * w + j), s##c##j);  \
+  } while (0)
+#define O2E_N8_K_(c)                                                                           \
+  do {                                                                                         \
+    const __m256 a##c = _mm256_loadu_ps(a + c * O2E_GEMM_MR);                                  \
+    O2E_N8_(c, 0);                                                                             \
+    O2E_N8_(c, 1);                                                                             \
+    O2E_N8_(c, 2);                                                                             \
+    O2E_N8_(c, 3);                                                                             \
+  } while (0)
+O2E_GEMM_INL void o2e_k8n_body_(const int NC, int kc, const float *a, const float *b, int w,
+                                int mr, const o2e_epi_ *e, int i0, int j0) {
+  const int CH = NC > 2 ? 2 : 4; /* k-chains */
+  __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
+  __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00, s20 = s00, s21 = s00, s22 = s00;
+  __m256 s23 = s00, s30 = s00, s31 = s00, s32 = s00, s33 = s00; /* unused ones fold away */
+  float t[O2E_GEMM_MR * 4], c[8];
+  int k, r;
+  for (k = 0; k + CH <= kc; k += CH) {
+    O2E_N8_K_(0);
+    O2E_N8_K_(1);
+    if (CH > 2) {
+      O2E_N8_K_(2);
+      O2E_N8_K_(3);
+    }
+    O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR, 3);
+    if (CH > 2) O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR + 16, 3);
+    a += CH * O2E_GEMM_MR;
+    b += CH * w;
+  }
+  for (; k < kc; k++) { /* the K tail: one k at a time into chain 0 */
+    O2E_N8_K_(0);
+    a += O2E_GEMM_MR;
+    b += w;
+  }
+#define O2E_N8_ST_(j, x)                                                                       \
+  do {                                                                                         \
+    if (NC > j) {                                                                              \
+      _mm256_storeu_ps(c, x);                                                                  \
+      for (r = 0; r < O2E_GEMM_MR; r++) t[r * 4 + j] = c[r];                                   \
+    }                                                                                          \
+  } while (0)
+  if (CH > 2) {
+    O2E_N8_ST_(0, _mm256_add_ps(_mm256_add_ps(s00, s10), _mm256_add_ps(s20, s30)));
+    O2E_N8_ST_(1, _mm256_add_ps(_mm256_add_ps(s01, s11), _mm256_add_ps(s21, s31)));
+  } else {
+    O2E_N8_ST_(0, _mm256_add_ps(s00, s10));
+    O2E_N8_ST_(1, _mm256_add_ps(s01, s11));
+    O2E_N8_ST_(2, _mm256_add_ps(s02, s12));
+    O2E_N8_ST_(3, _mm256_add_ps(s03, s13));
+  }
+#undef O2E_N8_ST_
+  o2e_tile_store_(e, t, 4, mr, NC, i0, j0);
+}
+#undef O2E_N8_K_
+#undef O2E_N8_
+#define O2E_K8N_FN_(name, NC)                                                                  \
+  O2E_GEMM_FN void name(int kc, const float *a, const float *b, int w, int mr,                 \
+                        const o2e_epi_ *e, int i0, int j0) {                                   \
+    o2e_k8n_body_(NC, kc, a, b, w, mr, e, i0, j0);                                             \
+  }
+O2E_K8N_FN_(o2e_k8n1_, 1)
+O2E_K8N_FN_(o2e_k8n2_, 2)
+O2E_K8N_FN_(o2e_k8n3_, 3)
+O2E_K8N_FN_(o2e_k8n4_, 4)
+
 O2E_GEMM_INL void o2e_kernel_(int kc, const float *a, int lda, const float *b, int w, int mr,
                               int nr, const o2e_epi_ *e, int i0, int j0) {
   int h;
+  if (!lda && nr <= O2E_GEMM_NARROW && nr <= 4) {
+    if (nr == 1)
+      o2e_k8n1_(kc, a, b, w, mr, e, i0, j0);
+    else if (nr == 2)
+      o2e_k8n2_(kc, a, b, w, mr, e, i0, j0);
+    else if (nr == 3)
+      o2e_k8n3_(kc, a, b, w, mr, e, i0, j0);
+    else
+      o2e_k8n4_(kc, a, b, w, mr, e, i0, j0);
+    return;
+  }
   /* The AVX2 register file holds a 4 x 24 tile: do the 8-row panel as two halves. */
   for (h = 0; h < mr; h += 4) {
     const int m4 = mr - h < 4 ? mr - h : 4;
