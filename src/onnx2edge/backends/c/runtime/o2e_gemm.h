@@ -140,10 +140,11 @@
 /* B read in place (M <= 32, o2e_gemm_run_'s `direct`): the first A panel's kernel call of a
  * strip prefetches the next strip's lines of the same K rows, one row per K step (cache level
  * hint; 0: none). Its K rows lie a whole plane apart, more streams than the hardware follows,
- * so without this the first panel of every strip waited for its B lines from L3. AVX-512 only:
- * SqueezeNet's squeeze1x1 layers (16 / 32 outputs; tools/ab_nodes.py, native, 1 thread, two
- * interleaved runs) 0.83-0.87x on 55x55 maps, 0.91-0.96x on 55x55 with K = 128 / 27x27; the
- * other layers unchanged (they pack B, or have M > 32). */
+ * so without this the first panel of every strip waited for its B lines from L3. AVX-512 and
+ * AVX2 (not NEON: not timed). SqueezeNet's squeeze1x1 layers (16 / 32 outputs;
+ * tools/ab_nodes.py, 1 thread, interleaved runs): native 0.83-0.87x with K = 96 / 128 (fire2,
+ * fire3), 0.91-0.96x fire4 / fire5; x86-64-v3 0.80-0.83x fire2 / fire3, fire4 0.98x; the other
+ * layers unchanged (they pack B, or have M > 32). */
 #ifndef O2E_GEMM_PF_DIRECT_K
 #define O2E_GEMM_PF_DIRECT_K 2
 #endif
@@ -967,6 +968,12 @@ O2E_GEMM_INL void o2e_k8_body_(const int NV, const int PLAIN, int kc, const floa
     O2E_R8_(1);
     O2E_R8_(2);
     O2E_R8_(3);
+    if (O2E_GEMM_PF_DIRECT_K && e->pf_b && !(i0 & 4)) { /* the panel's first half only */
+      const float *q_ = e->pf_b + (size_t)k * w;
+      O2E_PREFETCH_(q_, O2E_GEMM_PF_DIRECT_K);
+      O2E_PREFETCH_(q_ + 16, O2E_GEMM_PF_DIRECT_K);
+      O2E_PREFETCH_(q_ + 23, O2E_GEMM_PF_DIRECT_K);
+    }
     if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
   }
