@@ -36,7 +36,11 @@ from .pool2d import ARGS, INTRINSICS, _divisors, call_planes, float_pool_2d
 # Output positions per block: one AVX-512 register, two AVX2 / NEON registers... (see _BLOCK)
 # Inputs from this size on are prefetched ahead (ab_nodes, native, 1 thread: -10..-35 % on
 # 0.7-5 MB inputs; +30 % on 170-260 KB ones, which the previous node leaves in L2 anyway).
-PREFETCH_MIN_BYTES = 384 * 1024
+# Re-measured in-model from 384 KB to 1 MB (native, 1 thread, interleaved builds): GoogLeNet's
+# 0.4-0.8 MB pools 0.81-0.95x without it (pool4/3x3_s2 0.63x), Inception-v3's 17x17x768 ones
+# 0.81-0.99x; those of 1.5 MB and more kept it (GoogLeNet pool3, SqueezeNet pool1/4/8: 0.98-
+# 1.21x slower without it).
+PREFETCH_MIN_BYTES = 1024 * 1024
 MAXB = 64  # blocks of 16 outputs per row at most (the lane masks' array)
 _V = {"avx512": 16, "avx2": 8, "neon": 8, "c": 8}
 

@@ -137,6 +137,17 @@
 #ifndef O2E_GEMM_PF_C_BYTES /* most C + R bytes of one strip prefetched a strip ahead */
 #define O2E_GEMM_PF_C_BYTES (256 * 1024)
 #endif
+/* B read in place (M <= 32, o2e_gemm_run_'s `direct`): the first A panel's kernel call of a
+ * strip prefetches the next strip's lines of the same K rows, one row per K step (cache level
+ * hint; 0: none). Its K rows lie a whole plane apart, more streams than the hardware follows,
+ * so without this the first panel of every strip waited for its B lines from L3. AVX-512 and
+ * AVX2 (not NEON: not timed). SqueezeNet's squeeze1x1 layers (16 / 32 outputs;
+ * tools/ab_nodes.py, 1 thread, interleaved runs): native 0.83-0.87x with K = 96 / 128 (fire2,
+ * fire3), 0.91-0.96x fire4 / fire5; x86-64-v3 0.80-0.83x fire2 / fire3, fire4 0.98x; the other
+ * layers unchanged (they pack B, or have M > 32). */
+#ifndef O2E_GEMM_PF_DIRECT_K
+#define O2E_GEMM_PF_DIRECT_K 2
+#endif
 /* Prefetch C a strip ahead (o2e_pf_c_) also without a residual. In the model (tools/ab_nodes.py,
  * per-node minima of interleaved builds) ResNet50's residual-free 56x56 1x1 layers ran
  * 0.88-0.97x with it at AVX-512 while other jobs loaded the machine, 0.93-1.0x on a quiet one;
@@ -248,6 +259,7 @@ typedef struct {
   int ldp;
   o2e_act act;
   const float *pf_a; /* packed A panel of the next kernel call: prefetched during this one */
+  const float *pf_b; /* B read in place: the next strip's lines on this call's rows, or NULL */
 } o2e_epi_;
 
 O2E_GEMM_INL float o2e_act1_(float x, o2e_act act) {
@@ -684,6 +696,13 @@ O2E_GEMM_INL void o2e_k16_body_(const int NV, const int PLAIN, int kc, const flo
     O2E_R16_(7);
     /* bring the next call's A panel into L1 (one line per two K steps) */
     if (!PLAIN && (k & 1) == 0) O2E_PREFETCH_(e->pf_a + (size_t)k * O2E_GEMM_MR, 3);
+    if (O2E_GEMM_PF_DIRECT_K && e->pf_b) {
+      const float *q_ = e->pf_b + (size_t)k * w;
+      O2E_PREFETCH_(q_, O2E_GEMM_PF_DIRECT_K);
+      O2E_PREFETCH_(q_ + 16, O2E_GEMM_PF_DIRECT_K);
+      O2E_PREFETCH_(q_ + 32, O2E_GEMM_PF_DIRECT_K);
+      O2E_PREFETCH_(q_ + 47, O2E_GEMM_PF_DIRECT_K);
+    }
     if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
   }
@@ -949,6 +968,12 @@ O2E_GEMM_INL void o2e_k8_body_(const int NV, const int PLAIN, int kc, const floa
     O2E_R8_(1);
     O2E_R8_(2);
     O2E_R8_(3);
+    if (O2E_GEMM_PF_DIRECT_K && e->pf_b && !(i0 & 4)) { /* the panel's first half only */
+      const float *q_ = e->pf_b + (size_t)k * w;
+      O2E_PREFETCH_(q_, O2E_GEMM_PF_DIRECT_K);
+      O2E_PREFETCH_(q_ + 16, O2E_GEMM_PF_DIRECT_K);
+      O2E_PREFETCH_(q_ + 23, O2E_GEMM_PF_DIRECT_K);
+    }
     if (!PLAIN) a += O2E_GEMM_MR;
     b += w;
   }
@@ -2034,6 +2059,7 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
                        : sidx + 1 < nstrips ? a0 + (size_t)pc * O2E_GEMM_MR
                        : pc + kc < K        ? a0 + (size_t)(pc + kc) * O2E_GEMM_MR
                                             : a0;
+            e.pf_b = in_place && ip == 0 && jr + 2 * O2E_GEMM_NR <= n1 ? bk + O2E_GEMM_NR : NULL;
             if (pf_c && pc + kc >= K && jr + O2E_GEMM_NR < n1)
               o2e_pf_c_(g, i, ie - i < O2E_GEMM_MR ? ie - i : O2E_GEMM_MR, jr + O2E_GEMM_NR);
             o2e_kernel_(kc, a, lda, bk, w, ie - i < O2E_GEMM_MR ? ie - i : O2E_GEMM_MR, nr, &e,
