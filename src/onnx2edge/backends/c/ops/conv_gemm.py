@@ -49,7 +49,7 @@ def implicit_gemm_call(
     res: str | None,
 ) -> str:
     """C statement: a convolution as one GEMM whose B operand is packed straight from the input."""
-    ws = ctx.scratch(sgemm_workspace_bytes(M, P, K, MAX_THREADS), "void")
+    ws = ctx.scratch(sgemm_workspace_bytes(M, P, K, MAX_THREADS, conv=True), "void")
     st, post = act_struct(act)
     OH = P // OW
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
