@@ -11,9 +11,11 @@ compare the variants under the same conditions. On ResNet50 the per-node minima 
 identical builds agreed within 1-5 % (up to 10 % on the 56x56 1x1 layers) where the medians
 did not.
 
-A variant is NAME=SRC[:CFLAGS]: SRC is an onnx2edge source tree (its `src` directory, whose
-converter generates the C; "." for this tree) and CFLAGS extra compiler flags (e.g. -D
-overrides of o2e_gemm.h's blocking). Variants with the same SRC share one conversion.
+A variant is NAME=SRC[@KERNELS][:CFLAGS]: SRC is an onnx2edge source tree (its `src`
+directory, whose converter generates the C; "." for this tree), KERNELS a `convert --kernels`
+value (e.g. lanes=off, to compare two strategies of one tree) and CFLAGS extra compiler flags
+(e.g. -D overrides of o2e_gemm.h's blocking). Variants with the same SRC and KERNELS share one
+conversion.
 
     python tools/ab_nodes.py resnet50.onnx --arch native --rounds 4 --runs 8 \\
         base=/work/main/src mine=. 'kc128=.:-DO2E_GEMM_KC=128'
@@ -79,21 +81,25 @@ int main(int argc, char **argv) {
 """
 
 
-def parse_variant(text: str) -> tuple[str, Path, str]:
+def parse_variant(text: str) -> tuple[str, tuple[Path, str], str]:
+    """NAME=SRC[@KERNELS][:CFLAGS] -> (name, (source tree, kernels), cflags)."""
     name, _, rest = text.partition("=")
     src, _, cflags = rest.partition(":")
+    src, _, kernels = src.partition("@")
     if not name or not src:
-        raise SystemExit(f"ab_nodes: variant {text!r} is not NAME=SRC[:CFLAGS]")
+        raise SystemExit(f"ab_nodes: variant {text!r} is not NAME=SRC[@KERNELS][:CFLAGS]")
     path = (ROOT / "src") if src == "." else Path(src)
     if not (path / "onnx2edge").is_dir():
         raise SystemExit(f"ab_nodes: {path} has no onnx2edge package")
-    return name, path.resolve(), cflags
+    return name, (path.resolve(), kernels), cflags
 
 
-def convert(model: Path, src: Path, out: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+def convert(model: Path, src: tuple[Path, str], out: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(src[0])}
     run_cli = "import sys; from onnx2edge.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", run_cli, "convert", str(model), "--target", "c"]
+    if src[1]:
+        cmd += ["--kernels", src[1]]
     subprocess.run([*cmd, "-o", str(out)], env=env, check=True, capture_output=True)
 
 
@@ -170,7 +176,9 @@ def print_table(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", type=Path)
-    ap.add_argument("variants", nargs="+", help="NAME=SRC[:CFLAGS]; the first is the reference")
+    ap.add_argument(
+        "variants", nargs="+", help="NAME=SRC[@KERNELS][:CFLAGS]; the first is the reference"
+    )
     ap.add_argument("--arch", default="native")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--runs", type=int, default=4, help="model runs per variant per round")
@@ -179,7 +187,7 @@ def main() -> int:
     variants = [parse_variant(v) for v in args.variants]
     with tempfile.TemporaryDirectory(prefix="ab_nodes_") as tmp:
         work = Path(tmp)
-        gens: dict[Path, Path] = {}
+        gens: dict[tuple[Path, str], Path] = {}
         for _, src, _ in variants:
             if src not in gens:
                 gens[src] = work / f"gen{len(gens)}"

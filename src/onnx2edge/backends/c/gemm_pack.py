@@ -55,6 +55,7 @@ def pack_a(a: np.ndarray) -> np.ndarray:
 
 # Default blocking of o2e_gemm.h, per kernel variant: (KC, NR, A-block bytes, small-N limit).
 _SB = 1
+_CONV_SB = 4  # O2E_GEMM_CONV_SB: the implicit im2col's strips (o2e_sgemm_packed_conv)
 _MC_MIN = 64
 _SN_KB = 128
 KC_MIN = 64  # lowest O2E_GEMM_KC a generated model may be built with (blocking_guard)
@@ -70,18 +71,20 @@ def _rup16(n: int) -> int:
     return (n + 15) & ~15
 
 
-def _ws_floats(m: int, n: int, k: int, kc: int, nr: int, a_bytes: int, small_n: int) -> int:
+def _ws_floats(
+    m: int, n: int, k: int, kc: int, nr: int, a_bytes: int, small_n: int, sb: int = _SB
+) -> int:
     if m <= 0 or n <= 0 or k <= 0:
         return 0
     if n == 1:
         return _rup16(k) + _rup16(m + MR)
-    total = _rup16(kc * _SB * nr)
+    total = _rup16(kc * sb * nr)
     # The C code adds the M block's partial-sum tile when K > KC; counted from K > KC_MIN, so
     # a build that lowers O2E_GEMM_KC (tuning, down to KC_MIN) never outgrows the arena.
     if k > KC_MIN:
         rows = min(max(a_bytes / (k * 4.0), _MC_MIN), m)
         mc = max(MR, (int(rows) + MR - 1) // MR * MR)
-        total += _rup16(mc * _SB * nr)
+        total += _rup16(mc * sb * nr)
     if n <= small_n:
         sn = _rup16(n * (_SN_KB + 2) * 8) + _rup16(4 * MR * _SN_KB) + _rup16((m + MR) * n) + 16
         total = max(total, sn)
@@ -100,6 +103,7 @@ def blocking_guard() -> str:
     limits = [
         ("O2E_GEMM_KC", kc),
         ("O2E_GEMM_SB", _SB),
+        ("O2E_GEMM_CONV_SB", _CONV_SB),
         ("O2E_GEMM_A_BYTES", a_bytes),
         ("O2E_GEMM_MC_MIN", _MC_MIN),
         ("O2E_SN_KB", _SN_KB),
@@ -114,12 +118,13 @@ def blocking_guard() -> str:
     )
 
 
-def sgemm_workspace_bytes(m: int, n: int, k: int, threads: int = 1) -> int:
+def sgemm_workspace_bytes(m: int, n: int, k: int, threads: int = 1, conv: bool = False) -> int:
     """Bytes of workspace `o2e_sgemm` / `o2e_sgemm_packed` need for an m x n x k product.
 
     Mirrors `o2e_sgemm_workspace` in C and returns the largest value over the AVX-512, AVX2,
     NEON and portable kernels (default blocking, `threads` = O2E_THREADS), so a converter can size
     a static arena without knowing which kernel the model will be compiled with.
     """
-    floats = max(_ws_floats(m, n, k, *v) for v in _VARIANTS.values())
+    sb = _CONV_SB if conv else _SB  # conv: `o2e_sgemm_conv_workspace` (wider strips)
+    floats = max(_ws_floats(m, n, k, *v, sb=sb) for v in _VARIANTS.values())
     return floats * max(1, threads) * 4 + 64

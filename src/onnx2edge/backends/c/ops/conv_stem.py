@@ -1,5 +1,6 @@
 """Direct convolution for strided first layers ("stems") with few input channels: the RGB
-stems of ResNet50 (7x7 / 2, 3 -> 64), Inception-v3 and the MobileNets (3x3 / 2, 3 -> 32).
+stems of Inception-v3 and the MobileNets (3x3 / 2, 3 -> 32). (ResNet50's 7x7 / 2 3 -> 64 went
+to the implicit GEMM once its conv strips widened: GEMM_MIN_K below.)
 (SqueezeNet's 7x7 / 2 3 -> 96 and AlexNet's / NIN's 11x11 / 4 go to conv_stem_lanes.py,
 output channels in the lanes, tried first.)
 
@@ -67,6 +68,13 @@ MIN_OW = 16  # one AVX-512 vector per output row at least
 MAX_STRIDE = 4
 MAX_PLANES_BYTES = 8 << 20  # the phase planes live in the arena while the layer runs
 M_ROUND = 24  # weight columns padded to a multiple of every ISA's MB (8, 4)
+# With >= GEMM_MIN_K taps and >= GEMM_MIN_M outputs the implicit GEMM (conv_gemm.py, strips of
+# O2E_GEMM_CONV_SB panels) takes the layer. tools/ab_nodes.py, minima, shared machine, ms, this
+# kernel vs the GEMM: ResNet50's 7x7 / 2 3 -> 64 native 1.93 vs 1.95, x86-64-v3 3.05 vs 2.78,
+# x86-64-v2 43.6 vs 14.9; 5x5 / 2 3 -> 64 native 1.01 vs 0.97, x86-64-v3 1.59 vs 1.49. The 3x3
+# stems (27 taps: Inception-v3 3 -> 32, native 0.52 vs 0.60) stay here.
+GEMM_MIN_K = 75
+GEMM_MIN_M = 64
 SLACK = 16  # floats after the planes: the last vector of a row may read past its end
 
 
@@ -86,6 +94,8 @@ def refuse(spec: ConvSpec) -> str | None:
             f"needs <= {MAX_C} input channels, <= {MAX_K} taps, >= {MIN_M} outputs and "
             f">= {MIN_OW} output columns"
         )
+    if C * kh * kw >= GEMM_MIN_K and M >= GEMM_MIN_M:
+        return f">= {GEMM_MIN_K} taps and >= {GEMM_MIN_M} outputs: the implicit GEMM is as fast"
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, 1, 1)
     if (C * sh * sw * HQ * WQ + SLACK) * 4 > MAX_PLANES_BYTES:
         return "input phase planes too large for the arena"

@@ -119,6 +119,14 @@
 #ifndef O2E_GEMM_SB /* NR strips packed together: B is read in rows of SB * NR floats */
 #define O2E_GEMM_SB 1
 #endif
+#ifndef O2E_GEMM_CONV_SB /* the same for an implicit-im2col B (o2e_sgemm_packed_conv) */
+/* Each packing of a strip reads, per input channel, the few phase-plane rows its columns
+ * need; 4 strips (192 columns at AVX-512: about 7 output rows of a 28-wide map) read each of
+ * those rows once instead of up to 4 times. ResNet50's 7x7 / 2 stem (3 -> 64, 112x112 out)
+ * 1.00 -> 0.93 (x86-64-v3) / 0.97 (native), its 3x3 / 2 128 -> 128 on 28x28 0.92
+ * (tools/ab_nodes.py, minima, against SB 1) */
+#define O2E_GEMM_CONV_SB 4
+#endif
 #ifndef O2E_GEMM_A_BYTES /* A block (M block x K) kept in the last-level cache */
 #if defined(O2E_GEMM_AVX512) || defined(O2E_GEMM_AVX2)
 #define O2E_GEMM_A_BYTES (8 * 1024 * 1024)
@@ -372,7 +380,7 @@ typedef struct {
 /* Rows [pc, pc + kc) x columns [jb, jb + nb) of the implicit B, in o2e_pack_b_'s layout.
  * The columns split into runs - one output row within one panel - that are the same for
  * every row k, so they are worked out once; each row k is then a few bounded copies. */
-#define O2E_CONV_RUNS_ (2 * O2E_GEMM_SB * O2E_GEMM_NR + 2)
+#define O2E_CONV_RUNS_ (2 * O2E_GEMM_CONV_SB * O2E_GEMM_NR + 2)
 #if defined(O2E_GEMM_AVX512)
 /* the first min(n, 16) lanes (n > 0) */
 O2E_GEMM_INL __mmask16 o2e_mask16_(int n) {
@@ -417,6 +425,18 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
   }
   /* (c, ki, kj) of row pc + k, stepped rather than divided out per row */
   int c = pc / khw, ki = pc / cv->kw % cv->kh, kj = pc % cv->kw - 1;
+  /* phased: tap (ki, kj) reads plane (ki*dh % sh, kj*dw % sw) from row ki*dh / sh, column
+   * kj*dw / sw, and run u from the k-independent offset r_src[u]. Quotients and remainders
+   * are stepped too: divisions per row k and run were a quarter of a 3x3 stride-2 layer's
+   * time (ResNet50's res3a_branch2b: 128 rows of A share each packed row) */
+  size_t r_src[O2E_CONV_RUNS_];
+  int rq = 0, rr = 0, cq = 0, cr = 0;
+  if (cv->phased) {
+    for (u = 0; u < nruns; u++) /* row oh of the output reads row oh (+ tap) of a plane */
+      r_src[u] = (size_t)((r_ih[u] + cv->pt) / cv->sh) * cv->W + (size_t)r_ow[u];
+    rq = ki * cv->dh / cv->sh, rr = ki * cv->dh % cv->sh;
+    cq = kj * cv->dw / sw, cr = kj * cv->dw % sw; /* kj = -1: row 0 resets them */
+  }
   for (k = 0; k < kc; k++) {
     int off, ow0, ow1;
     const float *plane;
@@ -425,11 +445,18 @@ O2E_GEMM_FN void o2e_pack_b_conv_(const o2e_conv_b *cv, int pc, int kc, int jb, 
       if (++ki == cv->kh) ki = 0, c++;
     }
     if (cv->phased) {
-      const int ra = ki * cv->dh, qb = kj * cv->dw;
-      const float *src = cv->x + ((size_t)(c * cv->sh + ra % cv->sh) * sw + qb % sw) * cv->H * cv->W +
-                         (size_t)(ra / cv->sh) * cv->W + (size_t)(qb / sw);
+      const float *src;
+      if (kj == 0) {
+        cq = cr = 0;
+        rq = ki * cv->dh / cv->sh, rr = ki * cv->dh % cv->sh; /* once per kw rows */
+      } else {
+        cr += cv->dw;
+        while (cr >= sw) cr -= sw, cq++;
+      }
+      src = cv->x + ((size_t)(c * cv->sh + rr) * sw + cr) * cv->H * cv->W + (size_t)rq * cv->W +
+            (size_t)cq;
       for (u = 0; u < nruns; u++) {
-        const float *restrict sr = src + (size_t)(r_ih[u] + cv->pt) / cv->sh * cv->W + r_ow[u];
+        const float *restrict sr = src + r_src[u];
         float *restrict d = bp + r_dst[u] + (size_t)k * r_w[u];
         int t = 0;
 #if defined(O2E_GEMM_AVX512)
@@ -1666,22 +1693,31 @@ O2E_GEMM_INL int o2e_mc_(int M, int K) {
   return mc < O2E_GEMM_MR ? O2E_GEMM_MR : mc;
 }
 
-/* Floats of scratch one thread needs. */
-O2E_GEMM_FN size_t o2e_ws_floats_(int M, int N, int K) {
+/* Floats of scratch one thread needs with strips of sb x NR columns. */
+O2E_GEMM_FN size_t o2e_ws_floats_sb_(int M, int N, int K, int sb) {
   size_t total;
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   if (N == 1) return O2E_GEMM_RUP16_(K) + O2E_GEMM_RUP16_((size_t)M + O2E_GEMM_MR);
-  total = O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * O2E_GEMM_SB * O2E_GEMM_NR); /* packed B */
+  total = O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * sb * O2E_GEMM_NR); /* packed B */
   if (K > O2E_GEMM_KC) /* partial sums of an M block (scratch tile T), see o2e_epi_setup_ */
-    total += O2E_GEMM_RUP16_((size_t)o2e_mc_(M, K) * O2E_GEMM_SB * O2E_GEMM_NR);
+    total += O2E_GEMM_RUP16_((size_t)o2e_mc_(M, K) * sb * O2E_GEMM_NR);
 #if O2E_GEMM_SMALLN > 1
   if (N <= O2E_GEMM_SMALLN && o2e_sn_ws_floats_(M, N) > total) total = o2e_sn_ws_floats_(M, N);
 #endif
   return total;
 }
 
+O2E_GEMM_FN size_t o2e_ws_floats_(int M, int N, int K) {
+  return o2e_ws_floats_sb_(M, N, K, O2E_GEMM_SB);
+}
+
 O2E_GEMM_FN size_t o2e_sgemm_workspace(int M, int N, int K) {
   return (o2e_ws_floats_(M, N, K) * (size_t)O2E_THREADS) * sizeof(float) + 64;
+}
+
+/* Workspace of o2e_sgemm_packed_conv (its strips are O2E_GEMM_CONV_SB panels wide). */
+O2E_GEMM_FN size_t o2e_sgemm_conv_workspace(int M, int N, int K) {
+  return (o2e_ws_floats_sb_(M, N, K, O2E_GEMM_CONV_SB) * (size_t)O2E_THREADS) * sizeof(float) + 64;
 }
 
 O2E_GEMM_INL int o2e_overlap_(const float *p, size_t np, const float *q, size_t nq) {
@@ -1987,7 +2023,7 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
   const int mcb = o2e_mc_(g->M, K);
   const int use_t = o2e_need_t_(g, nkb);
   const int lda = g->a_packed ? 0 : g->lda;
-  const int NB = O2E_GEMM_SB * O2E_GEMM_NR;
+  const int NB = (g->conv ? O2E_GEMM_CONV_SB : O2E_GEMM_SB) * O2E_GEMM_NR;
   float *bp = ws;
   float *t = bp + O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * NB);
   int ic, jb, pc;
@@ -2300,7 +2336,8 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
   }
 #if O2E_THREADS > 1
   {
-    const size_t per = o2e_ws_floats_(g->M, g->N, g->K);
+    const size_t per =
+        o2e_ws_floats_sb_(g->M, g->N, g->K, g->conv ? O2E_GEMM_CONV_SB : O2E_GEMM_SB);
     const double flops = 2.0 * g->M * g->N * g->K * (g->N < 16 ? 16.0 / g->N : 1.0);
     const int panels = (g->M + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
     const int npan = (g->N + O2E_GEMM_NR - 1) / O2E_GEMM_NR;
