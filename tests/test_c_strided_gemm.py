@@ -30,11 +30,7 @@ CASES = {
     # 3x3 / 2 with a residual added in the GEMM epilogue (lanes refuses residuals)
     "s2res": (40, 48, 29, 27, 3, 2, (1, 1, 1, 1), "Relu", True),
     "s3": (16, 24, 23, 50, 3, 3, (0, 1, 1, 0), None, False),  # stride 3, one 16-column run
-    # a lanes layer (conv_lanes.avx2_gemm): the implicit GEMM in AVX2 builds, lanes elsewhere;
-    # M = 70: a partial 32-lane block and a partial 8-row panel
-    "lanes": (64, 70, 29, 31, 3, 2, (1, 0, 1, 1), "LeakyRelu", False),
 }
-LANES_CASES = {"lanes"}
 
 
 def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
@@ -89,9 +85,8 @@ def test_strided_gemm_matches_onnxruntime(tmp_path: Path, arch: str) -> None:
     path, feeds = _model(tmp_path)
     out = tmp_path / "out"
     api.convert(path, "c", out)
-    got = sorted(_layer_kernels(out).values())  # stems included: >= 75 taps, >= 64 outputs
-    assert got == ["implicit_gemm"] * (len(CASES) - 1) + ["lanes"] * len(LANES_CASES), got
-    assert "#if defined(O2E_GEMM_AVX2)" in (out / "model.c").read_text()
+    chosen = set(_layer_kernels(out).values())
+    assert chosen == {"implicit_gemm"}, chosen  # stems included: >= 75 taps, >= 64 outputs
     _check(api.run(out, feeds, options={"arch": arch}), path, feeds)
 
 
@@ -108,14 +103,6 @@ def test_strided_gemm_threads_and_bounds(tmp_path: Path) -> None:
     io = json.loads((out / "onnx2edge.json").read_text())
     flags = ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"]
     _check(run_executable(build_executable(out, flags, "t"), io, feeds, tmp_path), path, feeds)
-
-
-def test_optimize_size_keeps_one_kernel(tmp_path: Path) -> None:
-    """--optimize size: no second (packed) copy of a lanes layer's weights, no AVX2 branch."""
-    path, _ = _model(tmp_path)
-    out = tmp_path / "out"
-    api.convert(path, "c", out, options={"optimize": "size"})
-    assert "#if defined(O2E_GEMM_AVX2)" not in (out / "model.c").read_text()
 
 
 def test_small_stems_keep_the_stem_kernel(tmp_path: Path) -> None:

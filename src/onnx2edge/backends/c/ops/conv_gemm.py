@@ -195,7 +195,7 @@ def _subsample(spec: ConvSpec) -> bool:
     return spec.ks == [1, 1] and not any(spec.pads) and not _pointwise(spec)
 
 
-def refuse_implicit(spec: ConvSpec) -> str | None:
+def _refuse_implicit(spec: ConvSpec) -> str | None:
     if spec.nsp != 2:
         return "not a 2-D convolution"
     if not _const_f32(spec):
@@ -374,7 +374,7 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
 # The GEMM engine's epilogue reads R[i][j] and writes C[i][j] in the same tile (K slices keep
 # partial sums in scratch when R overlaps C), so the residual's buffer may hold the output.
 IMPLICIT_GEMM = ConvStrategy(
-    "implicit_gemm", refuse_implicit, _emit_implicit, inplace_residual=True
+    "implicit_gemm", _refuse_implicit, _emit_implicit, inplace_residual=True
 )
 GEMM_1X1 = ConvStrategy("gemm_1x1", _refuse_1x1, _emit_1x1, inplace_residual=True)
 SUBSAMPLE_GEMM = ConvStrategy(

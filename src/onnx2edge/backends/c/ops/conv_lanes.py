@@ -264,38 +264,7 @@ PCASES  default: NAME_p(1, a, mb, oh, ow0, t); return;
 """
 
 
-def avx2_gemm(spec: ConvSpec) -> bool:
-    """Stride-2 layers that AVX2 builds run as the implicit GEMM instead (its wide conv strips,
-    o2e_gemm.h O2E_GEMM_CONV_SB): 16-lane x 6-pixel AVX2 tiles broadcast more per FMA than
-    the GEMM's packed panels. tools/ab_nodes.py, minima, shared machine, ms lanes vs GEMM:
-    x86-64-v3 - ResNet50 res3a_branch2b 3.50 vs 3.02, res4a_branch2b 3.32 vs 2.89,
-    Inception-v3 Mixed_6a 3x3 / 2 288 -> 384 7.87 vs 7.04; native (AVX-512) the lanes kernel
-    won (2.02 vs 2.12-2.36, 1.73 vs 1.93-1.98, 4.47 vs 4.59) and portable C too (x86-64-v2
-    10.96 vs 14.34), so both are emitted and the preprocessor picks. Not with --optimize
-    size: the GEMM's packed copy of the weights is a second one."""
-    from .conv_gemm import refuse_implicit
-
-    return (
-        spec.st == [2, 2]
-        and spec.group == 1
-        and spec.optimize != "size"
-        and refuse_implicit(spec) is None
-    )
-
-
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
-    """The lanes kernel; for avx2_gemm layers, the implicit GEMM in AVX2 builds."""
-    lanes = _emit_lanes(ctx, spec)
-    if not avx2_gemm(spec):
-        return lanes
-    from .conv_gemm import IMPLICIT_GEMM
-
-    gemm = IMPLICIT_GEMM.emit(ctx, spec)
-    unused = f"(void)o2e_lanes_rows_{ctx.step};"  # the lanes kernel's row function (see emit)
-    return f"\n#if defined(O2E_GEMM_AVX2)\n{unused}\n{gemm}\n#else\n{lanes}\n#endif\n"
-
-
-def _emit_lanes(ctx: NodeContext, spec: ConvSpec) -> str:
     """Groups (AlexNet's conv2, conv4, conv5) run one after the other, each as its own layer."""
     x, w, y, ks, st, pads = spec.x, spec.w, spec.y, spec.ks, spec.st, spec.pads
     bias, group = spec.bias, spec.group
