@@ -44,8 +44,8 @@ void model_set_trace(void (*cb)(const char *, const void *, size_t)) { o2e_trace
 #if defined(O2E_THREADS) && O2E_THREADS > 4
 #error "GEMM workspaces were planned for at most 4 threads: reconvert or lower O2E_THREADS"
 #endif
-#if O2E_GEMM_KC < 64 || O2E_GEMM_KC > 256 || O2E_GEMM_SB > 1 || O2E_GEMM_A_BYTES > 8388608 || O2E_GEMM_MC_MIN > 64 || O2E_SN_KB > 128
-#error "GEMM workspaces were sized for the default O2E_GEMM_KC, O2E_GEMM_SB, O2E_GEMM_A_BYTES, O2E_GEMM_MC_MIN, O2E_SN_KB (KC >= 64): lower them or reconvert"
+#if O2E_GEMM_KC < 64 || O2E_GEMM_KC > 256 || O2E_GEMM_SB > 1 || O2E_GEMM_CONV_SB > 4 || O2E_GEMM_A_BYTES > 8388608 || O2E_GEMM_MC_MIN > 64 || O2E_SN_KB > 128
+#error "GEMM workspaces were sized for the default O2E_GEMM_KC, O2E_GEMM_SB, O2E_GEMM_CONV_SB, O2E_GEMM_A_BYTES, O2E_GEMM_MC_MIN, O2E_SN_KB (KC >= 64): lower them or reconvert"
 #endif
 
 /* ---- weights ---- */
