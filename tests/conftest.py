@@ -155,9 +155,9 @@ def verify_at(path: Path, arch: str, inputs: dict[str, np.ndarray] | None = None
 def _v3_distinct() -> bool:
     """An AVX2 build differs from NATIVE: the host has AVX-512 (an AVX2-only host covers AVX2
     with NATIVE; a host without AVX2 cannot run it)."""
-    from onnx2edge.backends.c.build import _cpu_flags
+    from onnx2edge.host import cpu_flags
 
-    return arch_unavailable("x86-64-v3") is None and "avx512f" in _cpu_flags()
+    return arch_unavailable("x86-64-v3") is None and "avx512f" in cpu_flags()
 
 
 # kernel tests' builds: portable (None: the default -O2), AVX2 + FMA where distinct, native

@@ -18,7 +18,7 @@ from onnx2edge.bench import ort_isa
 from onnx2edge.bench.harness import bench_model
 from onnx2edge.errors import Onnx2EdgeError
 
-FLAGS = ort_isa._cpu_flags()
+FLAGS = ort_isa.cpu_flags()
 CAN_FAULT = "cpuid_fault" in FLAGS and shutil.which("gcc") is not None
 needs_fault = pytest.mark.skipif(
     not CAN_FAULT, reason="this CPU/kernel has no CPUID faulting (cpuid_fault) or no gcc"
@@ -74,7 +74,7 @@ def test_levels_follow_our_build() -> None:
 def test_no_cpuid_faulting_is_one_clear_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(ort_isa, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(ort_isa, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     monkeypatch.setattr(ort_isa.platform, "system", lambda: "Linux")
     monkeypatch.setattr(ort_isa.platform, "machine", lambda: "x86_64")
     with pytest.raises(Onnx2EdgeError, match="cannot make CPUID fault"):

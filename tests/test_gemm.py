@@ -24,6 +24,7 @@ from onnx2edge.backends.c.gemm_pack import (
     packed_a_size,
     sgemm_workspace_bytes,
 )
+from onnx2edge.host import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "src" / "onnx2edge" / "backends" / "c" / "runtime"
@@ -127,18 +128,7 @@ int main(int argc, char **argv) {
 """
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-FLAGS = _cpu_flags()
+FLAGS = cpu_flags()
 HAS_AVX2 = {"avx2", "fma"} <= FLAGS
 HAS_AVX512 = "avx512f" in FLAGS
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")

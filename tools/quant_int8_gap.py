@@ -47,8 +47,9 @@ def run(models: list[str], log: Any) -> dict[str, Any]:
 
     import onnx2edge
     from onnx2edge.bench import zoo
-    from onnx2edge.bench.harness import bench_model, cpu_name
+    from onnx2edge.bench.harness import bench_model
     from onnx2edge.errors import Onnx2EdgeError
+    from onnx2edge.host import cpu_name
     from onnx2edge.quantization import _Reader, load_calib
 
     rows = []

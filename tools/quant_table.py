@@ -64,8 +64,9 @@ def _c_predict(path: Path, x: np.ndarray, shape: list[int], opts: dict, work: Pa
 
 def run(log: Any = print) -> dict[str, Any]:
     import onnx2edge
-    from onnx2edge.bench.harness import bench_model, cpu_name
+    from onnx2edge.bench.harness import bench_model
     from onnx2edge.errors import Onnx2EdgeError
+    from onnx2edge.host import cpu_name
 
     with np.load(DIGITS / "digits.npz") as z:
         split = {k: z[k] for k in z.files}

@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from onnx2edge import api  # noqa: E402
 from onnx2edge.bench import zoo  # noqa: E402
-from onnx2edge.bench.harness import cpu_name  # noqa: E402
 from onnx2edge.bench.suite import SEED_SUITE as SEED  # noqa: E402
 from onnx2edge.errors import Onnx2EdgeError  # noqa: E402
+from onnx2edge.host import cpu_name  # noqa: E402
 
 FIXTURES = sorted((ROOT / "tests/fixtures/torch").glob("*.onnx"))
 

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import Onnx2EdgeError
+from ..host import cpu_flags
 
 SHIM_SOURCE = Path(__file__).with_name("cpuid_mask.c")
 # our build's -march -> what onnxruntime may use (None: the host's full set)
@@ -30,17 +31,6 @@ def level_for(arch: str | None) -> str | None:
     return LEVELS.get(arch or "native")
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def preload_env(level: str | None, work: Path, cc: str) -> dict[str, str]:
     """Environment entries that hold a process to `level` (empty for None): LD_PRELOAD of the
     shim, built into `work`. One clear error where this host cannot do it."""
@@ -48,7 +38,7 @@ def preload_env(level: str | None, work: Path, cc: str) -> dict[str, str]:
         return {}
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         raise Onnx2EdgeError("bench --ort-isa match needs Linux on x86-64")
-    if "cpuid_fault" not in _cpu_flags():
+    if "cpuid_fault" not in cpu_flags():
         raise Onnx2EdgeError(
             "bench --ort-isa match: this CPU or kernel cannot make CPUID fault (no cpuid_fault "
             "in /proc/cpuinfo), so onnxruntime cannot be held to a lower instruction set here"

@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..host import cpu_name
 from . import zoo
-from .harness import bench_model, cpu_name
+from .harness import bench_model
 
 SEED_SUITE = [
     "alexnet",

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...errors import Onnx2EdgeError
+from ...host import cpu_flags
 
 # The contract the generated code keeps (issue: C99, -Wall -Wextra -Werror, only libm).
 STRICT_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror")
@@ -61,17 +62,6 @@ def is_emulated(arch: str | None) -> bool:
     return arch in EMULATOR and platform.machine() not in (arch, "arm64")
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def arch_flags(arch: str) -> list[str]:
     """The release flags with `-march` for `arch`; a clear error when this host cannot build or
     run such code (an x86 level on another CPU, or one this CPU lacks)."""
@@ -87,8 +77,8 @@ def arch_flags(arch: str) -> list[str]:
             raise Onnx2EdgeError(
                 f"--arch {arch} builds x86-64 code, this host is {platform.machine()}"
             )
-        missing = [f for f in _LEVEL_FLAGS[arch] if f not in _cpu_flags()]
-        if missing and _cpu_flags():
+        missing = [f for f in _LEVEL_FLAGS[arch] if f not in cpu_flags()]
+        if missing and cpu_flags():
             raise Onnx2EdgeError(
                 f"this CPU cannot run --arch {arch} code (no {', '.join(missing)})"
             )

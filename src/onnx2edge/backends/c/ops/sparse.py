@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ....host import cpu_flags
 from ....semantics.attrs import gemm_attrs
 from ..emitter import NodeContext, Tensor
 from .common import apply_act_loop
@@ -58,11 +59,7 @@ BREAK_EVEN_BY_ISA = {
 def host_isa() -> str:
     """avx512 when the converting host has AVX-512F, else avx2 (also used for other ISAs, e.g.
     NEON, where the break-even is not measured)."""
-    try:
-        flags = open("/proc/cpuinfo").read()  # noqa: SIM115 - Linux only; else the avx2 table
-    except OSError:
-        return "avx2"
-    return "avx512" if " avx512f" in flags else "avx2"
+    return "avx512" if "avx512f" in cpu_flags() else "avx2"
 
 
 BREAK_EVEN = BREAK_EVEN_BY_ISA[host_isa()]
