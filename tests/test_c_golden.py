@@ -51,3 +51,36 @@ def test_golden_c(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) ->
         f"{f}.sha256" if f.endswith(".bin") else f for f in files
     }
     assert not stale, f"golden files no longer generated: {sorted(stale)}"
+
+
+HOST_BLIND = """
+import sys
+from onnx2edge import host
+
+def refuse():
+    raise AssertionError("convert read the host's CPU")
+
+host._cpuinfo = refuse  # before any backend module is imported
+from onnx2edge import api
+
+api.convert(sys.argv[1], "c", sys.argv[2])
+"""
+
+
+def test_convert_does_not_read_the_host_cpu(tmp_path: Path) -> None:
+    """The goldens hold on every machine only if convert never asks which CPU it runs on (a
+    break-even table picked by the host's ISA once made an AVX2 host write another manifest).
+    One model.c serves every ISA through #if; the ISA is chosen when it is compiled."""
+    import subprocess
+    import sys
+
+    pruned = tmp_path / "pruned.onnx"
+    api.prune(MODELS["tiny_cnn"], pruned, sparsity=0.95)  # the sparse checks run on it
+    for name, model in (("tiny_cnn", MODELS["tiny_cnn"]), ("pruned", pruned)):
+        proc = subprocess.run(
+            [sys.executable, "-c", HOST_BLIND, str(model), str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert (tmp_path / name / "model.c").is_file()

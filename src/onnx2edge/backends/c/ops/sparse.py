@@ -18,7 +18,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ....host import cpu_flags
 from ....semantics.attrs import gemm_attrs
 from ..emitter import NodeContext, Tensor
 from .common import apply_act_loop
@@ -27,10 +26,9 @@ from .conv_spec import ConvSpec, refuse_not_rearrangeable
 HEADER = "o2e_sparse.h"
 
 # Largest density (nonzeros / weights; for fc_batch1_bsr the share of stored 16x1 blocks) at
-# which each sparse kernel is used, per ISA of the host that converts (the default build is
-# -march=native). Measured with tools/sparse_breakeven.py on 2026-11-24, "Intel Xeon @ 2.80GHz"
-# (Ice Lake server, AVX-512); AVX2 = the same host with -march=x86-64-v3; one thread, thread CPU
-# time, medians of >= 20 runs, the sparse build (only the kind under test sparse) and our dense
+# which each sparse kernel pays, per ISA. Measured with tools/sparse_breakeven.py on
+# 2026-11-24, "Intel Xeon @ 2.80GHz" (Ice Lake server, AVX-512); AVX2 = the same host with
+# -march=x86-64-v3; one thread, thread CPU time, medians of >= 20 runs, the sparse build (only the kind under test sparse) and our dense
 # build (--kernels sparse=off) of the same one-layer model timed in the same process; the 2-core
 # machine was shared (load average 12-16), so +-20% noise. Layers: Relu then FC 1000 -> 500 at
 # batch 1 (about half the inputs zero, as in an MLP; our dense batch-1 kernel skips them too) and
@@ -56,13 +54,11 @@ BREAK_EVEN_BY_ISA = {
 }
 
 
-def host_isa() -> str:
-    """avx512 when the converting host has AVX-512F, else avx2 (also used for other ISAs, e.g.
-    NEON, where the break-even is not measured)."""
-    return "avx512" if "avx512f" in cpu_flags() else "avx2"
-
-
-BREAK_EVEN = BREAK_EVEN_BY_ISA[host_isa()]
+# One model.c serves every ISA (its kernels are chosen by #if at compile time), so which layers
+# go sparse cannot follow the converting host without making the generated files differ from one
+# machine to the next (an AVX2 host wrote another manifest than the goldens): a layer goes sparse
+# where the sparse kernel measured faster at both ISAs.
+BREAK_EVEN = {k: min(t[k] for t in BREAK_EVEN_BY_ISA.values()) for k in BREAK_EVEN_BY_ISA["avx512"]}
 # Below this many weights the dense kernel's overheads are negligible either way: stay dense.
 MIN_WEIGHTS = 4096
 # A 1x1 convolution multiplies each weight by every pixel: MobileNet v1's first pointwise layer
