@@ -2561,15 +2561,35 @@ O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int en
 #ifndef O2E_FC_PD /* AVX2: nonzero rows the slice loop prefetches ahead */
 #define O2E_FC_PD 6
 #endif
-#ifndef O2E_FC_STREAM /* AVX2: weights (floats) from which rows are read whole (one pass) */
-#define O2E_FC_STREAM (4u << 20)
+#ifndef O2E_FC_PD512 /* AVX-512: nonzero rows (1 KB each) prefetched ahead */
+#define O2E_FC_PD512 4
 #endif
+#ifndef O2E_FC_STREAM /* weights (floats) from which a layer is taken to stream from DRAM */
+#define O2E_FC_STREAM (7u << 17)
+#endif
+/* Rows of a streamed layer are prefetched into L2, the others into L1. A prefetch into L1 holds
+ * one of the core's few L1 miss buffers until its line comes back, so DRAM latency capped the
+ * rows in flight: AlexNet's fc6 (151 MB) streamed at 16 GB/s against onnxruntime's 22. Into
+ * L2, at native (Zen 5): fc6 0.74x, fc7 0.59x, fc8 0.56x of the L1 prefetch's time; x86-64-v3
+ * 0.64x / 0.62x; ResNet50's 2048 x 1000 classifier 0.75x / 0.57x, MobileNet v1's 1024 x 1000
+ * 0.81x / 0.59x (tools/ab_nodes.py, in-model). Weights that stay in the last-level cache between
+ * calls (the 5 MB MNIST MLP's fc1, 784 x 1000) were 1.15x slower that way, hence the size
+ * threshold between the two: 3.5 MB (917504 floats). At AVX2 it also selects the one-pass row
+ * loop below over the 64-output slices. */
+#define O2E_FC_PREFETCH_(p, stream)                                                              \
+  do {                                                                                           \
+    if (stream)                                                                                  \
+      O2E_PREFETCH_((p), 2);                                                                     \
+    else                                                                                         \
+      O2E_PREFETCH_((p), 3);                                                                     \
+  } while (0)
 typedef struct {
   int N, K;
   const float *wt, *x, *bias;
   float *y;
   const int *nz; /* indices of the nonzero inputs */
   int nnz;
+  int stream; /* K * N >= O2E_FC_STREAM */
   o2e_act act;
 } o2e_fc_args;
 
@@ -2587,9 +2607,9 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
       const int k = f->nz[i];
       const float *row = wq + (size_t)k * O2E_FC_NB;
       const __m512 xv = _mm512_set1_ps(f->x[k]);
-      if (i + 4 < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
-        const float *nx = wq + (size_t)f->nz[i + 4] * O2E_FC_NB;
-        for (j = 0; j < O2E_FC_NB; j += 16) O2E_PREFETCH_(nx + j, 3);
+      if (i + O2E_FC_PD512 < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
+        const float *nx = wq + (size_t)f->nz[i + O2E_FC_PD512] * O2E_FC_NB;
+        for (j = 0; j < O2E_FC_NB; j += 16) O2E_FC_PREFETCH_(nx + j, f->stream);
       }
       for (j = 0; j < O2E_FC_NB / 16; j++) a[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * j), a[j]);
     }
@@ -2612,7 +2632,7 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
       for (j = 0; j < 16; j++) vst1q_f32(acc + c4 + 4 * j, v[j]);
     }
 #elif defined(O2E_GEMM_AVX2)
-    if ((size_t)f->K * (size_t)f->N >= O2E_FC_STREAM) {
+    if (f->stream) {
       /* Weights too large for the last-level cache, streamed from DRAM on every call
        * (AlexNet's fc6 / fc7, VGG's): each nonzero row is read whole, in one pass, as on
        * AVX-512 - 1 KB contiguous per row is what DRAM streams fastest. The block's 32
@@ -2630,7 +2650,7 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
         int d;
         for (d = O2E_FC_PD; d < O2E_FC_PD + 4 && i + d < f->nnz; d++) { /* irregular rows: prefetch them */
           const float *nx = wq + (size_t)f->nz[i + d] * O2E_FC_NB;
-          for (j = 0; j < O2E_FC_NB; j += 16) O2E_PREFETCH_(nx + j, 3);
+          for (j = 0; j < O2E_FC_NB; j += 16) O2E_PREFETCH_(nx + j, 2);
         }
         for (j = 0; j < nb; j += 8) {
           __m256 v = _mm256_loadu_ps(acc + j);
@@ -2716,6 +2736,7 @@ O2E_GEMM_FN void o2e_fc_skip_zeros(int N, int K, const float *wt, const float *x
   f.y = y;
   f.nz = nz;
   f.nnz = n;
+  f.stream = (size_t)K * (size_t)N >= O2E_FC_STREAM;
   f.act = act;
   {
     const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
