@@ -277,3 +277,26 @@ def test_suite_doc_names_the_rounds_it_was_measured_with() -> None:
     r = {**_result("resnet50", 1, 0.95), "clock": "thread CPU time", "rounds": 4}
     assert suite._cmd_extra([r]).endswith(" --cpu-clock --rounds 4")
     assert "--rounds" not in suite._cmd_extra([_result("resnet50", 1, 0.95)])
+
+
+def test_suite_doc_never_keeps_a_stale_chart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without matplotlib no chart is drawn, and one from an earlier run (old figures) is
+    removed rather than left beside the new tables."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args, **kw):  # noqa: ANN002, ANN003, ANN202
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kw)
+
+    doc = tmp_path / "benchmarks.md"
+    stale = tmp_path / "benchmarks.png"
+    stale.write_bytes(b"old chart")
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    suite.write_doc([_result("resnet50", 1, 0.9)], doc)
+    assert not stale.exists()
+    assert "![ratio chart]" not in doc.read_text()

@@ -342,6 +342,9 @@ def _chart(results: list[dict[str, Any]], path: Path) -> bool:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        # no chart without matplotlib (`pip install onnx2edge[bench]`); one an earlier run drew
+        # would sit beside the new tables showing the old figures, so it goes
+        path.unlink(missing_ok=True)
         return False
     names = list(dict.fromkeys(r["name"] for r in results))
     by = {(r["name"], r["threads"]): r["ratio"] for r in results}
