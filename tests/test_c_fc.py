@@ -75,7 +75,9 @@ def test_skip_zeros_matches_onnxruntime(tmp_path: Path, K: int, N: int, act: str
 
 
 @pytest.mark.parametrize(
-    "flags", [NATIVE, AVX2, AVX2_STREAM], ids=["native", "avx2", "avx2_stream"]
+    "flags",
+    [NATIVE, AVX2, AVX2_STREAM, NATIVE_STREAM],
+    ids=["native", "avx2", "avx2_stream", "native_stream"],
 )
 @pytest.mark.parametrize("special", ["all_zero", "nan", "inf"])
 def test_skip_zeros_edge_inputs(tmp_path: Path, special: str, flags: list[str]) -> None:

@@ -183,7 +183,7 @@ def _session(model: onnx.ModelProto | bytes) -> Any:
     """onnxruntime as `verify` runs it (runtime.ort_session): u8 x s8 products exact on every
     CPU. onnxruntime's default saturates them on x86 without VNNI (AVX2 hosts), which moved
     the accuracy figures and the `--exclude auto` choice with the host: 0.17 RMS error on the
-    per-channel digits CNN there against 0.01 elsewhere (tests/test_emulated_cpu.py)."""
+    per-channel digits CNN there against 0.017 (tools/quant_ort_avx2.py)."""
     from .runtime import ort_session
 
     return ort_session(

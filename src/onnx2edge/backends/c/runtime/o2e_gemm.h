@@ -2570,19 +2570,12 @@ O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int en
 /* Rows of a streamed layer are prefetched into L2, the others into L1. A prefetch into L1 holds
  * one of the core's few L1 miss buffers until its line comes back, so DRAM latency capped the
  * rows in flight: AlexNet's fc6 (151 MB) streamed at 16 GB/s against onnxruntime's 22. Into
- * L2, at native (Zen 5): fc6 0.74x, fc7 0.59x, fc8 0.56x of the L1 prefetch's time; x86-64-v3
- * 0.64x / 0.62x; ResNet50's 2048 x 1000 classifier 0.75x / 0.57x, MobileNet v1's 1024 x 1000
+ * L2, at native (AMD EPYC): fc6 0.75x, fc7 0.68x, fc8 0.68x of the L1 prefetch's time; x86-64-v3
+ * 0.68x / 0.59x / 0.64x; ResNet50's 2048 x 1000 classifier 0.75x / 0.57x, MobileNet v1's 1024 x 1000
  * 0.81x / 0.59x (tools/ab_nodes.py, in-model). Weights that stay in the last-level cache between
  * calls (the 5 MB MNIST MLP's fc1, 784 x 1000) were 1.15x slower that way, hence the size
  * threshold between the two: 3.5 MB (917504 floats). At AVX2 it also selects the one-pass row
  * loop below over the 64-output slices. */
-#define O2E_FC_PREFETCH_(p, stream)                                                              \
-  do {                                                                                           \
-    if (stream)                                                                                  \
-      O2E_PREFETCH_((p), 2);                                                                     \
-    else                                                                                         \
-      O2E_PREFETCH_((p), 3);                                                                     \
-  } while (0)
 typedef struct {
   int N, K;
   const float *wt, *x, *bias;
@@ -2609,7 +2602,10 @@ O2E_GEMM_FN void o2e_fc_blocks_(void *arg, int q0, int q1) {
       const __m512 xv = _mm512_set1_ps(f->x[k]);
       if (i + O2E_FC_PD512 < f->nnz) { /* rows are skipped irregularly: the streamer cannot guess them */
         const float *nx = wq + (size_t)f->nz[i + O2E_FC_PD512] * O2E_FC_NB;
-        for (j = 0; j < O2E_FC_NB; j += 16) O2E_FC_PREFETCH_(nx + j, f->stream);
+        if (f->stream) /* locality must be a constant: one loop per level */
+          for (j = 0; j < O2E_FC_NB; j += 16) O2E_PREFETCH_(nx + j, 2);
+        else
+          for (j = 0; j < O2E_FC_NB; j += 16) O2E_PREFETCH_(nx + j, 3);
       }
       for (j = 0; j < O2E_FC_NB / 16; j++) a[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * j), a[j]);
     }
