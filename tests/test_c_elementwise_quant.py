@@ -531,3 +531,31 @@ def test_matmul_integer_wide_per_column_zero_point(tmp_path: Path) -> None:
 
     if ort_integer_products_exact():
         _verify(tmp_path, m, feeds)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 9), (1, 1, 5, 9), (2, 1, 5, 9)])
+def test_matmul_integer_batched_activation_2d_weight(
+    tmp_path: Path, shape: tuple[int, ...]
+) -> None:
+    """Issue 26, item 2: quantize_dynamic on a torch Linear over [batch, time, features] writes
+    MatMulInteger with 3-D uint8 activations and 2-D int8 weights; a batch of size 1 left an
+    undeclared batch index ('d0') in the generated C. Integer outputs: bit-exact."""
+    rng = np.random.default_rng(26)
+    w = rng.integers(-128, 128, (9, 6)).astype(np.int8)
+    nodes = [helper.make_node("MatMulInteger", ["a", "w", "az"], ["y"])]
+    inits = [tensor("w", w), tensor("az", np.array(131, np.uint8))]
+    out = (*shape[:-1], 6)
+    m = make_model(
+        nodes,
+        [vi("a", list(shape), TensorProto.UINT8)],
+        [vi("y", list(out), TensorProto.INT32)],
+        inits,
+        opset=13,
+    )
+    feeds = {"a": rng.integers(0, 256, shape).astype(np.uint8)}
+    want = (feeds["a"].astype(np.int64) - 131) @ w.astype(np.int64)
+    np.testing.assert_array_equal(_run_c(tmp_path / "exact", m, feeds)["y"], want)
+    from onnx2edge.runtime import ort_integer_products_exact
+
+    if ort_integer_products_exact():  # onnxruntime saturates u8 x s8 pairs without VNNI
+        _verify(tmp_path, m, feeds)

@@ -284,11 +284,15 @@ def _matmul_code(a: Tensor, b: Tensor, y: Tensor, acc: str = "uint32_t") -> str:
     def bstrides(shape: list[int], mat: int) -> list[int]:
         pad = [1] * (len(batch) - len(shape)) + shape
         st = strides(tuple(pad)) if pad else []
-        return [0 if pad[d] == 1 and batch[d] != 1 else st[d] * mat for d in range(len(batch))]
+        # a dim of size 1 in the broadcast batch is only ever index 0: no offset (and no d<i>
+        # index, which is not declared when the whole batch is a single matrix)
+        return [0 if pad[d] == 1 or batch[d] == 1 else st[d] * mat for d in range(len(batch))]
 
     a_st, b_st = bstrides(ash[:-2], M * K), bstrides(bsh[:-2], K * N)
     aoff, boff, rem, decl = [], [], "bi", []
     for d in reversed(range(len(batch))):
+        if batch[d] == 1:
+            continue
         decl.append(f"const size_t d{d} = {rem} % {batch[d]};")
         rem = f"({rem} / {batch[d]})"
         if a_st[d]:
