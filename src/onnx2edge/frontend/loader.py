@@ -23,7 +23,7 @@ from ..ir.onnx_shapes import skeleton
 from ..ir.proto import graph_from_model
 from ..passes import infer_shapes as infer_shapes_pass
 from ..passes.control_flow import check_if_selects, select_runtime_if
-from ..passes.lower_contrib import LOWERINGS, lower_contrib
+from ..passes.lower_contrib import KEPT, LOWERINGS, lower_contrib
 from ..passes.specialise import dynamic_tensors, observe_shapes, specialise
 from .validate import check_consistency
 
@@ -174,7 +174,7 @@ def _check_ops(model: onnx.ModelProto, source: Path, opset: int) -> None:
             bad.append(f"{label}: unknown domain")
             continue
         if domain == "com.microsoft":
-            if n.op_type not in LOWERINGS:
+            if n.op_type not in LOWERINGS and n.op_type not in KEPT:
                 bad.append(f"{label}: onnxruntime contrib op not supported by onnx2edge")
             continue
         try:

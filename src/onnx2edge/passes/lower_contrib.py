@@ -20,7 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import onnx
+import onnx.defs
+import onnx.shape_inference
 from onnx import TensorProto, helper
+from onnx.defs import OpSchema
 
 from ..errors import UnsupportedError
 from ..ir import Attr, Graph, Node
@@ -416,12 +420,18 @@ def _qgemm(L: _Lowering, n: Node) -> None:
         L.op("Identity", [y], n.outputs[0])
 
 
-@_lowers("DynamicQuantizeLSTM")
+# Contrib ops a backend computes itself (the frontend keeps them): onnxruntime's
+# DynamicQuantizeLSTM quantizes X and h to uint8 with ranges measured at run time, which no
+# composition of standard ops expresses step by step, so the C backend emulates it exactly
+# (backends/c/ops/rnn.py); the other backends run the pass below.
+KEPT = frozenset({"DynamicQuantizeLSTM"})
+
+
 def _dynamic_quantize_lstm(L: _Lowering, n: Node) -> None:
     """An LSTM on the dequantized weights. onnxruntime also quantizes X and h to uint8 at every
     step; this lowering keeps them in float, so it differs from onnxruntime by that
-    quantization error (about 1% of the output's range, which is also how far onnxruntime's own
-    quantized LSTM is from the float one) and is never less accurate than the weights allow."""
+    quantization error (about 1% of the output's range in the tests, more where X has outliers
+    that stretch its quantization range) and is never less accurate than the weights allow."""
     x, wq, rq, b, seq, h0, c0, p = (_opt(n, i) for i in range(8))
     w = _dequant_weight(L, wq, n.inputs[8], _opt(n, 9))
     r = _dequant_weight(L, rq, n.inputs[10], _opt(n, 11))
@@ -457,11 +467,27 @@ def _dequant_weight(L: _Lowering, wq: str, scale: str, zp: str) -> str:
 
 @register_pass("lower_contrib")
 def lower_contrib(graph: Graph) -> Graph:
-    if not any(n.domain == MS for n in graph.nodes):
+    return _lower(graph, LOWERINGS)
+
+
+@register_pass("lower_dynamic_quantize_lstm")
+def lower_dynamic_quantize_lstm(graph: Graph) -> Graph:
+    """DynamicQuantizeLSTM as a float LSTM on the dequantized weights (backends without an
+    exact kernel for it: Core ML, MPS)."""
+    from .fold_constants import fold_constants
+    from .infer_shapes import infer_shapes
+
+    lowered = _lower(graph, {"DynamicQuantizeLSTM": _dynamic_quantize_lstm})
+    # the dequantized weights fold to constants, and the new nodes get their types
+    return lowered if lowered is graph else infer_shapes(fold_constants(lowered))
+
+
+def _lower(graph: Graph, lowerings: dict[str, Lower]) -> Graph:
+    if not any(n.domain == MS and n.op_type in lowerings for n in graph.nodes):
         return graph
     L = _Lowering(graph)
     for node in graph.nodes:
-        fn = LOWERINGS.get(node.op_type) if node.domain == MS else None
+        fn = lowerings.get(node.op_type) if node.domain == MS else None
         if fn is None:
             L.nodes.append(node)
             continue
@@ -469,3 +495,71 @@ def lower_contrib(graph: Graph) -> Graph:
         fn(L, node)
     # the lowered nodes' outputs get their types from shape inference
     return graph.with_nodes(L.nodes, initializers=L.inits, values=L.values)
+
+
+# --------------------------------------------------------------------------------------------
+# schemas of the kept contrib ops, so onnx's shape inference types their outputs
+# --------------------------------------------------------------------------------------------
+def _dqlstm_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    """Y [S, D, B, H], Y_h and Y_c [D, B, H] (layout 0: onnxruntime's quantizer drops layout)."""
+    x = ctx.get_input_type(0)
+    if x is None or not x.tensor_type.HasField("shape"):
+        return
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in x.tensor_type.shape.dim]
+    if len(dims) != 3:
+        return
+    a = {p.name: p for p in (ctx.get_attribute(k) for k in ("hidden_size", "direction")) if p}
+    if "hidden_size" not in a:
+        return
+    hidden = helper.get_attribute_value(a["hidden_size"])
+    direction = helper.get_attribute_value(a["direction"]) if "direction" in a else b"forward"
+    nd = 2 if direction in (b"bidirectional", "bidirectional") else 1
+    shapes = [[dims[0], nd, dims[1], hidden], [nd, dims[1], hidden], [nd, dims[1], hidden]]
+    for i, shape in enumerate(shapes[: ctx.get_num_outputs()]):
+        t = onnx.TypeProto()
+        t.tensor_type.elem_type = x.tensor_type.elem_type
+        t.tensor_type.shape.SetInParent()
+        for v in shape:
+            d = t.tensor_type.shape.dim.add()
+            if v is not None:
+                d.dim_value = v
+        ctx.set_output_type(i, t)
+
+
+def _register_kept() -> None:
+    try:
+        onnx.defs.get_schema("DynamicQuantizeLSTM", 1, MS)
+        return
+    except onnx.defs.SchemaError:
+        pass
+    P, opt = OpSchema.FormalParameter, OpSchema.FormalParameterOption.Optional
+    f, i32, q = "tensor(float)", "tensor(int32)", ["tensor(int8)", "tensor(uint8)"]
+    ins = [("X", f, None), ("W", "T2", None), ("R", "T2", None), ("B", f, opt)]
+    ins += [("sequence_lens", i32, opt), ("initial_h", f, opt), ("initial_c", f, opt)]
+    ins += [("P", f, opt), ("W_scale", f, None), ("W_zero_point", "T2", None)]
+    ins += [("R_scale", f, None), ("R_zero_point", "T2", None)]
+    sch = OpSchema(
+        "DynamicQuantizeLSTM",
+        MS,
+        1,
+        "onnxruntime contrib op (its quantizer writes it for LSTM): LSTM with int8/uint8 W "
+        "[D, input, 4H] and R [D, H, 4H], per-direction or per-column scales, X and h "
+        "quantized to uint8 at run time (schema registered by onnx2edge for shape inference).",
+        inputs=[P(n, t, "", param_option=o) if o else P(n, t, "") for n, t, o in ins],
+        outputs=[P(n, f, "", param_option=opt) for n in ("Y", "Y_h", "Y_c")],
+        type_constraints=[("T2", q, "")],
+        attributes=[
+            OpSchema.Attribute("hidden_size", OpSchema.AttrType.INT, "", required=True),
+            OpSchema.Attribute("direction", helper.make_attribute("direction", "forward"), ""),
+            OpSchema.Attribute("activations", OpSchema.AttrType.STRINGS, "", required=False),
+            OpSchema.Attribute("activation_alpha", OpSchema.AttrType.FLOATS, "", required=False),
+            OpSchema.Attribute("activation_beta", OpSchema.AttrType.FLOATS, "", required=False),
+            OpSchema.Attribute("clip", OpSchema.AttrType.FLOAT, "", required=False),
+            OpSchema.Attribute("input_forget", helper.make_attribute("input_forget", 0), ""),
+        ],
+    )
+    sch.set_type_and_shape_inference_function(_dqlstm_infer)
+    onnx.defs.register_schema(sch)
+
+
+_register_kept()

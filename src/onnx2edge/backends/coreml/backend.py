@@ -73,6 +73,7 @@ class CoreMLBackend(Backend):
         BackendOption("fp16", "float16 weights (mlprogram: fp16 compute)", switch=True),
     )
     required_passes = (
+        "lower_dynamic_quantize_lstm",
         "fold_constants",
         "infer_shapes",
         "remove_identity",

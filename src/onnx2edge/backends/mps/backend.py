@@ -67,6 +67,7 @@ class MPSBackend(Backend):
     )
 
     required_passes = (
+        "lower_dynamic_quantize_lstm",
         "fold_constants",
         "infer_shapes",
         "remove_identity",

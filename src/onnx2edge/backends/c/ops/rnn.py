@@ -248,6 +248,193 @@ def recurrent(ctx: NodeContext) -> str:
     return re.sub(r" \+ 0(?![\w.])", "", "\n".join(lines))
 
 
+# --------------------------------------------------------------------------------------------
+# com.microsoft.DynamicQuantizeLSTM (onnxruntime's quantize_dynamic on an LSTM)
+# --------------------------------------------------------------------------------------------
+QGEMV = r"""
+/* uint8 range of v[0..n) as onnxruntime measures it for a dynamically quantized product
+   (GetQuantizationParameter): [min, max] stretched to include 0, scale (max - min) / 255
+   (1 when the range is empty), zero point -min / scale rounded half to even into [0, 255]. */
+static void o2e_qlstm_range(const float *v, size_t n, float *scale, int32_t *zp)
+{
+  float mn = 0.0f, mx = 0.0f, z;
+  for (size_t i = 0; i < n; ++i) {
+    if (v[i] < mn) mn = v[i];
+    if (v[i] > mx) mx = v[i];
+  }
+  *scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
+  z = 0.0f - mn / *scale;
+  *zp = (int32_t)nearbyintf(z < 0.0f ? 0.0f : (z > 255.0f ? 255.0f : z));
+}
+
+/* out[j] (+)= (sum_i (q(v[i]) - zp) * (M[i][j] - mzp)) * (scale * ms[j]): one gate product of
+   onnxruntime's quantized LSTM (rnn_helpers ComputeGemm): v quantized to uint8 with
+   (scale, zp), M [k][n] int8 or uint8 with one zero point, the int32 sum scaled by the
+   float product of the two scales (ms per column, or ms[0] for all). */
+static void o2e_qlstm_gemv(int n, int k, const float *v, float scale, int32_t zp,
+                           const void *M, int m_signed, int32_t mzp, const float *ms, int per_col,
+                           int acc, int32_t *sum, float *out)
+{
+  for (int j = 0; j < n; ++j) sum[j] = 0;
+  for (int i = 0; i < k; ++i) {
+    float q = nearbyintf(v[i] / scale) + (float)zp;
+    q = !(q >= 0.0f) ? 0.0f : (q > 255.0f ? 255.0f : q);
+    const int32_t a = (int32_t)q - zp;
+    if (a == 0) continue;
+    if (m_signed) {
+      const int8_t *m = (const int8_t *)M + (size_t)i * n;
+      for (int j = 0; j < n; ++j) sum[j] += a * ((int32_t)m[j] - mzp);
+    } else {
+      const uint8_t *m = (const uint8_t *)M + (size_t)i * n;
+      for (int j = 0; j < n; ++j) sum[j] += a * ((int32_t)m[j] - mzp);
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    const float p = (float)sum[j] * (scale * ms[per_col ? j : 0]);
+    out[j] = acc ? out[j] + p : p;
+  }
+}
+"""
+
+
+def _dqlstm_check(node: Node, graph: Graph) -> str | None:
+    x = graph.type_of(node.inputs[0])
+    if x is None or x.dtype != np.float32:
+        return "DynamicQuantizeLSTM on float32 only (onnxruntime's kernel)"
+    if int(node.attr("layout", 0)) != 0:
+        return "DynamicQuantizeLSTM with layout 1 (onnxruntime's kernel reads layout 0 only)"
+    if len(node.inputs) < 12 or not all(node.inputs[8:12]):
+        return "DynamicQuantizeLSTM needs W/R scales and zero points (inputs 8-11)"
+    for i in (1, 2):
+        t = graph.type_of(node.inputs[i])
+        if t is None or t.shape is None or len(t.shape) != 3:
+            return "W and R must be 3-D tensors"
+    try:
+        _activations(node.replace(op_type="LSTM"))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+@register_op("com.microsoft:DynamicQuantizeLSTM", check=_dqlstm_check)
+def dynamic_quantize_lstm(ctx: NodeContext) -> str:
+    """onnxruntime's quantized LSTM step for step (contrib_ops dynamic_quantize_lstm.cc on
+    rnn_helpers' quantized ComputeGemm and uni_directional_lstm.cc):
+
+    - X is quantized to uint8 once, with the range of the steps it runs (up to the longest
+      sequence_lens entry; a reversed sequence holds the same values);
+    - at every step h is quantized with the range of the whole batch's previous h (rows that
+      ended before the previous step hold zeros there, which the range includes anyway) -- what
+      onnxruntime does on one thread, as `verify` runs it; on n threads it splits the batch
+      into n groups with a range each, so its own result then depends on the thread count;
+    - each gate product is an exact int32 sum of (q - zp)(w - w_zp), scaled by the float
+      product of the two scales (per column or per direction), then Wb + Rb are added and the
+      LSTM cell runs as the float op's.
+
+    The float LSTM on dequantized weights (what Core ML / MPS run) differs from this by a
+    quantization step of X and h at every step."""
+    x, w, r = ctx.x(0), ctx.x(1), ctx.x(2)
+    direction = ctx.attr("direction", "forward")
+    ndir, n_in, GH = w.shape
+    H = r.shape[1]
+    S, B = x.shape[0], x.shape[1]
+    acts = _activations(ctx.node.replace(op_type="LSTM"))
+    ctx.helper("o2e_qlstm_gemv", QGEMV)
+
+    def opt(i: int) -> Tensor | None:
+        return ctx.x(i) if ctx.has_input(i) else None
+
+    bias, seq, h0, c0, peep = opt(3), opt(4), opt(5), opt(6), opt(7)
+    y, yh, yc = (ctx.y(i) if ctx.has_output(i) else None for i in range(3))
+    ws, wz, rs, rz = ctx.x(8), ctx.x(9), ctx.x(10), ctx.x(11)
+    signed = lambda t: int(np.dtype(t.dtype) == np.int8)  # noqa: E731
+    wcol, rcol = int(ws.rank == 2), int(rs.rank == 2)
+    wsz, rsz = (GH if wcol else 1), (GH if rcol else 1)
+    # Y [S][D][B][H]; states [D][B][H]
+    y_t, y_d = ndir * B * H, B * H
+
+    fw = ctx.scratch((GH + 2 * H + 2 * B * H) * 4, "float")
+    isum = ctx.scratch(GH * 4, "int32_t")
+    seq_len = (
+        f"({seq.sym}[b] < 0 ? 0 : ({seq.sym}[b] > {S} ? {S} : {seq.sym}[b]))" if seq else str(S)
+    )
+    lines = [
+        f"float *gates = {fw}, *tmp = {fw} + {GH}, *hall = {fw} + {GH + 2 * H}, *call = {fw} + {GH + 2 * H + B * H};",
+        f"int32_t *isum = {isum};",
+        "float xs, hs; int32_t xz, hz;",
+        "int steps = 0;",
+        "(void)tmp;",
+        f"for (int b = 0; b < {B}; ++b) if ({seq_len} > steps) steps = {seq_len};",
+        f"o2e_qlstm_range({x.sym}, (size_t)steps * {B * n_in}, &xs, &xz);",
+    ]
+    for d in range(ndir):
+        reverse = direction == "reverse" or d == 1
+        wd, rd = f"{w.sym} + {d * n_in * GH}", f"{r.sym} + {d * H * GH}"
+        wb = f"({bias.sym} + {d * 2 * GH})" if bias else None
+        rb = f"({bias.sym} + {d * 2 * GH + GH})" if bias else None
+        p = f"({peep.sym} + {d * 3 * H})" if peep else None
+        st = _Step(
+            ctx, acts[d * 3 : d * 3 + 3], H, n_in, "", "", "", wb, rb, p, ctx.attr("clip"), "float"
+        )
+        cell = _lstm_cell(st)[2:]  # the update after the two gate products
+        lines.append(f"/* {'reverse' if reverse else 'forward'} direction */")
+        for t0, name in ((h0, "hall"), (c0, "call")):
+            src = f"{t0.sym}[{d * B * H} + i]" if t0 else "0"
+            lines.append(f"for (int i = 0; i < {B * H}; ++i) {name}[i] = {src};")
+        lines += [
+            "for (int s = 0; s < steps; ++s) {",
+            "  /* h's range over the batch's previous h: with Y, a row that ended before the",
+            "     last step is zeros in onnxruntime's buffer (one that ended at it still counts);",
+            "     without Y its buffer is Y_h, which keeps an ended row's last h */",
+            "  float mn = 0.0f, mx = 0.0f;",
+            f"  for (int b = 0; b < {B}; ++b) {{",
+            f"    if (s > {seq_len}) continue;" if y is not None else "    (void)s;",
+            f"    for (int j = 0; j < {H}; ++j) {{",
+            f"      const float v = hall[b * {H} + j];",
+            "      if (v < mn) mn = v;",
+            "      if (v > mx) mx = v;",
+            "    }",
+            "  }",
+            "  {",
+            "    const float lim[2] = {mn, mx};",
+            "    o2e_qlstm_range(lim, 2, &hs, &hz);",
+            "  }",
+            f"  for (int b = 0; b < {B}; ++b) {{",
+            f"    const int len = {seq_len};",
+            f"    float *h = hall + b * {H}, *c = call + b * {H};",
+            "    if (s >= len) continue;",
+            f"    const int t = {'len - 1 - s' if reverse else 's'};",
+            f"    const float *x = {x.sym} + (size_t)t * {B * n_in} + (size_t)b * {n_in};",
+            f"    o2e_qlstm_gemv({GH}, {n_in}, x, xs, xz, {wd}, {signed(w)}, "
+            f"(int32_t){wz.sym}[{d * wsz}], {ws.sym} + {d * wsz}, {wcol}, 0, isum, gates);",
+            f"    o2e_qlstm_gemv({GH}, {H}, h, hs, hz, {rd}, {signed(r)}, "
+            f"(int32_t){rz.sym}[{d * rsz}], {rs.sym} + {d * rsz}, {rcol}, 1, isum, gates);",
+        ]
+        if wb:
+            lines.append(f"    for (int j = 0; j < {GH}; ++j) gates[j] += {wb}[j] + {rb}[j];")
+        lines += ["    " + ln for ln in cell]
+        if y is not None:
+            lines.append(
+                f"    for (int j = 0; j < {H}; ++j) {y.sym}[(size_t)t * {y_t} + {d * y_d} + b * {H} + j] = h[j];"
+            )
+        lines += ["  }", "}"]
+        lines.append(f"for (int b = 0; b < {B}; ++b) {{")
+        lines.append(f"  const int len = {seq_len};")
+        if y is not None:
+            lines.append("  /* steps past this row's sequence length are zeros (sequence_lens) */")
+            lines.append(f"  for (int t = len; t < {S}; ++t)")
+            lines.append(
+                f"    for (int j = 0; j < {H}; ++j) {y.sym}[(size_t)t * {y_t} + {d * y_d} + b * {H} + j] = 0;"
+            )
+        for out, name in ((yh, "hall"), (yc, "call")):
+            if out is not None:
+                lines.append(
+                    f"  for (int j = 0; j < {H}; ++j) {out.sym}[{d * B * H} + b * {H} + j] = len ? {name}[b * {H} + j] : 0;"
+                )
+        lines.append("}")
+    return re.sub(r" \+ 0(?![\w.])", "", "\n".join(lines))
+
+
 def _clip(clip: float | None, v: str, ctype: str) -> str:
     """`clip` bounds a gate's input to [-clip, clip] (ONNX spec: applied to activation inputs)."""
     if clip is None:

@@ -1,0 +1,112 @@
+"""Dynamically quantized recurrent models (issue 26, items 1, 2 and 7).
+
+The fixtures are torch modules quantized by onnxruntime.quantization.quantize_dynamic
+(tests/fixtures/quantized/build.py; neither torch nor the quantizer is needed here). Their
+com.microsoft.DynamicQuantizeLSTM nodes run in C as onnxruntime computes them: X and h
+quantized to uint8 with ranges measured at run time, exact integer gate products. So every
+LSTM output matches onnxruntime to float rounding (LSTM_RTOL). A later DynamicQuantizeLinear
+may still round one value of such an output to the neighbouring uint8 step (a value within
+1e-7 of a rounding boundary), which moves the quantized product after it by one step of that
+activation's range: the model outputs are held to one step, 1/255 of the range (STEP_RTOL).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnx2edge import api
+from onnx2edge.runtime import ort_integer_products_exact
+
+FIXTURES = Path(__file__).parent / "fixtures" / "quantized"
+LSTM_RTOL = 1e-5
+STEP_RTOL = 1 / 255
+
+CASES = {
+    "lstm3_embedder": [{"mels": (1, 20, 24)}, {"mels": (3, 20, 24)}],
+    "bilstm_crnn": [{"feats": (1, 16, 16)}, {"feats": (2, 16, 16)}],
+    "gru_linear": [{"x": (1, 10, 12)}],
+    "lstm_per_channel": [
+        {"x": (9, 1, 10), "h0": (1, 1, 16), "c0": (1, 1, 16)},
+        {"x": (9, 3, 10), "h0": (1, 3, 16), "c0": (1, 3, 16)},
+    ],
+}
+PARAMS = [
+    pytest.param(name, shapes, id=f"{name}-{'x'.join(map(str, next(iter(shapes.values()))))}")
+    for name, cases in CASES.items()
+    for shapes in cases
+]
+
+
+def _ops(name: str) -> set[str]:
+    return {n.op_type for n in onnx.load(str(FIXTURES / f"{name}.onnx")).graph.node}
+
+
+@pytest.mark.skipif(
+    not ort_integer_products_exact(),
+    reason="onnxruntime's u8 x s8 products saturate on this CPU (AVX2 without VNNI): "
+    "the reference itself is off",
+)
+@pytest.mark.parametrize(("name", "shapes"), PARAMS)
+def test_quantize_dynamic_recurrent_in_c(
+    tmp_path: Path, name: str, shapes: dict[str, tuple[int, ...]]
+) -> None:
+    rep = api.verify(
+        FIXTURES / f"{name}.onnx",
+        target="c",
+        input_shapes=shapes,
+        rtol=STEP_RTOL,
+        per_layer=True,
+        work_dir=tmp_path / "c",
+        spread=False,
+    )
+    assert rep.ok, rep.format()
+    lstm = [t for t in rep.layers if t.op == "DynamicQuantizeLSTM"]
+    if "DynamicQuantizeLSTM" in _ops(name):
+        assert lstm, rep.format()
+    bad = [t for t in lstm if not t.max_rel <= LSTM_RTOL]
+    assert not bad, bad
+
+
+def test_fixtures_have_the_patterns() -> None:
+    """What the fixtures stand for (build.py): stacked and bidirectional DynamicQuantizeLSTM,
+    per-column scales, MatMulInteger on 3-D activations, a float GRU between them."""
+    assert "DynamicQuantizeLSTM" in _ops("lstm3_embedder")
+    crnn = onnx.load(str(FIXTURES / "bilstm_crnn.onnx"))
+    dirs = {
+        a.s.decode()
+        for n in crnn.graph.node
+        if n.op_type == "DynamicQuantizeLSTM"
+        for a in n.attribute
+        if a.name == "direction"
+    }
+    assert dirs == {"bidirectional"}
+    assert {"GRU", "MatMulInteger"} <= _ops("gru_linear")
+    pc = onnx.load(str(FIXTURES / "lstm_per_channel.onnx"))
+    node = next(n for n in pc.graph.node if n.op_type == "DynamicQuantizeLSTM")
+    scale = next(t for t in pc.graph.initializer if t.name == node.input[8])
+    assert len(scale.dims) == 2  # [directions, 4 * hidden]: per column
+
+
+def test_float_lowering_for_other_backends() -> None:
+    """Core ML and MPS get DynamicQuantizeLSTM as a float LSTM on the dequantized weights
+    (pass lower_dynamic_quantize_lstm), typed and with constant weights."""
+    from onnx2edge.frontend import load
+    from onnx2edge.passes import run_passes
+    from onnx2edge.passes.lower_contrib import lower_dynamic_quantize_lstm  # noqa: F401
+
+    shapes = {"x": (9, 1, 10), "h0": (1, 1, 16), "c0": (1, 1, 16)}
+    g = load(FIXTURES / "lstm_per_channel.onnx", input_shapes=shapes, quiet=True)
+    assert any(n.op_type == "DynamicQuantizeLSTM" for n in g.nodes)
+    low = run_passes(g, ["lower_dynamic_quantize_lstm"])
+    lstm = [n for n in low.nodes if n.op_type == "LSTM"]
+    assert len(lstm) == 1 and not any(n.domain == "com.microsoft" for n in low.nodes)
+    assert low.const(lstm[0].inputs[1]) is not None
+    w = low.type_of(lstm[0].inputs[1])
+    assert w is not None and w.static_shape == (1, 64, 10)
+    y = low.type_of(lstm[0].outputs[0])
+    assert y is not None and y.static_shape == (9, 1, 1, 16)
+    assert np.isfinite(low.const(lstm[0].inputs[1])).all()
