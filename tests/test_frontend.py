@@ -303,3 +303,56 @@ def test_external_data_missing(tmp_path: Path) -> None:
     (tmp_path / "w.bin").unlink()
     with pytest.raises(Onnx2EdgeError, match="not found"):
         load(path)
+
+
+def test_symbolic_spatial_dims_are_an_error(tmp_path: Path) -> None:
+    """Issue 26, item 3: `set-shape --input-shape input=1x3xHxW` then `convert` used to make
+    H and W 1 (a 1x1 image) and exit 0. Only the leading (batch) dimension may default; the
+    error is one line, exit 2, naming the input and the --input-shape to give."""
+    import subprocess
+    import sys
+
+    from onnx import TensorProto, helper
+
+    w = np.full((4, 3, 3, 3), 0.1, np.float32)
+    m = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Conv", ["input", "w"], ["y"], pads=[1, 1, 1, 1])],
+            "g",
+            [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+            [onnx.numpy_helper.from_array(w, "w")],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    src, sym = save(m, tmp_path / "m.onnx"), tmp_path / "sym.onnx"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "onnx2edge.cli", *args]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    assert (
+        cli("set-shape", str(src), "--input-shape", "input=1x3xHxW", "-o", str(sym)).returncode == 0
+    )
+    dims = [
+        d.dim_param or d.dim_value
+        for d in onnx.load(str(sym)).graph.input[0].type.tensor_type.shape.dim
+    ]
+    assert dims == [1, 3, "H", "W"]
+    out = tmp_path / "c"
+    p = cli("convert", str(sym), "--target", "c", "-o", str(out))
+    assert p.returncode == 2, p.stderr
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "'input'" in err[0] and "--input-shape input=1x3xHxW" in err[0], err[0]
+    assert not out.exists()
+    # given sizes, it converts; a symbolic batch alone still defaults to 1 with a note
+    p = cli("convert", str(sym), "--target", "c", "-o", str(out), "--input-shape", "input=1x3x8x8")
+    assert p.returncode == 0, p.stderr
+    batch = tmp_path / "batch.onnx"
+    assert (
+        cli("set-shape", str(src), "--input-shape", "input=Nx3x8x8", "-o", str(batch)).returncode
+        == 0
+    )
+    g = load(batch)
+    assert g.shape_of("input") == (1, 3, 8, 8)

@@ -373,6 +373,34 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _refuse_symbolic(name: str, tt: onnx.TypeProto.Tensor) -> None:
+    """Symbolic dimensions past the first one cannot default: the error spells out the
+    `--input-shape` to give, with the unknown dims by name (the batch shown as 1)."""
+    dims = list(tt.shape.dim)
+    unknown = [d for d, dim in enumerate(dims) if d > 0 and not _declared_static(dim)]
+    unknown = [d for d in unknown if not (dims[d].HasField("dim_value") and dims[d].dim_value == 0)]
+    if not unknown:
+        return
+
+    def label(d: int) -> str:
+        dim = dims[d]
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            return str(dim.dim_value)
+        if d == 0:
+            return "1"
+        p = dim.dim_param
+        return p if p and all(c.isalnum() or c == "_" for c in p) else f"D{d}"
+
+    names = [label(d) for d in unknown]
+    shape = "x".join(label(d) for d in range(len(dims)))
+    raise Onnx2EdgeError(
+        f"input '{name}' has symbolic dimension{'s' if len(unknown) > 1 else ''} "
+        + ", ".join(f"{d} ('{n}')" for d, n in zip(unknown, names, strict=True))
+        + f" with no size to assume (only a leading batch dimension defaults to 1): give "
+        f"--input-shape {name}={shape} with {', '.join(names)} as numbers"
+    )
+
+
 def fix_input_shapes(
     model: onnx.ModelProto,
     shapes: Mapping[str, Sequence[int]],
@@ -382,8 +410,10 @@ def fix_input_shapes(
 ) -> onnx.ModelProto:
     """Return a copy whose graph inputs have static shapes.
 
-    Dims given by the user win; remaining symbolic dims become `default_dim` (batch 1), with
-    a notice on stderr so the choice is never silent.
+    Dims given by the user win. A symbolic leading dimension (the batch) becomes
+    `default_dim`, with a notice on stderr so the choice is never silent; any other symbolic
+    dimension (a height, a width, a sequence length) has no size to guess -- 1 would silently
+    give a different model -- so it is an error naming the `--input-shape` to give.
     """
     model = _copy(model)
     inits = {t.name for t in model.graph.initializer}
@@ -412,6 +442,7 @@ def fix_input_shapes(
             for w in want:
                 tt.shape.dim.add().dim_value = int(w)
             continue
+        _refuse_symbolic(name, tt)
         for d, dim in enumerate(tt.shape.dim):
             if dim.HasField("dim_value") and dim.dim_value == 0:
                 # empty unless --input-shape says otherwise (some exporters write 0 for dynamic)
