@@ -321,3 +321,97 @@ def test_branches_share_arena_memory(tmp_path: Path) -> None:
     _check_each(path, tmp_path / "c", [{"x": x}, {"x": -x}])
     arena = re.search(r"Arena: (\d+) bytes", (tmp_path / "c" / "model.c").read_text())
     assert arena and int(arena.group(1)) <= 3 * (16384 + 64), arena
+
+
+def _sr_branch_model() -> onnx.ModelProto:
+    """A speech-style resampling switch: keep all of x at 16 kHz, else its first sr/1000
+    samples -- a length computed from the input inside the branch (issue 26, item 4)."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    then_g = h.make_graph(
+        [h.make_node("Identity", ["x"], ["y_then"])],
+        "then_g",
+        [],
+        [h.make_tensor_value_info("y_then", T.FLOAT, [1, None])],
+    )
+    else_g = h.make_graph(
+        [
+            h.make_node("Div", ["sr", "k1000"], ["n"]),
+            h.make_node("Reshape", ["n", "one"], ["n1"]),
+            h.make_node("Slice", ["x", "zero", "n1", "one"], ["y_else"]),
+        ],
+        "else_g",
+        [],
+        [h.make_tensor_value_info("y_else", T.FLOAT, [1, None])],
+    )
+    consts = {"k16": 16000, "k1000": 1000}
+    inits = [nh.from_array(np.array(v, np.int64), k) for k, v in consts.items()]
+    inits += [nh.from_array(np.array([v], np.int64), k) for k, v in (("zero", 0), ("one", 1))]
+    g = h.make_graph(
+        [
+            h.make_node("Equal", ["sr", "k16"], ["is16"]),
+            h.make_node("If", ["is16"], ["y"], then_branch=then_g, else_branch=else_g),
+            h.make_node("Relu", ["y"], ["output"]),
+        ],
+        "resample",
+        [
+            h.make_tensor_value_info("x", T.FLOAT, [1, 16]),
+            h.make_tensor_value_info("sr", T.INT64, []),
+        ],
+        [h.make_tensor_value_info("output", T.FLOAT, [1, None])],
+        inits,
+    )
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_data_dependent_if_names_the_deciding_input(tmp_path: Path) -> None:
+    """The refusal names the input that decides the branch and the --fix-input to give: one
+    line on stderr, exit 2, no onnxruntime log on the way."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "sr.onnx"
+    onnx.save(_sr_branch_model(), str(path))
+    cmd = [sys.executable, "-m", "onnx2edge.cli", "convert", str(path), "--target", "c"]
+    p = subprocess.run([*cmd, "-o", str(tmp_path / "c")], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "input 'sr'" in lines[0] and "--fix-input sr=VALUE" in lines[0], lines[0]
+    p = subprocess.run(
+        [*cmd, "-o", str(tmp_path / "c"), "--fix-input", "sr=8000"], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+
+
+def test_verify_fix_input_feeds_the_original_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify --fix-input compares with onnxruntime on the ORIGINAL model, the value fed as an
+    input (onnxruntime may reject the model with the value bound: its If inlining)."""
+    from onnx2edge import api
+
+    path = tmp_path / "sr.onnx"
+    onnx.save(_sr_branch_model(), str(path))
+    seen: list[tuple[set[str], dict[str, np.ndarray]]] = []
+    real = api.ort_run
+
+    def spy(model, feeds, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(({i.name for i in model.graph.input}, dict(feeds)))
+        return real(model, feeds, *a, **k)
+
+    monkeypatch.setattr(api, "ort_run", spy)
+    for sr, n in ((8000, 8), (16000, 16)):
+        seen.clear()
+        rep = api.verify(
+            path, target="c", fixed_inputs={"sr": np.array(sr)}, work_dir=tmp_path / str(sr)
+        )
+        assert rep.ok and rep.outputs[0].shape == (1, n) and rep.outputs[0].max_abs == 0, (
+            rep.format()
+        )
+        inputs, feeds = seen[0]
+        assert "sr" in inputs and int(feeds["sr"]) == sr

@@ -363,14 +363,31 @@ def verify(
 
     say = log or (lambda msg: None)
 
+    base = load_model(model)
+    # The reference is the original model with the fixed values fed as inputs, not the model
+    # with them bound: onnxruntime may fail to load the bound one (its If inlining rejects a
+    # condition that became a constant: "InlineIfSubgraph ... is not If node's input").
+    # bind_inputs still checks the names and gives the values the inputs' dtypes and shapes.
+    bound = bind_inputs(base, fixed_inputs or {})
+    fixed = {
+        t.name: onnx.numpy_helper.to_array(t)
+        for t in bound.graph.initializer
+        if t.name in (fixed_inputs or {})
+    }
+    shapes = dict(input_shapes or {})
+    feeds = complete_inputs(
+        graph_from_model(infer_shapes(fix_input_shapes(bound, shapes, quiet=True))),
+        inputs or {},
+        seed,
+    )
     original = fix_input_shapes(
-        bind_inputs(load_model(model), fixed_inputs or {}), input_shapes or {}, quiet=True
+        base, {**shapes, **{k: v.shape for k, v in fixed.items()}}, quiet=True
     )
     ref_graph = graph_from_model(infer_shapes(original))
-    feeds = complete_inputs(ref_graph, inputs or {}, seed)
+    ref_feeds = {**feeds, **fixed}
     ref_model, layer_names = _with_all_outputs(original) if per_layer else (original, [])
     say("running onnxruntime (reference)")
-    ref = ort_run(ref_model, feeds)
+    ref = ort_run(ref_model, ref_feeds)
     if not ort_integer_products_exact() and any(
         n.op_type in ("MatMulInteger", "ConvInteger") for n in original.graph.node
     ):
@@ -408,7 +425,7 @@ def verify(
         raise Onnx2EdgeError(f"target {target} produced no output named {', '.join(missing)}")
     if spread and not all(o.ok for o in outputs):
         say("running onnxruntime unoptimised (its own float32 spread on this model)")
-        plain = ort_run(original, feeds, [o.name for o in outputs], optimize=False)
+        plain = ort_run(original, ref_feeds, [o.name for o in outputs], optimize=False)
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
     return VerifyReport(target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"))

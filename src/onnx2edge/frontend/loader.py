@@ -622,7 +622,9 @@ def ort_observer(  # noqa: ANN201 - see passes.specialise
                 feeds[name] = np.zeros(shape, t.dtype)
         try:
             opts = ort.SessionOptions()
-            opts.log_severity_level = 3
+            # fatal only: a model onnxruntime cannot load is handled below, its error log
+            # would only interleave with onnx2edge's own message
+            opts.log_severity_level = 4
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             sess = ort.InferenceSession(
                 m.SerializeToString(), opts, providers=["CPUExecutionProvider"]

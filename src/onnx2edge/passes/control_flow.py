@@ -327,9 +327,53 @@ def check_if_selects(graph: Graph) -> None:
             raise UnsupportedError(
                 f"node '{n.doc_string[len(IF_SELECT_TAG) :]}' (op If): its condition is only "
                 f"known at run time and its branches produce output {n.outputs[0]!r} with "
-                f"different shapes or types ({_desc(a)} vs {_desc(b)}); fix the input the "
-                "condition depends on with --fix-input NAME=VALUE"
+                f"different shapes or types ({_desc(a)} vs {_desc(b)}); "
+                + fix_input_hint(graph, n.inputs[0])
             )
+
+
+def deciding_inputs(graph: Graph, name: str) -> list[str]:
+    """The graph inputs whose values tensor `name` is computed from (in graph input order)."""
+    seen: set[str] = set()
+    stack = [name]
+    found: set[str] = set()
+    while stack:
+        cur = stack.pop()
+        if cur in seen or not cur:
+            continue
+        seen.add(cur)
+        if cur in graph.inputs:
+            found.add(cur)
+            continue
+        node = graph.producer(cur)
+        if node is not None:
+            stack.extend(i for i in node.inputs if i and not graph.is_const(i))
+    return [i for i in graph.inputs if i in found]
+
+
+def fix_input_hint(graph: Graph, cond: str) -> str:
+    """'the branch is decided by input 'sr': fix it with --fix-input sr=VALUE' (or the generic
+    advice when the condition comes from no input)."""
+    names = deciding_inputs(graph, cond)
+    if not names:
+        return "fix the input the condition depends on with --fix-input NAME=VALUE"
+    which = ", ".join(f"'{x}'" for x in names)
+    fixes = " ".join(f"--fix-input {x}=VALUE" for x in names)
+    return f"the branch is decided by input{'s' if len(names) > 1 else ''} {which}: fix {'them' if len(names) > 1 else 'it'} with {fixes}"
+
+
+def runtime_if_of(graph: Graph, node: Node) -> str | None:
+    """The condition tensor of the run-time If that `node` is part of (a node of one of its
+    inlined branches, an If left in place, or its selecting Where), or None."""
+    if node.op_type == "If" and node.inputs and not graph.is_const(node.inputs[0]):
+        return node.inputs[0]
+    for n in graph.nodes:
+        if n.op_type != "Where" or not n.doc_string.startswith(IF_SELECT_TAG):
+            continue
+        name = n.doc_string[len(IF_SELECT_TAG) :]
+        if n is node or node.name.startswith((f"{name}/then/", f"{name}/else/")):
+            return n.inputs[0]
+    return None
 
 
 def _desc(t: TensorType) -> str:

@@ -32,7 +32,7 @@ import onnx
 
 from ..errors import Onnx2EdgeError
 from ..ir import Graph, Node, TensorType, Value
-from .control_flow import IF_SELECT_TAG, inline_control_flow
+from .control_flow import IF_SELECT_TAG, fix_input_hint, inline_control_flow, runtime_if_of
 from .fold_constants import fold_constants
 from .infer_shapes import infer_shapes
 from .registry import register_pass
@@ -134,9 +134,11 @@ def why_dynamic(graph: Graph, name: str) -> str:
             return f"tensor '{name}' has no static shape (input '{cur}': give --input-shape)"
         dyn = [i for i in node.inputs if i and not _is_static(graph, i)]
         if not dyn:
+            cond = runtime_if_of(graph, node)
+            hint = f"; {fix_input_hint(graph, cond)}" if cond is not None else ""
             return (
                 f"tensor '{name}' has no static shape: node '{node.name}' (op {node.op_type}) "
-                f"makes '{cur}' {_reason(graph, node)}"
+                f"makes '{cur}' {_reason(graph, node)}{hint}"
             )
         cur = dyn[0]
     return f"tensor '{name}' has no static shape"
