@@ -110,3 +110,66 @@ def test_float_lowering_for_other_backends() -> None:
     y = low.type_of(lstm[0].outputs[0])
     assert y is not None and y.static_shape == (9, 1, 1, 16)
     assert np.isfinite(low.const(lstm[0].inputs[1])).all()
+
+
+# --------------------------------------------------------------------------------------------
+# torch 2.x GRU seq2seq pair (issue 26, item 7)
+# --------------------------------------------------------------------------------------------
+TOKENS = np.array([[5, 7, 9, 3, 2, 0, 0]], np.int64)  # two padding steps: the mask matters
+T = TOKENS.shape[1]
+DEC_SHAPES = {"enc_out": (1, T, 48), "mask": (1, T)}
+S2S = ["dynamo", "torchscript"]
+
+
+def _ort(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from onnx2edge.runtime import ort_run
+
+    return ort_run(onnx.load(str(path)), feeds)
+
+
+@pytest.mark.parametrize("exporter", S2S)
+def test_seq2seq_pair_chained_in_c(tmp_path: Path, exporter: str) -> None:
+    """Encoder once, then three greedy decoder steps, each model converted to C: every
+    tensor handed from one model to the next comes from C; onnxruntime runs the same chain."""
+    enc_p = FIXTURES / f"s2s_encoder.{exporter}.onnx"
+    dec_p = FIXTURES / f"s2s_decoder.{exporter}.onnx"
+    api.convert(enc_p, "c", tmp_path / "enc", input_shapes={"tokens": TOKENS.shape})
+    api.convert(dec_p, "c", tmp_path / "dec", input_shapes=DEC_SHAPES)
+    ours = api.run(tmp_path / "enc", {"tokens": TOKENS})
+    ref = _ort(enc_p, {"tokens": TOKENS})
+    for k in ("enc_out", "hidden"):
+        np.testing.assert_allclose(ours[k], ref[k], rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(ours["mask"], TOKENS != 0)
+    prev_o = prev_r = np.array([1], np.int64)
+    h_o, h_r = ours["hidden"], ref["hidden"]
+    for _ in range(3):
+        o = api.run(tmp_path / "dec", {"prev": prev_o, "hidden": h_o, "enc_out": ours["enc_out"], "mask": ours["mask"]})  # fmt: skip
+        r = _ort(dec_p, {"prev": prev_r, "hidden": h_r, "enc_out": ref["enc_out"], "mask": ref["mask"]})  # fmt: skip
+        for k in ("logp", "new_hidden", "attn"):
+            np.testing.assert_allclose(o[k], r[k], rtol=0, atol=1e-4 * max(1, np.abs(r[k]).max()))
+        assert np.all(o["attn"][:, TOKENS[0] == 0] == 0)  # padding steps get no attention
+        prev_o, prev_r = o["logp"].argmax(-1), r["logp"].argmax(-1)
+        assert np.array_equal(prev_o, prev_r)
+        h_o, h_r = o["new_hidden"], r["new_hidden"]
+
+
+def test_seq2seq_quantized_decoder_in_c(tmp_path: Path) -> None:
+    """quantize_dynamic on the TorchScript decoder (MatMulInteger on its projections): within
+    one uint8 step of onnxruntime, per layer."""
+    if not ort_integer_products_exact():
+        pytest.skip("onnxruntime's u8 x s8 products saturate on this CPU (AVX2 without VNNI)")
+    enc = _ort(FIXTURES / "s2s_encoder.torchscript.onnx", {"tokens": TOKENS})
+    feeds = {"prev": np.array([1], np.int64), "hidden": enc["hidden"]}
+    feeds |= {"enc_out": enc["enc_out"], "mask": enc["mask"]}
+    rep = api.verify(
+        FIXTURES / "s2s_decoder.quantized.onnx",
+        target="c",
+        input_shapes=DEC_SHAPES,
+        inputs=feeds,
+        rtol=STEP_RTOL,
+        per_layer=True,
+        work_dir=tmp_path / "c",
+        spread=False,
+    )
+    assert rep.ok, rep.format()
+    assert "MatMulInteger" in _ops("s2s_decoder.quantized")
