@@ -173,3 +173,19 @@ def test_seq2seq_quantized_decoder_in_c(tmp_path: Path) -> None:
     )
     assert rep.ok, rep.format()
     assert "MatMulInteger" in _ops("s2s_decoder.quantized")
+
+
+def test_check_coreml_names_refusals_on_quantize_dynamic_models() -> None:
+    """`check --target coreml` on a quantize_dynamic model judged its nodes downstream of a
+    refused one on MIL placeholders and crashed on a scalar one (a scale product): each node
+    now gets a verdict, no internal error."""
+    from onnx2edge.check import check_model
+
+    pytest.importorskip("coremltools")
+    rep = check_model(
+        FIXTURES / "lstm3_embedder.onnx", "coreml", input_shapes={"mels": (1, 20, 24)}
+    )
+    ops = {e["op"] for e in rep["nodes"]}
+    assert {"DynamicQuantizeLSTM", "MatMulInteger"} <= ops and sum(rep["totals"].values()) == len(
+        rep["nodes"]
+    )

@@ -555,7 +555,15 @@ def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
             if i and not graph.is_const(i) and names[i] not in specs:
                 t = graph.type_of(i)
                 dt = dtypes.get(np.dtype(t.dtype), types.int32) if t is not None else types.fp32
-                specs[names[i]] = mb.placeholder(shape=static_shape(graph, i), dtype=dt)
+                shape = static_shape(graph, i)
+                if not shape:
+                    # MIL has no rank-0 placeholder (coremltools raises ValueError): such a
+                    # node (e.g. a quantize_dynamic scale product) cannot be judged alone
+                    raise Refuse(
+                        f"its input '{i}' is a scalar computed by a refused node; MIL cannot "
+                        "take a scalar placeholder to judge this node alone"
+                    )
+                specs[names[i]] = mb.placeholder(shape=shape, dtype=dt)
     except Refuse as e:
         return str(e)
     with Function(specs) as fn:
