@@ -309,6 +309,9 @@ def _dqlstm_check(node: Node, graph: Graph) -> str | None:
         t = graph.type_of(node.inputs[i])
         if t is None or t.shape is None or len(t.shape) != 3:
             return "W and R must be 3-D tensors"
+        # each int32 sum adds terms of at most 255 * 255 in size: exact up to 33025 of them
+        if not isinstance(t.shape[1], int) or t.shape[1] > 33025:
+            return "DynamicQuantizeLSTM with over 33025 input or hidden units (int32 sums)"
     try:
         _activations(node.replace(op_type="LSTM"))
     except ValueError as e:
