@@ -344,7 +344,10 @@ open class MPSCNNConvolutionDescriptor: NSObject, NSCopying {
     public var groups: Int = 1
     public var dilationRateX: Int = 1
     public var dilationRateY: Int = 1
-    public var fusedNeuronDescriptor: MPSNNNeuronDescriptor?
+    /// MPSCNNConvolution.h: `MPSNNNeuronDescriptor * __nonnull fusedNeuronDescriptor`, imported
+    /// as a non-optional property: only a descriptor can be assigned. What the getter returns
+    /// before one is set the header does not say; modelled (a guess) as neuron type none.
+    public var fusedNeuronDescriptor: MPSNNNeuronDescriptor = MPSNNNeuronDescriptor.cnnNeuronDescriptor(with: .none)
     var simBatchNorm: (mean: [Float], variance: [Float], gamma: [Float]?, beta: [Float]?, epsilon: Float)?
 
     public required init(kernelWidth: Int, kernelHeight: Int, inputFeatureChannels: Int, outputFeatureChannels: Int) {
@@ -409,6 +412,9 @@ extension MPSCNNConvolutionDataSource {
 /// MPSCNNInstanceNormalization.h `MPSCNNInstanceNormalizationDataSource <NSObject, NSCopying>`.
 public protocol MPSCNNInstanceNormalizationDataSource: NSObjectProtocol, NSCopying {
     var numberOfFeatureChannels: Int { get }
+    // `initWithCoder:` is @optional in the header, but Swift has no optional initialisers:
+    // Apple's Swift interface makes it a required member of the protocol.
+    init?(coder aDecoder: NSCoder)
     func gamma() -> UnsafeMutablePointer<Float>?
     func beta() -> UnsafeMutablePointer<Float>?
     func label() -> String?

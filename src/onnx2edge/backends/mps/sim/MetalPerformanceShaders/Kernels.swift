@@ -144,7 +144,7 @@ open class MPSCNNConvolution: MPSCNNKernel {
                 simBias[oc] = (simBias[oc] - bn.mean[oc]) * scale + (bn.beta?[oc] ?? 0)
             }
         }
-        simNeuron = d.fusedNeuronDescriptor.map(SimNeuron.init)
+        simNeuron = d.fusedNeuronDescriptor.neuronType == .none ? nil : SimNeuron(d.fusedNeuronDescriptor)
         weights.purge()
         super.init(device: device)
         kernelWidth = kw
@@ -299,7 +299,7 @@ open class MPSCNNConvolutionTranspose: MPSCNNKernel {
         let kh = d.kernelHeight, kw = d.kernelWidth, o = d.outputFeatureChannels, i = d.inputFeatureChannels
         let w = floatsFrom(weights.weights(), count: o * kh * kw * i, type: weights.dataType())
         simBias = weights.biasTerms().map { Array(UnsafeBufferPointer(start: $0, count: o)) } ?? [Float](repeating: 0, count: o)
-        simNeuron = d.fusedNeuronDescriptor.map(SimNeuron.init)
+        simNeuron = d.fusedNeuronDescriptor.neuronType == .none ? nil : SimNeuron(d.fusedNeuronDescriptor)
         simPacked = [Float](repeating: 0, count: w.count)
         for oc in 0..<o { for k in 0..<(kh * kw) { for ic in 0..<i {
             simPacked[(k * i + ic) * o + oc] = w[(oc * kh * kw + k) * i + ic]

@@ -255,7 +255,8 @@ final class ConvolutionWeights: NSObject, MPSCNNConvolutionDataSource {
         self.convolution = descriptor
         self.weightsOffset = weightsOffset
         self.biasOffset = biasOffset
-        descriptor.fusedNeuronDescriptor = neuron
+        // Non-optional in Apple's SDK (MPSCNNConvolution.h `__nonnull`): set only a descriptor.
+        if let neuron = neuron { descriptor.fusedNeuronDescriptor = neuron }
     }
 
     func dataType() -> MPSDataType { parameters.weightsDataType }
@@ -300,6 +301,9 @@ final class InstanceNormalizationParameters: NSObject, MPSCNNInstanceNormalizati
     func epsilon() -> Float { eps }
     func label() -> String? { name }
     func copy(with zone: NSZone? = nil) -> Any { self }
+    // Required by Apple's Swift interface of the protocol (an @optional initWithCoder: in the
+    // header); the parameters live in the package's weights.bin, so there is nothing to decode.
+    init?(coder aDecoder: NSCoder) { return nil }
 }
 
 /// ONNX's explicit pads as an MPSNNPadding policy (MPSNeuralNetworkTypes.h, `.custom`): the
