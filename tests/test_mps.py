@@ -1001,3 +1001,17 @@ def test_fp16_models_float16_convolutions_and_keeps_transpose_float32(
     assert kinds["convolution transpose"] == "float32" and "float16" in kinds.values(), kinds
     swift = (tmp_path / "soup" / "out" / "Sources" / "OpSoup" / "OpSoup.swift").read_text()
     assert "weightsDataType: .float32)" in swift and "func kernelWeightsDataType()" in swift
+
+
+@needs_swift
+def test_verify_says_the_gpu_part_ran_on_the_cpu_model(sim_dir: Path, tmp_path: Path) -> None:
+    """`verify --target mps` never prints a bare PASS: text and --json say what ran."""
+    from onnx2edge.api import verify
+
+    report = verify(_save(tiny_cnn(), tmp_path), target="mps")
+    assert report.ok
+    last = report.format().splitlines()[-1]
+    assert last.startswith(
+        "PASS: target mps (GPU part ran on onnx2edge's CPU model of Metal Performance Shaders"
+    )
+    assert "CPU model" in report.as_dict()["ran_on"]
