@@ -95,7 +95,7 @@ MTLTextureUsage | struct MTLTextureUsage | 9.0 | MTLTexture.h
 MTLTextureUsage | var rawValue: UInt { get } |  | MTLTexture.h
 # --- MetalPerformanceShaders ---
 MPSCNNConvolution | class MPSCNNConvolution: MPSCNNKernel | 10.0 | MPSCNNConvolution.h
-MPSCNNConvolution | init(device: MTLDevice, weights: MPSCNNConvolutionDataSource) |  | MPSCNNConvolution.h
+MPSCNNConvolution | init(device: MTLDevice, weights: MPSCNNConvolutionDataSource) | 11.0 | MPSCNNConvolution.h
 MPSCNNConvolution | var dataSource: MPSCNNConvolutionDataSource { get } |  | MPSCNNConvolution.h
 MPSCNNConvolution | var groups: Int { get } |  | MPSCNNConvolution.h
 MPSCNNConvolution | var inputFeatureChannels: Int { get } |  | MPSCNNConvolution.h

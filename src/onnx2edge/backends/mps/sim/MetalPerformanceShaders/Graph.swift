@@ -26,6 +26,7 @@ open class MPSNNImageNode: NSObject {
     /// temporary" -- set MPSImage.defaultAllocator() to read it on the CPU.
     public var imageAllocator: MPSImageAllocator = MPSTemporaryImage.defaultAllocator()
     public var exportFromGraph: Bool = false
+    /// Not modelled: run(inputs:) synchronises every image it reads itself (MPSImage.h).
     @available(iOS 11.3, macOS 10.13.4, *)
     public var synchronizeResource: Bool = true
     @available(iOS 12.0, macOS 10.14, *)

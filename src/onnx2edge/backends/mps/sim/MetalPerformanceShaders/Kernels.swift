@@ -130,6 +130,7 @@ open class MPSCNNConvolution: MPSCNNKernel {
     /// (MPSNNConvolutionAccumulatorPrecisionOption is not modelled; its default is not given).
     let simHalf: Bool
 
+    @available(iOS 11.0, macOS 10.13, *)
     public init(device: MTLDevice, weights: MPSCNNConvolutionDataSource) {
         precondition(weights.load(), "MPSCNNConvolutionDataSource.load() failed for \(weights.label() ?? "?")")
         let d = weights.descriptor()
