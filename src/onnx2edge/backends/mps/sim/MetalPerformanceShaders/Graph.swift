@@ -89,7 +89,7 @@ open class MPSCNNConvolutionNode: MPSNNFilterNode {
         super.init(simSources: [sourceNode])
     }
     override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
-        precondition(accumulatorPrecision.contains(.float), "CPU model of MPS: half-precision accumulation is not modelled")
+        if !accumulatorPrecision.contains(.float) { fatalError("CPU model of MPS: half-precision accumulation is not modelled") }
         return MPSCNNConvolution(device: device, weights: simWeights)
     }
 }

@@ -317,8 +317,9 @@ open class MPSCNNConvolutionTranspose: MPSCNNKernel {
         let d = weights.descriptor()
         simDataSource = weights
         // MPSCNNConvolution.h: MPSCNNConvolutionTranspose supports float32 weights only.
-        precondition(weights.dataType() == .float32,
-                     "MPSCNNConvolutionTranspose \(weights.label() ?? ""): weights of data type \(weights.dataType()); only float32 is supported (MPSCNNConvolution.h)")
+        if weights.dataType() != .float32 {  // fatalError: -O keeps the message
+            fatalError("MPSCNNConvolutionTranspose \(weights.label() ?? ""): weights of data type \(weights.dataType()); only float32 is supported (MPSCNNConvolution.h)")
+        }
         inputFeatureChannels = d.inputFeatureChannels
         outputFeatureChannels = d.outputFeatureChannels
         groups = d.groups
