@@ -128,6 +128,16 @@ def test_simulator_semantics(sim_dir: Path, tmp_path: Path) -> None:
     # 2x2/2 max pooling starting at (-1, -1): windows {1}, {2,3}, {4,7}, {5,6,8,9}.
     assert floats(lines["maxpool_pad"]) == [1, 3, 7, 9]
     assert floats(lines["fused_relu"]) == [0, 2]
+    # Intermediate images: MPSNNImageNode.format .none -> the graph's format (float16).
+    assert lines["float16_format"] == "true 1.0"
+    # MPSNNGraph.readCountForSourceImage(at:): the source feeds two filters.
+    assert lines["read_count"] == "2"
+    # kernelWeightsDataType unimplemented -> float16 weights (1.0001 -> 1); float32 when asked.
+    assert floats(lines["weights_type"]) == [1.0, np.float32(1.0001)]
+    # Apple's LRN window for even N: [k - N/2, k + (N-1)/2] (not ONNX's).
+    np.testing.assert_allclose(floats(lines["lrn_even"]), [1, 2 / 5, 3 / 13], rtol=1e-6)
+    # InstanceNorm epsilon defaults to FLT_MIN, not 0.001.
+    assert floats(lines["instnorm_eps"]) == [-1.0, 1.0]
     assert lines["float16_format"] == "true 1.0"
     # Rows reduce along x (one value per row), columns along y (one per column).
     assert floats(lines["row_sum"]) == [6, 15]
@@ -807,3 +817,200 @@ def test_run_relative_folder_and_cache(
         and len(builds) == 1
     )
     np.testing.assert_array_equal(first["prob"], second["prob"])
+
+
+# ------------------------------------------------------------------------------------------
+# The sim is Apple's API (issue 28): its declarations are the table, and the table's rules hold
+# ------------------------------------------------------------------------------------------
+
+
+def _sim_api() -> dict[tuple[str, str], str | None]:
+    from onnx2edge.backends.mps.swift_decls import public_api
+
+    found: dict[tuple[str, str], str | None] = {}
+    for module in ("Metal", "MetalPerformanceShaders"):
+        for d in public_api(sorted((mps_build.SIM_DIR / module).glob("*.swift"))):
+            found[(d.owner, d.signature)] = d.ios
+    return found
+
+
+def test_sim_declares_exactly_the_apple_table() -> None:
+    """Every public declaration of the sim is a row of apple_api.TABLE and every row is declared;
+    an @available the sim writes is the table's, and members newer than the deployment target
+    carry theirs (so a reader of the sim sees it)."""
+    from onnx2edge.backends.mps import apple_api
+
+    table = {(e.owner, e.signature): e for e in apple_api.entries()}
+    sim = _sim_api()
+    assert sorted(set(sim) - set(table)) == [], "declared by the sim, not in apple_api.TABLE"
+    assert sorted(set(table) - set(sim)) == [], "in apple_api.TABLE, not declared by the sim"
+    wrong = {k: (ios, table[k].ios) for k, ios in sim.items() if ios and ios != table[k].ios}
+    assert wrong == {}, "sim @available differs from the table"
+    for e in apple_api.newer_than_deployment():
+        assert sim[(e.owner, e.signature)] == e.ios, e
+    assert all(e.header.endswith(".h") or "/" in e.header for e in table.values())
+
+
+def test_generated_code_respects_availability(tmp_path: Path) -> None:
+    """Members newer than Package.swift's iOS 13 / macOS 10.15 appear in generated code only as
+    implementations of optional protocol methods (an older OS never calls them); build_model
+    checks this on every package it compiles, since swiftc on Linux ignores @available(iOS)."""
+    from onnx2edge.backends.mps import apple_api
+
+    assert [e.signature for e in apple_api.newer_than_deployment()] == [
+        "optional func kernelWeightsDataType() -> MPSDataType"
+    ]
+    for i, build in enumerate((tiny_cnn, op_soup)):
+        files = _emit_files(build(), tmp_path / str(i))
+        swift = next(
+            v.decode()
+            for k, v in files.items()
+            if k.startswith("Sources/") and k.endswith(".swift")
+        )
+        assert "func kernelWeightsDataType()" in swift
+        assert mps_build.availability_problems(swift) == []
+    called = "let t = source.kernelWeightsDataType()\n"
+    assert "iOS 14.0 / macOS 11.0" in mps_build.availability_problems(called)[0]
+
+
+def _typecheck(sim_dir: Path, folder: Path, source: str) -> subprocess.CompletedProcess[str]:
+    path = folder / "check.swift"
+    path.write_text(source)
+    return subprocess.run(
+        [mps_build.swiftc(), "-typecheck", "-swift-version", "5", "-I", str(sim_dir), str(path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+
+
+@needs_swift
+def test_sim_rejects_what_apples_sdk_rejects(sim_dir: Path, tmp_path: Path) -> None:
+    """The two errors Apple's SDK gave every package before issue 28, and the model's own
+    members, which generated code must not see."""
+    head = "import Foundation\nimport MetalPerformanceShaders\n"
+    optional_neuron = head + (
+        "let d = MPSCNNConvolutionDescriptor(kernelWidth: 1, kernelHeight: 1, inputFeatureChannels: 1,"
+        " outputFeatureChannels: 1)\nlet n: MPSNNNeuronDescriptor? = nil\nd.fusedNeuronDescriptor = n\n"
+    )
+    r = _typecheck(sim_dir, tmp_path, optional_neuron)
+    assert r.returncode != 0 and "fusedNeuronDescriptor" in r.stderr, r.stderr
+    no_coder = head + (
+        "final class P: NSObject, MPSCNNInstanceNormalizationDataSource {\n"
+        "    let numberOfFeatureChannels = 1\n"
+        "    func gamma() -> UnsafeMutablePointer<Float>? { nil }\n"
+        "    func beta() -> UnsafeMutablePointer<Float>? { nil }\n"
+        "    func label() -> String? { nil }\n"
+        "    func copy(with zone: NSZone? = nil) -> Any { self }\n}\n"
+    )
+    r = _typecheck(sim_dir, tmp_path, no_coder)
+    assert r.returncode != 0 and "init(coder:)" in r.stderr, r.stderr
+    internals = head + "let d = MTLCreateSystemDefaultDevice()!\nlet s = (d as! SimDevice).name\n"
+    r = _typecheck(sim_dir, tmp_path, internals)
+    assert r.returncode != 0 and "SimDevice" in r.stderr, r.stderr
+    apple_names = head + (
+        "let p = MPSNNDefaultPadding(method: [.centered, .topLeft, .sizeSame])\n"
+        "let t: MPSDataType? = MPSDataType(rawValue: 7)\n"
+        "let u = MPSImageDescriptor(channelFormat: .float32, width: 1, height: 1, featureChannels: 1,"
+        " numberOfImages: 1, usage: [.shaderRead])\n"
+        "let node = MPSNNImageNode(handle: nil)\nnode.imageAllocator = MPSImage.defaultAllocator()\n"
+    )
+    r = _typecheck(sim_dir, tmp_path, apple_names)
+    assert r.returncode == 0, r.stderr
+
+
+@needs_swift
+def test_cpu_reads_need_permanent_synchronised_images(sim_dir: Path, tmp_path: Path) -> None:
+    """An exported image is an MPSTemporaryImage unless given MPSImage's allocator, and a
+    GPU-written image must be synchronised before readBytes: the model stops on both."""
+    source = """import Foundation
+import MetalPerformanceShaders
+let device = MTLCreateSystemDefaultDevice()!
+let src = MPSNNImageNode(handle: nil)
+let a = MPSCNNNeuronLinearNode(source: src, a: 1, b: 0)
+let b = MPSCNNNeuronLinearNode(source: src, a: 2, b: 0)
+if CommandLine.arguments[1] == "allocator" { b.resultImage.imageAllocator = MPSImage.defaultAllocator() }
+var needed = [ObjCBool](repeating: true, count: 2)
+let graph = MPSNNGraph(device: device, resultImages: [a.resultImage, b.resultImage], resultsAreNeeded: &needed)!
+let input = MPSImage(device: device, imageDescriptor: MPSImageDescriptor(channelFormat: .float32, width: 1, height: 1, featureChannels: 1))
+let buffer = device.makeCommandQueue()!.makeCommandBuffer()!
+let exported = NSMutableArray()
+let first = graph.encode(to: buffer, sourceImages: [input], sourceStates: nil, intermediateImages: exported, destinationStates: nil)!
+if CommandLine.arguments[1] != "nosync" { first.synchronize(on: buffer) }
+let extra = exported.object(at: 0) as! MPSImage
+if CommandLine.arguments[1] == "allocator" { extra.synchronize(on: buffer) }
+buffer.commit()
+var v = [Float](repeating: 0, count: 1)
+v.withUnsafeMutableBytes { first.readBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0) }
+v.withUnsafeMutableBytes { extra.readBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0) }
+print("ok")
+"""
+    (tmp_path / "main.swift").write_text(source)
+    exe = tmp_path / "reads"
+    subprocess.run(
+        [mps_build.swiftc(), *mps_build.SWIFT_FLAGS, "-I", str(sim_dir), "-L", str(sim_dir),
+         "-lMetalPerformanceShaders", "-lMetal", str(tmp_path / "main.swift"), "-o", str(exe)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    runs = {
+        m: subprocess.run([str(exe), m], capture_output=True, text=True)
+        for m in ("allocator", "temporary", "nosync")
+    }
+    assert runs["allocator"].stdout.strip() == "ok", runs["allocator"].stderr
+    assert runs["temporary"].returncode != 0 and "MPSTemporaryImage" in runs["temporary"].stderr
+    assert runs["nosync"].returncode != 0 and "synchronize(on:)" in runs["nosync"].stderr
+
+
+def test_lrn_even_size_refused_with_reason() -> None:
+    """MPSCNNNormalization.h's window differs from ONNX's for even sizes: refused, saying why."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])
+    node = helper.make_node("LRN", ["x"], ["y"], name="lrn", size=2)
+    model = helper.make_model(
+        helper.make_graph([node], "lrn", [x], [y]), opset_imports=[helper.make_opsetid("", 13)]
+    )
+    backend = MPSBackend()
+    graph = run_passes(load(model, quiet=True), backend.required_passes)
+    problems = backend.unsupported(graph)
+    assert len(problems) == 1 and "even size 2" in problems[0] and "[k-1, k+0]" in problems[0], (
+        problems
+    )
+
+
+@needs_swift
+def test_fp16_models_float16_convolutions_and_keeps_transpose_float32(
+    sim_dir: Path, tmp_path: Path
+) -> None:
+    """--fp16: the data sources say kernelWeightsDataType .float16 and the sim computes those
+    convolutions in float16 (error well above float32's), while the transposed convolution of
+    op_soup keeps float32 weights (MPSCNNConvolutionTranspose takes nothing else)."""
+    for sub in ("f32", "f16", "soup"):
+        (tmp_path / sub).mkdir()
+    full = check_against_ort(tiny_cnn(), tmp_path / "f32")
+    half = check_against_ort(tiny_cnn(), tmp_path / "f16", tolerance=5e-3, fp16=True)
+    assert half > 10 * full and half > 1e-4, (half, full)
+    check_against_ort(op_soup(), tmp_path / "soup", tolerance=5e-3, fp16=True)
+    manifest = (tmp_path / "soup" / "out" / "Sources" / "OpSoup" / "weights.json").read_text()
+    import json
+
+    layers = json.loads(manifest)["layers"]
+    kinds = {
+        layer["kind"]: layer["tensors"]["weights"]["dtype"]
+        for layer in layers
+        if "weights" in layer["tensors"]
+    }
+    assert kinds["convolution transpose"] == "float32" and "float16" in kinds.values(), kinds
+    swift = (tmp_path / "soup" / "out" / "Sources" / "OpSoup" / "OpSoup.swift").read_text()
+    assert "weightsDataType: .float32)" in swift and "func kernelWeightsDataType()" in swift
+
+
+@needs_swift
+def test_verify_says_the_gpu_part_ran_on_the_cpu_model(sim_dir: Path, tmp_path: Path) -> None:
+    """`verify --target mps` never prints a bare PASS: text and --json say what ran."""
+    from onnx2edge.api import verify
+
+    report = verify(_save(tiny_cnn(), tmp_path), target="mps")
+    assert report.ok
+    last = report.format().splitlines()[-1]
+    assert last.startswith(
+        "PASS: target mps (GPU part ran on onnx2edge's CPU model of Metal Performance Shaders"
+    )
+    assert "CPU model" in report.as_dict()["ran_on"]

@@ -428,7 +428,10 @@ def verify(
         plain = ort_run(original, ref_feeds, [o.name for o in outputs], optimize=False)
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
-    return VerifyReport(target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"))
+    ran_on = getattr(get_backend(target), "ran_on", None) if target != "onnx" else None
+    return VerifyReport(
+        target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"), ran_on=ran_on
+    )
 
 
 # --- quantize ---------------------------------------------------------------------------------

@@ -73,6 +73,9 @@ class VerifyReport:
     outputs: list[TensorReport]
     layers: list[TensorReport] = field(default_factory=list)
     arch: str | None = None  # C target: the instruction set built for (--arch); None: default
+    # What the target code actually ran on, when that is not the target itself (the backend's
+    # `ran_on`: MPS runs on onnx2edge's CPU model of MPS); shown with the verdict.
+    ran_on: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -92,6 +95,8 @@ class VerifyReport:
         }
         if self.arch:
             d["arch"] = self.arch
+        if self.ran_on:
+            d["ran_on"] = self.ran_on
         if self.layers:
             fd = self.first_divergence
             d["layers"] = [r.as_dict() for r in self.layers]
@@ -117,7 +122,7 @@ class VerifyReport:
                 )
         verdict = "PASS" if self.ok else "FAIL"
         lines.append(
-            f"{verdict}: target {self.target}{f' (--arch {self.arch})' if self.arch else ''}, tolerance max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
+            f"{verdict}: target {self.target}{f' (--arch {self.arch})' if self.arch else ''}{f' ({self.ran_on})' if self.ran_on else ''}, tolerance max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
         )
         return "\n".join(lines)
 

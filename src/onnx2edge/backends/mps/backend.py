@@ -57,6 +57,10 @@ def model_class_name(graph: Graph, options: Mapping[str, Any]) -> str:
 class MPSBackend(Backend):
     name = "mps"
     label = "MPS"
+    # verify's report says where the "GPU" part ran: never a bare PASS for code no GPU ran.
+    ran_on = (
+        "GPU part ran on onnx2edge's CPU model of Metal Performance Shaders, not on an Apple GPU"
+    )
     options = (
         BackendOption("fp16", "float16 weights", switch=True),
         BackendOption(

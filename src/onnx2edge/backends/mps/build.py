@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -144,6 +145,29 @@ def build_simulator() -> Path:
     return target
 
 
+def availability_problems(swift: str) -> list[str]:
+    """Uses of Apple declarations newer than the package's deployment target (iOS 13 /
+    macOS 10.15) that an older system would not have. swiftc on Linux ignores `@available(iOS
+    ...)`, so this is checked here, on every package built: such a member may only be
+    implemented (`func name(`, an optional protocol method the older OS never calls)."""
+    from .apple_api import newer_than_deployment
+
+    problems = []
+    for e in newer_than_deployment():
+        m = re.match(r"(?:optional )?(?:class |static )?(?:func|var|init\??) ?(\w*)", e.signature)
+        name = m.group(1) if m else ""
+        if not name:
+            continue
+        uses = {u.start() for u in re.finditer(rf"\b{name}\b", swift)}
+        defs = {d.start() + len("func ") for d in re.finditer(rf"\bfunc {name}\(", swift)}
+        if uses - defs:
+            problems.append(
+                f"{e.owner}.{name} is iOS {e.ios} / macOS {e.macos}, newer than the package's "
+                f"iOS 13 / macOS 10.15: guard it with `if #available` or do without"
+            )
+    return problems
+
+
 def build_model(out_dir: Path, class_name: str) -> Path:
     """Compile the package in `out_dir` with the simulator and the harness (cached)."""
     sim = build_simulator()
@@ -153,6 +177,9 @@ def build_model(out_dir: Path, class_name: str) -> Path:
         raise Onnx2EdgeError(
             f"{out_dir}: no {source.relative_to(out_dir)}; convert the model again"
         )
+    problems = availability_problems(source.read_text())
+    if problems:
+        raise Onnx2EdgeError(f"{source.name}: " + "; ".join(problems))
     harness = HARNESS.format(cls=class_name)
     key = _hash_files([source], harness + sim.name + " ".join(SWIFT_FLAGS))
     folder = out_dir / BUILD_DIR / key

@@ -123,8 +123,12 @@ def _conv_weights_source(
     desc: str,
     spec: NeuronSpec | None,
     layout: str,
+    float32_only: bool = False,
 ) -> str:
-    woff, went = lw.blob.add(w, dtype=lw.blob.weight_dtype)
+    """`float32_only`: the kernel takes float32 weights only (MPSCNNConvolutionTranspose,
+    MPSCNNConvolution.h), so `--fp16` does not apply to this layer."""
+    dtype = np.dtype(np.float32) if float32_only else lw.blob.weight_dtype
+    woff, went = lw.blob.add(w, dtype=dtype)
     boff, bent = lw.blob.add(b.astype(np.float32))
     went["layout"] = layout
     lw.blob.layer(
@@ -137,7 +141,8 @@ def _conv_weights_source(
     return (
         f"ConvolutionWeights(\n        parameters, label: {swift_string(label)},\n"
         f"        descriptor: {desc},\n"
-        f"        weightsOffset: {woff}, biasOffset: {boff},\n        neuron: {neuron})"
+        f"        weightsOffset: {woff}, biasOffset: {boff},\n        neuron: {neuron}"
+        + (", weightsDataType: .float32)" if float32_only and lw.blob.fp16 else ")")
     )
 
 

@@ -127,6 +127,7 @@ def _conv_transpose(lw: Lowering, node: Node) -> None:
         desc,
         spec,
         "OHWI (rotated 180)",
+        float32_only=True,
     )
     lines = [
         f"let {var} = MPSCNNConvolutionTransposeNode(\n    source: {x.var}, convolutionGradientState: nil,\n    weights: {src})",

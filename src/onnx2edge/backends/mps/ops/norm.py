@@ -67,11 +67,19 @@ def _instancenorm(lw: Lowering, node: Node) -> None:
 @emitter("LRN")
 def _lrn(lw: Lowering, node: Node) -> None:
     x = lw.img(node.inputs[0])
+    size = int(node.attr("size"))
+    if size % 2 == 0:
+        # MPSCNNNormalization.h sums channels [k - N/2, k + (N-1)/2], ONNX [k - (N-1)/2, k + N/2]:
+        # for even N the windows differ by one channel and the kernel has no offset to fix it.
+        raise Refuse(
+            f"LRN with even size {size}: MPSCNNCrossChannelNormalization's channel window "
+            f"[k-{size // 2}, k+{(size - 1) // 2}] differs from ONNX's [k-{(size - 1) // 2}, k+{size // 2}]"
+        )
     var = lw.fresh(node.name or node.outputs[0])
     # ONNX: x / (bias + alpha / size * sum(x^2))^beta -- MPSCNNCrossChannelNormalization's
-    # formula with delta = bias.
+    # formula with delta = bias (same window for odd sizes).
     lines = [
-        f"let {var} = MPSCNNCrossChannelNormalizationNode(source: {x.var}, kernelSize: {int(node.attr('size'))})",
+        f"let {var} = MPSCNNCrossChannelNormalizationNode(source: {x.var}, kernelSize: {size})",
         f"{var}.alpha = {swift_float(attr(node, 'alpha', lw.g.opset))}",
         f"{var}.beta = {swift_float(attr(node, 'beta', lw.g.opset))}",
         f"{var}.delta = {swift_float(attr(node, 'bias', lw.g.opset))}",

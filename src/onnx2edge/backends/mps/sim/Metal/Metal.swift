@@ -1,13 +1,18 @@
 // CPU model of the part of Apple's Metal framework that onnx2edge's generated MPSNNGraph code
-// and the MetalPerformanceShaders model use. Type names and initialisers follow Apple's SDK
-// (Metal/MTLDevice.h, MTLCommandQueue.h, MTLCommandBuffer.h, MTLTypes.h) so generated Swift
-// compiles unchanged on Linux; nothing here touches a GPU.
+// and the MetalPerformanceShaders model use. Every public declaration is Apple's Swift
+// interface of Metal (MTLDevice.h, MTLCommandQueue.h, MTLCommandBuffer.h, MTLTypes.h,
+// MTLTexture.h; Xcode 12 SDK iOS/Metal/*.swift), listed with its source in
+// src/onnx2edge/backends/mps/apple_api.py; the model's own classes are `@_spi(Sim)`, invisible
+// to generated code. Nothing here touches a GPU.
 //
 // Semantics kept: work encoded into a command buffer runs only when the buffer is committed
 // (MTLCommandBuffer.h: "commit ... Commit a command buffer so it can be executed as soon as
 // possible"), completion handlers run after the work, waitUntilCompleted returns after that.
 
-public struct MTLSize: Equatable {
+import Foundation
+
+/// MTLTypes.h `MTLSize` (a C struct).
+public struct MTLSize {
     public var width: Int
     public var height: Int
     public var depth: Int
@@ -19,7 +24,8 @@ public struct MTLSize: Equatable {
     }
 }
 
-public struct MTLOrigin: Equatable {
+/// MTLTypes.h `MTLOrigin`.
+public struct MTLOrigin {
     public var x: Int
     public var y: Int
     public var z: Int
@@ -31,7 +37,8 @@ public struct MTLOrigin: Equatable {
     }
 }
 
-public struct MTLRegion: Equatable {
+/// MTLTypes.h `MTLRegion`.
+public struct MTLRegion {
     public var origin: MTLOrigin
     public var size: MTLSize
     public init() { origin = MTLOrigin(); size = MTLSize() }
@@ -41,24 +48,40 @@ public struct MTLRegion: Equatable {
     }
 }
 
+/// MTLTexture.h `MTLTextureUsage` (iOS 9 / macOS 10.11).
+public struct MTLTextureUsage: OptionSet {
+    public let rawValue: UInt
+    public init(rawValue: UInt) { self.rawValue = rawValue }
+    public static let unknown = MTLTextureUsage([])
+    public static let shaderRead = MTLTextureUsage(rawValue: 1)
+    public static let shaderWrite = MTLTextureUsage(rawValue: 2)
+    public static let renderTarget = MTLTextureUsage(rawValue: 4)
+    public static let pixelFormatView = MTLTextureUsage(rawValue: 0x10)
+}
+
+/// MTLCommandBuffer.h `MTLCommandBufferStatus`.
 public enum MTLCommandBufferStatus: UInt {
     case notEnqueued = 0, enqueued, committed, scheduled, completed, error
 }
 
-public protocol MTLDevice: AnyObject {
+/// MTLDevice.h `protocol MTLDevice: NSObjectProtocol`.
+public protocol MTLDevice: NSObjectProtocol {
     var name: String { get }
     func makeCommandQueue() -> MTLCommandQueue?
 }
 
-public protocol MTLCommandQueue: AnyObject {
+/// MTLCommandQueue.h `protocol MTLCommandQueue: NSObjectProtocol`.
+public protocol MTLCommandQueue: NSObjectProtocol {
     var device: MTLDevice { get }
     var label: String? { get set }
     func makeCommandBuffer() -> MTLCommandBuffer?
 }
 
+/// MTLCommandBuffer.h `typealias MTLCommandBufferHandler = (MTLCommandBuffer) -> Void`.
 public typealias MTLCommandBufferHandler = (MTLCommandBuffer) -> Void
 
-public protocol MTLCommandBuffer: AnyObject {
+/// MTLCommandBuffer.h `protocol MTLCommandBuffer: NSObjectProtocol`.
+public protocol MTLCommandBuffer: NSObjectProtocol {
     var device: MTLDevice { get }
     var commandQueue: MTLCommandQueue { get }
     var label: String? { get set }
@@ -67,25 +90,23 @@ public protocol MTLCommandBuffer: AnyObject {
     func waitUntilCompleted()
     func waitUntilScheduled()
     func addCompletedHandler(_ block: @escaping MTLCommandBufferHandler)
-    /// Not part of Apple's protocol: how the CPU model of MPS enqueues its kernels.
-    func simEnqueue(_ work: @escaping () -> Void)
 }
 
 /// The one CPU "device" of the model.
-public final class SimDevice: MTLDevice {
+@_spi(Sim) public final class SimDevice: NSObject, MTLDevice {
     public let name = "onnx2edge CPU model of Metal (not a GPU)"
-    public init() {}
+    public override init() {}
     public func makeCommandQueue() -> MTLCommandQueue? { SimCommandQueue(device: self) }
 }
 
-public final class SimCommandQueue: MTLCommandQueue {
+@_spi(Sim) public final class SimCommandQueue: NSObject, MTLCommandQueue {
     public let device: MTLDevice
     public var label: String?
     init(device: MTLDevice) { self.device = device }
     public func makeCommandBuffer() -> MTLCommandBuffer? { SimCommandBuffer(queue: self) }
 }
 
-public final class SimCommandBuffer: MTLCommandBuffer {
+@_spi(Sim) public final class SimCommandBuffer: NSObject, MTLCommandBuffer {
     public let commandQueue: MTLCommandQueue
     public var device: MTLDevice { commandQueue.device }
     public var label: String?
@@ -95,6 +116,7 @@ public final class SimCommandBuffer: MTLCommandBuffer {
 
     init(queue: MTLCommandQueue) { commandQueue = queue }
 
+    /// How the CPU model of MPS encodes its kernels (not Apple's API).
     public func simEnqueue(_ work: @escaping () -> Void) {
         precondition(status == .notEnqueued, "encoding into a committed command buffer")
         self.work.append(work)
@@ -117,4 +139,5 @@ public final class SimCommandBuffer: MTLCommandBuffer {
     }
 }
 
+/// MTLDevice.h `MTLCreateSystemDefaultDevice()`.
 public func MTLCreateSystemDefaultDevice() -> MTLDevice? { SimDevice() }

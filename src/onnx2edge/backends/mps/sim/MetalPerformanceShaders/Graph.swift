@@ -6,26 +6,52 @@
 // its padding policy: the size bits of paddingMethod(), then, with `.custom`, the policy's
 // destinationImageDescriptor(forSourceImages:sourceStates:for:suggestedDescriptor:), which may
 // also set the kernel's offset and edgeMode (MPSNeuralNetworkTypes.h, MPSNNPadding).
-// Intermediate images default to .float16 (MPSNNImageNode.format) and hold values at that
-// precision.
+// An image node's format defaults to .none, "use the graph's format" (MPSNNGraph.format,
+// .float16 by default); images hold values at their format's precision. Images are made by the
+// node's imageAllocator (default: MPSTemporaryImage's, private GPU storage) except the graph's
+// result, made by MPSNNGraph.destinationImageAllocator (default: MPSImage's).
+//
+// Declarations: Apple's Swift interface (Xcode 12 SDK MetalPerformanceShaders.swift,
+// MPSNNGraphNodes.h, MPSNNGraph.h), listed with availability in apple_api.py.
 
 import Foundation
 
+/// MPSNNGraphNodes.h `MPSNNImageNode` (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSNNImageNode: NSObject {
     public var handle: MPSHandle?
-    public var format: MPSImageFeatureChannelFormat = .float16
-    public var exportFromGraph = false
-    public var synchronizeResource = true
-    public var stopGradient = false
+    /// MPSNNGraphNodes.h: MPSImageFeatureChannelFormatNone, the graph picks (MPSNNGraph.format).
+    public var format: MPSImageFeatureChannelFormat = .none
+    /// MPSNNGraphNodes.h: MPSTemporaryImage.defaultAllocator; an exported node's "image is still
+    /// temporary" -- set MPSImage.defaultAllocator() to read it on the CPU.
+    public var imageAllocator: MPSImageAllocator = MPSTemporaryImage.defaultAllocator()
+    public var exportFromGraph: Bool = false
+    /// Not modelled: run(inputs:) synchronises every image it reads itself (MPSImage.h).
+    @available(iOS 11.3, macOS 10.13.4, *)
+    public var synchronizeResource: Bool = true
+    @available(iOS 12.0, macOS 10.14, *)
+    public var stopGradient: Bool = false
     var simProducer: MPSNNFilterNode?
 
     public init(handle: MPSHandle?) { self.handle = handle }
 }
 
+/// The padding policy a filter node has until one is set. MPSNNGraphNodes.h does not give
+/// each filter's default, so the model refuses to guess for filters whose window or stride
+/// makes the policy matter (convolution, pooling): set paddingPolicy on those.
+final class SimUnsetPadding: NSObject, MPSNNPadding {
+    func paddingMethod() -> MPSNNPaddingMethod { [.centered, .topLeft, .sizeSame] }
+    static var supportsSecureCoding: Bool { true }
+    func encode(with coder: NSCoder) {}
+    override init() {}
+    init?(coder: NSCoder) {}
+}
+
+/// MPSNNGraphNodes.h `MPSNNFilterNode` (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSNNFilterNode: NSObject {
     public let resultImage: MPSNNImageNode
-    public var paddingPolicy: MPSNNPadding = MPSNNDefaultPadding.padding(
-        method: [.alignCentered, .addRemainderToTopLeft, .sizeSame])
+    public var paddingPolicy: MPSNNPadding = SimUnsetPadding()
     public var label: String?
     let simSources: [MPSNNImageNode]
 
@@ -42,22 +68,51 @@ open class MPSNNFilterNode: NSObject {
 
 // MARK: - Convolutions
 
+/// MPSNeuralNetworkTypes.h `MPSNNConvolutionAccumulatorPrecisionOption` (iOS 11.3 / macOS 10.13.4).
+public struct MPSNNConvolutionAccumulatorPrecisionOption: OptionSet {
+    public let rawValue: UInt
+    public init(rawValue: UInt) { self.rawValue = rawValue }
+    public static let half = MPSNNConvolutionAccumulatorPrecisionOption([])
+    public static let float = MPSNNConvolutionAccumulatorPrecisionOption(rawValue: 1)
+}
+
+/// MPSNNGraphNodes.h `MPSCNNConvolutionNode` (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSCNNConvolutionNode: MPSNNFilterNode {
     let simWeights: MPSCNNConvolutionDataSource
+    /// MPSNNGraphNodes.h (iOS 12 / macOS 10.14). The model sums in float32 and refuses .half;
+    /// the default (.float here) is a guess.
+    @available(iOS 12.0, macOS 10.14, *)
+    public var accumulatorPrecision: MPSNNConvolutionAccumulatorPrecisionOption = .float
     public init(source sourceNode: MPSNNImageNode, weights: MPSCNNConvolutionDataSource) {
         simWeights = weights
         super.init(simSources: [sourceNode])
     }
-    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNConvolution(device: device, weights: simWeights) }
+    override func simMakeKernel(_ device: MTLDevice) -> MPSKernel {
+        if !accumulatorPrecision.contains(.float) { fatalError("CPU model of MPS: half-precision accumulation is not modelled") }
+        return MPSCNNConvolution(device: device, weights: simWeights)
+    }
 }
 
+/// MPSNNGraphNodes.h `MPSCNNFullyConnectedNode` (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSCNNFullyConnectedNode: MPSCNNConvolutionNode {
     override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNFullyConnected(device: device, weights: simWeights) }
 }
 
-open class MPSCNNConvolutionGradientStateNode: NSObject {}
+/// MPSNNGraphNodes.h `MPSNNStateNode`, `MPSNNGradientStateNode`,
+/// `MPSCNNConvolutionGradientStateNode` (none of their members are modelled).
+@available(iOS 11.0, macOS 10.13, *)
+open class MPSNNStateNode: NSObject {}
+@available(iOS 11.3, macOS 10.13.4, *)
+open class MPSNNGradientStateNode: MPSNNStateNode {}
+@available(iOS 11.3, macOS 10.13.4, *)
+open class MPSCNNConvolutionGradientStateNode: MPSNNGradientStateNode {}
 
+/// MPSNNGraphNodes.h `MPSCNNConvolutionTransposeNode` (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSCNNConvolutionTransposeNode: MPSCNNConvolutionNode {
+    @available(iOS 11.3, macOS 10.13.4, *)
     public init(source sourceNode: MPSNNImageNode, convolutionGradientState: MPSCNNConvolutionGradientStateNode?,
                 weights: MPSCNNConvolutionDataSource) {
         precondition(convolutionGradientState == nil, "CPU model of MPS: convolution gradient states are not modelled")
@@ -68,10 +123,16 @@ open class MPSCNNConvolutionTransposeNode: MPSCNNConvolutionNode {
 
 // MARK: - Pooling
 
+/// MPSNNGraphNodes.h `MPSCNNPoolingNode` (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSCNNPoolingNode: MPSNNFilterNode {
+    @available(iOS 12.0, macOS 10.14, *)
     public let kernelWidth: Int
+    @available(iOS 12.0, macOS 10.14, *)
     public let kernelHeight: Int
+    @available(iOS 12.0, macOS 10.14, *)
     public let strideInPixelsX: Int
+    @available(iOS 12.0, macOS 10.14, *)
     public let strideInPixelsY: Int
     public init(source sourceNode: MPSNNImageNode, kernelWidth: Int, kernelHeight: Int, strideInPixelsX: Int, strideInPixelsY: Int) {
         self.kernelWidth = kernelWidth
@@ -104,11 +165,16 @@ open class MPSCNNPoolingAverageNode: MPSCNNPoolingNode {
 
 // MARK: - Neurons (MPSNNGraphNodes.h)
 
+/// MPSNNGraphNodes.h `MPSCNNNeuronNode` and its subclasses (iOS 11 / macOS 10.13; Power,
+/// Exponential, Logarithm iOS 11.3 / macOS 10.13.4; GeLU iOS 13 / macOS 10.15). Only the
+/// initialisers with explicit parameters are modelled.
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSCNNNeuronNode: MPSNNFilterNode {
     let simDescriptor: MPSNNNeuronDescriptor
     public var a: Float { simDescriptor.a }
     public var b: Float { simDescriptor.b }
     public var c: Float { simDescriptor.c }
+    @available(iOS 12.0, macOS 10.14, *)
     public init(source sourceNode: MPSNNImageNode, descriptor: MPSNNNeuronDescriptor) {
         simDescriptor = descriptor
         super.init(simSources: [sourceNode])
@@ -151,15 +217,19 @@ open class MPSCNNNeuronSoftSignNode: MPSCNNNeuronNode {
 open class MPSCNNNeuronELUNode: MPSCNNNeuronNode {
     public init(source: MPSNNImageNode, a: Float) { super.init(source, .ELU, a) }
 }
+@available(iOS 11.3, macOS 10.13.4, *)
 open class MPSCNNNeuronPowerNode: MPSCNNNeuronNode {
     public init(source: MPSNNImageNode, a: Float, b: Float, c: Float) { super.init(source, .power, a, b, c) }
 }
+@available(iOS 11.3, macOS 10.13.4, *)
 open class MPSCNNNeuronExponentialNode: MPSCNNNeuronNode {
     public init(source: MPSNNImageNode, a: Float, b: Float, c: Float) { super.init(source, .exponential, a, b, c) }
 }
+@available(iOS 11.3, macOS 10.13.4, *)
 open class MPSCNNNeuronLogarithmNode: MPSCNNNeuronNode {
     public init(source: MPSNNImageNode, a: Float, b: Float, c: Float) { super.init(source, .logarithm, a, b, c) }
 }
+@available(iOS 13.0, macOS 10.15, *)
 open class MPSCNNNeuronGeLUNode: MPSCNNNeuronNode {
     public init(source: MPSNNImageNode) { super.init(source, .geLU) }
 }
@@ -181,11 +251,20 @@ open class MPSCNNLogSoftMaxNode: MPSNNFilterNode {
     override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSCNNLogSoftMax(device: device) }
 }
 
-open class MPSCNNCrossChannelNormalizationNode: MPSNNFilterNode {
+/// MPSNNGraphNodes.h `MPSCNNNormalizationNode` (iOS 11 / macOS 10.13); defaults per
+/// MPSCNNNormalization.h: alpha 1, beta 5, delta 1.
+@available(iOS 11.0, macOS 10.13, *)
+open class MPSCNNNormalizationNode: MPSNNFilterNode {
     public var alpha: Float = 1.0
     public var beta: Float = 5.0
     public var delta: Float = 1.0
-    public let kernelSizeInFeatureChannels: Int
+}
+
+/// MPSNNGraphNodes.h `MPSCNNCrossChannelNormalizationNode` (iOS 11 / macOS 10.13); the
+/// kernel's window is MPSCNNNormalization.h's (see MPSCNNCrossChannelNormalization).
+@available(iOS 11.0, macOS 10.13, *)
+open class MPSCNNCrossChannelNormalizationNode: MPSCNNNormalizationNode {
+    public var kernelSizeInFeatureChannels: Int
     public init(source sourceNode: MPSNNImageNode, kernelSize: Int) {
         kernelSizeInFeatureChannels = kernelSize
         super.init(simSources: [sourceNode])
@@ -199,6 +278,8 @@ open class MPSCNNCrossChannelNormalizationNode: MPSNNFilterNode {
     }
 }
 
+/// MPSNNGraphNodes.h `MPSCNNInstanceNormalizationNode` (iOS 11.3 / macOS 10.13.4).
+@available(iOS 11.3, macOS 10.13.4, *)
 open class MPSCNNInstanceNormalizationNode: MPSNNFilterNode {
     let simDataSource: MPSCNNInstanceNormalizationDataSource
     public init(source: MPSNNImageNode, dataSource: MPSCNNInstanceNormalizationDataSource) {
@@ -237,16 +318,24 @@ open class MPSCNNUpsamplingBilinearNode: MPSNNFilterNode {
     }
 }
 
-/// MPSNNGraphNodes.h MPSNNScaleNode / MPSNNBilinearScaleNode: resample to `outputSize`.
-open class MPSNNBilinearScaleNode: MPSNNFilterNode {
+/// MPSNNGraphNodes.h `MPSNNScaleNode` (iOS 11 / macOS 10.13): resample to `outputSize`.
+@available(iOS 11.0, macOS 10.13, *)
+open class MPSNNScaleNode: MPSNNFilterNode {
     let simOutputSize: MTLSize
     public init(source sourceNode: MPSNNImageNode, outputSize size: MTLSize) {
         simOutputSize = size
         super.init(simSources: [sourceNode])
     }
+}
+
+/// MPSNNGraphNodes.h `MPSNNBilinearScaleNode` (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
+open class MPSNNBilinearScaleNode: MPSNNScaleNode {
     override func simMakeKernel(_ device: MTLDevice) -> MPSKernel { MPSImageBilinearScale(device: device) }
 }
 
+/// MPSNNGraphNodes.h `MPSNNPadNode` (iOS 12.1 / macOS 10.14.1).
+@available(iOS 12.1, macOS 10.14.1, *)
 open class MPSNNPadNode: MPSNNFilterNode {
     public var fillValue: Float = 0
     let simBefore: MPSImageCoordinate
@@ -269,6 +358,8 @@ open class MPSNNPadNode: MPSNNFilterNode {
 
 // MARK: - Binary arithmetic (MPSNNGraphNodes.h MPSNNBinaryArithmeticNode)
 
+/// MPSNNGraphNodes.h `MPSNNBinaryArithmeticNode` and subclasses (iOS 11 / macOS 10.13).
+@available(iOS 11.0, macOS 10.13, *)
 open class MPSNNBinaryArithmeticNode: MPSNNFilterNode {
     public var primaryScale: Float = 1
     public var secondaryScale: Float = 1
@@ -348,6 +439,7 @@ final class SimConcatenation: MPSKernel {
 // MARK: - Reductions (MPSNNGraphNodes.h MPSNNUnaryReductionNode, iOS 12.1 / macOS 10.14.1;
 // https://developer.apple.com/documentation/metalperformanceshaders/mpsnnunaryreductionnode)
 
+@available(iOS 12.1, macOS 10.14.1, *)
 open class MPSNNUnaryReductionNode: MPSNNFilterNode {
     public init(source sourceNode: MPSNNImageNode) { super.init(simSources: [sourceNode]) }
     func simReduction(_ device: MTLDevice) -> SimReduction { fatalError("\(type(of: self)) is not modelled") }
@@ -373,11 +465,14 @@ open class MPSNNReductionSpatialMeanNode: MPSNNUnaryReductionNode {
 
 // MARK: - The graph (MPSNNGraph.h)
 
-open class MPSNNGraph: NSObject {
-    public let device: MTLDevice
+/// MPSNNGraph.h `MPSNNGraph` (iOS 11 / macOS 10.13), an MPSKernel.
+@available(iOS 11.0, macOS 10.13, *)
+open class MPSNNGraph: MPSKernel {
     public let resultImageIsNeeded: Bool
-    public var label: String?
+    /// MPSNNGraph.h: the format of intermediate images whose node's format is .none.
     public var format: MPSImageFeatureChannelFormat = .float16
+    /// MPSNNGraph.h: allocates the result image (MPSImage.defaultAllocator() by default).
+    public var destinationImageAllocator: MPSImageAllocator = MPSImage.defaultAllocator()
     public private(set) var sourceImageHandles: [MPSHandle] = []
     let simResult: MPSNNImageNode
     var simOrder: [MPSNNFilterNode] = []
@@ -385,22 +480,21 @@ open class MPSNNGraph: NSObject {
     var simSources: [MPSNNImageNode] = []
 
     public init?(device: MTLDevice, resultImage: MPSNNImageNode, resultImageIsNeeded: Bool) {
-        self.device = device
         self.resultImageIsNeeded = resultImageIsNeeded
         simResult = resultImage
-        super.init()
+        super.init(device: device)
         if !simBuild([resultImage]) { return nil }
     }
 
     /// MPSNNGraph.h initWithDevice:resultImages:resultsAreNeeded: (iOS 13): "The first image in
     /// the array will be returned from the -encode method LHS. The rest will be included in the
     /// list of intermediate images."
+    @available(iOS 13.0, macOS 10.15, *)
     public init?(device: MTLDevice, resultImages: [MPSNNImageNode], resultsAreNeeded: UnsafeMutablePointer<ObjCBool>?) {
         precondition(!resultImages.isEmpty, "MPSNNGraph: no result images")
-        self.device = device
         resultImageIsNeeded = resultsAreNeeded.map { $0[0].boolValue } ?? true
         simResult = resultImages[0]
-        super.init()
+        super.init(device: device)
         simExtraResults = Array(resultImages.dropFirst())
         if !simBuild(resultImages) { return nil }
     }
@@ -413,6 +507,14 @@ open class MPSNNGraph: NSObject {
     /// MPSNNGraph.h: "Get a list of identifiers for intermediate images objects produced by the
     /// graph" (Swift: `var intermediateImageHandles: [any MPSHandle]?`).
     public var intermediateImageHandles: [MPSHandle]? { simExported.compactMap { $0.handle } }
+
+    /// MPSNNGraph.h readCountForSourceImageAtIndex: (iOS 12.1 / macOS 10.14.1): how many
+    /// filters of the graph read source image `index`.
+    @available(iOS 12.1, macOS 10.14.1, *)
+    public func readCountForSourceImage(at index: Int) -> Int {
+        let image = simSources[index]
+        return simOrder.reduce(0) { n, node in n + node.simSources.filter { $0 === image }.count }
+    }
 
     private func simBuild(_ results: [MPSNNImageNode]) -> Bool {
         var seen = Set<ObjectIdentifier>()
@@ -450,9 +552,21 @@ open class MPSNNGraph: NSObject {
             let srcs = node.simSources.map { images[ObjectIdentifier($0)]! }
             let kernel = simKernels[ObjectIdentifier(node)]!
             let dest: MPSImage
-            let format = node.resultImage.format
+            let format = node.resultImage.format == .none ? self.format : node.resultImage.format
+            let isResult = node.resultImage === simResult
+            let allocator = isResult ? destinationImageAllocator : node.resultImage.imageAllocator
+            func allocate(_ desc: MPSImageDescriptor) -> MPSImage {
+                allocator.image(for: commandBuffer, imageDescriptor: desc, kernel: kernel)
+            }
             switch kernel {
             case let k as MPSCNNKernel:
+                if node.paddingPolicy is SimUnsetPadding
+                    && (k is MPSCNNPooling || k is MPSCNNConvolutionTranspose
+                        || (k is MPSCNNConvolution && !(k is MPSCNNFullyConnected)))
+                    && (k.kernelWidth > 1 || k.kernelHeight > 1 || k.strideInPixelsX > 1 || k.strideInPixelsY > 1) {
+                    fatalError("CPU model of MPS: \(type(of: node)) has no paddingPolicy; MPSNNGraphNodes.h does not give "
+                               + "each filter's default, so the model does not guess it -- set paddingPolicy")
+                }
                 let method = node.paddingPolicy.paddingMethod()
                 var size = k.simDefaultDestination(srcs, method: method)
                 if let scale = node as? MPSNNBilinearScaleNode {
@@ -464,22 +578,23 @@ open class MPSNNGraph: NSObject {
                     desc = node.paddingPolicy.destinationImageDescriptor(
                         forSourceImages: srcs, sourceStates: nil, for: k, suggestedDescriptor: desc)
                 }
-                dest = MPSImage(device: device, imageDescriptor: desc)
-                commandBuffer.simEnqueue { k.simRun(srcs, dest) }
+                dest = allocate(desc)
+                simEnqueue(commandBuffer) { k.simRun(srcs, dest) }
             case let k as MPSCNNArithmetic:
                 let a = srcs[0]
-                dest = MPSImage(device: device, imageDescriptor: MPSImageDescriptor(
+                dest = allocate(MPSImageDescriptor(
                     channelFormat: format, width: a.width, height: a.height, featureChannels: a.featureChannels))
-                commandBuffer.simEnqueue { k.simRun(srcs, dest) }
+                simEnqueue(commandBuffer) { k.simRun(srcs, dest) }
             case let k as SimConcatenation:
                 let (_, channels) = k.simOffsets(srcs)
-                dest = MPSImage(device: device, imageDescriptor: MPSImageDescriptor(
+                dest = allocate(MPSImageDescriptor(
                     channelFormat: format, width: srcs[0].width, height: srcs[0].height, featureChannels: channels))
                 for s in srcs { precondition(s.width == dest.width && s.height == dest.height, "concatenation: sizes differ") }
-                commandBuffer.simEnqueue { k.simRun(srcs, dest) }
+                simEnqueue(commandBuffer) { k.simRun(srcs, dest) }
             default:
                 fatalError("\(type(of: kernel)) is not modelled")
             }
+            simEnqueue(commandBuffer) { dest.simNeedsSync = true }  // written by the GPU
             images[ObjectIdentifier(node.resultImage)] = dest
         }
         if let out = intermediateImages {

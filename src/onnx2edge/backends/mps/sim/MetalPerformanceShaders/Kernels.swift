@@ -1,7 +1,9 @@
 // CPU model of the MPS kernels the MPSNNGraph nodes run (MPSKernel.h, MPSCNNKernel.h,
 // MPSCNNConvolution.h, MPSCNNPooling.h, MPSCNNNeuron.h, MPSCNNSoftMax.h,
 // MPSCNNNormalization.h, MPSCNNInstanceNormalization.h, MPSCNNMath.h, MPSCNNUpsampling.h,
-// MPSNNReshape.h/MPSNNPad, MPSImageResampling.h).
+// MPSNNReshape.h/MPSNNPad, MPSImageResampling.h). Public classes and members are Apple's
+// Swift interface (Xcode 12 SDK MetalPerformanceShaders.swift, listed in apple_api.py);
+// kernels generated code never names are internal (same names, the graph nodes make them).
 //
 // Window placement (MPSCNNConvolutionDescriptor kernelWidth/kernelHeight: "The position of
 // the left edge of the kernel window is given by offset.x - (kernelWidth>>1)"): destination
@@ -12,6 +14,7 @@
 
 import Foundation
 
+/// MPSKernel.h `MPSKernel` (iOS 9 / macOS 10.13).
 open class MPSKernel: NSObject, NSCopying {
     public let device: MTLDevice
     public var label: String?
@@ -22,9 +25,10 @@ open class MPSKernel: NSObject, NSCopying {
     public func copy(with zone: NSZone? = nil) -> Any { self }
 }
 
+/// MPSCNNKernel.h `MPSCNNKernel` (iOS 10 / macOS 10.13).
 open class MPSCNNKernel: MPSKernel {
-    public var offset = MPSOffset()
-    public var clipRect = MTLRegion(origin: MTLOrigin(), size: MTLSize(width: Int.max, height: Int.max, depth: Int.max))
+    public var offset: MPSOffset = MPSOffset()
+    public var clipRect: MTLRegion = MTLRegion(origin: MTLOrigin(), size: MTLSize(width: Int.max, height: Int.max, depth: Int.max))
     public var destinationFeatureChannelOffset: Int = 0
     public var sourceFeatureChannelOffset: Int = 0
     public var edgeMode: MPSImageEdgeMode = .zero
@@ -34,9 +38,13 @@ open class MPSCNNKernel: MPSKernel {
     public internal(set) var strideInPixelsY: Int = 1
     public internal(set) var dilationRateX: Int = 1
     public internal(set) var dilationRateY: Int = 1
-    public var padding: MPSNNPadding = MPSNNDefaultPadding.padding(
-        method: [.alignCentered, .addRemainderToTopLeft, .sizeSame])
-    public var destinationImageAllocator: AnyObject?
+    /// MPSCNNKernel.h padding (iOS 11 / macOS 10.13). The default's method is a guess
+    /// (centred, remainder top-left, same size); the graph uses its node's paddingPolicy.
+    @available(iOS 11.0, macOS 10.13, *)
+    public var padding: MPSNNPadding = MPSNNDefaultPadding(method: [.centered, .topLeft, .sizeSame])
+    /// MPSCNNKernel.h: the allocator of the images encode(commandBuffer:sourceImage:) returns.
+    @available(iOS 11.0, macOS 10.13, *)
+    public var destinationImageAllocator: MPSImageAllocator = MPSImage.defaultAllocator()
 
     /// Destination size without a custom padding policy (MPSNeuralNetworkTypes.h size bits).
     func simDefaultDestination(_ sources: [MPSImage], method: MPSNNPaddingMethod) -> (w: Int, h: Int, c: Int) {
@@ -68,7 +76,10 @@ open class MPSCNNKernel: MPSKernel {
     func simRun(_ sources: [MPSImage], _ dest: MPSImage) { fatalError("\(type(of: self)) is not modelled") }
 
     public func encode(commandBuffer: MTLCommandBuffer, sourceImage: MPSImage, destinationImage: MPSImage) {
-        commandBuffer.simEnqueue { self.simRun([sourceImage], destinationImage) }
+        simEnqueue(commandBuffer) {
+            self.simRun([sourceImage], destinationImage)
+            destinationImage.simNeedsSync = true
+        }
     }
 
     /// Window start in source coordinates for destination coordinate 0.
@@ -87,7 +98,7 @@ open class MPSCNNKernel: MPSKernel {
     }
 }
 
-open class MPSCNNBinaryKernel: MPSKernel {
+class MPSCNNBinaryKernel: MPSKernel {
     public var primaryOffset = MPSOffset()
     public var secondaryOffset = MPSOffset()
     public var destinationFeatureChannelOffset: Int = 0
@@ -98,7 +109,8 @@ open class MPSCNNBinaryKernel: MPSKernel {
 
 // MARK: - Convolutions
 
-/// MPSCNNConvolution.h. Weights come from the data source in OHWI order,
+/// MPSCNNConvolution.h `MPSCNNConvolution` (iOS 10 / macOS 10.13). Weights come from the data
+/// source in OHWI order,
 /// `[outputChannels][kernelHeight][kernelWidth][inputChannels/groups]`, and are copied when
 /// the kernel is made (load(), read, purge()), as MPS does.
 open class MPSCNNConvolution: MPSCNNKernel {
@@ -111,7 +123,14 @@ open class MPSCNNConvolution: MPSCNNKernel {
     var simBias: [Float]
     var simNeuron: SimNeuron?
     var simFCWeights: [Float] = []  // fully connected: as given, [o][x][y][i]
+    /// MPSCNNConvolution.h kernelWeightsDataType (iOS 14 / macOS 11): "When
+    /// kernelWeightsDataType is unimplemented the kernel will use float16 precision". With
+    /// float16 weights the model rounds the weights and the source values to float16 before
+    /// multiplying and sums the products in float32 -- the accumulator precision is a guess
+    /// (MPSNNConvolutionAccumulatorPrecisionOption is not modelled; its default is not given).
+    let simHalf: Bool
 
+    @available(iOS 11.0, macOS 10.13, *)
     public init(device: MTLDevice, weights: MPSCNNConvolutionDataSource) {
         precondition(weights.load(), "MPSCNNConvolutionDataSource.load() failed for \(weights.label() ?? "?")")
         let d = weights.descriptor()
@@ -135,6 +154,8 @@ open class MPSCNNConvolution: MPSCNNKernel {
         let ig = depthwise ? 1 : d.inputFeatureChannels / groups
         let count = o * kh * kw * ig
         var w = floatsFrom(weights.weights(), count: count, type: weights.dataType())
+        simHalf = simKernelWeightsType(weights) == .float16
+        if simHalf { w = w.map(roundToHalf) }
         simBias = weights.biasTerms().map { Array(UnsafeBufferPointer(start: $0, count: o)) }
             ?? [Float](repeating: 0, count: o)
         if let bn = d.simBatchNorm {
@@ -144,7 +165,7 @@ open class MPSCNNConvolution: MPSCNNKernel {
                 simBias[oc] = (simBias[oc] - bn.mean[oc]) * scale + (bn.beta?[oc] ?? 0)
             }
         }
-        simNeuron = d.fusedNeuronDescriptor.map(SimNeuron.init)
+        simNeuron = d.fusedNeuronDescriptor.neuronType == .none ? nil : SimNeuron(d.fusedNeuronDescriptor)
         weights.purge()
         super.init(device: device)
         kernelWidth = kw
@@ -182,7 +203,8 @@ open class MPSCNNConvolution: MPSCNNKernel {
         let cin = inputFeatureChannels, o = outputFeatureChannels
         let sw = src.width, sh = src.height, dw = dest.width, dh = dest.height
         let x0 = simOriginX, y0 = simOriginY
-        let s = src.simHWC()
+        var s = src.simHWC()
+        if simHalf { s = s.map(roundToHalf) }
         var out = [Float](repeating: 0, count: dw * dh * o)
         s.withUnsafeBufferPointer { sb in
             simPacked.withUnsafeBufferPointer { wb in
@@ -232,7 +254,7 @@ open class MPSCNNConvolution: MPSCNNKernel {
     }
 }
 
-/// MPSCNNConvolution.h: "takes a srcW x srcH x Ni MPSCNNImage, convolves it with
+/// MPSCNNConvolution.h `MPSCNNFullyConnected` (iOS 10 / macOS 10.13): "takes a srcW x srcH x Ni MPSCNNImage, convolves it with
 /// Weights[No][SrcW][srcH][Ni] and produces a 1 x 1 x No output" -- note width before height.
 open class MPSCNNFullyConnected: MPSCNNConvolution {
     override func simPack(_ w: [Float], kh: Int, kw: Int, ig: Int) { simFCWeights = w }
@@ -242,7 +264,8 @@ open class MPSCNNFullyConnected: MPSCNNConvolution {
         precondition(src.width == kernelWidth && src.height == kernelHeight && src.featureChannels == inputFeatureChannels,
                      "MPSCNNFullyConnected \(dataSource.label() ?? ""): kernel \(kernelWidth)x\(kernelHeight)x\(inputFeatureChannels) must equal the source \(src.width)x\(src.height)x\(src.featureChannels)")
         let ni = inputFeatureChannels, o = outputFeatureChannels, w = src.width, h = src.height
-        let s = src.simHWC()
+        var s = src.simHWC()
+        if simHalf { s = s.map(roundToHalf) }
         var out = simBias
         s.withUnsafeBufferPointer { sb in
             simFCWeights.withUnsafeBufferPointer { wb in
@@ -272,7 +295,7 @@ open class MPSCNNFullyConnected: MPSCNNConvolution {
     }
 }
 
-/// MPSCNNConvolution.h MPSCNNConvolutionTranspose: zeros are put between source pixels
+/// MPSCNNConvolution.h `MPSCNNConvolutionTranspose` (iOS 11 / macOS 10.13): zeros are put between source pixels
 /// ("Intermediate image size = (srcSize - 1) * Stride + 1"), then the weights are applied
 /// as-is (no rotation) over that image; "totalOffset = Offset * stride + kernelOffset" places
 /// the kernel: destination pixel x is centred on intermediate pixel x + totalOffset.
@@ -282,7 +305,9 @@ open class MPSCNNConvolutionTranspose: MPSCNNKernel {
     public let groups: Int
     public var kernelOffsetX: Int = 0
     public var kernelOffsetY: Int = 0
-    public let dataSource: MPSCNNConvolutionDataSource
+    @available(iOS 13.0, macOS 10.15, *)
+    public var dataSource: MPSCNNConvolutionDataSource { simDataSource }
+    let simDataSource: MPSCNNConvolutionDataSource
     var simPacked: [Float]  // [ky][kx][i][o]
     var simBias: [Float]
     var simNeuron: SimNeuron?
@@ -290,7 +315,11 @@ open class MPSCNNConvolutionTranspose: MPSCNNKernel {
     public init(device: MTLDevice, weights: MPSCNNConvolutionDataSource) {
         precondition(weights.load(), "MPSCNNConvolutionDataSource.load() failed for \(weights.label() ?? "?")")
         let d = weights.descriptor()
-        dataSource = weights
+        simDataSource = weights
+        // MPSCNNConvolution.h: MPSCNNConvolutionTranspose supports float32 weights only.
+        if weights.dataType() != .float32 {  // fatalError: -O keeps the message
+            fatalError("MPSCNNConvolutionTranspose \(weights.label() ?? ""): weights of data type \(weights.dataType()); only float32 is supported (MPSCNNConvolution.h)")
+        }
         inputFeatureChannels = d.inputFeatureChannels
         outputFeatureChannels = d.outputFeatureChannels
         groups = d.groups
@@ -299,7 +328,7 @@ open class MPSCNNConvolutionTranspose: MPSCNNKernel {
         let kh = d.kernelHeight, kw = d.kernelWidth, o = d.outputFeatureChannels, i = d.inputFeatureChannels
         let w = floatsFrom(weights.weights(), count: o * kh * kw * i, type: weights.dataType())
         simBias = weights.biasTerms().map { Array(UnsafeBufferPointer(start: $0, count: o)) } ?? [Float](repeating: 0, count: o)
-        simNeuron = d.fusedNeuronDescriptor.map(SimNeuron.init)
+        simNeuron = d.fusedNeuronDescriptor.neuronType == .none ? nil : SimNeuron(d.fusedNeuronDescriptor)
         simPacked = [Float](repeating: 0, count: w.count)
         for oc in 0..<o { for k in 0..<(kh * kw) { for ic in 0..<i {
             simPacked[(k * i + ic) * o + oc] = w[(oc * kh * kw + k) * i + ic]
@@ -364,6 +393,7 @@ open class MPSCNNConvolutionTranspose: MPSCNNKernel {
 
 // MARK: - Pooling (MPSCNNPooling.h)
 
+/// MPSCNNPooling.h `MPSCNNPooling` (iOS 10 / macOS 10.13).
 open class MPSCNNPooling: MPSCNNKernel {
     public init(device: MTLDevice, kernelWidth: Int, kernelHeight: Int, strideInPixelsX: Int, strideInPixelsY: Int) {
         super.init(device: device)
@@ -425,12 +455,14 @@ open class MPSCNNPooling: MPSCNNKernel {
     }
 }
 
+/// MPSCNNPooling.h `MPSCNNPoolingMax`.
 open class MPSCNNPoolingMax: MPSCNNPooling {
     override func simRun(_ sources: [MPSImage], _ dest: MPSImage) {
         simPool(sources[0], dest, average: false, zeroPadX: 0, zeroPadY: 0)
     }
 }
 
+/// MPSCNNPooling.h `MPSCNNPoolingAverage`.
 open class MPSCNNPoolingAverage: MPSCNNPooling {
     public var zeroPadSizeX: Int = 0
     public var zeroPadSizeY: Int = 0
@@ -442,7 +474,7 @@ open class MPSCNNPoolingAverage: MPSCNNPooling {
 // MARK: - Pixel-wise kernels
 
 /// Base of kernels whose destination pixel depends on the same source pixel only.
-open class SimPixelKernel: MPSCNNKernel {
+class SimPixelKernel: MPSCNNKernel {
     override func simDefaultDestination(_ sources: [MPSImage], method: MPSNNPaddingMethod) -> (w: Int, h: Int, c: Int) {
         (sources[0].width, sources[0].height, simOutputChannels(sources))
     }
@@ -458,7 +490,7 @@ open class SimPixelKernel: MPSCNNKernel {
     }
 }
 
-open class MPSCNNNeuron: SimPixelKernel {
+class MPSCNNNeuron: SimPixelKernel {
     let simNeuron: SimNeuron
     public var neuronType: MPSCNNNeuronType { simNeuron.type }
     public init(device: MTLDevice, neuronDescriptor: MPSNNNeuronDescriptor) {
@@ -471,7 +503,7 @@ open class MPSCNNNeuron: SimPixelKernel {
 }
 
 /// MPSCNNSoftMax.h: softmax across the feature channels of each pixel.
-open class MPSCNNSoftMax: SimPixelKernel {
+class MPSCNNSoftMax: SimPixelKernel {
     var simLog: Bool { false }
     override func simPixels(_ p: UnsafeMutablePointer<Float>, pixels: Int, channels: Int) {
         for px in 0..<pixels {
@@ -485,14 +517,15 @@ open class MPSCNNSoftMax: SimPixelKernel {
     }
 }
 
-open class MPSCNNLogSoftMax: MPSCNNSoftMax {
+class MPSCNNLogSoftMax: MPSCNNSoftMax {
     override var simLog: Bool { true }
 }
 
 /// MPSCNNNormalization.h MPSCNNCrossChannelNormalization:
 /// result(k) = source(k) / (delta + alpha / N * sum_{j in window(k)} source(j)^2)^beta,
-/// N = kernelSize, window j in [k - (N-1)/2, k + N/2].
-open class MPSCNNCrossChannelNormalization: SimPixelKernel {
+/// N = kernelSize, window j in [k - N/2, k + (N-1)/2] (the header's window; ONNX LRN's is
+/// [k - (N-1)/2, k + N/2], the same for odd N only).
+class MPSCNNCrossChannelNormalization: SimPixelKernel {
     public var alpha: Float = 1.0
     public var beta: Float = 5.0
     public var delta: Float = 1.0
@@ -503,7 +536,7 @@ open class MPSCNNCrossChannelNormalization: SimPixelKernel {
     }
     override func simPixels(_ p: UnsafeMutablePointer<Float>, pixels: Int, channels: Int) {
         var sq = [Float](repeating: 0, count: channels)
-        let lo = (kernelSize - 1) / 2, hi = kernelSize / 2
+        let lo = kernelSize / 2, hi = (kernelSize - 1) / 2
         for px in 0..<pixels {
             let q = p + px * channels
             for c in 0..<channels { sq[c] = q[c] * q[c] }
@@ -517,7 +550,7 @@ open class MPSCNNCrossChannelNormalization: SimPixelKernel {
 }
 
 /// MPSCNNInstanceNormalization.h: per image and channel, gamma * (x - mean) / sqrt(var + eps) + beta.
-open class MPSCNNInstanceNormalization: MPSCNNKernel {
+class MPSCNNInstanceNormalization: MPSCNNKernel {
     public let dataSource: MPSCNNInstanceNormalizationDataSource
     public var epsilon: Float
     let simGamma: [Float]
@@ -559,7 +592,7 @@ open class MPSCNNInstanceNormalization: MPSCNNKernel {
 
 /// result = clamp(primaryScale * primary (op) secondaryScale * secondary + bias,
 /// minimumValue, maximumValue); a stride of 0 broadcasts the secondary along that axis.
-open class MPSCNNArithmetic: MPSCNNBinaryKernel {
+class MPSCNNArithmetic: MPSCNNBinaryKernel {
     public var primaryScale: Float = 1
     public var secondaryScale: Float = 1
     public var bias: Float = 0
@@ -595,16 +628,16 @@ open class MPSCNNArithmetic: MPSCNNBinaryKernel {
     }
 }
 
-open class MPSCNNAdd: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a + b } }
-open class MPSCNNSubtract: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a - b } }
-open class MPSCNNMultiply: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a * b } }
-open class MPSCNNDivide: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a / b } }
+class MPSCNNAdd: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a + b } }
+class MPSCNNSubtract: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a - b } }
+class MPSCNNMultiply: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a * b } }
+class MPSCNNDivide: MPSCNNArithmetic { override func simOp(_ a: Float, _ b: Float) -> Float { a / b } }
 
 // MARK: - Resampling and padding
 
 /// MPSCNNUpsampling.h: nearest repeats each pixel; bilinear with alignCorners maps the
 /// corner pixel centres onto each other.
-open class MPSCNNUpsampling: MPSCNNKernel {
+class MPSCNNUpsampling: MPSCNNKernel {
     public let scaleFactorX: Double
     public let scaleFactorY: Double
     public let alignCorners: Bool
@@ -654,13 +687,13 @@ open class MPSCNNUpsampling: MPSCNNKernel {
     }
 }
 
-open class MPSCNNUpsamplingNearest: MPSCNNUpsampling {
+class MPSCNNUpsamplingNearest: MPSCNNUpsampling {
     public init(device: MTLDevice, integerScaleFactorX: Int, integerScaleFactorY: Int) {
         super.init(device: device, x: integerScaleFactorX, y: integerScaleFactorY, bilinear: false, alignCorners: false)
     }
 }
 
-open class MPSCNNUpsamplingBilinear: MPSCNNUpsampling {
+class MPSCNNUpsamplingBilinear: MPSCNNUpsampling {
     public init(device: MTLDevice, integerScaleFactorX: Int, integerScaleFactorY: Int, alignCorners: Bool) {
         super.init(device: device, x: integerScaleFactorX, y: integerScaleFactorY, bilinear: true, alignCorners: alignCorners)
     }
@@ -669,7 +702,7 @@ open class MPSCNNUpsamplingBilinear: MPSCNNUpsampling {
 /// MPSImageResampling.h MPSImageBilinearScale with the default transform: the source is
 /// stretched over the destination, sampling at pixel centres,
 /// src = (dst + 0.5) * srcSize / dstSize - 0.5, clamped to the edge.
-open class MPSImageBilinearScale: MPSCNNKernel {
+class MPSImageBilinearScale: MPSCNNKernel {
     override func simRun(_ sources: [MPSImage], _ dest: MPSImage) {
         let src = sources[0]
         let c = src.featureChannels, sw = src.width, sh = src.height, dw = dest.width, dh = dest.height
@@ -688,7 +721,7 @@ open class MPSImageBilinearScale: MPSCNNKernel {
 
 /// MPSNNReshape.h MPSNNPad: grows the image by paddingSizeBefore/After, filling per edgeMode
 /// (.constant uses fillValue).
-open class MPSNNPad: MPSCNNKernel {
+class MPSNNPad: MPSCNNKernel {
     public var paddingSizeBefore: MPSImageCoordinate
     public var paddingSizeAfter: MPSImageCoordinate
     public var fillValue: Float = 0
@@ -729,7 +762,7 @@ open class MPSNNPad: MPSCNNKernel {
 /// feature channels of each pixel (1 channel). `.spatial` models MPSNNReductionSpatialMeanNode
 /// (MPSNNGraphNodes.h, iOS 12.1: the mean over the whole width x height of each channel).
 /// Mean divides the sum by the number of reduced values.
-open class SimReduction: MPSCNNKernel {
+class SimReduction: MPSCNNKernel {
     enum Axis { case row, column, spatial, featureChannels }
     enum Op { case min, max, mean, sum }
     let simAxis: Axis
@@ -784,16 +817,16 @@ open class SimReduction: MPSCNNKernel {
     }
 }
 
-open class MPSNNReduceUnary: SimReduction {}
-open class MPSNNReduceRowMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .min) } }
-open class MPSNNReduceRowMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .max) } }
-open class MPSNNReduceRowMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .mean) } }
-open class MPSNNReduceRowSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .sum) } }
-open class MPSNNReduceColumnMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .min) } }
-open class MPSNNReduceColumnMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .max) } }
-open class MPSNNReduceColumnMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .mean) } }
-open class MPSNNReduceColumnSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .sum) } }
-open class MPSNNReduceFeatureChannelsMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .min) } }
-open class MPSNNReduceFeatureChannelsMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .max) } }
-open class MPSNNReduceFeatureChannelsMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .mean) } }
-open class MPSNNReduceFeatureChannelsSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .sum) } }
+class MPSNNReduceUnary: SimReduction {}
+class MPSNNReduceRowMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .min) } }
+class MPSNNReduceRowMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .max) } }
+class MPSNNReduceRowMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .mean) } }
+class MPSNNReduceRowSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .row, op: .sum) } }
+class MPSNNReduceColumnMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .min) } }
+class MPSNNReduceColumnMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .max) } }
+class MPSNNReduceColumnMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .mean) } }
+class MPSNNReduceColumnSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .column, op: .sum) } }
+class MPSNNReduceFeatureChannelsMin: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .min) } }
+class MPSNNReduceFeatureChannelsMax: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .max) } }
+class MPSNNReduceFeatureChannelsMean: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .mean) } }
+class MPSNNReduceFeatureChannelsSum: MPSNNReduceUnary { public init(device: MTLDevice) { super.init(device: device, axis: .featureChannels, op: .sum) } }

@@ -157,6 +157,9 @@ public final class TinyCnn {
         guard let first = graph.encode(
             to: commandBuffer, sourceImages: sources, sourceStates: nil,
             intermediateImages: exported, destinationStates: nil) else { return nil }
+        // Every image the CPU reads is synchronised first (MPSImage.h: managed storage on macOS).
+        first.synchronize(on: commandBuffer)
+        for case let image as MPSImage in exported { image.synchronize(on: commandBuffer) }
         commandBuffer.commit()
         commandBuffer.waitUntilCompleted()
         var images: [String: MPSImage] = ["prob": first]
@@ -245,18 +248,29 @@ final class ConvolutionWeights: NSObject, MPSCNNConvolutionDataSource {
     private let convolution: MPSCNNConvolutionDescriptor
     private let weightsOffset: Int
     private let biasOffset: Int
+    private let weightsType: MPSDataType
 
+    /// `weightsDataType` overrides the file's weight type for this layer (transposed
+    /// convolutions: MPSCNNConvolutionTranspose takes float32 weights only, MPSCNNConvolution.h).
     init(_ parameters: ParameterFile, label: String, descriptor: MPSCNNConvolutionDescriptor,
-         weightsOffset: Int, biasOffset: Int, neuron: MPSNNNeuronDescriptor?) {
+         weightsOffset: Int, biasOffset: Int, neuron: MPSNNNeuronDescriptor?,
+         weightsDataType: MPSDataType? = nil) {
         self.parameters = parameters
         self.name = label
         self.convolution = descriptor
         self.weightsOffset = weightsOffset
         self.biasOffset = biasOffset
-        descriptor.fusedNeuronDescriptor = neuron
+        self.weightsType = weightsDataType ?? parameters.weightsDataType
+        // Non-optional in Apple's SDK (MPSCNNConvolution.h `__nonnull`): set only a descriptor.
+        if let neuron = neuron { descriptor.fusedNeuronDescriptor = neuron }
     }
 
-    func dataType() -> MPSDataType { parameters.weightsDataType }
+    func dataType() -> MPSDataType { weightsType }
+    /// MPSCNNConvolution.h (iOS 14 / macOS 11): unimplemented, a convolution keeps its weights
+    /// in float16 whatever dataType() says. Keep them in the stored type: float32 weights stay
+    /// float32; float16 weights (`--fp16`) run in float16 by choice. Earlier systems do not
+    /// call it (an optional protocol method; nothing to guard with #available).
+    func kernelWeightsDataType() -> MPSDataType { weightsType }
     func descriptor() -> MPSCNNConvolutionDescriptor { convolution }
     func weights() -> UnsafeMutableRawPointer { parameters.pointer(offset: weightsOffset) }
     func biasTerms() -> UnsafeMutablePointer<Float>? {
@@ -298,6 +312,9 @@ final class InstanceNormalizationParameters: NSObject, MPSCNNInstanceNormalizati
     func epsilon() -> Float { eps }
     func label() -> String? { name }
     func copy(with zone: NSZone? = nil) -> Any { self }
+    // Required by Apple's Swift interface of the protocol (an @optional initWithCoder: in the
+    // header); the parameters live in the package's weights.bin, so there is nothing to decode.
+    init?(coder aDecoder: NSCoder) { return nil }
 }
 
 /// ONNX's explicit pads as an MPSNNPadding policy (MPSNeuralNetworkTypes.h, `.custom`): the
