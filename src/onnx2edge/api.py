@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from . import frontend
 from .analysis import inspect_graph
 from .backends import ConvertResult, get_backend, read_manifest
-from .backends.base import MANIFEST
+from .backends.base import MANIFEST, check_options
 from .errors import Onnx2EdgeError, UnsupportedError
 from .frontend.loader import (
     bind_inputs,
@@ -36,6 +36,17 @@ from .verify import VerifyReport, compare_all, within_spread
 
 Shapes = Mapping[str, Sequence[int]] | None
 Fixed = Mapping[str, np.ndarray] | None  # --fix-input: inputs bound to constants
+# A model file, or a model already in memory (an onnx.ModelProto carrying its weights).
+Model = str | Path | onnx.ModelProto
+
+
+def model_label(model: Model) -> str:
+    """How messages and manifests name a model: its file name, or for an in-memory model its
+    graph name (never the protobuf's text)."""
+    if isinstance(model, onnx.ModelProto):
+        return f"{model.graph.name or 'model'} (in-memory ModelProto)"
+    return Path(model).name
+
 
 # What `verify --target onnx` exercises: the frontend plus the target-independent passes.
 DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
@@ -43,14 +54,14 @@ DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "
 
 # --- inspect ------------------------------------------------------------------------------
 def inspect(
-    model: str | Path, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
+    model: Model, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
 ) -> dict[str, Any]:
     info = inspect_graph(frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs))
     info["c_arena_bytes"] = _c_arena_bytes(model, input_shapes, fixed_inputs)
     return info
 
 
-def _c_arena_bytes(model: str | Path, input_shapes: Shapes, fixed_inputs: Fixed) -> int | None:
+def _c_arena_bytes(model: Model, input_shapes: Shapes, fixed_inputs: Fixed) -> int | None:
     """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
     from .backends.c.emitter import ModelEmitter
 
@@ -136,7 +147,7 @@ def _safe_file_name(name: str, taken: set[str]) -> str:
     return fname
 
 
-def export_weights(model: str | Path, out_dir: str | Path) -> Path:
+def export_weights(model: Model, out_dir: str | Path) -> Path:
     proto = load_model(model)
     taken: set[str] = set()
     entries = []
@@ -151,7 +162,7 @@ def export_weights(model: str | Path, out_dir: str | Path) -> Path:
         index = {
             "format": "onnx2edge-weights",
             "version": 1,
-            "model": Path(model).name,
+            "model": model_label(model),
             "tensors": entries,
         }
         (tmp / WEIGHTS_INDEX).write_text(json.dumps(index, indent=1) + "\n")
@@ -206,7 +217,7 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 # --- convert / run --------------------------------------------------------------------------
 def prepare(
-    model: str | Path,
+    model: Model,
     target: str,
     *,
     input_shapes: Shapes = None,
@@ -223,14 +234,14 @@ def prepare(
     problems = backend.unsupported_for(graph, dict(options or {}))
     if problems:
         raise UnsupportedError(
-            f"{model}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
+            f"{model_label(model)}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
             f"to {target}: " + "; ".join(problems)
         )
     return graph
 
 
 def convert(
-    model: str | Path,
+    model: Model,
     target: str,
     out_dir: str | Path,
     *,
@@ -241,7 +252,7 @@ def convert(
     backend = get_backend(target)
     # canonical before anything runs: a bad option fails fast, the manifest records what emit
     # read (e.g. the C backend's `kernels`, checked against its kernel strategies)
-    options = backend.normalize_options(options or {})
+    options = backend.normalize_options(check_options(backend, options or {}))
     graph = prepare(
         model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs, options=options
     )
@@ -251,7 +262,7 @@ def convert(
             "files": sorted({*res.files, MANIFEST}),
             "tool": "onnx2edge",
             "target": target,
-            "model": Path(model).name,
+            "model": model_label(model),
             "options": {
                 k: v for k, v in sorted(options.items()) if isinstance(v, str | int | float | bool)
             },
@@ -344,7 +355,7 @@ def _with_all_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str
 
 
 def verify(
-    model: str | Path,
+    model: Model,
     *,
     target: str = "onnx",
     input_shapes: Shapes = None,
@@ -362,6 +373,8 @@ def verify(
     import tempfile
 
     say = log or (lambda msg: None)
+    if target != "onnx":  # a misspelt option fails before onnxruntime runs
+        check_options(get_backend(target), options or {})
 
     original = fix_input_shapes(
         bind_inputs(load_model(model), fixed_inputs or {}), input_shapes or {}, quiet=True
@@ -415,7 +428,7 @@ def verify(
 
 
 # --- quantize ---------------------------------------------------------------------------------
-def quantize(model: str | Path, out: str | Path, **options: Any) -> Any:
+def quantize(model: Model, out: str | Path, **options: Any) -> Any:
     """FP16 / dynamic / static-QDQ INT8 copy of `model` (see `onnx2edge.quantization.quantize`)."""
     from . import quantization as q
 
@@ -423,8 +436,8 @@ def quantize(model: str | Path, out: str | Path, **options: Any) -> Any:
 
 
 def compare_quantized(
-    quantized: str | Path,
-    reference: str | Path,
+    quantized: Model,
+    reference: Model,
     *,
     calib: str | Path | None = None,
     inputs: Mapping[str, np.ndarray] | None = None,
@@ -446,7 +459,7 @@ def compare_quantized(
 
 
 # --- model editing (issue 16): implemented in onnx2edge.check and onnx2edge.edit ----------------
-def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
+def check(model: Model, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
     """Per node: supported / replaceable (by which rewrite rule) / unsupported on `target`."""
     from .check import check_model
 
@@ -454,7 +467,7 @@ def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dic
 
 
 def prune(
-    model: str | Path,
+    model: Model,
     out: str | Path,
     sparsity: float,
     *,

@@ -223,7 +223,10 @@ def check_model(
         if missing or e["status"] not in STATUSES:
             raise ValueError(f"checker for {target} returned a malformed entry {e!r}")
     totals = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
-    return {"model": str(model), "target": target, "totals": totals, "nodes": entries}
+    from .api import model_label
+
+    name = model_label(model) if not isinstance(model, str | Path) else str(model)
+    return {"model": name, "target": target, "totals": totals, "nodes": entries}
 
 
 def format_check(rep: dict[str, Any]) -> str:

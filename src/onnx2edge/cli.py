@@ -105,13 +105,33 @@ def _backend_options(p: argparse.ArgumentParser) -> None:
 
 def _target_options(a: argparse.Namespace, target: str) -> dict[str, Any]:
     """The options `target` declares, from the parsed flags (defaults filled in; those marked
-    so are left out at their default, as older manifests have them)."""
+    so are left out at their default, as older manifests have them). A flag of another target
+    is refused rather than ignored, except another target's fp16 spelling (`--fp16`,
+    `--weights fp16`), which means this target's (Backend.aliases)."""
     from .backends import BACKENDS
+    from .backends.base import check_options
 
-    opts: dict[str, Any] = {}
-    for o in BACKENDS[target].options:
-        v = getattr(a, o.name, None)
-        v = bool(v) if o.switch else (o.default if v is None else v)
+    backend = BACKENDS.get(target)
+    declared = {o.name: o for o in backend.options} if backend is not None else {}
+    given: dict[str, Any] = {}
+    for _, b in sorted(BACKENDS.items()):
+        for o in b.options:
+            v = getattr(a, o.name, None)
+            if v is None or v is False or o.name in given:
+                continue
+            if o.name not in declared and (backend is None or (o.name, v) not in backend.aliases):
+                owners = [n for n, c in sorted(BACKENDS.items()) if o in c.options]
+                raise Onnx2EdgeError(
+                    f"{o.flag} applies to --target {' or '.join(owners)}, not {target}"
+                )
+            given[o.name] = v
+    if backend is None:
+        return {}
+    opts = check_options(backend(), given)
+    for o in backend.options:
+        if o.name in opts:
+            continue
+        v = False if o.switch else o.default
         if v is not None and (o.record_default or v != o.default):
             opts[o.name] = v
     return opts
@@ -615,11 +635,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         per_layer=a.per_layer,
         seed=a.seed,
         spread=not a.strict,
-        options={
-            **(_target_options(a, a.target) if a.target in _targets()[1:] else {}),
-            **({"arch": a.arch} if a.arch else {}),
-        }
-        or None,
+        options={**_target_options(a, a.target), **({"arch": a.arch} if a.arch else {})} or None,
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
     print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())

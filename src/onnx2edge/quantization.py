@@ -664,7 +664,7 @@ class QuantizeResult:
 
 
 def quantize(
-    model: str | Path,
+    model: str | Path | onnx.ModelProto,
     out: str | Path,
     *,
     mode: str,
@@ -702,16 +702,18 @@ def quantize(
         raise Onnx2EdgeError("--exclude auto needs --calib (the samples the drop is measured on)")
     if not 0 <= max_drop <= 1:
         raise Onnx2EdgeError(f"--max-drop {max_drop}: expected a fraction in [0, 1], e.g. 0.01")
-    src = Path(model)
+    src = model if isinstance(model, onnx.ModelProto) else Path(model)
+    label = str(src) if isinstance(src, Path) else f"{src.graph.name or 'the model'} (in memory)"
     proto = name_nodes(load_model(src))
     data = load_calib(calib, proto, limit=samples) if calib is not None else None
     names = {n.name for n in proto.graph.node}
     excl = [] if auto else [e.strip() for e in exclude if e.strip()]
     unknown = [e for e in excl if e not in names]
     if unknown:
-        raise Onnx2EdgeError(f"--exclude: no node named {', '.join(unknown)} in {src}")
+        raise Onnx2EdgeError(f"--exclude: no node named {', '.join(unknown)} in {label}")
     settings = Settings(mode, method, per_channel, activations)
-    res = QuantizeResult(Path(out), settings.as_dict(), excl, [], src.stat().st_size, 0)
+    size = src.ByteSize() if isinstance(src, onnx.ModelProto) else src.stat().st_size
+    res = QuantizeResult(Path(out), settings.as_dict(), excl, [], size, 0)
     with tempfile.TemporaryDirectory(prefix="onnx2edge-quant-") as tmp:
         q = Quantizer(proto, settings, data, Path(tmp))
         excl = resolve_names(excl, proto, q.pre)

@@ -18,6 +18,8 @@ distance between two correct float32 implementations on this model and input. `-
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -206,3 +208,17 @@ def compare_all(
             rep.node, rep.op = p.name, p.op_type
         out.append(rep)
     return out
+
+
+class _CallableModule(types.ModuleType):
+    """`onnx2edge.verify` names both this module and the API function `verify`: once the
+    module is imported, Python makes it the package attribute, so `onnx2edge.verify(...)` must
+    still work when this module was imported first (`from onnx2edge.verify import compare`)."""
+
+    def __call__(self, model: Any, **kwargs: Any) -> VerifyReport:
+        from .api import verify
+
+        return verify(model, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

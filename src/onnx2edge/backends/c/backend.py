@@ -74,6 +74,8 @@ def _traceable(kernels: dict[str, str], options: Mapping[str, Any]) -> dict[str,
 class CBackend(Backend):
     name = "c"
     label = "C"
+    run_options = (*Backend.run_options, "source")
+    aliases = {("fp16", True): ("weights", "fp16"), ("fp16", False): ("weights", "fp32")}
     options = (
         BackendOption(
             "weights_file", "weights in model_weights.bin instead of C arrays", switch=True

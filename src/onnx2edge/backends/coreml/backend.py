@@ -63,6 +63,7 @@ def _set_descriptions(spec: Any, graph: Graph, names: Mapping[str, str], fmt: st
 class CoreMLBackend(Backend):
     name = "coreml"
     label = "Core ML"
+    aliases = {("weights", "fp16"): ("fp16", True), ("weights", "fp32"): ("fp16", False)}
     options = (
         BackendOption(
             "format",

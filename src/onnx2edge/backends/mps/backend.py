@@ -57,6 +57,8 @@ def model_class_name(graph: Graph, options: Mapping[str, Any]) -> str:
 class MPSBackend(Backend):
     name = "mps"
     label = "MPS"
+    run_options = (*Backend.run_options, "model_name")
+    aliases = {("weights", "fp16"): ("fp16", True), ("weights", "fp32"): ("fp16", False)}
     options = (
         BackendOption("fp16", "float16 weights", switch=True),
         BackendOption(
