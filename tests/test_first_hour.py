@@ -9,13 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from onnx import helper
 
 from onnx2edge import api
 from onnx2edge.errors import Onnx2EdgeError
 
-from conftest import EXAMPLE
+from conftest import EXAMPLE, make_model, save, tensor, vi
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -150,3 +152,120 @@ def test_cli_refuses_flags_of_another_target(
     cmd = [args[0], str(EXAMPLE), *args[1:], *(["-o", str(out)] if args[0] == "convert" else [])]
     _refused(_cli(*cmd), *words)
     assert not out.exists()
+
+
+# --- 1. verdicts that state what was checked --------------------------------------------------
+def test_verdict_states_the_spread_rule_when_it_was_applied() -> None:
+    from onnx2edge.verify import VerifyReport, compare, within_spread
+
+    ref = np.linspace(-1, 1, 64, dtype=np.float32)
+    plain = ref + np.float32(1e-3)  # onnxruntime's unoptimised run: 1e-3 away
+    ours = ref + np.float32(1.5e-3)  # misses 1e-4, within 2x the spread
+    rep = within_spread(compare("y", ours, ref, 1e-4, 1e-6), ours, plain, ref)
+    exact = compare("k", np.arange(3), np.arange(3), 1e-4, 1e-6)
+    v = VerifyReport("c", 1e-4, 1e-6, [rep, exact], ran_on="somewhere")
+    last = v.format().splitlines()[-1]
+    assert last.startswith("PASS: target c, ran on somewhere; tolerance "), last
+    assert "y: max|err| <= 2x onnxruntime's own optimised-vs-unoptimised difference" in last
+    assert "k: exact" in last
+    d = v.as_dict()
+    assert d["tolerance_applied"] == v.tolerance_applied and d["ran_on"] == "somewhere"
+    assert "2x onnxruntime" in d["outputs"][0]["tolerance_applied"]
+    plain_rep = VerifyReport("c", 1e-4, 1e-6, [compare("y", ref, ref, 1e-4, 1e-6)])
+    assert plain_rep.tolerance_applied == "max|err| <= 1e-06 + 0.0001 * max|ref|"
+
+
+def test_verify_says_what_the_c_ran_on(capsys: pytest.CaptureFixture[str]) -> None:
+    from onnx2edge.cli import main
+
+    assert main(["verify", str(EXAMPLE), "--target", "c", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["ran_on"].startswith("the generated C compiled by") and "natively" in d["ran_on"]
+    assert d["tolerance_applied"] == "max|err| <= 1e-06 + 0.0001 * max|ref|"
+    assert main(["verify", str(EXAMPLE), "--target", "c"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("PASS: target c, ran on the generated C compiled by"), last
+
+
+def test_verify_says_core_ml_ran_on_an_evaluator() -> None:
+    pytest.importorskip("coremltools")
+    rep = api.verify(EXAMPLE, target="coreml", options={"format": "neuralnetwork"})
+    assert rep.ok and "NumPy evaluator of the Core ML spec" in rep.ran_on
+    assert "not Core ML on Apple hardware" in rep.format().splitlines()[-1]
+
+
+def test_verify_says_mps_ran_on_a_cpu_model() -> None:
+    from onnx2edge.backends import get_backend
+
+    # what the verdict states does not need swiftc; running it does (tests/test_mps.py)
+    assert "CPU model of MPS (sim)" in get_backend("mps").describe_run(Path("."), {})
+
+
+def _classifier(path: Path) -> Path:
+    """Conv + Relu + Gemm with seeded weights: random inputs land in several classes (the
+    example CNN's all land in one)."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    fc = rng.standard_normal((10, 8 * 8 * 8)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "fc"], ["y"], name="fc", transB=1),
+    ]
+    m = make_model(
+        nodes, [vi("x", ["N", 3, 8, 8])], [vi("y", ["N", 10])], [tensor("w", w), tensor("fc", fc)]
+    )
+    return save(m, path)
+
+
+def _near_ties(model: Path, path: Path) -> Path:
+    """Samples on both sides of the boundary between two classes, ever closer to it: top-1
+    agreement there moves with the last bits of the arithmetic (how the model is run)."""
+    from onnx2edge.runtime import ort_session
+
+    sess = ort_session(onnx.load(model))
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((32, 1, 3, 8, 8)).astype(np.float32)
+    cls = [int(sess.run(None, {"x": x})[0].argmax()) for x in xs]
+    a, b = xs[0], next(x for x, c in zip(xs, cls, strict=True) if c != cls[0])
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        same = sess.run(None, {"x": (1 - mid) * a + mid * b})[0].argmax() == cls[0]
+        lo, hi = (mid, hi) if same else (lo, mid)
+    ts = np.concatenate([lo + s * np.linspace(-1, 1, 16) for s in (1e-2, 1e-3, 1e-4, 1e-5)])
+    np.savez(path, x=np.stack([(1 - t) * a + t * b for t in ts]).astype(np.float32))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["fp16", "static"])
+def test_quantize_and_verify_reference_report_the_same_agreement(mode: str, tmp_path: Path) -> None:
+    from onnx2edge.runtime import ort_session
+
+    model = _classifier(tmp_path / "m.onnx")
+    calib = _near_ties(model, tmp_path / "c.npz")
+    res = api.quantize(model, tmp_path / "q.onnx", mode=mode, calib=calib)
+    cmp = api.compare_quantized(tmp_path / "q.onnx", model, calib=calib)
+    # the written model run as deployed, sample by sample, against the fp32 model
+    x = np.load(calib)["x"]
+    ref, q = ort_session(onnx.load(model)), ort_session(onnx.load(tmp_path / "q.onnx"))
+    direct = np.mean(
+        [q.run(None, {"x": s})[0].argmax() == ref.run(None, {"x": s})[0].argmax() for s in x]
+    )
+    assert res.metric_quantized == cmp.agreement == pytest.approx(direct), (
+        res.metric_quantized,
+        cmp.agreement,
+        direct,
+    )
+    assert 0.5 <= direct < 1  # near ties: some samples flip
+
+
+def test_verify_reference_prints_no_onnxruntime_error(tmp_path: Path) -> None:
+    model = _classifier(tmp_path / "m.onnx")
+    calib = _near_ties(model, tmp_path / "c.npz")
+    api.quantize(model, tmp_path / "q.onnx", mode="static", calib=calib)
+    r = _cli("verify", str(tmp_path / "q.onnx"), "--reference", str(model), "--calib", str(calib))
+    assert r.returncode == 0, r.stderr
+    assert "Attempt to replace" not in r.stderr and "[E:onnxruntime" not in r.stderr, r.stderr
+    assert "top-1 agreement with the reference" in r.stdout

@@ -341,9 +341,13 @@ def run(
 # --- verify -----------------------------------------------------------------------------------
 def _with_all_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """A copy whose graph outputs include every node output (typed where inference knows)."""
+    from .quantization import constant_tensors
+
     m = infer_shapes(model)
     typed = {vi.name: vi for vi in m.graph.value_info}
-    present = {o.name for o in m.graph.output}
+    # constants (a weight's DequantizeLinear) stay inside: onnxruntime folds them on load
+    # and fails on one that is also an output ("Attempt to replace the existing tensor")
+    present = {o.name for o in m.graph.output} | constant_tensors(m)
     names = [o for n in m.graph.node for o in n.output if o]
     for name in names:
         if name in present:
@@ -400,6 +404,7 @@ def verify(
         if per_layer:
             cand, _ = _with_all_outputs(cand)
         ours = ort_run(cand, feeds)
+        ran_on = "onnxruntime on this host (the model after onnx2edge's frontend and passes)"
     else:
         opts = {**(options or {}), "per_layer": per_layer}
         with tempfile.TemporaryDirectory(prefix="onnx2edge-verify-") as tmp:
@@ -415,6 +420,7 @@ def verify(
             )
             say(f"building and running the {target} code")
             ours = run(out, feeds, options=opts)
+            ran_on = get_backend(target).describe_run(out, opts)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
     missing = [n for n in ref_graph.outputs if n not in ours]
     if missing:
@@ -424,7 +430,9 @@ def verify(
         plain = ort_run(original, feeds, [o.name for o in outputs], optimize=False)
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
-    return VerifyReport(target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"))
+    return VerifyReport(
+        target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"), ran_on=ran_on
+    )
 
 
 # --- quantize ---------------------------------------------------------------------------------

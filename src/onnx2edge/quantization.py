@@ -722,13 +722,12 @@ def quantize(
         qm = q.build(excl)
         metric = None
         if data is not None:
-            first = metric_outputs(proto)[0]
-            ref = run_samples(proto, data, [first])[first]
+            ref = first_output(proto, data)
             lab = load_labels(labels, data.count) if labels is not None else None
             metric = Metric(ref, lab)
             res.metric_name, res.samples = metric.name, data.count
             res.metric_fp32 = metric.baseline
-            res.metric_quantized = metric.score(run_samples(qm, data, [first])[first])
+            res.metric_quantized = metric.score(first_output(qm, data))
         if auto:
             assert metric is not None and data is not None
             qm = _auto(q, qm, metric, data, max_drop, res, say)
@@ -891,16 +890,45 @@ def _diff(ref: np.ndarray, got: np.ndarray) -> tuple[float, float, float]:
     return max_abs, rel, float(min(sqnr, 200.0))
 
 
+def constant_tensors(model: onnx.ModelProto) -> set[str]:
+    """Tensors computed from initializers alone (a weight's DequantizeLinear, Shape chains).
+    onnxruntime folds them into initializers when it loads the model; one that is also a
+    graph output makes it fail ("Attempt to replace the existing tensor") and print that
+    error, so they are never exposed: they are weights, not activations."""
+    g = model.graph
+    # an initializer that is also a graph input can be fed: not a constant
+    inputs = {i.name for i in g.input}
+    const = {t.name for t in g.initializer} - inputs
+    out: set[str] = set()
+    for n in g.node:  # topological order (topo_sort): a producer comes before its consumers
+        ins = [i for i in n.input if i]
+        if n.op_type == "Constant" or (ins and all(i in const for i in ins)):
+            const.update(o for o in n.output if o)
+            out.update(o for o in n.output if o)
+    return out
+
+
 def _expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with every activation a graph output (constants left alone: constant_tensors)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    present = {o.name for o in m.graph.output}
+    present = {o.name for o in m.graph.output} | constant_tensors(model)
     for n in m.graph.node:
         for o in n.output:
             if o and o not in present:
                 m.graph.output.append(onnx.helper.make_empty_tensor_value_info(o))
                 present.add(o)
     return m
+
+
+def first_output(model: onnx.ModelProto | bytes, data: CalibData) -> np.ndarray:
+    """The model's first output over the samples, the model run as it is deployed: no
+    intermediate tensor exposed, since exposing one keeps onnxruntime from fusing the nodes
+    around it, which moves an fp16 model's rounding (and so its top-1 on near ties). Both
+    `quantize`'s metric and `verify --reference`'s agreement come from here."""
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+    first = metric_outputs(m)[0]
+    return run_samples(m, data, [first])[first]
 
 
 def quantized_views(quantized: onnx.ModelProto) -> dict[str, str]:
@@ -978,5 +1006,6 @@ def compare_layers(quantized: str | Path, reference: str | Path, data: CalibData
     agreement = None
     first = rm.graph.output[0].name
     if first in wanted and first in {r.name for r in layers}:
-        agreement = float((top1(ref_out[first]) == top1(q_out[wanted[first]])).mean())
+        # as `quantize` measures it (Metric, first_output): both models as deployed
+        agreement = Metric(first_output(rm, data)).score(first_output(qm, data))
     return CompareReport(str(reference), data.count, layers, outs, unmatched, agreement)

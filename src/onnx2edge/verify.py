@@ -40,6 +40,7 @@ class TensorReport:
     op: str = ""
     # onnxruntime optimised vs unoptimised (max_rel), when the allowance decided `ok`
     ort_spread_rel: float | None = None
+    exact: bool = False  # an integer / bool tensor: compared for equality
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +52,18 @@ class TensorReport:
             **({"node": self.node, "op": self.op} if self.node else {}),
             **({"ort_spread_rel": self.ort_spread_rel} if self.ort_spread_rel is not None else {}),
         }
+
+    def tolerance(self, rtol: float, atol: float) -> str:
+        """The rule that decided `ok`, in words: the one `format` and `--json` state."""
+        if self.exact:
+            return "exact (integer / bool tensor)"
+        if self.ort_spread_rel is not None:
+            return (
+                f"max|err| <= {SPREAD_FACTOR:g}x onnxruntime's own optimised-vs-unoptimised "
+                f"difference ({self.ort_spread_rel:.2g} of max|ref|), {atol:g} + {rtol:g} * "
+                "max|ref| missed"
+            )
+        return f"max|err| <= {atol:g} + {rtol:g} * max|ref|"
 
     def note(self) -> str:
         if self.ort_spread_rel is None:
@@ -75,6 +88,20 @@ class VerifyReport:
     outputs: list[TensorReport]
     layers: list[TensorReport] = field(default_factory=list)
     arch: str | None = None  # C target: the instruction set built for (--arch); None: default
+    # What the candidate ran on, from the backend (Backend.describe_run): a binary built for
+    # this host, a CPU model of the target, an evaluator of the file... never implied.
+    ran_on: str = ""
+
+    @property
+    def tolerance_applied(self) -> str:
+        """The tolerance each output was judged by: the rtol / atol rule, or for outputs
+        that missed it and were judged against onnxruntime's own spread, that rule."""
+        rules = {o.name: o.tolerance(self.rtol, self.atol) for o in self.outputs}
+        if len(set(rules.values())) <= 1:
+            return next(
+                iter(rules.values()), f"max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
+            )
+        return "; ".join(f"{n}: {r}" for n, r in rules.items())
 
     @property
     def ok(self) -> bool:
@@ -90,7 +117,12 @@ class VerifyReport:
             "ok": self.ok,
             "rtol": self.rtol,
             "atol": self.atol,
-            "outputs": [o.as_dict() for o in self.outputs],
+            "tolerance_applied": self.tolerance_applied,
+            "ran_on": self.ran_on,
+            "outputs": [
+                {**o.as_dict(), "tolerance_applied": o.tolerance(self.rtol, self.atol)}
+                for o in self.outputs
+            ],
         }
         if self.arch:
             d["arch"] = self.arch
@@ -118,8 +150,10 @@ class VerifyReport:
                     f"max abs error {fd.max_abs:.3g}, max rel error {fd.max_rel:.3g}"
                 )
         verdict = "PASS" if self.ok else "FAIL"
+        arch = f" (--arch {self.arch})" if self.arch else ""
+        ran = f", ran on {self.ran_on}" if self.ran_on else ""
         lines.append(
-            f"{verdict}: target {self.target}{f' (--arch {self.arch})' if self.arch else ''}, tolerance max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
+            f"{verdict}: target {self.target}{arch}{ran}; tolerance {self.tolerance_applied}"
         )
         return "\n".join(lines)
 
@@ -137,7 +171,7 @@ def compare(name: str, ours: np.ndarray, ref: np.ndarray, rtol: float, atol: flo
             else (ours != ref).astype(np.float64)
         )
         err = float(diff.max())
-        return TensorReport(name, tuple(ref.shape), err, err, err == 0.0)
+        return TensorReport(name, tuple(ref.shape), err, err, err == 0.0, exact=True)
     r, o = ref.astype(np.float64), ours.astype(np.float64)
     same_nonfinite = _same_nonfinite(o, r)
     finite = np.isfinite(r) & np.isfinite(o)

@@ -175,6 +175,12 @@ class CoreMLBackend(Backend):
         files = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
         return ConvertResult(out_dir, files, stats)
 
+    def describe_run(self, out_dir: Path, options: Mapping[str, Any]) -> str:
+        return (
+            "a NumPy evaluator of the Core ML spec (onnx2edge's model of the layers / MIL ops "
+            "in the saved file), not Core ML on Apple hardware"
+        )
+
     def run(
         self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
     ) -> dict[str, np.ndarray]:

@@ -153,6 +153,12 @@ class MPSBackend(Backend):
             },
         )
 
+    def describe_run(self, out_dir: Path, options: Mapping[str, Any]) -> str:
+        return (
+            "a CPU model of MPS (sim): the generated Swift compiled by swiftc against "
+            "onnx2edge's CPU model of Metal / MetalPerformanceShaders, not Apple hardware"
+        )
+
     def run(
         self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
     ) -> dict[str, np.ndarray]:
