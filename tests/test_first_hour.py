@@ -269,3 +269,113 @@ def test_verify_reference_prints_no_onnxruntime_error(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "Attempt to replace" not in r.stderr and "[E:onnxruntime" not in r.stderr, r.stderr
     assert "top-1 agreement with the reference" in r.stdout
+
+
+# --- 6. output people can use ------------------------------------------------------------------
+def test_convert_json_and_plain_output(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    r = _cli("convert", str(EXAMPLE), "--target", "c", "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # one JSON document, progress on stderr
+    assert Path(doc["manifest"]) == out / "onnx2edge.json" and Path(doc["manifest"]).is_file()
+    assert doc["weight_bytes"] > 0 and doc["arena_bytes"] > 0
+    assert sorted(p.name for p in out.iterdir()) == doc["files"]
+    assert "onnx2edge: writing the C output" in r.stderr
+    r = _cli("convert", str(EXAMPLE), "--target", "c", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    for line in r.stdout.splitlines():  # no Python reprs
+        assert not any(t in line for t in ("['", "{'", "True", "False", "None")), line
+    assert "runtime_files: o2e_gemm.h" in r.stdout
+
+
+def test_convert_core_ml_says_what_it_is_doing(tmp_path: Path) -> None:
+    pytest.importorskip("coremltools")
+    r = _cli("convert", str(EXAMPLE), "--target", "coreml", "-o", str(tmp_path / "ml"))
+    assert r.returncode == 0, r.stderr
+    for step in ("building the MIL program", "coremltools: ct.convert", "saving and validating"):
+        assert f"onnx2edge: {step}" in r.stderr, r.stderr
+
+
+def test_verify_a_converted_folder(tmp_path: Path) -> None:
+    model = tmp_path / "tiny_cnn.onnx"
+    model.write_bytes(EXAMPLE.read_bytes())
+    out = tmp_path / "out"
+    assert _cli("convert", str(model), "--target", "c", "-o", str(out)).returncode == 0
+    r = _cli("verify", str(out), "--json")  # the model found beside the folder
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["ok"] and d["target"] == "c" and "generated C" in d["ran_on"]
+    # the folder's own code runs: a C file edited after convert is what gets verified
+    c = out / "model.c"
+    c.write_text(c.read_text().replace("#include", "#error edited\n#include", 1))
+    assert _cli("verify", str(out)).returncode != 0
+    # another model under the same name is not the one converted
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    m = onnx.load(EXAMPLE)
+    m.graph.initializer[0].float_data[:] = []  # weights changed: another model
+    m.graph.initializer[0].raw_data = np.zeros(
+        onnx.numpy_helper.to_array(onnx.load(EXAMPLE).graph.initializer[0]).shape, np.float32
+    ).tobytes()
+    onnx.save(m, other / "tiny_cnn.onnx")
+    _refused(_cli("verify", str(out), "--source", str(other / "tiny_cnn.onnx")), "sha256")
+    model.unlink()
+    _refused(_cli("verify", str(out)), "tiny_cnn.onnx", "--source")
+    _refused(_cli("verify", str(out), "--source", str(EXAMPLE), "--optimize", "size"), "--optimize")
+
+
+def test_run_names_the_unknown_input(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    assert _cli("convert", str(EXAMPLE), "--target", "c", "-o", str(out)).returncode == 0
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 32, 32), np.float32))
+    r = _cli("run", str(out), "--input", f"data={tmp_path / 'x.npy'}")
+    _refused(r, "--input data", "not an input", "input (1x3x32x32, float32)")
+
+
+def test_output_folders_have_normal_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    r = subprocess.run(
+        [sys.executable, "-m", "onnx2edge.cli", "convert", str(EXAMPLE), "--target", "c"]
+        + ["-o", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert (out / "model.c").stat().st_mode & 0o777 == 0o644
+
+
+def test_quantize_fp16_leaks_no_library_warnings(tmp_path: Path) -> None:
+    w = np.full((4, 4), 0.5, np.float32)
+    w[0, 0], w[1, 1] = 1e-9, 3e4  # both clamped by the fp16 converter, which warns per value
+    m = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        [vi("x", [1, 4])],
+        [vi("y", [1, 4])],
+        [tensor("w", w)],
+    )
+    save(m, tmp_path / "m.onnx")
+    r = _cli("quantize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "q.onnx"), "--mode", "fp16")
+    assert r.returncode == 0, r.stderr
+    assert "Warning" not in r.stderr and "warn" not in r.stderr, r.stderr
+    assert "2 weight value(s) outside float16's range are clamped" in r.stderr, r.stderr
+
+
+def test_quantize_auto_progress_is_one_short_line_per_step(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_quantize import _fragile_mlp
+
+    _fragile_mlp(tmp_path / "m.onnx")
+    x = np.random.default_rng(4).standard_normal((128, 16)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", x=x)
+    r = _cli(
+        "quantize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "q.onnx"), "--mode", "static",
+        "--calib", str(tmp_path / "c.npz"), "--exclude", "auto",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    steps = [ln for ln in r.stderr.splitlines() if ": step " in ln]
+    assert len(steps) >= 2, r.stderr
+    for ln in steps + [ln for ln in r.stdout.splitlines() if ln.startswith("step ")]:
+        assert sum(n in ln for n in ("fc1", "fc2", "fc3")) <= 1, ln  # the node it adds only

@@ -248,21 +248,27 @@ def convert(
     input_shapes: Shapes = None,
     options: Mapping[str, Any] | None = None,
     fixed_inputs: Fixed = None,
+    log: Any = None,
 ) -> ConvertResult:
+    """`model` -> `out_dir` for `target`; `log` (a callable) gets progress lines."""
+    say = log or (lambda msg: None)
     backend = get_backend(target)
     # canonical before anything runs: a bad option fails fast, the manifest records what emit
     # read (e.g. the C backend's `kernels`, checked against its kernel strategies)
     options = backend.normalize_options(check_options(backend, options or {}))
+    say(f"loading {model_label(model)} and running the {target} passes")
     graph = prepare(
         model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs, options=options
     )
+    say(f"writing the {backend.label or target} output ({len(graph.nodes)} nodes)")
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
-        res = backend.emit(graph, tmp, options)
+        res = backend.emit(graph, tmp, {**options, **({"log": log} if log else {})})
         manifest = {
             "files": sorted({*res.files, MANIFEST}),
             "tool": "onnx2edge",
             "target": target,
             "model": model_label(model),
+            "model_sha256": _sha256(model),  # `verify OUT/` checks it verifies the same model
             "options": {
                 k: v for k, v in sorted(options.items()) if isinstance(v, str | int | float | bool)
             },
@@ -319,6 +325,16 @@ def run(
 ) -> dict[str, np.ndarray]:
     manifest = read_manifest(out_dir)
     backend = get_backend(manifest["target"])
+    known = [s["name"] for s in manifest["inputs"]]
+    unknown = [n for n in inputs if n not in known]
+    if unknown:  # named first: a misspelt input is not reported as the real one missing
+        listed = ", ".join(
+            f"{s['name']} ({'x'.join(map(str, s['shape']))}, {s['dtype']})"
+            for s in manifest["inputs"]
+        )
+        raise Onnx2EdgeError(
+            f"--input {', '.join(unknown)}: not an input of the model (its inputs: {listed})"
+        )
     feeds: dict[str, np.ndarray] = {}
     for spec in manifest["inputs"]:
         if spec["name"] not in inputs:
@@ -332,9 +348,6 @@ def run(
                 f"{'x'.join(map(str, spec['shape']))}"
             )
         feeds[spec["name"]] = arr.astype(spec["dtype"], copy=False)
-    for name in inputs:
-        if name not in feeds:
-            raise Onnx2EdgeError(f"--input names '{name}', which is not an input of the model")
     return backend.run(Path(out_dir), feeds, dict(options or {}))
 
 
@@ -373,9 +386,25 @@ def verify(
     work_dir: str | Path | None = None,
     log: Any = None,
     spread: bool = True,
+    converted: str | Path | None = None,
 ) -> VerifyReport:
+    """`model` converted for `target` (into `work_dir` if given), run, and compared with
+    onnxruntime running `model`. `converted`: a folder `convert` already wrote from `model`,
+    run as it is instead (see `verify_folder`). `model` may itself be such a folder."""
     import tempfile
 
+    if converted is None and isinstance(model, str | Path) and Path(model).is_dir():
+        return verify_folder(
+            model,
+            inputs=inputs,
+            rtol=rtol,
+            atol=atol,
+            per_layer=per_layer,
+            seed=seed,
+            options=options,
+            log=log,
+            spread=spread,
+        )
     say = log or (lambda msg: None)
     if target != "onnx":  # a misspelt option fails before onnxruntime runs
         check_options(get_backend(target), options or {})
@@ -409,15 +438,18 @@ def verify(
         opts = {**(options or {}), "per_layer": per_layer}
         with tempfile.TemporaryDirectory(prefix="onnx2edge-verify-") as tmp:
             out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
-            say(f"converting to {target}")
-            convert(
-                model,
-                target,
-                out,
-                input_shapes=input_shapes,
-                options=opts,
-                fixed_inputs=fixed_inputs,
-            )
+            if converted is None:
+                say(f"converting to {target}")
+                convert(
+                    model,
+                    target,
+                    out,
+                    input_shapes=input_shapes,
+                    options=opts,
+                    fixed_inputs=fixed_inputs,
+                )
+            else:
+                out = Path(converted)
             say(f"building and running the {target} code")
             ours = run(out, feeds, options=opts)
             ran_on = get_backend(target).describe_run(out, opts)
@@ -432,6 +464,92 @@ def verify(
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
     return VerifyReport(
         target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"), ran_on=ran_on
+    )
+
+
+def _sha256(model: Model) -> str:
+    import hashlib
+
+    if isinstance(model, onnx.ModelProto):
+        return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    h = hashlib.sha256()
+    with open(model, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def find_source(out_dir: str | Path, source: Model | None = None) -> Model:
+    """The model a converted folder was made from: `source` if given, else the file its
+    manifest names, looked for in the current folder and beside `out_dir`; refused when its
+    content is not the one converted (the manifest's sha256)."""
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    name = str(manifest.get("model", ""))
+    if source is None:
+        places = [Path.cwd(), out_dir.resolve().parent, out_dir]
+        found = [p / name for p in places if name and (p / name).is_file()]
+        if not found:
+            raise Onnx2EdgeError(
+                f"{out_dir}: converted from '{name}', which is not in the current folder or "
+                f"beside {out_dir}; pass it with --source PATH/{name or 'MODEL.onnx'}"
+            )
+        source = found[0]
+    want = manifest.get("model_sha256")
+    if want and _sha256(source) != want:
+        raise Onnx2EdgeError(
+            f"{out_dir}: was converted from another '{name}' than "
+            f"{model_label(source) if isinstance(source, onnx.ModelProto) else source} "
+            "(its sha256 differs); pass the model it was made from with --source"
+        )
+    return source
+
+
+def verify_folder(
+    out_dir: str | Path,
+    *,
+    source: Model | None = None,
+    target: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> VerifyReport:
+    """Verify the folder one ships: its code run as it is (not converted again) against
+    onnxruntime on the model it was converted from (`find_source`), with the input shapes
+    and bound inputs its manifest records."""
+    manifest = read_manifest(out_dir)
+    folder_target = str(manifest.get("target"))
+    if target not in (None, folder_target):
+        raise Onnx2EdgeError(f"{out_dir} holds {folder_target} output, not --target {target}")
+    backend = get_backend(folder_target)
+    run_opts = check_options(backend, options or {})
+    given = sorted(set(run_opts) - set(backend.run_options))
+    if given:
+        raise Onnx2EdgeError(
+            f"{out_dir} is already converted: {', '.join(given)} cannot change it (its options "
+            f"are in its {MANIFEST}; convert again to change them)"
+        )
+    if kwargs.get("per_layer"):
+        raise Onnx2EdgeError(
+            f"verify {out_dir} --per-layer: tracing every layer needs a conversion made for it; "
+            f"use verify MODEL --target {folder_target} --per-layer"
+        )
+    fixed: dict[str, np.ndarray] = {}
+    for k, e in manifest.get("fixed_inputs", {}).items():
+        if "values" not in e:
+            raise Onnx2EdgeError(
+                f"{out_dir}: input '{k}' is bound to a constant of {len(e.get('shape', []))}-D "
+                "shape the manifest records by hash only; verify MODEL --fix-input instead"
+            )
+        fixed[k] = np.asarray(e["values"], dtype=e["dtype"]).reshape(e["shape"])
+    shapes = {i["name"]: i["shape"] for i in manifest.get("inputs", [])}
+    return verify(
+        find_source(out_dir, source),
+        target=folder_target,
+        input_shapes=shapes,
+        fixed_inputs=fixed,
+        options={**manifest.get("options", {}), **run_opts},
+        converted=out_dir,
+        **kwargs,
     )
 
 

@@ -23,6 +23,7 @@ import io
 import json
 import logging
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -353,10 +354,28 @@ def to_fp16(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> onnx.ModelPr
     from onnxconverter_common import float16
 
     block = fp16_blocked_ops()
-    # keep_io_types: callers keep feeding float32 and reading float32.
-    return float16.convert_float_to_float16(
-        model, keep_io_types=True, op_block_list=block, node_block_list=list(exclude)
-    )
+    # keep_io_types: callers keep feeding float32 and reading float32. The converter warns
+    # once per weight it clamps to float16's range (~25 UserWarnings on ResNet50):
+    # `quantize` states the count in one line instead (fp16_clamped).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"the float32 number .* will be truncated to")
+        return float16.convert_float_to_float16(
+            model, keep_io_types=True, op_block_list=block, node_block_list=list(exclude)
+        )
+
+
+def fp16_clamped(model: onnx.ModelProto) -> int:
+    """Float32 weight values onnxconverter-common clamps on the way to float16: nonzero ones
+    below 1e-7 and ones beyond 1e4 in magnitude (its min_positive_val / max_finite_val)."""
+    from onnx import numpy_helper
+
+    n = 0
+    for t in model.graph.initializer:
+        if t.data_type != onnx.TensorProto.FLOAT:
+            continue
+        a = np.abs(numpy_helper.to_array(t))
+        n += int(((a > 0) & (a < 1e-7)).sum() + (a > 1e4).sum())
+    return n
 
 
 def _preprocess(model: onnx.ModelProto, tmp: Path) -> onnx.ModelProto:
@@ -639,10 +658,8 @@ class QuantizeResult:
                     f"{r.node:<{w}}  {r.op:<14} {r.rel_error:12.4g} {r.metric_only:7.4f} "
                     f"{r.metric_without:8.4f}"
                 )
-            for excl, m in self.steps:
-                lines.append(
-                    f"fp32 kept: {', '.join(excl) or '(none)'} -> {self.metric_name} {m:.4f}"
-                )
+            # one short line per step (the node it adds), not the growing list each time
+            lines.extend(_step_line(excl, m, self.metric_name) for excl, m in self.steps)
         lines.append(
             f"{self.settings['mode']}: {len(self.quantized_nodes)} nodes quantized, "
             f"{len(self.excluded)} kept in fp32{': ' + ', '.join(self.excluded) if self.excluded else ''}"
@@ -661,6 +678,11 @@ class QuantizeResult:
             f"size: {self.size_before:,} -> {self.size_after:,} bytes; wrote {self.output}"
         )
         return "\n".join(lines)
+
+
+def _step_line(excl: Sequence[str], metric: float, name: str) -> str:
+    what = f"+ {excl[-1]} (fp32 kept: {len(excl)})" if excl else "every candidate int8"
+    return f"step {len(excl)}: {what} -> {name} {metric:.4f}"
 
 
 def quantize(
@@ -719,6 +741,8 @@ def quantize(
         excl = resolve_names(excl, proto, q.pre)
         res.excluded = excl
         say(f"quantizing ({mode})")
+        if mode == "fp16" and (clamped := fp16_clamped(proto)):
+            say(f"note: {clamped:,} weight value(s) outside float16's range are clamped to it")
         qm = q.build(excl)
         metric = None
         if data is not None:
@@ -760,7 +784,6 @@ def _auto(
     metric drop is <= max_drop. Returns the chosen model (the last one tried if none reaches)."""
     assert res.metric_fp32 is not None and res.metric_quantized is not None
     base = res.metric_fp32
-    first = metric_outputs(q.model)[0]
     if q.settings.mode == "fp16":
         blocked = fp16_blocked_ops()
         nodes = [n.name for n in q.model.graph.node if n.op_type not in blocked]
@@ -775,8 +798,9 @@ def _auto(
             break
         excl.append(row.node)
         qm = q.build(excl)
-        score = metric.score(run_samples(qm, data, [first])[first])
+        score = metric.score(first_output(qm, data))
         res.steps.append((list(excl), score))
+        say(_step_line(excl, score, metric.name))
     res.reached = base - score <= max_drop
     res.excluded, res.metric_quantized = excl, score
     return qm

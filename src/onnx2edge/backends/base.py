@@ -62,7 +62,8 @@ class Backend(ABC):
     label: str = ""
     # Options the API takes besides the declared ones, read when verifying or running rather
     # than converting (no `convert` flag): `verify --per-layer`, `--arch`, build flags.
-    run_options: tuple[str, ...] = ("per_layer", "arch", "cflags", "timeout")
+    # `log`: a callable for progress lines (a slow emit says what it is doing).
+    run_options: tuple[str, ...] = ("per_layer", "arch", "cflags", "timeout", "log")
     # Another target's spelling of one of this target's options, accepted as that option:
     # (name, value) -> (name, value). One fp16 spelling for every target (`--fp16` and
     # `--weights fp16`), instead of a flag silently ignored by the targets that spell it

@@ -99,8 +99,10 @@ class CoreMLBackend(Backend):
                 + "\n".join(problems)
             )
         out_dir = Path(out_dir)
+        say = options.get("log") or (lambda msg: None)  # coremltools takes seconds to minutes
         try:
             if fmt == "neuralnetwork":
+                say("building the Core ML NeuralNetwork spec")
                 spec, _, lowered = nn.build(graph)
                 names = {n: n for n in (*graph.inputs, *graph.outputs)}
                 _set_descriptions(spec, graph, names, fmt)
@@ -116,9 +118,11 @@ class CoreMLBackend(Backend):
                     model = ct.models.MLModel(q_spec, skip_model_load=True)
                 fname = "model.mlmodel"
             else:
+                say("building the MIL program")
                 prog, _, lowered = mil.build_program(graph)
                 names = mil.mil_names(graph)
                 prec = ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32
+                say("coremltools: ct.convert to an ML Program (its pass pipeline)")
                 with no_progress_bars():
                     model = ct.convert(
                         prog,
@@ -132,6 +136,7 @@ class CoreMLBackend(Backend):
                 fname = "model.mlpackage"
         except Refuse as e:
             raise Onnx2EdgeError(f"cannot convert to Core ML {fmt}: {e}") from e
+        say(f"saving and validating {fname}")
         model.save(str(out_dir / fname))
         # The saved file must load back and pass coremltools' checks.
         validate(out_dir / fname)
