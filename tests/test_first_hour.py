@@ -379,3 +379,99 @@ def test_quantize_auto_progress_is_one_short_line_per_step(tmp_path: Path) -> No
     assert len(steps) >= 2, r.stderr
     for ln in steps + [ln for ln in r.stdout.splitlines() if ln.startswith("step ")]:
         assert sum(n in ln for n in ("fc1", "fc2", "fc3")) <= 1, ln  # the node it adds only
+
+
+# --- 5. "replaceable" only when the rule was run and checked ------------------------------------
+def _residual(path: Path) -> Path:
+    """ResNet's residual Add (the 16 Add nodes of resnet50 on --target coreml)."""
+    w = np.random.default_rng(1).standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.1
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Add", ["r", "x"], ["y"], name="add"),
+    ]
+    return save(
+        make_model(nodes, [vi("x", [1, 4, 8, 8])], [vi("y", [1, 4, 8, 8])], [tensor("w", w)]), path
+    )
+
+
+def _squeeze_excite(path: Path) -> Path:
+    """MobileNetV3's squeeze-excite: C x H x W * C x 1 x 1 (the ANE does not broadcast it)."""
+    w = np.random.default_rng(2).standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.1
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["p"], name="pool"),
+        helper.make_node("Conv", ["p", "w"], ["c"], name="fc"),
+        helper.make_node("HardSigmoid", ["c"], ["s"], name="gate", alpha=1 / 6),
+        helper.make_node("Mul", ["x", "s"], ["y"], name="scale"),
+    ]
+    return save(
+        make_model(nodes, [vi("x", [1, 4, 8, 8])], [vi("y", [1, 4, 8, 8])], [tensor("w", w)]), path
+    )
+
+
+def test_check_coreml_residual_add_is_supported_not_replaceable(tmp_path: Path) -> None:
+    pytest.importorskip("coremltools")
+    model = _residual(tmp_path / "r.onnx")
+    add = next(e for e in api.check(model, "coreml")["nodes"] if e["op"] == "Add")
+    # convert's own seed-004 replacement: nothing for `rewrite --for coreml` to do
+    assert add["status"] == "supported" and add["rule"] is None, add
+    res = api.rewrite(model, tmp_path / "o.onnx", target="coreml")
+    assert res["still_unsupported"] == [], res["still_unsupported"]
+
+
+def test_check_coreml_ane_proposes_no_rule_that_trades_one_refusal_for_another(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("coremltools")
+    model = _squeeze_excite(tmp_path / "se.onnx")
+    mul = next(e for e in api.check(model, "coreml-ane")["nodes"] if e["op"] == "Mul")
+    assert mul["status"] == "unsupported" and mul["rule"] is None, mul
+    res = api.rewrite(model, tmp_path / "o.onnx", target="coreml-ane")
+    applied = [r["rule"] for r in res["rules"] if r["rewritten"]]
+    assert "broadcast_explicit" not in applied  # it made an unsupported Expand of the Mul
+    assert not [e for e in res["still_unsupported"] if e["op"] == "Expand"]
+
+
+def test_check_confirms_a_rule_only_when_its_replacement_is_supported() -> None:
+    """A checker's 'replaceable' stands only when its rule, run on a copy and checked again,
+    leaves the node and what replaces it supported; else it is 'unsupported', saying why."""
+    from onnx2edge import check as C
+    from onnx2edge import frontend
+
+    def checker(refuse_new: bool):  # noqa: ANN202 - Sub refused; the rule's nodes ('sub/...') too?
+        def fn(graph):  # noqa: ANN001, ANN202
+            return [
+                {
+                    "node": n.name,
+                    "op": n.op_type,
+                    "status": "unsupported"
+                    if n.op_type == "Sub" or (refuse_new and "/" in n.name)
+                    else "supported",
+                    "placement": None,
+                    "reason": "test",
+                    "rule": None,
+                    "source": "test",
+                }
+                for n in graph.nodes
+            ]
+
+        return fn
+
+    m = make_model(
+        [helper.make_node("Sub", ["x", "k"], ["y"], name="sub")],
+        [vi("x", [1, 4])],
+        [vi("y", [1, 4])],
+        [tensor("k", np.ones((1, 4), np.float32))],
+    )
+    g = frontend.load(m, quiet=True)
+    for refuse_new, status in ((False, "replaceable"), (True, "unsupported")):
+        C.CHECKERS["test-target"] = checker(refuse_new)
+        try:
+            rows = [dict(r, status="replaceable", rule="sub_to_add") for r in checker(False)(g)]
+            rows[0]["status"] = "replaceable"
+            (row,) = C.confirm_replaceable(g, "test-target", rows)
+        finally:
+            del C.CHECKERS["test-target"]
+        assert row["status"] == status, row
+        assert (row["rule"] == "sub_to_add") == (status == "replaceable")
+        assert ("tried on a copy" in row["reason"]) == (status == "unsupported")
