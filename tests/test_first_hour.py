@@ -475,3 +475,80 @@ def test_check_confirms_a_rule_only_when_its_replacement_is_supported() -> None:
         assert row["status"] == status, row
         assert (row["rule"] == "sub_to_add") == (status == "replaceable")
         assert ("tried on a copy" in row["reason"]) == (status == "unsupported")
+
+
+# --- the README's commands, walked on the example model ---------------------------------------
+def test_readme_walk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command of the README's table on examples/tiny_cnn.onnx: exit 0, and every
+    `--json` output is one JSON document."""
+    from onnx2edge.cli import main
+
+    m, t = str(EXAMPLE), tmp_path
+    np.save(
+        t / "x.npy", np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    )
+    np.savez(
+        t / "calib.npz",
+        input=np.random.default_rng(1).standard_normal((8, 1, 3, 32, 32)).astype(np.float32),
+    )
+    walk: list[tuple[list[str], bool]] = [  # (arguments, prints JSON)
+        (["inspect", m, "--json"], True),
+        (["json", m, "-o", f"{t}/m.json"], False),
+        (["from-json", f"{t}/m.json", "-o", f"{t}/back.onnx"], False),
+        (["weights", "export", m, "-o", f"{t}/w"], False),
+        (["weights", "import", m, f"{t}/w", "-o", f"{t}/wi.onnx"], False),
+        (["verify", m, "--json"], True),
+        (["verify", m, "--target", "c", "--json", "--input", f"input={t}/x.npy"], True),
+        (["convert", m, "--target", "c", "-o", f"{t}/c", "--json"], True),
+        (["convert", m, "--target", "c", "-o", f"{t}/c16", "--fp16"], False),
+        (["run", f"{t}/c", "--input", f"input={t}/x.npy", "-o", f"{t}/y.npz"], False),
+        (["verify", f"{t}/c", "--source", m, "--json"], True),
+        (["quantize", m, "-o", f"{t}/q.onnx", "--mode", "static", "--calib", f"{t}/calib.npz", "--json"], True),
+        (["verify", f"{t}/q.onnx", "--reference", m, "--calib", f"{t}/calib.npz", "--json"], True),
+        (["check", m, "--target", "c", "--json"], True),
+        (["rewrite", m, "-o", f"{t}/rw.onnx", "--for", "c", "--json"], True),
+        (["extract", m, "-o", f"{t}/ex.onnx", "--inputs", "input", "--outputs", "logits"], False),
+        (["rename", m, "-o", f"{t}/rn.onnx", "--tensor", "logits=scores"], False),
+        (["set-shape", m, "-o", f"{t}/ss.onnx", "--batch", "2"], False),
+        (["add-output", m, "-o", f"{t}/ao.onnx", "conv1.relu"], False),  # fmt: skip
+        (["opset", m, "-o", f"{t}/op.onnx", "18", "--json"], True),
+        (["simplify", m, "-o", f"{t}/si.onnx", "--json"], True),
+        (["nhwc", m, "-o", f"{t}/nh.onnx", "--json"], True),
+        (["prune", m, "-o", f"{t}/pr.onnx", "--sparsity", "0.5", "--json"], True),
+        (["report", m, "-o", f"{t}/r.html"], False),
+    ]  # fmt: skip
+    for args, is_json in walk:
+        capsys.readouterr()
+        code = main(args)
+        out = capsys.readouterr()
+        assert code == 0, (args, out.err)
+        if is_json:
+            json.loads(out.out)  # one document, nothing else on stdout
+        assert "Traceback" not in out.err, (args, out.err)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["convert", str(EXAMPLE), "-o", "OUT"],  # no --target
+        ["convert", str(EXAMPLE), "--target", "tpu", "-o", "OUT"],
+        ["convert", str(EXAMPLE), "--target", "c", "-o", "OUT", "--gpu-only"],
+        ["convert", str(EXAMPLE), "--target", "coreml", "-o", "OUT", "--optimize", "size"],
+        ["convert", "missing.onnx", "--target", "c", "-o", "OUT"],
+        ["verify", str(EXAMPLE), "--target", "onnx", "--fp16"],
+        ["verify", str(EXAMPLE), "--source", str(EXAMPLE)],
+        ["run", "OUT"],  # not a converted folder
+        ["inspect", str(EXAMPLE), "--input-shape", "input=1xfoo"],
+        ["quantize", str(EXAMPLE), "-o", "Q.onnx", "--mode", "static"],  # no --calib
+        ["check", str(EXAMPLE), "--target", "nosuch"],
+        ["nosuch-command"],
+        ["weights"],
+    ],
+)
+def test_bad_invocations_are_one_line_exit_2(args: list[str], tmp_path: Path) -> None:
+    args = [
+        a.replace("OUT", str(tmp_path / "out")).replace("Q.onnx", str(tmp_path / "q.onnx"))
+        for a in args
+    ]
+    _refused(_cli(*args))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "q.onnx").exists()

@@ -256,10 +256,10 @@ def convert(
     # canonical before anything runs: a bad option fails fast, the manifest records what emit
     # read (e.g. the C backend's `kernels`, checked against its kernel strategies)
     options = backend.normalize_options(check_options(backend, options or {}))
-    say(f"loading {model_label(model)} and running the {target} passes")
     graph = prepare(
         model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs, options=options
     )
+    # after the checks: a refused model gets its one error line, no progress before it
     say(f"writing the {backend.label or target} output ({len(graph.nodes)} nodes)")
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
         res = backend.emit(graph, tmp, {**options, **({"log": log} if log else {})})

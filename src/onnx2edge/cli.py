@@ -141,11 +141,21 @@ def _target_options(a: argparse.Namespace, target: str) -> dict[str, Any]:
 _BACKEND_COMMANDS = ("convert", "verify")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors in one line on stderr, exit 2, like every other refusal (the usage
+    block is what --help prints)."""
+
+    def error(self, message: str) -> Any:  # argparse's signature: NoReturn
+        command = self.prog.partition(" ")[2]
+        where = f"{command}: " if command else ""
+        self.exit(2, f"onnx2edge: error: {where}{message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the `command` being run, the backends are imported only when it
     needs them (the other subparsers are only listed), so `--help` stays quick."""
     backends = command is None or command in _BACKEND_COMMANDS
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="onnx2edge", description="ONNX models -> verified inference code for edge devices"
     )
     p.add_argument("--version", action="version", version=f"onnx2edge {__version__}")
