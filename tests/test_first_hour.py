@@ -88,6 +88,11 @@ def test_api_refuses_unknown_options(
     assert not (tmp_path / "o").exists()
 
 
+def test_api_verify_onnx_takes_no_options() -> None:
+    with pytest.raises(Onnx2EdgeError, match="'weights'"):
+        api.verify(EXAMPLE, options={"weights": "fp16"})
+
+
 def test_api_fp16_spellings(tmp_path: Path) -> None:
     """One spelling of fp16 for every target: `fp16=True` on C means weights fp16, and
     `weights='fp16'` on Core ML means its fp16."""

@@ -408,6 +408,11 @@ def verify(
     say = log or (lambda msg: None)
     if target != "onnx":  # a misspelt option fails before onnxruntime runs
         check_options(get_backend(target), options or {})
+    elif options:
+        raise Onnx2EdgeError(
+            f"options {', '.join(map(repr, options))}: target onnx (the passes re-emitted as "
+            "ONNX) takes none; give the target they belong to"
+        )
 
     original = fix_input_shapes(
         bind_inputs(load_model(model), fixed_inputs or {}), input_shapes or {}, quiet=True
