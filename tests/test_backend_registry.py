@@ -47,11 +47,12 @@ def test_every_declared_option_is_a_flag_of_convert_and_verify() -> None:
 
 def test_options_reach_the_manifest_as_declared(tmp_path: Path, example: Path) -> None:
     """convert records the target's options (defaults included unless declared otherwise)
-    and nothing of another target's."""
+    and nothing of another target's; `--fp16` is C's `--weights fp16` (issue 29: one fp16
+    spelling for every target, never a flag silently ignored)."""
     out = tmp_path / "c"
     assert main(["convert", str(example), "--target", "c", "-o", str(out), "--fp16"]) == 0
     opts = json.loads((out / "onnx2edge.json").read_text())["options"]
-    assert opts == {"optimize": "speed", "weights_file": False}
+    assert opts == {"optimize": "speed", "weights_file": False, "weights": "fp16"}
     out2 = tmp_path / "c2"
     args = ["--weights", "fp16", "--optimize", "size", "--kernels", "lanes=off,direct=off"]
     assert main(["convert", str(example), "--target", "c", "-o", str(out2), *args]) == 0

@@ -25,11 +25,17 @@ _API = (
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the API loads on first use
     """`onnx2edge.convert` and friends import `onnx2edge.api` (onnx, numpy, every pass and
-    backend) when first touched, so `import onnx2edge.cli` and `onnx2edge --help` stay quick."""
+    backend) when first touched, so `import onnx2edge.cli` and `onnx2edge --help` stay quick.
+
+    Importing `onnx2edge.api` imports the submodule `onnx2edge.verify`, and Python then sets
+    the package attribute `verify` to that module, which would hide the function from then
+    on: every API function is therefore bound here once the API is loaded (and the module
+    itself is callable, for code that imported it before touching the API)."""
     if name in _API:
         from . import api
 
-        return getattr(api, name)
+        globals().update({n: getattr(api, n) for n in _API})
+        return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

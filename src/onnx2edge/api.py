@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from . import frontend
 from .analysis import inspect_graph
 from .backends import ConvertResult, get_backend, read_manifest
-from .backends.base import MANIFEST
+from .backends.base import MANIFEST, check_options
 from .errors import Onnx2EdgeError, UnsupportedError
 from .frontend.loader import (
     bind_inputs,
@@ -36,6 +36,17 @@ from .verify import VerifyReport, compare_all, within_spread
 
 Shapes = Mapping[str, Sequence[int]] | None
 Fixed = Mapping[str, np.ndarray] | None  # --fix-input: inputs bound to constants
+# A model file, or a model already in memory (an onnx.ModelProto carrying its weights).
+Model = str | Path | onnx.ModelProto
+
+
+def model_label(model: Model) -> str:
+    """How messages and manifests name a model: its file name, or for an in-memory model its
+    graph name (never the protobuf's text)."""
+    if isinstance(model, onnx.ModelProto):
+        return f"{model.graph.name or 'model'} (in-memory ModelProto)"
+    return Path(model).name
+
 
 # What `verify --target onnx` exercises: the frontend plus the target-independent passes.
 DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
@@ -43,14 +54,14 @@ DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "
 
 # --- inspect ------------------------------------------------------------------------------
 def inspect(
-    model: str | Path, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
+    model: Model, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
 ) -> dict[str, Any]:
     info = inspect_graph(frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs))
     info["c_arena_bytes"] = _c_arena_bytes(model, input_shapes, fixed_inputs)
     return info
 
 
-def _c_arena_bytes(model: str | Path, input_shapes: Shapes, fixed_inputs: Fixed) -> int | None:
+def _c_arena_bytes(model: Model, input_shapes: Shapes, fixed_inputs: Fixed) -> int | None:
     """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
     from .backends.c.emitter import ModelEmitter
 
@@ -136,7 +147,7 @@ def _safe_file_name(name: str, taken: set[str]) -> str:
     return fname
 
 
-def export_weights(model: str | Path, out_dir: str | Path) -> Path:
+def export_weights(model: Model, out_dir: str | Path) -> Path:
     proto = load_model(model)
     taken: set[str] = set()
     entries = []
@@ -151,7 +162,7 @@ def export_weights(model: str | Path, out_dir: str | Path) -> Path:
         index = {
             "format": "onnx2edge-weights",
             "version": 1,
-            "model": Path(model).name,
+            "model": model_label(model),
             "tensors": entries,
         }
         (tmp / WEIGHTS_INDEX).write_text(json.dumps(index, indent=1) + "\n")
@@ -206,7 +217,7 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 # --- convert / run --------------------------------------------------------------------------
 def prepare(
-    model: str | Path,
+    model: Model,
     target: str,
     *,
     input_shapes: Shapes = None,
@@ -223,35 +234,41 @@ def prepare(
     problems = backend.unsupported_for(graph, dict(options or {}))
     if problems:
         raise UnsupportedError(
-            f"{model}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
+            f"{model_label(model)}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
             f"to {target}: " + "; ".join(problems)
         )
     return graph
 
 
 def convert(
-    model: str | Path,
+    model: Model,
     target: str,
     out_dir: str | Path,
     *,
     input_shapes: Shapes = None,
     options: Mapping[str, Any] | None = None,
     fixed_inputs: Fixed = None,
+    log: Any = None,
 ) -> ConvertResult:
+    """`model` -> `out_dir` for `target`; `log` (a callable) gets progress lines."""
+    say = log or (lambda msg: None)
     backend = get_backend(target)
     # canonical before anything runs: a bad option fails fast, the manifest records what emit
     # read (e.g. the C backend's `kernels`, checked against its kernel strategies)
-    options = backend.normalize_options(options or {})
+    options = backend.normalize_options(check_options(backend, options or {}))
     graph = prepare(
         model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs, options=options
     )
+    # after the checks: a refused model gets its one error line, no progress before it
+    say(f"writing the {backend.label or target} output ({len(graph.nodes)} nodes)")
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
-        res = backend.emit(graph, tmp, options)
+        res = backend.emit(graph, tmp, {**options, **({"log": log} if log else {})})
         manifest = {
             "files": sorted({*res.files, MANIFEST}),
             "tool": "onnx2edge",
             "target": target,
-            "model": Path(model).name,
+            "model": model_label(model),
+            "model_sha256": _sha256(model),  # `verify OUT/` checks it verifies the same model
             "options": {
                 k: v for k, v in sorted(options.items()) if isinstance(v, str | int | float | bool)
             },
@@ -308,6 +325,16 @@ def run(
 ) -> dict[str, np.ndarray]:
     manifest = read_manifest(out_dir)
     backend = get_backend(manifest["target"])
+    known = [s["name"] for s in manifest["inputs"]]
+    unknown = [n for n in inputs if n not in known]
+    if unknown:  # named first: a misspelt input is not reported as the real one missing
+        listed = ", ".join(
+            f"{s['name']} ({'x'.join(map(str, s['shape']))}, {s['dtype']})"
+            for s in manifest["inputs"]
+        )
+        raise Onnx2EdgeError(
+            f"--input {', '.join(unknown)}: not an input of the model (its inputs: {listed})"
+        )
     feeds: dict[str, np.ndarray] = {}
     for spec in manifest["inputs"]:
         if spec["name"] not in inputs:
@@ -321,18 +348,19 @@ def run(
                 f"{'x'.join(map(str, spec['shape']))}"
             )
         feeds[spec["name"]] = arr.astype(spec["dtype"], copy=False)
-    for name in inputs:
-        if name not in feeds:
-            raise Onnx2EdgeError(f"--input names '{name}', which is not an input of the model")
     return backend.run(Path(out_dir), feeds, dict(options or {}))
 
 
 # --- verify -----------------------------------------------------------------------------------
 def _with_all_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """A copy whose graph outputs include every node output (typed where inference knows)."""
+    from .quantization import constant_tensors
+
     m = infer_shapes(model)
     typed = {vi.name: vi for vi in m.graph.value_info}
-    present = {o.name for o in m.graph.output}
+    # constants (a weight's DequantizeLinear) stay inside: onnxruntime folds them on load
+    # and fails on one that is also an output ("Attempt to replace the existing tensor")
+    present = {o.name for o in m.graph.output} | constant_tensors(m)
     names = [o for n in m.graph.node for o in n.output if o]
     for name in names:
         if name in present:
@@ -344,7 +372,7 @@ def _with_all_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str
 
 
 def verify(
-    model: str | Path,
+    model: Model,
     *,
     target: str = "onnx",
     input_shapes: Shapes = None,
@@ -358,10 +386,33 @@ def verify(
     work_dir: str | Path | None = None,
     log: Any = None,
     spread: bool = True,
+    converted: str | Path | None = None,
 ) -> VerifyReport:
+    """`model` converted for `target` (into `work_dir` if given), run, and compared with
+    onnxruntime running `model`. `converted`: a folder `convert` already wrote from `model`,
+    run as it is instead (see `verify_folder`). `model` may itself be such a folder."""
     import tempfile
 
+    if converted is None and isinstance(model, str | Path) and Path(model).is_dir():
+        return verify_folder(
+            model,
+            inputs=inputs,
+            rtol=rtol,
+            atol=atol,
+            per_layer=per_layer,
+            seed=seed,
+            options=options,
+            log=log,
+            spread=spread,
+        )
     say = log or (lambda msg: None)
+    if target != "onnx":  # a misspelt option fails before onnxruntime runs
+        check_options(get_backend(target), options or {})
+    elif options:
+        raise Onnx2EdgeError(
+            f"options {', '.join(map(repr, options))}: target onnx (the passes re-emitted as "
+            "ONNX) takes none; give the target they belong to"
+        )
 
     base = load_model(model)
     # The reference is the original model with the fixed values fed as inputs, not the model
@@ -404,21 +455,26 @@ def verify(
         if per_layer:
             cand, _ = _with_all_outputs(cand)
         ours = ort_run(cand, feeds)
+        ran_on = "onnxruntime on this host (the model after onnx2edge's frontend and passes)"
     else:
         opts = {**(options or {}), "per_layer": per_layer}
         with tempfile.TemporaryDirectory(prefix="onnx2edge-verify-") as tmp:
             out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
-            say(f"converting to {target}")
-            convert(
-                model,
-                target,
-                out,
-                input_shapes=input_shapes,
-                options=opts,
-                fixed_inputs=fixed_inputs,
-            )
+            if converted is None:
+                say(f"converting to {target}")
+                convert(
+                    model,
+                    target,
+                    out,
+                    input_shapes=input_shapes,
+                    options=opts,
+                    fixed_inputs=fixed_inputs,
+                )
+            else:
+                out = Path(converted)
             say(f"building and running the {target} code")
             ours = run(out, feeds, options=opts)
+            ran_on = get_backend(target).describe_run(out, opts)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
     missing = [n for n in ref_graph.outputs if n not in ours]
     if missing:
@@ -428,14 +484,99 @@ def verify(
         plain = ort_run(original, ref_feeds, [o.name for o in outputs], optimize=False)
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
-    ran_on = getattr(get_backend(target), "ran_on", None) if target != "onnx" else None
     return VerifyReport(
         target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"), ran_on=ran_on
     )
 
 
+def _sha256(model: Model) -> str:
+    import hashlib
+
+    if isinstance(model, onnx.ModelProto):
+        return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    h = hashlib.sha256()
+    with open(model, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def find_source(out_dir: str | Path, source: Model | None = None) -> Model:
+    """The model a converted folder was made from: `source` if given, else the file its
+    manifest names, looked for in the current folder and beside `out_dir`; refused when its
+    content is not the one converted (the manifest's sha256)."""
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    name = str(manifest.get("model", ""))
+    if source is None:
+        places = [Path.cwd(), out_dir.resolve().parent, out_dir]
+        found = [p / name for p in places if name and (p / name).is_file()]
+        if not found:
+            raise Onnx2EdgeError(
+                f"{out_dir}: converted from '{name}', which is not in the current folder or "
+                f"beside {out_dir}; pass it with --source PATH/{name or 'MODEL.onnx'}"
+            )
+        source = found[0]
+    want = manifest.get("model_sha256")
+    if want and _sha256(source) != want:
+        raise Onnx2EdgeError(
+            f"{out_dir}: was converted from another '{name}' than "
+            f"{model_label(source) if isinstance(source, onnx.ModelProto) else source} "
+            "(its sha256 differs); pass the model it was made from with --source"
+        )
+    return source
+
+
+def verify_folder(
+    out_dir: str | Path,
+    *,
+    source: Model | None = None,
+    target: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> VerifyReport:
+    """Verify the folder one ships: its code run as it is (not converted again) against
+    onnxruntime on the model it was converted from (`find_source`), with the input shapes
+    and bound inputs its manifest records."""
+    manifest = read_manifest(out_dir)
+    folder_target = str(manifest.get("target"))
+    if target not in (None, folder_target):
+        raise Onnx2EdgeError(f"{out_dir} holds {folder_target} output, not --target {target}")
+    backend = get_backend(folder_target)
+    run_opts = check_options(backend, options or {})
+    given = sorted(set(run_opts) - set(backend.run_options))
+    if given:
+        raise Onnx2EdgeError(
+            f"{out_dir} is already converted: {', '.join(given)} cannot change it (its options "
+            f"are in its {MANIFEST}; convert again to change them)"
+        )
+    if kwargs.get("per_layer"):
+        raise Onnx2EdgeError(
+            f"verify {out_dir} --per-layer: tracing every layer needs a conversion made for it; "
+            f"use verify MODEL --target {folder_target} --per-layer"
+        )
+    fixed: dict[str, np.ndarray] = {}
+    for k, e in manifest.get("fixed_inputs", {}).items():
+        if "values" not in e:
+            raise Onnx2EdgeError(
+                f"{out_dir}: input '{k}' is bound to a constant of {len(e.get('shape', []))}-D "
+                "shape the manifest records by hash only; verify MODEL --fix-input instead"
+            )
+        fixed[k] = np.asarray(e["values"], dtype=e["dtype"]).reshape(e["shape"])
+    shapes = {i["name"]: i["shape"] for i in manifest.get("inputs", [])}
+    return verify(
+        find_source(out_dir, source),
+        target=folder_target,
+        input_shapes=shapes,
+        fixed_inputs=fixed,
+        options={**manifest.get("options", {}), **run_opts},
+        converted=out_dir,
+        **kwargs,
+    )
+
+
 # --- quantize ---------------------------------------------------------------------------------
-def quantize(model: str | Path, out: str | Path, **options: Any) -> Any:
+def quantize(model: Model, out: str | Path, **options: Any) -> Any:
     """FP16 / dynamic / static-QDQ INT8 copy of `model` (see `onnx2edge.quantization.quantize`)."""
     from . import quantization as q
 
@@ -443,8 +584,8 @@ def quantize(model: str | Path, out: str | Path, **options: Any) -> Any:
 
 
 def compare_quantized(
-    quantized: str | Path,
-    reference: str | Path,
+    quantized: Model,
+    reference: Model,
     *,
     calib: str | Path | None = None,
     inputs: Mapping[str, np.ndarray] | None = None,
@@ -466,7 +607,7 @@ def compare_quantized(
 
 
 # --- model editing (issue 16): implemented in onnx2edge.check and onnx2edge.edit ----------------
-def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
+def check(model: Model, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
     """Per node: supported / replaceable (by which rewrite rule) / unsupported on `target`."""
     from .check import check_model
 
@@ -474,7 +615,7 @@ def check(model: str | Path, target: str, *, input_shapes: Shapes = None) -> dic
 
 
 def prune(
-    model: str | Path,
+    model: Model,
     out: str | Path,
     sparsity: float,
     *,

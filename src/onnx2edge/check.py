@@ -203,6 +203,112 @@ def check_mps(graph: Graph) -> list[dict[str, Any]]:
     return backend_check(graph, "mps", "gpu", {"gpu_only": True}, ("cpu", {}))
 
 
+# --- "replaceable" only when verified ------------------------------------------------------------
+# Targets whose checker tries the rewrite rules on every refusal itself (backend_check).
+_TRIES_RULES = {"c", "mps"}
+
+
+def _by_convert_coreml(graph: Graph, target: str) -> set[str]:
+    """Nodes the Core ML converter itself makes supported: its seed-004 layer replacements
+    (--format neuralnetwork) and, for `coreml`, what only the ML Program format (the
+    default) expresses. Nothing for `rewrite` to do there."""
+    from .backends.coreml import mil, nn
+
+    nn_why, lowered = nn.node_reasons(graph)
+    done = {r["node"] for r in lowered.replacements}
+    if target == "coreml":
+        mil_why = mil.node_reasons(graph)
+        done |= {n.name for n in graph.nodes if n.name in nn_why and n.name not in mil_why}
+    return done
+
+
+# target -> fn(graph, target): nodes `convert` makes supported by itself (no rewrite rule)
+BY_CONVERT: dict[str, Callable[[Graph, str], set[str]]] = {
+    "coreml": _by_convert_coreml,
+    "coreml-ane": _by_convert_coreml,
+}
+
+
+def confirm_replaceable(
+    graph: Graph, target: str, entries: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A node is 'replaceable' only by a rewrite rule that, run on a copy of the graph and
+    checked again, leaves the node and every node replacing it supported (a rule that trades
+    an unsupported Mul for an unsupported Expand proposes nothing). A remedy that is not a
+    rewrite rule either is what `convert` does by itself ('supported', reason says so) or is
+    advice in the reason ('unsupported'). For targets whose checker does not try the rules
+    itself, every rule for an unsupported node's op is tried the same way."""
+    from .edit import RULES
+
+    checker = CHECKERS[target]
+    trials: dict[str, tuple[set[str], dict[str, dict[str, Any]]] | None] = {}
+
+    def trial(rule: str) -> tuple[set[str], dict[str, dict[str, Any]]] | None:
+        if rule not in trials:
+            try:
+                g2 = RULES[rule].fn(graph)
+                again = None if g2 is graph else {e["node"]: e for e in checker(g2) if e["node"]}
+            except Exception:  # noqa: BLE001 - a rule that cannot handle this graph: no remedy
+                again = None
+            trials[rule] = None if again is None else ({n.name for n in g2.nodes}, again)
+        return trials[rule]
+
+    def why_not(node: str, rule: str) -> str | None:
+        """None when `rule` makes `node` supported (on a copy, checked again)."""
+        t = trial(rule)
+        if t is None:
+            return f"{rule} does not rewrite it"
+        names, again = t
+        mine = [e for k, e in again.items() if k == node or k.startswith(f"{node}/")]
+        bad = [e for e in mine if e["status"] != "supported"]
+        if node in names and again.get(node, {}).get("status") != "supported" and not bad:
+            bad = [again.get(node, {"node": node, "op": "?", "reason": "not rewritten"})]
+        if not bad:
+            return None
+        return "; ".join(f"{e['node']} ({e['op']}) {e['status']}: {e['reason']}" for e in bad)
+
+    by_convert: set[str] | None = None
+    out = []
+    for e in entries:
+        e = dict(e)
+        rule = e["rule"]
+        if e["status"] == "replaceable" and rule in RULES:
+            if (why := why_not(e["node"], rule)) is not None:
+                e.update(
+                    status="unsupported",
+                    rule=None,
+                    reason=f"{e['reason']} -- rewrite rule {rule}, tried on a copy, does not "
+                    f"make it supported ({why})",
+                )
+        elif e["status"] == "replaceable" and e["node"] is not None:
+            if by_convert is None:
+                fn = BY_CONVERT.get(target)
+                by_convert = fn(graph, target) if fn is not None else set()
+            if e["node"] in by_convert:
+                e.update(
+                    status="supported",
+                    rule=None,
+                    reason=f"{e['reason']} ({rule}: convert does this itself, nothing to rewrite)",
+                )
+            else:
+                e.update(
+                    status="unsupported",
+                    rule=None,
+                    reason=f"{e['reason']} (suggested: {rule}; not a rule onnx2edge can apply "
+                    "and check)",
+                )
+        elif e["status"] == "unsupported" and e["node"] is not None and target not in _TRIES_RULES:
+            for r in RULES.values():
+                if e["op"] in r.ops and (r.exact or target in r.targets):
+                    if why_not(e["node"], r.name) is None:
+                        e.update(
+                            status="replaceable", rule=r.name, reason=f"{e['reason']} -> {r.note}"
+                        )
+                        break
+        out.append(e)
+    return out
+
+
 # --- driver -------------------------------------------------------------------------------------
 def check_model(
     model: str | Path, target: str, *, input_shapes: Mapping[str, Sequence[int]] | None = None
@@ -222,8 +328,12 @@ def check_model(
         missing = [k for k in ENTRY_KEYS if k not in e]
         if missing or e["status"] not in STATUSES:
             raise ValueError(f"checker for {target} returned a malformed entry {e!r}")
+    entries = confirm_replaceable(graph, target, entries)
     totals = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
-    return {"model": str(model), "target": target, "totals": totals, "nodes": entries}
+    from .api import model_label
+
+    name = model_label(model) if not isinstance(model, str | Path) else str(model)
+    return {"model": name, "target": target, "totals": totals, "nodes": entries}
 
 
 def format_check(rep: dict[str, Any]) -> str:

@@ -105,13 +105,33 @@ def _backend_options(p: argparse.ArgumentParser) -> None:
 
 def _target_options(a: argparse.Namespace, target: str) -> dict[str, Any]:
     """The options `target` declares, from the parsed flags (defaults filled in; those marked
-    so are left out at their default, as older manifests have them)."""
+    so are left out at their default, as older manifests have them). A flag of another target
+    is refused rather than ignored, except another target's fp16 spelling (`--fp16`,
+    `--weights fp16`), which means this target's (Backend.aliases)."""
     from .backends import BACKENDS
+    from .backends.base import check_options
 
-    opts: dict[str, Any] = {}
-    for o in BACKENDS[target].options:
-        v = getattr(a, o.name, None)
-        v = bool(v) if o.switch else (o.default if v is None else v)
+    backend = BACKENDS.get(target)
+    declared = {o.name: o for o in backend.options} if backend is not None else {}
+    given: dict[str, Any] = {}
+    for _, b in sorted(BACKENDS.items()):
+        for o in b.options:
+            v = getattr(a, o.name, None)
+            if v is None or v is False or o.name in given:
+                continue
+            if o.name not in declared and (backend is None or (o.name, v) not in backend.aliases):
+                owners = [n for n, c in sorted(BACKENDS.items()) if o in c.options]
+                raise Onnx2EdgeError(
+                    f"{o.flag} applies to --target {' or '.join(owners)}, not {target}"
+                )
+            given[o.name] = v
+    if backend is None:
+        return {}
+    opts = check_options(backend(), given)
+    for o in backend.options:
+        if o.name in opts:
+            continue
+        v = False if o.switch else o.default
         if v is not None and (o.record_default or v != o.default):
             opts[o.name] = v
     return opts
@@ -121,11 +141,21 @@ def _target_options(a: argparse.Namespace, target: str) -> dict[str, Any]:
 _BACKEND_COMMANDS = ("convert", "verify")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors in one line on stderr, exit 2, like every other refusal (the usage
+    block is what --help prints)."""
+
+    def error(self, message: str) -> Any:  # argparse's signature: NoReturn
+        command = self.prog.partition(" ")[2]
+        where = f"{command}: " if command else ""
+        self.exit(2, f"onnx2edge: error: {where}{message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the `command` being run, the backends are imported only when it
     needs them (the other subparsers are only listed), so `--help` stays quick."""
     backends = command is None or command in _BACKEND_COMMANDS
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="onnx2edge", description="ONNX models -> verified inference code for edge devices"
     )
     p.add_argument("--version", action="version", version=f"onnx2edge {__version__}")
@@ -171,6 +201,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("--target", required=True, choices=_targets()[1:] if backends else None)
     s.add_argument("-o", "--output", required=True, help="output folder")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (files, weight and arena bytes, manifest path, stats)",
+    )
     if backends:
         _backend_options(s)
     _shapes(s)
@@ -214,6 +249,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="compare MODEL (a quantized model) with its fp32 original instead, per layer",
     )
     s.add_argument("--calib", metavar="FILE.npz|DIR", help="with --reference: samples to use")
+    s.add_argument(
+        "--source",
+        metavar="MODEL.onnx",
+        help="MODEL is a converted folder: the model it was made from (default: the file its "
+        "manifest names, in the current folder or beside the folder)",
+    )
     if backends:
         _backend_options(s)
     _arch(s, command)
@@ -537,6 +578,26 @@ def _cmd_weights(a: argparse.Namespace) -> int:
     return 0
 
 
+def _human(v: Any) -> str:
+    """A stat as a person reads it: no Python reprs (brackets, quotes, True)."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, dict):
+        return ", ".join(
+            f"{n} ×{c}" if isinstance(c, int) and not isinstance(c, bool) else f"{n} {_human(c)}"
+            for n, c in v.items()
+        )
+    if isinstance(v, list | tuple):
+        return ", ".join(_human(x) for x in v) or "none"
+    return str(v)
+
+
+def _log(msg: str) -> None:
+    print(f"onnx2edge: {msg}", file=sys.stderr, flush=True)
+
+
 def _cmd_convert(a: argparse.Namespace) -> int:
     opts = _target_options(a, a.target)
     res = api.convert(
@@ -546,14 +607,27 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         input_shapes=parse_input_shapes(a.input_shape),
         options=opts,
         fixed_inputs=parse_fixed_inputs(a.fix_input),
+        log=_log,
     )
+    if a.json:
+        from .backends.base import MANIFEST
+
+        doc = {
+            "target": a.target,
+            "out_dir": str(res.out_dir),
+            "manifest": str(res.out_dir / MANIFEST),
+            "files": sorted({*res.files, MANIFEST}),
+            "weight_bytes": res.stats.get("weight_bytes"),
+            "arena_bytes": res.stats.get("arena_bytes"),
+            "options": {k: v for k, v in sorted(opts.items())},
+            "stats": res.stats,
+        }
+        print(json.dumps(doc, indent=1, default=str))
+        return 0
     for k, v in res.stats.items():
         if k == "layer_kernels":  # one line per layer: in the manifest, counted under kernels
             continue
-        if isinstance(v, dict):
-            print(f"{k}: " + ", ".join(f"{n} ×{c}" for n, c in v.items()))
-        else:
-            print(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
+        print(f"{k}: {_human(v)}")
     if "weight_bytes" in res.stats and "arena_bytes" in res.stats:
         print(
             f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
@@ -588,8 +662,14 @@ def _cmd_run(a: argparse.Namespace) -> int:
     return 0
 
 
+def _declared(target: str) -> tuple[BackendOption, ...]:
+    from .backends import BACKENDS
+
+    return BACKENDS[target].options
+
+
 def _cmd_verify(a: argparse.Namespace) -> int:
-    if a.arch and a.target != "c":
+    if a.arch and a.target != "c" and not Path(a.model).is_dir():
         raise Onnx2EdgeError(f"--arch applies to --target c, not {a.target}")
     if a.reference:
         cmp = api.compare_quantized(
@@ -604,6 +684,42 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         return 0
     if a.calib:
         raise Onnx2EdgeError("--calib goes with --reference (a quantized model vs its original)")
+    if Path(a.model).is_dir():  # a converted folder, verified as it is
+        from .backends.base import read_manifest
+
+        target = read_manifest(a.model).get("target")
+        if a.target not in ("onnx", target):
+            raise Onnx2EdgeError(f"{a.model} holds {target} output, not --target {a.target}")
+        _target_options(a, str(target))  # another target's flag: refused as for convert
+        given = [
+            o.flag for o in _declared(str(target)) if getattr(a, o.name, None) not in (None, False)
+        ]
+        if given or a.input_shape or a.fix_input:
+            flags = [
+                *given,
+                *(["--input-shape"] if a.input_shape else []),
+                *(["--fix-input"] if a.fix_input else []),
+            ]
+            raise Onnx2EdgeError(
+                f"{a.model} is already converted: {', '.join(flags)} cannot change it "
+                "(convert again to change it)"
+            )
+        rep = api.verify_folder(
+            a.model,
+            source=a.source,
+            inputs=parse_input_files(a.input),
+            rtol=a.rtol,
+            atol=a.atol,
+            per_layer=a.per_layer,
+            seed=a.seed,
+            spread=not a.strict,
+            options={"arch": a.arch} if a.arch else None,
+            log=_log,
+        )
+        print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())
+        return 0 if rep.ok else 1
+    if a.source:
+        raise Onnx2EdgeError("--source goes with a converted folder: verify OUT_DIR --source MODEL")
     rep = api.verify(
         a.model,
         target=a.target,
@@ -615,11 +731,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         per_layer=a.per_layer,
         seed=a.seed,
         spread=not a.strict,
-        options={
-            **(_target_options(a, a.target) if a.target in _targets()[1:] else {}),
-            **({"arch": a.arch} if a.arch else {}),
-        }
-        or None,
+        options={**_target_options(a, a.target), **({"arch": a.arch} if a.arch else {})} or None,
         log=lambda msg: print(f"onnx2edge: {msg}", file=sys.stderr, flush=True),
     )
     print(json.dumps(rep.as_dict(), indent=1) if a.json else rep.format())

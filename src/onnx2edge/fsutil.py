@@ -54,6 +54,11 @@ def atomic_dir(
         tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     )
     try:
+        # mkdtemp makes 0700, and the folder is renamed into place: give it what a plain
+        # mkdir would (0755 under the usual umask)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
         yield tmp
         with _locked(path):
             _swap_in(tmp, path, owned)

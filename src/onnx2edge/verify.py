@@ -18,6 +18,8 @@ distance between two correct float32 implementations on this model and input. `-
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +40,7 @@ class TensorReport:
     op: str = ""
     # onnxruntime optimised vs unoptimised (max_rel), when the allowance decided `ok`
     ort_spread_rel: float | None = None
+    exact: bool = False  # an integer / bool tensor: compared for equality
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,18 @@ class TensorReport:
             **({"node": self.node, "op": self.op} if self.node else {}),
             **({"ort_spread_rel": self.ort_spread_rel} if self.ort_spread_rel is not None else {}),
         }
+
+    def tolerance(self, rtol: float, atol: float) -> str:
+        """The rule that decided `ok`, in words: the one `format` and `--json` state."""
+        if self.exact:
+            return "exact (integer / bool tensor)"
+        if self.ort_spread_rel is not None:
+            return (
+                f"max|err| <= {SPREAD_FACTOR:g}x onnxruntime's own optimised-vs-unoptimised "
+                f"difference ({self.ort_spread_rel:.2g} of max|ref|), {atol:g} + {rtol:g} * "
+                "max|ref| missed"
+            )
+        return f"max|err| <= {atol:g} + {rtol:g} * max|ref|"
 
     def note(self) -> str:
         if self.ort_spread_rel is None:
@@ -73,9 +88,20 @@ class VerifyReport:
     outputs: list[TensorReport]
     layers: list[TensorReport] = field(default_factory=list)
     arch: str | None = None  # C target: the instruction set built for (--arch); None: default
-    # What the target code actually ran on, when that is not the target itself (the backend's
-    # `ran_on`: MPS runs on onnx2edge's CPU model of MPS); shown with the verdict.
-    ran_on: str | None = None
+    # What the candidate ran on, from the backend (Backend.describe_run): a binary built for
+    # this host, a CPU model of the target, an evaluator of the file... never implied.
+    ran_on: str = ""
+
+    @property
+    def tolerance_applied(self) -> str:
+        """The tolerance each output was judged by: the rtol / atol rule, or for outputs
+        that missed it and were judged against onnxruntime's own spread, that rule."""
+        rules = {o.name: o.tolerance(self.rtol, self.atol) for o in self.outputs}
+        if len(set(rules.values())) <= 1:
+            return next(
+                iter(rules.values()), f"max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
+            )
+        return "; ".join(f"{n}: {r}" for n, r in rules.items())
 
     @property
     def ok(self) -> bool:
@@ -91,12 +117,15 @@ class VerifyReport:
             "ok": self.ok,
             "rtol": self.rtol,
             "atol": self.atol,
-            "outputs": [o.as_dict() for o in self.outputs],
+            "tolerance_applied": self.tolerance_applied,
+            "ran_on": self.ran_on,
+            "outputs": [
+                {**o.as_dict(), "tolerance_applied": o.tolerance(self.rtol, self.atol)}
+                for o in self.outputs
+            ],
         }
         if self.arch:
             d["arch"] = self.arch
-        if self.ran_on:
-            d["ran_on"] = self.ran_on
         if self.layers:
             fd = self.first_divergence
             d["layers"] = [r.as_dict() for r in self.layers]
@@ -121,8 +150,10 @@ class VerifyReport:
                     f"max abs error {fd.max_abs:.3g}, max rel error {fd.max_rel:.3g}"
                 )
         verdict = "PASS" if self.ok else "FAIL"
+        arch = f" (--arch {self.arch})" if self.arch else ""
+        ran = f", ran on {self.ran_on}" if self.ran_on else ""
         lines.append(
-            f"{verdict}: target {self.target}{f' (--arch {self.arch})' if self.arch else ''}{f' ({self.ran_on})' if self.ran_on else ''}, tolerance max|err| <= {self.atol:g} + {self.rtol:g} * max|ref|"
+            f"{verdict}: target {self.target}{arch}{ran}; tolerance {self.tolerance_applied}"
         )
         return "\n".join(lines)
 
@@ -140,7 +171,7 @@ def compare(name: str, ours: np.ndarray, ref: np.ndarray, rtol: float, atol: flo
             else (ours != ref).astype(np.float64)
         )
         err = float(diff.max())
-        return TensorReport(name, tuple(ref.shape), err, err, err == 0.0)
+        return TensorReport(name, tuple(ref.shape), err, err, err == 0.0, exact=True)
     r, o = ref.astype(np.float64), ours.astype(np.float64)
     same_nonfinite = _same_nonfinite(o, r)
     finite = np.isfinite(r) & np.isfinite(o)
@@ -211,3 +242,17 @@ def compare_all(
             rep.node, rep.op = p.name, p.op_type
         out.append(rep)
     return out
+
+
+class _CallableModule(types.ModuleType):
+    """`onnx2edge.verify` names both this module and the API function `verify`: once the
+    module is imported, Python makes it the package attribute, so `onnx2edge.verify(...)` must
+    still work when this module was imported first (`from onnx2edge.verify import compare`)."""
+
+    def __call__(self, model: Any, **kwargs: Any) -> VerifyReport:
+        from .api import verify
+
+        return verify(model, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

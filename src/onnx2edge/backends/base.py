@@ -60,11 +60,26 @@ class Backend(ABC):
     options: tuple[BackendOption, ...] = ()
     # How `--help` names the target before an option's help text.
     label: str = ""
+    # Options the API takes besides the declared ones, read when verifying or running rather
+    # than converting (no `convert` flag): `verify --per-layer`, `--arch`, build flags.
+    # `log`: a callable for progress lines (a slow emit says what it is doing).
+    run_options: tuple[str, ...] = ("per_layer", "arch", "cflags", "timeout", "log")
+    # Another target's spelling of one of this target's options, accepted as that option:
+    # (name, value) -> (name, value). One fp16 spelling for every target (`--fp16` and
+    # `--weights fp16`), instead of a flag silently ignored by the targets that spell it
+    # the other way.
+    aliases: Mapping[tuple[str, Any], tuple[str, Any]] = {}
 
     def normalize_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """The options as `emit` reads them and the manifest records them (a backend may
         canonicalise a value or refuse a bad one with Onnx2EdgeError); default: unchanged."""
         return dict(options)
+
+    def describe_run(self, out_dir: Path, options: Mapping[str, Any]) -> str:
+        """What `run` executed the converted folder on, for the verdict of `verify` ("ran on
+        ..."): a backend says whether that was the target itself, a build for this host or
+        a model of the target (a simulator, an evaluator). Backends override this."""
+        return f"{self.label or self.name} output run by onnx2edge on this host"
 
     @abstractmethod
     def unsupported(self, graph: Graph) -> list[str]:
@@ -112,6 +127,48 @@ def read_manifest(out_dir: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise Onnx2EdgeError(f"{path}: corrupt manifest ({e}); convert the model again") from e
+
+
+def check_options(backend: Backend, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`options` with another target's fp16 spelling turned into this one's (`aliases`);
+    refuses, in one line, a key this target does not take: misspelt (the close spelling
+    suggested) or another target's option (that target named)."""
+    import difflib
+
+    declared = {o.name for o in backend.options}
+    known = declared | set(backend.run_options)
+    out: dict[str, Any] = {}
+    problems = []
+    for key, value in options.items():
+        alias = backend.aliases.get((key, value)) if isinstance(value, str | bool) else None
+        if key not in known and alias is not None:
+            name, v = alias
+            if name in options and options[name] != v:
+                raise Onnx2EdgeError(
+                    f"options for target {backend.name}: {key}={value!r} means {name}={v!r}, "
+                    f"but {name}={options[name]!r} is given too"
+                )
+            out[name] = v
+            continue
+        if key in known:
+            out[key] = value
+            continue
+        owners = [n for n, b in sorted(BACKENDS.items()) if any(o.name == key for o in b.options)]
+        if owners:
+            problems.append(
+                f"'{key}' is an option of target {', '.join(owners)}, not {backend.name}"
+            )
+            continue
+        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+        problems.append(
+            f"unknown option '{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+        )
+    if problems:
+        raise Onnx2EdgeError(
+            f"options for target {backend.name}: {'; '.join(problems)} "
+            f"({backend.name} takes: {', '.join(sorted(declared)) or 'no options'})"
+        )
+    return out
 
 
 def backend_names() -> list[str]:

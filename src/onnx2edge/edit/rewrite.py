@@ -33,15 +33,14 @@ def apply_rules(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[dict[s
 
 
 def rules_for_target(model: str | Path, target: str, *, input_shapes: Shapes = None) -> list[str]:
-    """The rules `check` says make this model's unsupported nodes supported on `target`,
-    plus the rules that declare the target (e.g. the ANE wants explicit broadcasts)."""
+    """The rules `check` has verified make this model's unsupported nodes supported on
+    `target` (each run on a copy and checked again: check.confirm_replaceable), and no
+    other: a rule the target merely declares (the ANE's explicit broadcasts) is applied
+    only where it was found to help."""
     from ..check import check_model
 
-    names = {r.name for r in RULES.values() if target in r.targets}
     rep = check_model(model, target, input_shapes=input_shapes)
-    names |= {
-        e["rule"] for e in rep["nodes"] if e["status"] == "replaceable" and e["rule"] in RULES
-    }
+    names = {e["rule"] for e in rep["nodes"] if e["status"] == "replaceable" and e["rule"] in RULES}
     # keep registry order: decompositions before the clean-ups that may follow them
     return [n for n in RULES if n in names]
 

@@ -74,6 +74,8 @@ def _traceable(kernels: dict[str, str], options: Mapping[str, Any]) -> dict[str,
 class CBackend(Backend):
     name = "c"
     label = "C"
+    run_options = (*Backend.run_options, "source")
+    aliases = {("fp16", True): ("weights", "fp16"), ("fp16", False): ("weights", "fp32")}
     options = (
         BackendOption(
             "weights_file", "weights in model_weights.bin instead of C arrays", switch=True
@@ -162,6 +164,25 @@ class CBackend(Backend):
         if stats["weights_in_file"]:
             files.append("model_weights.bin")
         return ConvertResult(out_dir, files, stats)
+
+    def describe_run(self, out_dir: Path, options: Mapping[str, Any]) -> str:
+        import platform
+
+        from ...host import cpu_name
+        from .build import compiler
+
+        arch = arch_of(options)
+        cc = Path(compiler(arch)).name
+        if is_emulated(arch):
+            return (
+                f"the generated C built by {cc} for {arch}, run under qemu-{arch} emulation "
+                f"on this {platform.machine()} host (correctness only)"
+            )
+        flags = options.get("cflags", DEBUG_FLAGS) if arch is None else arch_flags(str(arch))
+        return (
+            f"the generated C compiled by {cc} {' '.join(flags)} and run natively on this host "
+            f"({platform.machine()}, {cpu_name()})"
+        )
 
     def run(
         self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]

@@ -63,6 +63,7 @@ def _set_descriptions(spec: Any, graph: Graph, names: Mapping[str, str], fmt: st
 class CoreMLBackend(Backend):
     name = "coreml"
     label = "Core ML"
+    aliases = {("weights", "fp16"): ("fp16", True), ("weights", "fp32"): ("fp16", False)}
     options = (
         BackendOption(
             "format",
@@ -99,8 +100,10 @@ class CoreMLBackend(Backend):
                 + "\n".join(problems)
             )
         out_dir = Path(out_dir)
+        say = options.get("log") or (lambda msg: None)  # coremltools takes seconds to minutes
         try:
             if fmt == "neuralnetwork":
+                say("building the Core ML NeuralNetwork spec")
                 spec, _, lowered = nn.build(graph)
                 names = {n: n for n in (*graph.inputs, *graph.outputs)}
                 _set_descriptions(spec, graph, names, fmt)
@@ -116,9 +119,11 @@ class CoreMLBackend(Backend):
                     model = ct.models.MLModel(q_spec, skip_model_load=True)
                 fname = "model.mlmodel"
             else:
+                say("building the MIL program")
                 prog, _, lowered = mil.build_program(graph)
                 names = mil.mil_names(graph)
                 prec = ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32
+                say("coremltools: ct.convert to an ML Program (its pass pipeline)")
                 with no_progress_bars():
                     model = ct.convert(
                         prog,
@@ -132,6 +137,7 @@ class CoreMLBackend(Backend):
                 fname = "model.mlpackage"
         except Refuse as e:
             raise Onnx2EdgeError(f"cannot convert to Core ML {fmt}: {e}") from e
+        say(f"saving and validating {fname}")
         model.save(str(out_dir / fname))
         # The saved file must load back and pass coremltools' checks.
         validate(out_dir / fname)
@@ -174,6 +180,12 @@ class CoreMLBackend(Backend):
         }
         files = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
         return ConvertResult(out_dir, files, stats)
+
+    def describe_run(self, out_dir: Path, options: Mapping[str, Any]) -> str:
+        return (
+            "a NumPy evaluator of the Core ML spec (onnx2edge's model of the layers / MIL ops "
+            "in the saved file), not Core ML on Apple hardware"
+        )
 
     def run(
         self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]

@@ -57,10 +57,8 @@ def model_class_name(graph: Graph, options: Mapping[str, Any]) -> str:
 class MPSBackend(Backend):
     name = "mps"
     label = "MPS"
-    # verify's report says where the "GPU" part ran: never a bare PASS for code no GPU ran.
-    ran_on = (
-        "GPU part ran on onnx2edge's CPU model of Metal Performance Shaders, not on an Apple GPU"
-    )
+    run_options = (*Backend.run_options, "model_name")
+    aliases = {("weights", "fp16"): ("fp16", True), ("weights", "fp32"): ("fp16", False)}
     options = (
         BackendOption("fp16", "float16 weights", switch=True),
         BackendOption(
@@ -154,6 +152,12 @@ class MPSBackend(Backend):
                 "class": cls,
                 "placement": placement_summary(lowered.placement),
             },
+        )
+
+    def describe_run(self, out_dir: Path, options: Mapping[str, Any]) -> str:
+        return (
+            "a CPU model of MPS (sim): the generated Swift compiled by swiftc against "
+            "onnx2edge's CPU model of Metal / MetalPerformanceShaders, not Apple hardware"
         )
 
     def run(
