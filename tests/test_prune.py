@@ -380,3 +380,74 @@ def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> No
     np.testing.assert_array_equal(np.isnan(got["h1"]), np.isnan(ref))
     fin = np.isfinite(ref)
     np.testing.assert_allclose(got["h1"][fin], ref[fin], rtol=1e-4, atol=1e-5)
+
+
+# --- all-zero layers (issue 29 item 2) ----------------------------------------------------------
+
+
+def _zeroed(model: onnx.ModelProto, name: str, keep: int = 0) -> onnx.ModelProto:
+    """A copy of `model` whose initializer `name` is all zeros but its first `keep` values."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in out.graph.initializer:
+        if t.name == name:
+            a = numpy_helper.to_array(t).copy()
+            a.reshape(-1)[keep:] = 0
+            t.CopyFrom(numpy_helper.from_array(a, name))
+    return out
+
+
+def conv3x3(c: int = 16, m: int = 32, hw: int = 9) -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    vi = helper.make_tensor_value_info
+    return _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c3", pads=[1, 1, 1, 1])],
+        [vi("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [vi("y", TensorProto.FLOAT, [1, m, hw, hw])],
+        [numpy_helper.from_array(w, "w")],
+    )
+
+
+# (model, zeroed weight, nonzeros kept, input shape, sparse kind expected or None: dense path)
+ZERO_LAYERS = {
+    "gemm_batch1_bsc": (lambda: mlp(1), "w1", 0, (1, 64), "fc_batch1_bsr"),
+    "gemm_batchN_spmm": (lambda: mlp(70), "w1", 0, (70, 64), "fc_batchN"),
+    "matmul_head_spmv": (lambda: mlp(70, dims=(64, 512, 10)), "w1", 0, (70, 64), "fc_batchN"),
+    "matmul_head_one_nz": (lambda: mlp(70, dims=(64, 512, 10)), "w1", 1, (70, 64), "fc_batchN"),
+    "gemm_batch1_one_nz": (lambda: mlp(1), "w1", 1, (1, 64), "fc_batch1_bsr"),
+    "conv1x1_spmm": (lambda: conv1x1(n=2), "w", 0, (2, 96, 7, 7), "conv1x1"),
+    "conv3x3_dense": (conv3x3, "w", 0, (1, 16, 9, 9), None),
+}
+
+
+@pytest.mark.parametrize("isa", ALL_ISAS)
+@pytest.mark.parametrize("case", list(ZERO_LAYERS))
+def test_all_zero_layer_builds_and_matches(
+    tmp_path: Path, case: str, isa: str, force_sparse: None
+) -> None:
+    """A layer whose weight is all zeros (what a global prune used to leave) takes its sparse
+    kernel with no stored nonzero / block: the C still compiles under -Werror (it did not:
+    `array subscript ... outside array bounds of 'const float[1]'`) and matches onnxruntime,
+    Inf inputs included (0 * Inf is NaN for every output of a zero layer)."""
+    make, name, keep, shape, kind = ZERO_LAYERS[case]
+    model = _zeroed(make(), name, keep)
+    from onnx2edge.backends.c.build import build_and_run
+
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    got, stats = _run_c(model, tmp_path, isa, x)
+    kinds = {d["kind"] for d in stats["sparse_layers"]}
+    assert kinds == ({kind} if kind else set())
+    ref = ort_run(model, {"x": x})
+    for k, v in ref.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5)
+    x.reshape(-1)[5] = np.inf
+    x.reshape(-1)[-3] = np.nan
+    got = build_and_run(tmp_path / "c", isa, {"x": x})  # the same build, cached
+    ref = ort_run(model, {"x": x})
+    for k, v in ref.items():
+        assert np.isnan(v).any()
+        np.testing.assert_array_equal(np.isnan(got[k]), np.isnan(v))
+        np.testing.assert_array_equal(np.isposinf(got[k]), np.isposinf(v))
+        fin = np.isfinite(v)
+        np.testing.assert_allclose(got[k][fin], v[fin], rtol=1e-4, atol=1e-5)
