@@ -12,7 +12,8 @@ F(m x m, 3x3) computes an m x m output tile from an (m + 2) x (m + 2) input tile
 
 F(4x4, 3x3) needs 36 / (9·16) = 1/4 of the multiplications of a direct convolution, F(2x2, 3x3)
 16 / 36. The transformed weights are (m + 2)² / 9 times larger than the original ones (4x for
-F(4x4, 3x3)): they are the price of the speed.
+F(4x4, 3x3)): they are the price of the speed. The original 3x3 weights are kept too, for the
+tiles whose input holds NaN / Inf, computed directly as onnxruntime does (DIRECT below).
 
 Accuracy. The matrices come from the Toom-Cook construction on interpolation points
 (finite points + infinity). The classic F(4, 3) points 0, ±1, ±2 lose about 5 bits in float32;
@@ -126,6 +127,7 @@ typedef struct {
   const float *x, *packed, *bias, *res;
   float *y, *e, *rb, *v, *mm; /* e, rb, v, mm: MAX_THREADS slots each */
   char *ws;
+  const float *w3; /* the 3x3 weights [M][C][3][3], for the tiles computed directly */
 } o2e_wino_block_args;
 """
 
@@ -145,6 +147,7 @@ typedef struct {
   const float *bias, *res;
   float *y;
   o2e_act act;
+  const float *w3; /* the 3x3 weights [M][C][3][3], for the tiles computed directly */
 } o2e_wino_tr_args;
 """
 PAR_IN = r"""
@@ -162,9 +165,57 @@ static void NAME(void *arg, int o0, int o1)
   const o2e_wino_tr_args *a = (const o2e_wino_tr_args *)arg;
   const int t = o2e_parallel_thread();
   const size_t plane = (size_t)a->OH * a->OW;
+  const o2e_wino_direct dx = {a->x, a->w3 + (size_t)o0 * a->C * 9, a->C, a->H, a->W, a->pt, a->pl};
   FOUT(a->mm + (size_t)o0 * a->ld, o1 - o0, a->row0, a->nth, a->TW, a->ld, a->ms, a->OH, a->OW,
        a->bias ? a->bias + o0 : NULL, a->res ? a->res + o0 * plane : NULL, a->y + o0 * plane, a->act,
-       a->e + (size_t)t * a->e_slot);
+       a->e + (size_t)t * a->e_slot, &dx);
+}
+"""
+
+# Non-finite inputs. The transforms mix a whole (m + 2)² input tile into every output of its tile,
+# so one Inf made all m² outputs NaN (Inf - Inf), where onnxruntime's direct convolution gives
+# +-Inf / NaN only where the 3x3 window reads it, and finite values elsewhere. A tile whose input
+# holds NaN / Inf (any channel) has a non-finite transformed tile, so its m² outputs, summed, are
+# not finite (every column of Bᵀ and Aᵀ has a nonzero: a non-finite value reaches at least one
+# output, and a sum with a non-finite term is not finite); the output transform checks that sum
+# per tile (m² adds per tile and output channel, vectorised) and recomputes such tiles directly
+# from the 3x3 weights, which are kept beside the transformed ones for that (their 9 floats per
+# weight: +25% over F(4x4)'s 36, +56% over F(2x2)'s 16). A finite input whose transforms overflow
+# is recomputed the same way, also what a direct convolution gives.
+DIRECT = r"""
+typedef struct {
+  const float *x, *w; /* one image [C][H][W]; weights [channels][C][3][3] from the first one */
+  int C, H, W, pt, pl;
+} o2e_wino_direct;
+
+/* Outputs [r0, r0 + m) x [q0, q0 + m) (clipped to OH x OW) of one output channel, directly:
+ * the 3x3 window over the zero-padded input (w: this channel's [C][3][3]) + bias, + residual,
+ * activation (the output transform's kinds) -- a tile that read NaN / Inf. */
+static void o2e_wino_direct_tile(const o2e_wino_direct *d, const float *restrict w, int r0, int q0, int m,
+    int OH, int OW, float b, const float *restrict res, float *restrict y, o2e_act act)
+{
+  for (int r = r0; r < r0 + m && r < OH; ++r)
+    for (int q = q0; q < q0 + m && q < OW; ++q) {
+      float s = 0.0f, v;
+      for (int c = 0; c < d->C; ++c)
+        for (int i = 0; i < 3; ++i) {
+          const int ih = r - d->pt + i;
+          if (ih < 0 || ih >= d->H) continue;
+          for (int j = 0; j < 3; ++j) {
+            const int iw = q - d->pl + j;
+            if (iw >= 0 && iw < d->W) s += w[(c * 3 + i) * 3 + j] * d->x[((size_t)c * d->H + ih) * d->W + iw];
+          }
+        }
+      v = s + b;
+      if (res) v += res[(size_t)r * OW + q];
+      switch (act.kind) {
+      case 1: v = v < 0.0f ? 0.0f : v; break;
+      case 2: v = v < act.a ? act.a : v; v = v > act.b ? act.b : v; break;
+      case 3: v = v < 0.0f ? v * act.a : v; break;
+      default: break;
+      }
+      y[(size_t)r * OW + q] = v;
+    }
 }
 """
 
@@ -417,25 +468,33 @@ def _output_kernel(m: int) -> tuple[str, str]:
         for b in range(m)
     )
     inter = " ".join(f"yr[{m} * tw + {b}] = f{b}[tw];" for b in range(m))
+    tile_sum = " + ".join(f"ft[{p} * fs + u]" for p in range(m * m))
     code = f"""
 /* Winograd F({m}x{m},3x3) output transform of one block of tile rows: y = A^T M A + bias for each
  * output channel o from mm[k][o][t] (nt = nth*TW tiles, rows ld floats apart, matrices ms floats
  * apart), first as {m * m} planes f[a*{m}+b][t] (chunks of {VEC} tiles; planes fs floats apart, an odd
  * number of chunks), then interleaved into y's rows with the residual and
- * the activation; outputs past OH x OW (edge tiles) are dropped. */
+ * the activation; outputs past OH x OW (edge tiles) are dropped. A tile whose outputs sum to a
+ * non-finite value read NaN / Inf: it is recomputed directly (o2e_wino_direct_tile, dx). */
 static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, int ld, size_t ms, int OH,
-    int OW, const float *restrict bias, const float *restrict res, float *restrict y, o2e_act act, float *restrict f)
+    int OW, const float *restrict bias, const float *restrict res, float *restrict y, o2e_act act, float *restrict f,
+    const o2e_wino_direct *dx)
 {{
   const size_t fs = (size_t)ld + (ld / {VEC} % 2 == 0 ? {VEC} : 0);
-  const int full = OW / {m};
+  const int full = OW / {m}, nt = nth * TW;
   for (int o = 0; o < M; ++o) {{
     const float b = bias ? bias[o] : 0.0f;
+    int bad = 0;
     for (int t0 = 0; t0 < ld; t0 += {VEC}) {{
       const float *restrict mt = mm + (size_t)o * ld + t0;
       float *restrict ft = f + t0;
       O2E_IVDEP
       for (int u = 0; u < {VEC}; ++u) {{
 {body}
+      }}
+      for (int u = 0; u < {VEC}; ++u) {{ /* padding tiles past nt do not count */
+        const float s = {tile_sum};
+        bad |= (t0 + u < nt) & (s - s != 0.0f);
       }}
     }}
     for (int th = 0; th < nth; ++th)
@@ -462,6 +521,14 @@ static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, i
         case 3: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? yr[ow] * act.a : yr[ow]; break;
         default: break;
         }}
+      }}
+    if (bad)
+      for (int t = 0; t < nt; ++t) {{
+        float s = 0.0f;
+        for (int p = 0; p < {m * m}; ++p) s += f[p * fs + t];
+        if (s - s == 0.0f) continue;
+        o2e_wino_direct_tile(dx, dx->w + (size_t)o * dx->C * 9, (row0 + t / TW) * {m}, t % TW * {m}, {m}, OH, OW, b,
+                             res ? res + (size_t)o * OH * OW : NULL, y + (size_t)o * OH * OW, act);
       }}
   }}
 }}
@@ -572,6 +639,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         res = ctx.x(3).sym
     fin, fin_code = _input_kernel(m)
     fout, fout_code = _output_kernel(m)
+    w3 = w.sym  # the ONNX weights, for the tiles with a non-finite input (DIRECT)
     full, rem = divmod(plan.TH, rows)
     nblocks = full + (1 if rem else 0)
     sizes = plan.scratch()
@@ -580,6 +648,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     # the GEMM engine (o2e_sgemm_packed_local, o2e_parallel_for) comes before the kernels
     _use_engine(ctx)
     ctx.helper("o2e_ivdep", IVDEP)
+    ctx.helper("o2e_wino_direct", DIRECT)
     ctx.helper(fin, fin_code)
     ctx.helper(fout, fout_code)
     head = (
@@ -619,7 +688,11 @@ static void {name}(void *arg, int u0, int u1)
     for (int k = 0; k < {n * n}; ++k)
       o2e_sgemm_packed_local({M}, nt, {C}, a->packed + (size_t)k * {stride}, v + (size_t)k * vs, ld,
                              mm + (size_t)k * ms, ld, ws);
-    {fout}(mm, {M}, row0, nth, {TW}, ld, ms, {OH}, {OW}, a->bias, {r}, a->y + (size_t)b * {M * OH * OW}, act, e);
+    {{
+      const o2e_wino_direct dx = {{a->x + (size_t)b * {C * H * W}, a->w3, {C}, {H}, {W}, {pt}, {pl}}};
+      {fout}(mm, {M}, row0, nth, {TW}, ld, ms, {OH}, {OW}, a->bias, {r}, a->y + (size_t)b * {M * OH * OW}, act, e,
+             &dx);
+    }}
   }}
 }}
 """,
@@ -627,7 +700,7 @@ static void {name}(void *arg, int u0, int u1)
         lines = [
             head,
             f"{{ o2e_wino_block_args a = {{{x.sym}, {packed}, {bias or 'NULL'}, {res or 'NULL'}, {y.sym}, "
-            f"{slots[0]}, {slots[1]}, {slots[2]}, {slots[3]}, {ws}}};",
+            f"{slots[0]}, {slots[1]}, {slots[2]}, {slots[3]}, {ws}, {w3}}};",
             f"  o2e_parallel_for({units}, {name}, &a); }}",
         ]
     else:
@@ -649,7 +722,7 @@ static void {name}(void *arg, int u0, int u1)
             tr = (
                 f"o2e_wino_tr_args ta = {{{x.sym} + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {row0}, "
                 f"{nth}, {TW}, {ld}, {vs}, {ms}, {e}, {sizes[0]}, {rb}, {sizes[1]}, {v}, {mm}, {M}, {OH}, {OW}, "
-                f"{bias or 'NULL'}, {r}, {y.sym} + (size_t)b * {M * OH * OW}, {st_act}}};"
+                f"{bias or 'NULL'}, {r}, {y.sym} + (size_t)b * {M * OH * OW}, {st_act}, {w3}}};"
             )
             return "\n".join(
                 [
