@@ -216,8 +216,11 @@ static float *load(const char *path, size_t n) {
 int main(int argc, char **argv) {
   (void)argc;
   float *x = load(argv[1], @XN@), *u = load(argv[2], @UN@), *bias = load(argv[3], @M@), *res = load(argv[4], @YN@);
-  float *w3 = load(argv[6], @WN@);
-  const o2e_wino_direct dx = {x, w3, @C@, @H@, @W@, @PT@, @PL@};
+  unsigned char *bits = malloc(@BN@);
+  FILE *fb = fopen(argv[6], "rb");
+  if (!bits || !fb || fread(bits, 1, @BN@, fb) != @BN@) exit(2);
+  fclose(fb);
+  const o2e_wino_direct dx = {x, u, bits, bits + @NZN@, @US@, @C@, @H@, @W@, @PT@, @PL@, 0};
   float *y = malloc(@YN@ * sizeof(float));
   float *e = malloc(@EN@ * sizeof(float)), *rb = malloc(@RBN@ * sizeof(float));
   float *v = malloc(@VN@ * sizeof(float)), *mm = malloc(@MN@ * sizeof(float));
@@ -226,7 +229,7 @@ int main(int argc, char **argv) {
   FILE *f = fopen(argv[5], "wb");
   fwrite(y, sizeof(float), @YN@, f);
   fclose(f);
-  free(x); free(u); free(bias); free(res); free(y); free(e); free(rb); free(v); free(mm); free(ws); free(w3);
+  free(x); free(u); free(bias); free(res); free(y); free(e); free(rb); free(v); free(mm); free(ws); free(bits);
   return 0;
 }
 """
@@ -273,6 +276,8 @@ def test_kernels_stay_inside_planned_scratch(
     # a tile with NaN / Inf is computed directly (o2e_wino_direct_tile): its reads checked too
     x[C - 1, H // 2, W // 2], x[0, H - 1, 0] = np.inf, np.nan
     w = rng.standard_normal((M, C, 3, 3)).astype(np.float32)
+    w[:, C - 1, 1, 1] = 0.0  # 0 * Inf = NaN where the Inf sits at the centre of the window
+    nzbits, negbits = winograd.weight_bits(w)
     bias = rng.standard_normal(M).astype(np.float32)
     res = rng.standard_normal((M, OH, OW)).astype(np.float32)
     packed = np.concatenate([pack_a(k) for k in winograd.transform_weights(w, m)])
@@ -293,8 +298,14 @@ def test_kernels_stay_inside_planned_scratch(
     sizes = plan.scratch()
     src = HARNESS
     for key, val in {
-        "@KERNELS@": winograd.IVDEP + winograd.DIRECT + fin_code + fout_code,
-        "@WN@": w.size,
+        "@KERNELS@": winograd.IVDEP
+        + winograd.DIRECT
+        + winograd._direct_kernel(m)[1]
+        + fin_code
+        + fout_code,
+        "@BN@": nzbits.size + negbits.size,
+        "@NZN@": nzbits.size,
+        "@US@": stride,
         "@C@": C,
         "@H@": H,
         "@W@": W,
@@ -338,8 +349,8 @@ def test_kernels_stay_inside_planned_scratch(
     for name, arr in (("x", x), ("u", packed), ("b", bias), ("r", res)):
         arr.astype(np.float32).tofile(tmp_path / name)
         files.append(str(tmp_path / name))
-    w.tofile(tmp_path / "w3")
-    subprocess.run([str(exe), *files, str(tmp_path / "y"), str(tmp_path / "w3")], check=True)
+    np.concatenate([nzbits, negbits]).tofile(tmp_path / "bits")
+    subprocess.run([str(exe), *files, str(tmp_path / "y"), str(tmp_path / "bits")], check=True)
     y = np.fromfile(tmp_path / "y", np.float32).reshape(M, OH, OW)
     xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pb), (pl, pr)))
     ref = np.einsum(
