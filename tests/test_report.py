@@ -128,8 +128,11 @@ def test_ram_card_counts_the_weights_buffer(
     includes them (it showed the arena only)."""
     from onnx2edge.backends.c import writer
 
-    inline = collect(EXAMPLE, target="c")["totals"]
+    data = collect(EXAMPLE, target="c")
+    inline = data["totals"]
     assert not inline["weights_in_file"] and inline["ram_bytes"] == inline["arena_bytes"]
+    # every stored constant is counted once, on the layer that names it first
+    assert sum(n["flash_bytes"] or 0 for n in data["nodes"]) == inline["weight_bytes"]
     monkeypatch.setattr(writer, "INLINE_WEIGHT_LIMIT", 0)  # every model's weights to the file
     t = collect(EXAMPLE, target="c")["totals"]
     assert t["weights_in_file"] and t["ram_weight_bytes"] == t["weight_bytes"] > 0
