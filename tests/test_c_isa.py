@@ -182,13 +182,10 @@ def _nan_inf_branches(case: str) -> tuple[list, list, list, dict[str, np.ndarray
     bias = rng.standard_normal(M).astype(np.float32)
     bias[:3] = [np.nan, np.inf, -np.inf]  # whole channels NaN / +Inf / -Inf before the activation
     x = rng.standard_normal((1, C, H, W)).astype(np.float32)
-    if case != "winograd":
-        # Winograd's transforms mix a whole tile (d - d' of two pixels): one NaN or Inf pixel
-        # reaches outputs it is not under, unlike the direct sum onnxruntime computes; its
-        # activations still see NaN / Inf through the bias
-        x[0, :, 1, 2] = np.nan
-        x[0, 0, H - 2, W - 1] = np.inf
-        x[0, C - 1, H // 2, 0] = -np.inf
+    # Winograd too: its tiles with a non-finite input are computed directly (issue 29)
+    x[0, :, 1, 2] = np.nan
+    x[0, 0, H - 2, W - 1] = np.inf
+    x[0, C - 1, H // 2, 0] = -np.inf
     attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p] * 4, "group": g}
     if deconv:
         attrs["output_padding"] = [1, 1]

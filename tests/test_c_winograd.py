@@ -216,6 +216,11 @@ static float *load(const char *path, size_t n) {
 int main(int argc, char **argv) {
   (void)argc;
   float *x = load(argv[1], @XN@), *u = load(argv[2], @UN@), *bias = load(argv[3], @M@), *res = load(argv[4], @YN@);
+  unsigned char *bits = malloc(@BN@);
+  FILE *fb = fopen(argv[6], "rb");
+  if (!bits || !fb || fread(bits, 1, @BN@, fb) != @BN@) exit(2);
+  fclose(fb);
+  const o2e_wino_direct dx = {x, u, bits, bits + @NZN@, @US@, @C@, @H@, @W@, @PT@, @PL@, 0};
   float *y = malloc(@YN@ * sizeof(float));
   float *e = malloc(@EN@ * sizeof(float)), *rb = malloc(@RBN@ * sizeof(float));
   float *v = malloc(@VN@ * sizeof(float)), *mm = malloc(@MN@ * sizeof(float));
@@ -224,7 +229,7 @@ int main(int argc, char **argv) {
   FILE *f = fopen(argv[5], "wb");
   fwrite(y, sizeof(float), @YN@, f);
   fclose(f);
-  free(x); free(u); free(bias); free(res); free(y); free(e); free(rb); free(v); free(mm); free(ws);
+  free(x); free(u); free(bias); free(res); free(y); free(e); free(rb); free(v); free(mm); free(ws); free(bits);
   return 0;
 }
 """
@@ -268,7 +273,11 @@ def test_kernels_stay_inside_planned_scratch(
     n, TW, r = plan.n, plan.TW, plan.rows
     rng = np.random.default_rng(C * M)
     x = rng.standard_normal((C, H, W)).astype(np.float32)
+    # a tile with NaN / Inf is computed directly (o2e_wino_direct_tile): its reads checked too
+    x[C - 1, H // 2, W // 2], x[0, H - 1, 0] = np.inf, np.nan
     w = rng.standard_normal((M, C, 3, 3)).astype(np.float32)
+    w[:, C - 1, 1, 1] = 0.0  # 0 * Inf = NaN where the Inf sits at the centre of the window
+    nzbits, negbits = winograd.weight_bits(w)
     bias = rng.standard_normal(M).astype(np.float32)
     res = rng.standard_normal((M, OH, OW)).astype(np.float32)
     packed = np.concatenate([pack_a(k) for k in winograd.transform_weights(w, m)])
@@ -284,12 +293,24 @@ def test_kernels_stay_inside_planned_scratch(
             f"  {fin}(x, {C}, {H}, {W}, {pt}, {pl}, {row0}, {nth}, {TW}, {ld}, {vs}, e, rb, v);",
             f"  for (int k = 0; k < {n * n}; ++k) o2e_sgemm_packed({M}, {nt}, {C}, u + (size_t)k * {stride}, "
             f"v + (size_t)k * {vs}, {ld}, mm + (size_t)k * {ms}, {ld}, 0, NULL, NULL, NULL, 0, (o2e_act){{0, 0, 0}}, ws);",
-            f"  {fout}(mm, {M}, {row0}, {nth}, {TW}, {ld}, {ms}, {OH}, {OW}, bias, res, y, (o2e_act){{1, 0, 0}}, e);",
+            f"  {fout}(mm, {M}, {row0}, {nth}, {TW}, {ld}, {ms}, {OH}, {OW}, bias, res, y, (o2e_act){{1, 0, 0}}, e, &dx);",
         ]
     sizes = plan.scratch()
     src = HARNESS
     for key, val in {
-        "@KERNELS@": winograd.IVDEP + fin_code + fout_code,
+        "@KERNELS@": winograd.IVDEP
+        + winograd.DIRECT
+        + winograd._direct_kernel(m)[1]
+        + fin_code
+        + fout_code,
+        "@BN@": nzbits.size + negbits.size,
+        "@NZN@": nzbits.size,
+        "@US@": stride,
+        "@C@": C,
+        "@H@": H,
+        "@W@": W,
+        "@PT@": pt,
+        "@PL@": pl,
         "@CALLS@": "\n".join(calls),
         "@XN@": x.size,
         "@UN@": packed.size,
@@ -328,7 +349,8 @@ def test_kernels_stay_inside_planned_scratch(
     for name, arr in (("x", x), ("u", packed), ("b", bias), ("r", res)):
         arr.astype(np.float32).tofile(tmp_path / name)
         files.append(str(tmp_path / name))
-    subprocess.run([str(exe), *files, str(tmp_path / "y")], check=True)
+    np.concatenate([nzbits, negbits]).tofile(tmp_path / "bits")
+    subprocess.run([str(exe), *files, str(tmp_path / "y"), str(tmp_path / "bits")], check=True)
     y = np.fromfile(tmp_path / "y", np.float32).reshape(M, OH, OW)
     xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pb), (pl, pr)))
     ref = np.einsum(
@@ -336,8 +358,13 @@ def test_kernels_stay_inside_planned_scratch(
         w.astype(np.float64),
         np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(1, 2)),
     )
-    ref = np.maximum(ref + bias[:, None, None] + res, 0)
-    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    ref = ref + bias[:, None, None] + res
+    ref = np.where(ref < 0, 0, ref)  # Relu keeping NaN, as the kernel's
+    assert np.isnan(ref).any() and np.isposinf(ref).any()
+    fin = np.isfinite(ref)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(y[~fin & ~np.isnan(ref)], ref[~fin & ~np.isnan(ref)])
+    np.testing.assert_allclose(y[fin], ref[fin], rtol=1e-4, atol=1e-4 * np.abs(ref[fin]).max())
 
 
 @pytest.mark.parametrize(

@@ -380,3 +380,173 @@ def test_block_sparse_batch1_matches_onnxruntime(tmp_path: Path, isa: str) -> No
     np.testing.assert_array_equal(np.isnan(got["h1"]), np.isnan(ref))
     fin = np.isfinite(ref)
     np.testing.assert_allclose(got["h1"][fin], ref[fin], rtol=1e-4, atol=1e-5)
+
+
+# --- all-zero layers (issue 29 item 2) ----------------------------------------------------------
+
+
+def _zeroed(model: onnx.ModelProto, name: str, keep: int = 0) -> onnx.ModelProto:
+    """A copy of `model` whose initializer `name` is all zeros but its first `keep` values."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in out.graph.initializer:
+        if t.name == name:
+            a = numpy_helper.to_array(t).copy()
+            a.reshape(-1)[keep:] = 0
+            t.CopyFrom(numpy_helper.from_array(a, name))
+    return out
+
+
+def conv3x3(c: int = 16, m: int = 32, hw: int = 9) -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    vi = helper.make_tensor_value_info
+    return _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c3", pads=[1, 1, 1, 1])],
+        [vi("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [vi("y", TensorProto.FLOAT, [1, m, hw, hw])],
+        [numpy_helper.from_array(w, "w")],
+    )
+
+
+# (model, zeroed weight, nonzeros kept, input shape, sparse kind expected or None: dense path)
+ZERO_LAYERS = {
+    "gemm_batch1_bsc": (lambda: mlp(1), "w1", 0, (1, 64), "fc_batch1_bsr"),
+    "gemm_batchN_spmm": (lambda: mlp(70), "w1", 0, (70, 64), "fc_batchN"),
+    "matmul_head_spmv": (lambda: mlp(70, dims=(64, 512, 10)), "w1", 0, (70, 64), "fc_batchN"),
+    "matmul_head_one_nz": (lambda: mlp(70, dims=(64, 512, 10)), "w1", 1, (70, 64), "fc_batchN"),
+    "gemm_batch1_one_nz": (lambda: mlp(1), "w1", 1, (1, 64), "fc_batch1_bsr"),
+    "conv1x1_spmm": (lambda: conv1x1(n=2), "w", 0, (2, 96, 7, 7), "conv1x1"),
+    "conv3x3_dense": (conv3x3, "w", 0, (1, 16, 9, 9), None),
+}
+
+
+@pytest.mark.parametrize("isa", ALL_ISAS)
+@pytest.mark.parametrize("case", list(ZERO_LAYERS))
+def test_all_zero_layer_builds_and_matches(
+    tmp_path: Path, case: str, isa: str, force_sparse: None
+) -> None:
+    """A layer whose weight is all zeros (what a global prune used to leave) takes its sparse
+    kernel with no stored nonzero / block: the C still compiles under -Werror (it did not:
+    `array subscript ... outside array bounds of 'const float[1]'`) and matches onnxruntime,
+    Inf inputs included (0 * Inf is NaN for every output of a zero layer)."""
+    make, name, keep, shape, kind = ZERO_LAYERS[case]
+    model = _zeroed(make(), name, keep)
+    from onnx2edge.backends.c.build import build_and_run
+
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    got, stats = _run_c(model, tmp_path, isa, x)
+    kinds = {d["kind"] for d in stats["sparse_layers"]}
+    assert kinds == ({kind} if kind else set())
+    ref = ort_run(model, {"x": x})
+    for k, v in ref.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5)
+    x.reshape(-1)[5] = np.inf
+    x.reshape(-1)[-3] = np.nan
+    got = build_and_run(tmp_path / "c", isa, {"x": x})  # the same build, cached
+    ref = ort_run(model, {"x": x})
+    for k, v in ref.items():
+        assert np.isnan(v).any()
+        np.testing.assert_array_equal(np.isnan(got[k]), np.isnan(v))
+        np.testing.assert_array_equal(np.isposinf(got[k]), np.isposinf(v))
+        fin = np.isfinite(v)
+        np.testing.assert_allclose(got[k][fin], v[fin], rtol=1e-4, atol=1e-5)
+
+
+# --- the per-layer ceiling (issue 29 item 2) --------------------------------------------------
+
+
+def _small_middle(batch: int = 1) -> onnx.ModelProto:
+    """mlp() whose middle layer's weights are all small (as trained layers can be): one global
+    magnitude threshold at 90% takes all of them."""
+    m = mlp(batch, dims=(64, 200, 96, 10))
+    return _scaled(m, "w1", 1e-3)
+
+
+def _scaled(model: onnx.ModelProto, name: str, f: float) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in out.graph.initializer:
+        if t.name == name:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(f), name))
+    return out
+
+
+def test_global_prune_used_to_empty_a_layer_silently() -> None:
+    m = _small_middle()
+    p, rep = prune_model(m, 0.9, max_layer_sparsity=1.0)  # no cap: the former behaviour
+    assert _zeros(_w(p, "w1")) == 1.0  # the whole layer gone ...
+    assert any("every weight is zero" in w and "w1" in w for w in rep.warnings)  # ... now said
+
+
+def test_max_layer_sparsity_caps_and_redistributes() -> None:
+    m = _small_middle()
+    p, rep = prune_model(m, 0.9)  # default cap
+    assert rep.max_layer_sparsity == 0.98
+    w1 = _w(p, "w1")
+    assert abs(_zeros(w1) - 0.98) < 1.0 / w1.size + 1e-9
+    # the target is still reached, from the other layers
+    assert abs(rep.sparsity - 0.9) < 1e-3
+    sizes = {n: _w(m, n).size for n in ("w0", "w1", "w2")}
+    total = sum(_zeros(_w(p, n)) * s for n, s in sizes.items()) / sum(sizes.values())
+    assert abs(total - 0.9) < 1e-3
+    # the capped layer keeps its largest weights; among the others one threshold still holds
+    kept1 = np.abs(w1[w1 != 0])
+    assert kept1.min() >= np.sort(np.abs(_w(m, "w1")).ravel())[-kept1.size]
+    thr = min(np.abs(_w(p, n)[_w(p, n) != 0]).min() for n in ("w0", "w2"))
+    for n in ("w0", "w2"):
+        pruned = np.abs(_w(m, n))[_w(p, n) == 0]
+        assert pruned.max() <= thr
+    (warn,) = rep.warnings
+    assert warn.startswith("w1: capped at 98.0%") and "100.0%" in warn
+    assert "warning: w1: capped" in rep.format()
+
+
+def test_max_layer_sparsity_changes_nothing_below_the_cap() -> None:
+    m = mlp(1)
+    a, ra = prune_model(m, 0.8)
+    b, rb = prune_model(m, 0.8, max_layer_sparsity=1.0)
+    assert a.SerializeToString() == b.SerializeToString() and ra.warnings == rb.warnings == []
+
+
+def test_max_layer_sparsity_structured_and_layer_scope() -> None:
+    m = _small_middle()
+    p, rep = prune_model(m, 0.5, structured="channels", max_layer_sparsity=0.75)
+    rows = np.count_nonzero(_w(p, "w1"), axis=1)  # 96 output channels
+    assert (rows == 0).sum() == 72 and any(w.startswith("w1: capped") for w in rep.warnings)
+    assert abs(rep.sparsity - 0.5) < 0.02
+    with pytest.raises(Exception, match="above --max-layer-sparsity 0.5"):
+        prune_model(m, 0.6, scope="layer", max_layer_sparsity=0.5)
+    _, rep = prune_model(m, 0.5, scope="layer", max_layer_sparsity=0.5)
+    assert rep.warnings == []
+
+
+def test_cli_max_layer_sparsity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(_small_middle(), src)
+    out = tmp_path / "p.onnx"
+    assert main(["prune", str(src), "-o", str(out), "--sparsity", "0.9", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["max_layer_sparsity"] == 0.98 and len(rep["warnings"]) == 1
+    assert abs(_zeros(_w(onnx.load(out), "w1")) - 0.98) < 1e-3
+    assert main(["prune", str(src), "-o", str(out), "--max-layer-sparsity", "1"]) == 0
+    assert "every weight is zero" in capsys.readouterr().out
+    # unreachable under the cap, or a cap out of range: one line, exit 2, nothing written
+    for bad in (["--sparsity", "0.99"], ["--max-layer-sparsity", "0"]):
+        assert main(["prune", str(src), "-o", str(tmp_path / "bad.onnx"), *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "max-layer-sparsity" in err
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+@pytest.mark.parametrize("batch", [1, 40])
+def test_emptied_layer_converts_with_default_kernels(tmp_path: Path, batch: int) -> None:
+    """The issue's chain: a global prune that empties a layer (now only with the cap lifted),
+    then `convert --target c` with the default kernels (the empty layer goes sparse), built
+    with -Werror and checked against onnxruntime."""
+    p, _ = prune_model(_small_middle(batch), 0.9, max_layer_sparsity=1.0)
+    x = np.random.default_rng(9).standard_normal((batch, 64)).astype(np.float32)
+    got, stats = _run_c(p, tmp_path, "native", x)
+    assert "fc1" in {d["node"] for d in stats["sparse_layers"]}
+    for k, v in ort_run(p, {"x": x}).items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5)

@@ -78,11 +78,88 @@ def test_fused_into_walks_back_to_the_kept_producer() -> None:
 def test_page_is_self_contained(tmp_path: Path) -> None:
     html = render_html(collect(EXAMPLE, target="c"))
     assert "<svg" in html and 'id="layers"' in html
-    # nothing fetched from anywhere: no scripts, no external URLs but the SVG namespace
-    assert "<script" not in html
+    # nothing fetched from anywhere: the one script and its data are inline, no external URLs
+    # but the SVG namespace
+    assert html.count("<script") == 2 and "<script src" not in html
+    assert '<script type="application/json" id="nodedata">' in html
     urls = set(re.findall(r"(?:src|href)=\"([^\"]+)\"", html))
     assert not urls, urls
     assert "http" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert 'id="search"' in html and 'id="inspect"' in html and 'id="zfit"' in html
+
+
+# --- issue 29 item 7 ----------------------------------------------------------------------------
+
+
+def test_fused_group_row_has_latency_error_kernel_and_bytes(tmp_path: Path) -> None:
+    """Conv + BatchNorm + Relu run as one C node: its row carries the group's latency (profile
+    of the kept node) and error (of the group's last output, which the kept node writes); it
+    used to be latency on the Conv row, error on the Relu row. Also the kernel chosen (the
+    manifest's layer_kernels strategy and the kernel label), the strategies that refused it,
+    and the layer's RAM / flash bytes."""
+    data = collect(_model_with_refusal(tmp_path), target="c", bench=True, verify=True)
+    by = {n["name"]: n for n in data["nodes"]}
+    conv = by["conv"]
+    assert conv["ms"] is not None and conv["ms"] > 0
+    assert conv["max_rel_error"] is not None and conv["max_rel_error"] < 1e-4
+    for fused in ("bn", "relu"):
+        assert by[fused]["ms"] is None and by[fused]["max_rel_error"] is None
+        assert by[fused]["kernel"] == [] and by[fused]["ram_bytes"] is None
+    assert conv["fused"] == ["bn", "relu"]
+    from onnx2edge.backends.c.ops.conv import STRATEGIES
+
+    assert conv["strategy"] in {s.name for s in STRATEGIES} and conv["kernel"]
+    names = [s.name for s in STRATEGIES]
+    refused = [r.split(":")[0] for r in conv["refusals"]]
+    assert refused == names[: names.index(conv["strategy"])]  # each one before it, in order
+    assert all(": " in r for r in conv["refusals"])
+    assert conv["ram_bytes"] >= 4 * 8 * 8 * 4  # its output at least
+    assert conv["flash_bytes"] >= 4 * 3 * 3 * 3 * 4  # the folded weights at least
+    html = render_html(data)
+    row = re.search(r'<tr id="row-0".*?</tr>', html).group(0)
+    assert f"{conv['ms']:.3f}" in row and f"{conv['max_rel_error']:.1e}" in row
+    assert "with bn, relu fused" in row and conv["strategy"] in row
+
+
+def test_ram_card_counts_the_weights_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Weights in model_weights.bin are read into a RAM buffer by model_init: the RAM total
+    includes them (it showed the arena only)."""
+    from onnx2edge.backends.c import writer
+
+    data = collect(EXAMPLE, target="c")
+    inline = data["totals"]
+    assert not inline["weights_in_file"] and inline["ram_bytes"] == inline["arena_bytes"]
+    # every stored constant is counted once, on the layer that names it first
+    assert sum(n["flash_bytes"] or 0 for n in data["nodes"]) == inline["weight_bytes"]
+    monkeypatch.setattr(writer, "INLINE_WEIGHT_LIMIT", 0)  # every model's weights to the file
+    t = collect(EXAMPLE, target="c")["totals"]
+    assert t["weights_in_file"] and t["ram_weight_bytes"] == t["weight_bytes"] > 0
+    assert t["ram_bytes"] == t["arena_bytes"] + t["weight_bytes"]
+    html = render_html(collect(EXAMPLE, target="c"))
+    assert "RAM (arena + weights)" in html and "weights file (read into RAM)" in html
+
+
+def test_coreml_nodes_that_convert_are_not_replaceable(tmp_path: Path) -> None:
+    """check's coreml note "a generic converter emits AddBroadcastable; onnx2edge emits add"
+    painted the Add of a model that converts as replaceable (37 of 39 nodes of one model): it
+    is supported, the note kept as its reason; and --bench, which times the C build only,
+    says it was not run instead of being silently ignored."""
+    from onnx2edge.check import check_model
+
+    checked = [e for e in check_model(EXAMPLE, "coreml")["nodes"] if e["status"] == "replaceable"]
+    assert checked  # the premise: check flags the residual Add
+    said: list[str] = []
+    data = collect(EXAMPLE, target="coreml", bench=True, log=said.append)
+    assert data["refused"] is None and data["totals"]["replaceable"] == 0
+    by = {n["name"]: n for n in data["nodes"]}
+    for e in checked:
+        assert by[e["node"]]["status"] in ("supported", "fused")
+        assert by[e["node"]]["reason"].startswith("note: a generic converter")
+    assert data["bench"] is None and "not available for target coreml" in data["bench_note"]
+    assert any("not available for target coreml" in m for m in said)
+    assert "not available for target coreml" in render_html(data)
 
 
 @pytest.mark.skipif(
@@ -115,6 +192,27 @@ def test_report_renders_in_headless_chromium(
     assert dom.stdout.count('<tr id="row-') == n_nodes
     console_errors = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
     assert not console_errors, console_errors
+    assert 'data-ready="1"' in dom.stdout  # the inline script ran to its end
+    # click-to-inspect (#node=) and search (#search=) through the page's own script
+    picked = subprocess.run(
+        [CHROMIUM, *flags, "--dump-dom", out.as_uri() + "#node=conv3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    panel = re.search(r'<div id="inspect">(.*?)</div>', picked.stdout, re.S).group(1)
+    assert "<h3>conv3</h3>" in panel and "winograd" in panel and "pads" in panel
+    assert "kernels that refused it" in panel and "max rel error" in panel
+    assert 'class="node supported sel"' in picked.stdout
+    found = subprocess.run(
+        [CHROMIUM, *flags, "--dump-dom", out.as_uri() + "#search=relu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    hits = found.stdout.count('class="node fused hit"')
+    assert hits == 4 and "4 matches" in found.stdout
+    assert found.stdout.count('style="display: none;"') == n_nodes - hits
     png = tmp_path / "shot.png"
     shot = subprocess.run(
         [CHROMIUM, *flags, "--window-size=1200,900", f"--screenshot={png}", out.as_uri()],

@@ -622,13 +622,23 @@ def prune(
     scope: str = "global",
     structured: str | None = None,
     skip: Sequence[str] = (),
+    max_layer_sparsity: float | None = None,
 ) -> dict[str, Any]:
-    """Magnitude-prune Gemm / MatMul / Conv weights into `out` (issue 14); the report."""
+    """Magnitude-prune Gemm / MatMul / Conv weights into `out` (issue 14); the report.
+    `max_layer_sparsity`: no layer loses more of its weights (None: prune's default cap)."""
     from .frontend.loader import load_model
     from .fsutil import write_bytes_atomic
-    from .prune import prune_model
+    from .prune import DEFAULT_MAX_LAYER_SPARSITY, prune_model
 
-    m, rep = prune_model(load_model(model), sparsity, scope=scope, structured=structured, skip=skip)
+    cap = DEFAULT_MAX_LAYER_SPARSITY if max_layer_sparsity is None else max_layer_sparsity
+    m, rep = prune_model(
+        load_model(model),
+        sparsity,
+        scope=scope,
+        structured=structured,
+        skip=skip,
+        max_layer_sparsity=cap,
+    )
     write_bytes_atomic(out, m.SerializeToString())
     return rep.as_dict()
 

@@ -352,6 +352,7 @@ def _prune_parser(sub: Any) -> None:
     s.add_argument("-o", "--output", required=True, help="ONNX file to write")
     s.add_argument("--sparsity", type=float, default=0.9, help="fraction of weights zeroed")
     s.add_argument("--scope", choices=("global", "layer"), default="global")
+    s.add_argument("--max-layer-sparsity", type=float, default=0.98, help="cap per layer (1: none)")
     s.add_argument("--structured", metavar="channels|blocks:RxC", help="prune whole units")
     s.add_argument("--skip", default="", help="comma-separated node names left dense")
     s.add_argument("--sweep", metavar="S,S,...", help="sparsity levels to try (needs --eval)")
@@ -369,6 +370,7 @@ def _cmd_prune(a: argparse.Namespace) -> int:
     from .fsutil import write_bytes_atomic
 
     kw = {"scope": a.scope, "structured": a.structured, "skip": [x for x in a.skip.split(",") if x]}
+    kw["max_layer_sparsity"] = a.max_layer_sparsity
     if a.sweep:
         if not a.eval:
             raise Onnx2EdgeError("--sweep needs --eval FILE.npz")

@@ -279,6 +279,7 @@ class NodeContext:
         """Record which kernel this node runs (reported by `convert` and `bench`)."""
         key = f"{self.op}: {name}"
         self.model.kernels[key] = self.model.kernels.get(key, 0) + 1
+        self.model.node_kernels.setdefault(self.node.name, []).append(name)
 
 
 OpEmitFn = Callable[[NodeContext], str]
@@ -316,6 +317,13 @@ class ModelEmitter:
         # convert --kernels: strategy name -> "off" or its own setting (ops/conv_spec.py)
         self.kernel_options: Mapping[str, str] = dict(kernel_options or {})
         self.layer_strategies: dict[str, str] = {}  # node -> the strategy that wrote it
+        # per node, for `onnx2edge report` (not in the manifest): the kernels it recorded, the
+        # strategies that refused it before the chosen one ("name: why"), its scratch bytes
+        # and the constants it named first (a constant shared by layers counts for the first)
+        self.node_kernels: dict[str, list[str]] = {}
+        self.layer_refusals: dict[str, list[str]] = {}
+        self.node_scratch: dict[str, int] = {}
+        self.node_constants: dict[str, list[str]] = {}
         # tensors kept channel-blocked between layers, and the layers that run so (issue 9)
         self.layout_plan: LayoutPlan = plan_layout(graph, self.kernel_options)
         self.concat_aliases: dict[str, tuple[str, int]] = {}  # set by emit (concat_alias.py)
@@ -442,10 +450,13 @@ class ModelEmitter:
             blocks.extend(self._guard_lines(opened, guard))
             opened = guard
             ctx = NodeContext(self, node, step)
+            named_before = set(self.referenced)
             if is_if_select(g, node):
                 body = self._if_select(node)
             else:
                 body = self.ops[op_key(node)].emit(ctx)
+            self.node_constants[node.name] = sorted(self.referenced - named_before)
+            self.node_scratch[node.name] = sum(n for _, n in ctx.scratch_requests)
             for key, nbytes in ctx.scratch_requests:
                 scratch.append(Buffer(key, nbytes, step, step, guard))
             attrs = ", ".join(f"{k}={_short(a.value)}" for k, a in node.attrs.items())

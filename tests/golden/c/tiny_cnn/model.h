@@ -17,7 +17,7 @@
 #define MODEL_OUTPUT_0_NAME "logits"
 #define MODEL_OUTPUT_0_SIZE 10  /* 1x10 float32 */
 #define MODEL_ARENA_BYTES 459584
-#define MODEL_WEIGHT_BYTES 38504
+#define MODEL_WEIGHT_BYTES 39656
 #define MODEL_WEIGHTS_IN_FILE 1
 
 int model_init(const char *weights_path);

@@ -111,8 +111,10 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
 @register_op("Conv", check=conv_check)
 def conv(ctx: NodeContext) -> str:
     spec = ConvSpec.of(ctx)
-    strategy = choose(STRATEGIES, spec)
+    refusals: list[str] = []
+    strategy = choose(STRATEGIES, spec, refusals)
     ctx.model.layer_strategies[ctx.node.name] = strategy.name
+    ctx.model.layer_refusals[ctx.node.name] = refusals
     r = ctx.node.inputs[3] if spec.residual else ""
     if strategy.inplace_residual and r and r not in ctx.node.inputs[:3]:
         # the output may take the residual's buffer (residual_alias.py decides)

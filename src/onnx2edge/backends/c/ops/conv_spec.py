@@ -206,11 +206,17 @@ class ConvStrategy:
         return self.refuse(spec)
 
 
-def choose(strategies: tuple[ConvStrategy, ...], spec: ConvSpec) -> ConvStrategy:
-    """The first strategy that takes the layer (the list ends with ones that take any)."""
+def choose(
+    strategies: tuple[ConvStrategy, ...], spec: ConvSpec, refusals: list[str] | None = None
+) -> ConvStrategy:
+    """The first strategy that takes the layer (the list ends with ones that take any); the
+    ones before it append "name: why not" to `refusals` when given."""
     for s in strategies:
-        if s.why_not(spec) is None:
+        why = s.why_not(spec)
+        if why is None:
             return s
+        if refusals is not None:
+            refusals.append(f"{s.name}: {why}")
     raise AssertionError(f"no Conv strategy takes {spec.geom}")  # the fallbacks take any
 
 

@@ -315,8 +315,10 @@ STRATEGIES: tuple[MatMulStrategy, ...] = (
 
 def _emit(ctx: NodeContext) -> str:
     spec = MatMulSpec.of(ctx)
-    strategy = choose(STRATEGIES, spec)
+    refusals: list[str] = []
+    strategy = choose(STRATEGIES, spec, refusals)
     ctx.model.layer_strategies[ctx.node.name] = strategy.name
+    ctx.model.layer_refusals[ctx.node.name] = refusals
     return strategy.emit(ctx, spec)
 
 

@@ -169,9 +169,15 @@ class MatMulStrategy:
         return self.refuse(spec)
 
 
-def choose(strategies: tuple[MatMulStrategy, ...], spec: MatMulSpec) -> MatMulStrategy:
-    """The first strategy that takes the node (the list ends with ones that take any)."""
+def choose(
+    strategies: tuple[MatMulStrategy, ...], spec: MatMulSpec, refusals: list[str] | None = None
+) -> MatMulStrategy:
+    """The first strategy that takes the node (the list ends with ones that take any); the
+    ones before it append "name: why not" to `refusals` when given."""
     for s in strategies:
-        if s.why_not(spec) is None:
+        why = s.why_not(spec)
+        if why is None:
             return s
+        if refusals is not None:
+            refusals.append(f"{s.name}: {why}")
     raise AssertionError(f"no {spec.op} strategy takes the node")  # the fallbacks take any

@@ -125,6 +125,21 @@ def _csc(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ptr, row, val
 
 
+# Floats / ints per widest vector load (AVX-512): the kernels load `val`, `col` and a BSC
+# block's 16 values one vector at a time, in loops the nonzero count bounds at run time. A layer
+# with fewer stored entries than that (an all-zero layer has none: a global prune can leave one)
+# would be a `const float[1]` array, and GCC's -Warray-bounds, which cannot see that the loop
+# never runs, fails the -Werror build. The arrays are padded with never-read zeros instead.
+MIN_STORED = 16
+
+
+def _padded(a: np.ndarray, least: int = MIN_STORED) -> np.ndarray:
+    """`a` with at least `least` entries along its first axis (zeros appended)."""
+    if a.shape[0] >= least:
+        return a
+    return np.concatenate([a, np.zeros((least - a.shape[0], *a.shape[1:]), a.dtype)])
+
+
 def _use(ctx: NodeContext) -> None:
     ctx.helper("o2e_sparse_include", f'#include "{HEADER}"\n')
     ctx.model.runtime_files.add(HEADER)
@@ -149,12 +164,14 @@ def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -
 
 def _weights(ctx: NodeContext, w: np.ndarray) -> tuple[str, str, str, int, int]:
     rowptr, col, val = _csr(w)
+    nnz = int(val.size)
+    col, val = _padded(col), _padded(val)
     stored = rowptr.nbytes + col.nbytes + val.nbytes
     return (
         ctx.weight("sp_rowptr", rowptr),
         ctx.weight("sp_col", col),
         ctx.weight("sp_val", val),
-        int(val.size),
+        nnz,
         stored,
     )
 
@@ -195,6 +212,7 @@ def try_fc(
     )
     if kind == "fc_batch1_bsr":
         cptr, brow, bval = _bsc(wv)
+        brow, bval = _padded(brow), _padded(bval, 1)  # one block: a full-width vector load
         npad = -(-N // 16) * 16
         # the bias padded to 16 * row blocks
         bias_sym = "NULL" if b is None else ctx.weight("sp_bias16", np.pad(b, (0, npad - N)))
@@ -209,10 +227,12 @@ def try_fc(
         )
     if kind == "fc_batch1":
         cp, row, val = _csc(wv)
+        nnz = int(val.size)
+        row, val = _padded(row), _padded(val)
         syms = [ctx.weight(n, a) for n, a in (("sp_colptr", cp), ("sp_row", row), ("sp_val", val))]
         bias_sym = "NULL" if b is None else ctx.weight("sp_bias", b)
         _use(ctx)
-        _record(ctx, kind, wv, int(val.size), cp.nbytes + row.nbytes + val.nbytes)
+        _record(ctx, kind, wv, nnz, cp.nbytes + row.nbytes + val.nbytes)
         return (
             f"o2e_csc_fc({N}, {K}, {', '.join(syms)}, {x.sym}, {bias_sym}, {y.sym});"
             + _act_loop(ctx, y.sym, N)

@@ -12,7 +12,9 @@ F(m x m, 3x3) computes an m x m output tile from an (m + 2) x (m + 2) input tile
 
 F(4x4, 3x3) needs 36 / (9·16) = 1/4 of the multiplications of a direct convolution, F(2x2, 3x3)
 16 / 36. The transformed weights are (m + 2)² / 9 times larger than the original ones (4x for
-F(4x4, 3x3)): they are the price of the speed.
+F(4x4, 3x3)): they are the price of the speed. Two bits per original weight (nonzero, sign)
+are kept too, for the tiles whose input holds NaN / Inf, computed directly as onnxruntime
+does (DIRECT below).
 
 Accuracy. The matrices come from the Toom-Cook construction on interpolation points
 (finite points + infinity). The classic F(4, 3) points 0, ±1, ±2 lose about 5 bits in float32;
@@ -126,6 +128,7 @@ typedef struct {
   const float *x, *packed, *bias, *res;
   float *y, *e, *rb, *v, *mm; /* e, rb, v, mm: MAX_THREADS slots each */
   char *ws;
+  const uint8_t *nz, *neg; /* bits of the 3x3 weights, for the tiles computed directly */
 } o2e_wino_block_args;
 """
 
@@ -145,6 +148,9 @@ typedef struct {
   const float *bias, *res;
   float *y;
   o2e_act act;
+  const float *u; /* for the tiles computed directly: the packed U[k], us floats apart, */
+  size_t us;
+  const uint8_t *nz, *neg; /* and the bits of the 3x3 weights */
 } o2e_wino_tr_args;
 """
 PAR_IN = r"""
@@ -162,11 +168,141 @@ static void NAME(void *arg, int o0, int o1)
   const o2e_wino_tr_args *a = (const o2e_wino_tr_args *)arg;
   const int t = o2e_parallel_thread();
   const size_t plane = (size_t)a->OH * a->OW;
+  const o2e_wino_direct dx = {a->x, a->u, a->nz, a->neg, a->us, a->C, a->H, a->W, a->pt, a->pl, o0};
   FOUT(a->mm + (size_t)o0 * a->ld, o1 - o0, a->row0, a->nth, a->TW, a->ld, a->ms, a->OH, a->OW,
        a->bias ? a->bias + o0 : NULL, a->res ? a->res + o0 * plane : NULL, a->y + o0 * plane, a->act,
-       a->e + (size_t)t * a->e_slot);
+       a->e + (size_t)t * a->e_slot, &dx);
 }
 """
+
+# Non-finite inputs. The transforms mix a whole (m + 2)² input tile into every output of its tile,
+# so one Inf made all m² outputs NaN (Inf - Inf), where onnxruntime's direct convolution gives
+# +-Inf / NaN only where the 3x3 window reads it, and finite values elsewhere. A tile whose input
+# holds NaN / Inf (any channel) has a non-finite transformed tile, so its m² outputs, summed, are
+# not finite (every column of Bᵀ and Aᵀ has a nonzero: a non-finite value reaches at least one
+# output, and a sum with a non-finite term is not finite); the output transform checks that sum
+# per tile (m² adds per tile and output channel, vectorised) and recomputes such tiles directly
+# (_direct_kernel). The 3x3 weights are not stored again for that (they cost 9/36 of F(4x4)'s
+# weights, 9/16 of F(2x2)'s: SqueezeNet's weight bytes +21%): a finite input is multiplied by
+# the weight recovered from U = G·g·Gᵀ (g = L·U·Lᵀ with L an exact left inverse of G, ~1 ulp of
+# the weights' scale: the finite outputs match onnxruntime's to float rounding), and a
+# non-finite one by the weight's sign, 0 for a zero weight (0 * Inf = NaN, +-1 * Inf = +-Inf, as
+# the exact product): two bits per weight (nonzero, negative), 1/16 of the float32 weights. A
+# finite input whose transforms overflow is recomputed the same way.
+DIRECT = r"""
+typedef struct {
+  const float *x, *u;         /* one image [C][H][W]; the packed U[k] (MR = 8 rows per panel), */
+  const uint8_t *nz, *neg;    /* bits of the 3x3 weights [M][C][3][3]: nonzero, negative */
+  size_t us;                  /* floats between the U[k] */
+  int C, H, W, pt, pl, o0;    /* o0: the first output channel of the caller's range */
+} o2e_wino_direct;
+"""
+
+
+def _direct_kernel(m: int) -> tuple[str, str]:
+    """C for the direct computation of one output tile of one channel (see DIRECT)."""
+    _, g, _ = matrices(m)
+    n = m + 2
+    # rows of G for the points 0, 1 and infinity: an invertible 3 x 3 block, exact
+    rows = (0, 1, n - 1)
+    inv = _inverse3([g[r] for r in rows])  # g = inv · (those rows of U) · invᵀ
+    lines = [
+        f"const float u{a}_{b} = uc[{rows[a] * n + rows[b]} * d->us];"
+        for a in range(3)
+        for b in range(3)
+    ]
+    lines += [
+        f"const float t{a}_{b} = {_lin(inv[a], [f'u{k}_{b}' for k in range(3)])};"
+        for a in range(3)
+        for b in range(3)
+    ]
+    lines += [
+        f"gw[{a * 3 + b}] = {_lin(inv[b], [f't{a}_{k}' for k in range(3)])};"
+        for a in range(3)
+        for b in range(3)
+    ]
+    body = "\n".join("    " + ln for ln in lines)
+    name = f"o2e_winograd_f{m}_direct"
+    code = f"""
+/* Outputs [r0, r0+{m}) x [q0, q0+{m}) (clipped to OH x OW) of output channel o (of d's range), the
+ * 3x3 window over the zero-padded input directly, + bias, + residual, activation (the output
+ * transform's kinds): a tile that read NaN / Inf. Weights recovered from the packed U (see
+ * winograd.py, DIRECT); a non-finite input is multiplied by its weight's sign, or 0. */
+static void {name}(const o2e_wino_direct *d, int o, int r0, int q0, int OH, int OW, float b,
+    const float *restrict res, float *restrict y, o2e_act act)
+{{
+  const int og = d->o0 + o;
+  const size_t base = (size_t)(og / 8) * d->C * 8 + (size_t)(og % 8);
+  float acc[{m * m}];
+  for (int p = 0; p < {m * m}; ++p) acc[p] = 0.0f;
+  for (int c = 0; c < d->C; ++c) {{
+    const float *uc = d->u + base + (size_t)c * 8;
+    const float *xc = d->x + (size_t)c * d->H * d->W;
+    const size_t w0 = ((size_t)og * d->C + (size_t)c) * 9;
+    float gw[9];
+{body}
+    for (int a = 0; a < {m} && r0 + a < OH; ++a)
+      for (int e = 0; e < {m} && q0 + e < OW; ++e) {{
+        float s = 0.0f;
+        for (int i = 0; i < 3; ++i) {{
+          const int ih = r0 + a - d->pt + i;
+          if (ih < 0 || ih >= d->H) continue;
+          for (int j = 0; j < 3; ++j) {{
+            const int iw = q0 + e - d->pl + j;
+            const size_t bit = w0 + (size_t)(i * 3 + j);
+            float xv, wv;
+            if (iw < 0 || iw >= d->W) continue;
+            xv = xc[(size_t)ih * d->W + iw];
+            if (xv - xv == 0.0f) wv = gw[i * 3 + j];
+            else if (d->nz[bit >> 3] >> (bit & 7) & 1) wv = (d->neg[bit >> 3] >> (bit & 7) & 1) ? -1.0f : 1.0f;
+            else wv = 0.0f;
+            s += wv * xv;
+          }}
+        }}
+        acc[a * {m} + e] += s;
+      }}
+  }}
+  for (int a = 0; a < {m} && r0 + a < OH; ++a)
+    for (int e = 0; e < {m} && q0 + e < OW; ++e) {{
+      const size_t at = (size_t)(r0 + a) * OW + (size_t)(q0 + e);
+      float v = acc[a * {m} + e] + b;
+      if (res) v += res[at];
+      switch (act.kind) {{
+      case 1: v = v < 0.0f ? 0.0f : v; break;
+      case 2: v = v < act.a ? act.a : v; v = v > act.b ? act.b : v; break;
+      case 3: v = v < 0.0f ? v * act.a : v; break;
+      default: break;
+      }}
+      y[at] = v;
+    }}
+}}
+"""
+    return name, code
+
+
+def _inverse3(m: list[list[Fraction]]) -> list[list[Fraction]]:
+    """The exact inverse of a 3 x 3 matrix of Fractions (Gauss-Jordan)."""
+    a = [[*row, *(Fraction(int(i == j)) for j in range(3))] for i, row in enumerate(m)]
+    for col in range(3):
+        piv = next(r for r in range(col, 3) if a[r][col] != 0)
+        a[col], a[piv] = a[piv], a[col]
+        p = a[col][col]
+        a[col] = [v / p for v in a[col]]
+        for r in range(3):
+            if r != col and a[r][col] != 0:
+                f = a[r][col]
+                a[r] = [v - f * w for v, w in zip(a[r], a[col], strict=True)]
+    return [row[3:] for row in a]
+
+
+def weight_bits(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nonzero, negative) bits of the 3x3 weights [M][C][3][3], 8 per byte, lowest bit first."""
+    flat = np.asarray(w, np.float32).reshape(-1)
+    nz = flat != 0
+    return (
+        np.packbits(nz, bitorder="little"),
+        np.packbits(nz & np.signbit(flat), bitorder="little"),
+    )
 
 
 def _rup64(n: int) -> int:
@@ -417,25 +553,33 @@ def _output_kernel(m: int) -> tuple[str, str]:
         for b in range(m)
     )
     inter = " ".join(f"yr[{m} * tw + {b}] = f{b}[tw];" for b in range(m))
+    tile_sum = " + ".join(f"ft[{p} * fs + u]" for p in range(m * m))
     code = f"""
 /* Winograd F({m}x{m},3x3) output transform of one block of tile rows: y = A^T M A + bias for each
  * output channel o from mm[k][o][t] (nt = nth*TW tiles, rows ld floats apart, matrices ms floats
  * apart), first as {m * m} planes f[a*{m}+b][t] (chunks of {VEC} tiles; planes fs floats apart, an odd
  * number of chunks), then interleaved into y's rows with the residual and
- * the activation; outputs past OH x OW (edge tiles) are dropped. */
+ * the activation; outputs past OH x OW (edge tiles) are dropped. A tile whose outputs sum to a
+ * non-finite value read NaN / Inf: it is recomputed directly (o2e_winograd_f{m}_direct, dx). */
 static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, int ld, size_t ms, int OH,
-    int OW, const float *restrict bias, const float *restrict res, float *restrict y, o2e_act act, float *restrict f)
+    int OW, const float *restrict bias, const float *restrict res, float *restrict y, o2e_act act, float *restrict f,
+    const o2e_wino_direct *dx)
 {{
   const size_t fs = (size_t)ld + (ld / {VEC} % 2 == 0 ? {VEC} : 0);
-  const int full = OW / {m};
+  const int full = OW / {m}, nt = nth * TW;
   for (int o = 0; o < M; ++o) {{
     const float b = bias ? bias[o] : 0.0f;
+    int bad = 0;
     for (int t0 = 0; t0 < ld; t0 += {VEC}) {{
       const float *restrict mt = mm + (size_t)o * ld + t0;
       float *restrict ft = f + t0;
       O2E_IVDEP
       for (int u = 0; u < {VEC}; ++u) {{
 {body}
+      }}
+      for (int u = 0; u < {VEC}; ++u) {{ /* padding tiles past nt do not count */
+        const float s = {tile_sum};
+        bad |= (t0 + u < nt) & (s - s != 0.0f);
       }}
     }}
     for (int th = 0; th < nth; ++th)
@@ -462,6 +606,14 @@ static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, i
         case 3: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? yr[ow] * act.a : yr[ow]; break;
         default: break;
         }}
+      }}
+    if (bad)
+      for (int t = 0; t < nt; ++t) {{
+        float s = 0.0f;
+        for (int p = 0; p < {m * m}; ++p) s += f[p * fs + t];
+        if (s - s == 0.0f) continue;
+        o2e_winograd_f{m}_direct(dx, o, (row0 + t / TW) * {m}, t % TW * {m}, OH, OW, b,
+                                 res ? res + (size_t)o * OH * OW : NULL, y + (size_t)o * OH * OW, act);
       }}
   }}
 }}
@@ -572,6 +724,12 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         res = ctx.x(3).sym
     fin, fin_code = _input_kernel(m)
     fout, fout_code = _output_kernel(m)
+    # for the tiles with a non-finite input (DIRECT): the weights' nonzero and sign bits
+    nz, neg = (
+        ctx.weight(h, b)
+        for h, b in zip(("wino_nz", "wino_neg"), weight_bits(ctx.const(1)), strict=True)
+    )
+    fdir, fdir_code = _direct_kernel(m)
     full, rem = divmod(plan.TH, rows)
     nblocks = full + (1 if rem else 0)
     sizes = plan.scratch()
@@ -580,6 +738,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     # the GEMM engine (o2e_sgemm_packed_local, o2e_parallel_for) comes before the kernels
     _use_engine(ctx)
     ctx.helper("o2e_ivdep", IVDEP)
+    ctx.helper("o2e_wino_direct", DIRECT)
+    ctx.helper(fdir, fdir_code)
     ctx.helper(fin, fin_code)
     ctx.helper(fout, fout_code)
     head = (
@@ -619,7 +779,11 @@ static void {name}(void *arg, int u0, int u1)
     for (int k = 0; k < {n * n}; ++k)
       o2e_sgemm_packed_local({M}, nt, {C}, a->packed + (size_t)k * {stride}, v + (size_t)k * vs, ld,
                              mm + (size_t)k * ms, ld, ws);
-    {fout}(mm, {M}, row0, nth, {TW}, ld, ms, {OH}, {OW}, a->bias, {r}, a->y + (size_t)b * {M * OH * OW}, act, e);
+    {{
+      const o2e_wino_direct dx = {{a->x + (size_t)b * {C * H * W}, a->packed, a->nz, a->neg, {stride}, {C}, {H}, {W}, {pt}, {pl}, 0}};
+      {fout}(mm, {M}, row0, nth, {TW}, ld, ms, {OH}, {OW}, a->bias, {r}, a->y + (size_t)b * {M * OH * OW}, act, e,
+             &dx);
+    }}
   }}
 }}
 """,
@@ -627,7 +791,7 @@ static void {name}(void *arg, int u0, int u1)
         lines = [
             head,
             f"{{ o2e_wino_block_args a = {{{x.sym}, {packed}, {bias or 'NULL'}, {res or 'NULL'}, {y.sym}, "
-            f"{slots[0]}, {slots[1]}, {slots[2]}, {slots[3]}, {ws}}};",
+            f"{slots[0]}, {slots[1]}, {slots[2]}, {slots[3]}, {ws}, {nz}, {neg}}};",
             f"  o2e_parallel_for({units}, {name}, &a); }}",
         ]
     else:
@@ -649,7 +813,8 @@ static void {name}(void *arg, int u0, int u1)
             tr = (
                 f"o2e_wino_tr_args ta = {{{x.sym} + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, {row0}, "
                 f"{nth}, {TW}, {ld}, {vs}, {ms}, {e}, {sizes[0]}, {rb}, {sizes[1]}, {v}, {mm}, {M}, {OH}, {OW}, "
-                f"{bias or 'NULL'}, {r}, {y.sym} + (size_t)b * {M * OH * OW}, {st_act}}};"
+                f"{bias or 'NULL'}, {r}, {y.sym} + (size_t)b * {M * OH * OW}, {st_act}, {packed}, "
+                f"{stride}, {nz}, {neg}}};"
             )
             return "\n".join(
                 [
