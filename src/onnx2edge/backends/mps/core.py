@@ -56,6 +56,7 @@ class GPUSegment:
     # Tensors a later segment reads (the CPU, or a later graph): exported result images.
     exports: dict[str, Img] = field(default_factory=dict)
     outputs: list[tuple[str, Img]] = field(default_factory=list)  # ONNX outputs it computes
+    cpu_reads: list[str] = field(default_factory=list)  # exports the CPU reads (copied out)
 
 
 @dataclass

@@ -421,10 +421,21 @@ class Lowering:
             ]
             problem: str | None
             if self.cpu and op not in HEAVY_OPS and live and not on_gpu_side:
-                problem = self.on_cpu(node, CPU_INPUTS_ONLY)
-                if problem is not None:
+                reason = (
+                    CPU_INPUTS_ONLY
+                    if emitter is not None
+                    else NO_NODE.get(op, "MPSNNGraph has no node for this op")
+                )
+                for i in live:  # the GPU's own refusal, when an input is no image
+                    try:
+                        self.out_dims(i)
+                    except (Refuse, TypeError, ValueError) as e:
+                        reason = str(e)
+                        break
+                problem = self.on_cpu(node, reason)
+                if problem is not None and emitter is not None:
                     why = self.on_gpu(node, g)
-                    problem = None if why is None else problem.replace(CPU_INPUTS_ONLY, why)
+                    problem = None if why is None else problem.replace(reason, why)
             else:
                 why = self.on_gpu(node, g)
                 problem = None
@@ -484,6 +495,8 @@ class Lowering:
             else:
                 where = f"between GPU graphs {k // 2} and {k // 2 + 1}"
             lines[:] = [ln.replace(SEG_MARK.format(k), where) for ln in lines]
+        for seg in graphs:
+            seg.cpu_reads = [n for n in seg.exports if n in self.cpu_env]
         first = self.gpu_segs[1]
         reads = [(n, self.cpu_env.get(n, ""), img) for n, img in first.exports.items()]
         multi = len(graphs) > 1

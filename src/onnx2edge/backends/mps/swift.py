@@ -4,12 +4,20 @@ conversions of one model are byte-identical."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
 from .core import GPUSegment, Lowered, swift_string
 
-CPU_SUPPORT = (Path(__file__).parent / "cpu_support.swift.txt").read_text()
+# The CPU segments' Swift: the base (tensors, element-wise, shape ops...) whenever the CPU runs
+# anything, and the section from EXTRA_MARK on (integer / quantized ops, recurrent layers, Pad)
+# only when the model calls one of its functions, so other models' packages stay as they were.
+_SUPPORT_TEXT = (Path(__file__).parent / "cpu_support.swift.txt").read_text()
+EXTRA_MARK = "\n// MARK: - Integer tensors"
+CPU_SUPPORT, _extra = _SUPPORT_TEXT.split(EXTRA_MARK)
+CPU_EXTRA = EXTRA_MARK + _extra
+EXTRA_FUNCS = tuple(sorted(set(re.findall(r"\bfunc (cpu\w+)\(", CPU_EXTRA))))
 
 SUPPORT = """
 // MARK: - Support types (generated; shared by every layer above)
@@ -249,6 +257,18 @@ def _results(lowered: Lowered) -> list[tuple[str, list[str]]]:
     return list(results.items())
 
 
+def _extra_support(lowered: Lowered) -> str:
+    """CPU_EXTRA when the model's CPU statements call one of its functions."""
+    code = "\n".join(
+        [
+            *lowered.head_lines,
+            *lowered.cpu_lines,
+            *(ln for v in lowered.cpu_segments.values() for ln in v),
+        ]
+    )
+    return CPU_EXTRA if any(f"{f}(" in code for f in EXTRA_FUNCS) else ""
+
+
 def _segment_results(seg: GPUSegment) -> list[tuple[str, list[str]]]:
     """A graph of a segmented plan: its result images (ONNX outputs first, then what later
     segments read), each with the ONNX names it holds."""
@@ -341,9 +361,8 @@ def _render_run_segments(lowered: Lowered, output_names: list[str]) -> str:
         for _var, names in results:
             for alias in names[1:]:
                 lines.append(f"images[{swift_string(alias)}] = images[{swift_string(names[0])}]")
-        read = [n for n, _ in seg.outputs] + [
-            n for n in seg.exports if n not in {o for o, _ in seg.outputs}
-        ]
+        outs = [n for n, _ in seg.outputs]
+        read = outs + [n for n in seg.cpu_reads if n not in outs]
         for n in read:
             lines.append(
                 f"gpuResults[{swift_string(n)}] = Self.values(of: images[{swift_string(n)}]!)"
@@ -441,8 +460,8 @@ def render_model(
         next((img for _, _, img in lowered.gpu_reads if img.var == first_var), None),
     )
     sources = [*lowered.inputs, *lowered.uploads]
-    for seg in lowered.gpu_segments[1:]:
-        sources += seg.sources
+    for seg in lowered.gpu_segments[1:]:  # those made from values (not passed-on images)
+        sources += [x for x in seg.sources if x[0] in lowered.source_values or x[0] in input_names]
     sources = list({n: (n, v, i) for n, v, i in reversed(sources)}.values())[::-1]
     assert first_img is not None
     all_inputs = input_names  # ONNX graph order (the harness and callers rely on it)
@@ -662,7 +681,7 @@ public final class {class_name} {{
         return graph.encode(to: commandBuffer, sourceImages: sources)
     }}
 {gpu_api}{run}}}
-{SUPPORT}{CPU_SUPPORT if lowered.cpu_lines or lowered.head_lines or multi else ""}"""
+{SUPPORT}{CPU_SUPPORT if lowered.cpu_lines or lowered.head_lines or multi else ""}{_extra_support(lowered)}"""
 
 
 def _render_run(
