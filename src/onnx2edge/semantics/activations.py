@@ -11,6 +11,7 @@ Each `ActivationDef` says, in one place:
 - `gemm_kind`: its number in the GEMM epilogue (`o2e_act.kind` in runtime/o2e_gemm.h, whose
   `O2E_ACT_*` enum a test checks against this column) and in the depthwise kernels; None when
   the epilogue cannot apply it (the emitter then runs a loop of `c` after the product);
+- Swift (MPS's CPU segments): `swift_expr` renders the `c` column with Swift literals;
 - `mps`: its MPSCNNNeuronType and (a, b, c) parameters, or None when MPS has no such neuron;
 - `fusable`: whether `fuse_activation` moves it into the producing node.
 

@@ -1,14 +1,15 @@
-"""The CPU tail: ONNX nodes MPSNNGraph cannot express, as plain Swift on `CPUTensor`s.
+"""The CPU segments: ONNX nodes MPSNNGraph cannot express, as plain Swift on `CPUTensor`s.
 
 MPSNNGraph holds images only (batch 1, W x H x C in slices of 4): no general transpose,
-gather, slice of a non-image tensor, recurrent layers or rank-3/5 tensors. Exporters put such
-nodes at the ends of a network (detection-head decoding, embeddings, classifier reshapes), so
-they run here, after the GPU graph, on float32 arrays in ONNX's row-major order: each emitter
-appends one Swift statement calling a function of `cpu_support.swift.txt`. Shapes are static
-(known when the code is generated), so every call carries its shapes as literals.
+gather, slice of a non-image tensor, recurrent layers, integer tensors or rank-3/5 tensors.
+Such nodes run here, before, between or after the GPU graphs (lower.py's segmented plan), on
+arrays in ONNX's row-major order (integers held as Float values): each emitter appends one
+Swift statement calling a function of `cpu_support.swift.txt`. Shapes are static (known when
+the code is generated), so every call carries its shapes as literals.
 
 Why hand-written: this is the one place where the generated package itself must compute ONNX
-ops without a runtime (no onnxruntime on iOS inside an MPS package), in Swift.
+ops without a runtime (no onnxruntime on iOS inside an MPS package), in Swift. Activations are
+not: they render the shared tables (semantics/activations.py, semantics/rnn.py).
 """
 
 from __future__ import annotations
