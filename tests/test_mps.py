@@ -743,8 +743,97 @@ def audio_segments() -> onnx.ModelProto:
         [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in outs.items()],
         [numpy_helper.from_array(v, k) for k, v in p.items()],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model
+
+
+def cpu_ops() -> onnx.ModelProto:
+    """The CPU segments' other ops beside a GPU Conv: per-axis uint8 and per-tensor int8
+    QuantizeLinear / DequantizeLinear, Less / Greater / And / Not / Where / Cast, an RNN
+    (LeakyRelu) with sequence_lens (one row empty), a bidirectional LSTM with peepholes, clip
+    and initial states from graph inputs, Pad in wrap mode and with axes (opset 19)."""
+    rng = np.random.default_rng(12)
+    n = helper.make_node
+    H = 5
+    p = {
+        "wc": _w(rng, 4, 3, 3, 3),
+        "qs": np.array([0.02, 0.05, 0.1, 0.03], np.float32),
+        "qz": np.array([3, 128, 0, 255], np.uint8),
+        "qs8": np.array(0.04, np.float32),
+        "qz8": np.array(-5, np.int8),
+        "Wr": _w(rng, 1, H, 6),
+        "Rr": _w(rng, 1, H, H),
+        "Br": _w(rng, 1, 2 * H),
+        "seq": np.array([4, 2, 0], np.int32),
+        "Wl": _w(rng, 2, 4 * H, 6),
+        "Rl": _w(rng, 2, 4 * H, H),
+        "Bl": _w(rng, 2, 8 * H),
+        "Pl": _w(rng, 2, 3 * H),
+        "half": np.array(0.5, np.float32),
+        "pads_w": np.array([0, 1, 2, 0, 2, 1], np.int64),
+        "pads_2": np.array([1, 3], np.int64),
+        "axes_2": np.array([2], np.int64),
+    }
+    nodes = [
+        n("Conv", ["img", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        n("QuantizeLinear", ["c", "qs", "qz"], ["cq"], name="quant_axis", axis=1),
+        n("DequantizeLinear", ["cq", "qs", "qz"], ["cdq"], name="dequant_axis", axis=1),
+        n("QuantizeLinear", ["seqx", "qs8", "qz8"], ["sq"], name="quant_s8"),
+        n("DequantizeLinear", ["sq", "qs8", "qz8"], ["sdq"], name="dequant_s8"),
+        n("Less", ["seqx", "half"], ["lt"], name="lt"),
+        n("Greater", ["seqx", "sdq"], ["gt"], name="gt"),
+        n("And", ["lt", "gt"], ["both"], name="both"),
+        n("Not", ["both"], ["neither"], name="neither"),
+        n("Where", ["neither", "seqx", "sdq"], ["sel"], name="select"),
+        n("Cast", ["both"], ["bothf"], name="cast_f", to=TensorProto.FLOAT),
+        n("Add", ["sel", "bothf"], ["mixed"], name="mixed"),
+        n("Transpose", ["mixed"], ["tm"], name="time_major", perm=[1, 0, 2]),
+        n(
+            "RNN",
+            ["tm", "Wr", "Rr", "Br", "seq"],
+            ["ry", "rh"],
+            name="rnn",
+            hidden_size=H,
+            activations=["LeakyRelu"],
+            activation_alpha=[0.1],
+        ),
+        n(
+            "LSTM",
+            ["tm", "Wl", "Rl", "Bl", "", "h0", "c0", "Pl"],
+            ["ly", "lh", "lc"],
+            name="lstm",
+            hidden_size=H,
+            direction="bidirectional",
+            clip=2.5,
+        ),
+        n("Pad", ["sdq", "pads_w"], ["wrapped"], name="wrap_pad", mode="wrap"),
+        n("Pad", ["sdq", "pads_2", "", "axes_2"], ["axes_pad"], name="axes_pad", mode="reflect"),
+    ]
+    outs = {
+        "cdq": [1, 4, 5, 6],
+        "ry": [4, 1, 3, H],
+        "rh": [1, 3, H],
+        "ly": [4, 2, 3, H],
+        "lh": [2, 3, H],
+        "lc": [2, 3, H],
+        "wrapped": [3, 7, 9],
+        "axes_pad": [3, 4, 10],
+    }
+    graph = helper.make_graph(
+        nodes,
+        "cpu_ops",
+        [
+            helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, 5, 6]),
+            helper.make_tensor_value_info("seqx", TensorProto.FLOAT, [3, 4, 6]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [2, 3, H]),
+            helper.make_tensor_value_info("c0", TensorProto.FLOAT, [2, 3, H]),
+        ],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in outs.items()],
+        [numpy_helper.from_array(v, k) for k, v in p.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
     return model
 
 
@@ -773,21 +862,22 @@ def test_segmented_plan_order(tmp_path: Path) -> None:
 
 @needs_swift
 def test_segments_head_graph_middle_graph_tail(sim_dir: Path, tmp_path: Path) -> None:
-    """audio_segments() against onnxruntime: Pad on a [1, C, T] tensor and the LSTM after a
-    CPU-computed Reshape (the refusals of issue 26's real models) run in CPU segments, the
-    Conv after them in a second MPSNNGraph."""
-    check_against_ort(audio_segments(), tmp_path)
+    """audio_segments() and cpu_ops() (one build) against onnxruntime: Pad on a [1, C, T] tensor
+    and the LSTM after a CPU-computed Reshape (the refusals of issue 26's real models) run in
+    CPU segments, the Conv after them in a second MPSNNGraph."""
+    check_against_ort(_side_by_side([audio_segments(), cpu_ops()]), tmp_path)
     where = {p["node"].split("'")[1]: p["on"] for p in _placement(tmp_path)}
     for node in ("reflect_pad", "to_image", "to_seq", "bilstm", "gru", "to_image2",
                  "log_softmax", "const_pad", "edge_pad"):  # fmt: skip
-        assert where[node] == "cpu", node
+        assert where[f"m0_{node}"] == "cpu", node
     for node in ("conv1", "skip_conv", "conv2", "skip_add"):
-        assert where[node] == "gpu", node
-    swift = (tmp_path / "out" / "Sources" / "AudioSegments" / "AudioSegments.swift").read_text()
+        assert where[f"m0_{node}"] == "gpu", node
+    assert where["m1_conv"] == "gpu" and where["m1_lstm"] == where["m1_rnn"] == "cpu"
+    swift = (tmp_path / "out" / "Sources" / "SideBySide" / "SideBySide.swift").read_text()
     assert "self.graphs = [graph, graph2]" in swift
     assert swift.count("guard runGraph(graphs[") == 2
     # graph 1's Conv reaches graph 2 as an MPSImage, not through the CPU
-    assert 'gpuResults["z"]' not in swift and "graph2_z = MPSNNImageNode" in swift
+    assert 'gpuResults["m0_z"]' not in swift and "graph2_m0_z = MPSNNImageNode" in swift
 
 
 def _fixed_shapes(path: Path, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:

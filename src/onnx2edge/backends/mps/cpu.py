@@ -589,3 +589,18 @@ def _recurrent(lw: Lowering, node: Node) -> None:
         f"clip: {'nil' if clip is None else _f(float(clip))}, linearBeforeReset: {lbr}, "
         f"inputForget: {forget}, acts: {acts_swift})",
     )
+
+
+@cpu_emitter("LayerNormalization")
+def _layer_norm(lw: Lowering, node: Node) -> None:
+    shape = _shape(lw, node.inputs[0])
+    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
+    if len(node.outputs) > 1 and any(node.outputs[1:]):
+        raise CPURefuse("LayerNormalization's Mean / InvStdDev outputs (training)")
+    x, scale, bias = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1]), _opt_in(lw, node, 2)
+    eps = float(attr(node, "epsilon", lw.g.opset))
+    lw.cpu_out(
+        node,
+        node.outputs[0],
+        f"cpuLayerNorm({x}, {scale}, {bias}, axis: {axis}, epsilon: {_f(eps)})",
+    )
