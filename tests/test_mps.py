@@ -439,8 +439,9 @@ def test_torch_exports_shared_fixtures(sim_dir: Path, tmp_path: Path) -> None:
     """Slow (~1 min: one more swiftc build): tests/fixtures/torch's MobileNetV3 block
     (HardSigmoid, HardSwish, ReduceMean, a grouped convolution of 6 channels per group), SiLU
     net, resize decoder and ShuffleNet unit (channel shuffle, Split) from the dynamo exporter
-    (opset 18)."""
-    names = ["mobilenetv3_block", "silu_convnet", "resize_decoder", "shufflenet_unit"]
+    (opset 18); a ViT block (patch-embedding Conv on the GPU, attention and LayerNormalization
+    in a CPU segment)."""
+    names = ["mobilenetv3_block", "silu_convnet", "resize_decoder", "shufflenet_unit", "vit_block"]
     check_against_ort(_side_by_side([TORCH_FIXTURES / f"{n}.dynamo.onnx" for n in names]), tmp_path)
 
 
