@@ -751,9 +751,11 @@ def audio_segments() -> onnx.ModelProto:
 
 def cpu_ops() -> onnx.ModelProto:
     """The CPU segments' other ops beside a GPU Conv: per-axis uint8 and per-tensor int8
-    QuantizeLinear / DequantizeLinear, Less / Greater / And / Not / Where / Cast, an RNN
-    (LeakyRelu) with sequence_lens (one row empty), a bidirectional LSTM with peepholes, clip
-    and initial states from graph inputs, Pad in wrap mode and with axes (opset 19)."""
+    QuantizeLinear / DequantizeLinear, DynamicQuantizeLinear into MatMulInteger on a 3-D tensor
+    and into ConvInteger (uint8 weights) of the GPU's Conv, Less / Greater / And / Not / Where /
+    Cast, an RNN (LeakyRelu) with sequence_lens (one row empty), a bidirectional LSTM with
+    peepholes, clip and initial states from graph inputs, Pad in wrap mode and with axes
+    (opset 19)."""
     rng = np.random.default_rng(12)
     n = helper.make_node
     H = 5
@@ -773,6 +775,11 @@ def cpu_ops() -> onnx.ModelProto:
         "Pl": _w(rng, 2, 3 * H),
         "half": np.array(0.5, np.float32),
         "pads_w": np.array([0, 1, 2, 0, 2, 1], np.int64),
+        "wq": rng.integers(-60, 61, (6, 7)).astype(np.int8),  # |w| < 64: no u8 x s8
+        "wqz": np.array(3, np.int8),  # pair saturation in onnxruntime's AVX2 kernel
+        "wqs": np.array(0.01, np.float32),
+        "cw": rng.integers(0, 256, (2, 4, 2, 2)).astype(np.uint8),
+        "cwz": np.array(131, np.uint8),
         "pads_2": np.array([1, 3], np.int64),
         "axes_2": np.array([2], np.int64),
     }
@@ -808,6 +815,14 @@ def cpu_ops() -> onnx.ModelProto:
             direction="bidirectional",
             clip=2.5,
         ),
+        n("DynamicQuantizeLinear", ["seqx"], ["xq", "xs", "xz"], name="dyn_quant"),
+        n("MatMulInteger", ["xq", "wq", "xz", "wqz"], ["mi"], name="matmul_int"),
+        n("Cast", ["mi"], ["mif"], name="mi_float", to=TensorProto.FLOAT),
+        n("Mul", ["xs", "wqs"], ["ms"], name="scale"),
+        n("Mul", ["mif", "ms"], ["mm"], name="rescale"),
+        n("DynamicQuantizeLinear", ["c"], ["cq8", "cs", "cz"], name="dyn_quant_img"),
+        n("ConvInteger", ["cq8", "cw", "cz", "cwz"], ["ci"], name="conv_int", pads=[0, 1, 1, 0]),
+        n("Cast", ["ci"], ["cif"], name="ci_float", to=TensorProto.FLOAT),
         n("Pad", ["sdq", "pads_w"], ["wrapped"], name="wrap_pad", mode="wrap"),
         n("Pad", ["sdq", "pads_2", "", "axes_2"], ["axes_pad"], name="axes_pad", mode="reflect"),
     ]
@@ -820,6 +835,8 @@ def cpu_ops() -> onnx.ModelProto:
         "lc": [2, 3, H],
         "wrapped": [3, 7, 9],
         "axes_pad": [3, 4, 10],
+        "mm": [3, 4, 7],
+        "cif": [1, 2, 5, 6],
     }
     graph = helper.make_graph(
         nodes,
