@@ -439,8 +439,9 @@ def test_torch_exports_shared_fixtures(sim_dir: Path, tmp_path: Path) -> None:
     """Slow (~1 min: one more swiftc build): tests/fixtures/torch's MobileNetV3 block
     (HardSigmoid, HardSwish, ReduceMean, a grouped convolution of 6 channels per group), SiLU
     net, resize decoder and ShuffleNet unit (channel shuffle, Split) from the dynamo exporter
-    (opset 18)."""
-    names = ["mobilenetv3_block", "silu_convnet", "resize_decoder", "shufflenet_unit"]
+    (opset 18); a ViT block (patch-embedding Conv on the GPU, attention and LayerNormalization
+    in a CPU segment)."""
+    names = ["mobilenetv3_block", "silu_convnet", "resize_decoder", "shufflenet_unit", "vit_block"]
     check_against_ort(_side_by_side([TORCH_FIXTURES / f"{n}.dynamo.onnx" for n in names]), tmp_path)
 
 
@@ -559,9 +560,9 @@ def speech_head() -> onnx.ModelProto:
 
 
 def cpu_conv_resize() -> onnx.ModelProto:
-    """Tail nodes that MPS has but that follow a CPU node: a grouped strided Conv (with a
-    LeakyRelu the fusion pass puts into it: the tail splits o2e.ConvAct again) and Resize
-    (nearest at a non-integer scale, linear with align_corners) after a 5-D Reshape."""
+    """Nodes MPS has that follow a CPU node: a grouped strided Conv (with a LeakyRelu the
+    fusion pass puts into it) and Resize (nearest at a non-integer scale, linear with
+    align_corners) after a 5-D Reshape: a second GPU graph after the CPU's reshapes."""
     rng = np.random.default_rng(6)
     n = helper.make_node
     i64 = np.int64
@@ -604,8 +605,11 @@ def test_reductions_slices_and_cpu_tail(sim_dir: Path, tmp_path: Path) -> None:
     # The CPU head: the Unsqueeze of a non-image input runs before the graph and feeds it.
     assert where["m2_to_image"]["on"] == "cpu" and where["m2_conv"]["on"] == "gpu"
     assert where["m2_to_rank3"]["on"] == "gpu"
-    for cpu in ("m3_to5d", "m3_cpu_conv", "m3_near", "m3_lin"):
+    # After the CPU's 5-D reshape the Conv runs in a second GPU graph; the Resizes MPS has no
+    # node for (nearest at a non-integer scale, align_corners 3 -> 4) in the CPU tail after it.
+    for cpu in ("m3_to5d", "m3_to4d", "m3_near", "m3_lin"):
         assert where[cpu]["on"] == "cpu", where[cpu]
+    assert where["m3_cpu_conv"]["on"] == "gpu"
     assert "o2e.ConvAct" in where["m3_cpu_conv"]["node"] and "m3_leaky" not in where
     soft = where["m0_soft_w"]
     assert soft["on"] == "cpu" and "feature channels only" in soft["reason"]
@@ -682,6 +686,277 @@ def test_convert_prints_placement(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 # ------------------------------------------------------------------------------------------
+# Segmented plans: GPU graphs and Swift CPU segments in any order (issue 26, item 5)
+# ------------------------------------------------------------------------------------------
+
+
+def audio_segments() -> onnx.ModelProto:
+    """An audio model that needs every kind of segment: a reflect Pad of the [1, C, T] input and
+    an Unsqueeze to an image (CPU, before the first graph); a strided Conv + Relu and a 1x1 Conv
+    (GPU graph 1); Reshape / Transpose to time-major and a bidirectional LSTM, Transpose and
+    Reshape back to an image, a reverse GRU (linear_before_reset) beside it (CPU, between the
+    graphs); a Conv whose result is added to graph 1's 1x1 Conv, an image passed from graph 1
+    to graph 2 as it is (GPU graph 2); per-frame LogSoftmax (CPU, after the last graph); and
+    constant / edge Pads of the input as outputs of their own."""
+    rng = np.random.default_rng(11)
+    n = helper.make_node
+    H, G = 10, 8
+
+    def i64(*v: int) -> np.ndarray:
+        return np.array(v, np.int64)
+
+    p = {
+        "pads": i64(0, 0, 2, 0, 0, 2), "pads_c": i64(0, 1, 3, 0, 0, 1), "ax2": i64(2),
+        "w1": _w(rng, 12, 8, 1, 3), "b1": _w(rng, 12), "w3": _w(rng, 6, 12, 1, 1),
+        "s3": i64(1, 12, 11), "W": _w(rng, 2, 4 * H, 12), "R": _w(rng, 2, 4 * H, H),
+        "B": _w(rng, 2, 8 * H), "s4": i64(1, 20, 1, 11), "w2": _w(rng, 6, 20, 1, 1),
+        "s6": i64(1, 6, 11), "Wg": _w(rng, 1, 3 * G, 12), "Rg": _w(rng, 1, 3 * G, G),
+        "Bg": _w(rng, 1, 6 * G), "cval": np.array(0.5, np.float32),
+    }  # fmt: skip
+    nodes = [
+        n("Pad", ["x", "pads"], ["xp"], name="reflect_pad", mode="reflect"),
+        n("Unsqueeze", ["xp", "ax2"], ["img"], name="to_image"),
+        n("Conv", ["img", "w1", "b1"], ["c1"], name="conv1", strides=[1, 2]),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Conv", ["r1", "w3"], ["z"], name="skip_conv"),
+        n("Reshape", ["r1", "s3"], ["seq"], name="to_seq"),
+        n("Transpose", ["seq"], ["tbf"], name="time_major", perm=[2, 0, 1]),
+        n("LSTM", ["tbf", "W", "R", "B"], ["y", "yh"], name="bilstm", hidden_size=H,
+          direction="bidirectional"),
+        n("Transpose", ["y"], ["yt"], name="y_to_chw", perm=[2, 1, 3, 0]),
+        n("Reshape", ["yt", "s4"], ["img2"], name="to_image2"),
+        n("Conv", ["img2", "w2"], ["c2"], name="conv2"),
+        n("Add", ["c2", "z"], ["c2z"], name="skip_add"),
+        n("Reshape", ["c2z", "s6"], ["c2s"], name="to_rank3"),
+        n("Transpose", ["c2s"], ["c2t"], name="frames", perm=[0, 2, 1]),
+        n("LogSoftmax", ["c2t"], ["logits"], name="log_softmax", axis=-1),
+        n("GRU", ["tbf", "Wg", "Rg", "Bg"], ["", "gh"], name="gru", hidden_size=G,
+          direction="reverse", linear_before_reset=1),
+        n("Pad", ["x", "pads_c", "cval"], ["xc"], name="const_pad", mode="constant"),
+        n("Pad", ["x", "pads"], ["xe"], name="edge_pad", mode="edge"),
+    ]  # fmt: skip
+    outs = {"logits": [1, 11, 6], "yh": [2, 1, H], "gh": [1, 1, G], "xc": [1, 9, 24],
+            "xe": [1, 8, 24]}  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "audio_segments",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20])],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in outs.items()],
+        [numpy_helper.from_array(v, k) for k, v in p.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model
+
+
+def cpu_ops() -> onnx.ModelProto:
+    """The CPU segments' other ops beside a GPU Conv: per-axis uint8 and per-tensor int8
+    QuantizeLinear / DequantizeLinear, DynamicQuantizeLinear into MatMulInteger on a 3-D tensor
+    and into ConvInteger (uint8 weights) of the GPU's Conv, Less / Greater / And / Not / Where /
+    Cast, an RNN (LeakyRelu) with sequence_lens (one row empty), a bidirectional LSTM with
+    peepholes, clip and initial states from graph inputs, Pad in wrap mode and with axes
+    (opset 19)."""
+    rng = np.random.default_rng(12)
+    n = helper.make_node
+    H = 5
+    p = {
+        "wc": _w(rng, 4, 3, 3, 3),
+        "qs": np.array([0.02, 0.05, 0.1, 0.03], np.float32),
+        "qz": np.array([3, 128, 0, 255], np.uint8),
+        "qs8": np.array(0.04, np.float32),
+        "qz8": np.array(-5, np.int8),
+        "Wr": _w(rng, 1, H, 6),
+        "Rr": _w(rng, 1, H, H),
+        "Br": _w(rng, 1, 2 * H),
+        "seq": np.array([4, 2, 0], np.int32),
+        "Wl": _w(rng, 2, 4 * H, 6),
+        "Rl": _w(rng, 2, 4 * H, H),
+        "Bl": _w(rng, 2, 8 * H),
+        "Pl": _w(rng, 2, 3 * H),
+        "half": np.array(0.5, np.float32),
+        "pads_w": np.array([0, 1, 2, 0, 2, 1], np.int64),
+        "wq": rng.integers(-60, 61, (6, 7)).astype(np.int8),  # |w| < 64: no u8 x s8
+        "wqz": np.array(3, np.int8),  # pair saturation in onnxruntime's AVX2 kernel
+        "wqs": np.array(0.01, np.float32),
+        "cw": rng.integers(0, 256, (2, 4, 2, 2)).astype(np.uint8),
+        "cwz": np.array(131, np.uint8),
+        "pads_2": np.array([1, 3], np.int64),
+        "axes_2": np.array([2], np.int64),
+    }
+    nodes = [
+        n("Conv", ["img", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        n("QuantizeLinear", ["c", "qs", "qz"], ["cq"], name="quant_axis", axis=1),
+        n("DequantizeLinear", ["cq", "qs", "qz"], ["cdq"], name="dequant_axis", axis=1),
+        n("QuantizeLinear", ["seqx", "qs8", "qz8"], ["sq"], name="quant_s8"),
+        n("DequantizeLinear", ["sq", "qs8", "qz8"], ["sdq"], name="dequant_s8"),
+        n("Less", ["seqx", "half"], ["lt"], name="lt"),
+        n("Greater", ["seqx", "sdq"], ["gt"], name="gt"),
+        n("And", ["lt", "gt"], ["both"], name="both"),
+        n("Not", ["both"], ["neither"], name="neither"),
+        n("Where", ["neither", "seqx", "sdq"], ["sel"], name="select"),
+        n("Cast", ["both"], ["bothf"], name="cast_f", to=TensorProto.FLOAT),
+        n("Add", ["sel", "bothf"], ["mixed"], name="mixed"),
+        n("Transpose", ["mixed"], ["tm"], name="time_major", perm=[1, 0, 2]),
+        n(
+            "RNN",
+            ["tm", "Wr", "Rr", "Br", "seq"],
+            ["ry", "rh"],
+            name="rnn",
+            hidden_size=H,
+            activations=["LeakyRelu"],
+            activation_alpha=[0.1],
+        ),
+        n(
+            "LSTM",
+            ["tm", "Wl", "Rl", "Bl", "", "h0", "c0", "Pl"],
+            ["ly", "lh", "lc"],
+            name="lstm",
+            hidden_size=H,
+            direction="bidirectional",
+            clip=2.5,
+        ),
+        n("DynamicQuantizeLinear", ["seqx"], ["xq", "xs", "xz"], name="dyn_quant"),
+        n("MatMulInteger", ["xq", "wq", "xz", "wqz"], ["mi"], name="matmul_int"),
+        n("Cast", ["mi"], ["mif"], name="mi_float", to=TensorProto.FLOAT),
+        n("Mul", ["xs", "wqs"], ["ms"], name="scale"),
+        n("Mul", ["mif", "ms"], ["mm"], name="rescale"),
+        n("DynamicQuantizeLinear", ["c"], ["cq8", "cs", "cz"], name="dyn_quant_img"),
+        n("ConvInteger", ["cq8", "cw", "cz", "cwz"], ["ci"], name="conv_int", pads=[0, 1, 1, 0]),
+        n("Cast", ["ci"], ["cif"], name="ci_float", to=TensorProto.FLOAT),
+        n("Pad", ["sdq", "pads_w"], ["wrapped"], name="wrap_pad", mode="wrap"),
+        n("Pad", ["sdq", "pads_2", "", "axes_2"], ["axes_pad"], name="axes_pad", mode="reflect"),
+    ]
+    outs = {
+        "cdq": [1, 4, 5, 6],
+        "ry": [4, 1, 3, H],
+        "rh": [1, 3, H],
+        "ly": [4, 2, 3, H],
+        "lh": [2, 3, H],
+        "lc": [2, 3, H],
+        "wrapped": [3, 7, 9],
+        "axes_pad": [3, 4, 10],
+        "mm": [3, 4, 7],
+        "cif": [1, 2, 5, 6],
+    }
+    graph = helper.make_graph(
+        nodes,
+        "cpu_ops",
+        [
+            helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, 5, 6]),
+            helper.make_tensor_value_info("seqx", TensorProto.FLOAT, [3, 4, 6]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [2, 3, H]),
+            helper.make_tensor_value_info("c0", TensorProto.FLOAT, [2, 3, H]),
+        ],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in outs.items()],
+        [numpy_helper.from_array(v, k) for k, v in p.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model
+
+
+def test_segmented_plan_order(tmp_path: Path) -> None:
+    """The plan: CPU segment 0, graph 1, CPU segment 2, graph 2 (index 3), CPU segment 4; the
+    graph-1 image graph 2 reads is exported, as are the images the CPU reads; --gpu-only
+    refuses the input only a CPU segment can take."""
+    graph = run_passes(
+        load(_save(audio_segments(), tmp_path), quiet=True), MPSBackend.required_passes
+    )
+    low = lower(graph)
+    assert [s.index for s in low.gpu_segments] == [1, 3]
+    first, second = low.gpu_segments
+    assert set(first.exports) == {"r1", "z"} and list(second.exports) == ["c2z"]
+    assert {n for n, _, _ in second.sources} == {"img2", "z"}
+    assert [n for n, _, _ in low.uploads] == ["img"]
+    assert sorted(low.cpu_segments) == [0, 2, 4]
+    seg_of_line = {k: " ".join(lines) for k, lines in low.cpu_segments.items()}
+    assert "cpuPad(" in seg_of_line[0] and "cpuRecurrent(.lstm" in seg_of_line[2]
+    assert "cpuRecurrent(.gru" in seg_of_line[2] and "cpuSoftmax(" in seg_of_line[4]
+    assert "(between GPU graphs 1 and 2)" in seg_of_line[2] and "(tail)" in seg_of_line[4]
+    gpu_only = "\n".join(lower(graph, check_only=True, cpu=False).refusals)
+    # the [1, C, T] input is no image; downstream only ops MPS has no node for are named
+    assert "graph input 'x'" in gpu_only and "'bilstm'" in gpu_only and "'conv2'" not in gpu_only
+
+
+@needs_swift
+def test_segments_head_graph_middle_graph_tail(sim_dir: Path, tmp_path: Path) -> None:
+    """audio_segments() and cpu_ops() (one build) against onnxruntime: Pad on a [1, C, T] tensor
+    and the LSTM after a CPU-computed Reshape (the refusals of issue 26's real models) run in
+    CPU segments, the Conv after them in a second MPSNNGraph."""
+    check_against_ort(_side_by_side([audio_segments(), cpu_ops()]), tmp_path)
+    where = {p["node"].split("'")[1]: p["on"] for p in _placement(tmp_path)}
+    for node in ("reflect_pad", "to_image", "to_seq", "bilstm", "gru", "to_image2",
+                 "log_softmax", "const_pad", "edge_pad"):  # fmt: skip
+        assert where[f"m0_{node}"] == "cpu", node
+    for node in ("conv1", "skip_conv", "conv2", "skip_add"):
+        assert where[f"m0_{node}"] == "gpu", node
+    assert where["m1_conv"] == "gpu" and where["m1_lstm"] == where["m1_rnn"] == "cpu"
+    swift = (tmp_path / "out" / "Sources" / "SideBySide" / "SideBySide.swift").read_text()
+    assert "self.graphs = [graph, graph2]" in swift
+    assert swift.count("guard runGraph(graphs[") == 2
+    # graph 1's Conv reaches graph 2 as an MPSImage, not through the CPU
+    assert 'gpuResults["m0_z"]' not in swift and "graph2_m0_z = MPSNNImageNode" in swift
+
+
+def _fixed_shapes(path: Path, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    from onnx2edge.frontend.loader import fix_input_shapes
+
+    return fix_input_shapes(onnx.load(path), shapes, quiet=True)
+
+
+@needs_swift
+@pytest.mark.skipif(
+    not __import__("onnx2edge.runtime", fromlist=["x"]).ort_integer_products_exact(),
+    reason="onnxruntime's u8 x s8 products saturate on this CPU (AVX2 without VNNI): "
+    "the reference itself is off",
+)
+def test_quantize_dynamic_fixtures_in_cpu_segments(sim_dir: Path, tmp_path: Path) -> None:
+    """tests/fixtures/quantized (torch + onnxruntime's quantize_dynamic) beside a CNN, so a GPU
+    graph exists: DynamicQuantizeLinear, MatMulInteger on [batch, time, features], ConvInteger
+    (a Conv1d), Cast, the float GRU and the DynamicQuantizeLSTMs run in Swift. The integer ops
+    are exact (gru_linear matches onnxruntime to float rounding); MPS runs DynamicQuantizeLSTM
+    as the float LSTM on dequantized weights (lower_dynamic_quantize_lstm), a quantization step
+    of X and h per step from onnxruntime's: those outputs are held to two uint8 steps of their
+    range."""
+    q = HERE / "fixtures" / "quantized"
+    parts = [
+        _fixed_shapes(q / "bilstm_crnn.onnx", {"feats": (1, 16, 16)}),
+        _fixed_shapes(q / "lstm3_embedder.onnx", {"mels": (1, 20, 24)}),
+        _fixed_shapes(q / "gru_linear.onnx", {"x": (1, 10, 12)}),
+        _fixed_shapes(
+            q / "lstm_per_channel.onnx", {"x": (9, 1, 10), "h0": (1, 1, 16), "c0": (1, 1, 16)}
+        ),
+        tiny_cnn(),
+    ]
+    model = _side_by_side(parts)
+    backend, out = convert(model, tmp_path)
+    rng = np.random.default_rng(7)
+    feeds = {
+        vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+        for vi in model.graph.input
+    }
+    got = backend.run(out, feeds, {})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    exact = {"m2_y", "m4_prob"}  # no DynamicQuantizeLSTM on their way
+    for vi, w in zip(model.graph.output, want, strict=True):
+        err = float(np.abs(got[vi.name] - w).max()) / float(np.abs(w).max())
+        assert err <= (TOLERANCE if vi.name in exact else 2 / 255), (vi.name, err)
+    where = {p["node"]: p["on"] for p in _placement(tmp_path)}
+    ops = {
+        label.split("(op ")[1].split(",")[0]
+        for label, on in where.items()
+        if on == "cpu" and "(op " in label
+    }
+    for op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "Cast", "LSTM", "GRU"):
+        assert op in ops, (op, ops)
+    assert any(on == "gpu" for on in where.values())
+
+
+# ------------------------------------------------------------------------------------------
 # Refusals
 # ------------------------------------------------------------------------------------------
 
@@ -705,9 +980,12 @@ def test_refuses_lstm(tmp_path: Path) -> None:
     assert any(
         "'lstm1'" in p and "LSTM" in p and "opset 17" in p and "recurrent" in p for p in problems
     ), problems
-    # With the CPU tail the input is not an image either: nothing would run on the GPU.
+    # The CPU runs the LSTM in Swift, but then nothing would run on the GPU.
     problems = _unsupported(model, tmp_path)
-    assert any("lstm1" in p and "CPU tail has no LSTM" in p for p in problems), problems
+    assert problems == [
+        "no node runs on the GPU: MPSNNGraph needs at least one image node; this model is not a "
+        "convolutional network over [1, C, H, W] images"
+    ], problems
 
 
 def test_refuses_attention(tmp_path: Path) -> None:

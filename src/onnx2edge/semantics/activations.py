@@ -11,6 +11,7 @@ Each `ActivationDef` says, in one place:
 - `gemm_kind`: its number in the GEMM epilogue (`o2e_act.kind` in runtime/o2e_gemm.h, whose
   `O2E_ACT_*` enum a test checks against this column) and in the depthwise kernels; None when
   the epilogue cannot apply it (the emitter then runs a loop of `c` after the product);
+- Swift (MPS's CPU segments): `swift_expr` renders the `c` column with Swift literals;
 - `mps`: its MPSCNNNeuronType and (a, b, c) parameters, or None when MPS has no such neuron;
 - `fusable`: whether `fuse_activation` moves it into the producing node.
 
@@ -22,6 +23,7 @@ a missing bound clamps +-Inf to the type's largest finite value; HardSwish(-Inf)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -303,6 +305,28 @@ def c_expr(act: Activation, x: str, lit: Literal, ctype: str = "float") -> str:
     if act.op == "Clip":
         a, b = clip_bounds(a, b, np.float64 if ctype == "double" else np.float32)
     return f"({d.c(x, a, b, lit, '' if ctype == 'double' else 'f')})"
+
+
+def swift_literal(v: float) -> str:
+    """A Float literal in Swift (NaN and infinities by name)."""
+    v = float(np.float32(v))
+    if np.isnan(v):
+        return "Float.nan"
+    if np.isinf(v):
+        return "Float.infinity" if v > 0 else "-Float.infinity"
+    return repr(v)
+
+
+def swift_expr(act: Activation, x: str) -> str:
+    """The table's expression of `act` in Swift, for MPS's CPU segments: the C column with
+    Swift literals (Swift has the same libm: expf, tanhf, fmaxf, erff...; its ternary and
+    comparisons behave as C's on NaN), a Clip's missing bound the largest finite Float as in C,
+    and the float suffix of the column's own literals (0.5f) dropped."""
+    d = ACTIVATIONS[act.op]
+    a, b = act.alpha, act.beta
+    if act.op == "Clip":
+        a, b = clip_bounds(a, b, np.float32)
+    return "(" + re.sub(r"(\d)f\b", r"\1", d.c(x, a, b, swift_literal, "f")) + ")"
 
 
 def reference(act: Activation, x: np.ndarray) -> np.ndarray:

@@ -97,6 +97,7 @@ class MPSBackend(Backend):
         except Refuse as e:
             raise Onnx2EdgeError(f"cannot convert to MPS: {e}") from e
         cls = model_class_name(graph, options)
+        n_layers = sum(len(s.layers) for s in lowered.gpu_segments) or len(lowered.layers)
         names = [*graph.inputs, *graph.outputs]
         out_dir = Path(out_dir)
         src = out_dir / "Sources" / cls
@@ -114,9 +115,7 @@ class MPSBackend(Backend):
                 output_names=list(graph.outputs),
             ),
             f"Sources/{cls}/weights.json": lowered.blob.manifest(graph.name),
-            "README.md": render_readme(
-                cls, graph.name, fp16, len(lowered.layers), len(lowered.blob.data)
-            ),
+            "README.md": render_readme(cls, graph.name, fp16, n_layers, len(lowered.blob.data)),
         }
         gpu_images = {n: [i.c, i.h, i.w] for n, i in lowered.outputs}
         info = {
@@ -147,7 +146,7 @@ class MPSBackend(Backend):
             out_dir,
             names,
             {
-                "graph_nodes": len(lowered.layers),
+                "graph_nodes": n_layers,
                 "weight_bytes": len(lowered.blob.data),
                 "class": cls,
                 "placement": placement_summary(lowered.placement),

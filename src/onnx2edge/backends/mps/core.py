@@ -43,6 +43,23 @@ class Layer:
 
 
 @dataclass
+class GPUSegment:
+    """One MPSNNGraph of a segmented plan: segments run in the order of `index` (even: Swift on
+    the CPU, odd: a GPU graph), each reading only what earlier ones produced."""
+
+    index: int
+    layers: list[Layer] = field(default_factory=list)
+    env: dict[str, Img] = field(default_factory=dict)  # tensor -> image node of this graph
+    # Source images made from earlier segments' tensors (onnx name, swift var, image); the
+    # first graph's image graph inputs and CPU-head uploads are `Lowered.inputs` / `uploads`.
+    sources: list[tuple[str, str, Img]] = field(default_factory=list)
+    # Tensors a later segment reads (the CPU, or a later graph): exported result images.
+    exports: dict[str, Img] = field(default_factory=dict)
+    outputs: list[tuple[str, Img]] = field(default_factory=list)  # ONNX outputs it computes
+    cpu_reads: list[str] = field(default_factory=list)  # exports the CPU reads (copied out)
+
+
+@dataclass
 class Lowered:
     layers: list[Layer]
     inputs: list[tuple[str, str, Img]]  # (onnx name, swift var, image)
@@ -62,6 +79,13 @@ class Lowered:
     head_vars: dict[str, str] = field(default_factory=dict)  # uploaded tensor -> CPUTensor var
     cpu_outputs: dict[str, str] = field(default_factory=dict)
     placement: list[tuple[str, str, str]] = field(default_factory=list)
+    # The segmented plan, set when there is more than one GPU graph (else the fields above
+    # describe head -> graph -> tail): the GPU graphs in order and each CPU segment's Swift
+    # statements by segment index (0 = before the first graph, 2k = after graph 2k-1).
+    gpu_segments: list[GPUSegment] = field(default_factory=list)
+    cpu_segments: dict[int, list[str]] = field(default_factory=dict)
+    # A CPU-computed tensor a graph reads as a source image -> its CPUTensor var.
+    source_values: dict[str, str] = field(default_factory=dict)
 
     @property
     def output(self) -> tuple[str, Img]:

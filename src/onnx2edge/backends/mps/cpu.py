@@ -1,14 +1,15 @@
-"""The CPU tail: ONNX nodes MPSNNGraph cannot express, as plain Swift on `CPUTensor`s.
+"""The CPU segments: ONNX nodes MPSNNGraph cannot express, as plain Swift on `CPUTensor`s.
 
 MPSNNGraph holds images only (batch 1, W x H x C in slices of 4): no general transpose,
-gather, slice of a non-image tensor, recurrent layers or rank-3/5 tensors. Exporters put such
-nodes at the ends of a network (detection-head decoding, embeddings, classifier reshapes), so
-they run here, after the GPU graph, on float32 arrays in ONNX's row-major order: each emitter
-appends one Swift statement calling a function of `cpu_support.swift.txt`. Shapes are static
-(known when the code is generated), so every call carries its shapes as literals.
+gather, slice of a non-image tensor, recurrent layers, integer tensors or rank-3/5 tensors.
+Such nodes run here, before, between or after the GPU graphs (lower.py's segmented plan), on
+arrays in ONNX's row-major order (integers held as Float values): each emitter appends one
+Swift statement calling a function of `cpu_support.swift.txt`. Shapes are static (known when
+the code is generated), so every call carries its shapes as literals.
 
 Why hand-written: this is the one place where the generated package itself must compute ONNX
-ops without a runtime (no onnxruntime on iOS inside an MPS package), in Swift.
+ops without a runtime (no onnxruntime on iOS inside an MPS package), in Swift. Activations are
+not: they render the shared tables (semantics/activations.py, semantics/rnn.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
-from ...semantics.activations import as_activation
+from ...semantics.activations import ACTIVATIONS, as_activation, swift_expr
 from ...semantics.attrs import attr, gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual, unfused
+from ...semantics.rnn import CELLS, rnn_act_expr, rnn_activations
 from .core import _reduce_axes, swift_float
 
 if TYPE_CHECKING:
@@ -70,27 +72,10 @@ def _axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-# Element-wise functions (ONNX operator definitions) as Swift closures of `x`. The activation
-# table's ops take their resolved parameters (alpha, beta: semantics/activations.py), so a
-# standalone node and one fused into an o2e.<Op>Act (cpu_fused) render the same closure.
-ACT_SWIFT: dict[str, Callable[[float, float], str]] = {
-    "Relu": lambda a, b: "max(x, 0)",
-    "Sigmoid": lambda a, b: "1 / (1 + expf(-x))",
-    "Tanh": lambda a, b: "tanhf(x)",
-    "Softplus": lambda a, b: "logf(1 + expf(x))",
-    "Softsign": lambda a, b: "x / (1 + abs(x))",
-    "LeakyRelu": lambda a, b: f"x >= 0 ? x : {_f(a)} * x",
-    "Elu": lambda a, b: f"x >= 0 ? x : {_f(a)} * (expf(x) - 1)",
-    "HardSigmoid": lambda a, b: f"min(max({_f(a)} * x + {_f(b)}, 0), 1)",
-    "HardSwish": lambda a, b: "x * min(max(x / 6 + 0.5, 0), 1)",
-    "Gelu": lambda a, b: (
-        "0.5 * x * (1 + tanhf(0.7978845608028654 * (x + 0.044715 * x * x * x)))"
-        if a
-        else "0.5 * x * (1 + erff(x * 0.7071067811865476))"
-    ),
-    "Mish": lambda a, b: "x * tanhf(logf(1 + expf(x)))",
-    "Clip": lambda a, b: f"min(max(x, {_f(a)}), {_f(b)})",
-}
+# Element-wise functions as Swift closures of `x`: the activation table's ops render the
+# table's own expression (semantics/activations.py `swift_expr`, parameters resolved), so a
+# standalone node and one fused into an o2e.<Op>Act (cpu_fused) run the same closure; the other
+# unary ops are ONNX's definitions.
 UNARY: dict[str, str] = {
     "Exp": "expf(x)",
     "Log": "logf(x)",
@@ -114,7 +99,7 @@ BINARY = {
 }
 
 
-@cpu_emitter(*UNARY, *ACT_SWIFT)
+@cpu_emitter(*UNARY, *ACTIVATIONS)
 def _unary(lw: Lowering, node: Node) -> None:
     if node.op_type in UNARY:
         body = UNARY[node.op_type]
@@ -124,7 +109,7 @@ def _unary(lw: Lowering, node: Node) -> None:
         act = as_activation(lw.g, node)
         if act is None:
             raise CPURefuse(f"{node.op_type} parameters computed at run time")
-        body = ACT_SWIFT[act.op](act.alpha, act.beta)
+        body = swift_expr(act, "x")
     x = lw.cpu_in(node.inputs[0])
     lw.cpu_out(node, node.outputs[0], f"cpuUnary({x}) {{ x in {body} }}")
 
@@ -137,10 +122,8 @@ def cpu_fused(lw: Lowering, node: Node) -> None:
         raise CPURefuse("a fused residual (MPS does not run fuse_residual)")
     CPU_EMITTERS[base_op(node)](lw, unfused(node))
     if act is not None:
-        if act.op not in ACT_SWIFT:
-            raise CPURefuse(f"no CPU code for the fused {act.op}")
         x = lw.cpu_in(node.outputs[0])
-        body = ACT_SWIFT[act.op](act.alpha, act.beta)
+        body = swift_expr(act, "x")
         lw.cpu_out(node, node.outputs[0], f"cpuUnary({x}) {{ x in {body} }}")
 
 
@@ -149,11 +132,10 @@ def _binary(lw: Lowering, node: Node) -> None:
     a = lw.cpu_in(node.inputs[0])
     b = lw.cpu_in(node.inputs[1])
     out = _shape(lw, node.outputs[0])
-    lw.cpu_out(
-        node,
-        node.outputs[0],
-        f"cpuBinary({a}, {b}, {_ints(out)}) {{ a, b in {BINARY[node.op_type]} }}",
-    )
+    body = BINARY[node.op_type]
+    if node.op_type == "Div" and _dtype(lw, node.outputs[0]).kind in "iu":
+        body = "(a / b).rounded(.towardZero)"  # integer division truncates
+    lw.cpu_out(node, node.outputs[0], f"cpuBinary({a}, {b}, {_ints(out)}) {{ a, b in {body} }}")
 
 
 @cpu_emitter("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
@@ -318,21 +300,15 @@ def _gather(lw: Lowering, node: Node) -> None:
 
 @cpu_emitter("Conv")
 def _conv(lw: Lowering, node: Node) -> None:
-    shape = _shape(lw, node.inputs[0])
-    out = _shape(lw, node.outputs[0])
-    wshape = _shape(lw, node.inputs[1])
-    if len(shape) != 4 or len(wshape) != 4:
-        raise CPURefuse("only 2-D convolutions of [1, C, H, W] tensors")
-    geo = conv_geometry(node, shape, wshape, out, lw.g.opset)
-    strides, dil, pads = list(geo.strides), list(geo.dilations), list(geo.pads)
-    x = lw.cpu_in(node.inputs[0])
-    w = lw.cpu_in(node.inputs[1])
+    x, w, strides, pads, dil, out2, group = _as_2d(lw, node)
     b = lw.cpu_in(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else "nil"
+    out = _shape(lw, node.outputs[0])
+    expr = (
+        f"cpuConv({x}, {w}, {b}, groups: {group}, strides: {_ints(strides)}, pads: "
+        f"{_ints(pads)}, dilations: {_ints(dil)}, {_ints(out2)})"
+    )
     lw.cpu_out(
-        node,
-        node.outputs[0],
-        f"cpuConv({x}, {w}, {b}, groups: {geo.group}, strides: "
-        f"{_ints(strides)}, pads: {_ints(pads[:2])}, dilations: {_ints(dil)}, {_ints(out)})",
+        node, node.outputs[0], expr if out2 == out else f"CPUTensor({expr}.values, {_ints(out)})"
     )
 
 
@@ -360,4 +336,271 @@ def _resize(lw: Lowering, node: Node) -> None:
         node.outputs[0],
         f'cpuResize({x}, {_ints(out)}, linear: {linear}, transform: "{transform}", '
         f'nearestMode: "{nearest}")',
+    )
+
+
+def _tuple_out(lw: Lowering, node: Node, expr: str) -> None:
+    """One Swift call returning a tuple, one element per ONNX output (absent ones skipped)."""
+    var = lw.fresh("cpu_" + (node.name or node.outputs[0]))
+    lw.phase.append(f"// ONNX node '{node.name}' ({node.op_type}): its outputs, below")
+    lw.phase.append(f"let {var} = {expr}")
+    for i, o in enumerate(node.outputs):
+        if o:
+            lw.cpu_out(node, o, f"{var}.{i}")
+
+
+def _opt_in(lw: Lowering, node: Node, i: int) -> str:
+    return lw.cpu_in(node.inputs[i]) if len(node.inputs) > i and node.inputs[i] else "nil"
+
+
+def _dtype(lw: Lowering, name: str) -> np.dtype:
+    t = lw.g.type_of(name)
+    if t is None:
+        raise CPURefuse(f"tensor '{name}' has no known type")
+    return np.dtype(t.dtype)
+
+
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+    if dtype.kind not in "iu" or dtype.itemsize > 4:
+        raise CPURefuse(
+            f"integer type {dtype} (the CPU side holds integers as Float: 8 to 32 bits)"
+        )
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+@cpu_emitter("Cast")
+def _cast(lw: Lowering, node: Node) -> None:
+    x = lw.cpu_in(node.inputs[0])
+    src, dst = _dtype(lw, node.inputs[0]), _dtype(lw, node.outputs[0])
+    if dst == np.bool_:
+        expr = f"cpuCast({x}, toBool: true, lo: 0, hi: 1)"
+    elif dst.kind in "iu":
+        lo, hi = _int_range(dst)
+        expr = f"cpuCast({x}, toBool: false, lo: {_f(lo)}, hi: {_f(hi)})"
+    elif dst in (np.float32, np.float64) or (dst.kind == "f" and src.kind in "iub"):
+        expr = f"CPUTensor({x}.values, {x}.shape)"  # float32 values already (ints exact)
+    else:
+        raise CPURefuse(f"Cast to {dst} (float32 arithmetic would not round as {dst})")
+    lw.cpu_out(node, node.outputs[0], expr)
+
+
+COMPARE = {
+    "Equal": "a == b",
+    "Less": "a < b",
+    "LessOrEqual": "a <= b",
+    "Greater": "a > b",
+    "GreaterOrEqual": "a >= b",
+    "And": "a != 0 && b != 0",
+    "Or": "a != 0 || b != 0",
+    "Xor": "(a != 0) != (b != 0)",
+}
+
+
+@cpu_emitter(*COMPARE)
+def _compare(lw: Lowering, node: Node) -> None:
+    a, b = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1])
+    out = _shape(lw, node.outputs[0])
+    body = COMPARE[node.op_type]
+    lw.cpu_out(
+        node, node.outputs[0], f"cpuBinary({a}, {b}, {_ints(out)}) {{ a, b in {body} ? 1 : 0 }}"
+    )
+
+
+@cpu_emitter("Not")
+def _not(lw: Lowering, node: Node) -> None:
+    x = lw.cpu_in(node.inputs[0])
+    lw.cpu_out(node, node.outputs[0], f"cpuUnary({x}) {{ x in x != 0 ? 0 : 1 }}")
+
+
+@cpu_emitter("Where")
+def _where(lw: Lowering, node: Node) -> None:
+    c, a, b = (lw.cpu_in(i) for i in node.inputs[:3])
+    out = _shape(lw, node.outputs[0])
+    lw.cpu_out(node, node.outputs[0], f"cpuWhere({c}, {a}, {b}, {_ints(out)})")
+
+
+@cpu_emitter("DynamicQuantizeLinear")
+def _dynamic_quantize(lw: Lowering, node: Node) -> None:
+    _tuple_out(lw, node, f"cpuDynamicQuantize({lw.cpu_in(node.inputs[0])})")
+
+
+def _quant_axis(lw: Lowering, node: Node) -> int:
+    if node.attr("block_size"):
+        raise CPURefuse("blocked quantization (block_size)")
+    rank = len(_shape(lw, node.inputs[0]))
+    return _axis(int(attr(node, "axis", lw.g.opset)), rank) if rank else 0
+
+
+@cpu_emitter("QuantizeLinear")
+def _quantize(lw: Lowering, node: Node) -> None:
+    out_t = _dtype(lw, node.outputs[0])
+    lo, hi = _int_range(out_t)
+    x, s, z = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1]), _opt_in(lw, node, 2)
+    axis = _quant_axis(lw, node)
+    lw.cpu_out(
+        node,
+        node.outputs[0],
+        f"cpuQuantize({x}, {s}, {z}, axis: {axis}, lo: {_f(lo)}, hi: {_f(hi)})",
+    )
+
+
+@cpu_emitter("DequantizeLinear")
+def _dequantize(lw: Lowering, node: Node) -> None:
+    _int_range(_dtype(lw, node.inputs[0]))
+    x, s, z = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1]), _opt_in(lw, node, 2)
+    axis = _quant_axis(lw, node)
+    lw.cpu_out(node, node.outputs[0], f"cpuDequantize({x}, {s}, {z}, axis: {axis})")
+
+
+@cpu_emitter("MatMulInteger")
+def _matmul_integer(lw: Lowering, node: Node) -> None:
+    sa, sb = _shape(lw, node.inputs[0]), _shape(lw, node.inputs[1])
+    if len(sa) < 2 or len(sb) < 2:
+        raise CPURefuse("MatMulInteger of a vector (rank 1)")
+    a, b = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1])
+    az, bz = _opt_in(lw, node, 2), _opt_in(lw, node, 3)
+    out = _shape(lw, node.outputs[0])
+    lw.cpu_out(node, node.outputs[0], f"cpuMatMulInteger({a}, {b}, {az}, {bz}, {_ints(out)})")
+
+
+def _as_2d(
+    lw: Lowering, node: Node
+) -> tuple[str, str, list[int], list[int], list[int], list[int], int]:
+    """A Conv's input and weights as 2-D ([1, C, H, W]; a 1-D one gets height 1): Swift
+    expressions, and the geometry (strides, pads top/left, dilations, output shape, group)."""
+    shape, wshape = _shape(lw, node.inputs[0]), _shape(lw, node.inputs[1])
+    out = _shape(lw, node.outputs[0])
+    if len(shape) not in (3, 4) or shape[0] != 1:
+        raise CPURefuse("only 1-D and 2-D convolutions of batch 1")
+    geo = conv_geometry(node, shape, wshape, out, lw.g.opset)
+    strides, dil, pads = list(geo.strides), list(geo.dilations), list(geo.pads)
+    x, w = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1])
+    if len(shape) == 3:
+        x = f"CPUTensor({x}.values, {_ints([1, shape[1], 1, shape[2]])})"
+        w = f"CPUTensor({w}.values, {_ints([*wshape[:2], 1, wshape[2]])})"
+        strides, dil, pads = [1, strides[0]], [1, dil[0]], [0, pads[0], 0, pads[1]]
+        out = [1, out[1], 1, out[2]]
+    return x, w, strides, pads[:2], dil, out, geo.group
+
+
+@cpu_emitter("ConvInteger")
+def _conv_integer(lw: Lowering, node: Node) -> None:
+    x, w, strides, pads, dil, out2, group = _as_2d(lw, node)
+    xz, wz = _opt_in(lw, node, 2), _opt_in(lw, node, 3)
+    out = _shape(lw, node.outputs[0])
+    expr = (
+        f"cpuConvInteger({x}, {w}, {xz}, {wz}, groups: {group}, strides: {_ints(strides)}, "
+        f"pads: {_ints(pads)}, dilations: {_ints(dil)}, {_ints(out2)})"
+    )
+    lw.cpu_out(node, node.outputs[0], f"CPUTensor({expr}.values, {_ints(out)})")
+
+
+@cpu_emitter("Pad")
+def _pad(lw: Lowering, node: Node) -> None:
+    shape = _shape(lw, node.inputs[0])
+    rank = len(shape)
+    mode = str(attr(node, "mode", lw.g.opset))
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise CPURefuse(f"Pad mode '{mode}'")
+    if lw.g.opset < 11:
+        pads = [int(p) for p in node.attr("pads")]
+        value = float(attr(node, "value", lw.g.opset))
+    else:
+        pv = lw.g.const(node.inputs[1])
+        if pv is None:
+            raise CPURefuse("pads computed at run time")
+        pads = [int(p) for p in pv.reshape(-1)]
+        value = 0.0
+        if len(node.inputs) > 2 and node.inputs[2]:
+            cv = lw.g.const(node.inputs[2])
+            if cv is None:
+                raise CPURefuse("constant_value computed at run time")
+            value = float(cv.reshape(-1)[0]) if cv.size else 0.0
+        if len(node.inputs) > 3 and node.inputs[3]:
+            av = lw.g.const(node.inputs[3])
+            if av is None:
+                raise CPURefuse("axes computed at run time")
+            axes = [_axis(int(a), rank) for a in av.reshape(-1)]
+            full = [0] * (2 * rank)
+            for k, a in enumerate(axes):
+                full[a], full[rank + a] = pads[k], pads[len(axes) + k]
+            pads = full
+    x = lw.cpu_in(node.inputs[0])
+    out = _shape(lw, node.outputs[0])
+    lw.cpu_out(
+        node,
+        node.outputs[0],
+        f"cpuPad({x}, pads: {_ints(pads[:rank])}, .{mode}, value: {_f(value)}, {_ints(out)})",
+    )
+
+
+@cpu_emitter("ReduceL2", "ReduceL1", "ReduceSumSquare")
+def _reduce_norm(lw: Lowering, node: Node) -> None:
+    shape = _shape(lw, node.inputs[0])
+    axes = _reduce_axes(lw, node, len(shape))
+    axes = list(range(len(shape))) if axes is None else axes
+    x = lw.cpu_in(node.inputs[0])
+    out = _shape(lw, node.outputs[0])
+    pre = "abs(x)" if node.op_type == "ReduceL1" else "x * x"
+    expr = f"cpuReduce(cpuUnary({x}) {{ x in {pre} }}, axes: {_ints(axes)}, .sum, {_ints(out)})"
+    if node.op_type == "ReduceL2":
+        expr = f"cpuUnary({expr}) {{ x in x.squareRoot() }}"
+    lw.cpu_out(node, node.outputs[0], expr)
+
+
+@cpu_emitter("RNN", "GRU", "LSTM")
+def _recurrent(lw: Lowering, node: Node) -> None:
+    op = node.op_type
+    if _dtype(lw, node.inputs[0]) != np.float32:
+        raise CPURefuse(f"{op} on {_dtype(lw, node.inputs[0])} (float32 only)")
+    direction = str(node.attr("direction", "forward"))
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise CPURefuse(f"direction '{direction}'")
+    layout = int(node.attr("layout", 0))  # RNN before opset 14 has no default: 0 is its meaning
+    try:
+        acts = rnn_activations(node)
+    except ValueError as e:
+        raise CPURefuse(str(e)) from e
+    ndir = 2 if direction == "bidirectional" else 1
+    n_act = len(CELLS[op][1])
+    per_dir = [
+        "["
+        + ", ".join(
+            f"{{ v in {rnn_act_expr(a, 'v', _f, 'f')} }}" for a in acts[d * n_act : (d + 1) * n_act]
+        )
+        + "]"
+        for d in range(ndir)
+    ]
+    reverse = [direction == "reverse" or d == 1 for d in range(ndir)]
+    clip = node.attr("clip")
+    hidden = _shape(lw, node.inputs[2])[2]
+    x, w, r = (lw.cpu_in(i) for i in node.inputs[:3])
+    b, seq, h0 = _opt_in(lw, node, 3), _opt_in(lw, node, 4), _opt_in(lw, node, 5)
+    c0, p = (_opt_in(lw, node, 6), _opt_in(lw, node, 7)) if op == "LSTM" else ("nil", "nil")
+    lbr = "true" if op == "GRU" and int(node.attr("linear_before_reset", 0)) else "false"
+    forget = "true" if op == "LSTM" and int(node.attr("input_forget", 0)) else "false"
+    acts_swift = "[" + ", ".join(per_dir) + "]"
+    _tuple_out(
+        lw,
+        node,
+        f"cpuRecurrent(.{op.lower()}, {x}, {w}, {r}, {b}, {seq}, {h0}, {c0}, {p}, hidden: {hidden}, "
+        f"reverse: {str(reverse).lower()}, layout: {layout}, "
+        f"clip: {'nil' if clip is None else _f(float(clip))}, linearBeforeReset: {lbr}, "
+        f"inputForget: {forget}, acts: {acts_swift})",
+    )
+
+
+@cpu_emitter("LayerNormalization")
+def _layer_norm(lw: Lowering, node: Node) -> None:
+    shape = _shape(lw, node.inputs[0])
+    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
+    if len(node.outputs) > 1 and any(node.outputs[1:]):
+        raise CPURefuse("LayerNormalization's Mean / InvStdDev outputs (training)")
+    x, scale, bias = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1]), _opt_in(lw, node, 2)
+    eps = float(attr(node, "epsilon", lw.g.opset))
+    lw.cpu_out(
+        node,
+        node.outputs[0],
+        f"cpuLayerNorm({x}, {scale}, {bias}, axis: {axis}, epsilon: {_f(eps)})",
     )

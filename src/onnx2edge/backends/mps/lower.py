@@ -28,6 +28,7 @@ from ...ir import Graph, Node
 from ...semantics.activations import ACTIVATIONS, as_activation, clip_params, mps_neuron
 from ...semantics.fused import base_op, is_fused
 from .core import (
+    GPUSegment,
     Img,
     Layer,
     Lowered,
@@ -47,24 +48,35 @@ def _onnx_or_fused(node: Node) -> bool:
     return node.domain in ("", "ai.onnx") or is_fused(node)
 
 
+CPU_INPUTS_ONLY = "reads only tensors the CPU computed: a GPU graph would copy them there and back"
+SEG_MARK = "\x00segment {}\x00"  # where-comment of a CPU statement, fixed once the plan is known
+
+
 class Lowering:
+    """The graph walk. Placement is a segmented plan: segment 0 runs Swift on the CPU before
+    the first GPU graph, odd segments are MPSNNGraphs, even ones Swift between and after
+    them. A node goes to the earliest segment of its kind after every segment producing one
+    of its inputs (a graph reads a tensor of an earlier graph as a source image, passed on as
+    the MPSImage; a CPU tensor is uploaded; the CPU reads a graph's exported result)."""
+
     def __init__(self, graph: Graph, *, fp16: bool, cpu: bool = True) -> None:
         self.g = graph
         self.cpu = cpu
         self.cpu_env: dict[str, str] = {}
-        self.cpu_lines: list[str] = []
-        self.head_lines: list[str] = []
-        self.head: set[str] = set()  # tensors the CPU computes before the graph
-        self.uploads: list[tuple[str, str, Img]] = []
-        self.phase = self.cpu_lines
+        self.cpu_segs: dict[int, list[str]] = {0: []}
+        self.head_lines = self.cpu_segs[0]
+        self.phase = self.head_lines
         self.cpu_inputs: list[tuple[str, str, list[int]]] = []
-        self.gpu_reads: dict[str, tuple[str, Img]] = {}
         self.input_vars: dict[str, str] = {}
         self.cpu_origin: dict[str, str] = {}  # tensor -> the CPU node (or input) making it
+        self.seg_of: dict[str, int] = {}  # tensor -> the segment computing it (-1: graph input)
         self.placement: list[tuple[str, str, str]] = []
         self.blob = ParamBlob(fp16=fp16)
-        self.env: dict[str, Img] = {}
-        self.layers: list[Layer] = []
+        self.gpu_segs: dict[int, GPUSegment] = {1: GPUSegment(1)}
+        self.seg = self.gpu_segs[1]
+        self.env: dict[str, Img] = self.seg.env
+        self.layers: list[Layer] = self.seg.layers
+        self.uploads: list[tuple[str, str, Img]] = []  # the first graph's CPU-head sources
         self.absorbed: set[int] = set()  # ids of nodes folded into an earlier layer
         self.used_names: set[str] = set()
         self.poisoned: set[str] = set()
@@ -85,8 +97,27 @@ class Lowering:
         return name
 
     def img(self, name: str) -> Img:
-        if name not in self.env:
+        """The image node of `name` in the graph being built: its own, or a source image made
+        from what an earlier segment computed (a graph input, a CPU tensor, an earlier graph's
+        result); refuses a tensor only a later segment computes."""
+        if name in self.env:
+            return self.env[name]
+        s = self.seg_of.get(name)
+        g = self.seg.index
+        if s is None or s >= g:
             raise Refuse(f"input '{name}' is not an image this backend produced")
+        src = self.gpu_segs[1].env.get(name) if s == -1 else None
+        if (
+            src is not None or s > 0 and s % 2 == 1
+        ):  # an image graph input or an earlier graph's result
+            src = src or self.gpu_segs[s].env[name]
+            if s > 0:
+                self.gpu_segs[s].exports.setdefault(name, src)
+            img = Img(self.fresh(f"graph{g // 2 + 1}_{name}"), src.c, src.h, src.w, src.flat_of)
+            self.seg.sources.append((name, img.var, img))
+            self.env[name] = img
+            return img
+        self.upload(name)
         return self.env[name]
 
     def const(self, node: Node, index: int, what: str) -> np.ndarray:
@@ -164,7 +195,7 @@ class Lowering:
             f"b: {swift_float(b)}, c: {swift_float(c)})"
         )
 
-    # -- the CPU tail -----------------------------------------------------------------------
+    # -- the CPU segments -------------------------------------------------------------------
     def cpu_in(self, name: str) -> str:
         """The Swift CPUTensor expression for ONNX tensor `name` on the CPU."""
         if name in self.cpu_env:
@@ -184,11 +215,13 @@ class Lowering:
         elif name in self.input_vars:
             var = self.fresh("input_" + name)
             self.head_lines.append(f"let {var} = CPUTensor(inputs[{swift_string(name)}]!, {shape})")
-        elif name in self.env:
-            img = self.env[name]
+        elif self.seg_of.get(name, 0) % 2 == 1:
+            s = self.seg_of[name]
+            img = self.gpu_segs[s].env[name]
             var = self.fresh("gpu_" + name)
-            self.gpu_reads[name] = (var, img)
-            self.cpu_lines.append(
+            self.gpu_segs[s].exports.setdefault(name, img)
+            # Declared right after its graph, so every later CPU segment may read it.
+            self.cpu_segs.setdefault(s + 1, []).append(
                 f"let {var} = CPUTensor(gpuResults[{swift_string(name)}]!, {shape})"
             )
         else:
@@ -198,57 +231,92 @@ class Lowering:
 
     def cpu_out(self, node: Node, name: str, expr: str) -> None:
         var = self.fresh("cpu_" + name)
-        where = "head, before the graph" if self.phase is self.head_lines else "tail"
-        self.phase.append(f"// ONNX node '{node.name}' ({node.op_type}), on the CPU ({where})")
+        seg = next(k for k, lines in self.cpu_segs.items() if lines is self.phase)
+        self.phase.append(
+            f"// ONNX node '{node.name}' ({node.op_type}), on the CPU ({SEG_MARK.format(seg)})"
+        )
         self.phase.append(f"let {var} = {expr}")
         self.cpu_env[name] = var
 
+    def cpu_segment(self, ins: list[str]) -> int:
+        """The earliest CPU segment after every segment computing one of `ins`."""
+        c = 0
+        for i in ins:
+            s = self.seg_of.get(i, -1)
+            c = max(c, s + 1 if s % 2 == 1 else s)
+        return c
+
+    def gpu_segment(self, ins: list[str]) -> int:
+        """The earliest graph after every CPU segment computing one of `ins`."""
+        g = 1
+        for i in ins:
+            s = self.seg_of.get(i, -1)
+            g = max(g, s + 1 if s >= 0 and s % 2 == 0 else s)
+        return g
+
     def on_cpu(self, node: Node, why: str) -> str | None:
-        """Emit `node` in the CPU tail; returns None or why it cannot run there either."""
+        """Emit `node` as Swift on the CPU; returns None or why it cannot run there either."""
         fn = CPU_EMITTERS.get(base_op(node)) if _onnx_or_fused(node) else None
         if fn is None:
-            return f"{why}; the CPU tail has no {base_op(node)} either"
+            return f"{why}; the CPU has no Swift {base_op(node)} either"
         if is_fused(node):
-            fn = cpu_fused  # the one place a fusion MPS took is undone: the tail runs it in two
+            fn = cpu_fused  # the one place a fusion MPS took is undone: the CPU runs it in two
         for o in node.outputs:
             t = self.g.type_of(o) if o else None
-            if t is not None and t.dtype != np.float32:
-                return f"{why}; the CPU tail computes float32 tensors only (output is {t.dtype})"
+            if t is not None and t.dtype.kind not in "fiub":
+                return f"{why}; the CPU side computes numeric tensors only (output is {t.dtype})"
         ins = [i for i in node.inputs if i and self.g.const(i) is None]
-        head = all(i in self.head or i in self.input_vars for i in ins)
-        self.phase = self.head_lines if head else self.cpu_lines
+        seg = self.cpu_segment(ins)
+        self.phase = self.cpu_segs.setdefault(seg, [])
         mark = (
-            len(self.cpu_lines), dict(self.cpu_env), len(self.blob.data), len(self.blob.layers),
-            len(self.head_lines),
+            {k: len(v) for k, v in self.cpu_segs.items()}, dict(self.cpu_env),
+            len(self.blob.data), len(self.blob.layers), set(self.used_names),
+            {k: dict(v.exports) for k, v in self.gpu_segs.items()},
         )  # fmt: skip
         try:
             fn(self, node)
         except (CPURefuse, Refuse, ValueError) as e:
-            del self.cpu_lines[mark[0] :]
-            del self.head_lines[mark[4] :]
+            for k in list(self.cpu_segs):
+                if k in mark[0]:
+                    del self.cpu_segs[k][mark[0][k] :]
+                elif k:
+                    del self.cpu_segs[k]
             self.cpu_env = mark[1]
             del self.blob.data[mark[2] :]
             del self.blob.layers[mark[3] :]
+            self.used_names = mark[4]
+            for k, v in self.gpu_segs.items():
+                v.exports = mark[5][k]
             return f"{why}; on the CPU: {e}"
         self.placement.append((self.label(node), "cpu", why))
         for o in node.outputs:
             if o:
                 self.cpu_origin[o] = self.label(node)
-                if head:
-                    self.head.add(o)
+                self.seg_of[o] = seg
         return None
 
     def upload(self, name: str) -> None:
-        """Make head tensor `name` a source image of the graph (raises Refuse if not one)."""
+        """Make CPU tensor `name` a source image of the graph being built (raises Refuse if it
+        is not image-shaped)."""
         if name in self.env:
             return
         c, h, w = image_dims(self.g.shape_of(name))
-        var = self.fresh("head_" + name)
-        img = Img(var, c, h, w)
+        if self.seg.index == 1:
+            var = self.fresh("head_" + name)
+            img = Img(var, c, h, w)
+            self.uploads.append((name, var, img))
+        else:
+            var = self.fresh(f"graph{self.seg.index // 2 + 1}_{name}")
+            img = Img(var, c, h, w)
+            self.seg.sources.append((name, var, img))
         self.env[name] = img
-        self.uploads.append((name, var, img))
 
     # -- driver -----------------------------------------------------------------------------
+    def enter(self, index: int) -> None:
+        """Build graph `index` from now on (a new one when it does not exist yet)."""
+        self.seg = self.gpu_segs.setdefault(index, GPUSegment(index))
+        self.env, self.layers = self.seg.env, self.seg.layers
+
     def snapshot(self) -> tuple:
         return (
             len(self.layers),
@@ -258,31 +326,60 @@ class Lowering:
             len(self.blob.data),
             len(self.blob.layers),
             len(self.uploads),
+            len(self.seg.sources),
+            {k: dict(v.exports) for k, v in self.gpu_segs.items()},
         )
 
     def restore(self, mark: tuple) -> None:
         """Undo a GPU emitter that refused half-way (it may have absorbed a following node)."""
         del self.layers[mark[0] :]
-        self.absorbed, self.env, self.used_names = set(mark[1]), dict(mark[2]), set(mark[3])
+        self.absorbed, self.used_names = set(mark[1]), set(mark[3])
+        self.env.clear()
+        self.env.update(mark[2])
         del self.blob.data[mark[4] :]
         del self.blob.layers[mark[5] :]
         del self.uploads[mark[6] :]
+        del self.seg.sources[mark[7] :]
+        for k, v in self.gpu_segs.items():
+            v.exports = mark[8].get(k, {})
+
+    def on_gpu(self, node: Node, g: int) -> str | None:
+        """Lower `node` into graph `g`; returns None or why MPSNNGraph cannot run it there."""
+        op = base_op(node)
+        emitter = EMITTERS.get(op) if _onnx_or_fused(node) else None
+        fresh_graph = g not in self.gpu_segs
+        self.enter(g)
+        mark = self.snapshot()
+        try:
+            if emitter is None:
+                raise Refuse(NO_NODE.get(op, "MPSNNGraph has no node for this op"))
+            emitter(self, node)
+        except Refuse as e:
+            self.restore(mark)
+            if fresh_graph and not self.layers:
+                del self.gpu_segs[g]
+            self.enter(1)
+            return str(e)
+        for t in self.env:
+            self.seg_of.setdefault(t, g)
+        self.placement.append((self.label(node), "gpu", ""))
+        return None
 
     def run(self, check_only: bool) -> Lowered:
         refusals: list[str] = []
         inputs: list[tuple[str, str, Img]] = []
         for name in self.g.inputs:
+            self.seg_of[name] = -1
             try:
                 c, h, w = self.out_dims(name)
             except Refuse as e:
                 t = self.g.type_of(name)
-                if self.cpu and t is not None and t.is_static and t.dtype == np.float32:
+                if self.cpu and t is not None and t.is_static and t.dtype.kind in "fiub":
                     var = self.fresh(name)
                     self.input_vars[name] = var
                     shape = [int(d) for d in t.shape]  # type: ignore[union-attr]
                     self.cpu_inputs.append((name, var, shape))
                     self.cpu_origin[name] = f"graph input '{name}' (not an image)"
-                    self.head.add(name)
                     self.placement.append((f"graph input '{name}'", "cpu", str(e)))
                     continue
                 refusals.append(f"graph input '{name}': {e}")
@@ -311,33 +408,42 @@ class Lowering:
                 elif emitter is None and (not self.cpu or op not in CPU_EMITTERS):
                     why = NO_NODE.get(op, "MPSNNGraph has no node for this op")
                     if self.cpu:
-                        why += f"; the CPU tail has no {op} either"
+                        why += f"; the CPU has no Swift {op} either"
                     refusals.append(f"{self.label(node)}: {why}")
                 continue
-            on_cpu = [i for i in ins if i in self.cpu_origin and i not in self.head]
-            if on_cpu:
-                # The GPU graph runs before the CPU tail: nothing after a tail node goes back
-                # to it (the head runs before the graph and feeds it source images).
-                why = (
-                    f"reads '{on_cpu[0]}', computed on the CPU by {self.cpu_origin[on_cpu[0]]}, "
-                    "and the GPU graph runs before the CPU tail"
+            live = [i for i in ins if self.g.const(i) is None]
+            g = self.gpu_segment(live)
+            # A node that is not a convolution / pooling and reads only what the CPU computed
+            # stays on the CPU: in a graph it would only copy them to the GPU and back (and
+            # an Identity-like node there would make a source image a result).
+            on_gpu_side = [
+                i for i in live if self.seg_of.get(i) == g or i in self.gpu_segs[1].env and g == 1
+            ]
+            problem: str | None
+            if self.cpu and op not in HEAVY_OPS and live and not on_gpu_side:
+                reason = (
+                    CPU_INPUTS_ONLY
+                    if emitter is not None
+                    else NO_NODE.get(op, "MPSNNGraph has no node for this op")
                 )
+                for i in live:  # the GPU's own refusal, when an input is no image
+                    try:
+                        self.out_dims(i)
+                    except (Refuse, TypeError, ValueError) as e:
+                        reason = str(e)
+                        break
+                problem = self.on_cpu(node, reason)
+                if problem is not None and emitter is not None:
+                    why = self.on_gpu(node, g)
+                    problem = None if why is None else problem.replace(reason, why)
             else:
-                mark = self.snapshot()
-                try:
-                    for i in ins:
-                        if i in self.head:
-                            self.upload(i)
-                    if emitter is None:
-                        raise Refuse(NO_NODE.get(op, "MPSNNGraph has no node for this op"))
-                    emitter(self, node)
-                    self.placement.append((self.label(node), "gpu", ""))
+                why = self.on_gpu(node, g)
+                problem = None
+                if why is None:
                     heavy += op in HEAVY_OPS
-                    continue
-                except Refuse as e:
-                    self.restore(mark)
-                    why = str(e)
-            problem = self.on_cpu(node, why) if self.cpu else why
+                else:
+                    problem = self.on_cpu(node, why) if self.cpu else why
+            self.enter(1)
             if problem is not None:
                 refusals.append(f"{self.label(node)}: {problem}")
                 self.poisoned.update(o for o in node.outputs if o)
@@ -347,41 +453,75 @@ class Lowering:
                 "no node runs on the GPU: MPSNNGraph needs at least one image node; "
                 "this model is not a convolutional network over [1, C, H, W] images"
             )
+        graphs = [self.gpu_segs[k] for k in sorted(self.gpu_segs) if self.gpu_segs[k].layers]
         outputs: list[tuple[str, Img]] = []
         cpu_outputs: dict[str, str] = {}
         for out_name in self.g.outputs:
             if out_name in self.cpu_origin and out_name in self.cpu_env:
                 cpu_outputs[out_name] = self.cpu_env[out_name]
                 continue
-            if not refusals and out_name not in self.env:
+            s = max(self.seg_of.get(out_name, -1), 1)
+            img = self.gpu_segs[s].env.get(out_name) if s in self.gpu_segs else None
+            if not refusals and img is None:
                 refusals.append(f"graph output '{out_name}' is not produced by a convertible node")
             if not refusals and out_name in self.g.inputs:
                 refusals.append(
                     f"graph output '{out_name}' is a graph input; there is nothing to run"
                 )
-            outputs.append((out_name, self.env.get(out_name, Img("", 0, 0, 0))))
+            if img is not None:
+                self.gpu_segs[s].outputs.append((out_name, img))
+            outputs.append((out_name, img or Img("", 0, 0, 0)))
         if not refusals and len({img.var for _, img in outputs}) != len(outputs):
             refusals.append(
                 "two graph outputs are the same image (an Identity/Reshape between them); "
                 "MPSNNGraph returns each result image once"
             )
+        for seg in graphs:
+            own = {v for _, v, _ in seg.sources} | {v for _, v, _ in self.uploads}
+            for name, img in seg.exports.items():
+                if not refusals and img.var in own:
+                    refusals.append(
+                        f"tensor '{name}' of GPU graph {seg.index // 2 + 1} is one of its source "
+                        "images (an Identity/Reshape of it): MPSNNGraph returns computed images only"
+                    )
         if refusals and not check_only:
             raise Refuse("; ".join(refusals))
-        reads = [(n, v, img) for n, (v, img) in self.gpu_reads.items()]
+        last = max(self.cpu_segs)
+        for k, lines in self.cpu_segs.items():
+            if k == 0:
+                where = "head, before the graph" if len(graphs) <= 1 else "before the first graph"
+            elif len(graphs) <= 1 or k == last and k > 2 * len(graphs) - 1:
+                where = "tail"
+            else:
+                where = f"between GPU graphs {k // 2} and {k // 2 + 1}"
+            lines[:] = [ln.replace(SEG_MARK.format(k), where) for ln in lines]
+        for seg in graphs:
+            seg.cpu_reads = [n for n in seg.exports if n in self.cpu_env]
+        first = self.gpu_segs[1]
+        reads = [(n, self.cpu_env.get(n, ""), img) for n, img in first.exports.items()]
+        multi = len(graphs) > 1
+        source_values = {n: self.cpu_env[n] for n, _, _ in self.uploads}
+        for seg in graphs[1:]:
+            for n, _, _ in seg.sources:
+                if n in self.cpu_env and self.seg_of.get(n, -1) % 2 == 0:
+                    source_values[n] = self.cpu_env[n]
         return Lowered(
-            self.layers,
+            first.layers,
             inputs,
             outputs,
             self.blob,
             refusals,
             self.cpu_inputs,
             reads,
-            self.cpu_lines,
+            [] if multi else [ln for k in sorted(self.cpu_segs) if k for ln in self.cpu_segs[k]],
             self.head_lines,
             self.uploads,
             {n: self.cpu_env[n] for n, _, _ in self.uploads},
             cpu_outputs,
             self.placement,
+            graphs if multi else [],
+            dict(sorted(self.cpu_segs.items())) if multi else {},
+            source_values,
         )
 
 

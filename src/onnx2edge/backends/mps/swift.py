@@ -4,12 +4,20 @@ conversions of one model are byte-identical."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
-from .core import Lowered, swift_string
+from .core import GPUSegment, Lowered, swift_string
 
-CPU_SUPPORT = (Path(__file__).parent / "cpu_support.swift.txt").read_text()
+# The CPU segments' Swift: the base (tensors, element-wise, shape ops...) whenever the CPU runs
+# anything, and the section from EXTRA_MARK on (integer / quantized ops, recurrent layers, Pad)
+# only when the model calls one of its functions, so other models' packages stay as they were.
+_SUPPORT_TEXT = (Path(__file__).parent / "cpu_support.swift.txt").read_text()
+EXTRA_MARK = "\n// MARK: - Integer tensors"
+CPU_SUPPORT, _extra = _SUPPORT_TEXT.split(EXTRA_MARK)
+CPU_EXTRA = EXTRA_MARK + _extra
+EXTRA_FUNCS = tuple(sorted(set(re.findall(r"\bfunc (cpu\w+)\(", CPU_EXTRA))))
 
 SUPPORT = """
 // MARK: - Support types (generated; shared by every layer above)
@@ -249,6 +257,190 @@ def _results(lowered: Lowered) -> list[tuple[str, list[str]]]:
     return list(results.items())
 
 
+def _extra_support(lowered: Lowered) -> str:
+    """CPU_EXTRA when the model's CPU statements call one of its functions."""
+    code = "\n".join(
+        [
+            *lowered.head_lines,
+            *lowered.cpu_lines,
+            *(ln for v in lowered.cpu_segments.values() for ln in v),
+        ]
+    )
+    return CPU_EXTRA if any(f"{f}(" in code for f in EXTRA_FUNCS) else ""
+
+
+def _segment_results(seg: GPUSegment) -> list[tuple[str, list[str]]]:
+    """A graph of a segmented plan: its result images (ONNX outputs first, then what later
+    segments read), each with the ONNX names it holds."""
+    results: dict[str, list[str]] = {}
+    for name, img in [*seg.outputs, *seg.exports.items()]:
+        if name not in results.setdefault(img.var, []):
+            results[img.var].append(name)
+    return list(results.items())
+
+
+def _graph_var(i: int) -> str:
+    return "graph" if i == 0 else f"graph{i + 1}"
+
+
+def _segment_body(lowered: Lowered, i: int, seg: GPUSegment) -> list[str]:
+    """Statements building GPU graph `i` of a segmented plan (in init)."""
+    body: list[str] = [f"// GPU graph {i + 1} of {len(lowered.gpu_segments)}", ""]
+    sources = [*lowered.inputs, *lowered.uploads] if i == 0 else seg.sources
+    for name, var, _img in sources:
+        body.append(f"// source image '{name}'")
+        body.append(
+            f"let {var} = MPSNNImageNode(handle: ONNXTensorHandle(name: {swift_string(name)}))"
+        )
+        body.append("")
+    for layer in seg.layers:
+        body += [f"// {c}" for c in layer.comment]
+        body += layer.lines
+        body.append("")
+    k = "" if i == 0 else str(i + 1)
+    node_list = textwrap.fill(
+        ", ".join(layer.var for layer in seg.layers),
+        width=88, break_long_words=False, break_on_hyphens=False,
+    )  # fmt: skip
+    body.append(
+        "// Intermediate images default to float16 in MPSNNGraph; keep float32 (imageFormat)."
+    )
+    body.append(f"let filterNodes{k}: [MPSNNFilterNode] = [")
+    body.append(_indent(node_list, 4))
+    body.append("]")
+    body.append(f"for node in filterNodes{k} {{ node.resultImage.format = Self.imageFormat }}")
+    results = _segment_results(seg)
+    body.append("// Every result is read after the graph (by the CPU or a later graph): permanent")
+    body.append("// images (MPSImage's allocator, not MPSTemporaryImage's; MPSNNGraphNodes.h).")
+    for var, ns in results:
+        body.append(f"{var}.handle = ONNXTensorHandle(name: {swift_string(ns[0])})")
+        body.append(f"{var}.imageAllocator = MPSImage.defaultAllocator()")
+    for var, _ns in results[1:]:
+        body.append(f"{var}.exportFromGraph = true")
+    body.append(f"var needed{k} = [ObjCBool](repeating: true, count: {len(results)})")
+    body.append(
+        f"guard let {_graph_var(i)} = MPSNNGraph(\n    device: device, resultImages: "
+        f"[{', '.join(v for v, _ in results)}], resultsAreNeeded: &needed{k})\nelse {{ return nil }}"
+    )
+    if i:
+        body.append(f"{_graph_var(i)}.label = {swift_string(f'graph {i + 1}')}")
+    body.append("")
+    return body
+
+
+def _render_run_segments(lowered: Lowered, output_names: list[str]) -> str:
+    """`run(inputs:)` of a segmented plan: CPU segments and GPU graphs in order."""
+    lines = [
+        "var images: [String: MPSImage] = [:]  // source and result images, by ONNX name",
+        "var gpuResults: [String: [Float]] = [:]  // graph results the CPU reads, ONNX order",
+    ]
+    for i, seg in enumerate(lowered.gpu_segments):
+        cpu = lowered.cpu_segments.get(seg.index - 1, [])
+        if cpu:
+            lines.append("")
+            lines.append(
+                "// On the CPU, before the first graph."
+                if seg.index == 1
+                else f"// On the CPU, between GPU graphs {i} and {i + 1}."
+            )
+            lines += cpu
+        sources = [*lowered.inputs, *lowered.uploads] if i == 0 else seg.sources
+        values = [
+            f"{swift_string(n)}: {lowered.source_values[n]}.values"
+            for n, _, _ in sources
+            if n in lowered.source_values
+        ]
+        results = _segment_results(seg)
+        lines.append("")
+        lines.append(f"// GPU graph {i + 1}.")
+        merged = f"inputs.merging([{', '.join(values)}]) {{ a, _ in a }}" if values else "inputs"
+        lines.append(
+            f"guard runGraph(graphs[{i}], first: {swift_string(results[0][1][0])}, "
+            f"values: {merged}, images: &images) else {{ return nil }}"
+        )
+        for _var, names in results:
+            for alias in names[1:]:
+                lines.append(f"images[{swift_string(alias)}] = images[{swift_string(names[0])}]")
+        outs = [n for n, _ in seg.outputs]
+        read = outs + [n for n in seg.cpu_reads if n not in outs]
+        for n in read:
+            lines.append(
+                f"gpuResults[{swift_string(n)}] = Self.values(of: images[{swift_string(n)}]!)"
+            )
+    last = lowered.gpu_segments[-1].index
+    tail = [ln for k, seg_lines in lowered.cpu_segments.items() if k > last for ln in seg_lines]
+    if tail:
+        lines.append("")
+        lines.append("// On the CPU, after the last graph.")
+        lines += tail
+    lines.append("")
+    lines.append("return [")
+    for n in output_names:
+        if n in lowered.cpu_outputs:
+            lines.append(f"    {swift_string(n)}: {lowered.cpu_outputs[n]}.values,")
+        else:
+            lines.append(f"    {swift_string(n)}: gpuResults[{swift_string(n)}]!,")
+    lines.append("]")
+    return f"""
+    /// Run one inference and wait for it: `inputs` maps ONNX input names to float32 values in
+    /// ONNX (row-major, NCHW) order; returns every ONNX output the same way. The plan's GPU
+    /// graphs and CPU segments run in order; each graph's results stay MPSImages for later
+    /// graphs, and those the CPU reads are copied out.
+    public func run(inputs: [String: [Float]]) -> [String: [Float]]? {{
+{_indent(chr(10).join(lines), 8)}
+    }}
+
+    /// Encode `graph` on its source images and wait: a source is the image an earlier graph
+    /// made (in `images`) or one made from `values`; every result lands in `images` under its
+    /// ONNX name (`first`: the one encode returns), synchronised for the CPU (MPSImage.h).
+    private func runGraph(
+        _ graph: MPSNNGraph, first: String, values: [String: [Float]], images: inout [String: MPSImage]
+    ) -> Bool {{
+        var sources: [MPSImage] = []
+        for handle in graph.sourceImageHandles {{
+            guard let name = handle.label() else {{ return false }}
+            if let image = images[name] {{
+                sources.append(image)
+                continue
+            }}
+            guard let v = values[name], let image = makeInputImage(name),
+                  v.count == image.width * image.height * image.featureChannels else {{ return false }}
+            v.withUnsafeBytes {{
+                image.writeBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
+            }}
+            images[name] = image
+            sources.append(image)
+        }}
+        guard let commandBuffer = commandQueue.makeCommandBuffer() else {{ return false }}
+        let exported = NSMutableArray()
+        guard let result = graph.encode(
+            to: commandBuffer, sourceImages: sources, sourceStates: nil,
+            intermediateImages: exported, destinationStates: nil) else {{ return false }}
+        result.synchronize(on: commandBuffer)
+        for case let image as MPSImage in exported {{ image.synchronize(on: commandBuffer) }}
+        commandBuffer.commit()
+        commandBuffer.waitUntilCompleted()
+        images[first] = result
+        let handles: [MPSHandle] = graph.intermediateImageHandles ?? []
+        for (i, handle) in handles.enumerated() where i < exported.count {{
+            if let name = handle.label(), let image = exported.object(at: i) as? MPSImage {{
+                images[name] = image
+            }}
+        }}
+        return true
+    }}
+
+    /// The values of `image` in ONNX's CHW order.
+    static func values(of image: MPSImage) -> [Float] {{
+        var out = [Float](repeating: 0, count: image.width * image.height * image.featureChannels)
+        out.withUnsafeMutableBytes {{
+            image.readBytes($0.baseAddress!, dataLayout: .featureChannelsxHeightxWidth, imageIndex: 0)
+        }}
+        return out
+    }}
+"""
+
+
 def render_model(
     lowered: Lowered,
     *,
@@ -260,36 +452,43 @@ def render_model(
     input_names: list[str],
     output_names: list[str],
 ) -> str:
-    results = _results(lowered)
+    multi = bool(lowered.gpu_segments)
+    results = _segment_results(lowered.gpu_segments[0]) if multi else _results(lowered)
     first_var, first_names = results[0]
     first_img = next(
         (img for _, img in lowered.outputs if img.var == first_var),
         next((img for _, _, img in lowered.gpu_reads if img.var == first_var), None),
     )
+    sources = [*lowered.inputs, *lowered.uploads]
+    for seg in lowered.gpu_segments[1:]:  # those made from values (not passed-on images)
+        sources += [x for x in seg.sources if x[0] in lowered.source_values or x[0] in input_names]
+    sources = list({n: (n, v, i) for n, v, i in reversed(sources)}.values())[::-1]
     assert first_img is not None
     all_inputs = input_names  # ONNX graph order (the harness and callers rely on it)
     input_list = ", ".join(swift_string(n) for n in all_inputs)
     sizes = ",\n".join(
         f"        {swift_string(n)}: (width: {i.w}, height: {i.h}, featureChannels: {i.c})"
-        for n, _, i in [*lowered.inputs, *lowered.uploads]
+        for n, _, i in sources
     )
     shape_list = ",\n".join(
         f"        {swift_string(n)}: {shapes[n]}" for n in [*all_inputs, *output_names]
     )
     body: list[str] = []
-    for name, var, _img in lowered.inputs:
+    for i, seg in enumerate(lowered.gpu_segments):
+        body += _segment_body(lowered, i, seg)
+    for name, var, _img in [] if multi else lowered.inputs:
         body.append(f"// ONNX graph input '{name}'")
         body.append(
             f"let {var} = MPSNNImageNode(handle: ONNXTensorHandle(name: {swift_string(name)}))"
         )
         body.append("")
-    for name, var, _img in lowered.uploads:
+    for name, var, _img in [] if multi else lowered.uploads:
         body.append(f"// '{name}', computed by the CPU head before the graph runs")
         body.append(
             f"let {var} = MPSNNImageNode(handle: ONNXTensorHandle(name: {swift_string(name)}))"
         )
         body.append("")
-    for layer in lowered.layers:
+    for layer in [] if multi else lowered.layers:
         body += [f"// {c}" for c in layer.comment]
         body += layer.lines
         body.append("")
@@ -297,14 +496,21 @@ def render_model(
     node_list = textwrap.fill(
         ", ".join(names), width=88, break_long_words=False, break_on_hyphens=False
     )
-    body.append(
-        "// Intermediate images default to float16 in MPSNNGraph; keep float32 (imageFormat)."
-    )
-    body.append("let filterNodes: [MPSNNFilterNode] = [")
-    body.append(_indent(node_list, 4))
-    body.append("]")
-    body.append("for node in filterNodes { node.resultImage.format = Self.imageFormat }")
-    if len(results) == 1:
+    if multi:
+        body.pop()  # the blank line after the last graph
+        graphs = ", ".join(_graph_var(i) for i in range(len(lowered.gpu_segments)))
+        make_graph = f"self.graphs = [{graphs}]"
+    else:
+        body.append(
+            "// Intermediate images default to float16 in MPSNNGraph; keep float32 (imageFormat)."
+        )
+        body.append("let filterNodes: [MPSNNFilterNode] = [")
+        body.append(_indent(node_list, 4))
+        body.append("]")
+        body.append("for node in filterNodes { node.resultImage.format = Self.imageFormat }")
+    if multi:
+        pass
+    elif len(results) == 1:
         make_graph = (
             f"guard let graph = MPSNNGraph(device: device, resultImage: {first_var}, "
             "resultImageIsNeeded: true)\nelse { return nil }"
@@ -336,7 +542,8 @@ def render_model(
         )
     weights_type = ".float16" if fp16 else ".float32"
     gpu_only = (
-        not lowered.cpu_lines
+        not multi
+        and not lowered.cpu_lines
         and not lowered.head_lines
         and not lowered.cpu_inputs
         and len(results) == 1
@@ -372,9 +579,24 @@ def render_model(
         commandBuffer.commit()
     }}
 {single}"""
-    run = _render_run(lowered, results, output_names)
+    run = (
+        _render_run_segments(lowered, output_names)
+        if multi
+        else _render_run(lowered, results, output_names)
+    )
     cpu_note = ""
-    if lowered.cpu_lines or lowered.head_lines:
+    graphs_decl = ""
+    if multi:
+        cpu_note = (
+            f"\n/// A segmented plan: {len(lowered.gpu_segments)} MPSNNGraphs with Swift on the CPU "
+            "before, between and\n/// after them (`run(inputs:)`); `placement` in mps-model.json "
+            "lists each node's place and why."
+        )
+        graphs_decl = (
+            "\n    /// Every GPU graph of the plan, in the order `run(inputs:)` encodes them; `graph` "
+            "is the first.\n    public let graphs: [MPSNNGraph]"
+        )
+    elif lowered.cpu_lines or lowered.head_lines:
         cpu_note = (
             "\n/// Nodes MPSNNGraph cannot express run after it on the CPU (`run(inputs:)`, the"
             "\n/// CPU tail at its end); `placement` in mps-model.json lists them with the reason."
@@ -410,7 +632,7 @@ public final class {class_name} {{
     static let parameterBytes = {len(lowered.blob.data)}
 
     public let device: MTLDevice
-    public let graph: MPSNNGraph
+    public let graph: MPSNNGraph{graphs_decl}
     private let commandQueue: MTLCommandQueue
     private let parameters: ParameterFile
 
@@ -459,7 +681,7 @@ public final class {class_name} {{
         return graph.encode(to: commandBuffer, sourceImages: sources)
     }}
 {gpu_api}{run}}}
-{SUPPORT}{CPU_SUPPORT if lowered.cpu_lines or lowered.head_lines else ""}"""
+{SUPPORT}{CPU_SUPPORT if lowered.cpu_lines or lowered.head_lines or multi else ""}{_extra_support(lowered)}"""
 
 
 def _render_run(
@@ -564,12 +786,20 @@ let package = Package(
 '''
 
 
-def render_readme(class_name: str, graph_name: str, fp16: bool, n_layers: int, n_bytes: int) -> str:
+def render_readme(
+    class_name: str, graph_name: str, fp16: bool, n_layers: int, n_bytes: int, graphs: int = 1
+) -> str:
     wt = "float16" if fp16 else "float32"
+    built = "an `MPSNNGraph`" if graphs == 1 else f"{graphs} `MPSNNGraph`s"
+    cpu_where = (
+        "before it (head) or after it (tail)"
+        if graphs == 1
+        else "before, between and after the graphs, in order"
+    )
     return f"""# {class_name}: `{graph_name}` for Metal Performance Shaders
 
 Generated by onnx2edge (`onnx2edge convert MODEL --target mps`): a Swift package whose
-`{class_name}` class builds the network once as an `MPSNNGraph` ({n_layers} graph nodes) and
+`{class_name}` class builds the network once as {built} ({n_layers} graph nodes) and
 runs it on the GPU.
 
 **How this was checked.** On Linux there is no Metal. onnx2edge compiled this exact Swift
@@ -605,7 +835,7 @@ let first = outputs[{class_name}.outputNames[0]]!   // its shape: {class_name}.s
 ```
 
 `run(inputs:)` runs the graph and waits; nodes MPSNNGraph cannot express (if any) run on the
-CPU before it (head) or after it (tail), so it returns every ONNX output. Images hold ONNX
+CPU {cpu_where}, so it returns every ONNX output. Images hold ONNX
 NCHW tensors with batch 1 (width W, height H, C feature channels); read and write them with
 `dataLayout: .featureChannelsxHeightxWidth` to keep ONNX's element order.
 To encode the graph alone into your own command buffer (images in, the first result image

@@ -28,99 +28,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.rnn import CELLS, RnnAct, rnn_act_expr, rnn_activations
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 
-# Gate count per cell and its default activations (ONNX spec: f, g, h for LSTM; f, g for GRU).
-_CELLS = {
-    "RNN": (1, ("Tanh",)),
-    "GRU": (3, ("Sigmoid", "Tanh")),
-    "LSTM": (4, ("Sigmoid", "Tanh", "Tanh")),
-}
-
-# Activation name -> (uses alpha, default alpha, uses beta, default beta); None = required.
-# Names and defaults as in onnxruntime's rnn_helpers (NameToArgUsageMap / NameToArgDefaultsMap).
-_ACT_ARGS: dict[str, tuple[bool, float | None, bool, float | None]] = {
-    "relu": (False, None, False, None),
-    "tanh": (False, None, False, None),
-    "sigmoid": (False, None, False, None),
-    "softsign": (False, None, False, None),
-    "softplus": (False, None, False, None),
-    "affine": (True, None, True, None),
-    "leakyrelu": (True, 0.01, False, None),
-    "thresholdedrelu": (True, 1.0, False, None),
-    "scaledtanh": (True, None, True, None),
-    "hardsigmoid": (True, 0.2, True, 0.5),
-    "elu": (True, 1.0, False, None),
-}
-
-
-@dataclass(frozen=True)
-class _Act:
-    name: str  # lower case
-    alpha: float = 0.0
-    beta: float = 0.0
-
-
-def _activations(node: Node) -> list[_Act]:
-    """The node's activations, one list per direction concatenated, alpha/beta resolved."""
-    n_act = _CELLS[node.op_type][1]
-    ndir = 2 if node.attr("direction", "forward") == "bidirectional" else 1
-    names = [str(a) for a in node.attr("activations", list(n_act) * ndir)]
-    if ndir == 2 and len(names) == len(n_act):
-        names = names * 2
-    if len(names) != len(n_act) * ndir:
-        raise ValueError(f"{len(names)} activations given, {len(n_act) * ndir} expected")
-    alphas = list(node.attr("activation_alpha", []))
-    betas = list(node.attr("activation_beta", []))
-    out = []
-    for name in names:
-        key = name.lower()
-        if key not in _ACT_ARGS:
-            raise ValueError(f"activation {name!r} is not one the ONNX spec lists")
-        uses_a, def_a, uses_b, def_b = _ACT_ARGS[key]
-        a = b = 0.0
-        if uses_a:
-            if alphas:
-                a = float(alphas.pop(0))
-            elif def_a is None:
-                raise ValueError(f"activation {name} needs activation_alpha")
-            else:
-                a = def_a
-        if uses_b:
-            if betas:
-                b = float(betas.pop(0))
-            elif def_b is None:
-                raise ValueError(f"activation {name} needs activation_beta")
-            else:
-                b = def_b
-        out.append(_Act(key, a, b))
-    return out
+# The cells and their activations: the table shared with MPS's Swift (semantics/rnn.py).
+_CELLS = CELLS
+_Act = RnnAct
+_activations = rnn_activations
 
 
 def _act_expr(act: _Act, v: str, ctype: str) -> str:
-    """C expression of one RNN activation function (ONNX operator of the same name).
-
-    Not the activation table (semantics/activations.py) on purpose: these are the RNN
-    attribute's functions (Affine and ScaledTanh exist nowhere else), and onnxruntime's cells
-    compute them with their own helpers, e.g. Relu as max(0, v), which turns NaN into 0 where
-    the standalone Relu keeps it (checked against onnxruntime 1.31)."""
+    """C expression of one RNN activation function (semantics/rnn.py's table)."""
     f = "" if ctype == "double" else "f"
     lit = lambda x: c_literal(x, np.float64 if ctype == "double" else np.float32)  # noqa: E731
-    a, b = lit(act.alpha), lit(act.beta)
-    return {
-        "relu": f"({v} > 0 ? {v} : 0)",
-        "tanh": f"tanh{f}({v})",
-        "sigmoid": f"(1 / (1 + exp{f}(-{v})))",
-        "softsign": f"({v} / (1 + fabs{f}({v})))",
-        "softplus": f"log{f}(1 + exp{f}({v}))",
-        "affine": f"({a} * {v} + {b})",
-        "leakyrelu": f"({v} < 0 ? {a} * {v} : {v})",
-        "thresholdedrelu": f"({v} > {a} ? {v} : 0)",
-        "scaledtanh": f"({a} * tanh{f}({b} * {v}))",
-        "hardsigmoid": f"fmax{f}(0, fmin{f}(1, {a} * {v} + {b}))",
-        "elu": f"({v} >= 0 ? {v} : {a} * (exp{f}({v}) - 1))",
-    }[act.name]
+    return rnn_act_expr(act, v, lit, f)
 
 
 def _rnn_check(node: Node, graph: Graph) -> str | None:
