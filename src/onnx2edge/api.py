@@ -246,7 +246,9 @@ def convert(
         model, target, input_shapes=input_shapes, fixed_inputs=fixed_inputs, options=options
     )
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
-        res = backend.emit(graph, tmp, options)
+        # the model file's name: the C backend's default symbol prefix (not an option: the
+        # manifest records "model" already)
+        res = backend.emit(graph, tmp, {"model_file": Path(model).name, **options})
         manifest = {
             "files": sorted({*res.files, MANIFEST}),
             "tool": "onnx2edge",

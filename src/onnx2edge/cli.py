@@ -548,13 +548,19 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         fixed_inputs=parse_fixed_inputs(a.fix_input),
     )
     for k, v in res.stats.items():
-        if k == "layer_kernels":  # one line per layer: in the manifest, counted under kernels
+        # layer_kernels: one line per layer, in the manifest, counted under kernels;
+        # footprint: its own line below
+        if k in ("layer_kernels", "footprint"):
             continue
         if isinstance(v, dict):
             print(f"{k}: " + ", ".join(f"{n} ×{c}" for n, c in v.items()))
         else:
             print(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
-    if "weight_bytes" in res.stats and "arena_bytes" in res.stats:
+    if isinstance(res.stats.get("footprint"), dict):
+        from .backends.c.footprint import describe
+
+        print(f"footprint: {describe(res.stats['footprint'])}")
+    elif "weight_bytes" in res.stats and "arena_bytes" in res.stats:
         print(
             f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
             f"arena {res.stats['arena_bytes'] / 1e6:.2f} MB (RAM)"

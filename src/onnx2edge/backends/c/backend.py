@@ -15,8 +15,10 @@ from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
-from .emitter import ModelEmitter
-from .writer import write_model, write_support_files
+from .emitter import STORAGES, ModelEmitter
+from .footprint import MODES as FOOTPRINT_MODES
+from .footprint import footprint
+from .writer import check_name, default_name, write_model, write_support_files
 
 # convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
 OPTIMIZE = ("speed", "size")
@@ -76,13 +78,35 @@ class CBackend(Backend):
     label = "C"
     options = (
         BackendOption(
-            "weights_file", "weights in model_weights.bin instead of C arrays", switch=True
+            "name",
+            "C identifier prefixing every exported symbol and macro (NAME_init, "
+            "NAME_INPUT_0_SIZE) and naming NAME.h (default: the model file's name)",
+            metavar="NAME",
+        ),
+        BackendOption(
+            "weights_storage",
+            "inline: const arrays (read-only data, never copied); file: model_weights.bin "
+            "loaded by NAME_init into a static buffer; external: NAME_init_with_weights(blob, "
+            "len) reads the caller's copy in place (default: inline up to 4 MB, else file)",
+            choices=STORAGES,
+            metavar="{inline,file,external}",
+        ),
+        BackendOption(
+            "weights_file", "weights in model_weights.bin (= --weights-storage file)", switch=True
         ),
         BackendOption(
             "weights",
-            "store weights as fp16 (half the size; widened to fp32 by model_init)",
+            "store weights as fp16 (half the size; widened to fp32 in RAM by NAME_init)",
             choices=("fp32", "fp16"),
             default="fp32",
+            record_default=False,
+        ),
+        BackendOption(
+            "footprint",
+            "measure: flash/RAM from the compiled model.c's sections (size -A; needs gcc); "
+            "estimate: from the writer's counts, code not counted",
+            choices=FOOTPRINT_MODES,
+            default="measure",
             record_default=False,
         ),
         BackendOption(
@@ -130,6 +154,14 @@ class CBackend(Backend):
         wdt = options.get("weights", "fp32")
         if wdt not in ("fp32", "fp16"):
             raise Onnx2EdgeError(f"--weights {wdt}: expected fp32 or fp16")
+        storage = options.get("weights_storage")
+        if storage is not None and wf and storage != "file":
+            raise Onnx2EdgeError(f"--weights-file contradicts --weights-storage {storage}")
+        name = (
+            check_name(str(options["name"]))
+            if options.get("name")
+            else default_name(options.get("model_file"))
+        )
         optimize = str(options.get("optimize", "speed"))
         if optimize not in OPTIMIZE:
             raise Onnx2EdgeError(
@@ -138,17 +170,23 @@ class CBackend(Backend):
         stats = write_model(
             graph,
             out_dir,
+            prefix=name,
+            file_stem="model",
             weights_file=True if wf else None,
+            weights_storage=str(storage) if storage else None,
             source_name=str(options.get("source", graph.name)),
             weights_fp16=wdt == "fp16",
             optimize=optimize,
             kernel_options=_traceable(parse_kernels(options.get("kernels")), options),
         )
+        blob = (out_dir / "model_weights.bin").stat().st_size if stats["weights_in_file"] else 0
         files = [
             "model.c",
-            "model.h",
+            f"{name}.h",
             *stats["runtime_files"],
-            *write_support_files(graph, out_dir),
+            *write_support_files(
+                graph, out_dir, name, storage=stats["weights_storage"], blob_bytes=blob
+            ),
             "tensors.json",
         ]
         # dtype and shape of every traced tensor, for `verify --per-layer`
@@ -161,6 +199,7 @@ class CBackend(Backend):
         (out_dir / "tensors.json").write_text(json.dumps(tensors, indent=0, sort_keys=True))
         if stats["weights_in_file"]:
             files.append("model_weights.bin")
+        stats["footprint"] = footprint(out_dir, stats, str(options.get("footprint", "measure")))
         return ConvertResult(out_dir, files, stats)
 
     def run(
@@ -186,7 +225,20 @@ class CBackend(Backend):
         extra = [out_dir / f for f in manifest.get("stats", {}).get("runtime_files", [])]
         lib_path = cached_shared(out_dir, [out_dir / "model.c"], flags, hashed=extra)
         io = {**manifest, "tensors": json.loads((out_dir / "tensors.json").read_text())}
-        return run_library(lib_path, "model", io, inputs, out_dir / "model_weights.bin", per_layer)
+        return run_library(
+            lib_path,
+            c_name(manifest),
+            io,
+            inputs,
+            out_dir / "model_weights.bin",
+            per_layer,
+            external=manifest.get("stats", {}).get("weights_storage") == "external",
+        )
+
+
+def c_name(manifest: Mapping[str, Any]) -> str:
+    """The symbol prefix of a converted folder (`model` for folders converted before --name)."""
+    return str(manifest.get("stats", {}).get("name", "model"))
 
 
 def run_library(
@@ -196,8 +248,10 @@ def run_library(
     inputs: Mapping[str, np.ndarray],
     weights_path: Path | None = None,
     per_layer: bool = False,
+    external: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Call `<prefix>_init` and `<prefix>_run` of a built library on numpy buffers."""
+    """Call `<prefix>_init` (or, for external weights, `<prefix>_init_with_weights` on the
+    file's bytes in a 64-byte aligned buffer) and `<prefix>_run` of a built library."""
     lib = ctypes.CDLL(str(lib_path))
     trace: dict[str, np.ndarray] = {}
     keep: list[Any] = []
@@ -214,11 +268,25 @@ def run_library(
         cb = cb_type(on_trace)
         keep.append(cb)
         getattr(lib, f"{prefix}_set_trace")(cb)
-    init = getattr(lib, f"{prefix}_init")
-    init.argtypes = [ctypes.c_char_p]
-    rc = init(
-        str(weights_path).encode() if weights_path is not None and weights_path.is_file() else None
-    )
+    if external:
+        if weights_path is None or not weights_path.is_file():
+            raise Onnx2EdgeError(f"{prefix}: external weights, but no {weights_path}")
+        raw = np.fromfile(weights_path, dtype=np.uint8)
+        blob = np.zeros(raw.size + 64, np.uint8)
+        start = -blob.ctypes.data % 64
+        blob[start : start + raw.size] = raw
+        keep.append(blob)  # the library reads it in place while it runs
+        init_ext = getattr(lib, f"{prefix}_init_with_weights")
+        init_ext.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        rc = init_ext(blob.ctypes.data + start, raw.size)
+    else:
+        init = getattr(lib, f"{prefix}_init")
+        init.argtypes = [ctypes.c_char_p]
+        rc = init(
+            str(weights_path).encode()
+            if weights_path is not None and weights_path.is_file()
+            else None
+        )
     if rc != 0:
         raise Onnx2EdgeError(
             f"{prefix}_init failed with code {rc} (weights file missing or corrupt?)"
