@@ -129,6 +129,8 @@ class CBackend(Backend):
 
     def normalize_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(options)
+        if out.get("name"):  # refused before the model is read
+            out["name"] = check_name(str(out["name"]))
         kernels = parse_kernels(out.pop("kernels", None))
         if kernels:  # canonical text: the manifest records it and `convert` reads it back
             out["kernels"] = ",".join(f"{k}={v}" for k, v in kernels.items())
