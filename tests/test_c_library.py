@@ -453,3 +453,28 @@ def test_convert_prints_the_footprint(tmp_path: Path, capsys: pytest.CaptureFixt
     assert rc == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("footprint:"))
     assert "estimated" in line and "weights 0." in line, line  # the fp16 widening in RAM
+
+
+def test_readme_documents_the_package(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    res = api.convert(
+        MLP, "c", out, options={"weights_storage": "external", "footprint": "estimate"}
+    )
+    assert "README.md" in res.files
+    text = (out / "README.md").read_text()
+    h = (out / "mlp.h").read_text()
+    for code in range(-7, 1):  # every return code, in the README and the header
+        assert f"| {code} |" in text and f" * {code:>2}  " in h, code
+    for fn in (
+        "mlp_init_with_weights",
+        "mlp_ctx_init",
+        "mlp_run_ctx",
+        "mlp_predict_ctx",
+        "mlp_run",
+        "mlp_predict",
+        "mlp_gemm_kernel",
+    ):
+        assert f"`int {fn}(" in text or f"{fn}(" in text, fn
+    assert "add_subdirectory" in text and "MLP_ARENA_ALIGN" in text and "O2E_THREADS" in text
+    assert f"{res.stats['arena_bytes']:,} bytes" in text  # the memory figures
+    assert "estimated" in text

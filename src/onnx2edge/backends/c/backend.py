@@ -18,6 +18,8 @@ from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_share
 from .emitter import STORAGES, ModelEmitter
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
+from .ops.gemm import MAX_THREADS
+from .readme import readme
 from .writer import check_name, default_name, write_model, write_support_files
 
 # convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
@@ -202,6 +204,18 @@ class CBackend(Backend):
         if stats["weights_in_file"]:
             files.append("model_weights.bin")
         stats["footprint"] = footprint(out_dir, stats, str(options.get("footprint", "measure")))
+        io = [[_io_spec(graph, n) for n in names] for names in (graph.inputs, graph.outputs)]
+        (out_dir / "README.md").write_text(
+            readme(
+                name=name,
+                source=str(options.get("model_file") or options.get("source", graph.name)),
+                stats=stats,
+                inputs=io[0],
+                outputs=io[1],
+                max_threads=MAX_THREADS,
+            )
+        )
+        files.append("README.md")
         return ConvertResult(out_dir, files, stats)
 
     def run(
@@ -236,6 +250,12 @@ class CBackend(Backend):
             per_layer,
             external=manifest.get("stats", {}).get("weights_storage") == "external",
         )
+
+
+def _io_spec(graph: Graph, name: str) -> dict[str, Any]:
+    t = graph.type_of(name)
+    assert t is not None and t.is_static
+    return {"name": name, "shape": list(t.static_shape), "dtype": t.dtype.name}
 
 
 def c_name(manifest: Mapping[str, Any]) -> str:
