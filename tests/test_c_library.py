@@ -144,28 +144,48 @@ def test_two_models_link_into_one_program(tmp_path: Path) -> None:
     assert all(s.startswith("digits_") for s in objs[1]), objs[1]
     (tmp_path / "main.c").write_text(TWO_MODELS_MAIN)
     exe = _build(tmp_path, "two", [tmp_path / "main.c", a / "model.c", b / "model.c"], [a, b])
+    _run_two(exe, a, b, tmp_path)
+
+
+def _run_two(exe: Path, a: Path, b: Path, tmp_path: Path) -> None:
+    """Run TWO_MODELS_MAIN (a: tiny_cnn, weights from a file; b: the digits MLP) and check
+    both outputs against onnxruntime."""
     fa, fb = _feeds(a, 1), _feeds(b, 2)
     (xa,), (xb,) = fa.values(), fb.values()
     xa.tofile(tmp_path / "xa.bin")
     xb.tofile(tmp_path / "xb.bin")
     ya, yb = tmp_path / "ya.bin", tmp_path / "yb.bin"
-    proc = subprocess.run(
-        [
-            str(exe),
-            str(tmp_path / "xa.bin"),
-            str(tmp_path / "xb.bin"),
-            str(ya),
-            str(yb),
-            str(a / "model_weights.bin"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    args = [tmp_path / "xa.bin", tmp_path / "xb.bin", ya, yb, a / "model_weights.bin"]
+    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     for out, model, feeds, got in ((a, EXAMPLE, fa, ya), (b, MLP, fb, yb)):
         (spec,) = _io(out)["outputs"]
         (ref,) = _ref(model, feeds).values()
         _close(np.fromfile(got, dtype=np.float32).reshape(spec["shape"]), ref)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+def test_two_models_as_cmake_subdirectories(tmp_path: Path) -> None:
+    """Each folder's CMakeLists.txt is a target another project add_subdirectory's; one of
+    the two with its thread pool (TINY_CNN_THREADS=2)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    opts = {"weights_storage": "file", "footprint": "estimate"}
+    api.convert(EXAMPLE, "c", a, options=opts)
+    api.convert(MLP, "c", b, options={"name": "digits", "footprint": "estimate"})
+    (tmp_path / "main.c").write_text(TWO_MODELS_MAIN)
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.10)\nproject(app C)\n"
+        "add_subdirectory(a)\nadd_subdirectory(b)\n"
+        "add_executable(app main.c)\ntarget_link_libraries(app PRIVATE tiny_cnn digits)\n"
+    )
+    build = tmp_path / "build"
+    for cmd in (
+        ["cmake", "-S", str(tmp_path), "-B", str(build), "-DTINY_CNN_THREADS=2"],
+        ["cmake", "--build", str(build)],
+    ):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    _run_two(build / "app", a, b, tmp_path)
 
 
 def _lib(out: Path, tmp: Path, *flags: str) -> ctypes.CDLL:
