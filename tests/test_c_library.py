@@ -498,3 +498,97 @@ def test_readme_documents_the_package(tmp_path: Path) -> None:
     assert "add_subdirectory" in text and "MLP_ARENA_ALIGN" in text and "O2E_THREADS" in text
     assert f"{res.stats['arena_bytes']:,} bytes" in text  # the memory figures
     assert "estimated" in text
+
+
+@pytest.fixture(scope="module")
+def qdq_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small QDQ model (int8 activations, per-tensor input / output scales), quantized with
+    onnxruntime.quantization."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(31)
+    m = make_model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Flatten", ["r"], ["f"]),
+            helper.make_node("Gemm", ["f", "wg"], ["y"], transB=1),
+        ],
+        [vi("x", [1, 3, 8, 8])],
+        [vi("y", [1, 10])],
+        [
+            tensor("w", (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)),
+            tensor("b", (rng.standard_normal(8) * 0.1).astype(np.float32)),
+            tensor("wg", (rng.standard_normal((10, 512)) * 0.05).astype(np.float32)),
+        ],
+    )
+    d = tmp_path_factory.mktemp("q")
+    fp = save(m, d / "f.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            r = np.random.default_rng(32)
+            self.it = iter(
+                [{"x": r.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
+            )
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    q = d / "sensor.onnx"
+    quantize_static(
+        str(fp),
+        str(q),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return q
+
+
+def test_io_int8_exposes_the_quantized_ends(tmp_path: Path, qdq_model: Path) -> None:
+    """--io int8: int8 in, int8 out, scale and zero point in the header and manifest; the
+    outputs are exactly the float-io build's, requantized, and within one quantization step of
+    onnxruntime on the float model fed the dequantized input."""
+    q8, fl = tmp_path / "q8", tmp_path / "fl"
+    res = api.convert(qdq_model, "c", q8, options={"io": "int8", "footprint": "estimate"})
+    api.convert(qdq_model, "c", fl, options={"footprint": "estimate"})
+    io = _io(q8)
+    (xin,), (yout,) = io["inputs"], io["outputs"]
+    assert xin["dtype"] == yout["dtype"] == "int8" and res.stats["name"] == "sensor"
+    h = (q8 / "sensor.h").read_text()
+    sx, zx = xin["quantization"]["scale"], xin["quantization"]["zero_point"]
+    sy, zy = yout["quantization"]["scale"], yout["quantization"]["zero_point"]
+    assert f"#define SENSOR_INPUT_0_ZERO_POINT {zx}" in h and "SENSOR_OUTPUT_0_SCALE" in h
+    assert "quantized" in (q8 / "README.md").read_text()
+    xf = np.random.default_rng(33).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    xq = np.clip(np.round(xf / sx) + zx, -128, 127).astype(np.int8)
+    xd = ((xq.astype(np.float32) - zx) * np.float32(sx)).astype(np.float32)
+    yq = api.run(q8, {"x": xq})["y"]
+    assert yq.dtype == np.int8
+    y_deq = (yq.astype(np.float32) - zy) * np.float32(sy)
+    y_float_io = api.run(fl, {"x": xd})["y"]
+    np.testing.assert_allclose(
+        y_deq, y_float_io, rtol=0, atol=1e-6 * max(1.0, float(np.abs(y_float_io).max()))
+    )
+    ref = _ref(qdq_model, {"x": xd})["y"]
+    assert np.abs(y_deq - ref).max() <= sy * (1 + 1e-6)
+    # verify quantizes its float inputs and dequantizes the outputs the same way
+    rep = api.verify(qdq_model, target="c", options={"io": "int8"})
+    assert rep.ok, rep.format()
+
+
+def test_io_int8_refusals(
+    tmp_path: Path, qdq_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for model, io, why in ((MLP, "int8", "no input"), (qdq_model, "uint8", "quantized as int8")):
+        rc = main(["convert", str(model), "--target", "c", "-o", str(tmp_path / "o"), "--io", io])
+        err = capsys.readouterr().err
+        assert rc == 2 and why in err and "Traceback" not in err, err
+        assert not (tmp_path / "o").exists()

@@ -19,9 +19,12 @@ from .emitter import STORAGES, ModelEmitter
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
 from .ops.gemm import MAX_THREADS
+from .quantized_io import quantized_io_of
 from .readme import readme
 from .writer import check_name, default_name, write_model, write_support_files
 
+# convert --io: float, or a quantized model's own 8-bit type at its ends (quantized_io.py)
+IO_TYPES = ("float", "int8", "uint8")
 # convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
 OPTIMIZE = ("speed", "size")
 
@@ -94,6 +97,14 @@ class CBackend(Backend):
             metavar="{inline,file,external}",
         ),
         BackendOption(
+            "io",
+            "int8 / uint8: a quantized model's inputs and outputs stay quantized (scale and "
+            "zero point in NAME.h and the manifest), skipping the float round trip",
+            choices=IO_TYPES,
+            default="float",
+            record_default=False,
+        ),
+        BackendOption(
             "weights_file", "weights in model_weights.bin (= --weights-storage file)", switch=True
         ),
         BackendOption(
@@ -150,6 +161,10 @@ class CBackend(Backend):
         "eliminate_dead_nodes",
     )
 
+    def passes_for(self, options: Mapping[str, Any]) -> tuple[str, ...]:
+        quantized = options.get("io", "float") != "float"
+        return (*self.required_passes, *(("quantized_io",) if quantized else ()))
+
     def unsupported(self, graph: Graph) -> list[str]:
         return ModelEmitter(graph).unsupported()
 
@@ -166,6 +181,7 @@ class CBackend(Backend):
             if options.get("name")
             else default_name(options.get("model_file"))
         )
+        _check_io(graph, str(options.get("io", "float")))
         optimize = str(options.get("optimize", "speed"))
         if optimize not in OPTIMIZE:
             raise Onnx2EdgeError(
@@ -252,10 +268,31 @@ class CBackend(Backend):
         )
 
 
+def _check_io(graph: Graph, io: str) -> None:
+    """--io int8|uint8 needs a quantized end to expose, of that type."""
+    if io == "float":
+        return
+    if io not in IO_TYPES:
+        raise Onnx2EdgeError(f"--io {io}: expected one of {', '.join(IO_TYPES)}")
+    exposed = quantized_io_of(graph)
+    if not exposed:
+        raise Onnx2EdgeError(
+            f"--io {io}: no input read by a QuantizeLinear, nor output made by a "
+            "DequantizeLinear, with a constant per-tensor scale and zero point"
+        )
+    for name in exposed:
+        t = graph.type_of(name)
+        if t is not None and t.dtype.name != io:
+            raise Onnx2EdgeError(f"--io {io}: '{name}' is quantized as {t.dtype.name}")
+
+
 def _io_spec(graph: Graph, name: str) -> dict[str, Any]:
     t = graph.type_of(name)
     assert t is not None and t.is_static
-    return {"name": name, "shape": list(t.static_shape), "dtype": t.dtype.name}
+    spec: dict[str, Any] = {"name": name, "shape": list(t.static_shape), "dtype": t.dtype.name}
+    if name in (quant := quantized_io_of(graph)):
+        spec["quantization"] = quant[name]
+    return spec
 
 
 def c_name(manifest: Mapping[str, Any]) -> str:

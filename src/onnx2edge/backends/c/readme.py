@@ -50,7 +50,14 @@ def readme(
     init = f"{P}_init_with_weights(blob, blob_len)" if storage == "external" else f"{P}_init(NULL)"
     io_rows = [
         f"| {kind} {i} | `{s['name']}` | {'x'.join(map(str, s['shape'])) or 'scalar'} | "
-        f"{s['dtype']} | `{U}_{kind.upper()}_{i}_SIZE` |"
+        f"{s['dtype']}"
+        + (
+            f" (quantized: `{U}_{kind.upper()}_{i}_SCALE` {s['quantization']['scale']:.6g}, "
+            f"`_ZERO_POINT` {s['quantization']['zero_point']})"
+            if s.get("quantization")
+            else ""
+        )
+        + f" | `{U}_{kind.upper()}_{i}_SIZE` |"
         for kind, specs in (("input", inputs), ("output", outputs))
         for i, s in enumerate(specs)
     ]
@@ -110,6 +117,15 @@ def readme(
         "| | name | shape | dtype | size macro |",
         "|---|---|---|---|---|",
         *io_rows,
+        *(
+            [
+                "",
+                "Quantized tensors (`convert --io int8|uint8`): real value = (q - ZERO_POINT) * "
+                "SCALE; quantize an input as q = clamp(round(x / SCALE) + ZERO_POINT).",
+            ]
+            if any(s.get("quantization") for s in (*inputs, *outputs))
+            else []
+        ),
         "",
         f"`{P}_run` and `{P}_predict` use a built-in static arena: one call at a time. For "
         "several instances, or to place the activations yourself (a RAM bank, DMA-capable "

@@ -19,12 +19,14 @@ from .emitter import (
     WEIGHTS_MAGIC,
     ModelEmitter,
     Tensor,
+    _f32,
     array_literal,
     c_ident,
 )
 from .ops.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
 from .ops.sparse import mode as sparse_mode
 from .planner import ALIGN
+from .quantized_io import quantized_io_of
 
 
 def _shape_str(t: Tensor) -> str:
@@ -533,6 +535,7 @@ def write_model(
         blob_bytes=WEIGHTS_HEADER + total if to_file else 0,
         checksum=checksum,
         predict_params=predict_params,
+        quant=quantized_io_of(graph),
     )
     files = {f"{stem}.c": "\n".join(c), f"{P}.h": "\n".join(h)}
     runtime = Path(__file__).parent / "runtime"
@@ -590,6 +593,7 @@ def _header(
     blob_bytes: int,
     checksum: int,
     predict_params: str,
+    quant: Mapping[str, Mapping[str, Any]],
 ) -> list[str]:
     init_doc = {
         "inline": [
@@ -634,6 +638,10 @@ def _header(
         for i, t in enumerate(ts):
             h.append(f'#define {U}_{kind}_{i}_NAME "{_c(t.name)}"')
             h.append(f"#define {U}_{kind}_{i}_SIZE {t.size}  /* {_shape_str(t)} {t.dtype.name} */")
+            if t.name in quant:  # --io int8: real value = (q - ZERO_POINT) * SCALE
+                q = quant[t.name]
+                h.append(f"#define {U}_{kind}_{i}_SCALE {_f32(np.float32(q['scale']))}")
+                h.append(f"#define {U}_{kind}_{i}_ZERO_POINT {int(q['zero_point'])}")
     for i, axis in bounded.items():
         h.append(
             f"#define {U}_OUTPUT_{i}_BOUNDED_AXIS {axis}  /* SIZE is a bound: its extent along "
