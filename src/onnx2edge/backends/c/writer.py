@@ -412,7 +412,8 @@ def write_model(
         "    return -6;",
         "#endif",
         "  }",
-        f"  if (arena_bytes < {U}_ARENA_BYTES || ((uintptr_t)arena & ({U}_ARENA_ALIGN - 1)) != 0) return -6;",
+        # (no size test when the model needs no arena: size_t < 0 trips -Wtype-limits)
+        f"  if ({f'arena_bytes < {U}_ARENA_BYTES || ' if res['arena'] else '(void)arena_bytes, '}((uintptr_t)arena & ({U}_ARENA_ALIGN - 1)) != 0) return -6;",
         "  ctx->arena = (unsigned char *)arena;",
         *([f"  for (int i = 0; i < {len(outs)}; ++i) ctx->out_count[i] = -1;"] if bounded else []),
         "  return 0;",
