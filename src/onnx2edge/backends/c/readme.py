@@ -197,7 +197,8 @@ def readme(
         "Single-threaded by default: no pthread is pulled in. Built with "
         f"`-DO2E_THREADS=n` (`make THREADS=n`, CMake `-D{U}_THREADS=n`) the large GEMMs split "
         f"across a pool of n - 1 workers plus the caller; the GEMM workspaces in the arena "
-        f"were sized for at most {max_threads} threads, and a larger n stops the build with "
+        f"were sized for at most {max_threads} threads (`{U}_MAX_THREADS`), and a larger n "
+        "stops the build with "
         "an #error. Calls from several contexts take turns on the pool.",
         "",
         "## Memory",

@@ -23,6 +23,7 @@ from .emitter import (
     array_literal,
     c_ident,
 )
+from .ops.gemm import MAX_THREADS
 from .ops.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
 from .ops.sparse import mode as sparse_mode
 from .planner import ALIGN
@@ -651,6 +652,9 @@ def _header(
     h += [
         f"#define {U}_ARENA_BYTES {arena}",
         f"#define {U}_ARENA_ALIGN {ALIGN}",
+        # the arena's per-thread workspaces were sized for this many: -DO2E_THREADS above it
+        # stops the build with an #error (README: Threads)
+        f"#define {U}_MAX_THREADS {MAX_THREADS}",
         f"#define {U}_WEIGHT_BYTES {weight_bytes}",
         f"#define {U}_WEIGHTS_IN_FILE {1 if storage != 'inline' else 0}",
         *(
