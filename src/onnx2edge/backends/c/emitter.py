@@ -78,7 +78,7 @@ WEIGHTS_HEADER = 64
 _RESERVED = set(
     "auto break case char const continue default do double else enum extern float for goto if inline int long "
     "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
-    "_Bool _Complex _Imaginary bool true false inputs outputs o2e_in o2e_out".split()
+    "_Bool _Complex _Imaginary bool true false inputs outputs o2e_in o2e_out ctx".split()
 )
 
 

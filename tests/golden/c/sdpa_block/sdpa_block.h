@@ -23,6 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define SDPA_BLOCK_NUM_INPUTS 1
 #define SDPA_BLOCK_NUM_OUTPUTS 1
@@ -54,4 +57,7 @@ int sdpa_block_predict(const float *input, float *output);
 void sdpa_block_set_trace(void (*cb)(const char *, const void *, size_t));
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -23,6 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define TINY_CNN_NUM_INPUTS 1
 #define TINY_CNN_NUM_OUTPUTS 1
@@ -54,4 +57,7 @@ int tiny_cnn_predict(const float *input, float *logits);
 void tiny_cnn_set_trace(void (*cb)(const char *, const void *, size_t));
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif
