@@ -381,7 +381,8 @@ def bench_model(
             "c",
             out,
             input_shapes=input_shapes,
-            options={**(options or {}), "source": model.name},
+            # footprint estimate: bench builds the code itself; measuring would compile it twice
+            options={"footprint": "estimate", **(options or {}), "source": model.name},
             fixed_inputs=fixed_inputs,
         )
         convert_s = time.perf_counter() - t0
