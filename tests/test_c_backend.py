@@ -37,12 +37,15 @@ def _x(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
 def test_generated_files_and_header(tmp_path: Path, example: Path) -> None:
     res = api.convert(example, "c", tmp_path / "out")
     out = tmp_path / "out"
-    for f in ("model.c", "model.h", "main.c", "Makefile", "CMakeLists.txt", "onnx2edge.json"):
+    # the symbols' prefix and the header's name: the model file's (tiny_cnn.onnx)
+    assert res.stats["name"] == "tiny_cnn"
+    for f in ("model.c", "tiny_cnn.h", "main.c", "Makefile", "CMakeLists.txt", "onnx2edge.json"):
         assert (out / f).is_file(), f
-    h = (out / "model.h").read_text()
-    assert "#define MODEL_INPUT_0_SIZE 3072" in h and "#define MODEL_OUTPUT_0_SIZE 10" in h
-    assert f"#define MODEL_ARENA_BYTES {res.stats['arena_bytes']}" in h
-    assert f"#define MODEL_WEIGHT_BYTES {res.stats['weight_bytes']}" in h
+    h = (out / "tiny_cnn.h").read_text()
+    assert "#define TINY_CNN_INPUT_0_SIZE 3072" in h and "#define TINY_CNN_OUTPUT_0_SIZE 10" in h
+    assert f"#define TINY_CNN_ARENA_BYTES {res.stats['arena_bytes']}" in h
+    assert f"#define TINY_CNN_WEIGHT_BYTES {res.stats['weight_bytes']}" in h
+    assert "int tiny_cnn_init(const char *weights_path);" in h
     c = (out / "model.c").read_text()
     assert "malloc" not in c
     # every block names its node: conv1 + its Relu are the fused internal op o2e.ConvAct
@@ -76,7 +79,7 @@ def test_weights_file_mode(tmp_path: Path, example: Path) -> None:
 def test_deterministic_output(tmp_path: Path, example: Path) -> None:
     api.convert(example, "c", tmp_path / "a")
     api.convert(example, "c", tmp_path / "b")
-    for f in ("model.c", "model.h", "main.c", "Makefile", "CMakeLists.txt", "onnx2edge.json"):
+    for f in ("model.c", "tiny_cnn.h", "main.c", "Makefile", "CMakeLists.txt", "onnx2edge.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
 
 

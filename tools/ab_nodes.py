@@ -29,6 +29,7 @@ ratio against it (this tool answers "which build is faster", not "how far from o
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -39,12 +40,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # The timing program: one warm-up call, then `runs` calls, each node's time taken from the
-# difference of model_profile() around the call (the timers accumulate).
+# difference of <name>_profile() around the call (the timers accumulate).
 HARNESS = r"""
 #include <stdio.h>
 #include <stdlib.h>
-#include "model.h"
-void model_profile(double *ms);
+#include "PREFIX.h"
+void PREFIX_profile(double *ms);
 int main(int argc, char **argv) {
   const int runs = atoi(argv[2]);
   static double p0[NNODES], p1[NNODES], best[NNODES];
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
   const void *in[NIN];
   void *out[NOUT];
   size_t in_n[NIN] = {IN_SIZES}, out_n[NOUT] = {OUT_SIZES};
-  if (model_init(argv[1])) { fprintf(stderr, "model_init failed\n"); return 1; }
+  if (PREFIX_init(argv[1])) { fprintf(stderr, "PREFIX_init failed\n"); return 1; }
   for (int i = 0; i < NIN; ++i) {
     float *x = malloc(in_n[i] * sizeof(float));
     for (size_t j = 0; j < in_n[i]; ++j) x[j] = (float)((j * 7919u) % 1000u) / 1000.0f - 0.5f;
@@ -60,12 +61,12 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < NOUT; ++i) out[i] = malloc(out_n[i] * sizeof(float));
   for (int i = 0; i < NNODES; ++i) best[i] = 1e30;
-  model_run(in, out);
+  PREFIX_run(in, out);
   for (int r = 0; r < runs; ++r) {
     double t = 0.0;
-    model_profile(p0);
-    model_run(in, out);
-    model_profile(p1);
+    PREFIX_profile(p0);
+    PREFIX_run(in, out);
+    PREFIX_profile(p1);
     for (int i = 0; i < NNODES; ++i) {
       const double d = p1[i] - p0[i];
       t += d;
@@ -110,10 +111,10 @@ def node_names(model_c: str) -> dict[int, str]:
 
 
 def io_sizes(model_h: str) -> tuple[list[int], list[int]]:
-    """Element counts of the inputs and outputs, from model.h's `#define MODEL_*_SIZE` lines
-    (float32 models: the harness fills the inputs with floats)."""
-    ins = [int(v) for v in re.findall(r"#define MODEL_INPUT_\d+_SIZE\s+(\d+)", model_h)]
-    outs = [int(v) for v in re.findall(r"#define MODEL_OUTPUT_\d+_SIZE\s+(\d+)", model_h)]
+    """Element counts of the inputs and outputs, from the header's `#define <NAME>_*_SIZE`
+    lines (float32 models: the harness fills the inputs with floats)."""
+    ins = [int(v) for v in re.findall(r"#define \w+_INPUT_\d+_SIZE\s+(\d+)", model_h)]
+    outs = [int(v) for v in re.findall(r"#define \w+_OUTPUT_\d+_SIZE\s+(\d+)", model_h)]
     if not ins or not outs or "float32" not in model_h:
         raise SystemExit("ab_nodes: model.h declares no float32 inputs / outputs")
     return ins, outs
@@ -122,9 +123,12 @@ def io_sizes(model_h: str) -> tuple[list[int], list[int]]:
 def build(gen: Path, arch: str, cflags: str, exe: Path) -> None:
     model_c = (gen / "model.c").read_text()
     nnodes = int(re.search(r"o2e_prof_ms\[(\d+)\]", model_c).group(1))
-    ins, outs = io_sizes((gen / "model.h").read_text())
+    # the symbol prefix (convert --name; "model" before it existed)
+    prefix = json.loads((gen / "onnx2edge.json").read_text()).get("stats", {}).get("name", "model")
+    ins, outs = io_sizes((gen / f"{prefix}.h").read_text())
     harness = (
-        HARNESS.replace("NNODES", str(nnodes))
+        HARNESS.replace("PREFIX", prefix)
+        .replace("NNODES", str(nnodes))
         .replace("NIN", str(len(ins)))
         .replace("NOUT", str(len(outs)))
         .replace("IN_SIZES", ", ".join(map(str, ins)))

@@ -229,7 +229,7 @@ def prepare(
     backend = get_backend(target)
     graph = run_passes(
         frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=quiet),
-        (*DEFAULT_PASSES, *backend.required_passes),
+        (*DEFAULT_PASSES, *backend.passes_for(dict(options or {}))),
     )
     problems = backend.unsupported_for(graph, dict(options or {}))
     if problems:
@@ -262,7 +262,11 @@ def convert(
     # after the checks: a refused model gets its one error line, no progress before it
     say(f"writing the {backend.label or target} output ({len(graph.nodes)} nodes)")
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
-        res = backend.emit(graph, tmp, {**options, **({"log": log} if log else {})})
+        # the model file's name: the C backend's default symbol prefix (not an option: the
+        # manifest records "model" already)
+        model_file = Path(model).name if isinstance(model, str | Path) else "model.onnx"
+        extra = {"model_file": model_file, **({"log": log} if log else {})}
+        res = backend.emit(graph, tmp, {**extra, **options})
         manifest = {
             "files": sorted({*res.files, MANIFEST}),
             "tool": "onnx2edge",
@@ -279,6 +283,29 @@ def convert(
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     res.out_dir = Path(out_dir)
+    return res
+
+
+def _quantized(manifest: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) -> dict:
+    """Feeds for a folder whose inputs stay quantized (manifest `quantization`)."""
+    out = dict(feeds)
+    for spec in manifest["inputs"]:
+        q = spec.get("quantization")
+        if q and spec["name"] in out:
+            info = np.iinfo(np.dtype(spec["dtype"]))
+            x = np.asarray(out[spec["name"]], dtype=np.float32)
+            scaled = np.rint(x / np.float32(q["scale"])) + q["zero_point"]
+            out[spec["name"]] = np.clip(scaled, info.min, info.max).astype(spec["dtype"])
+    return out
+
+
+def _dequantized(manifest: Mapping[str, Any], outs: Mapping[str, np.ndarray]) -> dict:
+    res = dict(outs)
+    for spec in manifest["outputs"]:
+        q = spec.get("quantization")
+        if q and spec["name"] in res:
+            y = res[spec["name"]].astype(np.float32) - np.float32(q["zero_point"])
+            res[spec["name"]] = (y * np.float32(q["scale"])).astype(np.float32)
     return res
 
 
@@ -312,6 +339,10 @@ def _io_entry(graph: Graph, name: str) -> dict[str, Any]:
     from .passes.bounded import bounded_axis
 
     entry = {"name": name, "shape": list(t.static_shape), "dtype": str(t.dtype)}
+    # C `--io int8`: a tensor left quantized (backends/c/quantized_io.py): its scale / zero point
+    quant = json.loads(graph.metadata.get("o2e.quantized_io", "{}")).get(name)
+    if quant:
+        entry["quantization"] = {"scale": quant["scale"], "zero_point": quant["zero_point"]}
     if (axis := bounded_axis(graph, name)) is not None:
         entry["bounded_axis"] = axis  # shape is a bound; the run reports the actual extent
     return entry
@@ -473,7 +504,10 @@ def verify(
             else:
                 out = Path(converted)
             say(f"building and running the {target} code")
-            ours = run(out, feeds, options=opts)
+            manifest = read_manifest(out)
+            # C --io int8: inputs quantized as the dropped QuantizeLinear would have, outputs
+            # dequantized as the dropped DequantizeLinear would have: the comparison stays float
+            ours = _dequantized(manifest, run(out, _quantized(manifest, feeds), options=opts))
             ran_on = get_backend(target).describe_run(out, opts)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
     missing = [n for n in ref_graph.outputs if n not in ours]

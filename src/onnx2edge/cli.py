@@ -627,10 +627,16 @@ def _cmd_convert(a: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=1, default=str))
         return 0
     for k, v in res.stats.items():
-        if k == "layer_kernels":  # one line per layer: in the manifest, counted under kernels
+        # layer_kernels: one line per layer, in the manifest, counted under kernels;
+        # footprint: its own line below
+        if k in ("layer_kernels", "footprint"):
             continue
         print(f"{k}: {_human(v)}")
-    if "weight_bytes" in res.stats and "arena_bytes" in res.stats:
+    if isinstance(res.stats.get("footprint"), dict):
+        from .backends.c.footprint import describe
+
+        print(f"footprint: {describe(res.stats['footprint'])}")
+    elif "weight_bytes" in res.stats and "arena_bytes" in res.stats:
         print(
             f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
             f"arena {res.stats['arena_bytes'] / 1e6:.2f} MB (RAM)"

@@ -85,6 +85,10 @@ class Backend(ABC):
     def unsupported(self, graph: Graph) -> list[str]:
         """One line per node this backend cannot express: name, op, opset, and why/what to do."""
 
+    def passes_for(self, options: Mapping[str, Any]) -> tuple[str, ...]:
+        """The passes a conversion with `options` needs (default: required_passes)."""
+        return self.required_passes
+
     def unsupported_for(self, graph: Graph, options: Mapping[str, Any]) -> list[str]:
         """`unsupported` for the conversion options (a backend with several output formats
         overrides this); the default ignores the options."""

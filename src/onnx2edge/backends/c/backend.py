@@ -15,9 +15,16 @@ from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
-from .emitter import ModelEmitter
-from .writer import write_model, write_support_files
+from .emitter import STORAGES, ModelEmitter
+from .footprint import MODES as FOOTPRINT_MODES
+from .footprint import footprint
+from .ops.gemm import MAX_THREADS
+from .quantized_io import quantized_io_of
+from .readme import readme
+from .writer import check_name, default_name, write_model, write_support_files
 
+# convert --io: float, or a quantized model's own 8-bit type at its ends (quantized_io.py)
+IO_TYPES = ("float", "int8", "uint8")
 # convert --optimize: speed = every specialised kernel; size = weights at about their ONNX size
 OPTIMIZE = ("speed", "size")
 
@@ -78,13 +85,43 @@ class CBackend(Backend):
     aliases = {("fp16", True): ("weights", "fp16"), ("fp16", False): ("weights", "fp32")}
     options = (
         BackendOption(
-            "weights_file", "weights in model_weights.bin instead of C arrays", switch=True
+            "name",
+            "C identifier prefixing every exported symbol and macro (NAME_init, "
+            "NAME_INPUT_0_SIZE) and naming NAME.h (default: the model file's name)",
+            metavar="NAME",
+        ),
+        BackendOption(
+            "weights_storage",
+            "inline: const arrays (read-only data, never copied); file: model_weights.bin "
+            "loaded by NAME_init into a static buffer; external: NAME_init_with_weights(blob, "
+            "len) reads the caller's copy in place (default: inline up to 4 MB, else file)",
+            choices=STORAGES,
+            metavar="{inline,file,external}",
+        ),
+        BackendOption(
+            "io",
+            "int8 / uint8: a quantized model's inputs and outputs stay quantized (scale and "
+            "zero point in NAME.h and the manifest), skipping the float round trip",
+            choices=IO_TYPES,
+            default="float",
+            record_default=False,
+        ),
+        BackendOption(
+            "weights_file", "weights in model_weights.bin (= --weights-storage file)", switch=True
         ),
         BackendOption(
             "weights",
-            "store weights as fp16 (half the size; widened to fp32 by model_init)",
+            "store weights as fp16 (half the size; widened to fp32 in RAM by NAME_init)",
             choices=("fp32", "fp16"),
             default="fp32",
+            record_default=False,
+        ),
+        BackendOption(
+            "footprint",
+            "measure: flash/RAM from the compiled model.c's sections (size -A; needs gcc); "
+            "estimate: from the writer's counts, code not counted",
+            choices=FOOTPRINT_MODES,
+            default="measure",
             record_default=False,
         ),
         BackendOption(
@@ -107,6 +144,8 @@ class CBackend(Backend):
 
     def normalize_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(options)
+        if out.get("name"):  # refused before the model is read
+            out["name"] = check_name(str(out["name"]))
         kernels = parse_kernels(out.pop("kernels", None))
         if kernels:  # canonical text: the manifest records it and `convert` reads it back
             out["kernels"] = ",".join(f"{k}={v}" for k, v in kernels.items())
@@ -124,6 +163,10 @@ class CBackend(Backend):
         "eliminate_dead_nodes",
     )
 
+    def passes_for(self, options: Mapping[str, Any]) -> tuple[str, ...]:
+        quantized = options.get("io", "float") != "float"
+        return (*self.required_passes, *(("quantized_io",) if quantized else ()))
+
     def unsupported(self, graph: Graph) -> list[str]:
         return ModelEmitter(graph).unsupported()
 
@@ -132,6 +175,15 @@ class CBackend(Backend):
         wdt = options.get("weights", "fp32")
         if wdt not in ("fp32", "fp16"):
             raise Onnx2EdgeError(f"--weights {wdt}: expected fp32 or fp16")
+        storage = options.get("weights_storage")
+        if storage is not None and wf and storage != "file":
+            raise Onnx2EdgeError(f"--weights-file contradicts --weights-storage {storage}")
+        name = (
+            check_name(str(options["name"]))
+            if options.get("name")
+            else default_name(options.get("model_file"))
+        )
+        _check_io(graph, str(options.get("io", "float")))
         optimize = str(options.get("optimize", "speed"))
         if optimize not in OPTIMIZE:
             raise Onnx2EdgeError(
@@ -140,17 +192,23 @@ class CBackend(Backend):
         stats = write_model(
             graph,
             out_dir,
+            prefix=name,
+            file_stem="model",
             weights_file=True if wf else None,
+            weights_storage=str(storage) if storage else None,
             source_name=str(options.get("source", graph.name)),
             weights_fp16=wdt == "fp16",
             optimize=optimize,
             kernel_options=_traceable(parse_kernels(options.get("kernels")), options),
         )
+        blob = (out_dir / "model_weights.bin").stat().st_size if stats["weights_in_file"] else 0
         files = [
             "model.c",
-            "model.h",
+            f"{name}.h",
             *stats["runtime_files"],
-            *write_support_files(graph, out_dir),
+            *write_support_files(
+                graph, out_dir, name, storage=stats["weights_storage"], blob_bytes=blob
+            ),
             "tensors.json",
         ]
         # dtype and shape of every traced tensor, for `verify --per-layer`
@@ -163,6 +221,19 @@ class CBackend(Backend):
         (out_dir / "tensors.json").write_text(json.dumps(tensors, indent=0, sort_keys=True))
         if stats["weights_in_file"]:
             files.append("model_weights.bin")
+        stats["footprint"] = footprint(out_dir, stats, str(options.get("footprint", "measure")))
+        io = [[_io_spec(graph, n) for n in names] for names in (graph.inputs, graph.outputs)]
+        (out_dir / "README.md").write_text(
+            readme(
+                name=name,
+                source=str(options.get("model_file") or options.get("source", graph.name)),
+                stats=stats,
+                inputs=io[0],
+                outputs=io[1],
+                max_threads=MAX_THREADS,
+            )
+        )
+        files.append("README.md")
         return ConvertResult(out_dir, files, stats)
 
     def describe_run(self, out_dir: Path, options: Mapping[str, Any]) -> str:
@@ -207,7 +278,47 @@ class CBackend(Backend):
         extra = [out_dir / f for f in manifest.get("stats", {}).get("runtime_files", [])]
         lib_path = cached_shared(out_dir, [out_dir / "model.c"], flags, hashed=extra)
         io = {**manifest, "tensors": json.loads((out_dir / "tensors.json").read_text())}
-        return run_library(lib_path, "model", io, inputs, out_dir / "model_weights.bin", per_layer)
+        return run_library(
+            lib_path,
+            c_name(manifest),
+            io,
+            inputs,
+            out_dir / "model_weights.bin",
+            per_layer,
+            external=manifest.get("stats", {}).get("weights_storage") == "external",
+        )
+
+
+def _check_io(graph: Graph, io: str) -> None:
+    """--io int8|uint8 needs a quantized end to expose, of that type."""
+    if io == "float":
+        return
+    if io not in IO_TYPES:
+        raise Onnx2EdgeError(f"--io {io}: expected one of {', '.join(IO_TYPES)}")
+    exposed = quantized_io_of(graph)
+    if not exposed:
+        raise Onnx2EdgeError(
+            f"--io {io}: no input read by a QuantizeLinear, nor output made by a "
+            "DequantizeLinear, with a constant per-tensor scale and zero point"
+        )
+    for name in exposed:
+        t = graph.type_of(name)
+        if t is not None and t.dtype.name != io:
+            raise Onnx2EdgeError(f"--io {io}: '{name}' is quantized as {t.dtype.name}")
+
+
+def _io_spec(graph: Graph, name: str) -> dict[str, Any]:
+    t = graph.type_of(name)
+    assert t is not None and t.is_static
+    spec: dict[str, Any] = {"name": name, "shape": list(t.static_shape), "dtype": t.dtype.name}
+    if name in (quant := quantized_io_of(graph)):
+        spec["quantization"] = quant[name]
+    return spec
+
+
+def c_name(manifest: Mapping[str, Any]) -> str:
+    """The symbol prefix of a converted folder (`model` for folders converted before --name)."""
+    return str(manifest.get("stats", {}).get("name", "model"))
 
 
 def run_library(
@@ -217,8 +328,10 @@ def run_library(
     inputs: Mapping[str, np.ndarray],
     weights_path: Path | None = None,
     per_layer: bool = False,
+    external: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Call `<prefix>_init` and `<prefix>_run` of a built library on numpy buffers."""
+    """Call `<prefix>_init` (or, for external weights, `<prefix>_init_with_weights` on the
+    file's bytes in a 64-byte aligned buffer) and `<prefix>_run` of a built library."""
     lib = ctypes.CDLL(str(lib_path))
     trace: dict[str, np.ndarray] = {}
     keep: list[Any] = []
@@ -235,11 +348,25 @@ def run_library(
         cb = cb_type(on_trace)
         keep.append(cb)
         getattr(lib, f"{prefix}_set_trace")(cb)
-    init = getattr(lib, f"{prefix}_init")
-    init.argtypes = [ctypes.c_char_p]
-    rc = init(
-        str(weights_path).encode() if weights_path is not None and weights_path.is_file() else None
-    )
+    if external:
+        if weights_path is None or not weights_path.is_file():
+            raise Onnx2EdgeError(f"{prefix}: external weights, but no {weights_path}")
+        raw = np.fromfile(weights_path, dtype=np.uint8)
+        blob = np.zeros(raw.size + 64, np.uint8)
+        start = -blob.ctypes.data % 64
+        blob[start : start + raw.size] = raw
+        keep.append(blob)  # the library reads it in place while it runs
+        init_ext = getattr(lib, f"{prefix}_init_with_weights")
+        init_ext.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        rc = init_ext(blob.ctypes.data + start, raw.size)
+    else:
+        init = getattr(lib, f"{prefix}_init")
+        init.argtypes = [ctypes.c_char_p]
+        rc = init(
+            str(weights_path).encode()
+            if weights_path is not None and weights_path.is_file()
+            else None
+        )
     if rc != 0:
         raise Onnx2EdgeError(
             f"{prefix}_init failed with code {rc} (weights file missing or corrupt?)"

@@ -151,7 +151,7 @@ def build_executable(
     (cross compiler); `cc` overrides the compiler (e.g. aarch64-linux-gnu-gcc for a NEON build
     with other -march flags). The cache key covers the runtime headers model.c includes."""
     cc = cc or compiler(arch)
-    headers = sorted(out_dir.glob("o2e_*.h"))
+    headers = sorted(out_dir.glob("*.h"))
     key = source_hash([out_dir / "main.c", out_dir / "model.c", *headers], flags, cc)
     exe = out_dir / ".build" / f"{name}_{arch or 'host'}_{key}"
     if exe.is_file():

@@ -64,15 +64,21 @@ STORAGE_CTYPES: dict[str, str] = {
     "uint2": "uint8_t",
 }
 STORAGE_DTYPE_OPS: set[str] = set()
-INLINE_WEIGHT_LIMIT = 4 << 20  # bytes: above this, weights go to model_weights.bin
-WEIGHTS_MAGIC = b"O2EW0001"
+INLINE_WEIGHT_LIMIT = 4 << 20  # bytes: above this, weights go to model_weights.bin by default
+# convert --weights-storage: const arrays in the image / model_weights.bin read by init into a
+# static buffer / model_weights.bin's bytes wherever the caller keeps them, read in place
+STORAGES = ("inline", "file", "external")
+# model_weights.bin: magic, payload bytes, checksum, zeros up to 64 (so every weight is 64-byte
+# aligned in a mapped or flashed copy of the file), then the weights at their offsets
+WEIGHTS_MAGIC = b"O2EW0002"
+WEIGHTS_HEADER = 64
 
 
 # C99 keywords and names the generated code itself uses.
 _RESERVED = set(
     "auto break case char const continue default do double else enum extern float for goto if inline int long "
     "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
-    "_Bool _Complex _Imaginary bool true false inputs outputs o2e_in o2e_out".split()
+    "_Bool _Complex _Imaginary bool true false inputs outputs o2e_in o2e_out ctx".split()
 )
 
 

@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ...passes.bounded import bounded_axis
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
+    STORAGES,
+    WEIGHTS_HEADER,
     WEIGHTS_MAGIC,
     ModelEmitter,
     Tensor,
+    _f32,
     array_literal,
     c_ident,
 )
+from .ops.gemm import MAX_THREADS
 from .ops.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
 from .ops.sparse import mode as sparse_mode
 from .planner import ALIGN
+from .quantized_io import quantized_io_of
 
 
 def _shape_str(t: Tensor) -> str:
@@ -66,13 +73,62 @@ def fp16_storable(arr: np.ndarray) -> bool:
     return bool(finite.size == 0 or np.abs(finite).max() <= FP16_MAX)
 
 
+def weights_checksum(path: Path, offset: int, n: int) -> int:
+    """The 64-bit checksum `<prefix>_init` recomputes over the n weight bytes at `offset` of
+    `path` (C: o2e_checksum): sum over little-endian 8-byte words w_i (the last one zero-padded)
+    of mix(w_i ^ i) * (2i + 1), mod 2^64, xor n. Not cryptographic: it catches a truncated,
+    corrupt or stale weights file (one from another conversion); every word's change shows."""
+    h = 0
+    step = 8 << 20  # words per chunk (64 MB): a large model is never read whole
+    with path.open("rb") as f:
+        f.seek(offset)
+        word = 0
+        while word * 8 < n:
+            buf = f.read(min(step * 8, n - word * 8))
+            if not buf:
+                break
+            buf += b"\0" * (-len(buf) % 8)
+            w = np.frombuffer(buf, dtype="<u8")
+            i = np.arange(word, word + w.size, dtype=np.uint64)
+            x = w ^ i
+            x ^= x >> np.uint64(33)
+            x *= np.uint64(_CHECKSUM_MIX)
+            x ^= x >> np.uint64(33)
+            h = (h + int(np.sum(x * (i * np.uint64(2) + np.uint64(1)), dtype=np.uint64))) % (
+                1 << 64
+            )
+            word += w.size
+    return h ^ n
+
+
+_CHECKSUM_MIX = 0xFF51AFD7ED558CCD
+CHECKSUM_C = r"""/* the weights' checksum (writer.weights_checksum): catches a corrupt or stale file */
+static uint64_t o2e_checksum(const unsigned char *p, size_t n)
+{
+  uint64_t h = 0, w, i;
+  for (i = 0; i * 8 < n; ++i) {
+    const size_t left = n - (size_t)i * 8;
+    w = 0;
+    memcpy(&w, p + i * 8, left < 8 ? left : 8);
+    w ^= i;
+    w ^= w >> 33;
+    w *= UINT64_C(0xff51afd7ed558ccd);
+    w ^= w >> 33;
+    h += w * (2 * i + 1);
+  }
+  return h ^ (uint64_t)n;
+}"""
+
+
 def _write_weights(
     path: Path, arrays: dict[Any, np.ndarray], offsets: dict[Any, int], total: int
-) -> None:
-    """The header, then each array at its aligned offset, written in slices: a 2 GB model is
-    never assembled in memory (nor copied again by a little-endian conversion that is a no-op)."""
+) -> int:
+    """The header (magic, payload size, checksum, zero padding to WEIGHTS_HEADER bytes, so each
+    weight stays 64-byte aligned in a mapped file), then each array at its aligned offset,
+    written in slices: a 2 GB model is never assembled in memory (nor copied again by a
+    little-endian conversion that is a no-op). Returns the checksum."""
     with path.open("wb") as f:
-        f.write(WEIGHTS_MAGIC + np.uint64(total).tobytes())
+        f.write(b"\0" * WEIGHTS_HEADER)
         pos = 0
         for key, arr in arrays.items():
             f.write(b"\0" * (offsets[key] - pos))
@@ -83,6 +139,69 @@ def _write_weights(
                 f.write(flat[i : i + step].astype(little, copy=False).tobytes())
             pos = offsets[key] + arr.nbytes
         f.write(b"\0" * (total - pos))
+    checksum = weights_checksum(path, WEIGHTS_HEADER, total)
+    with path.open("r+b") as f:
+        f.write(WEIGHTS_MAGIC + np.uint64(total).tobytes() + np.uint64(checksum).tobytes())
+    return checksum
+
+
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if "
+    "inline int long register restrict return short signed sizeof static struct switch typedef "
+    "union unsigned void volatile while main".split()
+)
+
+
+def default_name(model_file: str | None) -> str:
+    """The symbol prefix when convert is given no --name: the model file's stem as a lower-case
+    C identifier ("resnet50-v1-7.onnx" -> resnet50_v1_7), `model` when there is none."""
+    stem = Path(model_file).name.split(".")[0] if model_file else ""
+    s = re.sub(r"_+", "_", re.sub(r"[^0-9a-z_]", "_", stem.lower())).strip("_")[:32].rstrip("_")
+    if not s:
+        return "model"
+    if s[0].isdigit():
+        s = "m" + s
+    if s in _C_KEYWORDS or s.startswith("o2e"):
+        s += "_model"
+    return s
+
+
+def check_name(name: str) -> str:
+    """`--name`: a C identifier that prefixes every exported symbol (NAME_init) and macro
+    (NAME_INPUT_0_SIZE); o2e_ is the runtime's own prefix."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,47}", name):
+        raise Onnx2EdgeError(
+            f"--name {name!r}: expected a C identifier (letters, digits, _; at most 48)"
+        )
+    if name in _C_KEYWORDS or name.lower().startswith("o2e"):
+        raise Onnx2EdgeError(f"--name {name!r}: reserved (a C keyword or the runtime's o2e_)")
+    return name
+
+
+# what <prefix>_init / _init_with_weights / _ctx_init / _run return: the header and README
+# document these (one list, so they cannot drift apart)
+RETURN_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (-1, "the weights file cannot be opened (_init), or blob is NULL (_init_with_weights)"),
+    (-2, "the weights are not this model's: wrong magic, payload size or blob length"),
+    (-3, "the weights file is shorter than its header says (truncated, or a read error)"),
+    (-4, "checksum mismatch: the weights are corrupt or from another conversion"),
+    (-5, "the blob passed to _init_with_weights is not 64-byte aligned"),
+    (-6, "bad context: ctx NULL, arena smaller than ARENA_BYTES or not ARENA_ALIGN-aligned"),
+    (-7, "_run before a successful _init / _init_with_weights"),
+)
+
+
+def _storage(weights_storage: str | None, weights_file: bool | None, weight_bytes: int) -> str:
+    if weights_storage is not None:
+        if weights_storage not in STORAGES:
+            raise Onnx2EdgeError(
+                f"--weights-storage {weights_storage}: expected one of {', '.join(STORAGES)}"
+            )
+        return weights_storage
+    if weights_file is not None:
+        return "file" if weights_file else "inline"
+    return "file" if weight_bytes > INLINE_WEIGHT_LIMIT else "inline"
 
 
 def write_model(
@@ -90,7 +209,9 @@ def write_model(
     out_dir: Path,
     *,
     prefix: str = "model",
+    file_stem: str | None = None,
     weights_file: bool | None = None,
+    weights_storage: str | None = None,
     source_name: str = "model",
     weights_fp16: bool = False,
     optimize: str = "speed",
@@ -98,7 +219,10 @@ def write_model(
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
 
-    optimize: "speed" or "size" (ModelEmitter.optimize)."""
+    prefix: every exported symbol and header macro starts with it (`<prefix>_run`,
+    `<PREFIX>_ARENA_BYTES`); file_stem: the source's name (`<file_stem>.c`, default prefix),
+    the header is `<prefix>.h`. weights_storage: inline | file | external (STORAGES; None:
+    weights_file, else inline up to INLINE_WEIGHT_LIMIT). optimize: "speed" or "size"."""
     em = ModelEmitter(graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options)
     res = em.emit()
     # Emitters may look at a weight (its shape, its values) and write a repacked copy: keep
@@ -113,22 +237,33 @@ def write_model(
         for k, a in em.const_data.items()
     }
     weight_bytes = sum(a.nbytes for a in stored.values())
-    to_file = weights_file if weights_file is not None else weight_bytes > INLINE_WEIGHT_LIMIT
+    storage = _storage(weights_storage, weights_file, weight_bytes)
+    to_file = storage != "inline"
     P, U = prefix, prefix.upper()
+    stem = file_stem or prefix
     ins = [em.tensor(n) for n in graph.inputs]
     outs = [em.tensor(n) for n in graph.outputs]
+    # fp16 weights widened into float32 RAM copies at init (the kernels read float32)
+    widened_bytes = sum(4 * stored[k].size for k in half)
 
     # --- weights -----------------------------------------------------------------------------
     weight_lines: list[str] = []
+    offsets: dict[Any, int] = {}
+    total = 0
     if to_file:
-        offsets, end = {}, 0
+        end = 0
         for key, arr in stored.items():
             offsets[key] = _align(end)
             end = offsets[key] + arr.nbytes
         total = max(end, 1)
-        weight_lines.append(
-            f"static unsigned char o2e_weights[{total}] O2E_ALIGNED;  /* filled by {P}_init() */"
-        )
+        if storage == "file":
+            weight_lines.append(
+                f"static unsigned char o2e_weights[{total}] O2E_ALIGNED;  /* filled by {P}_init() */"
+            )
+        else:
+            weight_lines.append(
+                f"static const unsigned char *o2e_weights;  /* the caller's blob + {WEIGHTS_HEADER}, set by {P}_init_with_weights() */"
+            )
         for key, t in em.constants.items():
             if key in half:  # widened into RAM by init
                 weight_lines.append(
@@ -152,20 +287,19 @@ def write_model(
                 f"/* {_c(t.name)}: {_shape_str(t)} {arr.dtype.name} */\n"
                 f"static const {t.ctype} {t.sym}[{max(arr.size, 1)}] O2E_ALIGNED O2E_UNUSED = {{\n  {array_literal(arr)}\n}};"
             )
+    decode: list[str] = []
     if half:
         weight_lines.insert(0, F16_DECODE)
-        src = (
-            (lambda k, t: f"(const uint16_t *)(o2e_weights + {offsets[k]})")
-            if to_file
-            else (lambda k, t: f"{t.sym}_f16")
-        )
-        decode = [
-            f"  o2e_f16_decode({t.sym}, {src(k, t)}, {stored[k].size});"
-            for k, t in em.constants.items()
-            if k in half
-        ]
-    else:
-        decode = []
+        for k, t in em.constants.items():
+            if k in half:
+                src = (
+                    f"(const uint16_t *)(o2e_weights + {offsets[k]})" if to_file else f"{t.sym}_f16"
+                )
+                decode.append(f"  o2e_f16_decode({t.sym}, {src}, {stored[k].size});")
+    if to_file:
+        weight_lines.insert(0, CHECKSUM_C)
+    # inline float32 weights need no init; anything loaded, checked or widened does
+    ready_at_start = 0 if (to_file or half) else 1
 
     # --- run() -------------------------------------------------------------------------------
     decls = []
@@ -192,18 +326,33 @@ def write_model(
         f"(void){t.sym};" for t in em.tensors.values() if t.kind in ("arena", "output")
     ]
     arena_bytes = max(int(res["arena"]), 1)
+    # outputs whose size is only known at run time (passes/bounded.py): their actual extent
+    bounded = {i: bounded_axis(graph, n) for i, n in enumerate(graph.outputs)}
+    bounded = {i: a for i, a in bounded.items() if a is not None}
+    minus_ones = ", ".join("-1" for _ in outs)
+    in_params = [f"const {t.ctype} *{c_ident(t.name)}" for t in ins]
+    out_params = [f"{t.ctype} *{c_ident(t.name)}" for t in outs]
+    predict_params = ", ".join(in_params + out_params)
+    predict_body = [
+        f"  const void *o2e_in[{max(len(ins), 1)}] = {{{', '.join(c_ident(t.name) for t in ins) or '0'}}};",
+        f"  void *o2e_out[{max(len(outs), 1)}] = {{{', '.join(c_ident(t.name) for t in outs) or '0'}}};",
+    ]
 
     c = [
         f"/* Generated by onnx2edge from {_c(source_name)}: do not edit; regenerate instead.",
-        f" * Arena: {res['arena']} bytes of activations. Weights: {weight_bytes} bytes"
-        + (" in model_weights.bin." if to_file else " as static arrays below."),
-        " * Not reentrant: one static arena serves every call. */",
+        f" * Arena: {res['arena']} bytes of activations (per context). Weights: {weight_bytes} bytes"
+        + {
+            "inline": " as const arrays below.",
+            "file": " in model_weights.bin, loaded by " + P + "_init.",
+            "external": " in the caller's blob (" + P + "_init_with_weights).",
+        }[storage],
+        f" * Every exported symbol starts with {P}_; see {P}.h and README.md. */",
         "#include <math.h>",
         "#include <stdbool.h>",
         "#include <stddef.h>",
         "#include <stdint.h>",
         "#include <string.h>",
-        *(["#include <stdio.h>"] if to_file else []),
+        *(["#include <stdio.h>"] if storage == "file" else []),
         f'#include "{P}.h"',
         "",
         "#if defined(__GNUC__) || defined(__clang__)",
@@ -241,58 +390,105 @@ def write_model(
         *[code.strip() + "\n" for code in em.helpers.values()],
         "/* ---- weights ---- */",
         *weight_lines,
+        f"static int o2e_ready = {ready_at_start};  /* weights in place: set by {P}_init* */",
         "",
-        "/* ---- activations: one arena, offsets from the liveness planner ---- */",
-        f"static unsigned char o2e_arena[{arena_bytes}] O2E_ALIGNED;",
+        "/* ---- activations: one arena per context, offsets from the liveness planner ---- */",
+        f"#ifndef {U}_NO_STATIC_ARENA  /* the built-in arena of {P}_run / the NULL-arena context */",
+        f"static unsigned char o2e_static_arena[{arena_bytes}] O2E_ALIGNED;",
+        f"static {P}_ctx o2e_default_ctx = {{o2e_static_arena"
+        + (f", {{{minus_ones}}}" if bounded else "")
+        + "};",
+        "#endif",
         "",
         *scratch_defs,
         "",
+        f"int {P}_ctx_init({P}_ctx *ctx, void *arena, size_t arena_bytes)",
+        "{",
+        "  if (!ctx) return -6;",
+        "  if (!arena) {",
+        f"#ifndef {U}_NO_STATIC_ARENA",
+        "    arena = o2e_static_arena;",
+        "    arena_bytes = sizeof(o2e_static_arena);",
+        "#else",
+        "    return -6;",
+        "#endif",
+        "  }",
+        # (no size test when the model needs no arena: size_t < 0 trips -Wtype-limits)
+        f"  if ({f'arena_bytes < {U}_ARENA_BYTES || ' if res['arena'] else '(void)arena_bytes, '}((uintptr_t)arena & ({U}_ARENA_ALIGN - 1)) != 0) return -6;",
+        "  ctx->arena = (unsigned char *)arena;",
+        *([f"  for (int i = 0; i < {len(outs)}; ++i) ctx->out_count[i] = -1;"] if bounded else []),
+        "  return 0;",
+        "}",
+        "",
     ]
-    # outputs whose size is only known at run time (passes/bounded.py): their actual extent
-    bounded = {i: bounded_axis(graph, n) for i, n in enumerate(graph.outputs)}
-    bounded = {i: a for i, a in bounded.items() if a is not None}
     if bounded:
         c += [
             "/* actual extent of each output along its run-time-sized axis (-1: static shape) */",
-            f"static int64_t o2e_out_count[{len(outs)}] = {{{', '.join('-1' for _ in outs)}}};",
-            f"int64_t {P}_output_count(int i) {{ return i >= 0 && i < {len(outs)} ? o2e_out_count[i] : -1; }}",
+            f"int64_t {P}_ctx_output_count(const {P}_ctx *ctx, int i) {{ return ctx && i >= 0 && i < {len(outs)} ? ctx->out_count[i] : -1; }}",
+            f"#ifndef {U}_NO_STATIC_ARENA",
+            f"int64_t {P}_output_count(int i) {{ return {P}_ctx_output_count(&o2e_default_ctx, i); }}",
+            "#endif",
             "",
         ]
-    if to_file:
+    tail_decode = [*decode, "  o2e_ready = 1;", "  return 0;", "}"]
+    if storage == "file":
         c += [
             f"int {P}_init(const char *weights_path)",
             "{",
-            "  unsigned char magic[8];",
-            "  unsigned long long size = 0;",
+            f"  unsigned char head[{WEIGHTS_HEADER}];",
+            "  uint64_t size, sum;",
             "  size_t got;",
             '  FILE *f = fopen(weights_path ? weights_path : "model_weights.bin", "rb");',
             "  if (!f) return -1;",
-            "  got = fread(magic, 1, 8, f);",
-            "  got += fread(&size, 1, 8, f);",
-            f'  if (got != 16 || memcmp(magic, "{WEIGHTS_MAGIC.decode()}", 8) != 0 || size != sizeof(o2e_weights)) {{ fclose(f); return -2; }}',
+            "  got = fread(head, 1, sizeof head, f);",
+            "  if (got == sizeof head) { memcpy(&size, head + 8, 8); memcpy(&sum, head + 16, 8); }",
+            f'  if (got != sizeof head || memcmp(head, "{WEIGHTS_MAGIC.decode()}", 8) != 0 || size != sizeof(o2e_weights)) {{ fclose(f); return -2; }}',
             "  got = fread(o2e_weights, 1, sizeof(o2e_weights), f);",
             "  fclose(f);",
             "  if (got != sizeof(o2e_weights)) return -3;",
-            *decode,
-            "  return 0;",
-            "}",
+            "  if (o2e_checksum(o2e_weights, sizeof(o2e_weights)) != sum) return -4;",
+            *tail_decode,
+        ]
+    elif storage == "external":
+        c += [
+            f"int {P}_init_with_weights(const void *blob, size_t len)",
+            "{",
+            "  const unsigned char *b = (const unsigned char *)blob;",
+            "  uint64_t size, sum;",
+            "  if (!b) return -1;",
+            "  if (((uintptr_t)b & 63u) != 0) return -5;",
+            f'  if (len < {WEIGHTS_HEADER} || memcmp(b, "{WEIGHTS_MAGIC.decode()}", 8) != 0) return -2;',
+            "  memcpy(&size, b + 8, 8);",
+            "  memcpy(&sum, b + 16, 8);",
+            f"  if (size != {U}_WEIGHT_BLOB_BYTES - {WEIGHTS_HEADER} || len != {U}_WEIGHT_BLOB_BYTES) return -2;",
+            f"  if (sum != {U}_WEIGHT_CHECKSUM) return -4;",
+            f"#ifndef {U}_SKIP_CHECKSUM  /* one pass over the blob; define it to trust the header */",
+            f"  if (o2e_checksum(b + {WEIGHTS_HEADER}, (size_t)size) != sum) return -4;",
+            "#endif",
+            f"  o2e_weights = b + {WEIGHTS_HEADER};",
+            *tail_decode,
         ]
     else:
         c += [
             f"int {P}_init(const char *weights_path)",
             "{",
             "  (void)weights_path;  /* weights are compiled in */",
-            *decode,
-            "  return 0;",
-            "}",
+            *tail_decode,
         ]
     kernel_name = "o2e_gemm_kernel_name()" if "o2e_gemm.h" in em.runtime_files else '"none"'
     c += [
         "",
         f"const char *{P}_gemm_kernel(void) {{ return {kernel_name}; }}",
         "",
-        f"int {P}_run(const void *const *inputs, void *const *outputs)",
+        f"int {P}_run_ctx({P}_ctx *ctx, const void *const *inputs, void *const *outputs)",
         "{",
+        "  unsigned char *o2e_arena;",
+        *(["  int64_t *o2e_out_count;"] if bounded else []),
+        "  if (!ctx || !ctx->arena) return -6;",
+        "  if (!o2e_ready) return -7;",
+        "  o2e_arena = ctx->arena;",
+        *(["  o2e_out_count = ctx->out_count;"] if bounded else []),
+        "  {",
         *decls,
         "  O2E_PROF_BEGIN",
         "  (void)inputs; (void)outputs; (void)o2e_arena;",
@@ -300,78 +496,76 @@ def write_model(
         "",
         *res["blocks"],
         *res["tail"],
+        "  }",
         "  return 0;",
         "}",
         "",
-        f"int {P}_predict({', '.join([f'const {t.ctype} *{c_ident(t.name)}' for t in ins] + [f'{t.ctype} *{c_ident(t.name)}' for t in outs])})",
+        f"int {P}_predict_ctx({P}_ctx *ctx{', ' if predict_params else ''}{predict_params})",
         "{",
-        f"  const void *o2e_in[{max(len(ins), 1)}] = {{{', '.join(c_ident(t.name) for t in ins) or '0'}}};",
-        f"  void *o2e_out[{max(len(outs), 1)}] = {{{', '.join(c_ident(t.name) for t in outs) or '0'}}};",
-        f"  return {P}_run(o2e_in, o2e_out);",
+        *predict_body,
+        f"  return {P}_run_ctx(ctx, o2e_in, o2e_out);",
         "}",
         "",
-    ]
-    h = [
-        f"/* {P}.h: generated by onnx2edge from {_c(source_name)}.",
-        " *",
-        f" * Call {P}_init() once (it loads model_weights.bin when the weights are not compiled in;",
-        " * pass its path, or NULL for ./model_weights.bin), then",
-        f" * {P}_run() / {P}_predict() with caller-owned buffers of the sizes below (element counts).",
-        " * No memory is allocated. Not reentrant: calls must not overlap. Returns 0 on success. */",
-        f"#ifndef {U}_H",
-        f"#define {U}_H",
-        "#include <stddef.h>",
-        "#include <stdint.h>",
-        "#include <stdbool.h>",
+        f"#ifndef {U}_NO_STATIC_ARENA",
+        f"int {P}_run(const void *const *inputs, void *const *outputs)",
+        "{",
+        f"  return {P}_run_ctx(&o2e_default_ctx, inputs, outputs);",
+        "}",
         "",
-        f"#define {U}_NUM_INPUTS {len(ins)}",
-        f"#define {U}_NUM_OUTPUTS {len(outs)}",
-    ]
-    for kind, ts in (("INPUT", ins), ("OUTPUT", outs)):
-        for i, t in enumerate(ts):
-            h.append(f'#define {U}_{kind}_{i}_NAME "{_c(t.name)}"')
-            h.append(f"#define {U}_{kind}_{i}_SIZE {t.size}  /* {_shape_str(t)} {t.dtype.name} */")
-    for i, axis in bounded.items():
-        h.append(
-            f"#define {U}_OUTPUT_{i}_BOUNDED_AXIS {axis}  /* SIZE is a bound: its extent along "
-            f"this axis after a run is {P}_output_count({i}) */"
-        )
-    h += [
-        f"#define {U}_ARENA_BYTES {res['arena']}",
-        f"#define {U}_WEIGHT_BYTES {weight_bytes}",
-        f"#define {U}_WEIGHTS_IN_FILE {1 if to_file else 0}",
-        "",
-        f"int {P}_init(const char *weights_path);",
-        f"const char *{P}_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */",
-        f"int {P}_run(const void *const *inputs, void *const *outputs);",
-        *([f"int64_t {P}_output_count(int i);  /* see _BOUNDED_AXIS */"] if bounded else []),
-        f"int {P}_predict({', '.join([f'const {t.ctype} *{c_ident(t.name)}' for t in ins] + [f'{t.ctype} *{c_ident(t.name)}' for t in outs])});",
-        "#ifdef O2E_TRACE_ENABLED",
-        f"void {P}_set_trace(void (*cb)(const char *, const void *, size_t));",
-        "#endif",
-        "",
+        f"int {P}_predict({predict_params or 'void'})",
+        "{",
+        *predict_body,
+        f"  return {P}_run_ctx(&o2e_default_ctx, o2e_in, o2e_out);",
+        "}",
         "#endif",
         "",
     ]
-    files = {f"{P}.c": "\n".join(c), f"{P}.h": "\n".join(h)}
+    checksum = 0
+    if to_file:
+        # written before the header: the checksum the code compares with is the file's own
+        checksum = _write_weights(out_dir / "model_weights.bin", stored, offsets, total)
+    h = _header(
+        P,
+        U,
+        source_name=source_name,
+        storage=storage,
+        ins=ins,
+        outs=outs,
+        bounded=bounded,
+        arena=int(res["arena"]),
+        weight_bytes=weight_bytes,
+        blob_bytes=WEIGHTS_HEADER + total if to_file else 0,
+        checksum=checksum,
+        predict_params=predict_params,
+        quant=quantized_io_of(graph),
+    )
+    files = {f"{stem}.c": "\n".join(c), f"{P}.h": "\n".join(h)}
     runtime = Path(__file__).parent / "runtime"
     for name in sorted(em.runtime_files):
         files[name] = (runtime / name).read_text()
     for name, text in files.items():
         (out_dir / name).write_text(text)
-    if to_file:
-        _write_weights(out_dir / "model_weights.bin", stored, offsets, total)
+    const_bytes = weight_bytes if storage == "inline" else 0
     return {
+        "name": P,
         "arena_bytes": int(res["arena"]),
         "weight_bytes": int(weight_bytes),
         # the float constants the graph holds after folding: what weight_bytes compares with
         "onnx_weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
         "optimize": optimize,
+        "weights_storage": storage,
         "weights_in_file": bool(to_file),
+        # where the weights' bytes live once the model runs (README: memory figures):
+        # const data in the image, copies the init makes in RAM, the caller's blob
+        "weights_const_bytes": int(const_bytes),
+        "weights_ram_bytes": int((total if storage == "file" else 0) + widened_bytes),
+        "weights_caller_bytes": int(WEIGHTS_HEADER + total if storage == "external" else 0),
         **(
             {
                 "weights_fp16_tensors": len(half),
                 "weight_bytes_fp32": int(sum(a.nbytes for a in em.const_data.values())),
+                # the kernels read float32: each fp16 weight is widened once, by init
+                "weights_fp16_widened_bytes": int(widened_bytes),
             }
             if weights_fp16
             else {}
@@ -387,16 +581,143 @@ def write_model(
     }
 
 
+def _header(
+    P: str,
+    U: str,
+    *,
+    source_name: str,
+    storage: str,
+    ins: list[Tensor],
+    outs: list[Tensor],
+    bounded: dict[int, int],
+    arena: int,
+    weight_bytes: int,
+    blob_bytes: int,
+    checksum: int,
+    predict_params: str,
+    quant: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    init_doc = {
+        "inline": [
+            f" * {P}_init(NULL) once before the first run (the weights are compiled in as const",
+            " * data: it only widens fp16 weights, when there are any).",
+        ],
+        "file": [
+            f" * {P}_init(path) once before the first run: it loads model_weights.bin (NULL:",
+            " * ./model_weights.bin) into a static buffer and checks its size and checksum.",
+        ],
+        "external": [
+            f" * {P}_init_with_weights(blob, len) once before the first run: blob is the whole of",
+            f" * model_weights.bin ({blob_bytes} bytes, 64-byte aligned) wherever the caller keeps it",
+            " * (memory-mapped file, flash, a bundle resource); it is read in place, never copied, and",
+            " * must stay valid while the model is in use. Size and checksum are checked.",
+        ],
+    }[storage]
+    width = max(len(str(code)) for code, _ in RETURN_CODES)
+    h = [
+        f"/* {P}.h: generated by onnx2edge from {_c(source_name)}; see README.md beside it.",
+        " *",
+        *init_doc,
+        f" * Then {P}_run() / {P}_predict() on the built-in static arena (one call at a time), or",
+        f" * per instance: {P}_ctx_init(&ctx, arena, bytes) with an arena of {U}_ARENA_BYTES",
+        f" * aligned to {U}_ARENA_ALIGN (NULL: the built-in one), then {P}_run_ctx(&ctx, ...).",
+        " * Contexts with their own arenas may run at the same time from different threads.",
+        " * Buffers are caller-owned, of the element counts below. Nothing is allocated.",
+        " *",
+        " * Return codes (every int function):",
+        *[f" * {code:>{width}}  {text}" for code, text in RETURN_CODES],
+        " */",
+        f"#ifndef {U}_H",
+        f"#define {U}_H",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "#include <stdbool.h>",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        f"#define {U}_NUM_INPUTS {len(ins)}",
+        f"#define {U}_NUM_OUTPUTS {len(outs)}",
+    ]
+    for kind, ts in (("INPUT", ins), ("OUTPUT", outs)):
+        for i, t in enumerate(ts):
+            h.append(f'#define {U}_{kind}_{i}_NAME "{_c(t.name)}"')
+            h.append(f"#define {U}_{kind}_{i}_SIZE {t.size}  /* {_shape_str(t)} {t.dtype.name} */")
+            if t.name in quant:  # --io int8: real value = (q - ZERO_POINT) * SCALE
+                q = quant[t.name]
+                h.append(f"#define {U}_{kind}_{i}_SCALE {_f32(np.float32(q['scale']))}")
+                h.append(f"#define {U}_{kind}_{i}_ZERO_POINT {int(q['zero_point'])}")
+    for i, axis in bounded.items():
+        h.append(
+            f"#define {U}_OUTPUT_{i}_BOUNDED_AXIS {axis}  /* SIZE is a bound: its extent along "
+            f"this axis after a run is {P}_output_count({i}) */"
+        )
+    h += [
+        f"#define {U}_ARENA_BYTES {arena}",
+        f"#define {U}_ARENA_ALIGN {ALIGN}",
+        # the arena's per-thread workspaces were sized for this many: -DO2E_THREADS above it
+        # stops the build with an #error (README: Threads)
+        f"#define {U}_MAX_THREADS {MAX_THREADS}",
+        f"#define {U}_WEIGHT_BYTES {weight_bytes}",
+        f"#define {U}_WEIGHTS_IN_FILE {1 if storage != 'inline' else 0}",
+        *(
+            [
+                f"#define {U}_WEIGHT_BLOB_BYTES {blob_bytes}  /* model_weights.bin, header included */",
+                f"#define {U}_WEIGHT_CHECKSUM UINT64_C({checksum})",
+            ]
+            if storage == "external"
+            else []
+        ),
+        "",
+        "/* one instance: its activation arena (and, for bounded outputs, their extents) */",
+        f"typedef struct {P}_ctx {{",
+        "  unsigned char *arena;",
+        *([f"  int64_t out_count[{len(outs)}];"] if bounded else []),
+        f"}} {P}_ctx;",
+        "",
+        *(
+            [f"int {P}_init_with_weights(const void *blob, size_t len);"]
+            if storage == "external"
+            else [f"int {P}_init(const char *weights_path);"]
+        ),
+        f"int {P}_ctx_init({P}_ctx *ctx, void *arena, size_t arena_bytes);",
+        f"int {P}_run_ctx({P}_ctx *ctx, const void *const *inputs, void *const *outputs);",
+        f"int {P}_predict_ctx({P}_ctx *ctx{', ' if predict_params else ''}{predict_params});",
+        f"const char *{P}_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */",
+        *(
+            [f"int64_t {P}_ctx_output_count(const {P}_ctx *ctx, int i);  /* see _BOUNDED_AXIS */"]
+            if bounded
+            else []
+        ),
+        f"#ifndef {U}_NO_STATIC_ARENA  /* define it to leave the built-in arena out */",
+        f"int {P}_run(const void *const *inputs, void *const *outputs);",
+        f"int {P}_predict({predict_params or 'void'});",
+        *([f"int64_t {P}_output_count(int i);  /* see _BOUNDED_AXIS */"] if bounded else []),
+        "#endif",
+        "#ifdef O2E_TRACE_ENABLED",
+        f"void {P}_set_trace(void (*cb)(const char *, const void *, size_t));",
+        "#endif",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "#endif",
+        "",
+    ]
+    return h
+
+
 def _c(s: str) -> str:
     return s.replace("*/", "* /").replace("\\", "/").replace('"', "'")
 
 
 MAIN_C = r"""/* Example program: reads each input as raw little-endian binary, runs the model, writes each
  * output as raw binary. Usage: ./model IN_0.bin [...] OUT_0.bin [...]
- * (inputs then outputs, in the order of model.h). */
+ * (inputs then outputs, in the order of @P@.h). The weights file, when the weights are not
+ * compiled in: $MODEL_WEIGHTS, else ./model_weights.bin. */
 #include <stdio.h>
 #include <stdlib.h>
-#include "model.h"
+#include "@P@.h"
 
 static int read_file(const char *path, void *buf, size_t bytes)
 {
@@ -415,7 +736,7 @@ static int write_file(const char *path, const void *buf, size_t bytes)
   if (!f || fwrite(buf, 1, bytes, f) != bytes) { fprintf(stderr, "cannot write %s\n", path); if (f) fclose(f); return -1; }
   return fclose(f);
 }
-
+@EXTERNAL@
 @BUFFERS@
 
 int main(int argc, char **argv)
@@ -427,8 +748,8 @@ int main(int argc, char **argv)
     fprintf(stderr, "usage: %s @USAGE@\n", argv[0]);
     return 2;
   }
-  rc = @P@_init(getenv("MODEL_WEIGHTS"));
-  if (rc != 0) { fprintf(stderr, "@P@_init failed (%d): is model_weights.bin here, or MODEL_WEIGHTS set?\n", rc); return 1; }
+@INIT@
+  if (rc != 0) { fprintf(stderr, "@P@ init failed (%d): is model_weights.bin here, or MODEL_WEIGHTS set?\n", rc); return 1; }
 @READS@
   if (@P@_run(inputs, outputs) != 0) return 1;
 @WRITES@
@@ -436,8 +757,37 @@ int main(int argc, char **argv)
 }
 """
 
+# --weights-storage external: how a program hands the weights over (here: read into a
+# 64-byte aligned heap block; a real one would map the file or point into flash)
+EXTERNAL_LOAD = r"""
+static void *o2e_blob_mem;
 
-def write_support_files(graph: Graph, out_dir: Path, prefix: str = "model") -> list[str]:
+static int load_weights(const char *path)
+{
+  FILE *f = fopen(path ? path : "model_weights.bin", "rb");
+  unsigned char *blob;
+  size_t got;
+  if (!f) return -1;
+  o2e_blob_mem = malloc(@BLOB@ + 64);
+  if (!o2e_blob_mem) { fclose(f); return -1; }
+  blob = (unsigned char *)o2e_blob_mem + (64 - (size_t)((uintptr_t)o2e_blob_mem & 63u));
+  got = fread(blob, 1, @BLOB@, f);
+  fclose(f);
+  return @P@_init_with_weights(blob, got);
+}
+"""
+
+
+def write_support_files(
+    graph: Graph,
+    out_dir: Path,
+    prefix: str = "model",
+    *,
+    source: str = "model.c",
+    storage: str = "inline",
+    blob_bytes: int = 0,
+) -> list[str]:
+    """main.c (the example program), a Makefile and a CMakeLists.txt for the package."""
     em_ins = [(n, graph.type_of(n)) for n in graph.inputs]
     em_outs = [(n, graph.type_of(n)) for n in graph.outputs]
     from .emitter import ctype_of
@@ -460,8 +810,18 @@ def write_support_files(graph: Graph, out_dir: Path, prefix: str = "model") -> l
     usage = " ".join(
         [f"{c_ident(n)}.bin" for n, _ in em_ins] + [f"{c_ident(n)}.bin" for n, _ in em_outs]
     )
+    external = storage == "external"
+    init = (
+        '  rc = load_weights(getenv("MODEL_WEIGHTS"));'
+        if external
+        else f'  rc = {prefix}_init(getenv("MODEL_WEIGHTS"));'
+    )
     main = (
-        MAIN_C.replace("@BUFFERS@", "\n".join(bufs))
+        MAIN_C.replace(
+            "@EXTERNAL@", EXTERNAL_LOAD.replace("@BLOB@", str(blob_bytes)) if external else ""
+        )
+        .replace("@BUFFERS@", "\n".join(bufs))
+        .replace("@INIT@", init)
         .replace("@NIN_ARR@", str(max(len(em_ins), 1)))
         .replace("@NOUT_ARR@", str(max(len(em_outs), 1)))
         .replace("@NIN@", str(len(em_ins)))
@@ -471,30 +831,51 @@ def write_support_files(graph: Graph, out_dir: Path, prefix: str = "model") -> l
         .replace("@WRITES@", "\n".join(writes))
         .replace("@P@", prefix)
     )
-    if prefix != "model":
-        main = main.replace('#include "model.h"', f'#include "{prefix}.h"')
     (out_dir / "main.c").write_text(main)
+    P, U = prefix, prefix.upper()
     (out_dir / "Makefile").write_text(
-        "# Build the example program: make [CFLAGS='-O3 -march=native']\n"
+        "# make            the example program ./model and the library lib" + P + ".a\n"
+        "# make THREADS=4  with the GEMM thread pool (pthreads); CFLAGS='-O3 -march=native'\n"
         "CC ?= gcc\n"
+        "AR ?= ar\n"
         "CFLAGS ?= -std=c99 -O2 -Wall -Wextra -Werror\n"
-        "LDLIBS = -lm\n\n"
-        f"model: main.c {prefix}.c {prefix}.h\n"
-        f"\t$(CC) $(CFLAGS) -o $@ main.c {prefix}.c $(LDLIBS)\n\n"
-        "clean:\n\trm -f model\n\n.PHONY: clean\n"
+        "THREADS ?= 1\n"
+        "LDLIBS = -lm\n"
+        "ifneq ($(THREADS),1)\n"
+        "  CFLAGS += -DO2E_THREADS=$(THREADS) -pthread\n"
+        "  LDLIBS += -pthread\n"
+        "endif\n\n"
+        f"all: model lib{P}.a\n\n"
+        f"model: main.c {source} {P}.h\n"
+        f"\t$(CC) $(CFLAGS) -o $@ main.c {source} $(LDLIBS)\n\n"
+        f"lib{P}.a: {source} {P}.h\n"
+        f"\t$(CC) $(CFLAGS) -c {source} -o {P}.o\n"
+        f"\t$(AR) rcs $@ {P}.o\n\n"
+        f"clean:\n\trm -f model lib{P}.a {P}.o\n\n.PHONY: all clean\n"
     )
     (out_dir / "CMakeLists.txt").write_text(
+        "# The model as a static library target `" + P + "`: add_subdirectory(this folder), then\n"
+        "# target_link_libraries(your_app PRIVATE " + P + ') and #include "' + P + '.h".\n'
+        f"# -D{U}_THREADS=4: the GEMM thread pool (pthreads); 1 (default) pulls in no pthread.\n"
         "cmake_minimum_required(VERSION 3.10)\n"
-        "project(onnx2edge_model C)\n"
-        "set(CMAKE_C_STANDARD 99)\n"
-        "set(CMAKE_C_STANDARD_REQUIRED ON)\n"
-        f"add_library({prefix} STATIC {prefix}.c)\n"
-        f"target_include_directories({prefix} PUBLIC ${{CMAKE_CURRENT_SOURCE_DIR}})\n"
-        f"target_link_libraries({prefix} PUBLIC m)\n"
-        f"add_executable(model_main main.c)\n"
-        f"target_link_libraries(model_main {prefix})\n"
+        f"project({P} C)\n"
+        f'set({U}_THREADS 1 CACHE STRING "threads of the GEMM pool (1: none)")\n'
+        f"add_library({P} STATIC {source})\n"
+        f"set_target_properties({P} PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON)\n"
+        f"target_include_directories({P} PUBLIC ${{CMAKE_CURRENT_SOURCE_DIR}})\n"
+        f"if(NOT MSVC)\n  target_link_libraries({P} PUBLIC m)\nendif()\n"
+        f"if({U}_THREADS GREATER 1)\n"
+        "  find_package(Threads REQUIRED)\n"
+        f"  target_compile_definitions({P} PRIVATE O2E_THREADS=${{{U}_THREADS}})\n"
+        f"  target_link_libraries({P} PUBLIC Threads::Threads)\n"
+        "endif()\n"
         'if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")\n'
-        f"  target_compile_options({prefix} PRIVATE -Wall -Wextra)\n"
+        f"  target_compile_options({P} PRIVATE -Wall -Wextra)\n"
+        "endif()\n"
+        "# the example program, only when this folder is the top-level project\n"
+        "if(CMAKE_SOURCE_DIR STREQUAL CMAKE_CURRENT_SOURCE_DIR)\n"
+        f"  add_executable({P}_main main.c)\n"
+        f"  target_link_libraries({P}_main {P})\n"
         "endif()\n"
     )
     return ["main.c", "Makefile", "CMakeLists.txt"]

@@ -1,9 +1,10 @@
 /* Example program: reads each input as raw little-endian binary, runs the model, writes each
  * output as raw binary. Usage: ./model IN_0.bin [...] OUT_0.bin [...]
- * (inputs then outputs, in the order of model.h). */
+ * (inputs then outputs, in the order of sdpa_block.h). The weights file, when the weights are not
+ * compiled in: $MODEL_WEIGHTS, else ./model_weights.bin. */
 #include <stdio.h>
 #include <stdlib.h>
-#include "model.h"
+#include "sdpa_block.h"
 
 static int read_file(const char *path, void *buf, size_t bytes)
 {
@@ -35,12 +36,12 @@ int main(int argc, char **argv)
     fprintf(stderr, "usage: %s input.bin output.bin\n", argv[0]);
     return 2;
   }
-  rc = model_init(getenv("MODEL_WEIGHTS"));
-  if (rc != 0) { fprintf(stderr, "model_init failed (%d): is model_weights.bin here, or MODEL_WEIGHTS set?\n", rc); return 1; }
+  rc = sdpa_block_init(getenv("MODEL_WEIGHTS"));
+  if (rc != 0) { fprintf(stderr, "sdpa_block init failed (%d): is model_weights.bin here, or MODEL_WEIGHTS set?\n", rc); return 1; }
   if (read_file(argv[1], in_0, sizeof(in_0) * 640 / 640)) return 1;
   inputs[0] = in_0;
   outputs[0] = out_0;
-  if (model_run(inputs, outputs) != 0) return 1;
+  if (sdpa_block_run(inputs, outputs) != 0) return 1;
   if (write_file(argv[2], out_0, sizeof(out_0) * 640 / 640)) return 1;
   return 0;
 }
