@@ -28,6 +28,8 @@ ct = pytest.importorskip("coremltools", reason="coremltools is in the dev extra"
 from onnx2edge.backends.coreml import placement  # noqa: E402
 from onnx2edge.backends.coreml.backend import MODEL_INFO  # noqa: E402
 
+from coreml_support import assert_valid, coreml_files_valid  # noqa: E402, F401
+
 TORCH = Path(__file__).parent / "fixtures" / "torch"
 FORMATS = ("neuralnetwork", "mlprogram")
 KEYS = {"node", "op", "status", "placement", "reason", "rule", "source"}
@@ -100,7 +102,8 @@ def test_written_model_loads_with_io_from_onnx(tmp_path: Path, fmt: str) -> None
     x = ins["input"]
     assert "ONNX input 'input', float32 1x3x32x32" in x.shortDescription
     shape = list(x.type.multiArrayType.shape)
-    assert shape == ([3, 32, 32] if fmt == "neuralnetwork" else [1, 3, 32, 32])
+    assert shape == [1, 3, 32, 32]  # the ONNX shape, batch included (both formats)
+    assert x.type.multiArrayType.dataType == ct.proto.FeatureTypes_pb2.ArrayFeatureType.FLOAT32
     manifest = json.loads((out / "onnx2edge.json").read_text())
     assert manifest["options"]["format"] == fmt and manifest["stats"]["fp16"] is False
     assert "not on Apple hardware" in (out / "README.md").read_text()

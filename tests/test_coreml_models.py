@@ -27,6 +27,8 @@ ct = pytest.importorskip("coremltools", reason="coremltools is in the dev extra"
 
 from onnx2edge.backends.coreml.backend import MODEL_INFO  # noqa: E402
 
+from coreml_support import assert_valid, coreml_files_valid  # noqa: E402, F401
+
 FIX = Path(__file__).parent / "fixtures"
 FORMATS = ("neuralnetwork", "mlprogram")
 EXPORTERS = ("torchscript", "dynamo")
@@ -238,6 +240,7 @@ def test_refusal_names_nodes_after_a_refused_one(fmt: str, tmp_path: Path) -> No
 
 
 # --- what coremltools can check on Linux --------------------------------------------------
+@pytest.mark.coreml_invalid_on_purpose
 def test_validate_rejects_broken_files(tmp_path: Path) -> None:
     from onnx2edge.backends.coreml.backend import validate
     from onnx2edge.errors import Onnx2EdgeError

@@ -378,6 +378,7 @@ def verify(
             "note: onnxruntime's u8 x s8 products saturate on this CPU (no VNNI) where the s8 operand "
             "is not a constant: the reference may be off"
         )
+    details: list[tuple[bool, str]] = []
     if target == "onnx":
         graph = run_passes(
             frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True),
@@ -402,6 +403,7 @@ def verify(
             )
             say(f"building and running the {target} code")
             ours = run(out, feeds, options=opts)
+            details = get_backend(target).verify_details(out)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
     missing = [n for n in ref_graph.outputs if n not in ours]
     if missing:
@@ -411,7 +413,9 @@ def verify(
         plain = ort_run(original, feeds, [o.name for o in outputs], optimize=False)
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
-    return VerifyReport(target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"))
+    return VerifyReport(
+        target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"), details=details
+    )
 
 
 # --- quantize ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, register_backend
-from . import evaluate, mil, nn
+from . import evaluate, mil, nn, validator
 from ._ct import coremltools, no_progress_bars
 from .common import FORMATS, Refuse, static_shape
 
@@ -47,8 +47,6 @@ def _set_descriptions(spec: Any, graph: Graph, names: Mapping[str, str], fmt: st
             f = by_name.get(names.get(o, o))
             if f is not None:
                 f.shortDescription = _describe(graph, o, what)
-                if fmt == "neuralnetwork" and len(static_shape(graph, o)) == 4:
-                    f.shortDescription += "; Core ML blob (C, H, W), batch 1"
     meta = spec.description.metadata
     meta.shortDescription = graph.model_doc_string or f"{graph.name} converted by onnx2edge"
     if graph.producer_name:
@@ -132,8 +130,8 @@ class CoreMLBackend(Backend):
         except Refuse as e:
             raise Onnx2EdgeError(f"cannot convert to Core ML {fmt}: {e}") from e
         model.save(str(out_dir / fname))
-        # The saved file must load back and pass coremltools' checks.
-        validate(out_dir / fname)
+        # The saved file must load back, pass coremltools' checks and Core ML's validator.
+        verdict = validate(out_dir / fname)
         info = {
             "file": fname,
             "format": fmt,
@@ -170,9 +168,22 @@ class CoreMLBackend(Backend):
             "fp16": fp16,
             "coreml_layers": dict(sorted(counts.items())),
             "ane_replacements": len(lowered.replacements),
+            "coreml_validator": "not run" if verdict is None else verdict.line(),
         }
         files = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
         return ConvertResult(out_dir, files, stats)
+
+    def verify_details(self, out_dir: Path) -> list[tuple[bool, str]]:
+        """Core ML's own validator on the written file: VALID passes, INVALID fails the
+        verdict with its message; absent, the line says it did not run."""
+        info_path = Path(out_dir) / MODEL_INFO
+        if not info_path.is_file():
+            return []
+        fname = json.loads(info_path.read_text())["file"]
+        verdict = validator.validate(Path(out_dir) / fname)
+        if verdict is None:
+            return [(True, f"Core ML validator on {fname}: not run ({validator.NOT_FOUND})")]
+        return [(verdict.valid, f"Core ML validator (mlvalidate) on {fname}: {verdict.line()}")]
 
     def run(
         self, out_dir: Path, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
@@ -209,7 +220,7 @@ class CoreMLBackend(Backend):
         return out
 
 
-def validate(path: Path) -> None:
+def validate(path: Path) -> validator.Verdict | None:
     """Load the saved model with coremltools (no Core ML runtime) and run the checks that
     coremltools has in Python.
 
@@ -220,9 +231,12 @@ def validate(path: Path) -> None:
     the ones the model description declares. (ct.convert already ran its pass pipeline and
     `_check_early_error_out_for_invalid_program` when the file was written.)
 
-    NeuralNetwork: coremltools has no Python validator for this format: Core ML's
-    NeuralNetworkValidator (mlmodel/src/Validation) is C++ compiled into libcoremlpython,
-    which the Linux wheel lacks. `check_nn_spec` restates the rules that matter here."""
+    NeuralNetwork: coremltools' Linux wheel has no validator for this format (Core ML's
+    NeuralNetworkValidator is C++ in libcoremlpython, macOS only); `check_nn_spec` restates
+    the rules that matter here.
+
+    Then Core ML's own validator (validator.py, `mlvalidate` built from coremltools' C++
+    sources) when one runs here: its INVALID is final. Returns its verdict (None: absent)."""
     ct = coremltools()
     try:
         model = ct.models.MLModel(str(path), skip_model_load=True)
@@ -235,6 +249,13 @@ def validate(path: Path) -> None:
             check_mil_outputs(spec, prog)
     except Exception as e:  # noqa: BLE001 - coremltools raises many types; report one line
         raise Onnx2EdgeError(f"{path}: coremltools rejects the written model: {e}") from e
+    # Core ML's own validator, when one runs here (validator.py): the judge of loading.
+    verdict = validator.validate(path)
+    if verdict is not None and not verdict.valid:
+        raise Onnx2EdgeError(
+            f"{path}: Core ML's validator rejects the written model: {verdict.message}"
+        )
+    return verdict
 
 
 def check_mil_outputs(spec: Any, prog: Any) -> None:

@@ -395,18 +395,29 @@ def nn_crop(p: Any, *xs: np.ndarray) -> np.ndarray:
     return x[:, t : x.shape[1] - b, left : x.shape[2] - r]
 
 
+def nn_reshapeStatic(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] ReshapeStaticLayerParams: row-major reshape to targetShape (batch 1 here)."""
+    shape = tuple(int(d) for d in p.targetShape)
+    if shape[:1] != (1,):
+        raise Onnx2EdgeError("evaluator: reshapeStatic of a batch other than 1")
+    return x.reshape(shape[1:])
+
+
 NN_LAYERS: dict[str, Callable[..., np.ndarray]] = {
     name[3:]: fn for name, fn in globals().items() if name.startswith("nn_") and callable(fn)
 }
 
 
 def eval_neuralnetwork(spec: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run spec.neuralNetwork on (C, H, W) / (N,) blobs; returns every blob by name."""
+    """Run spec.neuralNetwork on batch-1 blobs held without their batch axis: (C, H, W)
+    for the rank-4 blobs of the exact array mapping, (N,) for a (1, N) one; returns every
+    blob by name."""
     env: dict[str, np.ndarray] = {}
     for inp in spec.description.input:
         shape = tuple(inp.type.multiArrayType.shape)
-        v = np.asarray(feeds[inp.name], F)
-        env[inp.name] = v.reshape(shape + (1,) * (3 - len(shape)))  # rank-5 mapping: (C,1,1)
+        if spec.neuralNetwork.arrayInputShapeMapping != 1 or shape[:1] != (1,):
+            raise Onnx2EdgeError("evaluator: only batch-1 inputs of the exact mapping are modelled")
+        env[inp.name] = np.asarray(feeds[inp.name], F).reshape(shape[1:])
     for layer in spec.neuralNetwork.layers:
         kind = layer.WhichOneof("layer")
         fn = NN_LAYERS.get(kind)

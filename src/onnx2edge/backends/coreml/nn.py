@@ -7,8 +7,9 @@ converter would map to one of those is rewritten with the older layers and liste
 `Lowered.replacements`: Add -> Add, Mul -> Multiply / Scale, Concat -> Concat, constants ->
 LoadConstant (rank 3), Sub -> linear Activation (alpha = -1) then Add.
 
-Tensors are batch 1: an ONNX (1, C, H, W) tensor is the Core ML blob (C, H, W) and an
-ONNX (1, N) tensor is (N, 1, 1), so Gemm maps onto InnerProduct.
+Tensors are batch 1: an ONNX (1, C, H, W) tensor is the rank-4 blob (1, C, H, W) of the
+exact array mapping (the layers read its last three axes as C, H, W) and an ONNX (1, N)
+tensor is (1, N, 1, 1), so Gemm maps onto InnerProduct.
 """
 
 from __future__ import annotations
@@ -572,19 +573,32 @@ def check(graph: Graph) -> list[str]:
 
 
 def _features(graph: Graph, names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """FLOAT32 multi-arrays of the ONNX tensors' own shapes, batch included (what
+    ct.convert(convert_to="neuralnetwork") declares)."""
     from coremltools.models import datatypes
 
     out = []
     for name in names:
         float_tensor(graph, name)
-        s = static_shape(graph, name)
-        c, h, w = chw(graph, name)
-        out.append((name, datatypes.Array(c) if len(s) == 2 else datatypes.Array(c, h, w)))
+        chw(graph, name)
+        out.append((name, datatypes.Array(*static_shape(graph, name))))
     return out
 
 
+def _blob4(name: str) -> str:
+    return f"{name}__o2e_rank4"
+
+
 def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lowered]:
-    """(spec, refusals, lowered). With collect=False the first refusal raises Refuse."""
+    """(spec, refusals, lowered). With collect=False the first refusal raises Refuse.
+
+    EXACT_ARRAY_MAPPING, specification version 4 (iOS 13), as coremltools'
+    ct.convert(convert_to="neuralnetwork") writes: Core ML's validator refuses the rank-5
+    mapping as soon as one layer is from version 4 or later (clip, a bilinear upsample with
+    a linearUpsampleMode), and only the exact mapping declares the batch dimension. The
+    layers stay the rank-agnostic Core ML 2 ones, which read the last three axes as
+    (C, H, W) of a rank-4 blob (NeuralNetwork.proto). A (1, N) graph input or output is the
+    rank-4 blob (1, N, 1, 1) inside, reshaped at the edge (one reshapeStatic layer)."""
     coremltools()
     from coremltools.models.neural_network import NeuralNetworkBuilder
 
@@ -602,8 +616,15 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
             if n.name in why
         ]
         return None, [f"graph inputs/outputs: {e}", *each], Lowered()
-    b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=False)
+    b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=True, use_float_arraytype=True)
     ctx = _Ctx(graph, b)
+    rank2_in = [i for i in graph.inputs if len(static_shape(graph, i)) == 2]
+    rank2_out = [o for o in graph.outputs if len(static_shape(graph, o)) == 2]
+    renamed = {i: _blob4(i) for i in rank2_in}
+    renamed.update({o: _blob4(o) for o in rank2_out if o not in renamed})
+    for i in rank2_in:
+        b.add_reshape_static(_blob4(i), i, _blob4(i), [1, chw(graph, i)[0], 1, 1])
+        ctx.layer("reshapeStatic")
     for n in graph.nodes:
         fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
         try:
@@ -614,7 +635,31 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
             if not collect:
                 raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
             refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
+    for o in rank2_out:
+        if o in rank2_in:  # an input passed straight through
+            continue
+        b.add_reshape_static(_blob4(o), _blob4(o), o, [1, chw(graph, o)[0]])
+        ctx.layer("reshapeStatic")
+    _rename_blobs(b.spec.neuralNetwork, {k: v for k, v in renamed.items() if k in rank2_out})
+    _rename_blobs(
+        b.spec.neuralNetwork, {k: v for k, v in renamed.items() if k in rank2_in}, inputs_only=True
+    )
     return b.spec, refusals, ctx.lowered
+
+
+def _rename_blobs(nn_spec: Any, names: dict[str, str], *, inputs_only: bool = False) -> None:
+    """Point the layers at the rank-4 blobs: a rank-2 graph output is written as its rank-4
+    blob by the layer computing it; a rank-2 graph input is read as its rank-4 blob."""
+    for layer in nn_spec.layers:
+        if layer.WhichOneof("layer") == "reshapeStatic" and layer.name in names.values():
+            continue
+        for i, x in enumerate(layer.input):
+            if x in names:
+                layer.input[i] = names[x]
+        if not inputs_only:
+            for i, y in enumerate(layer.output):
+                if y in names:
+                    layer.output[i] = names[y]
 
 
 class _Sink:

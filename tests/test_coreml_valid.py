@@ -1,0 +1,165 @@
+"""Core ML files that Core ML accepts (issue 27): Core ML's own validator (mlvalidate,
+tools/coreml-validate) judges every file written here; `verify --target coreml` reports its
+verdict; the NeuralNetwork format is written as ct.convert(convert_to="neuralnetwork") writes
+it (specification version 4, EXACT_ARRAY_MAPPING, FLOAT32 inputs of the ONNX shape)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from onnx2edge import api
+from onnx2edge.backends import get_backend
+from onnx2edge.cli import main
+
+from conftest import make_model, save, tensor, vi
+
+ct = pytest.importorskip("coremltools", reason="coremltools is in the dev extra")
+
+from onnx2edge.backends.coreml import validator  # noqa: E402
+
+from coreml_support import MLVALIDATE, assert_valid, coreml_files_valid  # noqa: E402, F401
+
+FORMATS = ("neuralnetwork", "mlprogram")
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _relu6_bilinear(path: Path) -> Path:
+    """Conv -> Clip(0, 6) (ReLU6) -> bilinear Resize x2 -> Flatten -> Gemm: the layers
+    (clip, upsample with linearUpsampleMode) that made the rank-5 mapping invalid."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c", "lo", "hi"], ["r"]),
+        helper.make_node(
+            "Resize",
+            ["r", "", "scales"],
+            ["u"],
+            mode="linear",
+            coordinate_transformation_mode="half_pixel",
+        ),
+        helper.make_node("Flatten", ["u"], ["f"]),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"], transB=1),
+    ]
+    inits = [
+        tensor("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+        tensor("b", rng.standard_normal(4).astype(np.float32)),
+        tensor("lo", np.array(0.0, np.float32)),
+        tensor("hi", np.array(6.0, np.float32)),
+        tensor("scales", np.array([1, 1, 2, 2], np.float32)),
+        tensor("gw", rng.standard_normal((5, 4 * 8 * 8)).astype(np.float32) * 0.1),
+        tensor("gb", rng.standard_normal(5).astype(np.float32)),
+    ]
+    m = make_model(nodes, [vi("x", [1, 3, 4, 4])], [vi("y", [1, 5])], inits)
+    return save(m, path)
+
+
+def test_validator_runs() -> None:
+    if MLVALIDATE is None:
+        pytest.skip(validator.NOT_FOUND)
+    assert validator.find() == MLVALIDATE
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_relu6_and_bilinear_resize_are_valid(fmt: str, tmp_path: Path) -> None:
+    model = _relu6_bilinear(tmp_path / "m.onnx")
+    rep = api.verify(model, target="coreml", options={"format": fmt})
+    assert rep.ok, rep.format()
+    assert any("VALID" in line for _, line in rep.details) or MLVALIDATE is None
+    out = tmp_path / "o"
+    api.convert(model, "coreml", out, options={"format": fmt})
+    path = out / ("model.mlmodel" if fmt == "neuralnetwork" else "model.mlpackage")
+    assert_valid(path)
+    spec = ct.models.MLModel(str(path), skip_model_load=True).get_spec()
+    (x,) = spec.description.input
+    (y,) = spec.description.output
+    f32 = ct.proto.FeatureTypes_pb2.ArrayFeatureType.FLOAT32
+    assert list(x.type.multiArrayType.shape) == [1, 3, 4, 4]
+    assert list(y.type.multiArrayType.shape) == [1, 5]
+    assert x.type.multiArrayType.dataType == f32 and y.type.multiArrayType.dataType == f32
+    if fmt == "neuralnetwork":
+        # ct.convert's floor is 4 (iOS 13); upsample's linearUpsampleMode is version 5
+        # (iOS 14), which coremltools' builder sets and the validator checks.
+        assert spec.specificationVersion == 5
+        exact = ct.proto.NeuralNetwork_pb2.NeuralNetworkMultiArrayShapeMapping.Value(
+            "EXACT_ARRAY_MAPPING"
+        )
+        assert spec.neuralNetwork.arrayInputShapeMapping == exact
+        kinds = [la.WhichOneof("layer") for la in spec.neuralNetwork.layers]
+        assert "clip" in kinds and "upsample" in kinds
+
+
+def test_rank5_mapping_with_clip_is_what_the_validator_rejects(tmp_path: Path) -> None:
+    """The judge itself: the same network with the old rank-5 mapping is INVALID."""
+    if MLVALIDATE is None:
+        pytest.skip(validator.NOT_FOUND)
+    out = tmp_path / "o"
+    api.convert(
+        _relu6_bilinear(tmp_path / "m.onnx"), "coreml", out, options={"format": "neuralnetwork"}
+    )
+    spec = ct.models.MLModel(str(out / "model.mlmodel"), skip_model_load=True).get_spec()
+    spec.neuralNetwork.arrayInputShapeMapping = 0  # RANK5_ARRAY_MAPPING
+    bad = tmp_path / "bad" / "rank5.mlmodel"
+    bad.parent.mkdir()
+    ct.models.MLModel(spec, skip_model_load=True).save(str(bad))
+    verdict = validator.validate(bad)
+    assert verdict is not None and not verdict.valid
+    assert "EXACT_ARRAY_MAPPING" in verdict.message
+    bad.unlink()  # not left for the autouse check
+
+
+def _fake_validator(tmp_path: Path, verdict: str) -> Path:
+    exe = tmp_path / "fake-mlvalidate"
+    exe.write_text(f'#!/bin/sh\n[ $# -eq 0 ] && exit 0\nprintf "%s\\t{verdict}\\n" "$1"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def test_verify_reports_invalid_as_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = FIX / "mps" / "tiny_resnet.dynamo.onnx"
+    out = tmp_path / "o"
+    api.convert(model, "coreml", out, options={"format": "neuralnetwork"})
+    details = get_backend("coreml").verify_details(out)
+    if MLVALIDATE is not None:
+        assert details == [(True, "Core ML validator (mlvalidate) on model.mlmodel: VALID")]
+    # The same folder judged by a validator that says INVALID: verify's verdict is FAIL.
+    monkeypatch.setenv(validator.ENV, str(_fake_validator(tmp_path, "INVALID\tbad layer")))
+    ((ok, line),) = get_backend("coreml").verify_details(out)
+    assert not ok and line.endswith("model.mlmodel: INVALID: bad layer")
+    from onnx2edge.verify import VerifyReport
+
+    rep = VerifyReport("coreml", 1e-4, 1e-6, [], details=[(ok, line)])
+    assert not rep.ok and "FAIL Core ML validator" in rep.format()
+    assert rep.format().splitlines()[-1].startswith("FAIL")
+    # and convert refuses to leave such a file behind: one line, nothing written
+    code = main(
+        [
+            "convert",
+            str(model),
+            "--target",
+            "coreml",
+            "--format",
+            "neuralnetwork",
+            "-o",
+            str(tmp_path / "o2"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code != 0 and "validator rejects" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o2").exists()
+
+
+def test_cli_verify_prints_the_validator_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if MLVALIDATE is None:
+        pytest.skip(validator.NOT_FOUND)
+    model = _relu6_bilinear(tmp_path / "m.onnx")
+    assert main(["verify", str(model), "--target", "coreml", "--format", "neuralnetwork"]) == 0
+    assert "Core ML validator (mlvalidate) on model.mlmodel: VALID" in capsys.readouterr().out
