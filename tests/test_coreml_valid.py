@@ -163,3 +163,61 @@ def test_cli_verify_prints_the_validator_verdict(
     model = _relu6_bilinear(tmp_path / "m.onnx")
     assert main(["verify", str(model), "--target", "coreml", "--format", "neuralnetwork"]) == 0
     assert "Core ML validator (mlvalidate) on model.mlmodel: VALID" in capsys.readouterr().out
+
+
+# --- a tf.cond gate (tf2onnx's If on a rank-0 condition): no crash ----------------------------
+def _tf_cond(path: Path) -> Path:
+    """y = relu(x) if sum(x) > 0 else -x: tf2onnx writes tf.cond as an If whose condition
+    is a rank-0 bool tensor."""
+    f = helper.make_tensor_value_info
+    then_g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["t"])], "then", [], [f("t", 1, [1, 4])]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [f("e", 1, [1, 4])]
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["cond"]),
+        helper.make_node(
+            "If", ["cond"], ["y"], name="cond/If", then_branch=then_g, else_branch=else_g
+        ),
+    ]
+    inits = [tensor("zero", np.array(0, np.float32))]
+    return save(make_model(nodes, [vi("x", [1, 4])], [vi("y", [1, 4])], inits, opset=13), path)
+
+
+def test_tf_cond_gate_converts_to_mlprogram_both_branches(tmp_path: Path) -> None:
+    model = _tf_cond(tmp_path / "cond.onnx")
+    for x in ([[1, -2, 3, 4]], [[-1, -2, 3, -4]]):  # sum > 0: then; sum < 0: else
+        rep = api.verify(model, target="coreml", inputs={"x": np.array(x, np.float32)})
+        assert rep.ok, rep.format()
+    out = tmp_path / "o"
+    api.convert(model, "coreml", out)
+    assert_valid(out / "model.mlpackage")
+
+
+def test_tf_cond_gate_refused_by_neuralnetwork_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = _tf_cond(tmp_path / "cond.onnx")
+    out = tmp_path / "o"
+    code = main(
+        ["convert", str(model), "--target", "coreml", "--format", "neuralnetwork", "-o", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    # the If's nodes are named (the frontend lowers the If to Where(cond, then, else))
+    assert "cond/If/select0 (Where" in err and "Traceback" not in err
+    assert not out.exists()
+    # and the Neural Engine check places every node without crashing
+    assert main(["check", str(model), "--target", "coreml-ane"]) in (0, 1)
+
+
+def test_tf2onnx_gate_fixture_converts_both_branches() -> None:
+    """The exporter corpus' tf2onnx tf.cond model (crashed with exit 3 before)."""
+    model = FIX / "exporters" / "gate.tf2onnx.onnx"
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    for feed in (x, np.abs(x) + 0.5):  # a negative minimum, then a positive one
+        rep = api.verify(model, target="coreml", input_shapes={"x": [3, 8]}, inputs={"x": feed})
+        assert rep.ok, rep.format()

@@ -548,6 +548,42 @@ def mil_add(x, y, **_: Any):
     return np.add(x, y)  # [MIL] elementwise_binary, broadcasting  # noqa: E704
 
 
+def mil_greater(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.greater: bool, broadcasting."""
+    return np.greater(x, y)
+
+
+def mil_less(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.less: bool, broadcasting."""
+    return np.less(x, y)
+
+
+def mil_greater_equal(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.greater_equal: bool, broadcasting."""
+    return np.greater_equal(x, y)
+
+
+def mil_less_equal(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.less_equal: bool, broadcasting."""
+    return np.less_equal(x, y)
+
+
+def mil_reduce_min(x, axes=None, keep_dims=False, **_: Any) -> np.ndarray:
+    """[MIL] reduction.reduce_min."""
+    return np.min(x, axis=_axes(axes, x.ndim), keepdims=bool(keep_dims))
+
+
+def mil_sqrt(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.sqrt (NaN below 0, as IEEE sqrt)."""
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(x)
+
+
+def mil_select(cond, a, b, **_: Any) -> np.ndarray:
+    """[MIL] control_flow.select: a where cond is true, else b (broadcasting)."""
+    return np.where(np.asarray(cond, bool), a, b)
+
+
 def mil_sub(x, y, **_: Any):
     return np.subtract(x, y)  # noqa: E704
 

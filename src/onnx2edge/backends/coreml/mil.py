@@ -95,6 +95,7 @@ _UNARY = {
     "Softplus": "softplus",
     "Exp": "exp",
     "Erf": "erf",
+    "Sqrt": "sqrt",
 }
 
 
@@ -105,6 +106,7 @@ _UNARY = {
     "Softplus",
     "Exp",
     "Erf",
+    "Sqrt",
     "LeakyRelu",
     "Elu",
     "HardSigmoid",
@@ -359,7 +361,7 @@ def _lrn(c: _Ctx, n: Node, mb: Any) -> None:
     )
 
 
-@_op("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum")
+@_op("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin")
 def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
@@ -374,7 +376,12 @@ def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
                 raise Refuse("noop_with_empty_axes=1 is not supported")
             axes_v = range(rank)
         axes, keep = sorted(int(a) % rank for a in axes_v), bool(n.attr("keepdims", 1))
-    fn = {"Mean": mb.reduce_mean, "Max": mb.reduce_max, "Sum": mb.reduce_sum}
+    fn = {
+        "Mean": mb.reduce_mean,
+        "Max": mb.reduce_max,
+        "Sum": mb.reduce_sum,
+        "Min": mb.reduce_min,
+    }
     kind = next(k for k in fn if k in n.op_type or (k == "Mean" and "Average" in n.op_type))
     c.set(n, fn[kind](x=c.x(n.inputs[0]), axes=axes, keep_dims=keep, name=c.out(n)))
 
@@ -524,6 +531,39 @@ def _binary(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, fn(x=a, y=b, name=c.out(n)))
 
 
+@_op("Neg")
+def _neg(c: _Ctx, n: Node, mb: Any) -> None:
+    c.set(n, mb.mul(x=c.x(n.inputs[0]), y=np.float32(-1.0), name=c.out(n)))
+
+
+_COMPARE = {
+    "Greater": "greater",
+    "Less": "less",
+    "GreaterOrEqual": "greater_equal",
+    "LessOrEqual": "less_equal",
+}
+
+
+@_op(*_COMPARE)
+def _compare(c: _Ctx, n: Node, mb: Any) -> None:
+    # bool results: the condition of a Where (tf2onnx's tf.cond gate, lowered from If).
+    a, b = (c.x(i) for i in n.inputs[:2])
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        raise Refuse("both operands constant (fold_constants should have removed this)")
+    a, b = (v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in (a, b))
+    fn = getattr(mb, _COMPARE[n.op_type])
+    c.set(n, fn(x=a, y=b, name=c.out(n)))
+
+
+@_op("Where")
+def _where(c: _Ctx, n: Node, mb: Any) -> None:
+    cond, a, b = (c.x(i) for i in n.inputs[:3])
+    if isinstance(cond, np.ndarray):
+        raise Refuse("a constant condition (fold_constants should have removed this)")
+    a, b = (v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in (a, b))
+    c.set(n, mb.select(cond=cond, a=a, b=b, name=c.out(n)))
+
+
 def _emit_one(ctx: _Ctx, n: Node, mb: Any) -> str | None:
     """Emit one node; the reason it is refused, or None."""
     emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
@@ -555,7 +595,10 @@ def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
             if i and not graph.is_const(i) and names[i] not in specs:
                 t = graph.type_of(i)
                 dt = dtypes.get(np.dtype(t.dtype), types.int32) if t is not None else types.fp32
-                specs[names[i]] = mb.placeholder(shape=static_shape(graph, i), dtype=dt)
+                shape = static_shape(graph, i)
+                if not shape:  # MIL placeholders (function inputs) have rank >= 1
+                    return f"rank-0 input '{i}' cannot be judged apart from its producer"
+                specs[names[i]] = mb.placeholder(shape=shape, dtype=dt)
     except Refuse as e:
         return str(e)
     with Function(specs) as fn:

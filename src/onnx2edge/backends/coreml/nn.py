@@ -387,7 +387,7 @@ def _reduce(c: _Ctx, n: Node) -> None:
 def _flatten(c: _Ctx, n: Node) -> None:
     g = c.graph
     xs, ys = static_shape(g, n.inputs[0]), static_shape(g, n.outputs[0])
-    if not (xs[0] == 1 and len(ys) == 2 and ys[0] == 1):
+    if not (xs[:1] == (1,) and len(ys) == 2 and ys[0] == 1):
         raise Refuse(
             f"only (1, ...) -> (1, N) reshapes are supported, not {list(xs)} -> {list(ys)}"
         )
