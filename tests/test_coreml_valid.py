@@ -221,3 +221,105 @@ def test_tf2onnx_gate_fixture_converts_both_branches() -> None:
     for feed in (x, np.abs(x) + 0.5):  # a negative minimum, then a positive one
         rep = api.verify(model, target="coreml", input_shapes={"x": [3, 8]}, inputs={"x": feed})
         assert rep.ok, rep.format()
+
+
+# --- Neural Engine placement (issue 27, item 4) ---------------------------------------------
+def _rows(model: Path, **kw) -> dict[str, dict]:  # noqa: ANN003
+    from onnx2edge import frontend
+    from onnx2edge.backends.coreml import placement
+
+    g = frontend.load(model, quiet=True)
+    return {r["node"]: r for r in placement.check_coreml_ane(g, **kw)}
+
+
+def _ane_model(path: Path, hw: int = 14) -> Path:
+    """Clip, Exp, Split, Slice, Transpose, bilinear Resize to hw x hw (hw even), an
+    AveragePool with kernel min(hw, 14) and a hw x hw GlobalAveragePool."""
+    k = min(hw, 14)
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Clip", ["x", "lo", "hi"], ["c"], name="relu6"),
+        helper.make_node("Exp", ["c"], ["e"], name="exp"),
+        helper.make_node("Split", ["e"], ["s1", "s2"], axis=1, name="split"),
+        helper.make_node("Slice", ["s1", "st", "en", "ax"], ["sl"], name="slice"),
+        helper.make_node("Transpose", ["s2"], ["t"], perm=[0, 1, 3, 2], name="transpose"),
+        helper.make_node("Add", ["sl", "t"], ["a"], name="add"),
+        helper.make_node("Resize", ["a", "", "scales"], ["u"], mode="linear", name="bilinear"),
+        helper.make_node("AveragePool", ["u"], ["p14"], kernel_shape=[k, k], name="avg14"),
+        helper.make_node("GlobalAveragePool", ["u"], ["g"], name="gap"),
+        helper.make_node("Mul", ["g", "w"], ["y"], name="scale"),
+    ]
+    inits = [
+        tensor("lo", np.array(0.0, np.float32)),
+        tensor("hi", np.array(6.0, np.float32)),
+        tensor("st", np.array([0], np.int64)),
+        tensor("en", np.array([hw // 2], np.int64)),
+        tensor("ax", np.array([2], np.int64)),
+        tensor("scales", np.array([1, 1, 2, 2], np.float32)),
+        tensor("w", rng.standard_normal((1, 2, 1, 1)).astype(np.float32)),
+    ]
+    h = hw // 2
+    side = 2 * h - k + 1
+    outs = [vi("y", [1, 2, 1, 1]), vi("p14", [1, 2, side, side])]
+    m = make_model(nodes, [vi("x", [1, 4, h, h])], outs, inits)
+    return save(m, path)
+
+
+def test_ane_rules_for_the_four_gaps(tmp_path: Path) -> None:
+    rows = _rows(_ane_model(tmp_path / "m.onnx", hw=14))
+    for name in ("relu6", "bilinear"):  # valid as written: the exact mapping
+        assert rows[name]["placement"] == "ane" and rows[name]["status"] == "supported"
+        assert "exact array mapping" in rows[name]["reason"]
+        assert "validator" in rows[name]["source"]
+    for name, layer in (("exp", "unary EXP"), ("split", "split"), ("slice", "slice")):
+        r = rows[name]
+        assert r["placement"] == "ane" and layer in r["reason"], r
+        assert "ND layer" not in r["reason"].replace("not an 'ND' layer", "")
+        assert "NeuralNetwork.proto" in r["source"]
+    t = rows["transpose"]
+    assert t["placement"] == "ane" and "permute" in t["reason"] and "rank-5" in t["reason"]
+    # the reference's rule is about the kernel: AveragePool 14x14 and a 14x14 global pool
+    assert rows["avg14"]["placement"] == "gpu" and "greater than 13" in rows["avg14"]["reason"]
+    assert rows["gap"]["placement"] == "gpu" and "global pooling" in rows["gap"]["reason"]
+    assert all(r["source"] for r in rows.values())
+    # 12x12 global pool (kernel <= 13): on the ANE
+    rows12 = _rows(_ane_model(tmp_path / "m12.onnx", hw=12))
+    assert rows12["gap"]["placement"] == "ane", rows12["gap"]
+
+
+def test_ane_float32_ml_program_is_off_the_ane(tmp_path: Path) -> None:
+    model = _ane_model(tmp_path / "m.onnx", hw=12)
+    rows = _rows(model, fmt="mlprogram", precision="fp32")
+    assert {r["placement"] for r in rows.values()} == {"gpu"}
+    r = rows["relu6"]
+    assert r["rule"] == "--precision fp16" and "float32 ML Program" in r["reason"]
+    assert "Typed Execution" in r["source"]
+    assert _rows(model, fmt="mlprogram", precision="fp16")["relu6"]["placement"] == "ane"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_exp_split_slice_emitted_and_valid(fmt: str, tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Exp", ["x"], ["e"]),
+        helper.make_node("Split", ["e"], ["a", "b"], axis=1),
+        helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["s"]),
+        helper.make_node("Slice", ["b", "st", "en", "ax", "sp"], ["s2"]),
+        helper.make_node("Add", ["s", "s2"], ["y"]),
+    ]
+    inits = [
+        tensor("st", np.array([1, 0], np.int64)),
+        tensor("en", np.array([6, 100], np.int64)),
+        tensor("ax", np.array([2, 3], np.int64)),
+        tensor("sp", np.array([2, 2], np.int64)),
+    ]
+    m = make_model(nodes, [vi("x", [1, 4, 6, 5])], [vi("y", [1, 2, 3, 3])], inits)
+    model = save(m, tmp_path / "ess.onnx")
+    rep = api.verify(model, target="coreml", options={"format": fmt})
+    assert rep.ok, rep.format()
+    out = tmp_path / "o"
+    api.convert(model, "coreml", out, options={"format": fmt})
+    if fmt == "neuralnetwork":
+        spec = ct.models.MLModel(str(out / "model.mlmodel"), skip_model_load=True).get_spec()
+        kinds = {la.WhichOneof("layer") for la in spec.neuralNetwork.layers}
+        assert {"unary", "split", "slice"} <= kinds
+        assert not {k for k in kinds if "Broadcastable" in k or k.endswith("ND")}

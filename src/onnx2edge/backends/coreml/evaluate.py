@@ -395,6 +395,33 @@ def nn_crop(p: Any, *xs: np.ndarray) -> np.ndarray:
     return x[:, t : x.shape[1] - b, left : x.shape[2] - r]
 
 
+def nn_unary(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] UnaryFunctionLayerParams (EXP only here): exp(scale * x + shift) per the proto's
+    order of alpha / scale / shift (x shifted and scaled first)."""
+    kind = p.Operation.Name(p.type)
+    if kind != "EXP":
+        raise Onnx2EdgeError(f"evaluator: unary {kind} is not modelled")
+    scale = p.scale if p.scale != 0 else 1.0
+    with np.errstate(over="ignore"):
+        return np.exp(x.astype(np.float64) * scale + p.shift)
+
+
+def nn_split(p: Any, x: np.ndarray) -> list[np.ndarray]:
+    """[NN] SplitLayerParams: nOutputs equal parts along the channel axis (-3)."""
+    return np.split(x, p.nOutputs, axis=-3)
+
+
+def nn_slice(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] SliceLayerParams: [startIndex, endIndex) with a positive stride along
+    channel (-3) / height (-2) / width (-1); non-negative indices here."""
+    axis = (-3, -2, -1)[p.axis]
+    if p.startIndex < 0 or p.endIndex <= 0:
+        raise Onnx2EdgeError("evaluator: negative slice indices are not modelled")
+    idx = [slice(None)] * x.ndim
+    idx[axis] = slice(p.startIndex, p.endIndex, p.stride or 1)
+    return x[tuple(idx)]
+
+
 def nn_reshapeStatic(p: Any, x: np.ndarray) -> np.ndarray:
     """[NN] ReshapeStaticLayerParams: row-major reshape to targetShape (batch 1 here)."""
     shape = tuple(int(d) for d in p.targetShape)
@@ -426,7 +453,9 @@ def eval_neuralnetwork(spec: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, 
                 f"evaluator: Core ML layer type '{kind}' ({layer.name}) is not modelled"
             )
         y = fn(getattr(layer, kind), *(env[i] for i in layer.input))
-        env[layer.output[0]] = np.asarray(y).astype(F)
+        ys = y if isinstance(y, list) else [y]
+        for name, v in zip(layer.output, ys, strict=True):
+            env[name] = np.asarray(v).astype(F)
     return env
 
 

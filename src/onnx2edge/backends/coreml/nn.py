@@ -445,6 +445,74 @@ def _resize(c: _Ctx, n: Node) -> None:
     c.layer("upsample")
 
 
+@_op("Exp")
+def _exp(c: _Ctx, n: Node) -> None:
+    # UnaryFunctionLayerParams EXP: a Core ML 2 layer of any rank (not an ND layer).
+    chw(c.graph, n.inputs[0])
+    c.b.add_unary(n.name, n.inputs[0], n.outputs[0], "exp")
+    c.layer("unary")
+
+
+def _channel_axis(g: Graph, name: str, axis: int) -> str:
+    """The legacy layer axis ('channel' / 'height' / 'width') an ONNX axis of a batch-1
+    tensor is; rank-2 (1, N) tensors are (1, N, 1, 1) blobs, so their axis 1 is 'channel'."""
+    rank = len(static_shape(g, name))
+    axis %= rank
+    if axis == 0:
+        raise Refuse("slicing or splitting the batch axis is not supported")
+    return ("channel", "height", "width")[axis - 1]
+
+
+@_op("Split")
+def _split(c: _Ctx, n: Node) -> None:
+    # SplitLayerParams: equal parts along the channel axis (-3), a Core ML 2 layer.
+    g = c.graph
+    chw(g, n.inputs[0])
+    if _channel_axis(g, n.inputs[0], int(n.attr("axis", 0))) != "channel":
+        raise Refuse("only channel splits (axis 1) map onto the Split layer")
+    sizes = {static_shape(g, o)[1] for o in n.outputs if o}
+    if len(sizes) != 1 or not all(n.outputs):
+        raise Refuse("only equal channel splits map onto the Split layer")
+    c.b.add_split(n.name, n.inputs[0], list(n.outputs))
+    c.layer("split")
+
+
+@_op("Slice")
+def _slice(c: _Ctx, n: Node) -> None:
+    # SliceLayerParams: one of channel / height / width, positive stride; one layer per axis.
+    g = c.graph
+    if g.opset < 10:
+        starts, ends = n.attr("starts"), n.attr("ends")
+        axes, steps = n.attr("axes"), None
+    else:
+        starts, ends = const(g, n, 1, "starts"), const(g, n, 2, "ends")
+        axes, steps = opt_const(g, n, 3), opt_const(g, n, 4)
+    shape = static_shape(g, n.inputs[0])
+    chw(g, n.inputs[0])
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(axes) if steps is None else [int(v) for v in steps]
+    cuts = []
+    for a, b0, e0, st in zip(axes, starts, ends, steps, strict=True):
+        a %= len(shape)
+        if st <= 0:
+            raise Refuse("only positive Slice steps map onto the Slice layer")
+        lo, hi, _ = slice(int(b0), int(e0), st).indices(shape[a])
+        if hi <= lo:
+            raise Refuse("empty slices are not supported")
+        if (lo, hi, st) != (0, shape[a], 1):
+            cuts.append((_channel_axis(g, n.inputs[0], a), lo, hi, st))
+    x = n.inputs[0]
+    if not cuts:  # a full slice: an identity (linear activation)
+        c.b.add_activation(n.name, "LINEAR", x, n.outputs[0], params=[1.0, 0.0])
+        c.layer("activation")
+        return
+    for i, (axis, lo, hi, st) in enumerate(cuts):
+        y = n.outputs[0] if i == len(cuts) - 1 else c.tmp(n.outputs[0])
+        c.b.add_slice(n.name if i == 0 else c.tmp(n.name), x, y, axis, lo, hi, st)
+        c.layer("slice")
+        x = y
+
+
 @_op("BatchNormalization")
 def _bn(c: _Ctx, n: Node) -> None:
     g = c.graph
