@@ -67,11 +67,11 @@ def test_validator_runs() -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_relu6_and_bilinear_resize_are_valid(fmt: str, tmp_path: Path) -> None:
     model = _relu6_bilinear(tmp_path / "m.onnx")
-    rep = api.verify(model, target="coreml", options={"format": fmt})
+    rep = api.verify(model, target="coreml", options={"format": fmt, "precision": "fp32"})
     assert rep.ok, rep.format()
     assert any("VALID" in line for _, line in rep.details) or MLVALIDATE is None
     out = tmp_path / "o"
-    api.convert(model, "coreml", out, options={"format": fmt})
+    api.convert(model, "coreml", out, options={"format": fmt, "precision": "fp32"})
     path = out / ("model.mlmodel" if fmt == "neuralnetwork" else "model.mlpackage")
     assert_valid(path)
     spec = ct.models.MLModel(str(path), skip_model_load=True).get_spec()
@@ -190,7 +190,12 @@ def _tf_cond(path: Path) -> Path:
 def test_tf_cond_gate_converts_to_mlprogram_both_branches(tmp_path: Path) -> None:
     model = _tf_cond(tmp_path / "cond.onnx")
     for x in ([[1, -2, 3, 4]], [[-1, -2, 3, -4]]):  # sum > 0: then; sum < 0: else
-        rep = api.verify(model, target="coreml", inputs={"x": np.array(x, np.float32)})
+        rep = api.verify(
+            model,
+            target="coreml",
+            inputs={"x": np.array(x, np.float32)},
+            options={"precision": "fp32"},
+        )
         assert rep.ok, rep.format()
     out = tmp_path / "o"
     api.convert(model, "coreml", out)
@@ -219,7 +224,13 @@ def test_tf2onnx_gate_fixture_converts_both_branches() -> None:
     model = FIX / "exporters" / "gate.tf2onnx.onnx"
     x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     for feed in (x, np.abs(x) + 0.5):  # a negative minimum, then a positive one
-        rep = api.verify(model, target="coreml", input_shapes={"x": [3, 8]}, inputs={"x": feed})
+        rep = api.verify(
+            model,
+            target="coreml",
+            input_shapes={"x": [3, 8]},
+            inputs={"x": feed},
+            options={"precision": "fp32"},
+        )
         assert rep.ok, rep.format()
 
 
@@ -314,10 +325,10 @@ def test_exp_split_slice_emitted_and_valid(fmt: str, tmp_path: Path) -> None:
     ]
     m = make_model(nodes, [vi("x", [1, 4, 6, 5])], [vi("y", [1, 2, 3, 3])], inits)
     model = save(m, tmp_path / "ess.onnx")
-    rep = api.verify(model, target="coreml", options={"format": fmt})
+    rep = api.verify(model, target="coreml", options={"format": fmt, "precision": "fp32"})
     assert rep.ok, rep.format()
     out = tmp_path / "o"
-    api.convert(model, "coreml", out, options={"format": fmt})
+    api.convert(model, "coreml", out, options={"format": fmt, "precision": "fp32"})
     if fmt == "neuralnetwork":
         spec = ct.models.MLModel(str(out / "model.mlmodel"), skip_model_load=True).get_spec()
         kinds = {la.WhichOneof("layer") for la in spec.neuralNetwork.layers}

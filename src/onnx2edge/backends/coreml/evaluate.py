@@ -435,17 +435,56 @@ NN_LAYERS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+def _feature_shape(feature: Any) -> tuple[int, ...]:
+    """(1, C, H, W) of an image input, the declared shape of a multi-array input."""
+    t = feature.type
+    if t.WhichOneof("Type") == "imageType":
+        c = 1 if t.imageType.ColorSpace.Name(t.imageType.colorSpace) == "GRAYSCALE" else 3
+        return (1, c, int(t.imageType.height), int(t.imageType.width))
+    return tuple(int(d) for d in t.multiArrayType.shape)
+
+
+def _enumerated(feature: Any) -> set[tuple[int, ...]]:
+    """The enumerated shapes of a flexible input (FeatureTypes.proto), as (1, C, H, W)."""
+    t = feature.type
+    if t.WhichOneof("Type") == "imageType":
+        c = _feature_shape(feature)[1]
+        return {(1, c, int(z.height), int(z.width)) for z in t.imageType.enumeratedSizes.sizes}
+    return {tuple(int(d) for d in e.shape) for e in t.multiArrayType.enumeratedShapes.shapes}
+
+
+def _scale_image(sc: Any, feature: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] NeuralNetworkImageScaler: channelScale * pixel + the bias of the channel's
+    colour; the channels reach the network in the image's colour order (B, G, R for BGR)."""
+    space = feature.type.imageType.ColorSpace.Name(feature.type.imageType.colorSpace)
+    scale = sc.channelScale if sc.channelScale != 0 else 1.0
+    bias = {
+        "GRAYSCALE": [sc.grayBias],
+        "RGB": [sc.redBias, sc.greenBias, sc.blueBias],
+        "BGR": [sc.blueBias, sc.greenBias, sc.redBias],
+    }[space]
+    return (x.astype(np.float64) * scale + np.asarray(bias).reshape(-1, 1, 1)).astype(F)
+
+
 def eval_neuralnetwork(spec: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run spec.neuralNetwork on batch-1 blobs held without their batch axis: (C, H, W)
     for the rank-4 blobs of the exact array mapping, (N,) for a (1, N) one; returns every
     blob by name."""
+    body = getattr(spec, spec.WhichOneof("Type"))  # neuralNetwork or ...Classifier
+    scalers = {p.featureName: p.scaler for p in body.preprocessing if p.HasField("scaler")}
     env: dict[str, np.ndarray] = {}
     for inp in spec.description.input:
-        shape = tuple(inp.type.multiArrayType.shape)
-        if spec.neuralNetwork.arrayInputShapeMapping != 1 or shape[:1] != (1,):
+        shape = _feature_shape(inp)
+        if body.arrayInputShapeMapping != 1 or shape[:1] != (1,):
             raise Onnx2EdgeError("evaluator: only batch-1 inputs of the exact mapping are modelled")
-        env[inp.name] = np.asarray(feeds[inp.name], F).reshape(shape[1:])
-    for layer in spec.neuralNetwork.layers:
+        x = np.asarray(feeds[inp.name], F)
+        if x.shape in _enumerated(inp):  # a flexible input fed one of its other shapes
+            shape = x.shape
+        x = x.reshape(shape[1:])
+        if inp.name in scalers:
+            x = _scale_image(scalers[inp.name], inp, x)
+        env[inp.name] = x
+    for layer in body.layers:
         kind = layer.WhichOneof("layer")
         fn = NN_LAYERS.get(kind)
         if fn is None:
@@ -875,6 +914,22 @@ def eval_mlprogram(prog: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
     for op in fn.operations:
         if op.op_type == "const":
             env[op.outputs[0].name] = op.outputs[0].val
+            continue
+        if op.op_type.startswith("constexpr_"):
+            # Compressed weights (coremltools.optimize): coremltools' own decompression
+            # (the op's value inference) gives the dense weight Core ML computes with.
+            val = op.outputs[0].val
+            if val is None:  # the loader defers it: coremltools' materialisation
+                val = op.materialized_val_inference()
+            env[op.outputs[0].name] = np.asarray(val)
+            continue
+        if op.op_type == "classify":
+            # [MIL] classify: the predicted class and the probabilities per class (kept as
+            # the probability vector here, in the classes' order).
+            probs = np.asarray(env[op.inputs["probabilities"].name], np.float32)
+            classes = list(op.inputs["classes"].val)
+            env[op.outputs[0].name] = np.asarray(classes[int(np.argmax(probs))])
+            env[op.outputs[1].name] = probs.reshape(-1)
             continue
         impl = MIL_OPS.get(op.op_type)
         if impl is None:
