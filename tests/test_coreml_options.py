@@ -286,3 +286,66 @@ def test_cli_options_recorded(tmp_path: Path) -> None:
     assert o["metadata"] == "author=A,version=2" and o["classifier_labels"] == str(labels)
     assert o["image_input"] == "input:scale=0.5,bias=0"
     assert_valid(out / FILE["mlprogram"])
+
+
+# --- quantized and float16 models (issue 27, item 3) ---------------------------------------
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """tiny_resnet through the project's own `quantize`: fp16, static QDQ int8 per-tensor
+    and per-channel (onnxruntime's quantizer), calibrated on 8 random samples."""
+    d = tmp_path_factory.mktemp("quantized")
+    rng = np.random.default_rng(0)
+    np.savez(d / "calib.npz", input=rng.standard_normal((8, 1, 3, 32, 32)).astype(np.float32))
+    out = {"fp16": d / "fp16.onnx", "int8": d / "int8.onnx", "int8pc": d / "int8pc.onnx"}
+    api.quantize(TINY, out["fp16"], mode="fp16")
+    api.quantize(TINY, out["int8"], mode="static", calib=d / "calib.npz")
+    api.quantize(TINY, out["int8pc"], mode="static", calib=d / "calib.npz", per_channel=True)
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_float16_model_converts(fmt: str, quantized: dict[str, Path], tmp_path: Path) -> None:
+    model = quantized["fp16"]
+    assert any(n.op_type == "Cast" for n in onnx.load(model).graph.node)
+    rep = api.verify(model, target="coreml", options={"format": fmt}, rtol=1e-2, atol=1e-3)
+    assert rep.ok, rep.format()
+    out = tmp_path / "o"
+    api.convert(model, "coreml", out, options={"format": fmt})
+    assert_valid(out / FILE[fmt])
+
+
+def _output_scale(model: Path) -> float:
+    m = onnx.load(model)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in m.graph.initializer}
+    (dq,) = [n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "linear"]
+    return float(inits[dq.input[1]])
+
+
+@pytest.mark.parametrize("kind", ["int8", "int8pc"])
+def test_qdq_int8_model_to_ml_program_with_int8_weights(
+    kind: str, quantized: dict[str, Path], tmp_path: Path
+) -> None:
+    model = quantized[kind]
+    out = tmp_path / "o"
+    res = api.convert(model, "coreml", out)
+    program = str(_spec(out, "mlprogram").mlProgram)
+    assert program.count("constexpr_affine_dequantize") >= 4  # 3 convolutions + the linear
+    assert "INT8" in program and res.stats["specification_version"] >= 7  # iOS 16 ops
+    assert_valid(out / FILE["mlprogram"])
+    # float32: the quantized arithmetic exactly as onnxruntime runs the quantized ONNX
+    rep = api.verify(model, target="coreml", options={"precision": "fp32"})
+    assert rep.ok, rep.format()
+    # float16 (the default): within the output's quantization step (a rounding may flip)
+    step = _output_scale(model)
+    rep16 = api.verify(model, target="coreml", rtol=0.0, atol=2 * step)
+    assert rep16.ok, rep16.format()
+
+
+def test_qdq_int8_model_neuralnetwork_refused_in_one_line(
+    quantized: dict[str, Path], tmp_path: Path
+) -> None:
+    with pytest.raises(api.UnsupportedError) as e:
+        api.convert(
+            quantized["int8"], "coreml", tmp_path / "o", options={"format": "neuralnetwork"}
+        )
+    assert "QuantizeLinear" in str(e.value) and "\n" not in str(e.value)

@@ -15,6 +15,7 @@ from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, register_backend
 from . import evaluate, mil, nn, validator
+from . import fp16 as _fp16_pass  # noqa: F401 - registers coreml_float16_as_float
 from . import options as opts
 from ._ct import coremltools, no_progress_bars
 from .common import FORMATS, Refuse, static_shape
@@ -142,6 +143,7 @@ class CoreMLBackend(Backend):
 
     required_passes = (
         "fold_constants",
+        "coreml_float16_as_float",  # fp16 models: Casts between floats become Identity
         "infer_shapes",
         "remove_identity",
         "eliminate_dead_nodes",
@@ -242,6 +244,12 @@ class CoreMLBackend(Backend):
             "ane_replacements": len(lowered.replacements),
             "coreml_validator": "not run" if verdict is None else verdict.line(),
         }
+        if fmt == "mlprogram" and (options.get("compress") or is_qdq(graph)):
+            stats["weights"] = (
+                f"compressed ({options['compress']})"
+                if options.get("compress")
+                else "int8 from the QDQ model (constexpr_affine_dequantize)"
+            )
         if fmt == "mlprogram" and not fp16:
             stats["neural_engine"] = (
                 "no: a float32 ML Program runs on GPU and CPU only (--precision fp16)"
@@ -505,7 +513,8 @@ def _build_mlprogram(
             )
         ]
     target = options.get("minimum_deployment_target")
-    if options.get("compress"):
+    compress = options.get("compress") or (qdq_grid(graph) if is_qdq(graph) else None)
+    if compress:
         # constexpr_affine_dequantize / constexpr_lut_to_dense are iOS 16 ops.
         floor = ct.target.iOS16
         target = target if target and ct.target[target].value >= floor.value else "iOS16"
@@ -520,13 +529,33 @@ def _build_mlprogram(
             skip_model_load=True,  # Core ML cannot load it on Linux
             **kw,
         )
-        if options.get("compress"):
-            model = _compress(model, options["compress"])
+        if compress:
+            model = _compress(model, compress)
     spec = model.get_spec()
     _set_descriptions(spec, graph, names, "mlprogram")
     _set_metadata(spec, options)
     model = ct.models.MLModel(spec, weights_dir=model.weights_dir, skip_model_load=True)
     return model, names, lowered
+
+
+def is_qdq(graph: Graph) -> bool:
+    """A QDQ-quantized model (onnxruntime's quantizer, `onnx2edge quantize --mode static`)."""
+    return any(n.op_type == "QuantizeLinear" for n in graph.nodes)
+
+
+def qdq_grid(graph: Graph) -> str:
+    """'qdq-int8-per-tensor' when every Conv / Gemm / MatMul weight is on one symmetric int8
+    grid (max|w| / 127 per tensor, onnxruntime's default), else 'qdq-int8-per-channel'."""
+    for n in graph.nodes:
+        if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.inputs) > 1:
+            w = graph.const(n.inputs[1])
+            if w is None or not np.size(w):
+                continue
+            w = np.asarray(w, np.float64)
+            step = np.max(np.abs(w)) / 127.0
+            if step > 0 and not np.allclose(w / step, np.round(w / step), atol=1e-3):
+                return "qdq-int8-per-channel"
+    return "qdq-int8-per-tensor"
 
 
 def _compress(model: Any, mode: str) -> Any:
@@ -535,6 +564,19 @@ def _compress(model: Any, mode: str) -> Any:
     (constexpr_lut_to_dense)."""
     import coremltools.optimize.coreml as cto
 
+    if mode.startswith("qdq-int8"):
+        # A QDQ model's weights are already on an int8 grid (the loader folded their
+        # DequantizeLinear): symmetric int8 of every weight (no size threshold), per channel
+        # or per tensor as the model's own (qdq_grid), finds that grid again.
+        cfg = cto.OptimizationConfig(
+            global_config=cto.OpLinearQuantizerConfig(
+                mode="linear_symmetric",
+                dtype="int8",
+                granularity="per_tensor" if mode.endswith("per-tensor") else "per_channel",
+                weight_threshold=1,
+            )
+        )
+        return cto.linear_quantize_weights(model, config=cfg)
     if mode == "linear8":
         cfg = cto.OptimizationConfig(
             global_config=cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8")

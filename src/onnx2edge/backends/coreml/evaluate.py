@@ -887,6 +887,12 @@ def mil_cast(x, dtype, **_: Any) -> np.ndarray:
     return np.asarray(x).astype({"fp16": np.float16, "fp32": np.float32}[str(dtype)])
 
 
+def mil_round(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.round: to the nearest integer (ties to even, as numpy and
+    ONNX's QuantizeLinear; ties are measure-zero for float activations)."""
+    return np.round(x)
+
+
 MIL_OPS: dict[str, Callable[..., Any]] = {
     name[4:]: fn for name, fn in globals().items() if name.startswith("mil_") and callable(fn)
 }

@@ -306,6 +306,52 @@ def _gemm(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, mb.linear(x=c.x(n.inputs[0]), weight=w, name=c.out(n), **kw))
 
 
+def _qparams(c: _Ctx, n: Node) -> tuple[float, float, int, int]:
+    g = c.graph
+    s = opt_const(g, n, 1)
+    z = opt_const(g, n, 2)
+    if s is None or np.size(s) != 1 or (z is not None and np.size(z) != 1):
+        raise Refuse("only constant per-tensor activation scales / zero points are supported")
+    if len(n.inputs) > 2 and n.inputs[2] and z is None:
+        raise Refuse("the zero point must be a constant")
+    zdt = np.dtype(np.uint8) if z is None else np.asarray(z).dtype
+    if zdt not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        raise Refuse(f"{zdt} activations are not supported (int8 / uint8)")
+    info = np.iinfo(zdt)
+    return (
+        float(np.reshape(s, ())),
+        0.0 if z is None else float(np.reshape(z, ())),
+        info.min,
+        info.max,
+    )
+
+
+@_op("QuantizeLinear")
+def _quantize(c: _Ctx, n: Node, mb: Any) -> None:
+    # The arithmetic QuantizeLinear defines, in float: clip(round(x / s) + z, qmin, qmax).
+    s, z, lo, hi = _qparams(c, n)
+    nm = c.out(n)
+    t = mb.round(
+        x=mb.real_div(x=c.x(n.inputs[0]), y=np.float32(s), name=f"{nm}_div"), name=f"{nm}_round"
+    )
+    t = mb.add(x=t, y=np.float32(z), name=f"{nm}_zp")
+    c.lowered.layers += ["real_div", "round", "add"]
+    c.set(n, mb.clip(x=t, alpha=np.float32(lo), beta=np.float32(hi), name=nm))
+
+
+@_op("DequantizeLinear")
+def _dequantize(c: _Ctx, n: Node, mb: Any) -> None:
+    # (q - z) * s on the float-held integer values of a QuantizeLinear above.
+    s, z, _, _ = _qparams(c, n)
+    x = c.x(n.inputs[0])
+    if isinstance(x, np.ndarray):
+        raise Refuse("a constant (fold_constants should have removed this)")
+    nm = c.out(n)
+    t = mb.sub(x=x, y=np.float32(z), name=f"{nm}_zp")
+    c.lowered.layers.append("sub")
+    c.set(n, mb.mul(x=t, y=np.float32(s), name=nm))
+
+
 @_op("MaxPool", "AveragePool")
 def _pool(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
@@ -529,6 +575,14 @@ def _binary(c: _Ctx, n: Node, mb: Any) -> None:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         raise Refuse("both operands constant (fold_constants should have removed this)")
     c.set(n, fn(x=a, y=b, name=c.out(n)))
+
+
+@_op("Identity")
+def _identity(c: _Ctx, n: Node, mb: Any) -> None:
+    x = c.x(n.inputs[0])
+    if isinstance(x, np.ndarray):
+        raise Refuse("a constant (fold_constants should have removed this)")
+    c.set(n, mb.identity(x=x, name=c.out(n)))
 
 
 @_op("Neg")

@@ -445,6 +445,14 @@ def _resize(c: _Ctx, n: Node) -> None:
     c.layer("upsample")
 
 
+@_op("Identity")
+def _identity(c: _Ctx, n: Node) -> None:
+    # What remove_identity keeps (next to a graph input or output): a linear activation.
+    chw(c.graph, n.inputs[0])
+    c.b.add_activation(n.name, "LINEAR", n.inputs[0], n.outputs[0], params=[1.0, 0.0])
+    c.layer("activation")
+
+
 @_op("Exp")
 def _exp(c: _Ctx, n: Node) -> None:
     # UnaryFunctionLayerParams EXP: a Core ML 2 layer of any rank (not an ND layer).
