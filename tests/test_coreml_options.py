@@ -349,3 +349,12 @@ def test_qdq_int8_model_neuralnetwork_refused_in_one_line(
             quantized["int8"], "coreml", tmp_path / "o", options={"format": "neuralnetwork"}
         )
     assert "QuantizeLinear" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_neuralnetwork_file_is_deterministic(tmp_path: Path) -> None:
+    """Same model and options, same bytes (the metadata map serialised in a fixed order)."""
+    options = {"format": "neuralnetwork", "metadata": "author=A,license=MIT,version=1"}
+    for d in ("a", "b"):
+        api.convert(TINY, "coreml", tmp_path / d, options=options)
+    a, b = (tmp_path / d / FILE["neuralnetwork"] for d in ("a", "b"))
+    assert a.read_bytes() == b.read_bytes()

@@ -187,7 +187,11 @@ class CoreMLBackend(Backend):
                 fname = "model.mlpackage"
         except Refuse as e:
             raise Onnx2EdgeError(f"cannot convert to Core ML {fmt}: {e}") from e
-        model.save(str(out_dir / fname))
+        if fmt == "neuralnetwork":
+            # Deterministic bytes: MLModel.save serialises the metadata map in hash order.
+            (out_dir / fname).write_bytes(model.get_spec().SerializeToString(deterministic=True))
+        else:
+            model.save(str(out_dir / fname))
         # The saved file must load back, pass coremltools' checks and Core ML's validator.
         verdict = validate(out_dir / fname)
         spec = model.get_spec()
