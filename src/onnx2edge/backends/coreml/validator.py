@@ -11,6 +11,7 @@ repository. Absent (an installed wheel, another OS): the checks are skipped and 
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from dataclasses import dataclass
@@ -39,7 +40,13 @@ class Verdict:
 
 def find() -> Path | None:
     """The first runnable mlvalidate, or None."""
-    env = os.environ.get(ENV)
+    return _find(os.environ.get(ENV) or "")
+
+
+@functools.lru_cache(maxsize=8)
+def _find(env: str) -> Path | None:
+    # cached per value of the environment variable: a convert would otherwise start the
+    # binary once more only to learn that it runs
     for p in ([Path(env)] if env else []) + list(CANDIDATES):
         if p.is_file() and os.access(p, os.X_OK) and _runs(p):
             return p
