@@ -28,13 +28,15 @@ ct = pytest.importorskip("coremltools", reason="coremltools is in the dev extra"
 from onnx2edge.backends.coreml import placement  # noqa: E402
 from onnx2edge.backends.coreml.backend import MODEL_INFO  # noqa: E402
 
+from coreml_support import assert_valid, coreml_files_valid  # noqa: E402, F401
+
 TORCH = Path(__file__).parent / "fixtures" / "torch"
 FORMATS = ("neuralnetwork", "mlprogram")
 KEYS = {"node", "op", "status", "placement", "reason", "rule", "source"}
 
 
 def _verify(model: Path, fmt: str, **kw) -> None:  # noqa: ANN003
-    rep = api.verify(model, target="coreml", options={"format": fmt}, **kw)
+    rep = api.verify(model, target="coreml", options={"format": fmt, "precision": "fp32"}, **kw)
     assert rep.ok, rep.format()
 
 
@@ -88,7 +90,7 @@ def test_zoo_slow(tmp_path: Path, name: str, fmt: str) -> None:
 def test_written_model_loads_with_io_from_onnx(tmp_path: Path, fmt: str) -> None:
     model = TORCH / "mobilenetv3_block.dynamo.onnx"
     out = tmp_path / "o"
-    api.convert(model, "coreml", out, options={"format": fmt})
+    api.convert(model, "coreml", out, options={"format": fmt, "precision": "fp32"})
     info = json.loads((out / MODEL_INFO).read_text())
     m = ct.models.MLModel(str(out / info["file"]), skip_model_load=True)
     spec = m.get_spec()
@@ -100,7 +102,8 @@ def test_written_model_loads_with_io_from_onnx(tmp_path: Path, fmt: str) -> None
     x = ins["input"]
     assert "ONNX input 'input', float32 1x3x32x32" in x.shortDescription
     shape = list(x.type.multiArrayType.shape)
-    assert shape == ([3, 32, 32] if fmt == "neuralnetwork" else [1, 3, 32, 32])
+    assert shape == [1, 3, 32, 32]  # the ONNX shape, batch included (both formats)
+    assert x.type.multiArrayType.dataType == ct.proto.FeatureTypes_pb2.ArrayFeatureType.FLOAT32
     manifest = json.loads((out / "onnx2edge.json").read_text())
     assert manifest["options"]["format"] == fmt and manifest["stats"]["fp16"] is False
     assert "not on Apple hardware" in (out / "README.md").read_text()
@@ -153,7 +156,7 @@ def test_seed004_replacements(tmp_path: Path, fmt: str) -> None:
     path = save(_elementwise_model(), tmp_path / "ew.onnx")
     _verify(path, fmt)
     out = tmp_path / "o"
-    api.convert(path, "coreml", out, options={"format": fmt})
+    api.convert(path, "coreml", out, options={"format": fmt, "precision": "fp32"})
     repl = json.loads((out / MODEL_INFO).read_text())["replacements"]
     if fmt == "mlprogram":
         assert repl == []  # MIL ops broadcast; nothing to replace
@@ -278,7 +281,12 @@ def test_nan_and_inf_inputs_propagate_like_onnxruntime(tmp_path: Path) -> None:
     a[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
     b = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
     for fmt in FORMATS:
-        rep = api.verify(path, target="coreml", inputs={"a": a, "b": b}, options={"format": fmt})
+        rep = api.verify(
+            path,
+            target="coreml",
+            inputs={"a": a, "b": b},
+            options={"format": fmt, "precision": "fp32"},
+        )
         assert rep.ok, rep.format()
 
 
@@ -346,7 +354,8 @@ def test_cli_convert_run_and_verify(tmp_path: Path, capsys: pytest.CaptureFixtur
     got = np.load(tmp_path / "y.npz")
     for k, v in ref.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5)
-    assert main(["verify", str(model), "--target", "coreml", "--format", "mlprogram"]) == 0
+    argv = ["verify", str(model), "--target", "coreml", "--format", "mlprogram"]
+    assert main([*argv, "--precision", "fp32"]) == 0
     assert "PASS" in capsys.readouterr().out
 
 

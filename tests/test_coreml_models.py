@@ -27,6 +27,8 @@ ct = pytest.importorskip("coremltools", reason="coremltools is in the dev extra"
 
 from onnx2edge.backends.coreml.backend import MODEL_INFO  # noqa: E402
 
+from coreml_support import assert_valid, coreml_files_valid  # noqa: E402, F401
+
 FIX = Path(__file__).parent / "fixtures"
 FORMATS = ("neuralnetwork", "mlprogram")
 EXPORTERS = ("torchscript", "dynamo")
@@ -56,7 +58,9 @@ MLPROGRAM_FIELD += [f"torch/{n}.{e}.onnx" for n in ("vit_block", "sdpa_block") f
 
 def _convert_load_verify(model: Path, fmt: str, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    rep = api.verify(model, target="coreml", options={"format": fmt}, work_dir=out)
+    rep = api.verify(
+        model, target="coreml", options={"format": fmt, "precision": "fp32"}, work_dir=out
+    )
     assert rep.ok, rep.format()
     info = json.loads((out / MODEL_INFO).read_text())
     spec = ct.models.MLModel(str(out / info["file"]), skip_model_load=True).get_spec()
@@ -231,13 +235,14 @@ def test_refusal_names_nodes_after_a_refused_one(fmt: str, tmp_path: Path) -> No
         make_model(nodes, [vi("x", [1, 2, 3, 3])], [vi("y", [1, 2, 3, 3])]), tmp_path / "m.onnx"
     )
     with pytest.raises(api.UnsupportedError) as e:
-        api.convert(path, "coreml", tmp_path / "o", options={"format": fmt})
+        api.convert(path, "coreml", tmp_path / "o", options={"format": fmt, "precision": "fp32"})
     msg = str(e.value)
     assert "first_cos (Cos" in msg and "then_sin (Sin" in msg and "fine_relu" not in msg
     assert "2 nodes" in msg and not (tmp_path / "o").exists()
 
 
 # --- what coremltools can check on Linux --------------------------------------------------
+@pytest.mark.coreml_invalid_on_purpose
 def test_validate_rejects_broken_files(tmp_path: Path) -> None:
     from onnx2edge.backends.coreml.backend import validate
     from onnx2edge.errors import Onnx2EdgeError
@@ -245,7 +250,7 @@ def test_validate_rejects_broken_files(tmp_path: Path) -> None:
     model = FIX / "mps" / "tiny_resnet.dynamo.onnx"
     nn_out, mil_out = tmp_path / "nn", tmp_path / "mil"
     api.convert(model, "coreml", nn_out, options={"format": "neuralnetwork"})
-    api.convert(model, "coreml", mil_out, options={"format": "mlprogram"})
+    api.convert(model, "coreml", mil_out, options={"format": "mlprogram", "precision": "fp32"})
     # NeuralNetwork: a layer reading a blob nothing produces (check_nn_spec).
     m = ct.models.MLModel(str(nn_out / "model.mlmodel"), skip_model_load=True)
     spec = m.get_spec()
@@ -270,7 +275,7 @@ def test_evaluator_runs_the_saved_file(fmt: str, tmp_path: Path) -> None:
     """The numbers come from the written file: a changed weight in it changes the output."""
     model = FIX / "mps" / "tiny_resnet.dynamo.onnx"
     out = tmp_path / "o"
-    api.convert(model, "coreml", out, options={"format": fmt})
+    api.convert(model, "coreml", out, options={"format": fmt, "precision": "fp32"})
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     (iname,) = [i.name for i in onnx.load(model).graph.input]
     before = api.run(out, {iname: x})

@@ -477,6 +477,7 @@ def verify(
             "note: onnxruntime's u8 x s8 products saturate on this CPU (no VNNI) where the s8 operand "
             "is not a constant: the reference may be off"
         )
+    details: list[tuple[bool, str]] = []
     if target == "onnx":
         graph = run_passes(
             frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True),
@@ -509,6 +510,7 @@ def verify(
             # dequantized as the dropped DequantizeLinear would have: the comparison stays float
             ours = _dequantized(manifest, run(out, _quantized(manifest, feeds), options=opts))
             ran_on = get_backend(target).describe_run(out, opts)
+            details = get_backend(target).verify_details(out)
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
     missing = [n for n in ref_graph.outputs if n not in ours]
     if missing:
@@ -519,7 +521,14 @@ def verify(
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
     return VerifyReport(
-        target, rtol, atol, outputs, layers, arch=(options or {}).get("arch"), ran_on=ran_on
+        target,
+        rtol,
+        atol,
+        outputs,
+        layers,
+        arch=(options or {}).get("arch"),
+        ran_on=ran_on,
+        details=details,
     )
 
 

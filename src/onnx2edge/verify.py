@@ -103,9 +103,12 @@ class VerifyReport:
             )
         return "; ".join(f"{n}: {r}" for n, r in rules.items())
 
+    # The target's own checks of the written files (Backend.verify_details): (passed, line)
+    details: list[tuple[bool, str]] = field(default_factory=list)
+
     @property
     def ok(self) -> bool:
-        return all(o.ok for o in self.outputs)
+        return all(o.ok for o in self.outputs) and all(ok for ok, _ in self.details)
 
     @property
     def first_divergence(self) -> TensorReport | None:
@@ -126,6 +129,8 @@ class VerifyReport:
         }
         if self.arch:
             d["arch"] = self.arch
+        if self.details:
+            d["details"] = [{"ok": ok, "detail": line} for ok, line in self.details]
         if self.layers:
             fd = self.first_divergence
             d["layers"] = [r.as_dict() for r in self.layers]
@@ -149,6 +154,7 @@ class VerifyReport:
                     f"first divergence: node '{fd.node}' ({fd.op}) output '{fd.name}': "
                     f"max abs error {fd.max_abs:.3g}, max rel error {fd.max_rel:.3g}"
                 )
+        lines += [f"{'ok  ' if ok else 'FAIL'} {line}" for ok, line in self.details]
         verdict = "PASS" if self.ok else "FAIL"
         arch = f" (--arch {self.arch})" if self.arch else ""
         ran = f", ran on {self.ran_on}" if self.ran_on else ""

@@ -104,6 +104,11 @@ class Backend(ABC):
     ) -> dict[str, np.ndarray]:
         """Build `out_dir` if needed (cached) and run it on `inputs`; outputs by ONNX name."""
 
+    def verify_details(self, out_dir: Path) -> list[tuple[bool, str]]:
+        """Checks of the written files by the target's own tools, for `verify`'s verdict:
+        (passed, one line) each; a failed one makes the verdict FAIL. Default: none."""
+        return []
+
 
 BACKENDS: dict[str, type[Backend]] = {}
 

@@ -104,6 +104,8 @@ class Graph:
     model_doc_string: str = ""
     metadata: Mapping[str, str] = field(default_factory=dict)
     functions: tuple[Any, ...] = ()  # onnx.FunctionProto, passed through untouched
+    # doc strings of graph inputs / outputs (ValueInfoProto.doc_string), by tensor name
+    value_docs: Mapping[str, str] = field(default_factory=dict)
 
     # --- queries ---------------------------------------------------------------------------
     @property

@@ -195,6 +195,7 @@ def graph_from_model(model: onnx.ModelProto, base_dir: Path | None = None) -> Gr
         model_doc_string=model.doc_string,
         metadata={p.key: p.value for p in model.metadata_props},
         functions=tuple(model.functions),
+        value_docs={vi.name: vi.doc_string for vi in (*g.input, *g.output) if vi.doc_string},
     )
 
 

@@ -395,19 +395,96 @@ def nn_crop(p: Any, *xs: np.ndarray) -> np.ndarray:
     return x[:, t : x.shape[1] - b, left : x.shape[2] - r]
 
 
+def nn_unary(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] UnaryFunctionLayerParams (EXP only here): exp(scale * x + shift) per the proto's
+    order of alpha / scale / shift (x shifted and scaled first)."""
+    kind = p.Operation.Name(p.type)
+    if kind != "EXP":
+        raise Onnx2EdgeError(f"evaluator: unary {kind} is not modelled")
+    scale = p.scale if p.scale != 0 else 1.0
+    with np.errstate(over="ignore"):
+        return np.exp(x.astype(np.float64) * scale + p.shift)
+
+
+def nn_split(p: Any, x: np.ndarray) -> list[np.ndarray]:
+    """[NN] SplitLayerParams: nOutputs equal parts along the channel axis (-3)."""
+    return np.split(x, p.nOutputs, axis=-3)
+
+
+def nn_slice(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] SliceLayerParams: [startIndex, endIndex) with a positive stride along
+    channel (-3) / height (-2) / width (-1); non-negative indices here."""
+    axis = (-3, -2, -1)[p.axis]
+    if p.startIndex < 0 or p.endIndex <= 0:
+        raise Onnx2EdgeError("evaluator: negative slice indices are not modelled")
+    idx = [slice(None)] * x.ndim
+    idx[axis] = slice(p.startIndex, p.endIndex, p.stride or 1)
+    return x[tuple(idx)]
+
+
+def nn_reshapeStatic(p: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] ReshapeStaticLayerParams: row-major reshape to targetShape (batch 1 here)."""
+    shape = tuple(int(d) for d in p.targetShape)
+    if shape[:1] != (1,):
+        raise Onnx2EdgeError("evaluator: reshapeStatic of a batch other than 1")
+    return x.reshape(shape[1:])
+
+
 NN_LAYERS: dict[str, Callable[..., np.ndarray]] = {
     name[3:]: fn for name, fn in globals().items() if name.startswith("nn_") and callable(fn)
 }
 
 
+def _feature_shape(feature: Any) -> tuple[int, ...]:
+    """(1, C, H, W) of an image input, the declared shape of a multi-array input."""
+    t = feature.type
+    if t.WhichOneof("Type") == "imageType":
+        c = 1 if t.imageType.ColorSpace.Name(t.imageType.colorSpace) == "GRAYSCALE" else 3
+        return (1, c, int(t.imageType.height), int(t.imageType.width))
+    return tuple(int(d) for d in t.multiArrayType.shape)
+
+
+def _enumerated(feature: Any) -> set[tuple[int, ...]]:
+    """The enumerated shapes of a flexible input (FeatureTypes.proto), as (1, C, H, W)."""
+    t = feature.type
+    if t.WhichOneof("Type") == "imageType":
+        c = _feature_shape(feature)[1]
+        return {(1, c, int(z.height), int(z.width)) for z in t.imageType.enumeratedSizes.sizes}
+    return {tuple(int(d) for d in e.shape) for e in t.multiArrayType.enumeratedShapes.shapes}
+
+
+def _scale_image(sc: Any, feature: Any, x: np.ndarray) -> np.ndarray:
+    """[NN] NeuralNetworkImageScaler: channelScale * pixel + the bias of the channel's
+    colour; the channels reach the network in the image's colour order (B, G, R for BGR)."""
+    space = feature.type.imageType.ColorSpace.Name(feature.type.imageType.colorSpace)
+    scale = sc.channelScale if sc.channelScale != 0 else 1.0
+    bias = {
+        "GRAYSCALE": [sc.grayBias],
+        "RGB": [sc.redBias, sc.greenBias, sc.blueBias],
+        "BGR": [sc.blueBias, sc.greenBias, sc.redBias],
+    }[space]
+    return (x.astype(np.float64) * scale + np.asarray(bias).reshape(-1, 1, 1)).astype(F)
+
+
 def eval_neuralnetwork(spec: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run spec.neuralNetwork on (C, H, W) / (N,) blobs; returns every blob by name."""
+    """Run spec.neuralNetwork on batch-1 blobs held without their batch axis: (C, H, W)
+    for the rank-4 blobs of the exact array mapping, (N,) for a (1, N) one; returns every
+    blob by name."""
+    body = getattr(spec, spec.WhichOneof("Type"))  # neuralNetwork or ...Classifier
+    scalers = {p.featureName: p.scaler for p in body.preprocessing if p.HasField("scaler")}
     env: dict[str, np.ndarray] = {}
     for inp in spec.description.input:
-        shape = tuple(inp.type.multiArrayType.shape)
-        v = np.asarray(feeds[inp.name], F)
-        env[inp.name] = v.reshape(shape + (1,) * (3 - len(shape)))  # rank-5 mapping: (C,1,1)
-    for layer in spec.neuralNetwork.layers:
+        shape = _feature_shape(inp)
+        if body.arrayInputShapeMapping != 1 or shape[:1] != (1,):
+            raise Onnx2EdgeError("evaluator: only batch-1 inputs of the exact mapping are modelled")
+        x = np.asarray(feeds[inp.name], F)
+        if x.shape in _enumerated(inp):  # a flexible input fed one of its other shapes
+            shape = x.shape
+        x = x.reshape(shape[1:])
+        if inp.name in scalers:
+            x = _scale_image(scalers[inp.name], inp, x)
+        env[inp.name] = x
+    for layer in body.layers:
         kind = layer.WhichOneof("layer")
         fn = NN_LAYERS.get(kind)
         if fn is None:
@@ -415,7 +492,9 @@ def eval_neuralnetwork(spec: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, 
                 f"evaluator: Core ML layer type '{kind}' ({layer.name}) is not modelled"
             )
         y = fn(getattr(layer, kind), *(env[i] for i in layer.input))
-        env[layer.output[0]] = np.asarray(y).astype(F)
+        ys = y if isinstance(y, list) else [y]
+        for name, v in zip(layer.output, ys, strict=True):
+            env[name] = np.asarray(v).astype(F)
     return env
 
 
@@ -535,6 +614,42 @@ def mil_silu(x, **_: Any) -> np.ndarray:
 
 def mil_add(x, y, **_: Any):
     return np.add(x, y)  # [MIL] elementwise_binary, broadcasting  # noqa: E704
+
+
+def mil_greater(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.greater: bool, broadcasting."""
+    return np.greater(x, y)
+
+
+def mil_less(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.less: bool, broadcasting."""
+    return np.less(x, y)
+
+
+def mil_greater_equal(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.greater_equal: bool, broadcasting."""
+    return np.greater_equal(x, y)
+
+
+def mil_less_equal(x, y, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_binary.less_equal: bool, broadcasting."""
+    return np.less_equal(x, y)
+
+
+def mil_reduce_min(x, axes=None, keep_dims=False, **_: Any) -> np.ndarray:
+    """[MIL] reduction.reduce_min."""
+    return np.min(x, axis=_axes(axes, x.ndim), keepdims=bool(keep_dims))
+
+
+def mil_sqrt(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.sqrt (NaN below 0, as IEEE sqrt)."""
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(x)
+
+
+def mil_select(cond, a, b, **_: Any) -> np.ndarray:
+    """[MIL] control_flow.select: a where cond is true, else b (broadcasting)."""
+    return np.where(np.asarray(cond, bool), a, b)
 
 
 def mil_sub(x, y, **_: Any):
@@ -772,6 +887,12 @@ def mil_cast(x, dtype, **_: Any) -> np.ndarray:
     return np.asarray(x).astype({"fp16": np.float16, "fp32": np.float32}[str(dtype)])
 
 
+def mil_round(x, **_: Any) -> np.ndarray:
+    """[MIL] elementwise_unary.round: to the nearest integer (ties to even, as numpy and
+    ONNX's QuantizeLinear; ties are measure-zero for float activations)."""
+    return np.round(x)
+
+
 MIL_OPS: dict[str, Callable[..., Any]] = {
     name[4:]: fn for name, fn in globals().items() if name.startswith("mil_") and callable(fn)
 }
@@ -799,6 +920,22 @@ def eval_mlprogram(prog: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.n
     for op in fn.operations:
         if op.op_type == "const":
             env[op.outputs[0].name] = op.outputs[0].val
+            continue
+        if op.op_type.startswith("constexpr_"):
+            # Compressed weights (coremltools.optimize): coremltools' own decompression
+            # (the op's value inference) gives the dense weight Core ML computes with.
+            val = op.outputs[0].val
+            if val is None:  # the loader defers it: coremltools' materialisation
+                val = op.materialized_val_inference()
+            env[op.outputs[0].name] = np.asarray(val)
+            continue
+        if op.op_type == "classify":
+            # [MIL] classify: the predicted class and the probabilities per class (kept as
+            # the probability vector here, in the classes' order).
+            probs = np.asarray(env[op.inputs["probabilities"].name], np.float32)
+            classes = list(op.inputs["classes"].val)
+            env[op.outputs[0].name] = np.asarray(classes[int(np.argmax(probs))])
+            env[op.outputs[1].name] = probs.reshape(-1)
             continue
         impl = MIL_OPS.get(op.op_type)
         if impl is None:

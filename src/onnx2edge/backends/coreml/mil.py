@@ -95,6 +95,7 @@ _UNARY = {
     "Softplus": "softplus",
     "Exp": "exp",
     "Erf": "erf",
+    "Sqrt": "sqrt",
 }
 
 
@@ -105,6 +106,7 @@ _UNARY = {
     "Softplus",
     "Exp",
     "Erf",
+    "Sqrt",
     "LeakyRelu",
     "Elu",
     "HardSigmoid",
@@ -304,6 +306,52 @@ def _gemm(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, mb.linear(x=c.x(n.inputs[0]), weight=w, name=c.out(n), **kw))
 
 
+def _qparams(c: _Ctx, n: Node) -> tuple[float, float, int, int]:
+    g = c.graph
+    s = opt_const(g, n, 1)
+    z = opt_const(g, n, 2)
+    if s is None or np.size(s) != 1 or (z is not None and np.size(z) != 1):
+        raise Refuse("only constant per-tensor activation scales / zero points are supported")
+    if len(n.inputs) > 2 and n.inputs[2] and z is None:
+        raise Refuse("the zero point must be a constant")
+    zdt = np.dtype(np.uint8) if z is None else np.asarray(z).dtype
+    if zdt not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        raise Refuse(f"{zdt} activations are not supported (int8 / uint8)")
+    info = np.iinfo(zdt)
+    return (
+        float(np.reshape(s, ())),
+        0.0 if z is None else float(np.reshape(z, ())),
+        info.min,
+        info.max,
+    )
+
+
+@_op("QuantizeLinear")
+def _quantize(c: _Ctx, n: Node, mb: Any) -> None:
+    # The arithmetic QuantizeLinear defines, in float: clip(round(x / s) + z, qmin, qmax).
+    s, z, lo, hi = _qparams(c, n)
+    nm = c.out(n)
+    t = mb.round(
+        x=mb.real_div(x=c.x(n.inputs[0]), y=np.float32(s), name=f"{nm}_div"), name=f"{nm}_round"
+    )
+    t = mb.add(x=t, y=np.float32(z), name=f"{nm}_zp")
+    c.lowered.layers += ["real_div", "round", "add"]
+    c.set(n, mb.clip(x=t, alpha=np.float32(lo), beta=np.float32(hi), name=nm))
+
+
+@_op("DequantizeLinear")
+def _dequantize(c: _Ctx, n: Node, mb: Any) -> None:
+    # (q - z) * s on the float-held integer values of a QuantizeLinear above.
+    s, z, _, _ = _qparams(c, n)
+    x = c.x(n.inputs[0])
+    if isinstance(x, np.ndarray):
+        raise Refuse("a constant (fold_constants should have removed this)")
+    nm = c.out(n)
+    t = mb.sub(x=x, y=np.float32(z), name=f"{nm}_zp")
+    c.lowered.layers.append("sub")
+    c.set(n, mb.mul(x=t, y=np.float32(s), name=nm))
+
+
 @_op("MaxPool", "AveragePool")
 def _pool(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
@@ -359,7 +407,7 @@ def _lrn(c: _Ctx, n: Node, mb: Any) -> None:
     )
 
 
-@_op("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum")
+@_op("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin")
 def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
@@ -374,7 +422,12 @@ def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
                 raise Refuse("noop_with_empty_axes=1 is not supported")
             axes_v = range(rank)
         axes, keep = sorted(int(a) % rank for a in axes_v), bool(n.attr("keepdims", 1))
-    fn = {"Mean": mb.reduce_mean, "Max": mb.reduce_max, "Sum": mb.reduce_sum}
+    fn = {
+        "Mean": mb.reduce_mean,
+        "Max": mb.reduce_max,
+        "Sum": mb.reduce_sum,
+        "Min": mb.reduce_min,
+    }
     kind = next(k for k in fn if k in n.op_type or (k == "Mean" and "Average" in n.op_type))
     c.set(n, fn[kind](x=c.x(n.inputs[0]), axes=axes, keep_dims=keep, name=c.out(n)))
 
@@ -524,6 +577,47 @@ def _binary(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, fn(x=a, y=b, name=c.out(n)))
 
 
+@_op("Identity")
+def _identity(c: _Ctx, n: Node, mb: Any) -> None:
+    x = c.x(n.inputs[0])
+    if isinstance(x, np.ndarray):
+        raise Refuse("a constant (fold_constants should have removed this)")
+    c.set(n, mb.identity(x=x, name=c.out(n)))
+
+
+@_op("Neg")
+def _neg(c: _Ctx, n: Node, mb: Any) -> None:
+    c.set(n, mb.mul(x=c.x(n.inputs[0]), y=np.float32(-1.0), name=c.out(n)))
+
+
+_COMPARE = {
+    "Greater": "greater",
+    "Less": "less",
+    "GreaterOrEqual": "greater_equal",
+    "LessOrEqual": "less_equal",
+}
+
+
+@_op(*_COMPARE)
+def _compare(c: _Ctx, n: Node, mb: Any) -> None:
+    # bool results: the condition of a Where (tf2onnx's tf.cond gate, lowered from If).
+    a, b = (c.x(i) for i in n.inputs[:2])
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        raise Refuse("both operands constant (fold_constants should have removed this)")
+    a, b = (v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in (a, b))
+    fn = getattr(mb, _COMPARE[n.op_type])
+    c.set(n, fn(x=a, y=b, name=c.out(n)))
+
+
+@_op("Where")
+def _where(c: _Ctx, n: Node, mb: Any) -> None:
+    cond, a, b = (c.x(i) for i in n.inputs[:3])
+    if isinstance(cond, np.ndarray):
+        raise Refuse("a constant condition (fold_constants should have removed this)")
+    a, b = (v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in (a, b))
+    c.set(n, mb.select(cond=cond, a=a, b=b, name=c.out(n)))
+
+
 def _emit_one(ctx: _Ctx, n: Node, mb: Any) -> str | None:
     """Emit one node; the reason it is refused, or None."""
     emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
@@ -556,13 +650,8 @@ def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
                 t = graph.type_of(i)
                 dt = dtypes.get(np.dtype(t.dtype), types.int32) if t is not None else types.fp32
                 shape = static_shape(graph, i)
-                if not shape:
-                    # MIL has no rank-0 placeholder (coremltools raises ValueError): such a
-                    # node (e.g. a quantize_dynamic scale product) cannot be judged alone
-                    raise Refuse(
-                        f"its input '{i}' is a scalar computed by a refused node; MIL cannot "
-                        "take a scalar placeholder to judge this node alone"
-                    )
+                if not shape:  # MIL placeholders (function inputs) have rank >= 1
+                    return f"rank-0 input '{i}' cannot be judged apart from its producer"
                 specs[names[i]] = mb.placeholder(shape=shape, dtype=dt)
     except Refuse as e:
         return str(e)

@@ -7,8 +7,9 @@ converter would map to one of those is rewritten with the older layers and liste
 `Lowered.replacements`: Add -> Add, Mul -> Multiply / Scale, Concat -> Concat, constants ->
 LoadConstant (rank 3), Sub -> linear Activation (alpha = -1) then Add.
 
-Tensors are batch 1: an ONNX (1, C, H, W) tensor is the Core ML blob (C, H, W) and an
-ONNX (1, N) tensor is (N, 1, 1), so Gemm maps onto InnerProduct.
+Tensors are batch 1: an ONNX (1, C, H, W) tensor is the rank-4 blob (1, C, H, W) of the
+exact array mapping (the layers read its last three axes as C, H, W) and an ONNX (1, N)
+tensor is (1, N, 1, 1), so Gemm maps onto InnerProduct.
 """
 
 from __future__ import annotations
@@ -386,7 +387,7 @@ def _reduce(c: _Ctx, n: Node) -> None:
 def _flatten(c: _Ctx, n: Node) -> None:
     g = c.graph
     xs, ys = static_shape(g, n.inputs[0]), static_shape(g, n.outputs[0])
-    if not (xs[0] == 1 and len(ys) == 2 and ys[0] == 1):
+    if not (xs[:1] == (1,) and len(ys) == 2 and ys[0] == 1):
         raise Refuse(
             f"only (1, ...) -> (1, N) reshapes are supported, not {list(xs)} -> {list(ys)}"
         )
@@ -442,6 +443,82 @@ def _resize(c: _Ctx, n: Node) -> None:
             linear_upsample_mode=lum,
         )
     c.layer("upsample")
+
+
+@_op("Identity")
+def _identity(c: _Ctx, n: Node) -> None:
+    # What remove_identity keeps (next to a graph input or output): a linear activation.
+    chw(c.graph, n.inputs[0])
+    c.b.add_activation(n.name, "LINEAR", n.inputs[0], n.outputs[0], params=[1.0, 0.0])
+    c.layer("activation")
+
+
+@_op("Exp")
+def _exp(c: _Ctx, n: Node) -> None:
+    # UnaryFunctionLayerParams EXP: a Core ML 2 layer of any rank (not an ND layer).
+    chw(c.graph, n.inputs[0])
+    c.b.add_unary(n.name, n.inputs[0], n.outputs[0], "exp")
+    c.layer("unary")
+
+
+def _channel_axis(g: Graph, name: str, axis: int) -> str:
+    """The legacy layer axis ('channel' / 'height' / 'width') an ONNX axis of a batch-1
+    tensor is; rank-2 (1, N) tensors are (1, N, 1, 1) blobs, so their axis 1 is 'channel'."""
+    rank = len(static_shape(g, name))
+    axis %= rank
+    if axis == 0:
+        raise Refuse("slicing or splitting the batch axis is not supported")
+    return ("channel", "height", "width")[axis - 1]
+
+
+@_op("Split")
+def _split(c: _Ctx, n: Node) -> None:
+    # SplitLayerParams: equal parts along the channel axis (-3), a Core ML 2 layer.
+    g = c.graph
+    chw(g, n.inputs[0])
+    if _channel_axis(g, n.inputs[0], int(n.attr("axis", 0))) != "channel":
+        raise Refuse("only channel splits (axis 1) map onto the Split layer")
+    sizes = {static_shape(g, o)[1] for o in n.outputs if o}
+    if len(sizes) != 1 or not all(n.outputs):
+        raise Refuse("only equal channel splits map onto the Split layer")
+    c.b.add_split(n.name, n.inputs[0], list(n.outputs))
+    c.layer("split")
+
+
+@_op("Slice")
+def _slice(c: _Ctx, n: Node) -> None:
+    # SliceLayerParams: one of channel / height / width, positive stride; one layer per axis.
+    g = c.graph
+    if g.opset < 10:
+        starts, ends = n.attr("starts"), n.attr("ends")
+        axes, steps = n.attr("axes"), None
+    else:
+        starts, ends = const(g, n, 1, "starts"), const(g, n, 2, "ends")
+        axes, steps = opt_const(g, n, 3), opt_const(g, n, 4)
+    shape = static_shape(g, n.inputs[0])
+    chw(g, n.inputs[0])
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(axes) if steps is None else [int(v) for v in steps]
+    cuts = []
+    for a, b0, e0, st in zip(axes, starts, ends, steps, strict=True):
+        a %= len(shape)
+        if st <= 0:
+            raise Refuse("only positive Slice steps map onto the Slice layer")
+        lo, hi, _ = slice(int(b0), int(e0), st).indices(shape[a])
+        if hi <= lo:
+            raise Refuse("empty slices are not supported")
+        if (lo, hi, st) != (0, shape[a], 1):
+            cuts.append((_channel_axis(g, n.inputs[0], a), lo, hi, st))
+    x = n.inputs[0]
+    if not cuts:  # a full slice: an identity (linear activation)
+        c.b.add_activation(n.name, "LINEAR", x, n.outputs[0], params=[1.0, 0.0])
+        c.layer("activation")
+        return
+    for i, (axis, lo, hi, st) in enumerate(cuts):
+        y = n.outputs[0] if i == len(cuts) - 1 else c.tmp(n.outputs[0])
+        c.b.add_slice(n.name if i == 0 else c.tmp(n.name), x, y, axis, lo, hi, st)
+        c.layer("slice")
+        x = y
 
 
 @_op("BatchNormalization")
@@ -572,19 +649,32 @@ def check(graph: Graph) -> list[str]:
 
 
 def _features(graph: Graph, names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """FLOAT32 multi-arrays of the ONNX tensors' own shapes, batch included (what
+    ct.convert(convert_to="neuralnetwork") declares)."""
     from coremltools.models import datatypes
 
     out = []
     for name in names:
         float_tensor(graph, name)
-        s = static_shape(graph, name)
-        c, h, w = chw(graph, name)
-        out.append((name, datatypes.Array(c) if len(s) == 2 else datatypes.Array(c, h, w)))
+        chw(graph, name)
+        out.append((name, datatypes.Array(*static_shape(graph, name))))
     return out
 
 
+def _blob4(name: str) -> str:
+    return f"{name}__o2e_rank4"
+
+
 def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lowered]:
-    """(spec, refusals, lowered). With collect=False the first refusal raises Refuse."""
+    """(spec, refusals, lowered). With collect=False the first refusal raises Refuse.
+
+    EXACT_ARRAY_MAPPING, specification version 4 (iOS 13), as coremltools'
+    ct.convert(convert_to="neuralnetwork") writes: Core ML's validator refuses the rank-5
+    mapping as soon as one layer is from version 4 or later (clip, a bilinear upsample with
+    a linearUpsampleMode), and only the exact mapping declares the batch dimension. The
+    layers stay the rank-agnostic Core ML 2 ones, which read the last three axes as
+    (C, H, W) of a rank-4 blob (NeuralNetwork.proto). A (1, N) graph input or output is the
+    rank-4 blob (1, N, 1, 1) inside, reshaped at the edge (one reshapeStatic layer)."""
     coremltools()
     from coremltools.models.neural_network import NeuralNetworkBuilder
 
@@ -602,8 +692,15 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
             if n.name in why
         ]
         return None, [f"graph inputs/outputs: {e}", *each], Lowered()
-    b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=False)
+    b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=True, use_float_arraytype=True)
     ctx = _Ctx(graph, b)
+    rank2_in = [i for i in graph.inputs if len(static_shape(graph, i)) == 2]
+    rank2_out = [o for o in graph.outputs if len(static_shape(graph, o)) == 2]
+    renamed = {i: _blob4(i) for i in rank2_in}
+    renamed.update({o: _blob4(o) for o in rank2_out if o not in renamed})
+    for i in rank2_in:
+        b.add_reshape_static(_blob4(i), i, _blob4(i), [1, chw(graph, i)[0], 1, 1])
+        ctx.layer("reshapeStatic")
     for n in graph.nodes:
         fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
         try:
@@ -614,7 +711,31 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
             if not collect:
                 raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
             refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
+    for o in rank2_out:
+        if o in rank2_in:  # an input passed straight through
+            continue
+        b.add_reshape_static(_blob4(o), _blob4(o), o, [1, chw(graph, o)[0]])
+        ctx.layer("reshapeStatic")
+    _rename_blobs(b.spec.neuralNetwork, {k: v for k, v in renamed.items() if k in rank2_out})
+    _rename_blobs(
+        b.spec.neuralNetwork, {k: v for k, v in renamed.items() if k in rank2_in}, inputs_only=True
+    )
     return b.spec, refusals, ctx.lowered
+
+
+def _rename_blobs(nn_spec: Any, names: dict[str, str], *, inputs_only: bool = False) -> None:
+    """Point the layers at the rank-4 blobs: a rank-2 graph output is written as its rank-4
+    blob by the layer computing it; a rank-2 graph input is read as its rank-4 blob."""
+    for layer in nn_spec.layers:
+        if layer.WhichOneof("layer") == "reshapeStatic" and layer.name in names.values():
+            continue
+        for i, x in enumerate(layer.input):
+            if x in names:
+                layer.input[i] = names[x]
+        if not inputs_only:
+            for i, y in enumerate(layer.output):
+                if y in names:
+                    layer.output[i] = names[y]
 
 
 class _Sink:

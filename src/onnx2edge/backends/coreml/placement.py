@@ -26,7 +26,7 @@ from . import mil, nn
 
 SEED004 = "seed 004 (notes on hollance/neural-engine), /work/shared/seeds/004_e6bbb67fd8c84463.txt"
 HOLLANCE = (
-    "hollance/neural-engine, docs/unsupported-layers.md "
+    "hollance/neural-engine, docs/unsupported-layers.md, 'Problematic layers' "
     "(https://github.com/hollance/neural-engine/blob/master/docs/unsupported-layers.md)"
 )
 FLEX = (
@@ -36,11 +36,29 @@ FLEX = (
     "Shapes' (https://apple.github.io/coremltools/docs-guides/source/flexible-inputs.html)"
 )
 NN_PROTO = "Core ML Format Reference, NeuralNetwork.proto (apple/coremltools mlmodel/format)"
+VALIDATOR = (
+    "Core ML's validator (CoreML::Model::validate, coremltools mlmodel/src/Validation; "
+    "tools/coreml-validate): a layer from specification version 4 (iOS 13) or later needs "
+    "EXACT_ARRAY_MAPPING; permute takes rank-5 blobs only"
+)
+TYPED = (
+    "coremltools guide 'Typed Execution Workflow Example': a float 16 typed ML Program is "
+    "eligible for the Neural Engine, GPU and CPU, a float 32 typed one executes on the GPU "
+    "and CPU (https://apple.github.io/coremltools/docs-guides/source/typed-execution-example.html)"
+)
+# ONNX ops that a Core ML 2 layer (rank-5 era, not "ND") expresses: NeuralNetwork.proto.
+LEGACY = {
+    "Exp": "unary EXP (UnaryFunctionLayerParams)",
+    "Split": "split (SplitLayerParams, channel axis)",
+    "Slice": "slice (SliceLayerParams, channel / height / width)",
+    "Transpose": "permute (PermuteLayerParams)",
+}
 EMITTERS = "onnx2edge backends/coreml/nn.py (NeuralNetwork) and mil.py (ML Program)"
 
 RNN = {"LSTM", "GRU", "RNN"}
 GATHER = {"Gather", "GatherElements", "GatherND"}
 POOL = {"MaxPool", "AveragePool", "LpPool"}
+GLOBAL_POOL = {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
 RESIZE = {"Resize", "Upsample"}
 
 
@@ -177,15 +195,23 @@ def _ane_rule(
             None,
             HOLLANCE,
         )
-    if op in POOL:
-        k = [int(v) for v in n.attr("kernel_shape", [1])]
-        s = [int(v) for v in n.attr("strides", [1] * len(k))]
+    if op in POOL or op in GLOBAL_POOL:
+        if op in GLOBAL_POOL:
+            # A global pooling layer's kernel is the whole H x W plane: the reference's
+            # rule is about the kernel, so a 14 x 14 global average is as far off the
+            # ANE as a 14 x 14 AveragePool.
+            x = _shape(graph, n.inputs[0])
+            k, s = (list(x[2:]) if x else [1]), [1]
+        else:
+            k = [int(v) for v in n.attr("kernel_shape", [1])]
+            s = [int(v) for v in n.attr("strides", [1] * len(k))]
         if max(k) > 13 or max(s) > 2:
             return (
                 "unsupported",
                 "gpu",
-                f"pooling with kernel {k} / stride {s}: kernel > 13 "
-                "or stride > 2 does not run on the ANE ('gpu' assumed)",
+                f"{'global ' if op in GLOBAL_POOL else ''}pooling with kernel {k} / stride "
+                f"{s}: 'pooling layers with kernel size greater than 13, or stride greater "
+                "than 2' do not run on the ANE ('gpu' assumed)",
                 None,
                 HOLLANCE,
             )
@@ -208,6 +234,55 @@ def _ane_rule(
             )
     if op in ("Add", "Sub", "Mul", "Div", "Concat"):
         return _elementwise(graph, n, nn_why, repl)
+    if op == "Transpose":
+        return (
+            "supported",
+            "ane",
+            "permute is a Core ML 2 layer, not an 'ND' layer, and is not among the documented "
+            "ANE limits; it takes rank-5 blobs only, so it needs the rank-5 mapping, which "
+            "Core ML refuses in a network with iOS 13+ layers (clip, bilinear upsample): "
+            "onnx2edge's --format neuralnetwork (exact mapping) does not emit it, "
+            "--format mlprogram does (transpose)",
+            None,
+            f"{NN_PROTO}; {VALIDATOR}; {HOLLANCE}",
+        )
+    if op in LEGACY and n.name not in nn_why:
+        return (
+            "supported",
+            "ane",
+            f"{LEGACY[op]} is a Core ML 2 layer, not an 'ND' layer, and is not among the "
+            "documented ANE limits (--format neuralnetwork emits it)",
+            None,
+            f"{NN_PROTO}; {HOLLANCE}",
+        )
+    if op == "Clip" and n.name not in nn_why:
+        return (
+            "supported",
+            "ane",
+            "ReLU6 / Clip: an activation or a clip layer, not among the documented ANE limits; "
+            "clip is from specification version 4 (iOS 13), valid only with the exact array "
+            "mapping, which --format neuralnetwork writes",
+            None,
+            f"{HOLLANCE}; {VALIDATOR}",
+        )
+    if op in RESIZE and n.name not in nn_why:
+        mode = n.attr("mode", "nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        valid = (
+            "; a bilinear upsample's linearUpsampleMode is from specification version 5 "
+            "(iOS 14), valid only with the exact array mapping, which --format "
+            "neuralnetwork writes"
+            if mode == "linear"
+            else ""
+        )
+        return (
+            "supported",
+            "ane",
+            "upsampling by at most 2x 'appeared to run just fine on the ANE' (the reference's "
+            f"'Layers that do work'){valid}",
+            None,
+            f"{HOLLANCE}; {VALIDATOR}" if valid else HOLLANCE,
+        )
     if n.name in nn_why:
         return (
             "unsupported",
@@ -266,7 +341,24 @@ def _elementwise(
     )
 
 
-def check_coreml_ane(graph: Graph) -> list[dict[str, Any]]:
+def check_coreml_ane(
+    graph: Graph, *, fmt: str = "neuralnetwork", precision: str | None = None
+) -> list[dict[str, Any]]:
+    """The Neural Engine placement of each node. `fmt` / `precision` are the conversion's
+    (`--format`, `--precision`): a float32 ML Program runs on the GPU and CPU only, so every
+    node is placed off the ANE with that reason and the fix."""
+    if fmt == "mlprogram" and precision == "fp32":
+        return [
+            _entry(
+                n,
+                "unsupported",
+                "gpu",
+                "a float32 ML Program never runs on the Neural Engine (GPU and CPU only)",
+                "--precision fp16",
+                TYPED,
+            )
+            for n in graph.nodes
+        ]
     nn_why, lowered = nn.node_reasons(graph)
     repl = {r["node"]: r for r in lowered.replacements}
     return [_entry(n, *_ane_rule(graph, n, nn_why, repl)) for n in graph.nodes]
