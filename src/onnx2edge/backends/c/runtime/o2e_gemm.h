@@ -2283,20 +2283,23 @@ static void o2e_pool_init_(void) {
 static void o2e_pool_run_locked_(const o2e_gemm_job_ *jobs, int njobs) {
   int t, spins = 0;
   uint32_t gen;
-  if (o2e_pool_.state == 0) {
+  if (O2E_LOAD_(o2e_pool_.state) == 0) {
     pthread_attr_t attr;
-    o2e_pool_.state = 1;
+    int started = 1;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     for (t = 1; t < O2E_THREADS; t++)
       if (pthread_create(&o2e_pool_.tid[t], &attr, o2e_pool_worker_, (void *)(intptr_t)t) != 0) {
         /* The workers already started stay parked; the pool is simply not used. */
-        o2e_pool_.state = -1;
+        started = -1;
         break;
       }
     pthread_attr_destroy(&attr);
+    /* Published after every tid is written: o2e_parallel_thread on another caller's thread
+     * (a second context running while this one holds the pool) reads tid[] once it sees 1. */
+    O2E_STORE_(o2e_pool_.state, started);
   }
-  if (o2e_pool_.state < 0) {
+  if (O2E_LOAD_(o2e_pool_.state) < 0) {
     for (t = 0; t < njobs; t++) o2e_gemm_job_run_(&jobs[t], 0);
     return;
   }
