@@ -557,3 +557,19 @@ def test_bad_invocations_are_one_line_exit_2(args: list[str], tmp_path: Path) ->
     ]
     _refused(_cli(*args))
     assert not (tmp_path / "out").exists() and not (tmp_path / "q.onnx").exists()
+
+
+def test_verify_float16_core_ml_states_its_default_tolerance() -> None:
+    """An ML Program computes in float16 by default (as coremltools): verify's default rtol
+    follows the arithmetic and the verdict says why; float32 keeps 1e-4; --rtol wins."""
+    pytest.importorskip("coremltools")
+    from onnx2edge import api
+
+    rep = api.verify(EXAMPLE, target="coreml")
+    assert rep.ok and rep.rtol == 1e-2
+    assert any("float16 arithmetic" in line for _, line in rep.details), rep.details
+    assert "0.01 * max|ref|" in rep.format().splitlines()[-1]
+    rep32 = api.verify(EXAMPLE, target="coreml", options={"precision": "fp32"})
+    assert rep32.ok and rep32.rtol == 1e-4
+    assert not any("by default" in line for _, line in rep32.details)
+    assert api.verify(EXAMPLE, target="coreml", rtol=1e-3).rtol == 1e-3

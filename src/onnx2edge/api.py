@@ -409,7 +409,7 @@ def verify(
     input_shapes: Shapes = None,
     fixed_inputs: Fixed = None,
     inputs: Mapping[str, np.ndarray] | None = None,
-    rtol: float = 1e-4,
+    rtol: float | None = None,
     atol: float = 1e-6,
     per_layer: bool = False,
     seed: int = 0,
@@ -437,13 +437,18 @@ def verify(
             spread=spread,
         )
     say = log or (lambda msg: None)
+    rtol_why = ""
     if target != "onnx":  # a misspelt option fails before onnxruntime runs
-        check_options(get_backend(target), options or {})
+        checked = check_options(get_backend(target), options or {})
+        if rtol is None:
+            rtol, rtol_why = get_backend(target).default_rtol(checked)
     elif options:
         raise Onnx2EdgeError(
             f"options {', '.join(map(repr, options))}: target onnx (the passes re-emitted as "
             "ONNX) takes none; give the target they belong to"
         )
+    if rtol is None:
+        rtol = 1e-4
 
     base = load_model(model)
     # The reference is the original model with the fixed values fed as inputs, not the model
@@ -511,6 +516,8 @@ def verify(
             ours = _dequantized(manifest, run(out, _quantized(manifest, feeds), options=opts))
             ran_on = get_backend(target).describe_run(out, opts)
             details = get_backend(target).verify_details(out)
+            if rtol_why:
+                details.append((True, f"rtol {rtol:g} by default for {rtol_why}"))
     outputs = compare_all(list(ref_graph.outputs), ours, ref, rtol, atol, ref_graph)
     missing = [n for n in ref_graph.outputs if n not in ours]
     if missing:
