@@ -457,6 +457,8 @@ def write_support_files(graph: Graph, out_dir: Path, prefix: str = "model") -> l
         writes.append(
             f"  if (write_file(argv[{1 + len(em_ins) + i}], out_{i}, sizeof(out_{i}) * {t.size} / {max(t.size, 1)})) return 1;"
         )
+    if not em_ins:  # a model of random or constant outputs: nothing to read
+        reads.insert(0, "  (void)read_file;")
     usage = " ".join(
         [f"{c_ident(n)}.bin" for n, _ in em_ins] + [f"{c_ident(n)}.bin" for n, _ in em_outs]
     )
