@@ -160,13 +160,13 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
             p.random = _random_info(g)
         p.io = {
             "inputs": [
-                {"name": n, "dtype": g.type_of(n).dtype.name, "shape": list(g.shape_of(n))}
+                {"name": n, "dtype": io_dtype(g.type_of(n).dtype), "shape": list(g.shape_of(n))}
                 for n in g.inputs
             ],
             "outputs": [
                 {
                     "name": n,
-                    "dtype": g.type_of(n).dtype.name,
+                    "dtype": io_dtype(g.type_of(n).dtype),
                     "shape": list(g.shape_of(n)),
                     "bounded_axis": bounded_axis(g, n),
                 }
@@ -283,6 +283,22 @@ _SEQUENCE_POSITIONS = {
 }
 
 
+def _strings(a: np.ndarray) -> np.ndarray:
+    """A string tensor as the backends hold it: fixed-capacity UTF-8 (ir.graph.STRING_DTYPE)."""
+    from ...ir.graph import STRING_BYTES, STRING_DTYPE
+
+    raw = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in a.reshape(-1)]
+    if any(len(b) >= STRING_BYTES for b in raw):
+        raise Onnx2EdgeError(f"a string longer than {STRING_BYTES - 1} bytes")
+    return np.array(raw, dtype=STRING_DTYPE).reshape(a.shape)
+
+
+def io_dtype(dtype: np.dtype) -> str:
+    """A dtype as run_library rebuilds it: numpy's name, except byte strings ('|S64': the name
+    'bytes512' does not parse back)."""
+    return dtype.str if dtype.kind == "S" else dtype.name
+
+
 def _as_arrays(data: list[Any]) -> list[np.ndarray]:
     """Test data as numpy arrays: numpy scalars and TensorProtos (the exotic dtypes) converted."""
     import onnx
@@ -294,6 +310,8 @@ def _as_arrays(data: list[Any]) -> list[np.ndarray]:
             a = numpy_helper.to_array(a)
         elif isinstance(a, np.generic):
             a = np.asarray(a)
+        if isinstance(a, np.ndarray) and a.dtype == object:
+            a = _strings(a)
         if not isinstance(a, np.ndarray) or a.dtype == object:
             raise Onnx2EdgeError("string data is not supported")
         out.append(a)

@@ -12,6 +12,7 @@ from ...ir import Graph
 from ...passes.bounded import bounded_axis
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
+    STRING_TYPEDEF,
     WEIGHTS_MAGIC,
     ModelEmitter,
     Tensor,
@@ -323,6 +324,7 @@ def write_model(
         "#include <stddef.h>",
         "#include <stdint.h>",
         "#include <stdbool.h>",
+        *([STRING_TYPEDEF] if _has_strings(graph) else []),
         "",
         f"#define {U}_NUM_INPUTS {len(ins)}",
         f"#define {U}_NUM_OUTPUTS {len(outs)}",
@@ -385,6 +387,12 @@ def write_model(
         "sparse_bytes_saved": sum(d["bytes_saved"] for d in em.sparse_layers),
         "runtime_files": sorted(em.runtime_files),
     }
+
+
+def _has_strings(graph: Graph) -> bool:
+    return any(
+        v.type is not None and v.type.elem_type == 8 for v in graph.values.values()
+    )  # STRING
 
 
 def _c(s: str) -> str:

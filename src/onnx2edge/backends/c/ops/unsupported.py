@@ -26,9 +26,6 @@ UNSUPPORTED: dict[str, str] = {
     "MaxRoiPool": _NO_EMITTER,
     "RegexFullMatch": _STRING,
     "Scan": _SUBGRAPH,
-    "StringConcat": _STRING,
-    "StringNormalizer": _STRING,
-    "StringSplit": _STRING,
 }
 
 _LOWERED = (
