@@ -280,6 +280,9 @@ _SEQUENCE_POSITIONS = {
     "SequenceErase": (1,),
     "SequenceInsert": (2,),
     "SplitToSequence": (1,),
+    # the image's height and width are in the encoded bytes: bound, the image is decoded at
+    # conversion (passes/fold_constants.py, onnx's reference decoder); C decodes nothing
+    "ImageDecoder": (0,),
 }
 
 

@@ -21,7 +21,10 @@ UNSUPPORTED: dict[str, str] = {
     "HammingWindow": _WINDOW,
     "HannWindow": _WINDOW,
     "If": _SUBGRAPH,
-    "ImageDecoder": "it decodes encoded images (JPEG, PNG, ...): a codec's job",
+    "ImageDecoder": (
+        "the image's height and width are in the encoded bytes, so its output has no static "
+        "shape; bound bytes (--fix-input) are decoded at conversion"
+    ),
     "Loop": _SUBGRAPH,
     "MaxRoiPool": _NO_EMITTER,
     "RegexFullMatch": _STRING,
