@@ -126,3 +126,33 @@ def test_label_encoder_string_to_int_and_back(tmp_path: Path) -> None:
         ir_version=10,
     )
     _c_vs_ort(tmp_path, model, {"x": _strs("a", "中", "zz", "b")})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "data"),
+    [
+        (r"www\.[\w.-]+\.\bcom\b", ["www.google.com", "www.bbc.co.uk", "www..com", "x"]),
+        (
+            r"(\W|^)[\w.\-]{0,25}@(yahoo|gmail)\.com(\W|$)",
+            ["a@gmail.com", " b@yahoo.com!", "c@x.com", ""],
+        ),
+        (r"a.c|[^x]{2,3}\d+", ["abc", "a中c", "中中7", "xx12", "a\nc"]),
+        (r"(ab)*c?\s*[A-Fa-f0-9]+", ["ababc  ff", "c", "abab", "ab 0G"]),
+        (r"\D\S\B.", ["a1bc", "中 b", "ab c", "!!"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_regex_full_match(tmp_path: Path, pattern: str, data: list[str]) -> None:
+    node = helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern)
+    n = len(data)
+    model = make_model([node], [vi("x", [n], S)], [vi("y", [n], B)], opset=20)
+    _c_vs_ort(tmp_path, model, {"x": _strs(*data)})
+
+
+def test_regex_without_c_meaning_is_refused() -> None:
+    from onnx2edge.backends.c.ops.regex import RegexError, compile_nfa
+
+    with pytest.raises(RegexError, match="groupref"):
+        compile_nfa(r"(a)\1")
+    with pytest.raises(RegexError, match="assert"):
+        compile_nfa(r"a(?=b)")

@@ -12,7 +12,6 @@ what does (sequence, optional or string data; a shape only known at run time).
 from __future__ import annotations
 
 _NO_EMITTER = "not written yet"
-_STRING = "string tensors: the C backend has numeric and bool tensors only"
 _SUBGRAPH = "control flow: subgraph attributes are not lowered to C"
 _WINDOW = "not written yet; its function body is refused too (its Range output has no static shape)"
 
@@ -27,7 +26,6 @@ UNSUPPORTED: dict[str, str] = {
     ),
     "Loop": _SUBGRAPH,
     "MaxRoiPool": _NO_EMITTER,
-    "RegexFullMatch": _STRING,
     "Scan": _SUBGRAPH,
 }
 
