@@ -141,7 +141,8 @@ def _has(node: Node, i: int) -> bool:
 
 
 def _dropout_check(node: Node, graph: Graph) -> str | None:
-    if _has(node, 2):
+    train = graph.const(node.inputs[2]) if _has(node, 2) else None
+    if _has(node, 2) and (train is None or bool(np.asarray(train).reshape(-1)[0])):
         t = graph.type_of(node.inputs[0])
         if t is None or t.dtype.name not in _FLOATS:
             return "Dropout in training mode on float32 or float64 only"
