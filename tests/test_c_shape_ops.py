@@ -16,7 +16,6 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx2edge import api
-from onnx2edge.errors import UnsupportedError
 
 from conftest import make_model, save, tensor, vi
 
@@ -596,7 +595,9 @@ def test_nonzero_static_count(tmp_path: Path) -> None:
     )
 
 
-def test_dropout_inference_and_training_refused(tmp_path: Path) -> None:
+def test_dropout_inference_and_run_time_training_flag(tmp_path: Path) -> None:
+    """Inference against onnxruntime; a run-time training flag converts (the random mask:
+    ops/random.py, checked in tests/test_c_random.py)."""
     node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "m"])
     outs = {"y": ([2, 3], F), "m": ([2, 3], TensorProto.BOOL)}
     consts = {"r": np.array(0.3, np.float32), "t": np.array(False)}
@@ -608,8 +609,8 @@ def test_dropout_inference_and_training_refused(tmp_path: Path) -> None:
         [tensor("r", np.array(0.3, np.float32))],
         opset=13,
     )
-    with pytest.raises(UnsupportedError, match="training_mode"):
-        api.convert(save(model, tmp_path / "t.onnx"), "c", tmp_path / "t")
+    api.convert(save(model, tmp_path / "t.onnx"), "c", tmp_path / "t")
+    assert (tmp_path / "t" / "model.c").is_file()
 
 
 def test_attribute_opsets(tmp_path: Path) -> None:

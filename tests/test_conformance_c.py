@@ -19,7 +19,7 @@ from onnx2edge.backends.c.conformance import (
 )
 
 # A floor under the per-case list below; docs/conformance.md holds the current table.
-MIN_PASSED = 1797
+MIN_PASSED = 1858
 EXPECTED = Path(__file__).resolve().parent.parent / EXPECTED_FILE
 
 

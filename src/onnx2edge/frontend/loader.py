@@ -25,6 +25,7 @@ from ..passes import infer_shapes as infer_shapes_pass
 from ..passes.control_flow import check_if_selects, select_runtime_if
 from ..passes.lower_contrib import KEPT, LOWERINGS, lower_contrib
 from ..passes.specialise import dynamic_tensors, observe_shapes, specialise
+from .sequences import SequenceSpec, lower_sequences
 from .validate import check_consistency
 
 MIN_OPSET = 7
@@ -644,15 +645,18 @@ def load(
     fixed_inputs: Mapping[str, np.ndarray] | None = None,
     fold: bool = True,
     quiet: bool = False,
+    sequence_inputs: Mapping[str, SequenceSpec] | None = None,
 ) -> Graph:
-    """The whole frontend: file -> checked model -> fixed inputs and static input shapes ->
+    """The whole frontend: file -> checked model -> fixed inputs -> sequences and optionals to
+    tensors (`sequence_inputs`: each sequence input's element dtypes and shapes, None for an
+    absent optional; frontend/sequences.py) -> static input shapes ->
     IR -> contrib ops lowered -> static specialisation (fold + infer to a fixed point, control
     flow inlined) -> shapes checked against onnxruntime."""
     # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
     # neither copied into the protobuf nor copied again with every ModelProto copy below.
     base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent
-    model = _present_optional_inputs(load_model(path, load_external=False))
-    model = bind_inputs(model, fixed_inputs or {})
+    model = bind_inputs(load_model(path, load_external=False), fixed_inputs or {})
+    model = _present_optional_inputs(lower_sequences(model, sequence_inputs))
     model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
     bare, declared = strip_output_shapes(model)
     graph = _spell_out_defaults(lower_contrib(graph_from_model(bare, base_dir=base_dir)))

@@ -20,6 +20,12 @@ import numpy as np
 
 Dim = int | str | None  # int: static; str: symbolic name; None: unknown
 
+# A string element's capacity in bytes (UTF-8, NUL-terminated, so at most STRING_BYTES - 1
+# bytes of text): string tensors are numpy fixed-size byte strings, so every pass and backend
+# sees a fixed itemsize (the C backend: `o2e_str`, a struct of that many chars).
+STRING_BYTES = 64
+STRING_DTYPE = np.dtype(f"S{STRING_BYTES}")
+
 
 @dataclass(frozen=True)
 class TensorType:
@@ -30,8 +36,11 @@ class TensorType:
 
     @property
     def dtype(self) -> np.dtype:
+        from onnx import TensorProto
         from onnx.helper import tensor_dtype_to_np_dtype
 
+        if self.elem_type == TensorProto.STRING:
+            return STRING_DTYPE
         return np.dtype(tensor_dtype_to_np_dtype(self.elem_type))
 
     @property

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir import Graph, Node
+from ...ir.graph import STRING_BYTES, STRING_DTYPE
 from ...ir.proto import release_pages
 from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.attrs import attr as semantic_attr
@@ -46,6 +47,21 @@ CTYPES: dict[str, str] = {
     "uint64": "uint64_t",
     "bool": "bool",
 }
+# Strings: fixed-capacity, NUL-terminated (ir.graph.STRING_BYTES); data movement copies the
+# struct, the string ops (ops/strings.py) read `.s`. Other ops refuse them (STRING_OPS).
+CTYPES[STRING_DTYPE.name] = "o2e_str"
+STRING_OPS = frozenset(
+    {
+        "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat",
+        "Gather", "Slice", "Split", "Expand", "Tile", "Equal", "StringConcat",
+        "StringNormalizer", "StringSplit", "RegexFullMatch", "LabelEncoder",
+    }
+)  # fmt: skip
+STRING_TYPEDEF = (
+    "#ifndef O2E_STR_DEFINED\n#define O2E_STR_DEFINED\n"
+    f"typedef struct {{ char s[{STRING_BYTES}]; }} o2e_str;  /* UTF-8, NUL-terminated */\n"
+    "#endif"
+)
 # Types C has no arithmetic for, stored as their raw bits (numpy / ml_dtypes keep one element a
 # byte for the 4- and 2-bit types, holding the low bits). Emitters convert them with the helpers
 # of ops/dtypes.py; only ops listed in STORAGE_DTYPE_OPS (ops that know to) may see them.
@@ -425,6 +441,9 @@ class ModelEmitter:
                     from ...passes.specialise import why_dynamic
 
                     problems.append(f"{where}: {why_dynamic(self.graph, name)}")
+                    break
+                if t.dtype == STRING_DTYPE and base_op(node) not in STRING_OPS:
+                    problems.append(f"{where}: {node.op_type} on strings is not supported")
                     break
                 if t.dtype.name not in CTYPES and not (
                     t.dtype.name in STORAGE_CTYPES and base_op(node) in STORAGE_DTYPE_OPS

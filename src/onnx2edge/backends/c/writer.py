@@ -15,6 +15,7 @@ from ...passes.bounded import bounded_axis
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
     STORAGES,
+    STRING_TYPEDEF,
     WEIGHTS_HEADER,
     WEIGHTS_MAGIC,
     ModelEmitter,
@@ -538,6 +539,7 @@ def write_model(
         checksum=checksum,
         predict_params=predict_params,
         quant=quantized_io_of(graph),
+        strings=_has_strings(graph),
     )
     files = {f"{stem}.c": "\n".join(c), f"{P}.h": "\n".join(h)}
     runtime = Path(__file__).parent / "runtime"
@@ -596,6 +598,7 @@ def _header(
     checksum: int,
     predict_params: str,
     quant: Mapping[str, Mapping[str, Any]],
+    strings: bool = False,
 ) -> list[str]:
     init_doc = {
         "inline": [
@@ -632,6 +635,7 @@ def _header(
         "#include <stddef.h>",
         "#include <stdint.h>",
         "#include <stdbool.h>",
+        *([STRING_TYPEDEF] if strings else []),
         "#ifdef __cplusplus",
         'extern "C" {',
         "#endif",
@@ -705,6 +709,12 @@ def _header(
         "",
     ]
     return h
+
+
+def _has_strings(graph: Graph) -> bool:
+    return any(
+        v.type is not None and v.type.elem_type == 8 for v in graph.values.values()
+    )  # STRING
 
 
 def _c(s: str) -> str:
@@ -807,6 +817,8 @@ def write_support_files(
         writes.append(
             f"  if (write_file(argv[{1 + len(em_ins) + i}], out_{i}, sizeof(out_{i}) * {t.size} / {max(t.size, 1)})) return 1;"
         )
+    if not em_ins:  # a model of random or constant outputs: nothing to read
+        reads.insert(0, "  (void)read_file;")
     usage = " ".join(
         [f"{c_ident(n)}.bin" for n, _ in em_ins] + [f"{c_ident(n)}.bin" for n, _ in em_outs]
     )

@@ -292,6 +292,8 @@ def _binary_check(node: Node, graph: Graph) -> str | None:
 def binary(ctx: NodeContext) -> str:
     op, a, b, out = ctx.op, ctx.x(0), ctx.x(1), ctx.y(0)
     ct = _ctype(a)
+    if op == "Equal" and a.dtype.kind == "S":  # strings (ops/strings.py): by their bytes
+        return elementwise(ctx, [a, b], out, "strcmp(a.s, b.s) == 0")
     if op in _CMP:
         return _ew(ctx, [a, b], out, f"a {_CMP[op]} b", src="bool")
     if op in _LOGIC:

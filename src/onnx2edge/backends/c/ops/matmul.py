@@ -28,6 +28,8 @@ def _gemm_check(node: Node, graph: Graph) -> str | None:
     t = graph.type_of(node.inputs[0])
     if node.op_type == "MatMul" and t is not None and t.dtype.kind in "iu":
         return None  # integer MatMul: quant.integer_matmul
+    if node.op_type == "MatMul" and t is not None and t.dtype == np.float64:
+        return None  # a plain loop accumulating in double (no kernel strategies)
     if t is not None and t.dtype not in (np.float32,):
         return f"{node.op_type} on {t.dtype.name} is not supported (float32 only)"
     return None
@@ -333,6 +335,12 @@ def matmul(ctx: NodeContext) -> str:
         from .quant import integer_matmul  # numpy.matmul with wrap-around
 
         return integer_matmul(ctx)
+    if ctx.x(0).dtype == np.float64:
+        from .quant import _matmul_code, _matmul_shape, _view
+
+        a, b, y = ctx.x(0), ctx.x(1), ctx.y(0)
+        ctx.kernel("float64 loop")
+        return _matmul_code(a, b, _view(y, _matmul_shape(a.shape, b.shape)), "double")
     return _emit(ctx)
 
 

@@ -24,29 +24,11 @@ def _has(node: Node, i: int) -> bool:
     return i < len(node.inputs) and bool(node.inputs[i])
 
 
-def _dropout_check(node: Node, graph: Graph) -> str | None:
-    # Dropout-12+: training_mode (input 2) draws a random mask; inference is the identity.
-    if node.op_type != "Dropout" or not _has(node, 2):
-        return None
-    training = graph.const(node.inputs[2])
-    ratio = graph.const(node.inputs[1]) if _has(node, 1) else None
-    if training is not None and not bool(np.asarray(training).reshape(-1)[0]):
-        return None
-    if ratio is not None and float(np.asarray(ratio).reshape(-1)[0]) == 0.0:
-        return None
-    return "Dropout with training_mode that may be true draws a random mask; fix training_mode to false"
-
-
-@register_op(
-    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", check=_dropout_check
-)
+@register_op("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 def reshape(ctx: NodeContext) -> str:
     """Same bytes, new shape: a copy (the planner could alias these; a memcpy is cheap)."""
     x, y = ctx.x(0), ctx.y(0)
     code = copy_code(y.sym, x.sym, y.nbytes)
-    if ctx.node.op_type == "Dropout" and ctx.has_output(1) and ctx.y(1).size:
-        # inference: the mask keeps every element (ONNX Dropout spec)
-        code += f"\nfor (size_t i = 0; i < {ctx.y(1).size}; ++i) {ctx.y(1).sym}[i] = 1;"
     return code
 
 

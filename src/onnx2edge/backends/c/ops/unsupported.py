@@ -12,45 +12,39 @@ what does (sequence, optional or string data; a shape only known at run time).
 from __future__ import annotations
 
 _NO_EMITTER = "not written yet"
-_SEQUENCE = "takes or returns a sequence: the C backend has tensors only"
-_OPTIONAL = "takes or returns an optional value: the C backend has tensors only"
-_STRING = "string tensors: the C backend has numeric and bool tensors only"
-_RANDOM = "it draws random numbers, which could not be checked against onnxruntime"
 _SUBGRAPH = "control flow: subgraph attributes are not lowered to C"
 _WINDOW = "not written yet; its function body is refused too (its Range output has no static shape)"
 
 UNSUPPORTED: dict[str, str] = {
-    "Bernoulli": _RANDOM,
     "BlackmanWindow": _WINDOW,
-    "ConcatFromSequence": _SEQUENCE,
     "HammingWindow": _WINDOW,
     "HannWindow": _WINDOW,
     "If": _SUBGRAPH,
-    "ImageDecoder": "it decodes encoded images (JPEG, PNG, ...): a codec's job",
+    "ImageDecoder": (
+        "the image's height and width are in the encoded bytes, so its output has no static "
+        "shape; bound bytes (--fix-input) are decoded at conversion"
+    ),
     "Loop": _SUBGRAPH,
     "MaxRoiPool": _NO_EMITTER,
-    "Multinomial": _RANDOM,
-    "Optional": _OPTIONAL,
-    "RandomNormal": _RANDOM,
-    "RandomNormalLike": _RANDOM,
-    "RandomUniform": _RANDOM,
-    "RandomUniformLike": _RANDOM,
-    "RegexFullMatch": _STRING,
     "Scan": _SUBGRAPH,
-    "SequenceAt": _SEQUENCE,
-    "SequenceConstruct": _SEQUENCE,
-    "SequenceEmpty": _SEQUENCE,
-    "SequenceErase": _SEQUENCE,
-    "SequenceInsert": _SEQUENCE,
-    "SequenceLength": _SEQUENCE,
-    "SequenceMap": _SEQUENCE,
-    "SplitToSequence": _SEQUENCE,
-    "StringConcat": _STRING,
-    "StringNormalizer": _STRING,
-    "StringSplit": _STRING,
 }
+
+_LOWERED = (
+    "sequences and optionals become tensors at conversion, when their lengths and positions "
+    "are known then (frontend/sequences.py)"
+)
 
 # Ops no emitter needs: they are gone from the graph before the backend sees it.
 HANDLED_BEFORE_C: dict[str, str] = {
     "Constant": "becomes an initializer at conversion time (passes/fold_constants.py)",
+    "ConcatFromSequence": _LOWERED,
+    "Optional": _LOWERED,
+    "SequenceAt": _LOWERED,
+    "SequenceConstruct": _LOWERED,
+    "SequenceEmpty": _LOWERED,
+    "SequenceErase": _LOWERED,
+    "SequenceInsert": _LOWERED,
+    "SequenceLength": _LOWERED,
+    "SequenceMap": _LOWERED,
+    "SplitToSequence": _LOWERED,
 }
