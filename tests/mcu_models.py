@@ -112,7 +112,7 @@ def inputs_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for i in model.graph.input:
-        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        shape = [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]  # symbolic: 1
         out[i.name] = rng.standard_normal(shape).astype(np.float32)
     return out
 

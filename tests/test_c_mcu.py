@@ -17,8 +17,8 @@ from onnx2edge import api
 from onnx2edge.backends.c import mcu
 from onnx2edge.runtime import ort_run
 
-from conftest import save
-from mcu_models import inputs_for, two_head_mlp
+from conftest import EXAMPLE, save
+from mcu_models import digits_cnn, ds_cnn, inputs_for, quantized, two_head_mlp
 
 MISSING = mcu.missing_tools()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"Cortex-M toolchain: {MISSING}")
@@ -110,3 +110,74 @@ def test_missing_input_file_fails_cleanly(mlp: tuple[Path, Path], tmp_path: Path
     broken = {**manifest, "inputs": []}  # writes no input files
     with pytest.raises(Onnx2EdgeError, match="mps2-an386.*cannot read in_0.bin"):
         mcu.run_image(image, broken, {})
+
+
+# ---- the models the issue names, -Werror clean at -O2 and -Os on every board --------------------
+
+DOUBLE_HELPERS = ("__aeabi_d", "__adddf3", "__subdf3", "__muldf3", "__divdf3", "__extendsfdf2",
+                  "__truncdfsf2", "__floatsidf", "__fixdfsi", "__eqdf2", "__ltdf2", "__gtdf2")  # fmt: skip
+# what a model may take from the C library: memory moves, and libm where an op needs it
+LIBC_ALLOWED = {"memcpy", "memset", "memmove"}
+LIBM = {"expf", "logf", "tanhf", "sqrtf", "nearbyintf", "erff", "powf", "fabsf", "floorf", "ceilf"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """{name: (ONNX model, converted folder)}: tiny_cnn, the digits CNN and the DS-CNN in
+    float, and the digits CNN in int8 (QDQ from the project's `quantize`)."""
+    d = tmp_path_factory.mktemp("mcu_models")
+    srcs = {
+        "tiny_cnn": EXAMPLE,
+        "digits": save(digits_cnn(), d / "digits.onnx"),
+        "ds_cnn": save(ds_cnn(), d / "ds_cnn.onnx"),
+        "digits_int8": quantized(digits_cnn(), d, "digits"),
+    }
+    out = {}
+    for name, src in srcs.items():
+        api.convert(src, "c", d / f"{name}_c")
+        out[name] = (Path(src), d / f"{name}_c")
+    return out
+
+
+def _check_against_onnxruntime(model: Path, out: Path, arch: str, opt: str) -> mcu.RunStats:
+    proto = onnx.load(str(model))
+    x = inputs_for(proto, seed=7)
+    ref = ort_run(proto, x)
+    got, st = mcu.build_and_run(out, arch, x, extra_flags=["-Wdouble-promotion"], opt=opt)
+    for k, r in ref.items():
+        if "int8" in model.name:  # integer kernels: onnxruntime's arithmetic, bit for bit
+            assert np.array_equal(got[k], r), (k, np.abs(got[k] - r).max())
+        else:
+            assert close(got[k], r), (k, np.abs(got[k] - r).max(), np.abs(r).max())
+    return st
+
+
+@pytest.mark.parametrize("opt", OPTS)
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("name", ["tiny_cnn", "digits_int8"])
+def test_models_match_onnxruntime_on_boards(models: dict, name: str, arch: str, opt: str) -> None:
+    """tiny_cnn (float) and the digits CNN (int8) build -Werror clean (and -Wdouble-promotion)
+    and match onnxruntime on every board; an int8 model exactly."""
+    _check_against_onnxruntime(*models[name], arch, opt)
+
+
+@pytest.mark.parametrize("arch", ["cortex-m4", "cortex-m33"])
+def test_float_models_use_no_double_arithmetic(models: dict, arch: str, tmp_path: Path) -> None:
+    """On single-precision FPUs (M4F, M33) a float model links no software double routine,
+    and needs nothing from the C library but memcpy / memset / memmove (and libm)."""
+    for name in ("tiny_cnn", "digits", "ds_cnn"):
+        _, out = models[name]
+        image = mcu.build(out, arch, build_dir=tmp_path / name)
+        need = mcu.undefined_symbols(image.objects["model"])
+        assert not [s for s in need if s.startswith(DOUBLE_HELPERS)], (name, need)
+        assert set(need) <= LIBC_ALLOWED | LIBM, (name, need)
+        linked = mcu.linked_symbols(image.elf)
+        assert not [s for s in linked if s.startswith(DOUBLE_HELPERS)], name
+
+
+def test_verify_cli_on_a_board(capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify --target c --arch cortex-m4` converts, builds the image, runs it under QEMU and
+    compares with onnxruntime."""
+    from onnx2edge.cli import main
+
+    assert main(["verify", str(EXAMPLE), "--target", "c", "--arch", "cortex-m4"]) == 0

@@ -1975,10 +1975,15 @@ static void o2e_global_avgpool(void *arg, int i0, int i1)
   for (int i = i0; i < i1; ++i) {
     const float *restrict xc = a->x + (size_t)i * S;
     float part[16] = {0.0f}, acc = 0.0f;
-    int k = 0;
-    for (; k + 16 <= S; k += 16)
+    /* The tail starts at a bound computed up front, not where the blocked loop left k: with
+     * k carried over, gcc on 32-bit targets (arm-none-eabi -O2) rewrites the dead tail's
+     * `k < S` as `k != S` before it folds k = S, sees a loop of 2^32 turns whose address
+     * would wrap, and reports "iteration 1073741823 invokes undefined behavior"
+     * (-Waggressive-loop-optimizations, an error under -Werror); the code was correct. */
+    const int S16 = S - S % 16;
+    for (int k = 0; k < S16; k += 16)
       for (int l = 0; l < 16; ++l) part[l] += xc[k + l];
-    for (; k < S; ++k) acc += xc[k];
+    for (int k = S16; k < S; ++k) acc += xc[k];
     for (int l = 0; l < 16; ++l) acc += part[l];
     a->y[i] = acc / (float)S;
   }

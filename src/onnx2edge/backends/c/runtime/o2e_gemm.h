@@ -1685,10 +1685,12 @@ O2E_GEMM_FN size_t o2e_sn_ws_floats_(int M, int N) {
 /* Rows of A per M block of the blocked product (a multiple of 8): as many as keep the block's
  * M x K floats within O2E_GEMM_A_BYTES, at least O2E_GEMM_MC_MIN. */
 O2E_GEMM_INL int o2e_mc_(int M, int K) {
-  double rows = (double)O2E_GEMM_A_BYTES / ((double)K * sizeof(float));
+  /* integers, not double: a single-precision FPU (Cortex-M4F / M33) would run double
+   * arithmetic in software routines (the floor of the quotient is the same) */
+  size_t rows = (size_t)O2E_GEMM_A_BYTES / ((size_t)K * sizeof(float));
   int mc;
-  if (rows < O2E_GEMM_MC_MIN) rows = O2E_GEMM_MC_MIN;
-  if (rows > (double)M) rows = (double)M;
+  if (rows < (size_t)O2E_GEMM_MC_MIN) rows = (size_t)O2E_GEMM_MC_MIN;
+  if (rows > (size_t)M) rows = (size_t)M;
   mc = ((int)rows + O2E_GEMM_MR - 1) / O2E_GEMM_MR * O2E_GEMM_MR;
   return mc < O2E_GEMM_MR ? O2E_GEMM_MR : mc;
 }
@@ -2736,7 +2738,7 @@ O2E_GEMM_FN void o2e_fc_skip_zeros(int N, int K, const float *wt, const float *x
   f.act = act;
   {
     const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
-    if (nq > 1 && (double)n * N >= O2E_GEMM_MT_FLOPS / 8)
+    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 8)) /* no run-time double */
       o2e_parallel_for(nq, o2e_fc_blocks_, &f);
     else
       o2e_fc_blocks_(&f, 0, nq);

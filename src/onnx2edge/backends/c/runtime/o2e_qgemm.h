@@ -100,11 +100,11 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
     uint8_t *panel = dst + (p0 / 16) * K4 * O2E_QSTEP;
     const size_t np = P - p0 < 16 ? P - p0 : 16;
     for (size_t k4 = 0; k4 < K4; ++k4) {
-      uint8_t *d = panel + k4 * O2E_QSTEP;
       const size_t k = k4 * 4;
 #if defined(__SSE2__)
       if (np == 16 && k + 4 <= K) {
         /* 4 rows x 16 columns -> 16 columns x 4 rows: two rounds of byte / word unpacks */
+        uint8_t *d = panel + k4 * O2E_QSTEP;
         const __m128i f = _mm_set1_epi8((char)flip);
         const __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(O2E_QSRC(k) + p0)), f);
         const __m128i r1 =
@@ -129,6 +129,7 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
       }
 #elif defined(__ARM_NEON) && defined(__aarch64__)
       if (np == 16 && k + 4 <= K) {
+        uint8_t *d = panel + k4 * O2E_QSTEP;
         const uint8x16_t f = vdupq_n_u8(flip);
         uint8x16x4_t r;
         r.val[0] = veorq_u8(vld1q_u8(O2E_QSRC(k) + p0), f);
