@@ -123,7 +123,7 @@ def quantized(model: onnx.ModelProto, directory: Path, name: str) -> Path:
 
     fp = save(model, directory / f"{name}.onnx")
     calib = directory / f"{name}_calib.npz"
-    samples = [inputs_for(model, seed) for seed in range(16)]
+    samples = [inputs_for(model, seed) for seed in range(8)]
     np.savez(calib, **{k: np.concatenate([s[k] for s in samples]) for k in samples[0]})
     q = directory / f"{name}_int8.onnx"
     quantize(fp, q, mode="static", calib=calib, per_channel=True, activations="int8")

@@ -181,3 +181,74 @@ def test_verify_cli_on_a_board(capsys: pytest.CaptureFixture[str]) -> None:
     from onnx2edge.cli import main
 
     assert main(["verify", str(EXAMPLE), "--target", "c", "--arch", "cortex-m4"]) == 0
+
+
+# ---- convert --device: the arena planned for the build that runs --------------------------------
+
+
+@pytest.fixture(scope="module")
+def device_models(
+    models: dict[str, tuple[Path, Path]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, Path, int]]:
+    """{name: (ONNX model, folder converted with --device cortex-m4, generic arena bytes)}:
+    tiny_cnn, the digits CNN and the DS-CNN keyword spotter, float and int8."""
+    d = tmp_path_factory.mktemp("mcu_device")
+    srcs = {name: src for name, (src, _) in models.items()}
+    srcs["ds_cnn_int8"] = quantized(ds_cnn(), d, "ds_cnn")
+    out = {}
+    for name, src in srcs.items():
+        generic = api.convert(src, "c", d / f"{name}_generic").stats["arena_bytes"]
+        api.convert(src, "c", d / f"{name}_m4", options={"device": "cortex-m4"})
+        out[name] = (src, d / f"{name}_m4", generic)
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiny_cnn", "digits", "digits_int8", "ds_cnn", "ds_cnn_int8"])
+def test_device_arena_is_what_the_run_touches(device_models: dict, name: str) -> None:
+    """With --device cortex-m4 the planned arena is within 10 % of the bytes a run on the
+    board writes (the harness fills it with two patterns and counts), the outputs still match
+    onnxruntime, and the generic plan (every ISA, 4 threads) was no smaller."""
+    src, out, generic = device_models[name]
+    manifest = json.loads((out / "onnx2edge.json").read_text())
+    assert manifest["options"]["device"] == "cortex-m4"
+    assert manifest["stats"]["device"] == "cortex-m4"
+    planned = manifest["stats"]["arena_bytes"]
+    st = _check_against_onnxruntime(src, out, "cortex-m4", "-O2")
+    assert st.arena_bytes == planned <= generic
+    assert st.arena_touched >= 0.9 * planned, (planned, st.arena_touched, st.arena_high)
+
+
+def test_device_keyword_spotter_fits_a_small_part(device_models: dict) -> None:
+    """The DS-CNN's float arena (821 KB in issue 31, planned for every ISA and 4 threads with
+    KC-row GEMM slices) fits a 256 KB Cortex-M4F part with the device plan; its int8 one too."""
+    budget = mcu.BOARDS["cortex-m4"].part_ram
+    for name in ("ds_cnn", "ds_cnn_int8"):
+        src, out, generic = device_models[name]
+        planned = json.loads((out / "onnx2edge.json").read_text())["stats"]["arena_bytes"]
+        assert planned + mcu.STACK_BYTES < budget, (name, planned, generic)
+        assert planned < generic or name.endswith("int8"), (name, planned, generic)
+
+
+def test_device_build_refuses_other_builds(device_models: dict, tmp_path: Path) -> None:
+    """A --device conversion stops (#error) a build with threads or AVX, whose kernels need
+    other workspaces; a plain PC build (SSE2: the portable kernels) compiles and matches."""
+    from onnx2edge.backends.c.build import compile_shared
+
+    _, out, _ = device_models["ds_cnn"]
+    from onnx2edge.errors import Onnx2EdgeError
+
+    for flags in (["-DO2E_THREADS=2", "-pthread"], ["-mavx2", "-mfma"]):
+        with pytest.raises(Onnx2EdgeError, match="converted with --device cortex-m4"):
+            compile_shared([out / "model.c"], tmp_path / "lib.so", ["-O1", *flags], [out])
+    report = api.verify(device_models["ds_cnn"][0], target="c", options={"device": "cortex-m4"})
+    assert report.ok
+
+
+def test_device_choices_are_the_boards() -> None:
+    """Every microcontroller device has a board to run on, and a bad name is refused."""
+    from onnx2edge.backends.c.device import DEVICES, device
+    from onnx2edge.errors import Onnx2EdgeError
+
+    assert {d for d in DEVICES if d != "generic"} == set(mcu.BOARDS)
+    with pytest.raises(Onnx2EdgeError, match="--device cortex-m0"):
+        device("cortex-m0")

@@ -15,6 +15,7 @@ from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
+from .device import DEVICES, device
 from .emitter import ModelEmitter
 from .writer import write_model, write_support_files
 
@@ -92,6 +93,15 @@ class CBackend(Backend):
             default="speed",
         ),
         BackendOption(
+            "device",
+            "the build the arena is planned for: generic (every instruction set, up to 4 "
+            "threads) or a microcontroller, cortex-m4|cortex-m7|cortex-m33|cortex-m55 (the "
+            "portable kernels on one thread; other builds refused with #error)",
+            choices=tuple(DEVICES),
+            default="generic",
+            record_default=False,
+        ),
+        BackendOption(
             "kernels",
             "kernel strategies, comma-separated NAME=SETTING: NAME=off skips one (winograd, "
             "lanes, direct, depthwise, sparse, implicit_gemm, fc_skip_zeros, fc_gemv, ...), "
@@ -143,6 +153,7 @@ class CBackend(Backend):
             weights_fp16=wdt == "fp16",
             optimize=optimize,
             kernel_options=_traceable(parse_kernels(options.get("kernels")), options),
+            device=device(options.get("device")),
         )
         files = [
             "model.c",

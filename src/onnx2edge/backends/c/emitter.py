@@ -27,6 +27,7 @@ from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.attrs import attr as semantic_attr
 from ...semantics.fused import base_domain, base_op
 from .concat_alias import concat_aliases
+from .device import GENERIC, Device, build_guard
 from .nchwc_plan import LayoutPlan, plan_layout
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
@@ -292,8 +293,11 @@ class ModelEmitter:
         weights_file: bool | None = None,
         optimize: str = "speed",
         kernel_options: Mapping[str, str] | None = None,
+        device: Device = GENERIC,
     ) -> None:
         self.graph = graph
+        # convert --device: the build the workspaces are planned for (device.py)
+        self.device = device
         self.prefix = prefix
         self.ops = load_all()
         self.helpers: dict[str, str] = {}
@@ -431,6 +435,8 @@ class ModelEmitter:
         # their guards (control_flow.runtime_if_guards). The arena plan stays the straight-line
         # one, which keeps every buffer of both branches valid whichever runs.
         guards = runtime_if_guards(g)
+        if self.device.is_mcu:  # first in model.c: a build it was not planned for stops here
+            self.add_helper("o2e_device_guard", build_guard(self.device))
         # Concat inputs written in place in their output's buffer (concat_alias.py)
         kinds = {n: t.kind for n, t in self.tensors.items()}
         self.concat_aliases = concat_aliases(g, kinds, set(guards))

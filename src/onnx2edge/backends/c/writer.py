@@ -10,6 +10,7 @@ import numpy as np
 
 from ...ir import Graph
 from ...passes.bounded import bounded_axis
+from .device import GENERIC, Device
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
     WEIGHTS_MAGIC,
@@ -95,11 +96,15 @@ def write_model(
     weights_fp16: bool = False,
     optimize: str = "speed",
     kernel_options: Mapping[str, str] | None = None,
+    device: Device = GENERIC,
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
 
-    optimize: "speed" or "size" (ModelEmitter.optimize)."""
-    em = ModelEmitter(graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options)
+    optimize: "speed" or "size" (ModelEmitter.optimize); device: the build the arena is
+    planned for (device.py)."""
+    em = ModelEmitter(
+        graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options, device=device
+    )
     res = em.emit()
     # Emitters may look at a weight (its shape, its values) and write a repacked copy: keep
     # exactly the constants whose symbol the code names, recorded as the code is written
@@ -367,6 +372,8 @@ def write_model(
         # the float constants the graph holds after folding: what weight_bytes compares with
         "onnx_weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
         "optimize": optimize,
+        # convert --device: the build the arena was planned for (generic: not recorded)
+        **({"device": device.name, "planned_threads": device.threads} if device.is_mcu else {}),
         "weights_in_file": bool(to_file),
         **(
             {

@@ -261,6 +261,8 @@ def harness_source(out_dir: Path, manifest: Mapping[str, Any]) -> str:
             "  o2e_close(fd);",
         ]
     body += [
+        '  fd = o2e_open("touched.bin", 5);  /* the bitmap, for a per-buffer account */',
+        "  if (fd >= 0) { o2e_write(fd, touched, (n + 7) / 8); o2e_close(fd); }",
         "  for (size_t i = 0; i < n; ++i)",
         "    if (touched[i >> 3] & (1u << (i & 7))) { ++count; high = (uint32_t)i + 1; }",
         '  report("o2e-mcu: ticks=", (uint32_t)(ticks >> 32));',
@@ -386,6 +388,7 @@ class RunStats:
     arena_touched: int  # bytes a run wrote
     arena_high: int  # one past the highest byte a run wrote
     stack_bytes: int  # stack the run used below the caller's frame
+    touched: np.ndarray | None = None  # bool per arena byte: written by a run
 
 
 _STATS = re.compile(r"o2e-mcu: ticks=(\d+):(\d+) arena=(\d+) touched=(\d+) high=(\d+) stack=(\d+)")
@@ -443,6 +446,11 @@ def run_image(
         m = _STATS.search(text)
         if not m:
             raise Onnx2EdgeError(f"{image.board.machine}: no counts in the output: {text[:400]}")
+        bits = (
+            np.fromfile(work / "touched.bin", np.uint8)
+            if (work / "touched.bin").is_file()
+            else None
+        )
         outputs = {
             spec["name"]: np.fromfile(work / f"out_{i}.bin", dtype=spec["dtype"]).reshape(
                 spec["shape"]
@@ -457,6 +465,9 @@ def run_image(
         arena_touched=touched,
         arena_high=high,
         stack_bytes=stack,
+        touched=None
+        if bits is None
+        else np.unpackbits(bits, bitorder="little")[:arena].astype(bool),
     )
     return outputs, stats
 

@@ -36,7 +36,7 @@ import numpy as np
 from ....semantics.attrs import attr
 from ....semantics.conv_geometry import ConvGeometry, pool_geometry
 from ..emitter import NodeContext
-from .gemm import MAX_THREADS, _use_engine
+from .gemm import _use_engine, plan_threads
 
 # Work (element reads + tap operations) below which an op runs on the calling thread: the
 # hand-off to a spinning pool worker and the join cost a few microseconds (~10^4 such ops).
@@ -398,7 +398,7 @@ def call_planes(
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
     scratch = (
-        ctx.scratch(max(slot_floats, 1) * 4 * (MAX_THREADS if threaded else 1))
+        ctx.scratch(max(slot_floats, 1) * 4 * (plan_threads(ctx) if threaded else 1))
         if slot_floats
         else "NULL"
     )

@@ -1666,6 +1666,8 @@ typedef struct {
 } o2e_gemm_args_;
 
 #define O2E_GEMM_RUP16_(n) (((size_t)(n) + 15u) & ~(size_t)15u)
+/* rows of the largest K slice o2e_gemm_run_ packs: min(K, KC) */
+#define O2E_GEMM_KCB_(K) ((size_t)(K) < (size_t)O2E_GEMM_KC ? (size_t)(K) : (size_t)O2E_GEMM_KC)
 
 #if defined(O2E_GEMM_AVX512)
 #define O2E_GEMM_SMALLN 12
@@ -1700,7 +1702,8 @@ O2E_GEMM_FN size_t o2e_ws_floats_sb_(int M, int N, int K, int sb) {
   size_t total;
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   if (N == 1) return O2E_GEMM_RUP16_(K) + O2E_GEMM_RUP16_((size_t)M + O2E_GEMM_MR);
-  total = O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * sb * O2E_GEMM_NR); /* packed B */
+  /* packed B: one K slice of a strip (at most K rows: a short K needs no KC-row buffer) */
+  total = O2E_GEMM_RUP16_((size_t)O2E_GEMM_KCB_(K) * sb * O2E_GEMM_NR);
   if (K > O2E_GEMM_KC) /* partial sums of an M block (scratch tile T), see o2e_epi_setup_ */
     total += O2E_GEMM_RUP16_((size_t)o2e_mc_(M, K) * sb * O2E_GEMM_NR);
 #if O2E_GEMM_SMALLN > 1
@@ -2027,7 +2030,7 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
   const int lda = g->a_packed ? 0 : g->lda;
   const int NB = (g->conv ? O2E_GEMM_CONV_SB : O2E_GEMM_SB) * O2E_GEMM_NR;
   float *bp = ws;
-  float *t = bp + O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * NB);
+  float *t = bp + O2E_GEMM_RUP16_((size_t)O2E_GEMM_KCB_(K) * NB);
   int ic, jb, pc;
   for (ic = m0; ic < m1; ic += mcb) {
     const int ie = m1 - ic < mcb ? m1 : ic + mcb;
