@@ -252,3 +252,27 @@ def test_device_choices_are_the_boards() -> None:
     assert {d for d in DEVICES if d != "generic"} == set(mcu.BOARDS)
     with pytest.raises(Onnx2EdgeError, match="--device cortex-m0"):
         device("cortex-m0")
+
+
+def test_int8_gemm_runs_the_dsp_kernel(models: dict, tmp_path: Path) -> None:
+    """On a Cortex-M with the DSP extension the int8 GEMM is the SMLAD kernel; with
+    -DO2E_Q_NO_DSP the portable one. Both give onnxruntime's integers, the SMLAD one in fewer
+    instructions."""
+    src, out = models["digits_int8"]
+    counts = {}
+    for name, flags in (("dsp", []), ("portable", ["-DO2E_Q_NO_DSP"])):
+        image = mcu.build(out, "cortex-m4", extra_flags=flags, build_dir=tmp_path / name)
+        dis = subprocess.run(
+            ["arm-none-eabi-objdump", "-d", str(image.objects["model"])],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert ("smlad" in dis) == (name == "dsp"), name
+        proto = onnx.load(str(src))
+        x = inputs_for(proto, seed=9)
+        got, st = mcu.run_image(image, json.loads((out / "onnx2edge.json").read_text()), x)
+        for k, r in ort_run(proto, x).items():
+            assert np.array_equal(got[k], r), (name, k)
+        counts[name] = st.instructions
+    assert counts["dsp"] < counts["portable"] / 2, counts
