@@ -276,3 +276,16 @@ def test_int8_gemm_runs_the_dsp_kernel(models: dict, tmp_path: Path) -> None:
             assert np.array_equal(got[k], r), (name, k)
         counts[name] = st.instructions
     assert counts["dsp"] < counts["portable"] / 2, counts
+
+
+def test_per_node_instruction_counts(models: dict, tmp_path: Path) -> None:
+    """profile=True builds with the trace hook: one count per node (each traced tensor), and
+    the counts add up to the inference's (the hook's own few instructions aside)."""
+    src, out = models["digits_int8"]
+    image = mcu.build(out, "cortex-m33", build_dir=tmp_path, profile=True)
+    manifest = json.loads((out / "onnx2edge.json").read_text())
+    _, st = mcu.run_image(image, manifest, inputs_for(onnx.load(str(src)), seed=3))
+    traced = json.loads((out / "tensors.json").read_text())
+    assert [n for n, _ in st.nodes] and {n for n, _ in st.nodes} <= set(traced)
+    total = sum(n for _, n in st.nodes)
+    assert 0.98 * st.instructions <= total <= st.instructions + 1000, (total, st.instructions)

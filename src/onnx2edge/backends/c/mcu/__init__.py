@@ -211,7 +211,9 @@ def harness_source(out_dir: Path, manifest: Mapping[str, Any]) -> str:
         "  memset(__o2e_arena_start, pattern, n);",
         "  fill_stack();",
         "  t0 = o2e_ticks();",
+        "  O2E_PROF_START(t0);",
         f"  rc = {prefix}_run(inputs, outputs);",
+        "  O2E_PROF_STOP();",
         "  *ticks = o2e_ticks() - t0;",
         "  *stack = stack_used();",
         "  for (size_t i = 0; i < n; ++i)",
@@ -235,6 +237,7 @@ def harness_source(out_dir: Path, manifest: Mapping[str, Any]) -> str:
         "  const size_t n = (size_t)(__o2e_arena_end - __o2e_arena_start);",
         "  int fd;",
         "  o2e_ticks_start();",
+        f"  O2E_PROF_SET({prefix}_set_trace);",
     ]
     for i, nbytes in enumerate(ins):
         body += [
@@ -272,13 +275,48 @@ def harness_source(out_dir: Path, manifest: Mapping[str, Any]) -> str:
         '  report(" high=", high);',
         '  report(" stack=", stack > stack2 ? stack : stack2);',
         '  o2e_puts("\\n");',
+        "  O2E_PROF_REPORT();",
         "  return 0;",
         "}",
     ]
-    return "\n".join([*lines, "static uintptr_t stack_mark;", "", *body, ""])
+    return "\n".join([*lines, "static uintptr_t stack_mark;", "", *PROFILE, *body, ""])
 
 
 # ---- build ------------------------------------------------------------------------------------
+
+
+# Per-node counts (build with profile=True: -DO2E_TRACE_ENABLED): the model's trace hook,
+# called after each node, records the SysTick count of the first run.
+PROFILE = r"""#ifdef O2E_TRACE_ENABLED
+#define O2E_PROF_MAX 1024
+static const char *o2e_prof_name[O2E_PROF_MAX];
+static uint64_t o2e_prof_at[O2E_PROF_MAX];
+static uint64_t o2e_prof_t0;
+static int o2e_prof_n, o2e_prof_on;
+static void o2e_prof_cb(const char *name, const void *p, size_t n)
+{
+  (void)p; (void)n;
+  if (o2e_prof_on && o2e_prof_n < O2E_PROF_MAX) {
+    o2e_prof_at[o2e_prof_n] = o2e_ticks();
+    o2e_prof_name[o2e_prof_n++] = name;
+  }
+}
+#define O2E_PROF_SET(setter) setter(o2e_prof_cb)
+#define O2E_PROF_START(t) do { o2e_prof_on = o2e_prof_n == 0; if (o2e_prof_on) o2e_prof_t0 = (t); } while (0)
+#define O2E_PROF_STOP() (o2e_prof_on = 0)
+#define O2E_PROF_REPORT() do { \
+    uint64_t prev = o2e_prof_t0; \
+    for (int i = 0; i < o2e_prof_n; ++i) { \
+      o2e_puts("o2e-node: "); o2e_puts(o2e_prof_name[i]); o2e_puts(" "); \
+      o2e_put_u32((uint32_t)(o2e_prof_at[i] - prev)); o2e_puts("\n"); prev = o2e_prof_at[i]; \
+    } } while (0)
+#else
+#define O2E_PROF_SET(setter) ((void)0)
+#define O2E_PROF_START(t) ((void)0)
+#define O2E_PROF_STOP() ((void)0)
+#define O2E_PROF_REPORT() ((void)0)
+#endif
+""".splitlines()
 
 
 def linker_script(b: Board, stack_bytes: int = STACK_BYTES) -> str:
@@ -340,8 +378,10 @@ def build(
     opt: str = "-O2",
     extra_flags: Sequence[str] = (),
     build_dir: Path | None = None,
+    profile: bool = False,
 ) -> Image:
-    """Compile the model, the harness and the startup for `arch`'s board and link the image."""
+    """Compile the model, the harness and the startup for `arch`'s board and link the image
+    (`profile`: with the trace hook, so a run also counts each node's instructions)."""
     import json
 
     _tools()
@@ -351,7 +391,7 @@ def build(
     work.mkdir(parents=True, exist_ok=True)
     (work / "harness.c").write_text(harness_source(out_dir, manifest))
     (work / "link.ld").write_text(linker_script(b))
-    flags = compile_flags(b, opt, extra_flags)
+    flags = compile_flags(b, opt, [*extra_flags, *(["-DO2E_TRACE_ENABLED"] if profile else [])])
     objects: dict[str, Path] = {}
     srcs = [*_sources(out_dir, manifest), work / "harness.c", HERE / "startup.c"]
     for src in srcs:
@@ -389,6 +429,7 @@ class RunStats:
     arena_high: int  # one past the highest byte a run wrote
     stack_bytes: int  # stack the run used below the caller's frame
     touched: np.ndarray | None = None  # bool per arena byte: written by a run
+    nodes: tuple[tuple[str, int], ...] = ()  # (traced tensor, instructions of its node): profile
 
 
 _STATS = re.compile(r"o2e-mcu: ticks=(\d+):(\d+) arena=(\d+) touched=(\d+) high=(\d+) stack=(\d+)")
@@ -468,6 +509,10 @@ def run_image(
         touched=None
         if bits is None
         else np.unpackbits(bits, bitorder="little")[:arena].astype(bool),
+        nodes=tuple(
+            (name, int(t) * 1_000_000_000 // image.board.clock_hz)
+            for name, t in re.findall(r"o2e-node: (\S+) (\d+)", text)
+        ),
     )
     return outputs, stats
 
