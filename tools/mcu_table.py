@@ -12,6 +12,9 @@ board's clock under -icount shift=0 (1 instruction = 1 ns), calibrated by
 tests/test_c_mcu.py::test_instruction_count_is_calibrated.
 
     PYTHONPATH=src python3 tools/mcu_table.py [--boards cortex-m4,...] [-o docs/mcu_table.md]
+    PYTHONPATH=src python3 tools/mcu_table.py --profile --models ds_cnn_int8 --boards cortex-m4
+
+--profile: instructions per node instead (the model's trace hook, mcu.build(profile=True)).
 """
 
 from __future__ import annotations
@@ -84,6 +87,23 @@ def measure(name: str, src: Path, board: str, work: Path, macs: int) -> dict:
     return row
 
 
+def profile(name: str, src: Path, board: str, work: Path) -> str:
+    out = work / f"{name}_{board}_prof"
+    api.convert(src, "c", out, options={"device": board})
+    image = mcu.build(out, board, profile=True, build_dir=out / ".prof")
+    manifest = json.loads((out / "onnx2edge.json").read_text())
+    _, st = mcu.run_image(image, manifest, inputs_for(onnx.load(str(src)), seed=7))
+    total = sum(n for _, n in st.nodes)
+    lines = [
+        f"{name} on {board} (-O2): {st.instructions:,} instructions",
+        "",
+        "| node output | instructions | share |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {t} | {n:,} | {n / total:.1%} |" for t, n in st.nodes]
+    return "\n".join(lines) + "\n"
+
+
 def kb(n: int) -> str:
     return f"{n / 1024:.1f}"
 
@@ -115,6 +135,7 @@ def main() -> None:
     p.add_argument("--boards", default=",".join(mcu.BOARDS))
     p.add_argument("--models", default="")
     p.add_argument("-o", "--out", type=Path)
+    p.add_argument("--profile", action="store_true", help="per-node instruction counts")
     a = p.parse_args()
     why = mcu.missing_tools()
     if why:
@@ -125,6 +146,11 @@ def main() -> None:
         srcs = models(d)
         if a.models:
             srcs = {k: v for k, v in srcs.items() if k in a.models.split(",")}
+        if a.profile:
+            for name, src in srcs.items():
+                for board in a.boards.split(","):
+                    print(profile(name, src, board, d))
+            return
         for name, src in srcs.items():
             fp32 = src if "int8" not in name else d / f"{name.removesuffix('_int8')}.onnx"
             macs = int(api.inspect(fp32 if fp32.is_file() else src)["total_macs"])
