@@ -5,6 +5,7 @@ every ISA, with NaN / Inf inputs, odd sizes, padding and fused activations / res
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,34 @@ def test_conv_workspace_within_the_python_bound(tmp_path: Path, march: str) -> N
         for (m, n, k), ws in zip(WS_SHAPES, map(int, got.split()), strict=True):
             bound = sgemm_workspace_bytes(m, n, k, threads, conv=True)
             assert 0 < ws <= bound, (m, n, k, threads, ws, bound)
+
+
+def test_portable_workspace_is_the_device_plan(tmp_path: Path) -> None:
+    """A --device conversion sizes each GEMM workspace for the portable kernels on one thread
+    (gemm_pack's `variants`): what o2e_gemm.h's portable build asks for, plain and conv,
+    exactly when K <= KC_MIN (the short-K shapes whose packed B slice is K rows, not KC; above
+    it the bound also holds the partial-sum tile a build with a lowered KC would add)."""
+    import subprocess
+
+    from onnx2edge.backends.c.gemm_pack import KC_MIN, sgemm_workspace_bytes
+
+    runtime = Path(api.__file__).parent / "backends" / "c" / "runtime"
+    shapes = [*WS_SHAPES, (64, 125, 40), (16, 64, 9), (32, 16, 144), (8, 300, 1000)]
+    src = tmp_path / "ws.c"
+    calls = "".join(
+        f'printf("%zu %zu\\n", o2e_sgemm_workspace({m}, {n}, {k}), '
+        f"o2e_sgemm_conv_workspace({m}, {n}, {k}));\n"
+        for m, n, k in shapes
+    )
+    src.write_text(f'#include <stdio.h>\n#include "o2e_gemm.h"\nint main(void) {{\n{calls}}}\n')
+    exe = tmp_path / "ws"
+    flags = ["-march=x86-64-v2"] if platform.machine() in ("x86_64", "AMD64") else []
+    subprocess.run(
+        ["gcc", "-O1", *flags, f"-I{runtime}", str(src), "-o", str(exe), "-lm"], check=True
+    )
+    got = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    for (m, n, k), line in zip(shapes, got.splitlines(), strict=True):
+        for ws, conv in zip(map(int, line.split()), (False, True), strict=True):
+            bound = sgemm_workspace_bytes(m, n, k, 1, conv=conv, variants=("portable",))
+            assert 0 < ws <= bound, (m, n, k, conv, ws, bound)
+            assert ws == bound or k > KC_MIN, (m, n, k, conv, ws, bound)

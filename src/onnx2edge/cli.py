@@ -443,7 +443,9 @@ def _arch(s: argparse.ArgumentParser, command: str | None = None) -> None:
         "--arch",
         choices=ARCHES,
         help="C: build with this -march (x86-64-v2: no AVX, v3: AVX2+FMA, v4: AVX-512, native); "
-        "aarch64: cross-compile, run under qemu-aarch64 (correctness only)",
+        "aarch64: cross-compile, run under qemu-aarch64 (correctness only); "
+        "cortex-m4|cortex-m7|cortex-m33|cortex-m55: bare-metal image on QEMU's MPS2/MPS3 board "
+        "(arm-none-eabi-gcc, qemu-system-arm)",
     )
 
 

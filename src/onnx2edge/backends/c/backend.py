@@ -15,6 +15,7 @@ from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
+from .device import DEVICES, device
 from .emitter import STORAGES, ModelEmitter
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
@@ -131,6 +132,15 @@ class CBackend(Backend):
             default="speed",
         ),
         BackendOption(
+            "device",
+            "the build the arena is planned for: generic (every instruction set, up to 4 "
+            "threads) or a microcontroller, cortex-m4|cortex-m7|cortex-m33|cortex-m55 (the "
+            "portable kernels on one thread; other builds refused with #error)",
+            choices=tuple(DEVICES),
+            default="generic",
+            record_default=False,
+        ),
+        BackendOption(
             "kernels",
             "kernel strategies, comma-separated NAME=SETTING: NAME=off skips one (winograd, "
             "lanes, direct, depthwise, sparse, implicit_gemm, fc_skip_zeros, fc_gemv, ...), "
@@ -200,6 +210,7 @@ class CBackend(Backend):
             weights_fp16=wdt == "fp16",
             optimize=optimize,
             kernel_options=_traceable(parse_kernels(options.get("kernels")), options),
+            device=device(options.get("device")),
         )
         blob = (out_dir / "model_weights.bin").stat().st_size if stats["weights_in_file"] else 0
         files = [

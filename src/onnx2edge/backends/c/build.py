@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ...errors import Onnx2EdgeError
 from ...host import cpu_flags
+from . import mcu
 
 # The contract the generated code keeps (issue: C99, -Wall -Wextra -Werror, only libm).
 STRICT_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror")
@@ -22,7 +23,8 @@ RELEASE_FLAGS = ("-O3", "-march=native", "-ffp-contract=fast")
 # --arch: the instruction set the C is built for. x86-64 levels as gcc names them (v2: SSE4.2,
 # no AVX; v3: AVX2 + FMA; v4: AVX-512), the build host's own, or aarch64 (NEON is part of
 # armv8-a), cross-compiled and run under qemu user emulation: a correctness check, not a timing.
-ARCHES = ("x86-64-v2", "x86-64-v3", "x86-64-v4", "native", "aarch64")
+# cortex-m4|m7|m33|m55: a bare-metal image on QEMU's MPS2 / MPS3 boards (mcu/, issue 31).
+ARCHES = ("x86-64-v2", "x86-64-v3", "x86-64-v4", "native", "aarch64", *mcu.ARCHES)
 CROSS = {"aarch64": ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu")}
 EMULATOR = {"aarch64": ("qemu-aarch64", "qemu-user", "/usr/aarch64-linux-gnu")}
 # CPU flags (/proc/cpuinfo) a host needs to run code built for each x86-64 level
@@ -59,7 +61,7 @@ def emulator(arch: str) -> list[str]:
 
 
 def is_emulated(arch: str | None) -> bool:
-    return arch in EMULATOR and platform.machine() not in (arch, "arm64")
+    return mcu.is_mcu(arch) or (arch in EMULATOR and platform.machine() not in (arch, "arm64"))
 
 
 def arch_flags(arch: str) -> list[str]:
@@ -67,6 +69,10 @@ def arch_flags(arch: str) -> list[str]:
     run such code (an x86 level on another CPU, or one this CPU lacks)."""
     if arch not in ARCHES:
         raise Onnx2EdgeError(f"unknown --arch {arch!r} (one of {', '.join(ARCHES)})")
+    if mcu.is_mcu(arch):
+        raise Onnx2EdgeError(
+            f"--arch {arch} builds a bare-metal image for a QEMU board: `run` and `verify` only"
+        )
     rest = [f for f in RELEASE_FLAGS if not f.startswith("-march=")]
     if arch == "aarch64":
         compiler(arch)
@@ -181,9 +187,12 @@ def build_executable(
 def build_and_run(out_dir: Path, arch: str, inputs: dict, extra_flags: Sequence[str] = ()) -> dict:
     """Build a converted folder's program for `arch` (release flags with its -march, plus
     `extra_flags`) and run it on `inputs`, under emulation when the arch is foreign (aarch64 on
-    an x86 host): the path tests and `run/verify --arch` use for every ISA."""
+    an x86 host; a Cortex-M under qemu-system-arm, mcu/): the path tests and
+    `run/verify --arch` use for every ISA."""
     import json
 
+    if mcu.is_mcu(arch):
+        return mcu.build_and_run(out_dir, arch, inputs, extra_flags)[0]
     io = json.loads((out_dir / "onnx2edge.json").read_text())
     exe = build_executable(out_dir, [*arch_flags(arch), *extra_flags], name="model", arch=arch)
     return run_executable(exe, io, inputs, out_dir, arch=arch)

@@ -16,6 +16,8 @@ AVX2, NEON and portable kernels all read the same MR = 8 panels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 MR = 8  # must match O2E_GEMM_MR in runtime/o2e_gemm.h
@@ -78,7 +80,7 @@ def _ws_floats(
         return 0
     if n == 1:
         return _rup16(k) + _rup16(m + MR)
-    total = _rup16(kc * sb * nr)
+    total = _rup16(min(k, kc) * sb * nr)  # one K slice of packed B (O2E_GEMM_KCB_)
     # The C code adds the M block's partial-sum tile when K > KC; counted from K > KC_MIN, so
     # a build that lowers O2E_GEMM_KC (tuning, down to KC_MIN) never outgrows the arena.
     if k > KC_MIN:
@@ -118,13 +120,21 @@ def blocking_guard() -> str:
     )
 
 
-def sgemm_workspace_bytes(m: int, n: int, k: int, threads: int = 1, conv: bool = False) -> int:
+def sgemm_workspace_bytes(
+    m: int,
+    n: int,
+    k: int,
+    threads: int = 1,
+    conv: bool = False,
+    variants: Sequence[str] = tuple(_VARIANTS),
+) -> int:
     """Bytes of workspace `o2e_sgemm` / `o2e_sgemm_packed` need for an m x n x k product.
 
-    Mirrors `o2e_sgemm_workspace` in C and returns the largest value over the AVX-512, AVX2,
-    NEON and portable kernels (default blocking, `threads` = O2E_THREADS), so a converter can size
-    a static arena without knowing which kernel the model will be compiled with.
+    Mirrors `o2e_sgemm_workspace` in C and returns the largest value over `variants` (by
+    default the AVX-512, AVX2, NEON and portable kernels; a `--device` conversion names the
+    one its build runs) at the default blocking, `threads` = O2E_THREADS, so a converter can
+    size a static arena without knowing which kernel the model will be compiled with.
     """
     sb = _CONV_SB if conv else _SB  # conv: `o2e_sgemm_conv_workspace` (wider strips)
-    floats = max(_ws_floats(m, n, k, *v, sb=sb) for v in _VARIANTS.values())
+    floats = max(_ws_floats(m, n, k, *_VARIANTS[v], sb=sb) for v in variants)
     return floats * max(1, threads) * 4 + 64

@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ...passes.bounded import bounded_axis
+from .device import GENERIC, Device
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
     STORAGES,
@@ -217,14 +218,18 @@ def write_model(
     weights_fp16: bool = False,
     optimize: str = "speed",
     kernel_options: Mapping[str, str] | None = None,
+    device: Device = GENERIC,
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
 
     prefix: every exported symbol and header macro starts with it (`<prefix>_run`,
     `<PREFIX>_ARENA_BYTES`); file_stem: the source's name (`<file_stem>.c`, default prefix),
     the header is `<prefix>.h`. weights_storage: inline | file | external (STORAGES; None:
-    weights_file, else inline up to INLINE_WEIGHT_LIMIT). optimize: "speed" or "size"."""
-    em = ModelEmitter(graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options)
+    weights_file, else inline up to INLINE_WEIGHT_LIMIT). optimize: "speed" or "size";
+    device: the build the arena is planned for (device.py)."""
+    em = ModelEmitter(
+        graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options, device=device
+    )
     res = em.emit()
     # Emitters may look at a weight (its shape, its values) and write a repacked copy: keep
     # exactly the constants whose symbol the code names, recorded as the code is written
@@ -556,6 +561,8 @@ def write_model(
         "onnx_weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
         "optimize": optimize,
         "weights_storage": storage,
+        # convert --device: the build the arena was planned for (generic: not recorded)
+        **({"device": device.name, "planned_threads": device.threads} if device.is_mcu else {}),
         "weights_in_file": bool(to_file),
         # where the weights' bytes live once the model runs (README: memory figures):
         # const data in the image, copies the init makes in RAM, the caller's blob

@@ -133,11 +133,11 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   {
   const float *const in_input = (const float *)inputs[0];  /* input: 1x10x64 */
   float *const out_output = (float *)outputs[0];  /* output: 1x10x64 */
-  float *const T_val_1 = (float *)(o2e_arena + 196672);  /* val_1: 1x10x64 */
+  float *const T_val_1 = (float *)(o2e_arena + 49216);  /* val_1: 1x10x64 */
   float *const T_linear = (float *)(o2e_arena + 0);  /* linear: 1x10x64 */
   float *const T_view = (float *)(o2e_arena + 2560);  /* view: 1x10x8x8 */
-  float *const T_transpose = (float *)(o2e_arena + 201792);  /* transpose: 1x8x10x8 */
-  float *const T_val_9 = (float *)(o2e_arena + 196672);  /* val_9: 1x10x128 */
+  float *const T_transpose = (float *)(o2e_arena + 54336);  /* transpose: 1x8x10x8 */
+  float *const T_val_9 = (float *)(o2e_arena + 49216);  /* val_9: 1x10x128 */
   float *const T_linear_1 = (float *)(o2e_arena + 0);  /* linear_1: 1x10x128 */
   float *const T_view_1 = (float *)(o2e_arena + 5120);  /* view_1: 1x10x2x8x8 */
   float *const T_permute = (float *)(o2e_arena + 0);  /* permute: 2x1x8x10x8 */
@@ -155,8 +155,8 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   float *const T_val_72 = (float *)(o2e_arena + 201280);  /* val_72: 1x8x10x10 */
   float *const T_scaled_dot_product_attention = (float *)(o2e_arena + 204480);  /* scaled_dot_product_attention: 1x8x10x8 */
   float *const T_transpose_1 = (float *)(o2e_arena + 0);  /* transpose_1: 1x10x8x8 */
-  float *const T_view_2 = (float *)(o2e_arena + 196672);  /* view_2: 1x10x64 */
-  float *const T_val_79 = (float *)(o2e_arena + 199232);  /* val_79: 1x10x64 */
+  float *const T_view_2 = (float *)(o2e_arena + 49216);  /* view_2: 1x10x64 */
+  float *const T_val_79 = (float *)(o2e_arena + 51776);  /* val_79: 1x10x64 */
   O2E_PROF_BEGIN
   (void)inputs; (void)outputs; (void)o2e_arena;
   (void)in_input; (void)out_output; (void)T_val_1; (void)T_linear; (void)T_view; (void)T_transpose; (void)T_val_9; (void)T_linear_1;

@@ -6,15 +6,14 @@ import numpy as np
 
 from ....semantics.activations import Activation
 from ..emitter import NodeContext
-from ..gemm_pack import sgemm_workspace_bytes
 from . import conv_pointwise, pool2d
 from .conv_spec import AUTO, ConvSpec, ConvStrategy
 from .gemm import (
-    MAX_THREADS,
     _use_engine,
     act_struct,
     gemm_call,
     gemm_packed_call,
+    gemm_workspace,
     packed_weights,
     post_act,
 )
@@ -49,7 +48,7 @@ def implicit_gemm_call(
     res: str | None,
 ) -> str:
     """C statement: a convolution as one GEMM whose B operand is packed straight from the input."""
-    ws = ctx.scratch(sgemm_workspace_bytes(M, P, K, MAX_THREADS, conv=True), "void")
+    ws = ctx.scratch(gemm_workspace(ctx, M, P, K, conv=True), "void")
     st, post = act_struct(act)
     OH = P // OW
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)

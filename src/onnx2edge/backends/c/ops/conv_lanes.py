@@ -45,7 +45,7 @@ from ..emitter import NodeContext
 from . import pool2d
 from .common import act_expr
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine
+from .gemm import _use_engine, plan_threads
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # tile scratch and the widest tile of the AVX2 / portable paths (2 x 6 pixels)
@@ -314,7 +314,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     pad = _pad_transposed(ctx) if tr else pool2d.phase_split(ctx, sh, sw)
     ctx.kernel("direct conv (output channels in lanes)")
     xp = ctx.scratch(C * sh * sw * Hp * Wp * 4)
-    threads = 4  # tile scratch for up to gemm.MAX_THREADS threads
+    threads = plan_threads(ctx)  # tile scratch per thread (gemm.MAX_THREADS, or one: --device)
     tiles = ctx.scratch(threads * PX * LANES * 4)
     units = blocks * OH
     threaded = units > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK

@@ -23,7 +23,7 @@ import numpy as np
 from ..emitter import NodeContext
 from . import conv_pointwise, pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import MAX_THREADS, _use_engine, act_struct, post_act
+from .gemm import _use_engine, act_struct, post_act
 
 MAX_P = 64
 MIN_K = 128
@@ -55,7 +55,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     pt, pl = spec.pads[0], spec.pads[1]
     K = C * kh * kw
     P = y.shape[2] * y.shape[3]
-    mal, panel, pxmax = conv_pointwise.MALIGN, conv_pointwise.PANEL, conv_pointwise.PXMAX
+    mal, panel = conv_pointwise.MALIGN, conv_pointwise.PANEL
     Mp = -(-M // mal) * mal
     wc = np.zeros((Mp, K), np.float32)
     wc[:M] = ctx.const(1).reshape(M, K)  # (c, ky, kx) order: the packing's
@@ -68,11 +68,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         bc[:M] = ctx.const(2).reshape(M)
     bsym = ctx.weight("biasKxK", bc)
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
-    ctx.helper("o2e_conv1x1_include", f'#include "{conv_pointwise.HEADER}"\n')
-    ctx.model.runtime_files.add(conv_pointwise.HEADER)
+    conv_pointwise.include(ctx)
     ctx.kernel("k x k on a narrow map (output channels in lanes)")
-    xp = ctx.scratch(K * (P + pxmax) * 4)
-    acc = ctx.scratch(MAX_THREADS * (P + pxmax) * mal * 4)  # partial sums, per thread
+    xp, acc = conv_pointwise.scratch(ctx, K, P)
     act_c, post = act_struct(spec.act)
     res = ctx.x(3).sym if spec.residual else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)

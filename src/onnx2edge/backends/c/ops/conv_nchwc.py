@@ -40,7 +40,10 @@ def _bias(ctx: NodeContext, spec: ConvSpec, m: int) -> str:
 
 def _include(ctx: NodeContext) -> None:
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
-    ctx.helper("o2e_nchwc_include", f'#include "{HEADER}"\n')
+    # a microcontroller conversion runs the scalar loops on every build (device.py): the
+    # vector ones reorder the chain's input into a scratch buffer its arena does not hold
+    scalar = "#define O2E_NCHWC_SCALAR\n" if ctx.model.device.is_mcu else ""
+    ctx.helper("o2e_nchwc_include", f'{scalar}#include "{HEADER}"\n')
     ctx.model.runtime_files.add(HEADER)
 
 
@@ -61,7 +64,9 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     res = ctx.x(3).sym if spec.residual else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
     off = f"(size_t)n * {M * P}"
-    xs = "NULL" if role.x else ctx.scratch(K * P * 4)
+    # the reorder to blocks runs only in the vector build (O2E_NC_VEC), which a --device
+    # conversion does not compile (_include: O2E_NCHWC_SCALAR)
+    xs = "NULL" if role.x or ctx.model.device.is_mcu else ctx.scratch(K * P * 4)
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",

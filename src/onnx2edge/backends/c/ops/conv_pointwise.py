@@ -25,7 +25,7 @@ import numpy as np
 from ..emitter import NodeContext
 from . import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import MAX_THREADS, _use_engine, act_struct, post_act
+from .gemm import _use_engine, act_struct, plan_threads, post_act
 
 HEADER = "o2e_conv1x1.h"
 PANEL = 16  # O2E_PW_PANEL: channels per weight panel
@@ -43,6 +43,29 @@ PXMAX = 12  # O2E_PW_PXMAX: the widest pixel tile (scratch sizing)
 MAX_P = 64
 MIN_K = 128  # the transposing store costs ~PX x 32 scalar steps per tile, against K x PX FMAs
 MIN_M = 32
+
+
+# the portable loops' tiles (o2e_conv1x1.h without O2E_PW_VEC): what a --device build runs
+SCALAR_PX = 4
+SCALAR_SUB = 8
+
+
+def include(ctx: NodeContext) -> None:
+    """o2e_conv1x1.h; a --device conversion (device.py) builds its portable loops everywhere."""
+    scalar = "#define O2E_PW_SCALAR\n" if ctx.model.device.is_mcu else ""
+    ctx.helper("o2e_conv1x1_include", f'{scalar}#include "{HEADER}"\n')
+    ctx.model.runtime_files.add(HEADER)
+
+
+def scratch(ctx: NodeContext, K: int, P: int) -> tuple[str, str]:
+    """The packed input (K x pixel tiles) and the per-thread partial sums (pixel tiles x a
+    channel tile): for the widest tiles of any build, or the portable ones of a --device build
+    (o2e_pw_ntiles_ tiles of SCALAR_PX pixels, SCALAR_SUB channels)."""
+    if ctx.model.device.is_mcu:
+        px = -(-P // SCALAR_PX) * SCALAR_PX
+        return ctx.scratch(K * px * 4), ctx.scratch(plan_threads(ctx) * px * SCALAR_SUB * 4)
+    xp = ctx.scratch(K * (P + PXMAX) * 4)
+    return xp, ctx.scratch(plan_threads(ctx) * (P + PXMAX) * MALIGN * 4)  # per thread
 
 
 def refuse(spec: ConvSpec) -> str | None:
@@ -74,11 +97,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         bc[:M] = ctx.const(2).reshape(M)
     bsym = ctx.weight("bias1x1", bc)
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
-    ctx.helper("o2e_conv1x1_include", f'#include "{HEADER}"\n')
-    ctx.model.runtime_files.add(HEADER)
+    include(ctx)
     ctx.kernel("1x1 on a narrow map (output channels in lanes)")
-    xp = ctx.scratch(K * (P + PXMAX) * 4)
-    acc = ctx.scratch(MAX_THREADS * (P + PXMAX) * MALIGN * 4)  # partial sums, per thread
+    xp, acc = scratch(ctx, K, P)
     act = spec.act
     act_c, post = act_struct(act)
     res = ctx.x(3).sym if spec.residual else None
@@ -147,11 +168,11 @@ def avx2_branch(
     K, M = spec.C, spec.M
     H, W = spec.x.shape[2], spec.x.shape[3]
     P = spec.y.shape[2] * spec.y.shape[3]
-    ctx.helper("o2e_conv1x1_include", f'#include "{HEADER}"\n')
-    ctx.model.runtime_files.add(HEADER)
+    if ctx.model.device.is_mcu:  # no AVX2 in a --device build (device.py): the GEMM alone
+        return gemm
+    include(ctx)
     ctx.kernel("1x1 as GEMM: at AVX2 output channels in lanes over the packed weights")
-    xp = ctx.scratch(K * (P + PXMAX) * 4)
-    acc = ctx.scratch(MAX_THREADS * (P + PXMAX) * MALIGN * 4)
+    xp, acc = scratch(ctx, K, P)
     act_c, post = act_struct(spec.act)
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
     lanes = (

@@ -7,14 +7,13 @@ import numpy as np
 from ....semantics.activations import Activation
 from ....semantics.conv_geometry import conv_transpose_geometry
 from ..emitter import NodeContext, Tensor
-from ..gemm_pack import sgemm_workspace_bytes
 from . import pool2d, register_op
 from .common import act_expr, fused_act
 from .conv_spec import conv_check
 from .gemm import (
-    MAX_THREADS,
     _use_engine,
     gemm_call,
+    gemm_workspace,
     packed_weights,
 )
 
@@ -233,7 +232,7 @@ def _convtranspose_phases(
     R = max(1, min(Qh0, DECONV_BLOCK_BYTES // (4 * mg * WP * max(len(live), 1))))
     plane = ctx.scratch(C * HP * WP * 4)  # one image at a time
     buf = ctx.scratch(max(len(live) * mg * R * WP, 1) * 4)
-    ws = ctx.scratch(sgemm_workspace_bytes(len(live) * mg, R * WP, cg, MAX_THREADS), "void")
+    ws = ctx.scratch(gemm_workspace(ctx, len(live) * mg, R * WP, cg), "void")
     _use_engine(ctx)
     il = _deconv_interleave(ctx, sw, [q for _, _, q in cols], WP, OH * OW, sh * OW, act)
     pad = _deconv_pad_kernel(ctx, H, W, HP, WP, PT, PL)

@@ -27,6 +27,21 @@ _GUARD = (
 )
 
 
+def plan_threads(ctx: NodeContext) -> int:
+    """Thread slots a workspace holds: MAX_THREADS, or one for a microcontroller build
+    (convert --device, ../device.py, whose #error guard stops a threaded build)."""
+    return min(MAX_THREADS, ctx.model.device.threads)
+
+
+def gemm_workspace(
+    ctx: NodeContext, M: int, N: int, K: int, conv: bool = False, threads: int | None = None
+) -> int:
+    """Arena bytes for one o2e_sgemm* call, for the kernels and threads of the planned build
+    (`threads`: a caller that gives each thread its own call says 1)."""
+    n = plan_threads(ctx) if threads is None else threads
+    return sgemm_workspace_bytes(M, N, K, n, conv=conv, variants=ctx.model.device.variants)
+
+
 def act_struct(act: Activation | None) -> tuple[str, bool]:
     """The o2e_act initialiser (kind from the activation table's `gemm_kind`), and whether
     the activation still needs a separate loop (no epilogue kind)."""
@@ -74,7 +89,7 @@ def gemm_call(
     """C[M][N] = act(A[M][K]·B[K][N] + bias_m[M] + bias_n[N] + R), A read from memory."""
     _use_engine(ctx)
     ctx.kernel(f"sgemm{' gemv' if N == 1 else ''}")
-    ws = ctx.scratch(sgemm_workspace_bytes(M, N, K, MAX_THREADS), "void")
+    ws = ctx.scratch(gemm_workspace(ctx, M, N, K), "void")
     st, post = act_struct(act)
     return (
         f"o2e_sgemm({M}, {N}, {K}, {A}, {lda}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, {bias_n or 'NULL'}, "
@@ -114,7 +129,7 @@ def gemm_packed_call(
 ) -> str:
     """C = act(packed_A · B + biases + R) with A packed at conversion time."""
     _use_engine(ctx)
-    ws = ctx.scratch(sgemm_workspace_bytes(M, N, K, MAX_THREADS), "void")
+    ws = ctx.scratch(gemm_workspace(ctx, M, N, K), "void")
     st, post = act_struct(act)
     return (
         f"o2e_sgemm_packed({M}, {N}, {K}, {packed}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, "

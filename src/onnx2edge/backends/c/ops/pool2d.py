@@ -36,7 +36,7 @@ import numpy as np
 from ....semantics.attrs import attr
 from ....semantics.conv_geometry import ConvGeometry, pool_geometry
 from ..emitter import NodeContext
-from .gemm import MAX_THREADS, _use_engine
+from .gemm import _use_engine, plan_threads
 
 # Work (element reads + tap operations) below which an op runs on the calling thread: the
 # hand-off to a spinning pool worker and the join cost a few microseconds (~10^4 such ops).
@@ -398,7 +398,7 @@ def call_planes(
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
     scratch = (
-        ctx.scratch(max(slot_floats, 1) * 4 * (MAX_THREADS if threaded else 1))
+        ctx.scratch(max(slot_floats, 1) * 4 * (plan_threads(ctx) if threaded else 1))
         if slot_floats
         else "NULL"
     )
@@ -563,10 +563,15 @@ static void o2e_global_avgpool(void *arg, int i0, int i1)
   for (int i = i0; i < i1; ++i) {
     const float *restrict xc = a->x + (size_t)i * S;
     float part[16] = {0.0f}, acc = 0.0f;
-    int k = 0;
-    for (; k + 16 <= S; k += 16)
+    /* The tail starts at a bound computed up front, not where the blocked loop left k: with
+     * k carried over, gcc on 32-bit targets (arm-none-eabi -O2) rewrites the dead tail's
+     * `k < S` as `k != S` before it folds k = S, sees a loop of 2^32 turns whose address
+     * would wrap, and reports "iteration 1073741823 invokes undefined behavior"
+     * (-Waggressive-loop-optimizations, an error under -Werror); the code was correct. */
+    const int S16 = S - S % 16;
+    for (int k = 0; k < S16; k += 16)
       for (int l = 0; l < 16; ++l) part[l] += xc[k + l];
-    for (; k < S; ++k) acc += xc[k];
+    for (int k = S16; k < S; ++k) acc += xc[k];
     for (int l = 0; l < 16; ++l) acc += part[l];
     a->y[i] = acc / (float)S;
   }

@@ -29,10 +29,12 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.reshape(m8, MR, k4, 4).transpose(0, 2, 1, 3))
 
 
-def _panel_bytes(K: int, P: int) -> int:
+def _panel_bytes(ctx: NodeContext, K: int, P: int) -> int:
     """O2E_QPANEL_BYTES at its largest: 128 bytes per 16-column step, the AVX2 build's int16
-    panels (the others use the first half); the C is one file for every -march."""
-    return -(-P // NR) * -(-K // 4) * 128
+    panels (the others use the first half); the C is one file for every -march. A --device
+    conversion, which no AVX2 build compiles (device.py), takes the uint8 steps of 64."""
+    step = 64 if ctx.model.device.is_mcu else 128
+    return -(-P // NR) * -(-K // 4) * step
 
 
 def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
@@ -86,7 +88,7 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         off = (c_ * hp * wp + ky * dl[0] * wp + kx * dl[1]).reshape(-1).astype(np.int32)
         offs = ctx.weight("qrowoff", off)
         padded = ctx.scratch(C * hp * wp, "uint8_t")
-        pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
+        pk = ctx.scratch(_panel_bytes(ctx, K, 2 * NR), "uint8_t")
         yext = ctx.scratch(M * pe, "uint8_t")
         lines += [
             f"  o2e_qpad(xn, {C}, {H}, {W}, {hp}, {wp}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
@@ -102,7 +104,7 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         # strided: phase planes read at K offsets, no column matrix (o2e_qphase)
         return _phase_conv(ctx, plan, (A, bias, rowsum, sc), lines, (kh, kw), st, dl, pads)
     ctx.kernel("int8 gemm 1x1" if pointwise else "int8 subsample gemm")
-    pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
+    pk = ctx.scratch(_panel_bytes(ctx, K, 2 * NR), "uint8_t")
     src = "xn"
     if subsample:
         # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
@@ -152,7 +154,7 @@ def _phase_conv(
     pe = OH * wq
     offs = ctx.weight("qrowoff", phase_offsets(C, kernel, st, dl, hq, wq))
     planes = ctx.scratch(C * st[0] * st[1] * hq * wq, "uint8_t")
-    pk = ctx.scratch(_panel_bytes(K, 2 * NR), "uint8_t")
+    pk = ctx.scratch(_panel_bytes(ctx, K, 2 * NR), "uint8_t")
     yext = ctx.scratch(M * pe, "uint8_t")
     padv = plan.x_zp & 0xFF
     lines += [
@@ -171,7 +173,7 @@ def _matmul(ctx: NodeContext, plan: Int8Plan) -> str:
     K, N = plan.w.shape[1], plan.w.shape[0]
     R = a.size // K
     A, bias, rowsum, sc = _consts(ctx, plan)
-    pk = ctx.scratch(_panel_bytes(K, R), "uint8_t")
+    pk = ctx.scratch(_panel_bytes(ctx, K, R), "uint8_t")
     ctx.kernel("int8 gemm (matmul)")
     return (
         f"o2e_qpack_cols((const uint8_t *){a.sym}, {R}, {K}, {_flip(plan)}, {pk});\n"

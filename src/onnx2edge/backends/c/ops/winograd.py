@@ -48,10 +48,9 @@ from ....ir import Graph, Node
 from ....semantics.activations import Activation
 from ....semantics.fused import base_op
 from ..emitter import NodeContext, Tensor
-from ..gemm_pack import sgemm_workspace_bytes
 from .common import act_expr
 from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy
-from .gemm import MAX_THREADS, _use_engine, act_struct, packed_weights
+from .gemm import _use_engine, act_struct, gemm_workspace, packed_weights, plan_threads
 
 # Interpolation points per output tile size m (infinity is always the last point).
 POINTS: dict[int, tuple[Fraction, ...]] = {
@@ -734,7 +733,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     nblocks = full + (1 if rem else 0)
     sizes = plan.scratch()
     nt_max = plan.strides(rows)[0]
-    ws_per = _rup64(sgemm_workspace_bytes(M, nt_max, C, 1))
+    ws_per = _rup64(gemm_workspace(ctx, M, nt_max, C, threads=1))  # one thread's
     # the GEMM engine (o2e_sgemm_packed_local, o2e_parallel_for) comes before the kernels
     _use_engine(ctx)
     ctx.helper("o2e_ivdep", IVDEP)
@@ -750,8 +749,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     if units >= BLOCK_PARALLEL_MIN:
         # Whole blocks per thread (input transform, GEMMs, output transform), each thread in
         # its own scratch: everything runs in parallel, not only the products.
-        slots = [ctx.scratch(f * 4 * MAX_THREADS) for f in sizes]
-        ws = ctx.scratch(ws_per * MAX_THREADS, "char")
+        slots = [ctx.scratch(f * 4 * plan_threads(ctx)) for f in sizes]
+        ws = ctx.scratch(ws_per * plan_threads(ctx), "char")
         name = f"o2e_winograd_blocks_{ctx.step}"
         r = f"a->res + (size_t)b * {M * OH * OW}" if res else "NULL"
         geo = {nth: plan.strides(nth) for nth in {rows, rem or rows}}
@@ -798,9 +797,9 @@ static void {name}(void *arg, int u0, int u1)
         # Too few blocks to share: the (m + 2)^2 products of each block are the parallel work
         # (each on one thread; on small maps every one of them is too small to split).
         # (the transforms too: input channels, then output channels, across threads)
-        e, rb = (ctx.scratch(f * 4 * MAX_THREADS) for f in sizes[:2])
+        e, rb = (ctx.scratch(f * 4 * plan_threads(ctx)) for f in sizes[:2])
         v, mm = (ctx.scratch(f * 4) for f in sizes[2:])
-        ws = ctx.scratch(ws_per * MAX_THREADS, "char")
+        ws = ctx.scratch(ws_per * plan_threads(ctx), "char")
         ctx.helper("o2e_wino_gemms", GEMMS)
         ctx.helper("o2e_wino_tr_args", TRANSFORM_ARGS)
         par_in, par_out = f"o2e_winograd_f{m}_in_par", f"o2e_winograd_f{m}_out_par"

@@ -54,7 +54,9 @@
 #define O2E_PW_PF_LOC 2
 #endif
 
-#if (defined(__GNUC__) || defined(__clang__)) &&                                              \
+/* O2E_PW_SCALAR: the portable loops on any host (a convert --device build: its scratch is
+ * sized for their tiles, the same on the microcontroller and on the PC that verifies it) */
+#if !defined(O2E_PW_SCALAR) && (defined(__GNUC__) || defined(__clang__)) &&                    \
     (defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__) ||                          \
      (defined(__ARM_NEON) && defined(__aarch64__)))
 #define O2E_PW_VEC 1

@@ -1666,6 +1666,8 @@ typedef struct {
 } o2e_gemm_args_;
 
 #define O2E_GEMM_RUP16_(n) (((size_t)(n) + 15u) & ~(size_t)15u)
+/* rows of the largest K slice o2e_gemm_run_ packs: min(K, KC) */
+#define O2E_GEMM_KCB_(K) ((size_t)(K) < (size_t)O2E_GEMM_KC ? (size_t)(K) : (size_t)O2E_GEMM_KC)
 
 #if defined(O2E_GEMM_AVX512)
 #define O2E_GEMM_SMALLN 12
@@ -1685,10 +1687,12 @@ O2E_GEMM_FN size_t o2e_sn_ws_floats_(int M, int N) {
 /* Rows of A per M block of the blocked product (a multiple of 8): as many as keep the block's
  * M x K floats within O2E_GEMM_A_BYTES, at least O2E_GEMM_MC_MIN. */
 O2E_GEMM_INL int o2e_mc_(int M, int K) {
-  double rows = (double)O2E_GEMM_A_BYTES / ((double)K * sizeof(float));
+  /* integers, not double: a single-precision FPU (Cortex-M4F / M33) would run double
+   * arithmetic in software routines (the floor of the quotient is the same) */
+  size_t rows = (size_t)O2E_GEMM_A_BYTES / ((size_t)K * sizeof(float));
   int mc;
-  if (rows < O2E_GEMM_MC_MIN) rows = O2E_GEMM_MC_MIN;
-  if (rows > (double)M) rows = (double)M;
+  if (rows < (size_t)O2E_GEMM_MC_MIN) rows = (size_t)O2E_GEMM_MC_MIN;
+  if (rows > (size_t)M) rows = (size_t)M;
   mc = ((int)rows + O2E_GEMM_MR - 1) / O2E_GEMM_MR * O2E_GEMM_MR;
   return mc < O2E_GEMM_MR ? O2E_GEMM_MR : mc;
 }
@@ -1698,7 +1702,8 @@ O2E_GEMM_FN size_t o2e_ws_floats_sb_(int M, int N, int K, int sb) {
   size_t total;
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   if (N == 1) return O2E_GEMM_RUP16_(K) + O2E_GEMM_RUP16_((size_t)M + O2E_GEMM_MR);
-  total = O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * sb * O2E_GEMM_NR); /* packed B */
+  /* packed B: one K slice of a strip (at most K rows: a short K needs no KC-row buffer) */
+  total = O2E_GEMM_RUP16_((size_t)O2E_GEMM_KCB_(K) * sb * O2E_GEMM_NR);
   if (K > O2E_GEMM_KC) /* partial sums of an M block (scratch tile T), see o2e_epi_setup_ */
     total += O2E_GEMM_RUP16_((size_t)o2e_mc_(M, K) * sb * O2E_GEMM_NR);
 #if O2E_GEMM_SMALLN > 1
@@ -2025,7 +2030,7 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
   const int lda = g->a_packed ? 0 : g->lda;
   const int NB = (g->conv ? O2E_GEMM_CONV_SB : O2E_GEMM_SB) * O2E_GEMM_NR;
   float *bp = ws;
-  float *t = bp + O2E_GEMM_RUP16_((size_t)O2E_GEMM_KC * NB);
+  float *t = bp + O2E_GEMM_RUP16_((size_t)O2E_GEMM_KCB_(K) * NB);
   int ic, jb, pc;
   for (ic = m0; ic < m1; ic += mcb) {
     const int ie = m1 - ic < mcb ? m1 : ic + mcb;
@@ -2739,7 +2744,7 @@ O2E_GEMM_FN void o2e_fc_skip_zeros(int N, int K, const float *wt, const float *x
   f.act = act;
   {
     const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
-    if (nq > 1 && (double)n * N >= O2E_GEMM_MT_FLOPS / 8)
+    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 8)) /* no run-time double */
       o2e_parallel_for(nq, o2e_fc_blocks_, &f);
     else
       o2e_fc_blocks_(&f, 0, nq);

@@ -46,6 +46,13 @@
 #define O2E_Q_NEON 1
 #define O2E_QGEMM_KERNEL "neon"
 #endif
+#elif defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && !defined(__aarch64__) &&   \
+    !defined(O2E_Q_NO_DSP)
+/* Cortex-M4 / M7 / M33 / M55 (Armv7E-M, Armv8-M Main with the DSP extension): SMLAD, two
+ * 16 x 16 multiply-accumulates per instruction, on bytes widened by SXTB16 / UXTB16 */
+#include <arm_acle.h>
+#define O2E_Q_DSP 1
+#define O2E_QGEMM_KERNEL "arm-dsp-smlad"
 #else
 #define O2E_QGEMM_KERNEL "portable"
 #endif
@@ -100,11 +107,11 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
     uint8_t *panel = dst + (p0 / 16) * K4 * O2E_QSTEP;
     const size_t np = P - p0 < 16 ? P - p0 : 16;
     for (size_t k4 = 0; k4 < K4; ++k4) {
-      uint8_t *d = panel + k4 * O2E_QSTEP;
       const size_t k = k4 * 4;
 #if defined(__SSE2__)
       if (np == 16 && k + 4 <= K) {
         /* 4 rows x 16 columns -> 16 columns x 4 rows: two rounds of byte / word unpacks */
+        uint8_t *d = panel + k4 * O2E_QSTEP;
         const __m128i f = _mm_set1_epi8((char)flip);
         const __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(O2E_QSRC(k) + p0)), f);
         const __m128i r1 =
@@ -129,6 +136,7 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
       }
 #elif defined(__ARM_NEON) && defined(__aarch64__)
       if (np == 16 && k + 4 <= K) {
+        uint8_t *d = panel + k4 * O2E_QSTEP;
         const uint8x16_t f = vdupq_n_u8(flip);
         uint8x16x4_t r;
         r.val[0] = veorq_u8(vld1q_u8(O2E_QSRC(k) + p0), f);
@@ -250,6 +258,61 @@ static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_
     }
   }
 }
+
+#if defined(O2E_Q_DSP)
+#define O2E_QROR8_(w) (((w) >> 8) | ((w) << 24)) /* gcc's arm_acle.h has no __ror */
+/* Rows r, r + 1 x columns j, j + 1 over K4 steps: four accumulators in registers; each step
+ * loads one word (4 k values) per row and column, splits it into the even and odd bytes as
+ * 16-bit pairs (SXTB16 / UXTB16, the odd ones after a rotate by 8) and adds a0 b0 + a2 b2
+ * and a1 b1 + a3 b3 with one SMLAD each. The products of int8 and uint8 fit 16 x 16 bits
+ * and the sums wrap modulo 2^32 as the portable kernel's: the same integers, bit for bit. */
+static inline __attribute__((always_inline)) void o2e_qdsp_2x2_(size_t K4, const int8_t *a,
+                                                                const uint8_t *b, int32_t *acc,
+                                                                int r, size_t j) {
+  int32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0;
+  const int8_t *ap = a + r * 4;
+  const uint8_t *bp = b + j * 4;
+  for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
+    uint32_t w0, w1, x0, x1;
+    memcpy(&w0, ap, 4);
+    memcpy(&w1, ap + 4, 4);
+    memcpy(&x0, bp, 4);
+    memcpy(&x1, bp + 4, 4);
+    const int16x2_t a0e = __sxtb16((int8x4_t)w0), a0o = __sxtb16((int8x4_t)O2E_QROR8_(w0));
+    const int16x2_t a1e = __sxtb16((int8x4_t)w1), a1o = __sxtb16((int8x4_t)O2E_QROR8_(w1));
+    const int16x2_t b0e = (int16x2_t)__uxtb16((uint8x4_t)x0);
+    const int16x2_t b0o = (int16x2_t)__uxtb16((uint8x4_t)O2E_QROR8_(x0));
+    const int16x2_t b1e = (int16x2_t)__uxtb16((uint8x4_t)x1);
+    const int16x2_t b1o = (int16x2_t)__uxtb16((uint8x4_t)O2E_QROR8_(x1));
+    c00 = __smlad(a0o, b0o, __smlad(a0e, b0e, c00));
+    c01 = __smlad(a0o, b1o, __smlad(a0e, b1e, c01));
+    c10 = __smlad(a1o, b0o, __smlad(a1e, b0e, c10));
+    c11 = __smlad(a1o, b1o, __smlad(a1e, b1e, c11));
+  }
+  acc[r * 16 + j] = c00;
+  acc[r * 16 + j + 1] = c01;
+  acc[(r + 1) * 16 + j] = c10;
+  acc[(r + 1) * 16 + j + 1] = c11;
+}
+#endif
+
+#if !defined(O2E_Q_VNNI) && !defined(O2E_Q_AVX2) && !defined(O2E_Q_SDOT) && !defined(O2E_Q_NEON) && \
+    !defined(O2E_Q_DSP)
+/* The portable kernel on columns [0, nc) (inlined with nc = 16 a constant for full panels). */
+static inline __attribute__((always_inline)) void o2e_qkernel_cols_(size_t K4, const int8_t *a,
+                                                                    const uint8_t *b,
+                                                                    int32_t *acc, size_t nc) {
+  uint32_t c[8][16];
+  memset(c, 0, sizeof c);
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64)
+    for (int r = 0; r < 8; ++r)
+      for (size_t j = 0; j < nc; ++j)
+        for (int t = 0; t < 4; ++t)
+          c[r][j] += (uint32_t)((int32_t)a[r * 4 + t] * (int32_t)b[j * 4 + t]);
+  for (int r = 0; r < 8; ++r)
+    for (size_t j = 0; j < nc; ++j) acc[r * 16 + j] = (int32_t)c[r][j];
+}
+#endif
 
 /* acc[r][j] (8 x 16 int32) = sum over K4 steps of a[k4][r][0..3] . b[k4][j][0..3] for the
  * columns j < ncol (AVX2 skips the 4-column passes past them; the others compute all 16) */
@@ -388,16 +451,19 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
     for (int r = 0; r < 4; ++r)
       for (int q = 0; q < 4; ++q) vst1q_s32(acc + (rh * 4 + r) * 16 + q * 4, c[r][q]);
   }
+#elif defined(O2E_Q_DSP)
+  /* column pairs up to ncol (a 16-column panel's padding columns are zeros: an odd last
+   * column computes one unread neighbour) */
+  const size_t nc = ncol < 16 ? ncol : 16;
+  for (int r = 0; r < 8; r += 2)
+    for (size_t j = 0; j < nc; j += 2) o2e_qdsp_2x2_(K4, a, b, acc, r, j);
 #else
-  uint32_t c[8][16];
-  memset(c, 0, sizeof c);
-  for (size_t k = 0; k < K4; ++k, a += 32, b += 64)
-    for (int r = 0; r < 8; ++r)
-      for (int j = 0; j < 16; ++j)
-        for (int t = 0; t < 4; ++t)
-          c[r][j] += (uint32_t)((int32_t)a[r * 4 + t] * (int32_t)b[j * 4 + t]);
-  for (int r = 0; r < 8; ++r)
-    for (int j = 0; j < 16; ++j) acc[r * 16 + j] = (int32_t)c[r][j];
+  /* only the ncol columns the caller reads: a batch-1 fully connected layer (ncol 1) did 16
+   * times its work here (issue 31: the portable kernel is what a Cortex-M runs) */
+  if (ncol >= 16)
+    o2e_qkernel_cols_(K4, a, b, acc, 16);
+  else
+    o2e_qkernel_cols_(K4, a, b, acc, ncol);
 #endif
 }
 
