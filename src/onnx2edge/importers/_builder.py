@@ -12,8 +12,17 @@ from onnx import helper, numpy_helper
 OPSET = 17
 
 
+# Never folded: the QDQ pairs around weights are what the int8 paths look for.
+_KEEP = {"QuantizeLinear", "DequantizeLinear"}
+
+
 class Builder:
-    def __init__(self) -> None:
+    """`fold=True`: a node whose inputs are all constants is evaluated (onnx's reference
+    evaluator) and becomes an initializer, so constant sub-graphs never reach the ONNX."""
+
+    def __init__(self, fold: bool = False) -> None:
+        self.fold = fold
+        self.values: dict[str, np.ndarray] = {}
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -40,6 +49,7 @@ class Builder:
                 return self._consts[key]
         name = self.fresh(base)
         self.inits.append(numpy_helper.from_array(arr.copy(order="C"), name))
+        self.values[name] = arr
         if key is not None:
             self._consts[key] = name
         return name
@@ -56,13 +66,41 @@ class Builder:
         base: str = "",
         **attrs: Any,
     ) -> str:
+        node = helper.make_node(op, list(inputs), ["y"], **attrs)
+        if self.fold and op not in _KEEP and all(not i or i in self.values for i in inputs):
+            value = self._evaluate(node)
+            if out is None:
+                return self.const(value, base or op.lower())
+            self.used.add(out)
+            self.inits.append(numpy_helper.from_array(value.copy(order="C"), out))
+            self.values[out] = value
+            return out
         out = out if out is not None else self.fresh(base or op.lower())
-        self.nodes.append(
-            helper.make_node(
-                op, list(inputs), [out], name=self.fresh(f"{op}_{len(self.nodes)}"), **attrs
-            )
-        )
+        node.output[0] = out
+        node.name = self.fresh(f"{op}_{len(self.nodes)}")
+        self.nodes.append(node)
         return out
+
+    def const_value(self, name: str) -> np.ndarray | None:
+        return self.values.get(name)
+
+    def _evaluate(self, node: onnx.NodeProto) -> np.ndarray:
+        from onnx.reference import ReferenceEvaluator
+
+        feeds = {i: self.values[i] for i in node.input if i}
+        graph = helper.make_graph(
+            [node],
+            "fold",
+            [
+                helper.make_tensor_value_info(
+                    i, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)
+                )
+                for i, v in feeds.items()
+            ],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
 
     def model(self, name: str, producer: str, doc: str = "") -> onnx.ModelProto:
         graph = helper.make_graph(
