@@ -245,7 +245,10 @@ class _Importer:
     op_HSwish = _plain("HardSwish")
     op_HSigmoid = _plain("HardSigmoid", alpha=1.0 / 6.0, beta=0.5)
     op_PRelu = _plain("PRelu")
-    op_Tile = _plain("Tile")
+
+    def op_Tile(self, layer: _Layer) -> str:
+        x, reps = self.inputs(layer)
+        return self.b.node("Tile", [x, self.b.node("Cast", [reps], to=onnx.TensorProto.INT64)])
 
     def op_SquaredDifference(self, layer: _Layer) -> str:
         d = self.b.node("Sub", self.inputs(layer))
@@ -335,17 +338,32 @@ class _Importer:
 
     def _deconv(self, layer: _Layer, grouped: bool) -> str:
         ins = self.inputs(layer)
-        if len(ins) > 2:
-            raise UnsupportedError(
-                f"{self.source}: layer '{layer.name}' ({layer.type}) with an output_shape input is not supported"
-            )
-        x, w = ins
+        x, w = ins[:2]
         attrs = self._conv_attrs(layer)
         op = _ints(layer.data.get("output_padding"))
-        if any(op):
+        ws = self.in_shape(layer, 1)  # [G,] I(/G), O(/G), k...
+        if len(ins) > 2:
+            # output_shape given: pads_begin / pads_end are ignored, auto_pad splits the total;
+            # as ONNX's ConvTranspose, same_upper puts the odd one at the beginning (the output
+            # is cropped, not padded) and same_lower at the end (checked against OpenVINO)
+            xs, out = self.in_shape(layer, 0)[2:], self.out_shape(layer)[2:]
+            k = ws[-len(xs) :]
+            s = attrs["strides"] or [1] * len(xs)
+            d = attrs["dilations"] or [1] * len(xs)
+            opad = op or [0] * len(xs)
+            total = [
+                (xs[j] - 1) * s[j] + (k[j] - 1) * d[j] + 1 + opad[j] - out[j]
+                for j in range(len(xs))
+            ]
+            lower = layer.data.get("auto_pad", "").lower() == "same_lower"
+            begin = [t // 2 if lower else t - t // 2 for t in total]
+            attrs.pop("auto_pad", None)
+            attrs["pads"] = begin + [t - b0 for t, b0 in zip(total, begin, strict=True)]
+        elif any(op):
+            attrs["output_padding"] = op
+        if any(op) and len(ins) > 2:
             attrs["output_padding"] = op
         if grouped:
-            ws = self.in_shape(layer, 1)  # G, I/G, O/G, k...
             w = self.b.node("Reshape", [w, self.b.i64([ws[0] * ws[1], *ws[2:]])])
             attrs["group"] = ws[0]
         return self.b.node("ConvTranspose", [x, w], **attrs)
