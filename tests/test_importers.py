@@ -1,0 +1,168 @@
+"""TFLite and OpenVINO IR models, written by TensorFlow's and OpenVINO's own converters
+(tests/fixtures/tflite/build.py, tests/fixtures/openvino/build.py), imported, converted to C and
+verified against the format's own runtime (LiteRT, OpenVINO) where installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnx2edge import api
+from onnx2edge.errors import UnsupportedError
+from onnx2edge.importers import import_model
+
+FIX = Path(__file__).parent / "fixtures"
+TFLITE = FIX / "tflite"
+OPENVINO = FIX / "openvino"
+HAS_LITERT = importlib.util.find_spec("ai_edge_litert") is not None
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+needs_tflite = pytest.mark.skipif(
+    importlib.util.find_spec("tflite") is None,
+    reason="the 'tflite' schema package is not installed",
+)
+
+TFLITE_MODELS = ["cnn.float32", "cnn.float16", "cnn.int8", "mlp.float32"]
+OPENVINO_MODELS = ["tiny_cnn", "keras_cnn"]
+
+
+def _env() -> dict:
+    import os
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+@needs_tflite
+@pytest.mark.parametrize("name", TFLITE_MODELS)
+def test_tflite_to_c_matches_litert(name: str, tmp_path: Path) -> None:
+    rep = api.verify(TFLITE / f"{name}.tflite", target="c", work_dir=tmp_path / "c")
+    assert rep.ok, rep.format()
+    want = "LiteRT" if HAS_LITERT else "onnxruntime on the imported ONNX"
+    assert want in rep.reference, rep.reference
+
+
+@needs_tflite
+def test_tflite_keeps_nhwc_io_and_quantized_io() -> None:
+    m = import_model(TFLITE / "cnn.int8.tflite")
+    (inp,) = m.graph.input
+    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    assert dims == [1, 16, 16, 3]
+    assert inp.type.tensor_type.elem_type == onnx.TensorProto.INT8
+    assert {o.type.tensor_type.elem_type for o in m.graph.output} == {onnx.TensorProto.INT8}
+    ops = [n.op_type for n in m.graph.node]
+    # per-channel int8 weights behind DequantizeLinear, activations through Q/DQ pairs
+    per_channel = [
+        n
+        for n in m.graph.node
+        if n.op_type == "DequantizeLinear" and n.attribute and n.attribute[0].name == "axis"
+    ]
+    assert per_channel and ops.count("QuantizeLinear") >= 8
+
+
+@needs_tflite
+def test_tflite_float16_weights_become_float32() -> None:
+    m = import_model(TFLITE / "cnn.float16.tflite")
+    assert all(t.data_type != onnx.TensorProto.FLOAT16 for t in m.graph.initializer)
+    assert "DequantizeLinear" not in {n.op_type for n in m.graph.node}
+
+
+@needs_tflite
+@pytest.mark.skipif(not HAS_LITERT, reason="ai-edge-litert is not installed")
+def test_int8_output_judged_within_one_step(tmp_path: Path) -> None:
+    rep = api.verify(TFLITE / "cnn.int8.tflite", target="onnx")
+    assert rep.ok and all(o.quant_step for o in rep.outputs)
+    assert "quantization step" in rep.tolerance_applied
+
+
+@pytest.mark.parametrize("name", OPENVINO_MODELS)
+def test_openvino_to_c_matches_openvino(name: str, tmp_path: Path) -> None:
+    rep = api.verify(
+        OPENVINO / f"{name}.xml", target="c", work_dir=tmp_path / "c", input_shapes=None
+    )
+    assert rep.ok, rep.format()
+    want = "OpenVINO" if HAS_OPENVINO else "onnxruntime on the imported ONNX"
+    assert want in rep.reference, rep.reference
+
+
+def test_openvino_fp16_constants_folded() -> None:
+    m = import_model(OPENVINO / "tiny_cnn.xml")
+    ops = {n.op_type for n in m.graph.node}
+    assert "Cast" not in ops  # Const(f16) -> Convert folded into float32 initializers
+    assert all(t.data_type != onnx.TensorProto.FLOAT16 for t in m.graph.initializer)
+    ref = onnx.load(str(Path(__file__).parents[1] / "examples" / "tiny_cnn.onnx"))
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    import onnxruntime as ort
+
+    def run(model: onnx.ModelProto) -> np.ndarray:
+        s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return s.run(None, {s.get_inputs()[0].name: x})[0]
+
+    # the IR's weights are float16: equal to the original ONNX up to that rounding
+    np.testing.assert_allclose(run(m), run(ref), rtol=0, atol=2e-2)
+
+
+@needs_tflite
+def test_cli_import_writes_onnx(tmp_path: Path) -> None:
+    out = tmp_path / "cnn.onnx"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "onnx2edge.cli",
+            "import",
+            str(TFLITE / "cnn.float32.tflite"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert r.returncode == 0, r.stderr
+    onnx.checker.check_model(onnx.load(str(out)))
+
+
+@needs_tflite
+def test_unsupported_tflite_op_is_named_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "x.onnx"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "onnx2edge.cli",
+            "import",
+            str(TFLITE / "cumsum.float32.tflite"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "operator 0 (CUMSUM" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_unsupported_openvino_layer_is_named(tmp_path: Path) -> None:
+    xml = tmp_path / "m.xml"
+    xml.write_text(
+        """<?xml version="1.0"?>
+<net name="m" version="11"><layers>
+<layer id="0" name="x" type="Parameter" version="opset1"><data shape="1,4" element_type="f32"/>
+<output><port id="0" precision="FP32" names="x"><dim>1</dim><dim>4</dim></port></output></layer>
+<layer id="1" name="weird" type="Einsum" version="opset7"><data equation="ij->ji"/>
+<input><port id="0"><dim>1</dim><dim>4</dim></port></input>
+<output><port id="1" precision="FP32"><dim>4</dim><dim>1</dim></port></output></layer>
+<layer id="2" name="y" type="Result" version="opset1"><input><port id="0"><dim>4</dim><dim>1</dim></port></input></layer>
+</layers><edges><edge from-layer="0" from-port="0" to-layer="1" to-port="0"/>
+<edge from-layer="1" from-port="1" to-layer="2" to-port="0"/></edges></net>"""
+    )
+    with pytest.raises(UnsupportedError, match=r"layer 'weird' \(Einsum, opset7\)"):
+        import_model(xml)
