@@ -45,6 +45,8 @@ def test_tflite_to_c_matches_litert(name: str, tmp_path: Path) -> None:
     assert rep.ok, rep.format()
     want = "LiteRT" if HAS_LITERT else "onnxruntime on the imported ONNX"
     assert want in rep.reference, rep.reference
+    if name == "cnn.int8":  # the QDQ convolutions reached the C backend's int8 kernels
+        assert "QLinearConv" in (tmp_path / "c" / "model.c").read_text()
 
 
 @needs_tflite

@@ -81,6 +81,18 @@ class Builder:
         self.nodes.append(node)
         return out
 
+    def drop_dead(self) -> None:
+        """Nodes (and initializers) no graph output depends on: the NHWC Transposes an NCHW
+        consumer read around."""
+        live = {o.name for o in self.outputs}
+        keep: list[onnx.NodeProto] = []
+        for n in reversed(self.nodes):
+            if any(o in live for o in n.output):
+                keep.append(n)
+                live.update(i for i in n.input if i)
+        self.nodes = keep[::-1]
+        self.inits = [t for t in self.inits if t.name in live]
+
     def const_value(self, name: str) -> np.ndarray | None:
         return self.values.get(name)
 

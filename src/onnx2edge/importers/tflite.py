@@ -82,6 +82,9 @@ class _Importer:
         self.names: dict[int, str] = {}  # tensor index -> name of its float (or plain) value
         self.folded: dict[int, np.ndarray] = {}  # DEQUANTIZE(fp16 const) outputs
         self.alias: dict[int, int] = {}  # DEQUANTIZE(int8 const) output -> its input
+        # quantized activations: tensor index -> (integer value's name, its quantization, dtype)
+        self.qnames: dict[int, tuple[str, tuple, Any]] = {}
+        self.nchw_src: dict[int, str] = {}  # tensors an NCHW op wrote: the value before NHWC
         self.graph_outputs = {int(i) for i in self.sg.OutputsAsNumpy()}
 
     # -- tensors ---------------------------------------------------------------------------
@@ -207,9 +210,11 @@ class _Importer:
             f"{self.source}: tensor {i} '{self.tname(i)}' is read before it is written"
         )
 
-    def emit_out(self, i: int, value: str) -> None:
+    def emit_out(self, i: int, value: str, nchw: bool = False) -> None:
         """Bind the op's float result `value` to tensor `i`: through Quantize/Dequantize when the
-        tensor is quantized, renamed to the tensor's name when it is a graph output."""
+        tensor is quantized, renamed to the tensor's name when it is a graph output. `nchw`: the
+        value is NCHW and tensor `i` NHWC; a quantized one is transposed on the integer side, so
+        the op sits between DequantizeLinear and QuantizeLinear as the int8 paths expect."""
         q = self.quant(i)
         dt = self.dtype(i)
         if q is not None and dt in (np.int8, np.uint8):
@@ -217,15 +222,17 @@ class _Importer:
             name = self.tname(i) if i in self.graph_outputs else self.b.fresh(self.tname(i))
             if i in self.graph_outputs:
                 self.b.used.add(name)
-            self.b.node(
-                "QuantizeLinear",
-                [
-                    value,
-                    self.b.const(np.float32(scale[0]), "scale"),
-                    self.b.const(np.asarray(zp[0]).astype(dt), "zero_point"),
-                ],
-                name,
-            )
+            qargs = [
+                self.b.const(np.float32(scale[0]), "scale"),
+                self.b.const(np.asarray(zp[0]).astype(dt), "zero_point"),
+            ]
+            if nchw:
+                qv = self.b.node("QuantizeLinear", [value, *qargs])
+                self.nchw_src[i] = qv
+                self.b.node("Transpose", [qv], name, perm=list(NHWC))
+            else:
+                self.b.node("QuantizeLinear", [value, *qargs], name)
+            self.qnames[i] = (name, (scale[:1], zp[:1], 0), dt)
             self.names[i] = self._dq(name, (scale[:1], zp[:1], 0), dt)
             return
         if q is not None and dt == np.int16:
@@ -233,10 +240,22 @@ class _Importer:
                 f"{self.source}: tensor {i} '{self.tname(i)}' is an int16-quantized activation "
                 "(16x8 quantization), which the importer does not support"
             )
+        if nchw:
+            self.nchw_src[i] = value
+            value = self.t(value, NHWC)
         if i in self.graph_outputs:
             self.b.used.add(self.tname(i))
             value = self.b.node("Identity", [value], self.tname(i))
         self.names[i] = value
+
+    def nchw_in(self, i: int) -> str:
+        """Tensor `i` (NHWC) as NCHW float: a quantized activation transposed as integers, then
+        dequantized (see `emit_out`)."""
+        src = self.nchw_src.get(i)  # produced NCHW: read before its Transpose, no pair
+        if i in self.qnames:
+            name, q, dt = self.qnames[i]
+            return self._dq(src or self.t(name, NCHW), q, dt)
+        return src or self.t(self.act(i), NCHW)
 
     # -- helpers ---------------------------------------------------------------------------
     def fused(self, x: str, code: int) -> str:
@@ -283,9 +302,11 @@ class _Importer:
                 )
             )
             q = self.quant(i)
-            self.names[i] = (
-                self._dq(name, q, dt) if q is not None and dt in (np.int8, np.uint8) else name
-            )
+            if q is not None and dt in (np.int8, np.uint8):
+                self.qnames[i] = (name, (q[0][:1], q[1][:1], 0), dt)
+                self.names[i] = self._dq(name, q, dt)
+            else:
+                self.names[i] = name
         ops = [self.sg.Operators(k) for k in range(self.sg.OperatorsLength())]
         codes = []
         for k, op in enumerate(ops):
@@ -325,6 +346,7 @@ class _Importer:
                     self.tname(i), helper.np_dtype_to_tensor_dtype(np.dtype(dt)), self.shape(i)
                 )
             )
+        b.drop_dead()
         return b.model(
             self.source.stem, "onnx2edge-import-tflite", f"imported from {self.source.name}"
         )
@@ -672,7 +694,7 @@ class _Importer:
         s = [int(o.StrideH()), int(o.StrideW())]
         d = [int(o.DilationHFactor()), int(o.DilationWFactor())]
         group = x_shape[3] if depthwise else x_shape[3] // w_shape[3]
-        args = [self.t(self.act(ins[0]), NCHW), w]
+        args = [self.nchw_in(ins[0]), w]
         if len(ins) > 2 and ins[2] >= 0:
             args.append(self.weight(ins[2]))
         y = self.b.node(
@@ -685,7 +707,7 @@ class _Importer:
             pads=self._conv_pads(o.Padding(), x_shape[1:3], k, s, d),
         )
         y = self.fused(y, o.FusedActivationFunction())
-        self.emit_out(outs[0], self.t(y, NHWC))
+        self.emit_out(outs[0], y, nchw=True)
 
     def op_CONV_2D(self, op: Any, ins: list[int], outs: list[int]) -> None:
         self._conv(op, ins, outs, False)
@@ -712,12 +734,12 @@ class _Importer:
             raise UnsupportedError(
                 f"{self.source}: TRANSPOSE_CONV with an output larger than its input covers is not supported"
             )
-        args = [self.t(self.act(ins[2]), NCHW), self.weight(ins[1], (3, 0, 1, 2))]
+        args = [self.nchw_in(ins[2]), self.weight(ins[1], (3, 0, 1, 2))]
         if len(ins) > 3 and ins[3] >= 0:
             args.append(self.weight(ins[3]))
         y = self.b.node("ConvTranspose", args, kernel_shape=k, strides=s, pads=pads)
         act = o.FusedActivationFunction() if hasattr(o, "FusedActivationFunction") else 0
-        self.emit_out(outs[0], self.t(self.fused(y, act), NHWC))
+        self.emit_out(outs[0], self.fused(y, act), nchw=True)
 
     def _pool(onnx_op: str) -> Callable:  # noqa: N805
         def conv(self: _Importer, op: Any, ins: list[int], outs: list[int]) -> None:
@@ -725,11 +747,9 @@ class _Importer:
             k = [int(o.FilterHeight()), int(o.FilterWidth())]
             s = [int(o.StrideH()), int(o.StrideW())]
             pads = self._conv_pads(o.Padding(), self.shape(ins[0])[1:3], k, s, [1, 1])
-            y = self.b.node(
-                onnx_op, [self.t(self.act(ins[0]), NCHW)], kernel_shape=k, strides=s, pads=pads
-            )
+            y = self.b.node(onnx_op, [self.nchw_in(ins[0])], kernel_shape=k, strides=s, pads=pads)
             y = self.fused(y, o.FusedActivationFunction())
-            self.emit_out(outs[0], self.t(y, NHWC))
+            self.emit_out(outs[0], y, nchw=True)
 
         return conv
 
@@ -752,10 +772,8 @@ class _Importer:
                 "align_corners" if align else "tf_half_pixel_for_nn" if half else "asymmetric"
             )
             attrs["nearest_mode"] = "round_prefer_ceil" if align else "floor"
-        y = self.b.node(
-            "Resize", [self.t(self.act(ins[0]), NCHW), "", "", self.b.i64([n, c, h, w])], **attrs
-        )
-        self.emit_out(outs[0], self.t(y, NHWC))
+        y = self.b.node("Resize", [self.nchw_in(ins[0]), "", "", self.b.i64([n, c, h, w])], **attrs)
+        self.emit_out(outs[0], y, nchw=True)
 
     def op_RESIZE_BILINEAR(self, op: Any, ins: list[int], outs: list[int]) -> None:
         self._resize(op, ins, outs, "linear")
@@ -767,8 +785,8 @@ class _Importer:
         def conv(self: _Importer, op: Any, ins: list[int], outs: list[int]) -> None:
             bs = int(self.options(op).BlockSize())
             attrs = {"mode": "DCR"} if onnx_op == "DepthToSpace" else {}
-            y = self.b.node(onnx_op, [self.t(self.act(ins[0]), NCHW)], blocksize=bs, **attrs)
-            self.emit_out(outs[0], self.t(y, NHWC))
+            y = self.b.node(onnx_op, [self.nchw_in(ins[0])], blocksize=bs, **attrs)
+            self.emit_out(outs[0], y, nchw=True)
 
         return conv
 
