@@ -27,7 +27,7 @@ needs_tflite = pytest.mark.skipif(
     reason="the 'tflite' schema package is not installed",
 )
 
-TFLITE_MODELS = ["cnn.float32", "cnn.float16", "cnn.int8", "mlp.float32"]
+TFLITE_MODELS = ["cnn.float32", "cnn.float16", "cnn.int8", "mlp.float32", "sparse.float32"]
 OPENVINO_MODELS = ["tiny_cnn", "keras_cnn"]
 
 
@@ -168,3 +168,12 @@ def test_unsupported_openvino_layer_is_named(tmp_path: Path) -> None:
     )
     with pytest.raises(UnsupportedError, match=r"layer 'weird' \(Einsum, opset7\)"):
         import_model(xml)
+
+
+@needs_tflite
+def test_sparse_weights_behind_densify_read_dense() -> None:
+    m = import_model(TFLITE / "sparse.float32.tflite")
+    ws = [onnx.numpy_helper.to_array(t) for t in m.graph.initializer if t.dims and len(t.dims) == 2]
+    assert sorted(w.shape for w in ws) == [(10, 64), (64, 32)]
+    zeros = sum(int((w == 0).sum()) for w in ws) / sum(w.size for w in ws)
+    assert 0.8 < zeros < 0.9  # the 85% the build script zeroed, nothing more or less

@@ -119,12 +119,72 @@ class _Importer:
             data = self.data[buf.Offset() : buf.Offset() + buf.Size()]
         else:
             return None
+        values = np.frombuffer(data, dtype=self.dtype(i))
         if t.Sparsity() is not None:
-            raise UnsupportedError(
-                f"{self.source}: tensor {i} '{self.tname(i)}' is sparse (DENSIFY), which the "
-                "importer does not read yet"
+            return self._densify(t.Sparsity(), values, self.shape(i))
+        return values.reshape(self.shape(i)).copy()
+
+    def _index_vector(self, kind: int, table: Any) -> np.ndarray:
+        cls = {1: "Int32Vector", 2: "Uint16Vector", 3: "Uint8Vector"}.get(kind)
+        if cls is None or table is None:
+            return np.zeros(0, np.int64)
+        v = getattr(self.tfl, cls)()
+        v.Init(table.Bytes, table.Pos)
+        return v.ValuesAsNumpy().astype(np.int64) if v.ValuesLength() else np.zeros(0, np.int64)
+
+    def _densify(self, sp: Any, values: np.ndarray, shape: list[int]) -> np.ndarray:
+        """TFLite's sparse tensor format (schema.fbs SparsityParameters, the FormatConverter's
+        SparseToDense): levels in traversal order over the dims and their blocks, each DENSE
+        (a size) or SPARSE_CSR (segments + indices); values in traversal order."""
+        n = len(shape)
+        order = (
+            [int(v) for v in sp.TraversalOrderAsNumpy()]
+            if sp.TraversalOrderLength()
+            else list(range(n))
+        )
+        block_map = [int(v) for v in sp.BlockMapAsNumpy()] if sp.BlockMapLength() else []
+        levels = []
+        for lv in range(sp.DimMetadataLength()):
+            dm = sp.DimMetadata(lv)
+            if dm.Format() == 0:
+                levels.append((int(dm.DenseSize()), None, None))
+            else:
+                seg = self._index_vector(dm.ArraySegmentsType(), dm.ArraySegments())
+                idx = self._index_vector(dm.ArrayIndicesType(), dm.ArrayIndices())
+                levels.append((0, seg, idx))
+        block_size = [levels[order.index(n + j)][0] for j in range(len(block_map))]
+        # coordinates of every stored value, level by level (prev: the parent's position)
+        coords = np.zeros((1, 0), np.int64)
+        prev = np.zeros(1, np.int64)
+        for size, seg, idx in levels:
+            if seg is None:
+                pos = (prev[:, None] * size + np.arange(size)[None, :]).reshape(-1)
+                here = np.tile(np.arange(size), len(prev))
+                coords = np.repeat(coords, size, axis=0)
+            else:
+                counts = seg[prev + 1] - seg[prev]
+                pos = (
+                    np.concatenate([np.arange(seg[p], seg[p + 1]) for p in prev])
+                    if len(prev)
+                    else prev
+                )
+                here = idx[pos]
+                coords = np.repeat(coords, counts, axis=0)
+            coords = np.concatenate([coords, here[:, None]], axis=1)
+            prev = pos
+        expanded = np.zeros((len(coords), n + len(block_map)), np.int64)
+        expanded[:, order] = coords
+        full = expanded[:, :n].copy()
+        for j, d in enumerate(block_map):
+            full[:, d] = full[:, d] * block_size[j] + expanded[:, n + j]
+        dense = np.zeros(shape, dtype=values.dtype)
+        if len(full) != len(values):
+            raise Onnx2EdgeError(
+                f"{self.source}: a sparse tensor stores {len(values)} values for {len(full)} "
+                "positions: the file is corrupt"
             )
-        return np.frombuffer(data, dtype=self.dtype(i)).reshape(self.shape(i)).copy()
+        dense[tuple(full.T)] = values
+        return dense
 
     def quant(self, i: int) -> tuple[np.ndarray, np.ndarray, int] | None:
         q = self.tensor(i).Quantization()
@@ -328,6 +388,13 @@ class _Importer:
         for op, name in zip(ops, codes, strict=True):
             ins = [int(x) for x in op.InputsAsNumpy()] if op.InputsLength() else []
             outs = [int(x) for x in op.OutputsAsNumpy()]
+            if name == "DENSIFY":  # the sparse constant is read dense: an alias of it
+                self.folded[outs[0]] = self.array(ins[0])
+                if self.quant(ins[0]) is not None:
+                    self.folded.pop(outs[0])
+                    self.alias[outs[0]] = ins[0]
+                if outs[0] not in self.graph_outputs:
+                    continue
             if name == "DEQUANTIZE" and ins[0] >= 0 and self.raw(ins[0]) is not None:
                 if self.quant(ins[0]) is not None and outs[0] not in self.graph_outputs:
                     self.alias[outs[0]] = ins[0]
@@ -458,6 +525,9 @@ class _Importer:
 
     def op_DEQUANTIZE(self, op: Any, ins: list[int], outs: list[int]) -> None:
         self.emit_out(outs[0], self.act(ins[0]))  # the input is read as its dequantized value
+
+    def op_DENSIFY(self, op: Any, ins: list[int], outs: list[int]) -> None:
+        self.emit_out(outs[0], self.act(outs[0]) if outs[0] in self.folded else self.act(ins[0]))
 
     def op_CAST(self, op: Any, ins: list[int], outs: list[int]) -> None:
         to = helper.np_dtype_to_tensor_dtype(np.dtype(self.dtype(outs[0])))
