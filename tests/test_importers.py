@@ -27,7 +27,14 @@ needs_tflite = pytest.mark.skipif(
     reason="the 'tflite' schema package is not installed",
 )
 
-TFLITE_MODELS = ["cnn.float32", "cnn.float16", "cnn.int8", "mlp.float32", "sparse.float32"]
+TFLITE_MODELS = [
+    "cnn.float32",
+    "cnn.float16",
+    "cnn.int8",
+    "mlp.float32",
+    "sparse.float32",
+    "lstm.float32",
+]
 OPENVINO_MODELS = ["tiny_cnn", "keras_cnn"]
 
 
@@ -177,3 +184,43 @@ def test_sparse_weights_behind_densify_read_dense() -> None:
     assert sorted(w.shape for w in ws) == [(10, 64), (64, 32)]
     zeros = sum(int((w == 0).sum()) for w in ws) / sum(w.size for w in ws)
     assert 0.8 < zeros < 0.9  # the 85% the build script zeroed, nothing more or less
+
+
+@needs_tflite
+@pytest.mark.skipif(not HAS_LITERT, reason="ai-edge-litert is not installed")
+def test_lstm_without_cell_clip_is_one_onnx_lstm() -> None:
+    """Keras' LSTMs carry cell_clip 10 (unrolled, tested through the corpus); without it the
+    op is one ONNX LSTM. The fixture's cell state stays far below 10 on these inputs, so the
+    clip-free reading must equal LiteRT too."""
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2edge.importers import tflite as imp
+
+    class Unclipped:
+        def __init__(self, o: object) -> None:
+            self.o = o
+
+        def __getattr__(self, k: str) -> object:
+            return getattr(self.o, k)
+
+        def CellClip(self) -> float:  # noqa: N802 - the flatbuffer accessor's name
+            return 0.0
+
+    class NoClip(imp._Importer):
+        def options(self, op):  # noqa: ANN001, ANN202
+            o = super().options(op)
+            return Unclipped(o) if o is not None and hasattr(o, "CellClip") else o
+
+    path = TFLITE / "lstm.float32.tflite"
+    m = NoClip(path.read_bytes(), path).run()
+    assert [n.op_type for n in m.graph.node].count("LSTM") == 2
+    x = np.random.default_rng(0).standard_normal((1, 8, 6)).astype(np.float32)
+    it = Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    d = it.get_input_details()[0]
+    it.set_tensor(d["index"], x)
+    it.invoke()
+    ref = it.get_tensor(it.get_output_details()[0]["index"])
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(s.run(None, {d["name"]: x})[0], ref, rtol=1e-5, atol=1e-6)

@@ -745,6 +745,109 @@ class _Importer:
             b_ = swap(b_, len(self.shape(ins[1])))
         self.emit_out(outs[0], self.b.node("MatMul", [a, b_]))
 
+    def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op: Any, ins: list[int], outs: list[int]) -> None:
+        """ONNX LSTM (gates i, o, f, c) from TFLite's 24 inputs (lstm_shared.h): input, the
+        input / recurrent weights and biases of gates i, f, c, o, peepholes, projection, the
+        state variables (zero at the start, as a fresh interpreter has them), layer norms."""
+        o = self.options(op)
+        ins = ins + [-1] * (24 - len(ins))
+
+        def given(k: int) -> bool:
+            return ins[k] >= 0
+
+        what = (
+            "CIFG (no input gate)"
+            if not given(1)
+            else "a projection"
+            if given(16)
+            else "layer normalisation"
+            if any(given(k) for k in range(20, 24))
+            else "peepholes and a cell clip"
+            if given(9) and o.CellClip() > 0
+            else ""
+        )
+        if what:
+            raise UnsupportedError(
+                f"{self.source}: UNIDIRECTIONAL_SEQUENCE_LSTM with {what} is not supported"
+            )
+        act = {1: "Relu", 4: "Tanh"}.get(o.FusedActivationFunction())
+        if act is None:
+            raise UnsupportedError(
+                f"{self.source}: UNIDIRECTIONAL_SEQUENCE_LSTM with fused activation "
+                f"{o.FusedActivationFunction()} is not supported"
+            )
+        gates = {"i": 0, "f": 1, "c": 2, "o": 3}
+        order = "iofc"
+        w = np.concatenate([self.array(ins[1 + gates[g]]) for g in order])[None].astype(np.float32)
+        r = np.concatenate([self.array(ins[5 + gates[g]]) for g in order])[None].astype(np.float32)
+        hidden = r.shape[1] // 4
+        bias = np.concatenate([self.array(ins[12 + gates[g]]) for g in order]).astype(np.float32)
+        b = np.concatenate([bias, np.zeros_like(bias)])[None]
+        x_shape = self.shape(ins[0])
+        time_major = bool(o.TimeMajor())
+        batch = x_shape[1] if time_major else x_shape[0]
+        if o.CellClip() > 0:
+            # TFLite clips the cell state; ONNX's LSTM `clip` bounds the gates' inputs instead,
+            # so a clipped LSTM is unrolled over its (static) time steps.
+            y = self._lstm_unrolled(ins[0], w[0], r[0], bias, act, float(o.CellClip()), time_major)
+            self.emit_out(outs[0], self.reshape(y, self.shape(outs[0])))
+            return
+        state = self.b.const(np.zeros((1, batch, hidden), np.float32), "lstm_state")
+        # layout 0 (onnxruntime runs no batch-major LSTM): time-major around it
+        x = self.act(ins[0]) if time_major else self.t(self.act(ins[0]), (1, 0, 2))
+        args = [x, self.b.const(w, "lstm_W"), self.b.const(r, "lstm_R")]
+        args += [self.b.const(b, "lstm_B"), "", state, state]
+        if given(9):  # peepholes: ONNX orders them i, o, f
+            p = np.concatenate([self.array(ins[k]) for k in (9, 11, 10)])[None]
+            args.append(self.b.const(p.astype(np.float32), "lstm_P"))
+        y = self.b.node("LSTM", args, hidden_size=hidden, activations=["Sigmoid", act, act])
+        if not time_major:  # Y is [seq, 1, batch, hidden]
+            y = self.t(y, (2, 0, 1, 3))
+        self.emit_out(outs[0], self.reshape(y, self.shape(outs[0])))
+
+    def _lstm_unrolled(
+        self,
+        x_idx: int,
+        w: np.ndarray,
+        r: np.ndarray,
+        bias: np.ndarray,
+        act: str,
+        clip: float,
+        time_major: bool,
+    ) -> str:
+        """The LSTM step by step (gates in ONNX order i, o, f, c), the cell state clipped to
+        [-clip, clip] after each step as TFLite's lstm_eval does."""
+        b, c = self.b, self.b.const
+        shape = self.shape(x_idx)
+        steps, axis = (shape[0], 0) if time_major else (shape[1], 1)
+        hidden = r.shape[0] // 4
+        xw = b.node(
+            "Add",
+            [b.node("MatMul", [self.act(x_idx), c(w.T.copy(), "lstm_Wt")]), c(bias, "lstm_b")],
+        )
+        rt = c(r.T.copy(), "lstm_Rt")
+        lo, hi = c(np.float32(-clip), "lo"), c(np.float32(clip), "hi")
+        h = cell = None
+        hs = []
+        for t in range(steps):
+            g = b.node("Gather", [xw, c(np.int64(t), "t")], axis=axis)
+            if h is not None:
+                g = b.node("Add", [g, b.node("MatMul", [h, rt])])
+            names = [b.fresh("gate") for _ in range(4)]
+            b.nodes.append(
+                helper.make_node(
+                    "Split", [g, b.i64([hidden] * 4)], names, axis=-1, name=b.fresh("Split")
+                )
+            )
+            gi, go, gf, gc = names
+            i_, f_, o_ = (b.node("Sigmoid", [v]) for v in (gi, gf, go))
+            new = b.node("Mul", [i_, b.node(act, [gc])])
+            cell = new if cell is None else b.node("Add", [b.node("Mul", [f_, cell]), new])
+            cell = b.node("Clip", [cell, lo, hi])
+            h = b.node("Mul", [o_, b.node(act, [cell])])
+            hs.append(b.node("Unsqueeze", [h, b.i64([axis])]))
+        return b.node("Concat", hs, axis=axis)
+
     # convolutions and pooling: NCHW between two Transposes
     def _conv_pads(
         self, padding: int, in_hw: list[int], k: list[int], s: list[int], d: list[int]
