@@ -224,3 +224,26 @@ def test_lstm_without_cell_clip_is_one_onnx_lstm() -> None:
     ref = it.get_tensor(it.get_output_details()[0]["index"])
     s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(s.run(None, {d["name"]: x})[0], ref, rtol=1e-5, atol=1e-6)
+
+
+# The Keras CNN is not among them: its UpSampling2D becomes Tile, which the Core ML backend
+# does not map.
+@pytest.mark.parametrize("model", ["tflite/mlp.float32.tflite", "openvino/tiny_cnn.xml"])
+def test_imported_models_to_coreml(model: str, tmp_path: Path) -> None:
+    pytest.importorskip("coremltools", reason="coremltools is in the dev extra")
+    if model.endswith(".tflite") and importlib.util.find_spec("tflite") is None:
+        pytest.skip("the 'tflite' schema package is not installed")
+    rep = api.verify(FIX / model, target="coreml", work_dir=tmp_path / "ml")
+    assert rep.ok, rep.format()
+
+
+def test_imported_model_to_mps(tmp_path: Path) -> None:
+    from onnx2edge.backends.mps import build as mps_build
+    from onnx2edge.errors import Onnx2EdgeError
+
+    try:
+        mps_build.swiftc()
+    except Onnx2EdgeError:
+        pytest.skip("swiftc not found: the MPS simulator cannot be built")
+    rep = api.verify(OPENVINO / "tiny_cnn.xml", target="mps", work_dir=tmp_path / "mps")
+    assert rep.ok, rep.format()

@@ -81,6 +81,19 @@ class Builder:
         self.nodes.append(node)
         return out
 
+    def output_as(self, value: str, name: str) -> str:
+        """`value` under the graph output name `name`: the producing node's output renamed when
+        nothing read it yet, else an Identity (Core ML and MPS convert no Identity)."""
+        self.used.add(name)
+        if value == name:
+            return name
+        producer = next((n for n in reversed(self.nodes) if value in n.output), None)
+        read = any(value in n.input for n in self.nodes)
+        if producer is not None and not read:
+            producer.output[list(producer.output).index(value)] = name
+            return name
+        return self.node("Identity", [value], name)
+
     def drop_dead(self) -> None:
         """Nodes (and initializers) no graph output depends on: the NHWC Transposes an NCHW
         consumer read around."""

@@ -164,8 +164,7 @@ class _Importer:
             ):
                 want = b.fresh(want)
             if value != want:
-                b.used.add(want)
-                b.node("Identity", [value], want)
+                want = b.output_as(value, want)
             dt = self._value_dtype(value, producer)
             b.outputs.append(helper.make_tensor_value_info(want, dt, self._dims(port[2])))
         model = b.model(self.name, "onnx2edge-import-openvino", f"imported from {self.source.name}")
@@ -310,31 +309,49 @@ class _Importer:
     op_LogSoftmax = _softmax("LogSoftmax")
 
     # -- convolution and pooling -----------------------------------------------------------
-    def _pads(self, layer: _Layer) -> dict[str, Any]:
+    def _pads(self, layer: _Layer, kernel: list[int] | None = None) -> dict[str, Any]:
         auto = layer.data.get("auto_pad", "explicit").lower()
         if auto in ("same_upper", "same_lower"):
-            return {"auto_pad": auto.upper()}
+            # explicit pads where the sizes are static: Core ML and MPS take no auto_pad
+            size = self.in_shape(layer, 0)[2:]
+            if kernel is None or not size or min(size) < 0:
+                return {"auto_pad": auto.upper()}
+            s = _ints(layer.data.get("strides")) or [1] * len(size)
+            d = _ints(layer.data.get("dilations")) or [1] * len(size)
+            total = [
+                max((-(-size[j] // s[j]) - 1) * s[j] + (kernel[j] - 1) * d[j] + 1 - size[j], 0)
+                for j in range(len(size))
+            ]
+            small = [t // 2 for t in total]
+            begin = (
+                small
+                if auto == "same_upper"
+                else [t - h for t, h in zip(total, small, strict=True)]
+            )
+            return {"pads": begin + [t - b0 for t, b0 in zip(total, begin, strict=True)]}
         if auto == "valid":
             n = len(_ints(layer.data.get("strides")))
             return {"pads": [0] * (2 * n)}
         return {"pads": _ints(layer.data.get("pads_begin")) + _ints(layer.data.get("pads_end"))}
 
-    def _conv_attrs(self, layer: _Layer) -> dict[str, Any]:
+    def _conv_attrs(self, layer: _Layer, kernel: list[int] | None = None) -> dict[str, Any]:
         return {
             "strides": _ints(layer.data.get("strides")),
             "dilations": _ints(layer.data.get("dilations")),
-            **self._pads(layer),
+            **self._pads(layer, kernel),
         }
 
     def op_Convolution(self, layer: _Layer) -> str:
         x, w = self.inputs(layer)[:2]
-        return self.b.node("Conv", [x, w], **self._conv_attrs(layer))
+        return self.b.node("Conv", [x, w], **self._conv_attrs(layer, self.in_shape(layer, 1)[2:]))
 
     def op_GroupConvolution(self, layer: _Layer) -> str:
         x, w = self.inputs(layer)[:2]
         ws = self.in_shape(layer, 1)  # G, O/G, I/G, k...
         w = self.b.node("Reshape", [w, self.b.i64([ws[0] * ws[1], *ws[2:]])])
-        return self.b.node("Conv", [x, w], group=ws[0], **self._conv_attrs(layer))
+        return self.b.node(
+            "Conv", [x, w], group=ws[0], **self._conv_attrs(layer, self.in_shape(layer, 1)[3:])
+        )
 
     def _deconv(self, layer: _Layer, grouped: bool) -> str:
         ins = self.inputs(layer)
@@ -378,7 +395,7 @@ class _Importer:
         attrs = {
             "kernel_shape": _ints(layer.data.get("kernel")),
             "strides": _ints(layer.data.get("strides")),
-            **self._pads(layer),
+            **self._pads(layer, _ints(layer.data.get("kernel"))),
         }
         if layer.data.get("rounding_type", "floor").lower() == "ceil":
             attrs["ceil_mode"] = 1
@@ -658,6 +675,13 @@ class _Importer:
         if mode == "cubic":
             attrs["cubic_coeff_a"] = float(d.get("cube_coeff", -0.75))
         x = self.inputs(layer)[0]
+        nhwc = len(ins) == 4 and ins[0] == outs[0] and ins[3] == outs[3] and ins[1:3] != outs[1:3]
+        if nhwc and min(ins) > 0 and min(outs) > 0:
+            # spatial dims 1, 2 of an NHWC tensor: resized NCHW (the layout targets resize in)
+            x = self.b.node("Transpose", [x], perm=[0, 3, 1, 2])
+            sizes = [outs[0], outs[3], outs[1], outs[2]]
+            y = self.b.node("Resize", [x, "", "", self.b.i64(sizes)], **attrs)
+            return self.b.node("Transpose", [y], perm=[0, 2, 3, 1])
         if min(ins) > 0 and min(outs) > 0:
             return self.b.node("Resize", [x, "", "", self.b.i64(outs)], **attrs)
         return self.b.node(

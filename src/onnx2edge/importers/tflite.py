@@ -304,8 +304,7 @@ class _Importer:
             self.nchw_src[i] = value
             value = self.t(value, NHWC)
         if i in self.graph_outputs:
-            self.b.used.add(self.tname(i))
-            value = self.b.node("Identity", [value], self.tname(i))
+            value = self.b.output_as(value, self.tname(i))
         self.names[i] = value
 
     def nchw_in(self, i: int) -> str:
