@@ -247,3 +247,33 @@ def test_imported_model_to_mps(tmp_path: Path) -> None:
         pytest.skip("swiftc not found: the MPS simulator cannot be built")
     rep = api.verify(OPENVINO / "tiny_cnn.xml", target="mps", work_dir=tmp_path / "mps")
     assert rep.ok, rep.format()
+
+
+@needs_tflite
+def test_corrupt_tflite_is_one_error(tmp_path: Path) -> None:
+    """Bytes flipped in the flatbuffer: refused as a corrupt file, never a traceback."""
+    from onnx2edge.errors import Onnx2EdgeError
+
+    data = (TFLITE / "cnn.float32.tflite").read_bytes()
+    rng = np.random.default_rng(0)
+    refused = 0
+    for _ in range(40):
+        b = bytearray(data)
+        for _ in range(8):
+            b[rng.integers(8, 2000)] = rng.integers(0, 256)
+        p = tmp_path / "x.tflite"
+        p.write_bytes(bytes(b))
+        try:
+            import_model(p)
+        except Onnx2EdgeError:
+            refused += 1
+    assert refused > 0
+
+
+def test_openvino_without_bin_is_named(tmp_path: Path) -> None:
+    from onnx2edge.errors import Onnx2EdgeError
+
+    xml = tmp_path / "m.xml"
+    xml.write_bytes((OPENVINO / "tiny_cnn.xml").read_bytes())
+    with pytest.raises(Onnx2EdgeError, match=r"needs m\.bin, which is not beside the \.xml"):
+        import_model(xml)

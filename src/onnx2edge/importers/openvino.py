@@ -200,6 +200,11 @@ class _Importer:
             )
         shape = _ints(layer.data.get("shape"))
         off, size = int(layer.data.get("offset", 0)), int(layer.data.get("size", 0))
+        if not self.bin_path.is_file():
+            raise Onnx2EdgeError(
+                f"{self.source}: constant '{layer.name}' needs {self.bin_path.name}, which is not "
+                "beside the .xml"
+            )
         if off + size > len(self.weights):
             raise Onnx2EdgeError(
                 f"{self.source}: constant '{layer.name}' needs bytes {off}..{off + size} of "
@@ -699,4 +704,11 @@ def _drop_unused(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def import_openvino(path: str | Path) -> onnx.ModelProto:
-    return _Importer(Path(path)).run()
+    source = Path(path)
+    try:
+        return _Importer(source).run()
+    except Onnx2EdgeError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, StopIteration) as e:
+        # a dangling edge, an attribute that is not a number, a shape the data does not fill
+        raise Onnx2EdgeError(f"{source}: inconsistent OpenVINO IR ({type(e).__name__}: {e})") from e

@@ -11,6 +11,7 @@ DEQUANTIZE are folded to float32 weights.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -971,4 +972,12 @@ def import_tflite(path: str | Path) -> onnx.ModelProto:
     data = source.read_bytes()
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise Onnx2EdgeError(f"{source}: not a TFLite flatbuffer (no 'TFL3' identifier)")
-    return _Importer(data, source).run()
+    try:
+        return _Importer(data, source).run()
+    except Onnx2EdgeError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, struct.error) as e:
+        # offsets or sizes pointing outside the buffer, counts that do not match
+        raise Onnx2EdgeError(
+            f"{source}: corrupt TFLite flatbuffer ({type(e).__name__}: {e}); re-export it"
+        ) from e
