@@ -35,7 +35,7 @@ TFLITE_MODELS = [
     "sparse.float32",
     "lstm.float32",
 ]
-OPENVINO_MODELS = ["tiny_cnn", "keras_cnn"]
+OPENVINO_MODELS = ["tiny_cnn", "keras_cnn", "fq_cnn"]
 
 
 def _env() -> dict:
@@ -277,3 +277,16 @@ def test_openvino_without_bin_is_named(tmp_path: Path) -> None:
     xml.write_bytes((OPENVINO / "tiny_cnn.xml").read_bytes())
     with pytest.raises(Onnx2EdgeError, match=r"needs m\.bin, which is not beside the \.xml"):
         import_model(xml)
+
+
+def test_fake_quantize_as_qdq_where_exact() -> None:
+    m = import_model(OPENVINO / "fq_cnn.xml")
+    ops = [n.op_type for n in m.graph.node]
+    # the input's aligned range: one uint8 Q/DQ pair; the activation's unaligned range: the
+    # spec's formula (Round); the weights' per-channel FakeQuantize: folded into the weight
+    assert ops.count("QuantizeLinear") == 1 and ops.count("Round") == 1
+    (w,) = [t for t in m.graph.initializer if list(t.dims) == [8, 3, 3, 3]]
+    wf = onnx.numpy_helper.to_array(w).reshape(8, -1).astype(np.float64)
+    step = np.abs(wf).max(1, keepdims=True) / 127  # 255 levels over [-max|w|, max|w|]
+    k = wf / step
+    np.testing.assert_allclose(k, np.round(k), atol=1e-3)  # every weight on a level

@@ -313,6 +313,40 @@ class _Importer:
     op_Softmax = _softmax("Softmax")
     op_LogSoftmax = _softmax("LogSoftmax")
 
+    def op_FakeQuantize(self, layer: _Layer) -> str:
+        """QuantizeLinear + DequantizeLinear (uint8) where that is exactly FakeQuantize: one
+        range, the same in and out, 256 levels, the zero on a level; otherwise the spec's
+        formula in float ops (folded when the input is a constant weight)."""
+        x, il, ih, ol, oh = self.inputs(layer)[:5]
+        levels = int(layer.data.get("levels", 256))
+        b, c = self.b, self.b.const
+        rng = [b.const_value(v) for v in (il, ih, ol, oh)]
+        if b.const_value(x) is None and all(r is not None and r.size == 1 for r in rng):
+            lo, hi, olo, ohi = (float(r.reshape(-1)[0]) for r in rng)
+            scale = (hi - lo) / (levels - 1) if hi > lo else 0.0
+            zp = -lo / scale if scale else -1.0
+            if (
+                levels == 256
+                and (lo, hi) == (olo, ohi)
+                and abs(zp - round(zp)) < 1e-3
+                and 0 <= round(zp) <= 255
+            ):
+                qargs = [c(np.float32(scale), "scale"), c(np.uint8(round(zp)), "zero_point")]
+                return b.node("DequantizeLinear", [b.node("QuantizeLinear", [x, *qargs]), *qargs])
+        steps = c(np.float32(levels - 1), "levels")
+        t = b.node(
+            "Round",
+            [
+                b.node(
+                    "Mul", [b.node("Div", [b.node("Sub", [x, il]), b.node("Sub", [ih, il])]), steps]
+                )
+            ],
+        )
+        t = b.node("Add", [b.node("Mul", [b.node("Div", [t, steps]), b.node("Sub", [oh, ol])]), ol])
+        low = b.node("LessOrEqual", [x, b.node("Min", [il, ih])])
+        high = b.node("Greater", [x, b.node("Max", [il, ih])])
+        return b.node("Where", [low, ol, b.node("Where", [high, oh, t])])
+
     # -- convolution and pooling -----------------------------------------------------------
     def _pads(self, layer: _Layer, kernel: list[int] | None = None) -> dict[str, Any]:
         auto = layer.data.get("auto_pad", "explicit").lower()
