@@ -34,6 +34,7 @@ TFLITE_MODELS = [
     "mlp.float32",
     "sparse.float32",
     "lstm.float32",
+    "tiny_cnn.onnx2tf",
 ]
 OPENVINO_MODELS = ["tiny_cnn", "keras_cnn", "fq_cnn"]
 

@@ -16,7 +16,7 @@ case "$kind" in
       models=(digits_cnn.tf2onnx text_rnn.tf2onnx heads.tf2onnx gate.tf2onnx) ;;
   paddle) pkgs=("paddlepaddle==3.3.*" "paddle2onnx==2.1.*" packaging onnxruntime)
       models=(attention.paddle2onnx) ;;
-  tflite) pkgs=("tensorflow-cpu==2.21.*" "tf_keras==2.21.*") ;;
+  tflite) pkgs=("tensorflow-cpu==2.21.*" "tf_keras==2.21.*" onnx2tf onnx onnx_graphsurgeon sng4onnx psutil ai_edge_litert) ;;
   *) echo "$0: unknown kind '$kind' (tf, paddle or tflite)" >&2; exit 2 ;;
 esac
 if [ ! -x "$venv/bin/python" ]; then
