@@ -291,3 +291,12 @@ def test_fake_quantize_as_qdq_where_exact() -> None:
     step = np.abs(wf).max(1, keepdims=True) / 127  # 255 levels over [-max|w|, max|w|]
     k = wf / step
     np.testing.assert_allclose(k, np.round(k), atol=1e-3)  # every weight on a level
+
+
+@needs_tflite
+@pytest.mark.parametrize(("name", "most"), [("cnn.float32", 5), ("tiny_cnn.onnx2tf", 2)])
+def test_layout_transposes_cancelled(name: str, most: int) -> None:
+    """Each NCHW op is imported between two Transposes (10 in the Keras CNN, 5 in onnx2tf's);
+    the pairs that meet through layout-agnostic ops cancel at import."""
+    m = import_model(TFLITE / f"{name}.tflite")
+    assert sum(n.op_type == "Transpose" for n in m.graph.node) <= most
