@@ -34,6 +34,7 @@ TFLITE_MODELS = [
     "mlp.float32",
     "sparse.float32",
     "lstm.float32",
+    "text.float32",
     "tiny_cnn.onnx2tf",
 ]
 OPENVINO_MODELS = ["tiny_cnn", "keras_cnn", "fq_cnn"]
@@ -49,7 +50,11 @@ def _env() -> dict:
 @needs_tflite
 @pytest.mark.parametrize("name", TFLITE_MODELS)
 def test_tflite_to_c_matches_litert(name: str, tmp_path: Path) -> None:
-    rep = api.verify(TFLITE / f"{name}.tflite", target="c", work_dir=tmp_path / "c")
+    inputs = None
+    if name == "cnn.int8":  # the whole int8 range, not the small integers verify draws
+        x = np.random.default_rng(0).integers(-128, 128, (1, 16, 16, 3)).astype(np.int8)
+        inputs = {import_model(TFLITE / f"{name}.tflite").graph.input[0].name: x}
+    rep = api.verify(TFLITE / f"{name}.tflite", target="c", work_dir=tmp_path / "c", inputs=inputs)
     assert rep.ok, rep.format()
     want = "LiteRT" if HAS_LITERT else "onnxruntime on the imported ONNX"
     assert want in rep.reference, rep.reference

@@ -516,6 +516,26 @@ class _Importer:
     op_MINIMUM = _binary("Min")
     op_POW = _binary("Pow")
 
+    op_LESS = _binary("Less")
+    op_GREATER = _binary("Greater")
+    op_LESS_EQUAL = _binary("LessOrEqual")
+    op_GREATER_EQUAL = _binary("GreaterOrEqual")
+    op_EQUAL = _binary("Equal")
+    op_LOGICAL_AND = _binary("And")
+    op_LOGICAL_OR = _binary("Or")
+    op_LOGICAL_NOT = _unary("Not")
+
+    def op_NOT_EQUAL(self, op: Any, ins: list[int], outs: list[int]) -> None:
+        eq = self.b.node("Equal", [self.act(ins[0]), self.act(ins[1])])
+        self.emit_out(outs[0], self.b.node("Not", [eq]))
+
+    def _select(self, op: Any, ins: list[int], outs: list[int]) -> None:
+        args = [self.act(i) for i in ins[:3]]
+        self.emit_out(outs[0], self.b.node("Where", args))
+
+    op_SELECT = _select
+    op_SELECT_V2 = _select
+
     def op_SQUARED_DIFFERENCE(self, op: Any, ins: list[int], outs: list[int]) -> None:
         d = self.b.node("Sub", [self.act(ins[0]), self.act(ins[1])])
         self.emit_out(outs[0], self.b.node("Mul", [d, d]))
