@@ -35,6 +35,8 @@ TFLITE_MODELS = [
     "sparse.float32",
     "lstm.float32",
     "text.float32",
+    "dense.dynamic",
+    "conv.dynamic",
     "tiny_cnn.onnx2tf",
 ]
 OPENVINO_MODELS = ["tiny_cnn", "keras_cnn", "fq_cnn"]
@@ -305,3 +307,13 @@ def test_layout_transposes_cancelled(name: str, most: int) -> None:
     the pairs that meet through layout-agnostic ops cancel at import."""
     m = import_model(TFLITE / f"{name}.tflite")
     assert sum(n.op_type == "Transpose" for n in m.graph.node) <= most
+
+
+@needs_tflite
+@pytest.mark.parametrize("name", ["dense.dynamic", "conv.dynamic"])
+def test_hybrid_kernels_quantize_their_input(name: str) -> None:
+    """Dynamic-range models: int8 weights, float activations that LiteRT's hybrid kernels
+    round to int8 per batch row; without that rounding the outputs differ by ~1e-3."""
+    m = import_model(TFLITE / f"{name}.tflite")
+    ops = [n.op_type for n in m.graph.node]
+    assert "DequantizeLinear" in ops and "Round" in ops and "ReduceMin" in ops

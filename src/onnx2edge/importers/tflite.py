@@ -742,6 +742,8 @@ class _Importer:
         w_shape = self.shape(ins[1])
         if len(self.shape(ins[0])) != 2:
             x = self.reshape(x, [-1, w_shape[1]])
+        if self.hybrid(ins[0], ins[1]):
+            x = self.quantize_rows(x, [-1], bool(o.AsymmetricQuantizeInputs()))
         w = self.weight(ins[1]) if self.is_const(ins[1]) else self.act(ins[1])
         args = [x, w]
         if len(ins) > 2 and ins[2] >= 0:
@@ -751,6 +753,43 @@ class _Importer:
         if len(self.shape(outs[0])) != 2:
             y = self.reshape(y, self.shape(outs[0]))
         self.emit_out(outs[0], y)
+
+    def hybrid(self, x: int, w: int) -> bool:
+        """A float input read by int8 weights: TFLite's hybrid kernels quantize the input to
+        int8 on the fly (dynamic-range quantization) before the integer product."""
+        src = self.alias.get(w, w)
+        return (
+            self.dtype(x) == np.float32
+            and w not in self.folded
+            and self.quant(src) is not None
+            and self.raw(src) is not None
+            and self.raw(src).dtype == np.int8
+        )
+
+    def quantize_rows(self, x: str, axes: list[int], asymmetric: bool) -> str:
+        """x rounded to TFLite's on-the-fly int8 grid, one scale per batch row
+        (tensor_utils SymmetricQuantizeFloats / AsymmetricQuantizeFloats), in float ops; the
+        product with the int8 weights is then the hybrid kernel's."""
+        b, c = self.b, self.b.const
+        zero, one = c(np.float32(0), "zero"), c(np.float32(1), "one")
+        if asymmetric:
+            lo = b.node("Min", [b.node("ReduceMin", [x], axes=axes, keepdims=1), zero])
+            hi = b.node("Max", [b.node("ReduceMax", [x], axes=axes, keepdims=1), zero])
+            scale = b.node("Div", [b.node("Sub", [hi, lo]), c(np.float32(255), "k")])
+        else:
+            hi = b.node("ReduceMax", [b.node("Abs", [x])], axes=axes, keepdims=1)
+            scale = b.node("Div", [hi, c(np.float32(127), "k")])
+        scale = b.node("Where", [b.node("Equal", [scale, zero]), one, scale])
+        if asymmetric:  # zero point on the grid of [-128, 127]
+            zp = b.node(
+                "Round", [b.node("Sub", [c(np.float32(-128), "k"), b.node("Div", [lo, scale])])]
+            )
+            q = b.node("Add", [b.node("Round", [b.node("Div", [x, scale])]), zp])
+            q = b.node("Clip", [q, c(np.float32(-128), "lo"), c(np.float32(127), "hi")])
+            return b.node("Mul", [b.node("Sub", [q, zp]), scale])
+        q = b.node("Round", [b.node("Div", [x, scale])])
+        q = b.node("Clip", [q, c(np.float32(-127), "lo"), c(np.float32(127), "hi")])
+        return b.node("Mul", [q, scale])
 
     def op_BATCH_MATMUL(self, op: Any, ins: list[int], outs: list[int]) -> None:
         o = self.options(op)
@@ -887,7 +926,11 @@ class _Importer:
         s = [int(o.StrideH()), int(o.StrideW())]
         d = [int(o.DilationHFactor()), int(o.DilationWFactor())]
         group = x_shape[3] if depthwise else x_shape[3] // w_shape[3]
-        args = [self.nchw_in(ins[0]), w]
+        x = self.nchw_in(ins[0])
+        if self.hybrid(ins[0], ins[1]):  # per-channel weights: asymmetric rows (conv.cc)
+            per_channel = len(self.quant(self.alias.get(ins[1], ins[1]))[0]) > 1
+            x = self.quantize_rows(x, [1, 2, 3], per_channel)
+        args = [x, w]
         if len(ins) > 2 and ins[2] >= 0:
             args.append(self.weight(ins[2]))
         y = self.b.node(
