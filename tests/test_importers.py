@@ -39,7 +39,13 @@ TFLITE_MODELS = [
     "conv.dynamic",
     "tiny_cnn.onnx2tf",
 ]
-OPENVINO_MODELS = ["tiny_cnn", "keras_cnn", "fq_cnn"]
+OPENVINO_MODELS = {
+    "tiny_cnn": None,
+    "keras_cnn": None,
+    "fq_cnn": None,
+    "attention": {"x": (3, 9, 32)},
+    "convnet_flatten": {"image": (2, 3, 24, 20)},
+}
 
 
 def _env() -> dict:
@@ -97,10 +103,10 @@ def test_int8_output_judged_within_one_step(tmp_path: Path) -> None:
     assert "quantization step" in rep.tolerance_applied
 
 
-@pytest.mark.parametrize("name", OPENVINO_MODELS)
-def test_openvino_to_c_matches_openvino(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "shapes"), OPENVINO_MODELS.items())
+def test_openvino_to_c_matches_openvino(name: str, shapes: dict | None, tmp_path: Path) -> None:
     rep = api.verify(
-        OPENVINO / f"{name}.xml", target="c", work_dir=tmp_path / "c", input_shapes=None
+        OPENVINO / f"{name}.xml", target="c", work_dir=tmp_path / "c", input_shapes=shapes
     )
     assert rep.ok, rep.format()
     want = "OpenVINO" if HAS_OPENVINO else "onnxruntime on the imported ONNX"

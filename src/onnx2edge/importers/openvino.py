@@ -532,6 +532,17 @@ class _Importer:
         s = self.b.node("Shape", self.inputs(layer)[:1])
         return self.b.node("Cast", [s], to=helper.np_dtype_to_tensor_dtype(np.dtype(et)))
 
+    def op_Range(self, layer: _Layer) -> str:
+        et = layer.data.get("output_type")
+        if et is None:  # Range-1: the inputs' type
+            return self.b.node("Range", self.inputs(layer)[:3])
+        if et not in _ETYPES:
+            raise UnsupportedError(f"{self.source}: Range '{layer.name}' of type {et}")
+        to = helper.np_dtype_to_tensor_dtype(np.dtype(_ETYPES[et]))
+        return self.b.node(
+            "Range", [self.b.node("Cast", [i], to=to) for i in self.inputs(layer)[:3]]
+        )
+
     def op_Broadcast(self, layer: _Layer) -> str:
         mode = layer.data.get("mode", "numpy").lower()
         if mode not in ("numpy", "bidirectional"):
@@ -704,7 +715,6 @@ class _Importer:
                 f"{self.source}: Interpolate '{layer.name}' with nearest_mode simple"
             )
         ins, outs = self.in_shape(layer, 0), self.out_shape(layer)
-        scales = [o / i if i > 0 and o > 0 else 1.0 for i, o in zip(ins, outs, strict=True)]
         attrs: dict[str, Any] = {
             "mode": mode,
             "coordinate_transformation_mode": d.get("coordinate_transformation_mode", "half_pixel"),
@@ -714,18 +724,48 @@ class _Importer:
         if mode == "cubic":
             attrs["cubic_coeff_a"] = float(d.get("cube_coeff", -0.75))
         x = self.inputs(layer)[0]
-        nhwc = len(ins) == 4 and ins[0] == outs[0] and ins[3] == outs[3] and ins[1:3] != outs[1:3]
-        if nhwc and min(ins) > 0 and min(outs) > 0:
+        n_in = len(self.inputs(layer))
+        rank = len(ins)
+        by_scales = d.get("shape_calculation_mode", "sizes") == "scales"
+        # Interpolate-4: data, sizes, scales[, axes]; Interpolate-11: data, scales_or_sizes[, axes]
+        v4 = layer.version == "opset4"
+        arg = (2 if by_scales else 1) if v4 else 1
+        has_axes = n_in > (3 if v4 else 2)
+        axes = (
+            [int(a) % rank for a in self.const_of(layer, n_in - 1).reshape(-1)]
+            if has_axes
+            else list(range(rank))
+        )
+        if by_scales:
+            given = self.const_of(layer, arg).astype(np.float32).reshape(-1)
+            full = np.ones(rank, np.float32)
+            full[axes] = given[-len(axes) :] if len(given) != len(axes) else given
+            y_in = [x, "", self.b.const(full, "scales")]
+        elif min(ins) > 0 and min(outs) > 0:
+            y_in = [x, "", "", self.b.i64(outs)]
+        else:  # sizes of some axes, the rest as the input has them
+            sizes = self.const_of(layer, arg).astype(np.int64).reshape(-1)
+            shape = self.b.node("Shape", [x])
+            full = self.b.node(
+                "ScatterElements", [shape, self.b.i64(axes), self.b.i64(sizes)], axis=0
+            )
+            y_in = [x, "", "", full]
+        nhwc = rank == 4 and axes == [1, 2]
+        if nhwc:
             # spatial dims 1, 2 of an NHWC tensor: resized NCHW (the layout targets resize in)
             x = self.b.node("Transpose", [x], perm=[0, 3, 1, 2])
-            sizes = [outs[0], outs[3], outs[1], outs[2]]
-            y = self.b.node("Resize", [x, "", "", self.b.i64(sizes)], **attrs)
+            y_in[0] = x
+            if by_scales:
+                y_in[2] = self.b.const(full[[0, 3, 1, 2]], "scales")
+            elif len(y_in) == 4 and min(outs) > 0:
+                y_in[3] = self.b.i64([outs[0], outs[3], outs[1], outs[2]])
+            else:
+                raise UnsupportedError(
+                    f"{self.source}: Interpolate '{layer.name}' of dynamic NHWC sizes is not supported"
+                )
+            y = self.b.node("Resize", y_in, **attrs)
             return self.b.node("Transpose", [y], perm=[0, 2, 3, 1])
-        if min(ins) > 0 and min(outs) > 0:
-            return self.b.node("Resize", [x, "", "", self.b.i64(outs)], **attrs)
-        return self.b.node(
-            "Resize", [x, "", self.b.const(np.asarray(scales, np.float32), "scales")], **attrs
-        )
+        return self.b.node("Resize", y_in, **attrs)
 
 
 def _drop_unused(model: onnx.ModelProto) -> onnx.ModelProto:
