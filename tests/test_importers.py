@@ -323,3 +323,18 @@ def test_hybrid_kernels_quantize_their_input(name: str) -> None:
     m = import_model(TFLITE / f"{name}.tflite")
     ops = [n.op_type for n in m.graph.node]
     assert "DequantizeLinear" in ops and "Round" in ops and "ReduceMin" in ops
+
+
+@needs_tflite
+def test_verify_without_the_runtime_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnx2edge.importers import runtime
+
+    def missing(*_a: object) -> dict:
+        raise ImportError("no ai_edge_litert")
+
+    monkeypatch.setattr(runtime, "_litert", missing)
+    rep = api.verify(TFLITE / "mlp.float32.tflite", target="onnx")
+    assert rep.ok
+    assert rep.reference == "onnxruntime on the imported ONNX (ai-edge-litert is not installed)"
+    assert "compared with onnxruntime on the imported ONNX" in rep.format()
+    assert rep.as_dict()["reference"] == rep.reference
