@@ -185,6 +185,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, help="ONNX file to write")
     _common(s)
 
+    s = sub.add_parser("import", help="TFLite (.tflite) or OpenVINO IR (.xml + .bin) -> ONNX")
+    s.add_argument("model", help="MODEL.tflite or MODEL.xml (its .bin beside it)")
+    s.add_argument("-o", "--output", required=True, help="ONNX file to write")
+    _common(s)
+
     s = sub.add_parser("weights", help="export / import initializers as .npy files")
     wsub = s.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
     w = wsub.add_parser("export", help="one .npy per initializer plus index.json")
@@ -575,6 +580,11 @@ def _cmd_from_json(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import(a: argparse.Namespace) -> int:
+    print(f"wrote {api.import_model(a.model, a.output)}")
+    return 0
+
+
 def _cmd_weights(a: argparse.Namespace) -> int:
     if a.weights_command == "export":
         print(f"wrote {api.export_weights(a.model, a.output)}")
@@ -806,6 +816,7 @@ COMMANDS = {
     "inspect": _cmd_inspect,
     "json": _cmd_json,
     "from-json": _cmd_from_json,
+    "import": _cmd_import,
     "weights": _cmd_weights,
     "convert": _cmd_convert,
     "run": _cmd_run,

@@ -41,6 +41,7 @@ class TensorReport:
     # onnxruntime optimised vs unoptimised (max_rel), when the allowance decided `ok`
     ort_spread_rel: float | None = None
     exact: bool = False  # an integer / bool tensor: compared for equality
+    quant_step: bool = False  # a quantized output: within one step of the format's runtime
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,8 @@ class TensorReport:
         """The rule that decided `ok`, in words: the one `format` and `--json` state."""
         if self.exact:
             return "exact (integer / bool tensor)"
+        if self.quant_step:
+            return "within one quantization step (int8 output)"
         if self.ort_spread_rel is not None:
             return (
                 f"max|err| <= {SPREAD_FACTOR:g}x onnxruntime's own optimised-vs-unoptimised "
@@ -91,6 +94,8 @@ class VerifyReport:
     # What the candidate ran on, from the backend (Backend.describe_run): a binary built for
     # this host, a CPU model of the target, an evaluator of the file... never implied.
     ran_on: str = ""
+    # The reference: "" for onnxruntime on the model; LiteRT / OpenVINO for imported models.
+    reference: str = ""
 
     @property
     def tolerance_applied(self) -> str:
@@ -122,6 +127,7 @@ class VerifyReport:
             "atol": self.atol,
             "tolerance_applied": self.tolerance_applied,
             "ran_on": self.ran_on,
+            **({"reference": self.reference} if self.reference else {}),
             "outputs": [
                 {**o.as_dict(), "tolerance_applied": o.tolerance(self.rtol, self.atol)}
                 for o in self.outputs
@@ -158,6 +164,7 @@ class VerifyReport:
         verdict = "PASS" if self.ok else "FAIL"
         arch = f" (--arch {self.arch})" if self.arch else ""
         ran = f", ran on {self.ran_on}" if self.ran_on else ""
+        ran += f", compared with {self.reference}" if self.reference else ""
         lines.append(
             f"{verdict}: target {self.target}{arch}{ran}; tolerance {self.tolerance_applied}"
         )

@@ -293,6 +293,11 @@ def read_model_proto(path: str | Path, *, load_external: bool = True) -> onnx.Mo
         raise Onnx2EdgeError(f"{source}: no such file")
     if not source.is_file():
         raise Onnx2EdgeError(f"{source}: not a file")
+    from ..importers import import_model, model_format
+
+    if model_format(source) is not None:
+        # TFLite / OpenVINO IR: converted on the way in, so every command reads them.
+        return import_model(source)
     model = parse_model_bytes(source.read_bytes(), source)
     base_dir = source.resolve().parent
     _check_external_data(model, base_dir, source)
