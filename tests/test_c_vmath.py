@@ -19,11 +19,16 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import helper
 
+from onnx2edge import api
 from onnx2edge.backends.c.build import STRICT_FLAGS, arch_flags, compiler, emulator
 
-from conftest import ALL_ISAS
+from onnx2edge.runtime import ort_run
+
+from conftest import ALL_ISAS, make_model, save, tensor, vi
 
 RUNTIME = Path(__file__).parents[1] / "src/onnx2edge/backends/c/runtime"
 
@@ -195,3 +200,148 @@ def test_vmath_loops_vectorise(tmp_path: Path, target: str) -> None:
     done = {int(m) for m in re.findall(r"vmath\.c:(\d+):\d+: optimized: loop vectorized", r.stderr)}
     missing = [FUNCS[k] for k, ln in enumerate(apply_lines) if ln not in done]
     assert not missing, f"{target}: scalar loops for {missing}\n{r.stderr}"
+
+
+# ---- models: the functions inside the ops and fused epilogues, against onnxruntime ----------
+def _w(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+
+def _silu(nodes: list, x: str, name: str) -> str:
+    """SiLU as torch exports nn.SiLU: Mul(x, Sigmoid(x))."""
+    nodes.append(helper.make_node("Sigmoid", [x], [f"{name}_s"]))
+    nodes.append(helper.make_node("Mul", [x, f"{name}_s"], [name]))
+    return name
+
+
+def efficientnet_block() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """MBConv: 1x1 expand + SiLU, 3x3 depthwise + SiLU, squeeze-and-excitation (pool, FC, SiLU,
+    FC, Sigmoid gate), 1x1 project, and a HardSwish / Mish / Softplus / Tanh tail."""
+    rng = np.random.default_rng(1)
+    C, E, H = 8, 24, 9
+    inits = {
+        "w1": _w(rng, E, C, 1, 1), "b1": _w(rng, E),
+        "wd": _w(rng, E, 1, 3, 3), "bd": _w(rng, E),
+        "ws1": _w(rng, 6, E, 1, 1), "bs1": _w(rng, 6),
+        "ws2": _w(rng, E, 6, 1, 1), "bs2": _w(rng, E),
+        "wp": _w(rng, C, E, 1, 1), "bp": _w(rng, C),
+    }  # fmt: skip
+    n: list = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"])]
+    _silu(n, "e", "ea")
+    n.append(helper.make_node("Conv", ["ea", "wd", "bd"], ["d"], group=E, pads=[1] * 4))
+    _silu(n, "d", "da")
+    n.append(helper.make_node("GlobalAveragePool", ["da"], ["sq"]))
+    n.append(helper.make_node("Conv", ["sq", "ws1", "bs1"], ["s1"]))
+    _silu(n, "s1", "s1a")
+    n.append(helper.make_node("Conv", ["s1a", "ws2", "bs2"], ["s2"]))
+    n.append(helper.make_node("Sigmoid", ["s2"], ["gate"]))
+    n.append(helper.make_node("Mul", ["da", "gate"], ["se"]))
+    n.append(helper.make_node("Conv", ["se", "wp", "bp"], ["p"]))
+    n.append(helper.make_node("HardSwish", ["p"], ["y_hswish"]))
+    for op in ("Mish", "Softplus", "Tanh"):
+        n.append(helper.make_node(op, ["p"], [f"y_{op.lower()}"]))
+    outs = [vi(f"y_{k}", [1, C, H, H]) for k in ("hswish", "mish", "softplus", "tanh")]
+    m = make_model(n, [vi("x", [1, C, H, H])], outs, [tensor(k, v) for k, v in inits.items()], 18)
+    x = rng.standard_normal((1, C, H, H)).astype(np.float32) * 3
+    x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
+    x[0, 1, 4, 4] = 90.0  # exp overflow inside the sigmoids
+    x[0, 2, 8, 8] = -110.0
+    return m, {"x": x}
+
+
+def gelu_mlp() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A transformer MLP: MatMul + Add + GELU (erf, as torch exports it: Div, Erf, Add, Mul,
+    Mul), MatMul + Add + Gelu (tanh form, opset 20), LayerNormalization, Exp / Log / Erf."""
+    rng = np.random.default_rng(2)
+    D, F, T = 16, 32, 7
+    inits = {"w1": _w(rng, F, D).T.copy(), "b1": _w(rng, F), "w2": _w(rng, D, F).T.copy()}
+    inits["b2"] = _w(rng, D)
+    inits.update(
+        sq2=np.array(np.sqrt(2), np.float32), one=np.array(1, np.float32),
+        half=np.array(0.5, np.float32), g=np.ones(D, np.float32), be=np.zeros(D, np.float32),
+    )  # fmt: skip
+    n = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h"]),
+        helper.make_node("Div", ["h", "sq2"], ["hd"]),
+        helper.make_node("Erf", ["hd"], ["he"]),
+        helper.make_node("Add", ["he", "one"], ["h1"]),
+        helper.make_node("Mul", ["h", "h1"], ["h2"]),
+        helper.make_node("Mul", ["h2", "half"], ["ga"]),
+        helper.make_node("MatMul", ["ga", "w2"], ["o0"]),
+        helper.make_node("Add", ["o0", "b2"], ["o"]),
+        helper.make_node("Gelu", ["o"], ["y_gelu_tanh"], approximate="tanh"),
+        helper.make_node("Gelu", ["o"], ["y_gelu"]),
+        helper.make_node("LayerNormalization", ["o", "g", "be"], ["y_ln"], axis=-1),
+        helper.make_node("Exp", ["x"], ["y_exp"]),
+        helper.make_node("Log", ["x"], ["y_log"]),
+        helper.make_node("Erf", ["x"], ["y_erf"]),
+    ]
+    outs = [vi(k, [T, D]) for k in ("y_gelu_tanh", "y_gelu", "y_ln", "y_exp", "y_log", "y_erf")]
+    m = make_model(n, [vi("x", [T, D])], outs, [tensor(k, v) for k, v in inits.items()], 20)
+    x = (rng.standard_normal((T, D)) * 4).astype(np.float32)
+    x[0, :8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 89.0, -104.0, 1e-40]
+    return m, {"x": x}
+
+
+def attention_block() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Single-head attention over the last axis: softmax(Q K^T / sqrt(d)) V, LogSoftmax too."""
+    rng = np.random.default_rng(3)
+    T, D = 12, 8
+    inits = {k: _w(rng, D, D) for k in ("wq", "wk", "wv")} | {
+        "scale": np.array(1 / np.sqrt(D), np.float32)
+    }
+    n = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y_att"]),
+        helper.make_node("LogSoftmax", ["s"], ["y_logp"], axis=-1),
+        helper.make_node("Softmax", ["x"], ["y_sm_x"], axis=-1),
+    ]
+    outs = [vi("y_att", [T, D]), vi("y_logp", [T, T]), vi("y_sm_x", [T, D])]
+    m = make_model(n, [vi("x", [T, D])], outs, [tensor(k, v) for k, v in inits.items()], 18)
+    x = (rng.standard_normal((T, D)) * 3).astype(np.float32)
+    x[1, 2], x[2, :] = np.nan, [np.inf, 1, 2, 3, -np.inf, 0, 0, 0]
+    x[3, :] = [100, -100, 88, 87, -200, 0, 1, 2]  # large spreads: exp of -300 underflows to 0
+    return m, {"x": x}
+
+
+MODELS = {
+    "efficientnet_silu": efficientnet_block,
+    "gelu_mlp": gelu_mlp,
+    "attention": attention_block,
+}
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_models_vs_onnxruntime(tmp_path: Path, arch: str) -> None:
+    """The three blocks, each built once per ISA, NaN / Inf / overflowing inputs included:
+    NaN where onnxruntime has NaN, the same infinities, else verify's tolerance. SiLU is fused
+    into its convolutions (no Sigmoid / Mul pass of its own)."""
+    from onnx2edge.verify import compare
+
+    bad = []
+    for name, build in MODELS.items():
+        model, feeds = build()
+        path = save(model, tmp_path / f"{name}.onnx")
+        out = tmp_path / name
+        res = api.convert(path, "c", out)
+        src = (out / "model.c").read_text()
+        assert "o2e_vmath.h" in res.stats["runtime_files"], name
+        assert not re.search(r"\b(expf|erff|tanhf|log1pf|logf)\(", src), name
+        if name == "efficientnet_silu":  # the three SiLUs fused into their convolutions
+            assert src.count("[activation=Swish") == 3 and ": Sigmoid(" not in src
+        ref = ort_run(onnx.load(path), feeds)
+        assert any(np.isnan(v).any() for v in ref.values()), name  # the check is not vacuous
+        got = api.run(out, feeds, options={"arch": arch})
+        bad += [
+            (name, r.name, r.max_abs, r.max_rel)
+            for k in ref
+            if not (r := compare(k, got[k], ref[k], 1e-4, 1e-6)).ok
+        ]
+    assert not bad, bad
