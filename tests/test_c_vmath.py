@@ -25,7 +25,6 @@ from onnx import helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import STRICT_FLAGS, arch_flags, compiler, emulator
-
 from onnx2edge.runtime import ort_run
 
 from conftest import ALL_ISAS, make_model, save, tensor, vi

@@ -238,16 +238,16 @@ _DEFS = [
         "Selu",
         _attrs("alpha", "gamma"),
         _np(lambda x, a, g: g * np.where(x > 0, x, a * (np.exp(x) - 1))),
-        lambda x, a, g, lit, F: f"{lit(g)} * ({x} > 0 ? {x} : {lit(a)} * ({vm('exp', F)}({x}) - 1))",
+        lambda x, a, g, lit, F: (
+            f"{lit(g)} * ({x} > 0 ? {x} : {lit(a)} * ({vm('exp', F)}({x}) - 1))"
+        ),
     ),
     ActivationDef(
         "Celu",
         _attrs("alpha"),
         # max(0, x) + min(0, ...) in a form that keeps NaN, as onnxruntime does
         _np(lambda x, a, b: np.where(x > 0, x, a * (np.exp(x / a) - 1))),
-        lambda x, a, b, lit, F: (
-            f"{x} > 0 ? {x} : {lit(a)} * ({vm('exp', F)}({x} / {lit(a)}) - 1)"
-        ),
+        lambda x, a, b, lit, F: f"{x} > 0 ? {x} : {lit(a)} * ({vm('exp', F)}({x} / {lit(a)}) - 1)",
     ),
     ActivationDef(
         "ThresholdedRelu",
@@ -284,7 +284,9 @@ _DEFS = [
         _attrs("alpha"),
         _np(lambda x, a, b: x / (1 + np.exp(-a * x))),
         lambda x, a, b, lit, F: (
-            f"{x} * {vm('sigmoid', F)}({lit(a)} * {x})" if F else f"{x} / (1 + exp(-{lit(a)} * {x}))"
+            f"{x} * {vm('sigmoid', F)}({lit(a)} * {x})"
+            if F
+            else f"{x} / (1 + exp(-{lit(a)} * {x}))"
         ),
         None,
         None,
