@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.compose
 import pytest
 from onnx import helper
 
@@ -310,37 +311,56 @@ def attention_block() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return m, {"x": x}
 
 
-MODELS = {
-    "efficientnet_silu": efficientnet_block,
-    "gelu_mlp": gelu_mlp,
-    "attention": attention_block,
-}
+MODELS = {"eff": efficientnet_block, "mlp": gelu_mlp, "att": attention_block}
+
+
+def all_blocks() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The three blocks side by side in one graph (names prefixed): one build per ISA."""
+    nodes, ins, outs, inits, feeds = [], [], [], [], {}
+    for name, build in MODELS.items():
+        model, f = build()
+        g = onnx.compose.add_prefix(model, f"{name}_").graph
+        nodes += g.node
+        ins += g.input
+        outs += g.output
+        inits += g.initializer
+        feeds.update({f"{name}_{k}": v for k, v in f.items()})
+    return make_model(nodes, ins, outs, inits, 20), feeds
+
+
+@pytest.fixture(scope="module")
+def blocks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+    """The converted folder (the C does not depend on the ISA), the feeds, onnxruntime's."""
+    tmp = tmp_path_factory.mktemp("vmath_blocks")
+    model, feeds = all_blocks()
+    path = save(model, tmp / "blocks.onnx")
+    res = api.convert(path, "c", tmp / "out")
+    src = (tmp / "out" / "model.c").read_text()
+    assert "o2e_vmath.h" in res.stats["runtime_files"]
+    assert not re.search(r"\b(expf|erff|tanhf|log1pf|logf)\(", src)  # no libm call left
+    # the three SiLUs of the MBConv block fused into their convolutions
+    assert src.count("activation=Swish,") == 3 and ": Sigmoid(eff_ea" not in src
+    ref = ort_run(onnx.load(path), feeds)
+    # the checks are not vacuous: NaN comes out of every block, Inf out of some
+    for name in MODELS:
+        assert any(np.isnan(v).any() for k, v in ref.items() if k.startswith(f"{name}_")), name
+    assert any(np.isinf(v).any() for v in ref.values())
+    return tmp / "out", feeds, ref
 
 
 @pytest.mark.parametrize("arch", ALL_ISAS)
-def test_models_vs_onnxruntime(tmp_path: Path, arch: str) -> None:
-    """The three blocks, each built once per ISA, NaN / Inf / overflowing inputs included:
-    NaN where onnxruntime has NaN, the same infinities, else verify's tolerance. SiLU is fused
-    into its convolutions (no Sigmoid / Mul pass of its own)."""
+def test_models_vs_onnxruntime(arch: str, blocks: tuple[Path, dict, dict]) -> None:
+    """An EfficientNet MBConv block (SiLU, squeeze-and-excitation, HardSwish, Mish, Softplus,
+    Tanh), a GELU MLP (erf as torch exports it, tanh Gelu, LayerNormalization, Exp / Log /
+    Erf) and an attention block (Softmax, LogSoftmax), NaN / Inf / overflowing inputs included,
+    at every ISA: NaN where onnxruntime has NaN, the same infinities, else verify's tolerance."""
     from onnx2edge.verify import compare
 
-    bad = []
-    for name, build in MODELS.items():
-        model, feeds = build()
-        path = save(model, tmp_path / f"{name}.onnx")
-        out = tmp_path / name
-        res = api.convert(path, "c", out)
-        src = (out / "model.c").read_text()
-        assert "o2e_vmath.h" in res.stats["runtime_files"], name
-        assert not re.search(r"\b(expf|erff|tanhf|log1pf|logf)\(", src), name
-        if name == "efficientnet_silu":  # the three SiLUs fused into their convolutions
-            assert src.count("activation=Swish,") == 3 and ": Sigmoid(" not in src
-        ref = ort_run(onnx.load(path), feeds)
-        assert any(np.isnan(v).any() for v in ref.values()), name  # the check is not vacuous
-        got = api.run(out, feeds, options={"arch": arch})
-        bad += [
-            (name, r.name, r.max_abs, r.max_rel)
-            for k in ref
-            if not (r := compare(k, got[k], ref[k], 1e-4, 1e-6)).ok
-        ]
+    out, feeds, ref = blocks
+    got = api.run(out, feeds, options={"arch": arch})
+    bad = [
+        (r.name, r.max_abs, r.max_rel)
+        for k in ref
+        if not (r := compare(k, got[k], ref[k], 1e-4, 1e-6)).ok
+    ]
     assert not bad, bad
