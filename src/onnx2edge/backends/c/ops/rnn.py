@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.activations import vm
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 
@@ -110,14 +111,14 @@ def _act_expr(act: _Act, v: str, ctype: str) -> str:
     a, b = lit(act.alpha), lit(act.beta)
     return {
         "relu": f"({v} > 0 ? {v} : 0)",
-        "tanh": f"tanh{f}({v})",
-        "sigmoid": f"(1 / (1 + exp{f}(-{v})))",
+        "tanh": f"{vm('tanh', f)}({v})",
+        "sigmoid": f"{vm('sigmoid', f)}({v})" if f else f"(1 / (1 + exp(-{v})))",
         "softsign": f"({v} / (1 + fabs{f}({v})))",
         "softplus": f"log{f}(1 + exp{f}({v}))",
         "affine": f"({a} * {v} + {b})",
         "leakyrelu": f"({v} < 0 ? {a} * {v} : {v})",
         "thresholdedrelu": f"({v} > {a} ? {v} : 0)",
-        "scaledtanh": f"({a} * tanh{f}({b} * {v}))",
+        "scaledtanh": f"({a} * {vm('tanh', f)}({b} * {v}))",
         "hardsigmoid": f"fmax{f}(0, fmin{f}(1, {a} * {v} + {b}))",
         "elu": f"({v} >= 0 ? {v} : {a} * (exp{f}({v}) - 1))",
     }[act.name]
