@@ -392,3 +392,29 @@ def test_models_vs_onnxruntime(arch: str, blocks: tuple[Path, dict, dict]) -> No
         if not (r := compare(k, got[k], ref[k], 1e-4, 1e-6)).ok
     ]
     assert not bad, bad
+
+
+def test_model_loops_vectorise(tmp_path: Path, blocks: tuple[Path, dict, dict]) -> None:
+    """In the generated model.c (after writer.py's pragma), every loop that calls an o2e_vmath
+    function is vectorised at x86-64-v3 (compile only) - but LogSoftmax's sum of exponentials,
+    a double reduction gcc keeps in order."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the -march names are x86-64 levels")
+    out = blocks[0]
+    cmd = ["gcc", "-O3", "-march=x86-64-v3", "-ffp-contract=fast", f"-I{out}", "-c"]
+    r = subprocess.run(
+        [*cmd, str(out / "model.c"), "-o", str(tmp_path / "m.o"), "-fopt-info-vec-optimized"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    done = {int(m) for m in re.findall(r"model\.c:(\d+):\d+: optimized: loop vectorized", r.stderr)}
+    lines = (out / "model.c").read_text().splitlines()
+    calls = [
+        i + 1
+        for i, ln in enumerate(lines)
+        if re.search(r"\bo2e_(?:exp|log|log1p|tanh|sigmoid|erf)f\(", ln) and "sum +=" not in ln
+    ]
+    assert len(calls) >= 10
+    scalar = [(n, lines[n - 1].strip()[:100]) for n in calls if not {n, n - 1} & done]
+    assert not scalar, scalar
