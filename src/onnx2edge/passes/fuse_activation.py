@@ -8,7 +8,12 @@ o2e.ConvAddAct from fuse_residual gets its activation set. Which activations fus
 their parameters are read, is the activation table's (semantics/activations.py).
 Backends apply the activation where the producer's result is stored (the GEMM epilogue for
 Conv/Gemm, the output loop of the C backend's InstanceNormalization), saving a pass over
-memory. `fuse_activations` is the same pass with options (which producers, which activations,
+memory. SiLU written as two nodes (torch's export of nn.SiLU, EfficientNet's blocks),
+
+    x -> Conv -> t -> Sigmoid -> s;  Mul(t, s) -> y      becomes  x -> o2e.ConvAct[Swish] -> y
+
+fuses the same way, as the table's Swish (alpha 1): one pass over the tensor instead of three.
+`fuse_activations` is the same pass with options (which producers, which activations,
 a veto per pair): a backend whose layers fuse fewer activations (MPS: only MPSCNNNeuron types,
 into convolutions and fully connected layers) registers it with its own options.
 """
@@ -52,6 +57,40 @@ def _producer_ok(
     )
 
 
+def _silu_patterns(graph: Graph, producers: Collection[str]) -> list[tuple[Node, Node, Node]]:
+    """(producer, Sigmoid, Mul) of each Mul(t, Sigmoid(t)) (either operand order) whose t and
+    sigmoid feed nothing else, t of the same type and shape as the product."""
+    out = []
+    for mul in graph.nodes:
+        if mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.inputs) != 2:
+            continue
+        for t, s in (mul.inputs, mul.inputs[::-1]):
+            sig = graph.producer(s)
+            if sig is None or sig.op_type != "Sigmoid" or sig.domain not in ("", "ai.onnx"):
+                continue
+            prod = graph.producer(t)
+            if (
+                sig.inputs[0] != t
+                or t == s
+                or prod is None
+                or base_op(prod) not in producers
+                or (prod.domain != "" and not is_fused(prod))
+                or activation_of(prod) is not None
+                or len(prod.outputs) != 1
+                or t in graph.outputs
+                or s in graph.outputs
+                or sorted(n.name for n in graph.consumers(t)) != sorted([sig.name, mul.name])
+                or [n.name for n in graph.consumers(s)] != [mul.name]
+            ):
+                continue
+            tt, ty = graph.type_of(t), graph.type_of(mul.outputs[0])
+            if tt is None or ty is None or tt.elem_type != ty.elem_type or tt.shape != ty.shape:
+                continue
+            out.append((prod, sig, mul))
+            break
+    return out
+
+
 @register_pass("fuse_activation", after=("fold_constants", "fold_batchnorm", "fuse_residual"))
 def fuse_activation(graph: Graph) -> Graph:
     return fuse_activations(graph)
@@ -68,7 +107,18 @@ def fuse_activations(
     (base op names), and only the pairs `accept(graph, producer, activation)` takes."""
     fused: dict[str, Node] = {}
     dropped: set[str] = set()
+    if "Swish" in activations:
+        for prod, sig, mul in _silu_patterns(graph, producers):
+            if prod.name in fused or sig.name in dropped or mul.name in dropped:
+                continue
+            act = Activation("Swish", 1.0, 0.0)
+            if accept is not None and not accept(graph, prod, act):
+                continue
+            fused[prod.name] = with_activation(prod, act, mul.outputs)
+            dropped |= {sig.name, mul.name}
     for node in graph.nodes:
+        if node.name in dropped:
+            continue
         act = as_activation(graph, node) if node.op_type in activations else None
         if act is None or graph.type_of(node.outputs[0]) is None:
             continue

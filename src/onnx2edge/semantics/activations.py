@@ -7,7 +7,9 @@ Each `ActivationDef` says, in one place:
   tests compare this column with onnxruntime, then every C / MPS encoding with it);
 - `c`: its C expression over a value, given a literal formatter and the libm suffix; the C
   backend's standalone op (elementwise.py), the fused epilogues (`act_expr`) and the direct
-  kernels all render this one expression;
+  kernels all render this one expression. In float, exp / log1p / tanh / erf / sigmoid are
+  runtime/o2e_vmath.h's o2e_*f (branch-free: the loops vectorise; ulp bounds in the header),
+  not libm calls (`vm`); in double, libm;
 - `gemm_kind`: its number in the GEMM epilogue (`o2e_act.kind` in runtime/o2e_gemm.h, whose
   `O2E_ACT_*` enum a test checks against this column) and in the depthwise kernels; None when
   the epilogue cannot apply it (the emitter then runs a loop of `c` after the product);
@@ -124,13 +126,21 @@ def _clip_mps(lo: float, hi: float) -> NeuronSpec | None:
     return None
 
 
+def vm(name: str, F: str) -> str:
+    """The C function `name` (exp, log, log1p, tanh, erf, sigmoid) in the computation's type:
+    o2e_vmath.h's vectorisable o2e_<name>f for float, libm's for double (no sigmoid there:
+    callers spell it out)."""
+    return f"o2e_{name}f" if F == "f" else name
+
+
 def _hard_sigmoid_c(x: str, a: float, b: float, lit: Literal, F: str) -> str:
     t = f"({lit(a)} * {x} + {lit(b)})"
     return f"{t} < 0 ? 0 : ({t} > 1 ? 1 : {t})"
 
 
-def _softplus_c(x: str) -> str:
-    return f"({x} > 0 ? {x} + log1p{{F}}(exp{{F}}(-{x})) : log1p{{F}}(exp{{F}}({x})))"
+def _softplus_c(x: str, F: str) -> str:
+    lp, ex = vm("log1p", F), vm("exp", F)
+    return f"({x} > 0 ? {x} + {lp}({ex}(-{x})) : {lp}({ex}({x})))"
 
 
 def _gelu_params(node: Node, graph: Graph) -> tuple[float, float]:
@@ -140,8 +150,8 @@ def _gelu_params(node: Node, graph: Graph) -> tuple[float, float]:
 def _gelu_c(x: str, a: float, b: float, lit: Literal, F: str) -> str:
     if a:
         k, c = lit(float(np.sqrt(2 / np.pi))), lit(0.044715)
-        return f"0.5{F} * {x} * (1 + tanh{F}({k} * ({x} + {c} * {x} * {x} * {x})))"
-    return f"0.5{F} * {x} * (1 + erf{F}({x} * {lit(float(1 / np.sqrt(2)))}))"
+        return f"0.5{F} * {x} * (1 + {vm('tanh', F)}({k} * ({x} + {c} * {x} * {x} * {x})))"
+    return f"0.5{F} * {x} * (1 + {vm('erf', F)}({x} * {lit(float(1 / np.sqrt(2)))}))"
 
 
 def _gelu_ref(x: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -182,7 +192,7 @@ _DEFS = [
         "Sigmoid",
         _none,
         _np(lambda x, a, b: 1 / (1 + np.exp(-x))),
-        lambda x, a, b, lit, F: f"1 / (1 + exp{F}(-{x}))",
+        lambda x, a, b, lit, F: f"{vm('sigmoid', F)}({x})" if F else f"1 / (1 + exp(-{x}))",
         None,
         lambda a, b: ("sigmoid", 0, 0, 0),
         True,
@@ -191,7 +201,7 @@ _DEFS = [
         "Tanh",
         _none,
         _np(lambda x, a, b: np.tanh(x)),
-        lambda x, a, b, lit, F: f"tanh{F}({x})",
+        lambda x, a, b, lit, F: f"{vm('tanh', F)}({x})",
         None,
         lambda a, b: ("tanH", 1, 1, 0),
         True,
@@ -209,7 +219,11 @@ _DEFS = [
         "HardSwish",
         _none,
         _np(lambda x, a, b: x * np.fmax(0, np.fmin(1, x / 6 + x.dtype.type(0.5)))),
-        lambda x, a, b, lit, F: f"{x} * fmax{F}(0, fmin{F}(1, {x} / 6 + 0.5{F}))",
+        # selects, not fmaxf / fminf (library calls in a loop gcc leaves scalar); the same
+        # values: a NaN t passes both tests, -Inf * 0 is NaN as before
+        lambda x, a, b, lit, F: (
+            f"{x} * ({x} / 6 + 0.5{F} > 1 ? 1 : ({x} / 6 + 0.5{F} < 0 ? 0 : {x} / 6 + 0.5{F}))"
+        ),
         None,
         None,  # no neuron: MPS composes x * HardSigmoid(x) (mps/ops/neuron.py)
         True,
@@ -218,7 +232,7 @@ _DEFS = [
         "Elu",
         _attrs("alpha"),
         _np(lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1))),
-        lambda x, a, b, lit, F: f"{x} >= 0 ? {x} : {lit(a)} * (exp{F}({x}) - 1)",
+        lambda x, a, b, lit, F: f"{x} >= 0 ? {x} : {lit(a)} * ({vm('exp', F)}({x}) - 1)",
         None,
         lambda a, b: ("ELU", a, 0, 0),
     ),
@@ -226,14 +240,16 @@ _DEFS = [
         "Selu",
         _attrs("alpha", "gamma"),
         _np(lambda x, a, g: g * np.where(x > 0, x, a * (np.exp(x) - 1))),
-        lambda x, a, g, lit, F: f"{lit(g)} * ({x} > 0 ? {x} : {lit(a)} * (exp{F}({x}) - 1))",
+        lambda x, a, g, lit, F: (
+            f"{lit(g)} * ({x} > 0 ? {x} : {lit(a)} * ({vm('exp', F)}({x}) - 1))"
+        ),
     ),
     ActivationDef(
         "Celu",
         _attrs("alpha"),
         # max(0, x) + min(0, ...) in a form that keeps NaN, as onnxruntime does
         _np(lambda x, a, b: np.where(x > 0, x, a * (np.exp(x / a) - 1))),
-        lambda x, a, b, lit, F: f"{x} > 0 ? {x} : {lit(a)} * (exp{F}({x} / {lit(a)}) - 1)",
+        lambda x, a, b, lit, F: f"{x} > 0 ? {x} : {lit(a)} * ({vm('exp', F)}({x} / {lit(a)}) - 1)",
     ),
     ActivationDef(
         "ThresholdedRelu",
@@ -245,7 +261,7 @@ _DEFS = [
         "Softplus",
         _none,
         _np(_softplus_ref),
-        lambda x, a, b, lit, F: _softplus_c(x).replace("{F}", F),
+        lambda x, a, b, lit, F: _softplus_c(x, F),
         None,
         lambda a, b: ("softPlus", 1, 1, 0),
     ),
@@ -261,13 +277,22 @@ _DEFS = [
         "Mish",
         _none,
         _np(lambda x, a, b: x * np.tanh(_softplus_ref(x, a, b))),
-        lambda x, a, b, lit, F: f"{x} * tanh{F}" + _softplus_c(x).replace("{F}", F),
+        lambda x, a, b, lit, F: f"{x} * {vm('tanh', F)}" + _softplus_c(x, F),
     ),
     ActivationDef(
-        "Swish",  # x * sigmoid(alpha * x), opset 24
+        # x * sigmoid(alpha * x), opset 24; also SiLU's Mul(t, Sigmoid(t)) fused into t's
+        # producer (passes/fuse_activation.py)
+        "Swish",
         _attrs("alpha"),
         _np(lambda x, a, b: x / (1 + np.exp(-a * x))),
-        lambda x, a, b, lit, F: f"{x} / (1 + exp{F}(-{lit(a)} * {x}))",
+        lambda x, a, b, lit, F: (
+            f"{x} * {vm('sigmoid', F)}({lit(a)} * {x})"
+            if F
+            else f"{x} / (1 + exp(-{lit(a)} * {x}))"
+        ),
+        None,
+        None,
+        True,
     ),
     ActivationDef(
         "Gelu",

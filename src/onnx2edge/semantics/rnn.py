@@ -85,20 +85,25 @@ def rnn_activations(node: Node) -> list[RnnAct]:
     return out
 
 
-def rnn_act_expr(act: RnnAct, v: str, lit: Callable[[float], str], f: str) -> str:
+def rnn_act_expr(
+    act: RnnAct, v: str, lit: Callable[[float], str], f: str, *, vmath: bool = False
+) -> str:
     """The expression of one RNN activation of `v` (safe to repeat): `lit` formats a literal,
-    `f` is the libm suffix ("f": float; C and Swift both have expf, tanhf, fmaxf...)."""
+    `f` is the libm suffix ("f": float; C and Swift both have expf, tanhf, fmaxf...).
+    vmath: C's o2e_vmath.h functions for float tanh / sigmoid (vectorisable, no libm)."""
     a, b = lit(act.alpha), lit(act.beta)
+    fast = vmath and f == "f"
+    tanh = "o2e_tanhf" if fast else f"tanh{f}"
     return {
         "relu": f"({v} > 0 ? {v} : 0)",
-        "tanh": f"tanh{f}({v})",
-        "sigmoid": f"(1 / (1 + exp{f}(-{v})))",
+        "tanh": f"{tanh}({v})",
+        "sigmoid": f"o2e_sigmoidf({v})" if fast else f"(1 / (1 + exp{f}(-{v})))",
         "softsign": f"({v} / (1 + fabs{f}({v})))",
         "softplus": f"log{f}(1 + exp{f}({v}))",
         "affine": f"({a} * {v} + {b})",
         "leakyrelu": f"({v} < 0 ? {a} * {v} : {v})",
         "thresholdedrelu": f"({v} > {a} ? {v} : 0)",
-        "scaledtanh": f"({a} * tanh{f}({b} * {v}))",
+        "scaledtanh": f"({a} * {tanh}({b} * {v}))",
         "hardsigmoid": f"fmax{f}(0, fmin{f}(1, {a} * {v} + {b}))",
         "elu": f"({v} >= 0 ? {v} : {a} * (exp{f}({v}) - 1))",
     }[act.name]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.activations import vm
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import broadcast_strides
@@ -167,7 +168,9 @@ def attention(ctx: NodeContext) -> str:
     )
     if softcap > 0:
         cap = _lit(softcap, T)
-        lines.append(f"      s = tanh{F}(s / {cap}) * {cap};  /* softcap, before the mask */")
+        lines.append(
+            f"      s = {vm('tanh', F)}(s / {cap}) * {cap};  /* softcap, before the mask */"
+        )
     if qk is not None and mode in (0, 1):
         lines.append("      qk[j] = s;")
     lines.append(f"      {T} bias = 0;")
@@ -210,7 +213,8 @@ def attention(ctx: NodeContext) -> str:
         f"    {A} mx = p[0], sum = 0;",
         f"    for (int j = 1; j < {L}; ++j) if (p[j] > mx || p[j] != p[j]) mx = p[j];",
         "    if (isinf(mx) && mx < 0) mx = 0;",
-        f"    for (int j = 0; j < {L}; ++j) {{ p[j] = exp{AF}(p[j] - mx); sum += p[j]; }}",
+        f"    for (int j = 0; j < {L}; ++j) p[j] = {vm('exp', AF)}(p[j] - mx);  /* vectorises */",
+        f"    for (int j = 0; j < {L}; ++j) sum += p[j];",
         "    if (sum == 0) sum = 1;",
         f"    for (int j = 0; j < {L}; ++j) p[j] = all_masked ? 0 : p[j] / sum;",
     ]

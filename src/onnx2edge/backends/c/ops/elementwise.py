@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
-from ....semantics.activations import ACTIVATIONS
+from ....semantics.activations import ACTIVATIONS, vm
 from ....semantics.attrs import attr
 from ....semantics.fused import base_op
 from ..emitter import NodeContext, Tensor, c_literal
@@ -109,12 +109,16 @@ _UNARY_FLOAT = {
 FLOAT_OPS += _UNARY_FLOAT
 
 
+# in float, runtime/o2e_vmath.h's branch-free functions: the loop vectorises (libm's is a call)
+_VMATH = {"Exp": "exp", "Log": "log", "Erf": "erf"}
+
+
 @register_op(*_UNARY_FLOAT, check=_float_only)
 def unary_float(ctx: NodeContext) -> str:
-    ct = _ctype(ctx.y(0))
-    return _ew(
-        ctx, [ctx.x(0)], ctx.y(0), _UNARY_FLOAT[ctx.node.op_type].replace("F(", _F(ct) + "(")
-    )
+    ct, op = _ctype(ctx.y(0)), ctx.node.op_type
+    if op in _VMATH:
+        return _ew(ctx, [ctx.x(0)], ctx.y(0), f"{vm(_VMATH[op], _F(ct))}(a)")
+    return _ew(ctx, [ctx.x(0)], ctx.y(0), _UNARY_FLOAT[op].replace("F(", _F(ct) + "("))
 
 
 FLOAT_OPS += ["Relu", "Neg", "Abs", "Sign"]

@@ -6,6 +6,7 @@ float16 / bfloat16 reach it through backends/c/widen.py (computed in float32, ro
 from __future__ import annotations
 
 from ....ir import Graph, Node
+from ....semantics.activations import vm
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import elementwise
@@ -22,9 +23,10 @@ def _swiglu_check(node: Node, graph: Graph) -> str | None:
 
 @register_op("SwiGLU", check=_swiglu_check)
 def swiglu(ctx: NodeContext) -> str:
-    # a / (1 + exp(-alpha a)) is Swish as elementwise.py writes it: NaN stays NaN, -Inf gives
-    # -Inf / Inf = NaN as onnxruntime's Swish does
+    # Swish as the activation table writes it: NaN stays NaN, -Inf gives -Inf * 0 = NaN as
+    # onnxruntime's Swish does
     y = ctx.y(0)
     f = "" if y.ctype == "double" else "f"
     alpha = c_literal(float(ctx.attr("alpha")), y.dtype)
-    return elementwise(ctx, [ctx.x(0), ctx.x(1)], y, f"a / (1 + exp{f}(-{alpha} * a)) * b")
+    swish = f"a * {vm('sigmoid', f)}({alpha} * a)" if f else f"a / (1 + exp(-{alpha} * a))"
+    return elementwise(ctx, [ctx.x(0), ctx.x(1)], y, f"{swish} * b")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
-from ....semantics.activations import Activation
+from ....semantics.activations import Activation, vm
 from ....semantics.attrs import attr, attrs, epsilon
 from ....semantics.batchnorm import bn_affine
 from ..emitter import NodeContext, Tensor, c_literal
@@ -83,15 +83,20 @@ for (size_t i = 0; i < {inner}; ++i) {{
   for (size_t j = 0; j < {n}; ++j) ys[{along("j", inner)}] = j == best ? 1 : 0;
 }}"""
     # subtract the max first: exp never overflows (softmax_large_number). exp in the input's
-    # precision (1 ulp), the sum in double.
+    # precision (float: o2e_vmath.h's, 1 ulp, in a loop of its own that vectorises: the
+    # exponentials are stored, then summed in double).
     T, F = x.ctype, "" if x.ctype == "double" else "f"
+    ex = vm("exp", F)
+    at = along("j", inner)
     if op == "Softmax":
-        tail = f"""  for (size_t j = 0; j < {n}; ++j) {{ const {T} e = exp{F}(xs[{along("j", inner)}] - mx); ys[{along("j", inner)}] = e; sum += e; }}
-  for (size_t j = 0; j < {n}; ++j) ys[{along("j", inner)}] = ({T})(ys[{along("j", inner)}] / sum);"""
+        tail = f"""  for (size_t j = 0; j < {n}; ++j) ys[{at}] = {ex}(xs[{at}] - mx);
+  for (size_t j = 0; j < {n}; ++j) sum += ys[{at}];
+  for (size_t j = 0; j < {n}; ++j) ys[{at}] = ({T})(ys[{at}] / sum);"""
     else:
-        tail = f"""  for (size_t j = 0; j < {n}; ++j) sum += exp{F}(xs[{along("j", inner)}] - mx);
+        # no stores to ys before xs is read: y may share x's buffer
+        tail = f"""  for (size_t j = 0; j < {n}; ++j) sum += {ex}(xs[{at}] - mx);
   const double lse = mx + log(sum);
-  for (size_t j = 0; j < {n}; ++j) ys[{along("j", inner)}] = ({T})(xs[{along("j", inner)}] - lse);"""
+  for (size_t j = 0; j < {n}; ++j) ys[{at}] = ({T})(xs[{at}] - lse);"""
     return f"""{head}
   {T} mx = xs[0];
   double sum = 0.0;

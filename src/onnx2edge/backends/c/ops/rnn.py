@@ -42,7 +42,7 @@ def _act_expr(act: _Act, v: str, ctype: str) -> str:
     """C expression of one RNN activation function (semantics/rnn.py's table)."""
     f = "" if ctype == "double" else "f"
     lit = lambda x: c_literal(x, np.float64 if ctype == "double" else np.float32)  # noqa: E731
-    return rnn_act_expr(act, v, lit, f)
+    return rnn_act_expr(act, v, lit, f, vmath=True)
 
 
 def _rnn_check(node: Node, graph: Graph) -> str | None:
