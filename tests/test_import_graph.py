@@ -203,7 +203,12 @@ def test_cycles_are_found() -> None:
 # Circles that only function-level imports close, still to be untied; each with its reason.
 # A new one fails the test below; a fixed one must leave this list.
 KNOWN_LAZY_CIRCLES = {
-    # api.py is the facade the commands share, and the commands call back into it
+    # api.py is the facade the commands share, and the commands call back into it. Grown this
+    # session (issue 32 item 5 is to untie it): `onnx2edge.verify` the module is callable and
+    # calls api.verify (issue 29: onnx2edge.verify after any import order); the frontend
+    # reads .tflite / .xml through importers, which cancel layout Transposes with
+    # edit.nhwc's optimiser (edit's package imports rewrite -> check -> api); quantization
+    # and bench.harness load models through the frontend.
     frozenset(
         {
             "onnx2edge.api",
@@ -213,7 +218,13 @@ KNOWN_LAZY_CIRCLES = {
             "onnx2edge.edit.model_io",
             "onnx2edge.edit.nhwc",
             "onnx2edge.edit.rewrite",
+            "onnx2edge.frontend",
+            "onnx2edge.frontend.loader",
+            "onnx2edge.importers",
+            "onnx2edge.importers.runtime",
             "onnx2edge.prune",
+            "onnx2edge.quantization",
+            "onnx2edge.verify",
         }
     ),
 }
