@@ -200,6 +200,55 @@ def test_flexible_shape_enumerated_neuralnetwork(tmp_path: Path) -> None:
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
+def test_flexible_shape_range_neuralnetwork(tmp_path: Path) -> None:
+    # coremltools' RangeDim: H from 32 to 64, W from 32 unbounded (FeatureTypes.proto -1)
+    out = tmp_path / "o"
+    flex = "input=1x3x[32..64]x[32..]"
+    api.convert(SILU, "coreml", out, options={"format": "neuralnetwork", "flexible_shape": flex})
+    spec = _spec(out, "neuralnetwork")
+    arr = spec.description.input[0].type.multiArrayType
+    assert arr.WhichOneof("ShapeFlexibility") == "shapeRange"
+    ranges = [(r.lowerBound, r.upperBound) for r in arr.shapeRange.sizeRanges]
+    assert ranges == [(1, 1), (3, 3), (32, 64), (32, -1)]
+    assert list(arr.shape) == [1, 3, 32, 32]  # the default shape stays the model's
+    assert _manifest(out)["options"]["flexible_shape"] == flex
+    assert_valid(out / FILE["neuralnetwork"])
+    from onnx2edge.backends.coreml import evaluate
+
+    x = np.random.default_rng(1).standard_normal((1, 3, 45, 77)).astype(np.float32)
+    got = evaluate.eval_neuralnetwork(spec, {"input": x})["output"].reshape(1, 10)
+    m = onnx.load(SILU)  # the ONNX model at 45 x 77, a size inside the ranges
+    del m.graph.value_info[:]
+    for d, v in zip(m.graph.input[0].type.tensor_type.shape.dim, x.shape, strict=True):
+        d.dim_value = v
+    np.testing.assert_allclose(got, ort_run(m, {"input": x})["output"], rtol=1e-4, atol=1e-5)
+    # an image input's range is its height and width
+    img = tmp_path / "img"
+    options = {"format": "neuralnetwork", "flexible_shape": flex, "image_input": "input"}
+    api.convert(SILU, "coreml", img, options=options)
+    t = _spec(img, "neuralnetwork").description.input[0].type.imageType
+    r = t.imageSizeRange
+    got_ranges = [(x.lowerBound, x.upperBound) for x in (r.heightRange, r.widthRange)]
+    assert got_ranges == [(32, 64), (32, -1)]
+    assert_valid(img / FILE["neuralnetwork"])
+
+
+def test_flexible_shape_range_refusals(tmp_path: Path) -> None:
+    nn = {"format": "neuralnetwork"}
+    for flex, msg in (
+        ("input=1x3x[32..64]x[32,64]", "not both"),
+        ("input=1x3x[64..32]x32", "is not a size"),
+        ("input=1x3x[48..64]x32", "within the ranges"),
+    ):
+        with pytest.raises(api.Onnx2EdgeError, match=msg):
+            api.convert(SILU, "coreml", tmp_path / "o", options={**nn, "flexible_shape": flex})
+    with pytest.raises(api.Onnx2EdgeError, match="use --format neuralnetwork"):
+        api.convert(
+            SILU, "coreml", tmp_path / "m", options={"flexible_shape": "input=1x3x[32..64]x32"}
+        )
+    assert not (tmp_path / "o").exists() and not (tmp_path / "m").exists()
+
+
 def test_flexible_shape_refusals(tmp_path: Path) -> None:
     # tiny_resnet's layers do not depend on H, W either; a Flatten + Gemm network does.
     nn = {"format": "neuralnetwork"}
@@ -226,6 +275,10 @@ def test_flexible_shape_refusals(tmp_path: Path) -> None:
     with pytest.raises(api.Onnx2EdgeError, match="at 1x3x8x4"):
         api.convert(
             flat, "coreml", tmp_path / "c", options={**nn, "flexible_shape": "x=1x3x[4,8]x4"}
+        )
+    with pytest.raises(api.Onnx2EdgeError, match="at 1x3x5x4"):  # a range: checked at LO+1
+        api.convert(
+            flat, "coreml", tmp_path / "d", options={**nn, "flexible_shape": "x=1x3x[4..8]x4"}
         )
 
 

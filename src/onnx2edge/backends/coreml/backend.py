@@ -102,7 +102,9 @@ class CoreMLBackend(Backend):
         ),
         BackendOption(
             "flexible_shape",
-            "NAME=1x3x[224,320]x[224,320]: enumerated input shapes (neuralnetwork)",
+            "NAME=1x3x[224,320]x[224,320]: enumerated input shapes, or "
+            "NAME=1x3x[224..512]x[224..]: a size range per dimension (LO.. unbounded); "
+            "neuralnetwork only",
             metavar="SPEC",
         ),
         BackendOption(
@@ -135,7 +137,7 @@ class CoreMLBackend(Backend):
             if fmt != "neuralnetwork":
                 raise Onnx2EdgeError(
                     "--flexible-shape: only with --format neuralnetwork (onnx2edge builds the "
-                    "ML Program at one static shape)"
+                    "ML Program at one static shape): use --format neuralnetwork"
                 )
             opts.flexible_shape(out["flexible_shape"])
         if out.get("compress"):
@@ -433,7 +435,7 @@ def _build_nn(
         )
     flex = opts.flexible_shape(options.get("flexible_shape"))
     if flex is not None:
-        _add_enumerated_shapes(graph, spec, *flex)
+        _add_flexible_shapes(graph, spec, flex)
     target = options.get("minimum_deployment_target")
     if target:
         spec.specificationVersion = max(spec.specificationVersion, opts.spec_version(target))
@@ -452,25 +454,25 @@ def _build_nn(
     return model, names, lowered
 
 
-def _add_enumerated_shapes(
-    graph: Graph, spec: Any, name: str, shapes: list[tuple[int, ...]]
-) -> None:
-    """Enumerated shapes for input `name`, only when the network is the same at each of them
-    (conv / pool / activation layers do not depend on H and W; a flatten + innerProduct or a
-    reshapeStatic does): the layers are rebuilt at every shape and compared."""
+def _add_flexible_shapes(graph: Graph, spec: Any, flex: opts.FlexibleShape) -> None:
+    """Enumerated shapes or size ranges for input `flex.name`, only when the network is the
+    same at each shape (conv / pool / activation layers do not depend on H and W; a flatten
+    + innerProduct or a reshapeStatic does): the layers are rebuilt at every enumerated
+    shape, or for a range at its bounds and one size of the other parity, and compared."""
     from ...passes import run_passes
 
+    name = flex.name
     if name not in graph.inputs:
         raise Onnx2EdgeError(f"--flexible-shape {name}: not an input of the model")
     default = static_shape(graph, name)
-    if default not in shapes:
+    if not flex.contains(default):
         raise Onnx2EdgeError(
             f"--flexible-shape {name}: the model's shape {'x'.join(map(str, default))} must be "
-            "one of the enumerated shapes"
+            + ("within the ranges" if flex.is_range else "one of the enumerated shapes")
         )
     body = getattr(spec, spec.WhichOneof("Type"))
     want = [la.SerializeToString() for la in body.layers]
-    for shape in shapes:
+    for shape in flex.shapes or _range_samples(flex, default):
         if shape == default:
             continue
         try:
@@ -486,15 +488,41 @@ def _add_enumerated_shapes(
                 f"{'x'.join(map(str, shape))} (a layer fixes the input size: flatten + "
                 "innerProduct, reshape, constant); convert one model per shape"
             )
+    feature = next(f for f in spec.description.input if f.name == name)
+    image = feature.type.WhichOneof("Type") == "imageType"
+    if flex.is_range:
+        from coremltools.models.neural_network import flexible_shape_utils as fsu
+
+        if image:
+            if flex.lower[:2] != flex.upper[:2]:
+                raise Onnx2EdgeError(
+                    f"--flexible-shape {name}: an image input's ranges are its height and "
+                    "width only"
+                )
+            sizes = fsu.NeuralNetworkImageSizeRange()
+            sizes.add_height_range((flex.lower[2], flex.upper[2]))
+            sizes.add_width_range((flex.lower[3], flex.upper[3]))
+            fsu.update_image_size_range(spec, name, sizes)
+        else:
+            fsu.set_multiarray_ndshape_range(spec, name, list(flex.lower), list(flex.upper))
+        return
     # FeatureTypes.proto's enumerated shapes, written directly: coremltools'
     # flexible_shape_utils takes the rank-5 mapping's (C, H, W) shapes only.
-    feature = next(f for f in spec.description.input if f.name == name)
-    if feature.type.WhichOneof("Type") == "imageType":
-        for s in shapes:
+    if image:
+        for s in flex.shapes:
             feature.type.imageType.enumeratedSizes.sizes.add(width=s[3], height=s[2])
     else:
-        for s in shapes:
+        for s in flex.shapes:
             feature.type.multiArrayType.enumeratedShapes.shapes.add().shape.extend(s)
+
+
+def _range_samples(flex: opts.FlexibleShape, default: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The shapes a range is checked at: its lower bounds, its upper bounds (twice the
+    default plus one where unbounded) and the lower bounds plus one (odd/even sizes round
+    differently in strided layers)."""
+    upper = tuple(hi if hi != -1 else 2 * d + 1 for d, hi in zip(default, flex.upper, strict=True))
+    plus1 = tuple(lo + 1 if lo != hi else lo for lo, hi in zip(flex.lower, upper, strict=True))
+    return list(dict.fromkeys([flex.lower, plus1, upper]))
 
 
 def _at_shape(graph: Graph, name: str, shape: tuple[int, ...]) -> Graph:

@@ -444,13 +444,29 @@ def _feature_shape(feature: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in t.multiArrayType.shape)
 
 
-def _enumerated(feature: Any) -> set[tuple[int, ...]]:
-    """The enumerated shapes of a flexible input (FeatureTypes.proto), as (1, C, H, W)."""
+def _flexible(feature: Any, shape: tuple[int, ...]) -> bool:
+    """Whether a flexible input (FeatureTypes.proto: enumerated shapes or size ranges) takes
+    `shape`, as (1, C, H, W) for an image."""
     t = feature.type
     if t.WhichOneof("Type") == "imageType":
         c = _feature_shape(feature)[1]
-        return {(1, c, int(z.height), int(z.width)) for z in t.imageType.enumeratedSizes.sizes}
-    return {tuple(int(d) for d in e.shape) for e in t.multiArrayType.enumeratedShapes.shapes}
+        img = t.imageType
+        if img.WhichOneof("SizeFlexibility") == "imageSizeRange":
+            r = img.imageSizeRange
+            ranges = [(1, 1), (c, c)] + [
+                (x.lowerBound, x.upperBound) for x in (r.heightRange, r.widthRange)
+            ]
+        else:
+            sizes = {(1, c, int(z.height), int(z.width)) for z in img.enumeratedSizes.sizes}
+            return shape in sizes
+    elif t.multiArrayType.WhichOneof("ShapeFlexibility") == "shapeRange":
+        ranges = [(x.lowerBound, x.upperBound) for x in t.multiArrayType.shapeRange.sizeRanges]
+    else:
+        shapes = {tuple(int(d) for d in e.shape) for e in t.multiArrayType.enumeratedShapes.shapes}
+        return shape in shapes
+    return len(shape) == len(ranges) and all(
+        lo <= d and (hi == -1 or d <= hi) for d, (lo, hi) in zip(shape, ranges, strict=True)
+    )
 
 
 def _scale_image(sc: Any, feature: Any, x: np.ndarray) -> np.ndarray:
@@ -478,7 +494,7 @@ def eval_neuralnetwork(spec: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, 
         if body.arrayInputShapeMapping != 1 or shape[:1] != (1,):
             raise Onnx2EdgeError("evaluator: only batch-1 inputs of the exact mapping are modelled")
         x = np.asarray(feeds[inp.name], F)
-        if x.shape in _enumerated(inp):  # a flexible input fed one of its other shapes
+        if _flexible(inp, x.shape):  # a flexible input fed one of its other shapes
             shape = x.shape
         x = x.reshape(shape[1:])
         if inp.name in scalers:

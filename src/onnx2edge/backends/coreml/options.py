@@ -7,7 +7,8 @@ Onnx2EdgeError with one line.
 --metadata author=..,license=..     MLModel author / license / version / short description
 --classifier-labels FILE            ct.ClassifierConfig / NeuralNetworkClassifier
 --image-input NAME[:scale=..,bias=..,bgr]   ct.ImageType / NN preprocessing scaler
---flexible-shape NAME=1x3x[224,320]x[224,320]   enumerated input shapes
+--flexible-shape NAME=1x3x[224,320]x[224,320]   enumerated input shapes (ct.EnumeratedShapes)
+--flexible-shape NAME=1x3x[224..512]x[224..]     size ranges (ct.RangeDim; `LO..` unbounded)
 """
 
 from __future__ import annotations
@@ -150,26 +151,77 @@ def _number(text: str) -> float:
     return float(num) / float(den) if slash else float(text)
 
 
-def flexible_shape(value: str | None) -> tuple[str, list[tuple[int, ...]]] | None:
-    """`NAME=1x3x[224,320]x[224,320]` -> (NAME, every combination, in order)."""
+@dataclass(frozen=True)
+class FlexibleShape:
+    """Either `shapes` (every enumerated combination, in order) or `lower` / `upper` (per
+    dimension; an upper bound of -1 is unbounded, Core ML's convention)."""
+
+    name: str
+    shapes: tuple[tuple[int, ...], ...] = ()
+    lower: tuple[int, ...] = ()
+    upper: tuple[int, ...] = ()
+
+    @property
+    def is_range(self) -> bool:
+        return bool(self.lower)
+
+    def contains(self, shape: tuple[int, ...]) -> bool:
+        if not self.is_range:
+            return shape in self.shapes
+        return len(shape) == len(self.lower) and all(
+            lo <= d and (hi == -1 or d <= hi)
+            for d, lo, hi in zip(shape, self.lower, self.upper, strict=True)
+        )
+
+
+_FLEX_USAGE = "use NAME=1x3x[224,320]x[224,320] (enumerated) or NAME=1x3x[224..512]x[224..512]"
+
+
+def flexible_shape(value: str | None) -> FlexibleShape | None:
+    """`NAME=1x3x[224,320]x[224,320]` -> every combination of the listed sizes;
+    `NAME=1x3x[224..512]x[224..]` -> a range per dimension (`LO..` unbounded). Core ML
+    holds one kind per input, so lists and ranges do not mix."""
     if not value:
         return None
     name, eq, dims = value.partition("=")
-    if not eq or not name:
-        raise Onnx2EdgeError(f"--flexible-shape {value}: use NAME=1x3x[224,320]x[224,320]")
+    if not eq or not name.strip():
+        raise Onnx2EdgeError(f"--flexible-shape {value}: {_FLEX_USAGE}")
     choices: list[list[int]] = []
+    lower: list[int] = []
+    upper: list[int] = []
     for d in re.findall(r"\[[^\]]*\]|[^x\[\]]+", dims):
+        lo, dots, hi = d.strip("[]").partition("..")
         try:
-            vals = [int(v) for v in d.strip("[]").split(",")]
+            if dots:
+                lower.append(int(lo))
+                upper.append(int(hi) if hi.strip() else -1)
+                vals = [int(lo)]
+            else:
+                vals = [int(v) for v in d.strip("[]").split(",")]
+                lower.append(vals[0])
+                upper.append(vals[0])
         except ValueError:
             raise Onnx2EdgeError(f"--flexible-shape {value}: '{d}' is not a size") from None
-        if not vals or min(vals) < 1:
+        if min(vals) < 1 or (dots and upper[-1] != -1 and upper[-1] <= lower[-1]):
             raise Onnx2EdgeError(f"--flexible-shape {value}: '{d}' is not a size")
+        if dots:
+            vals = []  # a range: no enumerated choice
+        elif len(vals) > 1:
+            lower[-1] = upper[-1] = 0  # an enumerated list: no range
         choices.append(vals)
-    shapes = [tuple(s) for s in itertools.product(*choices)]
+    has_range = any(not c for c in choices)
+    has_list = any(len(c) > 1 for c in choices)
+    if has_range and has_list:
+        raise Onnx2EdgeError(
+            f"--flexible-shape {value}: Core ML takes either enumerated sizes or ranges "
+            "for one input, not both"
+        )
+    if has_range:
+        return FlexibleShape(name.strip(), lower=tuple(lower), upper=tuple(upper))
+    shapes = tuple(tuple(s) for s in itertools.product(*choices))
     if len(shapes) < 2:
         raise Onnx2EdgeError(f"--flexible-shape {value}: lists only one shape")
-    return name.strip(), shapes
+    return FlexibleShape(name.strip(), shapes=shapes)
 
 
 def compress(value: str, fmt: str) -> str:
