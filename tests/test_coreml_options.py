@@ -411,3 +411,33 @@ def test_neuralnetwork_file_is_deterministic(tmp_path: Path) -> None:
         api.convert(TINY, "coreml", tmp_path / d, options=options)
     a, b = (tmp_path / d / FILE["neuralnetwork"] for d in ("a", "b"))
     assert a.read_bytes() == b.read_bytes()
+
+
+# --- check --target coreml-ane --format/--precision ----------------------------------------
+def test_cli_check_ane_fp32_mlprogram(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(Path(__file__).parent.parent / "examples" / "tiny_cnn.onnx")
+    base = ["check", model, "--target", "coreml-ane", "--format", "mlprogram", "--json"]
+    assert main([*base, "--precision", "fp32"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["options"] == {"format": "mlprogram", "precision": "fp32"}
+    assert rep["totals"]["unsupported"] == len(rep["nodes"]) > 0
+    for e in rep["nodes"]:
+        assert e["placement"] == "gpu" and e["rule"] == "--precision fp16", e
+        assert "float32 ML Program never runs on the Neural Engine" in e["reason"]
+    # the fix the report names: fp16 (also coremltools' ML Program default) puts it on the ANE
+    for extra in (["--precision", "fp16"], []):
+        assert main([*base, *extra]) == 0
+        rep16 = json.loads(capsys.readouterr().out)
+        assert rep16["options"]["precision"] == "fp16"
+        assert {e["placement"] for e in rep16["nodes"]} >= {"ane"}
+        assert rep16["totals"]["supported"] > 0
+    # the options belong to coreml-ane only: one line, exit 2
+    assert main(["check", model, "--target", "c", "--precision", "fp32"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "only with --target coreml-ane" in err and len(err.splitlines()) == 1
+    # the file convert writes with the same flags is that float32 ML Program (validated)
+    out = tmp_path / "o"
+    argv = ["convert", model, "--target", "coreml", "-o", str(out), "--precision", "fp32"]
+    assert main(argv) == 0
+    assert _manifest(out)["options"]["precision"] == "fp32"
+    assert_valid(out / FILE["mlprogram"])

@@ -691,11 +691,19 @@ def compare_quantized(
 
 
 # --- model editing (issue 16): implemented in onnx2edge.check and onnx2edge.edit ----------------
-def check(model: Model, target: str, *, input_shapes: Shapes = None) -> dict[str, Any]:
-    """Per node: supported / replaceable (by which rewrite rule) / unsupported on `target`."""
+def check(
+    model: Model,
+    target: str,
+    *,
+    input_shapes: Shapes = None,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Per node: supported / replaceable (by which rewrite rule) / unsupported on `target`.
+    `options`: conversion options the target's placement depends on, e.g. for coreml-ane
+    {"format": "mlprogram", "precision": "fp32"}."""
     from .check import check_model
 
-    return check_model(model, target, input_shapes=input_shapes)
+    return check_model(model, target, input_shapes=input_shapes, options=options)
 
 
 def prune(

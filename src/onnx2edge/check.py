@@ -230,7 +230,10 @@ BY_CONVERT: dict[str, Callable[[Graph, str], set[str]]] = {
 
 
 def confirm_replaceable(
-    graph: Graph, target: str, entries: list[dict[str, Any]]
+    graph: Graph,
+    target: str,
+    entries: list[dict[str, Any]],
+    options: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """A node is 'replaceable' only by a rewrite rule that, run on a copy of the graph and
     checked again, leaves the node and every node replacing it supported (a rule that trades
@@ -240,7 +243,7 @@ def confirm_replaceable(
     itself, every rule for an unsupported node's op is tried the same way."""
     from .edit import RULES
 
-    checker = CHECKERS[target]
+    checker = _checker(target, options)
     trials: dict[str, tuple[set[str], dict[str, dict[str, Any]]] | None] = {}
 
     def trial(rule: str) -> tuple[set[str], dict[str, dict[str, Any]]] | None:
@@ -310,30 +313,71 @@ def confirm_replaceable(
 
 
 # --- driver -------------------------------------------------------------------------------------
+# target -> the conversion options its checker takes (`check --format/--precision`): where a
+# node runs depends on them (a float32 ML Program never runs on the Neural Engine).
+CHECK_OPTIONS: dict[str, tuple[str, ...]] = {"coreml-ane": ("format", "precision")}
+
+
+def check_options(target: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options given (None values dropped), validated and in canonical form."""
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    allowed = CHECK_OPTIONS.get(target, ())
+    for key in given:
+        if key not in allowed:
+            raise Onnx2EdgeError(
+                f"check --{key.replace('_', '-')}: only with --target "
+                + " / ".join(t for t, keys in CHECK_OPTIONS.items() if key in keys)
+            )
+    if target == "coreml-ane" and given:
+        from .backends.coreml import options as ct_opts
+
+        fmt = given.get("format", "neuralnetwork")
+        if fmt not in ("neuralnetwork", "mlprogram"):
+            raise Onnx2EdgeError(f"check --format {fmt}: use neuralnetwork or mlprogram")
+        given = {"fmt": fmt, "precision": ct_opts.precision(given.get("precision"), False, fmt)}
+    return given
+
+
+def _checker(target: str, options: Mapping[str, Any] | None) -> CheckFn:
+    fn = CHECKERS[target]
+    if not options:
+        return fn
+    return lambda graph: fn(graph, **options)  # type: ignore[call-arg]
+
+
 def check_model(
-    model: str | Path, target: str, *, input_shapes: Mapping[str, Sequence[int]] | None = None
+    model: str | Path,
+    target: str,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Frontend + the target-independent passes, then the target's checker; with totals."""
+    """Frontend + the target-independent passes, then the target's checker; with totals.
+    `options`: the conversion options the target's checker takes (CHECK_OPTIONS)."""
     if target not in available_targets():
         raise Onnx2EdgeError(
             f"unknown check target '{target}' (available: {', '.join(available_targets())})"
         )
+    kwargs = check_options(target, options)
     from . import frontend
     from .api import DEFAULT_PASSES
     from .passes import run_passes
 
     graph = run_passes(frontend.load(model, input_shapes=input_shapes, quiet=True), DEFAULT_PASSES)
-    entries = CHECKERS[target](graph)
+    entries = _checker(target, kwargs)(graph)
     for e in entries:
         missing = [k for k in ENTRY_KEYS if k not in e]
         if missing or e["status"] not in STATUSES:
             raise ValueError(f"checker for {target} returned a malformed entry {e!r}")
-    entries = confirm_replaceable(graph, target, entries)
+    entries = confirm_replaceable(graph, target, entries, kwargs)
     totals = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
     from .api import model_label
 
     name = model_label(model) if not isinstance(model, str | Path) else str(model)
-    return {"model": name, "target": target, "totals": totals, "nodes": entries}
+    rep: dict[str, Any] = {"model": name, "target": target, "totals": totals, "nodes": entries}
+    if kwargs:
+        rep["options"] = {"format" if k == "fmt" else k: v for k, v in kwargs.items()}
+    return rep
 
 
 def format_check(rep: dict[str, Any]) -> str:

@@ -49,6 +49,16 @@ def add_parsers(
     else:
         targets = "a target of the check registry"
     s.add_argument("--target", required=True, help=targets)
+    s.add_argument(
+        "--format",
+        choices=("neuralnetwork", "mlprogram"),
+        help="coreml-ane: the Core ML format converted to (default neuralnetwork)",
+    )
+    s.add_argument(
+        "--precision",
+        choices=("fp16", "fp32"),
+        help="coreml-ane: the conversion's precision (a float32 ML Program never runs on the ANE)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     _shapes(s)
     _common(s)
@@ -130,7 +140,12 @@ def run_command(a: argparse.Namespace) -> int:
     if c == "check":
         from ..check import format_check
 
-        rep = api.check(a.model, a.target, input_shapes=parse_input_shapes(a.input_shape))
+        rep = api.check(
+            a.model,
+            a.target,
+            input_shapes=parse_input_shapes(a.input_shape),
+            options={"format": a.format, "precision": a.precision},
+        )
         print(json.dumps(rep, indent=1) if a.json else format_check(rep))
         return 0
     if c == "rewrite":

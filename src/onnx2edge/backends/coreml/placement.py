@@ -353,7 +353,8 @@ def check_coreml_ane(
                 n,
                 "unsupported",
                 "gpu",
-                "a float32 ML Program never runs on the Neural Engine (GPU and CPU only)",
+                "a float32 ML Program never runs on the Neural Engine (GPU and CPU only): "
+                "convert with --precision fp16",
                 "--precision fp16",
                 TYPED,
             )
