@@ -151,7 +151,10 @@ def test_verify_reports_invalid_as_fail(
         ]
     )
     err = capsys.readouterr().err
-    assert code != 0 and "validator rejects" in err and len(err.strip().splitlines()) == 1
+    # progress lines ("onnx2edge: building ...") may come first; the refusal is one line
+    errors = [ln for ln in err.strip().splitlines() if ln.startswith("onnx2edge: error: ")]
+    assert code != 0 and len(errors) == 1 and "validator rejects" in errors[0], err
+    assert err.strip().splitlines()[-1] == errors[0]
     assert not (tmp_path / "o2").exists()
 
 

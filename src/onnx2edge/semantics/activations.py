@@ -351,7 +351,23 @@ def swift_expr(act: Activation, x: str) -> str:
     a, b = act.alpha, act.beta
     if act.op == "Clip":
         a, b = clip_bounds(a, b, np.float32)
-    return "(" + re.sub(r"(\d)f\b", r"\1", d.c(x, a, b, swift_literal, "f")) + ")"
+    c = _libm_for_swift(d.c(x, a, b, swift_literal, "f"))
+    return "(" + re.sub(r"(\d)f\b", r"\1", c) + ")"
+
+
+def _libm_for_swift(expr: str) -> str:
+    """The C column calls o2e_vmath.h (C only); Swift gets libm's functions, and sigmoid
+    spelt out (libm has none): o2e_sigmoidf(A) -> (1 / (1 + expf(-(A))))."""
+    expr = re.sub(r"\bo2e_(exp|log|log1p|tanh|erf)f\(", r"\1f(", expr)
+    key = "o2e_sigmoidf("
+    while (i := expr.find(key)) >= 0:
+        j, depth = i + len(key), 1
+        while depth:
+            depth += {"(": 1, ")": -1}.get(expr[j], 0)
+            j += 1
+        arg = expr[i + len(key) : j - 1]
+        expr = f"{expr[:i]}(1 / (1 + expf(-({arg})))){expr[j:]}"
+    return expr
 
 
 def reference(act: Activation, x: np.ndarray) -> np.ndarray:

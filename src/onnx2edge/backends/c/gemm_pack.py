@@ -87,10 +87,15 @@ def _ws_floats(
         rows = min(max(a_bytes / (k * 4.0), _MC_MIN), m)
         mc = max(MR, (int(rows) + MR - 1) // MR * MR)
         total += _rup16(mc * sb * nr)
-    if n <= small_n:
-        sn = _rup16(n * (_SN_KB + 2) * 8) + _rup16(4 * MR * _SN_KB) + _rup16((m + MR) * n) + 16
+    # Callers plan one workspace for their largest call and issue smaller ones too (a
+    # deconvolution's last row block has fewer columns): a call with N' <= small_n columns
+    # takes the small-N path, whose scratch may exceed this N's now that packed B holds only
+    # min(K, KC) rows. Bound every N' <= N, not just N itself (the C sizes each call alone).
+    if small_n > 1:
+        ns = min(n, small_n)
+        sn = _rup16(ns * (_SN_KB + 2) * 8) + _rup16(4 * MR * _SN_KB) + _rup16((m + MR) * ns) + 16
         total = max(total, sn)
-    return total
+    return max(total, _rup16(k) + _rup16(m + MR))  # N' = 1: the GEMV path
 
 
 def blocking_guard() -> str:

@@ -93,8 +93,8 @@ def string_normalizer(ctx: NodeContext) -> str:
     """Drop the stopwords (compared case-insensitively, ASCII, unless is_case_sensitive), then
     change case; all dropped: one empty string (the ONNX spec)."""
     x, y = ctx.x(0), ctx.y(0)
-    action = str(ctx.attr("case_change_action", "NONE")).upper()
-    sensitive = int(ctx.attr("is_case_sensitive", 0))
+    action = str(ctx.attr("case_change_action")).upper()
+    sensitive = int(ctx.attr("is_case_sensitive"))
     stops = [str(w) for w in (ctx.attr("stopwords", None) or [])]
     lines = []
     if stops:
