@@ -330,6 +330,8 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
             # 2-D without dilation / ceil mode: o2e QMaxPool's phase-plane kernel
             return node.replace(op_type="QMaxPool", domain=DOMAIN, inputs=(dq.inputs[0],), outputs=q.outputs), q  # fmt: skip
         return node.replace(inputs=(dq.inputs[0], *node.inputs[1:]), outputs=q.outputs), q
+    if op in _AVG_POOLS:
+        return _rewrite_avg_pool(rw, node, q, qp)
     if op == "Concat":
         ins: list[str] = []
         for i in node.inputs:
@@ -354,10 +356,61 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     return None
 
 
+_AVG_POOLS = ("AveragePool", "GlobalAveragePool")
+
+
+def global_pool_scale(xs: float, ys: float, n: int) -> np.float32 | None:
+    """x_scale / (y_scale * n) in float32, the factor onnxruntime's QLinearGlobalAveragePool
+    (mlas qlgavgpool.cpp) applies to the integer sum; None where it refuses the parameters."""
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        s = f32(f32(xs) / f32(f32(ys) * f32(n)))
+    return s if n < (1 << 24) and np.isfinite(s) and 2.0**-32 <= s < 256.0 else None
+
+
+def avg_pool_is_global(node: Node, shape: tuple[int, ...], opset: int) -> bool:
+    """onnxruntime's QLinearAveragePool takes its global (integer) path when the window is the
+    whole image and there is no padding (qlinear_pool.cc: fallback_to_global)."""
+    if node.op_type.endswith("GlobalAveragePool"):
+        return True
+    g = pool_geometry(node, shape, None, opset)
+    return tuple(g.kernel) == tuple(shape[2:]) and not any(g.pads)
+
+
+def _rewrite_avg_pool(
+    rw: _Rewrite, node: Node, q: Node, qp: tuple[float, int, str]
+) -> tuple[Node, Node] | None:
+    """DQ -> AveragePool / GlobalAveragePool -> Q of one integer type: o2e QAveragePool /
+    QGlobalAveragePool, which onnxruntime runs as QLinearAveragePool (its QDQ fusion, and
+    QOperator models lowered by lower_contrib come back here): a float sum of the dequantized
+    bytes over the window, or an integer sum for a whole-image window without padding."""
+    g = rw.graph
+    dq = _dq(g, node.inputs[0])
+    dp = _qparams(g, dq) if dq is not None else None
+    t = g.type_of(node.inputs[0])
+    if dq is None or dp is None or dp[2] != qp[2] or t is None or not t.is_static:
+        return None
+    if len([o for o in node.outputs if o]) != 1 or len(t.static_shape) < 3:
+        return None
+    shape = tuple(t.static_shape)
+    if node.op_type == "AveragePool":
+        if len(shape) != 4:
+            return None
+        geo = pool_geometry(node, shape, None, g.opset)
+        if geo.auto_pad != "NOTSET" or geo.ceil_mode or not geo.unit_dilation:
+            return None
+    n = int(np.prod(shape[2:]))
+    if avg_pool_is_global(node, shape, g.opset) and global_pool_scale(dp[0], qp[0], n) is None:
+        return None
+    ins = (dq.inputs[0], dq.inputs[1], rw.zp(node, dq, 2), q.inputs[1], rw.zp(node, q, 2))
+    new = Node(node.name, f"Q{node.op_type}", ins, q.outputs, dict(node.attrs), domain=DOMAIN)
+    return new, q
+
+
 def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     """The integer node replacing `node` and the QuantizeLinear it absorbs, or None."""
     g = rw.graph
-    if node.domain == "" and node.op_type in (*_PASSTHROUGH, "Concat", "Add"):
+    if node.domain == "" and node.op_type in (*_PASSTHROUGH, *_AVG_POOLS, "Concat", "Add"):
         return _rewrite_data(rw, node)
     if is_fused(node) and base_op(node) == "Add":  # o2e.AddAct (fuse_activation)
         return _rewrite_data(rw, node)

@@ -35,6 +35,8 @@ fused forms:
 | `o2e.QAdd` | QLinearAdd of two tensors of one shape (onnxruntime's com.microsoft op, in float32) | A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point |
 | `o2e.QConcat` | Concat of quantized tensors, each requantized to the output's scale by a 256-entry table ("" when the scales agree) | X0, table0, X1, table1, ... |
 | `o2e.QMaxPool` | MaxPool on int8 / uint8 (no Indices output) | X |
+| `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
+| `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 """
 
 from __future__ import annotations
@@ -223,7 +225,36 @@ def _internal_schemas() -> list[OpSchema]:
     )
     # MaxPool's inference sets Indices only when the node has a second output
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
-    return [qgemm, qadd, qconcat, qmaxpool]
+    return [qgemm, qadd, qconcat, qmaxpool, *(_qavg_schema(op) for op in _QAVG)]
+
+
+# o2e.QAveragePool / QGlobalAveragePool: the base pool's attributes and shape inference, the
+# inputs of onnxruntime's QLinearAveragePool (its output's type is its input's)
+_QAVG = ("AveragePool", "GlobalAveragePool")
+
+
+def _qavg_schema(op: str) -> OpSchema:
+    base = onnx.defs.get_schema(op, onnx.defs.onnx_opset_version(), "")
+    f = "tensor(float)"
+    sch = OpSchema(
+        f"Q{op}",
+        DOMAIN,
+        VERSION,
+        f"onnx2edge internal op (passes/qdq_int8): Q({op}(DQ(X))) on int8 / uint8 in "
+        f"onnxruntime's arithmetic (com.microsoft QLinear{op}).",
+        inputs=[
+            _Param("X", "T", ""),
+            _Param("X_scale", f, ""),
+            _Param("X_zero_point", "T", "", param_option=_OPTIONAL),
+            _Param("Y_scale", f, ""),
+            _Param("Y_zero_point", "T", "", param_option=_OPTIONAL),
+        ],  # fmt: skip
+        outputs=[_Param("Y", "T", "")],
+        type_constraints=[("T", _QTYPES, "")],
+        attributes=_copy_attrs(base),
+    )
+    sch.set_type_and_shape_inference_function(base.get_type_and_shape_inference_function())
+    return sch
 
 
 def _copy_attrs(base: OpSchema) -> list[OpSchema.Attribute]:
@@ -289,7 +320,7 @@ def _schema(f: FusedOp) -> OpSchema:
     return schema
 
 
-INTERNAL_OPS = ("QGemm", "QAdd", "QConcat", "QMaxPool")
+INTERNAL_OPS = ("QGemm", "QAdd", "QConcat", "QMaxPool", "QAveragePool", "QGlobalAveragePool")
 
 
 def _register() -> None:

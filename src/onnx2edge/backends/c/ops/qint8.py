@@ -137,3 +137,87 @@ def c_float(v: float) -> str:
     from ..emitter import c_literal
 
     return c_literal(np.float32(v), np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# average pools on quantized bytes (written by passes/qdq_int8): onnxruntime's QLinear kernels
+# --------------------------------------------------------------------------------------------
+def _qparam(ctx: NodeContext, i: int) -> tuple[np.float32, int]:
+    g = ctx.graph
+    s = np.float32(g.const(ctx.node.inputs[i]).reshape(-1)[0])
+    z = ctx.node.inputs[i + 1] if i + 1 < len(ctx.node.inputs) else ""
+    return s, int(g.const(z).reshape(-1)[0]) if z else 0
+
+
+@register_op("o2e:QAveragePool", "o2e:QGlobalAveragePool", check=_internal)
+def qavgpool(ctx: NodeContext) -> str:
+    """Average pooling of quantized bytes, bit for bit onnxruntime's QLinearAveragePool /
+    QLinearGlobalAveragePool (which its QDQ fusion runs for DQ -> pool -> Q):
+
+    - whole-image window without padding (mlas qlgavgpool.cpp): an integer sum per channel,
+      y = clamp(rint(float(sum - n * x_zp) * s), lo - y_zp, hi - y_zp) + y_zp with
+      s = x_scale / (y_scale * n) in float32;
+    - else (qlinear_pool.cc): the dequantized bytes x_scale * (x - x_zp) (a 256-entry float
+      table, so no multiply-add is ever contracted) summed in float in window order, divided
+      by the tap count, then clamp(nearbyint(v / y_scale + y_zp)).
+    The arena holds bytes only; the float LUT is 1 KB of flash per non-global pool."""
+    from ....passes.qdq_int8 import QRANGE, avg_pool_is_global, global_pool_scale
+
+    x, y = ctx.x(0), ctx.y(0)
+    xs, xz = _qparam(ctx, 1)
+    ys, yz = _qparam(ctx, 3)
+    lo, hi = QRANGE[np.dtype(y.dtype).name]
+    shape = tuple(x.shape)
+    N, C, n = shape[0], shape[1], int(np.prod(shape[2:]))
+    ct = y.ctype
+    if avg_pool_is_global(ctx.node, shape, ctx.graph.opset):
+        s = global_pool_scale(float(xs), float(ys), n)
+        if s is None:  # the pass checked it
+            raise ValueError(f"{ctx.node.name}: scales onnxruntime refuses")
+        ctx.kernel("int8 global average pool")
+        return (
+            f"for (size_t c = 0; c < {N * C}; ++c) {{\n"
+            f"  const {ct} *p = {x.sym} + c * {n};\n"
+            f"  int32_t acc = {-xz * n};\n"
+            f"  float v;\n"
+            f"  for (size_t i = 0; i < {n}; ++i) acc += p[i];\n"
+            f"  v = (float)acc * {c_float(float(s))};\n"
+            f"  v = v < {float(lo - yz):.1f}f ? {float(lo - yz):.1f}f : "
+            f"(v > {float(hi - yz):.1f}f ? {float(hi - yz):.1f}f : v);\n"
+            f"  {y.sym}[c] = ({ct})((int32_t)nearbyintf(v) + {yz});\n"
+            "}"
+        )
+    g = pool_geometry(ctx.node, shape, y.shape, ctx.graph.opset)
+    H, W = shape[2:]
+    OH, OW = y.shape[2:]
+    (kh, kw), (sh, sw) = g.kernel, g.strides
+    pt, pl = g.pads[0], g.pads[1]
+    include_pad = bool(int(ctx.attr("count_include_pad", 0) or 0))
+    # indexed by the byte's bit pattern: int8 -128..-1 are entries 128..255
+    v = np.arange(256, dtype=np.uint8).view(np.dtype(x.dtype)).astype(np.int32)
+    lut = (xs * (v - xz).astype(np.float32)).astype(np.float32)
+    table = ", ".join(c_float(float(f)) for f in lut)
+    count = f"{kh * kw}" if include_pad else "(h1 - h0) * (w1 - w0)"
+    ctx.kernel("int8 average pool")
+    return (
+        f"static const float lut[256] = {{{table}}};\n"
+        f"for (size_t c = 0; c < {N * C}; ++c) {{\n"
+        f"  const uint8_t *p = (const uint8_t *){x.sym} + c * {H * W};\n"
+        f"  {ct} *q = {y.sym} + c * {OH * OW};\n"
+        f"  for (int oh = 0; oh < {OH}; ++oh) {{\n"
+        f"    const int h0 = oh * {sh} - {pt} < 0 ? 0 : oh * {sh} - {pt};\n"
+        f"    const int h1 = oh * {sh} - {pt} + {kh} > {H} ? {H} : oh * {sh} - {pt} + {kh};\n"
+        f"    for (int ow = 0; ow < {OW}; ++ow) {{\n"
+        f"      const int w0 = ow * {sw} - {pl} < 0 ? 0 : ow * {sw} - {pl};\n"
+        f"      const int w1 = ow * {sw} - {pl} + {kw} > {W} ? {W} : ow * {sw} - {pl} + {kw};\n"
+        f"      float acc = 0.0f;\n"
+        f"      int32_t r;\n"
+        f"      for (int h = h0; h < h1; ++h)\n"
+        f"        for (int w = w0; w < w1; ++w) acc += lut[p[h * {W} + w]];\n"
+        f"      acc = acc / (float)({count});\n"
+        f"      r = (int32_t)nearbyintf(acc / {c_float(float(ys))} + {float(yz):.1f}f);\n"
+        f"      q[oh * {OW} + ow] = ({ct})(r < {lo} ? {lo} : (r > {hi} ? {hi} : r));\n"
+        "    }\n"
+        "  }\n"
+        "}"
+    )
