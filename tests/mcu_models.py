@@ -5,6 +5,17 @@
 - `ds_cnn`: a keyword-spotting DS-CNN in the MLPerf Tiny layout on 49x10 MFCCs: conv 10x4 / 2
   ("same" padding) to 64 channels, 4 x (depthwise 3x3 + Relu, pointwise 1x1 + Relu),
   AveragePool over the 25x5 map, FC 12.
+- `vww_mobilenet`: visual wake words, MobileNetV1 0.25 on 96x96x3 (MLPerf Tiny): conv 3x3 / 2 to
+  8 channels, 13 depthwise-separable blocks (ReLU6 = Clip(0, 6), TF "same" padding: stride 2
+  pads bottom / right), average pool 3x3, FC 2.
+- `resnet8`: MLPerf Tiny's image classifier on 32x32x3: conv 3x3 16, three residual stages of
+  16 / 32 / 64 channels (two 3x3 convs; stages 2 and 3 stride 2 with a 1x1 / 2 shortcut),
+  average pool 8x8, FC 10.
+- `ad_autoencoder`: MLPerf Tiny's anomaly-detection autoencoder on 640 log-mel features:
+  FC 640 -> 128 -> 128 -> 128 -> 128 -> 8 -> 128 -> 128 -> 128 -> 128 -> 640, each hidden
+  layer with BatchNorm + ReLU; the BatchNorms are folded into the FC weights as at deployment
+  (a Gemm + Relu per layer).
+BatchNorms of the CNNs are likewise folded into the convolutions' weights and biases.
 `quantized` makes the int8 QDQ copy with the project's own `quantize` (onnxruntime's
 quantize_static, int8 activations, per-channel weights) from seeded random calibration inputs.
 Weights are seeded random: the tests compare with onnxruntime, accuracy is not the point.
@@ -106,6 +117,142 @@ def ds_cnn(channels: int = 64, blocks: int = 4) -> onnx.ModelProto:
     ]
     inits += [tensor("Wf", _w(rng, 12, c)), tensor("Bf", _w(rng, 12, k=0.1))]
     return make_model(nodes, [vi("x", [1, 1, 49, 10])], [vi("logits", [1, 12])], inits)
+
+
+def _relu6(nodes: list, x: str, y: str) -> None:
+    nodes.append(helper.make_node("Clip", [x, "six_lo", "six_hi"], [y]))
+
+
+def vww_mobilenet(alpha: float = 0.25, size: int = 96, classes: int = 2) -> onnx.ModelProto:
+    rng = np.random.default_rng(313)
+
+    def ch(c: int) -> int:
+        return max(8, int(c * alpha))
+
+    def same(stride: int) -> list[int]:  # TF "same" for a 3x3 window on an even size
+        return [1, 1, 1, 1] if stride == 1 else [0, 0, 1, 1]
+
+    c = ch(32)
+    nodes = [helper.make_node("Conv", ["x", "W0", "B0"], ["c0"], strides=[2, 2], pads=same(2))]
+    _relu6(nodes, "c0", "r0")
+    inits = [
+        tensor("six_lo", np.array(0, np.float32)),
+        tensor("six_hi", np.array(6, np.float32)),
+        tensor("W0", _w(rng, c, 3, 3, 3)),
+        tensor("B0", _w(rng, c, k=0.1)),
+    ]
+    blocks = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)]
+    blocks += [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
+    prev = "r0"
+    for i, (out, s) in enumerate(blocks, 1):
+        o = ch(out)
+        nodes.append(
+            helper.make_node(
+                "Conv", [prev, f"Wd{i}", f"Bd{i}"], [f"d{i}"], group=c, strides=[s, s],
+                pads=same(s),
+            )
+        )  # fmt: skip
+        _relu6(nodes, f"d{i}", f"rd{i}")
+        nodes.append(helper.make_node("Conv", [f"rd{i}", f"Wp{i}", f"Bp{i}"], [f"p{i}"]))
+        _relu6(nodes, f"p{i}", f"rp{i}")
+        inits += [
+            tensor(f"Wd{i}", _w(rng, c, 1, 3, 3)),
+            tensor(f"Bd{i}", _w(rng, c, k=0.1)),
+            tensor(f"Wp{i}", _w(rng, o, c, 1, 1)),
+            tensor(f"Bp{i}", _w(rng, o, k=0.1)),
+        ]
+        prev, c = f"rp{i}", o
+    side = size // 32
+    nodes += [
+        helper.make_node("AveragePool", [prev], ["pool"], kernel_shape=[side, side]),
+        helper.make_node("Flatten", ["pool"], ["f"]),
+        helper.make_node("Gemm", ["f", "Wf", "Bf"], ["logits"], transB=1),
+    ]
+    inits += [tensor("Wf", _w(rng, classes, c)), tensor("Bf", _w(rng, classes, k=0.1))]
+    return make_model(nodes, [vi("x", [1, 3, size, size])], [vi("logits", [1, classes])], inits)
+
+
+def resnet8(classes: int = 10) -> onnx.ModelProto:
+    rng = np.random.default_rng(314)
+    nodes = [
+        helper.make_node("Conv", ["x", "W0", "B0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+    ]
+    inits = [tensor("W0", _w(rng, 16, 3, 3, 3)), tensor("B0", _w(rng, 16, k=0.1))]
+    prev, c = "r0", 16
+    for i, (o, s) in enumerate([(16, 1), (32, 2), (64, 2)], 1):
+        nodes += [
+            helper.make_node(
+                "Conv", [prev, f"Wa{i}", f"Ba{i}"], [f"a{i}"], strides=[s, s], pads=[1, 1, 1, 1]
+            ),
+            helper.make_node("Relu", [f"a{i}"], [f"ra{i}"]),
+            helper.make_node("Conv", [f"ra{i}", f"Wb{i}", f"Bb{i}"], [f"b{i}"], pads=[1, 1, 1, 1]),
+        ]
+        inits += [
+            tensor(f"Wa{i}", _w(rng, o, c, 3, 3)),
+            tensor(f"Ba{i}", _w(rng, o, k=0.1)),
+            tensor(f"Wb{i}", _w(rng, o, o, 3, 3)),
+            tensor(f"Bb{i}", _w(rng, o, k=0.1)),
+        ]
+        short = prev
+        if s != 1 or o != c:
+            nodes.append(
+                helper.make_node("Conv", [prev, f"Ws{i}", f"Bs{i}"], [f"s{i}"], strides=[s, s])
+            )
+            inits += [tensor(f"Ws{i}", _w(rng, o, c, 1, 1)), tensor(f"Bs{i}", _w(rng, o, k=0.1))]
+            short = f"s{i}"
+        nodes += [
+            helper.make_node("Add", [f"b{i}", short], [f"sum{i}"]),
+            helper.make_node("Relu", [f"sum{i}"], [f"r{i}"]),
+        ]
+        prev, c = f"r{i}", o
+    nodes += [
+        helper.make_node("AveragePool", [prev], ["pool"], kernel_shape=[8, 8]),
+        helper.make_node("Flatten", ["pool"], ["f"]),
+        helper.make_node("Gemm", ["f", "Wf", "Bf"], ["logits"], transB=1),
+    ]
+    inits += [tensor("Wf", _w(rng, classes, c)), tensor("Bf", _w(rng, classes, k=0.1))]
+    return make_model(nodes, [vi("x", [1, 3, 32, 32])], [vi("logits", [1, classes])], inits)
+
+
+def ad_autoencoder(features: int = 640, hidden: int = 128, code: int = 8) -> onnx.ModelProto:
+    rng = np.random.default_rng(315)
+    sizes = [features, *[hidden] * 4, code, *[hidden] * 4, features]
+    nodes, inits, prev = [], [], "x"
+    for i, (k, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True), 1):
+        w, b = _w(rng, n, k), _w(rng, n, k=0.1)
+        last = i == len(sizes) - 1
+        if (
+            not last
+        ):  # BatchNorm (inference) folded: gamma * (Wx + b - mean) / sqrt(var + eps) + beta
+            gamma = rng.uniform(0.5, 1.5, n).astype(np.float32)
+            beta = (rng.standard_normal(n) * 0.1).astype(np.float32)
+            mean = (rng.standard_normal(n) * 0.1).astype(np.float32)
+            var = rng.uniform(0.5, 2.0, n).astype(np.float32)
+            f = gamma / np.sqrt(var + np.float32(1e-3))
+            w, b = (w * f[:, None]).astype(np.float32), ((b - mean) * f + beta).astype(np.float32)
+        out = "y" if last else f"h{i}"
+        nodes.append(helper.make_node("Gemm", [prev, f"W{i}", f"B{i}"], [out], transB=1))
+        inits += [tensor(f"W{i}", w), tensor(f"B{i}", b)]
+        if not last:
+            nodes.append(helper.make_node("Relu", [out], [f"r{i}"]))
+            prev = f"r{i}"
+    return make_model(nodes, [vi("x", [1, features])], [vi("y", [1, features])], inits)
+
+
+# the MLPerf Tiny-style set: name -> builder
+TINY_MODELS = {
+    "ds_cnn": ds_cnn,
+    "vww": vww_mobilenet,
+    "resnet8": resnet8,
+    "ad": ad_autoencoder,
+}
+
+
+# convert options a model needs to fit its parts: ResNet-8 float's Winograd (transformed
+# weights 1.8x the 3x3 ones, 4x4 tile scratch: a 508 KB arena) is more than a 256 KB part holds
+# (194 KB with the direct / GEMM kernels)
+CONVERT_OPTIONS: dict[str, dict[str, str]] = {"resnet8": {"kernels": "winograd=off"}}
 
 
 def inputs_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
