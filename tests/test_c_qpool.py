@@ -3,7 +3,7 @@ com.microsoft QLinearAveragePool / QLinearGlobalAveragePool (lowered by passes/l
 to the same pattern), become o2e QAveragePool / QGlobalAveragePool (passes/qdq_int8) and run
 on the bytes in onnxruntime's arithmetic (ops/qint8.qavgpool): the integer sum of
 QLinearGlobalAveragePool where the window is the whole image without padding, else the float
-sum of the dequantized bytes. Checked bit for bit against onnxruntime (which fuses the QDQ
+sum of the dequantized bytes (QDQ MaxPool: o2e QMaxPool, already on the bytes). Checked bit for bit against onnxruntime (which fuses the QDQ
 pattern into those ops) over random scales, zero points and geometries, int8 and uint8, on
 x86 and on a Cortex-M4 board under qemu-system-arm."""
 
@@ -36,7 +36,11 @@ CASES = [
         (1, 5, 8, 6),
     ),
     ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, (2, 3, 8, 8)),
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}, (1, 4, 9, 9)),
 ]
+
+
+POOLS = ("AveragePool", "GlobalAveragePool", "MaxPool")
 
 
 def _qdq_pool(
@@ -45,7 +49,10 @@ def _qdq_pool(
     dt = TensorProto.INT8 if signed else TensorProto.UINT8
     lo, hi = (-128, 127) if signed else (0, 255)
     xs = float(rng.uniform(0.002, 0.2))
-    ys = float(xs * rng.uniform(0.3, 2.0))
+    # MaxPool only moves values: the pass keeps it on the bytes when the scales agree
+    ys = xs if op == "MaxPool" else float(xs * rng.uniform(0.3, 2.0))
+    xz = int(rng.integers(lo, hi + 1))
+    yz = xz if op == "MaxPool" else int(rng.integers(lo, hi + 1))
     nodes = [
         helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["x"]),
         helper.make_node(op, ["x"], ["p"], **attrs),
@@ -53,9 +60,9 @@ def _qdq_pool(
     ]
     inits = [
         helper.make_tensor("xs", TensorProto.FLOAT, [], [xs]),
-        helper.make_tensor("xz", dt, [], [int(rng.integers(lo, hi + 1))]),
+        helper.make_tensor("xz", dt, [], [xz]),
         helper.make_tensor("ys", TensorProto.FLOAT, [], [ys]),
-        helper.make_tensor("yz", dt, [], [int(rng.integers(lo, hi + 1))]),
+        helper.make_tensor("yz", dt, [], [yz]),
     ]
     g = helper.make_graph(
         nodes, "qpool", [helper.make_tensor_value_info("xq", dt, list(shape))],
@@ -106,7 +113,7 @@ def _convert(model: onnx.ModelProto, d: Path, **options: str) -> Path:
     api.convert(src, "c", d / "c", options=options or None)
     code = (d / "c" / "model.c").read_text()
     # the pool ran on bytes: nothing dequantized, no float tensor in the arena
-    assert "o2e.QAveragePool(" in code or "o2e.QGlobalAveragePool(" in code, "not the int8 pool"
+    assert any(f"o2e.Q{op}(" in code for op in POOLS), "not the int8 pool"
     assert "DequantizeLinear" not in code and "QuantizeLinear" not in code
     return d / "c"
 
@@ -162,9 +169,9 @@ def test_pool_between_layers_keeps_bytes_in_the_arena(tmp_path: Path) -> None:
 @pytest.mark.skipif(mcu.missing_tools() is not None, reason=f"Cortex-M: {mcu.missing_tools()}")
 def test_qdq_average_pools_on_a_board(tmp_path: Path) -> None:
     """The same bytes on a Cortex-M4F under qemu-system-arm (single-precision FPU, newlib's
-    nearbyintf), both paths, int8."""
+    nearbyintf): both average pool paths and MaxPool, int8."""
     rng = np.random.default_rng(7)
-    for i in (0, 3, 4):
+    for i in (0, 3, 4, 6):
         op, attrs, shape = CASES[i]
         model = _qdq_pool(op, attrs, shape, rng, True)
         out = _convert(model, tmp_path / str(i), device="cortex-m4")
