@@ -3,9 +3,10 @@ com.microsoft QLinearAveragePool / QLinearGlobalAveragePool (lowered by passes/l
 to the same pattern), become o2e QAveragePool / QGlobalAveragePool (passes/qdq_int8) and run
 on the bytes in onnxruntime's arithmetic (ops/qint8.qavgpool): the integer sum of
 QLinearGlobalAveragePool where the window is the whole image without padding, else the float
-sum of the dequantized bytes (QDQ MaxPool: o2e QMaxPool, already on the bytes). Checked bit for bit against onnxruntime (which fuses the QDQ
-pattern into those ops) over random scales, zero points and geometries, int8 and uint8, on
-x86 and on a Cortex-M4 board under qemu-system-arm."""
+sum of the dequantized bytes (QDQ MaxPool: o2e QMaxPool, already on the bytes). Checked bit
+for bit against onnxruntime (which fuses the QDQ pattern into those ops) over random scales,
+zero points and geometries, int8 and uint8, on x86 and on a Cortex-M4 board under
+qemu-system-arm."""
 
 from __future__ import annotations
 
