@@ -275,6 +275,36 @@ def test_depthwise_is_exact(
     assert ipm <= 4.0, ipm
 
 
+TARGET_MVE = 0.6  # issue 31: int8 conv and fully connected layers on the M55
+
+
+def test_helium_gemm_is_exact_and_within_target(
+    tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
+    """o2e_qgemm16 (a cortex-m55 conversion's int8 GEMM: VMLADAVA on 16-k rows) at the DS-CNN
+    pointwise shape: onnxruntime's bytes in <= 0.6 instructions per MAC on the M55."""
+    bad, ipm = run_case(gemm_case(64, 250, 64, signed=True, k16=True), "cortex-m55", tmp_path)
+    record_property("instr_per_mac", round(ipm, 3))
+    assert bad == 0
+    assert ipm <= TARGET_MVE, ipm
+
+
+K16_ODD = {
+    "13x37x21 u8 relu": lambda: gemm_case(13, 37, 21, seed=1, out="u8relu", k16=True),
+    "4x1x40 s8": lambda: gemm_case(4, 1, 40, seed=2, k16=True),
+    "7x18x16 u8": lambda: gemm_case(7, 18, 16, seed=3, signed=True, out="u8", k16=True),
+}
+
+
+@pytest.mark.parametrize("name", list(K16_ODD))
+def test_helium_gemm_odd_shapes_are_exact(name: str, tmp_path: Path) -> None:
+    """o2e_qgemm16's tails (rows past a multiple of 4, odd column counts, K not a multiple of
+    16): with MVE on the M55 and in portable C (-DO2E_Q_NO_MVE)."""
+    case = K16_ODD[name]()
+    assert run_case(case, "cortex-m55", tmp_path / "mve")[0] == 0
+    assert run_case(case, "cortex-m55", tmp_path / "c", extra=["-DO2E_Q_NO_MVE"])[0] == 0
+
+
 ODD = {
     "gemm 13x37x21 u8 relu": lambda: gemm_case(13, 37, 21, seed=1, out="u8relu"),
     "gemm 9x3x5 u8": lambda: gemm_case(9, 3, 5, seed=2, signed=True, out="u8"),
