@@ -896,6 +896,9 @@ static inline void o2e_qgemv(size_t N, size_t K, const int8_t *apack, const uint
 #if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1) && !defined(O2E_Q_NO_MVE)
 #include <arm_mve.h>
 #define O2E_Q_MVE 1
+#define O2E_Q_MVE_ 1
+#else
+#define O2E_Q_MVE_ 0
 #endif
 #define O2E_QK16(K) ((((size_t)(K) + 15) / 16) * 16)
 #define O2E_QGEMM16_BYTES(K) (16 * O2E_QK16(K))
@@ -917,6 +920,20 @@ static inline void o2e_qgemm16(size_t M, size_t P, size_t K, const int8_t *a16, 
     const uint16x8_t soff = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)K16);
     const uint16x8_t fv = vdupq_n_u16(f);
 #endif
+#if defined(O2E_Q_MVE)
+    if (!rowoff && ldk == 1) {
+      /* [P][K] activations (a matrix product's): each column is K contiguous bytes, copied
+       * 16 at a time (the last round predicated, zeros past K) */
+      const uint8x16_t fv8 = vdupq_n_u8(f);
+      for (size_t j = 0; j < nc; ++j) {
+        const uint8_t *s = src + (p0 + j) * ldp;
+        for (size_t k = 0; k < K16; k += 16) {
+          const mve_pred16_t pr = vctp8q((uint32_t)(K - (k < K ? k : K)));
+          vstrbq_u8((uint8_t *)(b + j * K16 + k), veorq_m_u8(vdupq_n_u8(0), vldrbq_z_u8(s + k, pr), fv8, pr));
+        }
+      }
+    } else
+#endif
     for (size_t k = 0; k < K; ++k) {
       const uint8_t *s = src + (rowoff ? (size_t)rowoff[k] : k * ldk) + p0 * ldp;
       size_t j = 0;
@@ -928,7 +945,7 @@ static inline void o2e_qgemm16(size_t M, size_t P, size_t K, const int8_t *a16, 
 #endif
       for (; j < nc; ++j) b[j * K16 + k] = (int8_t)(s[j * ldp] ^ f);
     }
-    if (K16 > K)
+    if (K16 > K && (rowoff || ldk != 1 || O2E_Q_MVE_ + 0 == 0))
       for (size_t j = 0; j < nc; ++j) memset(b + j * K16 + K, 0, K16 - K);
     for (size_t m0 = 0; m0 < M; m0 += 4) {
       const int8_t *ar = a16 + m0 * K16;
