@@ -358,7 +358,8 @@ static inline __attribute__((always_inline)) void o2e_qdsp_2x2_(size_t K4, const
   size_t k = K4;
   uint32_t x0e, x0o, x1e, x1o, w, t;
   /* inline assembly: 18 instructions per step, where gcc 12's C (rotates apart from SXTB16,
-   * a spilled loop bound) took 19-20 and varied with -mcpu's scheduling */
+   * a spilled loop bound) took 19-20 and varied with -mcpu's scheduling. LDRD needs word
+   * alignment: the panels (arena scratch) and packed weights are 64-byte aligned. */
 #define O2E_QDSP_ROW_(c0, c1)                                                                   \
   "sxtb16 %[t], %[w]\n\t"                                                                       \
   "smlad %[" #c0 "], %[t], %[x0e], %[" #c0 "]\n\t"                                               \
