@@ -68,14 +68,21 @@ OUTS = {"u8relu": (7, 7, 255), "s8": (-5, -128, 127), "u8": (120, 0, 255)}
 
 
 def gemm_case(
-    M: int, P: int, K: int, seed: int = 0, signed: bool = False, out: str = "s8", k16: bool = False
+    M: int,
+    P: int,
+    K: int,
+    seed: int = 0,
+    signed: bool = False,
+    out: str = "s8",
+    k16: bool = False,
+    gain: float = 1.0,
 ) -> Case:
     """o2e_qgemm_rows on K rows of P activation bytes (a 1x1 convolution's input), M outputs."""
     rng = np.random.default_rng(seed)
     w = rng.integers(-128, 128, (M, K), dtype=np.int32)
     x = rng.integers(0, 256, (K, P), dtype=np.int32)  # the bytes after the flip
     bias = rng.integers(-5000, 5000, M, dtype=np.int32)
-    scale = (rng.uniform(0.5, 2.0, M) / np.sqrt(K) / 128).astype(np.float32)
+    scale = (gain * rng.uniform(0.5, 2.0, M) / np.sqrt(K) / 128).astype(np.float32)
     zp, lo, hi = OUTS[out]
     acc = w.astype(np.int64) @ x.astype(np.int64) + bias[:, None]
     expect = requant(((acc + 2**31) % 2**32 - 2**31), scale, zp, lo, hi)
@@ -97,13 +104,13 @@ def gemm_case(
     return Case(decls, call, expect.ravel(), M * P * K, 2 * -(-K // 4) * 128)
 
 
-def fc_case(N: int, K: int, seed: int = 0, out: str = "u8") -> Case:
+def fc_case(N: int, K: int, seed: int = 0, out: str = "u8", gain: float = 1.0) -> Case:
     """A fully connected layer at batch 1: o2e_qgemv (what a --device conversion runs)."""
     rng = np.random.default_rng(seed)
     w = rng.integers(-128, 128, (N, K), dtype=np.int32)
     x = rng.integers(0, 256, K, dtype=np.int32)
     bias = rng.integers(-5000, 5000, N, dtype=np.int32)
-    scale = (rng.uniform(0.5, 2.0, N) / np.sqrt(K) / 128).astype(np.float32)
+    scale = (gain * rng.uniform(0.5, 2.0, N) / np.sqrt(K) / 128).astype(np.float32)
     zp, lo, hi = OUTS[out]
     acc = w.astype(np.int64) @ x.astype(np.int64) + bias
     expect = requant(acc[:, None], scale, zp, lo, hi)
@@ -290,6 +297,10 @@ def test_helium_gemm_is_exact_and_within_target(
 
 
 K16_ODD = {
+    # scales 1e9 times larger: products past 2^31, where the rounding saturates before the
+    # zero point is added
+    "gemm saturating u8": lambda: gemm_case(6, 20, 12, seed=9, out="u8", gain=1e9),
+    "gemm saturating s8": lambda: gemm_case(6, 20, 12, seed=9, out="s8", gain=1e9),
     "13x37x21 u8 relu": lambda: gemm_case(13, 37, 21, seed=1, out="u8relu", k16=True),
     "4x1x40 s8": lambda: gemm_case(4, 1, 40, seed=2, k16=True),
     "7x18x16 u8": lambda: gemm_case(7, 18, 16, seed=3, signed=True, out="u8", k16=True),
@@ -306,10 +317,15 @@ def test_helium_gemm_odd_shapes_are_exact(name: str, tmp_path: Path) -> None:
 
 
 ODD = {
+    # scales 1e9 times larger: products past 2^31, where the rounding saturates before the
+    # zero point is added
+    "gemm saturating u8": lambda: gemm_case(6, 20, 12, seed=9, out="u8", gain=1e9),
+    "gemm saturating s8": lambda: gemm_case(6, 20, 12, seed=9, out="s8", gain=1e9),
     "gemm 13x37x21 u8 relu": lambda: gemm_case(13, 37, 21, seed=1, out="u8relu"),
     "gemm 9x3x5 u8": lambda: gemm_case(9, 3, 5, seed=2, signed=True, out="u8"),
     "fc 10x30": lambda: fc_case(10, 30, seed=3, out="u8relu"),
     "fc 3x5": lambda: fc_case(3, 5, seed=4, out="s8"),
+    "fc saturating u8": lambda: fc_case(9, 8, seed=10, out="u8", gain=1e9),
     "depthwise 3x3 stride 2": lambda: depthwise_case(5, 9, 8, stride=2, seed=5, out="u8"),
     "depthwise 5x5": lambda: depthwise_case(3, 7, 6, k=5, seed=6, out="u8relu"),
     "depthwise 3x3 odd width": lambda: depthwise_case(17, 4, 7, seed=7, out="u8relu"),

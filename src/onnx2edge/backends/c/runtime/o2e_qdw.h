@@ -347,8 +347,9 @@ static inline uint8_t o2e_qdwn_rq_(int32_t v, float sc, int32_t ilo, int32_t ihi
 static inline __attribute__((always_inline)) uint8_t o2e_qdwn_rqm_(int32_t v, float sc, int32_t ilo,
                                                                    int32_t ihi, int32_t zp,
                                                                    int mode) {
-  if (mode == 1) return (uint8_t)__usat(o2e_qdwn_round_((float)v * sc) + zp, 8);
-  if (mode == 2) return (uint8_t)__ssat(o2e_qdwn_round_((float)v * sc) + zp, 8);
+  /* QADD: VCVTR saturates at +-2^31, where q + zp would wrap */
+  if (mode == 1) return (uint8_t)__usat(__qadd(o2e_qdwn_round_((float)v * sc), zp), 8);
+  if (mode == 2) return (uint8_t)__ssat(__qadd(o2e_qdwn_round_((float)v * sc), zp), 8);
   return o2e_qdwn_rq_(v, sc, ilo, ihi, zp);
 }
 

@@ -745,14 +745,15 @@ static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, 
    * and rounding is monotonic, so clamp(round(f)) = round(clamp(f)) for every f. */
   const int32_t ilo = (int32_t)flo, ihi = (int32_t)fhi;
 #define O2E_QRQ_(j) o2e_qvcvtr_((float)(int32_t)((uint32_t)acc[j] + (uint32_t)bias) * scale)
-#if defined(__ARM_FEATURE_SAT)
-  /* the full uint8 / int8 range (no fused Relu or Clip): one USAT / SSAT is the clamp */
+#if defined(__ARM_FEATURE_SAT) && defined(__ARM_FEATURE_DSP)
+  /* the full uint8 / int8 range (no fused Relu or Clip): one USAT / SSAT is the clamp (QADD:
+   * VCVTR saturates at +-2^31, where q + zp would wrap) */
   if (ilo + zp == 0 && ihi + zp == 255) {
-    for (; j < n; ++j) y[j * ys] = (uint8_t)__usat(O2E_QRQ_(j) + zp, 8);
+    for (; j < n; ++j) y[j * ys] = (uint8_t)__usat(__qadd(O2E_QRQ_(j), zp), 8);
     return;
   }
   if (ilo + zp == -128 && ihi + zp == 127) {
-    for (; j < n; ++j) y[j * ys] = (uint8_t)__ssat(O2E_QRQ_(j) + zp, 8);
+    for (; j < n; ++j) y[j * ys] = (uint8_t)__ssat(__qadd(O2E_QRQ_(j), zp), 8);
     return;
   }
 #endif
@@ -769,6 +770,51 @@ static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, 
     y[j * ys] = (uint8_t)((int32_t)nearbyintf(f) + zp);
   }
 }
+
+#if defined(O2E_Q_DSP) && defined(O2E_Q_VCVTR) && defined(__ARM_FEATURE_SAT)
+#define O2E_Q_DSP_FUSED 1
+/* One sum requantised (o2e_qrequant_row's VCVTR path; mode 1: the full uint8 range, 2: int8;
+ * 3 / 4: uint8 / int8 up to the top of the range, from lo = ilo + zp) */
+static inline __attribute__((always_inline)) uint8_t o2e_qrq1_(int32_t v, int32_t b, float s,
+                                                               int32_t ilo, int32_t ihi,
+                                                               int32_t zp, int mode) {
+  const int32_t q = o2e_qvcvtr_((float)(int32_t)((uint32_t)v + (uint32_t)b) * s);
+  /* QADD: VCVTR saturates at +-2^31, where q + zp would wrap */
+  if (mode == 1) return (uint8_t)__usat(__qadd(q, zp), 8);
+  if (mode == 2) return (uint8_t)__ssat(__qadd(q, zp), 8);
+  if (mode == 3 || mode == 4) { /* a fused Relu: the range's top, the zero point's bottom */
+    const int32_t v = mode == 3 ? (int32_t)__usat(__qadd(q, zp), 8) : __ssat(__qadd(q, zp), 8);
+    return (uint8_t)(v < ilo + zp ? ilo + zp : v);
+  }
+  return (uint8_t)((q < ilo ? ilo : (q > ihi ? ihi : q)) + zp);
+}
+
+/* Rows m0 .. m0 + 7 (those below M) x the np columns of one panel, each 2 x 2 tile
+ * requantised as it leaves the registers (y: element (m0, p0)): no accumulator tile in
+ * memory, the row pair's bias and scale loaded once per panel. */
+static inline __attribute__((always_inline)) void o2e_qdsp_rows_(
+    size_t M, size_t m0, size_t np, size_t K4, const int8_t *ap, const uint8_t *bp,
+    const int32_t *bias, const float *scale, int32_t ilo, int32_t ihi, int32_t zp, uint8_t *y,
+    size_t ym, size_t yp, int mode) {
+  const size_t mr = M - m0 < O2E_QMR ? M - m0 : O2E_QMR;
+  for (size_t r = 0; r < mr; r += 2) {
+    const int two = r + 1 < mr;
+    const int32_t b0 = bias[m0 + r], b1 = two ? bias[m0 + r + 1] : 0;
+    const float s0 = scale[m0 + r], s1 = two ? scale[m0 + r + 1] : 0.0f;
+    uint8_t *y0 = y + r * ym, *y1 = y0 + ym;
+    for (size_t j = 0; j < np; j += 2) {
+      int32_t t[32];
+      o2e_qdsp_2x2_(K4, ap + r * 4, bp + j * 8, t, 0, 0);
+      y0[j * yp] = o2e_qrq1_(t[0], b0, s0, ilo, ihi, zp, mode);
+      if (j + 1 < np) y0[(j + 1) * yp] = o2e_qrq1_(t[1], b0, s0, ilo, ihi, zp, mode);
+      if (two) {
+        y1[j * yp] = o2e_qrq1_(t[16], b1, s1, ilo, ihi, zp, mode);
+        if (j + 1 < np) y1[(j + 1) * yp] = o2e_qrq1_(t[17], b1, s1, ilo, ihi, zp, mode);
+      }
+    }
+  }
+}
+#endif
 
 /* Y = requant(A B + bias): M output channels, P columns, K depth. Element (m, p) of Y is at
  * y[m * ym + p * yp]. bias, rowsum (sum_k A[m][k], for the sdot path), scale: per m.
@@ -794,6 +840,23 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
     for (size_t m0 = 0; m0 < M; m0 += O2E_QMR) {
       const int8_t *ap = apack + (m0 / O2E_QMR) * K4 * 32;
       int32_t *t0 = acc[0], *t1 = acc[1];
+#if defined(O2E_Q_DSP_FUSED)
+      if (np >= 2) {
+        const int32_t ilo = lo - zp, ihi = hi - zp;
+        uint8_t *ym0 = y + m0 * ym + p0 * yp;
+        if (lo == 0 && hi == 255)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 1);
+        else if (lo == -128 && hi == 127)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 2);
+        else if (lo >= 0 && hi == 255)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 3);
+        else if (lo >= -128 && hi == 127)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 4);
+        else
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 0);
+        continue;
+      }
+#endif
 #if defined(O2E_Q_VNNI)
       if (two)
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
