@@ -24,6 +24,12 @@ class Device:
     threads: int  # thread slots the workspaces hold
     variants: tuple[str, ...]  # GEMM kernel variants the build may compile
     label: str
+    # int8 kernels (issue 31): "auto" chooses when compiled (VNNI, AVX2, NEON, Arm DSP or
+    # portable); "dsp": the SMLAD GEMM, batch-1 matrix-vector product and channel-plane
+    # depthwise kernels; "mve": Helium's VMLADAV GEMM on weights packed for it (rows of 16-k
+    # blocks), the DSP depthwise. Every build of a device conversion still runs (the portable
+    # C of the same layouts), bit for bit the same bytes.
+    int8: str = "auto"
 
     @property
     def is_mcu(self) -> bool:
@@ -34,10 +40,10 @@ DEVICES: dict[str, Device] = {
     d.name: d
     for d in (
         Device("generic", GENERIC_THREADS, ALL_VARIANTS, "any CPU, up to 4 threads"),
-        Device("cortex-m4", 1, ("portable",), "Cortex-M4F: portable C, one thread"),
-        Device("cortex-m7", 1, ("portable",), "Cortex-M7: portable C, one thread"),
-        Device("cortex-m33", 1, ("portable",), "Cortex-M33: portable C, one thread"),
-        Device("cortex-m55", 1, ("portable",), "Cortex-M55: portable C, one thread"),
+        Device("cortex-m4", 1, ("portable",), "Cortex-M4F: portable C, one thread", "dsp"),
+        Device("cortex-m7", 1, ("portable",), "Cortex-M7: portable C, one thread", "dsp"),
+        Device("cortex-m33", 1, ("portable",), "Cortex-M33: portable C, one thread", "dsp"),
+        Device("cortex-m55", 1, ("portable",), "Cortex-M55: portable C, one thread", "mve"),
     )
 }
 GENERIC = DEVICES["generic"]

@@ -569,7 +569,11 @@ def write_model(
         "optimize": optimize,
         "weights_storage": storage,
         # convert --device: the build the arena was planned for (generic: not recorded)
-        **({"device": device.name, "planned_threads": device.threads} if device.is_mcu else {}),
+        **(
+            {"device": device.name, "planned_threads": device.threads, "int8_kernels": device.int8}
+            if device.is_mcu
+            else {}
+        ),
         "weights_in_file": bool(to_file),
         # where the weights' bytes live once the model runs (README: memory figures):
         # const data in the image, copies the init makes in RAM, the caller's blob

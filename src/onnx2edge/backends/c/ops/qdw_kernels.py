@@ -62,16 +62,30 @@ def depthwise(
     hp = (OH - 1) * st[0] + (kh - 1) * dl[0] + 1
     wp = (OW - 1) * st[1] + (kw - 1) * dl[1] + 1
     use_runtime(ctx)
+    xz = plan.x_zp + (128 if plan.x_signed else 0)
+    flip = "0x80" if plan.x_signed else "0"
+    geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
+    if ctx.model.device.is_mcu:
+        # channel by channel into an int16 plane (o2e_qdwn: SMLAD on tap pairs with the DSP
+        # extension): no channel-block transposes, which a microcontroller has no vectors for
+        ctx.kernel("int8 depthwise (channel planes)")
+        w = ctx.weight("qWc", pack_depthwise(plan.w))
+        bias = ctx.weight("qbias16", _pad16(depthwise_bias(plan.bias, plan.w, xz)))
+        sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
+        plane = ctx.scratch(hp * wp * 2, "uint8_t")
+        return (
+            f"for (size_t n = 0; n < {N}; ++n)\n"
+            f"  o2e_qdwn({C}, {H}, {W}, {OH}, {OW}, {geo}, "
+            f"(const uint8_t *){x.sym} + n * {C * H * W}, {flip}, {xz}, {w}, {bias}, {sc}, "
+            f"{plan.y_zp}, {plan.lo}, {plan.hi}, (uint8_t *){y.sym} + n * {C * OH * OW}, {plane});"
+        )
     ctx.kernel("int8 depthwise (channel blocks)")
     w = ctx.weight("qWc", pack_depthwise(plan.w))
     off = ctx.weight("qtap", tap_offsets(kh, kw, dl[0], dl[1], wp))
-    xz = plan.x_zp + (128 if plan.x_signed else 0)
     bias = ctx.weight("qbias16", _pad16(depthwise_bias(plan.bias, plan.w, xz)))
     sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
     plane = ctx.scratch(hp * wp * CB, "uint8_t")
     tile = ctx.scratch(-(-OH * OW // 16) * 16 * CB, "uint8_t")
-    flip = "0x80" if plan.x_signed else "0"
-    geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
     return (
         f"for (size_t n = 0; n < {N}; ++n)\n"
         f"  o2e_qdwc({C}, {H}, {W}, {OH}, {OW}, {geo}, (const uint8_t *){x.sym} + n * {C * H * W}, "

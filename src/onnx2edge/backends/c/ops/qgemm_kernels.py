@@ -29,12 +29,39 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.reshape(m8, MR, k4, 4).transpose(0, 2, 1, 3))
 
 
+def pack_weights16(w: np.ndarray) -> np.ndarray:
+    """int8 [M, K] -> [ceil(M/4) * 4, K16] rows of K rounded up to 16, zero padded
+    (o2e_qgemm16's layout: MVE's VMLADAV reads 16 consecutive k of a row)."""
+    M, K = w.shape
+    a = np.zeros((-(-M // 4) * 4, -(-K // 16) * 16), np.int8)
+    a[:M, :K] = w
+    return a
+
+
 def _panel_bytes(ctx: NodeContext, K: int, P: int) -> int:
-    """O2E_QPANEL_BYTES at its largest: 128 bytes per 16-column step, the AVX2 build's int16
-    panels (the others use the first half); the C is one file for every -march. A --device
-    conversion, which no AVX2 build compiles (device.py), takes the uint8 steps of 64."""
-    step = 64 if ctx.model.device.is_mcu else 128
-    return -(-P // NR) * -(-K // 4) * step
+    """O2E_QPANEL_BYTES at its largest: 128 bytes per 16-column step, the int16 panels of the
+    AVX2 and Arm DSP builds (the others use the first half); the C is one file for every
+    -march, and every --device microcontroller has the DSP extension."""
+    del ctx  # one size for every build
+    return -(-P // NR) * -(-K // 4) * 128
+
+
+def _mve(ctx: NodeContext) -> bool:
+    """A --device cortex-m55 conversion: o2e_qgemm16 on weights packed for Helium."""
+    return ctx.model.device.int8 == "mve"
+
+
+def _chunk_bytes(ctx: NodeContext, K: int, P: int) -> int:
+    """o2e_qgemm_rows' scratch: the panels of 32 columns (fewer when P is smaller, on a
+    --device conversion, whose planned arena is what a run touches); o2e_qgemm16's: up to 16
+    columns of K rounded up to 16 bytes."""
+    if _mve(ctx):
+        return min(P, 16) * -(-K // 16) * 16
+    return _panel_bytes(ctx, K, min(P, 2 * NR) if ctx.model.device.is_mcu else 2 * NR)
+
+
+def _rows_fn(ctx: NodeContext) -> str:
+    return "o2e_qgemm16_rows" if _mve(ctx) else "o2e_qgemm_rows"
 
 
 def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
@@ -44,7 +71,7 @@ def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
     bias = (plan.bias.astype(np.int64) - off * rowsum).astype(np.int64)
     bias = ((bias + 2**31) % 2**32 - 2**31).astype(np.int32)  # int32 wrap, as the kernels add
     return (
-        ctx.weight("qA", pack_weights(plan.w)),
+        ctx.weight("qA", pack_weights16(plan.w) if _mve(ctx) else pack_weights(plan.w)),
         ctx.weight("qbias", bias),
         ctx.weight("qrowsum", rowsum.astype(np.int32)),
         ctx.weight("qscale", plan.scale),
@@ -88,12 +115,12 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         off = (c_ * hp * wp + ky * dl[0] * wp + kx * dl[1]).reshape(-1).astype(np.int32)
         offs = ctx.weight("qrowoff", off)
         padded = ctx.scratch(C * hp * wp, "uint8_t")
-        pk = ctx.scratch(_panel_bytes(ctx, K, 2 * NR), "uint8_t")
+        pk = ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t")
         yext = ctx.scratch(M * pe, "uint8_t")
         lines += [
             f"  o2e_qpad(xn, {C}, {H}, {W}, {hp}, {wp}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
             f"{padded});",
-            f"  o2e_qgemm_rows({M}, {pe}, {K}, {A}, {padded}, 0, {offs}, {_flip(plan)}, {pk}, "
+            f"  {_rows_fn(ctx)}({M}, {pe}, {K}, {A}, {padded}, 0, {offs}, {_flip(plan)}, {pk}, "
             f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {pe}, 1);",
             f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wp}, {yp} + n * {M * P});",
             "}",
@@ -104,7 +131,7 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         # strided: phase planes read at K offsets, no column matrix (o2e_qphase)
         return _phase_conv(ctx, plan, (A, bias, rowsum, sc), lines, (kh, kw), st, dl, pads)
     ctx.kernel("int8 gemm 1x1" if pointwise else "int8 subsample gemm")
-    pk = ctx.scratch(_panel_bytes(ctx, K, 2 * NR), "uint8_t")
+    pk = ctx.scratch(_chunk_bytes(ctx, K, P), "uint8_t")
     src = "xn"
     if subsample:
         # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
@@ -113,7 +140,7 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         lines.append(f"  o2e_qsubsample(xn, {C}, {H}, {W}, {OH}, {OW}, {st[0]}, {st[1]}, {col});")
         src = col
     lines += [
-        f"  o2e_qgemm_rows({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {bias}, "
+        f"  {_rows_fn(ctx)}({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {bias}, "
         f"{rowsum}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {P}, 1);",
         "}",
     ]
@@ -154,13 +181,13 @@ def _phase_conv(
     pe = OH * wq
     offs = ctx.weight("qrowoff", phase_offsets(C, kernel, st, dl, hq, wq))
     planes = ctx.scratch(C * st[0] * st[1] * hq * wq, "uint8_t")
-    pk = ctx.scratch(_panel_bytes(ctx, K, 2 * NR), "uint8_t")
+    pk = ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t")
     yext = ctx.scratch(M * pe, "uint8_t")
     padv = plan.x_zp & 0xFF
     lines += [
         f"  o2e_qphase(xn, {C}, {H}, {W}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {hq}, {wq}, "
         f"(uint8_t){padv}, {planes});",
-        f"  o2e_qgemm_rows({M}, {pe}, {K}, {A}, {planes}, 0, {offs}, {_flip(plan)}, {pk}, "
+        f"  {_rows_fn(ctx)}({M}, {pe}, {K}, {A}, {planes}, 0, {offs}, {_flip(plan)}, {pk}, "
         f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {pe}, 1);",
         f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wq}, (uint8_t *){y.sym} + n * {M * OH * OW});",
         "}",
@@ -173,6 +200,22 @@ def _matmul(ctx: NodeContext, plan: Int8Plan) -> str:
     K, N = plan.w.shape[1], plan.w.shape[0]
     R = a.size // K
     A, bias, rowsum, sc = _consts(ctx, plan)
+    if R == 1 and ctx.model.device.int8 == "dsp":
+        # batch 1 on a microcontroller: a matrix-vector product, the vector widened once
+        ctx.kernel("int8 gemv (batch 1)")
+        xs = ctx.scratch(-(-K // 4) * 8, "uint8_t")
+        return (
+            f"o2e_qgemv({N}, {K}, {A}, (const uint8_t *){a.sym}, {_flip(plan)}, {xs}, {bias}, "
+            f"{sc}, {_clamp_args(plan)}, (uint8_t *){y.sym}, 1);"
+        )
+    if _mve(ctx):
+        ctx.kernel("int8 gemm (matmul, Helium layout)")
+        pk = ctx.scratch(_chunk_bytes(ctx, K, R), "uint8_t")
+        return (
+            f"o2e_qgemm16({N}, {R}, {K}, {A}, (const uint8_t *){a.sym}, 1, 0, {K}, "
+            f"{_flip(plan)}, {pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
+            f"(uint8_t *){y.sym}, 1, {N});"
+        )
     pk = ctx.scratch(_panel_bytes(ctx, K, R), "uint8_t")
     ctx.kernel("int8 gemm (matmul)")
     return (

@@ -295,6 +295,272 @@ static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, 
   (void)dw;
 }
 
+/* ---- o2e_qdwn: depthwise convolution channel by channel (convert --device, issue 31) ----
+ *
+ * A microcontroller has no 16-byte vectors to transpose with, and o2e_qdwc's channel-block
+ * plane, its per-pixel tap loop and the transposes back cost about 12 instructions per
+ * multiply-accumulate on a Cortex-M4. Here each channel is copied once into a plane of int16
+ * (the bytes x ^ flip, a border of xz, Hp x Wp: O2E_QDWN_PLANE bytes), and each output is
+ * its kh x kw taps read from that plane, requantised and stored straight into NCHW y. With
+ * the Arm DSP extension two taps of a row are one word of the plane and one SMLAD against
+ * the channel's weight pair (packed per channel: a stack array of int16 pairs), the odd tap
+ * one SMLABB; two outputs of a stride-1 row share the loads (the middle pair is an
+ * unaligned word). The sums are the portable ones (bias already holds - xz * sum_t w[t]),
+ * so every build gives the same bytes. w, bias, scale: o2e_qdwc's layouts. */
+#define O2E_QDWN_PLANE(Hp, Wp) ((size_t)(Hp) * (size_t)(Wp) * sizeof(int16_t))
+#define O2E_QDWN_MAXT 64 /* taps the weight pairs hold; larger kernels take the plain loop */
+
+#if defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32) && !defined(__aarch64__) &&  \
+    !defined(O2E_Q_NO_DSP)
+#include <arm_acle.h>
+#define O2E_QDWN_DSP 1
+#endif
+
+#if defined(__arm__) && !defined(__aarch64__) && defined(__ARM_FP) && (__ARM_FP & 4) &&        \
+    defined(__thumb2__)
+/* float -> int32 rounded to nearest even (FPSCR's default mode) and saturated, in one VCVTR */
+static inline int32_t o2e_qdwn_round_(float f) {
+  float r;
+  int32_t q;
+  __asm__("vcvtr.s32.f32 %0, %1" : "=t"(r) : "t"(f));
+  memcpy(&q, &r, 4);
+  return q;
+}
+/* The clamp after the rounding: the bounds are integers and rounding is monotonic, so
+ * clamp(round(f)) = round(clamp(f)) (onnxruntime's order) for every f. */
+static inline __attribute__((always_inline)) uint8_t o2e_qdwn_rq_(int32_t v, float sc, int32_t ilo,
+                                                                  int32_t ihi, int32_t zp) {
+  const int32_t q = o2e_qdwn_round_((float)v * sc);
+  return (uint8_t)((q < ilo ? ilo : (q > ihi ? ihi : q)) + zp);
+}
+#else
+static inline uint8_t o2e_qdwn_rq_(int32_t v, float sc, int32_t ilo, int32_t ihi, int32_t zp) {
+  float f = (float)v * sc;
+  f = f < (float)ilo ? (float)ilo : (f > (float)ihi ? (float)ihi : f);
+  return (uint8_t)((int32_t)nearbyintf(f) + zp);
+}
+#endif
+#define O2E_QDWN_RQ(v, sc, ilo, ihi, zp) o2e_qdwn_rq_((int32_t)(v), sc, ilo, ihi, zp)
+
+#if defined(O2E_QDWN_DSP) && defined(__ARM_FP) && (__ARM_FP & 4) && defined(__ARM_FEATURE_SAT)
+/* mode 1: the full uint8 range, one USAT; 2: the full int8 range, one SSAT; 0: two bounds */
+static inline __attribute__((always_inline)) uint8_t o2e_qdwn_rqm_(int32_t v, float sc, int32_t ilo,
+                                                                   int32_t ihi, int32_t zp,
+                                                                   int mode) {
+  /* QADD: VCVTR saturates at +-2^31, where q + zp would wrap */
+  if (mode == 1) return (uint8_t)__usat(__qadd(o2e_qdwn_round_((float)v * sc), zp), 8);
+  if (mode == 2) return (uint8_t)__ssat(__qadd(o2e_qdwn_round_((float)v * sc), zp), 8);
+  return o2e_qdwn_rq_(v, sc, ilo, ihi, zp);
+}
+
+/* One output row of a 3 x 3 stride-1 depthwise convolution (rows r0, r0 + rs, r0 + 2 rs of
+ * the int16 plane): two outputs share each row's words (x0 x1) (x1 x2) (x2 x3): 6
+ * multiply-accumulates in 3 loads, 2 SMLAD, SMLABB and SMLATB; the weights stay in registers
+ * (w01: (w0, w1) of a row, w2: its last tap). */
+static inline __attribute__((always_inline)) void o2e_qdwn3_row_(
+    const int16_t *r0, size_t rs, size_t OW, int32_t wa, int32_t wb, int32_t wc, int32_t wd,
+    int32_t we, int32_t wf, int32_t bc, float sc, int32_t ilo, int32_t ihi, int32_t zp, int mode,
+    uint8_t *yr) {
+  size_t ox = 0;
+#define O2E_QDWN_TAPS_(r, w01, w2)                                                              \
+  do {                                                                                          \
+    int32_t p01, p12, p23;                                                                      \
+    memcpy(&p01, (r), 4), memcpy(&p12, (r) + 1, 4), memcpy(&p23, (r) + 2, 4);                   \
+    a0 = __smlad(p01, w01, a0);                                                                 \
+    a1 = __smlad(p12, w01, a1);                                                                 \
+    a0 = __smlabb(p23, w2, a0);                                                                 \
+    a1 = __smlatb(p23, w2, a1);                                                                 \
+  } while (0)
+  for (; ox + 2 <= OW; ox += 2) {
+    int32_t a0 = bc, a1 = bc;
+    const int16_t *r = r0 + ox;
+    O2E_QDWN_TAPS_(r, wa, wb);
+    O2E_QDWN_TAPS_(r + rs, wc, wd);
+    O2E_QDWN_TAPS_(r + 2 * rs, we, wf);
+    yr[ox] = o2e_qdwn_rqm_(a0, sc, ilo, ihi, zp, mode);
+    yr[ox + 1] = o2e_qdwn_rqm_(a1, sc, ilo, ihi, zp, mode);
+  }
+#undef O2E_QDWN_TAPS_
+  if (ox < OW) {
+    int32_t a = bc, p;
+    const int16_t *r = r0 + ox;
+    memcpy(&p, r, 4);
+    a = __smlabb(r[2], wb, __smlad(p, wa, a));
+    memcpy(&p, r + rs, 4);
+    a = __smlabb(r[rs + 2], wd, __smlad(p, wc, a));
+    memcpy(&p, r + 2 * rs, 4);
+    a = __smlabb(r[2 * rs + 2], wf, __smlad(p, we, a));
+    yr[ox] = o2e_qdwn_rqm_(a, sc, ilo, ihi, zp, mode);
+  }
+}
+
+/* One output row of a 3 x 3 stride-2 depthwise convolution: one output per round (its rows'
+ * pairs are 2 columns apart from the next output's), 9 taps in 6 loads and 6 MACs. */
+static inline __attribute__((always_inline)) void o2e_qdwn3s2_row_(
+    const int16_t *r0, size_t rs, size_t OW, int32_t wa, int32_t wb, int32_t wc, int32_t wd,
+    int32_t we, int32_t wf, int32_t bc, float sc, int32_t ilo, int32_t ihi, int32_t zp, int mode,
+    uint8_t *yr) {
+  for (size_t ox = 0; ox < OW; ++ox) {
+    int32_t a = bc, p;
+    const int16_t *r = r0 + 2 * ox;
+    memcpy(&p, r, 4);
+    a = __smlabb(r[2], wb, __smlad(p, wa, a));
+    memcpy(&p, r + rs, 4);
+    a = __smlabb(r[rs + 2], wd, __smlad(p, wc, a));
+    memcpy(&p, r + 2 * rs, 4);
+    a = __smlabb(r[2 * rs + 2], wf, __smlad(p, we, a));
+    yr[ox] = o2e_qdwn_rqm_(a, sc, ilo, ihi, zp, mode);
+  }
+}
+
+/* Every output row of one channel of a 3 x 3 stride-2 depthwise convolution (wq: the
+ * channel's weight pairs, o2e_qdwn's layout). A function of its own: inlined, gcc 12 spilled
+ * the six weight registers to the stack (5.6 against 4.9 instructions per MAC). */
+static __attribute__((noinline, unused)) void o2e_qdwn3_chan_(
+    const int16_t *plane, size_t Wp, size_t OH, size_t OW, int sh, int sw, int dh,
+    const int32_t *wq, int32_t bc, float sc, int32_t ilo, int32_t ihi, int32_t zp, uint8_t *yc) {
+  const int mode =
+      ilo + zp == 0 && ihi + zp == 255 ? 1 : (ilo + zp == -128 && ihi + zp == 127 ? 2 : 0);
+  const size_t rs = (size_t)dh * Wp;
+  const int32_t wa = wq[0], wb = wq[1], wc = wq[3], wd = wq[4], we = wq[6], wf = wq[7];
+  for (size_t oy = 0; oy < OH; ++oy) {
+    const int16_t *r0 = plane + oy * (size_t)sh * Wp;
+    uint8_t *yr = yc + oy * OW;
+#define O2E_QDWN_ROW_(m)                                                                        \
+  do {                                                                                          \
+    if (sw == 1)                                                                                \
+      o2e_qdwn3_row_(r0, rs, OW, wa, wb, wc, wd, we, wf, bc, sc, ilo, ihi, zp, m, yr);          \
+    else                                                                                        \
+      o2e_qdwn3s2_row_(r0, rs, OW, wa, wb, wc, wd, we, wf, bc, sc, ilo, ihi, zp, m, yr);        \
+  } while (0)
+    if (mode == 2)
+      O2E_QDWN_ROW_(2);
+    else if (mode == 1)
+      O2E_QDWN_ROW_(1);
+    else
+      O2E_QDWN_ROW_(0);
+#undef O2E_QDWN_ROW_
+  }
+}
+#define O2E_QDWN3 1
+#endif
+
+static inline void o2e_qdwn(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
+                            int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
+                            uint8_t flip, int32_t xz, const int32_t *w, const int32_t *bias,
+                            const float *scale, int32_t zp, int32_t lo, int32_t hi, uint8_t *y,
+                            void *plane_) {
+  const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw;
+  const size_t Hp = O2E_QDWC_HP(OH, kh, sh, dh), Wp = O2E_QDWC_WP(OW, kw, sw, dw);
+  const int32_t ilo = lo - zp, ihi = hi - zp;
+  int16_t *plane = (int16_t *)plane_;
+  for (size_t i = 0; i < Hp * Wp; ++i) plane[i] = (int16_t)xz; /* the border, once */
+  for (size_t c = 0; c < C; ++c) {
+    const uint8_t *xc = x + c * H * W;
+    for (size_t iy = 0; iy < H; ++iy) {
+      const size_t py = iy + (size_t)ph;
+      if (py >= Hp) continue;
+      const size_t nx = W + (size_t)pw <= Wp ? W : Wp - (size_t)pw;
+      int16_t *d = plane + py * Wp + (size_t)pw;
+      const uint8_t *sx = xc + iy * W;
+      for (size_t ix = 0; ix < nx; ++ix) d[ix] = (int16_t)(uint8_t)(sx[ix] ^ flip);
+    }
+    const int32_t *wc = w + (c / CB) * T * CB + c % CB; /* tap t at wc[t * CB] */
+    const int32_t bc = bias[c];
+    const float sc = scale[c];
+    uint8_t *yc = y + c * OH * OW;
+#if defined(O2E_QDWN_DSP)
+    if (dw == 1 && T <= O2E_QDWN_MAXT) {
+      /* per row ky: kw / 2 pairs (kx, kx + 1) as int16x2, then the odd last tap */
+      int32_t wq[O2E_QDWN_MAXT];
+      const int np = kw / 2;
+      for (int ky = 0; ky < kh; ++ky) {
+        const int32_t *wr = wc + (size_t)(ky * kw) * CB;
+        for (int i = 0; i < np; ++i)
+          wq[ky * kw + i] = (int32_t)(((uint32_t)wr[2 * i * CB] & 0xFFFFu) |
+                                      ((uint32_t)wr[(2 * i + 1) * CB] << 16));
+        if (kw & 1) wq[ky * kw + np] = wr[(kw - 1) * CB];
+      }
+#if defined(O2E_QDWN3)
+      if (kh == 3 && kw == 3 && sw == 2) {
+        o2e_qdwn3_chan_(plane, Wp, OH, OW, sh, sw, dh, wq, bc, sc, ilo, ihi, zp, yc);
+        continue;
+      }
+      if (kh == 3 && kw == 3 && sw == 1) {
+        /* inlined: fewer instructions than the call (measured 3.2 against 4.0 per MAC at
+         * the DS-CNN's 25 x 5) */
+        const int mode = ilo + zp == 0 && ihi + zp == 255 ? 1 : (ilo + zp == -128 && ihi + zp == 127 ? 2 : 0);
+        const size_t rs = (size_t)dh * Wp;
+        for (size_t oy = 0; oy < OH; ++oy) {
+          const int16_t *r0 = plane + oy * (size_t)sh * Wp;
+#define O2E_QDWN_ROW_(m)                                                                        \
+  o2e_qdwn3_row_(r0, rs, OW, wq[0], wq[1], wq[3], wq[4], wq[6], wq[7], bc, sc, ilo, ihi, zp, m, \
+                 yc + oy * OW)
+          if (mode == 2)
+            O2E_QDWN_ROW_(2);
+          else if (mode == 1)
+            O2E_QDWN_ROW_(1);
+          else
+            O2E_QDWN_ROW_(0);
+#undef O2E_QDWN_ROW_
+        }
+        continue;
+      }
+#endif
+      for (size_t oy = 0; oy < OH; ++oy) {
+        const int16_t *prow = plane + oy * (size_t)sh * Wp;
+        uint8_t *yr = yc + oy * OW;
+        size_t ox = 0;
+        if (sw == 1 && kw == 3) {
+          /* two outputs: words (x0 x1) (x1 x2) (x2 x3) of each row, 6 MACs in 3 loads,
+           * 2 SMLAD, SMLABB and SMLATB */
+          for (; ox + 2 <= OW; ox += 2) {
+            int32_t a0 = bc, a1 = bc;
+            const int16_t *r = prow + ox;
+            for (int ky = 0; ky < kh; ++ky, r += (size_t)dh * Wp) {
+              int32_t p01, p12, p23;
+              memcpy(&p01, r, 4), memcpy(&p12, r + 1, 4), memcpy(&p23, r + 2, 4);
+              const int32_t w01 = wq[ky * 3], w2 = wq[ky * 3 + 1];
+              a0 = __smlad(p01, w01, a0);
+              a1 = __smlad(p12, w01, a1);
+              a0 = __smlabb(p23, w2, a0);
+              a1 = __smlatb(p23, w2, a1);
+            }
+            yr[ox] = O2E_QDWN_RQ(a0, sc, ilo, ihi, zp);
+            yr[ox + 1] = O2E_QDWN_RQ(a1, sc, ilo, ihi, zp);
+          }
+        }
+        for (; ox < OW; ++ox) {
+          int32_t a = bc;
+          const int16_t *r = prow + ox * (size_t)sw;
+          for (int ky = 0; ky < kh; ++ky, r += (size_t)dh * Wp) {
+            const int32_t *wk = wq + ky * kw;
+            for (int i = 0; i < np; ++i) {
+              int32_t pp;
+              memcpy(&pp, r + 2 * i, 4);
+              a = __smlad(pp, wk[i], a);
+            }
+            if (kw & 1) a = __smlabb(r[kw - 1], wk[np], a);
+          }
+          yr[ox] = O2E_QDWN_RQ(a, sc, ilo, ihi, zp);
+        }
+      }
+      continue;
+    }
+#endif
+    for (size_t oy = 0; oy < OH; ++oy)
+      for (size_t ox = 0; ox < OW; ++ox) {
+        uint32_t a = (uint32_t)bc;
+        const int16_t *r = plane + oy * (size_t)sh * Wp + ox * (size_t)sw;
+        for (int ky = 0; ky < kh; ++ky)
+          for (int kx = 0; kx < kw; ++kx)
+            a += (uint32_t)(wc[(size_t)(ky * kw + kx) * CB] *
+                            (int32_t)r[(size_t)ky * dh * Wp + (size_t)kx * dw]);
+        yc[oy * OW + ox] = O2E_QDWN_RQ(a, sc, ilo, ihi, zp);
+      }
+  }
+}
+
 /* y = saturate(round_half_even(fma(a, rac, fma(b, rbc, fixed)))) clamped to [lo, hi]; a, b, y
  * int8 when sgn (as bytes), else uint8. */
 static inline void o2e_qadd(size_t n, const uint8_t *a, const uint8_t *b, int sgn, float rac,

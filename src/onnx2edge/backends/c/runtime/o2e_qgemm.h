@@ -62,8 +62,8 @@
 
 #define O2E_QMR 8
 #define O2E_QNR 16
-/* bytes of one K4 step of a 16-column panel: 64 uint8, or 64 int16 on AVX2 */
-#if defined(O2E_Q_AVX2)
+/* bytes of one K4 step of a 16-column panel: 64 uint8, or 64 int16 on AVX2 and Arm DSP */
+#if defined(O2E_Q_AVX2) || defined(O2E_Q_DSP)
 #define O2E_QSTEP 128
 #else
 #define O2E_QSTEP 64
@@ -88,9 +88,38 @@ static inline void o2e_qstep_store(uint8_t *panel, size_t k4, size_t K4, const _
                         _mm256_cvtepu8_epi16(_mm_loadu_si128(v + i)));
 }
 #endif
+#if defined(O2E_Q_DSP)
+/* Arm DSP panels are int16, each column's 4 k in the order k0 k2 k1 k3: the words (k0, k2)
+ * and (k1, k3) pair with SXTB16 of a weight word and of it rotated by 8 in one SMLAD each,
+ * so the activations are widened once here instead of once per weight row. */
+/* SXTB16 / UXTB16 of w rotated by 8 (the odd bytes) in one instruction: gcc 12 emits a
+ * separate rotate for the C expression */
+static inline __attribute__((always_inline)) int16x2_t o2e_qsxtb16_odd_(uint32_t w) {
+  int16x2_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(w));
+  return r;
+}
+static inline __attribute__((always_inline)) uint32_t o2e_quxtb16_odd_(uint32_t w) {
+  uint32_t r;
+  __asm__("uxtb16 %0, %1, ror #8" : "=r"(r) : "r"(w));
+  return r;
+}
+static inline void o2e_qdsp_put4_(uint32_t *d, uint32_t w) {
+  d[0] = (uint32_t)__uxtb16((uint8x4_t)w);
+  d[1] = o2e_quxtb16_odd_(w);
+}
+#endif
 static inline void o2e_qstep_put(uint8_t *panel, size_t k4, size_t K4, const uint8_t *blk) {
 #if defined(O2E_Q_AVX2)
   o2e_qstep_store(panel, k4, K4, (const __m128i *)blk);
+#elif defined(O2E_Q_DSP)
+  (void)K4;
+  uint32_t *d = (uint32_t *)(void *)(panel + k4 * O2E_QSTEP);
+  for (int j = 0; j < 16; ++j) {
+    uint32_t w;
+    memcpy(&w, blk + 4 * j, 4);
+    o2e_qdsp_put4_(d + 2 * j, w);
+  }
 #else
   (void)K4;
   memcpy(panel + k4 * 64, blk, 64);
@@ -144,6 +173,34 @@ static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_
         r.val[2] = veorq_u8(vld1q_u8(O2E_QSRC(k + 2) + p0), f);
         r.val[3] = veorq_u8(vld1q_u8(O2E_QSRC(k + 3) + p0), f);
         vst4q_u8(d, r); /* interleaves: column j gets rows k..k+3 */
+        continue;
+      }
+#elif defined(O2E_Q_DSP)
+      if (np == 16 && k + 4 <= K) {
+        /* 4 rows x 4 columns per round: UXTB16 splits each row word into columns (0, 2) and
+         * (1, 3) as halfwords, PKHBT / PKHTB pair rows (k0, k2) and (k1, k3) per column */
+        uint32_t *d = (uint32_t *)(void *)(panel + k4 * O2E_QSTEP);
+        const uint32_t f4 = 0x01010101u * flip;
+        const uint8_t *s0 = O2E_QSRC(k) + p0, *s1 = O2E_QSRC(k + 1) + p0;
+        const uint8_t *s2 = O2E_QSRC(k + 2) + p0, *s3 = O2E_QSRC(k + 3) + p0;
+        for (int j = 0; j < 16; j += 4, d += 8) {
+          uint32_t r0, r1, r2, r3;
+          memcpy(&r0, s0 + j, 4), memcpy(&r1, s1 + j, 4);
+          memcpy(&r2, s2 + j, 4), memcpy(&r3, s3 + j, 4);
+          r0 ^= f4, r1 ^= f4, r2 ^= f4, r3 ^= f4;
+          const uint32_t e0 = (uint32_t)__uxtb16((uint8x4_t)r0), o0 = o2e_quxtb16_odd_(r0);
+          const uint32_t e1 = (uint32_t)__uxtb16((uint8x4_t)r1), o1 = o2e_quxtb16_odd_(r1);
+          const uint32_t e2 = (uint32_t)__uxtb16((uint8x4_t)r2), o2 = o2e_quxtb16_odd_(r2);
+          const uint32_t e3 = (uint32_t)__uxtb16((uint8x4_t)r3), o3 = o2e_quxtb16_odd_(r3);
+#define O2E_QBT_(lo, hi) (((lo) & 0xFFFFu) | ((hi) << 16))
+#define O2E_QTB_(lo, hi) (((hi) & 0xFFFF0000u) | ((lo) >> 16))
+          d[0] = O2E_QBT_(e0, e2), d[1] = O2E_QBT_(e1, e3); /* column j: (k0, k2), (k1, k3) */
+          d[2] = O2E_QBT_(o0, o2), d[3] = O2E_QBT_(o1, o3); /* j + 1 */
+          d[4] = O2E_QTB_(e0, e2), d[5] = O2E_QTB_(e1, e3); /* j + 2 */
+          d[6] = O2E_QTB_(o0, o2), d[7] = O2E_QTB_(o1, o3); /* j + 3 */
+#undef O2E_QBT_
+#undef O2E_QTB_
+        }
         continue;
       }
 #endif
@@ -245,6 +302,32 @@ static inline void o2e_qcompact(const uint8_t *yext, size_t M, size_t OH, size_t
 /* Pack B given as P rows of K bytes (a matrix product's activations [P][K]). */
 static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_t flip, uint8_t *dst) {
   const size_t K4 = (K + 3) / 4;
+#if defined(O2E_Q_DSP)
+  /* one word per column and step, straight into the int16 panel; only the columns the
+   * kernel reads (up to an even count): a batch-1 layer packs one column, not 16 */
+  const uint32_t f4 = 0x01010101u * flip;
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    uint8_t *panel = dst + (p0 / 16) * K4 * O2E_QSTEP;
+    const size_t np = P - p0 < 16 ? P - p0 : 16, ne = (np + 1) & ~(size_t)1;
+    for (size_t j = 0; j < ne; ++j) {
+      const uint8_t *s = src + (p0 + j) * K;
+      for (size_t k4 = 0; k4 < K4; ++k4) {
+        uint32_t w = 0;
+        if (j < np) {
+          const size_t k = k4 * 4, nk = K - k < 4 ? K - k : 4;
+          if (nk == 4) {
+            memcpy(&w, s + k, 4);
+            w ^= f4;
+          } else {
+            for (size_t t = 0; t < nk; ++t) w |= (uint32_t)(uint8_t)(s[k + t] ^ flip) << (8 * t);
+          }
+        }
+        o2e_qdsp_put4_((uint32_t *)(void *)(panel + k4 * O2E_QSTEP + j * 8), w);
+      }
+    }
+  }
+  return;
+#endif
   for (size_t p0 = 0; p0 < P; p0 += 16) {
     uint8_t *panel = dst + (p0 / 16) * K4 * O2E_QSTEP;
     const size_t np = P - p0 < 16 ? P - p0 : 16;
@@ -260,39 +343,94 @@ static inline void o2e_qpack_cols(const uint8_t *src, size_t P, size_t K, uint8_
 }
 
 #if defined(O2E_Q_DSP)
-#define O2E_QROR8_(w) (((w) >> 8) | ((w) << 24)) /* gcc's arm_acle.h has no __ror */
 /* Rows r, r + 1 x columns j, j + 1 over K4 steps: four accumulators in registers; each step
- * loads one word (4 k values) per row and column, splits it into the even and odd bytes as
- * 16-bit pairs (SXTB16 / UXTB16, the odd ones after a rotate by 8) and adds a0 b0 + a2 b2
- * and a1 b1 + a3 b3 with one SMLAD each. The products of int8 and uint8 fit 16 x 16 bits
- * and the sums wrap modulo 2^32 as the portable kernel's: the same integers, bit for bit. */
+ * loads one weight word (4 k) per row, splits it into the even and odd bytes as 16-bit pairs
+ * (SXTB16, and SXTB16 of the word rotated by 8), and meets each column's int16 words (k0, k2)
+ * and (k1, k3) in one SMLAD each: 16 multiply-accumulates in 2 + 4 loads, 4 SXTB16 and 8
+ * SMLAD. The products of int8 and uint8 fit 16 x 16 bits and the sums wrap modulo 2^32 as
+ * the portable kernel's: the same integers, bit for bit. */
 static inline __attribute__((always_inline)) void o2e_qdsp_2x2_(size_t K4, const int8_t *a,
                                                                 const uint8_t *b, int32_t *acc,
                                                                 int r, size_t j) {
   int32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0;
   const int8_t *ap = a + r * 4;
-  const uint8_t *bp = b + j * 4;
-  for (size_t k = 0; k < K4; ++k, ap += 32, bp += 64) {
-    uint32_t w0, w1, x0, x1;
-    memcpy(&w0, ap, 4);
-    memcpy(&w1, ap + 4, 4);
-    memcpy(&x0, bp, 4);
-    memcpy(&x1, bp + 4, 4);
-    const int16x2_t a0e = __sxtb16((int8x4_t)w0), a0o = __sxtb16((int8x4_t)O2E_QROR8_(w0));
-    const int16x2_t a1e = __sxtb16((int8x4_t)w1), a1o = __sxtb16((int8x4_t)O2E_QROR8_(w1));
-    const int16x2_t b0e = (int16x2_t)__uxtb16((uint8x4_t)x0);
-    const int16x2_t b0o = (int16x2_t)__uxtb16((uint8x4_t)O2E_QROR8_(x0));
-    const int16x2_t b1e = (int16x2_t)__uxtb16((uint8x4_t)x1);
-    const int16x2_t b1o = (int16x2_t)__uxtb16((uint8x4_t)O2E_QROR8_(x1));
-    c00 = __smlad(a0o, b0o, __smlad(a0e, b0e, c00));
-    c01 = __smlad(a0o, b1o, __smlad(a0e, b1e, c01));
-    c10 = __smlad(a1o, b0o, __smlad(a1e, b0e, c10));
-    c11 = __smlad(a1o, b1o, __smlad(a1e, b1e, c11));
-  }
+  const uint8_t *bp = b + j * 8;
+  size_t k = K4;
+  uint32_t x0e, x0o, x1e, x1o, w, t;
+  /* inline assembly: 18 instructions per step, where gcc 12's C (rotates apart from SXTB16,
+   * a spilled loop bound) took 19-20 and varied with -mcpu's scheduling. LDRD needs word
+   * alignment: the panels (arena scratch) and packed weights are 64-byte aligned. */
+#define O2E_QDSP_ROW_(c0, c1)                                                                   \
+  "sxtb16 %[t], %[w]\n\t"                                                                       \
+  "smlad %[" #c0 "], %[t], %[x0e], %[" #c0 "]\n\t"                                               \
+  "smlad %[" #c1 "], %[t], %[x1e], %[" #c1 "]\n\t"                                               \
+  "sxtb16 %[t], %[w], ror #8\n\t"                                                                \
+  "smlad %[" #c0 "], %[t], %[x0o], %[" #c0 "]\n\t"                                               \
+  "smlad %[" #c1 "], %[t], %[x1o], %[" #c1 "]\n\t"
+#define O2E_QDSP_STEP_                                                                          \
+  "ldrd %[x1e], %[x1o], [%[bp], #8]\n\t"                                                        \
+  "ldrd %[x0e], %[x0o], [%[bp]], #128\n\t"                                                      \
+  "ldr %[w], [%[ap], #4]\n\t" O2E_QDSP_ROW_(c10, c11) "ldr %[w], [%[ap]], #32\n\t"              \
+      O2E_QDSP_ROW_(c00, c01)
+#define O2E_QDSP_OPS_                                                                           \
+  : [c00] "+r"(c00), [c01] "+r"(c01), [c10] "+r"(c10), [c11] "+r"(c11), [ap] "+r"(ap),          \
+    [bp] "+r"(bp), [k] "+r"(k), [x0e] "=&r"(x0e), [x0o] "=&r"(x0o), [x1e] "=&r"(x1e),           \
+    [x1o] "=&r"(x1o), [w] "=&r"(w), [t] "=&r"(t)                                                \
+  :                                                                                             \
+  : "cc", "memory"
+  k = K4 / 2; /* two steps per iteration */
+  if (k) __asm__("1:\n\t" O2E_QDSP_STEP_ O2E_QDSP_STEP_ "subs %[k], %[k], #1\n\t"
+                 "bne 1b" O2E_QDSP_OPS_);
+  if (K4 & 1) __asm__(O2E_QDSP_STEP_ O2E_QDSP_OPS_);
+#undef O2E_QDSP_OPS_
+#undef O2E_QDSP_STEP_
+#undef O2E_QDSP_ROW_
   acc[r * 16 + j] = c00;
   acc[r * 16 + j + 1] = c01;
   acc[(r + 1) * 16 + j] = c10;
   acc[(r + 1) * 16 + j + 1] = c11;
+}
+
+/* One column (a fully connected layer at batch 1), rows r .. r + 3: the column's two words
+ * per step serve four rows (each: a weight word, 2 SXTB16, 2 SMLAD), 21 instructions per 16
+ * multiply-accumulates. Inline assembly: gcc 12 keeps the rotate apart from SXTB16 and loads
+ * the weights one word at a time (25 per 16). K4 >= 1. */
+static inline __attribute__((always_inline)) void o2e_qdsp_col4_(size_t K4, const int8_t *a,
+                                                                 const uint8_t *b, int32_t *acc,
+                                                                 int r, int packed) {
+  int32_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+  const int8_t *ap = a + r * 4;
+  const uint8_t *bp = b;
+  size_t k = K4;
+  uint32_t xe, xo, w0, w1, t;
+#define O2E_QDSP_ROW_(w, c)                                                                     \
+  "sxtb16 %[t], %[" #w "]\n\t"                                                                  \
+  "smlad %[" #c "], %[t], %[xe], %[" #c "]\n\t"                                                  \
+  "sxtb16 %[" #w "], %[" #w "], ror #8\n\t"                                                       \
+  "smlad %[" #c "], %[" #w "], %[xo], %[" #c "]\n\t"
+  /* b: a 16-column panel (step 128 bytes), or o2e_qgemv's packed vector (step 8) */
+#define O2E_QDSP_COL_(bstep)                                                                    \
+  __asm__("1:\n\t"                                                                              \
+          "ldrd %[xe], %[xo], [%[bp]], #" bstep "\n\t"                                          \
+          "ldrd %[w0], %[w1], [%[ap]], #8\n\t" O2E_QDSP_ROW_(w0, c0) O2E_QDSP_ROW_(w1, c1)     \
+          "ldrd %[w0], %[w1], [%[ap]], #24\n\t" O2E_QDSP_ROW_(w0, c2) O2E_QDSP_ROW_(w1, c3)    \
+          "subs %[k], %[k], #1\n\t"                                                             \
+          "bne 1b"                                                                             \
+          : [c0] "+r"(c0), [c1] "+r"(c1), [c2] "+r"(c2), [c3] "+r"(c3), [ap] "+r"(ap),          \
+            [bp] "+r"(bp), [k] "+r"(k), [xe] "=&r"(xe), [xo] "=&r"(xo), [w0] "=&r"(w0),         \
+            [w1] "=&r"(w1), [t] "=&r"(t)                                                        \
+          :                                                                                     \
+          : "cc", "memory")
+  if (packed)
+    O2E_QDSP_COL_("8");
+  else
+    O2E_QDSP_COL_("128");
+#undef O2E_QDSP_COL_
+#undef O2E_QDSP_ROW_
+  acc[r * 16] = c0;
+  acc[(r + 1) * 16] = c1;
+  acc[(r + 2) * 16] = c2;
+  acc[(r + 3) * 16] = c3;
 }
 #endif
 
@@ -455,6 +593,11 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
   /* column pairs up to ncol (a 16-column panel's padding columns are zeros: an odd last
    * column computes one unread neighbour) */
   const size_t nc = ncol < 16 ? ncol : 16;
+  if (nc == 1) {
+    o2e_qdsp_col4_(K4, a, b, acc, 0, 0);
+    o2e_qdsp_col4_(K4, a, b, acc, 4, 0);
+    return;
+  }
   for (int r = 0; r < 8; r += 2)
     for (size_t j = 0; j < nc; j += 2) o2e_qdsp_2x2_(K4, a, b, acc, r, j);
 #else
@@ -532,6 +675,20 @@ static inline void o2e_qkernel_col(size_t K4, const int8_t *a, const uint8_t *b,
 }
 #endif
 
+#if defined(__arm__) && !defined(__aarch64__) && defined(__ARM_FP) && (__ARM_FP & 4) &&        \
+    defined(__thumb2__)
+/* Cortex-M with a single-precision FPU: float -> int32 rounded to nearest even in one VCVTR */
+#define O2E_Q_VCVTR 1
+#include <arm_acle.h> /* __usat / __ssat */
+static inline int32_t o2e_qvcvtr_(float f) {
+  float r;
+  int32_t q;
+  __asm__("vcvtr.s32.f32 %0, %1" : "=t"(r) : "t"(f));
+  memcpy(&q, &r, 4);
+  return q;
+}
+#endif
+
 /* Requantization of one row of n sums: onnxruntime's order (float product, clamp to the
  * output range shifted by the zero point, round half to even, add the zero point). */
 static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, float scale,
@@ -582,6 +739,30 @@ static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, 
       _mm_storeu_si128((__m128i *)(y + j), _mm256_castsi256_si128(v));
     }
   }
+#elif defined(O2E_Q_VCVTR)
+  /* VCVTR rounds in FPSCR's mode (round to nearest even, as nearbyintf: a library call on
+   * the M4) and saturates; the clamp then moves after the rounding: the bounds are integers
+   * and rounding is monotonic, so clamp(round(f)) = round(clamp(f)) for every f. */
+  const int32_t ilo = (int32_t)flo, ihi = (int32_t)fhi;
+#define O2E_QRQ_(j) o2e_qvcvtr_((float)(int32_t)((uint32_t)acc[j] + (uint32_t)bias) * scale)
+#if defined(__ARM_FEATURE_SAT) && defined(__ARM_FEATURE_DSP)
+  /* the full uint8 / int8 range (no fused Relu or Clip): one USAT / SSAT is the clamp (QADD:
+   * VCVTR saturates at +-2^31, where q + zp would wrap) */
+  if (ilo + zp == 0 && ihi + zp == 255) {
+    for (; j < n; ++j) y[j * ys] = (uint8_t)__usat(__qadd(O2E_QRQ_(j), zp), 8);
+    return;
+  }
+  if (ilo + zp == -128 && ihi + zp == 127) {
+    for (; j < n; ++j) y[j * ys] = (uint8_t)__ssat(__qadd(O2E_QRQ_(j), zp), 8);
+    return;
+  }
+#endif
+  for (; j < n; ++j) {
+    const int32_t q = O2E_QRQ_(j);
+    y[j * ys] = (uint8_t)((q < ilo ? ilo : (q > ihi ? ihi : q)) + zp);
+  }
+#undef O2E_QRQ_
+  return;
 #endif
   for (; j < n; ++j) {
     float f = (float)(int32_t)((uint32_t)acc[j] + (uint32_t)bias) * scale;
@@ -589,6 +770,51 @@ static inline void o2e_qrequant_row(const int32_t *acc, size_t n, int32_t bias, 
     y[j * ys] = (uint8_t)((int32_t)nearbyintf(f) + zp);
   }
 }
+
+#if defined(O2E_Q_DSP) && defined(O2E_Q_VCVTR) && defined(__ARM_FEATURE_SAT)
+#define O2E_Q_DSP_FUSED 1
+/* One sum requantised (o2e_qrequant_row's VCVTR path; mode 1: the full uint8 range, 2: int8;
+ * 3 / 4: uint8 / int8 up to the top of the range, from lo = ilo + zp) */
+static inline __attribute__((always_inline)) uint8_t o2e_qrq1_(int32_t v, int32_t b, float s,
+                                                               int32_t ilo, int32_t ihi,
+                                                               int32_t zp, int mode) {
+  const int32_t q = o2e_qvcvtr_((float)(int32_t)((uint32_t)v + (uint32_t)b) * s);
+  /* QADD: VCVTR saturates at +-2^31, where q + zp would wrap */
+  if (mode == 1) return (uint8_t)__usat(__qadd(q, zp), 8);
+  if (mode == 2) return (uint8_t)__ssat(__qadd(q, zp), 8);
+  if (mode == 3 || mode == 4) { /* a fused Relu: the range's top, the zero point's bottom */
+    const int32_t v = mode == 3 ? (int32_t)__usat(__qadd(q, zp), 8) : __ssat(__qadd(q, zp), 8);
+    return (uint8_t)(v < ilo + zp ? ilo + zp : v);
+  }
+  return (uint8_t)((q < ilo ? ilo : (q > ihi ? ihi : q)) + zp);
+}
+
+/* Rows m0 .. m0 + 7 (those below M) x the np columns of one panel, each 2 x 2 tile
+ * requantised as it leaves the registers (y: element (m0, p0)): no accumulator tile in
+ * memory, the row pair's bias and scale loaded once per panel. */
+static inline __attribute__((always_inline)) void o2e_qdsp_rows_(
+    size_t M, size_t m0, size_t np, size_t K4, const int8_t *ap, const uint8_t *bp,
+    const int32_t *bias, const float *scale, int32_t ilo, int32_t ihi, int32_t zp, uint8_t *y,
+    size_t ym, size_t yp, int mode) {
+  const size_t mr = M - m0 < O2E_QMR ? M - m0 : O2E_QMR;
+  for (size_t r = 0; r < mr; r += 2) {
+    const int two = r + 1 < mr;
+    const int32_t b0 = bias[m0 + r], b1 = two ? bias[m0 + r + 1] : 0;
+    const float s0 = scale[m0 + r], s1 = two ? scale[m0 + r + 1] : 0.0f;
+    uint8_t *y0 = y + r * ym, *y1 = y0 + ym;
+    for (size_t j = 0; j < np; j += 2) {
+      int32_t t[32];
+      o2e_qdsp_2x2_(K4, ap + r * 4, bp + j * 8, t, 0, 0);
+      y0[j * yp] = o2e_qrq1_(t[0], b0, s0, ilo, ihi, zp, mode);
+      if (j + 1 < np) y0[(j + 1) * yp] = o2e_qrq1_(t[1], b0, s0, ilo, ihi, zp, mode);
+      if (two) {
+        y1[j * yp] = o2e_qrq1_(t[16], b1, s1, ilo, ihi, zp, mode);
+        if (j + 1 < np) y1[(j + 1) * yp] = o2e_qrq1_(t[17], b1, s1, ilo, ihi, zp, mode);
+      }
+    }
+  }
+}
+#endif
 
 /* Y = requant(A B + bias): M output channels, P columns, K depth. Element (m, p) of Y is at
  * y[m * ym + p * yp]. bias, rowsum (sum_k A[m][k], for the sdot path), scale: per m.
@@ -614,6 +840,23 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
     for (size_t m0 = 0; m0 < M; m0 += O2E_QMR) {
       const int8_t *ap = apack + (m0 / O2E_QMR) * K4 * 32;
       int32_t *t0 = acc[0], *t1 = acc[1];
+#if defined(O2E_Q_DSP_FUSED)
+      if (np >= 2) {
+        const int32_t ilo = lo - zp, ihi = hi - zp;
+        uint8_t *ym0 = y + m0 * ym + p0 * yp;
+        if (lo == 0 && hi == 255)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 1);
+        else if (lo == -128 && hi == 127)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 2);
+        else if (lo >= 0 && hi == 255)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 3);
+        else if (lo >= -128 && hi == 127)
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 4);
+        else
+          o2e_qdsp_rows_(M, m0, np, K4, ap, bp, bias, scale, ilo, ihi, zp, ym0, ym, yp, 0);
+        continue;
+      }
+#endif
 #if defined(O2E_Q_VNNI)
       if (two)
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
@@ -656,6 +899,197 @@ static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *ap
   }
 }
 
+
+/* A fully connected layer at batch 1 (convert --device): y[n * yn] = requant(sum_k A[n][k] x[k]
+ * + bias[n]) for N outputs of K inputs, A packed as for o2e_qgemm. The Arm DSP build widens x
+ * (bytes ^ flip) once into xs (O2E_QGEMV_BYTES(K): one int16 step of 8 bytes per 4 k, the
+ * panel order) and runs 4 rows per pass over it; the portable build reads x directly. */
+#define O2E_QGEMV_BYTES(K) ((((size_t)(K) + 3) / 4) * 8)
+static inline void o2e_qgemv(size_t N, size_t K, const int8_t *apack, const uint8_t *x,
+                             uint8_t flip, uint8_t *xs, const int32_t *bias, const float *scale,
+                             int32_t zp, int32_t lo, int32_t hi, uint8_t *y, size_t yn) {
+  const size_t K4 = (K + 3) / 4;
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  int32_t acc[O2E_QMR * O2E_QNR];
+#if defined(O2E_Q_DSP)
+  const uint32_t f4 = 0x01010101u * flip;
+  for (size_t k4 = 0; k4 < K4; ++k4) {
+    const size_t k = k4 * 4, nk = K - k < 4 ? K - k : 4;
+    uint32_t w = 0;
+    if (nk == 4) {
+      memcpy(&w, x + k, 4);
+      w ^= f4;
+    } else {
+      for (size_t t = 0; t < nk; ++t) w |= (uint32_t)(uint8_t)(x[k + t] ^ flip) << (8 * t);
+    }
+    o2e_qdsp_put4_((uint32_t *)(void *)(xs + k4 * 8), w);
+  }
+#else
+  (void)xs;
+#endif
+  for (size_t m0 = 0; m0 < N; m0 += O2E_QMR) {
+    const int8_t *ap = apack + (m0 / O2E_QMR) * K4 * 32;
+    const size_t mr = N - m0 < O2E_QMR ? N - m0 : O2E_QMR;
+#if defined(O2E_Q_DSP)
+    o2e_qdsp_col4_(K4, ap, xs, acc, 0, 1);
+    if (mr > 4) o2e_qdsp_col4_(K4, ap, xs, acc, 4, 1);
+#else
+    for (size_t r = 0; r < mr; ++r) {
+      uint32_t c = 0;
+      for (size_t k = 0; k < K; ++k)
+        c += (uint32_t)((int32_t)ap[(k / 4) * 32 + r * 4 + k % 4] * (int32_t)(uint8_t)(x[k] ^ flip));
+      acc[r * O2E_QNR] = (int32_t)c;
+    }
+#endif
+    for (size_t r = 0; r < mr; ++r)
+      o2e_qrequant_row(acc + r * O2E_QNR, 1, bias[m0 + r], scale[m0 + r], flo, fhi, zp,
+                       y + (m0 + r) * yn, 1);
+  }
+}
+
+/* ---- o2e_qgemm16: the int8 GEMM of a --device cortex-m55 conversion (Helium, issue 31) ----
+ * MVE's VMLADAVA.S8 adds the 16 products of two int8 vectors to a scalar: it wants 16
+ * consecutive k of a row and of a column. So the weights are packed at conversion time as
+ * rows of K16 = K rounded up to 16 bytes ([ceil(M/4) * 4][K16], zeros past M and K), and the
+ * activations, 16 columns at a time, as columns of K16 bytes (pk: O2E_QGEMM16_BYTES(K)), each
+ * byte x ^ flip ^ 0x80 = x - 128 as int8 (x the uint8 after the flip; bias + 128 * rowsum
+ * restores the sum, in wrapping int32 as the other kernels). 4 rows x 2 columns per pass:
+ * 6 loads and 8 VMLADAVA per 16 k, 128 multiply-accumulates. Builds without MVE (a PC
+ * verifying the conversion) run the same sums in C. Element (k, p) of the activation matrix
+ * is at src[(rowoff ? rowoff[k] : k * ldk) + p * ldp]. */
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1) && !defined(O2E_Q_NO_MVE)
+#include <arm_mve.h>
+#define O2E_Q_MVE 1
+#define O2E_Q_MVE_ 1
+#else
+#define O2E_Q_MVE_ 0
+#endif
+#define O2E_QK16(K) ((((size_t)(K) + 15) / 16) * 16)
+#define O2E_QGEMM16_BYTES(K) (16 * O2E_QK16(K))
+static inline void o2e_qgemm16(size_t M, size_t P, size_t K, const int8_t *a16, const uint8_t *src,
+                               size_t ldk, const int32_t *rowoff, size_t ldp, uint8_t flip,
+                               uint8_t *pk, const int32_t *bias, const int32_t *rowsum,
+                               const float *scale, int32_t zp, int32_t lo, int32_t hi, uint8_t *y,
+                               size_t ym, size_t yp) {
+  const size_t K16 = O2E_QK16(K);
+  const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
+  const uint8_t f = (uint8_t)(flip ^ 0x80u);
+  int8_t *b = (int8_t *)(void *)pk;
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    const size_t nc = P - p0 < 16 ? P - p0 : 16;
+    /* pack: column j's K16 bytes at b + j * K16 (k past K: zero, as the weights there) */
+#if defined(O2E_Q_MVE)
+    /* 8 columns of a row per round: bytes widened to 16-bit lanes, stored by a scatter of
+     * their low bytes to the 8 columns (offsets j * K16) */
+    const uint16x8_t soff = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)K16);
+    const uint16x8_t fv = vdupq_n_u16(f);
+#endif
+#if defined(O2E_Q_MVE)
+    if (!rowoff && ldk == 1) {
+      /* [P][K] activations (a matrix product's): each column is K contiguous bytes, copied
+       * 16 at a time (the last round predicated, zeros past K) */
+      const uint8x16_t fv8 = vdupq_n_u8(f);
+      for (size_t j = 0; j < nc; ++j) {
+        const uint8_t *s = src + (p0 + j) * ldp;
+        for (size_t k = 0; k < K16; k += 16) {
+          const mve_pred16_t pr = vctp8q((uint32_t)(K - (k < K ? k : K)));
+          vstrbq_u8((uint8_t *)(b + j * K16 + k), veorq_m_u8(vdupq_n_u8(0), vldrbq_z_u8(s + k, pr), fv8, pr));
+        }
+      }
+    } else
+#endif
+    for (size_t k = 0; k < K; ++k) {
+      const uint8_t *s = src + (rowoff ? (size_t)rowoff[k] : k * ldk) + p0 * ldp;
+      size_t j = 0;
+#if defined(O2E_Q_MVE)
+      if (ldp == 1)
+        for (; j + 8 <= nc; j += 8)
+          vstrbq_scatter_offset_u16((uint8_t *)(b + j * K16 + k), soff,
+                                    veorq_u16(vldrbq_u16(s + j), fv));
+#endif
+      for (; j < nc; ++j) b[j * K16 + k] = (int8_t)(s[j * ldp] ^ f);
+    }
+    if (K16 > K && (rowoff || ldk != 1 || O2E_Q_MVE_ + 0 == 0))
+      for (size_t j = 0; j < nc; ++j) memset(b + j * K16 + K, 0, K16 - K);
+    for (size_t m0 = 0; m0 < M; m0 += 4) {
+      const int8_t *ar = a16 + m0 * K16;
+      const size_t mr = M - m0 < 4 ? M - m0 : 4;
+      int32_t bm[4];
+      for (size_t r = 0; r < mr; ++r)
+        bm[r] = (int32_t)((uint32_t)bias[m0 + r] + 128u * (uint32_t)rowsum[m0 + r]);
+      for (size_t j = 0; j < nc; j += 2) {
+        const int8_t *b0 = b + j * K16, *b1 = j + 1 < nc ? b0 + K16 : b0;
+        int32_t c[4][2];
+#if defined(O2E_Q_MVE)
+        int32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0, c20 = 0, c21 = 0, c30 = 0, c31 = 0;
+        for (size_t k = 0; k < K16; k += 16) {
+          const int8x16_t x0 = vldrbq_s8(b0 + k), x1 = vldrbq_s8(b1 + k);
+          const int8x16_t w0 = vldrbq_s8(ar + k), w1 = vldrbq_s8(ar + K16 + k);
+          const int8x16_t w2 = vldrbq_s8(ar + 2 * K16 + k), w3 = vldrbq_s8(ar + 3 * K16 + k);
+          c00 = vmladavaq_s8(c00, w0, x0), c01 = vmladavaq_s8(c01, w0, x1);
+          c10 = vmladavaq_s8(c10, w1, x0), c11 = vmladavaq_s8(c11, w1, x1);
+          c20 = vmladavaq_s8(c20, w2, x0), c21 = vmladavaq_s8(c21, w2, x1);
+          c30 = vmladavaq_s8(c30, w3, x0), c31 = vmladavaq_s8(c31, w3, x1);
+        }
+        if (mr == 4) {
+          /* the 4 rows of a column requantised as one vector (VCVTN: round to nearest even,
+           * as onnxruntime; the clamp after the rounding, as o2e_qrequant_row's VCVTR path)
+           * and stored by a scatter to the rows' bytes */
+          const int32x4_t bv = vldrwq_s32(bm);
+          const float32x4_t sv = vldrwq_f32(scale + m0);
+          const int32x4_t ilo = vdupq_n_s32(lo - zp), ihi = vdupq_n_s32(hi - zp);
+          const int32x4_t zv = vdupq_n_s32(zp);
+          const uint32x4_t yoff = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)ym);
+          int32x4_t v0 = vdupq_n_s32(c00);
+          v0 = vsetq_lane_s32(c10, v0, 1), v0 = vsetq_lane_s32(c20, v0, 2);
+          v0 = vsetq_lane_s32(c30, v0, 3);
+#define O2E_QRQ4_(v, p)                                                                        \
+  do {                                                                                         \
+    int32x4_t q_ = vcvtnq_s32_f32(vmulq_f32(vcvtq_f32_s32(vaddq_s32(v, bv)), sv));             \
+    q_ = vaddq_s32(vminq_s32(vmaxq_s32(q_, ilo), ihi), zv);                                    \
+    vstrbq_scatter_offset_s32((int8_t *)(y + m0 * ym + (p) * yp), yoff, q_);                   \
+  } while (0)
+          O2E_QRQ4_(v0, p0 + j);
+          if (j + 1 < nc) {
+            int32x4_t v1 = vdupq_n_s32(c01);
+            v1 = vsetq_lane_s32(c11, v1, 1), v1 = vsetq_lane_s32(c21, v1, 2);
+            v1 = vsetq_lane_s32(c31, v1, 3);
+            O2E_QRQ4_(v1, p0 + j + 1);
+          }
+#undef O2E_QRQ4_
+          continue;
+        }
+        c[0][0] = c00, c[0][1] = c01, c[1][0] = c10, c[1][1] = c11;
+        c[2][0] = c20, c[2][1] = c21, c[3][0] = c30, c[3][1] = c31;
+#else
+        for (size_t r = 0; r < 4; ++r) {
+          uint32_t s0 = 0, s1 = 0;
+          for (size_t k = 0; k < K16; ++k) {
+            s0 += (uint32_t)((int32_t)ar[r * K16 + k] * (int32_t)b0[k]);
+            s1 += (uint32_t)((int32_t)ar[r * K16 + k] * (int32_t)b1[k]);
+          }
+          c[r][0] = (int32_t)s0, c[r][1] = (int32_t)s1;
+        }
+#endif
+        const size_t ncj = j + 1 < nc ? 2 : 1;
+        for (size_t r = 0; r < mr; ++r)
+          for (size_t q = 0; q < ncj; ++q)
+            o2e_qrequant_row(&c[r][q], 1, bm[r], scale[m0 + r], flo, fhi, zp,
+                             y + (m0 + r) * ym + (p0 + j + q) * yp, 1);
+      }
+    }
+  }
+}
+
+/* o2e_qgemm_rows' arguments (K rows at src + rowoff[k] or src + k * ld, P columns) */
+static inline void o2e_qgemm16_rows(size_t M, size_t P, size_t K, const int8_t *a16,
+                                    const uint8_t *src, size_t ld, const int32_t *rowoff,
+                                    uint8_t flip, uint8_t *pk, const int32_t *bias,
+                                    const int32_t *rowsum, const float *scale, int32_t zp,
+                                    int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+  o2e_qgemm16(M, P, K, a16, src, ld, rowoff, 1, flip, pk, bias, rowsum, scale, zp, lo, hi, y, ym,
+              yp);
+}
 
 /* Depthwise convolution, one channel per group: w[c][kh * kw] int8 (zero point subtracted),
  * bias[c] int32 (no correction: the planes hold x - zp). Each channel is split into sh * sw
