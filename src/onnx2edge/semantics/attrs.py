@@ -73,12 +73,12 @@ def default(op_type: str, name: str, opset: int | None = None, domain: str = "")
     if name in here:
         return here[name]
     try:
-        declared = schema(op_type, opset, domain).attributes
-    except onnx.defs.SchemaError:
+        sch = schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:  # unknown op, or none of its versions is this old
+        sch = None
+    if sch is not None and name in sch.attributes:  # declared without a default: optional
         return None
-    if name in declared:  # declared here without a default: optional, absent means None
-        return None
-    if any(i.name == name for i in schema(op_type, opset, domain).inputs):
+    if sch is not None and any(i.name == name for i in sch.inputs):
         return None  # became an input (Clip's min / max, Pad's pads): absent means absent
     v = LATEST if opset is None else int(opset)
     hist = [(abs(since - v), since < v, d.get(name)) for since, d in _history(op_type, domain)]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
+from ...semantics.records import reduce_attrs, softmax_attrs
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -134,8 +135,7 @@ def _act(c: _Ctx, n: Node, mb: Any) -> None:
 
 @_op("Gelu")
 def _gelu(c: _Ctx, n: Node, mb: Any) -> None:
-    approx = n.attr("approximate", "none")
-    approx = approx.decode() if isinstance(approx, bytes) else approx
+    approx = attr(n, "approximate", c.graph.opset)
     mode = {"none": "EXACT", "tanh": "TANH_APPROXIMATION"}.get(approx)
     if mode is None:
         raise Refuse(f"Gelu approximate='{approx}' is not supported")
@@ -157,7 +157,7 @@ def _mish(c: _Ctx, n: Node, mb: Any) -> None:
 def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(n.attr("axis", -1)) % rank
+    axis = int(attr(n, "axis", g.opset)) % rank
     if any(o for o in n.outputs[1:]):
         raise Refuse("LayerNormalization's mean / inv_std_dev outputs are not supported")
     tail = static_shape(g, n.inputs[0])[axis:]
@@ -173,7 +173,7 @@ def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
         mb.layer_norm(
             x=c.x(n.inputs[0]),
             axes=list(range(axis, rank)),
-            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            epsilon=np.float32(attr(n, "epsilon", g.opset)),
             name=c.out(n),
             **kw,
         ),
@@ -259,7 +259,7 @@ def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
 @_op("Pad")
 def _pad(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
-    mode = pad_mode(n)
+    mode = pad_mode(g, n)
     modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
     if mode not in modes:
         raise Refuse(f"Pad mode '{mode}' is not supported")
@@ -287,7 +287,7 @@ def _instancenorm(c: _Ctx, n: Node, mb: Any) -> None:
             x=c.x(n.inputs[0]),
             gamma=const(g, n, 1, "scale").astype(np.float32).reshape(-1),
             beta=const(g, n, 2, "bias").astype(np.float32).reshape(-1),
-            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            epsilon=np.float32(attr(n, "epsilon", g.opset)),
             name=c.out(n),
         ),
     )
@@ -418,10 +418,10 @@ def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
         if axes_v is None and len(n.inputs) > 1 and n.inputs[1]:
             axes_v = const(g, n, 1, "axes")
         if axes_v is None or len(axes_v) == 0:
-            if n.attr("noop_with_empty_axes", 0):
+            if reduce_attrs(n, g.opset).noop_with_empty_axes:
                 raise Refuse("noop_with_empty_axes=1 is not supported")
             axes_v = range(rank)
-        axes, keep = sorted(int(a) % rank for a in axes_v), bool(n.attr("keepdims", 1))
+        axes, keep = sorted(int(a) % rank for a in axes_v), reduce_attrs(n, g.opset).keepdims
     fn = {
         "Mean": mb.reduce_mean,
         "Max": mb.reduce_max,
@@ -457,7 +457,7 @@ def _concat(c: _Ctx, n: Node, mb: Any) -> None:
 def _split(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     xs = static_shape(g, n.inputs[0])
-    axis = int(n.attr("axis", 0)) % len(xs)
+    axis = int(attr(n, "axis", g.opset)) % len(xs)
     sizes = [static_shape(g, o)[axis] for o in n.outputs]
     vs = mb.split(
         x=c.x(n.inputs[0]), split_sizes=np.array(sizes, np.int32), axis=axis, name=c.out(n)
@@ -506,7 +506,7 @@ def _gather(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     idx = const(g, n, 1, "Gather's indices")
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(n.attr("axis", 0)) % rank
+    axis = int(attr(n, "axis", g.opset)) % rank
     size = static_shape(g, n.inputs[0])[axis]
     # ONNX allows negative indices; MIL's gather doc does not promise to: normalise them.
     idx = np.where(idx < 0, idx + size, idx).astype(np.int32)
@@ -517,8 +517,9 @@ def _gather(c: _Ctx, n: Node, mb: Any) -> None:
 def _softmax(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(n.attr("axis", -1 if g.opset >= 13 else 1)) % rank
-    if g.opset < 13 and axis != rank - 1:
+    sm = softmax_attrs(n, g.opset)
+    axis = sm.axis % rank
+    if sm.flattens and axis != rank - 1:
         raise Refuse("opset < 13 Softmax flattens trailing axes; only the last axis is supported")
     c.set(n, mb.softmax(x=c.x(n.inputs[0]), axis=axis, name=c.out(n)))
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
+from ...semantics.records import softmax_attrs
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -221,7 +222,7 @@ _NN_PAD = {"constant": "constant", "reflect": "reflection", "edge": "replication
 @_op("Pad")
 def _pad(c: _Ctx, n: Node) -> None:
     g = c.graph
-    mode = pad_mode(n)
+    mode = pad_mode(g, n)
     if mode not in _NN_PAD:
         raise Refuse(f"Pad mode '{mode}' is not supported")
     t, b, left, r = pad_amounts(g, n)
@@ -264,7 +265,7 @@ def _instancenorm(c: _Ctx, n: Node) -> None:
         n.outputs[0],
         compute_mean_var=True,
         instance_normalization=True,
-        epsilon=float(n.attr("epsilon", 1e-5)),
+        epsilon=float(attr(n, "epsilon", c.graph.opset)),
     )
     c.layer("batchnorm(instance)")
 
@@ -417,10 +418,11 @@ def _concat(c: _Ctx, n: Node) -> None:
 def _softmax(c: _Ctx, n: Node) -> None:
     g = c.graph
     s = static_shape(g, n.inputs[0])
-    axis = int(n.attr("axis", -1 if g.opset >= 13 else 1)) % len(s)
+    sm = softmax_attrs(n, g.opset)
+    axis = sm.axis % len(s)
     chw(g, n.inputs[0])
     spatial_one = len(s) == 2 or s[2] == s[3] == 1
-    if not (axis == 1 and (spatial_one or g.opset >= 13)):
+    if not (axis == 1 and (spatial_one or not sm.flattens)):
         raise Refuse("only softmax over channels is supported")
     c.b.add_softmax(n.name, n.inputs[0], n.outputs[0])
     c.layer("softmax")
@@ -476,7 +478,7 @@ def _split(c: _Ctx, n: Node) -> None:
     # SplitLayerParams: equal parts along the channel axis (-3), a Core ML 2 layer.
     g = c.graph
     chw(g, n.inputs[0])
-    if _channel_axis(g, n.inputs[0], int(n.attr("axis", 0))) != "channel":
+    if _channel_axis(g, n.inputs[0], int(attr(n, "axis", g.opset))) != "channel":
         raise Refuse("only channel splits (axis 1) map onto the Split layer")
     sizes = {static_shape(g, o)[1] for o in n.outputs if o}
     if len(sizes) != 1 or not all(n.outputs):
