@@ -106,3 +106,12 @@ def reduce_attrs(node: Node, opset: int) -> ReduceAttrs:
         bool(int(attr(node, "keepdims", opset))),
         bool(int(attr(node, "noop_with_empty_axes", opset))),
     )
+
+
+def scatter_reduction(node: Node, opset: int) -> str:
+    """ScatterElements / ScatterND's `reduction`; Scatter (deprecated at 11, ScatterElements
+    under its old name) means ScatterElements, whose schema supplies the default ('none',
+    the only meaning before opset 16)."""
+    if node.op_type == "Scatter":
+        node = node.replace(op_type="ScatterElements")
+    return str(attr(node, "reduction", opset))

@@ -554,10 +554,10 @@ def _recurrent(lw: Lowering, node: Node) -> None:
     op = node.op_type
     if _dtype(lw, node.inputs[0]) != np.float32:
         raise CPURefuse(f"{op} on {_dtype(lw, node.inputs[0])} (float32 only)")
-    direction = str(node.attr("direction", "forward"))
+    direction = str(attr(node, "direction", lw.g.opset))
     if direction not in ("forward", "reverse", "bidirectional"):
         raise CPURefuse(f"direction '{direction}'")
-    layout = int(node.attr("layout", 0))  # RNN before opset 14 has no default: 0 is its meaning
+    layout = int(attr(node, "layout", lw.g.opset))  # before 14: 14's default (attrs.default)
     try:
         acts = rnn_activations(node)
     except ValueError as e:
@@ -578,8 +578,8 @@ def _recurrent(lw: Lowering, node: Node) -> None:
     x, w, r = (lw.cpu_in(i) for i in node.inputs[:3])
     b, seq, h0 = _opt_in(lw, node, 3), _opt_in(lw, node, 4), _opt_in(lw, node, 5)
     c0, p = (_opt_in(lw, node, 6), _opt_in(lw, node, 7)) if op == "LSTM" else ("nil", "nil")
-    lbr = "true" if op == "GRU" and int(node.attr("linear_before_reset", 0)) else "false"
-    forget = "true" if op == "LSTM" and int(node.attr("input_forget", 0)) else "false"
+    lbr = "true" if op == "GRU" and int(attr(node, "linear_before_reset", lw.g.opset)) else "false"
+    forget = "true" if op == "LSTM" and int(attr(node, "input_forget", lw.g.opset)) else "false"
     acts_swift = "[" + ", ".join(per_dir) + "]"
     _tuple_out(
         lw,
