@@ -4,8 +4,12 @@ the schema (semantics/attrs.py), the nearest version's where an op version lacks
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import onnx
 import onnx.helper as oh
+import onnx.numpy_helper
 import pytest
 
 from onnx2edge.ir import Node
@@ -103,3 +107,72 @@ def test_default_of_an_attribute_this_version_lacks() -> None:
     assert default("Resize", "axes", 19) is None
     # the opset-dependent default is the version's own
     assert (default("Softmax", "axis", 11), default("Softmax", "axis", 13)) == (1, -1)
+
+
+def test_hardswish_decomposition_is_required_not_hand_copied() -> None:
+    """HardSwish is decomposed once (passes/decompose.py), exactly as onnxruntime computes it
+    (NaN, +-Inf, -0 included), by the backends without a native form - which then carry no
+    emitter of their own for it; C keeps the op (one activation-table expression)."""
+    from onnx2edge import frontend
+    from onnx2edge.backends.c.backend import CBackend
+    from onnx2edge.backends.coreml import mil, nn
+    from onnx2edge.backends.coreml.backend import CoreMLBackend
+    from onnx2edge.backends.mps.backend import MPSBackend
+    from onnx2edge.backends.mps.ops.common import EMITTERS
+    from onnx2edge.passes.decompose import decompose_hardswish
+
+    for backend, emitters in (
+        (MPSBackend, EMITTERS),
+        (CoreMLBackend, {**mil.MIL_OPS, **nn.NN_OPS}),
+    ):
+        assert "decompose_hardswish" in backend.required_passes
+        assert "HardSwish" not in emitters
+    assert "decompose_hardswish" not in CBackend.required_passes
+
+    x = np.array([np.nan, np.inf, -np.inf, -0.0, -3, -1.5, 0.25, 3, 7], np.float32)
+    model = oh.make_model(
+        oh.make_graph(
+            [oh.make_node("HardSwish", ["x"], ["y"], name="hs")],
+            "g",
+            [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [9])],
+            [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [9])],
+        ),
+        opset_imports=[oh.make_opsetid("", 14)],
+    )
+    g = decompose_hardswish(frontend.load(model, quiet=True))
+    assert [n.op_type for n in g.nodes] == ["HardSigmoid", "Mul"]
+    gate = g.nodes[0]
+    assert g.type_of(gate.outputs[0]) == g.type_of("x")  # the new tensor is typed
+    a = {k: v.value for k, v in gate.attrs.items()}
+    hsig = run_node("HardSigmoid", [x], 14, a, engine="onnxruntime")[0]
+    want = run_node("HardSwish", [x], 14, engine="onnxruntime")[0]
+    with np.errstate(invalid="ignore"):  # -Inf * 0 is NaN, as HardSwish(-Inf) is
+        np.testing.assert_array_equal(x * hsig, want)
+
+
+def test_resize_10_reaches_the_backends_as_asymmetric(tmp_path: Path) -> None:
+    """The record, not a per-backend fallback, gives Resize-10 its meaning: the MPS CPU tail
+    samples at asymmetric coordinates (the schema of Resize-11 would say half_pixel). Emit
+    only: no Swift compiler needed."""
+    from onnx2edge import api
+
+    w = np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1)
+    graph = oh.make_graph(
+        [
+            oh.make_node("Conv", ["x", "w"], ["c"], name="cv"),
+            oh.make_node("Resize", ["c", "s"], ["y"], name="rs", mode="linear"),
+        ],
+        "g",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 4, 4])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [
+            onnx.numpy_helper.from_array(w, "w"),
+            onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s"),
+        ],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 10)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    api.convert(tmp_path / "m.onnx", "mps", tmp_path / "o")
+    swift = "\n".join(f.read_text() for f in (tmp_path / "o").rglob("*.swift"))
+    assert 'cpuResize(gpu_c, [1, 4, 8, 8], linear: true, transform: "asymmetric"' in swift

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...ir import Graph, Node
+from ...passes.decompose import decompose_with_origin
 from ...semantics.activations import clip_params
 from ...semantics.attrs import attr, gemm_attrs, ints
 from ...semantics.records import pad_attrs, resize_attrs
@@ -112,6 +113,16 @@ def resize_params(graph: Graph, node: Node) -> dict[str, Any]:
             return {"mode": "bilinear", "align_corners": False, "sh": sh, "sw": sw}
         raise Refuse(f"linear Resize with coordinate_transformation_mode={ctm} is not supported")
     raise Refuse(f"Resize mode={mode} is not supported")
+
+
+# Ops neither Core ML format has: the backend requires their decomposition pass (listed in
+# CoreMLBackend.required_passes) and judges them per node by their parts (node_reasons).
+DECOMPOSED = ("HardSwish",)
+
+
+def decomposed(graph: Graph) -> tuple[Graph, dict[str, str]]:
+    """`graph` with DECOMPOSED ops decomposed, and new node name -> original node name."""
+    return decompose_with_origin(graph, DECOMPOSED)
 
 
 def clip_bounds(graph: Graph, node: Node) -> tuple[float, float]:

@@ -25,6 +25,7 @@ from .common import (
     clip_bounds,
     const,
     conv_geometry,
+    decomposed,
     deconv_crop,
     float_tensor,
     gemm_weights,
@@ -111,7 +112,6 @@ _UNARY = {
     "LeakyRelu",
     "Elu",
     "HardSigmoid",
-    "HardSwish",
 )
 def _act(c: _Ctx, n: Node, mb: Any) -> None:
     x, nm = c.x(n.inputs[0]), c.out(n)
@@ -121,16 +121,9 @@ def _act(c: _Ctx, n: Node, mb: Any) -> None:
         c.set(n, mb.leaky_relu(x=x, alpha=float(attr(n, "alpha")), name=nm))
     elif n.op_type == "Elu":
         c.set(n, mb.elu(x=x, alpha=float(attr(n, "alpha")), name=nm))
-    elif n.op_type == "HardSigmoid":
+    else:  # HardSigmoid (HardSwish: decomposed into it, passes/decompose.py)
         a, b = float(attr(n, "alpha")), float(attr(n, "beta"))
         c.set(n, mb.sigmoid_hard(x=x, alpha=a, beta=b, name=nm))
-    else:  # HardSwish: no MIL op; x * sigmoid_hard(x; 1/6, 1/2)
-        t = mb.sigmoid_hard(x=x, alpha=1.0 / 6.0, beta=0.5, name=f"{nm}_hsig")
-        c.lowered.layers.append("sigmoid_hard")
-        c.set(n, mb.mul(x=x, y=t, name=nm))
-        c.lowered.fusions.append(
-            {"node": n.name, "op": "HardSwish", "emitted": ["sigmoid_hard", "mul"]}
-        )
 
 
 @_op("Gelu")
@@ -727,11 +720,12 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
 
 def node_reasons(graph: Graph) -> dict[str, str]:
     """node name -> why the mlprogram emitter refuses it (absent when it is emitted)."""
+    graph, origin = decomposed(graph)  # a decomposed op is judged by its parts
     _, lines, _ = build_program(graph, collect=True)
     out: dict[str, str] = {}
     names = sorted((n.name for n in graph.nodes), key=len, reverse=True)
     for line in lines:
         name = next((m for m in names if line.startswith(f"{m} (")), None)
         if name is not None:
-            out[name] = line.split("): ", 1)[-1]
+            out.setdefault(origin.get(name, name), line.split("): ", 1)[-1])
     return out

@@ -29,6 +29,7 @@ from .common import (
     clip_bounds,
     const,
     conv_geometry,
+    decomposed,
     deconv_crop,
     float_tensor,
     gemm_weights,
@@ -103,21 +104,6 @@ def _activation(c: _Ctx, n: Node) -> None:
         ab = [float(attr(n, "alpha")), float(attr(n, "beta"))]
         c.b.add_activation(n.name, "SIGMOID_HARD", x, y, params=ab)
     c.layer("activation")
-
-
-@_op("HardSwish")
-def _hardswish(c: _Ctx, n: Node) -> None:
-    # No hard-swish layer in NeuralNetwork.proto: x * SIGMOID_HARD(x; 1/6, 1/2).
-    x, y = n.inputs[0], n.outputs[0]
-    chw(c.graph, x)
-    t = c.tmp(y)
-    c.b.add_activation(c.tmp(n.name), "SIGMOID_HARD", x, t, params=[1.0 / 6.0, 0.5])
-    c.b.add_elementwise(n.name, [x, t], y, "MULTIPLY")
-    c.layer("activation")
-    c.layer("multiply")
-    c.lowered.fusions.append(
-        {"node": n.name, "op": "HardSwish", "emitted": ["activation SIGMOID_HARD", "multiply"]}
-    )
 
 
 @_op("Clip")
@@ -751,6 +737,7 @@ class _Sink:
 def node_reasons(graph: Graph) -> tuple[dict[str, str], Lowered]:
     """node name -> why the neuralnetwork emitter refuses it (absent when it is emitted),
     plus the replacements the emitter would apply."""
+    graph, origin = decomposed(graph)  # a decomposed op is judged by its parts
     ctx = _Ctx(graph, _Sink())
     out: dict[str, str] = {}
     for n in graph.nodes:
@@ -760,5 +747,5 @@ def node_reasons(graph: Graph) -> tuple[dict[str, str], Lowered]:
                 raise Refuse("no Core ML NeuralNetwork layer for this op in onnx2edge")
             fn(ctx, n)
         except Refuse as e:
-            out[n.name] = str(e)
+            out.setdefault(origin.get(n.name, n.name), str(e))
     return out, ctx.lowered

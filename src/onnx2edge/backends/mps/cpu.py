@@ -24,6 +24,7 @@ from ...semantics.activations import ACTIVATIONS, as_activation, swift_expr
 from ...semantics.attrs import attr, gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual, unfused
+from ...semantics.records import resize_attrs
 from ...semantics.rnn import CELLS, rnn_act_expr, rnn_activations
 from .core import _reduce_axes, swift_float
 
@@ -318,17 +319,14 @@ def _resize(lw: Lowering, node: Node) -> None:
     if len(shape) < 2 or shape[:-2] != out[:-2]:
         raise CPURefuse("resize of axes other than the last two")
 
-    def s(name: str) -> str:  # the schema supplies every default (Resize-11+, Upsample mode)
-        return str(attr(node, name, lw.g.opset))
-
-    mode = s("mode")
-    if mode not in ("nearest", "linear", "bilinear") or attr(node, "antialias", lw.g.opset):
+    r = resize_attrs(node, lw.g.opset)  # the schema's defaults, Resize-10 / Upsample legacy
+    mode = r.mode
+    if mode not in ("nearest", "linear", "bilinear") or r.antialias:
         raise CPURefuse(f"resize mode '{mode}'")
-    new = node.op_type == "Resize" and lw.g.opset >= 11
-    transform = s("coordinate_transformation_mode") if new else "asymmetric"
+    transform = r.coordinate_transformation_mode
     if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
         raise CPURefuse(f"coordinate_transformation_mode '{transform}'")
-    nearest = s("nearest_mode") if new else "floor"
+    nearest = "floor" if r.legacy else r.nearest_mode  # 'simple' is floor when upsampling
     x = lw.cpu_in(node.inputs[0])
     linear = "false" if mode == "nearest" else "true"
     lw.cpu_out(
