@@ -176,3 +176,17 @@ def test_resize_10_reaches_the_backends_as_asymmetric(tmp_path: Path) -> None:
     api.convert(tmp_path / "m.onnx", "mps", tmp_path / "o")
     swift = "\n".join(f.read_text() for f in (tmp_path / "o").rglob("*.swift"))
     assert 'cpuResize(gpu_c, [1, 4, 8, 8], linear: true, transform: "asymmetric"' in swift
+
+
+def test_recurrent_attrs() -> None:
+    """RNN / GRU / LSTM read one record (C rnn.py, MPS's Swift cell): GRU-1's schema default
+    direction is spelt 'foward' and means forward; layout arrived in opset 14 with 0."""
+    from onnx2edge.semantics.rnn import recurrent_attrs
+
+    gru1 = recurrent_attrs(_node("GRU"), 1)
+    assert (gru1.direction, gru1.layout, gru1.clip, gru1.problem()) == ("forward", 0, None, None)
+    lstm = recurrent_attrs(_node("LSTM", direction="bidirectional", input_forget=1, clip=3.0), 22)
+    assert (lstm.num_directions, lstm.input_forget, lstm.linear_before_reset) == (2, True, False)
+    assert lstm.clip == 3.0
+    assert recurrent_attrs(_node("GRU", linear_before_reset=1), 14).linear_before_reset
+    assert recurrent_attrs(_node("RNN", direction="sideways"), 14).problem() is not None

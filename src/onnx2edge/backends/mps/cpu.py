@@ -25,7 +25,7 @@ from ...semantics.attrs import attr, gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual, unfused
 from ...semantics.records import resize_attrs
-from ...semantics.rnn import CELLS, rnn_act_expr, rnn_activations
+from ...semantics.rnn import CELLS, recurrent_attrs, rnn_act_expr, rnn_activations
 from .core import _reduce_axes, swift_float
 
 if TYPE_CHECKING:
@@ -552,10 +552,10 @@ def _recurrent(lw: Lowering, node: Node) -> None:
     op = node.op_type
     if _dtype(lw, node.inputs[0]) != np.float32:
         raise CPURefuse(f"{op} on {_dtype(lw, node.inputs[0])} (float32 only)")
-    direction = str(attr(node, "direction", lw.g.opset))
+    ra = recurrent_attrs(node, lw.g.opset)
+    direction, layout = ra.direction, ra.layout
     if direction not in ("forward", "reverse", "bidirectional"):
         raise CPURefuse(f"direction '{direction}'")
-    layout = int(attr(node, "layout", lw.g.opset))  # before 14: 14's default (attrs.default)
     try:
         acts = rnn_activations(node)
     except ValueError as e:
@@ -576,8 +576,8 @@ def _recurrent(lw: Lowering, node: Node) -> None:
     x, w, r = (lw.cpu_in(i) for i in node.inputs[:3])
     b, seq, h0 = _opt_in(lw, node, 3), _opt_in(lw, node, 4), _opt_in(lw, node, 5)
     c0, p = (_opt_in(lw, node, 6), _opt_in(lw, node, 7)) if op == "LSTM" else ("nil", "nil")
-    lbr = "true" if op == "GRU" and int(attr(node, "linear_before_reset", lw.g.opset)) else "false"
-    forget = "true" if op == "LSTM" and int(attr(node, "input_forget", lw.g.opset)) else "false"
+    lbr = "true" if ra.linear_before_reset else "false"
+    forget = "true" if ra.input_forget else "false"
     acts_swift = "[" + ", ".join(per_dir) + "]"
     _tuple_out(
         lw,

@@ -29,7 +29,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....semantics.attrs import attr
-from ....semantics.rnn import CELLS, RnnAct, rnn_act_expr, rnn_activations
+from ....semantics.rnn import CELLS, RnnAct, recurrent_attrs, rnn_act_expr, rnn_activations
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 
@@ -50,11 +50,8 @@ def _rnn_check(node: Node, graph: Graph) -> str | None:
     x = graph.type_of(node.inputs[0])
     if x is None or x.dtype not in (np.float32, np.float64):
         return f"{node.op_type} on {x.dtype.name if x else 'unknown'} is not supported (float32/float64 only)"
-    direction = attr(node, "direction", graph.opset)
-    if direction not in ("forward", "reverse", "bidirectional"):
-        return f"unknown direction {direction!r}"
-    if int(attr(node, "layout", graph.opset)) not in (0, 1):
-        return f"layout {node.attr('layout')} is not 0 or 1"
+    if (why := recurrent_attrs(node, graph.opset).problem()) is not None:
+        return why
     w = graph.type_of(node.inputs[1])
     if w is None or w.shape is None or len(w.shape) != 3:
         return "W must be a 3-D tensor"
@@ -91,8 +88,8 @@ def recurrent(ctx: NodeContext) -> str:
     op = ctx.node.op_type
     x, w, r = ctx.x(0), ctx.x(1), ctx.x(2)
     T_ = x.ctype
-    layout = int(ctx.attr("layout"))
-    direction = ctx.attr("direction")
+    ra = recurrent_attrs(ctx.node, ctx.graph.opset)
+    layout, direction = ra.layout, ra.direction
     ndir, GH, n_in = w.shape
     H = r.shape[2]
     G = _CELLS[op][0]
