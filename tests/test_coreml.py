@@ -126,7 +126,16 @@ def test_neuralnetwork_layers_are_ane_friendly(tmp_path: Path) -> None:
         ("Mul", "MultiplyBroadcastable"),
         ("Add", "AddBroadcastable"),
     }
-    assert [f["op"] for f in info["fusions"]].count("HardSwish") == 4
+    # HardSwish has no layer: the required decompose_hardswish pass leaves x * SIGMOID_HARD(x)
+    # (layers named after the block's 4 HardSwish nodes; its 2 HardSigmoid nodes are their own)
+    by_name = {layer.name: layer for layer in spec.neuralNetwork.layers}
+    gates = [k for k in by_name if k.endswith("/hsig")]
+    assert len(gates) == 4, sorted(by_name)
+    for k in gates:
+        act = by_name[k].activation
+        assert act.WhichOneof("NonlinearityType") == "sigmoidHard"
+        assert abs(act.sigmoidHard.alpha - 1 / 6) < 1e-7 and act.sigmoidHard.beta == 0.5
+        assert by_name[k.replace("/hsig", "/mul")].WhichOneof("layer") == "multiply"
 
 
 def _elementwise_model() -> onnx.ModelProto:

@@ -35,6 +35,7 @@ from onnx2edge.semantics.activations import (
     Activation,
     as_activation,
     reference,
+    swift_expr,
 )
 
 from conftest import make_model, save, tensor, vi
@@ -215,3 +216,18 @@ def test_fused_ops_have_schemas_and_roundtrip() -> None:
     plain = fused.unfused(node)
     assert (plain.domain, plain.op_type, plain.inputs) == ("", "Conv", ("x", "w"))
     assert dict(plain.attrs) == dict(graph_from_model(m).nodes[0].attrs)
+
+
+def test_mps_swift_renders_the_table_not_a_table_of_its_own() -> None:
+    """MPS's CPU segments render the activation table (`swift_expr`), with no second table:
+    Softplus keeps the table's overflow-free form and a Clip without a bound clamps to the
+    largest finite Float, as C does (issue 32: the old ACT_SWIFT disagreed on both)."""
+    from onnx2edge.backends.mps import cpu
+
+    assert not hasattr(cpu, "ACT_SWIFT")
+    assert not set(cpu.UNARY) & set(ACTIVATIONS), "an activation retyped in mps/cpu.py"
+    soft = swift_expr(Activation("Softplus", 0, 0), "v")
+    assert soft == "((v > 0 ? v + log1pf(expf(-v)) : log1pf(expf(v))))"
+    big = repr(float(np.finfo(np.float32).max))
+    clip = swift_expr(Activation("Clip", -np.inf, 6.0), "v")
+    assert f"v < -{big} ? -{big}" in clip and "infinity" not in clip

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import Onnx2EdgeError
 from ..ir import Graph, Node, TensorType, Value
+from ..semantics.records import reduce_attrs, resize_attrs, softmax_attrs
 from .model_io import load_graph, save_model, to_model, verify_models
 from .rules import Builder, make_attr, register_rule
 
@@ -226,7 +227,7 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
             else:
                 return None
     elif n.op_type in ("Softmax", "LogSoftmax", "Hardmax") and graph.opset >= 13:
-        a = n.attr("axis", -1)
+        a = softmax_attrs(n, graph.opset).axis
         attrs["axis"] = make_attr(p[a % r])
         new_inputs[0] = t.inputs[0]
     elif n.op_type == "Concat":
@@ -239,7 +240,7 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
     elif n.op_type == "Resize" and graph.opset >= 13 and n.attr("axes") is None and r == 4:
         # scales / sizes are per axis: permute them with the data (roi only matters for
         # tf_crop_and_resize, which is left alone)
-        if n.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+        if resize_attrs(n, graph.opset).coordinate_transformation_mode == "tf_crop_and_resize":
             return None
         new_inputs[0] = t.inputs[0]
         for k in (2, 3):
@@ -248,7 +249,7 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
                 if v is None or v.size != r:
                     return None
                 new_inputs[k] = b.const(n, f"nhwc{k}", np.ascontiguousarray(v[list(inv)]))
-    elif n.op_type in _REDUCE and n.attr("keepdims", 1) == 1:
+    elif n.op_type in _REDUCE and reduce_attrs(n, graph.opset).keepdims:
         axes = n.attr("axes")
         if axes is not None:
             attrs["axes"] = make_attr([p[a % r] for a in axes])

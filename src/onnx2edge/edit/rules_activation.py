@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir import Graph
+from ..passes.decompose import decompose_hardswish
 from ..semantics.attrs import attr
 from .rules import Builder, default_domain, float_dtype, register_rule, single_consumer
 
@@ -17,20 +18,13 @@ def _c(dt: np.dtype | None, v: float) -> np.ndarray:
 
 @register_rule("hardswish_decompose", ops=("HardSwish",))
 def hardswish_decompose(graph: Graph) -> Graph:
-    """HardSwish -> x * HardSigmoid(x; alpha=1/6, beta=0.5) (the same formula, exact).
+    """HardSwish -> x * HardSigmoid(x; alpha=1/6, beta=0.5) (the same formula, exact): the
+    pass MPS and Core ML require (passes/decompose.py), offered as a rule for other runtimes.
 
     before:  x -> HardSwish -> y
     after:   x -> HardSigmoid(1/6, 0.5) -> Mul(x, .) -> y
     """
-    b = Builder(graph)
-    for n in graph.nodes:
-        if n.op_type == "HardSwish" and default_domain(n):
-            x = n.inputs[0]
-            hs = b.add(n, "hsig", "HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)
-            b.add(n, "mul", "Mul", [x, hs], output=n.outputs[0])
-        else:
-            b.keep(n)
-    return b.result()
+    return decompose_hardswish(graph)
 
 
 @register_rule("hardswish_fuse", ops=("HardSigmoid", "Mul"))

@@ -94,7 +94,7 @@ def conv_to_gemm(graph: Graph) -> Graph:
             and wv.shape[2:] == (1, 1)
             and attr(n, "group") == 1
             and default_domain(n)
-            and not any(n.attr("pads", [0]) or [0])
+            and not any(n.attr("pads") or ())  # no schema default: zeros
             and attr(n, "auto_pad") in ("NOTSET", "VALID")
             and (len(n.inputs) < 3 or not n.inputs[2] or graph.const(n.inputs[2]) is not None)
         )

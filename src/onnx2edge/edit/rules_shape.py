@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
+from ..semantics.records import reduce_attrs, resize_attrs
 from .rules import Builder, default_domain, register_rule
 
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -99,11 +100,11 @@ def resize_normalize(graph: Graph) -> Graph:
             if n.op_type == "Resize" and default_domain(n) and graph.opset >= 11
             else None
         )
-        ctm = n.attr("coordinate_transformation_mode", "half_pixel")
-        mode, nm = n.attr("mode", "nearest"), n.attr("nearest_mode", "round_prefer_floor")
-        if s is None or n.attr("antialias", 0):
+        if s is None or resize_attrs(n, graph.opset).antialias:
             b.keep(n)
             continue
+        r = resize_attrs(n, graph.opset)
+        ctm, mode, nm = r.coordinate_transformation_mode, r.mode, r.nearest_mode
         attrs = dict(n.attrs)
         if (
             mode == "nearest"
@@ -165,7 +166,7 @@ def reducemean_to_gap(graph: Graph) -> Graph:
         if axes is None or sorted(a % 4 for a in axes) != [2, 3]:
             b.keep(n)
             continue
-        if n.attr("keepdims", 1):
+        if reduce_attrs(n, graph.opset).keepdims:
             b.add(n, "gap", "GlobalAveragePool", [n.inputs[0]], output=n.outputs[0])
         else:
             g = b.add(n, "gap", "GlobalAveragePool", [n.inputs[0]])

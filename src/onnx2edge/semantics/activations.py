@@ -225,7 +225,7 @@ _DEFS = [
             f"{x} * ({x} / 6 + 0.5{F} > 1 ? 1 : ({x} / 6 + 0.5{F} < 0 ? 0 : {x} / 6 + 0.5{F}))"
         ),
         None,
-        None,  # no neuron: MPS composes x * HardSigmoid(x) (mps/ops/neuron.py)
+        None,  # no neuron: MPS requires decompose_hardswish (passes/decompose.py)
         True,
     ),
     ActivationDef(

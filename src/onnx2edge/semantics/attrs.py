@@ -51,6 +51,42 @@ def defaults(op_type: str, opset: int | None = None, domain: str = "") -> Mappin
     return out
 
 
+@cache
+def _history(op_type: str, domain: str) -> tuple[tuple[int, Mapping[str, Any]], ...]:
+    """(since_version, defaults) of every version of the op's schema, oldest first."""
+    out = []
+    for s in onnx.defs.get_all_schemas_with_history():
+        if s.name == op_type and s.domain == domain:
+            out.append((s.since_version, defaults(op_type, s.since_version, domain)))
+    return tuple(sorted(out, key=lambda v: v[0]))
+
+
+def default(op_type: str, name: str, opset: int | None = None, domain: str = "") -> Any:
+    """The schema default of attribute `name` at `opset`; when this version of the op does not
+    declare the attribute at all, the default of the nearest version that does (ONNX adds an
+    attribute with the default that keeps the older behaviour - Cast's saturate, ArgMax's
+    select_last_index, TopK's largest, GatherND's batch_dims, RNN's layout - and removes one
+    whose last default is the newer behaviour - BatchNormalization's spatial, is_test). The
+    exceptions, where the older version meant something else, are spelt out in records.py
+    (Resize-10 / Upsample: asymmetric coordinates). None when no version has a default."""
+    here = defaults(op_type, opset, domain)
+    if name in here:
+        return here[name]
+    try:
+        sch = schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:  # unknown op, or none of its versions is this old
+        sch = None
+    if sch is not None and name in sch.attributes:  # declared without a default: optional
+        return None
+    if sch is not None and any(i.name == name for i in sch.inputs):
+        return None  # became an input (Clip's min / max, Pad's pads): absent means absent
+    v = LATEST if opset is None else int(opset)
+    hist = [(abs(since - v), since < v, d.get(name)) for since, d in _history(op_type, domain)]
+    found = [h for h in hist if h[2] is not None]
+    # nearest version; between an older and a newer one equally near, the older
+    return min(found, key=lambda h: (h[0], not h[1]))[2] if found else None
+
+
 def _domain_opset(node: Node, opset: int | None) -> tuple[str, int | None]:
     """The schema domain and version to read: `opset` is the default domain's; internal ops
     (domain `o2e`) have one version, registered with onnx by fused.py (imported by this
@@ -61,12 +97,13 @@ def _domain_opset(node: Node, opset: int | None) -> tuple[str, int | None]:
 
 
 def attr(node: Node, name: str, opset: int | None = None) -> Any:
-    """The node's attribute `name`, or the schema default; None when neither exists."""
+    """The node's attribute `name`, or the schema default (`default`: the nearest version's
+    when this one does not declare it); None when neither exists."""
     a = node.attrs.get(name)
     if a is not None:
         return text(a.value)
     domain, opset = _domain_opset(node, opset)
-    return defaults(node.op_type, opset, domain).get(name)
+    return default(node.op_type, name, opset, domain)
 
 
 def attrs(node: Node, opset: int | None = None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..ir import Node
+from .attrs import attr
 
 # Gate count per cell and its default activations (ONNX spec: f, g, h for LSTM; f, g for GRU).
 CELLS = {
@@ -42,6 +43,43 @@ ACT_ARGS: dict[str, tuple[bool, float | None, bool, float | None]] = {
 
 
 @dataclass(frozen=True)
+class RecurrentAttrs:
+    """RNN / GRU / LSTM attributes, schema defaults applied (layout before opset 14: 0, the
+    later versions' default; GRU-1's schema spells its default direction 'foward')."""
+
+    direction: str
+    layout: int
+    clip: float | None
+    linear_before_reset: bool  # GRU
+    input_forget: bool  # LSTM
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
+
+    def problem(self) -> str | None:
+        """What the spec does not allow, or None."""
+        if self.direction not in ("forward", "reverse", "bidirectional"):
+            return f"unknown direction {self.direction!r}"
+        if self.layout not in (0, 1):
+            return f"layout {self.layout} is not 0 or 1"
+        return None
+
+
+def recurrent_attrs(node: Node, opset: int | None = None) -> RecurrentAttrs:
+    direction = str(attr(node, "direction", opset))
+    clip = attr(node, "clip", opset)
+    return RecurrentAttrs(
+        direction="forward" if direction == "foward" else direction,
+        layout=int(attr(node, "layout", opset)),
+        clip=None if clip is None else float(clip),
+        linear_before_reset=node.op_type == "GRU"
+        and bool(int(attr(node, "linear_before_reset", opset))),
+        input_forget=node.op_type == "LSTM" and bool(int(attr(node, "input_forget", opset))),
+    )
+
+
+@dataclass(frozen=True)
 class RnnAct:
     name: str  # lower case
     alpha: float = 0.0
@@ -52,7 +90,8 @@ def rnn_activations(node: Node) -> list[RnnAct]:
     """The node's activations, one list per direction concatenated, alpha/beta resolved;
     ValueError names what is wrong."""
     n_act = CELLS[node.op_type][1]
-    ndir = 2 if node.attr("direction", "forward") == "bidirectional" else 1
+    # (also DynamicQuantizeLSTM, which has no onnx schema: absent direction is forward there)
+    ndir = 2 if attr(node, "direction") == "bidirectional" else 1
     names = [str(a) for a in node.attr("activations", list(n_act) * ndir)]
     if ndir == 2 and len(names) == len(n_act):
         names = names * 2

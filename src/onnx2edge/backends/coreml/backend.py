@@ -152,6 +152,7 @@ class CoreMLBackend(Backend):
         "remove_identity",
         "eliminate_dead_nodes",
         "fold_batchnorm",
+        "decompose_hardswish",  # common.DECOMPOSED: no HardSwish layer in either format
     )
 
     def unsupported(self, graph: Graph) -> list[str]:

@@ -8,8 +8,10 @@ from typing import Any
 import numpy as np
 
 from ...ir import Graph, Node
+from ...passes.decompose import decompose_with_origin
 from ...semantics.activations import clip_params
 from ...semantics.attrs import attr, gemm_attrs, ints
+from ...semantics.records import pad_attrs, resize_attrs
 
 FORMATS = ("neuralnetwork", "mlprogram")
 
@@ -84,18 +86,16 @@ def resize_params(graph: Graph, node: Node) -> dict[str, Any]:
         raise Refuse("only 4-D NCHW Resize of H and W is supported")
     if y[2] % x[2] or y[3] % x[3]:
         raise Refuse(f"non-integer scale {x[2:]} -> {y[2:]} is not supported")
-    mode = node.attr("mode", "nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
-    ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
+    r = resize_attrs(node, graph.opset)
+    mode, ctm = r.mode, r.coordinate_transformation_mode
     sh, sw = y[2] // x[2], y[3] // x[3]
     if mode == "nearest":
-        nm = node.attr("nearest_mode", "round_prefer_floor")
-        nm = nm.decode() if isinstance(nm, bytes) else nm
+        nm = r.nearest_mode
         # With an integer factor, asymmetric+floor and half_pixel+round_prefer_floor both
-        # repeat each pixel; other combinations shift the grid.
+        # repeat each pixel (Resize-10's 'simple' rounding is floor when upsampling); other
+        # combinations shift the grid.
         if not (
-            (ctm == "asymmetric" and nm == "floor")
+            (ctm == "asymmetric" and nm in ("floor", "simple"))
             or (
                 ctm == "half_pixel"
                 and nm in ("round_prefer_floor", "round_prefer_ceil")
@@ -113,6 +113,16 @@ def resize_params(graph: Graph, node: Node) -> dict[str, Any]:
             return {"mode": "bilinear", "align_corners": False, "sh": sh, "sw": sw}
         raise Refuse(f"linear Resize with coordinate_transformation_mode={ctm} is not supported")
     raise Refuse(f"Resize mode={mode} is not supported")
+
+
+# Ops neither Core ML format has: the backend requires their decomposition pass (listed in
+# CoreMLBackend.required_passes) and judges them per node by their parts (node_reasons).
+DECOMPOSED = ("HardSwish",)
+
+
+def decomposed(graph: Graph) -> tuple[Graph, dict[str, str]]:
+    """`graph` with DECOMPOSED ops decomposed, and new node name -> original node name."""
+    return decompose_with_origin(graph, DECOMPOSED)
 
 
 def clip_bounds(graph: Graph, node: Node) -> tuple[float, float]:
@@ -166,7 +176,7 @@ def deconv_crop(n: Node, geo: dict[str, Any]) -> tuple[int, int, int, int]:
     the end, so the end crop is pads[end] - output_padding. Only output_padding <= pads[end]
     is expressible as a crop (the common k=3, s=2, p=1, output_padding=1 upsampler is)."""
     t, left, b, r = geo["pads"]
-    op_h, op_w = (int(v) for v in n.attr("output_padding", [0, 0]))
+    op_h, op_w = ints(n, "output_padding", 2, 0)  # no schema default: the spec says zeros
     if op_h > b or op_w > r:
         raise Refuse("ConvTranspose with output_padding larger than its end pads is not supported")
     if n.attr("output_shape") is not None:
@@ -174,15 +184,14 @@ def deconv_crop(n: Node, geo: dict[str, Any]) -> tuple[int, int, int, int]:
     return t, b - op_h, left, r - op_w
 
 
-def pad_mode(n: Node) -> str:
-    mode = n.attr("mode", "constant")
-    return mode.decode() if isinstance(mode, bytes) else str(mode)
+def pad_mode(g: Graph, n: Node) -> str:
+    return pad_attrs(n, g.opset).mode
 
 
 def pad_amounts(g: Graph, n: Node) -> tuple[int, int, int, int]:
     """(top, bottom, left, right) of a 4-D Pad that pads H and W only."""
     if g.opset < 11:
-        pads = [int(v) for v in n.attr("pads")]
+        pads = list(pad_attrs(n, g.opset).pads or ())
     else:
         pads = [int(v) for v in const(g, n, 1, "Pad's pads").reshape(-1)]
         if len(n.inputs) > 3 and n.inputs[3]:
@@ -199,7 +208,7 @@ def pad_amounts(g: Graph, n: Node) -> tuple[int, int, int, int]:
 
 def pad_value(g: Graph, n: Node) -> float:
     if g.opset < 11:
-        return float(n.attr("value", 0.0))
+        return float(pad_attrs(n, g.opset).value)  # type: ignore[arg-type]  # set before 11
     v = opt_const(g, n, 2)
     if len(n.inputs) > 2 and n.inputs[2] and v is None:
         raise Refuse("Pad's constant_value must be a constant")

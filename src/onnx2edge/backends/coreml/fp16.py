@@ -38,7 +38,7 @@ def coreml_float16_as_float(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.op_type == "Cast" and n.domain in ("", "ai.onnx"):
             src = graph.type_of(n.inputs[0])
-            if int(n.attr("to", 0)) in _FLOATS and src is not None and src.elem_type in _FLOATS:
+            if int(n.attr("to")) in _FLOATS and src is not None and src.elem_type in _FLOATS:
                 n = n.replace(op_type="Identity", attrs={})
         nodes.append(n)
     values = {k: Value(v.name, _widen(v.type)) for k, v in graph.values.items()}

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
+from ...semantics.records import reduce_attrs, softmax_attrs
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -24,6 +25,7 @@ from .common import (
     clip_bounds,
     const,
     conv_geometry,
+    decomposed,
     deconv_crop,
     float_tensor,
     gemm_weights,
@@ -110,7 +112,6 @@ _UNARY = {
     "LeakyRelu",
     "Elu",
     "HardSigmoid",
-    "HardSwish",
 )
 def _act(c: _Ctx, n: Node, mb: Any) -> None:
     x, nm = c.x(n.inputs[0]), c.out(n)
@@ -120,22 +121,14 @@ def _act(c: _Ctx, n: Node, mb: Any) -> None:
         c.set(n, mb.leaky_relu(x=x, alpha=float(attr(n, "alpha")), name=nm))
     elif n.op_type == "Elu":
         c.set(n, mb.elu(x=x, alpha=float(attr(n, "alpha")), name=nm))
-    elif n.op_type == "HardSigmoid":
+    else:  # HardSigmoid (HardSwish: decomposed into it, passes/decompose.py)
         a, b = float(attr(n, "alpha")), float(attr(n, "beta"))
         c.set(n, mb.sigmoid_hard(x=x, alpha=a, beta=b, name=nm))
-    else:  # HardSwish: no MIL op; x * sigmoid_hard(x; 1/6, 1/2)
-        t = mb.sigmoid_hard(x=x, alpha=1.0 / 6.0, beta=0.5, name=f"{nm}_hsig")
-        c.lowered.layers.append("sigmoid_hard")
-        c.set(n, mb.mul(x=x, y=t, name=nm))
-        c.lowered.fusions.append(
-            {"node": n.name, "op": "HardSwish", "emitted": ["sigmoid_hard", "mul"]}
-        )
 
 
 @_op("Gelu")
 def _gelu(c: _Ctx, n: Node, mb: Any) -> None:
-    approx = n.attr("approximate", "none")
-    approx = approx.decode() if isinstance(approx, bytes) else approx
+    approx = attr(n, "approximate", c.graph.opset)
     mode = {"none": "EXACT", "tanh": "TANH_APPROXIMATION"}.get(approx)
     if mode is None:
         raise Refuse(f"Gelu approximate='{approx}' is not supported")
@@ -157,7 +150,7 @@ def _mish(c: _Ctx, n: Node, mb: Any) -> None:
 def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(n.attr("axis", -1)) % rank
+    axis = int(attr(n, "axis", g.opset)) % rank
     if any(o for o in n.outputs[1:]):
         raise Refuse("LayerNormalization's mean / inv_std_dev outputs are not supported")
     tail = static_shape(g, n.inputs[0])[axis:]
@@ -173,7 +166,7 @@ def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
         mb.layer_norm(
             x=c.x(n.inputs[0]),
             axes=list(range(axis, rank)),
-            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            epsilon=np.float32(attr(n, "epsilon", g.opset)),
             name=c.out(n),
             **kw,
         ),
@@ -259,7 +252,7 @@ def _deconv(c: _Ctx, n: Node, mb: Any) -> None:
 @_op("Pad")
 def _pad(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
-    mode = pad_mode(n)
+    mode = pad_mode(g, n)
     modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
     if mode not in modes:
         raise Refuse(f"Pad mode '{mode}' is not supported")
@@ -287,7 +280,7 @@ def _instancenorm(c: _Ctx, n: Node, mb: Any) -> None:
             x=c.x(n.inputs[0]),
             gamma=const(g, n, 1, "scale").astype(np.float32).reshape(-1),
             beta=const(g, n, 2, "bias").astype(np.float32).reshape(-1),
-            epsilon=np.float32(n.attr("epsilon", 1e-5)),
+            epsilon=np.float32(attr(n, "epsilon", g.opset)),
             name=c.out(n),
         ),
     )
@@ -418,10 +411,10 @@ def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
         if axes_v is None and len(n.inputs) > 1 and n.inputs[1]:
             axes_v = const(g, n, 1, "axes")
         if axes_v is None or len(axes_v) == 0:
-            if n.attr("noop_with_empty_axes", 0):
+            if reduce_attrs(n, g.opset).noop_with_empty_axes:
                 raise Refuse("noop_with_empty_axes=1 is not supported")
             axes_v = range(rank)
-        axes, keep = sorted(int(a) % rank for a in axes_v), bool(n.attr("keepdims", 1))
+        axes, keep = sorted(int(a) % rank for a in axes_v), reduce_attrs(n, g.opset).keepdims
     fn = {
         "Mean": mb.reduce_mean,
         "Max": mb.reduce_max,
@@ -457,7 +450,7 @@ def _concat(c: _Ctx, n: Node, mb: Any) -> None:
 def _split(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     xs = static_shape(g, n.inputs[0])
-    axis = int(n.attr("axis", 0)) % len(xs)
+    axis = int(attr(n, "axis", g.opset)) % len(xs)
     sizes = [static_shape(g, o)[axis] for o in n.outputs]
     vs = mb.split(
         x=c.x(n.inputs[0]), split_sizes=np.array(sizes, np.int32), axis=axis, name=c.out(n)
@@ -506,7 +499,7 @@ def _gather(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     idx = const(g, n, 1, "Gather's indices")
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(n.attr("axis", 0)) % rank
+    axis = int(attr(n, "axis", g.opset)) % rank
     size = static_shape(g, n.inputs[0])[axis]
     # ONNX allows negative indices; MIL's gather doc does not promise to: normalise them.
     idx = np.where(idx < 0, idx + size, idx).astype(np.int32)
@@ -517,8 +510,9 @@ def _gather(c: _Ctx, n: Node, mb: Any) -> None:
 def _softmax(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(n.attr("axis", -1 if g.opset >= 13 else 1)) % rank
-    if g.opset < 13 and axis != rank - 1:
+    sm = softmax_attrs(n, g.opset)
+    axis = sm.axis % rank
+    if sm.flattens and axis != rank - 1:
         raise Refuse("opset < 13 Softmax flattens trailing axes; only the last axis is supported")
     c.set(n, mb.softmax(x=c.x(n.inputs[0]), axis=axis, name=c.out(n)))
 
@@ -726,11 +720,12 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
 
 def node_reasons(graph: Graph) -> dict[str, str]:
     """node name -> why the mlprogram emitter refuses it (absent when it is emitted)."""
+    graph, origin = decomposed(graph)  # a decomposed op is judged by its parts
     _, lines, _ = build_program(graph, collect=True)
     out: dict[str, str] = {}
     names = sorted((n.name for n in graph.nodes), key=len, reverse=True)
     for line in lines:
         name = next((m for m in names if line.startswith(f"{m} (")), None)
         if name is not None:
-            out[name] = line.split("): ", 1)[-1]
+            out.setdefault(origin.get(name, name), line.split("): ", 1)[-1])
     return out

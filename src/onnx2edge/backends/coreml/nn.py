@@ -21,6 +21,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
+from ...semantics.records import softmax_attrs
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -28,6 +29,7 @@ from .common import (
     clip_bounds,
     const,
     conv_geometry,
+    decomposed,
     deconv_crop,
     float_tensor,
     gemm_weights,
@@ -102,21 +104,6 @@ def _activation(c: _Ctx, n: Node) -> None:
         ab = [float(attr(n, "alpha")), float(attr(n, "beta"))]
         c.b.add_activation(n.name, "SIGMOID_HARD", x, y, params=ab)
     c.layer("activation")
-
-
-@_op("HardSwish")
-def _hardswish(c: _Ctx, n: Node) -> None:
-    # No hard-swish layer in NeuralNetwork.proto: x * SIGMOID_HARD(x; 1/6, 1/2).
-    x, y = n.inputs[0], n.outputs[0]
-    chw(c.graph, x)
-    t = c.tmp(y)
-    c.b.add_activation(c.tmp(n.name), "SIGMOID_HARD", x, t, params=[1.0 / 6.0, 0.5])
-    c.b.add_elementwise(n.name, [x, t], y, "MULTIPLY")
-    c.layer("activation")
-    c.layer("multiply")
-    c.lowered.fusions.append(
-        {"node": n.name, "op": "HardSwish", "emitted": ["activation SIGMOID_HARD", "multiply"]}
-    )
 
 
 @_op("Clip")
@@ -221,7 +208,7 @@ _NN_PAD = {"constant": "constant", "reflect": "reflection", "edge": "replication
 @_op("Pad")
 def _pad(c: _Ctx, n: Node) -> None:
     g = c.graph
-    mode = pad_mode(n)
+    mode = pad_mode(g, n)
     if mode not in _NN_PAD:
         raise Refuse(f"Pad mode '{mode}' is not supported")
     t, b, left, r = pad_amounts(g, n)
@@ -264,7 +251,7 @@ def _instancenorm(c: _Ctx, n: Node) -> None:
         n.outputs[0],
         compute_mean_var=True,
         instance_normalization=True,
-        epsilon=float(n.attr("epsilon", 1e-5)),
+        epsilon=float(attr(n, "epsilon", c.graph.opset)),
     )
     c.layer("batchnorm(instance)")
 
@@ -417,10 +404,11 @@ def _concat(c: _Ctx, n: Node) -> None:
 def _softmax(c: _Ctx, n: Node) -> None:
     g = c.graph
     s = static_shape(g, n.inputs[0])
-    axis = int(n.attr("axis", -1 if g.opset >= 13 else 1)) % len(s)
+    sm = softmax_attrs(n, g.opset)
+    axis = sm.axis % len(s)
     chw(g, n.inputs[0])
     spatial_one = len(s) == 2 or s[2] == s[3] == 1
-    if not (axis == 1 and (spatial_one or g.opset >= 13)):
+    if not (axis == 1 and (spatial_one or not sm.flattens)):
         raise Refuse("only softmax over channels is supported")
     c.b.add_softmax(n.name, n.inputs[0], n.outputs[0])
     c.layer("softmax")
@@ -476,7 +464,7 @@ def _split(c: _Ctx, n: Node) -> None:
     # SplitLayerParams: equal parts along the channel axis (-3), a Core ML 2 layer.
     g = c.graph
     chw(g, n.inputs[0])
-    if _channel_axis(g, n.inputs[0], int(n.attr("axis", 0))) != "channel":
+    if _channel_axis(g, n.inputs[0], int(attr(n, "axis", g.opset))) != "channel":
         raise Refuse("only channel splits (axis 1) map onto the Split layer")
     sizes = {static_shape(g, o)[1] for o in n.outputs if o}
     if len(sizes) != 1 or not all(n.outputs):
@@ -749,6 +737,7 @@ class _Sink:
 def node_reasons(graph: Graph) -> tuple[dict[str, str], Lowered]:
     """node name -> why the neuralnetwork emitter refuses it (absent when it is emitted),
     plus the replacements the emitter would apply."""
+    graph, origin = decomposed(graph)  # a decomposed op is judged by its parts
     ctx = _Ctx(graph, _Sink())
     out: dict[str, str] = {}
     for n in graph.nodes:
@@ -758,5 +747,5 @@ def node_reasons(graph: Graph) -> tuple[dict[str, str], Lowered]:
                 raise Refuse("no Core ML NeuralNetwork layer for this op in onnx2edge")
             fn(ctx, n)
         except Refuse as e:
-            out[n.name] = str(e)
+            out.setdefault(origin.get(n.name, n.name), str(e))
     return out, ctx.lowered

@@ -22,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir import Graph, Node
+from ...semantics.attrs import ints
+from ...semantics.records import resize_attrs
 from . import mil, nn
 
 SEED004 = "seed 004 (notes on hollance/neural-engine), /work/shared/seeds/004_e6bbb67fd8c84463.txt"
@@ -187,7 +189,7 @@ def _ane_rule(
             None,
             HOLLANCE,
         )
-    if op in ("Conv", "ConvTranspose") and any(int(d) != 1 for d in n.attr("dilations", [1])):
+    if op in ("Conv", "ConvTranspose") and any(int(d) != 1 for d in n.attr("dilations") or ()):
         return (
             "unsupported",
             "gpu",
@@ -203,8 +205,8 @@ def _ane_rule(
             x = _shape(graph, n.inputs[0])
             k, s = (list(x[2:]) if x else [1]), [1]
         else:
-            k = [int(v) for v in n.attr("kernel_shape", [1])]
-            s = [int(v) for v in n.attr("strides", [1] * len(k))]
+            k = [int(v) for v in n.attr("kernel_shape")]  # required
+            s = list(ints(n, "strides", len(k), 1))  # no schema default: 1 per axis
         if max(k) > 13 or max(s) > 2:
             return (
                 "unsupported",
@@ -218,8 +220,7 @@ def _ane_rule(
     if op in RESIZE:
         x, y = _shape(graph, n.inputs[0]), _shape(graph, n.outputs[0])
         if x and y and len(x) == 4 and (y[2] > 2 * x[2] or y[3] > 2 * x[3]):
-            mode = n.attr("mode", "nearest")
-            mode = mode.decode() if isinstance(mode, bytes) else mode
+            mode = resize_attrs(n, graph.opset).mode
             rule = (
                 "successive upsamplings by at most 2x each (exact for integer nearest)"
                 if mode == "nearest"
@@ -266,8 +267,7 @@ def _ane_rule(
             f"{HOLLANCE}; {VALIDATOR}",
         )
     if op in RESIZE and n.name not in nn_why:
-        mode = n.attr("mode", "nearest")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = resize_attrs(n, graph.opset).mode
         valid = (
             "; a bilinear upsample's linearUpsampleMode is from specification version 5 "
             "(iOS 14), valid only with the exact array mapping, which --format "

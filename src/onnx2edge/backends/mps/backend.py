@@ -75,6 +75,7 @@ class MPSBackend(Backend):
         "remove_identity",
         "eliminate_dead_nodes",
         "fold_batchnorm",
+        "decompose_hardswish",  # no HardSwish neuron: x * HardSigmoid(x), two MPSNN nodes
         "fuse_activation_mps",
     )
 

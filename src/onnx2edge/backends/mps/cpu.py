@@ -24,7 +24,8 @@ from ...semantics.activations import ACTIVATIONS, as_activation, swift_expr
 from ...semantics.attrs import attr, gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual, unfused
-from ...semantics.rnn import CELLS, rnn_act_expr, rnn_activations
+from ...semantics.records import resize_attrs
+from ...semantics.rnn import CELLS, recurrent_attrs, rnn_act_expr, rnn_activations
 from .core import _reduce_axes, swift_float
 
 if TYPE_CHECKING:
@@ -318,17 +319,14 @@ def _resize(lw: Lowering, node: Node) -> None:
     if len(shape) < 2 or shape[:-2] != out[:-2]:
         raise CPURefuse("resize of axes other than the last two")
 
-    def s(name: str) -> str:  # the schema supplies every default (Resize-11+, Upsample mode)
-        return str(attr(node, name, lw.g.opset))
-
-    mode = s("mode")
-    if mode not in ("nearest", "linear", "bilinear") or attr(node, "antialias", lw.g.opset):
+    r = resize_attrs(node, lw.g.opset)  # the schema's defaults, Resize-10 / Upsample legacy
+    mode = r.mode
+    if mode not in ("nearest", "linear", "bilinear") or r.antialias:
         raise CPURefuse(f"resize mode '{mode}'")
-    new = node.op_type == "Resize" and lw.g.opset >= 11
-    transform = s("coordinate_transformation_mode") if new else "asymmetric"
+    transform = r.coordinate_transformation_mode
     if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
         raise CPURefuse(f"coordinate_transformation_mode '{transform}'")
-    nearest = s("nearest_mode") if new else "floor"
+    nearest = "floor" if r.legacy else r.nearest_mode  # 'simple' is floor when upsampling
     x = lw.cpu_in(node.inputs[0])
     linear = "false" if mode == "nearest" else "true"
     lw.cpu_out(
@@ -554,10 +552,10 @@ def _recurrent(lw: Lowering, node: Node) -> None:
     op = node.op_type
     if _dtype(lw, node.inputs[0]) != np.float32:
         raise CPURefuse(f"{op} on {_dtype(lw, node.inputs[0])} (float32 only)")
-    direction = str(node.attr("direction", "forward"))
+    ra = recurrent_attrs(node, lw.g.opset)
+    direction, layout = ra.direction, ra.layout
     if direction not in ("forward", "reverse", "bidirectional"):
         raise CPURefuse(f"direction '{direction}'")
-    layout = int(node.attr("layout", 0))  # RNN before opset 14 has no default: 0 is its meaning
     try:
         acts = rnn_activations(node)
     except ValueError as e:
@@ -578,8 +576,8 @@ def _recurrent(lw: Lowering, node: Node) -> None:
     x, w, r = (lw.cpu_in(i) for i in node.inputs[:3])
     b, seq, h0 = _opt_in(lw, node, 3), _opt_in(lw, node, 4), _opt_in(lw, node, 5)
     c0, p = (_opt_in(lw, node, 6), _opt_in(lw, node, 7)) if op == "LSTM" else ("nil", "nil")
-    lbr = "true" if op == "GRU" and int(node.attr("linear_before_reset", 0)) else "false"
-    forget = "true" if op == "LSTM" and int(node.attr("input_forget", 0)) else "false"
+    lbr = "true" if ra.linear_before_reset else "false"
+    forget = "true" if ra.input_forget else "false"
     acts_swift = "[" + ", ".join(per_dir) + "]"
     _tuple_out(
         lw,

@@ -17,8 +17,10 @@ so it stays true to the code.
    NodeContext (emitter.py): ctx.x(i) / ctx.y(i) are the input / output Tensors (.sym the C
    pointer, .shape, .size, .ctype, .dtype), ctx.has_input(i) for optional inputs, ctx.const(i)
    an input's value when it is known at conversion time, ctx.attr(name) an attribute
-   (absent: the ONNX schema's default, read from onnx.defs; pass a default only where the
-   schema has none or the op has no onnx schema, and say why), ctx.helper(name, code) a static C function added once,
+   (absent: the ONNX schema's default, read from onnx.defs - the nearest version's where this
+   opset lacks the attribute; an attribute whose meaning changes with the opset has a record in
+   semantics/records.py; a literal default only where no schema has one, allow-listed with its
+   reason in tests/test_c_attr_defaults.py), ctx.helper(name, code) a static C function added once,
    ctx.scratch(nbytes, ctype) arena memory for this node only, ctx.weight(hint, array) a
    derived constant (repacked weights), ctx.kernel(name) records the kernel chosen. Shapes are
    static, so loop bounds are constants; the code must be C99 that compiles under

@@ -12,6 +12,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....semantics.activations import vm
+from ....semantics.attrs import attr
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import broadcast_strides
@@ -95,13 +96,12 @@ def attention(ctx: NodeContext) -> str:
     L = P + Sk
     reps = Hq // Hkv if Hq % Hkv == 0 else 1
     is_causal = int(ctx.attr("is_causal"))
-    # kept: Attention before opset 25 has no left_window_size default; this is its meaning there |
-    # kept: Attention before opset 25 has no right_window_size default; this is its meaning there
-    left, right = int(ctx.attr("left_window_size", -1)), int(ctx.attr("right_window_size", -1))
+    left, right = int(ctx.attr("left_window_size")), int(ctx.attr("right_window_size"))
     softcap = float(ctx.attr("softcap"))
     mode = int(ctx.attr("qk_matmul_output_mode"))
-    # softmax_precision has no schema default: this is the value the spec's text gives
-    A = _PRECISION.get(int(ctx.attr("softmax_precision", 0)), T)  # softmax arithmetic type
+    # softmax_precision has no schema default: absent, the spec's text says the input's type
+    sp = ctx.attr("softmax_precision")
+    A = T if sp is None else _PRECISION.get(int(sp), T)  # softmax arithmetic type
     scale = ctx.attr("scale")
     scale = 1 / np.sqrt(Dk) if scale is None else float(scale)
     sqrt_scale = _lit(float(np.dtype(q.dtype).type(np.sqrt(scale))), T)
@@ -296,7 +296,7 @@ def _linear_attention_check(node: Node, graph: Graph) -> str | None:
         return (
             f"LinearAttention on {t.dtype.name if t else 'unknown'} is not supported (float32 only)"
         )
-    rule = node.attr("update_rule", "gated_delta")
+    rule = attr(node, "update_rule", graph.opset)
     if rule not in ("linear", "gated", "delta", "gated_delta"):
         return f"unknown update_rule {rule!r}"
     gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")

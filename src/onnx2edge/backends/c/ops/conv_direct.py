@@ -34,10 +34,12 @@ that vectorises, where libm's tanhf (16 ms at 480x640x3) would cost most of the 
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 
 from ....semantics.activations import Activation
+from ....semantics.conv_geometry import ConvGeometry
 from ..emitter import NodeContext
 from . import pool2d
 from .common import act_expr
@@ -199,31 +201,35 @@ static inline float o2e_dconv_tanh(float x)
 """
 
 
+@dataclass(frozen=True)
 class _Geom:
-    """The compile-time geometry of one convolution (one image)."""
+    """One image's convolution geometry under the short names the kernel text uses: a view of
+    the node's ConvGeometry (semantics/conv_geometry.py), not a second copy of it."""
 
-    def __init__(
-        self,
-        C: int,
-        H: int,
-        W: int,
-        M: int,
-        OH: int,
-        OW: int,
-        kh: int,
-        kw: int,
-        dh: int,
-        dw: int,
-        pt: int,
-        pl: int,
-        res: bool,
-    ) -> None:
-        self.C, self.H, self.W, self.M, self.OH, self.OW = C, H, W, M, OH, OW
-        self.kh, self.kw, self.dh, self.dw, self.pt, self.pl = kh, kw, dh, dw, pt, pl
-        self.res = res  # a residual starts each sum (read right before y is written there)
-        # output columns whose taps all lie inside the input: [owa, owb)
-        self.owa = min(pl, OW)
-        self.owb = max(self.owa, min(OW, W + pl - (kw - 1) * dw))
+    geo: ConvGeometry
+    res: bool  # a residual starts each sum (read right before y is written there)
+
+    C = property(lambda g: g.geo.in_channels)
+    M = property(lambda g: g.geo.out_channels)
+    H = property(lambda g: g.geo.in_spatial[0])
+    W = property(lambda g: g.geo.in_spatial[1])
+    OH = property(lambda g: g.geo.out_spatial[0])
+    OW = property(lambda g: g.geo.out_spatial[1])
+    kh = property(lambda g: g.geo.kernel[0])
+    kw = property(lambda g: g.geo.kernel[1])
+    dh = property(lambda g: g.geo.dilations[0])
+    dw = property(lambda g: g.geo.dilations[1])
+    pt = property(lambda g: g.geo.pads_begin[0])
+    pl = property(lambda g: g.geo.pads_begin[1])
+
+    @property
+    def owa(self) -> int:
+        """Output columns whose taps all lie inside the input are [owa, owb)."""
+        return min(self.pl, self.OW)
+
+    @property
+    def owb(self) -> int:
+        return max(self.owa, min(self.OW, self.W + self.pl - (self.kw - 1) * self.dw))
 
 
 def _block(g: _Geom, isa: str, MB: int, VB: int, masked: bool, name: str) -> str:
@@ -421,13 +427,13 @@ static void NAME(void *arg, int r0, int r1)
 
 
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
-    x, w, y, ks, dl, pads, bias = spec.x, spec.w, spec.y, spec.ks, spec.dl, spec.pads, spec.bias
+    x, w, y, ks, bias = spec.x, spec.w, spec.y, spec.ks, spec.bias
     N, C, H, W = x.shape
     M = w.shape[0]
     OH, OW = y.shape[2:]
     kh, kw = ks
     residual = spec.residual
-    g = _Geom(C, H, W, M, OH, OW, kh, kw, dl[0], dl[1], pads[0], pads[1], residual)
+    g = _Geom(spec.geom, residual)
     wc = ctx.const(1).astype(np.float32)
     # [pass][c][i][j][m]: the weights of one block, in the order the block reads them
     blocks, m0 = [], 0

@@ -10,6 +10,7 @@ the ONNX reference (torchvision's deform_conv2d) lays them out. Accumulated in d
 from __future__ import annotations
 
 from ....ir import Graph, Node
+from ....semantics.conv_geometry import conv_geometry
 from ..emitter import NodeContext
 from . import register_op
 
@@ -52,12 +53,8 @@ def deform_conv(ctx: NodeContext) -> str:
     _, _, oh, ow = y.shape
     group = int(ctx.attr("group"))
     og = int(ctx.attr("offset_group"))
-    # strides has no schema default: this is the value the spec's text gives
-    sh, sw = (int(v) for v in ctx.attr("strides", [1, 1]))
-    # dilations has no schema default: this is the value the spec's text gives
-    dh, dw = (int(v) for v in ctx.attr("dilations", [1, 1]))
-    # pads has no schema default: this is the value the spec's text gives
-    pt, pl = (int(v) for v in ctx.attr("pads", [0, 0, 0, 0])[:2])
+    geo = conv_geometry(ctx.node, x.shape, wt.shape, y.shape, ctx.graph.opset)
+    (sh, sw), (dh, dw), (pt, pl) = geo.strides, geo.dilations, geo.pads_begin
     ocg, icog = oc // group, ic // og
     bias = f"(double){ctx.x(3).sym}[o]" if ctx.has_input(3) else "0.0"
     hw = oh * ow

@@ -238,7 +238,7 @@ def _int_binary(op: str, ct: str, signed: bool, bits: int, node: Node) -> str:
     if op == "Mod":
         if not signed:
             return "b == 0 ? 0 : a % b"
-        if int(node.attr("fmod", 0)):  # C remainder: the sign of the dividend (numpy.fmod)
+        if int(attr(node, "fmod")):  # C remainder: the sign of the dividend (numpy.fmod)
             return "b == 0 || b == -1 ? 0 : a % b"
         # the sign of the divisor, as Python and numpy.mod (ONNX spec)
         return "b == 0 || b == -1 ? 0 : ((a % b) != 0 && ((a % b) < 0) != (b < 0) ? (a % b) + b : a % b)"
@@ -262,7 +262,7 @@ def _float_binary(op: str, ct: str, node: Node) -> str:
     if op in ("Add", "Sub", "Mul", "Div"):
         return "a " + {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}[op] + " b"
     if op == "Mod":
-        if int(node.attr("fmod", 0)):
+        if int(attr(node, "fmod")):
             return f"fmod{F}(a, b)"
         # numpy.mod: fmod, moved to the divisor's sign; a zero result takes the divisor's sign
         need_r = f"fmod{F}(a, b)"
@@ -389,7 +389,7 @@ def clip(ctx: NodeContext) -> str:
     ops = [t]
     if ctx.graph.opset < 11:
         # None, not Clip-6's schema default +-FLT_MAX: an absent bound emits no clamp at all
-        lo, hi = ctx.attr("min", None), ctx.attr("max", None)
+        lo, hi = ctx.node.attr("min"), ctx.node.attr("max")
         lo = None if lo is None else _lit(ct, lo)
         hi = None if hi is None else _lit(ct, hi)
     else:
@@ -423,10 +423,8 @@ def cast(ctx: NodeContext) -> str:
     src, out = ctx.x(0), ctx.y(0)
     if np.dtype(src.dtype) == np.dtype(out.dtype):
         return elementwise(ctx, [src], out, "a")
-    # kept: Cast before opset 19 has no saturate default; this is its meaning there
-    saturate = bool(int(ctx.attr("saturate", 1)))
-    # kept: Cast before opset 24 has no round_mode default; this is its meaning there
-    round_mode = ctx.attr("round_mode", "up")
+    saturate = bool(int(ctx.attr("saturate")))  # before opset 19: 19's default (attrs.default)
+    round_mode = ctx.attr("round_mode")
     if isinstance(round_mode, bytes):
         round_mode = round_mode.decode()
     sct = _ctype(src)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.records import scatter_reduction
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import norm_axis, strides
@@ -74,8 +75,7 @@ def gather_nd(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    # kept: GatherND before opset 12 has no batch_dims default; this is its meaning there
-    b = int(ctx.attr("batch_dims", 0))
+    b = int(ctx.attr("batch_dims"))
     m = idx.shape[-1]
     batches = int(np.prod(x.shape[:b]))
     tuples = int(np.prod(idx.shape[b:-1]))
@@ -122,7 +122,7 @@ def _reduce(ctx: NodeContext, dtype: np.dtype, reduction: str, dst: str, upd: st
 
 
 def _scatter_check(node: Node, graph: Graph) -> str | None:
-    red = node.attr("reduction", "none")
+    red = scatter_reduction(node, graph.opset)
     if red not in ("none", "add", "mul", "max", "min"):
         return f"{node.op_type} reduction '{red}' is not in the ONNX spec"
     return None
@@ -144,7 +144,11 @@ def scatter_elements(ctx: NodeContext) -> str:
         return code or "/* empty */"
     # kept: ScatterElements before opset 16 has no reduction default; this is its meaning there
     reduce = _reduce(
-        ctx, y.dtype, ctx.attr("reduction", "none"), f"{y.sym}[p + k * {ys[axis]}]", f"{upd.sym}[o]"
+        ctx,
+        y.dtype,
+        scatter_reduction(ctx.node, ctx.graph.opset),
+        f"{y.sym}[p + k * {ys[axis]}]",
+        f"{upd.sym}[o]",
     )
     stmt = (
         f"{{ int64_t k = (int64_t){idx.sym}[o]; if (k < 0) k += {y.shape[axis]}; {reduce} ++o; }}"
@@ -174,7 +178,7 @@ def scatter_nd(ctx: NodeContext) -> str:
     reduce = _reduce(
         ctx,
         y.dtype,
-        ctx.attr("reduction", "none"),
+        scatter_reduction(ctx.node, ctx.graph.opset),
         f"{y.sym}[off + (int64_t)e]",
         f"{upd.sym}[t * {inner} + e]",
     )
@@ -230,8 +234,7 @@ def compress(ctx: NodeContext) -> str:
     x, cond, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    # axis has no schema default: this is the value the spec's text gives
-    axis_attr = ctx.attr("axis", None)
+    axis_attr = ctx.attr("axis")  # no schema default: absent, the flattened input
     if axis_attr is None:
         outer, n, inner, m = 1, x.size, 1, y.size
     else:
@@ -353,8 +356,7 @@ def range_(ctx: NodeContext) -> str:
     if y.size == 0:
         return "/* empty */"
     if is_storage(y.dtype):
-        # kept: Range before opset 27 has no stash_type default; this is its meaning there
-        ct = "double" if int(ctx.attr("stash_type", 1)) == 11 else compute_ctype(y.dtype)
+        ct = "double" if int(ctx.attr("stash_type")) == 11 else compute_ctype(y.dtype)
         a = load_expr(ctx, y.dtype, f"{start.sym}[0]")
         d = load_expr(ctx, y.dtype, f"{delta.sym}[0]")
         expr = store_expr(ctx, y.dtype, f"({ct}){a} + ({ct})i * ({ct}){d}", src=ct)
@@ -384,8 +386,7 @@ def constant_of_shape(ctx: NodeContext) -> str:
     y = ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    # value has no schema default: this is the value the spec's text gives
-    v = ctx.attr("value", None)
+    v = ctx.attr("value")  # no schema default: absent, a float 0 (below)
     value = np.asarray(v).reshape(-1)[0].item() if v is not None and np.asarray(v).size else 0
     if value == 0 and not (isinstance(value, float) and np.signbit(value)):
         return f"memset({y.sym}, 0, {y.nbytes});"

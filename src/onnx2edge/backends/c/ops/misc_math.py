@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import attr
 from ..emitter import NodeContext, Tensor
 from . import register_op
 from .checks import float_input
@@ -170,7 +171,7 @@ def det(ctx: NodeContext) -> str:
 def _loss_check(node: Node, graph: Graph) -> str | None:
     if (why := float_input(node, graph)) is not None:
         return why
-    if str(node.attr("reduction", "mean")) not in ("none", "sum", "mean"):
+    if str(attr(node, "reduction", graph.opset)) not in ("none", "sum", "mean"):
         return f"{node.op_type} reduction {node.attr('reduction')!r} is not defined"
     t = graph.type_of(node.inputs[0])
     if t is not None and t.shape is not None and len(t.shape) < 2:

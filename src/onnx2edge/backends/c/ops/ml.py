@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import attr
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import elementwise
@@ -29,7 +30,7 @@ def binarizer(ctx: NodeContext) -> str:
     reference; onnxruntime refuses NaN input)."""
     x = ctx.x(0)
     # no onnx schema here (another domain): threshold's default is spelled out
-    th = c_literal(float(ctx.attr("threshold", 0.0)), x.dtype if x.dtype.kind == "f" else "float64")
+    th = c_literal(float(ctx.attr("threshold")), x.dtype if x.dtype.kind == "f" else "float64")
     return elementwise(ctx, [x], ctx.y(0), f"a > {th} ? 1 : 0")
 
 
@@ -69,9 +70,9 @@ def _tree_check(node: Node, graph: Graph) -> str | None:
         return "TreeEnsemble takes float32 or float64 features"
     if len(graph.shape_of(node.inputs[0])) != 2:
         return "TreeEnsemble takes [N, features]"
-    if int(node.attr("post_transform", 0)) != 0:
+    if int(attr(node, "post_transform", graph.opset)) != 0:
         return "TreeEnsemble post_transform other than NONE is not supported"
-    if int(node.attr("aggregate_function", 1)) not in (0, 1, 2, 3):
+    if int(attr(node, "aggregate_function", graph.opset)) not in (0, 1, 2, 3):
         return "TreeEnsemble aggregate_function must be AVERAGE, SUM, MIN or MAX"
     return None
 
@@ -118,7 +119,7 @@ def tree_ensemble(ctx: NodeContext) -> str:
     wts = [float(v) for v in np.asarray(ctx.attr("leaf_weights")).reshape(-1)]
     tids = [int(v) for v in ctx.attr("leaf_targetids")]
     # no onnx schema here (another domain): aggregate_function's default is spelled out
-    agg = int(ctx.attr("aggregate_function", 1))
+    agg = int(ctx.attr("aggregate_function"))
     ints = ctx.weight(
         "tnodes",
         np.array([[int(r[0]), r[1], r[3], r[4], r[5], r[6], r[7]] for r in rows], np.int64),

@@ -323,7 +323,7 @@ def _group_norm_check(node: Node, graph: Graph) -> str | None:
     t = graph.type_of(node.inputs[0])
     if t is not None and t.shape is not None and len(t.shape) < 2:
         return f"{node.op_type} needs an input of rank >= 2"
-    groups = int(node.attr("num_groups", 0) or 0) if node.op_type == "GroupNormalization" else 1
+    groups = int(node.attr("num_groups") or 0) if node.op_type == "GroupNormalization" else 1
     if t is not None and t.shape is not None and (groups <= 0 or t.shape[1] % groups):
         return f"GroupNormalization num_groups={groups} does not divide the {t.shape[1]} channels"
     return None
@@ -388,7 +388,7 @@ def mean_variance_norm(ctx: NodeContext) -> str:
 
 
 def _lp_check(node: Node, graph: Graph) -> str | None:
-    if int(node.attr("p", 2)) not in (1, 2):
+    if int(attr(node, "p", graph.opset)) not in (1, 2):
         return f"LpNormalization with p={node.attr('p')} is not defined (p is 1 or 2)"
     return float_input(node, graph)
 
@@ -419,18 +419,18 @@ for (size_t i = 0; i < {inner}; ++i) {{
 # --------------------------------------------------------------------------------------------
 def _training(node: Node, graph: Graph) -> bool:
     if graph.opset >= 14:
-        return bool(int(node.attr("training_mode", 0)))
+        return bool(int(attr(node, "training_mode", graph.opset)))
     return any(node.outputs[1:])
 
 
 def _bn_check(node: Node, graph: Graph) -> str | None:
     if (why := float_input(node, graph)) is not None:
         return why
-    if graph.opset < 9 and int(node.attr("spatial", 1)) == 0:
+    if graph.opset < 9 and int(attr(node, "spatial", graph.opset)) == 0:
         return "BatchNormalization with spatial=0 (per-activation statistics) is not supported"
     if _training(node, graph) and graph.opset < 14:
         return f"training-mode BatchNormalization at opset {graph.opset} is not supported (opset 14 and later are)"
-    if graph.opset < 7 and not int(node.attr("is_test", 0)):
+    if graph.opset < 7 and not int(attr(node, "is_test", graph.opset)):
         return "BatchNormalization with is_test=0 before opset 7 is not supported"
     return None
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....passes.qdq_int8 import int8_plan
+from ....semantics.attrs import attr
 from ....semantics.conv_geometry import conv_geometry
 from ....semantics.fused import activation_of
 from ..emitter import NodeContext, Tensor, ctype_of
@@ -83,8 +84,8 @@ def _granularity(
     """(axis, block): axis -1 means per tensor, block 0 per axis."""
     if int(np.prod(s_shape)) == 1 and len(s_shape) <= 1:
         return -1, 0
-    axis = norm_axis(int(node.attr("axis", 1)), len(x_shape))
-    return axis, int(node.attr("block_size", 0)) if opset >= 21 else 0
+    axis = norm_axis(int(attr(node, "axis", opset)), len(x_shape))
+    return axis, int(attr(node, "block_size", opset)) if opset >= 21 else 0
 
 
 def _qdq_check(node: Node, graph: Graph) -> str | None:
@@ -141,8 +142,7 @@ def _qdq_loop(ctx: NodeContext, x: Tensor, scale: Tensor, body: Callable[[str, s
 
 def _quant_dtype(ctx: NodeContext, x: Tensor, scale: Tensor) -> np.dtype:
     """The type x / scale is computed in: `precision` if given, else numpy's promotion (the reference)."""
-    # kept: QuantizeLinear before opset 23 has no precision default; this is its meaning there
-    p = int(ctx.attr("precision", 0) or 0)
+    p = int(ctx.attr("precision") or 0)  # DequantizeLinear has none: numpy's promotion
     if p:
         from onnx.helper import tensor_dtype_to_np_dtype
 
@@ -179,8 +179,7 @@ def quantize_linear(ctx: NodeContext) -> str:
             return f"{v} {y.sym}[{xi}] = {store_expr(ctx, y.dtype, f'!(v >= {lo}) ? {lo} : (v > {hi} ? {hi} : v)', src='int64_t')};"
         if yn == "float4_e2m1fn" and zp is not None:
             q = f"{q} + {load_expr(ctx, zp.dtype, f'{zp.sym}[{si}]')}"
-        # kept: QuantizeLinear before opset 19 has no saturate default; this is its meaning there
-        sat = bool(int(ctx.attr("saturate", 1)))
+        sat = bool(int(ctx.attr("saturate")))
         return f"{y.sym}[{xi}] = {store_expr(ctx, y.dtype, q, src=ct, saturate=sat)};"
 
     return _qdq_loop(ctx, x, s, body)

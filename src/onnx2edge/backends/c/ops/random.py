@@ -59,7 +59,7 @@ def _float_out(node: Node, graph: Graph) -> str | None:
 
 def _key(ctx: NodeContext) -> str:
     ctx.helper("o2e_mix64", _RNG)
-    seed = ctx.node.attr("seed", None)
+    seed = ctx.node.attr("seed")
     return f"0x{stream_key(ctx.node, seed):x}ull"
 
 

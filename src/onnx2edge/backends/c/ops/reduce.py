@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import attr
 from ..emitter import NodeContext, Tensor
 from . import register_op
 from .common import norm_axis, strides
@@ -147,7 +148,7 @@ def reduce_axes(node: Node, graph: Graph, rank: int) -> list[int] | None:
     since = AXES_INPUT_SINCE.get(node.op_type, AXES_INPUT_SINCE_DEFAULT)
     axes: list[int] = []
     if graph.opset < since or node.attr("axes") is not None:
-        axes = list(node.attr("axes", []) or [])
+        axes = list(node.attr("axes") or ())  # no schema default: absent, all axes
     elif len(node.inputs) > 1 and node.inputs[1]:
         c = graph.const(node.inputs[1])
         t = graph.type_of(node.inputs[1])
@@ -157,7 +158,7 @@ def reduce_axes(node: Node, graph: Graph, rank: int) -> list[int] | None:
             return None  # (an empty axes tensor is known to be empty, whatever its values)
     if not axes:
         # no axes: all of them, unless noop_with_empty_axes (then the op is element-wise)
-        return [] if int(node.attr("noop_with_empty_axes", 0)) else list(range(rank))
+        return [] if int(attr(node, "noop_with_empty_axes", graph.opset)) else list(range(rank))
     return sorted({norm_axis(int(a), rank) for a in axes})
 
 
@@ -279,8 +280,7 @@ def arg_max_min(ctx: NodeContext) -> str:
     if y.size == 0 or n == 0:
         return "/* empty */"
     cmp = ">" if ctx.node.op_type == "ArgMax" else "<"
-    # kept: ArgMax before opset 12 has no select_last_index default; this is its meaning there
-    if int(ctx.attr("select_last_index", 0)):
+    if int(ctx.attr("select_last_index")):
         cmp += "="
     return f"""for (size_t o = 0; o < {outer}; ++o)
 for (size_t i = 0; i < {inner}; ++i) {{
@@ -310,8 +310,7 @@ def top_k(ctx: NodeContext) -> str:
     if yv.size == 0:
         return "/* k = 0: empty outputs */"
     # `better` is strict: an equal value never passes an earlier one (the reference's tie rule)
-    # kept: TopK before opset 11 has no largest default; this is its meaning there
-    better = ">" if int(ctx.attr("largest", 1)) else "<"
+    better = ">" if int(ctx.attr("largest")) else "<"
     yi = ctx.y(1).sym if ctx.has_output(1) else None
     move_i = f" ix[{along('p', inner)}] = ix[{along('p - 1', inner)}];" if yi else ""
     set_i = f" ix[{along('p', inner)}] = (int64_t)j;" if yi else ""

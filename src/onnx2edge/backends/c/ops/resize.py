@@ -15,6 +15,8 @@ import math
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import attr
+from ....semantics.records import resize_attrs
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import norm_axis, strides
@@ -143,26 +145,25 @@ def _taps_bound(mode: int, antialias: bool, s_lo: float) -> int:
 def _params(node: Node, graph: Graph) -> dict:
     """Attributes and input positions of Resize / Upsample across opsets, spec defaults applied."""
     op, opset = node.op_type, graph.opset
-    legacy = op == "Upsample" or opset < 11  # Resize-10 and Upsample: asymmetric, no roi/sizes
+    r = resize_attrs(node, opset)
+    legacy = r.legacy  # Resize-10 and Upsample: asymmetric, no roi/sizes
     p = {
-        "mode": node.attr("mode", "nearest"),
-        "ctm": "asymmetric"
-        if legacy
-        else node.attr("coordinate_transformation_mode", "half_pixel"),
-        "nearest": "simple" if legacy else node.attr("nearest_mode", "round_prefer_floor"),
-        "cubic_a": float(node.attr("cubic_coeff_a", -0.75)),
-        "exclude": int(node.attr("exclude_outside", 0)),
-        "extrap": float(node.attr("extrapolation_value", 0.0)),
-        "antialias": int(node.attr("antialias", 0)),
-        "axes": node.attr("axes", None),
-        "policy": node.attr("keep_aspect_ratio_policy", "stretch"),
+        "mode": r.mode,
+        "ctm": r.coordinate_transformation_mode,
+        "nearest": r.nearest_mode,
+        "cubic_a": r.cubic_coeff_a,
+        "exclude": r.exclude_outside,
+        "extrap": r.extrapolation_value,
+        "antialias": r.antialias,
+        "axes": None if r.axes is None else list(r.axes),
+        "policy": r.keep_aspect_ratio_policy,
         "roi": None,
         "scales": None,
         "sizes": None,
         "scales_attr": None,
     }
     if op == "Upsample" and opset < 9:
-        p["scales_attr"] = [float(v) for v in node.attr("scales", [])]
+        p["scales_attr"] = [float(v) for v in node.attr("scales")]  # required
         return p
     if legacy:
         p["scales"] = 1
@@ -392,10 +393,10 @@ def _gs_check(node: Node, graph: Graph) -> str | None:
     t = graph.type_of(node.inputs[0])
     if t is not None and t.dtype.kind != "f":
         return f"GridSample on {t.dtype.name} is not supported (float types only)"
-    mode = node.attr("mode", "linear" if graph.opset >= 20 else "bilinear")
+    mode = attr(node, "mode", graph.opset)
     if mode not in ("linear", "bilinear", "nearest", "cubic", "bicubic"):
         return f"GridSample mode '{mode}' is not supported"
-    if node.attr("padding_mode", "zeros") not in ("zeros", "border", "reflection"):
+    if attr(node, "padding_mode", graph.opset) not in ("zeros", "border", "reflection"):
         return f"GridSample padding_mode '{node.attr('padding_mode')}' is not supported"
     return None
 
@@ -410,7 +411,7 @@ def grid_sample(ctx: NodeContext) -> str:
         return "/* empty */"
     T = x.ctype
     f = "f" if T == "float" else ""
-    mode = ctx.attr("mode", "linear" if ctx.graph.opset >= 20 else "bilinear")
+    mode = ctx.attr("mode")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     pad = ctx.attr("padding_mode")
     align = int(ctx.attr("align_corners"))

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ir import Graph, Node
-from ....semantics.rnn import CELLS, RnnAct, rnn_act_expr, rnn_activations
+from ....semantics.attrs import attr
+from ....semantics.rnn import CELLS, RnnAct, recurrent_attrs, rnn_act_expr, rnn_activations
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 
@@ -49,11 +50,8 @@ def _rnn_check(node: Node, graph: Graph) -> str | None:
     x = graph.type_of(node.inputs[0])
     if x is None or x.dtype not in (np.float32, np.float64):
         return f"{node.op_type} on {x.dtype.name if x else 'unknown'} is not supported (float32/float64 only)"
-    direction = node.attr("direction", "forward")
-    if direction not in ("forward", "reverse", "bidirectional"):
-        return f"unknown direction {direction!r}"
-    if int(node.attr("layout", 0)) not in (0, 1):
-        return f"layout {node.attr('layout')} is not 0 or 1"
+    if (why := recurrent_attrs(node, graph.opset).problem()) is not None:
+        return why
     w = graph.type_of(node.inputs[1])
     if w is None or w.shape is None or len(w.shape) != 3:
         return "W must be a 3-D tensor"
@@ -90,9 +88,8 @@ def recurrent(ctx: NodeContext) -> str:
     op = ctx.node.op_type
     x, w, r = ctx.x(0), ctx.x(1), ctx.x(2)
     T_ = x.ctype
-    # kept: RNN before opset 14 has no layout default; this is its meaning there
-    layout = int(ctx.attr("layout", 0))
-    direction = ctx.attr("direction", "forward")
+    ra = recurrent_attrs(ctx.node, ctx.graph.opset)
+    layout, direction = ra.layout, ra.direction
     ndir, GH, n_in = w.shape
     H = r.shape[2]
     G = _CELLS[op][0]
@@ -404,8 +401,7 @@ def _gru_cell(st: _Step) -> list[str]:
     and Ht = (1 - zt) ⊙ ht + zt ⊙ Ht-1. Gate order in W, R, B: z, r, h."""
     H, n_in, gemv, wd, rd, wb, rb, T_ = st.H, st.n_in, st.gemv, st.wd, st.rd, st.wb, st.rb, st.T
     (f, g), clip = st.act, st.clip
-    # kept: GRU before opset 3 has no linear_before_reset default; this is its meaning there
-    lbr = int(st.ctx.attr("linear_before_reset", 0))
+    lbr = int(st.ctx.attr("linear_before_reset"))
     whb = f"({wb} + {2 * H})" if wb else "NULL"
     rhb = f"({rb} + {2 * H})" if rb else "NULL"
     zero = f"({T_})0"
@@ -484,7 +480,7 @@ def _causal_conv_check(node: Node, graph: Graph) -> str | None:
     x = graph.type_of(node.inputs[0])
     if x is None or x.dtype not in (np.float32, np.float64):
         return f"CausalConvWithState on {x.dtype.name if x else 'unknown'} is not supported (float32/float64 only)"
-    act = node.attr("activation", "none")
+    act = attr(node, "activation", graph.opset)
     if act not in ("none", "silu", "swish"):
         return f"unknown activation {act!r}"
     return None

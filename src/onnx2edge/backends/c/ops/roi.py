@@ -28,9 +28,7 @@ def roi_align(ctx: NodeContext) -> str:
     x, rois, bidx, y = ctx.x(0), ctx.x(1), ctx.x(2), ctx.y(0)
     _, ch, h, w = x.shape
     nr, _, ph, pw = y.shape
-    # kept: RoiAlign before opset 16 has no coordinate_transformation_mode default; this is its
-    # meaning there
-    half = str(ctx.attr("coordinate_transformation_mode", "half_pixel")) == "half_pixel"
+    half = str(ctx.attr("coordinate_transformation_mode")) == "half_pixel"
     avg = str(ctx.attr("mode")) == "avg"
     ratio = int(ctx.attr("sampling_ratio"))
     scale = float(ctx.attr("spatial_scale"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.records import pad_attrs
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import elementwise, merge_dims, norm_axis, strides
@@ -40,8 +41,7 @@ def shape_size(ctx: NodeContext) -> str:
     if ctx.node.op_type == "Size":
         return f"{y.sym}[0] = {c_literal(x.size, y.dtype)};"
     r = x.rank
-    # kept: Shape before opset 15 has no start default; this is its meaning there
-    start = min(max(norm_axis(int(ctx.attr("start", 0)), r), 0), r)
+    start = min(max(norm_axis(int(ctx.attr("start")), r), 0), r)
     end = min(max(norm_axis(int(ctx.attr("end", r)), r), 0), r)
     dims = x.shape[start:end]
     return (
@@ -114,8 +114,7 @@ def split(ctx: NodeContext) -> str:
     """The output shapes (static) say where each part starts, whether `split` is an input,
     an attribute, or `num_outputs` (uneven last chunk, Split-18)."""
     x = ctx.x(0)
-    # kept: Split before opset 2 has no axis default; this is its meaning there
-    axis = norm_axis(int(ctx.attr("axis", 0)), x.rank)
+    axis = norm_axis(int(ctx.attr("axis")), x.rank)
     outer = int(np.prod(x.shape[:axis]))
     inner_x = int(np.prod(x.shape[axis:]))
     es = np.dtype(x.dtype).itemsize
@@ -313,7 +312,7 @@ def pad_code(
 
 
 def _pad_check(node: Node, graph: Graph) -> str | None:
-    mode = node.attr("mode", "constant")
+    mode = pad_attrs(node, graph.opset).mode
     if mode not in ("constant", "reflect", "edge", "wrap"):
         return f"Pad mode '{mode}' is not in the ONNX spec"
     return None
@@ -389,8 +388,7 @@ def depth_space(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     b = int(ctx.attr("blocksize"))
     N, C, H, W = x.shape
-    # kept: DepthToSpace before opset 11 has no mode default; this is its meaning there
-    mode = ctx.attr("mode", "DCR")
+    mode = ctx.attr("mode")
     if ctx.node.op_type == "DepthToSpace":
         c2 = C // (b * b)
         if mode == "DCR":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import attr
 from ..emitter import NodeContext, c_literal
 from . import register_op
 
@@ -44,7 +45,7 @@ def _dft_axis(node: Node, graph: Graph, rank: int) -> int | None:
         else:
             a = -2
     else:
-        a = int(node.attr("axis", 1))
+        a = int(attr(node, "axis", graph.opset))
     return a % rank
 
 

@@ -95,7 +95,7 @@ def string_normalizer(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     action = str(ctx.attr("case_change_action")).upper()
     sensitive = int(ctx.attr("is_case_sensitive"))
-    stops = [str(w) for w in (ctx.attr("stopwords", None) or [])]
+    stops = [str(w) for w in (ctx.attr("stopwords") or [])]
     lines = []
     if stops:
         table = ctx.unique("stopwords")
@@ -145,7 +145,7 @@ def string_split(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     width = y.shape[-1] if y.shape else 1
     delim = ctx.attr("delimiter", "") or ""
-    maxsplit = ctx.attr("maxsplit", None)
+    maxsplit = ctx.attr("maxsplit")  # no schema default: absent, no limit
     maxsplit = -1 if maxsplit is None else int(maxsplit)
     count = ctx.y(1).sym if ctx.has_output(1) else None
     put = (
@@ -220,15 +220,15 @@ def label_encoder(ctx: NodeContext) -> str:
     keys, values = _values(ctx, "keys"), _values(ctx, "values")
     if keys is None or values is None or len(keys) != len(values):
         raise ValueError("LabelEncoder needs keys and values of one length")
-    default = ctx.node.attr("default_tensor", None)
+    default = ctx.node.attr("default_tensor")
     if default is not None:
         default = np.asarray(default).reshape(-1)[0]
     elif y.dtype.kind == "S":
-        default = ctx.node.attr("default_string", "_Unused")
+        default = ctx.attr("default_string")
     elif y.dtype.kind == "f":
-        default = ctx.node.attr("default_float", -0.0)
+        default = ctx.attr("default_float")
     else:
-        default = ctx.node.attr("default_int64", -1)
+        default = ctx.attr("default_int64")
 
     def lit(v: Any, t: Any) -> str:
         if t.dtype.kind == "S":

@@ -83,8 +83,7 @@ def momentum(ctx: NodeContext) -> str:
         _f(ctx, "beta", 0.0),
         _f(ctx, "norm_coefficient", 0.0),
     )
-    # no onnx schema here (another domain): mode's default is spelled out
-    nesterov = str(ctx.attr("mode", "standard")) == "nesterov"
+    nesterov = str(ctx.attr("mode")) == "nesterov"  # required by the schema
     step = f"(gr + {alpha} * o1)" if nesterov else "o1"
     body = (
         f"const double gr = {norm} * x + g; const double b = t > 0 ? {beta} : 1.0;\n"

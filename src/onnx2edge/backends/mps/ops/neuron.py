@@ -1,5 +1,6 @@
-"""Activations as MPSCNNNeuron nodes (and the ones built from several nodes: HardSwish,
-Mish, the Erf GELU pattern), Softmax.
+"""Activations as MPSCNNNeuron nodes (and the ones built from several nodes: Mish, the Erf
+GELU pattern), Softmax. HardSwish has no neuron: the backend requires the decompose_hardswish
+pass (passes/decompose.py), which leaves HardSigmoid and Mul.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from ..core import (
     Img,
     Layer,
     Refuse,
-    swift_float,
 )
 from .common import (
     NO_NODE,
@@ -79,28 +79,6 @@ def _prelu(lw: Lowering, node: Node) -> None:
         var,
         [f"ONNX node '{node.name}' (PRelu)"],
         lines,
-        node.outputs[0],
-        Img(f"{var}.resultImage", x.c, x.h, x.w),
-    )
-
-
-@emitter("HardSwish")
-def _hardswish(lw: Lowering, node: Node) -> None:
-    # No HardSwish neuron: x * HardSigmoid(x; a = 1/6, b = 1/2), composed from two nodes.
-    x = lw.img(node.inputs[0])
-    gate = lw.fresh((node.name or node.outputs[0]) + "_gate")
-    var = lw.fresh(node.name or node.outputs[0])
-    lines = [
-        f"let {gate} = MPSCNNNeuronHardSigmoidNode(source: {x.var}, a: {swift_float(1 / 6)}, b: 0.5)",
-        f"let {var} = MPSNNMultiplicationNode(leftSource: {x.var}, rightSource: {gate}.resultImage)",
-    ]
-    lw.layers.append(
-        Layer(gate, [f"ONNX node '{node.name}' (HardSwish = x * HardSigmoid(x)), gate"], lines[:1])
-    )
-    lw.emit(
-        var,
-        [f"ONNX node '{node.name}' (HardSwish), product"],
-        lines[1:],
         node.outputs[0],
         Img(f"{var}.resultImage", x.c, x.h, x.w),
     )

@@ -8,6 +8,7 @@ import numpy as np
 
 from ....ir import Node
 from ....semantics.attrs import attr
+from ....semantics.records import resize_attrs
 from ..core import (
     Img,
     Layer,
@@ -193,12 +194,12 @@ def _pad(lw: Lowering, node: Node) -> None:
 def _resize(lw: Lowering, node: Node) -> None:
     x = lw.img(node.inputs[0])
     oc, oh, ow = _static(lw, node.outputs[0])
-    mode = attr(node, "mode", lw.g.opset)
-    # Resize-10 and Upsample have no coordinate_transformation_mode / nearest_mode attribute:
-    # their spec text fixes asymmetric coordinates and floor rounding.
-    ctm = attr(node, "coordinate_transformation_mode", lw.g.opset) or "asymmetric"
-    nearest_mode = attr(node, "nearest_mode", lw.g.opset) or "floor"
-    if attr(node, "antialias", lw.g.opset):
+    r = resize_attrs(node, lw.g.opset)
+    mode, ctm = r.mode, r.coordinate_transformation_mode
+    # Resize-10 and Upsample (r.legacy): asymmetric coordinates, and 'simple' rounding, which
+    # is floor when upsampling (the integer-scale paths below)
+    nearest_mode = "floor" if r.legacy else r.nearest_mode
+    if r.antialias:
         raise Refuse("antialiased Resize has no MPS equivalent")
     var = lw.fresh(node.name or node.outputs[0])
     integer = oh % x.h == 0 and ow % x.w == 0
