@@ -112,7 +112,8 @@ class CBackend(Backend):
         ),
         BackendOption(
             "weights",
-            "store weights as fp16 (half the size; widened to fp32 in RAM by NAME_init)",
+            "store weights as fp16 (half the size; each layer widens its own into arena scratch "
+            "as it runs: no float32 copy)",
             choices=("fp32", "fp16"),
             default="fp32",
             record_default=False,

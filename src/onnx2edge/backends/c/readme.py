@@ -157,7 +157,7 @@ def readme(
                 + (
                     ": loads and checks `model_weights.bin` (NULL: `./model_weights.bin`) |"
                     if storage == "file"
-                    else " (weights compiled in; widens fp16 weights if any) |"
+                    else " (weights compiled in: it only marks the model ready) |"
                 )
             ]
         ),
@@ -185,9 +185,12 @@ def readme(
         "`convert --weights-storage inline|file|external` chooses (default: inline up to 4 MB of "
         "weights, file above). "
         + (
-            f"These weights are stored as fp16 and widened once by init into float32 copies in "
-            f"RAM ({_mb(int(stats.get('weights_fp16_widened_bytes', 0)))}): fp16 halves flash, "
-            "not RAM."
+            "These weights are stored as fp16 (`convert --weights fp16`): no float32 copy of "
+            "them is ever made. Each layer that reads one widens it (F16C on x86 builds with "
+            "it, NEON on aarch64, else a portable exact decoder) into its own scratch in the "
+            "arena right before it runs, so the arena holds at most one layer's weights as "
+            f"float32 ({_mb(int(stats.get('fp16_scratch_bytes', 0)))} for the largest; "
+            "included in the arena). The manifest lists these layers (`fp16_weight_layers`)."
             if stats.get("weights_fp16_tensors")
             else ""
         ),
@@ -210,7 +213,7 @@ def readme(
         f"| flash (code + const data) | {_mb(int(fp.get('flash_bytes', 0)))} |",
         f"| RAM (static data and buffers) | {_mb(int(fp.get('ram_bytes', 0)))} |",
         f"| of which the arena (`{U}_ARENA_BYTES`) | {_mb(int(stats['arena_bytes']))} |",
-        f"| of which weights in RAM (loaded file, fp16 widened) | "
+        f"| of which weights in RAM (a loaded file) | "
         f"{_mb(int(stats.get('weights_ram_bytes', 0)))} |",
         *(
             [f"| the caller's weights blob | {_mb(int(stats['weights_caller_bytes']))} |"]

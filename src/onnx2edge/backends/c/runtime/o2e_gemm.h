@@ -2751,4 +2751,168 @@ O2E_GEMM_FN void o2e_fc_skip_zeros(int N, int K, const float *wt, const float *x
   }
 }
 
+/* ==== fp16 weights, widened in registers (convert --weights fp16) ==========================
+ * The batch-1 fully-connected kernels read their weights as IEEE half, converting each
+ * vector as it is loaded: F16C on x86 builds that have it (x86-64-v3 and later), NEON fcvtl
+ * on aarch64, else the portable exact decoder below. No float32 copy of the weights exists;
+ * the conversions are exact, so every path computes with the same float32 weights. */
+#if defined(__F16C__) && defined(__FMA__)
+#define O2E_F16C_ 1
+#include <immintrin.h>
+#endif
+O2E_GEMM_INL float o2e_h2f_(uint16_t h) {
+  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  float f;
+  if (e == 0) {
+    if (m == 0)
+      bits = s;
+    else { /* subnormal: normalise */
+      e = 113;
+      while (!(m & 0x400u)) {
+        m <<= 1;
+        --e;
+      }
+      bits = s | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+  } else if (e == 31)
+    bits = s | 0x7f800000u | (m << 13);
+  else
+    bits = s | ((e + 112) << 23) | (m << 13);
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* y[M] = act(A·x + bias_m) with A packed (gemm_pack.pack_a layout) and stored as half.
+ * workspace: o2e_sgemm_workspace(M, 1, K) bytes (the panels' padded results). One thread: a
+ * batch-1 layer is bound by its weights' bandwidth, which fp16 already halves. */
+O2E_GEMM_FN void o2e_sgemv_packed_h(int M, int K, const uint16_t *packed_A, const float *x,
+                                    float *y, const float *bias_m, o2e_act act, void *workspace) {
+  float *t = (float *)(((uintptr_t)workspace + 63u) & ~(uintptr_t)63u);
+  const int panels = (M + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
+  o2e_gemm_args_ g;
+  int p, k, i;
+  if (M <= 0) return;
+  for (p = 0; p < panels; p++) {
+    const uint16_t *a = packed_A + (size_t)p * O2E_GEMM_MR * K;
+    float *yp = t + (size_t)p * O2E_GEMM_MR;
+    k = 0;
+#if defined(O2E_F16C_)
+    {
+      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      for (; k + 4 <= K; k += 4) {
+        const __m128i *ak = (const __m128i *)(const void *)(a + (size_t)k * O2E_GEMM_MR);
+        s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak)), _mm256_broadcast_ss(x + k), s0);
+        s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak + 1)), _mm256_broadcast_ss(x + k + 1), s1);
+        s2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak + 2)), _mm256_broadcast_ss(x + k + 2), s2);
+        s3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak + 3)), _mm256_broadcast_ss(x + k + 3), s3);
+      }
+      for (; k < K; k++)
+        s0 = _mm256_fmadd_ps(
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a + (size_t)k * O2E_GEMM_MR))),
+            _mm256_broadcast_ss(x + k), s0);
+      _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    }
+#elif defined(O2E_GEMM_NEON)
+    {
+      float32x4_t lo0 = vdupq_n_f32(0.0f), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+      for (; k + 2 <= K; k += 2) {
+        const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(a + (size_t)k * O2E_GEMM_MR));
+        const float16x8_t h1 = vreinterpretq_f16_u16(vld1q_u16(a + (size_t)(k + 1) * O2E_GEMM_MR));
+        lo0 = vfmaq_n_f32(lo0, vcvt_f32_f16(vget_low_f16(h0)), x[k]);
+        hi0 = vfmaq_n_f32(hi0, vcvt_high_f32_f16(h0), x[k]);
+        lo1 = vfmaq_n_f32(lo1, vcvt_f32_f16(vget_low_f16(h1)), x[k + 1]);
+        hi1 = vfmaq_n_f32(hi1, vcvt_high_f32_f16(h1), x[k + 1]);
+      }
+      for (; k < K; k++) {
+        const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(a + (size_t)k * O2E_GEMM_MR));
+        lo0 = vfmaq_n_f32(lo0, vcvt_f32_f16(vget_low_f16(h0)), x[k]);
+        hi0 = vfmaq_n_f32(hi0, vcvt_high_f32_f16(h0), x[k]);
+      }
+      vst1q_f32(yp, vaddq_f32(lo0, lo1));
+      vst1q_f32(yp + 4, vaddq_f32(hi0, hi1));
+    }
+#else
+    for (i = 0; i < O2E_GEMM_MR; i++) yp[i] = 0.0f;
+    for (; k < K; k++) {
+      const uint16_t *ak = a + (size_t)k * O2E_GEMM_MR;
+      const float xk = x[k];
+      for (i = 0; i < O2E_GEMM_MR; i++) yp[i] += o2e_h2f_(ak[i]) * xk;
+    }
+#endif
+  }
+  (void)i;
+  o2e_packed_args_(&g, M, 1, K, NULL, y, 1);
+  g.bm = bias_m;
+  g.act = act;
+  o2e_gemv_epilogue_(&g, t, 0, M);
+}
+
+typedef struct {
+  int N, K;
+  const uint16_t *wt;
+  const float *x, *bias;
+  float *y;
+  const int *nz;
+  int nnz;
+  o2e_act act;
+} o2e_fc_h_args;
+
+/* o2e_fc_blocks_ on half weights: each nonzero input's row of the block is widened as it is
+ * loaded and added, in input order, into the block's float32 sums. */
+O2E_GEMM_FN void o2e_fc_blocks_h_(void *arg, int q0, int q1) {
+  const o2e_fc_h_args *f = (const o2e_fc_h_args *)arg;
+  int q, i, j;
+  for (q = q0; q < q1; q++) {
+    const uint16_t *wq = f->wt + (size_t)q * f->K * O2E_FC_NB;
+    const int n0 = q * O2E_FC_NB, nb = f->N - n0 < O2E_FC_NB ? f->N - n0 : O2E_FC_NB;
+    float acc[O2E_FC_NB], *yq = f->y + n0;
+    for (j = 0; j < O2E_FC_NB; j++) acc[j] = 0.0f;
+    for (i = 0; i < f->nnz; i++) {
+      const int k = f->nz[i];
+      const uint16_t *row = wq + (size_t)k * O2E_FC_NB;
+      const float xk = f->x[k];
+#if defined(O2E_F16C_)
+      const __m256 xv = _mm256_set1_ps(xk);
+      for (j = 0; j < nb; j += 8)
+        _mm256_storeu_ps(acc + j, _mm256_fmadd_ps(xv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + j))),
+                                                  _mm256_loadu_ps(acc + j)));
+#elif defined(O2E_GEMM_NEON)
+      for (j = 0; j < nb; j += 8) {
+        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(row + j));
+        vst1q_f32(acc + j, vfmaq_n_f32(vld1q_f32(acc + j), vcvt_f32_f16(vget_low_f16(h)), xk));
+        vst1q_f32(acc + j + 4, vfmaq_n_f32(vld1q_f32(acc + j + 4), vcvt_high_f32_f16(h), xk));
+      }
+#else
+      for (j = 0; j < nb; j++) acc[j] += xk * o2e_h2f_(row[j]);
+#endif
+    }
+    for (j = 0; j < nb; j++) yq[j] = o2e_act1_(acc[j] + (f->bias ? f->bias[n0 + j] : 0.0f), f->act);
+  }
+}
+
+/* o2e_fc_skip_zeros with the blocked weights stored as half. nz: scratch for K ints. */
+O2E_GEMM_FN void o2e_fc_skip_zeros_h(int N, int K, const uint16_t *wt, const float *x,
+                                     const float *bias, float *y, o2e_act act, int *nz) {
+  o2e_fc_h_args f;
+  int k, n = 0;
+  for (k = 0; k < K; k++)
+    if (x[k] != 0.0f) nz[n++] = k;
+  f.N = N;
+  f.K = K;
+  f.wt = wt;
+  f.x = x;
+  f.bias = bias;
+  f.y = y;
+  f.nz = nz;
+  f.nnz = n;
+  f.act = act;
+  {
+    const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
+    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 8))
+      o2e_parallel_for(nq, o2e_fc_blocks_h_, &f);
+    else
+      o2e_fc_blocks_h_(&f, 0, nq);
+  }
+}
+
 #endif /* O2E_GEMM_H */
