@@ -343,6 +343,10 @@ int main(int argc, char **argv)
   if (tiny_cnn_run_ctx(NULL, NULL, NULL) != -6) return 6;
   for (int t = 0; t < 2; ++t)
     if (tiny_cnn_ctx_init(&ctx[t], arena[t], TINY_CNN_ARENA_BYTES) != 0) return 7;
+#ifdef SET_THREADS /* each context its own count, both on the one pool */
+  if (tiny_cnn_set_threads(&ctx[0], SET_THREADS) != 0 || tiny_cnn_set_threads(&ctx[1], 3) != 0)
+    return 10;
+#endif
   for (int t = 0; t < 2; ++t) pthread_create(&th[t], NULL, worker, (void *)(size_t)t);
   for (int t = 0; t < 2; ++t) { pthread_join(th[t], &res); if (res) return 8; }
   for (int t = 0; t < 2; ++t) {
@@ -366,17 +370,20 @@ def _tsan_works(tmp: Path) -> bool:
 
 
 @needs_gcc
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 8])
 def test_two_contexts_run_concurrently_under_tsan(tmp_path: Path, threads: int) -> None:
     """Two pthreads, each its own context on a caller-allocated arena, run at the same time
     (compiled with -fsanitize=thread: a data race fails the run); with the GEMM pool
-    (O2E_THREADS=2) the two share it. Both outputs checked against onnxruntime."""
+    (O2E_THREADS=2) the two share it; with --max-threads 8 one context runs on 8 threads and
+    the other on 3 (set_threads). Both outputs checked against onnxruntime."""
     if not _tsan_works(tmp_path):
         pytest.skip("this gcc cannot build or run -fsanitize=thread programs")
     out = tmp_path / "m"
-    api.convert(EXAMPLE, "c", out, options={"footprint": "estimate"})
+    opts = {"footprint": "estimate", "max_threads": max(threads, 4)}
+    api.convert(EXAMPLE, "c", out, options=opts)
     (tmp_path / "ctx.c").write_text(CONTEXTS_MAIN)
-    pool = [f"-DO2E_THREADS={threads}"] if threads > 1 else []
+    pool = [f"-DO2E_THREADS={min(threads, 2)}"] if threads > 1 else []
+    pool += [f"-DSET_THREADS={threads}"] if threads > 2 else []
     exe = _build(
         tmp_path,
         "ctx",

@@ -321,8 +321,9 @@ class ModelEmitter:
         max_threads: int = 4,
     ) -> None:
         self.graph = graph
-        # convert --max-threads: thread slots every per-thread workspace is planned for
-        self.max_threads = max_threads
+        # convert --max-threads: thread slots every per-thread workspace is planned for (one
+        # on a microcontroller device: its build guard refuses threads)
+        self.max_threads = 1 if device.is_mcu else max_threads
         # convert --weights fp16: float32 constants fp16 can hold (fp16_storable) are stored as
         # half and widened per layer, into that layer's arena scratch, right before it runs
         # (_widen_fp16): never a float32 copy of all weights. Keys -> the layers that read them.

@@ -169,6 +169,8 @@ def readme(
         "input then output |",
         f"| `int {P}_run(const void *const *in, void *const *out)`, `int {P}_predict(...)` | on "
         "the built-in arena |",
+        f"| `int {P}_set_threads({P}_ctx *ctx, int n)`, `int {P}_get_threads(const {P}_ctx "
+        "*ctx)` | threads of that context's runs (see Threads; NULL: the built-in context) |",
         f"| `const char *{P}_gemm_kernel(void)` | the GEMM micro-kernel compiled in "
         "(avx512, avx2, neon, portable, ...) |",
         "",
@@ -197,12 +199,34 @@ def readme(
         "",
         "## Threads",
         "",
-        "Single-threaded by default: no pthread is pulled in. Built with "
-        f"`-DO2E_THREADS=n` (`make THREADS=n`, CMake `-D{U}_THREADS=n`) the large GEMMs split "
-        f"across a pool of n - 1 workers plus the caller; the GEMM workspaces in the arena "
-        f"were sized for at most {max_threads} threads (`{U}_MAX_THREADS`), and a larger n "
-        "stops the build with "
-        "an #error. Calls from several contexts take turns on the pool.",
+        "Single-threaded by default: the default build references no pthread symbol. Built "
+        f"with `-DO2E_THREADS=n`, 1 < n <= {max_threads} (`make THREADS=n`, CMake "
+        f"`-D{U}_THREADS=n`, link `-pthread`), the large GEMMs and the other parallel kernels "
+        "split across a pool of workers plus the caller, n threads by default. The arena's "
+        f"per-thread workspaces were sized at conversion for {max_threads} threads "
+        f"(`{U}_MAX_THREADS`, `convert --max-threads N`, recorded in `onnx2edge.json`); a build "
+        "with a larger n stops with an #error naming that option.",
+        "",
+        "At run time each context chooses its own count:",
+        "",
+        "```c",
+        f"int rc = {P}_set_threads(&ctx, 8);   /* NULL: the built-in context of {P}_run */",
+        "```",
+        "",
+        f"| `{P}_set_threads` returns | when |",
+        "|---|---|",
+        f"| 0 | n threads (1 .. `{U}_MAX_THREADS`) for this context's next runs |",
+        f"| -8 | n < 1 or n > `{U}_MAX_THREADS` ({max_threads}): nothing changed (reconvert "
+        "with a larger `--max-threads` for more) |",
+        "| -9 | n > 1 in a build without the pool (no `-DO2E_THREADS`): nothing changed; "
+        "1 is accepted |",
+        "| -6 | ctx NULL while the built-in arena is compiled out |",
+        "",
+        f"`{P}_get_threads(&ctx)` tells the count. The pool starts its workers when a run first "
+        "needs them and keeps them; a run never uses more threads than its context's count, "
+        "which is read once per layer. Contexts running at the same time from different "
+        "threads keep their own counts and take turns on the pool. Results do not depend on "
+        "the thread count: each output element is summed by one thread in the same order.",
         "",
         "## Memory",
         "",

@@ -205,7 +205,36 @@ RETURN_CODES: tuple[tuple[int, str], ...] = (
     (-5, "the blob passed to _init_with_weights is not 64-byte aligned"),
     (-6, "bad context: ctx NULL, arena smaller than ARENA_BYTES or not ARENA_ALIGN-aligned"),
     (-7, "_run before a successful _init / _init_with_weights"),
+    (
+        -8,
+        "_set_threads: n outside 1 .. MAX_THREADS (the threads the arena's workspaces were "
+        "planned for: convert --max-threads)",
+    ),
+    (
+        -9,
+        "_set_threads: n > 1 in a build without the thread pool (compile with -DO2E_THREADS=m, "
+        "m > 1: make THREADS=m)",
+    ),
 )
+
+
+def threads_block(max_threads: int) -> list[str]:
+    """model.c's thread settings, before any runtime header: the pool's capacity is the count
+    the arena's per-thread workspaces were planned for, and a build asking for more stops."""
+    return [
+        f"/* ---- threads (README: Threads): per-thread workspaces planned for {max_threads} "
+        "(convert --max-threads);",
+        " * -DO2E_THREADS=n (1 < n <= that) builds the pthread pool with n threads by default */",
+        "#ifndef O2E_THREADS",
+        "#define O2E_THREADS 1",
+        "#endif",
+        "#undef O2E_MAX_THREADS",
+        f"#define O2E_MAX_THREADS {max_threads}",
+        "#if O2E_THREADS < 1 || O2E_THREADS > O2E_MAX_THREADS",
+        f'#error "O2E_THREADS must be 1 .. {max_threads}: the arena workspaces were planned '
+        f'for {max_threads} threads (reconvert with --max-threads)"',
+        "#endif",
+    ]
 
 
 def _storage(weights_storage: str | None, weights_file: bool | None, weight_bytes: int) -> str:
@@ -381,6 +410,8 @@ def write_model(
         f'#include "{P}.h"',
         *([f'#include "{VMATH_HEADER}"'] if uses_vmath else []),
         "",
+        *threads_block(em.max_threads),
+        "",
         "#if defined(__GNUC__) || defined(__clang__)",
         "#define O2E_ALIGNED __attribute__((aligned(64)))",
         "#define O2E_UNUSED __attribute__((unused))",
@@ -421,7 +452,7 @@ def write_model(
         "/* ---- activations: one arena per context, offsets from the liveness planner ---- */",
         f"#ifndef {U}_NO_STATIC_ARENA  /* the built-in arena of {P}_run / the NULL-arena context */",
         f"static unsigned char o2e_static_arena[{arena_bytes}] O2E_ALIGNED;",
-        f"static {P}_ctx o2e_default_ctx = {{o2e_static_arena"
+        f"static {P}_ctx o2e_default_ctx = {{o2e_static_arena, O2E_THREADS"
         + (f", {{{minus_ones}}}" if bounded else "")
         + "};",
         "#endif",
@@ -442,6 +473,7 @@ def write_model(
         # (no size test when the model needs no arena: size_t < 0 trips -Wtype-limits)
         f"  if ({f'arena_bytes < {U}_ARENA_BYTES || ' if res['arena'] else '(void)arena_bytes, '}((uintptr_t)arena & ({U}_ARENA_ALIGN - 1)) != 0) return -6;",
         "  ctx->arena = (unsigned char *)arena;",
+        "  ctx->threads = O2E_THREADS;",
         *([f"  for (int i = 0; i < {len(outs)}; ++i) ctx->out_count[i] = -1;"] if bounded else []),
         "  return 0;",
         "}",
@@ -502,9 +534,32 @@ def write_model(
             *tail_decode,
         ]
     kernel_name = "o2e_gemm_kernel_name()" if "o2e_gemm.h" in em.runtime_files else '"none"'
+    pooled = "o2e_gemm.h" in em.runtime_files  # the kernels that split work across threads
     c += [
         "",
         f"const char *{P}_gemm_kernel(void) {{ return {kernel_name}; }}",
+        "",
+        f"int {P}_set_threads({P}_ctx *ctx, int n)",
+        "{",
+        f"#ifndef {U}_NO_STATIC_ARENA",
+        "  if (!ctx) ctx = &o2e_default_ctx;",
+        "#endif",
+        "  if (!ctx) return -6;",
+        f"  if (n < 1 || n > {U}_MAX_THREADS) return -8;",
+        "#if O2E_THREADS == 1",
+        "  if (n > 1) return -9;",
+        "#endif",
+        "  ctx->threads = n;",
+        "  return 0;",
+        "}",
+        "",
+        f"int {P}_get_threads(const {P}_ctx *ctx)",
+        "{",
+        f"#ifndef {U}_NO_STATIC_ARENA",
+        "  if (!ctx) ctx = &o2e_default_ctx;",
+        "#endif",
+        "  return ctx ? ctx->threads : -6;",
+        "}",
         "",
         f"int {P}_run_ctx({P}_ctx *ctx, const void *const *inputs, void *const *outputs)",
         "{",
@@ -513,6 +568,15 @@ def write_model(
         "  if (!ctx || !ctx->arena) return -6;",
         "  if (!o2e_ready) return -7;",
         "  o2e_arena = ctx->arena;",
+        *(
+            [
+                "#if O2E_THREADS > 1  /* this context's thread count, for the calls of this run */",
+                "  o2e_use_threads(ctx->threads > 0 ? ctx->threads : O2E_THREADS);",
+                "#endif",
+            ]
+            if pooled
+            else []
+        ),
         *(["  o2e_out_count = ctx->out_count;"] if bounded else []),
         "  {",
         *decls,
@@ -559,6 +623,7 @@ def write_model(
         outs=outs,
         bounded=bounded,
         arena=int(res["arena"]),
+        max_threads=em.max_threads,
         weight_bytes=weight_bytes,
         blob_bytes=WEIGHTS_HEADER + total if to_file else 0,
         checksum=checksum,
@@ -581,6 +646,8 @@ def write_model(
         "onnx_weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
         "optimize": optimize,
         "weights_storage": storage,
+        # convert --max-threads: the per-thread workspaces' slots (NAME_MAX_THREADS)
+        "max_threads": int(em.max_threads),
         # convert --device: the build the arena was planned for (generic: not recorded)
         **({"device": device.name, "planned_threads": device.threads} if device.is_mcu else {}),
         "weights_in_file": bool(to_file),
@@ -631,6 +698,7 @@ def _header(
     outs: list[Tensor],
     bounded: dict[int, int],
     arena: int,
+    max_threads: int,
     weight_bytes: int,
     blob_bytes: int,
     checksum: int,
@@ -663,6 +731,9 @@ def _header(
         f" * per instance: {P}_ctx_init(&ctx, arena, bytes) with an arena of {U}_ARENA_BYTES",
         f" * aligned to {U}_ARENA_ALIGN (NULL: the built-in one), then {P}_run_ctx(&ctx, ...).",
         " * Contexts with their own arenas may run at the same time from different threads.",
+        f" * {P}_set_threads(&ctx, n) (NULL: the built-in context) chooses 1 .. {U}_MAX_THREADS",
+        " * threads for that context's runs, in a build with the pool (-DO2E_THREADS=m, m > 1:",
+        " * its default is m; without it, 1 thread and no pthread at all).",
         " * Buffers are caller-owned, of the element counts below. Nothing is allocated.",
         " *",
         " * Return codes (every int function):",
@@ -697,9 +768,9 @@ def _header(
     h += [
         f"#define {U}_ARENA_BYTES {arena}",
         f"#define {U}_ARENA_ALIGN {ALIGN}",
-        # the arena's per-thread workspaces were sized for this many: -DO2E_THREADS above it
-        # stops the build with an #error (README: Threads)
-        f"#define {U}_MAX_THREADS {MAX_THREADS}",
+        # the arena's per-thread workspaces were sized for this many (convert --max-threads):
+        # -DO2E_THREADS above it stops the build, _set_threads above it returns -8
+        f"#define {U}_MAX_THREADS {max_threads}",
         f"#define {U}_WEIGHT_BYTES {weight_bytes}",
         f"#define {U}_WEIGHTS_IN_FILE {1 if storage != 'inline' else 0}",
         *(
@@ -714,6 +785,7 @@ def _header(
         "/* one instance: its activation arena (and, for bounded outputs, their extents) */",
         f"typedef struct {P}_ctx {{",
         "  unsigned char *arena;",
+        "  int threads;  /* 1 .. MAX_THREADS: set by _ctx_init (the build's default), _set_threads */",
         *([f"  int64_t out_count[{len(outs)}];"] if bounded else []),
         f"}} {P}_ctx;",
         "",
@@ -725,6 +797,8 @@ def _header(
         f"int {P}_ctx_init({P}_ctx *ctx, void *arena, size_t arena_bytes);",
         f"int {P}_run_ctx({P}_ctx *ctx, const void *const *inputs, void *const *outputs);",
         f"int {P}_predict_ctx({P}_ctx *ctx{', ' if predict_params else ''}{predict_params});",
+        f"int {P}_set_threads({P}_ctx *ctx, int n);  /* 0, -6, -8 or -9 (see above) */",
+        f"int {P}_get_threads(const {P}_ctx *ctx);  /* the context's thread count */",
         f"const char *{P}_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */",
         *(
             [f"int64_t {P}_ctx_output_count(const {P}_ctx *ctx, int i);  /* see _BOUNDED_AXIS */"]
