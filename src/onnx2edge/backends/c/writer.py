@@ -218,9 +218,18 @@ RETURN_CODES: tuple[tuple[int, str], ...] = (
 )
 
 
-def threads_block(max_threads: int) -> list[str]:
+def threads_block(max_threads: int, device: Device = GENERIC) -> list[str]:
     """model.c's thread settings, before any runtime header: the pool's capacity is the count
-    the arena's per-thread workspaces were planned for, and a build asking for more stops."""
+    the arena's per-thread workspaces were planned for, and a build asking for more stops
+    (a --device conversion's own guard, device.build_guard, says why in its terms)."""
+    if device.is_mcu:
+        return [
+            "#ifndef O2E_THREADS",
+            "#define O2E_THREADS 1",
+            "#endif",
+            "#undef O2E_MAX_THREADS",
+            "#define O2E_MAX_THREADS 1",
+        ]
     return [
         f"/* ---- threads (README: Threads): per-thread workspaces planned for {max_threads} "
         "(convert --max-threads);",
@@ -410,7 +419,7 @@ def write_model(
         f'#include "{P}.h"',
         *([f'#include "{VMATH_HEADER}"'] if uses_vmath else []),
         "",
-        *threads_block(em.max_threads),
+        *threads_block(em.max_threads, device),
         "",
         "#if defined(__GNUC__) || defined(__clang__)",
         "#define O2E_ALIGNED __attribute__((aligned(64)))",
