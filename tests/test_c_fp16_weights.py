@@ -185,17 +185,20 @@ def test_fp16_weights_make_no_float32_copy(tmp_path: Path, model: str) -> None:
 @pytest.mark.parametrize("arch", ALL_ISAS)
 def test_fp16_at_every_isa(tmp_path: Path, arch: str) -> None:
     """The half -> float decoders (F16C at x86-64-v3 and native, the portable one at
-    x86-64-v2, NEON fcvtl on aarch64 under qemu) through the digits CNN and the special-value
-    MLP (subnormals, +-65504, signed zeros), against onnxruntime on the fp16-rounded models."""
+    x86-64-v2, NEON fcvtl on aarch64 under qemu) through the digits CNN (scratch-widened
+    convolutions, a packed GEMV), the digits MLP (fully connected skipping zero inputs) and
+    the special-value MLP (subnormals, +-65504, signed zeros), against onnxruntime on the
+    fp16-rounded models."""
     import onnxruntime as ort
 
     m = _special_mlp()
     cases = [
         (save(m, tmp_path / "m.onnx"), save(_rounded(m), tmp_path / "r.onnx"), None),
         (DIGITS / "cnn.onnx", None, {"input": [1, 1, 8, 8]}),
+        (DIGITS / "mlp.onnx", None, {"input": [1, 64]}),
     ]
     with np.load(DIGITS / "digits.npz") as z:
-        digit = (z["x_test"][:1] / 16).astype(np.float32).reshape(1, 1, 8, 8)
+        digit = (z["x_test"][:1] / 16).astype(np.float32)
     for i, (src, ref, shapes) in enumerate(cases):
         if ref is None:
             ref = save(_rounded(onnx.load(src)), tmp_path / f"r{i}.onnx")
@@ -203,9 +206,15 @@ def test_fp16_at_every_isa(tmp_path: Path, arch: str) -> None:
         api.convert(src, "c", out, input_shapes=shapes, options={"weights": "fp16"})
         sess = ort.InferenceSession(str(ref), providers=["CPUExecutionProvider"])
         name = sess.get_inputs()[0].name
-        x = {name: digit if shapes else np.random.default_rng(3).standard_normal((1, 32))}
+        x = {
+            name: digit.reshape(shapes[name])
+            if shapes
+            else np.random.default_rng(3).standard_normal((1, 32))
+        }
         x = {k: v.astype(np.float32) for k, v in x.items()}
         want = sess.run(None, x)
         got = build_and_run(out, arch, x)
+        stats = json.loads((out / "onnx2edge.json").read_text())["stats"]
+        assert stats["fp16_weight_layers"], stats
         for o, w in zip(sess.get_outputs(), want, strict=True):
             assert np.abs(got[o.name] - w).max() <= 1e-4 * np.abs(w).max() + 1e-6, (arch, o.name)
