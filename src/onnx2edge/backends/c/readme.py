@@ -188,11 +188,13 @@ def readme(
         "weights, file above). "
         + (
             "These weights are stored as fp16 (`convert --weights fp16`): no float32 copy of "
-            "them is ever made. Each layer that reads one widens it (F16C on x86 builds with "
-            "it, NEON on aarch64, else a portable exact decoder) into its own scratch in the "
-            "arena right before it runs, so the arena holds at most one layer's weights as "
-            f"float32 ({_mb(int(stats.get('fp16_scratch_bytes', 0)))} for the largest; "
-            "included in the arena). The manifest lists these layers (`fp16_weight_layers`)."
+            "them all is ever made. Batch-1 fully-connected layers read them as half, widening "
+            "each vector as it is loaded (F16C on x86 builds that have it, NEON on aarch64, "
+            "else a portable exact decoder); every other layer widens its own into its scratch "
+            "in the arena right before it runs, so the arena holds at most one such layer's "
+            f"weights as float32 ({_mb(int(stats.get('fp16_scratch_bytes', 0)))} for the "
+            "largest; included in the arena). The manifest lists the layers "
+            "(`fp16_in_kernel_layers`, `fp16_scratch_layers`)."
             if stats.get("weights_fp16_tensors")
             else ""
         ),
@@ -225,8 +227,9 @@ def readme(
         f"`{P}_get_threads(&ctx)` tells the count. The pool starts its workers when a run first "
         "needs them and keeps them; a run never uses more threads than its context's count, "
         "which is read once per layer. Contexts running at the same time from different "
-        "threads keep their own counts and take turns on the pool. Results do not depend on "
-        "the thread count: each output element is summed by one thread in the same order.",
+        "threads keep their own counts and take turns on the pool. The kernels sum each output "
+        "element on one thread in the same order whatever the split, so results do not "
+        "depend on the count (tested bit-identical at 1, 3 and 8 threads).",
         "",
         "## Memory",
         "",
