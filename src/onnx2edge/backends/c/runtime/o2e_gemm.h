@@ -2573,9 +2573,10 @@ O2E_GEMM_FN void o2e_sgemm_packed_local(int M, int N, int K, const float *packed
 /* ==== generic data parallelism on the same pool ============================================ */
 /* o2e_parallel_for(n, fn, ctx) calls fn(ctx, begin, end) on disjoint contiguous ranges that
  * cover [0, n) - up to O2E_PAR_CHUNKS per thread - possibly concurrently on the pool's
- * threads; o2e_parallel_thread() tells a range which thread runs it (0 .. O2E_THREADS - 1,
- * 0 on the caller), so per-thread scratch can be indexed by it. Without O2E_THREADS (or
- * O2E_THREADS=1) it is the plain call fn(ctx, 0, n). The caller decides whether the work is
+ * threads; o2e_parallel_thread() tells a range which thread runs it (0 .. the call's thread
+ * count - 1, at most O2E_MAX_THREADS - 1; 0 on the caller), so per-thread scratch can be
+ * indexed by it. Without O2E_THREADS (or O2E_THREADS=1), or with one thread chosen
+ * (o2e_use_threads), it is the plain call fn(ctx, 0, n). The caller decides whether the work is
  * worth a hand-off (a few microseconds with spinning workers). fn must not call o2e_sgemm
  * (one parallel call runs at a time); a nested o2e_parallel_for, or one issued while another
  * thread holds the pool, runs on the calling thread. */
