@@ -52,7 +52,8 @@ def test_options_reach_the_manifest_as_declared(tmp_path: Path, example: Path) -
     out = tmp_path / "c"
     assert main(["convert", str(example), "--target", "c", "-o", str(out), "--fp16"]) == 0
     opts = json.loads((out / "onnx2edge.json").read_text())["options"]
-    assert opts == {"optimize": "speed", "weights_file": False, "weights": "fp16"}
+    # --max-threads: recorded with its default (the arena's per-thread workspaces depend on it)
+    assert opts == {"optimize": "speed", "weights_file": False, "weights": "fp16", "max_threads": 4}
     out2 = tmp_path / "c2"
     args = ["--weights", "fp16", "--optimize", "size", "--kernels", "lanes=off,direct=off"]
     assert main(["convert", str(example), "--target", "c", "-o", str(out2), *args]) == 0
@@ -62,6 +63,7 @@ def test_options_reach_the_manifest_as_declared(tmp_path: Path, example: Path) -
         "weights_file": False,
         "weights": "fp16",
         "kernels": "direct=off,lanes=off",
+        "max_threads": 4,
     }
 
 
@@ -90,7 +92,7 @@ def test_a_new_backend_needs_no_cli_edit(monkeypatch: pytest.MonkeyPatch) -> Non
     from onnx2edge.cli import _target_options
 
     assert _target_options(a, "toy") == {"toy_level": "1"}
-    assert _target_options(a, "c") == {"weights_file": False, "optimize": "speed"}
+    assert _target_options(a, "c") == {"weights_file": False, "optimize": "speed", "max_threads": 4}
 
 
 def test_bad_kernels_option_is_refused_before_loading(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """`convert --target c --weights fp16`: weights stored as IEEE half, widened to float32 by
-model_init, computed in float32. Checked against onnxruntime on the original model and, bit
+each layer that reads them into its own arena scratch (no float32 copy of all weights),
+computed in float32. Checked against onnxruntime on the original model and, bit
 for bit up to float32 reassociation, on the same model with its weights rounded to fp16."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ from onnx import helper, numpy_helper
 
 from onnx2edge import api
 
-from conftest import SANITIZE_NATIVE, make_model, save, tensor, vi
+from conftest import ALL_ISAS, SANITIZE_NATIVE, build_and_run, make_model, save, tensor, vi
 
 DIGITS = Path(__file__).parent / "fixtures" / "digits"
 
@@ -138,3 +140,81 @@ def test_cli_weights_fp16(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "weights_fp16_tensors: 5" in r.stdout
+
+
+def _ram_of_build(out: Path, name: str) -> int:
+    """.data + .bss of the Makefile's build of model.c (`size -A`)."""
+    from onnx2edge.backends.c.footprint import section_sizes
+
+    proc = subprocess.run(["make", "-s", "-C", str(out), f"lib{name}.a"], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    sizes = section_sizes(out / f"{name}.o")
+    return sum(n for s, n in sizes.items() if s.startswith((".data", ".bss")))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("size") is None, reason="gcc")
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_fp16_weights_make_no_float32_copy(tmp_path: Path, model: str) -> None:
+    """RAM (.data + .bss of the built object) with fp16 weights grows by at most the largest
+    layer's float32 scratch, never by a float32 copy of all weights; the manifest names the
+    layers that widen fp16 and the RAM figure convert states matches `size`."""
+    shapes = {"input": [1, 64] if model == "mlp" else [1, 1, 8, 8]}
+    res = {}
+    for w in ("fp32", "fp16"):
+        res[w] = api.convert(
+            DIGITS / f"{model}.onnx", "c", tmp_path / w, input_shapes=shapes, options={"weights": w}
+        )
+    ram = {w: _ram_of_build(tmp_path / w, model) for w in res}
+    s16 = res["fp16"].stats
+    fp32_weights = s16["weight_bytes_fp32"]
+    assert s16["weights_fp16_tensors"] > 0 and s16["fp16_weight_layers"]
+    layers = set(s16["fp16_in_kernel_layers"]) | set(s16["fp16_scratch_layers"])
+    assert set(s16["fp16_weight_layers"]) == layers
+    if model == "mlp":  # every fully-connected layer widens its weights in registers
+        assert set(s16["fp16_in_kernel_layers"]) == {"fc1", "fc2", "fc3"}, s16
+    assert s16["fp16_scratch_bytes"] < fp32_weights
+    assert ram["fp16"] <= ram["fp32"] + s16["fp16_scratch_bytes"] + 64, (ram, s16)
+    assert ram["fp16"] < ram["fp32"] + fp32_weights / 8, ram  # no float32 copy
+    fp = s16["footprint"]
+    assert fp["weights_ram_bytes"] == 0
+    assert abs(fp["ram_bytes"] - ram["fp16"]) <= 0.05 * ram["fp16"], (fp, ram)
+    manifest = json.loads((tmp_path / "fp16" / "onnx2edge.json").read_text())
+    assert manifest["stats"]["fp16_weight_layers"] == s16["fp16_weight_layers"]
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_fp16_at_every_isa(tmp_path: Path, arch: str) -> None:
+    """The half -> float decoders (F16C at x86-64-v3 and native, the portable one at
+    x86-64-v2, NEON fcvtl on aarch64 under qemu) through the digits CNN (scratch-widened
+    convolutions, a packed GEMV), the digits MLP (fully connected skipping zero inputs) and
+    the special-value MLP (subnormals, +-65504, signed zeros), against onnxruntime on the
+    fp16-rounded models."""
+    import onnxruntime as ort
+
+    m = _special_mlp()
+    cases = [
+        (save(m, tmp_path / "m.onnx"), save(_rounded(m), tmp_path / "r.onnx"), None),
+        (DIGITS / "cnn.onnx", None, {"input": [1, 1, 8, 8]}),
+        (DIGITS / "mlp.onnx", None, {"input": [1, 64]}),
+    ]
+    with np.load(DIGITS / "digits.npz") as z:
+        digit = (z["x_test"][:1] / 16).astype(np.float32)
+    for i, (src, ref, shapes) in enumerate(cases):
+        if ref is None:
+            ref = save(_rounded(onnx.load(src)), tmp_path / f"r{i}.onnx")
+        out = tmp_path / f"c{i}"
+        api.convert(src, "c", out, input_shapes=shapes, options={"weights": "fp16"})
+        sess = ort.InferenceSession(str(ref), providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        x = {
+            name: digit.reshape(shapes[name])
+            if shapes
+            else np.random.default_rng(3).standard_normal((1, 32))
+        }
+        x = {k: v.astype(np.float32) for k, v in x.items()}
+        want = sess.run(None, x)
+        got = build_and_run(out, arch, x)
+        stats = json.loads((out / "onnx2edge.json").read_text())["stats"]
+        assert stats["fp16_weight_layers"], stats
+        for o, w in zip(sess.get_outputs(), want, strict=True):
+            assert np.abs(got[o.name] - w).max() <= 1e-4 * np.abs(w).max() + 1e-6, (arch, o.name)

@@ -19,7 +19,7 @@ from .device import DEVICES, device
 from .emitter import STORAGES, ModelEmitter
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
-from .ops.gemm import MAX_THREADS
+from .ops.gemm import MAX_THREADS, MAX_THREADS_LIMIT
 from .quantized_io import quantized_io_of
 from .readme import readme
 from .writer import check_name, default_name, write_model, write_support_files
@@ -112,7 +112,8 @@ class CBackend(Backend):
         ),
         BackendOption(
             "weights",
-            "store weights as fp16 (half the size; widened to fp32 in RAM by NAME_init)",
+            "store weights as fp16 (half the size; each layer widens its own into arena scratch "
+            "as it runs: no float32 copy)",
             choices=("fp32", "fp16"),
             default="fp32",
             record_default=False,
@@ -141,6 +142,14 @@ class CBackend(Backend):
             record_default=False,
         ),
         BackendOption(
+            "max_threads",
+            "threads the arena's per-thread workspaces are sized for: NAME_set_threads(ctx, n) "
+            f"chooses 1 .. N at run time in a build with the pool (-DO2E_THREADS=m); default "
+            f"{MAX_THREADS}, at most {MAX_THREADS_LIMIT}",
+            default=MAX_THREADS,
+            metavar="N",
+        ),
+        BackendOption(
             "kernels",
             "kernel strategies, comma-separated NAME=SETTING: NAME=off skips one (winograd, "
             "lanes, direct, depthwise, sparse, implicit_gemm, fc_skip_zeros, fc_gemv, ...), "
@@ -156,6 +165,7 @@ class CBackend(Backend):
         out = dict(options)
         if out.get("name"):  # refused before the model is read
             out["name"] = check_name(str(out["name"]))
+        out["max_threads"] = _max_threads(out.get("max_threads", MAX_THREADS))
         kernels = parse_kernels(out.pop("kernels", None))
         if kernels:  # canonical text: the manifest records it and `convert` reads it back
             out["kernels"] = ",".join(f"{k}={v}" for k, v in kernels.items())
@@ -211,6 +221,7 @@ class CBackend(Backend):
             optimize=optimize,
             kernel_options=_traceable(parse_kernels(options.get("kernels")), options),
             device=device(options.get("device")),
+            max_threads=_max_threads(options.get("max_threads", MAX_THREADS)),
         )
         blob = (out_dir / "model_weights.bin").stat().st_size if stats["weights_in_file"] else 0
         files = [
@@ -241,7 +252,7 @@ class CBackend(Backend):
                 stats=stats,
                 inputs=io[0],
                 outputs=io[1],
-                max_threads=MAX_THREADS,
+                max_threads=int(stats["max_threads"]),
             )
         )
         files.append("README.md")
@@ -298,6 +309,19 @@ class CBackend(Backend):
             per_layer,
             external=manifest.get("stats", {}).get("weights_storage") == "external",
         )
+
+
+def _max_threads(value: Any) -> int:
+    """--max-threads: a whole number 1 .. MAX_THREADS_LIMIT."""
+    try:
+        n = int(str(value))
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS_LIMIT:
+        raise Onnx2EdgeError(
+            f"--max-threads {value}: expected a whole number from 1 to {MAX_THREADS_LIMIT}"
+        )
+    return n
 
 
 def _check_io(graph: Graph, io: str) -> None:

@@ -317,8 +317,24 @@ class ModelEmitter:
         optimize: str = "speed",
         kernel_options: Mapping[str, str] | None = None,
         device: Device = GENERIC,
+        weights_fp16: bool = False,
+        max_threads: int = 4,
     ) -> None:
         self.graph = graph
+        # convert --max-threads: thread slots every per-thread workspace is planned for (one
+        # on a microcontroller device: its build guard refuses threads)
+        self.max_threads = 1 if device.is_mcu else max_threads
+        # convert --weights fp16: float32 constants fp16 can hold (fp16_storable) are stored as
+        # half and widened per layer, into that layer's arena scratch, right before it runs
+        # (_widen_fp16): never a float32 copy of all weights. Keys -> the layers that read them.
+        self.weights_fp16 = weights_fp16
+        self.fp16_keys: set[str] = set()
+        self.fp16_layers: dict[str, list[str]] = {}  # node -> fp16 constants it widens
+        self.fp16_layer_bytes: dict[str, int] = {}  # node -> float32 scratch bytes of those
+        self.fp16_kernel_layers: set[str] = set()  # nodes whose kernel reads half itself
+        self.fp16_sym: dict[str, str] = {}  # key -> the stored half array's C symbol
+        self._sym_of: dict[str, str] = {}  # constant key -> C symbol (read without recording)
+        self._key_of: dict[str, str] = {}
         # convert --device: the build the workspaces are planned for (device.py)
         self.device = device
         self.prefix = prefix
@@ -419,6 +435,8 @@ class ModelEmitter:
             "const",
         )
         object.__setattr__(t, "_key", key)
+        self._sym_of[key] = object.__getattribute__(t, "sym")
+        self._key_of[self._sym_of[key]] = key
         object.__setattr__(t, "_referenced", self.referenced)
         self.constants[key] = t
         self.const_data[key] = arr
@@ -492,6 +510,8 @@ class ModelEmitter:
                 body = self._if_select(node)
             else:
                 body = self.ops[op_key(node)].emit(ctx)
+            if self.weights_fp16:
+                body = self._widen_fp16(ctx, body)
             self.node_constants[node.name] = sorted(self.referenced - named_before)
             self.node_scratch[node.name] = sum(n for _, n in ctx.scratch_requests)
             for key, nbytes in ctx.scratch_requests:
@@ -547,12 +567,67 @@ class ModelEmitter:
             if t.kind in ("const", "input"):
                 out = f"(({t.ctype} *)outputs[{i}])"
                 tail.append(f"  memcpy({out}, {t.sym}, {t.nbytes});  /* output {_cmt(name)} */")
+        if self.fp16_keys:
+            self._check_fp16_scope(tail)
         offsets, arena = plan(buffers + scratch)
         for x, (y, off) in self.concat_aliases.items():
             offsets[x] = offsets[y] + off
         for y, root in self.residual_inplace.items():
             offsets[y] = offsets[root]
         return {"blocks": blocks, "offsets": offsets, "arena": arena, "tail": tail}
+
+    def fp16_in_kernel(self, node: str, weights: np.ndarray) -> bool:
+        """Whether a kernel that can read half weights itself (o2e_sgemv_packed_h,
+        o2e_fc_skip_zeros_h) should store `weights` as fp16: --weights fp16 and they fit.
+        Records the layer as one reading fp16 in its kernel (the manifest's
+        fp16_weight_layers)."""
+        from .writer import fp16_storable
+
+        if not self.weights_fp16 or not fp16_storable(np.asarray(weights, np.float32)):
+            return False
+        self.fp16_kernel_layers.add(node)
+        return True
+
+    def _widen_fp16(self, ctx: NodeContext, body: str) -> str:
+        """Node code reading fp16-stored weights: each is widened into scratch of this node
+        (o2e_f16_decode; the arena grows by the largest layer's, not by all weights) and named
+        by a block-local pointer, so the kernels keep reading float32. The stored half array is
+        `<sym>_f16` (writer.py); constants that are graph outputs stay float32."""
+        from .writer import fp16_storable
+
+        syms = sorted(set(re.findall(r"\bW_\w+", body)) & self._key_of.keys())
+        outputs = set(self.graph.outputs)
+        lines = []
+        used = []
+        for sym in syms:
+            key = self._key_of[sym]
+            arr = self.const_data[key]
+            if key in outputs or not fp16_storable(arr):
+                continue
+            if key not in self.fp16_sym:
+                self.fp16_sym[key] = self._ident(sym + "_f16")
+            buf = ctx.scratch(4 * arr.size, "float")
+            half = self.fp16_sym[key]
+            lines.append(f"o2e_f16_decode({buf}, {half}, {arr.size});  /* fp16 weights */")
+            lines.append(f"const float *const {sym} = {buf};")
+            self.fp16_keys.add(key)
+            used.append(key)
+        if not used:
+            return body
+        self.fp16_layers[ctx.node.name] = [self.constants[k].name for k in used]
+        self.fp16_layer_bytes[ctx.node.name] = sum(4 * self.const_data[k].size for k in used)
+        return "\n".join([*lines, body])
+
+    def _check_fp16_scope(self, tail: list[str]) -> None:
+        """Widened fp16 weights exist only inside the block of a layer that reads them: code
+        outside any block (helper functions, output copies) may not name them."""
+        outside = "\n".join([*self.helpers.values(), *tail])
+        for key in self.fp16_keys:
+            if re.search(rf"\b{self._sym_of[key]}\b", outside):
+                raise UnsupportedError(
+                    f"--weights fp16: constant '{self.constants[key].name}' is read outside "
+                    "a layer's code; convert with --weights fp32"
+                )
 
     def _guard_lines(self, opened: Guard, guard: Guard) -> list[str]:
         """Close the `if` blocks of `opened` that `guard` does not share, open its others."""

@@ -157,7 +157,7 @@ def readme(
                 + (
                     ": loads and checks `model_weights.bin` (NULL: `./model_weights.bin`) |"
                     if storage == "file"
-                    else " (weights compiled in; widens fp16 weights if any) |"
+                    else " (weights compiled in: it only marks the model ready) |"
                 )
             ]
         ),
@@ -169,6 +169,8 @@ def readme(
         "input then output |",
         f"| `int {P}_run(const void *const *in, void *const *out)`, `int {P}_predict(...)` | on "
         "the built-in arena |",
+        f"| `int {P}_set_threads({P}_ctx *ctx, int n)`, `int {P}_get_threads(const {P}_ctx "
+        "*ctx)` | threads of that context's runs (see Threads; NULL: the built-in context) |",
         f"| `const char *{P}_gemm_kernel(void)` | the GEMM micro-kernel compiled in "
         "(avx512, avx2, neon, portable, ...) |",
         "",
@@ -185,21 +187,49 @@ def readme(
         "`convert --weights-storage inline|file|external` chooses (default: inline up to 4 MB of "
         "weights, file above). "
         + (
-            f"These weights are stored as fp16 and widened once by init into float32 copies in "
-            f"RAM ({_mb(int(stats.get('weights_fp16_widened_bytes', 0)))}): fp16 halves flash, "
-            "not RAM."
+            "These weights are stored as fp16 (`convert --weights fp16`): no float32 copy of "
+            "them all is ever made. Batch-1 fully-connected layers read them as half, widening "
+            "each vector as it is loaded (F16C on x86 builds that have it, NEON on aarch64, "
+            "else a portable exact decoder); every other layer widens its own into its scratch "
+            "in the arena right before it runs, so the arena holds at most one such layer's "
+            f"weights as float32 ({_mb(int(stats.get('fp16_scratch_bytes', 0)))} for the "
+            "largest; included in the arena). The manifest lists the layers "
+            "(`fp16_in_kernel_layers`, `fp16_scratch_layers`)."
             if stats.get("weights_fp16_tensors")
             else ""
         ),
         "",
         "## Threads",
         "",
-        "Single-threaded by default: no pthread is pulled in. Built with "
-        f"`-DO2E_THREADS=n` (`make THREADS=n`, CMake `-D{U}_THREADS=n`) the large GEMMs split "
-        f"across a pool of n - 1 workers plus the caller; the GEMM workspaces in the arena "
-        f"were sized for at most {max_threads} threads (`{U}_MAX_THREADS`), and a larger n "
-        "stops the build with "
-        "an #error. Calls from several contexts take turns on the pool.",
+        "Single-threaded by default: the default build references no pthread symbol. Built "
+        f"with `-DO2E_THREADS=n`, 1 < n <= {max_threads} (`make THREADS=n`, CMake "
+        f"`-D{U}_THREADS=n`, link `-pthread`), the large GEMMs and the other parallel kernels "
+        "split across a pool of workers plus the caller, n threads by default. The arena's "
+        f"per-thread workspaces were sized at conversion for {max_threads} threads "
+        f"(`{U}_MAX_THREADS`, `convert --max-threads N`, recorded in `onnx2edge.json`); a build "
+        "with a larger n stops with an #error naming that option.",
+        "",
+        "At run time each context chooses its own count:",
+        "",
+        "```c",
+        f"int rc = {P}_set_threads(&ctx, 8);   /* NULL: the built-in context of {P}_run */",
+        "```",
+        "",
+        f"| `{P}_set_threads` returns | when |",
+        "|---|---|",
+        f"| 0 | n threads (1 .. `{U}_MAX_THREADS`) for this context's next runs |",
+        f"| -8 | n < 1 or n > `{U}_MAX_THREADS` ({max_threads}): nothing changed (reconvert "
+        "with a larger `--max-threads` for more) |",
+        "| -9 | n > 1 in a build without the pool (no `-DO2E_THREADS`): nothing changed; "
+        "1 is accepted |",
+        "| -6 | ctx NULL while the built-in arena is compiled out |",
+        "",
+        f"`{P}_get_threads(&ctx)` tells the count. The pool starts its workers when a run first "
+        "needs them and keeps them; a run never uses more threads than its context's count, "
+        "which is read once per layer. Contexts running at the same time from different "
+        "threads keep their own counts and take turns on the pool. The kernels sum each output "
+        "element on one thread in the same order whatever the split, so results do not "
+        "depend on the count (tested bit-identical at 1, 3 and 8 threads).",
         "",
         "## Memory",
         "",
@@ -210,7 +240,7 @@ def readme(
         f"| flash (code + const data) | {_mb(int(fp.get('flash_bytes', 0)))} |",
         f"| RAM (static data and buffers) | {_mb(int(fp.get('ram_bytes', 0)))} |",
         f"| of which the arena (`{U}_ARENA_BYTES`) | {_mb(int(stats['arena_bytes']))} |",
-        f"| of which weights in RAM (loaded file, fp16 widened) | "
+        f"| of which weights in RAM (a loaded file) | "
         f"{_mb(int(stats.get('weights_ram_bytes', 0)))} |",
         *(
             [f"| the caller's weights blob | {_mb(int(stats['weights_caller_bytes']))} |"]

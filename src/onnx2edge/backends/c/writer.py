@@ -41,15 +41,23 @@ def _align(n: int) -> int:
 
 
 # fp16 weight storage: float32 constants of at least this many elements whose finite values
-# fit fp16's range are stored as IEEE half and widened to float32 by <prefix>_init. Small
-# constants (scales, clip bounds, pads, -FLT_MAX sentinels) stay float32: they cost no flash
-# worth saving and some must stay exact.
+# fit fp16's range are stored as IEEE half. The layer that reads one widens it into its own
+# arena scratch right before it runs (emitter._widen_fp16), so RAM grows by the largest
+# layer's weights, never by a float32 copy of them all. Small constants (scales, clip bounds,
+# pads, -FLT_MAX sentinels) stay float32: they cost no flash worth saving and some must stay
+# exact.
 FP16_MIN_ELEMENTS = 64
 FP16_MAX = 65504.0
 
-# Portable IEEE half -> float (subnormals, Inf, NaN), run once per weight at init: no F16C /
-# NEON fp16 needed, so the stored model runs on every target; the kernels stay float32.
-F16_DECODE = r"""static float o2e_h2f(uint16_t h)
+# IEEE half -> float: F16C (8 at a time) on x86 builds that have it, NEON fcvtl on aarch64,
+# else a portable bit-exact decoder (subnormals, Inf, NaN) that needs no fp16 hardware, so
+# the stored model runs on every target. Conversions are exact: all three give equal floats.
+F16_DECODE = r"""#if defined(__F16C__)
+#include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
+static float o2e_h2f(uint16_t h)
 {
   uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
   float f;
@@ -63,8 +71,14 @@ F16_DECODE = r"""static float o2e_h2f(uint16_t h)
 }
 static void o2e_f16_decode(float *dst, const uint16_t *src, size_t n)
 {
-  size_t i;
-  for (i = 0; i < n; ++i) dst[i] = o2e_h2f(src[i]);
+  size_t i, v = 0;  /* v: the elements the vector loop converts */
+#if defined(__F16C__)
+  for (v = n / 8 * 8, i = 0; i < v; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  for (v = n / 4 * 4, i = 0; i < v; i += 4) vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+#endif
+  for (i = v; i < n; ++i) dst[i] = o2e_h2f(src[i]);
 }"""
 
 
@@ -191,7 +205,45 @@ RETURN_CODES: tuple[tuple[int, str], ...] = (
     (-5, "the blob passed to _init_with_weights is not 64-byte aligned"),
     (-6, "bad context: ctx NULL, arena smaller than ARENA_BYTES or not ARENA_ALIGN-aligned"),
     (-7, "_run before a successful _init / _init_with_weights"),
+    (
+        -8,
+        "_set_threads: n outside 1 .. MAX_THREADS (the threads the arena's workspaces were "
+        "planned for: convert --max-threads)",
+    ),
+    (
+        -9,
+        "_set_threads: n > 1 in a build without the thread pool (compile with -DO2E_THREADS=m, "
+        "m > 1: make THREADS=m)",
+    ),
 )
+
+
+def threads_block(max_threads: int, device: Device = GENERIC) -> list[str]:
+    """model.c's thread settings, before any runtime header: the pool's capacity is the count
+    the arena's per-thread workspaces were planned for, and a build asking for more stops
+    (a --device conversion's own guard, device.build_guard, says why in its terms)."""
+    if device.is_mcu:
+        return [
+            "#ifndef O2E_THREADS",
+            "#define O2E_THREADS 1",
+            "#endif",
+            "#undef O2E_MAX_THREADS",
+            "#define O2E_MAX_THREADS 1",
+        ]
+    return [
+        f"/* ---- threads (README: Threads): per-thread workspaces planned for {max_threads} "
+        "(convert --max-threads);",
+        " * -DO2E_THREADS=n (1 < n <= that) builds the pthread pool with n threads by default */",
+        "#ifndef O2E_THREADS",
+        "#define O2E_THREADS 1",
+        "#endif",
+        "#undef O2E_MAX_THREADS",
+        f"#define O2E_MAX_THREADS {max_threads}",
+        "#if O2E_THREADS < 1 || O2E_THREADS > O2E_MAX_THREADS",
+        f'#error "O2E_THREADS must be 1 .. {max_threads}: the arena workspaces were planned '
+        f'for {max_threads} threads (reconvert with --max-threads)"',
+        "#endif",
+    ]
 
 
 def _storage(weights_storage: str | None, weights_file: bool | None, weight_bytes: int) -> str:
@@ -219,6 +271,7 @@ def write_model(
     optimize: str = "speed",
     kernel_options: Mapping[str, str] | None = None,
     device: Device = GENERIC,
+    max_threads: int = MAX_THREADS,
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
 
@@ -228,7 +281,13 @@ def write_model(
     weights_file, else inline up to INLINE_WEIGHT_LIMIT). optimize: "speed" or "size";
     device: the build the arena is planned for (device.py)."""
     em = ModelEmitter(
-        graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options, device=device
+        graph,
+        prefix=prefix,
+        optimize=optimize,
+        kernel_options=kernel_options,
+        device=device,
+        weights_fp16=weights_fp16,
+        max_threads=max_threads,
     )
     res = em.emit()
     # Emitters may look at a weight (its shape, its values) and write a repacked copy: keep
@@ -237,20 +296,20 @@ def write_model(
     for key in [k for k in em.constants if k not in em.referenced]:
         del em.constants[key]
         del em.const_data[key]
-    half = {k for k, a in em.const_data.items() if weights_fp16 and fp16_storable(a)}
+    half = em.fp16_keys & em.const_data.keys()
     stored = {
         k: (a.astype(np.float16).view(np.uint16) if k in half else a)
         for k, a in em.const_data.items()
     }
     weight_bytes = sum(a.nbytes for a in stored.values())
+    # fp16 constants kernels read as half themselves (emitter.fp16_in_kernel)
+    n_kernel_half = sum(1 for a in stored.values() if a.dtype == np.float16) if weights_fp16 else 0
     storage = _storage(weights_storage, weights_file, weight_bytes)
     to_file = storage != "inline"
     P, U = prefix, prefix.upper()
     stem = file_stem or prefix
     ins = [em.tensor(n) for n in graph.inputs]
     outs = [em.tensor(n) for n in graph.outputs]
-    # fp16 weights widened into float32 RAM copies at init (the kernels read float32)
-    widened_bytes = sum(4 * stored[k].size for k in half)
 
     # --- weights -----------------------------------------------------------------------------
     weight_lines: list[str] = []
@@ -271,9 +330,9 @@ def write_model(
                 f"static const unsigned char *o2e_weights;  /* the caller's blob + {WEIGHTS_HEADER}, set by {P}_init_with_weights() */"
             )
         for key, t in em.constants.items():
-            if key in half:  # widened into RAM by init
+            if key in half:  # widened per layer (emitter._widen_fp16)
                 weight_lines.append(
-                    f"static float {t.sym}[{stored[key].size}] O2E_ALIGNED;  /* {_c(t.name)}: {_shape_str(t)}, fp16 at +{offsets[key]} */"
+                    f"#define {em.fp16_sym[key]} ((const uint16_t *)(o2e_weights + {offsets[key]}))  /* {_c(t.name)}: {_shape_str(t)} fp16 */"
                 )
                 continue
             weight_lines.append(
@@ -284,28 +343,20 @@ def write_model(
             arr = stored[key]
             if key in half:
                 weight_lines.append(
-                    f"/* {_c(t.name)}: {_shape_str(t)} stored as float16, widened by {prefix}_init */\n"
-                    f"static const uint16_t {t.sym}_f16[{arr.size}] O2E_ALIGNED = {{\n  {array_literal(arr)}\n}};\n"
-                    f"static float {t.sym}[{arr.size}] O2E_ALIGNED;"
+                    f"/* {_c(t.name)}: {_shape_str(t)} float16, widened by the layers that read it */\n"
+                    f"static const uint16_t {em.fp16_sym[key]}[{arr.size}] O2E_ALIGNED O2E_UNUSED = {{\n  {array_literal(arr)}\n}};"
                 )
                 continue
             weight_lines.append(
                 f"/* {_c(t.name)}: {_shape_str(t)} {arr.dtype.name} */\n"
                 f"static const {t.ctype} {t.sym}[{max(arr.size, 1)}] O2E_ALIGNED O2E_UNUSED = {{\n  {array_literal(arr)}\n}};"
             )
-    decode: list[str] = []
     if half:
         weight_lines.insert(0, F16_DECODE)
-        for k, t in em.constants.items():
-            if k in half:
-                src = (
-                    f"(const uint16_t *)(o2e_weights + {offsets[k]})" if to_file else f"{t.sym}_f16"
-                )
-                decode.append(f"  o2e_f16_decode({t.sym}, {src}, {stored[k].size});")
     if to_file:
         weight_lines.insert(0, CHECKSUM_C)
-    # inline float32 weights need no init; anything loaded, checked or widened does
-    ready_at_start = 0 if (to_file or half) else 1
+    # inline weights need no init; loaded or checked ones do
+    ready_at_start = 0 if to_file else 1
 
     # --- run() -------------------------------------------------------------------------------
     decls = []
@@ -368,6 +419,8 @@ def write_model(
         f'#include "{P}.h"',
         *([f'#include "{VMATH_HEADER}"'] if uses_vmath else []),
         "",
+        *threads_block(em.max_threads, device),
+        "",
         "#if defined(__GNUC__) || defined(__clang__)",
         "#define O2E_ALIGNED __attribute__((aligned(64)))",
         "#define O2E_UNUSED __attribute__((unused))",
@@ -408,7 +461,7 @@ def write_model(
         "/* ---- activations: one arena per context, offsets from the liveness planner ---- */",
         f"#ifndef {U}_NO_STATIC_ARENA  /* the built-in arena of {P}_run / the NULL-arena context */",
         f"static unsigned char o2e_static_arena[{arena_bytes}] O2E_ALIGNED;",
-        f"static {P}_ctx o2e_default_ctx = {{o2e_static_arena"
+        f"static {P}_ctx o2e_default_ctx = {{o2e_static_arena, O2E_THREADS"
         + (f", {{{minus_ones}}}" if bounded else "")
         + "};",
         "#endif",
@@ -429,6 +482,7 @@ def write_model(
         # (no size test when the model needs no arena: size_t < 0 trips -Wtype-limits)
         f"  if ({f'arena_bytes < {U}_ARENA_BYTES || ' if res['arena'] else '(void)arena_bytes, '}((uintptr_t)arena & ({U}_ARENA_ALIGN - 1)) != 0) return -6;",
         "  ctx->arena = (unsigned char *)arena;",
+        "  ctx->threads = O2E_THREADS;",
         *([f"  for (int i = 0; i < {len(outs)}; ++i) ctx->out_count[i] = -1;"] if bounded else []),
         "  return 0;",
         "}",
@@ -443,7 +497,7 @@ def write_model(
             "#endif",
             "",
         ]
-    tail_decode = [*decode, "  o2e_ready = 1;", "  return 0;", "}"]
+    tail_decode = ["  o2e_ready = 1;", "  return 0;", "}"]
     if storage == "file":
         c += [
             f"int {P}_init(const char *weights_path)",
@@ -489,9 +543,32 @@ def write_model(
             *tail_decode,
         ]
     kernel_name = "o2e_gemm_kernel_name()" if "o2e_gemm.h" in em.runtime_files else '"none"'
+    pooled = "o2e_gemm.h" in em.runtime_files  # the kernels that split work across threads
     c += [
         "",
         f"const char *{P}_gemm_kernel(void) {{ return {kernel_name}; }}",
+        "",
+        f"int {P}_set_threads({P}_ctx *ctx, int n)",
+        "{",
+        f"#ifndef {U}_NO_STATIC_ARENA",
+        "  if (!ctx) ctx = &o2e_default_ctx;",
+        "#endif",
+        "  if (!ctx) return -6;",
+        f"  if (n < 1 || n > {U}_MAX_THREADS) return -8;",
+        "#if O2E_THREADS == 1",
+        "  if (n > 1) return -9;",
+        "#endif",
+        "  ctx->threads = n;",
+        "  return 0;",
+        "}",
+        "",
+        f"int {P}_get_threads(const {P}_ctx *ctx)",
+        "{",
+        f"#ifndef {U}_NO_STATIC_ARENA",
+        "  if (!ctx) ctx = &o2e_default_ctx;",
+        "#endif",
+        "  return ctx ? ctx->threads : -6;",
+        "}",
         "",
         f"int {P}_run_ctx({P}_ctx *ctx, const void *const *inputs, void *const *outputs)",
         "{",
@@ -500,6 +577,15 @@ def write_model(
         "  if (!ctx || !ctx->arena) return -6;",
         "  if (!o2e_ready) return -7;",
         "  o2e_arena = ctx->arena;",
+        *(
+            [
+                "#if O2E_THREADS > 1  /* this context's thread count, for the calls of this run */",
+                "  o2e_use_threads(ctx->threads > 0 ? ctx->threads : O2E_THREADS);",
+                "#endif",
+            ]
+            if pooled
+            else []
+        ),
         *(["  o2e_out_count = ctx->out_count;"] if bounded else []),
         "  {",
         *decls,
@@ -546,6 +632,7 @@ def write_model(
         outs=outs,
         bounded=bounded,
         arena=int(res["arena"]),
+        max_threads=em.max_threads,
         weight_bytes=weight_bytes,
         blob_bytes=WEIGHTS_HEADER + total if to_file else 0,
         checksum=checksum,
@@ -568,6 +655,8 @@ def write_model(
         "onnx_weight_bytes": int(sum(a.nbytes for a in graph.initializers.values())),
         "optimize": optimize,
         "weights_storage": storage,
+        # convert --max-threads: the per-thread workspaces' slots (NAME_MAX_THREADS)
+        "max_threads": int(em.max_threads),
         # convert --device: the build the arena was planned for (generic: not recorded)
         **(
             {"device": device.name, "planned_threads": device.threads, "int8_kernels": device.int8}
@@ -578,14 +667,25 @@ def write_model(
         # where the weights' bytes live once the model runs (README: memory figures):
         # const data in the image, copies the init makes in RAM, the caller's blob
         "weights_const_bytes": int(const_bytes),
-        "weights_ram_bytes": int((total if storage == "file" else 0) + widened_bytes),
+        "weights_ram_bytes": int(total if storage == "file" else 0),
         "weights_caller_bytes": int(WEIGHTS_HEADER + total if storage == "external" else 0),
         **(
             {
-                "weights_fp16_tensors": len(half),
-                "weight_bytes_fp32": int(sum(a.nbytes for a in em.const_data.values())),
-                # the kernels read float32: each fp16 weight is widened once, by init
-                "weights_fp16_widened_bytes": int(widened_bytes),
+                "weights_fp16_tensors": len(half) + n_kernel_half,
+                "weight_bytes_fp32": int(
+                    sum(
+                        4 * a.size if a.dtype == np.float16 else a.nbytes
+                        for a in em.const_data.values()
+                    )
+                ),
+                # the layers that read fp16 weights: batch-1 fully-connected kernels widen
+                # them in registers as they load them (fp16_in_kernel_layers); any other
+                # layer widens its own into arena scratch before it runs (fp16_scratch_layers;
+                # the largest such scratch is counted in arena_bytes). No float32 copy of all.
+                "fp16_weight_layers": sorted(set(em.fp16_layers) | em.fp16_kernel_layers),
+                "fp16_in_kernel_layers": sorted(em.fp16_kernel_layers),
+                "fp16_scratch_layers": sorted(em.fp16_layers),
+                "fp16_scratch_bytes": max(em.fp16_layer_bytes.values(), default=0),
             }
             if weights_fp16
             else {}
@@ -611,6 +711,7 @@ def _header(
     outs: list[Tensor],
     bounded: dict[int, int],
     arena: int,
+    max_threads: int,
     weight_bytes: int,
     blob_bytes: int,
     checksum: int,
@@ -621,7 +722,7 @@ def _header(
     init_doc = {
         "inline": [
             f" * {P}_init(NULL) once before the first run (the weights are compiled in as const",
-            " * data: it only widens fp16 weights, when there are any).",
+            " * data: it only marks the model ready).",
         ],
         "file": [
             f" * {P}_init(path) once before the first run: it loads model_weights.bin (NULL:",
@@ -643,6 +744,9 @@ def _header(
         f" * per instance: {P}_ctx_init(&ctx, arena, bytes) with an arena of {U}_ARENA_BYTES",
         f" * aligned to {U}_ARENA_ALIGN (NULL: the built-in one), then {P}_run_ctx(&ctx, ...).",
         " * Contexts with their own arenas may run at the same time from different threads.",
+        f" * {P}_set_threads(&ctx, n) (NULL: the built-in context) chooses 1 .. {U}_MAX_THREADS",
+        " * threads for that context's runs, in a build with the pool (-DO2E_THREADS=m, m > 1:",
+        " * its default is m; without it, 1 thread and no pthread at all).",
         " * Buffers are caller-owned, of the element counts below. Nothing is allocated.",
         " *",
         " * Return codes (every int function):",
@@ -677,9 +781,9 @@ def _header(
     h += [
         f"#define {U}_ARENA_BYTES {arena}",
         f"#define {U}_ARENA_ALIGN {ALIGN}",
-        # the arena's per-thread workspaces were sized for this many: -DO2E_THREADS above it
-        # stops the build with an #error (README: Threads)
-        f"#define {U}_MAX_THREADS {MAX_THREADS}",
+        # the arena's per-thread workspaces were sized for this many (convert --max-threads):
+        # -DO2E_THREADS above it stops the build, _set_threads above it returns -8
+        f"#define {U}_MAX_THREADS {max_threads}",
         f"#define {U}_WEIGHT_BYTES {weight_bytes}",
         f"#define {U}_WEIGHTS_IN_FILE {1 if storage != 'inline' else 0}",
         *(
@@ -694,6 +798,7 @@ def _header(
         "/* one instance: its activation arena (and, for bounded outputs, their extents) */",
         f"typedef struct {P}_ctx {{",
         "  unsigned char *arena;",
+        "  int threads;  /* 1 .. MAX_THREADS: set by _ctx_init (the build's default), _set_threads */",
         *([f"  int64_t out_count[{len(outs)}];"] if bounded else []),
         f"}} {P}_ctx;",
         "",
@@ -705,6 +810,8 @@ def _header(
         f"int {P}_ctx_init({P}_ctx *ctx, void *arena, size_t arena_bytes);",
         f"int {P}_run_ctx({P}_ctx *ctx, const void *const *inputs, void *const *outputs);",
         f"int {P}_predict_ctx({P}_ctx *ctx{', ' if predict_params else ''}{predict_params});",
+        f"int {P}_set_threads({P}_ctx *ctx, int n);  /* 0, -6, -8 or -9 (see above) */",
+        f"int {P}_get_threads(const {P}_ctx *ctx);  /* the context's thread count */",
         f"const char *{P}_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */",
         *(
             [f"int64_t {P}_ctx_output_count(const {P}_ctx *ctx, int i);  /* see _BOUNDED_AXIS */"]

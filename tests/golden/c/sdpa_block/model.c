@@ -13,6 +13,17 @@
 #include "sdpa_block.h"
 #include "o2e_vmath.h"
 
+/* ---- threads (README: Threads): per-thread workspaces planned for 4 (convert --max-threads);
+ * -DO2E_THREADS=n (1 < n <= that) builds the pthread pool with n threads by default */
+#ifndef O2E_THREADS
+#define O2E_THREADS 1
+#endif
+#undef O2E_MAX_THREADS
+#define O2E_MAX_THREADS 4
+#if O2E_THREADS < 1 || O2E_THREADS > O2E_MAX_THREADS
+#error "O2E_THREADS must be 1 .. 4: the arena workspaces were planned for 4 threads (reconvert with --max-threads)"
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define O2E_ALIGNED __attribute__((aligned(64)))
 #define O2E_UNUSED __attribute__((unused))
@@ -45,9 +56,6 @@ void sdpa_block_set_trace(void (*cb)(const char *, const void *, size_t)) { o2e_
 #endif
 
 #include "o2e_gemm.h"
-#if defined(O2E_THREADS) && O2E_THREADS > 4
-#error "GEMM workspaces were planned for at most 4 threads: reconvert or lower O2E_THREADS"
-#endif
 #if O2E_GEMM_KC < 64 || O2E_GEMM_KC > 256 || O2E_GEMM_SB > 1 || O2E_GEMM_CONV_SB > 4 || O2E_GEMM_A_BYTES > 8388608 || O2E_GEMM_MC_MIN > 64 || O2E_SN_KB > 128
 #error "GEMM workspaces were sized for the default O2E_GEMM_KC, O2E_GEMM_SB, O2E_GEMM_CONV_SB, O2E_GEMM_A_BYTES, O2E_GEMM_MC_MIN, O2E_SN_KB (KC >= 64): lower them or reconvert"
 #endif
@@ -83,7 +91,7 @@ static int o2e_ready = 0;  /* weights in place: set by sdpa_block_init* */
 /* ---- activations: one arena per context, offsets from the liveness planner ---- */
 #ifndef SDPA_BLOCK_NO_STATIC_ARENA  /* the built-in arena of sdpa_block_run / the NULL-arena context */
 static unsigned char o2e_static_arena[276800] O2E_ALIGNED;
-static sdpa_block_ctx o2e_default_ctx = {o2e_static_arena};
+static sdpa_block_ctx o2e_default_ctx = {o2e_static_arena, O2E_THREADS};
 #endif
 
 #define S_node_MatMul_1_0 ((void *)(o2e_arena + 0))
@@ -105,6 +113,7 @@ int sdpa_block_ctx_init(sdpa_block_ctx *ctx, void *arena, size_t arena_bytes)
   }
   if (arena_bytes < SDPA_BLOCK_ARENA_BYTES || ((uintptr_t)arena & (SDPA_BLOCK_ARENA_ALIGN - 1)) != 0) return -6;
   ctx->arena = (unsigned char *)arena;
+  ctx->threads = O2E_THREADS;
   return 0;
 }
 
@@ -128,12 +137,37 @@ int sdpa_block_init(const char *weights_path)
 
 const char *sdpa_block_gemm_kernel(void) { return o2e_gemm_kernel_name(); }
 
+int sdpa_block_set_threads(sdpa_block_ctx *ctx, int n)
+{
+#ifndef SDPA_BLOCK_NO_STATIC_ARENA
+  if (!ctx) ctx = &o2e_default_ctx;
+#endif
+  if (!ctx) return -6;
+  if (n < 1 || n > SDPA_BLOCK_MAX_THREADS) return -8;
+#if O2E_THREADS == 1
+  if (n > 1) return -9;
+#endif
+  ctx->threads = n;
+  return 0;
+}
+
+int sdpa_block_get_threads(const sdpa_block_ctx *ctx)
+{
+#ifndef SDPA_BLOCK_NO_STATIC_ARENA
+  if (!ctx) ctx = &o2e_default_ctx;
+#endif
+  return ctx ? ctx->threads : -6;
+}
+
 int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *const *outputs)
 {
   unsigned char *o2e_arena;
   if (!ctx || !ctx->arena) return -6;
   if (!o2e_ready) return -7;
   o2e_arena = ctx->arena;
+#if O2E_THREADS > 1  /* this context's thread count, for the calls of this run */
+  o2e_use_threads(ctx->threads > 0 ? ctx->threads : O2E_THREADS);
+#endif
   {
   const float *const in_input = (const float *)inputs[0];  /* input: 1x10x64 */
   float *const out_output = (float *)outputs[0];  /* output: 1x10x64 */

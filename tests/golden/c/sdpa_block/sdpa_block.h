@@ -6,6 +6,9 @@
  * per instance: sdpa_block_ctx_init(&ctx, arena, bytes) with an arena of SDPA_BLOCK_ARENA_BYTES
  * aligned to SDPA_BLOCK_ARENA_ALIGN (NULL: the built-in one), then sdpa_block_run_ctx(&ctx, ...).
  * Contexts with their own arenas may run at the same time from different threads.
+ * sdpa_block_set_threads(&ctx, n) (NULL: the built-in context) chooses 1 .. SDPA_BLOCK_MAX_THREADS
+ * threads for that context's runs, in a build with the pool (-DO2E_THREADS=m, m > 1:
+ * its default is m; without it, 1 thread and no pthread at all).
  * Buffers are caller-owned, of the element counts below. Nothing is allocated.
  *
  * Return codes (every int function):
@@ -17,6 +20,8 @@
  * -5  the blob passed to _init_with_weights is not 64-byte aligned
  * -6  bad context: ctx NULL, arena smaller than ARENA_BYTES or not ARENA_ALIGN-aligned
  * -7  _run before a successful _init / _init_with_weights
+ * -8  _set_threads: n outside 1 .. MAX_THREADS (the threads the arena's workspaces were planned for: convert --max-threads)
+ * -9  _set_threads: n > 1 in a build without the thread pool (compile with -DO2E_THREADS=m, m > 1: make THREADS=m)
  */
 #ifndef SDPA_BLOCK_H
 #define SDPA_BLOCK_H
@@ -42,12 +47,15 @@ extern "C" {
 /* one instance: its activation arena (and, for bounded outputs, their extents) */
 typedef struct sdpa_block_ctx {
   unsigned char *arena;
+  int threads;  /* 1 .. MAX_THREADS: set by _ctx_init (the build's default), _set_threads */
 } sdpa_block_ctx;
 
 int sdpa_block_init(const char *weights_path);
 int sdpa_block_ctx_init(sdpa_block_ctx *ctx, void *arena, size_t arena_bytes);
 int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *const *outputs);
 int sdpa_block_predict_ctx(sdpa_block_ctx *ctx, const float *input, float *output);
+int sdpa_block_set_threads(sdpa_block_ctx *ctx, int n);  /* 0, -6, -8 or -9 (see above) */
+int sdpa_block_get_threads(const sdpa_block_ctx *ctx);  /* the context's thread count */
 const char *sdpa_block_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */
 #ifndef SDPA_BLOCK_NO_STATIC_ARENA  /* define it to leave the built-in arena out */
 int sdpa_block_run(const void *const *inputs, void *const *outputs);

@@ -9,6 +9,17 @@
 #include <stdio.h>
 #include "tiny_cnn.h"
 
+/* ---- threads (README: Threads): per-thread workspaces planned for 4 (convert --max-threads);
+ * -DO2E_THREADS=n (1 < n <= that) builds the pthread pool with n threads by default */
+#ifndef O2E_THREADS
+#define O2E_THREADS 1
+#endif
+#undef O2E_MAX_THREADS
+#define O2E_MAX_THREADS 4
+#if O2E_THREADS < 1 || O2E_THREADS > O2E_MAX_THREADS
+#error "O2E_THREADS must be 1 .. 4: the arena workspaces were planned for 4 threads (reconvert with --max-threads)"
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define O2E_ALIGNED __attribute__((aligned(64)))
 #define O2E_UNUSED __attribute__((unused))
@@ -1294,9 +1305,6 @@ static void o2e_dconv3x3_25e37851_71025e9c(void *arg, int r0, int r1)
 }
 
 #include "o2e_gemm.h"
-#if defined(O2E_THREADS) && O2E_THREADS > 4
-#error "GEMM workspaces were planned for at most 4 threads: reconvert or lower O2E_THREADS"
-#endif
 #if O2E_GEMM_KC < 64 || O2E_GEMM_KC > 256 || O2E_GEMM_SB > 1 || O2E_GEMM_CONV_SB > 4 || O2E_GEMM_A_BYTES > 8388608 || O2E_GEMM_MC_MIN > 64 || O2E_SN_KB > 128
 #error "GEMM workspaces were sized for the default O2E_GEMM_KC, O2E_GEMM_SB, O2E_GEMM_CONV_SB, O2E_GEMM_A_BYTES, O2E_GEMM_MC_MIN, O2E_SN_KB (KC >= 64): lower them or reconvert"
 #endif
@@ -2129,7 +2137,7 @@ static int o2e_ready = 0;  /* weights in place: set by tiny_cnn_init* */
 /* ---- activations: one arena per context, offsets from the liveness planner ---- */
 #ifndef TINY_CNN_NO_STATIC_ARENA  /* the built-in arena of tiny_cnn_run / the NULL-arena context */
 static unsigned char o2e_static_arena[536128] O2E_ALIGNED;
-static tiny_cnn_ctx o2e_default_ctx = {o2e_static_arena};
+static tiny_cnn_ctx o2e_default_ctx = {o2e_static_arena, O2E_THREADS};
 #endif
 
 #define S_pool1_0 ((float *)(o2e_arena + 65536))
@@ -2155,6 +2163,7 @@ int tiny_cnn_ctx_init(tiny_cnn_ctx *ctx, void *arena, size_t arena_bytes)
   }
   if (arena_bytes < TINY_CNN_ARENA_BYTES || ((uintptr_t)arena & (TINY_CNN_ARENA_ALIGN - 1)) != 0) return -6;
   ctx->arena = (unsigned char *)arena;
+  ctx->threads = O2E_THREADS;
   return 0;
 }
 
@@ -2178,12 +2187,37 @@ int tiny_cnn_init(const char *weights_path)
 
 const char *tiny_cnn_gemm_kernel(void) { return o2e_gemm_kernel_name(); }
 
+int tiny_cnn_set_threads(tiny_cnn_ctx *ctx, int n)
+{
+#ifndef TINY_CNN_NO_STATIC_ARENA
+  if (!ctx) ctx = &o2e_default_ctx;
+#endif
+  if (!ctx) return -6;
+  if (n < 1 || n > TINY_CNN_MAX_THREADS) return -8;
+#if O2E_THREADS == 1
+  if (n > 1) return -9;
+#endif
+  ctx->threads = n;
+  return 0;
+}
+
+int tiny_cnn_get_threads(const tiny_cnn_ctx *ctx)
+{
+#ifndef TINY_CNN_NO_STATIC_ARENA
+  if (!ctx) ctx = &o2e_default_ctx;
+#endif
+  return ctx ? ctx->threads : -6;
+}
+
 int tiny_cnn_run_ctx(tiny_cnn_ctx *ctx, const void *const *inputs, void *const *outputs)
 {
   unsigned char *o2e_arena;
   if (!ctx || !ctx->arena) return -6;
   if (!o2e_ready) return -7;
   o2e_arena = ctx->arena;
+#if O2E_THREADS > 1  /* this context's thread count, for the calls of this run */
+  o2e_use_threads(ctx->threads > 0 ? ctx->threads : O2E_THREADS);
+#endif
   {
   const float *const in_input = (const float *)inputs[0];  /* input: 1x3x32x32 */
   float *const out_logits = (float *)outputs[0];  /* logits: 1x10 */

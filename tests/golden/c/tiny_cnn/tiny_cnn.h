@@ -6,6 +6,9 @@
  * per instance: tiny_cnn_ctx_init(&ctx, arena, bytes) with an arena of TINY_CNN_ARENA_BYTES
  * aligned to TINY_CNN_ARENA_ALIGN (NULL: the built-in one), then tiny_cnn_run_ctx(&ctx, ...).
  * Contexts with their own arenas may run at the same time from different threads.
+ * tiny_cnn_set_threads(&ctx, n) (NULL: the built-in context) chooses 1 .. TINY_CNN_MAX_THREADS
+ * threads for that context's runs, in a build with the pool (-DO2E_THREADS=m, m > 1:
+ * its default is m; without it, 1 thread and no pthread at all).
  * Buffers are caller-owned, of the element counts below. Nothing is allocated.
  *
  * Return codes (every int function):
@@ -17,6 +20,8 @@
  * -5  the blob passed to _init_with_weights is not 64-byte aligned
  * -6  bad context: ctx NULL, arena smaller than ARENA_BYTES or not ARENA_ALIGN-aligned
  * -7  _run before a successful _init / _init_with_weights
+ * -8  _set_threads: n outside 1 .. MAX_THREADS (the threads the arena's workspaces were planned for: convert --max-threads)
+ * -9  _set_threads: n > 1 in a build without the thread pool (compile with -DO2E_THREADS=m, m > 1: make THREADS=m)
  */
 #ifndef TINY_CNN_H
 #define TINY_CNN_H
@@ -42,12 +47,15 @@ extern "C" {
 /* one instance: its activation arena (and, for bounded outputs, their extents) */
 typedef struct tiny_cnn_ctx {
   unsigned char *arena;
+  int threads;  /* 1 .. MAX_THREADS: set by _ctx_init (the build's default), _set_threads */
 } tiny_cnn_ctx;
 
 int tiny_cnn_init(const char *weights_path);
 int tiny_cnn_ctx_init(tiny_cnn_ctx *ctx, void *arena, size_t arena_bytes);
 int tiny_cnn_run_ctx(tiny_cnn_ctx *ctx, const void *const *inputs, void *const *outputs);
 int tiny_cnn_predict_ctx(tiny_cnn_ctx *ctx, const float *input, float *logits);
+int tiny_cnn_set_threads(tiny_cnn_ctx *ctx, int n);  /* 0, -6, -8 or -9 (see above) */
+int tiny_cnn_get_threads(const tiny_cnn_ctx *ctx);  /* the context's thread count */
 const char *tiny_cnn_gemm_kernel(void);  /* which GEMM micro-kernel was compiled in */
 #ifndef TINY_CNN_NO_STATIC_ARENA  /* define it to leave the built-in arena out */
 int tiny_cnn_run(const void *const *inputs, void *const *outputs);

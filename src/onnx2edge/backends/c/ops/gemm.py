@@ -1,7 +1,7 @@
 """The one place that emits matrix multiplications, so the GEMM engine can be swapped.
 
 The engine is `runtime/o2e_gemm.h` (packed AVX-512 / AVX2 / portable micro-kernels, chosen at
-compile time; optional pthreads with -DO2E_THREADS=n). Constant A operands (conv weights,
+compile time; optional pthreads with -DO2E_THREADS=n, up to convert --max-threads). Constant A operands (conv weights,
 fully-connected weights) are packed at conversion time by `gemm_pack.pack_a`, so generated code
 never repacks them. Bias, residual and Relu/Clip/LeakyRelu are applied in the GEMM epilogue
 while each tile is still in registers; other fused activations get one pass afterwards.
@@ -16,21 +16,19 @@ from ..emitter import NodeContext, c_literal
 from ..gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
 from .common import act_expr
 
-# Workspace is planned for up to this many threads; a build asking for more fails loudly.
+# convert --max-threads: the default, and the most a conversion may plan for. Workspaces are
+# planned for that many threads; model.c's #error stops a build with a larger O2E_THREADS, and
+# <name>_set_threads refuses a larger count at run time (writer.py).
 MAX_THREADS = 4
+MAX_THREADS_LIMIT = 256
 HEADER = "o2e_gemm.h"
-_GUARD = (
-    f'#include "{HEADER}"\n'
-    f"#if defined(O2E_THREADS) && O2E_THREADS > {MAX_THREADS}\n"
-    f'#error "GEMM workspaces were planned for at most {MAX_THREADS} threads: reconvert or lower O2E_THREADS"\n'
-    "#endif\n" + blocking_guard()
-)
+_GUARD = f'#include "{HEADER}"\n' + blocking_guard()
 
 
 def plan_threads(ctx: NodeContext) -> int:
-    """Thread slots a workspace holds: MAX_THREADS, or one for a microcontroller build
-    (convert --device, ../device.py, whose #error guard stops a threaded build)."""
-    return min(MAX_THREADS, ctx.model.device.threads)
+    """Thread slots a workspace holds: convert --max-threads, or one for a microcontroller
+    build (convert --device, ../device.py, whose #error guard stops a threaded build)."""
+    return ctx.model.max_threads
 
 
 def gemm_workspace(

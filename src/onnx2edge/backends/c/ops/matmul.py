@@ -11,6 +11,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
+from ..gemm_pack import pack_a
 from . import register_op, sparse
 from .common import act_expr, broadcast_strides, strides
 from .gemm import (
@@ -18,6 +19,7 @@ from .gemm import (
     act_struct,
     gemm_call,
     gemm_packed_call,
+    gemm_workspace,
     packed_weights,
     post_act,
 )
@@ -123,13 +125,14 @@ def _emit_fc_skip_zeros(ctx: NodeContext, spec: MatMulSpec) -> str:
     for q in range(blocks):
         rows = wv.reshape(N, K)[q * FC_NB : (q + 1) * FC_NB]
         wt[q, :, : rows.shape[0]] = rows.T
-    blocked = ctx.weight("wt", wt)
+    half = ctx.model.fp16_in_kernel(ctx.node.name, wt)
+    blocked = ctx.weight("wt_f16" if half else "wt", wt.astype(np.float16) if half else wt)
     nz = ctx.scratch(K * 4, "int")
     st, post = act_struct(spec.act)
     _use_engine(ctx)
     return (
-        f"o2e_fc_skip_zeros({N}, {K}, {blocked}, {spec.a.sym}, {bias or 'NULL'}, {y.sym}, {st}, "
-        f"{nz});" + post_act(spec.act, post, 1, N, y.sym, N)
+        f"o2e_fc_skip_zeros{'_h' if half else ''}({N}, {K}, {blocked}, {spec.a.sym}, "
+        f"{bias or 'NULL'}, {y.sym}, {st}, {nz});" + post_act(spec.act, post, 1, N, y.sym, N)
     )
 
 
@@ -146,6 +149,15 @@ def _emit_fc_gemv(ctx: NodeContext, spec: MatMulSpec) -> str:
     wv = _fc_scaled(spec)
     bias = _fc_bias(ctx, spec)
     ctx.kernel("fully connected as packed GEMV")
+    if ctx.model.fp16_in_kernel(ctx.node.name, wv):  # --weights fp16: widened in registers
+        packed = ctx.weight("packed_f16", pack_a(wv.reshape(N, K)).astype(np.float16))
+        _use_engine(ctx)
+        ws = ctx.scratch(gemm_workspace(ctx, N, 1, K, threads=1), "void")
+        st, post = act_struct(spec.act)
+        return (
+            f"o2e_sgemv_packed_h({N}, {K}, {packed}, {spec.a.sym}, {spec.y.sym}, {bias or 'NULL'}, "
+            f"{st}, {ws});" + post_act(spec.act, post, N, 1, spec.y.sym, 1)
+        )
     packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
     return gemm_packed_call(
         ctx, packed, N, 1, K, spec.a.sym, 1, spec.y.sym, 1, bias_m=bias, act=spec.act

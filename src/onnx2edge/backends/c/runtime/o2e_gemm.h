@@ -38,9 +38,13 @@
  * Kernel chosen at compile time: __AVX512F__ -> 8x48 AVX-512 kernel; __AVX2__ && __FMA__ ->
  * 4x24 AVX2 kernel (works on half panels); __ARM_NEON on aarch64 -> 8x12 NEON kernel;
  * otherwise a portable C99 kernel.
- * Optional threads: compile with -DO2E_THREADS=n (pthreads; link with -pthread): a pool of
- * n - 1 workers started on first use splits N (or M when N is small) for large enough calls.
- * The same pool runs other data-parallel loops of the generated code (o2e_parallel_for).
+ * Optional threads: compile with -DO2E_THREADS=n, n > 1 (pthreads; link with -pthread): a
+ * pool of up to O2E_MAX_THREADS - 1 workers (default n; the generated model.c sets it to
+ * convert --max-threads), started on first use, splits N (or M when N is small) for large
+ * enough calls. n is the default thread count; o2e_use_threads(t) chooses 1..O2E_MAX_THREADS
+ * for the calls the calling thread makes next (read once per call). Without it (n = 1, the
+ * default) nothing of pthreads is referenced. The same pool runs other data-parallel loops of
+ * the generated code (o2e_parallel_for).
  * No heap allocation: all scratch comes from the caller's 64-byte-aligned workspace of
  * o2e_sgemm_workspace(M, N, K) bytes (gemm_pack.sgemm_workspace_bytes gives an upper bound
  * at conversion time, valid for every kernel variant). One workspace per concurrent caller.
@@ -55,6 +59,12 @@
 
 #ifndef O2E_THREADS
 #define O2E_THREADS 1
+#endif
+#ifndef O2E_MAX_THREADS /* the pool's capacity: per-thread workspaces are sized for it */
+#define O2E_MAX_THREADS O2E_THREADS
+#endif
+#if O2E_THREADS < 1 || O2E_THREADS > O2E_MAX_THREADS
+#error "O2E_THREADS must be 1 .. O2E_MAX_THREADS (the threads the workspaces were sized for)"
 #endif
 #if O2E_THREADS > 1
 #include <pthread.h>
@@ -1717,12 +1727,12 @@ O2E_GEMM_FN size_t o2e_ws_floats_(int M, int N, int K) {
 }
 
 O2E_GEMM_FN size_t o2e_sgemm_workspace(int M, int N, int K) {
-  return (o2e_ws_floats_(M, N, K) * (size_t)O2E_THREADS) * sizeof(float) + 64;
+  return (o2e_ws_floats_(M, N, K) * (size_t)O2E_MAX_THREADS) * sizeof(float) + 64;
 }
 
 /* Workspace of o2e_sgemm_packed_conv (its strips are O2E_GEMM_CONV_SB panels wide). */
 O2E_GEMM_FN size_t o2e_sgemm_conv_workspace(int M, int N, int K) {
-  return (o2e_ws_floats_sb_(M, N, K, O2E_GEMM_CONV_SB) * (size_t)O2E_THREADS) * sizeof(float) + 64;
+  return (o2e_ws_floats_sb_(M, N, K, O2E_GEMM_CONV_SB) * (size_t)O2E_MAX_THREADS) * sizeof(float) + 64;
 }
 
 O2E_GEMM_INL int o2e_overlap_(const float *p, size_t np, const float *q, size_t nq) {
@@ -2163,8 +2173,50 @@ O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j, int tid) {
     o2e_gemm_run_(j->g, j->m0, j->m1, j->n0, j->n1, ws);
 }
 
+/* ==== how many threads a call may use ======================================================
+ * Per calling thread (thread-local), so two contexts running at once on two threads each keep
+ * their own count; 0: the build's default, O2E_THREADS. Read once per parallel call. */
 #if O2E_THREADS > 1
-/* A small persistent pool: O2E_THREADS - 1 workers, started on first use. After a job a
+#if defined(__GNUC__) || defined(__clang__)
+#define O2E_TLS_ __thread
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define O2E_TLS_ _Thread_local
+#else
+#define O2E_TLS_ /* no thread-local storage: one count for the process */
+#endif
+static O2E_TLS_ int o2e_threads_tls_;
+#endif
+
+/* Threads (1 .. O2E_MAX_THREADS) for the parallel calls this thread makes from now on;
+ * returns 0, or -1 for a count outside that range (nothing changed) or above 1 in a build
+ * without the pool (O2E_THREADS = 1). */
+O2E_GEMM_FN int o2e_use_threads(int n) {
+  if (n < 1 || n > O2E_MAX_THREADS) return -1;
+#if O2E_THREADS > 1
+  o2e_threads_tls_ = n;
+  return 0;
+#else
+  return n == 1 ? 0 : -1;
+#endif
+}
+
+O2E_GEMM_INL int o2e_threads_now_(void) {
+#if O2E_THREADS > 1
+  const int n = o2e_threads_tls_;
+  return n > 0 ? n : O2E_THREADS;
+#else
+  return 1;
+#endif
+}
+
+/* Most jobs one parallel call publishes: O2E_PAR_CHUNKS per thread, bounded (a stack array) */
+#define O2E_JOBS_CAP_                                                                          \
+  (O2E_MAX_THREADS * O2E_PAR_CHUNKS < 256 ? O2E_MAX_THREADS * O2E_PAR_CHUNKS                   \
+                                          : (O2E_MAX_THREADS > 256 ? O2E_MAX_THREADS : 256))
+
+#if O2E_THREADS > 1
+/* A small persistent pool: up to O2E_MAX_THREADS - 1 workers, started as calls first need
+ * them. After a job a
  * worker spins for a while (GNU C atomics) before parking on a condition variable, so
  * back-to-back GEMMs - the layers of a network - start in well under a microsecond instead
  * of paying a wake-up or a thread creation (20-50 us) each. One parallel call runs at a
@@ -2175,7 +2227,10 @@ O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j, int tid) {
  * and only waits for jobs already under way. A job does not depend on the thread that runs
  * it (GEMM jobs carry their own workspace; o2e_parallel_for tasks ask o2e_parallel_thread).
  * The call's generation, its job count and the next unclaimed job share one 64-bit word, so
- * a worker that wakes after its call has finished cannot claim a job of the next call. */
+ * a worker that wakes after its call has finished cannot claim a job of the next call.
+ * Each call also publishes how many threads may take part (`active`, its caller included):
+ * workers numbered at or past it sit the call out, so a call never runs on more threads than
+ * it was given, and per-thread workspaces are indexed below that count. */
 #ifndef O2E_POOL_SPIN
 #define O2E_POOL_SPIN 20000 /* polls (~0.1-0.5 ms) before a worker / the caller sleeps */
 #endif
@@ -2204,11 +2259,13 @@ O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j, int tid) {
 static struct {
   pthread_mutex_t run_mu, mu;
   pthread_cond_t work, done_cv;
-  int state;     /* 0: not started, 1: running, -1: could not start (run single-threaded) */
+  int state;     /* threads the pool has (caller included: workers + 1), 1 before any start */
+  int failed;    /* a worker could not be started: the pool keeps the threads it has */
+  int active;    /* threads the current call may use (workers 1 .. active - 1 take part) */
   uint64_t word; /* generation << 32 | job count << 16 | index of the next unclaimed job */
   int done;      /* jobs of the current generation finished */
   const o2e_gemm_job_ *jobs;
-  pthread_t tid[O2E_THREADS]; /* tid[t] runs as thread t (t >= 1), set before any job */
+  pthread_t tid[O2E_MAX_THREADS]; /* tid[t] runs as thread t (t >= 1), set before it starts */
 } o2e_pool_;
 static pthread_once_t o2e_pool_once_ = PTHREAD_ONCE_INIT;
 
@@ -2267,6 +2324,7 @@ static void *o2e_pool_worker_(void *arg) {
       pthread_cond_wait(&o2e_pool_.work, &o2e_pool_.mu);
     seen = (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32);
     pthread_mutex_unlock(&o2e_pool_.mu);
+    if (tid >= O2E_LOAD_(o2e_pool_.active)) continue; /* not one of this call's threads */
     while ((i = o2e_pool_claim_(seen, &nj)) >= 0)
       if (o2e_pool_finish_(i, nj, tid)) { /* last one: wake a caller that went to sleep */
         pthread_mutex_lock(&o2e_pool_.mu);
@@ -2278,33 +2336,36 @@ static void *o2e_pool_worker_(void *arg) {
 }
 
 static void o2e_pool_init_(void) {
+  o2e_pool_.state = 1;
   pthread_mutex_init(&o2e_pool_.run_mu, NULL);
   pthread_mutex_init(&o2e_pool_.mu, NULL);
   pthread_cond_init(&o2e_pool_.work, NULL);
   pthread_cond_init(&o2e_pool_.done_cv, NULL);
 }
 
-/* Runs jobs[0 .. njobs), the caller taking part; run_mu is held. */
-static void o2e_pool_run_locked_(const o2e_gemm_job_ *jobs, int njobs) {
+/* Runs jobs[0 .. njobs) on up to nt threads, the caller taking part; run_mu is held. */
+static void o2e_pool_run_locked_(const o2e_gemm_job_ *jobs, int njobs, int nt) {
   int t, spins = 0;
   uint32_t gen;
-  if (O2E_LOAD_(o2e_pool_.state) == 0) {
+  if (nt > O2E_LOAD_(o2e_pool_.state) && !o2e_pool_.failed) {
+    /* start the workers this call is the first to need (they stay for later calls) */
     pthread_attr_t attr;
-    int started = 1;
+    int have = O2E_LOAD_(o2e_pool_.state);
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    for (t = 1; t < O2E_THREADS; t++)
+    for (t = have; t < nt; t++) {
       if (pthread_create(&o2e_pool_.tid[t], &attr, o2e_pool_worker_, (void *)(intptr_t)t) != 0) {
-        /* The workers already started stay parked; the pool is simply not used. */
-        started = -1;
+        o2e_pool_.failed = 1; /* the pool keeps the workers it has */
         break;
       }
+      /* Published after tid[t] is written: o2e_parallel_thread on another caller's thread (a
+       * second context running while this one holds the pool) reads tid[1 .. state). */
+      O2E_STORE_(o2e_pool_.state, t + 1);
+    }
     pthread_attr_destroy(&attr);
-    /* Published after every tid is written: o2e_parallel_thread on another caller's thread
-     * (a second context running while this one holds the pool) reads tid[] once it sees 1. */
-    O2E_STORE_(o2e_pool_.state, started);
   }
-  if (O2E_LOAD_(o2e_pool_.state) < 0) {
+  if (nt > O2E_LOAD_(o2e_pool_.state)) nt = O2E_LOAD_(o2e_pool_.state);
+  if (nt <= 1) {
     for (t = 0; t < njobs; t++) o2e_gemm_job_run_(&jobs[t], 0);
     return;
   }
@@ -2312,6 +2373,7 @@ static void o2e_pool_run_locked_(const o2e_gemm_job_ *jobs, int njobs) {
   /* atomic: a late worker's failed compare-exchange may still be touching the word */
   gen = (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) + 1u;
   o2e_pool_.jobs = jobs;
+  O2E_STORE_(o2e_pool_.active, nt);
   O2E_STORE_(o2e_pool_.done, 0);
   /* publishes jobs and done */
   O2E_STORE_(o2e_pool_.word, (uint64_t)gen << 32 | (uint64_t)njobs << 16);
@@ -2325,10 +2387,10 @@ static void o2e_pool_run_locked_(const o2e_gemm_job_ *jobs, int njobs) {
   pthread_mutex_unlock(&o2e_pool_.mu);
 }
 
-static void o2e_pool_run_(const o2e_gemm_job_ *jobs, int njobs) {
+static void o2e_pool_run_(const o2e_gemm_job_ *jobs, int njobs, int nt) {
   pthread_once(&o2e_pool_once_, o2e_pool_init_);
   pthread_mutex_lock(&o2e_pool_.run_mu);
-  o2e_pool_run_locked_(jobs, njobs);
+  o2e_pool_run_locked_(jobs, njobs, nt);
   pthread_mutex_unlock(&o2e_pool_.run_mu);
 }
 #endif
@@ -2349,8 +2411,8 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
     const double flops = 2.0 * g->M * g->N * g->K * (g->N < 16 ? 16.0 / g->N : 1.0);
     const int panels = (g->M + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
     const int npan = (g->N + O2E_GEMM_NR - 1) / O2E_GEMM_NR;
-    o2e_gemm_job_ jobs[O2E_THREADS * O2E_PAR_CHUNKS];
-    int nt = O2E_THREADS, nj, t;
+    o2e_gemm_job_ jobs[O2E_JOBS_CAP_];
+    int nt = o2e_threads_now_(), nj, t;
     /* Split the columns when there are enough NR panels for everyone (threads then pack
      * disjoint parts of B and share A); otherwise split the rows (each thread packs B). */
     const int split_n = g->N > 1 && npan >= 4 * nt;
@@ -2360,6 +2422,7 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
     /* Column ranges of 4+ panels, up to O2E_PAR_CHUNKS per thread (claimed dynamically);
      * row ranges one per thread, since each of them packs all of B. */
     nj = split_n ? (npan / 4 < nt * O2E_PAR_CHUNKS ? npan / 4 : nt * O2E_PAR_CHUNKS) : nt;
+    if (nj > O2E_JOBS_CAP_) nj = O2E_JOBS_CAP_;
     if (nt > 1) {
       for (t = 0; t < nj; t++) {
         jobs[t].g = g;
@@ -2379,7 +2442,7 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
           jobs[t].m1 = t == nj - 1 ? g->M : (int)((long)panels * (t + 1) / nj) * O2E_GEMM_MR;
         }
       }
-      o2e_pool_run_(jobs, nj);
+      o2e_pool_run_(jobs, nj, nt);
       return;
     }
   }
@@ -2510,18 +2573,20 @@ O2E_GEMM_FN void o2e_sgemm_packed_local(int M, int N, int K, const float *packed
 /* ==== generic data parallelism on the same pool ============================================ */
 /* o2e_parallel_for(n, fn, ctx) calls fn(ctx, begin, end) on disjoint contiguous ranges that
  * cover [0, n) - up to O2E_PAR_CHUNKS per thread - possibly concurrently on the pool's
- * threads; o2e_parallel_thread() tells a range which thread runs it (0 .. O2E_THREADS - 1,
- * 0 on the caller), so per-thread scratch can be indexed by it. Without O2E_THREADS (or
- * O2E_THREADS=1) it is the plain call fn(ctx, 0, n). The caller decides whether the work is
+ * threads; o2e_parallel_thread() tells a range which thread runs it (0 .. the call's thread
+ * count - 1, at most O2E_MAX_THREADS - 1; 0 on the caller), so per-thread scratch can be
+ * indexed by it. Without O2E_THREADS (or O2E_THREADS=1), or with one thread chosen
+ * (o2e_use_threads), it is the plain call fn(ctx, 0, n). The caller decides whether the work is
  * worth a hand-off (a few microseconds with spinning workers). fn must not call o2e_sgemm
  * (one parallel call runs at a time); a nested o2e_parallel_for, or one issued while another
  * thread holds the pool, runs on the calling thread. */
 O2E_GEMM_FN int o2e_parallel_thread(void) {
 #if O2E_THREADS > 1
   int t;
-  if (O2E_LOAD_(o2e_pool_.state) > 0) {
+  const int have = O2E_LOAD_(o2e_pool_.state);
+  if (have > 1) {
     const pthread_t self = pthread_self();
-    for (t = 1; t < O2E_THREADS; t++)
+    for (t = 1; t < have; t++)
       if (pthread_equal(self, o2e_pool_.tid[t])) return t;
   }
 #endif
@@ -2531,14 +2596,12 @@ O2E_GEMM_FN int o2e_parallel_thread(void) {
 O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int end), void *ctx) {
   if (n <= 0) return;
 #if O2E_THREADS > 1
+  const int nt = o2e_threads_now_();
   pthread_once(&o2e_pool_once_, o2e_pool_init_);
-  if (n > 1 && pthread_mutex_trylock(&o2e_pool_.run_mu) == 0) {
-    enum {
-      MAXJ = O2E_THREADS * O2E_PAR_CHUNKS < O2E_POOL_MAX_JOBS_ ? O2E_THREADS * O2E_PAR_CHUNKS
-                                                             : O2E_POOL_MAX_JOBS_
-    };
-    o2e_gemm_job_ jobs[MAXJ];
-    const int nj = n < MAXJ ? n : MAXJ;
+  if (n > 1 && nt > 1 && pthread_mutex_trylock(&o2e_pool_.run_mu) == 0) {
+    o2e_gemm_job_ jobs[O2E_JOBS_CAP_];
+    const int mj = nt * O2E_PAR_CHUNKS < O2E_JOBS_CAP_ ? nt * O2E_PAR_CHUNKS : O2E_JOBS_CAP_;
+    const int nj = n < mj ? n : mj;
     int t;
     for (t = 0; t < nj; t++) {
       jobs[t].g = NULL;
@@ -2550,7 +2613,7 @@ O2E_GEMM_FN void o2e_parallel_for(int n, void (*fn)(void *ctx, int begin, int en
       jobs[t].m0 = (int)((long)n * t / nj);
       jobs[t].m1 = (int)((long)n * (t + 1) / nj);
     }
-    o2e_pool_run_locked_(jobs, nj);
+    o2e_pool_run_locked_(jobs, nj, nt);
     pthread_mutex_unlock(&o2e_pool_.run_mu);
     return;
   }
@@ -2748,6 +2811,170 @@ O2E_GEMM_FN void o2e_fc_skip_zeros(int N, int K, const float *wt, const float *x
       o2e_parallel_for(nq, o2e_fc_blocks_, &f);
     else
       o2e_fc_blocks_(&f, 0, nq);
+  }
+}
+
+/* ==== fp16 weights, widened in registers (convert --weights fp16) ==========================
+ * The batch-1 fully-connected kernels read their weights as IEEE half, converting each
+ * vector as it is loaded: F16C on x86 builds that have it (x86-64-v3 and later), NEON fcvtl
+ * on aarch64, else the portable exact decoder below. No float32 copy of the weights exists;
+ * the conversions are exact, so every path computes with the same float32 weights. */
+#if defined(__F16C__) && defined(__FMA__)
+#define O2E_F16C_ 1
+#include <immintrin.h>
+#endif
+O2E_GEMM_INL float o2e_h2f_(uint16_t h) {
+  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  float f;
+  if (e == 0) {
+    if (m == 0)
+      bits = s;
+    else { /* subnormal: normalise */
+      e = 113;
+      while (!(m & 0x400u)) {
+        m <<= 1;
+        --e;
+      }
+      bits = s | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+  } else if (e == 31)
+    bits = s | 0x7f800000u | (m << 13);
+  else
+    bits = s | ((e + 112) << 23) | (m << 13);
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* y[M] = act(A·x + bias_m) with A packed (gemm_pack.pack_a layout) and stored as half.
+ * workspace: o2e_sgemm_workspace(M, 1, K) bytes (the panels' padded results). One thread: a
+ * batch-1 layer is bound by its weights' bandwidth, which fp16 already halves. */
+O2E_GEMM_FN void o2e_sgemv_packed_h(int M, int K, const uint16_t *packed_A, const float *x,
+                                    float *y, const float *bias_m, o2e_act act, void *workspace) {
+  float *t = (float *)(((uintptr_t)workspace + 63u) & ~(uintptr_t)63u);
+  const int panels = (M + O2E_GEMM_MR - 1) / O2E_GEMM_MR;
+  o2e_gemm_args_ g;
+  int p, k, i;
+  if (M <= 0) return;
+  for (p = 0; p < panels; p++) {
+    const uint16_t *a = packed_A + (size_t)p * O2E_GEMM_MR * K;
+    float *yp = t + (size_t)p * O2E_GEMM_MR;
+    k = 0;
+#if defined(O2E_F16C_)
+    {
+      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      for (; k + 4 <= K; k += 4) {
+        const __m128i *ak = (const __m128i *)(const void *)(a + (size_t)k * O2E_GEMM_MR);
+        s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak)), _mm256_broadcast_ss(x + k), s0);
+        s1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak + 1)), _mm256_broadcast_ss(x + k + 1), s1);
+        s2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak + 2)), _mm256_broadcast_ss(x + k + 2), s2);
+        s3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(ak + 3)), _mm256_broadcast_ss(x + k + 3), s3);
+      }
+      for (; k < K; k++)
+        s0 = _mm256_fmadd_ps(
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a + (size_t)k * O2E_GEMM_MR))),
+            _mm256_broadcast_ss(x + k), s0);
+      _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    }
+#elif defined(O2E_GEMM_NEON)
+    {
+      float32x4_t lo0 = vdupq_n_f32(0.0f), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+      for (; k + 2 <= K; k += 2) {
+        const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(a + (size_t)k * O2E_GEMM_MR));
+        const float16x8_t h1 = vreinterpretq_f16_u16(vld1q_u16(a + (size_t)(k + 1) * O2E_GEMM_MR));
+        lo0 = vfmaq_n_f32(lo0, vcvt_f32_f16(vget_low_f16(h0)), x[k]);
+        hi0 = vfmaq_n_f32(hi0, vcvt_high_f32_f16(h0), x[k]);
+        lo1 = vfmaq_n_f32(lo1, vcvt_f32_f16(vget_low_f16(h1)), x[k + 1]);
+        hi1 = vfmaq_n_f32(hi1, vcvt_high_f32_f16(h1), x[k + 1]);
+      }
+      for (; k < K; k++) {
+        const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(a + (size_t)k * O2E_GEMM_MR));
+        lo0 = vfmaq_n_f32(lo0, vcvt_f32_f16(vget_low_f16(h0)), x[k]);
+        hi0 = vfmaq_n_f32(hi0, vcvt_high_f32_f16(h0), x[k]);
+      }
+      vst1q_f32(yp, vaddq_f32(lo0, lo1));
+      vst1q_f32(yp + 4, vaddq_f32(hi0, hi1));
+    }
+#else
+    for (i = 0; i < O2E_GEMM_MR; i++) yp[i] = 0.0f;
+    for (; k < K; k++) {
+      const uint16_t *ak = a + (size_t)k * O2E_GEMM_MR;
+      const float xk = x[k];
+      for (i = 0; i < O2E_GEMM_MR; i++) yp[i] += o2e_h2f_(ak[i]) * xk;
+    }
+#endif
+  }
+  (void)i;
+  o2e_packed_args_(&g, M, 1, K, NULL, y, 1);
+  g.bm = bias_m;
+  g.act = act;
+  o2e_gemv_epilogue_(&g, t, 0, M);
+}
+
+typedef struct {
+  int N, K;
+  const uint16_t *wt;
+  const float *x, *bias;
+  float *y;
+  const int *nz;
+  int nnz;
+  o2e_act act;
+} o2e_fc_h_args;
+
+/* o2e_fc_blocks_ on half weights: each nonzero input's row of the block is widened as it is
+ * loaded and added, in input order, into the block's float32 sums. */
+O2E_GEMM_FN void o2e_fc_blocks_h_(void *arg, int q0, int q1) {
+  const o2e_fc_h_args *f = (const o2e_fc_h_args *)arg;
+  int q, i, j;
+  for (q = q0; q < q1; q++) {
+    const uint16_t *wq = f->wt + (size_t)q * f->K * O2E_FC_NB;
+    const int n0 = q * O2E_FC_NB, nb = f->N - n0 < O2E_FC_NB ? f->N - n0 : O2E_FC_NB;
+    float acc[O2E_FC_NB], *yq = f->y + n0;
+    for (j = 0; j < O2E_FC_NB; j++) acc[j] = 0.0f;
+    for (i = 0; i < f->nnz; i++) {
+      const int k = f->nz[i];
+      const uint16_t *row = wq + (size_t)k * O2E_FC_NB;
+      const float xk = f->x[k];
+#if defined(O2E_F16C_)
+      const __m256 xv = _mm256_set1_ps(xk);
+      for (j = 0; j < nb; j += 8)
+        _mm256_storeu_ps(acc + j, _mm256_fmadd_ps(xv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + j))),
+                                                  _mm256_loadu_ps(acc + j)));
+#elif defined(O2E_GEMM_NEON)
+      for (j = 0; j < nb; j += 8) {
+        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(row + j));
+        vst1q_f32(acc + j, vfmaq_n_f32(vld1q_f32(acc + j), vcvt_f32_f16(vget_low_f16(h)), xk));
+        vst1q_f32(acc + j + 4, vfmaq_n_f32(vld1q_f32(acc + j + 4), vcvt_high_f32_f16(h), xk));
+      }
+#else
+      for (j = 0; j < nb; j++) acc[j] += xk * o2e_h2f_(row[j]);
+#endif
+    }
+    for (j = 0; j < nb; j++) yq[j] = o2e_act1_(acc[j] + (f->bias ? f->bias[n0 + j] : 0.0f), f->act);
+  }
+}
+
+/* o2e_fc_skip_zeros with the blocked weights stored as half. nz: scratch for K ints. */
+O2E_GEMM_FN void o2e_fc_skip_zeros_h(int N, int K, const uint16_t *wt, const float *x,
+                                     const float *bias, float *y, o2e_act act, int *nz) {
+  o2e_fc_h_args f;
+  int k, n = 0;
+  for (k = 0; k < K; k++)
+    if (x[k] != 0.0f) nz[n++] = k;
+  f.N = N;
+  f.K = K;
+  f.wt = wt;
+  f.x = x;
+  f.bias = bias;
+  f.y = y;
+  f.nz = nz;
+  f.nnz = n;
+  f.act = act;
+  {
+    const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
+    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 8))
+      o2e_parallel_for(nq, o2e_fc_blocks_h_, &f);
+    else
+      o2e_fc_blocks_h_(&f, 0, nq);
   }
 }
 
