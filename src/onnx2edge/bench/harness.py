@@ -669,6 +669,8 @@ def _openvino_result(
         "call_overhead_ms": merged["overhead_ms"],
         "peak_rss_mb": merged["maxrss_kb"] / 1024,
         "version": merged.get("version", "?"),
+        # what OpenVINO reports it compiled with (the bench asked for these)
+        "settings": {k: merged[k] for k in ("threads", "precision", "pinning") if k in merged},
         "accuracy": accuracy,
         "ok": ok,
         **({} if ok else {"error": "outputs differ from onnxruntime's"}),

@@ -171,6 +171,8 @@ def run_suite(
                 r["suite"] = suite
                 r["precision"] = "int8" if q else "fp32"
                 r["target_ratio"] = target_for(name, suite)
+                if suite == "modern":
+                    r["description"] = _describe(base) + (" (static QDQ int8)" if q else "")
                 results.append(r)
                 say(f"{tag}: {_summary(r)}")
                 if (
@@ -220,6 +222,12 @@ def _source(
             f"bench --suite modern exports its networks with torch, which is not installed ({e})"
         ) from None
     return modern.cached(name, cache_dir, log=say)
+
+
+def _describe(name: str) -> str:
+    from . import modern
+
+    return modern.NETS[name].description
 
 
 def calibration(model: str | Path, samples: int = CALIB_SAMPLES, seed: int = 0) -> dict:
@@ -512,7 +520,7 @@ def _doc_part(
                 "OpenVINO: its CPU plugin reading the ONNX file, `INFERENCE_NUM_THREADS` = the "
                 "column's thread count, `PERFORMANCE_HINT` LATENCY with one stream, "
                 "`INFERENCE_PRECISION_HINT` f32 (no bf16 on hosts that have it), inputs bound once, "
-                "`start_async`/`wait` timed in its own process with its Python call overhead "
+                "the synchronous `infer` timed in its own process with its Python call overhead "
                 "measured and subtracted (`src/onnx2edge/bench/openvino_runner.py`). Its outputs "
                 "are checked against onnxruntime's like ours (int8 models: within "
                 f"{QUANT_TOL:g} of the output's largest magnitude, its int8 rounding being its "
@@ -539,12 +547,19 @@ def _doc_part(
         ),
         "How each side is timed: see `src/onnx2edge/bench/harness.py` (C harness with clock_gettime for ours; "
         "IOBinding loop in a separate process for onnxruntime, its Python per-call overhead measured and subtracted).",
-        "Random weights from `onnx2edge.bench.zoo`; every run also checks our outputs against onnxruntime's "
+        (
+            "Random weights from `onnx2edge.bench.modern` (the networks defined in torch, seeded, "
+            "exported by `torch.onnx.export` at opset 17 into a cache directory; sizes below)"
+            if suite == "modern"
+            else "Random weights from `onnx2edge.bench.zoo`"
+        )
+        + "; every run also checks our outputs against onnxruntime's "
         "(max rel err column: within 1e-4, or within twice the spread between onnxruntime's optimised and "
         "unoptimised runs where that is larger).",
         "",
         format_table(results),
         "",
+        *_descriptions(results),
         *([f"![ratio chart]({chart.name})", ""] if has_chart else []),
         *_targets_section(results, sub),
         *(_notes(path) if notes else []),
@@ -568,6 +583,14 @@ def _doc_part(
         "</details>",
         "",
     ]
+
+
+def _descriptions(results: list[dict[str, Any]]) -> list[str]:
+    """What each network is (layout, input size), where the run recorded it."""
+    seen = {r["name"]: r["description"] for r in results if r.get("description")}
+    if not seen:
+        return []
+    return ["Networks:", "", *[f"- {n}: {d}" for n, d in seen.items()], ""]
 
 
 def _targets_section(results: list[dict[str, Any]], level: str) -> list[str]:
