@@ -355,3 +355,17 @@ def test_openvino_runs_the_int8_qdq_copy_close_to_onnxruntime(tmp_path: Path) ->
     assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(q)).graph.node)
     r = bench_model(q, runs=3, warmup=1, against=("ort", "openvino"))
     assert r["accurate"] and r["openvino"]["ok"], r["openvino"]
+
+
+def test_modern_suite_without_torch_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CI has no torch: the modern suite says what it needs instead of a traceback."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    monkeypatch.delitem(sys.modules, "onnx2edge.bench.modern", raising=False)
+    assert main(["bench", "--suite", "modern", "--models", "vit_tiny"]) == 2
+    err = capsys.readouterr().err
+    assert "exports its networks with torch, which is not installed" in err
+    assert "Traceback" not in err
