@@ -175,7 +175,7 @@ def test_bench_cli_refuses_an_unknown_runtime(
 
 
 def test_suite_refuses_an_unknown_network() -> None:
-    with pytest.raises(Onnx2EdgeError, match="unknown network 'resnet50'"):
+    with pytest.raises(Onnx2EdgeError, match="as int8 only"):
         suite.run_suite(["resnet50"], suite="modern")
     with pytest.raises(Onnx2EdgeError, match="expected one of seed, modern"):
         suite.run_suite(["x"], suite="ancient")
@@ -369,3 +369,33 @@ def test_modern_suite_without_torch_is_one_clear_error(
     err = capsys.readouterr().err
     assert "exports its networks with torch, which is not installed" in err
     assert "Traceback" not in err
+
+
+def test_suite_plans_which_networks_run_and_in_which_precision() -> None:
+    seed = suite.suite_plan("seed", None, True)
+    assert seed[: len(suite.SEED_SUITE)] == [("seed", n, False) for n in suite.SEED_SUITE]
+    assert seed[len(suite.SEED_SUITE) :] == [("seed", n, True) for n in suite.SEED_INT8]
+    assert suite.suite_plan("seed", ["vgg16"], True) == [
+        ("seed", "vgg16", False),
+        ("seed", "vgg16", True),
+    ]
+    modern = suite.suite_plan("modern", None, True)
+    # every modern network fp32 then int8, then the seed int8 networks item 6 tracks
+    assert [b for _, b, q in modern if not q] == suite.MODERN_SUITE
+    assert modern[-3:] == [("seed", n, True) for n in suite.SEED_INT8]
+    assert suite.suite_plan("modern", ["vit_tiny", "resnet50"], True) == [
+        ("modern", "vit_tiny", False),
+        ("modern", "vit_tiny", True),
+        ("seed", "resnet50", True),
+    ]
+    with pytest.raises(Onnx2EdgeError, match="as int8 only"):
+        suite.suite_plan("modern", ["resnet50"], False)
+    with pytest.raises(Onnx2EdgeError, match="unknown network 'vgg16'"):
+        suite.suite_plan("modern", ["vgg16"], True)
+    # the command line a doc names reproduces the run
+    rs = [
+        _r("vit_tiny", 1, 1.0, 1.0, None),
+        _r("vit_tiny int8", 1, 1.0, 1.0, None),
+        _r("resnet50 int8", 1, 1.0, 1.0, None),
+    ]
+    assert suite._cmd_extra(rs) == " --models vit_tiny,resnet50 --int8"

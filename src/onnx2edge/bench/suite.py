@@ -131,24 +131,14 @@ def run_suite(
     if suite not in SUITES:
         raise Onnx2EdgeError(f"bench --suite: expected one of {', '.join(SUITES)} (got {suite!r})")
     say = log or (lambda m: None)
-    names = list(models or SUITES[suite])
-    unknown = [n for n in names if n not in SUITES[suite]]
-    if unknown:
-        raise Onnx2EdgeError(
-            f"bench --suite {suite} --models: unknown network {unknown[0]!r} "
-            f"(known: {', '.join(SUITES[suite])})"
-        )
-    plan = [(n, False) for n in names]
-    if int8:
-        quant = names if (models or suite != "seed") else SEED_INT8
-        plan += [(n, True) for n in quant]
+    plan = suite_plan(suite, models, int8)
     secs = MIN_SECONDS if min_seconds is None else min_seconds
     results = []
     with tempfile.TemporaryDirectory(prefix="onnx2edge-suite-") as tmp:
-        for i, (base, q) in enumerate(plan, 1):
+        for i, (source, base, q) in enumerate(plan, 1):
             name = base + (INT8 if q else "")
             tag = f"[{i}/{len(plan)}] {name}"
-            path = _source(suite, base, Path(tmp), cache_dir, say)
+            path = _source(source, base, Path(tmp), cache_dir, say)
             if q:
                 say(f"{tag}: quantizing (static QDQ, per-channel, {CALIB_SAMPLES} samples)")
                 path = quantize_for_bench(path, Path(tmp) / f"{base}_int8.onnx")
@@ -172,7 +162,7 @@ def run_suite(
                 r["precision"] = "int8" if q else "fp32"
                 r["target_ratio"] = target_for(name, suite)
                 if suite == "modern":
-                    r["description"] = _describe(base) + (" (static QDQ int8)" if q else "")
+                    r["description"] = _describe(source, base) + (" (static QDQ int8)" if q else "")
                 results.append(r)
                 say(f"{tag}: {_summary(r)}")
                 if (
@@ -200,6 +190,39 @@ def run_suite(
     return results
 
 
+def suite_plan(suite: str, models: Sequence[str] | None, int8: bool) -> list[tuple[str, str, bool]]:
+    """(where the network comes from, name, int8?) in run order. int8 adds each network's QDQ
+    copy; on the seed suite without --models only SEED_INT8's. The modern suite also reports
+    the seed int8 networks (issue 34 item 6): with --int8 and no --models they follow the modern
+    ones, and --models may name them (int8 only: their fp32 rows belong to the seed suite)."""
+    if suite not in SUITES:
+        raise Onnx2EdgeError(f"bench --suite: expected one of {', '.join(SUITES)} (got {suite!r})")
+    names = list(models or SUITES[suite])
+    seed_int8 = SEED_INT8 if suite == "modern" else []
+    unknown = [n for n in names if n not in SUITES[suite] and n not in seed_int8]
+    if unknown:
+        extra = f"; with --int8: {', '.join(seed_int8)}" if seed_int8 else ""
+        raise Onnx2EdgeError(
+            f"bench --suite {suite} --models: unknown network {unknown[0]!r} "
+            f"(known: {', '.join(SUITES[suite])}{extra})"
+        )
+    own = [n for n in names if n in SUITES[suite]]
+    borrowed = [n for n in names if n not in SUITES[suite]]
+    if borrowed and not int8:
+        raise Onnx2EdgeError(
+            f"bench --suite {suite} --models {borrowed[0]}: a seed network runs here as int8 "
+            "only (add --int8; its fp32 row is the seed suite's)"
+        )
+    plan = [(suite, n, False) for n in own]
+    if int8:
+        if suite == "seed":
+            plan += [("seed", n, True) for n in (own if models else SEED_INT8)]
+        else:
+            plan += [(suite, n, True) for n in own]
+            plan += [("seed", n, True) for n in (borrowed if models else SEED_INT8)]
+    return plan
+
+
 def _summary(r: dict[str, Any]) -> str:
     text = f"ours {r['ours_ms']:.2f} ms, onnxruntime {r['ort_ms']:.2f} ms"
     ov = r.get("openvino")
@@ -224,7 +247,9 @@ def _source(
     return modern.cached(name, cache_dir, log=say)
 
 
-def _describe(name: str) -> str:
+def _describe(source: str, name: str) -> str:
+    if source == "seed":
+        return f"seed zoo: {zoo.MODELS[name].description}"
     from . import modern
 
     return modern.NETS[name].description
@@ -440,9 +465,9 @@ def _cmd_extra(results: list[dict[str, Any]]) -> str:
     names = list(dict.fromkeys(r["name"] for r in results))
     fp32 = [n for n in names if not n.endswith(INT8)]
     int8 = [n[: -len(INT8)] for n in names if n.endswith(INT8)]
-    default_int8 = SEED_INT8 if suite == "seed" else SUITES[suite]
-    listed = fp32 != SUITES.get(suite, SEED_SUITE) or (int8 and int8 != default_int8)
-    extra = f" --models {','.join(fp32)}" if listed else ""
+    full = [b + (INT8 if q else "") for _, b, q in suite_plan(suite, None, bool(int8))]
+    models = fp32 + [n for n in int8 if n not in fp32]
+    extra = f" --models {','.join(models)}" if names != full else ""
     extra += " --against ort,openvino" if has_openvino(results) else ""
     extra += " --int8" if int8 else ""
     extra += " --cpu-clock" if results and results[0].get("clock", "wall") != "wall" else ""
@@ -541,7 +566,10 @@ def _doc_part(
         f"Our build: `gcc {r0.get('cflags', '')}`; GEMM micro-kernel: {', '.join(kernels)}; "
         f"timed by {r0.get('clock', 'wall')} clock.",
         *(
-            [f"onnxruntime held to {r0['ort_isa']} like our build (`--ort-isa match`)."]
+            [
+                f"onnxruntime{' and OpenVINO' if ov else ''} held to {r0['ort_isa']} like our "
+                "build (`--ort-isa match`)."
+            ]
             if _held(r0)
             else []
         ),
