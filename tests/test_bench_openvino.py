@@ -399,3 +399,36 @@ def test_suite_plans_which_networks_run_and_in_which_precision() -> None:
         _r("resnet50 int8", 1, 1.0, 1.0, None),
     ]
     assert suite._cmd_extra(rs) == " --models vit_tiny,resnet50 --int8"
+
+
+def test_a_network_that_fails_keeps_its_row_and_the_rest_of_the_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An hour-long suite does not stop at one network our side cannot run: its rows say why,
+    the others are timed, tabled and targeted as usual."""
+
+    def fake_bench(path: Path, **kw) -> dict:  # noqa: ANN003
+        if "vgg16" in path.name:
+            raise Onnx2EdgeError("unsupported op Foo\nsecond line")
+        return {k: v for k, v in _r("mnist_mlp", kw["threads"], 0.5, 1.0, None, "seed").items()}
+
+    monkeypatch.setattr(suite, "bench_model", fake_bench)
+    monkeypatch.setattr(suite.zoo, "save", lambda name, path: Path(path))
+    said: list[str] = []
+    rs = suite.run_suite(["vgg16", "mnist_mlp"], log=said.append)
+    assert [(r["name"], r["threads"], "error" in r) for r in rs] == [
+        ("vgg16", 1, True),
+        ("vgg16", 2, True),
+        ("mnist_mlp", 1, False),
+        ("mnist_mlp", 2, False),
+    ]
+    assert rs[0]["error"] == "unsupported op Foo"
+    assert any("vgg16: failed: unsupported op Foo" in m for m in said)
+    table = suite.format_table(rs)
+    assert "| mnist_mlp | 0.50 | 1.00 | 0.50 ✓ |" in table
+    assert table.endswith("Did not run:\n- vgg16: failed: unsupported op Foo")
+    doc = tmp_path / "b.md"
+    suite.write_doc(rs, doc)
+    text = doc.read_text()
+    assert "--models vgg16,mnist_mlp" in text and "- vgg16: failed: unsupported op Foo" in text
+    assert "| mnist_mlp | 0.50 | 0.7 | met |" in text

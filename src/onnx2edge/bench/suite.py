@@ -138,53 +138,64 @@ def run_suite(
         for i, (source, base, q) in enumerate(plan, 1):
             name = base + (INT8 if q else "")
             tag = f"[{i}/{len(plan)}] {name}"
-            path = _source(source, base, Path(tmp), cache_dir, say)
-            if q:
-                say(f"{tag}: quantizing (static QDQ, per-channel, {CALIB_SAMPLES} samples)")
-                path = quantize_for_bench(path, Path(tmp) / f"{base}_int8.onnx")
-            for t in threads:
-                say(f"{tag}, {t} thread(s)")
-                r = bench_model(
-                    path,
-                    threads=t,
-                    runs=runs,
-                    warmup=warmup,
-                    log=say,
-                    min_seconds=secs,
-                    arch=arch,
-                    cpu_clock=cpu_clock and t == 1,
-                    rounds=rounds,
-                    ort_isa=ort_isa,
-                    against=against,
-                )
-                r["name"] = name
-                r["suite"] = suite
-                r["precision"] = "int8" if q else "fp32"
-                r["target_ratio"] = target_for(name, suite)
-                if suite == "modern":
-                    r["description"] = _describe(source, base) + (" (static QDQ int8)" if q else "")
-                results.append(r)
-                say(f"{tag}: {_summary(r)}")
-                if (
-                    explain_misses
-                    and t == 1
-                    and r["target_ratio"] is not None
-                    and ratio_of(r) > r["target_ratio"]
-                ):
-                    say(f"{tag} misses its target: profiling both sides per node")
-                    p = bench_model(
+            meta = {
+                "name": name,
+                "suite": suite,
+                "precision": "int8" if q else "fp32",
+                "arch": arch or "native",
+            }
+            try:
+                path = _source(source, base, Path(tmp), cache_dir, say)
+                if q:
+                    say(f"{tag}: quantizing (static QDQ, per-channel, {CALIB_SAMPLES} samples)")
+                    path = quantize_for_bench(path, Path(tmp) / f"{base}_int8.onnx")
+                for t in threads:
+                    say(f"{tag}, {t} thread(s)")
+                    r = bench_model(
                         path,
-                        threads=1,
-                        runs=max(5, runs // 2),
+                        threads=t,
+                        runs=runs,
                         warmup=warmup,
                         log=say,
-                        profile=True,
+                        min_seconds=secs,
                         arch=arch,
-                        cpu_clock=cpu_clock,
+                        cpu_clock=cpu_clock and t == 1,
                         rounds=rounds,
                         ort_isa=ort_isa,
+                        against=against,
                     )
-                    r["gaps"] = gap_nodes(p)
+                    r.update(meta)
+                    r["target_ratio"] = target_for(name, suite)
+                    if suite == "modern":
+                        r["description"] = _describe(source, base) + (
+                            " (static QDQ int8)" if q else ""
+                        )
+                    results.append(r)
+                    say(f"{tag}: {_summary(r)}")
+                    if (
+                        explain_misses
+                        and t == 1
+                        and r["target_ratio"] is not None
+                        and ratio_of(r) > r["target_ratio"]
+                    ):
+                        say(f"{tag} misses its target: profiling both sides per node")
+                        r["gaps"] = _profiled_gaps(
+                            path, runs, warmup, say, arch, cpu_clock, rounds, ort_isa
+                        )
+            except Onnx2EdgeError as e:
+                # one network our side (or onnxruntime) cannot run must not cost the rest of a
+                # suite that takes an hour: its row says why
+                say(f"{tag}: failed: {e}")
+                done = {
+                    r["threads"]
+                    for r in results
+                    if r["name"] == name and r.get("arch") == meta["arch"]
+                }
+                results += [
+                    {**meta, "threads": t, "error": str(e).splitlines()[0][:300]}
+                    for t in threads
+                    if t not in done
+                ]
             for f in Path(tmp).glob("*.onnx"):
                 f.unlink()
     return results
@@ -221,6 +232,50 @@ def suite_plan(suite: str, models: Sequence[str] | None, int8: bool) -> list[tup
             plan += [(suite, n, True) for n in own]
             plan += [("seed", n, True) for n in (borrowed if models else SEED_INT8)]
     return plan
+
+
+def _profiled_gaps(
+    path: Path,
+    runs: int,
+    warmup: int,
+    say: Callable[[str], None],
+    arch: str | None,
+    cpu_clock: bool,
+    rounds: int,
+    ort_isa: str,
+) -> dict[str, Any]:
+    """The gap table of a network that missed its target (a profiled 1-thread run of ours and
+    onnxruntime); a profiling failure is recorded, not raised: the timed rows stand."""
+    try:
+        p = bench_model(
+            path,
+            threads=1,
+            runs=max(5, runs // 2),
+            warmup=warmup,
+            log=say,
+            profile=True,
+            arch=arch,
+            cpu_clock=cpu_clock,
+            rounds=rounds,
+            ort_isa=ort_isa,
+        )
+    except Onnx2EdgeError as e:
+        say(f"profiling failed: {e}")
+        return {"error": str(e).splitlines()[0][:300], "nodes": []}
+    return gap_nodes(p)
+
+
+def timed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results that ran (a failed network's rows carry "error" and no times)."""
+    return [r for r in results if "error" not in r]
+
+
+def failure_lines(results: list[dict[str, Any]]) -> list[str]:
+    failed = {}
+    for r in results:
+        if "error" in r:
+            failed.setdefault((r["name"], r.get("arch", "native")), r["error"])
+    return [f"- {n}: failed: {e}" for (n, _), e in failed.items()]
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -312,6 +367,8 @@ def format_table(results: list[dict[str, Any]]) -> str:
             + format_table([r for r in results if r.get("arch", "native") == a])
             for a in arches
         )
+    failed = failure_lines(results)
+    results = timed(results)
     by = {(r["name"], r["threads"]): r for r in results}
     names = list(dict.fromkeys(r["name"] for r in results))
     ov = has_openvino(results)
@@ -356,6 +413,8 @@ def format_table(results: list[dict[str, Any]]) -> str:
             f"| {n} | {a['ours_ms']:.2f} | {a['ort_ms']:.2f} | {a['ratio']:.2f}{met_mark(a)} | "
             f"{tgt if tgt is not None else '–'} | {two} | {tail}"
         )
+    if failed:
+        lines += ["", "Did not run:", *failed]
     return "\n".join(lines)
 
 
@@ -510,11 +569,12 @@ def _doc_part(
     title: str = "",
     notes: bool = True,
 ) -> list[str]:
+    everything, results = results, timed(results)
     r0 = results[0] if results else {}
     has_chart = _chart(results, chart)
     kernels = sorted({r["gemm_kernel"] for r in results})
     sub = level + "#"
-    suite = r0.get("suite", "seed")
+    suite = (everything[0] if everything else {}).get("suite", "seed")
     ov = has_openvino(results)
     ov_version = next(
         (r["openvino"]["version"].split("-")[0] for r in results if "ms" in r.get("openvino", {})),
@@ -527,7 +587,7 @@ def _doc_part(
         + (", today's edge networks" if suite == "modern" else "")
         + (f": {title}" if title else ""),
         "",
-        f"Measured with `onnx2edge bench --suite {suite} --arch {r0.get('arch', 'native')}{_cmd_extra(results)} "
+        f"Measured with `onnx2edge bench --suite {suite} --arch {r0.get('arch', 'native')}{_cmd_extra(everything)} "
         f"--write-doc {DOCS.get(suite, path.name)}` "
         f"on {cpu_name()} ({os.cpu_count()} logical CPUs; ISA: {host_isa()}), onnxruntime {r0.get('onnxruntime', '?')}"
         + (f", OpenVINO {ov_version}" if ov else "")
@@ -585,7 +645,7 @@ def _doc_part(
         "(max rel err column: within 1e-4, or within twice the spread between onnxruntime's optimised and "
         "unoptimised runs where that is larger).",
         "",
-        format_table(results),
+        format_table(everything),
         "",
         *_descriptions(results),
         *([f"![ratio chart]({chart.name})", ""] if has_chart else []),
@@ -606,7 +666,7 @@ def _doc_part(
         "<details><summary>raw results (JSON)</summary>",
         "",
         "```json",
-        json.dumps(results, indent=1),
+        json.dumps(everything, indent=1),
         "```",
         "</details>",
         "",
@@ -698,6 +758,9 @@ def _gap_section(results: list[dict[str, Any]], level: str = "##") -> list[str]:
     ]
     for r in missed:
         g = r["gaps"]
+        if "error" in g:
+            out += [f"**{r['name']}**: the profiled run failed: {g['error']}", ""]
+            continue
         out += [
             f"**{r['name']}** (ratio {ratio_of(r):.2f}"
             + (f" vs {r['best']}" if "openvino" in r else "")
