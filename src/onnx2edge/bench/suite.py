@@ -132,6 +132,8 @@ def run_suite(
         raise Onnx2EdgeError(f"bench --suite: expected one of {', '.join(SUITES)} (got {suite!r})")
     say = log or (lambda m: None)
     plan = suite_plan(suite, models, int8)
+    if any(source == "modern" for source, _, _ in plan):
+        _need_torch()
     secs = MIN_SECONDS if min_seconds is None else min_seconds
     results = []
     with tempfile.TemporaryDirectory(prefix="onnx2edge-suite-") as tmp:
@@ -293,13 +295,19 @@ def _source(
     come from the export cache (torch needed only to fill it)."""
     if suite == "seed":
         return zoo.save(name, tmp / f"{name}.onnx")
+    from . import modern
+
+    return modern.cached(name, cache_dir, log=say)
+
+
+def _need_torch() -> None:
+    """Before any timing: the modern networks are exported with torch (once, then cached)."""
     try:
-        from . import modern
+        from . import modern  # noqa: F401
     except ImportError as e:
         raise Onnx2EdgeError(
             f"bench --suite modern exports its networks with torch, which is not installed ({e})"
         ) from None
-    return modern.cached(name, cache_dir, log=say)
 
 
 def _describe(source: str, name: str) -> str:
