@@ -498,7 +498,8 @@ def write_doc(results: list[dict[str, Any]], path: Path) -> None:
     else:
         text = [
             "# Benchmarks: generated C vs onnxruntime"
-            + (" and OpenVINO" if has_openvino(results) else ""),
+            + (" and OpenVINO" if has_openvino(results) else "")
+            + (", today's edge networks" if results[0].get("suite") == "modern" else ""),
             "",
             "One section per instruction set our C was built for "
             f"(`bench --suite {results[0].get('suite', 'seed')} --arch A,B`). "
