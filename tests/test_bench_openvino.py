@@ -432,3 +432,20 @@ def test_a_network_that_fails_keeps_its_row_and_the_rest_of_the_suite(
     text = doc.read_text()
     assert "--models vgg16,mnist_mlp" in text and "- vgg16: failed: unsupported op Foo" in text
     assert "| mnist_mlp | 0.50 | 0.7 | met |" in text
+
+
+def test_suite_refuses_options_that_would_fail_every_network(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The suite goes on past a failing network, so an option that fails them all is refused
+    before the first one: no hour of identical failed rows."""
+    from onnx2edge.bench import ort_isa
+
+    monkeypatch.setattr(ort_isa, "cpu_flags", lambda: frozenset())  # no CPUID faulting
+    args = ["bench", "--suite", "seed", "--models", "mnist_mlp", "--arch", "x86-64-v3"]
+    assert main([*args, "--ort-isa", "match"]) == 2
+    assert "cannot make CPUID fault" in capsys.readouterr().err
+    assert main([*args, "--rounds", "0"]) == 2
+    assert "--rounds must be at least 1" in capsys.readouterr().err
+    assert main([*args, "--against", "ort,tvm"]) == 2
+    assert "unknown runtime 'tvm'" in capsys.readouterr().err

@@ -134,6 +134,7 @@ def run_suite(
     plan = suite_plan(suite, models, int8)
     if any(source == "modern" for source, _, _ in plan):
         _need_torch()
+    _check_options(arch, rounds, ort_isa, against)
     secs = MIN_SECONDS if min_seconds is None else min_seconds
     results = []
     with tempfile.TemporaryDirectory(prefix="onnx2edge-suite-") as tmp:
@@ -298,6 +299,23 @@ def _source(
     from . import modern
 
     return modern.cached(name, cache_dir, log=say)
+
+
+def _check_options(arch: str | None, rounds: int, ort_isa: str, against: Sequence[str]) -> None:
+    """Refuse up front what would fail every network alike: the suite goes on past a network
+    that fails, which would turn a bad option into an hour of failed rows."""
+    from ..backends.c.build import compiler
+    from .harness import parse_against
+    from .ort_isa import level_for, preload_env
+
+    parse_against(against)
+    if rounds < 1:
+        raise Onnx2EdgeError(f"bench: --rounds must be at least 1 (got {rounds})")
+    if ort_isa not in ("host", "match"):
+        raise Onnx2EdgeError(f"bench: --ort-isa must be host or match (got {ort_isa!r})")
+    if ort_isa == "match" and level_for(arch) is not None:
+        with tempfile.TemporaryDirectory(prefix="onnx2edge-isa-") as tmp:
+            preload_env(level_for(arch), Path(tmp), compiler())
 
 
 def _need_torch() -> None:
