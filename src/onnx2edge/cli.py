@@ -277,7 +277,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--profile", action="store_true", help="also time every node (build with -DO2E_PROFILE)"
     )
     s.add_argument(
-        "--suite", choices=["seed"], help="benchmark the seed model list at 1 and 2 threads"
+        "--suite",
+        choices=["seed", "modern"],
+        help="benchmark a model list at 1 and 2 threads: seed (2015-era CNNs), modern (today's "
+        "edge networks, exported with torch into a cache dir)",
+    )
+    s.add_argument(
+        "--against",
+        default="ort",
+        help="runtimes timed beside ours: ort (default) or ort,openvino (OpenVINO's CPU plugin; "
+        "ratios then against the faster one whose outputs agree with onnxruntime's)",
+    )
+    s.add_argument(
+        "--int8",
+        action="store_true",
+        help="suite: also bench each network's static QDQ int8 copy (seed: squeezenet, "
+        "mobilenet_v2, resnet50 unless --models)",
+    )
+    s.add_argument(
+        "--cache-dir",
+        help="suite modern: where the exported networks are kept "
+        "(default $ONNX2EDGE_CACHE/modern or ~/.cache/onnx2edge/modern)",
     )
     s.add_argument("--models", help="comma-separated subset of the suite")
     s.add_argument(
@@ -465,6 +485,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         from .bench import suite
 
         models = a.models.split(",") if a.models else None
+        against = harness.parse_against(a.against)
         results = []
         archs = a.arch.split(",")
         for arch in archs:
@@ -480,13 +501,19 @@ def _cmd_bench(a: argparse.Namespace) -> int:
                 cpu_clock=a.cpu_clock,
                 rounds=a.rounds,
                 ort_isa=a.ort_isa,
+                suite=a.suite,
+                against=against,
+                int8=a.int8,
+                cache_dir=a.cache_dir,
             )
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
         print(json.dumps(results, indent=1) if a.json else suite.format_table(results))
         return 0
     if not a.model:
-        raise Onnx2EdgeError("bench needs a MODEL or --suite seed")
+        raise Onnx2EdgeError("bench needs a MODEL or --suite seed|modern")
+    if a.int8 or a.cache_dir:
+        raise Onnx2EdgeError("bench: --int8 and --cache-dir go with --suite")
     _refuse_emulated_timing(a.arch)
     r = harness.bench_model(
         a.model,
@@ -501,6 +528,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         cpu_clock=a.cpu_clock,
         rounds=a.rounds,
         ort_isa=a.ort_isa,
+        against=harness.parse_against(a.against),
     )
     print(json.dumps(r, indent=1) if a.json else harness.format_result(r))
     return 0 if r["accurate"] else 1

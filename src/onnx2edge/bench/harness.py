@@ -336,8 +336,12 @@ def bench_model(
     cpu_clock: bool = False,
     rounds: int = 1,
     ort_isa: str = "host",
+    against: Sequence[str] = ("ort",),
 ) -> dict[str, Any]:
     """Convert, build (release), time ours and onnxruntime in the same run; check numerics.
+
+    against: the runtimes timed beside ours, from RUNTIMES ("ort", "openvino"); onnxruntime
+    always runs, as the reference every output (OpenVINO's included) is checked against.
 
     options: extra convert options for the C backend (e.g. {"weights": "fp16"}).
 
@@ -359,6 +363,7 @@ def bench_model(
         raise Onnx2EdgeError(f"bench: --ort-isa must be host or match (got {ort_isa!r})")
     if rounds < 1:
         raise Onnx2EdgeError(f"bench: --rounds must be at least 1 (got {rounds})")
+    against = parse_against(against)
     from .. import api
     from ..backends.c.build import RELEASE_FLAGS, STRICT_FLAGS, arch_flags, compiler, is_emulated
 
@@ -452,6 +457,10 @@ def bench_model(
         fixed = work / "model_fixed.onnx"
         model_proto = bind_inputs(load_model(model), fixed_inputs or {})
         original = [n.name for n in model_proto.graph.node]
+        quantized = any(
+            n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type.startswith("QLinear")
+            for n in model_proto.graph.node
+        )
         fixed.write_bytes(
             fix_input_shapes(model_proto, input_shapes or {}, quiet=True).SerializeToString()
         )
@@ -466,7 +475,7 @@ def bench_model(
             "profile": profile,
             "cpu_clock": cpu_clock,
         }
-        ours_rounds, ort_rounds = [], []
+        ours_rounds, ort_rounds, ov_rounds = [], [], []
         for i in range(rounds):
             tag = f" (round {i + 1} of {rounds})" if rounds > 1 else ""
             say(f"timing ours: {per} runs, {threads} thread(s){tag}")
@@ -491,6 +500,23 @@ def bench_model(
                     f"onnxruntime benchmark failed: {p.stderr.strip().splitlines()[-1][:300]}"
                 )
             ort_rounds.append(json.loads(p.stdout))
+            if "openvino" in against and not any("error" in o for o in ov_rounds):
+                from .openvino_runner import run_openvino
+
+                say(f"timing OpenVINO: {per} runs, {threads} thread(s){tag}")
+                ov_rounds.append(
+                    run_openvino(
+                        fixed,
+                        cfg["inputs"],
+                        [s["name"] for s in io["outputs"]],
+                        data / "ov_out.npz",
+                        threads=threads,
+                        runs=per,
+                        warmup=warmup,
+                        cpu_clock=cpu_clock,
+                        env=ort_env,
+                    )
+                )
         ours, ort = _merge_rounds(ours_rounds), _merge_rounds(ort_rounds)
         ref = np.load(data / "ort_out.npz")
         plain = np.load(data / "ort_out.npz.plain.npz")
@@ -508,6 +534,11 @@ def bench_model(
             }
         o, r_raw = _stats(ours["times_ms"]), _stats(ort["times_ms"])
         r = {k: max(v - ort["overhead_ms"], 1e-6) for k, v in r_raw.items()}
+        openvino = (
+            _openvino_result(ov_rounds, data / "ov_out.npz", io["outputs"], ref, plain, quantized)
+            if "openvino" in against
+            else None
+        )
         prof = None
         if profile and "profile_ms" in ours:
             from ..analysis import node_macs
@@ -561,9 +592,100 @@ def bench_model(
             "cpu": cpu_name(),
             "accuracy": errors,
             "accurate": all(e["ok"] for e in errors.values()),
+            "against": list(against),
+            **({"openvino": openvino} if openvino is not None else {}),
+            **best_of(o["median"], r["median"], openvino),
         }
     finally:
         tmp.cleanup()
+
+
+# the runtimes `bench --against` takes, and their names in tables
+RUNTIMES = {"ort": "onnxruntime", "openvino": "OpenVINO"}
+
+
+def parse_against(against: str | Sequence[str]) -> tuple[str, ...]:
+    """--against "ort,openvino" -> ("ort", "openvino"); onnxruntime always included (first): it
+    is the reference every output is checked against."""
+    names = against.split(",") if isinstance(against, str) else list(against)
+    names = [n.strip().lower() for n in names if n.strip()]
+    bad = [n for n in names if n not in RUNTIMES]
+    if bad:
+        raise Onnx2EdgeError(
+            f"bench --against: unknown runtime {bad[0]!r} (expected a comma list of "
+            f"{', '.join(RUNTIMES)})"
+        )
+    return ("ort", *dict.fromkeys(n for n in names if n != "ort"))
+
+
+# OpenVINO on a quantized (QDQ) model runs its own int8 kernels and rounding: its outputs may
+# sit a few quantization steps from onnxruntime's. Accepted there within this fraction of the
+# output's largest magnitude (a wrong graph is off by far more); float models get the same
+# check as ours (RTOL/ATOL, or onnxruntime's own optimised-vs-plain spread).
+QUANT_TOL = 0.05
+
+
+def _openvino_result(
+    rounds: Sequence[Mapping[str, Any]],
+    out_file: Path,
+    outputs: Sequence[Mapping[str, Any]],
+    ref: Mapping[str, np.ndarray],
+    plain: Mapping[str, np.ndarray],
+    quantized: bool = False,
+) -> dict[str, Any]:
+    """OpenVINO's times (call overhead subtracted) and its outputs judged against onnxruntime."""
+    from ..verify import compare, within_spread
+
+    err = next((p["error"] for p in rounds if "error" in p), None)
+    if err is not None or not rounds:
+        return {"error": err or "not run", "ok": False}
+    merged = _merge_rounds(rounds)
+    raw = _stats(merged["times_ms"])
+    stats = {k: max(v - merged["overhead_ms"], 1e-6) for k, v in raw.items()}
+    from .openvino_runner import load_outputs
+
+    got = load_outputs(out_file)
+    accuracy = {}
+    for s in outputs:
+        name = s["name"]
+        if name not in got:
+            accuracy[name] = {"max_abs_error": None, "max_rel_error": None, "ok": False}
+            continue
+        want = np.asarray(ref[name])
+        have = (
+            np.asarray(got[name]).reshape(want.shape) if got[name].size == want.size else got[name]
+        )
+        rep = compare(name, have, want, RTOL, ATOL)
+        ok = within_spread(rep, have, plain[name], want).ok
+        if not ok and quantized and have.shape == want.shape and want.dtype.kind == "f":
+            scale = float(np.abs(want).max()) if want.size else 0.0
+            ok = bool(np.isfinite(have).all()) and rep.max_abs <= QUANT_TOL * max(scale, 1e-12)
+        accuracy[name] = {"max_abs_error": rep.max_abs, "max_rel_error": rep.max_rel, "ok": ok}
+    ok = bool(accuracy) and all(a["ok"] for a in accuracy.values())
+    return {
+        "ms": stats["median"],
+        "stats": stats,
+        "raw": raw,
+        "call_overhead_ms": merged["overhead_ms"],
+        "peak_rss_mb": merged["maxrss_kb"] / 1024,
+        "version": merged.get("version", "?"),
+        # what OpenVINO reports it compiled with (the bench asked for these)
+        "settings": {k: merged[k] for k in ("threads", "precision", "pinning") if k in merged},
+        "accuracy": accuracy,
+        "ok": ok,
+        **({} if ok else {"error": "outputs differ from onnxruntime's"}),
+    }
+
+
+def best_of(
+    ours_ms: float, ort_ms: float, openvino: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The fastest comparison runtime whose outputs agree with onnxruntime's, and our ratio to
+    it. A runtime that failed to load the model, or computed other outputs, never wins."""
+    best, ms = "onnxruntime", ort_ms
+    if openvino and openvino.get("ok") and openvino.get("ms") is not None and openvino["ms"] < ms:
+        best, ms = "OpenVINO", openvino["ms"]
+    return {"best": best, "best_ms": ms, "ratio_best": ours_ms / ms}
 
 
 def _ms(v: float | None) -> str:
@@ -579,7 +701,13 @@ def format_result(r: Mapping[str, Any]) -> str:
         f"  peak RSS {r['ours_peak_rss_mb']:.0f} MB",
         f"  onnxruntime median {r['ort']['median']:.3f} ms  mean {r['ort']['mean']:.3f}  min {r['ort']['min']:.3f}"
         f"  peak RSS {r['ort_peak_rss_mb']:.0f} MB  (Python call overhead {r['ort_call_overhead_ms'] * 1000:.1f} us subtracted)",
+        *_openvino_lines(r),
         f"  ratio ours/onnxruntime (medians): {r['ratio']:.3f}",
+        *(
+            [f"  ratio ours/best (medians): {r['ratio_best']:.3f} (best: {r['best']})"]
+            if r.get("openvino") is not None
+            else []
+        ),
         f"  onnxruntime kernels: {r.get('ort_isa', 'host')}"
         + (" (whatever this CPU has)" if r.get("ort_isa", "host") == "host" else ""),
         f"  arch {r.get('arch', 'native')}; convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
@@ -609,3 +737,22 @@ def format_result(r: Mapping[str, Any]) -> str:
         ),
     ]
     return "\n".join(lines)
+
+
+def _openvino_lines(r: Mapping[str, Any]) -> list[str]:
+    ov = r.get("openvino")
+    if ov is None:
+        return []
+    if "ms" not in ov:
+        return [f"  OpenVINO    could not run the model: {ov.get('error', '?')}"]
+    acc = ", ".join(
+        f"{k} max rel {v['max_rel_error']:.2g}"
+        for k, v in ov["accuracy"].items()
+        if v["max_rel_error"] is not None
+    )
+    return [
+        f"  OpenVINO    median {ov['stats']['median']:.3f} ms  mean {ov['stats']['mean']:.3f}  "
+        f"min {ov['stats']['min']:.3f}  peak RSS {ov['peak_rss_mb']:.0f} MB  (Python call overhead "
+        f"{ov['call_overhead_ms'] * 1000:.1f} us subtracted); OpenVINO {ov['version'].split('-')[0]}, "
+        f"outputs vs onnxruntime: {acc}" + ("" if ov["ok"] else " WRONG: not compared with")
+    ]
