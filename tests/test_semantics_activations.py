@@ -28,10 +28,8 @@ from onnx2edge.semantics import fused
 from onnx2edge.semantics.activations import (
     ACTIVATIONS,
     FUSABLE,
-    GEMM_CLIP,
-    GEMM_LEAKY_RELU,
     GEMM_NONE,
-    GEMM_RELU,
+    GEMM_VM_FIRST,
     Activation,
     as_activation,
     reference,
@@ -123,19 +121,35 @@ def test_table_reference_is_onnxruntime(op: str, kw: dict) -> None:
 
 
 def test_gemm_kinds_match_the_header() -> None:
+    """Every O2E_ACT_* of o2e_gemm.h (the register kinds, then the o2e_vmath.h kinds) has the
+    number of the activation table's row of the same name, and the generated code's names
+    (ops/gemm.py) are the header's."""
+    from onnx2edge.backends.c.ops.gemm import _VM_KIND_NAMES  # noqa: PLC0415
+
     header = (Path(api.__file__).parent / "backends" / "c" / "runtime" / "o2e_gemm.h").read_text()
-    enum = dict(
-        (k, int(v))
-        for k, v in re.findall(r"O2E_ACT_(\w+) = (\d+)", header.split("enum {", 1)[1][:200])
-    )
-    assert enum == {
-        "NONE": GEMM_NONE,
-        "RELU": GEMM_RELU,
-        "CLIP": GEMM_CLIP,
-        "LEAKY_RELU": GEMM_LEAKY_RELU,
+    enum = {k: int(v) for k, v in re.findall(r"\bO2E_ACT_([A-Z_]+) = (\d+)", header)}
+    table = {
+        "Relu": "RELU",
+        "Clip": "CLIP",
+        "LeakyRelu": "LEAKY_RELU",
+        "Sigmoid": "SIGMOID",
+        "Tanh": "TANH",
+        "HardSigmoid": "HARD_SIGMOID",
+        "HardSwish": "HARD_SWISH",
+        "Swish": "SWISH",
+        "Gelu": "GELU",
+        "Mish": "MISH",
     }
-    kinds = {d.op: d.gemm_kind for d in ACTIVATIONS.values() if d.gemm_kind is not None}
-    assert kinds == {"Relu": GEMM_RELU, "Clip": GEMM_CLIP, "LeakyRelu": GEMM_LEAKY_RELU}
+    assert enum == {"NONE": GEMM_NONE, **{table[op]: k for op, k in _kinds().items()}}
+    assert set(_kinds()) == set(table)
+    assert {f"O2E_ACT_{table[op]}": k for op, k in _kinds().items() if k >= GEMM_VM_FIRST} == {
+        v: k for k, v in _VM_KIND_NAMES.items()
+    }
+    assert int(re.search(r"#define O2E_ACT_VM_FIRST_ (\d+)", header)[1]) == GEMM_VM_FIRST  # type: ignore[index]
+
+
+def _kinds() -> dict[str, int]:
+    return {d.op: d.gemm_kind for d in ACTIVATIONS.values() if d.gemm_kind is not None}
 
 
 def _c_run(m: onnx.ModelProto, feeds: dict, tmp: Path, name: str) -> dict[str, np.ndarray]:

@@ -12,7 +12,9 @@ Each `ActivationDef` says, in one place:
   not libm calls (`vm`); in double, libm;
 - `gemm_kind`: its number in the GEMM epilogue (`o2e_act.kind` in runtime/o2e_gemm.h, whose
   `O2E_ACT_*` enum a test checks against this column) and in the depthwise kernels; None when
-  the epilogue cannot apply it (the emitter then runs a loop of `c` after the product);
+  the epilogue cannot apply it (the emitter then runs a loop of `c` after the product). Kinds
+  from GEMM_VM_FIRST on (Sigmoid, Tanh, HardSigmoid, HardSwish, Swish, Gelu, Mish) call
+  o2e_vmath.h and are applied to each tile right after it is stored, while it is in L1;
 - Swift (MPS's CPU segments): `swift_expr` renders the `c` column with Swift literals;
 - `mps`: its MPSCNNNeuronType and (a, b, c) parameters, or None when MPS has no such neuron;
 - `fusable`: whether `fuse_activation` moves it into the producing node.
@@ -63,6 +65,11 @@ class ActivationDef:
 
 # GEMM epilogue kinds: runtime/o2e_gemm.h's enum O2E_ACT_* (test_semantics_activations checks)
 GEMM_NONE, GEMM_RELU, GEMM_CLIP, GEMM_LEAKY_RELU = 0, 1, 2, 3
+# ... and the o2e_vmath.h kinds, applied over a tile just stored (still in L1) rather than in
+# the registers; kernels that apply only the first three in registers (o2e_nchwc.h) refuse them
+GEMM_SIGMOID, GEMM_TANH, GEMM_HARD_SIGMOID, GEMM_HARD_SWISH = 4, 5, 6, 7
+GEMM_SWISH, GEMM_GELU, GEMM_MISH = 8, 9, 10
+GEMM_VM_FIRST = GEMM_SIGMOID
 
 
 def _attrs(*names: str) -> Callable[[Node, Graph], tuple[float, float]]:
@@ -193,7 +200,7 @@ _DEFS = [
         _none,
         _np(lambda x, a, b: 1 / (1 + np.exp(-x))),
         lambda x, a, b, lit, F: f"{vm('sigmoid', F)}({x})" if F else f"1 / (1 + exp(-{x}))",
-        None,
+        GEMM_SIGMOID,
         lambda a, b: ("sigmoid", 0, 0, 0),
         True,
     ),
@@ -202,7 +209,7 @@ _DEFS = [
         _none,
         _np(lambda x, a, b: np.tanh(x)),
         lambda x, a, b, lit, F: f"{vm('tanh', F)}({x})",
-        None,
+        GEMM_TANH,
         lambda a, b: ("tanH", 1, 1, 0),
         True,
     ),
@@ -211,7 +218,7 @@ _DEFS = [
         _attrs("alpha", "beta"),
         _np(lambda x, a, b: np.where(a * x + b < 0, 0, np.where(a * x + b > 1, 1, a * x + b))),
         _hard_sigmoid_c,
-        None,
+        GEMM_HARD_SIGMOID,
         lambda a, b: ("hardSigmoid", a, b, 0),
         True,
     ),
@@ -224,7 +231,7 @@ _DEFS = [
         lambda x, a, b, lit, F: (
             f"{x} * ({x} / 6 + 0.5{F} > 1 ? 1 : ({x} / 6 + 0.5{F} < 0 ? 0 : {x} / 6 + 0.5{F}))"
         ),
-        None,
+        GEMM_HARD_SWISH,
         None,  # no neuron: MPS composes x * HardSigmoid(x) (mps/ops/neuron.py)
         True,
     ),
@@ -278,6 +285,9 @@ _DEFS = [
         _none,
         _np(lambda x, a, b: x * np.tanh(_softplus_ref(x, a, b))),
         lambda x, a, b, lit, F: f"{x} * {vm('tanh', F)}" + _softplus_c(x, F),
+        GEMM_MISH,
+        None,
+        True,
     ),
     ActivationDef(
         # x * sigmoid(alpha * x), opset 24; also SiLU's Mul(t, Sigmoid(t)) fused into t's
@@ -290,7 +300,7 @@ _DEFS = [
             if F
             else f"{x} / (1 + exp(-{lit(a)} * {x}))"
         ),
-        None,
+        GEMM_SWISH,
         None,
         True,
     ),
@@ -299,8 +309,9 @@ _DEFS = [
         _gelu_params,
         _gelu_ref,
         _gelu_c,
-        None,
+        GEMM_GELU,  # alpha 1: the tanh form (o2e_gemm.h reads act.a the same way)
         lambda a, b: None if a else ("geLU", 0, 0, 0),  # MPSCNNNeuronGeLU is the erf form
+        True,
     ),
 ]
 

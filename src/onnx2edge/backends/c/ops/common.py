@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -141,3 +142,21 @@ def apply_act_loop(ctx: NodeContext, ptr: str, n: int, ctype: str = "float") -> 
 
 def norm_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
+
+
+def act_tail(act: Activation | None, ptr: str, n: str) -> tuple[str, str]:
+    """A kernel-name suffix for `act` and the C loop applying it over `n` floats at `ptr`
+    (a row or plane just written, still in L1): what a specialised kernel (the depthwise
+    ones) runs for the activations it does not apply in registers. In float the table's
+    expression calls o2e_vmath.h, so the loop vectorises. ("", "") for no activation."""
+    if act is None:
+        return "", ""
+    tag = act.op.lower()
+    if act.alpha or act.beta:  # the parameters are literals of the kernel: part of its name
+        digest = hashlib.sha1(repr((act.alpha, act.beta)).encode()).hexdigest()[:8]
+        tag += f"_{digest}"
+    loop = (
+        f"for (int q_ = 0; q_ < {n}; ++q_) {{ const float v = {ptr}[q_]; "
+        f"{ptr}[q_] = {act_expr(act, 'v')}; }}"
+    )
+    return f"_{tag}", loop

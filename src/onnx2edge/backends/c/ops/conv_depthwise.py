@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
+from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU, Activation
 from ..emitter import NodeContext, c_literal
 from . import pool2d
-from .common import act_expr, clip_bounds
+from .common import act_tail, clip_bounds
 from .conv_spec import ConvSpec, ConvStrategy
 
 
 def _dw_kernel(
-    ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, kind: int
+    ctx: NodeContext,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    dh: int,
+    dw: int,
+    kind: int,
+    tail: Activation | None = None,
 ) -> str:
     """A depthwise kernel specialised for one filter geometry and fused activation; its name.
 
@@ -23,9 +31,12 @@ def _dw_kernel(
     that vectorises fully even for 7x7 maps (the WQ − OW columns of garbage per row are
     dropped when compacting). The kernel runs over a range of planes (N·C of them), so
     `o2e_parallel_for` can split the channels across threads, each in its own scratch slot.
-    kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi).
+    kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi);
+    tail: any other activation (SiLU, HardSwish, ...), applied to each finished plane while it
+    is in L1 (a vectorised loop over o2e_vmath.h's functions), not as a pass over y.
     """
-    name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{('', '_relu', '_clip')[kind]}"
+    suffix, tail_loop = act_tail(tail, "yc", "OH * OW")
+    name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{('', '_relu', '_clip')[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     split = pool2d.phase_split(ctx, sh, sw)
     decl, reads = pool2d.tap_refs(kh, kw, sh, sw, dh, dw)
@@ -82,6 +93,7 @@ static void {name}(void *arg, int i0, int i1)
       {loop}
     }}
     {compact if wide else "(void)yc;"}
+    {tail_loop}
   }}
 }}
 """,
@@ -114,7 +126,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         lo, hi = c_literal(b[0], np.float32), c_literal(b[1], np.float32)
     elif kind != GEMM_RELU:
         kind, post = GEMM_NONE, act
-    name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind)
+    name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind, post)
     ctx.kernel("depthwise direct")
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
     pf, wf = pool2d.plane_floats(OH, OW, kh, kw, sh, sw, dh, dw)
@@ -138,12 +150,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     n = N * C
     work = n * (H * W + OH * WQ * (kh * kw + 1))
     lines = [pool2d.call_planes(ctx, name, n, work, pf + wf, fields)]
-    if post is not None:
-        lines.append(
-            f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}"
-        )
     return "\n".join(lines)
 
 
-# The residual add and the activation other than Relu / Clip run as a pass after the kernel.
+# The residual add runs as a pass after the kernel; activations other than Relu / Clip on each
+# finished plane inside it.
 STRATEGY = ConvStrategy("depthwise", refuse, emit, fuses_residual=False)

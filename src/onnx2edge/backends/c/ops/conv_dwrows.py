@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
+from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU, Activation
 from ..emitter import NodeContext, c_literal
 from . import pool2d
-from .common import act_expr, clip_bounds
+from .common import act_tail, clip_bounds
 from .conv_spec import ConvSpec, ConvStrategy
 
 # Output rows shorter than this keep the plane kernel (conv_depthwise.py): one row per vector
@@ -153,11 +153,16 @@ def _vector_rows(kh: int, kw: int, sw: int, kind: int) -> dict[str, str]:
     }
 
 
-def _kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, kind: int) -> str:
+def _kernel(
+    ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, kind: int, tail: Activation | None
+) -> str:
     """The row-ring depthwise kernel for one filter geometry and fused activation; its name.
 
-    kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi)."""
-    name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{('', '_relu', '_clip')[kind]}"
+    kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi);
+    tail: any other activation (SiLU, HardSwish, ...), applied to each output row right after
+    it is written (a vectorised loop over o2e_vmath.h's functions), not as a pass over y."""
+    suffix, tail_loop = act_tail(tail, "yr", "OW")
+    name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{('', '_relu', '_clip')[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     fill = _fill_row(ctx, sw)
@@ -221,6 +226,7 @@ static void {name}(void *arg, int i0, int i1)
 #else
     {body["portable"]}
 #endif
+    {tail_loop}
     }}
     }}
   }}
@@ -263,7 +269,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         lo, hi = c_literal(b[0], np.float32), c_literal(b[1], np.float32)
     elif kind != GEMM_RELU:
         kind, post = GEMM_NONE, act
-    name = _kernel(ctx, kh, kw, sh, sw, kind)
+    name = _kernel(ctx, kh, kw, sh, sw, kind, post)
     ctx.kernel("depthwise rows")
     RW = row_floats(OW, kw, sw)
     fields = {
@@ -286,13 +292,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     n = N * C
     work = n * (H * W + OH * OW * (kh * kw + 1))
     lines = [pool2d.call_planes(ctx, name, n, work, (kh + 1) * sw * RW, fields)]
-    if post is not None:
-        lines.append(
-            f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; "
-            f"{y.sym}[i] = {act_expr(post, 'v')}; }}"
-        )
     return "\n".join(lines)
 
 
-# The residual add and activations other than Relu / Clip run as a pass after the kernel.
+# The residual add runs as a pass after the kernel; activations other than Relu / Clip on each
+# output row inside it.
 STRATEGY = ConvStrategy("dw_rows", refuse, emit, fuses_residual=False)
