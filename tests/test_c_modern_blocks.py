@@ -1,5 +1,6 @@
-"""Transcendental activations fused into GEMM-based producers (issue 34 item 2), at every ISA.
+"""Modern network blocks in the C backend (issue 34 item 2), at every ISA.
 
+Transcendental activations fused into GEMM-based producers:
 The o2e_vmath.h epilogue kinds (Sigmoid, Tanh, HardSigmoid, HardSwish, SiLU / Swish, GELU in
 both forms, Mish) are applied to each tile right after it is stored. The shapes reach every
 store of o2e_gemm.h: K past one K slice (the last slice's partial-sum epilogue), M and N not
@@ -12,6 +13,8 @@ must fold them into the producer. NaN / +-Inf inputs must land where onnxruntime
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +123,63 @@ def test_transcendental_epilogues_match_onnxruntime(tmp_path: Path, arch: str) -
     got = api.run(tmp_path / "out", feeds, options={"arch": arch})
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_epilogue_loops_vectorise(tmp_path: Path) -> None:
+    """Each vmath kind's loop in o2e_act_n_ (o2e_gemm.h) is vectorised by gcc at x86-64-v3
+    (compile only): the pragma the writer puts first in model.c reaches the header's code."""
+    path, _ = _model(tmp_path)
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    header = (out / "o2e_gemm.h").read_text().splitlines()
+    start = next(i for i, s in enumerate(header) if s.startswith("O2E_GEMM_FN void o2e_act_n_("))
+    end = next(i for i in range(start, len(header)) if header[i] == "}")
+    loops = {i + 1 for i in range(start, end) if re.search(r"\bfor \(|O2E_ACT_LOOP_\(", header[i])}
+    assert len(loops) >= 8, loops
+    r = subprocess.run(
+        ["gcc", "-O3", "-march=x86-64-v3", "-ffp-contract=fast", "-c", "model.c", "-o",
+         "/dev/null", "-fopt-info-vec-optimized"],
+        cwd=out, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    done = {
+        int(m) for m in re.findall(r"o2e_gemm\.h:(\d+):\d+: optimized: loop vectorized", r.stderr)
+    }
+    assert loops <= done, sorted(loops - done)
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_reduce_mean_trailing_axes(tmp_path: Path, arch: str) -> None:
+    """ReduceMean over trailing axes (SE's x.mean((2, 3))) takes GlobalAveragePool's vectorised
+    kernel; other axes keep the generic loop. NaN / +-Inf planes as onnxruntime."""
+    from onnx2edge.verify import compare
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 40, 7, 9)).astype(np.float32)
+    x[0, 3, 2, 2] = np.nan
+    x[0, 4, 0, 0] = np.inf
+    x[0, 5, 1, 1], x[0, 5, 2, 2] = np.inf, -np.inf
+    z = rng.standard_normal((2, 5, 33)).astype(np.float32)
+    nodes = [
+        helper.make_node("ReduceMean", ["x", "hw"], ["se"], keepdims=1),
+        helper.make_node("ReduceMean", ["x", "chw"], ["all"], keepdims=0),
+        helper.make_node("ReduceMean", ["z", "last"], ["row"], keepdims=0),
+        helper.make_node("ReduceMean", ["x", "c"], ["mid"], keepdims=1),  # not trailing
+    ]
+    inits = [
+        tensor("hw", np.array([2, 3], np.int64)),
+        tensor("chw", np.array([3, 1, 2], np.int64)),  # any order
+        tensor("last", np.array([-1], np.int64)),
+        tensor("c", np.array([1], np.int64)),
+    ]
+    outs = [vi("se", [1, 40, 1, 1]), vi("all", [1]), vi("row", [2, 5]), vi("mid", [1, 1, 7, 9])]
+    ins = [vi("x", [1, 40, 7, 9]), vi("z", [2, 5, 33])]
+    path = save(make_model(nodes, ins, outs, inits, opset=18), tmp_path / "m.onnx")
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get("ReduceMean: vectorised sum") == 3, kernels
+    feeds = {"x": x, "z": z}
+    ref = ort_run(onnx.load(path), feeds)
+    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-5, 1e-6) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+    assert np.isnan(got["se"][0, 3]).all() and np.isnan(got["se"][0, 5]).all()
