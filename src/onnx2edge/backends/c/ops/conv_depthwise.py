@@ -32,10 +32,10 @@ def _dw_kernel(
     dropped when compacting). The kernel runs over a range of planes (N·C of them), so
     `o2e_parallel_for` can split the channels across threads, each in its own scratch slot.
     kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi);
-    tail: any other activation (SiLU, HardSwish, ...), applied to each finished plane while it
-    is in L1 (a vectorised loop over o2e_vmath.h's functions), not as a pass over y.
+    tail: any other activation (SiLU, HardSwish, ...), applied by the kernel to the planes it
+    wrote, after them (common.act_tail says why there), not as a pass over y.
     """
-    suffix, tail_loop = act_tail(tail, "yc", "OH * OW")
+    suffix, tail_loop = act_tail(ctx, tail)
     name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{('', '_relu', '_clip')[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     split = pool2d.phase_split(ctx, sh, sw)
@@ -93,8 +93,8 @@ static void {name}(void *arg, int i0, int i1)
       {loop}
     }}
     {compact if wide else "(void)yc;"}
-    {tail_loop}
   }}
+  {tail_loop}
 }}
 """,
     )
@@ -153,6 +153,6 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     return "\n".join(lines)
 
 
-# The residual add runs as a pass after the kernel; activations other than Relu / Clip on each
-# finished plane inside it.
+# The residual add runs as a pass after the kernel; activations other than Relu / Clip at the end
+# of each kernel call, over its planes (common.act_tail).
 STRATEGY = ConvStrategy("depthwise", refuse, emit, fuses_residual=False)

@@ -159,9 +159,10 @@ def _kernel(
     """The row-ring depthwise kernel for one filter geometry and fused activation; its name.
 
     kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi);
-    tail: any other activation (SiLU, HardSwish, ...), applied to each output row right after
-    it is written (a vectorised loop over o2e_vmath.h's functions), not as a pass over y."""
-    suffix, tail_loop = act_tail(tail, "yr", "OW")
+    tail: any other activation (SiLU, HardSwish, ...), applied by the kernel to the planes it
+    wrote, after them (common.act_tail says why there), not as a pass over y; per row, a
+    28-wide row left 12 columns to the loop's scalar remainder."""
+    suffix, tail_loop = act_tail(ctx, tail)
     name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{('', '_relu', '_clip')[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
@@ -226,10 +227,10 @@ static void {name}(void *arg, int i0, int i1)
 #else
     {body["portable"]}
 #endif
-    {tail_loop}
     }}
     }}
   }}
+  {tail_loop}
 }}
 """,
     )
@@ -295,6 +296,6 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     return "\n".join(lines)
 
 
-# The residual add runs as a pass after the kernel; activations other than Relu / Clip on each
-# output row inside it.
+# The residual add runs as a pass after the kernel; activations other than Relu / Clip at the end
+# of each kernel call, over its planes (common.act_tail).
 STRATEGY = ConvStrategy("dw_rows", refuse, emit, fuses_residual=False)

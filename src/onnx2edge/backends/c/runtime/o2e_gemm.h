@@ -247,9 +247,10 @@ O2E_GEMM_INL float o2e_act_vm1_(float x, int kind, float a, float b) {
     if (a != 0)
       return 0.5f * x * (1 + o2e_tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
     return 0.5f * x * (1 + o2e_erff(x * 0.70710678118f));
-  case O2E_ACT_MISH: {
-    const float sp = x > 0 ? x + o2e_log1pf(o2e_expf(-x)) : o2e_log1pf(o2e_expf(x));
-    return x * o2e_tanhf(sp);
+  case O2E_ACT_MISH: { /* x tanh(softplus(x)) = x n / (n + 2), n = e^x (e^x + 2): the table's */
+    const float e = o2e_expf(x > 20 ? 20 : x);
+    const float n = e * (e + 2);
+    return x * (n / (n + 2));
   }
   default:
     return x;
