@@ -12,9 +12,10 @@ Each `ActivationDef` says, in one place:
   not libm calls (`vm`); in double, libm;
 - `gemm_kind`: its number in the GEMM epilogue (`o2e_act.kind` in runtime/o2e_gemm.h, whose
   `O2E_ACT_*` enum a test checks against this column) and in the depthwise kernels; None when
-  the epilogue cannot apply it (the emitter then runs a loop of `c` after the product). Kinds
-  from GEMM_VM_FIRST on (Sigmoid, Tanh, HardSigmoid, HardSwish, Swish, Gelu, Mish) call
-  o2e_vmath.h and are applied to each tile right after it is stored, while it is in L1;
+  the epilogue cannot apply it (the emitter then runs a loop of `c` after the product). Relu,
+  Clip, LeakyRelu, HardSigmoid, HardSwish are compare-and-select on the registers; kinds from
+  GEMM_VM_FIRST on (Sigmoid, Tanh, Swish, Gelu, Mish) call o2e_vmath.h and are applied to
+  each tile right after it is stored, while it is in L1;
 - Swift (MPS's CPU segments): `swift_expr` renders the `c` column with Swift literals;
 - `mps`: its MPSCNNNeuronType and (a, b, c) parameters, or None when MPS has no such neuron;
 - `fusable`: whether `fuse_activation` moves it into the producing node.
@@ -65,10 +66,10 @@ class ActivationDef:
 
 # GEMM epilogue kinds: runtime/o2e_gemm.h's enum O2E_ACT_* (test_semantics_activations checks)
 GEMM_NONE, GEMM_RELU, GEMM_CLIP, GEMM_LEAKY_RELU = 0, 1, 2, 3
+GEMM_HARD_SIGMOID, GEMM_HARD_SWISH = 4, 5  # also compare-and-select in the registers
 # ... and the o2e_vmath.h kinds, applied over a tile just stored (still in L1) rather than in
-# the registers; kernels that apply only the first three in registers (o2e_nchwc.h) refuse them
-GEMM_SIGMOID, GEMM_TANH, GEMM_HARD_SIGMOID, GEMM_HARD_SWISH = 4, 5, 6, 7
-GEMM_SWISH, GEMM_GELU, GEMM_MISH = 8, 9, 10
+# the registers; kernels that apply only the register kinds (o2e_nchwc.h) refuse them
+GEMM_SIGMOID, GEMM_TANH, GEMM_SWISH, GEMM_GELU, GEMM_MISH = 6, 7, 8, 9, 10
 GEMM_VM_FIRST = GEMM_SIGMOID
 
 

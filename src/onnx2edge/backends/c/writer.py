@@ -741,7 +741,7 @@ VMATH_HEADER = "o2e_vmath.h"
 # (or names one of o2e_gemm.h's epilogue kinds that call them, which exist only after it)
 VMATH_CALL = re.compile(
     r"\bo2e_(?:exp|log|log1p|tanh|sigmoid|erf)f\("
-    r"|\bO2E_ACT_(?:SIGMOID|TANH|HARD_SIGMOID|HARD_SWISH|SWISH|GELU|MISH)\b"
+    r"|\bO2E_ACT_(?:SIGMOID|TANH|SWISH|GELU|MISH)\b"
 )
 VMATH_PRAGMA = [
     "#if defined(__GNUC__) && !defined(__clang__)",

@@ -56,9 +56,9 @@ def gemm_workspace(
     return sgemm_workspace_bytes(M, N, K, n, conv=conv, variants=ctx.model.device.variants)
 
 
-# o2e_gemm.h's names of the kinds that call o2e_vmath.h: the generated code names them (the
-# writer includes o2e_vmath.h, before o2e_gemm.h, when it sees one)
-_VM_KIND_NAMES = {
+# o2e_gemm.h's names of the kinds past LeakyRelu: the generated code names them (the writer
+# includes o2e_vmath.h, before o2e_gemm.h, when it sees one of the kinds that call it)
+_KIND_NAMES = {
     GEMM_SIGMOID: "O2E_ACT_SIGMOID",
     GEMM_TANH: "O2E_ACT_TANH",
     GEMM_HARD_SIGMOID: "O2E_ACT_HARD_SIGMOID",
@@ -78,7 +78,7 @@ def act_struct(act: Activation | None, vmath: bool = True) -> tuple[str, bool]:
         return "(o2e_act){0, 0.0f, 0.0f}", act is not None
     lo, hi = clip_bounds(act.alpha, act.beta) if act.op == "Clip" else (act.alpha, act.beta)
     a, b = c_literal(lo, np.float32), c_literal(hi, np.float32)
-    return f"(o2e_act){{{_VM_KIND_NAMES.get(kind, kind)}, {a}, {b}}}", False
+    return f"(o2e_act){{{_KIND_NAMES.get(kind, kind)}, {a}, {b}}}", False
 
 
 def _use_engine(ctx: NodeContext) -> None:

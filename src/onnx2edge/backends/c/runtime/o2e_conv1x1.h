@@ -173,12 +173,19 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) {
         o2e_pwv x = acc[p][v];
-        if (act->kind == 1)
+        if (act->kind == O2E_ACT_RELU)
           x = o2e_pw_sel_(x < z, z, x);
-        else if (act->kind == 2)
+        else if (act->kind == O2E_ACT_CLIP)
           x = o2e_pw_sel_(x > hi, hi, o2e_pw_sel_(x < lo, lo, x));
-        else
+        else if (act->kind == O2E_ACT_LEAKY_RELU)
           x = o2e_pw_sel_(x < z, x * lo, x);
+        else { /* HardSigmoid (a x + b), HardSwish (x / 6 + 1 / 2), clamped as o2e_act1_ */
+          const int hs = act->kind == O2E_ACT_HARD_SWISH;
+          o2e_pwv t = hs ? x * (z + 1.0f / 6.0f) + 0.5f : x * lo + hi;
+          t = o2e_pw_sel_(t < z, z, t);
+          t = o2e_pw_sel_(t > z + 1.0f, z + 1.0f, t);
+          x = hs ? x * t : t;
+        }
         acc[p][v] = x;
       }
   }
