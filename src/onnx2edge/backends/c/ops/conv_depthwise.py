@@ -97,6 +97,7 @@ def _dw_kernel(
     wrote, after them (common.act_tail says why there), not as a pass over y.
     """
     suffix, tail_loop = act_tail(ctx, tail)
+    tail_loop = f"\n  {tail_loop}" if tail_loop else ""
     name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{KIND_TAGS[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     split = pool2d.phase_split(ctx, sh, sw)
@@ -147,8 +148,7 @@ static void {name}(void *arg, int i0, int i1)
       {loop}
     }}
     {compact if wide else "(void)yc;"}
-  }}
-  {tail_loop}
+  }}{tail_loop}
 }}
 """,
     )

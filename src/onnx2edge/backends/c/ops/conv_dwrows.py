@@ -115,7 +115,11 @@ def _vector_rows(kh: int, kw: int, sw: int, kind: int) -> dict[str, str]:
             + " v = {p}_mul_ps(v, t); }}"
         ),
     }[kind]
-    neon_act = "" if kind == GEMM_NONE else f"v = {NEON_ACT[kind]('v')};"
+    neon_act = {
+        GEMM_NONE: "",
+        GEMM_RELU: "v = vbslq_f32(vcltq_f32(v, zero), zero, v);",
+        GEMM_CLIP: "v = vbslq_f32(vcltq_f32(v, vlo), vlo, vbslq_f32(vcgtq_f32(v, vhi), vhi, v));",
+    }.get(kind) or f"v = {NEON_ACT[kind]('v')};"
     acc = " + ".join(
         f"w{i}_{j} * r{i}_{j % sw}[ow{f' + {j // sw}' if j // sw else ''}]" for i, j in taps
     )
@@ -174,6 +178,7 @@ def _kernel(
     wrote, after them (common.act_tail says why there), not as a pass over y; per row, a
     28-wide row left 12 columns to the loop's scalar remainder."""
     suffix, tail_loop = act_tail(ctx, tail)
+    tail_loop = f"\n  {tail_loop}" if tail_loop else ""
     name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{KIND_TAGS[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
@@ -240,8 +245,7 @@ static void {name}(void *arg, int i0, int i1)
 #endif
     }}
     }}
-  }}
-  {tail_loop}
+  }}{tail_loop}
 }}
 """,
     )

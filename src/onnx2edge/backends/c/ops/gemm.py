@@ -3,9 +3,9 @@
 The engine is `runtime/o2e_gemm.h` (packed AVX-512 / AVX2 / portable micro-kernels, chosen at
 compile time; optional pthreads with -DO2E_THREADS=n). Constant A operands (conv weights,
 fully-connected weights) are packed at conversion time by `gemm_pack.pack_a`, so generated code
-never repacks them. Bias, residual and Relu/Clip/LeakyRelu are applied in the GEMM epilogue
-while each tile is still in registers; Sigmoid, Tanh, HardSigmoid, HardSwish, SiLU/Swish, GELU
-and Mish (o2e_vmath.h) to each tile right after its store, while it is in L1; other fused
+never repacks them. Bias, residual and Relu / Clip / LeakyRelu / HardSigmoid / HardSwish are
+applied in the GEMM epilogue while each tile is still in registers; Sigmoid, Tanh, SiLU/Swish,
+GELU and Mish (o2e_vmath.h) to each tile right after its store, while it is in L1; other fused
 activations get one pass afterwards.
 """
 
