@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +169,14 @@ ACTS = [
     ("LeakyRelu", {"alpha": 0.1}, []),
     ("HardSigmoid", {}, []),
     ("HardSwish", {}, []),
+    # o2e_vmath.h kinds: applied to each stored tile / row / plane while it is in L1
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, []),
+    ("Sigmoid", {}, []),
+    ("Tanh", {}, []),
+    ("SiLU", {}, []),  # Mul(c, Sigmoid(c)): torch's export of nn.SiLU
+    ("Gelu", {}, []),
+    ("Gelu", {"approximate": "tanh"}, []),
+    ("Mish", {}, []),
 ]
 
 
@@ -198,7 +207,11 @@ def _nan_inf_branches(case: str) -> tuple[list, list, list, dict[str, np.ndarray
     for i, (op, kw, extra) in enumerate(ACTS):
         c = f"c_{case}_{i}"
         nodes.append(helper.make_node("ConvTranspose" if deconv else "Conv", ins, [c], **attrs))
-        nodes.append(helper.make_node(op, [c, *extra], [f"y_{case}_{op}{i}"], **kw))
+        if op == "SiLU":
+            nodes.append(helper.make_node("Sigmoid", [c], [f"s_{case}_{i}"]))
+            nodes.append(helper.make_node("Mul", [c, f"s_{case}_{i}"], [f"y_{case}_{op}{i}"]))
+        else:
+            nodes.append(helper.make_node(op, [c, *extra], [f"y_{case}_{op}{i}"], **kw))
         outs.append(vi(f"y_{case}_{op}{i}", [1, M, OH, OW]))
     inits = [tensor(f"w_{case}", w), tensor(f"b_{case}", bias)]
     return nodes, [vi(f"x_{case}", [1, C, H, W])], outs, {f"x_{case}": x}, inits
@@ -221,8 +234,13 @@ def test_conv_paths_nan_inf_through_fused_activations(
         outs += o
         feeds.update(f)
         inits += w
-    path = save(make_model(nodes, ins, outs, inits, opset=17), tmp_path / "m.onnx")
-    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    path = save(make_model(nodes, ins, outs, inits, opset=20), tmp_path / "m.onnx")  # Gelu
+    res = api.convert(path, "c", tmp_path / "out")
+    kernels = res.stats["kernels"]
+    # every activation fused: no loop of its own over a conv's output
+    ops = re.findall(r"/\* node [^:]*: ([\w.]+)\(", (tmp_path / "out" / "model.c").read_text())
+    assert not {"Sigmoid", "Mul", "Gelu", "Mish", "Tanh", "HardSwish"} & set(ops), "unfused"
+
     for label, *_ in CONV_PATHS.values():
         assert any(k.startswith(label) for k in kernels), (label, kernels)
     ref = ort_run(onnx.load(path), feeds)  # the check is not vacuous: NaN and Inf come out

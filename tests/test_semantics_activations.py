@@ -28,10 +28,9 @@ from onnx2edge.semantics import fused
 from onnx2edge.semantics.activations import (
     ACTIVATIONS,
     FUSABLE,
-    GEMM_CLIP,
     GEMM_LEAKY_RELU,
     GEMM_NONE,
-    GEMM_RELU,
+    GEMM_VM_FIRST,
     Activation,
     as_activation,
     reference,
@@ -124,19 +123,34 @@ def test_table_reference_is_onnxruntime(op: str, kw: dict) -> None:
 
 
 def test_gemm_kinds_match_the_header() -> None:
+    """Every O2E_ACT_* of o2e_gemm.h (the register kinds, then the o2e_vmath.h kinds) has the
+    number of the activation table's row of the same name, and the generated code's names
+    (ops/gemm.py) are the header's."""
+    from onnx2edge.backends.c.ops.gemm import _KIND_NAMES  # noqa: PLC0415
+
     header = (Path(api.__file__).parent / "backends" / "c" / "runtime" / "o2e_gemm.h").read_text()
-    enum = dict(
-        (k, int(v))
-        for k, v in re.findall(r"O2E_ACT_(\w+) = (\d+)", header.split("enum {", 1)[1][:200])
-    )
-    assert enum == {
-        "NONE": GEMM_NONE,
-        "RELU": GEMM_RELU,
-        "CLIP": GEMM_CLIP,
-        "LEAKY_RELU": GEMM_LEAKY_RELU,
+    enum = {k: int(v) for k, v in re.findall(r"\bO2E_ACT_([A-Z_]+) = (\d+)", header)}
+    table = {
+        "Relu": "RELU",
+        "Clip": "CLIP",
+        "LeakyRelu": "LEAKY_RELU",
+        "Sigmoid": "SIGMOID",
+        "Tanh": "TANH",
+        "HardSigmoid": "HARD_SIGMOID",
+        "HardSwish": "HARD_SWISH",
+        "Swish": "SWISH",
+        "Gelu": "GELU",
+        "Mish": "MISH",
     }
-    kinds = {d.op: d.gemm_kind for d in ACTIVATIONS.values() if d.gemm_kind is not None}
-    assert kinds == {"Relu": GEMM_RELU, "Clip": GEMM_CLIP, "LeakyRelu": GEMM_LEAKY_RELU}
+    assert enum == {"NONE": GEMM_NONE, **{table[op]: k for op, k in _kinds().items()}}
+    assert set(_kinds()) == set(table)
+    names = {f"O2E_ACT_{table[op]}": k for op, k in _kinds().items() if k > GEMM_LEAKY_RELU}
+    assert names == {v: k for k, v in _KIND_NAMES.items()}
+    assert int(re.search(r"#define O2E_ACT_VM_FIRST_ (\d+)", header)[1]) == GEMM_VM_FIRST  # type: ignore[index]
+
+
+def _kinds() -> dict[str, int]:
+    return {d.op: d.gemm_kind for d in ACTIVATIONS.values() if d.gemm_kind is not None}
 
 
 def _c_run(m: onnx.ModelProto, feeds: dict, tmp: Path, name: str) -> dict[str, np.ndarray]:
@@ -227,7 +241,8 @@ def test_mps_swift_renders_the_table_not_a_table_of_its_own() -> None:
     assert not hasattr(cpu, "ACT_SWIFT")
     assert not set(cpu.UNARY) & set(ACTIVATIONS), "an activation retyped in mps/cpu.py"
     soft = swift_expr(Activation("Softplus", 0, 0), "v")
-    assert soft == "((v > 0 ? v + log1pf(expf(-v)) : log1pf(expf(v))))"
+    # max(v, 0) + log1p(exp(-|v|)): exp never sees a positive argument, so no overflow
+    assert soft == "(((v > 0 ? v : 0) + log1pf(expf(-fabsf(v)))))"
     big = repr(float(np.finfo(np.float32).max))
     clip = swift_expr(Activation("Clip", -np.inf, 6.0), "v")
     assert f"v < -{big} ? -{big}" in clip and "infinity" not in clip

@@ -12,7 +12,10 @@ Each `ActivationDef` says, in one place:
   not libm calls (`vm`); in double, libm;
 - `gemm_kind`: its number in the GEMM epilogue (`o2e_act.kind` in runtime/o2e_gemm.h, whose
   `O2E_ACT_*` enum a test checks against this column) and in the depthwise kernels; None when
-  the epilogue cannot apply it (the emitter then runs a loop of `c` after the product);
+  the epilogue cannot apply it (the emitter then runs a loop of `c` after the product). Relu,
+  Clip, LeakyRelu, HardSigmoid, HardSwish are compare-and-select on the registers; kinds from
+  GEMM_VM_FIRST on (Sigmoid, Tanh, Swish, Gelu, Mish) call o2e_vmath.h and are applied to
+  each tile right after it is stored, while it is in L1;
 - Swift (MPS's CPU segments): `swift_expr` renders the `c` column with Swift literals;
 - `mps`: its MPSCNNNeuronType and (a, b, c) parameters, or None when MPS has no such neuron;
 - `fusable`: whether `fuse_activation` moves it into the producing node.
@@ -63,6 +66,11 @@ class ActivationDef:
 
 # GEMM epilogue kinds: runtime/o2e_gemm.h's enum O2E_ACT_* (test_semantics_activations checks)
 GEMM_NONE, GEMM_RELU, GEMM_CLIP, GEMM_LEAKY_RELU = 0, 1, 2, 3
+GEMM_HARD_SIGMOID, GEMM_HARD_SWISH = 4, 5  # also compare-and-select in the registers
+# ... and the o2e_vmath.h kinds, applied over a tile just stored (still in L1) rather than in
+# the registers; kernels that apply only the register kinds (o2e_nchwc.h) refuse them
+GEMM_SIGMOID, GEMM_TANH, GEMM_SWISH, GEMM_GELU, GEMM_MISH = 6, 7, 8, 9, 10
+GEMM_VM_FIRST = GEMM_SIGMOID
 
 
 def _attrs(*names: str) -> Callable[[Node, Graph], tuple[float, float]]:
@@ -139,8 +147,18 @@ def _hard_sigmoid_c(x: str, a: float, b: float, lit: Literal, F: str) -> str:
 
 
 def _softplus_c(x: str, F: str) -> str:
+    # max(x, 0) + log1p(exp(-|x|)): the two branches' formulas in one expression, so the loop
+    # vectorises (a select between two computed calls stays scalar under gcc); NaN kept
     lp, ex = vm("log1p", F), vm("exp", F)
-    return f"({x} > 0 ? {x} + {lp}({ex}(-{x})) : {lp}({ex}({x})))"
+    return f"(({x} > 0 ? {x} : 0) + {lp}({ex}(-fabs{F}({x}))))"
+
+
+def _mish_c(x: str, a: float, b: float, lit: Literal, F: str) -> str:
+    # tanh(softplus(x)) = n / (n + 2) with n = e^x (e^x + 2): one exp and one division instead
+    # of exp, log1p and tanh (5x faster vectorised); e^x taken at min(x, 20), where the ratio
+    # is 1 in float, so +Inf gives +Inf; -Inf gives -Inf * 0 = NaN, as onnxruntime
+    e = f"{vm('exp', F)}({x} > 20 ? 20 : {x})"
+    return f"{x} * ({e} * ({e} + 2) / ({e} * ({e} + 2) + 2))"
 
 
 def _gelu_params(node: Node, graph: Graph) -> tuple[float, float]:
@@ -193,7 +211,7 @@ _DEFS = [
         _none,
         _np(lambda x, a, b: 1 / (1 + np.exp(-x))),
         lambda x, a, b, lit, F: f"{vm('sigmoid', F)}({x})" if F else f"1 / (1 + exp(-{x}))",
-        None,
+        GEMM_SIGMOID,
         lambda a, b: ("sigmoid", 0, 0, 0),
         True,
     ),
@@ -202,7 +220,7 @@ _DEFS = [
         _none,
         _np(lambda x, a, b: np.tanh(x)),
         lambda x, a, b, lit, F: f"{vm('tanh', F)}({x})",
-        None,
+        GEMM_TANH,
         lambda a, b: ("tanH", 1, 1, 0),
         True,
     ),
@@ -211,7 +229,7 @@ _DEFS = [
         _attrs("alpha", "beta"),
         _np(lambda x, a, b: np.where(a * x + b < 0, 0, np.where(a * x + b > 1, 1, a * x + b))),
         _hard_sigmoid_c,
-        None,
+        GEMM_HARD_SIGMOID,
         lambda a, b: ("hardSigmoid", a, b, 0),
         True,
     ),
@@ -224,7 +242,7 @@ _DEFS = [
         lambda x, a, b, lit, F: (
             f"{x} * ({x} / 6 + 0.5{F} > 1 ? 1 : ({x} / 6 + 0.5{F} < 0 ? 0 : {x} / 6 + 0.5{F}))"
         ),
-        None,
+        GEMM_HARD_SWISH,
         None,  # no neuron: MPS requires decompose_hardswish (passes/decompose.py)
         True,
     ),
@@ -277,7 +295,10 @@ _DEFS = [
         "Mish",
         _none,
         _np(lambda x, a, b: x * np.tanh(_softplus_ref(x, a, b))),
-        lambda x, a, b, lit, F: f"{x} * {vm('tanh', F)}" + _softplus_c(x, F),
+        _mish_c,
+        GEMM_MISH,
+        None,
+        True,
     ),
     ActivationDef(
         # x * sigmoid(alpha * x), opset 24; also SiLU's Mul(t, Sigmoid(t)) fused into t's
@@ -290,7 +311,7 @@ _DEFS = [
             if F
             else f"{x} / (1 + exp(-{lit(a)} * {x}))"
         ),
-        None,
+        GEMM_SWISH,
         None,
         True,
     ),
@@ -299,8 +320,9 @@ _DEFS = [
         _gelu_params,
         _gelu_ref,
         _gelu_c,
-        None,
+        GEMM_GELU,  # alpha 1: the tanh form (o2e_gemm.h reads act.a the same way)
         lambda a, b: None if a else ("geLU", 0, 0, 0),  # MPSCNNNeuronGeLU is the erf form
+        True,
     ),
 ]
 

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from ...ir import Graph, Node
-from ...semantics.activations import ACTIVATIONS
+from ...semantics.activations import ACTIVATIONS, GEMM_VM_FIRST
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual
 
@@ -93,7 +93,8 @@ def _kind(node: Node, graph: Graph) -> str | None:
     if len(node.inputs) > 2 and node.inputs[2] and graph.const(node.inputs[2]) is None:
         return None  # the bias is repacked at conversion time
     act = activation_of(node)
-    if act is not None and ACTIVATIONS[act.op].gemm_kind is None:
+    kind = None if act is None else ACTIVATIONS[act.op].gemm_kind
+    if act is not None and (kind is None or kind >= GEMM_VM_FIRST):
         return None  # only the activations the kernels apply in registers
     g = conv_geometry(node, xs, ws, ys, graph.opset)
     C, M = g.in_channels, g.out_channels

@@ -849,7 +849,11 @@ def _c(s: str) -> str:
 # runtime/o2e_vmath.h: included when the code calls one of its functions, with the pragma that
 # lets gcc vectorise the loops around them first in the file (the header says why)
 VMATH_HEADER = "o2e_vmath.h"
-VMATH_CALL = re.compile(r"\bo2e_(?:exp|log|log1p|tanh|sigmoid|erf)f\(")
+# (or names one of o2e_gemm.h's epilogue kinds that call them, which exist only after it)
+VMATH_CALL = re.compile(
+    r"\bo2e_(?:exp|log|log1p|tanh|sigmoid|erf)f\("
+    r"|\bO2E_ACT_(?:SIGMOID|TANH|SWISH|GELU|MISH)\b"
+)
 VMATH_PRAGMA = [
     "#if defined(__GNUC__) && !defined(__clang__)",
     '#pragma GCC optimize("no-trapping-math")  /* o2e_vmath.h: lets its callers\' loops vectorise */',

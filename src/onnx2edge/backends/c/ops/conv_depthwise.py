@@ -2,17 +2,86 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
+from ....semantics.activations import (
+    ACTIVATIONS,
+    GEMM_CLIP,
+    GEMM_HARD_SIGMOID,
+    GEMM_HARD_SWISH,
+    GEMM_NONE,
+    GEMM_RELU,
+    Activation,
+)
 from ..emitter import NodeContext, c_literal
 from . import pool2d
-from .common import act_expr, clip_bounds
+from .common import act_tail, clip_bounds
 from .conv_spec import ConvSpec, ConvStrategy
+
+# The activations the depthwise kernels apply in registers (o2e_gemm.h's kinds: the same
+# comparisons as o2e_act1_, so a NaN passes): name tag, scalar statement on v, NEON
+# expression of a vector. lo, hi: Clip's bounds, or HardSigmoid's alpha and beta.
+KIND_TAGS = {
+    GEMM_NONE: "",
+    GEMM_RELU: "_relu",
+    GEMM_CLIP: "_clip",
+    GEMM_HARD_SIGMOID: "_hsig",
+    GEMM_HARD_SWISH: "_hswish",
+}
+_CLAMP01 = "t = t < 0.0f ? 0.0f : t; t = t > 1.0f ? 1.0f : t;"
+SCALAR_ACT = {
+    GEMM_NONE: "",
+    GEMM_RELU: "v = v < 0.0f ? 0.0f : v;",
+    GEMM_CLIP: "v = v < lo ? lo : (v > hi ? hi : v);",
+    GEMM_HARD_SIGMOID: f"{{ float t = v * lo + hi; {_CLAMP01} v = t; }}",
+    GEMM_HARD_SWISH: f"{{ float t = v * (1.0f / 6.0f) + 0.5f; {_CLAMP01} v = v * t; }}",
+}
+
+
+def _neon_clamp01(t: str) -> str:
+    z, one = "vdupq_n_f32(0.0f)", "vdupq_n_f32(1.0f)"
+    inner = f"vbslq_f32(vcltq_f32({t}, {z}), {z}, {t})"
+    return f"vbslq_f32(vcgtq_f32({inner}, {one}), {one}, {inner})"
+
+
+NEON_ACT: dict[int, Callable[[str], str]] = {
+    GEMM_NONE: lambda v: v,
+    GEMM_RELU: lambda v: f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), {v})",
+    GEMM_CLIP: lambda v: (
+        f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(lo)), vdupq_n_f32(lo), "
+        f"vbslq_f32(vcgtq_f32({v}, vdupq_n_f32(hi)), vdupq_n_f32(hi), {v}))"
+    ),
+    GEMM_HARD_SIGMOID: lambda v: _neon_clamp01(f"vfmaq_n_f32(vdupq_n_f32(hi), {v}, lo)"),
+    GEMM_HARD_SWISH: lambda v: (
+        f"vmulq_f32({v}, {_neon_clamp01(f'vfmaq_n_f32(vdupq_n_f32(0.5f), {v}, 1.0f / 6.0f)')})"
+    ),
+}
+
+
+def register_params(act: Activation | None) -> tuple[int, str, str, Activation | None]:
+    """(kind, lo, hi, tail) of a depthwise kernel's fused activation: a kind it applies in
+    registers with its lo / hi fields, or GEMM_NONE and the activation left to the tail."""
+    kind = GEMM_NONE if act is None else ACTIVATIONS[act.op].gemm_kind
+    if act is None or kind not in KIND_TAGS:
+        return GEMM_NONE, "0.0f", "0.0f", act
+    lo, hi = act.alpha, act.beta
+    if kind == GEMM_CLIP:
+        lo, hi = clip_bounds(act.alpha, act.beta)
+    return kind, c_literal(lo, np.float32), c_literal(hi, np.float32), None
 
 
 def _dw_kernel(
-    ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, kind: int
+    ctx: NodeContext,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    dh: int,
+    dw: int,
+    kind: int,
+    tail: Activation | None = None,
 ) -> str:
     """A depthwise kernel specialised for one filter geometry and fused activation; its name.
 
@@ -23,9 +92,13 @@ def _dw_kernel(
     that vectorises fully even for 7x7 maps (the WQ − OW columns of garbage per row are
     dropped when compacting). The kernel runs over a range of planes (N·C of them), so
     `o2e_parallel_for` can split the channels across threads, each in its own scratch slot.
-    kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi).
+    kind: the activation table's epilogue kind, one of KIND_TAGS' (lo, hi: its parameters);
+    tail: any other activation (SiLU, HardSwish, ...), applied by the kernel to the planes it
+    wrote, after them (common.act_tail says why there), not as a pass over y.
     """
-    name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{('', '_relu', '_clip')[kind]}"
+    suffix, tail_loop = act_tail(ctx, tail)
+    tail_loop = f"\n  {tail_loop}" if tail_loop else ""
+    name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{KIND_TAGS[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     split = pool2d.phase_split(ctx, sh, sw)
     decl, reads = pool2d.tap_refs(kh, kw, sh, sw, dh, dw)
@@ -35,21 +108,14 @@ def _dw_kernel(
     acc = " + ".join(f"w{i}_{j} * {r}" for (i, j), r in zip(taps, reads, strict=True))
     # v < 0 ? 0 : v, not v > 0 ? v : 0: a NaN fails the comparison and passes through, as in
     # onnxruntime's Relu and the GEMM epilogue (o2e_act1_)
-    act = ["", "v = v < 0.0f ? 0.0f : v;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
+    act = SCALAR_ACT[kind]
     out = "yw" if wide else "yc"
     scalar = f"float v = b + {acc};\n          {act}\n          {out}[p] = v;"
     # NEON: the same chain per lane - b, then one fused multiply-add per tap in row-major order
     # (what -ffp-contract=fast makes of the scalar sum) - and the same comparisons
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     ws = [f"w{i}_{j}" for i, j in taps]
-    post = [
-        lambda v: v,
-        lambda v: f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), {v})",
-        lambda v: (
-            f"vbslq_f32(vcltq_f32({v}, vdupq_n_f32(lo)), vdupq_n_f32(lo), "
-            f"vbslq_f32(vcgtq_f32({v}, vdupq_n_f32(hi)), vdupq_n_f32(hi), {v}))"
-        ),
-    ][kind]
+    post = NEON_ACT[kind]
     loop = pool2d.neon_loop(
         wide,
         reads,
@@ -82,7 +148,7 @@ static void {name}(void *arg, int i0, int i1)
       {loop}
     }}
     {compact if wide else "(void)yc;"}
-  }}
+  }}{tail_loop}
 }}
 """,
     )
@@ -103,18 +169,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     sh, sw = spec.st
     dh, dw = spec.dl
     pt, pl, bias = spec.pads[0], spec.pads[1], spec.bias
-    act = spec.act
-    # the epilogue kinds of the activation table (o2e_gemm.h's numbering) the kernel applies
-    # itself; any other activation runs as a loop after it
-    kind = GEMM_NONE if act is None else ACTIVATIONS[act.op].gemm_kind
-    lo, hi, post = "0.0f", "0.0f", None
-    if kind == GEMM_CLIP:
-        assert act is not None
-        b = clip_bounds(act.alpha, act.beta)
-        lo, hi = c_literal(b[0], np.float32), c_literal(b[1], np.float32)
-    elif kind != GEMM_RELU:
-        kind, post = GEMM_NONE, act
-    name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind)
+    # the activations the kernel applies in registers; any other at the end of each call
+    kind, lo, hi, post = register_params(spec.act)
+    name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind, post)
     ctx.kernel("depthwise direct")
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
     pf, wf = pool2d.plane_floats(OH, OW, kh, kw, sh, sw, dh, dw)
@@ -138,12 +195,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     n = N * C
     work = n * (H * W + OH * WQ * (kh * kw + 1))
     lines = [pool2d.call_planes(ctx, name, n, work, pf + wf, fields)]
-    if post is not None:
-        lines.append(
-            f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; {y.sym}[i] = {act_expr(post, 'v')}; }}"
-        )
     return "\n".join(lines)
 
 
-# The residual add and the activation other than Relu / Clip run as a pass after the kernel.
+# The residual add runs as a pass after the kernel; activations other than Relu / Clip at the end
+# of each kernel call, over its planes (common.act_tail).
 STRATEGY = ConvStrategy("depthwise", refuse, emit, fuses_residual=False)

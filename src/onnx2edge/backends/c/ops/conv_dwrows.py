@@ -19,12 +19,18 @@ a vector) keep the plane kernel, whose flat loop fills whole vectors across rows
 
 from __future__ import annotations
 
-import numpy as np
-
-from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
-from ..emitter import NodeContext, c_literal
+from ....semantics.activations import (
+    GEMM_CLIP,
+    GEMM_HARD_SIGMOID,
+    GEMM_HARD_SWISH,
+    GEMM_NONE,
+    GEMM_RELU,
+    Activation,
+)
+from ..emitter import NodeContext
 from . import pool2d
-from .common import act_expr, clip_bounds
+from .common import act_tail
+from .conv_depthwise import KIND_TAGS, NEON_ACT, SCALAR_ACT, register_params
 from .conv_spec import ConvSpec, ConvStrategy
 
 # Output rows shorter than this keep the plane kernel (conv_depthwise.py): one row per vector
@@ -95,22 +101,31 @@ def _vector_rows(kh: int, kw: int, sw: int, kind: int) -> dict[str, str]:
     neon = chain("vld1q_f32({} + ow)", "vfmaq_n_f32(v, {}, {})", "vb")
     # max(lo, v) / min(hi, v) with the bound first: x86 returns the second operand when either
     # is NaN, so a NaN passes through as in the scalar v < 0 ? 0 : v (and -0 stays -0)
-    x86_act = [
-        "",
-        "v = {p}_max_ps(zero, v);",
-        "v = {p}_max_ps(vlo, {p}_min_ps(vhi, v));",
-    ][kind]
-    neon_act = [
-        "",
-        "v = vbslq_f32(vcltq_f32(v, zero), zero, v);",
-        "v = vbslq_f32(vcltq_f32(v, vlo), vlo, vbslq_f32(vcgtq_f32(v, vhi), vhi, v));",
-    ][kind]
+    # HardSigmoid / HardSwish: t clamped to [0, 1] the same way (a NaN t passes), lo / hi are
+    # HardSigmoid's alpha / beta
+    clamp = "t = {p}_max_ps(zero, {p}_min_ps({p}_set1_ps(1.0f), t));"
+    x86_act = {
+        GEMM_NONE: "",
+        GEMM_RELU: "v = {p}_max_ps(zero, v);",
+        GEMM_CLIP: "v = {p}_max_ps(vlo, {p}_min_ps(vhi, v));",
+        GEMM_HARD_SIGMOID: "{{ {T} t = {p}_fmadd_ps(v, vlo, vhi); " + clamp + " v = t; }}",
+        GEMM_HARD_SWISH: (
+            "{{ {T} t = {p}_fmadd_ps(v, {p}_set1_ps(1.0f / 6.0f), {p}_set1_ps(0.5f)); "
+            + clamp
+            + " v = {p}_mul_ps(v, t); }}"
+        ),
+    }[kind]
+    neon_act = {
+        GEMM_NONE: "",
+        GEMM_RELU: "v = vbslq_f32(vcltq_f32(v, zero), zero, v);",
+        GEMM_CLIP: "v = vbslq_f32(vcltq_f32(v, vlo), vlo, vbslq_f32(vcgtq_f32(v, vhi), vhi, v));",
+    }.get(kind) or f"v = {NEON_ACT[kind]('v')};"
     acc = " + ".join(
         f"w{i}_{j} * r{i}_{j % sw}[ow{f' + {j // sw}' if j // sw else ''}]" for i, j in taps
     )
-    scalar_act = ["", "v = v < 0.0f ? 0.0f : v;", "v = v < lo ? lo : (v > hi ? hi : v);"][kind]
-    j512 = "\n      ".join(avx512 + [x86_act.format(p="_mm512")])
-    j256 = "\n      ".join(avx2 + [x86_act.format(p="_mm256")])
+    scalar_act = SCALAR_ACT[kind]
+    j512 = "\n      ".join(avx512 + [x86_act.format(p="_mm512", T="__m512")])
+    j256 = "\n      ".join(avx2 + [x86_act.format(p="_mm256", T="__m256")])
     jneon = "\n      ".join(neon + [neon_act])
     return {
         "avx512": f"""const __m512 vb = _mm512_set1_ps(b), zero = _mm512_setzero_ps();
@@ -153,11 +168,18 @@ def _vector_rows(kh: int, kw: int, sw: int, kind: int) -> dict[str, str]:
     }
 
 
-def _kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, kind: int) -> str:
+def _kernel(
+    ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, kind: int, tail: Activation | None
+) -> str:
     """The row-ring depthwise kernel for one filter geometry and fused activation; its name.
 
-    kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi)."""
-    name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{('', '_relu', '_clip')[kind]}"
+    kind: the activation table's epilogue kind, one of KIND_TAGS' (lo, hi: its parameters);
+    tail: any other activation (SiLU, HardSwish, ...), applied by the kernel to the planes it
+    wrote, after them (common.act_tail says why there), not as a pass over y; per row, a
+    28-wide row left 12 columns to the loop's scalar remainder."""
+    suffix, tail_loop = act_tail(ctx, tail)
+    tail_loop = f"\n  {tail_loop}" if tail_loop else ""
+    name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{KIND_TAGS[kind]}{suffix}"
     ctx.helper("o2e_win2d_args", pool2d.ARGS)
     ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
     fill = _fill_row(ctx, sw)
@@ -223,7 +245,7 @@ static void {name}(void *arg, int i0, int i1)
 #endif
     }}
     }}
-  }}
+  }}{tail_loop}
 }}
 """,
     )
@@ -253,17 +275,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     OH, OW = y.shape[2:]
     kh, kw = spec.ks
     sh, sw = spec.st
-    act = spec.act
-    # the epilogue kinds the kernel applies itself; any other activation runs after it
-    kind = GEMM_NONE if act is None else ACTIVATIONS[act.op].gemm_kind
-    lo, hi, post = "0.0f", "0.0f", None
-    if kind == GEMM_CLIP:
-        assert act is not None
-        b = clip_bounds(act.alpha, act.beta)
-        lo, hi = c_literal(b[0], np.float32), c_literal(b[1], np.float32)
-    elif kind != GEMM_RELU:
-        kind, post = GEMM_NONE, act
-    name = _kernel(ctx, kh, kw, sh, sw, kind)
+    # the activations the kernel applies in registers; any other at the end of each call
+    kind, lo, hi, post = register_params(spec.act)
+    name = _kernel(ctx, kh, kw, sh, sw, kind, post)
     ctx.kernel("depthwise rows")
     RW = row_floats(OW, kw, sw)
     fields = {
@@ -286,13 +300,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     n = N * C
     work = n * (H * W + OH * OW * (kh * kw + 1))
     lines = [pool2d.call_planes(ctx, name, n, work, (kh + 1) * sw * RW, fields)]
-    if post is not None:
-        lines.append(
-            f"for (size_t i = 0; i < {N * C * OH * OW}; ++i) {{ const float v = {y.sym}[i]; "
-            f"{y.sym}[i] = {act_expr(post, 'v')}; }}"
-        )
     return "\n".join(lines)
 
 
-# The residual add and activations other than Relu / Clip run as a pass after the kernel.
+# The residual add runs as a pass after the kernel; activations other than Relu / Clip at the end
+# of each kernel call, over its planes (common.act_tail).
 STRATEGY = ConvStrategy("dw_rows", refuse, emit, fuses_residual=False)

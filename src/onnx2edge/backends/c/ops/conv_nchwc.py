@@ -59,7 +59,7 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     bsym = _bias(ctx, spec, M)
     _include(ctx)
     ctx.kernel(f"1x1, channel blocks ({_sides(role.x, role.y)})")
-    act_c, post = act_struct(spec.act)
+    act_c, post = act_struct(spec.act, vmath=False)
     assert not post  # nchwc_plan takes only activations the kernel applies
     res = ctx.x(3).sym if spec.residual else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
@@ -88,7 +88,7 @@ def _depthwise(ctx: NodeContext, spec: ConvSpec) -> str:
     bsym = _bias(ctx, spec, C)
     _include(ctx)
     ctx.kernel(f"depthwise 3x3 stride {spec.st[0]}, channel blocks")
-    act_c, post = act_struct(spec.act)
+    act_c, post = act_struct(spec.act, vmath=False)
     assert not post
     threaded = int(C * 9 * OH * OW >= pool2d.PAR_MIN_WORK and C > BLOCK)
     pt, pl = spec.pads[0], spec.pads[1]

@@ -3,15 +3,29 @@
 The engine is `runtime/o2e_gemm.h` (packed AVX-512 / AVX2 / portable micro-kernels, chosen at
 compile time; optional pthreads with -DO2E_THREADS=n, up to convert --max-threads). Constant A operands (conv weights,
 fully-connected weights) are packed at conversion time by `gemm_pack.pack_a`, so generated code
-never repacks them. Bias, residual and Relu/Clip/LeakyRelu are applied in the GEMM epilogue
-while each tile is still in registers; other fused activations get one pass afterwards.
+never repacks them. Bias, residual and Relu / Clip / LeakyRelu / HardSigmoid / HardSwish are
+applied in the GEMM epilogue while each tile is still in registers; Sigmoid, Tanh, SiLU/Swish,
+GELU and Mish (o2e_vmath.h) to each tile right after its store, while it is in L1; other fused
+activations get one pass afterwards.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.activations import ACTIVATIONS, Activation, clip_bounds
+from ....semantics.activations import (
+    ACTIVATIONS,
+    GEMM_GELU,
+    GEMM_HARD_SIGMOID,
+    GEMM_HARD_SWISH,
+    GEMM_MISH,
+    GEMM_SIGMOID,
+    GEMM_SWISH,
+    GEMM_TANH,
+    GEMM_VM_FIRST,
+    Activation,
+    clip_bounds,
+)
 from ..emitter import NodeContext, c_literal
 from ..gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
 from .common import act_expr
@@ -40,15 +54,29 @@ def gemm_workspace(
     return sgemm_workspace_bytes(M, N, K, n, conv=conv, variants=ctx.model.device.variants)
 
 
-def act_struct(act: Activation | None) -> tuple[str, bool]:
+# o2e_gemm.h's names of the kinds past LeakyRelu: the generated code names them (the writer
+# includes o2e_vmath.h, before o2e_gemm.h, when it sees one of the kinds that call it)
+_KIND_NAMES = {
+    GEMM_SIGMOID: "O2E_ACT_SIGMOID",
+    GEMM_TANH: "O2E_ACT_TANH",
+    GEMM_HARD_SIGMOID: "O2E_ACT_HARD_SIGMOID",
+    GEMM_HARD_SWISH: "O2E_ACT_HARD_SWISH",
+    GEMM_SWISH: "O2E_ACT_SWISH",
+    GEMM_GELU: "O2E_ACT_GELU",
+    GEMM_MISH: "O2E_ACT_MISH",
+}
+
+
+def act_struct(act: Activation | None, vmath: bool = True) -> tuple[str, bool]:
     """The o2e_act initialiser (kind from the activation table's `gemm_kind`), and whether
-    the activation still needs a separate loop (no epilogue kind)."""
+    the activation still needs a separate loop (no epilogue kind; or a kind calling
+    o2e_vmath.h when the kernel applies only the register kinds: `vmath` False)."""
     kind = None if act is None else ACTIVATIONS[act.op].gemm_kind
-    if act is None or kind is None:
+    if act is None or kind is None or (kind >= GEMM_VM_FIRST and not vmath):
         return "(o2e_act){0, 0.0f, 0.0f}", act is not None
     lo, hi = clip_bounds(act.alpha, act.beta) if act.op == "Clip" else (act.alpha, act.beta)
     a, b = c_literal(lo, np.float32), c_literal(hi, np.float32)
-    return f"(o2e_act){{{kind}, {a}, {b}}}", False
+    return f"(o2e_act){{{_KIND_NAMES.get(kind, kind)}, {a}, {b}}}", False
 
 
 def _use_engine(ctx: NodeContext) -> None:

@@ -589,11 +589,13 @@ def global_pool(ctx: NodeContext) -> str | None:
         or x.size == 0
     ):
         return None
-    n = x.shape[0] * x.shape[1]
-    S = int(np.prod(x.shape[2:]))
+    return plane_means(ctx, x.sym, y.sym, x.shape[0] * x.shape[1], int(np.prod(x.shape[2:])))
+
+
+def plane_means(ctx: NodeContext, x: str, y: str, n: int, S: int) -> str:
+    """y[i] = mean of x[i*S .. (i+1)*S) for i < n (float32): GlobalAveragePool, and a
+    ReduceMean over trailing axes (squeeze-and-excitation's x.mean((2, 3)): reduce.py)."""
     ctx.helper("o2e_win2d_args", ARGS)
     ctx.helper("o2e_global_avgpool", GAP)
     ctx.kernel("vectorised sum")
-    return call_planes(
-        ctx, "o2e_global_avgpool", n, n * S, 0, {"x": x.sym, "y": y.sym, "W": str(S)}
-    )
+    return call_planes(ctx, "o2e_global_avgpool", n, n * S, 0, {"x": x, "y": y, "W": str(S)})

@@ -270,7 +270,7 @@ static void {name}(const o2e_wino_direct *d, int o, int r0, int q0, int OH, int 
       case 1: v = v < 0.0f ? 0.0f : v; break;
       case 2: v = v < act.a ? act.a : v; v = v > act.b ? act.b : v; break;
       case 3: v = v < 0.0f ? v * act.a : v; break;
-      default: break;
+      default: v = o2e_act1_(v, act); break; /* HardSigmoid, HardSwish, o2e_vmath.h kinds */
       }}
       y[at] = v;
     }}
@@ -603,7 +603,7 @@ static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, i
         case 1: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? 0.0f : yr[ow]; break;
         case 2: for (int ow = 0; ow < OW; ++ow) {{ const float v = yr[ow] < act.a ? act.a : yr[ow]; yr[ow] = v > act.b ? act.b : v; }} break;
         case 3: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? yr[ow] * act.a : yr[ow]; break;
-        default: break;
+        default: o2e_act_n_(yr, (size_t)OW, act); break; /* the others (none: a no-op) */
         }}
       }}
     if (bad)

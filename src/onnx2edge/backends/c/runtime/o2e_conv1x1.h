@@ -166,19 +166,26 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
       for (v = 0; v < O2E_PW_NV; v++) acc[p][v] += b * wv[v];
     }
   }
-  if (act && act->kind) {
+  if (act && act->kind && act->kind < O2E_ACT_VM_FIRST_) {
     const o2e_pwv z = {0}, lo = z + act->a, hi = z + act->b;
 #pragma GCC unroll 16
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < O2E_PW_NV; v++) {
         o2e_pwv x = acc[p][v];
-        if (act->kind == 1)
+        if (act->kind == O2E_ACT_RELU)
           x = o2e_pw_sel_(x < z, z, x);
-        else if (act->kind == 2)
+        else if (act->kind == O2E_ACT_CLIP)
           x = o2e_pw_sel_(x > hi, hi, o2e_pw_sel_(x < lo, lo, x));
-        else
+        else if (act->kind == O2E_ACT_LEAKY_RELU)
           x = o2e_pw_sel_(x < z, x * lo, x);
+        else { /* HardSigmoid (a x + b), HardSwish (x / 6 + 1 / 2), clamped as o2e_act1_ */
+          const int hs = act->kind == O2E_ACT_HARD_SWISH;
+          o2e_pwv t = hs ? x * (z + 1.0f / 6.0f) + 0.5f : x * lo + hi;
+          t = o2e_pw_sel_(t < z, z, t);
+          t = o2e_pw_sel_(t > z + 1.0f, z + 1.0f, t);
+          x = hs ? x * t : t;
+        }
         acc[p][v] = x;
       }
   }
@@ -186,6 +193,8 @@ O2E_GEMM_INL void o2e_pw_tile_(const int PN, int k0, int k1, const float *const 
   for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
     for (v = 0; v < O2E_PW_NV; v++) O2E_PWV_STORE(t + p * O2E_PW_SUB + v * O2E_PW_VW, acc[p][v]);
+  /* a vmath kind (SiLU, HardSwish, ...): over the tile just stored, still in L1 */
+  if (act && act->kind >= O2E_ACT_VM_FIRST_) o2e_act_n_(t, (size_t)PN * O2E_PW_SUB, *act);
 }
 
 O2E_GEMM_FN void o2e_pw_tile_any_(int pn, int k0, int k1, const float *const *wb, int ws,
@@ -265,10 +274,18 @@ O2E_GEMM_FN void o2e_pw_residual_(int nl, int P, const float *r, float *y, o2e_a
       y[i] = v > hi ? hi : v;
     }
     break;
-  default:
+  case 3:
     for (i = 0; i < n; i++) {
       const float v = y[i] + r[i];
       y[i] = v < 0.0f ? v * lo : v;
+    }
+    break;
+  default: /* vmath kinds: add, then activate, 512 floats at a time (they stay in L1) */
+    for (i = 0; i < n; i += 512) {
+      const size_t m = n - i < 512 ? n - i : 512;
+      size_t j;
+      for (j = 0; j < m; j++) y[i + j] = y[i + j] + r[i + j];
+      o2e_act_n_(y + i, m, act);
     }
   }
 }

@@ -57,6 +57,7 @@
 #include <stdint.h>
 #include <string.h>
 
+
 #ifndef O2E_THREADS
 #define O2E_THREADS 1
 #endif
@@ -215,7 +216,97 @@ typedef struct {
   float a, b;
 } o2e_act;
 #endif
-enum { O2E_ACT_NONE = 0, O2E_ACT_RELU = 1, O2E_ACT_CLIP = 2, O2E_ACT_LEAKY_RELU = 3 };
+enum {
+  O2E_ACT_NONE = 0,
+  O2E_ACT_RELU = 1,
+  O2E_ACT_CLIP = 2,
+  O2E_ACT_LEAKY_RELU = 3,
+  O2E_ACT_HARD_SIGMOID = 4, /* max(0, min(1, a x + b)) */
+  O2E_ACT_HARD_SWISH = 5    /* x max(0, min(1, x / 6 + 1 / 2)) */
+};
+/* Kinds 1-5 are compare-and-select in the registers. From here on the o2e_vmath.h kinds,
+ * applied by o2e_act_vm_n_ over a tile just stored (in L1), or a vector spilled to the stack.
+ * They exist when o2e_vmath.h was included first (the generated model.c includes it when the
+ * code names one of them: writer.py); without it, naming one is a compile error, never a
+ * silently skipped activation. */
+#define O2E_ACT_VM_FIRST_ 6
+#ifdef O2E_VMATH_H
+enum {
+  O2E_ACT_SIGMOID = 6,
+  O2E_ACT_TANH = 7,
+  O2E_ACT_SWISH = 8, /* x sigmoid(a x): SiLU for a = 1 */
+  O2E_ACT_GELU = 9,  /* a == 0: the erf form, a != 0: the tanh approximation */
+  O2E_ACT_MISH = 10
+};
+
+/* One element of a vmath kind, the same expressions as the activation table's C column
+ * (semantics/activations.py), so a fused epilogue and the standalone op agree: NaN in gives
+ * NaN out, selects rather than fminf / fmaxf (calls gcc would not vectorise). */
+O2E_GEMM_INL float o2e_act_vm1_(float x, int kind, float a, float b) {
+  (void)b; /* no vmath kind has a second parameter */
+  switch (kind) {
+  case O2E_ACT_SIGMOID:
+    return o2e_sigmoidf(x);
+  case O2E_ACT_TANH:
+    return o2e_tanhf(x);
+  case O2E_ACT_SWISH:
+    return x * o2e_sigmoidf(a * x);
+  case O2E_ACT_GELU:
+    if (a != 0)
+      return 0.5f * x * (1 + o2e_tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1 + o2e_erff(x * 0.70710678118f));
+  case O2E_ACT_MISH: { /* x tanh(softplus(x)) = x n / (n + 2), n = e^x (e^x + 2): the table's */
+    const float e = o2e_expf(x > 20 ? 20 : x);
+    const float n = e * (e + 2);
+    return x * (n / (n + 2));
+  }
+  default:
+    return x;
+  }
+}
+
+/* x[0..n) = act(x[0..n)) for a vmath kind: the kind dispatched once, outside the loops, so
+ * each loop is one vectorised o2e_vmath.h body (the generated model.c starts with the pragma
+ * that lets gcc vectorise them, see o2e_vmath.h). */
+#define O2E_ACT_LOOP_(K)                                                                       \
+  for (i = 0; i < n; i++) x[i] = o2e_act_vm1_(x[i], K, a, b)
+O2E_GEMM_FN void o2e_act_vm_n_(float *x, size_t n, o2e_act act) {
+  const float a = act.a, b = act.b; /* b: passed on to o2e_act_vm1_, which ignores it */
+  size_t i;
+  switch (act.kind) {
+  case O2E_ACT_SIGMOID: O2E_ACT_LOOP_(O2E_ACT_SIGMOID); break;
+  case O2E_ACT_TANH: O2E_ACT_LOOP_(O2E_ACT_TANH); break;
+  case O2E_ACT_SWISH:
+    if (a == 1.0f)
+      for (i = 0; i < n; i++) x[i] = x[i] * o2e_sigmoidf(x[i]);
+    else
+      O2E_ACT_LOOP_(O2E_ACT_SWISH);
+    break;
+  case O2E_ACT_GELU:
+    if (a != 0)
+      for (i = 0; i < n; i++)
+        x[i] = 0.5f * x[i] * (1 + o2e_tanhf(0.7978845608f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+    else
+      for (i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1 + o2e_erff(x[i] * 0.70710678118f));
+    break;
+  case O2E_ACT_MISH: O2E_ACT_LOOP_(O2E_ACT_MISH); break;
+  default: break;
+  }
+}
+
+#else
+O2E_GEMM_INL float o2e_act_vm1_(float x, int kind, float a, float b) {
+  (void)kind, (void)a, (void)b;
+  return x;
+}
+O2E_GEMM_FN void o2e_act_vm_n_(float *x, size_t n, o2e_act act) { (void)x, (void)n, (void)act; }
+#endif
+
+/* o2e_act_vm_n_ over rows [0, rows) of n floats at stride ld: a tile just stored, in L1. */
+O2E_GEMM_FN void o2e_act_tile_(float *x, size_t ld, int rows, int n, o2e_act act) {
+  int r;
+  for (r = 0; r < rows; r++) o2e_act_vm_n_(x + (size_t)r * ld, (size_t)n, act);
+}
 
 O2E_GEMM_FN const char *o2e_gemm_kernel_name(void) {
 #if defined(O2E_GEMM_AVX512)
@@ -289,15 +380,43 @@ O2E_GEMM_INL float o2e_act1_(float x, o2e_act act) {
     return x > act.b ? act.b : x;
   case O2E_ACT_LEAKY_RELU:
     return x < 0.0f ? x * act.a : x;
-  default:
-    return x;
+  case O2E_ACT_HARD_SIGMOID: /* a NaN fails both comparisons and passes */
+    x = act.a * x + act.b;
+    x = x < 0.0f ? 0.0f : x;
+    return x > 1.0f ? 1.0f : x;
+  case O2E_ACT_HARD_SWISH: { /* 1/6 as onnxruntime's alpha; -Inf gives -Inf * 0 = NaN as it does */
+    float t = x * (1.0f / 6.0f) + 0.5f;
+    t = t < 0.0f ? 0.0f : t;
+    return x * (t > 1.0f ? 1.0f : t);
   }
+  default:
+    return o2e_act_vm1_(x, act.kind, act.a, act.b);
+  }
+}
+
+/* x[0..n) = act(x[0..n)) for any kind (the register kinds one element at a time: the paths
+ * that call this for them are rare). */
+O2E_GEMM_FN void o2e_act_n_(float *x, size_t n, o2e_act act) {
+  size_t i;
+  if (act.kind >= O2E_ACT_VM_FIRST_)
+    o2e_act_vm_n_(x, n, act);
+  else if (act.kind != O2E_ACT_NONE)
+    for (i = 0; i < n; i++) x[i] = o2e_act1_(x[i], act);
 }
 
 /* Scalar epilogue of an mr x nr tile held in t (row stride ldt) at C position (i0, j0). */
 O2E_GEMM_FN void o2e_store_tile_(const o2e_epi_ *e, const float *t, int ldt, int mr, int nr,
                                  int i0, int j0) {
   int i, j;
+  if (e->final && !e->p && e->act.kind >= O2E_ACT_VM_FIRST_) {
+    /* a vmath kind: the plain epilogue, then the activation over the stored tile (in L1) */
+    o2e_epi_ ev_ = *e;
+    ev_.act.kind = O2E_ACT_NONE;
+    o2e_store_tile_(&ev_, t, ldt, mr, nr, i0, j0);
+    o2e_act_tile_(e->out + (size_t)(i0 - e->oi) * e->ldo + (j0 - e->oj), (size_t)e->ldo, mr, nr,
+                  e->act);
+    return;
+  }
   for (i = 0; i < mr; i++) {
     const int gi = i0 + i;
     const float *ti = t + (size_t)i * ldt;
@@ -597,7 +716,23 @@ O2E_GEMM_INL __m512 o2e_act16_(__m512 x, o2e_act act) {
     const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     return _mm512_mask_mul_ps(x, neg, x, _mm512_set1_ps(act.a));
   }
+  case O2E_ACT_HARD_SIGMOID:
+  case O2E_ACT_HARD_SWISH: { /* as o2e_act1_: compares that a NaN fails, so it passes */
+    const __m512 z = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    __m512 t = act.kind == O2E_ACT_HARD_SWISH
+                   ? _mm512_fmadd_ps(x, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f))
+                   : _mm512_fmadd_ps(x, _mm512_set1_ps(act.a), _mm512_set1_ps(act.b));
+    t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, z, _CMP_LT_OQ), z);
+    t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, one, _CMP_GT_OQ), one);
+    return act.kind == O2E_ACT_HARD_SWISH ? _mm512_mul_ps(x, t) : t;
+  }
   default:
+    if (act.kind >= O2E_ACT_VM_FIRST_) { /* through the stack: an edge or multi-slice tile */
+      float t_[16];
+      _mm512_storeu_ps(t_, x);
+      o2e_act_n_(t_, 16, act);
+      return _mm512_loadu_ps(t_);
+    }
     return x;
   }
 }
@@ -607,6 +742,15 @@ O2E_GEMM_INL __m512 o2e_act16_(__m512 x, o2e_act act) {
 O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int mr, int nr,
                                  int i0, int j0) {
   int i, j;
+  if (e->final && !e->p && e->act.kind >= O2E_ACT_VM_FIRST_) {
+    /* a vmath kind: the plain epilogue, then the activation over the stored tile (in L1) */
+    o2e_epi_ ev_ = *e;
+    ev_.act.kind = O2E_ACT_NONE;
+    o2e_tile_store_(&ev_, t, ldt, mr, nr, i0, j0);
+    o2e_act_tile_(e->out + (size_t)(i0 - e->oi) * e->ldo + (j0 - e->oj), (size_t)e->ldo, mr, nr,
+                  e->act);
+    return;
+  }
   for (i = 0; i < mr; i++) {
     const int gi = i0 + i;
     const float *ti = t + (size_t)i * ldt;
@@ -750,10 +894,23 @@ O2E_GEMM_INL void o2e_k16_body_(const int NV, const int PLAIN, int kc, const flo
     case O2E_ACT_RELU: O2E_LEAN16_TILE_(O2E_ACT_RELU); break;
     case O2E_ACT_CLIP: O2E_LEAN16_TILE_(O2E_ACT_CLIP); break;
     case O2E_ACT_LEAKY_RELU: O2E_LEAN16_TILE_(O2E_ACT_LEAKY_RELU); break;
-    default: O2E_LEAN16_TILE_(O2E_ACT_NONE); break;
+    case O2E_ACT_HARD_SIGMOID: O2E_LEAN16_TILE_(O2E_ACT_HARD_SIGMOID); break;
+    case O2E_ACT_HARD_SWISH: O2E_LEAN16_TILE_(O2E_ACT_HARD_SWISH); break;
+    default:
+      O2E_LEAN16_TILE_(O2E_ACT_NONE);
+      if (e->act.kind >= O2E_ACT_VM_FIRST_) o2e_act_tile_(lo_, lldo_, O2E_GEMM_MR, 16 * NV, e->act);
+      break;
     }
   } else if (mr == O2E_GEMM_MR && nr == 16 * NV) {
-    /* Full tile: the epilogue straight from the registers. */
+    /* Full tile: the epilogue straight from the registers (a vmath kind: then over the
+     * stored tile, see o2e_tile_store_) */
+    o2e_epi_ ev_;
+    const o2e_epi_ *const e0_ = e;
+    if (e->final && !e->p && e->act.kind >= O2E_ACT_VM_FIRST_) {
+      ev_ = *e;
+      ev_.act.kind = O2E_ACT_NONE;
+      e = &ev_;
+    }
     O2E_FAST16_ROW_(0);
     O2E_FAST16_ROW_(1);
     O2E_FAST16_ROW_(2);
@@ -762,6 +919,9 @@ O2E_GEMM_INL void o2e_k16_body_(const int NV, const int PLAIN, int kc, const flo
     O2E_FAST16_ROW_(5);
     O2E_FAST16_ROW_(6);
     O2E_FAST16_ROW_(7);
+    if (e != e0_)
+      o2e_act_tile_(e0_->out + (size_t)(i0 - e0_->oi) * e0_->ldo + (j0 - e0_->oj),
+                    (size_t)e0_->ldo, O2E_GEMM_MR, 16 * NV, e0_->act);
   } else {
     /* Edge tile: through a small L1-resident tile to the masked epilogue. */
     float t[O2E_GEMM_MR * 48];
@@ -907,7 +1067,23 @@ O2E_GEMM_INL __m256 o2e_act8_(__m256 x, o2e_act act) {
     const __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
     return _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(act.a)), neg);
   }
+  case O2E_ACT_HARD_SIGMOID:
+  case O2E_ACT_HARD_SWISH: { /* as o2e_act1_: compares that a NaN fails, so it passes */
+    const __m256 z = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    __m256 t = act.kind == O2E_ACT_HARD_SWISH
+                   ? _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f))
+                   : _mm256_fmadd_ps(x, _mm256_set1_ps(act.a), _mm256_set1_ps(act.b));
+    t = _mm256_blendv_ps(t, z, _mm256_cmp_ps(t, z, _CMP_LT_OQ));
+    t = _mm256_blendv_ps(t, one, _mm256_cmp_ps(t, one, _CMP_GT_OQ));
+    return act.kind == O2E_ACT_HARD_SWISH ? _mm256_mul_ps(x, t) : t;
+  }
   default:
+    if (act.kind >= O2E_ACT_VM_FIRST_) { /* through the stack: an edge or multi-slice tile */
+      float t_[8];
+      _mm256_storeu_ps(t_, x);
+      o2e_act_n_(t_, 8, act);
+      return _mm256_loadu_ps(t_);
+    }
     return x;
   }
 }
@@ -918,6 +1094,15 @@ O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int
                                  int i0, int j0) {
   const int n8 = nr & ~7;
   int i, j;
+  if (e->final && !e->p && e->act.kind >= O2E_ACT_VM_FIRST_) {
+    /* a vmath kind: the plain epilogue, then the activation over the stored tile (in L1) */
+    o2e_epi_ ev_ = *e;
+    ev_.act.kind = O2E_ACT_NONE;
+    o2e_tile_store_(&ev_, t, ldt, mr, nr, i0, j0);
+    o2e_act_tile_(e->out + (size_t)(i0 - e->oi) * e->ldo + (j0 - e->oj), (size_t)e->ldo, mr, nr,
+                  e->act);
+    return;
+  }
   for (i = 0; i < mr; i++) {
     const int gi = i0 + i;
     const float *ti = t + (size_t)i * ldt;
@@ -1022,7 +1207,12 @@ O2E_GEMM_INL void o2e_k8_body_(const int NV, const int PLAIN, int kc, const floa
     case O2E_ACT_RELU: O2E_LEAN8_TILE_(O2E_ACT_RELU); break;
     case O2E_ACT_CLIP: O2E_LEAN8_TILE_(O2E_ACT_CLIP); break;
     case O2E_ACT_LEAKY_RELU: O2E_LEAN8_TILE_(O2E_ACT_LEAKY_RELU); break;
-    default: O2E_LEAN8_TILE_(O2E_ACT_NONE); break;
+    case O2E_ACT_HARD_SIGMOID: O2E_LEAN8_TILE_(O2E_ACT_HARD_SIGMOID); break;
+    case O2E_ACT_HARD_SWISH: O2E_LEAN8_TILE_(O2E_ACT_HARD_SWISH); break;
+    default:
+      O2E_LEAN8_TILE_(O2E_ACT_NONE);
+      if (e->act.kind >= O2E_ACT_VM_FIRST_) o2e_act_tile_(lo_, lldo_, 4, 8 * NV, e->act);
+      break;
     }
     return;
   }
@@ -1189,7 +1379,23 @@ O2E_GEMM_INL float32x4_t o2e_act4_(float32x4_t x, o2e_act act) {
   }
   case O2E_ACT_LEAKY_RELU:
     return vbslq_f32(vcltq_f32(x, z), vmulq_n_f32(x, act.a), x);
+  case O2E_ACT_HARD_SIGMOID:
+  case O2E_ACT_HARD_SWISH: { /* as o2e_act1_: compares that a NaN fails, so it passes */
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    float32x4_t t = act.kind == O2E_ACT_HARD_SWISH
+                        ? vfmaq_f32(vdupq_n_f32(0.5f), x, vdupq_n_f32(1.0f / 6.0f))
+                        : vfmaq_f32(vdupq_n_f32(act.b), x, vdupq_n_f32(act.a));
+    t = vbslq_f32(vcltq_f32(t, z), z, t);
+    t = vbslq_f32(vcgtq_f32(t, one), one, t);
+    return act.kind == O2E_ACT_HARD_SWISH ? vmulq_f32(x, t) : t;
+  }
   default:
+    if (act.kind >= O2E_ACT_VM_FIRST_) { /* through the stack: an edge or multi-slice tile */
+      float t_[4];
+      vst1q_f32(t_, x);
+      o2e_act_n_(t_, 4, act);
+      return vld1q_f32(t_);
+    }
     return x;
   }
 }
@@ -1200,6 +1406,15 @@ O2E_GEMM_FN void o2e_tile_store_(const o2e_epi_ *e, const float *t, int ldt, int
                                  int i0, int j0) {
   const int n4 = nr & ~3;
   int i, j;
+  if (e->final && !e->p && e->act.kind >= O2E_ACT_VM_FIRST_) {
+    /* a vmath kind: the plain epilogue, then the activation over the stored tile (in L1) */
+    o2e_epi_ ev_ = *e;
+    ev_.act.kind = O2E_ACT_NONE;
+    o2e_tile_store_(&ev_, t, ldt, mr, nr, i0, j0);
+    o2e_act_tile_(e->out + (size_t)(i0 - e->oi) * e->ldo + (j0 - e->oj), (size_t)e->ldo, mr, nr,
+                  e->act);
+    return;
+  }
   for (i = 0; i < mr; i++) {
     const int gi = i0 + i;
     const float *ti = t + (size_t)i * ldt;
@@ -1317,7 +1532,12 @@ O2E_GEMM_INL void o2e_k4_body_(const int NV, const int PLAIN, int kc, const floa
     case O2E_ACT_RELU: O2E_LEAN4_TILE_(O2E_ACT_RELU); break;
     case O2E_ACT_CLIP: O2E_LEAN4_TILE_(O2E_ACT_CLIP); break;
     case O2E_ACT_LEAKY_RELU: O2E_LEAN4_TILE_(O2E_ACT_LEAKY_RELU); break;
-    default: O2E_LEAN4_TILE_(O2E_ACT_NONE); break;
+    case O2E_ACT_HARD_SIGMOID: O2E_LEAN4_TILE_(O2E_ACT_HARD_SIGMOID); break;
+    case O2E_ACT_HARD_SWISH: O2E_LEAN4_TILE_(O2E_ACT_HARD_SWISH); break;
+    default:
+      O2E_LEAN4_TILE_(O2E_ACT_NONE);
+      if (e->act.kind >= O2E_ACT_VM_FIRST_) o2e_act_tile_(lo_, lldo_, O2E_GEMM_MR, 4 * NV, e->act);
+      break;
     }
     return;
   }

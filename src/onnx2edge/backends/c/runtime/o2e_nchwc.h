@@ -24,7 +24,8 @@
  *              of channel c over the P pixels, written as [C] (a 1x1 map: the same in both
  *              layouts), so the layer before it stores whole vectors.
  * Weights are rearranged at conversion time: 1x1 [M/16][K][16], depthwise [C/16][9][16].
- * Activations (o2e_act kinds 1-3) by compare and select, so NaN passes as in o2e_act1_.
+ * Activations (o2e_act kinds 1-5: Relu, Clip, LeakyRelu, HardSigmoid, HardSwish) by compare
+ * and select, so NaN passes as in o2e_act1_.
  * Work units are blocks of output channels, split by o2e_parallel_for; results do not depend
  * on the split. Define O2E_NCHWC_SCALAR to build the portable loops on a vector-capable host
  * (the tests do).
@@ -138,9 +139,16 @@ O2E_GEMM_INL o2e_ncv o2e_nc_sel_(o2e_nci m, o2e_ncv s, o2e_ncv x) {
 
 O2E_GEMM_INL o2e_ncv o2e_nc_act_(o2e_ncv x, const o2e_act *act) {
   const o2e_ncv z = {0}, lo = z + act->a, hi = z + act->b;
-  if (act->kind == 1) return o2e_nc_sel_(x < z, z, x);
-  if (act->kind == 2) return o2e_nc_sel_(x > hi, hi, o2e_nc_sel_(x < lo, lo, x));
-  return o2e_nc_sel_(x < z, x * lo, x);
+  if (act->kind == O2E_ACT_RELU) return o2e_nc_sel_(x < z, z, x);
+  if (act->kind == O2E_ACT_CLIP) return o2e_nc_sel_(x > hi, hi, o2e_nc_sel_(x < lo, lo, x));
+  if (act->kind == O2E_ACT_LEAKY_RELU) return o2e_nc_sel_(x < z, x * lo, x);
+  { /* HardSigmoid (a x + b), HardSwish (x / 6 + 1 / 2), clamped as o2e_act1_ */
+    const int hs = act->kind == O2E_ACT_HARD_SWISH;
+    o2e_ncv t = hs ? x * (z + 1.0f / 6.0f) + 0.5f : x * lo + hi;
+    t = o2e_nc_sel_(t < z, z, t);
+    t = o2e_nc_sel_(t > z + 1.0f, z + 1.0f, t);
+    return hs ? x * t : t;
+  }
 }
 
 /* y[i] = act(y[i] + r[i]) (r may be NULL) over n floats, n a multiple of the vector width:
