@@ -136,7 +136,7 @@ def test_cli_json_and_table(mixed, capsys):
 
 def test_rewrite_for_mps_makes_the_model_convertible(mixed, tmp_path):
     """`rewrite --for mps` applies the rules check proposed; the result converts and verifies."""
-    from onnx2edge.edit import rewrite
+    from onnx2edge.edit.rewrite import rewrite
 
     # drop the Gather (no MPS node for it) so the whole model can convert
     m = onnx.load(mixed)

@@ -19,7 +19,15 @@ from . import frontend
 from .analysis import inspect_graph
 from .backends import ConvertResult, get_backend, read_manifest
 from .backends.base import MANIFEST, check_options
+from .compare import TensorReport, VerifyReport, compare_all, within_spread
 from .errors import Onnx2EdgeError, UnsupportedError
+from .frontend.handle import (
+    DEFAULT_PASSES,
+    Fixed,
+    Model,
+    Shapes,
+    model_label,
+)
 from .frontend.loader import (
     bind_inputs,
     fix_input_shapes,
@@ -29,28 +37,11 @@ from .frontend.loader import (
 )
 from .fsutil import atomic_dir, resolve_inside, write_bytes_atomic, write_text_atomic
 from .ir import Graph
+from .ir.expose import expose_outputs
 from .ir.proto import graph_from_model, model_from_graph
 from .jsonio import dumps, loads, model_from_json, model_to_json
 from .passes import run_passes
 from .runtime import complete_inputs, ort_integer_products_exact, ort_run
-from .verify import TensorReport, VerifyReport, compare_all, within_spread
-
-Shapes = Mapping[str, Sequence[int]] | None
-Fixed = Mapping[str, np.ndarray] | None  # --fix-input: inputs bound to constants
-# A model file, or a model already in memory (an onnx.ModelProto carrying its weights).
-Model = str | Path | onnx.ModelProto
-
-
-def model_label(model: Model) -> str:
-    """How messages and manifests name a model: its file name, or for an in-memory model its
-    graph name (never the protobuf's text)."""
-    if isinstance(model, onnx.ModelProto):
-        return f"{model.graph.name or 'model'} (in-memory ModelProto)"
-    return Path(model).name
-
-
-# What `verify --target onnx` exercises: the frontend plus the target-independent passes.
-DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
 
 
 # --- inspect ------------------------------------------------------------------------------
@@ -397,21 +388,7 @@ def run(
 # --- verify -----------------------------------------------------------------------------------
 def _with_all_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """A copy whose graph outputs include every node output (typed where inference knows)."""
-    from .quantization import constant_tensors
-
-    m = infer_shapes(model)
-    typed = {vi.name: vi for vi in m.graph.value_info}
-    # constants (a weight's DequantizeLinear) stay inside: onnxruntime folds them on load
-    # and fails on one that is also an output ("Attempt to replace the existing tensor")
-    present = {o.name for o in m.graph.output} | constant_tensors(m)
-    names = [o for n in m.graph.node for o in n.output if o]
-    for name in names:
-        if name in present:
-            continue
-        vi = typed.get(name) or onnx.helper.make_empty_tensor_value_info(name)
-        m.graph.output.append(vi)
-        present.add(name)
-    return m, names
+    return expose_outputs(model)
 
 
 def verify(
@@ -738,11 +715,9 @@ def prune(
 def __getattr__(name: str) -> Any:
     # rewrite, extract, delete_nodes, rename, set_shape, add_output, convert_opset, simplify,
     # bind_constant, nhwc: imported lazily so `import onnx2edge.api` stays light.
-    import importlib
-
-    _nhwc, _rewrite, _surgery = (
-        importlib.import_module(f"onnx2edge.edit.{m}") for m in ("nhwc", "rewrite", "surgery")
-    )
+    from .edit import nhwc as _nhwc
+    from .edit import rewrite as _rewrite
+    from .edit import surgery as _surgery
 
     for mod in (_surgery, _nhwc, _rewrite):
         if name in (

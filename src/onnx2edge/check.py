@@ -346,24 +346,24 @@ def _checker(target: str, options: Mapping[str, Any] | None) -> CheckFn:
 
 
 def check_model(
-    model: str | Path,
+    model: Any,
     target: str,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Frontend + the target-independent passes, then the target's checker; with totals.
+    `model`: a file, a ModelProto or a `frontend.handle.LoadedModel` (not loaded again).
     `options`: the conversion options the target's checker takes (CHECK_OPTIONS)."""
     if target not in available_targets():
         raise Onnx2EdgeError(
             f"unknown check target '{target}' (available: {', '.join(available_targets())})"
         )
     kwargs = check_options(target, options)
-    from . import frontend
-    from .api import DEFAULT_PASSES
-    from .passes import run_passes
+    from .frontend.handle import DEFAULT_PASSES, LoadedModel, model_label, source_of
 
-    graph = run_passes(frontend.load(model, input_shapes=input_shapes, quiet=True), DEFAULT_PASSES)
+    handle = model if isinstance(model, LoadedModel) else LoadedModel(model, input_shapes)
+    graph = handle.after(DEFAULT_PASSES)
     entries = _checker(target, kwargs)(graph)
     for e in entries:
         missing = [k for k in ENTRY_KEYS if k not in e]
@@ -371,9 +371,8 @@ def check_model(
             raise ValueError(f"checker for {target} returned a malformed entry {e!r}")
     entries = confirm_replaceable(graph, target, entries, kwargs)
     totals = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
-    from .api import model_label
-
-    name = model_label(model) if not isinstance(model, str | Path) else str(model)
+    src = source_of(model)
+    name = str(src) if isinstance(src, str | Path) else model_label(src)
     rep: dict[str, Any] = {"model": name, "target": target, "totals": totals, "nodes": entries}
     if kwargs:
         rep["options"] = {"format" if k == "fmt" else k: v for k, v in kwargs.items()}

@@ -384,7 +384,9 @@ def _cmd_prune(a: argparse.Namespace) -> int:
             levels = [float(x) for x in a.sweep.split(",") if x]
         except ValueError:
             raise Onnx2EdgeError(f"--sweep: expected numbers, got {a.sweep!r}") from None
-        res = pr.sweep(
+        from .bench.prune_sweep import format_sweep, sweep
+
+        res = sweep(
             a.model,
             a.output,
             levels,
@@ -394,7 +396,7 @@ def _cmd_prune(a: argparse.Namespace) -> int:
             latency=not a.no_latency,
             **kw,
         )
-        print(json.dumps(res, indent=1) if a.json else pr.format_sweep(res))
+        print(json.dumps(res, indent=1) if a.json else format_sweep(res))
         return 0
     model, rep = pr.prune_model(load_model(a.model), a.sparsity, **kw)
     write_bytes_atomic(a.output, model.SerializeToString())
