@@ -66,7 +66,7 @@ def test_mps_verdicts_come_from_the_backend(mixed):
     assert rep["totals"] == {"supported": 3, "replaceable": 2, "unsupported": 1}
     for entry in rep["nodes"]:
         assert set(entry) == set(chk.ENTRY_KEYS)
-        assert entry["source"].endswith(".unsupported")
+        assert entry["source"].endswith(".check")
 
 
 def test_same_refusals_as_convert(mixed):

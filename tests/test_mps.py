@@ -966,7 +966,7 @@ def _unsupported(model: onnx.ModelProto, tmp_path: Path, *, gpu_only: bool = Fal
     backend = MPSBackend()
     graph = run_passes(load(_save(model, tmp_path), quiet=True), backend.required_passes)
     if gpu_only:
-        return lower(graph, check_only=True, cpu=False).refusals
+        return [str(r) for r in lower(graph, check_only=True, cpu=False).refusals]
     return backend.unsupported(graph)
 
 

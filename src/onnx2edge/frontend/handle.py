@@ -47,6 +47,7 @@ class LoadedModel:
     source: Model
     input_shapes: Shapes = None
     fixed_inputs: Fixed = None
+    quiet: bool = True  # the frontend's notes on stderr (False: printed, as `inspect` does)
     _graph: Graph | None = field(default=None, repr=False)
     _after: dict[tuple[str, ...], Graph] = field(default_factory=dict, repr=False)
 
@@ -61,7 +62,7 @@ class LoadedModel:
                 self.source,
                 input_shapes=self.input_shapes,
                 fixed_inputs=self.fixed_inputs,
-                quiet=True,
+                quiet=self.quiet,
             )
         return self._graph
 
