@@ -79,9 +79,22 @@ def test_report_runs_the_frontend_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loader, "load", counting)
     monkeypatch.setattr(frontend, "load", counting)
+    from onnx2edge.backends.c.emitter import ModelEmitter
+
+    emits: list[str] = []
+    real_emit = ModelEmitter.emit
+
+    def counting_emit(self: ModelEmitter) -> object:
+        emits.append(self.prefix)
+        return real_emit(self)
+
+    monkeypatch.setattr(ModelEmitter, "emit", counting_emit)
     data = collect(EXAMPLE, target="c", verify=True)
     assert data["verified"] is True
     assert len(calls) == 1, calls
+    # the footprint's plan is the code written for the code size; verify converts once more
+    # (a per-layer build, which traces every tensor)
+    assert len(emits) == 2, emits
 
 
 def test_fused_into_walks_back_to_the_kept_producer() -> None:

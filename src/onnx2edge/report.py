@@ -81,8 +81,9 @@ def _c_footprint(graph: Graph, work: Path) -> dict[str, Any]:
     from .backends.c.writer import write_model
 
     em = ModelEmitter(graph, prefix="model")
-    offsets = em.emit()["offsets"]
-    stats = write_model(graph, work)
+    res = em.emit()
+    offsets = res["offsets"]
+    stats = write_model(graph, work, emitted=(em, res))  # the plan above, not a second emit
     code = _code_bytes(compiler(), work)
     layers = {}
     for n in graph.nodes:

@@ -219,18 +219,25 @@ def write_model(
     optimize: str = "speed",
     kernel_options: Mapping[str, str] | None = None,
     device: Device = GENERIC,
+    emitted: tuple[ModelEmitter, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
+    `emitted`: (emitter, its emit() result) for `graph` with these prefix / optimize /
+    kernel / device settings, already run by the caller (`report` reads its plan): written
+    out, not emitted a second time.
 
     prefix: every exported symbol and header macro starts with it (`<prefix>_run`,
     `<PREFIX>_ARENA_BYTES`); file_stem: the source's name (`<file_stem>.c`, default prefix),
     the header is `<prefix>.h`. weights_storage: inline | file | external (STORAGES; None:
     weights_file, else inline up to INLINE_WEIGHT_LIMIT). optimize: "speed" or "size";
     device: the build the arena is planned for (device.py)."""
-    em = ModelEmitter(
-        graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options, device=device
-    )
-    res = em.emit()
+    if emitted is not None:
+        em, res = emitted
+    else:
+        em = ModelEmitter(
+            graph, prefix=prefix, optimize=optimize, kernel_options=kernel_options, device=device
+        )
+        res = em.emit()
     # Emitters may look at a weight (its shape, its values) and write a repacked copy: keep
     # exactly the constants whose symbol the code names, recorded as the code is written
     # (emitter.ConstTensor: reading `sym` is the one way to name a constant).
