@@ -102,3 +102,97 @@ def test_bad_kernels_option_is_refused_before_loading(tmp_path: Path) -> None:
         api.convert(
             tmp_path / "missing.onnx", "c", tmp_path / "o", options={"kernels": "nosuch=off"}
         )
+
+
+def _refused_model() -> object:
+    """A Conv (every backend takes it) then a node of an op none has (a custom domain's; the
+    frontend would refuse it first, so the IR is built from the proto directly)."""
+    from onnx import TensorProto, helper
+
+    from onnx2edge.ir.proto import graph_from_model
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], [0.1] * 108)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Frob", ["c"], ["y"], name="frob", domain="com.example"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w],
+        value_info=[helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 4, 8, 8])],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    )
+    return graph_from_model(m)
+
+
+@pytest.mark.parametrize("target", ["c", "mps", "coreml"])
+def test_backends_refuse_in_records(target: str) -> None:
+    """Backend.check returns Refusal records (node, op, domain, opset, reason, fix); the text
+    `convert` prints is `str(record)`, one format for every backend."""
+    from onnx2edge.backends.refusal import Refusal
+    from onnx2edge.passes import run_passes
+
+    backend = get_backend(target)
+    graph = run_passes(_refused_model(), backend.required_passes)
+    refusals = backend.check(graph, {})
+    assert refusals and all(isinstance(r, Refusal) for r in refusals)
+    frob = [r for r in refusals if r.node == "frob"]
+    assert frob, refusals
+    r = frob[0]
+    assert (r.op, r.domain, r.opset) == ("Frob", "com.example", 17) and r.reason
+    assert str(r).startswith("node 'frob' (op com.example.Frob, opset 17): ")
+    assert "conv" not in {x.node for x in refusals}
+    assert backend.unsupported_for(graph, {}) == [str(x) for x in refusals]
+    assert ("", "Conv") in backend.supported_ops
+
+
+def test_check_consumes_records_and_backends_register_checkers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """check reads the records (no regex over text) and takes its targets from the backend
+    registry: a new backend is a check target with no register_checker call."""
+    import inspect
+
+    from onnx2edge import check as chk
+    from onnx2edge.backends.refusal import Refusal
+
+    assert "import re" not in inspect.getsource(chk)
+
+    class Picky(Backend):
+        name = "picky"
+
+        def check(self, graph, options=None):  # noqa: ANN001, ANN201
+            return [
+                Refusal.of(n, graph.opset, "picky refuses Relu", fix="use Clip")
+                for n in graph.nodes
+                if n.op_type == "Relu"
+            ] + [Refusal.graph("and the model as a whole")]
+
+        def emit(self, graph, out_dir, options):  # noqa: ANN001, ANN201
+            raise NotImplementedError
+
+        def run(self, out_dir, inputs, options):  # noqa: ANN001, ANN201
+            raise NotImplementedError
+
+    monkeypatch.setitem(BACKENDS, "picky", Picky)
+    assert "picky" in available_targets() and "coreml-ane" in available_targets()
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rep = chk.check_model(m, "picky")
+    by_node = {e["node"]: e for e in rep["nodes"]}
+    assert by_node["r"]["status"] == "unsupported"
+    assert by_node["r"]["reason"].startswith("picky refuses Relu; use Clip")
+    assert by_node[None]["reason"] == "and the model as a whole"
+    assert by_node["r"]["source"].endswith("Picky.check")

@@ -267,7 +267,7 @@ CONFORMANCE_SUBSET = (
 def test_conformance_subset(arch: str) -> None:
     import re
 
-    from onnx2edge.backends.c.conformance import collect_cases, run_conformance
+    from onnx2edge.conformance.c import collect_cases, run_conformance
 
     cases = [c for c in collect_cases() if re.search(CONFORMANCE_SUBSET, c.name)]
     assert len(cases) >= 20, [c.name for c in cases]

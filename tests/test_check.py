@@ -66,7 +66,7 @@ def test_mps_verdicts_come_from_the_backend(mixed):
     assert rep["totals"] == {"supported": 3, "replaceable": 2, "unsupported": 1}
     for entry in rep["nodes"]:
         assert set(entry) == set(chk.ENTRY_KEYS)
-        assert entry["source"].endswith(".unsupported")
+        assert entry["source"].endswith(".check")
 
 
 def test_same_refusals_as_convert(mixed):
@@ -136,7 +136,7 @@ def test_cli_json_and_table(mixed, capsys):
 
 def test_rewrite_for_mps_makes_the_model_convertible(mixed, tmp_path):
     """`rewrite --for mps` applies the rules check proposed; the result converts and verifies."""
-    from onnx2edge.edit import rewrite
+    from onnx2edge.edit.rewrite import rewrite
 
     # drop the Gather (no MPS node for it) so the whole model can convert
     m = onnx.load(mixed)

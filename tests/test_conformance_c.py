@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from onnx2edge.backends.c.conformance import (
+from onnx2edge.conformance.c import (
     EXPECTED_FILE,
     WRITE_EXPECTED,
     CaseResult,

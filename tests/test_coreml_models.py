@@ -84,7 +84,7 @@ def test_detector_head(fixture: str, tmp_path: Path) -> None:
     g = frontend.load(FIX / fixture, quiet=True)
     for n in g.nodes:
         if n.op_type in ("Transpose", "Split", "Exp"):
-            assert f"{n.name} ({n.op_type}" in msg, (n.name, msg)
+            assert f"node '{n.name}' (op {n.op_type}" in msg, (n.name, msg)
 
 
 @pytest.mark.parametrize("fixture", MLPROGRAM_FIELD)
@@ -237,7 +237,8 @@ def test_refusal_names_nodes_after_a_refused_one(fmt: str, tmp_path: Path) -> No
     with pytest.raises(api.UnsupportedError) as e:
         api.convert(path, "coreml", tmp_path / "o", options={"format": fmt, "precision": "fp32"})
     msg = str(e.value)
-    assert "first_cos (Cos" in msg and "then_sin (Sin" in msg and "fine_relu" not in msg
+    assert "node 'first_cos' (op Cos" in msg and "node 'then_sin' (op Sin" in msg
+    assert "fine_relu" not in msg
     assert "2 nodes" in msg and not (tmp_path / "o").exists()
 
 

@@ -216,7 +216,7 @@ def test_tf_cond_gate_refused_by_neuralnetwork_in_one_line(
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     # the If's nodes are named (the frontend lowers the If to Where(cond, then, else))
-    assert "cond/If/select0 (Where" in err and "Traceback" not in err
+    assert "node 'cond/If/select0' (op Where" in err and "Traceback" not in err
     assert not out.exists()
     # and the Neural Engine check places every node without crashing
     assert main(["check", str(model), "--target", "coreml-ane"]) in (0, 1)

@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx2edge.cli import main
-from onnx2edge.edit import RULES, register_rule, rewrite
+from onnx2edge.edit import RULES, register_rule
+from onnx2edge.edit.rewrite import rewrite
 from onnx2edge.edit.rules import Builder
 from onnx2edge.errors import Onnx2EdgeError
 from onnx2edge.runtime import ort_run

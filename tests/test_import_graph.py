@@ -1,5 +1,6 @@
-"""The package's import graph at import time is a DAG: no module, while it is being imported,
-imports one that is still half-initialised (issue 10, deliverable 5).
+"""The package's import graph is a DAG: at import time (no module, while it is being imported,
+imports one that is still half-initialised: issue 10, deliverable 5) and with the imports
+inside functions counted too (no design circle that a lazy import only hides: issue 32).
 
 Read from the source (ast), not by importing: the edges are the import statements a module
 runs when it is imported, i.e. at module level, outside `if TYPE_CHECKING:`. Imports inside
@@ -200,45 +201,16 @@ def test_cycles_are_found() -> None:
     assert strongly_connected(lazy) == [{"p.a", "p.b"}]
 
 
-# Circles that only function-level imports close, still to be untied; each with its reason.
-# A new one fails the test below; a fixed one must leave this list.
-KNOWN_LAZY_CIRCLES = {
-    # api.py is the facade the commands share, and the commands call back into it. Grown this
-    # session (issue 32 item 5 is to untie it): `onnx2edge.verify` the module is callable and
-    # calls api.verify (issue 29: onnx2edge.verify after any import order); the frontend
-    # reads .tflite / .xml through importers, which cancel layout Transposes with
-    # edit.nhwc's optimiser (edit's package imports rewrite -> check -> api); quantization
-    # and bench.harness load models through the frontend.
-    frozenset(
-        {
-            "onnx2edge.api",
-            "onnx2edge.bench.harness",
-            "onnx2edge.check",
-            "onnx2edge.edit",
-            "onnx2edge.edit.model_io",
-            "onnx2edge.edit.nhwc",
-            "onnx2edge.edit.rewrite",
-            "onnx2edge.frontend",
-            "onnx2edge.frontend.loader",
-            "onnx2edge.importers",
-            "onnx2edge.importers.runtime",
-            "onnx2edge.prune",
-            "onnx2edge.quantization",
-            "onnx2edge.verify",
-        }
-    ),
-}
-
-
-def test_no_new_circles_behind_function_level_imports() -> None:
-    """With imports inside functions counted too, the only circles are the known ones: the
-    C emitter and its op registry, the frontend and the shape pass, the backend registry and
-    the built-in backends, the Conv / pooling / quantisation modules form none."""
-    found = {frozenset(c) for c in strongly_connected(import_graph(function_level=True))}
-    assert found - KNOWN_LAZY_CIRCLES == set(), "new import circle: " + "; ".join(
-        " <-> ".join(sorted(c)) for c in found - KNOWN_LAZY_CIRCLES
-    )
-    assert KNOWN_LAZY_CIRCLES - found == set(), "circle untied: drop it from KNOWN_LAZY_CIRCLES"
+def test_no_circle_behind_function_level_imports() -> None:
+    """With imports inside functions counted too, the package's modules form no circle at
+    all (issue 32, item 5): what two layers share lives in the lower one (frontend.handle:
+    the loaded model and its label; ir.expose: tensors as outputs; compare: the numerical
+    comparison; edit's package: the rules, not the commands), a command never reaches back
+    up to the API."""
+    found = strongly_connected(import_graph(function_level=True))
+    assert found == [], "import circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
+    cycle = find_cycle(import_graph(function_level=True))
+    assert cycle is None, " -> ".join(cycle or [])
 
 
 C_OPS = "onnx2edge.backends.c.ops"

@@ -874,7 +874,7 @@ def test_segmented_plan_order(tmp_path: Path) -> None:
     assert "cpuPad(" in seg_of_line[0] and "cpuRecurrent(.lstm" in seg_of_line[2]
     assert "cpuRecurrent(.gru" in seg_of_line[2] and "cpuSoftmax(" in seg_of_line[4]
     assert "(between GPU graphs 1 and 2)" in seg_of_line[2] and "(tail)" in seg_of_line[4]
-    gpu_only = "\n".join(lower(graph, check_only=True, cpu=False).refusals)
+    gpu_only = "\n".join(map(str, lower(graph, check_only=True, cpu=False).refusals))
     # the [1, C, T] input is no image; downstream only ops MPS has no node for are named
     assert "graph input 'x'" in gpu_only and "'bilstm'" in gpu_only and "'conv2'" not in gpu_only
 
@@ -967,7 +967,7 @@ def _unsupported(model: onnx.ModelProto, tmp_path: Path, *, gpu_only: bool = Fal
     backend = MPSBackend()
     graph = run_passes(load(_save(model, tmp_path), quiet=True), backend.required_passes)
     if gpu_only:
-        return lower(graph, check_only=True, cpu=False).refusals
+        return [str(r) for r in lower(graph, check_only=True, cpu=False).refusals]
     return backend.unsupported(graph)
 
 

@@ -64,6 +64,39 @@ def test_collect_marks_what_mpsnngraph_cannot_run(tmp_path: Path) -> None:
     assert by["conv"]["placement"] == "gpu"
 
 
+def test_report_runs_the_frontend_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check, prepare, the footprint and verify share one loaded model: the frontend (read,
+    check, shape inference, folding, specialisation) runs once per report, not per step."""
+    import onnx2edge.frontend as frontend
+    import onnx2edge.frontend.loader as loader
+
+    calls: list[object] = []
+    real = loader.load
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(args[0] if args else kwargs.get("path"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loader, "load", counting)
+    monkeypatch.setattr(frontend, "load", counting)
+    from onnx2edge.backends.c.emitter import ModelEmitter
+
+    emits: list[str] = []
+    real_emit = ModelEmitter.emit
+
+    def counting_emit(self: ModelEmitter) -> object:
+        emits.append(self.prefix)
+        return real_emit(self)
+
+    monkeypatch.setattr(ModelEmitter, "emit", counting_emit)
+    data = collect(EXAMPLE, target="c", verify=True)
+    assert data["verified"] is True
+    assert len(calls) == 1, calls
+    # the footprint's plan is the code written for the code size; verify converts once more
+    # (a per-layer build, which traces every tensor)
+    assert len(emits) == 2, emits
+
+
 def test_fused_into_walks_back_to_the_kept_producer() -> None:
     from onnx2edge import frontend
 

@@ -27,10 +27,10 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the API loads on first us
     """`onnx2edge.convert` and friends import `onnx2edge.api` (onnx, numpy, every pass and
     backend) when first touched, so `import onnx2edge.cli` and `onnx2edge --help` stay quick.
 
-    Importing `onnx2edge.api` imports the submodule `onnx2edge.verify`, and Python then sets
-    the package attribute `verify` to that module, which would hide the function from then
-    on: every API function is therefore bound here once the API is loaded (and the module
-    itself is callable, for code that imported it before touching the API)."""
+    Importing the submodule `onnx2edge.verify` makes Python set the package attribute
+    `verify` to that module, which would hide the function from then on: every API function
+    is therefore bound here once the API is loaded (and the module itself is callable, for
+    code that imported it before touching the API)."""
     if name in _API:
         from . import api
 

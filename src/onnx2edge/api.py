@@ -19,7 +19,18 @@ from . import frontend
 from .analysis import inspect_graph
 from .backends import ConvertResult, get_backend, read_manifest
 from .backends.base import MANIFEST, check_options
+from .compare import TensorReport, VerifyReport, compare_all, within_spread
 from .errors import Onnx2EdgeError, UnsupportedError
+from .frontend.handle import (
+    DEFAULT_PASSES,
+    Fixed,
+    LoadedModel,
+    Model,
+    Shapes,
+    frontend_graph,
+    model_label,
+    source_of,
+)
 from .frontend.loader import (
     bind_inputs,
     fix_input_shapes,
@@ -29,47 +40,48 @@ from .frontend.loader import (
 )
 from .fsutil import atomic_dir, resolve_inside, write_bytes_atomic, write_text_atomic
 from .ir import Graph
+from .ir.expose import expose_outputs
 from .ir.proto import graph_from_model, model_from_graph
 from .jsonio import dumps, loads, model_from_json, model_to_json
 from .passes import run_passes
 from .runtime import complete_inputs, ort_integer_products_exact, ort_run
-from .verify import TensorReport, VerifyReport, compare_all, within_spread
-
-Shapes = Mapping[str, Sequence[int]] | None
-Fixed = Mapping[str, np.ndarray] | None  # --fix-input: inputs bound to constants
-# A model file, or a model already in memory (an onnx.ModelProto carrying its weights).
-Model = str | Path | onnx.ModelProto
 
 
-def model_label(model: Model) -> str:
-    """How messages and manifests name a model: its file name, or for an in-memory model its
-    graph name (never the protobuf's text)."""
-    if isinstance(model, onnx.ModelProto):
-        return f"{model.graph.name or 'model'} (in-memory ModelProto)"
-    return Path(model).name
-
-
-# What `verify --target onnx` exercises: the frontend plus the target-independent passes.
-DEFAULT_PASSES = ("fold_constants", "eliminate_dead_nodes", "remove_identity", "infer_shapes")
+# --- a model loaded once ---------------------------------------------------------------------
+def load(model: Model, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None) -> LoadedModel:
+    """`model` as a handle the other functions take in its place (`inspect`, `prepare`,
+    `convert`, `verify`, `check`): the frontend runs on first use, once, however many of
+    them look at the model (`report` uses one for all its steps)."""
+    return LoadedModel(model, input_shapes, fixed_inputs)
 
 
 # --- inspect ------------------------------------------------------------------------------
 def inspect(
-    model: Model, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
+    model: Model | LoadedModel, *, input_shapes: Shapes = None, fixed_inputs: Fixed = None
 ) -> dict[str, Any]:
-    info = inspect_graph(frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs))
-    info["c_arena_bytes"] = _c_arena_bytes(model, input_shapes, fixed_inputs)
+    handle = _handle(model, input_shapes, fixed_inputs, quiet=False)
+    info = inspect_graph(handle.graph())
+    info["c_arena_bytes"] = _c_arena_bytes(handle)
     return info
 
 
-def _c_arena_bytes(model: Model, input_shapes: Shapes, fixed_inputs: Fixed) -> int | None:
+def _handle(
+    model: Model | LoadedModel, input_shapes: Shapes, fixed_inputs: Fixed, *, quiet: bool = True
+) -> LoadedModel:
+    """`model` as a LoadedModel (itself when it is one): every step after this shares one
+    frontend run."""
+    if isinstance(model, LoadedModel):
+        frontend_graph(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs)
+        return model
+    return LoadedModel(model, input_shapes, fixed_inputs, quiet=quiet)
+
+
+def _c_arena_bytes(model: LoadedModel) -> int | None:
     """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
     from .backends.c.emitter import ModelEmitter
 
     try:
-        graph = prepare(
-            model, "c", input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True
-        )
+        graph = prepare(model, "c", quiet=True)
     except Onnx2EdgeError:
         return None
     return int(ModelEmitter(graph, prefix="model").emit()["arena"])
@@ -229,7 +241,7 @@ def import_weights(model: str | Path, weights_dir: str | Path, out: str | Path) 
 
 # --- convert / run --------------------------------------------------------------------------
 def prepare(
-    model: Model,
+    model: Model | LoadedModel,
     target: str,
     *,
     input_shapes: Shapes = None,
@@ -237,13 +249,19 @@ def prepare(
     options: Mapping[str, Any] | None = None,
     quiet: bool = False,
 ) -> Graph:
-    """Frontend + the backend's passes + the backend's coverage check."""
+    """Frontend + the backend's passes + the backend's coverage check. `model` may be a
+    LoadedModel: its frontend run (and these passes, once) are reused."""
     backend = get_backend(target)
-    graph = run_passes(
-        frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=quiet),
-        (*DEFAULT_PASSES, *backend.passes_for(dict(options or {}))),
-    )
-    problems = backend.unsupported_for(graph, dict(options or {}))
+    passes = (*DEFAULT_PASSES, *backend.passes_for(dict(options or {})))
+    if isinstance(model, LoadedModel):
+        frontend_graph(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs)
+        graph = model.after(passes)
+    else:
+        graph = run_passes(
+            frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=quiet),
+            passes,
+        )
+    problems = [str(r) for r in backend.check(graph, dict(options or {}))]
     if problems:
         raise UnsupportedError(
             f"{model_label(model)}: {len(problems)} node{'s' if len(problems) > 1 else ''} cannot be converted "
@@ -253,7 +271,7 @@ def prepare(
 
 
 def convert(
-    model: Model,
+    model: Model | LoadedModel,
     target: str,
     out_dir: str | Path,
     *,
@@ -276,7 +294,8 @@ def convert(
     with atomic_dir(out_dir, owned=_previous_outputs) as tmp:
         # the model file's name: the C backend's default symbol prefix (not an option: the
         # manifest records "model" already)
-        model_file = Path(model).name if isinstance(model, str | Path) else "model.onnx"
+        src = source_of(model)
+        model_file = Path(src).name if isinstance(src, str | Path) else "model.onnx"
         extra = {"model_file": model_file, **({"log": log} if log else {})}
         res = backend.emit(graph, tmp, {**extra, **options})
         manifest = {
@@ -284,12 +303,14 @@ def convert(
             "tool": "onnx2edge",
             "target": target,
             "model": model_label(model),
-            "model_sha256": _sha256(model),  # `verify OUT/` checks it verifies the same model
+            "model_sha256": _sha256(src),  # `verify OUT/` checks it verifies the same model
             "options": {
                 k: v for k, v in sorted(options.items()) if isinstance(v, str | int | float | bool)
             },
             "inputs": [_io_entry(graph, n) for n in graph.inputs],
-            "fixed_inputs": _fixed_entries(fixed_inputs),
+            "fixed_inputs": _fixed_entries(
+                model.fixed_inputs if isinstance(model, LoadedModel) else fixed_inputs
+            ),
             "outputs": [_io_entry(graph, n) for n in graph.outputs],
             "stats": res.stats,
         }
@@ -397,25 +418,11 @@ def run(
 # --- verify -----------------------------------------------------------------------------------
 def _with_all_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """A copy whose graph outputs include every node output (typed where inference knows)."""
-    from .quantization import constant_tensors
-
-    m = infer_shapes(model)
-    typed = {vi.name: vi for vi in m.graph.value_info}
-    # constants (a weight's DequantizeLinear) stay inside: onnxruntime folds them on load
-    # and fails on one that is also an output ("Attempt to replace the existing tensor")
-    present = {o.name for o in m.graph.output} | constant_tensors(m)
-    names = [o for n in m.graph.node for o in n.output if o]
-    for name in names:
-        if name in present:
-            continue
-        vi = typed.get(name) or onnx.helper.make_empty_tensor_value_info(name)
-        m.graph.output.append(vi)
-        present.add(name)
-    return m, names
+    return expose_outputs(model)
 
 
 def verify(
-    model: Model,
+    model: Model | LoadedModel,
     *,
     target: str = "onnx",
     input_shapes: Shapes = None,
@@ -462,7 +469,10 @@ def verify(
     if rtol is None:
         rtol = 1e-4
 
-    base = load_model(model)
+    if isinstance(model, LoadedModel):  # its shapes and bound inputs are the conversion's
+        input_shapes = input_shapes or model.input_shapes
+        fixed_inputs = fixed_inputs or model.fixed_inputs
+    base = load_model(source_of(model))
     # The reference is the original model with the fixed values fed as inputs, not the model
     # with them bound: onnxruntime may fail to load the bound one (its If inlining rejects a
     # condition that became a constant: "InlineIfSubgraph ... is not If node's input").
@@ -489,7 +499,7 @@ def verify(
     ref = ort_run(ref_model, ref_feeds)
     from .importers.runtime import native_reference
 
-    native, reference = native_reference(model, ref_feeds, list(ref_graph.outputs))
+    native, reference = native_reference(source_of(model), ref_feeds, list(ref_graph.outputs))
     if native is not None:
         say(f"running {reference} (reference for the outputs)")
         ref = {**ref, **native}
@@ -502,10 +512,7 @@ def verify(
         )
     details: list[tuple[bool, str]] = []
     if target == "onnx":
-        graph = run_passes(
-            frontend.load(model, input_shapes=input_shapes, fixed_inputs=fixed_inputs, quiet=True),
-            DEFAULT_PASSES,
-        )
+        graph = _handle(model, input_shapes, fixed_inputs).after(DEFAULT_PASSES)
         cand = model_from_graph(graph)
         if per_layer:
             cand, _ = _with_all_outputs(cand)
@@ -517,14 +524,8 @@ def verify(
             out = Path(work_dir) if work_dir is not None else Path(tmp) / "out"
             if converted is None:
                 say(f"converting to {target}")
-                convert(
-                    model,
-                    target,
-                    out,
-                    input_shapes=input_shapes,
-                    options=opts,
-                    fixed_inputs=fixed_inputs,
-                )
+                handle = _handle(model, input_shapes, fixed_inputs)
+                convert(handle, target, out, options=opts)
             else:
                 out = Path(converted)
             say(f"building and running the {target} code")
@@ -738,11 +739,9 @@ def prune(
 def __getattr__(name: str) -> Any:
     # rewrite, extract, delete_nodes, rename, set_shape, add_output, convert_opset, simplify,
     # bind_constant, nhwc: imported lazily so `import onnx2edge.api` stays light.
-    import importlib
-
-    _nhwc, _rewrite, _surgery = (
-        importlib.import_module(f"onnx2edge.edit.{m}") for m in ("nhwc", "rewrite", "surgery")
-    )
+    from .edit import nhwc as _nhwc
+    from .edit import rewrite as _rewrite
+    from .edit import surgery as _surgery
 
     for mod in (_surgery, _nhwc, _rewrite):
         if name in (

@@ -6,25 +6,30 @@ is the frontend's (shapes static, constants folded). Each dict has the keys of `
 node, op, status ('supported' | 'replaceable' | 'unsupported'), placement (str or None),
 reason, rule (str or None), source (str or None: where the verdict comes from).
 
-The `c` and `mps` checkers ask the backends themselves (`Backend.unsupported`, the data
-`convert` refuses with), and try the rewrite rules of `onnx2edge.edit` on every refused node.
-Registering another target is one line: `register_checker("coreml")(check_coreml)`.
+Every registered backend is a check target: `backend_check` asks the backend itself
+(`Backend.check`: the `Refusal` records `convert` refuses with) and tries the rewrite rules of
+`onnx2edge.edit` on every refused node; a backend with a finer verdict (Core ML: where on the
+device a node runs) declares its own checkers (`Backend.checkers`). A checker for another
+target is registered with `register_checker(target)(fn)`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import Onnx2EdgeError
 from .ir import Graph
+
+if TYPE_CHECKING:
+    from .backends.refusal import Refusal
 
 CheckFn = Callable[[Graph], list[dict[str, Any]]]
 ENTRY_KEYS = ("node", "op", "status", "placement", "reason", "rule", "source")
 STATUSES = ("supported", "replaceable", "unsupported")
 
+# Checkers registered by hand (tests, plugins); the backends' own come from the registry.
 CHECKERS: dict[str, CheckFn] = {}
 
 
@@ -36,39 +41,47 @@ def register_checker(target: str) -> Callable[[CheckFn], CheckFn]:
     return deco
 
 
-def _register_optional() -> None:
-    """Checkers living with other backends register here once those modules exist (the Core
-    ML helper's `check_coreml` / `check_coreml_ane`); absent modules are simply skipped."""
-    try:
-        from .backends.coreml import placement  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    for target, name in (("coreml", "check_coreml"), ("coreml-ane", "check_coreml_ane")):
-        fn = getattr(placement, name, None)
-        if fn is not None and target not in CHECKERS:
-            register_checker(target)(fn)
+def all_checkers() -> dict[str, CheckFn]:
+    """target -> checker: every registered backend's (its own `checkers()`, else `check`
+    asked through `backend_check` with the backend's placement), then those registered
+    by hand."""
+    from functools import partial
+
+    from .backends.base import BACKENDS
+
+    out: dict[str, CheckFn] = {}
+    for name, cls in sorted(BACKENDS.items()):
+        backend = cls()
+        own = dict(backend.checkers())
+        if own:
+            out.update(own)
+            continue
+        fallback = backend.check_fallback
+        out[name] = partial(
+            backend_check,
+            target=name,
+            placement=backend.check_placement,
+            options=dict(backend.check_as),
+            fallback=(fallback[0], dict(fallback[1])) if fallback else None,
+        )
+    return {**out, **CHECKERS}
 
 
 def available_targets() -> list[str]:
-    _register_optional()
-    return sorted(CHECKERS)
+    return sorted(all_checkers())
 
 
 # --- backend-driven checkers ----------------------------------------------------------------
-_LINE = re.compile(r"^node '(?P<name>.*?)' \(op (?P<op>[^,]+), opset \d+\): (?P<why>.*)$", re.S)
-
-
-def _refusals(lines: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """Backend lines -> (node name -> reason, lines about the graph as a whole)."""
+def _refusals(records: Sequence[Refusal]) -> tuple[dict[str, str], list[str]]:
+    """A backend's records -> (node name -> reason, reasons about the graph as a whole)."""
     by_node: dict[str, str] = {}
     other: list[str] = []
-    for line in lines:
-        m = _LINE.match(line)
-        if m:
-            prev = by_node.get(m["name"])
-            by_node[m["name"]] = f"{prev}; {m['why']}" if prev else m["why"]
-        else:
-            other.append(line)
+    for r in records:
+        if r.node is None:
+            other.append(r.why)
+            continue
+        prev = by_node.get(r.node)
+        by_node[r.node] = f"{prev}; {r.why}" if prev else r.why
     return by_node, other
 
 
@@ -88,16 +101,16 @@ def backend_check(
     from .passes import run_passes
 
     backend = get_backend(target)
-    source = f"{type(backend).__module__}.{type(backend).__name__}.unsupported"
+    source = f"{type(backend).__module__}.{type(backend).__name__}.check"
 
     opts = dict(options or {})
 
     def refusals(g: Graph) -> tuple[dict[str, str], list[str]]:
-        return _refusals(backend.unsupported_for(run_passes(g, backend.required_passes), opts))
+        return _refusals(backend.check(run_passes(g, backend.required_passes), opts))
 
     lowered = run_passes(graph, backend.required_passes)
-    refused, other = _refusals(backend.unsupported_for(lowered, opts))
-    still = _refusals(backend.unsupported_for(lowered, fallback[1]))[0] if fallback else refused
+    refused, other = _refusals(backend.check(lowered, opts))
+    still = _refusals(backend.check(lowered, fallback[1]))[0] if fallback else refused
     after = {n.name for n in lowered.nodes}
     tried: dict[str, tuple[set[str], dict[str, str]]] = {}  # rule -> (names left, refusals)
     ops = {n.op_type for n in graph.nodes if n.name in refused}
@@ -191,21 +204,12 @@ def _confirm_together(graph: Graph, entries: list[dict[str, Any]], refusals: Any
             )
 
 
-@register_checker("c")
-def check_c(graph: Graph) -> list[dict[str, Any]]:
-    return backend_check(graph, "c", "cpu")
-
-
-@register_checker("mps")
-def check_mps(graph: Graph) -> list[dict[str, Any]]:
-    # MPSNNGraph's verdict per node; what it cannot run but the Swift CPU tail can is
-    # 'supported' on the cpu (or 'replaceable' when a rewrite moves it onto the GPU).
-    return backend_check(graph, "mps", "gpu", {"gpu_only": True}, ("cpu", {}))
-
-
 # --- "replaceable" only when verified ------------------------------------------------------------
-# Targets whose checker tries the rewrite rules on every refusal itself (backend_check).
-_TRIES_RULES = {"c", "mps"}
+def _tries_rules(target: str) -> bool:
+    """Whether the target's checker tries the rewrite rules on every refusal itself (it is
+    `backend_check`)."""
+    fn = all_checkers().get(target)
+    return getattr(fn, "func", None) is backend_check
 
 
 def _by_convert_coreml(graph: Graph, target: str) -> set[str]:
@@ -244,6 +248,7 @@ def confirm_replaceable(
     from .edit import RULES
 
     checker = _checker(target, options)
+    tries_rules = _tries_rules(target)
     trials: dict[str, tuple[set[str], dict[str, dict[str, Any]]] | None] = {}
 
     def trial(rule: str) -> tuple[set[str], dict[str, dict[str, Any]]] | None:
@@ -300,7 +305,7 @@ def confirm_replaceable(
                     reason=f"{e['reason']} (suggested: {rule}; not a rule onnx2edge can apply "
                     "and check)",
                 )
-        elif e["status"] == "unsupported" and e["node"] is not None and target not in _TRIES_RULES:
+        elif e["status"] == "unsupported" and e["node"] is not None and not tries_rules:
             for r in RULES.values():
                 if e["op"] in r.ops and (r.exact or target in r.targets):
                     if why_not(e["node"], r.name) is None:
@@ -339,31 +344,31 @@ def check_options(target: str, options: Mapping[str, Any] | None) -> dict[str, A
 
 
 def _checker(target: str, options: Mapping[str, Any] | None) -> CheckFn:
-    fn = CHECKERS[target]
+    fn = all_checkers()[target]
     if not options:
         return fn
     return lambda graph: fn(graph, **options)  # type: ignore[call-arg]
 
 
 def check_model(
-    model: str | Path,
+    model: Any,
     target: str,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Frontend + the target-independent passes, then the target's checker; with totals.
+    `model`: a file, a ModelProto or a `frontend.handle.LoadedModel` (not loaded again).
     `options`: the conversion options the target's checker takes (CHECK_OPTIONS)."""
     if target not in available_targets():
         raise Onnx2EdgeError(
             f"unknown check target '{target}' (available: {', '.join(available_targets())})"
         )
     kwargs = check_options(target, options)
-    from . import frontend
-    from .api import DEFAULT_PASSES
-    from .passes import run_passes
+    from .frontend.handle import DEFAULT_PASSES, LoadedModel, model_label, source_of
 
-    graph = run_passes(frontend.load(model, input_shapes=input_shapes, quiet=True), DEFAULT_PASSES)
+    handle = model if isinstance(model, LoadedModel) else LoadedModel(model, input_shapes)
+    graph = handle.after(DEFAULT_PASSES)
     entries = _checker(target, kwargs)(graph)
     for e in entries:
         missing = [k for k in ENTRY_KEYS if k not in e]
@@ -371,9 +376,8 @@ def check_model(
             raise ValueError(f"checker for {target} returned a malformed entry {e!r}")
     entries = confirm_replaceable(graph, target, entries, kwargs)
     totals = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
-    from .api import model_label
-
-    name = model_label(model) if not isinstance(model, str | Path) else str(model)
+    src = source_of(model)
+    name = str(src) if isinstance(src, str | Path) else model_label(src)
     rep: dict[str, Any] = {"model": name, "target": target, "totals": totals, "nodes": entries}
     if kwargs:
         rep["options"] = {"format" if k == "fmt" else k: v for k, v in kwargs.items()}

@@ -337,7 +337,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _common(s)
 
     s = sub.add_parser("conformance", help="run the ONNX backend node tests through a target")
-    s.add_argument("--target", default="c", choices=["c"])
+    s.add_argument("--target", default="c", choices=["c", "mps", "coreml"])
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument("--filter", metavar="REGEX", help="only cases whose name matches")
     s.add_argument(
@@ -350,7 +350,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--write-expected",
         metavar="FILE",
         help="write each case's status to FILE "
-        "(tests/conformance/c.expected; needs the full run, no --filter)",
+        "(tests/conformance/TARGET.expected; needs the full run, no --filter)",
     )
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     _arch(s, command)
@@ -404,7 +404,9 @@ def _cmd_prune(a: argparse.Namespace) -> int:
             levels = [float(x) for x in a.sweep.split(",") if x]
         except ValueError:
             raise Onnx2EdgeError(f"--sweep: expected numbers, got {a.sweep!r}") from None
-        res = pr.sweep(
+        from .bench.prune_sweep import format_sweep, sweep
+
+        res = sweep(
             a.model,
             a.output,
             levels,
@@ -414,7 +416,7 @@ def _cmd_prune(a: argparse.Namespace) -> int:
             latency=not a.no_latency,
             **kw,
         )
-        print(json.dumps(res, indent=1) if a.json else pr.format_sweep(res))
+        print(json.dumps(res, indent=1) if a.json else format_sweep(res))
         return 0
     model, rep = pr.prune_model(load_model(a.model), a.sparsity, **kw)
     write_bytes_atomic(a.output, model.SerializeToString())
@@ -547,10 +549,14 @@ def _refuse_emulated_timing(arch: str | None) -> None:
 def _cmd_conformance(a: argparse.Namespace) -> int:
     import re
 
-    from .backends.c import conformance as conf
+    from .conformance import cases as conf
 
     if a.write_expected and a.filter:
         raise Onnx2EdgeError("--write-expected lists every case: drop --filter")
+    if a.target != "c" and a.write_doc:
+        raise Onnx2EdgeError(
+            "--write-doc writes the C table of docs/conformance.md: use --target c"
+        )
     cases = conf.collect_cases()
     if a.filter:
         rx = re.compile(a.filter)
@@ -564,16 +570,29 @@ def _cmd_conformance(a: argparse.Namespace) -> int:
             flush=True,
         )
 
-    results = conf.run_conformance(cases, jobs=a.jobs, progress=progress, arch=a.arch)
+    note = ""
+    if a.target == "c":
+        from .conformance import c as c_conf
+
+        results = c_conf.run_conformance(cases, jobs=a.jobs, progress=progress, arch=a.arch)
+    else:
+        from .conformance import runner
+
+        if a.arch:
+            raise Onnx2EdgeError(f"--arch: only with --target c, not {a.target}")
+        opts = runner.options_for(a.target, None)
+        note = "options: " + (", ".join(f"{k}={v}" for k, v in opts.items()) or "defaults")
+        results = runner.run_conformance(a.target, cases, jobs=a.jobs, progress=progress)
     summary = conf.summarize(results)
     if a.write_doc:
+        from .conformance.c import format_doc
         from .fsutil import write_text_atomic
 
-        write_text_atomic(a.write_doc, conf.format_doc(summary, results))
+        write_text_atomic(a.write_doc, format_doc(summary, results))
     if a.write_expected:
         from .fsutil import write_text_atomic
 
-        write_text_atomic(a.write_expected, conf.expected_text(results))
+        write_text_atomic(a.write_expected, conf.expected_text(results, a.target, note))
     if a.json:
         print(json.dumps(summary, indent=1))
     else:

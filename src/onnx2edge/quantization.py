@@ -34,6 +34,8 @@ import onnx
 
 from .errors import Onnx2EdgeError
 from .fsutil import write_bytes_atomic
+from .ir.expose import constant_tensors as constant_tensors
+from .ir.expose import expose_outputs
 
 MODES = ("fp16", "dynamic", "static")
 METHODS = ("minmax", "percentile", "entropy")
@@ -914,35 +916,9 @@ def _diff(ref: np.ndarray, got: np.ndarray) -> tuple[float, float, float]:
     return max_abs, rel, float(min(sqnr, 200.0))
 
 
-def constant_tensors(model: onnx.ModelProto) -> set[str]:
-    """Tensors computed from initializers alone (a weight's DequantizeLinear, Shape chains).
-    onnxruntime folds them into initializers when it loads the model; one that is also a
-    graph output makes it fail ("Attempt to replace the existing tensor") and print that
-    error, so they are never exposed: they are weights, not activations."""
-    g = model.graph
-    # an initializer that is also a graph input can be fed: not a constant
-    inputs = {i.name for i in g.input}
-    const = {t.name for t in g.initializer} - inputs
-    out: set[str] = set()
-    for n in g.node:  # topological order (topo_sort): a producer comes before its consumers
-        ins = [i for i in n.input if i]
-        if n.op_type == "Constant" or (ins and all(i in const for i in ins)):
-            const.update(o for o in n.output if o)
-            out.update(o for o in n.output if o)
-    return out
-
-
 def _expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy with every activation a graph output (constants left alone: constant_tensors)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    present = {o.name for o in m.graph.output} | constant_tensors(model)
-    for n in m.graph.node:
-        for o in n.output:
-            if o and o not in present:
-                m.graph.output.append(onnx.helper.make_empty_tensor_value_info(o))
-                present.add(o)
-    return m
+    return expose_outputs(model, typed=False)[0]
 
 
 def first_output(model: onnx.ModelProto | bytes, data: CalibData) -> np.ndarray:

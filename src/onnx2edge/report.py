@@ -81,8 +81,9 @@ def _c_footprint(graph: Graph, work: Path) -> dict[str, Any]:
     from .backends.c.writer import write_model
 
     em = ModelEmitter(graph, prefix="model")
-    offsets = em.emit()["offsets"]
-    stats = write_model(graph, work)
+    res = em.emit()
+    offsets = res["offsets"]
+    stats = write_model(graph, work, emitted=(em, res))  # the plan above, not a second emit
     code = _code_bytes(compiler(), work)
     layers = {}
     for n in graph.nodes:
@@ -153,18 +154,19 @@ def collect(
     log: Any = None,
 ) -> dict[str, Any]:
     """Everything the page shows, as plain data."""
-    from . import api, frontend
+    from . import api
     from .check import check_model
 
     say = log or (lambda msg: None)
     say("reading the model")
-    original = frontend.load(model, input_shapes=input_shapes, quiet=True)
+    handle = api.load(model, input_shapes=input_shapes)  # the frontend runs once for all below
+    original = handle.graph()
     info = inspect_graph(original)
     say(f"checking what {target} supports")
-    checked = check_model(model, target, input_shapes=input_shapes)
+    checked = check_model(handle, target)
     status = {e["node"]: e for e in checked["nodes"] if e["node"]}
     try:
-        prepared = api.prepare(model, target, input_shapes=input_shapes, quiet=True)
+        prepared = api.prepare(handle, target, quiet=True)
         refused = None
     except Onnx2EdgeError as e:
         prepared, refused = None, str(e)
@@ -202,7 +204,7 @@ def collect(
     verify_ok = None
     if verify and prepared is not None:
         say(f"verifying every layer of {target} against onnxruntime")
-        rep = api.verify(model, target=target, input_shapes=input_shapes, per_layer=True)
+        rep = api.verify(handle, target=target, per_layer=True)
         errors = {t.name: t.max_rel for t in [*rep.layers, *rep.outputs]}
         verify_ok = rep.ok
     offsets = footprint.get("offsets", {})

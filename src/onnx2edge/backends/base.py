@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import Onnx2EdgeError
 from ..ir import Graph
+from .refusal import Refusal
 
 MANIFEST = "onnx2edge.json"
 
@@ -81,18 +82,52 @@ class Backend(ABC):
         a model of the target (a simulator, an evaluator). Backends override this."""
         return f"{self.label or self.name} output run by onnx2edge on this host"
 
-    @abstractmethod
+    # `onnx2edge check --target NAME`: where a node this backend takes runs (the placement
+    # column), the conversion options the verdict is asked under, and (placement, options)
+    # under which the backend still takes a node refused there (MPS: the Swift CPU tail).
+    check_placement: str = "cpu"
+    check_as: Mapping[str, Any] = {}
+    check_fallback: tuple[str, Mapping[str, Any]] | None = None
+
+    def checkers(self) -> Mapping[str, Callable[..., list[dict[str, Any]]]]:
+        """`check` targets this backend answers with its own checker, `fn(graph, **options)
+        -> entries` (Core ML: where on the device each node runs); empty (the default):
+        `check --target NAME` asks `check` below, with the rewrite rules tried on refusals."""
+        return {}
+
+    # The ops (domain, op_type) this backend has an emitter for; a node of another op is
+    # refused by `check`. Empty: the backend does not say (check still judges every node).
+    @property
+    def supported_ops(self) -> frozenset[tuple[str, str]]:
+        return frozenset()
+
+    def check(self, graph: Graph, options: Mapping[str, Any] | None = None) -> list[Refusal]:
+        """Every node (or graph-level problem) this backend cannot express under the
+        conversion `options`, as records (`Refusal`): what `convert` refuses with, `check`
+        reports and conformance files. A backend overrides this (or, older ones, `unsupported`,
+        whose lines become graph-level refusals)."""
+        return [Refusal.graph(line) for line in self._legacy_unsupported(graph, options or {})]
+
+    def _legacy_unsupported(self, graph: Graph, options: Mapping[str, Any]) -> list[str]:
+        cls = type(self)
+        if cls.unsupported_for is not Backend.unsupported_for:
+            return cls.unsupported_for(self, graph, options)
+        if cls.unsupported is Backend.unsupported:
+            raise NotImplementedError(f"{cls.__name__} implements neither check nor unsupported")
+        return self.unsupported(graph)
+
     def unsupported(self, graph: Graph) -> list[str]:
-        """One line per node this backend cannot express: name, op, opset, and why/what to do."""
+        """One line per node this backend cannot express: name, op, opset, and why/what to do
+        (`check` as text)."""
+        return [str(r) for r in self.check(graph, {})]
 
     def passes_for(self, options: Mapping[str, Any]) -> tuple[str, ...]:
         """The passes a conversion with `options` needs (default: required_passes)."""
         return self.required_passes
 
     def unsupported_for(self, graph: Graph, options: Mapping[str, Any]) -> list[str]:
-        """`unsupported` for the conversion options (a backend with several output formats
-        overrides this); the default ignores the options."""
-        return self.unsupported(graph)
+        """`check` under the conversion options, as text (one line per refusal)."""
+        return [str(r) for r in self.check(graph, options)]
 
     @abstractmethod
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:

@@ -371,8 +371,8 @@ def bench_model(
         raise Onnx2EdgeError(
             f"bench --arch {arch} runs under emulation: correctness only, no timing"
         )
+    from ..compare import compare, within_spread
     from ..runtime import random_inputs
-    from ..verify import compare, within_spread
 
     model = Path(model)
     tmp = tempfile.TemporaryDirectory(prefix="onnx2edge-bench-")

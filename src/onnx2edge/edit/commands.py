@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -131,10 +130,7 @@ def _print_edit(a: argparse.Namespace, res: dict[str, Any], text: str) -> int:
 def run_command(a: argparse.Namespace) -> int:
     from .. import api
     from ..frontend import parse_input_shapes
-    from . import nhwc, surgery
-    from . import rewrite as rewrite_mod  # noqa: F401
-
-    rewrite = sys.modules["onnx2edge.edit.rewrite"]
+    from . import nhwc, rewrite, surgery
 
     c = a.command
     if c == "check":

@@ -12,13 +12,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..compare import VerifyReport, compare_all
 from ..errors import Onnx2EdgeError
 from ..frontend.loader import fix_input_shapes, infer_shapes, load_model
 from ..fsutil import write_bytes_atomic
 from ..ir import Graph
 from ..ir.proto import graph_from_model, model_from_graph
 from ..runtime import complete_inputs, ort_run
-from ..verify import VerifyReport, compare_all
+from .rules import count_ops as count_ops
+from .rules import op_delta as op_delta
 
 Shapes = Mapping[str, Sequence[int]] | None
 
@@ -88,10 +90,10 @@ def verify_models(
     )
     layers: list[str] = []
     if per_layer:
-        from ..api import _with_all_outputs
+        from ..ir.expose import expose_outputs
 
-        ref_model, ref_names = _with_all_outputs(ref_model)
-        cand_model, cand_names = _with_all_outputs(cand_model)
+        ref_model, ref_names = expose_outputs(ref_model)
+        cand_model, cand_names = expose_outputs(cand_model)
         common = set(cand_names) - set(ref_graph.outputs)
         layers = [n for n in ref_names if n in common]
     ref = ort_run(ref_model, feeds)
@@ -113,18 +115,3 @@ def verify_models(
 def _is_input(model: onnx.ModelProto, name: str) -> bool:
     inits = {t.name for t in model.graph.initializer}
     return any(i.name == name and name not in inits for i in model.graph.input)
-
-
-def count_ops(graph: Graph) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for n in graph.nodes:
-        out[n.op_type] = out.get(n.op_type, 0) + 1
-    return dict(sorted(out.items()))
-
-
-def op_delta(before: Graph, after: Graph) -> dict[str, int]:
-    """Per op type: how many nodes more (+) or fewer (-) after an edit."""
-    a, b = count_ops(before), count_ops(after)
-    return {
-        k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) != a.get(k, 0)
-    }

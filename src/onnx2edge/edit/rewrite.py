@@ -7,29 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Onnx2EdgeError
-from ..ir import Graph
-from .model_io import Shapes, load_graph, op_delta, save_model, to_model, verify_models
-from .rules import RULES, Rule, get_rules
-
-
-def apply_rules(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[dict[str, Any]]]:
-    """Apply `rules` in order; returns the new graph and, per rule, the op-count change."""
-    log = []
-    for r in rules:
-        new = r.fn(graph)
-        left = {n.name for n in new.nodes}
-        rewritten = sorted(n.name for n in graph.nodes if n.name not in left)
-        log.append(
-            {
-                "rule": r.name,
-                "exact": r.exact,
-                "rewritten": rewritten,
-                "ops": op_delta(graph, new),
-                "note": r.note,
-            }
-        )
-        graph = new
-    return graph, log
+from .model_io import Shapes, load_graph, save_model, to_model, verify_models
+from .rules import RULES, get_rules
+from .rules import apply_rules as apply_rules  # graph-only: lives with the registry
+from .rules import list_rules as list_rules
 
 
 def rules_for_target(model: str | Path, target: str, *, input_shapes: Shapes = None) -> list[str]:
@@ -144,16 +125,3 @@ def format_rewrite(res: dict[str, Any]) -> str:
             )
     lines.append(f"wrote {res['output']}")
     return "\n".join(lines)
-
-
-def list_rules() -> list[dict[str, Any]]:
-    return [
-        {
-            "rule": r.name,
-            "ops": list(r.ops),
-            "exact": r.exact,
-            "targets": list(r.targets),
-            "note": r.note,
-        }
-        for r in RULES.values()
-    ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from onnx import AttributeProto
@@ -201,3 +202,52 @@ def single_consumer(graph: Graph, name: str) -> Node | None:
     if len(cons) != 1 or name in graph.outputs:
         return None
     return cons[0]
+
+
+# --- applying rules (graph in, graph out; the `rewrite` command adds loading and verifying) ---
+def count_ops(graph: Graph) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for n in graph.nodes:
+        out[n.op_type] = out.get(n.op_type, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def op_delta(before: Graph, after: Graph) -> dict[str, int]:
+    """Per op type: how many nodes more (+) or fewer (-) after an edit."""
+    a, b = count_ops(before), count_ops(after)
+    return {
+        k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) != a.get(k, 0)
+    }
+
+
+def apply_rules(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, list[dict[str, Any]]]:
+    """Apply `rules` in order; returns the new graph and, per rule, the op-count change."""
+    log = []
+    for r in rules:
+        new = r.fn(graph)
+        left = {n.name for n in new.nodes}
+        rewritten = sorted(n.name for n in graph.nodes if n.name not in left)
+        log.append(
+            {
+                "rule": r.name,
+                "exact": r.exact,
+                "rewritten": rewritten,
+                "ops": op_delta(graph, new),
+                "note": r.note,
+            }
+        )
+        graph = new
+    return graph, log
+
+
+def list_rules() -> list[dict[str, Any]]:
+    return [
+        {
+            "rule": r.name,
+            "ops": list(r.ops),
+            "exact": r.exact,
+            "targets": list(r.targets),
+            "note": r.note,
+        }
+        for r in RULES.values()
+    ]

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from ..errors import Onnx2EdgeError
 from ..frontend.loader import fix_input_shapes, infer_shapes, load_model
+from ..ir.expose import expose_outputs
 from ..ir.proto import MAX_IR_VERSION, graph_from_model
 from ..runtime import complete_inputs, ort_run
 from .model_io import Shapes, count_ops, load_graph, op_delta, save_model, to_model, verify_models
@@ -337,11 +337,7 @@ def add_output(model: str | Path, out: str | Path, names: Sequence[str] | str) -
     dup = [n for n in wanted if n in present]
     if dup:
         raise Onnx2EdgeError(f"add-output: {', '.join(dup)} is already an output")
-    typed = infer_shapes(proto)
-    types = {v.name: v for v in typed.graph.value_info}
-    new = _copy(proto)
-    for n in wanted:
-        new.graph.output.append(types.get(n) or helper.make_empty_tensor_value_info(n))
+    new, _ = expose_outputs(proto, wanted, constants=True)
     save_model(new, out, "add-output")
     return {"output": str(out), "added": wanted}
 

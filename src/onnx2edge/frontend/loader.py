@@ -18,6 +18,7 @@ from onnx import external_data_helper
 from ..errors import Onnx2EdgeError, UnsupportedError
 from ..fsutil import resolve_inside
 from ..ir import Graph
+from ..ir.expose import expose_outputs
 from ..ir.onnx_shapes import infer_shapes as infer_shapes  # re-exported: edit/, tests
 from ..ir.onnx_shapes import skeleton
 from ..ir.proto import graph_from_model
@@ -608,12 +609,7 @@ def ort_observer(  # noqa: ANN201 - see passes.specialise
         m = _copy(model)
         if base_dir is not None:
             external_data_helper.load_external_data_for_model(m, str(base_dir))
-        present = {o.name for o in m.graph.output}
-        produced = {o for n in m.graph.node for o in n.output if o}
-        for name in names:
-            if name in produced and name not in present:
-                m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-                present.add(name)
+        m, _ = expose_outputs(m, names, typed=False, constants=True)
         m.ir_version = min(m.ir_version, 10)
         rng = np.random.default_rng(0)
         feeds = {}

@@ -25,7 +25,7 @@ def _cancel_transposes(model: onnx.ModelProto) -> onnx.ModelProto:
     """The layout Transposes an import leaves (TFLite's NHWC around NCHW convolutions, the
     ones OpenVINO's TFLite frontend writes) pushed through layout-agnostic ops until pairs
     meet and cancel: the `nhwc` command's optimiser, exact."""
-    from ..edit.nhwc import optimize_transposes
+    from ..edit.transposes import optimize_transposes
     from ..ir.onnx_shapes import infer_shapes
     from ..ir.proto import graph_from_model, model_from_graph
 

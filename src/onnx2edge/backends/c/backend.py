@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, read_manifest, register_backend
+from ..refusal import Refusal
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .device import DEVICES, device
@@ -187,8 +188,17 @@ class CBackend(Backend):
         quantized = options.get("io", "float") != "float"
         return (*self.required_passes, *(("quantized_io",) if quantized else ()))
 
-    def unsupported(self, graph: Graph) -> list[str]:
-        return ModelEmitter(graph).unsupported()
+    @property
+    def supported_ops(self) -> frozenset[tuple[str, str]]:
+        from .ops import load_all
+
+        return frozenset(
+            tuple(k.split(":", 1)) if ":" in k else ("", k)  # type: ignore[misc]
+            for k in load_all()
+        )
+
+    def check(self, graph: Graph, options: Mapping[str, Any] | None = None) -> list[Refusal]:
+        return ModelEmitter(graph).refusals()
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         wf = options.get("weights_file")

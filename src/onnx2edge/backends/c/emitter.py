@@ -27,8 +27,10 @@ from ...ir.proto import release_pages
 from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.attrs import attr as semantic_attr
 from ...semantics.fused import base_domain, base_op
+from ..refusal import Refusal
 from .concat_alias import concat_aliases
 from .device import GENERIC, Device, build_guard
+from .fp16 import fp16_storable
 from .nchwc_plan import LayoutPlan, plan_layout
 from .ops import load_all
 from .ops.unsupported import UNSUPPORTED
@@ -450,16 +452,23 @@ class ModelEmitter:
 
     # --- emission ------------------------------------------------------------------------------
     def unsupported(self) -> list[str]:
-        problems = []
+        return [str(r) for r in self.refusals()]
+
+    def refusals(self) -> list[Refusal]:
+        """Every node this emitter cannot write, as records (CBackend.check)."""
+        problems: list[Refusal] = []
+        opset = self.graph.opset
         for node in self.graph.nodes:
             spec = self.ops.get(op_key(node))
-            where = f"node '{node.name}' (op {node.op_type}, opset {self.graph.opset})"
             if spec is None:
                 if node.domain not in ("", "ai.onnx"):
-                    problems.append(f"{where}: no C emitter in domain '{node.domain}'")
+                    why = f"no C emitter in domain '{node.domain}'"
+                    problems.append(Refusal.of(node, opset, why))
                     continue
                 why = UNSUPPORTED.get(node.op_type)
-                problems.append(f"{where}: no C emitter for this op{f' ({why})' if why else ''}")
+                problems.append(
+                    Refusal.of(node, opset, f"no C emitter for this op{f' ({why})' if why else ''}")
+                )
                 continue
             for name in (*node.inputs, *node.outputs):
                 if not name:
@@ -468,19 +477,21 @@ class ModelEmitter:
                 if t is None or not t.is_static:
                     from ...passes.specialise import why_dynamic
 
-                    problems.append(f"{where}: {why_dynamic(self.graph, name)}")
+                    problems.append(Refusal.of(node, opset, why_dynamic(self.graph, name)))
                     break
                 if t.dtype == STRING_DTYPE and base_op(node) not in STRING_OPS:
-                    problems.append(f"{where}: {node.op_type} on strings is not supported")
+                    why = f"{node.op_type} on strings is not supported"
+                    problems.append(Refusal.of(node, opset, why))
                     break
                 if t.dtype.name not in CTYPES and not (
                     t.dtype.name in STORAGE_CTYPES and base_op(node) in STORAGE_DTYPE_OPS
                 ):
-                    problems.append(f"{where}: dtype {t.dtype.name} of '{name}' is not supported")
+                    why = f"dtype {t.dtype.name} of '{name}' is not supported"
+                    problems.append(Refusal.of(node, opset, why))
                     break
             else:
                 if spec.check is not None and (why := spec.check(node, self.graph)):
-                    problems.append(f"{where}: {why}")
+                    problems.append(Refusal.of(node, opset, why))
         return problems
 
     def emit(self) -> dict[str, Any]:
@@ -581,8 +592,6 @@ class ModelEmitter:
         o2e_fc_skip_zeros_h) should store `weights` as fp16: --weights fp16 and they fit.
         Records the layer as one reading fp16 in its kernel (the manifest's
         fp16_weight_layers)."""
-        from .writer import fp16_storable
-
         if not self.weights_fp16 or not fp16_storable(np.asarray(weights, np.float32)):
             return False
         self.fp16_kernel_layers.add(node)
@@ -593,8 +602,6 @@ class ModelEmitter:
         (o2e_f16_decode; the arena grows by the largest layer's, not by all weights) and named
         by a block-local pointer, so the kernels keep reading float32. The stored half array is
         `<sym>_f16` (writer.py); constants that are graph outputs stay float32."""
-        from .writer import fp16_storable
-
         syms = sorted(set(re.findall(r"\bW_\w+", body)) & self._key_of.keys())
         outputs = set(self.graph.outputs)
         lines = []

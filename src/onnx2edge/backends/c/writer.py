@@ -40,14 +40,10 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-# fp16 weight storage: float32 constants of at least this many elements whose finite values
-# fit fp16's range are stored as IEEE half. The layer that reads one widens it into its own
-# arena scratch right before it runs (emitter._widen_fp16), so RAM grows by the largest
-# layer's weights, never by a float32 copy of them all. Small constants (scales, clip bounds,
-# pads, -FLT_MAX sentinels) stay float32: they cost no flash worth saving and some must stay
-# exact.
-FP16_MIN_ELEMENTS = 64
-FP16_MAX = 65504.0
+# fp16 weight storage: the constants fp16.fp16_storable picks are stored as IEEE half. The
+# layer that reads one widens it into its own arena scratch right before it runs
+# (emitter._widen_fp16), so RAM grows by the largest layer's weights, never by a float32 copy
+# of them all.
 
 # IEEE half -> float: F16C (8 at a time) on x86 builds that have it, NEON fcvtl on aarch64,
 # else a portable bit-exact decoder (subnormals, Inf, NaN) that needs no fp16 hardware, so
@@ -80,13 +76,6 @@ static void o2e_f16_decode(float *dst, const uint16_t *src, size_t n)
 #endif
   for (i = v; i < n; ++i) dst[i] = o2e_h2f(src[i]);
 }"""
-
-
-def fp16_storable(arr: np.ndarray) -> bool:
-    if arr.dtype != np.float32 or arr.size < FP16_MIN_ELEMENTS:
-        return False
-    finite = arr[np.isfinite(arr)]
-    return bool(finite.size == 0 or np.abs(finite).max() <= FP16_MAX)
 
 
 def weights_checksum(path: Path, offset: int, n: int) -> int:
@@ -272,24 +261,31 @@ def write_model(
     kernel_options: Mapping[str, str] | None = None,
     device: Device = GENERIC,
     max_threads: int = MAX_THREADS,
+    emitted: tuple[ModelEmitter, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Emit the C sources for `graph` into `out_dir`; return stats for the manifest.
+    `emitted`: (emitter, its emit() result) for `graph` with these prefix / optimize /
+    kernel / device settings, already run by the caller (`report` reads its plan): written
+    out, not emitted a second time.
 
     prefix: every exported symbol and header macro starts with it (`<prefix>_run`,
     `<PREFIX>_ARENA_BYTES`); file_stem: the source's name (`<file_stem>.c`, default prefix),
     the header is `<prefix>.h`. weights_storage: inline | file | external (STORAGES; None:
     weights_file, else inline up to INLINE_WEIGHT_LIMIT). optimize: "speed" or "size";
     device: the build the arena is planned for (device.py)."""
-    em = ModelEmitter(
-        graph,
-        prefix=prefix,
-        optimize=optimize,
-        kernel_options=kernel_options,
-        device=device,
-        weights_fp16=weights_fp16,
-        max_threads=max_threads,
-    )
-    res = em.emit()
+    if emitted is not None:
+        em, res = emitted
+    else:
+        em = ModelEmitter(
+            graph,
+            prefix=prefix,
+            optimize=optimize,
+            kernel_options=kernel_options,
+            device=device,
+            weights_fp16=weights_fp16,
+            max_threads=max_threads,
+        )
+        res = em.emit()
     # Emitters may look at a weight (its shape, its values) and write a repacked copy: keep
     # exactly the constants whose symbol the code names, recorded as the code is written
     # (emitter.ConstTensor: reading `sym` is the one way to name a constant).

@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
 from ..base import Backend, BackendOption, ConvertResult, register_backend
+from ..refusal import Refusal
 from . import evaluate, mil, nn, validator
 from . import fp16 as _fp16_pass  # noqa: F401 - registers coreml_float16_as_float
 from . import options as opts
@@ -155,11 +156,20 @@ class CoreMLBackend(Backend):
         "decompose_hardswish",  # common.DECOMPOSED: no HardSwish layer in either format
     )
 
-    def unsupported(self, graph: Graph) -> list[str]:
-        return self.unsupported_for(graph, {})
+    def checkers(self) -> Mapping[str, Any]:
+        """Where each node runs on the device (CPU / GPU / Neural Engine), with the
+        formats' verdicts: `check --target coreml` / `coreml-ane`."""
+        from .placement import check_coreml, check_coreml_ane
 
-    def unsupported_for(self, graph: Graph, options: Mapping[str, Any]) -> list[str]:
-        fmt = _format(options)
+        return {"coreml": check_coreml, "coreml-ane": check_coreml_ane}
+
+    @property
+    def supported_ops(self) -> frozenset[tuple[str, str]]:
+        """The ops either format has an emitter for."""
+        return frozenset(("", op) for op in (*nn.NN_OPS, *mil.MIL_OPS))
+
+    def check(self, graph: Graph, options: Mapping[str, Any] | None = None) -> list[Refusal]:
+        fmt = _format(options or {})
         return nn.check(graph) if fmt == "neuralnetwork" else mil.check(graph)
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:

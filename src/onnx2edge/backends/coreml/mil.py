@@ -18,6 +18,7 @@ import numpy as np
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
 from ...semantics.records import reduce_attrs, softmax_attrs
+from ..refusal import Refusal
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -657,18 +658,18 @@ def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
         return _emit_one(ctx, n, mb)
 
 
-def check(graph: Graph) -> list[str]:
+def check(graph: Graph) -> list[Refusal]:
     return build_program(graph, collect=True)[1]
 
 
-def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lowered]:
+def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[Refusal], Lowered]:
     """(MIL program, refusals, lowered). With collect=False the first refusal raises."""
     coremltools()
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Program
 
     names = mil_names(graph)
-    refusals: list[str] = []
+    refusals: list[Refusal] = []
     try:
         for name in (*graph.inputs, *graph.outputs):
             float_tensor(graph, name)
@@ -678,11 +679,11 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
             raise
         # Still judge every node on its own, so one run names all the work.
         each = [
-            f"{n.name} ({n.op_type}, opset {graph.opset}): {why}"
+            Refusal.of(n, graph.opset, why)
             for n in graph.nodes
             if (why := _alone(graph, n, names)) is not None
         ]
-        return None, [f"graph inputs/outputs: {e}", *each], Lowered()
+        return None, [Refusal.graph(f"graph inputs/outputs: {e}"), *each], Lowered()
     specs = {names[i]: mb.placeholder(shape=static_shape(graph, i)) for i in graph.inputs}
     prog = Program()
     with Function(specs) as fn:
@@ -695,13 +696,13 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
                 # Its input comes from a refused node: judge it on placeholders instead.
                 skipped.update(n.outputs)
                 if collect and (why := _alone(graph, n, names)) is not None:
-                    refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {why}")
+                    refusals.append(Refusal.of(n, graph.opset, why))
                 continue
             why = _emit_one(ctx, n, mb)
             if why is not None:
                 if not collect:
                     raise Refuse(f"{n.name} ({n.op_type}): {why}")
-                refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {why}")
+                refusals.append(Refusal.of(n, graph.opset, why))
                 skipped.update(n.outputs)
         if refusals:
             return None, refusals, ctx.lowered
@@ -721,11 +722,9 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str
 def node_reasons(graph: Graph) -> dict[str, str]:
     """node name -> why the mlprogram emitter refuses it (absent when it is emitted)."""
     graph, origin = decomposed(graph)  # a decomposed op is judged by its parts
-    _, lines, _ = build_program(graph, collect=True)
+    _, refusals, _ = build_program(graph, collect=True)
     out: dict[str, str] = {}
-    names = sorted((n.name for n in graph.nodes), key=len, reverse=True)
-    for line in lines:
-        name = next((m for m in names if line.startswith(f"{m} (")), None)
-        if name is not None:
-            out.setdefault(origin.get(name, name), line.split("): ", 1)[-1])
+    for r in refusals:
+        if r.node is not None:
+            out.setdefault(origin.get(r.node, r.node), r.reason)
     return out

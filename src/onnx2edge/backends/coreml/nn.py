@@ -22,6 +22,7 @@ import numpy as np
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
 from ...semantics.records import softmax_attrs
+from ..refusal import Refusal
 from ._ct import coremltools
 from .common import (
     Lowered,
@@ -631,8 +632,8 @@ def _binary(c: _Ctx, n: Node) -> None:
     c.replaced(n, instead, [mode.lower()])
 
 
-def check(graph: Graph) -> list[str]:
-    """One line per node the neuralnetwork emitter refuses (emits into a throwaway builder)."""
+def check(graph: Graph) -> list[Refusal]:
+    """Every node the neuralnetwork emitter refuses (emits into a throwaway builder)."""
     return build(graph, collect=True)[1]
 
 
@@ -653,7 +654,7 @@ def _blob4(name: str) -> str:
     return f"{name}__o2e_rank4"
 
 
-def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lowered]:
+def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[Refusal], Lowered]:
     """(spec, refusals, lowered). With collect=False the first refusal raises Refuse.
 
     EXACT_ARRAY_MAPPING, specification version 4 (iOS 13), as coremltools'
@@ -666,7 +667,7 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
     coremltools()
     from coremltools.models.neural_network import NeuralNetworkBuilder
 
-    refusals: list[str] = []
+    refusals: list[Refusal] = []
     try:
         ins, outs = _features(graph, graph.inputs), _features(graph, graph.outputs)
     except Refuse as e:
@@ -674,12 +675,8 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
             raise
         # Still judge every node on its own, so one run names all the work.
         why, _ = node_reasons(graph)
-        each = [
-            f"{n.name} ({n.op_type}, opset {graph.opset}): {why[n.name]}"
-            for n in graph.nodes
-            if n.name in why
-        ]
-        return None, [f"graph inputs/outputs: {e}", *each], Lowered()
+        each = [Refusal.of(n, graph.opset, why[n.name]) for n in graph.nodes if n.name in why]
+        return None, [Refusal.graph(f"graph inputs/outputs: {e}"), *each], Lowered()
     b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=True, use_float_arraytype=True)
     ctx = _Ctx(graph, b)
     rank2_in = [i for i in graph.inputs if len(static_shape(graph, i)) == 2]
@@ -698,7 +695,7 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[str], Lower
         except Refuse as e:
             if not collect:
                 raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
-            refusals.append(f"{n.name} ({n.op_type}, opset {graph.opset}): {e}")
+            refusals.append(Refusal.of(n, graph.opset, str(e)))
     for o in rank2_out:
         if o in rank2_in:  # an input passed straight through
             continue

@@ -18,9 +18,12 @@ from ...passes.fuse_activation import fuse_activations
 from ...passes.registry import register_pass
 from ...semantics.activations import ACTIVATIONS, Activation, mps_neuron
 from ..base import Backend, BackendOption, ConvertResult, register_backend
+from ..refusal import Refusal
 from . import build
 from .core import Refuse, swift_ident
+from .cpu import CPU_EMITTERS
 from .lower import lower
+from .ops import EMITTERS
 from .swift import render_model, render_package, render_readme
 
 MODEL_INFO = "mps-model.json"
@@ -79,16 +82,25 @@ class MPSBackend(Backend):
         "fuse_activation_mps",
     )
 
-    def unsupported(self, graph: Graph) -> list[str]:
-        return self.unsupported_for(graph, {})
+    # check: MPSNNGraph's verdict per node; what it cannot run but the Swift CPU tail can is
+    # 'supported' on the cpu (or 'replaceable' when a rewrite moves it onto the GPU)
+    check_placement = "gpu"
+    check_as = {"gpu_only": True}
+    check_fallback = ("cpu", {})
 
-    def unsupported_for(self, graph: Graph, options: Mapping[str, Any]) -> list[str]:
+    @property
+    def supported_ops(self) -> frozenset[tuple[str, str]]:
+        """The ops with an MPSNNGraph node or Swift CPU code."""
+        return frozenset(("", op) for op in (*EMITTERS, *CPU_EMITTERS))
+
+    def check(self, graph: Graph, options: Mapping[str, Any] | None = None) -> list[Refusal]:
         """With `gpu_only`, every node MPSNNGraph cannot run; else only what the Swift CPU
         tail cannot take either."""
+        cpu = not (options or {}).get("gpu_only", False)
         try:
-            return lower(graph, check_only=True, cpu=not options.get("gpu_only", False)).refusals
+            return lower(graph, check_only=True, cpu=cpu).refusals
         except Refuse as e:  # pragma: no cover - check_only collects instead of raising
-            return [str(e)]
+            return [Refusal.graph(str(e))]
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         fp16 = bool(options.get("fp16", False))

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...ir import Node
 from ...semantics.attrs import attr
+from ..refusal import Refusal
 from .params import ParamBlob
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Lowered:
     inputs: list[tuple[str, str, Img]]  # (onnx name, swift var, image)
     outputs: list[tuple[str, Img]]  # ONNX graph outputs, in order
     blob: ParamBlob
-    refusals: list[str] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
     # The CPU tail (cpu.py): graph inputs that are not images (onnx name, swift var, shape),
     # GPU images it reads back (onnx name, swift var, image), its Swift statements, the
     # ONNX outputs it produces (onnx name -> swift var), and where each node runs.

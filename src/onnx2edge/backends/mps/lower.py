@@ -27,6 +27,7 @@ import numpy as np
 from ...ir import Graph, Node
 from ...semantics.activations import ACTIVATIONS, as_activation, clip_params, mps_neuron
 from ...semantics.fused import base_op, is_fused
+from ..refusal import Refusal
 from .core import (
     GPUSegment,
     Img,
@@ -366,7 +367,7 @@ class Lowering:
         return None
 
     def run(self, check_only: bool) -> Lowered:
-        refusals: list[str] = []
+        refusals: list[Refusal] = []
         inputs: list[tuple[str, str, Img]] = []
         for name in self.g.inputs:
             self.seg_of[name] = -1
@@ -382,7 +383,7 @@ class Lowering:
                     self.cpu_origin[name] = f"graph input '{name}' (not an image)"
                     self.placement.append((f"graph input '{name}'", "cpu", str(e)))
                     continue
-                refusals.append(f"graph input '{name}': {e}")
+                refusals.append(Refusal.graph(f"graph input '{name}': {e}"))
                 self.poisoned.add(name)
                 continue
             var = self.fresh(name)
@@ -404,12 +405,12 @@ class Lowering:
                 self.poisoned.update(o for o in node.outputs if o)
                 if op == "MatMul" and self.g.const(node.inputs[1]) is None:
                     if not self.cpu:
-                        refusals.append(f"{self.label(node)}: {MATMUL_OF_ACTIVATIONS}")
+                        refusals.append(Refusal.of(node, self.g.opset, MATMUL_OF_ACTIVATIONS))
                 elif emitter is None and (not self.cpu or op not in CPU_EMITTERS):
                     why = NO_NODE.get(op, "MPSNNGraph has no node for this op")
                     if self.cpu:
                         why += f"; the CPU has no Swift {op} either"
-                    refusals.append(f"{self.label(node)}: {why}")
+                    refusals.append(Refusal.of(node, self.g.opset, why))
                 continue
             live = [i for i in ins if self.g.const(i) is None]
             g = self.gpu_segment(live)
@@ -445,13 +446,15 @@ class Lowering:
                     problem = self.on_cpu(node, why) if self.cpu else why
             self.enter(1)
             if problem is not None:
-                refusals.append(f"{self.label(node)}: {problem}")
+                refusals.append(Refusal.of(node, self.g.opset, problem))
                 self.poisoned.update(o for o in node.outputs if o)
         if not heavy and not refusals:
             # Element-wise nodes alone would only move data to the GPU and back.
             refusals.append(
-                "no node runs on the GPU: MPSNNGraph needs at least one image node; "
-                "this model is not a convolutional network over [1, C, H, W] images"
+                Refusal.graph(
+                    "no node runs on the GPU: MPSNNGraph needs at least one image node; "
+                    "this model is not a convolutional network over [1, C, H, W] images"
+                )
             )
         graphs = [self.gpu_segs[k] for k in sorted(self.gpu_segs) if self.gpu_segs[k].layers]
         outputs: list[tuple[str, Img]] = []
@@ -463,29 +466,40 @@ class Lowering:
             s = max(self.seg_of.get(out_name, -1), 1)
             img = self.gpu_segs[s].env.get(out_name) if s in self.gpu_segs else None
             if not refusals and img is None:
-                refusals.append(f"graph output '{out_name}' is not produced by a convertible node")
+                refusals.append(
+                    Refusal.graph(
+                        f"graph output '{out_name}' is not produced by a convertible node"
+                    )
+                )
             if not refusals and out_name in self.g.inputs:
                 refusals.append(
-                    f"graph output '{out_name}' is a graph input; there is nothing to run"
+                    Refusal.graph(
+                        f"graph output '{out_name}' is a graph input; there is nothing to run"
+                    )
                 )
             if img is not None:
                 self.gpu_segs[s].outputs.append((out_name, img))
             outputs.append((out_name, img or Img("", 0, 0, 0)))
         if not refusals and len({img.var for _, img in outputs}) != len(outputs):
             refusals.append(
-                "two graph outputs are the same image (an Identity/Reshape between them); "
-                "MPSNNGraph returns each result image once"
+                Refusal.graph(
+                    "two graph outputs are the same image (an Identity/Reshape between them); "
+                    "MPSNNGraph returns each result image once"
+                )
             )
         for seg in graphs:
             own = {v for _, v, _ in seg.sources} | {v for _, v, _ in self.uploads}
             for name, img in seg.exports.items():
                 if not refusals and img.var in own:
                     refusals.append(
-                        f"tensor '{name}' of GPU graph {seg.index // 2 + 1} is one of its source "
-                        "images (an Identity/Reshape of it): MPSNNGraph returns computed images only"
+                        Refusal.graph(
+                            f"tensor '{name}' of GPU graph {seg.index // 2 + 1} is one of its "
+                            "source images (an Identity/Reshape of it): MPSNNGraph returns "
+                            "computed images only"
+                        )
                     )
         if refusals and not check_only:
-            raise Refuse("; ".join(refusals))
+            raise Refuse("; ".join(map(str, refusals)))
         last = max(self.cpu_segs)
         for k, lines in self.cpu_segs.items():
             if k == 0:
