@@ -349,11 +349,13 @@ class ModelEmitter:
             **dict(kernel_options or {}),
         }
         self.layer_strategies: dict[str, str] = {}  # node -> the strategy that wrote it
-        # per node, for `onnx2edge report` (not in the manifest): the kernels it recorded, the
-        # strategies that refused it before the chosen one ("name: why"), its scratch bytes
-        # and the constants it named first (a constant shared by layers counts for the first)
+        # node -> (strategy, why) for each strategy before the chosen one (strategy.select;
+        # the manifest's stats.kernel_refusals)
+        self.kernel_refusals: dict[str, list[tuple[str, str]]] = {}
+        # per node, for `onnx2edge report` (not in the manifest): the kernels it recorded, its
+        # scratch bytes and the constants it named first (a constant shared by layers counts
+        # for the first)
         self.node_kernels: dict[str, list[str]] = {}
-        self.layer_refusals: dict[str, list[str]] = {}
         self.node_scratch: dict[str, int] = {}
         self.node_constants: dict[str, list[str]] = {}
         # tensors kept channel-blocked between layers, and the layers that run so (issue 9)

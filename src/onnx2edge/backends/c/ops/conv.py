@@ -10,6 +10,7 @@ blocked NCHWc layout), put it in its own module and in `STRATEGIES` below.
 from __future__ import annotations
 
 from ..emitter import NodeContext
+from ..strategy import select
 from . import (
     conv_depthwise,
     conv_direct,
@@ -26,7 +27,7 @@ from . import (
     winograd,
 )
 from .common import act_expr
-from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, choose, conv_check
+from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, conv_check
 
 # --------------------------------------------------------------------------------------------
 # pruned 1x1 weights (issue 14): ops/sparse.py decides on the density and writes the kernel
@@ -111,10 +112,7 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
 @register_op("Conv", check=conv_check)
 def conv(ctx: NodeContext) -> str:
     spec = ConvSpec.of(ctx)
-    refusals: list[str] = []
-    strategy = choose(STRATEGIES, spec, refusals)
-    ctx.model.layer_strategies[ctx.node.name] = strategy.name
-    ctx.model.layer_refusals[ctx.node.name] = refusals
+    strategy = select(ctx, STRATEGIES, spec)
     r = ctx.node.inputs[3] if spec.residual else ""
     if strategy.inplace_residual and r and r not in ctx.node.inputs[:3]:
         # the output may take the residual's buffer (residual_alias.py decides)

@@ -84,7 +84,6 @@ def gemm_call(
     act: Activation | None = None,
     residual: str | None = None,
     ldr: int = 0,
-    **_: object,
 ) -> str:
     """C[M][N] = act(A[M][K]·B[K][N] + bias_m[M] + bias_n[N] + R), A read from memory."""
     _use_engine(ctx)

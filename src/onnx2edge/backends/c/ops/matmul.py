@@ -1,5 +1,5 @@
 """Gemm and MatMul on float32 (integer MatMul: quant.integer_matmul), as a list of kernel
-strategies (matmul_spec.py: `MatMulSpec`, `MatMulStrategy`, `choose`), in the order they are
+strategies (matmul_spec.py: `MatMulSpec`, `MatMulStrategy`; strategy.py: `select`), in the order they are
 preferred: sparse layouts for pruned weights, the batch-1 fully connected layer that skips the
 rows of zero inputs, the packed GEMV, one GEMM (Gemm; MatMul with the batch folded into M),
 a loop of GEMMs. To add one (an ISA variant, a quantised layout), write its refuse / emit pair
@@ -11,6 +11,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
+from ..strategy import select
 from . import register_op, sparse
 from .common import act_expr, broadcast_strides, strides
 from .gemm import (
@@ -21,7 +22,7 @@ from .gemm import (
     packed_weights,
     post_act,
 )
-from .matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy, choose
+from .matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy
 
 
 def _gemm_check(node: Node, graph: Graph) -> str | None:
@@ -209,7 +210,7 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
             c_full = c
     act = spec.act
     if alpha != 1.0 or c_full is not None:
-        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N, b_const=bc is not None))
+        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N))
         cst = broadcast_strides(c_full.shape, (M, N)) if c_full is not None else [0, 0]
         add = (
             f" + {c_literal(beta, np.float32)} * {c_full.sym}[i * {cst[0]} + j * {cst[1]}]"
@@ -234,7 +235,6 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
                 N,
                 bias_n=bias_n,
                 act=act,
-                b_const=bc is not None,
             )
         )
     return "\n".join(lines)
@@ -247,10 +247,7 @@ def _refuse_folded(spec: MatMulSpec) -> str | None:
 def _emit_folded(ctx: NodeContext, spec: MatMulSpec) -> str:
     """MatMul with a 2-D B: the batch folded into M, one GEMM."""
     a, y, N, K = spec.a, spec.y, spec.N, spec.K
-    return gemm_call(
-        ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, act=spec.act,
-        b_const=spec.weights is not None,
-    )  # fmt: skip
+    return gemm_call(ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, act=spec.act)
 
 
 def _refuse_batched(spec: MatMulSpec) -> str | None:
@@ -317,11 +314,7 @@ STRATEGIES: tuple[MatMulStrategy, ...] = (
 
 def _emit(ctx: NodeContext) -> str:
     spec = MatMulSpec.of(ctx)
-    refusals: list[str] = []
-    strategy = choose(STRATEGIES, spec, refusals)
-    ctx.model.layer_strategies[ctx.node.name] = strategy.name
-    ctx.model.layer_refusals[ctx.node.name] = refusals
-    return strategy.emit(ctx, spec)
+    return select(ctx, STRATEGIES, spec).emit(ctx, spec)
 
 
 @register_op("Gemm", check=_gemm_check)

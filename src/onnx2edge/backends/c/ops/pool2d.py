@@ -34,9 +34,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ....semantics.attrs import attr
-from ....semantics.conv_geometry import ConvGeometry, pool_geometry
 from ..emitter import NodeContext
 from .gemm import _use_engine, plan_threads
+from .pool_spec import PoolSpec
 
 # Work (element reads + tap operations) below which an op runs on the calling thread: the
 # hand-off to a spinning pool worker and the join cost a few microseconds (~10^4 such ops).
@@ -494,25 +494,25 @@ def _divisors(
     return cnt
 
 
-def float_pool_2d(ctx: NodeContext) -> ConvGeometry | None:
-    """The geometry of a MaxPool (without indices) / AveragePool on a non-empty float32 NCHW
-    tensor with pads >= 0, the pools the 2-D kernels (here and pool_rows.py) take; else None."""
-    x, y = ctx.x(0), ctx.y(0)
-    op = ctx.node.op_type
-    if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:
-        return None
-    if op == "MaxPool" and ctx.has_output(1):
-        return None
-    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
-    return None if min(geo.pads) < 0 else geo
+def refuse_2d(spec: PoolSpec) -> str | None:
+    """Why the 2-D kernels (here and pool_rows.py) do not take a pool, None when they do: a
+    MaxPool (without indices) / AveragePool on a non-empty float32 NCHW tensor, pads >= 0."""
+    if spec.op not in ("MaxPool", "AveragePool"):
+        return f"{spec.op}: MaxPool and AveragePool only"
+    if spec.x.dtype != np.float32 or spec.x.rank != 4 or spec.y.size == 0:
+        return "not a non-empty float32 NCHW map"
+    if spec.indices:
+        return "MaxPool's indices output"
+    return "negative pads" if min(spec.geom.pads) < 0 else None
 
 
-def pool(ctx: NodeContext) -> str | None:
-    """MaxPool / AveragePool on float32 NCHW with phase planes, or None (use the generic loop)."""
-    geo = float_pool_2d(ctx)
-    if geo is None:
-        return None
-    x, y = ctx.x(0), ctx.y(0)
+def refuse_planes(spec: PoolSpec) -> str | None:
+    return refuse_2d(spec)
+
+
+def emit_planes(ctx: NodeContext, spec: PoolSpec) -> str:
+    """MaxPool / AveragePool on float32 NCHW with phase planes."""
+    x, y, geo = spec.x, spec.y, spec.geom
     op = ctx.node.op_type
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
@@ -579,16 +579,21 @@ static void o2e_global_avgpool(void *arg, int i0, int i1)
 """
 
 
-def global_pool(ctx: NodeContext) -> str | None:
-    """GlobalAveragePool on float32 (any rank >= 3), or None (use the generic loop)."""
-    x, y = ctx.x(0), ctx.y(0)
-    if (
-        ctx.node.op_type != "GlobalAveragePool"
-        or x.dtype != np.float32
-        or x.rank < 3
-        or x.size == 0
-    ):
-        return None
+def refuse_global_sum(spec: PoolSpec) -> str | None:
+    """The vectorised sum takes GlobalAveragePool on a non-empty float32 tensor of rank >= 3."""
+    if spec.op != "GlobalAveragePool":
+        return f"{spec.op}: GlobalAveragePool only"
+    x = spec.x
+    return (
+        "not a non-empty float32 map"
+        if x.dtype != np.float32 or x.rank < 3 or x.size == 0
+        else None
+    )
+
+
+def emit_global_sum(ctx: NodeContext, spec: PoolSpec) -> str:
+    """GlobalAveragePool on float32 (any rank >= 3)."""
+    x, y = spec.x, spec.y
     n = x.shape[0] * x.shape[1]
     S = int(np.prod(x.shape[2:]))
     ctx.helper("o2e_win2d_args", ARGS)

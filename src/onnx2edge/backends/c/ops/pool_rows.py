@@ -31,7 +31,8 @@ import numpy as np
 
 from ....semantics.attrs import attr
 from ..emitter import NodeContext
-from .pool2d import ARGS, INTRINSICS, _divisors, call_planes, float_pool_2d
+from .pool2d import ARGS, INTRINSICS, _divisors, call_planes, refuse_2d
+from .pool_spec import PoolSpec
 
 # Output positions per block: one AVX-512 register, two AVX2 / NEON registers... (see _BLOCK)
 # Inputs from this size on are prefetched ahead (ab_nodes, native, 1 thread: -10..-35 % on
@@ -405,12 +406,19 @@ static void {name}(void *arg, int i0, int i1)
     return name
 
 
-def pool(ctx: NodeContext) -> str | None:
-    """MaxPool / AveragePool on float32 NCHW by rows, or None (pool2d.py's planes, then the
-    generic loop, take it)."""
-    geo = float_pool_2d(ctx)
-    if geo is None:
-        return None
+def refuse(spec: PoolSpec) -> str | None:
+    """Why the row kernels do not take a pool (pool2d.py's planes, then the generic loop, take
+    it), None when they do."""
+    if (why := refuse_2d(spec)) is not None:
+        return why
+    g = spec.geom
+    out = (spec.y.shape[2], spec.y.shape[3])
+    return _refuse_rows(spec.op, out, g.kernel, g.strides, g.dilations, g.pads)
+
+
+def emit(ctx: NodeContext, spec: PoolSpec) -> str:
+    """MaxPool / AveragePool on float32 NCHW by rows."""
+    geo = spec.geom
     x, y = ctx.x(0), ctx.y(0)
     op = ctx.node.op_type
     N, C, H, W = x.shape
@@ -428,6 +436,34 @@ def pool(ctx: NodeContext) -> str | None:
     )
 
 
+def _refuse_rows(
+    op: str,
+    out: tuple[int, int],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: tuple[int, ...],
+) -> str | None:
+    """The geometry the row kernels do not handle: dilation, a column stride above 2, a window
+    wider than 8 columns or taller than 16 rows, a pad as wide as the window."""
+    (kh, kw), sw = kernel, strides[1]
+    if tuple(dilations) != (1, 1):
+        return "dilation"
+    if sw not in (1, 2):
+        return f"column stride {sw} (1 or 2)"
+    if kw > 8 or kh > 16:
+        return f"window {kh}x{kw} (at most 16x8)"
+    if out[1] > 16 * MAXB:
+        return f"output rows of {out[1]} columns (at most {16 * MAXB})"
+    if max(pads[1], pads[3]) >= kw or max(pads[0], pads[2]) >= kh:
+        return "windows of padding only (left to the phase planes)"
+    if op == "AveragePool" and out[1] <= 8 and kw <= 3:
+        # narrow maps: the planes' one flat loop over the whole map wins (ab_nodes, native,
+        # Inception-v3 Mixed_7c 3x3 on 2048x8x8: rows 1.15x the planes' time)
+        return "AveragePool on maps of <= 8 columns (the phase planes' flat loop wins)"
+    return None
+
+
 def _rows(
     ctx: NodeContext,
     op: str,
@@ -438,19 +474,11 @@ def _rows(
     dilations: tuple[int, int],
     pads: tuple[int, ...],
     divisors: tuple[np.ndarray, np.ndarray] | None = None,
-) -> str | None:
-    """C statements for a float32 NCHW MaxPool / AveragePool by rows, or None (the geometry is
-    not handled: dilation, a column stride above 2, a window wider than 8 columns, a pad as wide
-    as the window). divisors: AveragePool's taps counted per output row and column."""
+) -> str:
+    """C statements for a float32 NCHW MaxPool / AveragePool by rows (a geometry
+    `_refuse_rows` takes). divisors: AveragePool's taps counted per output row and column."""
+    assert _refuse_rows(op, out, kernel, strides, dilations, pads) is None
     (kh, kw), (sh, sw) = kernel, strides
-    if dilations != (1, 1) or sw not in (1, 2) or kw > 8 or kh > 16 or out[1] > 16 * MAXB:
-        return None
-    if max(pads[1], pads[3]) >= kw or max(pads[0], pads[2]) >= kh:
-        return None  # windows of padding only: left to pool2d.py's planes
-    if op == "AveragePool" and out[1] <= 8 and kw <= 3:
-        # narrow maps: the planes' one flat loop over the whole map wins (ab_nodes, native,
-        # Inception-v3 Mixed_7c 3x3 on 2048x8x8: rows 1.15x the planes' time)
-        return None
     N, C, H, W = shape
     OH, OW = out
     name = _kernel(ctx, op, kh, kw, sh, sw, N * C * H * W * 4 >= PREFETCH_MIN_BYTES)
