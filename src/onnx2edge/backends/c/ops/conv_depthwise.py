@@ -6,6 +6,7 @@ import numpy as np
 
 from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
 from ..emitter import NodeContext, c_literal
+from ..headers import include
 from . import pool2d
 from .common import act_expr, clip_bounds
 from .conv_spec import ConvSpec, ConvStrategy
@@ -26,7 +27,7 @@ def _dw_kernel(
     kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi).
     """
     name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{('', '_relu', '_clip')[kind]}"
-    ctx.helper("o2e_win2d_args", pool2d.ARGS)
+    include(ctx, "o2e_win2d.h")
     split = pool2d.phase_split(ctx, sh, sw)
     decl, reads = pool2d.tap_refs(kh, kw, sh, sw, dh, dw)
     wide = pool2d.phase_geometry(1, 1, kh, kw, sh, sw, dh, dw)[1] != 1
@@ -40,7 +41,7 @@ def _dw_kernel(
     scalar = f"float v = b + {acc};\n          {act}\n          {out}[p] = v;"
     # NEON: the same chain per lane - b, then one fused multiply-add per tap in row-major order
     # (what -ffp-contract=fast makes of the scalar sum) - and the same comparisons
-    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    include(ctx, "o2e_intrinsics.h")
     ws = [f"w{i}_{j}" for i, j in taps]
     post = [
         lambda v: v,

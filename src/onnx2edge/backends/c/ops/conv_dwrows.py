@@ -23,6 +23,7 @@ import numpy as np
 
 from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
 from ..emitter import NodeContext, c_literal
+from ..headers import include
 from . import pool2d
 from .common import act_expr, clip_bounds
 from .conv_spec import ConvSpec, ConvStrategy
@@ -54,7 +55,7 @@ def _fill_row(ctx: NodeContext, sw: int) -> str:
   const int n = W < need - pl ? W : need - pl;
   if (n > 0) {copy}(d + pl, s, n);"""
     else:
-        ctx.helper("o2e_deinterleave2", pool2d.DEINTERLEAVE2)
+        include(ctx, "o2e_deinterleave2.h")
         body = """  /* padded column iw + pl goes to phase (iw + pl) % 2 at (iw + pl) / 2; the taps read
    * columns < need of each phase */
   const int m = W < 2 * need - pl ? W : 2 * need - pl;
@@ -158,8 +159,8 @@ def _kernel(ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, kind: int) -> 
 
     kind: the activation table's epilogue kind, GEMM_NONE, GEMM_RELU or GEMM_CLIP(lo, hi)."""
     name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{('', '_relu', '_clip')[kind]}"
-    ctx.helper("o2e_win2d_args", pool2d.ARGS)
-    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    include(ctx, "o2e_win2d.h")
+    include(ctx, "o2e_intrinsics.h")
     fill = _fill_row(ctx, sw)
     body = _vector_rows(kh, kw, sw, kind)
     wl = "\n    ".join(

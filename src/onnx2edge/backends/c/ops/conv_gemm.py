@@ -8,6 +8,7 @@ import numpy as np
 
 from ....semantics.activations import Activation
 from ..emitter import NodeContext
+from ..headers import include
 from . import conv_pointwise, pool2d
 from .conv_spec import AUTO, ConvSpec, ConvStrategy
 from .gemm import (
@@ -129,7 +130,7 @@ def _im2col_rows(K: int, OH: int, OW: int) -> int:
 def _im2col_call(ctx: NodeContext, win: ConvWindow, x: str, oh0: str, nrows: int, col: str) -> str:
     """C statement filling `col` for output rows [oh0, oh0 + nrows), split across threads when
     the block is large (its C*kh*kw rows are independent)."""
-    ctx.helper("o2e_im2col", IM2COL)
+    include(ctx, "o2e_im2col.h")
     w, K = win, win.K
     fields = (
         f".x = {x}, .col = {col}, .H = {w.H}, .W = {w.W}, .kh = {w.kh}, .kw = {w.kw}, "
@@ -141,55 +142,6 @@ def _im2col_call(ctx: NodeContext, win: ConvWindow, x: str, oh0: str, nrows: int
             f"{{ o2e_im2col_args a = {{{fields}}}; o2e_parallel_for({K}, o2e_im2col_rows, &a); }}"
         )
     return f"{{ o2e_im2col_args a = {{{fields}}}; o2e_im2col_rows(&a, 0, {K}); }}"
-
-
-IM2COL = r"""
-/* im2col: the input patches of a 2-D convolution as a matrix, zeros for padding. Row
- * r = (c*kh + ki)*kw + kj holds x[c][oh*sh - pt + ki*dh][ow*sw - pl + kj*dw] for the output
- * positions of rows [oh0, oh1), (oh1 - oh0)*OW columns. */
-typedef struct {
-  const float *x;
-  float *col;
-  int H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, oh0, oh1;
-} o2e_im2col_args;
-
-/* Rows [r0, r1) of the matrix: independent, so o2e_parallel_for can split them. Each row of
- * the input is copied in one stretch; the columns that fall in the padding are zeroed around
- * it instead of testing every element. */
-static void o2e_im2col_rows(void *arg, int r0, int r1)
-{
-  const o2e_im2col_args *a = (const o2e_im2col_args *)arg;
-  const int W = a->W, sw = a->sw, OW = a->OW;
-  const size_t ld = (size_t)(a->oh1 - a->oh0) * OW;
-  for (int r = r0; r < r1; ++r) {
-    const int c = r / (a->kh * a->kw), ki = r / a->kw % a->kh, kj = r % a->kw;
-    const int off = kj * a->dw - a->pl; /* input column of output column ow: ow*sw + off */
-    int ow0 = off >= 0 ? 0 : (-off + sw - 1) / sw, ow1 = W > off ? (W - off + sw - 1) / sw : 0;
-    float *dst = a->col + (size_t)r * ld;
-    if (ow0 > OW) ow0 = OW;
-    if (ow1 > OW) ow1 = OW;
-    if (ow1 < ow0) ow1 = ow0;
-    for (int oh = a->oh0; oh < a->oh1; ++oh) {
-      const int ih = oh * a->sh - a->pt + ki * a->dh;
-      float *restrict row = dst + (size_t)(oh - a->oh0) * OW;
-      int ow = 0;
-      if (ih < 0 || ih >= a->H) {
-        for (; ow < OW; ++ow) row[ow] = 0.0f;
-        continue;
-      }
-      {
-        const float *restrict src = a->x + ((size_t)c * a->H + ih) * W;
-        for (; ow < ow0; ++ow) row[ow] = 0.0f;
-        if (sw == 1)
-          for (; ow < ow1; ++ow) row[ow] = src[ow + off];
-        else
-          for (; ow < ow1; ++ow) row[ow] = src[ow * sw + off];
-        for (; ow < OW; ++ow) row[ow] = 0.0f;
-      }
-    }
-  }
-}
-"""
 
 
 # --------------------------------------------------------------------------------------------
