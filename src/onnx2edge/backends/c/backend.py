@@ -19,7 +19,7 @@ from .device import DEVICES, device
 from .emitter import STORAGES, ModelEmitter
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
-from .ops.gemm import MAX_THREADS
+from .kernels.gemm.gemm import MAX_THREADS
 from .quantized_io import quantized_io_of
 from .readme import readme
 from .writer import check_name, default_name, write_model, write_support_files

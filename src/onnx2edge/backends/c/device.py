@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 # o2e_gemm.h's kernel variants, as gemm_pack._VARIANTS names them
 ALL_VARIANTS = ("avx512", "avx2", "portable", "neon")
-GENERIC_THREADS = 4  # O2E_THREADS a generic conversion allows (ops/gemm.py's guard)
+GENERIC_THREADS = 4  # O2E_THREADS a generic conversion allows (kernels/gemm/gemm.py's guard)
 
 
 @dataclass(frozen=True)

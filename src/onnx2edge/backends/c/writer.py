@@ -25,9 +25,9 @@ from .emitter import (
     array_literal,
     c_ident,
 )
-from .ops.gemm import MAX_THREADS
-from .ops.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
-from .ops.sparse import mode as sparse_mode
+from .kernels.gemm.gemm import MAX_THREADS
+from .kernels.gemm.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
+from .kernels.gemm.sparse import mode as sparse_mode
 from .planner import ALIGN
 from .quantized_io import quantized_io_of
 

@@ -11,10 +11,8 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
-from ..strategy import select
-from . import register_op, sparse
-from .common import act_expr, broadcast_strides, strides
-from .gemm import (
+from ..kernels.gemm import sparse
+from ..kernels.gemm.gemm import (
     _use_engine,
     act_struct,
     gemm_call,
@@ -22,7 +20,10 @@ from .gemm import (
     packed_weights,
     post_act,
 )
-from .matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy
+from ..kernels.gemm.matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy
+from ..strategy import select
+from . import register_op
+from .common import act_expr, broadcast_strides, strides
 
 
 def _gemm_check(node: Node, graph: Graph) -> str | None:
@@ -37,7 +38,7 @@ def _gemm_check(node: Node, graph: Graph) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# pruned weights (issue 14): ops/sparse.py decides on the density and writes the kernel
+# pruned weights (issue 14): kernels/gemm/sparse.py decides on the density and writes the kernel
 # --------------------------------------------------------------------------------------------
 def _sparse_operands(spec: MatMulSpec) -> tuple[np.ndarray, int] | None:
     """(W[N][K], rows of A) when the node has the shape sparse.try_gemm / try_fc take."""
@@ -73,7 +74,7 @@ def _emit_sparse(ctx: NodeContext, spec: MatMulSpec) -> str:
     else:
         w, rows = _sparse_operands(spec)  # type: ignore[misc]
         code = sparse.try_fc(ctx, spec.a, w, spec.y, rows, spec.K, spec.N, with_bias=False)
-    assert code is not None, "ops/sparse.py refused a layer _refuse_sparse accepted"
+    assert code is not None, "kernels/gemm/sparse.py refused a layer _refuse_sparse accepted"
     return code
 
 

@@ -11,10 +11,12 @@ import numpy as np
 from ....ir import Graph, Node
 from ....semantics.attrs import attr, attrs
 from ..emitter import NodeContext
+from ..kernels.conv import conv_nchwc
+from ..kernels.pool import pool2d, pool_rows
+from ..kernels.pool.pool_spec import PoolSpec, PoolStrategy
 from ..strategy import AUTO, select
-from . import conv_nchwc, pool2d, pool_rows, register_op
+from . import register_op
 from .dtypes import compute_ctype, is_float, load_expr, store_expr
-from .pool_spec import PoolSpec, PoolStrategy
 
 FLOAT = ("float", "double")
 

@@ -17,9 +17,9 @@ import numpy as np
 from ....passes.qdq_int8 import DOMAIN, int8_plan
 from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
+from ..kernels.int8.qdw_kernels import qadd as qadd_vector
+from ..kernels.int8.qgemm_kernels import _use, try_int8
 from . import register_op
-from .qdw_kernels import qadd as qadd_vector
-from .qgemm_kernels import _use, try_int8
 
 
 def _qgemm_check(node, graph) -> str | None:  # noqa: ANN001

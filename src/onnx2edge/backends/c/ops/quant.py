@@ -21,6 +21,8 @@ from ....passes.qdq_int8 import Int8Plan, int8_plan
 from ....semantics.conv_geometry import conv_geometry
 from ....semantics.fused import activation_of
 from ..emitter import NodeContext, Tensor, ctype_of
+from ..kernels.int8.qdw_kernels import try_quantize
+from ..kernels.int8.qgemm_kernels import try_int8
 from ..strategy import AUTO, Strategy, select
 from . import register_op
 from .common import elementwise, norm_axis, strides
@@ -34,8 +36,6 @@ from .dtypes import (
     need,
     store_expr,
 )
-from .qdw_kernels import try_quantize  # the int8 models' input edge, vectorised
-from .qgemm_kernels import try_int8
 
 MATMUL_CHUNK = 256  # columns of C accumulated at once (a local array)
 

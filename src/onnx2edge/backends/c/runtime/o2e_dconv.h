@@ -1,5 +1,5 @@
-/* o2e_dconv.h - arguments and register helpers of the direct convolution kernels (ops/conv_direct.py).
- * Static C moved out of ops/conv_direct.py (issue 32): the generated model.c includes it where
+/* o2e_dconv.h - arguments and register helpers of the direct convolution kernels (kernels/conv/conv_direct.py).
+ * Static C moved out of kernels/conv/conv_direct.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_DCONV_H
 #define O2E_DCONV_H

@@ -1,5 +1,5 @@
-/* o2e_deinterleave2.h - o2e_deinterleave2 (ops/pool2d.py).
- * Static C moved out of ops/pool2d.py (issue 32): the generated model.c includes it where
+/* o2e_deinterleave2.h - o2e_deinterleave2 (kernels/pool/pool2d.py).
+ * Static C moved out of kernels/pool/pool2d.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_DEINTERLEAVE2_H
 #define O2E_DEINTERLEAVE2_H

@@ -1,5 +1,5 @@
-/* o2e_im2col.h - blocked im2col (ops/conv_gemm.py).
- * Static C moved out of ops/conv_gemm.py (issue 32): the generated model.c includes it where
+/* o2e_im2col.h - blocked im2col (kernels/conv/conv_gemm.py).
+ * Static C moved out of kernels/conv/conv_gemm.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_IM2COL_H
 #define O2E_IM2COL_H

@@ -1,5 +1,5 @@
 /* o2e_intrinsics.h - the vector intrinsics of the build's ISA (AVX-512 / AVX2 + FMA: immintrin.h; AArch64 NEON: arm_neon.h).
- * Static C moved out of ops/pool2d.py (issue 32): the generated model.c includes it where
+ * Static C moved out of kernels/pool/pool2d.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_INTRINSICS_H
 #define O2E_INTRINSICS_H

@@ -1,10 +1,10 @@
-/* o2e_lanes.h - arguments and pixel tiles of the channel-lanes direct convolution (ops/conv_lanes.py).
- * Static C moved out of ops/conv_lanes.py (issue 32): the generated model.c includes it where
+/* o2e_lanes.h - arguments and pixel tiles of the channel-lanes direct convolution (kernels/conv/conv_lanes.py).
+ * Static C moved out of kernels/conv/conv_lanes.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_LANES_H
 #define O2E_LANES_H
 
-/* Direct convolution, 32 output channels in the lanes x P output pixels (ops/conv_lanes.py). */
+/* Direct convolution, 32 output channels in the lanes x P output pixels (kernels/conv/conv_lanes.py). */
 typedef struct {
   const float *x; /* zero-bordered input, C x Hp x Wp */
   const float *w; /* [M / 32][C][kh][kw][32] */

@@ -1,5 +1,5 @@
-/* o2e_maxp.h - NaN-ignoring max and the vector helpers of the row pools (ops/pool_rows.py).
- * Static C moved out of ops/pool_rows.py (issue 32): the generated model.c includes it where
+/* o2e_maxp.h - NaN-ignoring max and the vector helpers of the row pools (kernels/pool/pool_rows.py).
+ * Static C moved out of kernels/pool/pool_rows.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_MAXP_H
 #define O2E_MAXP_H

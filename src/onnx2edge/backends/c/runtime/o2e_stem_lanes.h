@@ -1,12 +1,12 @@
-/* o2e_stem_lanes.h - tiles and the 16-channel store of the channel-lanes stem (ops/conv_stem_lanes.py).
- * Static C moved out of ops/conv_stem_lanes.py (issue 32): the generated model.c includes it where
+/* o2e_stem_lanes.h - tiles and the 16-channel store of the channel-lanes stem (kernels/conv/conv_stem_lanes.py).
+ * Static C moved out of kernels/conv/conv_stem_lanes.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_STEM_LANES_H
 #define O2E_STEM_LANES_H
 #include <stddef.h>
 #include "o2e_stem_vectors.h"
 
-/* Tiles of the channel-lanes stem (ops/conv_stem_lanes.py): O2E_CNV vectors of O2E_SL
+/* Tiles of the channel-lanes stem (kernels/conv/conv_stem_lanes.py): O2E_CNV vectors of O2E_SL
  * channels x O2E_CP output pixels. */
 #if defined(__AVX512F__)
 #define O2E_CNV 3

@@ -1,11 +1,11 @@
-/* o2e_stem_vectors.h - the vector type and operations of the stem kernels (ops/conv_stem.py, conv_stem_lanes.py).
- * Static C moved out of ops/conv_stem.py (issue 32): the generated model.c includes it where
+/* o2e_stem_vectors.h - the vector type and operations of the stem kernels (kernels/conv/conv_stem.py, conv_stem_lanes.py).
+ * Static C moved out of kernels/conv/conv_stem.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_STEM_VECTORS_H
 #define O2E_STEM_VECTORS_H
 #include "o2e_intrinsics.h"
 
-/* Vectors of the stem convolution (ops/conv_stem.py): O2E_SL lanes, blocks of O2E_SMB output
+/* Vectors of the stem convolution (kernels/conv/conv_stem.py): O2E_SL lanes, blocks of O2E_SMB output
  * channels x <= O2E_SVB vectors of output pixels. */
 #if defined(__AVX512F__)
 typedef __m512 o2e_sv;

@@ -1,5 +1,5 @@
-/* o2e_win2d.h - arguments of the per-plane 2-D window kernels (ops/pool2d.py, pool_rows.py, conv_depthwise.py, conv_dwrows.py).
- * Static C moved out of ops/pool2d.py (issue 32): the generated model.c includes it where
+/* o2e_win2d.h - arguments of the per-plane 2-D window kernels (kernels/pool/pool2d.py, pool_rows.py, conv_depthwise.py, conv_dwrows.py).
+ * Static C moved out of kernels/pool/pool2d.py (issue 32): the generated model.c includes it where
  * a kernel needs it (backends/c/headers.py); it compiles on its own. */
 #ifndef O2E_WIN2D_H
 #define O2E_WIN2D_H

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.activations import ACTIVATIONS, Activation, clip_bounds
-from ..emitter import NodeContext, c_literal
-from ..gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
-from .common import act_expr
+from .....semantics.activations import ACTIVATIONS, Activation, clip_bounds
+from ...emitter import NodeContext, c_literal
+from ...gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
+from ...ops.common import act_expr
 
 # Workspace is planned for up to this many threads; a build asking for more fails loudly.
 MAX_THREADS = 4

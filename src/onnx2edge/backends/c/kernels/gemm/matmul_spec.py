@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ....semantics.activations import Activation
-from ....semantics.attrs import gemm_attrs
-from ..emitter import NodeContext, Tensor
-from ..strategy import AUTO, OFF, Strategy, choose
-from .common import fused_act
+from .....semantics.activations import Activation
+from .....semantics.attrs import gemm_attrs
+from ...emitter import NodeContext, Tensor
+from ...ops.common import fused_act
+from ...strategy import AUTO, OFF, Strategy, choose
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....semantics.activations import Activation
-from ..emitter import NodeContext
-from ..headers import include
-from . import conv_pointwise, pool2d
-from .conv_spec import AUTO, ConvSpec, ConvStrategy
-from .gemm import (
+from .....semantics.activations import Activation
+from ...emitter import NodeContext
+from ...headers import include
+from ..gemm.gemm import (
     _use_engine,
     act_struct,
     gemm_call,
@@ -20,6 +18,9 @@ from .gemm import (
     packed_weights,
     post_act,
 )
+from ..pool import pool2d
+from . import conv_pointwise
+from .conv_spec import AUTO, ConvSpec, ConvStrategy
 
 # The GEMM engine's small-N paths read B in place, so the implicit im2col needs N above them
 # (O2E_GEMM_SMALLN is 12).

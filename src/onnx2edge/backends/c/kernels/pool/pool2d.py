@@ -33,10 +33,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ....semantics.attrs import attr
-from ..emitter import NodeContext
-from ..headers import include
-from .gemm import _use_engine, plan_threads
+from .....semantics.attrs import attr
+from ...emitter import NodeContext
+from ...headers import include
+from ..gemm.gemm import _use_engine, plan_threads
 from .pool_spec import PoolSpec
 
 # Work (element reads + tap operations) below which an op runs on the calling thread: the

@@ -7,7 +7,7 @@ output channels in the lanes, tried first.)
 There K = C·kh·kw is 27..147 and the implicit GEMM (conv_gemm.py) spends most of its time
 packing B: every input pixel is copied kh·kw / (sh·sw) times into the column matrix, for
 only K·M FMAs per output column. Here nothing is packed but the input itself, once: each
-channel is split into its sh x sw zero-bordered phase planes (ops/pool2d.py phase_split), so
+channel is split into its sh x sw zero-bordered phase planes (kernels/pool/pool2d.py phase_split), so
 tap (i, j) of output pixels ow .. ow + n reads plane (i % sh, j % sw) at row oh + i / sh,
 columns ow + j / sw .. : consecutive floats, whatever the stride.
 
@@ -47,13 +47,13 @@ import re
 
 import numpy as np
 
-from ....semantics.activations import Activation, clip_bounds
-from ..emitter import NodeContext, c_literal
-from ..headers import include
-from . import pool2d
-from .common import act_expr
+from .....semantics.activations import Activation, clip_bounds
+from ...emitter import NodeContext, c_literal
+from ...headers import include
+from ...ops.common import act_expr
+from ..gemm.gemm import _use_engine
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine
 
 MAX_C = 4  # input channels: RGB(A) stems; more channels have enough K for the GEMM
 # C·kh·kw. AlexNet's / NIN's 11x11 / 4 stems (363 taps) measured slower here than the

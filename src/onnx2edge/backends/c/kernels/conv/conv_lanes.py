@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emitter import NodeContext
-from ..headers import include
-from . import pool2d
-from .common import act_expr
+from ...emitter import NodeContext
+from ...headers import include
+from ...ops.common import act_expr
+from ..gemm.gemm import _use_engine, plan_threads
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine, plan_threads
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # tile scratch and the widest tile of the AVX2 / portable paths (2 x 6 pixels)
@@ -63,7 +63,7 @@ PX512 = 10
 PX_AVX2 = 6  # AVX2: 16 lanes x 6 pixels = 12 ymm accumulators, each lane half in turn
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
-# Strided layers read phase planes of the input (stride 2: 4 per channel; ops/pool2d.py
+# Strided layers read phase planes of the input (stride 2: 4 per channel; kernels/pool/pool2d.py
 # phase_split), so every tap is again a run of consecutive pixels: ResNet50's 3x3 / 2 layers
 # 1.58 -> 1.19 ms (128 ch) and 1.46 -> 1.11 ms (256 ch), Inception-v3's Mixed_6a 3.16 -> 2.74 ms.
 # RGB stems (3 input channels, 7x7 / 2: 147 taps) ran 1.3-2x slower than the GEMM: MIN_K.

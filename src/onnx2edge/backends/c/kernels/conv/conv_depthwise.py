@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
-from ..emitter import NodeContext, c_literal
-from ..headers import include
-from . import pool2d
-from .common import act_expr, clip_bounds
+from .....semantics.activations import ACTIVATIONS, GEMM_CLIP, GEMM_NONE, GEMM_RELU
+from ...emitter import NodeContext, c_literal
+from ...headers import include
+from ...ops.common import act_expr, clip_bounds
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy
 
 

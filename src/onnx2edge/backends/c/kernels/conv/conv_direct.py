@@ -37,13 +37,13 @@ import zlib
 
 import numpy as np
 
-from ....semantics.activations import Activation
-from ..emitter import NodeContext
-from ..headers import include
-from . import pool2d
-from .common import act_expr
+from .....semantics.activations import Activation
+from ...emitter import NodeContext
+from ...headers import include
+from ...ops.common import act_expr
+from ..gemm.gemm import _use_engine
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine
 
 # Applies up to this many output channels: the input is re-read once per pass of 4 channels,
 # which stays cheaper than the GEMM's packing of the implicit column matrix (kh·kw copies of

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ....ir import Graph, Node
-from ....semantics.activations import Activation
-from ....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
-from ....semantics.fused import has_residual
-from ..emitter import NodeContext, Tensor
-from ..nchwc_plan import BlockedRole
-from ..strategy import AUTO, OFF, Strategy, choose
-from .checks import float32_input
-from .common import fused_act
+from .....ir import Graph, Node
+from .....semantics.activations import Activation
+from .....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
+from .....semantics.fused import has_residual
+from ...emitter import NodeContext, Tensor
+from ...nchwc_plan import BlockedRole
+from ...ops.checks import float32_input
+from ...ops.common import fused_act
+from ...strategy import AUTO, OFF, Strategy, choose
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.attrs import attr
-from ..emitter import NodeContext
-from ..headers import include
+from .....semantics.attrs import attr
+from ...emitter import NodeContext
+from ...headers import include
 from .pool2d import _divisors, call_planes, refuse_2d
 from .pool_spec import PoolSpec
 

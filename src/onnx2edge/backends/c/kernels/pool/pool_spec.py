@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ....semantics.conv_geometry import ConvGeometry, pool_geometry
-from ..emitter import NodeContext, Tensor
-from ..nchwc_plan import BlockedRole
-from ..strategy import Strategy
+from .....semantics.conv_geometry import ConvGeometry, pool_geometry
+from ...emitter import NodeContext, Tensor
+from ...nchwc_plan import BlockedRole
+from ...strategy import Strategy
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,13 @@ import re
 
 import numpy as np
 
-from ..emitter import NodeContext
-from ..headers import include
-from . import conv_stem, pool2d
-from .common import act_expr
+from ...emitter import NodeContext
+from ...headers import include
+from ...ops.common import act_expr
+from ..gemm.gemm import _use_engine
+from ..pool import pool2d
+from . import conv_stem
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine
 
 MAX_C = 4  # RGB(A) stems; more input channels have enough K per pixel for the GEMM
 MIN_K = 100  # smaller kernels: the pixel-lanes stem measured faster
