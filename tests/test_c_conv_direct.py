@@ -1,4 +1,4 @@
-"""Direct convolution for few output channels (backends/c/ops/conv_direct.py) and ConvTranspose
+"""Direct convolution for few output channels (backends/c/kernels/conv/conv_direct.py) and ConvTranspose
 by sub-pixel phases (ops/conv_transpose.py _convtranspose_phases), against onnxruntime.
 
 Two ONNX models hold the cases. Conv: output channels 1 to 18 (one to five passes), kernels
@@ -22,7 +22,9 @@ from onnx import helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_executable, run_executable
-from onnx2edge.backends.c.ops import conv_direct, conv_transpose, pool2d
+from onnx2edge.backends.c.kernels.conv import conv_direct
+from onnx2edge.backends.c.kernels.pool import pool2d
+from onnx2edge.backends.c.ops import conv_transpose
 from onnx2edge.runtime import ort_run
 
 from conftest import ASAN, NATIVE, make_model, save, tensor, vi

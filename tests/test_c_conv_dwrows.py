@@ -1,4 +1,4 @@
-"""Depthwise convolutions over a ring of padded rows (ops/conv_dwrows.py) against onnxruntime,
+"""Depthwise convolutions over a ring of padded rows (kernels/conv/conv_dwrows.py) against onnxruntime,
 at every ISA the C backend emits: x86-64-v2 (the portable loop), x86-64-v3 (AVX2, 8 lanes),
 native (AVX-512, 16) and aarch64 (NEON, 4, under qemu).
 
@@ -116,7 +116,7 @@ def test_depthwise_rows_threads_and_bounds(
 ) -> None:
     """Split across threads (each with its own ring), under ASan / UBSan."""
     from onnx2edge.backends.c.build import build_executable, run_executable
-    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.backends.c.kernels.pool import pool2d
 
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
     path, feeds = _model(tmp_path)

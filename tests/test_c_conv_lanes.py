@@ -1,4 +1,4 @@
-"""Direct convolution with output channels in the vector lanes (backends/c/ops/conv_lanes.py):
+"""Direct convolution with output channels in the vector lanes (backends/c/kernels/conv/conv_lanes.py):
 1xk / kx1 / kxk layers against onnxruntime - widths that leave partial pixel tiles, channel counts
 that leave a partial 32-channel block, pads, bias or none, fused activations, batch 2 - in the
 portable, native (AVX-512), AVX2 (x86-64-v3) and threaded builds, and under ASan/UBSan."""

@@ -1,4 +1,4 @@
-"""The lanes convolution's AVX-512 tiles of <= 10 pixels (backends/c/ops/conv_lanes.py PX512):
+"""The lanes convolution's AVX-512 tiles of <= 10 pixels (backends/c/kernels/conv/conv_lanes.py PX512):
 4 tiles on Inception-v3's 35-wide 5x5 layers where there were 3 of <= 12, and widths that
 leave other tile counts and tails; checked against
 onnxruntime with NaN / +-Inf in the input at x86-64-v2, x86-64-v3, native and aarch64 (qemu)."""

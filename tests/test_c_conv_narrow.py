@@ -1,4 +1,4 @@
-"""k x k convolutions on narrow maps, output channels in the lanes (ops/conv_narrow.py,
+"""k x k convolutions on narrow maps, output channels in the lanes (kernels/conv/conv_narrow.py,
 `o2e_convkxk_lanes` in runtime/o2e_conv1x1.h), at every ISA the C backend emits: x86-64-v2
 (SSE vectors), x86-64-v3 (AVX2), native (AVX-512) and aarch64 (NEON, under qemu).
 
@@ -115,7 +115,7 @@ def test_narrow_lanes_threads_and_bounds(
 ) -> None:
     """Split across threads, under ASan / UBSan: the gathers stay inside the input planes
     (taps in the padding read nothing), and the results do not change."""
-    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.backends.c.kernels.pool import pool2d
 
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
     path, feeds = _model(tmp_path, nonfinite=True)

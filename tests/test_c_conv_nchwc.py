@@ -1,5 +1,5 @@
 """Channel-blocked (NCHW16c) chains of depthwise 3x3 and 1x1 layers on narrow maps
-(backends/c/nchwc_plan.py, ops/conv_nchwc.py, runtime/o2e_nchwc.h; issue 9), against
+(backends/c/nchwc_plan.py, kernels/conv/conv_nchwc.py, runtime/o2e_nchwc.h; issue 9), against
 onnxruntime at every ISA the C backend emits: x86-64-v2 (SSE), x86-64-v3 (AVX2), native
 (AVX-512 here), aarch64 (NEON, under qemu) and the portable loops (O2E_NCHWC_SCALAR).
 
@@ -164,7 +164,7 @@ def test_chain_matches_onnxruntime(chain: tuple, arch: str) -> None:
 def test_portable_and_threaded(
     chain: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
 ) -> None:
-    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.backends.c.kernels.pool import pool2d
 
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer split across threads
     path, feeds, _, _ = chain

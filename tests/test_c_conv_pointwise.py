@@ -1,4 +1,4 @@
-"""1x1 convolutions on narrow maps, output channels in the lanes (ops/conv_pointwise.py,
+"""1x1 convolutions on narrow maps, output channels in the lanes (kernels/conv/conv_pointwise.py,
 runtime/o2e_conv1x1.h), at every ISA the C backend emits: x86-64-v2 (SSE vectors), x86-64-v3
 (AVX2: 16 lanes x 6 pixels), native (AVX-512: 32 x 12) and aarch64 (NEON, under qemu).
 
@@ -97,7 +97,7 @@ def test_pointwise_lanes_threads_and_bounds(
     import json
 
     from onnx2edge.backends.c.build import build_executable, run_executable
-    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.backends.c.kernels.pool import pool2d
 
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
     path, feeds, _ = _model(tmp_path)
@@ -197,7 +197,7 @@ def test_avx2_lanes_over_packed_weights_threads_and_bounds(
     import json
 
     from onnx2edge.backends.c.build import build_executable, run_executable
-    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.backends.c.kernels.pool import pool2d
 
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
     path, feeds = _packed_model(tmp_path)

@@ -1,4 +1,4 @@
-"""The channel-lanes stem kernel (backends/c/ops/conv_stem_lanes.py: few input channels, >= 100
+"""The channel-lanes stem kernel (backends/c/kernels/conv/conv_stem_lanes.py: few input channels, >= 100
 taps, output channels in the vector lanes) against onnxruntime at every ISA the C backend
 emits: x86-64-v2 (portable C), x86-64-v3 (AVX2), native (AVX-512 where present) and aarch64
 (NEON, under qemu).
@@ -93,7 +93,7 @@ def test_stem_lanes_threads_and_bounds(tmp_path: Path, monkeypatch: pytest.Monke
     """Units split across 3 threads under ASan / UBSan: the broadcasts read inside the input
     (or its padded copy) and results do not change."""
     from onnx2edge.backends.c.build import build_executable, run_executable
-    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.backends.c.kernels.pool import pool2d
 
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
     path, feeds = _model(tmp_path)

@@ -20,13 +20,13 @@ import pytest
 
 from onnx2edge import api
 from onnx2edge.backends.c import mcu
-from onnx2edge.backends.c.ops.qdw_kernels import (
+from onnx2edge.backends.c.kernels.int8.qdw_kernels import (
     _pad16,
     depthwise_bias,
     pack_depthwise,
     tap_offsets,
 )
-from onnx2edge.backends.c.ops.qgemm_kernels import pack_weights, pack_weights16
+from onnx2edge.backends.c.kernels.int8.qgemm_kernels import pack_weights, pack_weights16
 from onnx2edge.runtime import ort_run
 
 from mcu_models import digits_cnn, ds_cnn, inputs_for, quantized

@@ -3,7 +3,7 @@
 Each kernel with a NEON block - the packed SGEMM micro-kernel and its epilogue, the packed and
 plain GEMV, the fully connected layer that skips zero inputs (runtime/o2e_gemm.h) and the row
 copy / stride-2 deinterleave of the phase planes that pooling and depthwise convolution share
-(ops/pool2d.py) - is built twice with aarch64-linux-gnu-gcc: `-march=armv8-a` (NEON) and
+(kernels/pool/pool2d.py) - is built twice with aarch64-linux-gnu-gcc: `-march=armv8-a` (NEON) and
 `-march=armv8-a+nosimd` (no __ARM_NEON: the portable C99 kernels, not even auto-vectorised).
 Both run under qemu-aarch64 and are compared with onnxruntime (and numpy for the GEMM engine)
 and with each other. Winograd's transforms and the depthwise / pooling plane loops have no
@@ -251,7 +251,7 @@ def _fc_part() -> Part:
 
 # kernel family -> (its part of the model, kernels the converter must pick for it)
 def _pointwise_part() -> Part:
-    """1x1 conv on a 7x7 map with output channels in the lanes (ops/conv_pointwise.py): M = 40
+    """1x1 conv on a 7x7 map with output channels in the lanes (kernels/conv/conv_pointwise.py): M = 40
     (a partial 16-lane tile), K = 300 (two K slices), then Clip with a residual Add."""
     rng = np.random.default_rng(14)
     inits: list = []

@@ -1,4 +1,4 @@
-"""The separable MaxPool / AveragePool kernels (ops/pool_rows.py) at every ISA: x86-64-v2 (portable C),
+"""The separable MaxPool / AveragePool kernels (kernels/pool/pool_rows.py) at every ISA: x86-64-v2 (portable C),
 x86-64-v3 (AVX2), native (AVX-512 here) and aarch64 (NEON, under qemu).
 
 One model holds every geometry (strides 1 and 2 and 3 for rows, pads, ceil_mode, auto_pad,
@@ -22,7 +22,7 @@ import pytest
 from onnx import helper
 
 from onnx2edge import api
-from onnx2edge.backends.c.ops import pool_rows
+from onnx2edge.backends.c.kernels.pool import pool_rows
 from onnx2edge.runtime import ort_run
 
 from conftest import ALL_ISAS, build_and_run, make_model, save, vi

@@ -1,4 +1,4 @@
-"""Fast 2-D window kernels (ops/pool2d.py, ops/conv_depthwise.py and the im2col path of ops/conv_gemm.py) and the
+"""Fast 2-D window kernels (kernels/pool/pool2d.py, kernels/conv/conv_depthwise.py and the im2col path of kernels/conv/conv_gemm.py) and the
 generic `o2e_parallel_for` of runtime/o2e_gemm.h.
 
 One ONNX model holds every case (pooling and depthwise geometries with padding, strides,
@@ -23,7 +23,8 @@ from onnx import TensorProto, helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_executable, run_executable
-from onnx2edge.backends.c.ops import conv_gemm, pool2d
+from onnx2edge.backends.c.kernels.conv import conv_gemm
+from onnx2edge.backends.c.kernels.pool import pool2d
 from onnx2edge.runtime import ort_run
 
 from conftest import ASAN, AVX2, NATIVE, make_model, save, tensor, vi

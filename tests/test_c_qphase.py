@@ -15,7 +15,7 @@ import pytest
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_and_run
-from onnx2edge.backends.c.ops.qgemm_kernels import phase_offsets
+from onnx2edge.backends.c.kernels.int8.qgemm_kernels import phase_offsets
 from onnx2edge.runtime import ort_run
 
 from conftest import ALL_ISAS, save

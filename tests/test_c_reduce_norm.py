@@ -450,7 +450,7 @@ def test_norm_kernels_threads_and_portable_builds(
     import json
 
     from onnx2edge.backends.c.build import build_executable, run_executable
-    from onnx2edge.backends.c.ops import pool2d
+    from onnx2edge.backends.c.kernels.pool import pool2d
     from onnx2edge.runtime import ort_run
 
     rng = np.random.default_rng(11)

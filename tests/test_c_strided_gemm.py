@@ -1,4 +1,4 @@
-"""Strided k x k convolutions on the implicit GEMM (backends/c/ops/conv_gemm.py) with its wide
+"""Strided k x k convolutions on the implicit GEMM (backends/c/kernels/conv/conv_gemm.py) with its wide
 conv strips (O2E_GEMM_CONV_SB panels, runtime/o2e_gemm.h): RGB stems with >= 75 taps and >= 64
 outputs (conv_stem.GEMM_MIN_K / GEMM_MIN_M) and the 3x3 / 2 layers, against onnxruntime at
 every ISA, with NaN / Inf inputs, odd sizes, padding and fused activations / residuals."""

@@ -1,4 +1,4 @@
-"""Winograd convolution (backends/c/ops/winograd.py): exact transforms, and generated C against
+"""Winograd convolution (backends/c/kernels/conv/winograd.py): exact transforms, and generated C against
 onnxruntime on the shapes and fusions that reach it (odd sizes, pads, bias, activations,
 residual, batch), plus which kernel a Conv gets."""
 
@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 from onnx2edge import api
-from onnx2edge.backends.c.ops import winograd
+from onnx2edge.backends.c.kernels.conv import winograd
 
 from conftest import ISA_CFLAGS, X86_V3, make_model, save, tensor, vi
 from conv_models import conv_model
@@ -260,7 +260,7 @@ def test_kernels_stay_inside_planned_scratch(
     import subprocess
 
     from onnx2edge.backends.c.gemm_pack import pack_a, packed_a_size, sgemm_workspace_bytes
-    from onnx2edge.backends.c.ops.gemm import HEADER
+    from onnx2edge.backends.c.kernels.gemm.gemm import HEADER
 
     cc = shutil.which("gcc")
     if cc is None:
@@ -324,7 +324,8 @@ def test_kernels_stay_inside_planned_scratch(
     }.items():
         src = src.replace(key, str(val))
     (tmp_path / "h.c").write_text(src)
-    runtime = Path(winograd.__file__).resolve().parent.parent / "runtime"
+    from onnx2edge.backends.c.headers import RUNTIME as runtime
+
     assert (runtime / HEADER).is_file()
     exe = tmp_path / "h"
     subprocess.run(

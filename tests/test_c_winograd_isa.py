@@ -1,4 +1,4 @@
-"""Winograd F(2x2) / F(4x4) 3x3 convolutions (ops/winograd.py) at every ISA the C backend emits:
+"""Winograd F(2x2) / F(4x4) 3x3 convolutions (kernels/conv/winograd.py) at every ISA the C backend emits:
 x86-64-v2 (SSE), x86-64-v3 (AVX2), native (AVX-512) and aarch64 (NEON, under qemu), against
 onnxruntime, finite and with NaN / +-Inf in the input and the residual, position by position
 (issue 29 item 8: a tile with a non-finite input is computed directly; it used to spread NaN

@@ -17,8 +17,8 @@ from onnx import helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.backend import parse_kernels
+from onnx2edge.backends.c.kernels.conv.conv_spec import AUTO, OFF
 from onnx2edge.backends.c.ops import conv as conv_ops
-from onnx2edge.backends.c.ops.conv_spec import AUTO, OFF
 from onnx2edge.errors import Onnx2EdgeError
 
 from conftest import make_model, save, tensor, vi

@@ -14,8 +14,8 @@ from onnx import helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.backend import parse_kernels
+from onnx2edge.backends.c.kernels.gemm.matmul_spec import AUTO, OFF
 from onnx2edge.backends.c.ops import matmul as matmul_ops
-from onnx2edge.backends.c.ops.matmul_spec import AUTO, OFF
 from onnx2edge.errors import Onnx2EdgeError
 
 from conftest import make_model, save, tensor, vi

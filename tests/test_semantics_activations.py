@@ -125,8 +125,8 @@ def test_table_reference_is_onnxruntime(op: str, kw: dict) -> None:
 def test_gemm_kinds_match_the_header() -> None:
     """Every O2E_ACT_* of o2e_gemm.h (the register kinds, then the o2e_vmath.h kinds) has the
     number of the activation table's row of the same name, and the generated code's names
-    (ops/gemm.py) are the header's."""
-    from onnx2edge.backends.c.ops.gemm import _KIND_NAMES  # noqa: PLC0415
+    (kernels/gemm/gemm.py) are the header's."""
+    from onnx2edge.backends.c.kernels.gemm.gemm import _KIND_NAMES  # noqa: PLC0415
 
     header = (Path(api.__file__).parent / "backends" / "c" / "runtime" / "o2e_gemm.h").read_text()
     enum = {k: int(v) for k, v in re.findall(r"\bO2E_ACT_([A-Z_]+) = (\d+)", header)}

@@ -4,7 +4,7 @@ fc_batch1_bsr, whose density is then the share of stored blocks) at several dens
 with the break-even table forced open and shut, timed by the bench harness (one thread, thread CPU time,
 medians). The FC layers read Relu(x) as in an MLP's hidden layers: about half their inputs are
 zero, which both our dense batch-1 kernel and the sparse ones skip. The result sets
-BREAK_EVEN_BY_ISA in backends/c/ops/sparse.py.
+BREAK_EVEN_BY_ISA in backends/c/kernels/gemm/sparse.py.
 
     python tools/sparse_breakeven.py --out /tmp/breakeven.json
 """
@@ -55,7 +55,7 @@ def layer(kind: str, density: float, seed: int = 0) -> onnx.ModelProto:
 
 
 def main() -> None:
-    from onnx2edge.backends.c.ops import sparse
+    from onnx2edge.backends.c.kernels.gemm import sparse
     from onnx2edge.bench.harness import bench_model
 
     ap = argparse.ArgumentParser()

@@ -211,6 +211,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="print one JSON document (files, weight and arena bytes, manifest path, stats)",
     )
+    s.add_argument(
+        "--explain-kernels",
+        action="store_true",
+        help="C: print, per layer, the kernel strategy chosen and why each earlier one refused",
+    )
     if backends:
         _backend_options(s)
     _shapes(s)
@@ -689,7 +694,7 @@ def _cmd_convert(a: argparse.Namespace) -> int:
     for k, v in res.stats.items():
         # layer_kernels: one line per layer, in the manifest, counted under kernels;
         # footprint: its own line below
-        if k in ("layer_kernels", "footprint"):
+        if k in ("layer_kernels", "kernel_refusals", "footprint"):
             continue
         print(f"{k}: {_human(v)}")
     if isinstance(res.stats.get("footprint"), dict):
@@ -701,6 +706,10 @@ def _cmd_convert(a: argparse.Namespace) -> int:
             f"footprint: weights {res.stats['weight_bytes'] / 1e6:.2f} MB (flash), "
             f"arena {res.stats['arena_bytes'] / 1e6:.2f} MB (RAM)"
         )
+    if a.explain_kernels:
+        from .backends.c.strategy import explain
+
+        print(explain(res.stats.get("layer_kernels", {}), res.stats.get("kernel_refusals", {})))
     print(f"wrote {len(res.files)} files to {res.out_dir}")
     return 0
 

@@ -91,7 +91,9 @@ def _c_footprint(graph: Graph, work: Path) -> dict[str, Any]:
         layers[n.name] = {
             "strategy": stats.get("layer_kernels", {}).get(n.name),
             "kernels": em.node_kernels.get(n.name, []),
-            "refusals": em.layer_refusals.get(n.name, []),
+            "refusals": [
+                f"{name}: {why}" for name, why in stats.get("kernel_refusals", {}).get(n.name, [])
+            ],
             "ram_bytes": sum(int(t.nbytes) for t in outs if t.kind == "arena")
             + em.node_scratch.get(n.name, 0),
             "flash_bytes": sum(

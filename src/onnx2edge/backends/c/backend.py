@@ -20,7 +20,7 @@ from .device import DEVICES, device
 from .emitter import STORAGES, ModelEmitter
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
-from .ops.gemm import MAX_THREADS, MAX_THREADS_LIMIT
+from .kernels.gemm.gemm import MAX_THREADS, MAX_THREADS_LIMIT
 from .quantized_io import quantized_io_of
 from .readme import readme
 from .writer import check_name, default_name, write_model, write_support_files
@@ -32,15 +32,20 @@ OPTIMIZE = ("speed", "size")
 
 
 def kernel_settings() -> dict[str, tuple[str, ...]]:
-    """Strategy name -> the values `--kernels NAME=VALUE` takes (ops/conv.py and
-    ops/matmul.py STRATEGIES; a name in both, `sparse`, is one switch with one setting list)."""
+    """Strategy name -> the values `--kernels NAME=VALUE` takes (the STRATEGIES lists of
+    ops/conv.py, ops/matmul.py, ops/pool.py and ops/quant.py; a name in two lists, `sparse`, is
+    one switch with one setting list)."""
     # imported here, not at the top: the kernel modules load when a conversion starts, not
     # with every `onnx2edge` command (no circle: ops never import this module)
     from .ops import conv as conv_ops  # noqa: PLC0415
     from .ops import matmul as matmul_ops  # noqa: PLC0415
+    from .ops import pool as pool_ops  # noqa: PLC0415
+    from .ops import quant as quant_ops  # noqa: PLC0415
 
     out: dict[str, tuple[str, ...]] = {}
-    for s in (*conv_ops.STRATEGIES, *matmul_ops.STRATEGIES):
+    lists = (conv_ops.STRATEGIES, matmul_ops.STRATEGIES, pool_ops.STRATEGIES)
+    lists += (pool_ops.GLOBAL_STRATEGIES, quant_ops.QCONV_STRATEGIES)
+    for s in (x for strategies in lists for x in strategies):
         assert out.setdefault(s.name, s.settings) == s.settings, f"{s.name}: two setting lists"
     return out
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 # o2e_gemm.h's kernel variants, as gemm_pack._VARIANTS names them
 ALL_VARIANTS = ("avx512", "avx2", "portable", "neon")
-GENERIC_THREADS = 4  # convert --max-threads' default (ops/gemm.MAX_THREADS)
+GENERIC_THREADS = 4  # convert --max-threads' default (kernels/gemm/gemm.MAX_THREADS)
 
 
 @dataclass(frozen=True)

@@ -348,7 +348,9 @@ class ModelEmitter:
         self.referenced: set[str] = set()
         self.scratch_macros: dict[str, tuple[str, str]] = {}
         self.kernels: dict[str, int] = {}
-        self.sparse_layers: list[dict[str, Any]] = []  # layers on sparse kernels (ops/sparse.py)
+        self.sparse_layers: list[
+            dict[str, Any]
+        ] = []  # layers on sparse kernels (kernels/gemm/sparse.py)
         self.runtime_files: set[str] = set()  # files from runtime/ the generated code includes
         self.idents: set[str] = set()
         self.tensors: dict[str, Tensor] = {}
@@ -358,7 +360,7 @@ class ModelEmitter:
         # (Winograd's transformed 3x3 weights: 16/9 of the ONNX size); "size": weights kept at
         # about their ONNX size (only layout padding)
         self.optimize = optimize
-        # convert --kernels: strategy name -> "off" or its own setting (ops/conv_spec.py). A
+        # convert --kernels: strategy name -> "off" or its own setting (kernels/conv/conv_spec.py). A
         # microcontroller (--device) keeps tensors NCHW: the channel-blocked chains are built
         # for SIMD lanes, and on one scalar core their 1x1 layers ran 2.2x the instructions of
         # the GEMM (DS-CNN float on mps2-an386: 4.15 M against 1.92 M per pointwise layer)
@@ -367,11 +369,13 @@ class ModelEmitter:
             **dict(kernel_options or {}),
         }
         self.layer_strategies: dict[str, str] = {}  # node -> the strategy that wrote it
-        # per node, for `onnx2edge report` (not in the manifest): the kernels it recorded, the
-        # strategies that refused it before the chosen one ("name: why"), its scratch bytes
-        # and the constants it named first (a constant shared by layers counts for the first)
+        # node -> (strategy, why) for each strategy before the chosen one (strategy.select;
+        # the manifest's stats.kernel_refusals)
+        self.kernel_refusals: dict[str, list[tuple[str, str]]] = {}
+        # per node, for `onnx2edge report` (not in the manifest): the kernels it recorded, its
+        # scratch bytes and the constants it named first (a constant shared by layers counts
+        # for the first)
         self.node_kernels: dict[str, list[str]] = {}
-        self.layer_refusals: dict[str, list[str]] = {}
         self.node_scratch: dict[str, int] = {}
         self.node_constants: dict[str, list[str]] = {}
         # tensors kept channel-blocked between layers, and the layers that run so (issue 9)

@@ -4,7 +4,7 @@ On MobileNets' narrow maps (14x14, 7x7) the packed GEMM's pixel strips are part 
 the depthwise kernels have short rows: onnxruntime keeps those activations in channel blocks
 ([C/16][H][W][16]) from layer to layer. Here the same: a chain of depthwise 3x3 and 1x1
 convolutions (fused activation / residual included) whose channel counts are multiples of
-BLOCK keeps its intermediate tensors blocked, and ops/conv_nchwc.py writes every node of the
+BLOCK keeps its intermediate tensors blocked, and kernels/conv/conv_nchwc.py writes every node of the
 chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
 broadcasts one input scalar at a time) and writes either (blocked: whole vectors; NCHW: a
 transposing store), so chains start and end at 1x1 layers; a depthwise layer only runs

@@ -1,7 +1,7 @@
 """Residual adds in place: a fused Conv + Add writes its output over the residual it adds.
 
 ResNet's blocks end in `y = act(conv(x) + r)`, fused into one GEMM whose epilogue reads r and
-writes y tile by tile (ops/conv_gemm.py, runtime/o2e_gemm.h: R may alias C exactly). When r
+writes y tile by tile (kernels/conv/conv_gemm.py, runtime/o2e_gemm.h: R may alias C exactly). When r
 is read by nothing after that node, y can take r's buffer: the output then lands on cache
 lines the epilogue has just read, instead of a second, cold buffer that every store first
 fetches from memory (write-allocate). On ResNet50's 56x56 1x1 layers (64 -> 256, 3.2 MB out,

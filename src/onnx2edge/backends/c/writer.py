@@ -25,9 +25,9 @@ from .emitter import (
     array_literal,
     c_ident,
 )
-from .ops.gemm import MAX_THREADS
-from .ops.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
-from .ops.sparse import mode as sparse_mode
+from .kernels.gemm.gemm import MAX_THREADS
+from .kernels.gemm.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
+from .kernels.gemm.sparse import mode as sparse_mode
 from .planner import ALIGN
 from .quantized_io import quantized_io_of
 
@@ -691,6 +691,8 @@ def write_model(
         "sparse_layers": em.sparse_layers,
         "sparse_mode": sparse_mode(em.kernel_options),
         "layer_kernels": dict(sorted(em.layer_strategies.items())),
+        # per node with kernel strategies: [strategy, why it refused] for each before the chosen
+        "kernel_refusals": {k: [list(r) for r in v] for k, v in sorted(em.kernel_refusals.items())},
         "sparse_break_even": dict(_SPARSE_BREAK_EVEN),
         "sparse_bytes_saved": sum(d["bytes_saved"] for d in em.sparse_layers),
         "runtime_files": sorted(em.runtime_files),

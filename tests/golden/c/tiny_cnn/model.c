@@ -51,40 +51,7 @@ void tiny_cnn_set_trace(void (*cb)(const char *, const void *, size_t)) { o2e_tr
 #define O2E_TRACE(name, ptr, n) ((void)0)
 #endif
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
-/* Arguments of a direct convolution kernel (conv_direct.py): one call computes output rows
- * [r0, r1) of the N*OH rows; the geometry is compiled into the kernel. */
-typedef struct {
-  const float *x, *w, *bias, *res;
-  float *y;
-} o2e_dconv_args;
-/* Keeps a loaded vector in a register: without it gcc folds the load into each of the MB FMAs
- * that use it, which then issue MB loads instead of one. */
-#if defined(__GNUC__) || defined(__clang__)
-#define O2E_DCONV_REG(v) __asm__("" : "+v"(v))
-#else
-#define O2E_DCONV_REG(v) ((void)0)
-#endif
-#if defined(__AVX512F__)
-/* The lanes l of a 16-float vector with 0 <= first + l < n. */
-static inline __mmask16 o2e_dconv_mask16(int first, int n)
-{
-  int lo = -first, hi = n - first;
-  if (lo < 0) lo = 0;
-  if (hi > 16) hi = 16;
-  if (hi <= lo) return 0;
-  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-/* The lanes l of an 8-float vector with 0 <= first + l < n (all bits set: lane on). */
-static inline __m256i o2e_dconv_mask8(int first, int n)
-{
-  const __m256i i = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(first));
-  return _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)), _mm256_cmpgt_epi32(_mm256_set1_epi32(n), i));
-}
-#endif
+#include "o2e_dconv.h"
 
 #if defined(__AVX512F__)
 
@@ -1309,64 +1276,11 @@ static void o2e_dconv3x3_25e37851_71025e9c(void *arg, int r0, int r1)
 #error "GEMM workspaces were sized for the default O2E_GEMM_KC, O2E_GEMM_SB, O2E_GEMM_CONV_SB, O2E_GEMM_A_BYTES, O2E_GEMM_MC_MIN, O2E_SN_KB (KC >= 64): lower them or reconvert"
 #endif
 
-/* Arguments of the per-plane 2-D window kernels (pooling, depthwise convolution): plane i of
- * the N*C planes reads x + i*H*W (channel i % C) and writes y + i*OH*OW. scratch holds one
- * slot of `slot` floats per thread: a kernel running on thread t (thread(), the pool's
- * o2e_parallel_thread, or NULL on one thread) uses slot t. */
-typedef struct {
-  const float *x, *w, *bias, *dr, *dc; /* dr, dc: AveragePool divisors per output row / column */
-  float *y, *scratch;
-  size_t slot;
-  int (*thread)(void);
-  int C, H, W, OH, OW, pt, pl, HQ, WQ;
-  float lo, hi; /* Clip bounds of a fused activation */
-} o2e_win2d_args;
+#include "o2e_win2d.h"
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-#include <arm_neon.h>
-#endif
+#include "o2e_intrinsics.h"
 
-#ifndef O2E_POOL_PF
-#define O2E_POOL_PF 1024 /* prefetch distance of the MaxPool rows kernel, in floats (0: none) */
-#endif
-/* Max of a and b ignoring NaN (C's fmaxf: NaN only when both are NaN), the same on every
- * target (pool_rows.py): AVX-512DQ vrangeps and NEON fmaxnm do this in one instruction; x86's
- * max returns its second operand when a NaN is involved, so a NaN b is replaced by a. */
-static inline float o2e_maxp(float a, float b) { return (a > b || b != b) ? a : b; }
-static inline float o2e_addf(float a, float b) { return a + b; }
-#if defined(__AVX512F__)
-static inline __m512 o2e_maxp16(__m512 a, __m512 b)
-{
-#if defined(__AVX512DQ__)
-  return _mm512_range_ps(a, b, 5); /* max of the two, a NaN operand ignored */
-#else
-  return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q), a, b);
-#endif
-}
-/* lanes l of a 16-float load at x + c (c may be negative) with 0 <= c + l < n */
-static inline __mmask16 o2e_lanes16(int c, int n)
-{
-  const int lo = c < 0 ? (-c < 16 ? -c : 16) : 0;
-  const int hi = n - c < 0 ? 0 : (n - c > 16 ? 16 : n - c);
-  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-static inline __m256 o2e_maxp8(__m256 a, __m256 b)
-{
-  return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
-}
-/* 8 floats at p = x + c (c may be negative): lanes with 0 <= c + l < n from memory, the
- * others `fill` (vmaskmov neither reads nor faults on masked-off lanes) */
-static inline __m256 o2e_ld8m(const float *p, int c, int n, __m256 fill)
-{
-  const __m256i i = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)),
-                                     _mm256_cmpgt_epi32(_mm256_set1_epi32(n), i));
-  return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
-}
-#endif
+#include "o2e_maxp.h"
 
 /* MaxPool 2x2, stride 2x2, separable (pool_rows.py): h = row maxima (sums) of V outputs
  * per block, straight from the input row x (W floats) at first column c = ow0*2 - pl. */
@@ -1550,44 +1464,7 @@ static void o2e_maxpool_rows2x2_s2x2(void *arg, int i0, int i1)
   }
 }
 
-/* Copies n floats: one row of a feature map, 7 to a few hundred floats. Compilers turn a copy
- * loop into a memcpy call, which costs more than the copy itself for the short rows of small
- * maps (and makes the caller save its vector registers); AVX-512 moves a row in 16-float
- * blocks, the last one masked (masked-off lanes are neither read nor written). */
-static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
-{
-#if defined(__AVX512F__)
-  int q = 0;
-  for (; q + 16 <= n; q += 16) _mm512_storeu_ps(d + q, _mm512_loadu_ps(s + q));
-  if (q < n) {
-    const __mmask16 m = (__mmask16)((1u << (n - q)) - 1u);
-    _mm512_mask_storeu_ps(d + q, m, _mm512_maskz_loadu_ps(m, s + q));
-  }
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-  /* NEON: 16 floats per step in four q registers, then 4, then the last 0..3 one by one
-   * (gcc would otherwise call memcpy, as above) */
-  int q = 0;
-  for (; q + 16 <= n; q += 16) {
-    const float32x4_t v0 = vld1q_f32(s + q), v1 = vld1q_f32(s + q + 4);
-    const float32x4_t v2 = vld1q_f32(s + q + 8), v3 = vld1q_f32(s + q + 12);
-    vst1q_f32(d + q, v0);
-    vst1q_f32(d + q + 4, v1);
-    vst1q_f32(d + q + 8, v2);
-    vst1q_f32(d + q + 12, v3);
-  }
-  for (; q + 4 <= n; q += 4) vst1q_f32(d + q, vld1q_f32(s + q));
-  for (; q < n; ++q) d[q] = s[q];
-#elif defined(__AVX2__) && defined(__FMA__)
-  int q = 0;
-  for (; q + 8 <= n; q += 8) _mm256_storeu_ps(d + q, _mm256_loadu_ps(s + q));
-  if (q < n) { /* vmaskmov: masked-off lanes are neither read nor written either */
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    _mm256_maskstore_ps(d + q, m, _mm256_maskload_ps(s + q, m));
-  }
-#else
-  for (int q = 0; q < n; ++q) d[q] = s[q];
-#endif
-}
+#include "o2e_copy_row.h"
 
 /* One input row into a zero-bordered row buffer (conv_dwrows.py), column stride 1. */
 static void o2e_dwr_fill_s1(float *restrict d, const float *restrict s, int W, int pl, int need, int RW)
@@ -2078,29 +1955,7 @@ static void o2e_winograd_f2_out_par(void *arg, int o0, int o1)
        a->e + (size_t)t * a->e_slot, &dx);
 }
 
-/* GlobalAveragePool over planes [i0, i1) of W elements each (pool2d.py). Sixteen partial sums
- * (one vector register) instead of one running sum: float addition is not reassociated by
- * the compiler, so a single accumulator would serialise on the add latency. */
-static void o2e_global_avgpool(void *arg, int i0, int i1)
-{
-  const o2e_win2d_args *a = (const o2e_win2d_args *)arg;
-  const int S = a->W;
-  for (int i = i0; i < i1; ++i) {
-    const float *restrict xc = a->x + (size_t)i * S;
-    float part[16] = {0.0f}, acc = 0.0f;
-    /* The tail starts at a bound computed up front, not where the blocked loop left k: with
-     * k carried over, gcc on 32-bit targets (arm-none-eabi -O2) rewrites the dead tail's
-     * `k < S` as `k != S` before it folds k = S, sees a loop of 2^32 turns whose address
-     * would wrap, and reports "iteration 1073741823 invokes undefined behavior"
-     * (-Waggressive-loop-optimizations, an error under -Werror); the code was correct. */
-    const int S16 = S - S % 16;
-    for (int k = 0; k < S16; k += 16)
-      for (int l = 0; l < 16; ++l) part[l] += xc[k + l];
-    for (int k = S16; k < S; ++k) acc += xc[k];
-    for (int l = 0; l < 16; ++l) acc += part[l];
-    a->y[i] = acc / (float)S;
-  }
-}
+#include "o2e_global_avgpool.h"
 
 /* ---- weights ---- */
 /* the weights' checksum (writer.weights_checksum): catches a corrupt or stale file */

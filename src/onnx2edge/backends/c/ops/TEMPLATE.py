@@ -25,7 +25,18 @@ so it stays true to the code.
    derived constant (repacked weights), ctx.kernel(name) records the kernel chosen. Shapes are
    static, so loop bounds are constants; the code must be C99 that compiles under
    build.STRICT_FLAGS (-Wall -Wextra -Werror) and follow onnxruntime on NaN and Inf.
-4. Test: a unit test in tests/test_c_<family>.py that builds the model with conftest.make_model
+4. Static C (a function that does not depend on the node, e.g. a vector helper): a header
+   runtime/o2e_<name>.h with an include guard that compiles on its own (it #includes the
+   runtime headers it needs; tests/test_c_runtime_headers.py compiles every header for each
+   ISA), included with `headers.include(ctx, "o2e_<name>.h")` from the emitter; C that the
+   node's constants specialise stays a Python template given to ctx.helper(name, code).
+5. Several kernels for one op: a record of the node (a frozen dataclass with a `kernels` field,
+   built once by a `Spec.of(ctx)`), a tuple of `strategy.Strategy(name, refuse, emit)` in the
+   order they are preferred, the last taking any node (`settings=("auto",)`), and
+   `select(ctx, STRATEGIES, spec).emit(ctx, spec)`: refusal reasons, `--kernels NAME=off`, the
+   manifest's stats.layer_kernels / kernel_refusals and `convert --explain-kernels` follow
+   (ops/pool.py is a small example; add the list to backend.kernel_settings).
+6. Test: a unit test in tests/test_c_<family>.py that builds the model with conftest.make_model
    and compares the compiled C with onnxruntime (see tests/test_c_reduce_norm.py); then
    `onnx2edge conformance --target c --filter '^test_myop'` and regenerate the per-case list
    with `onnx2edge conformance --target c --write-expected tests/conformance/c.expected`.

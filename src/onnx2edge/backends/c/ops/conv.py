@@ -1,16 +1,16 @@
 """Conv: the op emitter, and the kernel strategies in the order they are preferred.
 
-Each strategy (ops/conv_spec.py `ConvStrategy`) lives with its kernel: the sparse 1x1 layers
+Each strategy (kernels/conv/conv_spec.py `ConvStrategy`) lives with its kernel: the sparse 1x1 layers
 (sparse.py), depthwise planes (conv_depthwise.py), Winograd (winograd.py), the two direct
 kernels (conv_lanes.py, conv_direct.py), the GEMM family (conv_gemm.py), and here the N-d
 loop. The first one that does not refuse a layer writes it: to add one (an ISA variant, a
-blocked NCHWc layout), put it in its own module and in `STRATEGIES` below.
+blocked NCHWc layout), put it in its own module under kernels/conv/ and in `STRATEGIES` below.
 """
 
 from __future__ import annotations
 
 from ..emitter import NodeContext
-from . import (
+from ..kernels.conv import (
     conv_depthwise,
     conv_direct,
     conv_dwrows,
@@ -21,15 +21,16 @@ from . import (
     conv_pointwise,
     conv_stem,
     conv_stem_lanes,
-    register_op,
-    sparse,
     winograd,
 )
+from ..kernels.conv.conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, conv_check
+from ..kernels.gemm import sparse
+from ..strategy import select
+from . import register_op
 from .common import act_expr
-from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, choose, conv_check
 
 # --------------------------------------------------------------------------------------------
-# pruned 1x1 weights (issue 14): ops/sparse.py decides on the density and writes the kernel
+# pruned 1x1 weights (issue 14): kernels/gemm/sparse.py decides on the density and writes the kernel
 # --------------------------------------------------------------------------------------------
 # auto: where the density pays (sparse.BREAK_EVEN); force: any zero weight; off: dense only
 SPARSE = ConvStrategy(
@@ -111,10 +112,7 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
 @register_op("Conv", check=conv_check)
 def conv(ctx: NodeContext) -> str:
     spec = ConvSpec.of(ctx)
-    refusals: list[str] = []
-    strategy = choose(STRATEGIES, spec, refusals)
-    ctx.model.layer_strategies[ctx.node.name] = strategy.name
-    ctx.model.layer_refusals[ctx.node.name] = refusals
+    strategy = select(ctx, STRATEGIES, spec)
     r = ctx.node.inputs[3] if spec.residual else ""
     if strategy.inplace_residual and r and r not in ctx.node.inputs[:3]:
         # the output may take the residual's buffer (residual_alias.py decides)

@@ -7,15 +7,11 @@ import numpy as np
 from ....semantics.activations import Activation
 from ....semantics.conv_geometry import conv_transpose_geometry
 from ..emitter import NodeContext, Tensor
-from . import pool2d, register_op
+from ..kernels.conv.conv_spec import conv_check
+from ..kernels.gemm.gemm import _use_engine, gemm_call, gemm_workspace, packed_weights
+from ..kernels.pool import pool2d
+from . import register_op
 from .common import act_expr, fused_act
-from .conv_spec import conv_check
-from .gemm import (
-    _use_engine,
-    gemm_call,
-    gemm_workspace,
-    packed_weights,
-)
 
 
 @register_op("ConvTranspose", check=conv_check)

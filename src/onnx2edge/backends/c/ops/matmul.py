@@ -1,5 +1,5 @@
 """Gemm and MatMul on float32 (integer MatMul: quant.integer_matmul), as a list of kernel
-strategies (matmul_spec.py: `MatMulSpec`, `MatMulStrategy`, `choose`), in the order they are
+strategies (matmul_spec.py: `MatMulSpec`, `MatMulStrategy`; strategy.py: `select`), in the order they are
 preferred: sparse layouts for pruned weights, the batch-1 fully connected layer that skips the
 rows of zero inputs, the packed GEMV, one GEMM (Gemm; MatMul with the batch folded into M),
 a loop of GEMMs. To add one (an ISA variant, a quantised layout), write its refuse / emit pair
@@ -12,9 +12,8 @@ import numpy as np
 from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
 from ..gemm_pack import pack_a
-from . import register_op, sparse
-from .common import act_expr, broadcast_strides, strides
-from .gemm import (
+from ..kernels.gemm import sparse
+from ..kernels.gemm.gemm import (
     _use_engine,
     act_struct,
     gemm_call,
@@ -23,7 +22,10 @@ from .gemm import (
     packed_weights,
     post_act,
 )
-from .matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy, choose
+from ..kernels.gemm.matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy
+from ..strategy import select
+from . import register_op
+from .common import act_expr, broadcast_strides, strides
 
 
 def _gemm_check(node: Node, graph: Graph) -> str | None:
@@ -38,7 +40,7 @@ def _gemm_check(node: Node, graph: Graph) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# pruned weights (issue 14): ops/sparse.py decides on the density and writes the kernel
+# pruned weights (issue 14): kernels/gemm/sparse.py decides on the density and writes the kernel
 # --------------------------------------------------------------------------------------------
 def _sparse_operands(spec: MatMulSpec) -> tuple[np.ndarray, int] | None:
     """(W[N][K], rows of A) when the node has the shape sparse.try_gemm / try_fc take."""
@@ -74,7 +76,7 @@ def _emit_sparse(ctx: NodeContext, spec: MatMulSpec) -> str:
     else:
         w, rows = _sparse_operands(spec)  # type: ignore[misc]
         code = sparse.try_fc(ctx, spec.a, w, spec.y, rows, spec.K, spec.N, with_bias=False)
-    assert code is not None, "ops/sparse.py refused a layer _refuse_sparse accepted"
+    assert code is not None, "kernels/gemm/sparse.py refused a layer _refuse_sparse accepted"
     return code
 
 
@@ -221,7 +223,7 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
             c_full = c
     act = spec.act
     if alpha != 1.0 or c_full is not None:
-        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N, b_const=bc is not None))
+        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N))
         cst = broadcast_strides(c_full.shape, (M, N)) if c_full is not None else [0, 0]
         add = (
             f" + {c_literal(beta, np.float32)} * {c_full.sym}[i * {cst[0]} + j * {cst[1]}]"
@@ -246,7 +248,6 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
                 N,
                 bias_n=bias_n,
                 act=act,
-                b_const=bc is not None,
             )
         )
     return "\n".join(lines)
@@ -259,10 +260,7 @@ def _refuse_folded(spec: MatMulSpec) -> str | None:
 def _emit_folded(ctx: NodeContext, spec: MatMulSpec) -> str:
     """MatMul with a 2-D B: the batch folded into M, one GEMM."""
     a, y, N, K = spec.a, spec.y, spec.N, spec.K
-    return gemm_call(
-        ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, act=spec.act,
-        b_const=spec.weights is not None,
-    )  # fmt: skip
+    return gemm_call(ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, act=spec.act)
 
 
 def _refuse_batched(spec: MatMulSpec) -> str | None:
@@ -329,11 +327,7 @@ STRATEGIES: tuple[MatMulStrategy, ...] = (
 
 def _emit(ctx: NodeContext) -> str:
     spec = MatMulSpec.of(ctx)
-    refusals: list[str] = []
-    strategy = choose(STRATEGIES, spec, refusals)
-    ctx.model.layer_strategies[ctx.node.name] = strategy.name
-    ctx.model.layer_refusals[ctx.node.name] = refusals
-    return strategy.emit(ctx, spec)
+    return select(ctx, STRATEGIES, spec).emit(ctx, spec)
 
 
 @register_op("Gemm", check=_gemm_check)

@@ -20,10 +20,11 @@ from ....semantics.activations import Activation, vm
 from ....semantics.attrs import attr, attrs, epsilon
 from ....semantics.batchnorm import bn_affine
 from ..emitter import NodeContext, Tensor, c_literal
-from . import pool2d, register_op
+from ..kernels.gemm.gemm import _use_engine
+from ..kernels.pool import pool2d
+from . import register_op
 from .checks import float_input
 from .common import act_expr, broadcast_strides, fused_act, norm_axis, strides
-from .gemm import _use_engine
 from .loops import along, dim_runs, loops, offset_expr, split_axis
 
 

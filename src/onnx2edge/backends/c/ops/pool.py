@@ -1,5 +1,8 @@
-"""MaxPool / AveragePool / LpPool and the global pools: pool2d.py's fast 2-D kernels, else the
-generic N-d loop."""
+"""MaxPool / AveragePool / LpPool and the global pools, as lists of kernel strategies
+(pool_spec.py `PoolSpec`; strategy.py `Strategy`, `select`) in the order they are preferred:
+pool_rows.py's separable row kernels, pool2d.py's phase planes, else the generic N-d loop here;
+for the global pools the channel-blocked sum (conv_nchwc.py), pool2d.py's vectorised sum, else
+the loop here."""
 
 from __future__ import annotations
 
@@ -7,9 +10,12 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....semantics.attrs import attr, attrs
-from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
-from . import conv_nchwc, pool2d, pool_rows, register_op
+from ..kernels.conv import conv_nchwc
+from ..kernels.pool import pool2d, pool_rows
+from ..kernels.pool.pool_spec import PoolSpec, PoolStrategy
+from ..strategy import AUTO, select
+from . import register_op
 from .dtypes import compute_ctype, is_float, load_expr, store_expr
 
 FLOAT = ("float", "double")
@@ -34,19 +40,19 @@ def _pool_types(ctx: NodeContext) -> tuple[str, str, str]:
     return ct, "" if ct == "double" else "f", lambda ref: load_expr(ctx, x.dtype, ref)
 
 
-@register_op("MaxPool", "AveragePool", "LpPool", check=_pool_check)
-def pool(ctx: NodeContext) -> str:
-    if (fast := pool_rows.pool(ctx)) is not None:  # float32 2-D, separable by rows
-        return fast
-    if (fast := pool2d.pool(ctx)) is not None:  # float32 2-D MaxPool / AveragePool
-        return fast
-    x, y = ctx.x(0), ctx.y(0)
+def _take_any(spec: PoolSpec) -> str | None:
+    return None
+
+
+def _emit_loop(ctx: NodeContext, spec: PoolSpec) -> str:
+    """Any pool, any rank and type: the reference loop."""
+    x, y = spec.x, spec.y
     op = ctx.node.op_type
     ct, F, load = _pool_types(ctx)
     flt = ct in FLOAT
     nsp = x.rank - 2
     N, C = x.shape[:2]
-    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
+    geo = spec.geom
     ks, st, dl, pads = list(geo.kernel), list(geo.strides), list(geo.dilations), list(geo.pads)
     in_sp, out_sp = x.shape[2:], y.shape[2:]
     a = attrs(ctx.node, ctx.graph.opset)  # each op has its own: p (LpPool), count_include_pad
@@ -112,13 +118,9 @@ def pool(ctx: NodeContext) -> str:
     return "\n".join(lines)
 
 
-@register_op("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", check=_pool_check)
-def global_pool(ctx: NodeContext) -> str:
-    if (blocked := conv_nchwc.global_avgpool(ctx)) is not None:  # a blocked input
-        return blocked
-    if (fast := pool2d.global_pool(ctx)) is not None:  # float32 GlobalAveragePool
-        return fast
-    x, y = ctx.x(0), ctx.y(0)
+def _emit_global_loop(ctx: NodeContext, spec: PoolSpec) -> str:
+    """Any global pool, any type: the reference loop."""
+    x, y = spec.x, spec.y
     ct, F, load = _pool_types(ctx)
     NC = x.shape[0] * x.shape[1]
     S = int(np.prod(x.shape[2:]))
@@ -137,3 +139,40 @@ def global_pool(ctx: NodeContext) -> str:
   for (int i = 0; i < {S}; ++i) {{ const {ct} v = {load("xc[i]")}; {body} }}
   {y.sym}[nc] = {store_expr(ctx, y.dtype, res, src=ct)};
 }}"""
+
+
+def _refuse_blocked_gap(spec: PoolSpec) -> str | None:
+    return None if spec.layout is not None and spec.layout.x else "input not channel-blocked"
+
+
+def _emit_blocked_gap(ctx: NodeContext, spec: PoolSpec) -> str:
+    code = conv_nchwc.global_avgpool(ctx)
+    assert code is not None, "conv_nchwc.global_avgpool refused a blocked input"
+    return code
+
+
+# Preference order: the first strategy that does not refuse a node writes it. The loops take
+# any node, so they cannot be switched off.
+STRATEGIES: tuple[PoolStrategy, ...] = (
+    PoolStrategy("pool_rows", pool_rows.refuse, pool_rows.emit),  # float32 2-D, by rows
+    PoolStrategy("pool_planes", pool2d.refuse_planes, pool2d.emit_planes),  # float32 2-D
+    PoolStrategy("pool_loop", _take_any, _emit_loop, settings=(AUTO,)),
+)
+GLOBAL_STRATEGIES: tuple[PoolStrategy, ...] = (
+    # a blocked input (nchwc_plan.py) must be read blocked: `--kernels nchwc=off` plans none
+    PoolStrategy("gap_nchwc", _refuse_blocked_gap, _emit_blocked_gap, settings=(AUTO,)),
+    PoolStrategy("gap_sum", pool2d.refuse_global_sum, pool2d.emit_global_sum),
+    PoolStrategy("global_pool_loop", _take_any, _emit_global_loop, settings=(AUTO,)),
+)
+
+
+@register_op("MaxPool", "AveragePool", "LpPool", check=_pool_check)
+def pool(ctx: NodeContext) -> str:
+    spec = PoolSpec.of(ctx)
+    return select(ctx, STRATEGIES, spec).emit(ctx, spec)
+
+
+@register_op("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", check=_pool_check)
+def global_pool(ctx: NodeContext) -> str:
+    spec = PoolSpec.of(ctx)
+    return select(ctx, GLOBAL_STRATEGIES, spec).emit(ctx, spec)

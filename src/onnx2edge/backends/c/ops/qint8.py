@@ -17,9 +17,9 @@ import numpy as np
 from ....passes.qdq_int8 import DOMAIN, int8_plan
 from ....semantics.conv_geometry import pool_geometry
 from ..emitter import NodeContext
+from ..kernels.int8.qdw_kernels import qadd as qadd_vector
+from ..kernels.int8.qgemm_kernels import _use, try_int8
 from . import register_op
-from .qdw_kernels import qadd as qadd_vector
-from .qgemm_kernels import _use, try_int8
 
 
 def _qgemm_check(node, graph) -> str | None:  # noqa: ANN001
@@ -192,7 +192,7 @@ def qavgpool(ctx: NodeContext) -> str:
     OH, OW = y.shape[2:]
     (kh, kw), (sh, sw) = g.kernel, g.strides
     pt, pl = g.pads[0], g.pads[1]
-    include_pad = bool(int(ctx.attr("count_include_pad", 0) or 0))
+    include_pad = bool(int(ctx.attr("count_include_pad") or 0))
     # indexed by the byte's bit pattern: int8 -128..-1 are entries 128..255
     v = np.arange(256, dtype=np.uint8).view(np.dtype(x.dtype)).astype(np.int32)
     lut = (xs * (v - xz).astype(np.float32)).astype(np.float32)

@@ -11,16 +11,20 @@ Zero points subtracted from constant weights are folded at conversion time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ....ir import Graph, Node
-from ....passes.qdq_int8 import int8_plan
+from ....passes.qdq_int8 import Int8Plan, int8_plan
 from ....semantics.attrs import attr
 from ....semantics.conv_geometry import conv_geometry
 from ....semantics.fused import activation_of
 from ..emitter import NodeContext, Tensor, ctype_of
+from ..kernels.int8.qdw_kernels import try_quantize
+from ..kernels.int8.qgemm_kernels import try_int8
+from ..strategy import AUTO, Strategy, select
 from . import register_op
 from .common import elementwise, norm_axis, strides
 from .dtypes import (
@@ -33,8 +37,6 @@ from .dtypes import (
     need,
     store_expr,
 )
-from .qdw_kernels import try_quantize  # the int8 models' input edge, vectorised
-from .qgemm_kernels import try_int8
 
 MATMUL_CHUNK = 256  # columns of C accumulated at once (a local array)
 
@@ -518,14 +520,42 @@ def conv_integer(ctx: NodeContext) -> str:
     return "\n".join([*code, _conv_int(ctx, x32, w32, ctx.y(0), None)])
 
 
-@register_op("QLinearConv", check=_conv_int_check)
-def qlinear_conv(ctx: NodeContext) -> str:
-    """ConvInteger plus the int32 bias, requantized with x_scale * w_scale[m] / y_scale.
-    The int8 kernels (qint8.py) take it when they can (always for o2e.QLinearConvAct, see
-    the check); these loops are the reference."""
-    fast = try_int8(ctx)
-    if fast is not None:
-        return fast
+@dataclass(frozen=True)
+class QConvSpec:
+    """A QLinearConv (or o2e.QLinearConvAct) as its strategies see it: the int8 kernels' plan
+    (passes/qdq_int8.int8_plan; None when they cannot run it) and the conversion's options."""
+
+    node: Node
+    plan: Int8Plan | None = field(compare=False, repr=False)
+    kernels: Mapping[str, str] = field(default_factory=dict)  # convert --kernels
+
+    @classmethod
+    def of(cls, ctx: NodeContext) -> QConvSpec:
+        return cls(ctx.node, int8_plan(ctx.graph, ctx.node), ctx.model.kernel_options)
+
+
+def _refuse_int8(spec: QConvSpec) -> str | None:
+    if spec.plan is None:
+        return (
+            "operands the int8 kernels cannot run (passes/qdq_int8.int8_plan: constant weights, "
+            "scales and zero points, int8/uint8 types, static shapes, 2-D, plain or depthwise)"
+        )
+    return None
+
+
+def _emit_int8(ctx: NodeContext, spec: QConvSpec) -> str:
+    code = try_int8(ctx)
+    assert code is not None, "qgemm_kernels.try_int8 refused a plan int8_plan made"
+    return code
+
+
+def _take_any(spec: QConvSpec) -> str | None:
+    return None
+
+
+def _emit_reference(ctx: NodeContext, spec: QConvSpec) -> str:
+    """ConvInteger plus the int32 bias, requantized with x_scale * w_scale[m] / y_scale: the
+    reference loops, any QLinearConv."""
     y = ctx.y(0)
     x32, w32, code = _conv_operands(ctx, 0, 2, 3, 5)
     bias = ctx.x(8) if ctx.has_input(8) else None
@@ -535,6 +565,22 @@ def qlinear_conv(ctx: NodeContext) -> str:
     yzp = ctx.x(7) if ctx.has_input(7) else None
     req = _requantize(ctx, acc, [xs, ws, ys], y, yzp, [xs.shape, per_channel, ys.shape])
     return "\n".join([*code, _conv_int(ctx, x32, w32, acc, bias), req])
+
+
+# Preference order. The int8 kernels cannot be switched off: o2e.QLinearConvAct's clamp lives in
+# them alone (the check refuses the node when they cannot run it).
+QCONV_STRATEGIES: tuple[Strategy[QConvSpec], ...] = (
+    Strategy("int8_gemm", _refuse_int8, _emit_int8, settings=(AUTO,)),
+    Strategy("qconv_reference", _take_any, _emit_reference, settings=(AUTO,)),
+)
+
+
+@register_op("QLinearConv", check=_conv_int_check)
+def qlinear_conv(ctx: NodeContext) -> str:
+    """The int8 kernels (qint8.py) take it when they can (always for o2e.QLinearConvAct, see
+    the check); the loops are the reference."""
+    spec = QConvSpec.of(ctx)
+    return select(ctx, QCONV_STRATEGIES, spec).emit(ctx, spec)
 
 
 allow_storage_dtypes("QuantizeLinear", "DequantizeLinear", "QLinearMatMul")

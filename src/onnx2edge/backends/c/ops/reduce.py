@@ -15,7 +15,8 @@ import numpy as np
 from ....ir import Graph, Node
 from ....semantics.attrs import attr
 from ..emitter import NodeContext, Tensor
-from . import pool2d, register_op
+from ..kernels.pool import pool2d
+from . import register_op
 from .common import norm_axis, strides
 from .loops import along, dim_runs, loops, offset_expr, split_axis
 

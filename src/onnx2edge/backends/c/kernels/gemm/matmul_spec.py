@@ -1,11 +1,10 @@
 """A float32 Gemm or MatMul node as its kernel strategies see it (`MatMulSpec`), what a
-strategy is (`MatMulStrategy`) and the choice among them (issue 10, item 4, as for Conv in
-conv_spec.py).
+strategy is (`MatMulStrategy`: strategy.py's generic `Strategy` over the record).
 
 A strategy is one way to compute the product: sparse layouts for pruned weights, the batch-1
 fully connected layer that skips zero inputs, the packed GEMV, one GEMM, a loop of GEMMs. Each
 says why it does not take a node (`refuse`, pure: no code or weights registered; None when it
-does) and writes the C for one it takes (`emit`). `choose` takes the first of ops/matmul.py's
+does) and writes the C for one it takes (`emit`). strategy.py's `select` takes the first of ops/matmul.py's
 `STRATEGIES` that does not refuse; `convert --kernels NAME=off` switches one off (the same
 option, manifest entry `options.kernels` and per-layer record `stats.layer_kernels` as Conv's;
 a name both lists hold, `sparse`, is one switch for both).
@@ -13,17 +12,16 @@ a name both lists hold, `sparse`, is one switch for both).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ....semantics.activations import Activation
-from ....semantics.attrs import gemm_attrs
-from ..emitter import NodeContext, Tensor
-from .common import fused_act
-
-AUTO, OFF = "auto", "off"
+from .....semantics.activations import Activation
+from .....semantics.attrs import gemm_attrs
+from ...emitter import NodeContext, Tensor
+from ...ops.common import fused_act
+from ...strategy import AUTO, OFF, Strategy, choose
 
 
 @dataclass(frozen=True)
@@ -148,36 +146,7 @@ class MatMulSpec:
         return len(self.b_shape) == 2 and self.rows == 1
 
 
-RefuseFn = Callable[[MatMulSpec], str | None]
-EmitFn = Callable[[NodeContext, MatMulSpec], str]
+# one kernel for a matrix product: strategy.py's `Strategy` over a `MatMulSpec`
+MatMulStrategy = Strategy[MatMulSpec]
 
-
-@dataclass(frozen=True)
-class MatMulStrategy:
-    """One kernel for a matrix product: refuse(spec) says why it does not take the node (None
-    when it does; pure), emit(ctx, spec) writes the C. settings: the values `--kernels
-    NAME=...` accepts ("auto" alone for the fallbacks, which cannot be switched off)."""
-
-    name: str
-    refuse: RefuseFn
-    emit: EmitFn
-    settings: tuple[str, ...] = (AUTO, OFF)
-
-    def why_not(self, spec: MatMulSpec) -> str | None:
-        if spec.setting(self.name) == OFF:
-            return f"--kernels {self.name}=off"
-        return self.refuse(spec)
-
-
-def choose(
-    strategies: tuple[MatMulStrategy, ...], spec: MatMulSpec, refusals: list[str] | None = None
-) -> MatMulStrategy:
-    """The first strategy that takes the node (the list ends with ones that take any); the
-    ones before it append "name: why not" to `refusals` when given."""
-    for s in strategies:
-        why = s.why_not(spec)
-        if why is None:
-            return s
-        if refusals is not None:
-            refusals.append(f"{s.name}: {why}")
-    raise AssertionError(f"no {spec.op} strategy takes the node")  # the fallbacks take any
+__all__ = ["AUTO", "OFF", "MatMulSpec", "MatMulStrategy", "choose"]

@@ -33,31 +33,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ....semantics.attrs import attr
-from ....semantics.conv_geometry import ConvGeometry, pool_geometry
-from ..emitter import NodeContext
-from .gemm import _use_engine, plan_threads
+from .....semantics.attrs import attr
+from ...emitter import NodeContext
+from ...headers import include
+from ..gemm.gemm import _use_engine, plan_threads
+from .pool_spec import PoolSpec
 
 # Work (element reads + tap operations) below which an op runs on the calling thread: the
 # hand-off to a spinning pool worker and the join cost a few microseconds (~10^4 such ops).
 PAR_MIN_WORK = 1 << 16
 _ALIGN_FLOATS = 16  # scratch slots and planes start on 64-byte boundaries
 VW = 16  # block of the wide loops: one AVX-512 register, two AVX2 ones
-
-ARGS = r"""
-/* Arguments of the per-plane 2-D window kernels (pooling, depthwise convolution): plane i of
- * the N*C planes reads x + i*H*W (channel i % C) and writes y + i*OH*OW. scratch holds one
- * slot of `slot` floats per thread: a kernel running on thread t (thread(), the pool's
- * o2e_parallel_thread, or NULL on one thread) uses slot t. */
-typedef struct {
-  const float *x, *w, *bias, *dr, *dc; /* dr, dc: AveragePool divisors per output row / column */
-  float *y, *scratch;
-  size_t slot;
-  int (*thread)(void);
-  int C, H, W, OH, OW, pt, pl, HQ, WQ;
-  float lo, hi; /* Clip bounds of a fused activation */
-} o2e_win2d_args;
-"""
 
 
 def _rup(n: int) -> int:
@@ -157,121 +143,11 @@ def neon_loop(
 #endif"""
 
 
-INTRINSICS = r"""
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-#include <arm_neon.h>
-#endif
-"""
-
-COPY_ROW = r"""
-/* Copies n floats: one row of a feature map, 7 to a few hundred floats. Compilers turn a copy
- * loop into a memcpy call, which costs more than the copy itself for the short rows of small
- * maps (and makes the caller save its vector registers); AVX-512 moves a row in 16-float
- * blocks, the last one masked (masked-off lanes are neither read nor written). */
-static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
-{
-#if defined(__AVX512F__)
-  int q = 0;
-  for (; q + 16 <= n; q += 16) _mm512_storeu_ps(d + q, _mm512_loadu_ps(s + q));
-  if (q < n) {
-    const __mmask16 m = (__mmask16)((1u << (n - q)) - 1u);
-    _mm512_mask_storeu_ps(d + q, m, _mm512_maskz_loadu_ps(m, s + q));
-  }
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-  /* NEON: 16 floats per step in four q registers, then 4, then the last 0..3 one by one
-   * (gcc would otherwise call memcpy, as above) */
-  int q = 0;
-  for (; q + 16 <= n; q += 16) {
-    const float32x4_t v0 = vld1q_f32(s + q), v1 = vld1q_f32(s + q + 4);
-    const float32x4_t v2 = vld1q_f32(s + q + 8), v3 = vld1q_f32(s + q + 12);
-    vst1q_f32(d + q, v0);
-    vst1q_f32(d + q + 4, v1);
-    vst1q_f32(d + q + 8, v2);
-    vst1q_f32(d + q + 12, v3);
-  }
-  for (; q + 4 <= n; q += 4) vst1q_f32(d + q, vld1q_f32(s + q));
-  for (; q < n; ++q) d[q] = s[q];
-#elif defined(__AVX2__) && defined(__FMA__)
-  int q = 0;
-  for (; q + 8 <= n; q += 8) _mm256_storeu_ps(d + q, _mm256_loadu_ps(s + q));
-  if (q < n) { /* vmaskmov: masked-off lanes are neither read nor written either */
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    _mm256_maskstore_ps(d + q, m, _mm256_maskload_ps(s + q, m));
-  }
-#else
-  for (int q = 0; q < n; ++q) d[q] = s[q];
-#endif
-}
-"""
-
-
-DEINTERLEAVE2 = r"""
-/* Splits n consecutive floats into their even (d0[k] = s[2k]) and odd (d1[k] = s[2k+1])
- * positions: the two column phases of a stride-2 window. AVX-512 reads 32 floats and writes
- * 16 + 16 with two permutes (the last block masked); AVX2 reads 16 and writes 8 + 8 (the
- * remainder by the plain loop); other targets use the plain loop. */
-static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
-{
-#if defined(__AVX512F__)
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  int k = 0;
-  for (; 2 * k + 32 <= n; k += 16) {
-    const __m512 lo = _mm512_loadu_ps(s + 2 * k), hi = _mm512_loadu_ps(s + 2 * k + 16);
-    _mm512_storeu_ps(d0 + k, _mm512_permutex2var_ps(lo, even, hi));
-    _mm512_storeu_ps(d1 + k, _mm512_permutex2var_ps(lo, odd, hi));
-  }
-  if (2 * k < n) {
-    const int r = n - 2 * k; /* 1 .. 31 floats left */
-    const __mmask16 mlo = (__mmask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
-    const __mmask16 mhi = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u);
-    const __m512 lo = _mm512_maskz_loadu_ps(mlo, s + 2 * k);
-    const __m512 hi = _mm512_maskz_loadu_ps(mhi, s + 2 * k + 16);
-    _mm512_mask_storeu_ps(d0 + k, (__mmask16)((1u << ((r + 1) / 2)) - 1u), _mm512_permutex2var_ps(lo, even, hi));
-    _mm512_mask_storeu_ps(d1 + k, (__mmask16)((1u << (r / 2)) - 1u), _mm512_permutex2var_ps(lo, odd, hi));
-  }
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-  /* NEON: ld2 splits 8 floats into their even and odd lanes in one instruction */
-  int k = 0;
-  for (; 2 * k + 8 <= n; k += 4) {
-    const float32x4x2_t v = vld2q_f32(s + 2 * k);
-    vst1q_f32(d0 + k, v.val[0]);
-    vst1q_f32(d1 + k, v.val[1]);
-  }
-  for (; 2 * k < n; ++k) {
-    d0[k] = s[2 * k];
-    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
-  }
-#elif defined(__AVX2__) && defined(__FMA__)
-  /* 16 floats -> 8 + 8: shufps picks even / odd within 128-bit lanes, vpermpd orders the lanes */
-  int k = 0;
-  for (; 2 * k + 16 <= n; k += 8) {
-    const __m256 lo = _mm256_loadu_ps(s + 2 * k), hi = _mm256_loadu_ps(s + 2 * k + 8);
-    _mm256_storeu_ps(d0 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
-        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0))));
-    _mm256_storeu_ps(d1 + k, _mm256_castpd_ps(_mm256_permute4x64_pd(
-        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0))));
-  }
-  for (; 2 * k < n; ++k) {
-    d0[k] = s[2 * k];
-    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
-  }
-#else
-  for (int k = 0; 2 * k < n; ++k) {
-    d0[k] = s[2 * k];
-    if (2 * k + 1 < n) d1[k] = s[2 * k + 1];
-  }
-#endif
-}
-"""
-
-
 def copy_row(ctx: NodeContext) -> str:
     """The C helper copying one short row without a library call."""
-    ctx.helper("o2e_intrinsics", INTRINSICS)
-    return ctx.helper("o2e_copy_row", COPY_ROW)
+    include(ctx, "o2e_intrinsics.h")
+    include(ctx, "o2e_copy_row.h")
+    return "o2e_copy_row"
 
 
 def compact(ctx: NodeContext) -> str:
@@ -321,8 +197,8 @@ static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ
 def _phase_split2(ctx: NodeContext, sh: int) -> str:
     """phase_split for a column stride of 2: each row is deinterleaved in one pass."""
     name = f"o2e_phase_split_s{sh}x2"
-    ctx.helper("o2e_intrinsics", INTRINSICS)
-    ctx.helper("o2e_deinterleave2", DEINTERLEAVE2)
+    include(ctx, "o2e_intrinsics.h")
+    include(ctx, "o2e_deinterleave2.h")
     ctx.helper(
         name,
         f"""
@@ -393,7 +269,7 @@ def call_planes(
     """C statements running `kernel` over n planes, split across threads when the work pays.
 
     fields: the o2e_win2d_args members to set besides scratch, slot and thread."""
-    ctx.helper("o2e_win2d_args", ARGS)
+    include(ctx, "o2e_win2d.h")
     threaded = work >= PAR_MIN_WORK and n > 1
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
@@ -420,7 +296,7 @@ def _pool_kernel(
 ) -> str:
     """One pooling kernel per window geometry: its name (the C code is added as a helper)."""
     name = f"o2e_{op.lower()}{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}"
-    ctx.helper("o2e_win2d_args", ARGS)
+    include(ctx, "o2e_win2d.h")
     split = phase_split(ctx, sh, sw)
     decl, reads = tap_refs(kh, kw, sh, sw, dh, dw)
     wide = phase_geometry(1, 1, kh, kw, sh, sw, dh, dw)[1] != 1  # WQ > OW: rows to compact
@@ -439,7 +315,7 @@ def _pool_kernel(
         out = "yw"  # AveragePool always divides in the compaction pass
         wide = True
     scalar = body.rstrip() + f"\n          {out}[p] = v;"
-    ctx.helper("o2e_intrinsics", INTRINSICS)
+    include(ctx, "o2e_intrinsics.h")
     if op == "MaxPool":  # t > v ? t : v, lane by lane, as the scalar loop (NaN included)
         loop = neon_loop(
             wide,
@@ -494,25 +370,25 @@ def _divisors(
     return cnt
 
 
-def float_pool_2d(ctx: NodeContext) -> ConvGeometry | None:
-    """The geometry of a MaxPool (without indices) / AveragePool on a non-empty float32 NCHW
-    tensor with pads >= 0, the pools the 2-D kernels (here and pool_rows.py) take; else None."""
-    x, y = ctx.x(0), ctx.y(0)
-    op = ctx.node.op_type
-    if op not in ("MaxPool", "AveragePool") or x.dtype != np.float32 or x.rank != 4 or y.size == 0:
-        return None
-    if op == "MaxPool" and ctx.has_output(1):
-        return None
-    geo = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
-    return None if min(geo.pads) < 0 else geo
+def refuse_2d(spec: PoolSpec) -> str | None:
+    """Why the 2-D kernels (here and pool_rows.py) do not take a pool, None when they do: a
+    MaxPool (without indices) / AveragePool on a non-empty float32 NCHW tensor, pads >= 0."""
+    if spec.op not in ("MaxPool", "AveragePool"):
+        return f"{spec.op}: MaxPool and AveragePool only"
+    if spec.x.dtype != np.float32 or spec.x.rank != 4 or spec.y.size == 0:
+        return "not a non-empty float32 NCHW map"
+    if spec.indices:
+        return "MaxPool's indices output"
+    return "negative pads" if min(spec.geom.pads) < 0 else None
 
 
-def pool(ctx: NodeContext) -> str | None:
-    """MaxPool / AveragePool on float32 NCHW with phase planes, or None (use the generic loop)."""
-    geo = float_pool_2d(ctx)
-    if geo is None:
-        return None
-    x, y = ctx.x(0), ctx.y(0)
+def refuse_planes(spec: PoolSpec) -> str | None:
+    return refuse_2d(spec)
+
+
+def emit_planes(ctx: NodeContext, spec: PoolSpec) -> str:
+    """MaxPool / AveragePool on float32 NCHW with phase planes."""
+    x, y, geo = spec.x, spec.y, spec.geom
     op = ctx.node.op_type
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
@@ -552,50 +428,30 @@ def pool(ctx: NodeContext) -> str | None:
 # --------------------------------------------------------------------------------------------
 # GlobalAveragePool
 # --------------------------------------------------------------------------------------------
-GAP = r"""
-/* GlobalAveragePool over planes [i0, i1) of W elements each (pool2d.py). Sixteen partial sums
- * (one vector register) instead of one running sum: float addition is not reassociated by
- * the compiler, so a single accumulator would serialise on the add latency. */
-static void o2e_global_avgpool(void *arg, int i0, int i1)
-{
-  const o2e_win2d_args *a = (const o2e_win2d_args *)arg;
-  const int S = a->W;
-  for (int i = i0; i < i1; ++i) {
-    const float *restrict xc = a->x + (size_t)i * S;
-    float part[16] = {0.0f}, acc = 0.0f;
-    /* The tail starts at a bound computed up front, not where the blocked loop left k: with
-     * k carried over, gcc on 32-bit targets (arm-none-eabi -O2) rewrites the dead tail's
-     * `k < S` as `k != S` before it folds k = S, sees a loop of 2^32 turns whose address
-     * would wrap, and reports "iteration 1073741823 invokes undefined behavior"
-     * (-Waggressive-loop-optimizations, an error under -Werror); the code was correct. */
-    const int S16 = S - S % 16;
-    for (int k = 0; k < S16; k += 16)
-      for (int l = 0; l < 16; ++l) part[l] += xc[k + l];
-    for (int k = S16; k < S; ++k) acc += xc[k];
-    for (int l = 0; l < 16; ++l) acc += part[l];
-    a->y[i] = acc / (float)S;
-  }
-}
-"""
 
 
-def global_pool(ctx: NodeContext) -> str | None:
-    """GlobalAveragePool on float32 (any rank >= 3), or None (use the generic loop)."""
-    x, y = ctx.x(0), ctx.y(0)
-    if (
-        ctx.node.op_type != "GlobalAveragePool"
-        or x.dtype != np.float32
-        or x.rank < 3
-        or x.size == 0
-    ):
-        return None
+def refuse_global_sum(spec: PoolSpec) -> str | None:
+    """The vectorised sum takes GlobalAveragePool on a non-empty float32 tensor of rank >= 3."""
+    if spec.op != "GlobalAveragePool":
+        return f"{spec.op}: GlobalAveragePool only"
+    x = spec.x
+    return (
+        "not a non-empty float32 map"
+        if x.dtype != np.float32 or x.rank < 3 or x.size == 0
+        else None
+    )
+
+
+def emit_global_sum(ctx: NodeContext, spec: PoolSpec) -> str:
+    """GlobalAveragePool on float32 (any rank >= 3)."""
+    x, y = spec.x, spec.y
     return plane_means(ctx, x.sym, y.sym, x.shape[0] * x.shape[1], int(np.prod(x.shape[2:])))
 
 
 def plane_means(ctx: NodeContext, x: str, y: str, n: int, S: int) -> str:
     """y[i] = mean of x[i*S .. (i+1)*S) for i < n (float32): GlobalAveragePool, and a
     ReduceMean over trailing axes (squeeze-and-excitation's x.mean((2, 3)): reduce.py)."""
-    ctx.helper("o2e_win2d_args", ARGS)
-    ctx.helper("o2e_global_avgpool", GAP)
+    include(ctx, "o2e_win2d.h")
+    include(ctx, "o2e_global_avgpool.h")
     ctx.kernel("vectorised sum")
     return call_planes(ctx, "o2e_global_avgpool", n, n * S, 0, {"x": x, "y": y, "W": str(S)})

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ....semantics.activations import Activation
-from ..emitter import NodeContext
-from . import conv_pointwise, pool2d
-from .conv_spec import AUTO, ConvSpec, ConvStrategy
-from .gemm import (
+from .....semantics.activations import Activation
+from ...emitter import NodeContext
+from ...headers import include
+from ..gemm.gemm import (
     _use_engine,
     act_struct,
     gemm_call,
@@ -17,40 +18,74 @@ from .gemm import (
     packed_weights,
     post_act,
 )
+from ..pool import pool2d
+from . import conv_pointwise
+from .conv_spec import AUTO, ConvSpec, ConvStrategy
 
 # The GEMM engine's small-N paths read B in place, so the implicit im2col needs N above them
 # (O2E_GEMM_SMALLN is 12).
 IMPLICIT_MIN_COLS = 16
 
 
+@dataclass(frozen=True)
+class ConvWindow:
+    """One group's input as the GEMM's B operand reads it: C channels of H x W, a kh x kw
+    window with strides, dilations and the top / left pads, over an OH x OW output (the
+    record the im2col and implicit-GEMM calls take instead of a row of ints)."""
+
+    C: int
+    H: int
+    W: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    OH: int
+    OW: int
+
+    @classmethod
+    def of(cls, spec: ConvSpec) -> ConvWindow:
+        """A 2-D convolution's window, per group (C: its input channels)."""
+        (H, W), (OH, OW) = spec.x.shape[2:], spec.y.shape[2:]
+        (kh, kw), (sh, sw), (dh, dw) = spec.ks, spec.st, spec.dl
+        return cls(spec.cg, H, W, kh, kw, sh, sw, dh, dw, spec.pads[0], spec.pads[1], OH, OW)
+
+    @property
+    def K(self) -> int:  # noqa: N802
+        """The GEMM's depth: one row of B per channel and tap."""
+        return self.C * self.kh * self.kw
+
+    @property
+    def P(self) -> int:  # noqa: N802
+        """The GEMM's columns: one per output position."""
+        return self.OH * self.OW
+
+
 def implicit_gemm_call(
     ctx: NodeContext,
-    packed: str,
+    win: ConvWindow,
+    *,
     M: int,
-    P: int,
-    K: int,
-    xin: str,
-    C: int,
-    H: int,
-    W: int,
-    kh: int,
-    kw: int,
-    sh: int,
-    sw: int,
-    dh: int,
-    dw: int,
-    pt: int,
-    pl: int,
-    OW: int,
+    packed: str,
+    x: str,
     y: str,
     bias: str,
     act: Activation | None,
-    res: str | None,
+    residual: str | None,
 ) -> str:
-    """C statement: a convolution as one GEMM whose B operand is packed straight from the input."""
+    """C statement: a convolution as one GEMM (M output channels, weights `packed` at
+    conversion time) whose B operand is packed straight from the input `x`; the output `y`
+    and the `residual` are [M][P]."""
+    C, H, W, kh, kw, sh, sw, dh, dw = (
+        win.C, win.H, win.W, win.kh, win.kw, win.sh, win.sw, win.dh, win.dw
+    )  # fmt: skip
+    pt, pl, OH, OW, P, K = win.pt, win.pl, win.OH, win.OW, win.P, win.K
     ws = ctx.scratch(gemm_workspace(ctx, M, P, K, conv=True), "void")
     st, post = act_struct(act)
-    OH = P // OW
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
     plane = sh * sw * HQ * WQ
     split = ""
@@ -62,14 +97,14 @@ def implicit_gemm_call(
         fn = pool2d.phase_split(ctx, sh, sw)
         split = (
             f"memset({planes}, 0, {C * plane * 4}); for (int c = 0; c < {C}; ++c) "
-            f"{fn}({xin} + (size_t)c * {H * W}, {H}, {W}, {pt}, {pl}, {HQ}, {WQ}, {planes} + (size_t)c * {plane}); "
+            f"{fn}({x} + (size_t)c * {H * W}, {H}, {W}, {pt}, {pl}, {HQ}, {WQ}, {planes} + (size_t)c * {plane}); "
         )
         geom = f"{planes}, {HQ}, {WQ}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}, 1"
     else:
-        geom = f"{xin}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}, 0"
+        geom = f"{x}, {H}, {W}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {OW}, 0"
     call = (
         f"{{ {split}const o2e_conv_b cb = {{{geom}}}; "
-        f"o2e_sgemm_packed_conv({M}, {P}, {K}, {packed}, &cb, {y}, {P}, {bias}, {res or 'NULL'}, {P}, {st}, {ws}); }}"
+        f"o2e_sgemm_packed_conv({M}, {P}, {K}, {packed}, &cb, {y}, {P}, {bias}, {residual or 'NULL'}, {P}, {st}, {ws}); }}"
     )
     _use_engine(ctx)
     return call + post_act(act, post, M, P, y, P)
@@ -93,87 +128,21 @@ def _im2col_rows(K: int, OH: int, OW: int) -> int:
     return min(OH, max(IM2COL_BLOCK_BYTES // (4 * K * OW), -(-IM2COL_MIN_COLS // OW), 1))
 
 
-def _im2col_call(
-    ctx: NodeContext,
-    xin: str,
-    C: int,
-    H: int,
-    W: int,
-    kh: int,
-    kw: int,
-    sh: int,
-    sw: int,
-    dh: int,
-    dw: int,
-    pt: int,
-    pl: int,
-    OW: int,
-    oh0: str,
-    nrows: int,
-    col: str,
-) -> str:
+def _im2col_call(ctx: NodeContext, win: ConvWindow, x: str, oh0: str, nrows: int, col: str) -> str:
     """C statement filling `col` for output rows [oh0, oh0 + nrows), split across threads when
     the block is large (its C*kh*kw rows are independent)."""
-    ctx.helper("o2e_im2col", IM2COL)
-    K = C * kh * kw
+    include(ctx, "o2e_im2col.h")
+    w, K = win, win.K
     fields = (
-        f".x = {xin}, .col = {col}, .H = {H}, .W = {W}, .kh = {kh}, .kw = {kw}, .sh = {sh}, .sw = {sw}, "
-        f".dh = {dh}, .dw = {dw}, .pt = {pt}, .pl = {pl}, .OW = {OW}, .oh0 = {oh0}, .oh1 = ({oh0}) + {nrows}"
+        f".x = {x}, .col = {col}, .H = {w.H}, .W = {w.W}, .kh = {w.kh}, .kw = {w.kw}, "
+        f".sh = {w.sh}, .sw = {w.sw}, .dh = {w.dh}, .dw = {w.dw}, .pt = {w.pt}, .pl = {w.pl}, "
+        f".OW = {w.OW}, .oh0 = {oh0}, .oh1 = ({oh0}) + {nrows}"
     )
-    if K > 1 and K * nrows * OW >= pool2d.PAR_MIN_WORK:
+    if K > 1 and K * nrows * w.OW >= pool2d.PAR_MIN_WORK:
         return (
             f"{{ o2e_im2col_args a = {{{fields}}}; o2e_parallel_for({K}, o2e_im2col_rows, &a); }}"
         )
     return f"{{ o2e_im2col_args a = {{{fields}}}; o2e_im2col_rows(&a, 0, {K}); }}"
-
-
-IM2COL = r"""
-/* im2col: the input patches of a 2-D convolution as a matrix, zeros for padding. Row
- * r = (c*kh + ki)*kw + kj holds x[c][oh*sh - pt + ki*dh][ow*sw - pl + kj*dw] for the output
- * positions of rows [oh0, oh1), (oh1 - oh0)*OW columns. */
-typedef struct {
-  const float *x;
-  float *col;
-  int H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, oh0, oh1;
-} o2e_im2col_args;
-
-/* Rows [r0, r1) of the matrix: independent, so o2e_parallel_for can split them. Each row of
- * the input is copied in one stretch; the columns that fall in the padding are zeroed around
- * it instead of testing every element. */
-static void o2e_im2col_rows(void *arg, int r0, int r1)
-{
-  const o2e_im2col_args *a = (const o2e_im2col_args *)arg;
-  const int W = a->W, sw = a->sw, OW = a->OW;
-  const size_t ld = (size_t)(a->oh1 - a->oh0) * OW;
-  for (int r = r0; r < r1; ++r) {
-    const int c = r / (a->kh * a->kw), ki = r / a->kw % a->kh, kj = r % a->kw;
-    const int off = kj * a->dw - a->pl; /* input column of output column ow: ow*sw + off */
-    int ow0 = off >= 0 ? 0 : (-off + sw - 1) / sw, ow1 = W > off ? (W - off + sw - 1) / sw : 0;
-    float *dst = a->col + (size_t)r * ld;
-    if (ow0 > OW) ow0 = OW;
-    if (ow1 > OW) ow1 = OW;
-    if (ow1 < ow0) ow1 = ow0;
-    for (int oh = a->oh0; oh < a->oh1; ++oh) {
-      const int ih = oh * a->sh - a->pt + ki * a->dh;
-      float *restrict row = dst + (size_t)(oh - a->oh0) * OW;
-      int ow = 0;
-      if (ih < 0 || ih >= a->H) {
-        for (; ow < OW; ++ow) row[ow] = 0.0f;
-        continue;
-      }
-      {
-        const float *restrict src = a->x + ((size_t)c * a->H + ih) * W;
-        for (; ow < ow0; ++ow) row[ow] = 0.0f;
-        if (sw == 1)
-          for (; ow < ow1; ++ow) row[ow] = src[ow + off];
-        else
-          for (; ow < ow1; ++ow) row[ow] = src[ow * sw + off];
-        for (; ow < OW; ++ow) row[ow] = 0.0f;
-      }
-    }
-  }
-}
-"""
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,15 +213,9 @@ LABELS = {
 
 def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
     x, w, y, N, C, M, group = spec.x, spec.w, spec.y, spec.N, spec.C, spec.M, spec.group
-    H, W = x.shape[2:]
-    OH, OW = y.shape[2:]
-    kh, kw = spec.ks
-    sh, sw = spec.st
-    dh, dw = spec.dl
-    pt, pl = spec.pads[0], spec.pads[1]
+    win = ConvWindow.of(spec)
+    H, W, OH, OW, K, P = win.H, win.W, win.OH, win.OW, win.K, win.P
     cg, mg = spec.cg, spec.mg
-    K = cg * kh * kw
-    P = OH * OW
     act, bias = spec.act, spec.bias
     pointwise = how == "1x1"
     lines = []
@@ -274,27 +237,14 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
         if how == "implicit":
             call = implicit_gemm_call(
                 ctx,
-                f"{packed} + (size_t)g * {stride}",
-                mg,
-                P,
-                K,
-                xin,
-                cg,
-                H,
-                W,
-                kh,
-                kw,
-                sh,
-                sw,
-                dh,
-                dw,
-                pt,
-                pl,
-                OW,
-                yout,
-                bg,
-                act,
-                res,
+                win,
+                M=mg,
+                packed=f"{packed} + (size_t)g * {stride}",
+                x=xin,
+                y=yout,
+                bias=bg,
+                act=act,
+                residual=res,
             )
             return "\n".join([for_n, "  " + call, "}"])
 
@@ -311,11 +261,7 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
             b_mat, code = xin, []
         else:
             b_mat = col
-            code = [
-                _im2col_call(
-                    ctx, xin, cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, oh0, nrows, col
-                )
-            ]
+            code = [_im2col_call(ctx, win, xin, oh0, nrows, col)]
         if packed is not None:
             call = gemm_packed_call(
                 ctx,

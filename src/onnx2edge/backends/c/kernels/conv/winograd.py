@@ -7,7 +7,7 @@ F(m x m, 3x3) computes an m x m output tile from an (m + 2) x (m + 2) input tile
 
     U[k] = (G·g·Gᵀ)[k]         [Cout][Cin]    filter transform, at conversion time (float64)
     V[k] = (Bᵀ·d·B)[k]         [Cin][tiles]   input transform, generated straight-line C
-    M[k] = U[k] · V[k]         [Cout][tiles]  (m + 2)² packed SGEMMs (ops/gemm.py)
+    M[k] = U[k] · V[k]         [Cout][tiles]  (m + 2)² packed SGEMMs (kernels/gemm/gemm.py)
     y    = Aᵀ·M·A + bias (+ residual, activation)  output transform, generated C
 
 F(4x4, 3x3) needs 36 / (9·16) = 1/4 of the multiplications of a direct convolution, F(2x2, 3x3)
@@ -44,13 +44,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from ....ir import Graph, Node
-from ....semantics.activations import Activation
-from ....semantics.fused import base_op
-from ..emitter import NodeContext, Tensor
-from .common import act_expr
+from .....ir import Graph, Node
+from .....semantics.activations import Activation
+from .....semantics.fused import base_op
+from ...emitter import NodeContext, Tensor
+from ...ops.common import act_expr
+from ..gemm.gemm import _use_engine, act_struct, gemm_workspace, packed_weights, plan_threads
 from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy
-from .gemm import _use_engine, act_struct, gemm_workspace, packed_weights, plan_threads
 
 # Interpolation points per output tile size m (infinity is always the last point).
 POINTS: dict[int, tuple[Fraction, ...]] = {

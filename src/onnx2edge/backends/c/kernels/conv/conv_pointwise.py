@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emitter import NodeContext
-from . import pool2d
+from ...emitter import NodeContext
+from ..gemm.gemm import _use_engine, act_struct, plan_threads, post_act
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine, act_struct, plan_threads, post_act
 
 HEADER = "o2e_conv1x1.h"
 PANEL = 16  # O2E_PW_PANEL: channels per weight panel

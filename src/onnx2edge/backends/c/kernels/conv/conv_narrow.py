@@ -3,7 +3,7 @@
 ResNet50's res5a_branch2b (3x3 stride 2, 512 -> 512, 14x14 -> 7x7, K = 4608) ran as the
 implicit GEMM: its P = 49 output pixels fill one 48-column AVX-512 strip and 1/48 of the next,
 and each strip streams the 9 MB weight matrix again (54 GFLOP/s against 80-120 for the other
-layers). The pointwise kernel of runtime/o2e_conv1x1.h (ops/conv_pointwise.py: output
+layers). The pointwise kernel of runtime/o2e_conv1x1.h (kernels/conv/conv_pointwise.py: output
 channels in the lanes x up to 12 pixels in registers, the input packed once per call into
 pixel tiles) takes any kernel size once its packing gathers the im2col column of each pixel:
 `o2e_convkxk_lanes` does that (zeros for taps in the padding, in the ONNX weight order
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emitter import NodeContext
-from . import conv_pointwise, pool2d
+from ...emitter import NodeContext
+from ..gemm.gemm import _use_engine, act_struct, post_act
+from ..pool import pool2d
+from . import conv_pointwise
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine, act_struct, post_act
 
 MAX_P = 64
 MIN_K = 128

@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emitter import NodeContext
-from . import pool2d
-from .common import act_expr
+from ...emitter import NodeContext
+from ...headers import include
+from ...ops.common import act_expr
+from ..gemm.gemm import _use_engine, plan_threads
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine, plan_threads
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # tile scratch and the widest tile of the AVX2 / portable paths (2 x 6 pixels)
@@ -62,7 +63,7 @@ PX512 = 10
 PX_AVX2 = 6  # AVX2: 16 lanes x 6 pixels = 12 ymm accumulators, each lane half in turn
 MIN_K = 500  # below this the transposing store is no longer a small part of a tile
 MIN_M = 64
-# Strided layers read phase planes of the input (stride 2: 4 per channel; ops/pool2d.py
+# Strided layers read phase planes of the input (stride 2: 4 per channel; kernels/pool/pool2d.py
 # phase_split), so every tap is again a run of consecutive pixels: ResNet50's 3x3 / 2 layers
 # 1.58 -> 1.19 ms (128 ch) and 1.46 -> 1.11 ms (256 ch), Inception-v3's Mixed_6a 3.16 -> 2.74 ms.
 # RGB stems (3 input channels, 7x7 / 2: 147 taps) ran 1.3-2x slower than the GEMM: MIN_K.
@@ -120,26 +121,6 @@ def refuse(spec: ConvSpec) -> str | None:
     )
     return None if ok else f"needs >= {MIN_M} outputs, >= {MIN_K} taps, a wide map, no residual"
 
-
-ARGS = r"""
-/* Direct convolution, 32 output channels in the lanes x P output pixels (ops/conv_lanes.py). */
-typedef struct {
-  const float *x; /* zero-bordered input, C x Hp x Wp */
-  const float *w; /* [M / 32][C][kh][kw][32] */
-  float *t;       /* per-thread tile scratch: PX x 32 floats each */
-  int C, Hp, Wp, kh, kw, OH, OW;
-  float *y;          /* M x OH x OW output */
-  const float *bias; /* M, or NULL */
-} o2e_lanes_args;
-/* Pixel tiles per output row: AVX-512 holds 10 pixels x 32 lanes in registers, AVX2 + FMA 6 x 16,
- * so an AVX2 row is cut straight into balanced tiles of <= 6 (27 pixels as 5,5,5,6,6, not as
- * 9 + 9 + 9 each split 5 + 4: fewer short tiles whose few FMA chains wait on each other). */
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
-#define O2E_LANES_NT(wide, avx2) avx2
-#else
-#define O2E_LANES_NT(wide, avx2) wide
-#endif
-"""
 
 # The tile loops with the filter size as constants (one copy per kh x kw), so the taps of a
 # channel unroll: a 7x1 filter otherwise pays the loop overhead of a 1-tap inner loop.
@@ -296,8 +277,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     ys = (1, OW) if tr else (OW, 1)  # y strides of the tile's rows and of its pixels
     if tr:
         kh, kw, Hp, Wp, OH, OW = kw, kh, Wp, Hp, OW, OH
-    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
-    ctx.helper("o2e_lanes_args", ARGS)
+    include(ctx, "o2e_intrinsics.h")
+    include(ctx, "o2e_lanes.h")
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
     cases = "".join(
         f"  case {p}: {tile}_p({p}, a, mb, oh, ow0, t); return;\n" for p in range(PX512, 1, -1)

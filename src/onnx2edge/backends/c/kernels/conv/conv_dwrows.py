@@ -19,7 +19,7 @@ a vector) keep the plane kernel, whose flat loop fills whole vectors across rows
 
 from __future__ import annotations
 
-from ....semantics.activations import (
+from .....semantics.activations import (
     GEMM_CLIP,
     GEMM_HARD_SIGMOID,
     GEMM_HARD_SWISH,
@@ -27,9 +27,10 @@ from ....semantics.activations import (
     GEMM_RELU,
     Activation,
 )
-from ..emitter import NodeContext
-from . import pool2d
-from .common import act_tail
+from ...emitter import NodeContext
+from ...headers import include
+from ...ops.common import act_tail
+from ..pool import pool2d
 from .conv_depthwise import KIND_TAGS, NEON_ACT, SCALAR_ACT, register_params
 from .conv_spec import ConvSpec, ConvStrategy
 
@@ -60,7 +61,7 @@ def _fill_row(ctx: NodeContext, sw: int) -> str:
   const int n = W < need - pl ? W : need - pl;
   if (n > 0) {copy}(d + pl, s, n);"""
     else:
-        ctx.helper("o2e_deinterleave2", pool2d.DEINTERLEAVE2)
+        include(ctx, "o2e_deinterleave2.h")
         body = """  /* padded column iw + pl goes to phase (iw + pl) % 2 at (iw + pl) / 2; the taps read
    * columns < need of each phase */
   const int m = W < 2 * need - pl ? W : 2 * need - pl;
@@ -180,8 +181,8 @@ def _kernel(
     suffix, tail_loop = act_tail(ctx, tail)
     tail_loop = f"\n  {tail_loop}" if tail_loop else ""
     name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{KIND_TAGS[kind]}{suffix}"
-    ctx.helper("o2e_win2d_args", pool2d.ARGS)
-    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    include(ctx, "o2e_win2d.h")
+    include(ctx, "o2e_intrinsics.h")
     fill = _fill_row(ctx, sw)
     body = _vector_rows(kh, kw, sw, kind)
     wl = "\n    ".join(

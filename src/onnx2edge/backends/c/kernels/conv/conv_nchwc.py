@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emitter import NodeContext
-from ..nchwc_plan import BLOCK, NAME
-from . import pool2d
+from ...emitter import NodeContext
+from ...nchwc_plan import BLOCK, NAME
+from ..gemm.gemm import _use_engine, act_struct
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy
-from .gemm import _use_engine, act_struct
 
 HEADER = "o2e_nchwc.h"
 

@@ -38,13 +38,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....semantics.activations import Activation
-from ....semantics.conv_geometry import ConvGeometry
-from ..emitter import NodeContext
-from . import pool2d
-from .common import act_expr
+from .....semantics.activations import Activation
+from .....semantics.conv_geometry import ConvGeometry
+from ...emitter import NodeContext
+from ...headers import include
+from ...ops.common import act_expr
+from ..gemm.gemm import _use_engine
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
-from .gemm import _use_engine
 
 # Applies up to this many output channels: the input is re-read once per pass of 4 channels,
 # which stays cheaper than the GEMM's packing of the implicit column matrix (kh·kw copies of
@@ -138,67 +139,10 @@ _ISA = {
     ),
 }
 
-COMMON = r"""
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
-/* Arguments of a direct convolution kernel (conv_direct.py): one call computes output rows
- * [r0, r1) of the N*OH rows; the geometry is compiled into the kernel. */
-typedef struct {
-  const float *x, *w, *bias, *res;
-  float *y;
-} o2e_dconv_args;
-/* Keeps a loaded vector in a register: without it gcc folds the load into each of the MB FMAs
- * that use it, which then issue MB loads instead of one. */
-#if defined(__GNUC__) || defined(__clang__)
-#define O2E_DCONV_REG(v) __asm__("" : "+v"(v))
-#else
-#define O2E_DCONV_REG(v) ((void)0)
-#endif
-#if defined(__AVX512F__)
-/* The lanes l of a 16-float vector with 0 <= first + l < n. */
-static inline __mmask16 o2e_dconv_mask16(int first, int n)
-{
-  int lo = -first, hi = n - first;
-  if (lo < 0) lo = 0;
-  if (hi > 16) hi = 16;
-  if (hi <= lo) return 0;
-  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-/* The lanes l of an 8-float vector with 0 <= first + l < n (all bits set: lane on). */
-static inline __m256i o2e_dconv_mask8(int first, int n)
-{
-  const __m256i i = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(first));
-  return _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)), _mm256_cmpgt_epi32(_mm256_set1_epi32(n), i));
-}
-#endif
-"""
 
 # Eigen's / MLAS's rational tanh: clamped where float tanh is ±1 to the last bit, x itself
 # where |x| is so small that the quotient would lose relative accuracy. Branch-free, so a loop
 # over it vectorises.
-TANH = r"""
-static inline float o2e_dconv_tanh(float x)
-{
-  const float c = 7.90531110763549805f;
-  const float v = x > c ? c : (x < -c ? -c : x), v2 = v * v;
-  float p = v2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
-  p = p * v2 + -8.60467152213735e-11f;
-  p = p * v2 + 5.12229709037114e-08f;
-  p = p * v2 + 1.48572235717979e-05f;
-  p = p * v2 + 6.37261928875436e-04f;
-  p = p * v2 + 4.89352455891786e-03f;
-  p = p * v;
-  float q = v2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
-  q = q * v2 + 2.26843463243900e-03f;
-  q = q * v2 + 4.89352518554385e-03f;
-  {
-    const float t = p / q;
-    return (x < 0.0004f && x > -0.0004f) ? x : t;
-  }
-}
-"""
 
 
 @dataclass(frozen=True)
@@ -387,9 +331,9 @@ def _epilogue(g: _Geom, act: Activation | None) -> str:
 
 def _kernel(ctx: NodeContext, g: _Geom, act: Activation | None) -> str:
     """The row kernel for this geometry (a helper shared by identical convolutions); its name."""
-    ctx.helper("o2e_dconv_common", COMMON)
+    include(ctx, "o2e_dconv.h")
     if act is not None and act.op == "Tanh":
-        ctx.helper("o2e_dconv_tanh", TANH)
+        include(ctx, "o2e_dconv_tanh.h")
     calls = []
     m0 = woff = 0
     key = (g.C, g.H, g.W, g.M, g.OH, g.OW, g.kh, g.kw, g.dh, g.dw, g.pt, g.pl, g.res)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....passes.qdq_int8 import Int8Plan
-from ..emitter import NodeContext, c_literal
+from .....passes.qdq_int8 import Int8Plan
+from ...emitter import NodeContext, c_literal
 
 HEADER = "o2e_qdw.h"
 CB = 16  # O2E_QDWC_CB: channels per block (one AVX-512 register of int32 sums)

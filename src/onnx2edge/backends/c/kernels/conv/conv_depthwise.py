@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ....semantics.activations import (
+from .....semantics.activations import (
     ACTIVATIONS,
     GEMM_CLIP,
     GEMM_HARD_SIGMOID,
@@ -15,9 +15,10 @@ from ....semantics.activations import (
     GEMM_RELU,
     Activation,
 )
-from ..emitter import NodeContext, c_literal
-from . import pool2d
-from .common import act_tail, clip_bounds
+from ...emitter import NodeContext, c_literal
+from ...headers import include
+from ...ops.common import act_tail, clip_bounds
+from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy
 
 # The activations the depthwise kernels apply in registers (o2e_gemm.h's kinds: the same
@@ -99,7 +100,7 @@ def _dw_kernel(
     suffix, tail_loop = act_tail(ctx, tail)
     tail_loop = f"\n  {tail_loop}" if tail_loop else ""
     name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{KIND_TAGS[kind]}{suffix}"
-    ctx.helper("o2e_win2d_args", pool2d.ARGS)
+    include(ctx, "o2e_win2d.h")
     split = pool2d.phase_split(ctx, sh, sw)
     decl, reads = pool2d.tap_refs(kh, kw, sh, sw, dh, dw)
     wide = pool2d.phase_geometry(1, 1, kh, kw, sh, sw, dh, dw)[1] != 1
@@ -113,7 +114,7 @@ def _dw_kernel(
     scalar = f"float v = b + {acc};\n          {act}\n          {out}[p] = v;"
     # NEON: the same chain per lane - b, then one fused multiply-add per tap in row-major order
     # (what -ffp-contract=fast makes of the scalar sum) - and the same comparisons
-    ctx.helper("o2e_intrinsics", pool2d.INTRINSICS)
+    include(ctx, "o2e_intrinsics.h")
     ws = [f"w{i}_{j}" for i, j in taps]
     post = NEON_ACT[kind]
     loop = pool2d.neon_loop(

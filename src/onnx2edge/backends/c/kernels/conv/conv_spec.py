@@ -1,13 +1,14 @@
-"""A Conv layer as its kernel strategies see it (`ConvSpec`), what a strategy is
-(`ConvStrategy`), and the choice among them (issue 10, item 4).
+"""A Conv layer as its kernel strategies see it (`ConvSpec`) and what a Conv strategy adds to
+strategy.py's generic `Strategy` (`ConvStrategy`: the residual epilogue).
 
 A strategy is one way to compute a 2-D (or N-d) convolution: depthwise planes, Winograd, the
 direct kernels, the implicit GEMM, im2col + GEMM... Each says why it does not take a layer
 (`refuse`, None when it does) and writes the C for one it takes (`emit`). `choose` takes the
-first strategy of a declared list (ops/conv.py `STRATEGIES`) that does not refuse, so the
+first strategy of a declared list (ops/conv.py `STRATEGIES`) that does not refuse
+(strategy.py `select`), so the
 order is the preference. `convert --kernels NAME=off` switches a strategy off (some take a
 value: winograd=2|4 forces the tile size); the choice is then recorded per layer in the
-manifest (stats.conv_strategies) and the options under options.kernels, so an output can be
+manifest (stats.layer_kernels, with every refusal in stats.kernel_refusals) and the options under options.kernels, so an output can be
 reproduced from its manifest.
 
 Where to add a strategy: a module next to this one defining `STRATEGY = ConvStrategy(...)`,
@@ -17,22 +18,20 @@ then its place in ops/conv.py's `STRATEGIES` (earlier = preferred when several a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ....ir import Graph, Node
-from ....semantics.activations import Activation
-from ....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
-from ....semantics.fused import has_residual
-from ..emitter import NodeContext, Tensor
-from ..nchwc_plan import BlockedRole
-from .checks import float32_input
-from .common import fused_act
-
-# Settings every strategy takes in `convert --kernels NAME=SETTING`.
-AUTO, OFF = "auto", "off"
+from .....ir import Graph, Node
+from .....semantics.activations import Activation
+from .....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
+from .....semantics.fused import has_residual
+from ...emitter import NodeContext, Tensor
+from ...nchwc_plan import BlockedRole
+from ...ops.checks import float32_input
+from ...ops.common import fused_act
+from ...strategy import AUTO, OFF, Strategy, choose
 
 
 @dataclass(frozen=True)
@@ -173,51 +172,18 @@ def refuse_not_rearrangeable(spec: ConvSpec, *, constant_bias: bool = False) -> 
     return None
 
 
-RefuseFn = Callable[[ConvSpec], str | None]
-EmitFn = Callable[[NodeContext, ConvSpec], str]
-
-
 @dataclass(frozen=True)
-class ConvStrategy:
-    """One kernel for a convolution.
+class ConvStrategy(Strategy[ConvSpec]):
+    """One kernel for a convolution (strategy.py's `Strategy` over a `ConvSpec`).
 
-    refuse(spec): why it does not take this layer, None when it does (pure: no code, no
-    weights registered). emit(ctx, spec): the C statements. fuses_residual: False when the
-    kernel cannot add the residual / apply the activation itself; the layer then runs without
-    them and one pass over the output adds them. settings: the values `--kernels NAME=...`
-    accepts ("auto" and "off" unless the strategy cannot be switched off: the fallbacks).
+    fuses_residual: False when the kernel cannot add the residual / apply the activation
+    itself; the layer then runs without them and one pass over the output adds them.
     inplace_residual: the kernel reads each residual element before it writes the output
     element at the same place, so the output may take the residual's buffer
     (residual_alias.py)."""
 
-    name: str
-    refuse: RefuseFn
-    emit: EmitFn
     fuses_residual: bool = True
-    settings: tuple[str, ...] = (AUTO, OFF)
     inplace_residual: bool = False
-
-    def applicable(self, spec: ConvSpec) -> bool:
-        return self.why_not(spec) is None
-
-    def why_not(self, spec: ConvSpec) -> str | None:
-        if spec.setting(self.name) == OFF:
-            return f"--kernels {self.name}=off"
-        return self.refuse(spec)
-
-
-def choose(
-    strategies: tuple[ConvStrategy, ...], spec: ConvSpec, refusals: list[str] | None = None
-) -> ConvStrategy:
-    """The first strategy that takes the layer (the list ends with ones that take any); the
-    ones before it append "name: why not" to `refusals` when given."""
-    for s in strategies:
-        why = s.why_not(spec)
-        if why is None:
-            return s
-        if refusals is not None:
-            refusals.append(f"{s.name}: {why}")
-    raise AssertionError(f"no Conv strategy takes {spec.geom}")  # the fallbacks take any
 
 
 def conv_pads(
@@ -239,3 +205,6 @@ def conv_check(node: Node, graph: Graph) -> str | None:
     if w is None or w.shape is None or len(w.shape) < 3:
         return "weights of unknown rank"
     return None
+
+
+__all__ = ["AUTO", "OFF", "ConvSpec", "ConvStrategy", "choose", "conv_check", "conv_pads"]

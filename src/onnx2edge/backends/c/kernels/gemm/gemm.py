@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.activations import (
+from .....semantics.activations import (
     ACTIVATIONS,
     GEMM_GELU,
     GEMM_HARD_SIGMOID,
@@ -26,9 +26,9 @@ from ....semantics.activations import (
     Activation,
     clip_bounds,
 )
-from ..emitter import NodeContext, c_literal
-from ..gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
-from .common import act_expr
+from ...emitter import NodeContext, c_literal
+from ...gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
+from ...ops.common import act_expr
 
 # convert --max-threads: the default, and the most a conversion may plan for. Workspaces are
 # planned for that many threads; model.c's #error stops a build with a larger O2E_THREADS, and
@@ -110,7 +110,6 @@ def gemm_call(
     act: Activation | None = None,
     residual: str | None = None,
     ldr: int = 0,
-    **_: object,
 ) -> str:
     """C[M][N] = act(A[M][K]·B[K][N] + bias_m[M] + bias_n[N] + R), A read from memory."""
     _use_engine(ctx)

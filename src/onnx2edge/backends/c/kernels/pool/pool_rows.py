@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....semantics.attrs import attr
-from ..emitter import NodeContext
-from .pool2d import ARGS, INTRINSICS, _divisors, call_planes, float_pool_2d
+from .....semantics.attrs import attr
+from ...emitter import NodeContext
+from ...headers import include
+from .pool2d import _divisors, call_planes, refuse_2d
+from .pool_spec import PoolSpec
 
 # Output positions per block: one AVX-512 register, two AVX2 / NEON registers... (see _BLOCK)
 # Inputs from this size on are prefetched ahead (ab_nodes, native, 1 thread: -10..-35 % on
@@ -43,48 +45,6 @@ from .pool2d import ARGS, INTRINSICS, _divisors, call_planes, float_pool_2d
 PREFETCH_MIN_BYTES = 1024 * 1024
 MAXB = 64  # blocks of 16 outputs per row at most (the lane masks' array)
 _V = {"avx512": 16, "avx2": 8, "neon": 8, "c": 8}
-
-MAXP = r"""
-#ifndef O2E_POOL_PF
-#define O2E_POOL_PF 1024 /* prefetch distance of the MaxPool rows kernel, in floats (0: none) */
-#endif
-/* Max of a and b ignoring NaN (C's fmaxf: NaN only when both are NaN), the same on every
- * target (pool_rows.py): AVX-512DQ vrangeps and NEON fmaxnm do this in one instruction; x86's
- * max returns its second operand when a NaN is involved, so a NaN b is replaced by a. */
-static inline float o2e_maxp(float a, float b) { return (a > b || b != b) ? a : b; }
-static inline float o2e_addf(float a, float b) { return a + b; }
-#if defined(__AVX512F__)
-static inline __m512 o2e_maxp16(__m512 a, __m512 b)
-{
-#if defined(__AVX512DQ__)
-  return _mm512_range_ps(a, b, 5); /* max of the two, a NaN operand ignored */
-#else
-  return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q), a, b);
-#endif
-}
-/* lanes l of a 16-float load at x + c (c may be negative) with 0 <= c + l < n */
-static inline __mmask16 o2e_lanes16(int c, int n)
-{
-  const int lo = c < 0 ? (-c < 16 ? -c : 16) : 0;
-  const int hi = n - c < 0 ? 0 : (n - c > 16 ? 16 : n - c);
-  return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-static inline __m256 o2e_maxp8(__m256 a, __m256 b)
-{
-  return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
-}
-/* 8 floats at p = x + c (c may be negative): lanes with 0 <= c + l < n from memory, the
- * others `fill` (vmaskmov neither reads nor faults on masked-off lanes) */
-static inline __m256 o2e_ld8m(const float *p, int c, int n, __m256 fill)
-{
-  const __m256i i = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(-1)),
-                                     _mm256_cmpgt_epi32(_mm256_set1_epi32(n), i));
-  return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
-}
-#endif
-"""
 
 
 # The reduction per op: AVX-512 / AVX2 / NEON / scalar combine, the fill of lanes outside the
@@ -217,9 +177,9 @@ def _kernel(ctx: NodeContext, op: str, kh: int, kw: int, sh: int, sw: int, pf: b
         if pf
         else ""
     )
-    ctx.helper("o2e_win2d_args", ARGS)
-    ctx.helper("o2e_intrinsics", INTRINSICS)
-    ctx.helper("o2e_maxp", MAXP)
+    include(ctx, "o2e_win2d.h")
+    include(ctx, "o2e_intrinsics.h")
+    include(ctx, "o2e_maxp.h")
     sp512, sp256, spn, spc = (_span(kw, sw, _V[k]) for k in ("avx512", "avx2", "neon", "c"))
     ind = "\n      "
     b512 = ind.join(_block_avx512(kw, sw, False, o["f16"]))
@@ -405,12 +365,19 @@ static void {name}(void *arg, int i0, int i1)
     return name
 
 
-def pool(ctx: NodeContext) -> str | None:
-    """MaxPool / AveragePool on float32 NCHW by rows, or None (pool2d.py's planes, then the
-    generic loop, take it)."""
-    geo = float_pool_2d(ctx)
-    if geo is None:
-        return None
+def refuse(spec: PoolSpec) -> str | None:
+    """Why the row kernels do not take a pool (pool2d.py's planes, then the generic loop, take
+    it), None when they do."""
+    if (why := refuse_2d(spec)) is not None:
+        return why
+    g = spec.geom
+    out = (spec.y.shape[2], spec.y.shape[3])
+    return _refuse_rows(spec.op, out, g.kernel, g.strides, g.dilations, g.pads)
+
+
+def emit(ctx: NodeContext, spec: PoolSpec) -> str:
+    """MaxPool / AveragePool on float32 NCHW by rows."""
+    geo = spec.geom
     x, y = ctx.x(0), ctx.y(0)
     op = ctx.node.op_type
     N, C, H, W = x.shape
@@ -428,6 +395,34 @@ def pool(ctx: NodeContext) -> str | None:
     )
 
 
+def _refuse_rows(
+    op: str,
+    out: tuple[int, int],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: tuple[int, ...],
+) -> str | None:
+    """The geometry the row kernels do not handle: dilation, a column stride above 2, a window
+    wider than 8 columns or taller than 16 rows, a pad as wide as the window."""
+    (kh, kw), sw = kernel, strides[1]
+    if tuple(dilations) != (1, 1):
+        return "dilation"
+    if sw not in (1, 2):
+        return f"column stride {sw} (1 or 2)"
+    if kw > 8 or kh > 16:
+        return f"window {kh}x{kw} (at most 16x8)"
+    if out[1] > 16 * MAXB:
+        return f"output rows of {out[1]} columns (at most {16 * MAXB})"
+    if max(pads[1], pads[3]) >= kw or max(pads[0], pads[2]) >= kh:
+        return "windows of padding only (left to the phase planes)"
+    if op == "AveragePool" and out[1] <= 8 and kw <= 3:
+        # narrow maps: the planes' one flat loop over the whole map wins (ab_nodes, native,
+        # Inception-v3 Mixed_7c 3x3 on 2048x8x8: rows 1.15x the planes' time)
+        return "AveragePool on maps of <= 8 columns (the phase planes' flat loop wins)"
+    return None
+
+
 def _rows(
     ctx: NodeContext,
     op: str,
@@ -438,19 +433,11 @@ def _rows(
     dilations: tuple[int, int],
     pads: tuple[int, ...],
     divisors: tuple[np.ndarray, np.ndarray] | None = None,
-) -> str | None:
-    """C statements for a float32 NCHW MaxPool / AveragePool by rows, or None (the geometry is
-    not handled: dilation, a column stride above 2, a window wider than 8 columns, a pad as wide
-    as the window). divisors: AveragePool's taps counted per output row and column."""
+) -> str:
+    """C statements for a float32 NCHW MaxPool / AveragePool by rows (a geometry
+    `_refuse_rows` takes). divisors: AveragePool's taps counted per output row and column."""
+    assert _refuse_rows(op, out, kernel, strides, dilations, pads) is None
     (kh, kw), (sh, sw) = kernel, strides
-    if dilations != (1, 1) or sw not in (1, 2) or kw > 8 or kh > 16 or out[1] > 16 * MAXB:
-        return None
-    if max(pads[1], pads[3]) >= kw or max(pads[0], pads[2]) >= kh:
-        return None  # windows of padding only: left to pool2d.py's planes
-    if op == "AveragePool" and out[1] <= 8 and kw <= 3:
-        # narrow maps: the planes' one flat loop over the whole map wins (ab_nodes, native,
-        # Inception-v3 Mixed_7c 3x3 on 2048x8x8: rows 1.15x the planes' time)
-        return None
     N, C, H, W = shape
     OH, OW = out
     name = _kernel(ctx, op, kh, kw, sh, sw, N * C * H * W * 4 >= PREFETCH_MIN_BYTES)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....passes.qdq_int8 import Int8Plan, int8_plan
-from ....semantics.conv_geometry import conv_geometry
-from ..emitter import NodeContext
+from .....passes.qdq_int8 import Int8Plan, int8_plan
+from .....semantics.conv_geometry import conv_geometry
+from ...emitter import NodeContext
 from .qdw_kernels import depthwise, use_runtime
 
 HEADER = "o2e_qgemm.h"

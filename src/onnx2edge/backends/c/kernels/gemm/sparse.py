@@ -18,10 +18,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ....semantics.attrs import gemm_attrs
-from ..emitter import NodeContext, Tensor
-from .common import apply_act_loop
-from .conv_spec import ConvSpec, refuse_not_rearrangeable
+from .....semantics.attrs import gemm_attrs
+from ...emitter import NodeContext, Tensor
+from ...ops.common import apply_act_loop
+from ..conv.conv_spec import ConvSpec, refuse_not_rearrangeable
 
 HEADER = "o2e_sparse.h"
 
