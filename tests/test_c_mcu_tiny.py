@@ -7,9 +7,11 @@ Each is linked into every board's part budget (mcu.build(budget=True): the linke
 FLASH and RAM cut to 1 MB / 256 KB for the M4F, 2 MB / 512 KB M7, 2 MB / 768 KB M33 and M55, so
 an image that does not fit does not link) and run under qemu-system-arm on one board per model
 and precision, compared with onnxruntime (int8 bit for bit, float within the verify
-tolerance). CI time: one conversion per model and precision (the C of every Cortex-M device is
-the same portable code, only its labels differ), -O2 only, a run on one board, links on all four:
-about 30 s of CPU per model. The other boards' runs, and -Os, are in tools/mcu_table.py."""
+tolerance). CI time: one conversion per model and precision, for the board it runs on (int8
+kernels differ by device: SMLAD on the M4 / M7 / M33, Helium on the M55; the other boards link
+the same C with those kernels compiled out by their #if), -O2 only, a run on one board, links
+on all four: about 30 s of CPU per model. Every board's run, and -Os, are in
+tools/mcu_table.py."""
 
 from __future__ import annotations
 
