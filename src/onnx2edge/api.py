@@ -64,7 +64,7 @@ def inspect(
 
 def _c_arena_bytes(model: Model, input_shapes: Shapes, fixed_inputs: Fixed) -> int | None:
     """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
-    from .backends.c.emitter import ModelEmitter
+    from .backends.c.phases import emit_model
 
     try:
         graph = prepare(
@@ -72,7 +72,7 @@ def _c_arena_bytes(model: Model, input_shapes: Shapes, fixed_inputs: Fixed) -> i
         )
     except Onnx2EdgeError:
         return None
-    return int(ModelEmitter(graph, prefix="model").emit()["arena"])
+    return int(emit_model(graph)[1].arena)
 
 
 # --- JSON round trip ------------------------------------------------------------------------

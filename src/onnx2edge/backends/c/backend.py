@@ -16,10 +16,11 @@ from ..base import Backend, BackendOption, ConvertResult, read_manifest, registe
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .device import DEVICES, device
-from .emitter import STORAGES, ModelEmitter
+from .emitter import STORAGES
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
 from .ops.gemm import MAX_THREADS
+from .phases import unsupported
 from .quantized_io import quantized_io_of
 from .readme import readme
 from .writer import check_name, default_name, write_model, write_support_files
@@ -178,7 +179,7 @@ class CBackend(Backend):
         return (*self.required_passes, *(("quantized_io",) if quantized else ()))
 
     def unsupported(self, graph: Graph) -> list[str]:
-        return ModelEmitter(graph).unsupported()
+        return unsupported(graph)  # the checks alone: no emitter built
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         wf = options.get("weights_file")

@@ -102,7 +102,7 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
     from ...api import DEFAULT_PASSES
     from ...passes import run_passes
     from .backend import CBackend
-    from .emitter import ModelEmitter
+    from .phases import unsupported
     from .writer import write_model
 
     p = Prepared(
@@ -132,7 +132,7 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
                         input_shapes={k: v for k, v in shapes.items() if k not in fixed},
                     )
                     g = run_passes(g, (*DEFAULT_PASSES, *CBackend.required_passes))
-                    return g, ModelEmitter(g, prefix=p.prefix).unsupported()
+                    return g, unsupported(g)
                 except Onnx2EdgeError as e:
                     return None, [str(e)]
 
