@@ -20,6 +20,7 @@ from onnx2edge.backends.c.backend import CBackend
 from onnx2edge.errors import UnsupportedError
 from onnx2edge.ir import TensorType, Value
 from onnx2edge.passes import run_passes
+from onnx2edge.pipeline import Phase, check_order
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "onnx2edge"
 
@@ -178,3 +179,43 @@ def test_dynamic_shape_refused_by_the_static_shapes_phase() -> None:
     with pytest.raises(UnsupportedError, match="no static shape"):
         phases.run(pipeline, g, phases.Options())
     assert seen == ["static_shapes"]
+
+
+@pytest.mark.parametrize("pipeline", ["C_PIPELINE", "FRONTEND_PIPELINE", "UNFOLDED_PIPELINE"])
+def test_pipelines_declared_soundly(pipeline: str) -> None:
+    """Every requirement provided by an earlier phase, no result made twice, each phase's
+    results fields of its record."""
+    from onnx2edge.frontend import loader
+
+    phases_list, record = {
+        "C_PIPELINE": (phases.C_PIPELINE, phases.Analyses),
+        "FRONTEND_PIPELINE": (loader.FRONTEND_PIPELINE, loader.Loaded),
+        "UNFOLDED_PIPELINE": (loader.UNFOLDED_PIPELINE, loader.Loaded),
+    }[pipeline]
+    assert check_order(phases_list) == []
+    fields = {f.name for f in dataclasses.fields(record)}
+    assert {r for p in phases_list for r in p.provides} <= fields
+    assert phases_list[-1].provides[-1] in ("graph", "arena")
+
+
+def test_frontend_is_its_phase_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """frontend.load runs FRONTEND_PIPELINE, phase after phase, in its declared order."""
+    from onnx2edge.frontend import loader
+
+    seen: list[str] = []
+    traced = tuple(
+        dataclasses.replace(p, fn=lambda *a, p=p: seen.append(p.name) or p.fn(*a))
+        for p in loader.FRONTEND_PIPELINE
+    )
+    monkeypatch.setattr(loader, "FRONTEND_PIPELINE", traced)
+    g = frontend.load(_if_graph(), quiet=True)
+    assert seen == [p.name for p in loader.FRONTEND_PIPELINE]
+    assert [n.op_type for n in g.nodes].count("Where") == 1  # the run-time If, selected
+
+
+def test_check_order_finds_faults() -> None:
+    a = Phase("a", lambda: {}, requires=("x",), provides=("y",))
+    b = Phase("b", lambda: {}, provides=("y",))
+    assert check_order([a]) == ["phase a requires ['x'], provided by no earlier phase"]
+    assert check_order([a], given=("x",)) == []
+    assert check_order([b, b]) == ["phase b declared twice", "phase b provides ['y'] again"]

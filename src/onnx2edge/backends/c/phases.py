@@ -11,13 +11,12 @@ plan run after it, on what it reports (steps, scratch, residual candidates); the
     static_shapes -> if_guards -> layout_plan -> concat_aliases -> emit -> residual_aliases
                   -> arena_plan
 
-`run` checks the declaration as it goes (a phase whose requirement no earlier phase provided,
-or which returns other results than it declares, is a bug here, not the user's).
+The runner (`onnx2edge.pipeline.run`) checks the declaration as it goes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,8 @@ from ...ir import Graph
 from ...ir.graph import STRING_DTYPE
 from ...passes.control_flow import is_if_select, runtime_if_guards
 from ...passes.specialise import why_dynamic
+from ...pipeline import Phase
+from ...pipeline import run as run_phases
 from ...semantics.fused import base_op
 from .concat_alias import concat_aliases
 from .device import GENERIC, Device
@@ -85,17 +86,6 @@ class Options:
     optimize: str = "speed"
     kernel_options: Mapping[str, str] = field(default_factory=dict)
     device: Device = GENERIC
-
-
-PhaseFn = Callable[[Graph, Options, Analyses], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    fn: PhaseFn
-    requires: tuple[str, ...] = ()
-    provides: tuple[str, ...] = ()
 
 
 # --- the phases ------------------------------------------------------------------------------
@@ -245,20 +235,8 @@ C_PIPELINE: tuple[Phase, ...] = (
 
 
 def run(phases: Sequence[Phase], graph: Graph, opts: Options) -> Analyses:
-    """Run `phases` in order on `graph`; their results in one record."""
-    res = Analyses()
-    have: set[str] = set()
-    for p in phases:
-        missing = [r for r in p.requires if r not in have]
-        if missing:
-            raise AssertionError(f"phase {p.name} requires {missing}, provided by no earlier phase")
-        out = p.fn(graph, opts, res)
-        if set(out) != set(p.provides):
-            raise AssertionError(f"phase {p.name} returned {sorted(out)}, declared {p.provides}")
-        for k, v in out.items():
-            setattr(res, k, v)
-        have.update(p.provides)
-    return res
+    """Run `phases` in order on `graph`; their results in one record (pipeline.run)."""
+    return run_phases(phases, Analyses(), graph, opts)
 
 
 def emit_model(graph: Graph, **options: Any) -> tuple[ModelEmitter, Analyses]:
