@@ -30,6 +30,7 @@ def test_phase_list_is_data_in_order() -> None:
     assert names == [
         "static_shapes",
         "if_guards",
+        "bounded_outputs",
         "layout_plan",
         "concat_aliases",
         "emit",
@@ -85,6 +86,7 @@ def test_writer_only_assembles() -> None:
     assert "onnx2edge.backends.c.phases.emit_model" in imported
     assert not [m for m in imported if "control_flow" in m or "alias" in m]
     assert "onnx2edge.backends.c.planner.plan" not in imported
+    assert [m for m in imported if m.startswith("onnx2edge.passes")] == []
 
 
 def test_runner_checks_the_declaration() -> None:

@@ -8,8 +8,8 @@ Concat aliases) from that record and never calls back into passes/; the aliasing
 plan run after it, on what it reports (steps, scratch, residual candidates); the writer
 (writer.py) only assembles the record into files.
 
-    static_shapes -> if_guards -> layout_plan -> concat_aliases -> emit -> residual_aliases
-                  -> arena_plan
+    static_shapes -> if_guards -> bounded_outputs -> layout_plan -> concat_aliases -> emit
+                  -> residual_aliases -> arena_plan
 
 The runner (`onnx2edge.pipeline.run`) checks the declaration as it goes.
 """
@@ -23,6 +23,7 @@ from typing import Any
 from ...errors import UnsupportedError
 from ...ir import Graph
 from ...ir.graph import STRING_DTYPE
+from ...passes.bounded import bounded_axis
 from ...passes.control_flow import is_if_select, runtime_if_guards
 from ...passes.specialise import why_dynamic
 from ...pipeline import Phase
@@ -58,6 +59,9 @@ class Analyses:
     # a copy of the taken side (passes/control_flow.py)
     guards: dict[str, Guard] = field(default_factory=dict)
     if_selects: frozenset[str] = frozenset()
+    # bounded_outputs: graph output index -> the axis whose extent is only known at run time
+    # (passes/bounded.py)
+    bounded: dict[int, int] = field(default_factory=dict)
     # layout_plan: tensors kept channel-blocked between layers (nchwc_plan.py)
     layout_plan: LayoutPlan | None = None
     # concat_aliases: Concat input -> (output, byte offset) written in place (concat_alias.py)
@@ -115,6 +119,11 @@ def _if_guards(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
     guards = runtime_if_guards(graph)
     selects = frozenset(n.name for n in graph.nodes if is_if_select(graph, n)) if guards else None
     return {"guards": guards, "if_selects": selects or frozenset()}
+
+
+def _bounded_outputs(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
+    axes = {i: bounded_axis(graph, n) for i, n in enumerate(graph.outputs)}
+    return {"bounded": {i: a for i, a in axes.items() if a is not None}}
 
 
 def _layout_plan(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
@@ -191,6 +200,7 @@ def _arena_plan(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
 C_PIPELINE: tuple[Phase, ...] = (
     Phase("static_shapes", _static_shapes, provides=("tensor_kinds",)),
     Phase("if_guards", _if_guards, provides=("guards", "if_selects")),
+    Phase("bounded_outputs", _bounded_outputs, provides=("bounded",)),
     Phase("layout_plan", _layout_plan, provides=("layout_plan",)),
     Phase(
         "concat_aliases",

@@ -11,7 +11,6 @@ import numpy as np
 
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
-from ...passes.bounded import bounded_axis
 from .device import GENERIC, Device
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
@@ -331,9 +330,8 @@ def write_model(
         f"(void){t.sym};" for t in em.tensors.values() if t.kind in ("arena", "output")
     ]
     arena_bytes = max(int(res.arena), 1)
-    # outputs whose size is only known at run time (passes/bounded.py): their actual extent
-    bounded = {i: bounded_axis(graph, n) for i, n in enumerate(graph.outputs)}
-    bounded = {i: a for i, a in bounded.items() if a is not None}
+    # outputs whose size is only known at run time (the bounded_outputs phase): their extent
+    bounded = res.bounded
     minus_ones = ", ".join("-1" for _ in outs)
     in_params = [f"const {t.ctype} *{c_ident(t.name)}" for t in ins]
     out_params = [f"{t.ctype} *{c_ident(t.name)}" for t in outs]
