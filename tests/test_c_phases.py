@@ -212,7 +212,9 @@ def test_frontend_is_its_phase_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loader, "FRONTEND_PIPELINE", traced)
     g = frontend.load(_if_graph(), quiet=True)
     assert seen == [p.name for p in loader.FRONTEND_PIPELINE]
-    assert [n.op_type for n in g.nodes].count("Where") == 1  # the run-time If, selected
+    # the run-time If, selected by the internal op
+    assert [(n.domain, n.op_type) for n in g.nodes].count(("o2e", "IfSelect")) == 1
+    assert not [n for n in g.nodes if n.doc_string]
 
 
 def test_check_order_finds_faults() -> None:

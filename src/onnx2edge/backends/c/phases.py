@@ -24,7 +24,7 @@ from ...errors import UnsupportedError
 from ...ir import Graph
 from ...ir.graph import STRING_DTYPE
 from ...passes.bounded import bounded_axis
-from ...passes.control_flow import is_if_select, runtime_if_guards
+from ...passes.control_flow import if_name, is_if_select, is_select_of_if, runtime_if_guards
 from ...passes.specialise import why_dynamic
 from ...pipeline import Phase
 from ...pipeline import run as run_phases
@@ -117,8 +117,13 @@ def _if_guards(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
     their guards; the arena plan stays the straight-line one, which keeps every buffer of both
     branches valid whichever runs."""
     guards = runtime_if_guards(graph)
-    selects = frozenset(n.name for n in graph.nodes if is_if_select(graph, n)) if guards else None
-    return {"guards": guards, "if_selects": selects or frozenset()}
+    selects = frozenset(n.name for n in graph.nodes if is_select_of_if(n))
+    for n in graph.nodes:
+        if n.name in selects and not is_if_select(graph, n):  # check_if_selects refused most
+            raise UnsupportedError(
+                f"node '{if_name(n)}' (op If): its branches' outputs differ in shape or type"
+            )
+    return {"guards": guards, "if_selects": selects}
 
 
 def _bounded_outputs(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
@@ -263,6 +268,8 @@ def unsupported(graph: Graph) -> list[str]:
     ops = load_all()
     problems = []
     for node in graph.nodes:
+        if is_select_of_if(node):  # the emitter writes it itself (a copy of the taken side)
+            continue
         spec = ops.get(op_key(node))
         where = f"node '{node.name}' (op {node.op_type}, opset {graph.opset})"
         if spec is None:
