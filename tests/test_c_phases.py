@@ -223,3 +223,27 @@ def test_check_order_finds_faults() -> None:
     assert check_order([a]) == ["phase a requires ['x'], provided by no earlier phase"]
     assert check_order([a], given=("x",)) == []
     assert check_order([b, b]) == ["phase b declared twice", "phase b provides ['y'] again"]
+
+
+def test_bounded_outputs_are_an_internal_op() -> None:
+    """Unique's data-dependent outputs pass through o2e.Bounded (no doc_string tag); the
+    bounded_outputs phase finds them by graph output, the static inverse_indices is not one."""
+    node = helper.make_node("Unique", ["x"], ["y", "i", "inv", "c"], sorted=1)
+    f = helper.make_tensor_value_info
+    outs = [
+        f("y", TensorProto.FLOAT, ["u"]),
+        f("i", TensorProto.INT64, ["u"]),
+        f("inv", TensorProto.INT64, ["k"]),
+        f("c", TensorProto.INT64, ["u"]),
+    ]
+    m = helper.make_model(
+        helper.make_graph([node], "g", [f("x", TensorProto.FLOAT, [6])], outs),
+        opset_imports=[helper.make_opsetid("", 11)],
+    )
+    g = _prepared(m)
+    marks = [n for n in g.nodes if (n.domain, n.op_type) == ("o2e", "Bounded")]
+    assert sorted(n.outputs[0] for n in marks) == ["c", "i", "y"]
+    assert not [n for n in g.nodes if n.doc_string]
+    _, res = phases.emit_model(g)
+    assert res.bounded == {0: 0, 1: 0, 3: 0}
+    assert CBackend().unsupported(g) == []

@@ -227,6 +227,7 @@ def _internal_schemas() -> list[OpSchema]:
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
     return [
         qgemm, qadd, qconcat, qmaxpool, *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
+        _bounded_schema(),
     ]  # fmt: skip
 
 
@@ -324,6 +325,7 @@ def _schema(f: FusedOp) -> OpSchema:
 
 INTERNAL_OPS = (
     "QGemm", "QAdd", "QConcat", "QMaxPool", "QAveragePool", "QGlobalAveragePool", "IfSelect",
+    "Bounded",
 )  # fmt: skip
 
 
@@ -360,6 +362,35 @@ def _if_select_schema() -> OpSchema:
         ],
     )
     sch.set_type_and_shape_inference_function(_if_select_infer)
+    return sch
+
+
+def _bounded_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    elem = _elem_type(ctx, 0)
+    if elem is not None:
+        _set_output(ctx, elem, _dims(ctx, 0))
+
+
+def _bounded_schema() -> OpSchema:
+    """o2e.Bounded (passes/bounded.py): its input, a data-dependent output (NonMaxSuppression,
+    Unique) sized by its upper bound, of which only a run-time extent along `axis` is filled;
+    the generated code reports that extent (C: `<prefix>_output_count(i)`)."""
+    sch = OpSchema(
+        "Bounded",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op: X unchanged, shaped by an upper bound; only a run-time extent "
+        "along `axis` holds values (the rest is unspecified).",
+        inputs=[_Param("X", "T", "")],
+        outputs=[_Param("Y", "T", "")],
+        type_constraints=[("T", [f"tensor({t})" for t in _ALL_TYPES], "")],
+        attributes=[
+            OpSchema.Attribute(
+                "axis", OpSchema.AttrType.INT, "the axis whose extent varies", required=True
+            )
+        ],
+    )
+    sch.set_type_and_shape_inference_function(_bounded_infer)
     return sch
 
 
