@@ -240,4 +240,4 @@ for (int64_t p = 0; p < nu; ++p) {rank}[{perm}[p]] = p;
 {body}"""
 
 
-allow_storage_dtypes("Unique")
+allow_storage_dtypes("Unique", "Bounded")  # o2e.Bounded only copies bytes
