@@ -16,6 +16,7 @@ import pytest
 
 from onnx2edge import api
 from onnx2edge.backends.c import emitter as emitter_mod
+from onnx2edge.backends.c import phases as phases_mod
 from onnx2edge.backends.c import planner
 from onnx2edge.backends.c.planner import ALIGN, Buffer, collisions, plan
 
@@ -73,19 +74,18 @@ def _checked_convert(monkeypatch: pytest.MonkeyPatch, model: Path, out: Path) ->
     emit = emitter_mod.ModelEmitter.emit
 
     def checked_emit(self: emitter_mod.ModelEmitter) -> dict[str, Any]:
-        res = emit(self)
-        seen["emitter"], seen["res"] = self, res
-        return res
+        seen["emitter"] = self
+        return emit(self)
 
-    monkeypatch.setattr(emitter_mod, "plan", checked_plan)
+    monkeypatch.setattr(phases_mod, "plan", checked_plan)
     monkeypatch.setattr(emitter_mod.ModelEmitter, "emit", checked_emit)
     api.convert(model, "c", out)
     buffers: list[Buffer] = seen["buffers"]
     offsets: dict[str, int] = seen["offsets"]
     assert collisions(buffers, offsets) == []
-    assert seen["total"] == seen["res"]["arena"]
     em: emitter_mod.ModelEmitter = seen["emitter"]
-    final = seen["res"]["offsets"]
+    assert seen["total"] == em.analyses.arena
+    final = em.analyses.offsets
     by_key = {b.key: b for b in buffers}
     steps: dict[str, list[int]] = {}
     for step, node in enumerate(em.graph.nodes):

@@ -78,13 +78,13 @@ def _handle(
 
 def _c_arena_bytes(model: LoadedModel) -> int | None:
     """RAM the generated C needs for activations and scratch (None when C refuses the model)."""
-    from .backends.c.emitter import ModelEmitter
+    from .backends.c.phases import emit_model
 
     try:
         graph = prepare(model, "c", quiet=True)
     except Onnx2EdgeError:
         return None
-    return int(ModelEmitter(graph, prefix="model").emit()["arena"])
+    return int(emit_model(graph)[1].arena)
 
 
 # --- JSON round trip ------------------------------------------------------------------------

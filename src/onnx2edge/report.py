@@ -77,12 +77,11 @@ def _c_footprint(graph: Graph, work: Path) -> dict[str, Any]:
     labels), the strategies that refused it, its RAM (arena outputs + scratch) and flash bytes
     (the constants it names first)."""
     from .backends.c.build import compiler
-    from .backends.c.emitter import ModelEmitter
+    from .backends.c.phases import emit_model
     from .backends.c.writer import write_model
 
-    em = ModelEmitter(graph, prefix="model")
-    res = em.emit()
-    offsets = res["offsets"]
+    em, res = emit_model(graph)
+    offsets = res.offsets
     stats = write_model(graph, work, emitted=(em, res))  # the plan above, not a second emit
     code = _code_bytes(compiler(), work)
     layers = {}

@@ -91,7 +91,7 @@ class Prepared:
 def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) -> Prepared:
     """Convert one case to `case<i>.c`; never raises."""
     from ..backends.c.backend import CBackend
-    from ..backends.c.emitter import ModelEmitter
+    from ..backends.c.phases import refusals
     from ..backends.c.writer import write_model
 
     p = Prepared(
@@ -106,7 +106,7 @@ def _prepare(index: int, case: Any, out_dir: Path, prefix: str | None = None) ->
         loaded = load_case(
             case,
             CBackend.required_passes,
-            lambda g: ModelEmitter(g, prefix=p.prefix).refusals(),
+            refusals,
         )
         g = loaded.graph
         with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():

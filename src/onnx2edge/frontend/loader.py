@@ -5,9 +5,12 @@ Every way a file can be wrong ends in one `Onnx2EdgeError` naming the file and w
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,6 +29,8 @@ from ..passes import infer_shapes as infer_shapes_pass
 from ..passes.control_flow import check_if_selects, select_runtime_if
 from ..passes.lower_contrib import KEPT, LOWERINGS, lower_contrib
 from ..passes.specialise import dynamic_tensors, observe_shapes, specialise
+from ..pipeline import Phase
+from ..pipeline import run as run_phases
 from .sequences import SequenceSpec, lower_sequences
 from .validate import check_consistency
 
@@ -639,6 +644,124 @@ def ort_observer(  # noqa: ANN201 - see passes.specialise
     return observe
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """`load`'s options, as the frontend phases read them."""
+
+    input_shapes: Mapping[str, Sequence[int]] = dataclasses.field(default_factory=dict)
+    fixed_inputs: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    quiet: bool = False
+    sequence_inputs: Mapping[str, SequenceSpec] | None = None
+
+
+@dataclass
+class Loaded:
+    """The frontend phases' results, one field each (the names FRONTEND_PIPELINE declares)."""
+
+    model: onnx.ModelProto | None = None  # read: checked, external data left on disk
+    base_dir: Path | None = None
+    bound: onnx.ModelProto | None = None  # fixed inputs bound as constants
+    tensor_model: onnx.ModelProto | None = None  # sequences and optionals made tensors
+    shaped: onnx.ModelProto | None = None  # static input shapes
+    bare: onnx.ModelProto | None = None  # output shapes stripped (kept in `declared`)
+    declared: dict = dataclasses.field(default_factory=dict)
+    ir: Graph | None = None  # IR, contrib ops lowered, defaults spelled out
+    specialised: Graph | None = None  # folded and inferred to a fixed point, Ifs inlined
+    observed: Graph | None = None  # shapes inference left open, from onnxruntime
+    graph: Graph | None = None  # the frontend's result
+
+
+def _read(source: str | Path | onnx.ModelProto, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
+    # neither copied into the protobuf nor copied again with every ModelProto copy below.
+    base_dir = None if isinstance(source, onnx.ModelProto) else Path(source).resolve().parent
+    return {"model": load_model(source, load_external=False), "base_dir": base_dir}
+
+
+def _bind(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    return {"bound": bind_inputs(r.model, o.fixed_inputs)}
+
+
+def _sequences(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    return {"tensor_model": _present_optional_inputs(lower_sequences(r.bound, o.sequence_inputs))}
+
+
+def _input_shapes(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    return {"shaped": fix_input_shapes(r.tensor_model, o.input_shapes, quiet=o.quiet)}
+
+
+def _strip_outputs(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    bare, declared = strip_output_shapes(r.shaped)
+    return {"bare": bare, "declared": declared}
+
+
+def _to_ir(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    graph = _spell_out_defaults(lower_contrib(graph_from_model(r.bare, base_dir=r.base_dir)))
+    # The IR never lists initializers as inputs, which IR 3 requires (inference ignores them).
+    return {"ir": graph.replace(ir_version=max(graph.ir_version, 4))}
+
+
+def _specialise(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    graph = specialise(r.ir)
+    # each round makes the Ifs nested one level deeper in branches top-level (or folds them)
+    while any(n.op_type == "If" for n in graph.nodes):
+        selected = select_runtime_if(graph)
+        if selected is graph:
+            break
+        graph = specialise(selected)
+    return {"specialised": graph}
+
+
+def _observe(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    graph = _declared_fallback(r.specialised, r.declared)
+    if dynamic_tensors(graph) or declared_conflict(graph, r.declared):
+        graph = observe_shapes(graph, ort_observer(r.shaped, graph, r.base_dir), quiet=o.quiet)
+    return {"observed": graph}
+
+
+def _check_selects(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    check_if_selects(r.observed)
+    _note_declared(r.observed, r.declared, o.quiet)
+    return {"graph": r.observed}
+
+
+def _infer_only(source: Any, o: LoadOptions, r: Loaded) -> dict[str, Any]:
+    return {"graph": infer_shapes_pass(r.ir)}
+
+
+_FRONT = (
+    Phase("read", _read, provides=("model", "base_dir")),
+    Phase("bind_inputs", _bind, requires=("model",), provides=("bound",)),
+    Phase("lower_sequences", _sequences, requires=("bound",), provides=("tensor_model",)),
+    Phase("fix_input_shapes", _input_shapes, requires=("tensor_model",), provides=("shaped",)),
+    Phase(
+        "strip_output_shapes", _strip_outputs, requires=("shaped",), provides=("bare", "declared")
+    ),
+    Phase("to_ir", _to_ir, requires=("bare", "base_dir"), provides=("ir",)),
+)
+# The whole frontend: file -> checked model -> fixed inputs -> sequences and optionals to
+# tensors -> static input shapes -> IR -> contrib ops lowered -> static specialisation (fold
+# + infer to a fixed point, control flow inlined) -> shapes checked against onnxruntime.
+FRONTEND_PIPELINE: tuple[Phase, ...] = (
+    *_FRONT,
+    Phase("specialise", _specialise, requires=("ir",), provides=("specialised",)),
+    Phase(
+        "observe_shapes",
+        _observe,
+        requires=("specialised", "declared", "shaped", "base_dir"),
+        provides=("observed",),
+    ),
+    Phase(
+        "check_if_selects", _check_selects, requires=("observed", "declared"), provides=("graph",)
+    ),
+)
+# load(fold=False): the IR with onnx's shape inference only
+UNFOLDED_PIPELINE: tuple[Phase, ...] = (
+    *_FRONT,
+    Phase("infer_shapes", _infer_only, requires=("ir",), provides=("graph",)),
+)
+
+
 def load(
     path: str | Path | onnx.ModelProto,
     *,
@@ -648,35 +771,13 @@ def load(
     quiet: bool = False,
     sequence_inputs: Mapping[str, SequenceSpec] | None = None,
 ) -> Graph:
-    """The whole frontend: file -> checked model -> fixed inputs -> sequences and optionals to
-    tensors (`sequence_inputs`: each sequence input's element dtypes and shapes, None for an
-    absent optional; frontend/sequences.py) -> static input shapes ->
-    IR -> contrib ops lowered -> static specialisation (fold + infer to a fixed point, control
-    flow inlined) -> shapes checked against onnxruntime."""
-    # External data stays on disk, memory-mapped by graph_from_model: a 2 GB model is then
-    # neither copied into the protobuf nor copied again with every ModelProto copy below.
-    base_dir = None if isinstance(path, onnx.ModelProto) else Path(path).resolve().parent
-    model = bind_inputs(load_model(path, load_external=False), fixed_inputs or {})
-    model = _present_optional_inputs(lower_sequences(model, sequence_inputs))
-    model = fix_input_shapes(model, input_shapes or {}, quiet=quiet)
-    bare, declared = strip_output_shapes(model)
-    graph = _spell_out_defaults(lower_contrib(graph_from_model(bare, base_dir=base_dir)))
-    # The IR never lists initializers as inputs, which IR 3 requires (inference ignores them).
-    graph = graph.replace(ir_version=max(graph.ir_version, 4))
-    if not fold:
-        return infer_shapes_pass(graph)
-    graph = specialise(graph)
-    # each round makes the Ifs nested one level deeper in branches top-level (or folds them)
-    while any(n.op_type == "If" for n in graph.nodes):
-        selected = select_runtime_if(graph)
-        if selected is graph:
-            break
-        graph = specialise(selected)
-    graph = _declared_fallback(graph, declared)
-    if dynamic_tensors(graph) or declared_conflict(graph, declared):
-        graph = observe_shapes(graph, ort_observer(model, graph, base_dir), quiet=quiet)
-    check_if_selects(graph)
-    _note_declared(graph, declared, quiet)
+    """The whole frontend (FRONTEND_PIPELINE, or UNFOLDED_PIPELINE without `fold`).
+    `sequence_inputs`: each sequence input's element dtypes and shapes, None for an absent
+    optional (frontend/sequences.py)."""
+    opts = LoadOptions(input_shapes or {}, fixed_inputs or {}, quiet, sequence_inputs)
+    phases = FRONTEND_PIPELINE if fold else UNFOLDED_PIPELINE
+    graph = run_phases(phases, Loaded(), path, opts).graph
+    assert graph is not None
     return graph
 
 

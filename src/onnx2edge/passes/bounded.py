@@ -2,25 +2,27 @@
 
 How many boxes NonMaxSuppression keeps, or how many distinct values Unique finds, is only known
 at run time, but never more than a bound the input shapes give. Such an output gets the bound as
-its static shape; the node is tagged (doc_string) with the axis whose extent varies, and the
-generated code reports the actual extent at run time (C: `<prefix>_output_count(i)`), the
-values written contiguously in the actual shape. A bounded tensor must be a graph output that
-no other node reads: an op downstream would need the run-time size too.
+its static shape and passes through an internal op, `o2e.Bounded(x; axis)` (semantics/fused.py),
+which names the axis whose extent varies; the generated code reports the actual extent at run
+time (C: `<prefix>_output_count(i)`), the values written contiguously in the actual shape. A
+bounded tensor must be a graph output that no other node reads: an op downstream would need
+the run-time size too.
 
     before:  boxes[1,6,4], scores[1,1,6] -> NonMaxSuppression -> selected[?, 3]
-    after:   ... -> NonMaxSuppression (tag {0: axis 0}) -> selected[6, 3], 0..6 rows filled
+    after:   ... -> NonMaxSuppression -> selected/bound[6, 3] -> o2e.Bounded(axis 0)
+                 -> selected[6, 3], 0..6 rows filled
 """
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
+from onnx import AttributeProto
 
-from ..ir import Graph, Node, TensorType, Value
+from ..ir import Attr, Graph, Node, TensorType, Value
+from ..semantics.fused import DOMAIN, with_domain
 from .registry import register_pass
 
-BOUNDED_TAG = "onnx2edge: bounded outputs "
+BOUNDED = "Bounded"  # o2e.Bounded
 
 
 def _static(graph: Graph, name: str) -> tuple[int, ...] | None:
@@ -59,21 +61,32 @@ def _bounds(graph: Graph, node: Node) -> dict[int, tuple[tuple[int, ...], int | 
     return None
 
 
-def bounded_axes(node: Node) -> dict[int, int]:
-    """{output index: varying axis} of a node the pass tagged, else {}."""
-    if not node.doc_string.startswith(BOUNDED_TAG):
-        return {}
-    return {int(k): int(v) for k, v in json.loads(node.doc_string[len(BOUNDED_TAG) :]).items()}
+def is_bounded(node: Node) -> bool:
+    return node.op_type == BOUNDED and node.domain == DOMAIN
+
+
+def bounded_output(graph: Graph, name: str) -> str | None:
+    """The o2e.Bounded output tensor `name` passes through, or None."""
+    for n in graph.consumers(name):
+        if is_bounded(n):
+            return n.outputs[0]
+    return None
+
+
+def bounded_axes(graph: Graph, node: Node) -> dict[int, int]:
+    """{output index: varying axis} of a node whose outputs pass through o2e.Bounded, else {}."""
+    out = {}
+    for k, name in enumerate(node.outputs):
+        for n in graph.consumers(name) if name else ():
+            if is_bounded(n):
+                out[k] = int(n.attr("axis"))
+    return out
 
 
 def bounded_axis(graph: Graph, name: str) -> int | None:
     """The axis of tensor `name` whose extent is only known at run time, or None."""
     node = graph.producer(name)
-    if node is None:
-        return None
-    axes = bounded_axes(node)
-    k = node.outputs.index(name)
-    return axes.get(k)
+    return int(node.attr("axis")) if node is not None and is_bounded(node) else None
 
 
 @register_pass("bound_data_dependent", after=("fold_constants", "infer_shapes"))
@@ -81,13 +94,15 @@ def bound_data_dependent(graph: Graph) -> Graph:
     """Give NonMaxSuppression's and Unique's data-dependent outputs their upper bound."""
     values = dict(graph.values)
     nodes = []
+    taken = set(values) | {o for n in graph.nodes for o in n.outputs} | set(graph.initializers)
     changed = False
     for node in graph.nodes:
         bounds = _bounds(graph, node)
         if not bounds:
             nodes.append(node)
             continue
-        axes = {}
+        outs = list(node.outputs)
+        marks = []
         for k, (shape, axis) in bounds.items():
             if k >= len(node.outputs) or not node.outputs[k]:
                 continue
@@ -95,8 +110,16 @@ def bound_data_dependent(graph: Graph) -> Graph:
             t = graph.type_of(name)
             elem = t.elem_type if t is not None and t.elem_type else 7  # INT64
             values[name] = Value(name, TensorType(elem, tuple(int(d) for d in shape)))
-            if axis is not None:
-                axes[str(k)] = axis
-        nodes.append(node.replace(doc_string=BOUNDED_TAG + json.dumps(axes, sort_keys=True)))
+            if axis is None:
+                continue
+            inner, i = f"{name}/bound", 1
+            while inner in taken:
+                inner, i = f"{name}/bound{i}", i + 1
+            taken.add(inner)
+            values[inner] = Value(inner, values[name].type)
+            outs[k] = inner
+            attrs = {"axis": Attr(AttributeProto.INT, int(axis))}
+            marks.append(Node(f"{node.name}/bounded{k}", BOUNDED, (inner,), (name,), attrs, DOMAIN))
+        nodes.extend([node.replace(outputs=tuple(outs)), *marks])
         changed = True
-    return graph.with_nodes(nodes, values=values) if changed else graph
+    return with_domain(graph.with_nodes(nodes, values=values)) if changed else graph

@@ -3,8 +3,8 @@
 - `If` whose condition is a constant: the taken branch is inlined (`inline_control_flow`,
   part of the specialisation loop, since a condition often becomes constant only after the
   shapes it compares are folded, e.g. `sr == 16000` once `--fix-input sr=16000` is given).
-- `If` whose condition is only known at run time: both branches are inlined and a `Where`
-  selects the outputs (`select_runtime_if`, run once the loop has converged, again for Ifs
+- `If` whose condition is only known at run time: both branches are inlined and an
+  `o2e.IfSelect` (Where on the scalar condition, semantics/fused.py) selects the outputs (`select_runtime_if`, run once the loop has converged, again for Ifs
   nested in branches). Each branch keeps its own static shapes, but their outputs must agree
   in shape and type, else the node is refused with its name (`check_if_selects`). The graph
   stays straight-line for every pass; `runtime_if_guards` then tells a backend under which
@@ -14,7 +14,7 @@
   body per iteration, scan outputs stacked with Unsqueeze + Concat.
 
 before:  If(c=<const true>){then: y=Relu(x)}{else: y=Neg(x)}   after:  Relu(x) -> Identity -> y
-before:  If(c=Less(sr, 16000)){..}{..}                          after:  both -> Where(c, t, e)
+before:  If(c=Less(sr, 16000)){..}{..}                          after:  both -> o2e.IfSelect(c, t, e)
 """
 
 from __future__ import annotations
@@ -26,11 +26,22 @@ from onnx import AttributeProto, numpy_helper
 from ..errors import UnsupportedError
 from ..ir import Attr, Graph, Node, TensorType, Value
 from ..ir.proto import _type_from_proto, node_from_proto
+from ..semantics.fused import DOMAIN, with_domain
 from .registry import register_pass
 
 _MAX_UNROLL = 256
-# doc_string of the Where nodes that replace a run-time If (checked after shape inference).
-IF_SELECT_TAG = "onnx2edge: run-time If "
+# the op that selects a run-time If's output (semantics/fused.py: o2e.IfSelect)
+IF_SELECT = "IfSelect"
+
+
+def is_select_of_if(node: Node) -> bool:
+    """Is `node` an o2e.IfSelect (a run-time If's output, left by `select_runtime_if`)?"""
+    return node.op_type == IF_SELECT and node.domain == DOMAIN
+
+
+def if_name(node: Node) -> str:
+    """The name of the run-time If an o2e.IfSelect selects for."""
+    return str(node.attr("if_name", ""))
 
 
 def _has_subgraphs(p: onnx.NodeProto) -> bool:
@@ -265,7 +276,7 @@ def _inline_if(inl: _Inliner, node: Node, cond: bool) -> list[Node] | None:
 
 @register_pass("select_runtime_if")
 def select_runtime_if(graph: Graph) -> Graph:
-    """Both branches of every remaining If, then Where(cond, then_out, else_out)."""
+    """Both branches of every remaining If, then o2e.IfSelect(cond, then_out, else_out)."""
     if not any(n.op_type == "If" and n.domain == "" for n in graph.nodes):
         return graph
     inl = _Inliner(graph)
@@ -302,30 +313,31 @@ def select_runtime_if(graph: Graph) -> Graph:
             sel.append(
                 Node(
                     inl.fresh(f"{node.name}/select{k}"),
-                    "Where",
+                    IF_SELECT,
                     (cond, tb.get(to.name, to.name), eb.get(eo.name, eo.name)),
                     (y,),
-                    doc_string=IF_SELECT_TAG + node.name,
+                    {"if_name": Attr(AttributeProto.STRING, node.name)},
+                    domain=DOMAIN,
                 )
             )
         # the condition first: backends that run only the taken branch (the C backend, through
         # `runtime_if_guards`) read it before either branch
         out.extend([sel[0], *tnodes, *enodes, *sel[1:]])
         changed = True
-    return inl.done(out) if changed else graph
+    return with_domain(inl.done(out)) if changed else graph
 
 
 def check_if_selects(graph: Graph) -> None:
     """Refuse a run-time If whose branches yield differently shaped or typed outputs."""
     for n in graph.nodes:
-        if n.op_type != "Where" or not n.doc_string.startswith(IF_SELECT_TAG):
+        if not is_select_of_if(n):
             continue
         a, b = graph.type_of(n.inputs[1]), graph.type_of(n.inputs[2])
         if a is None or b is None or a.shape is None or b.shape is None:
             continue
         if a.shape != b.shape or a.elem_type != b.elem_type:
             raise UnsupportedError(
-                f"node '{n.doc_string[len(IF_SELECT_TAG) :]}' (op If): its condition is only "
+                f"node '{if_name(n)}' (op If): its condition is only "
                 f"known at run time and its branches produce output {n.outputs[0]!r} with "
                 f"different shapes or types ({_desc(a)} vs {_desc(b)}); "
                 + fix_input_hint(graph, n.inputs[0])
@@ -364,13 +376,13 @@ def fix_input_hint(graph: Graph, cond: str) -> str:
 
 def runtime_if_of(graph: Graph, node: Node) -> str | None:
     """The condition tensor of the run-time If that `node` is part of (a node of one of its
-    inlined branches, an If left in place, or its selecting Where), or None."""
+    inlined branches, an If left in place, or its o2e.IfSelect), or None."""
     if node.op_type == "If" and node.inputs and not graph.is_const(node.inputs[0]):
         return node.inputs[0]
     for n in graph.nodes:
-        if n.op_type != "Where" or not n.doc_string.startswith(IF_SELECT_TAG):
+        if not is_select_of_if(n):
             continue
-        name = n.doc_string[len(IF_SELECT_TAG) :]
+        name = if_name(n)
         if n is node or node.name.startswith((f"{name}/then/", f"{name}/else/")):
             return n.inputs[0]
     return None
@@ -504,7 +516,7 @@ Guard = tuple[tuple[str, bool], ...]
 def runtime_if_guards(graph: Graph) -> dict[str, Guard]:
     """For each node, the conditions under which its result is needed: ((cond, taken), ...)
     outermost first, () for always. A backend that wraps each node in `if` statements on its
-    guard runs only the taken branch of every run-time If (the `Where` selects left by
+    guard runs only the taken branch of every run-time If (the o2e.IfSelect nodes left by
     `select_runtime_if`, whose branch inputs are needed only when their side is taken).
 
     Computed from the data flow alone, after every pass, so a pass that moves or fuses nodes
@@ -512,7 +524,7 @@ def runtime_if_guards(graph: Graph) -> dict[str, Guard]:
     (run more often, never less), and a guard is cut before a condition computed only after the
     node. Nodes of no select are all guarded ().
     """
-    if not any(n.doc_string.startswith(IF_SELECT_TAG) for n in graph.nodes):
+    if not any(is_select_of_if(n) for n in graph.nodes):
         return {}
     made_at = {o: i for i, n in enumerate(graph.nodes) for o in n.outputs if o}
     need: dict[str, Guard] = {o: () for o in graph.outputs}
@@ -539,10 +551,10 @@ def runtime_if_guards(graph: Graph) -> dict[str, Guard]:
 
 
 def is_if_select(graph: Graph, node: Node) -> bool:
-    """Is `node` the Where that picks a run-time If's output (scalar condition, both branch
+    """Is `node` the o2e.IfSelect that picks a run-time If's output (scalar condition, both branch
     outputs of the output's own static shape and type), which a backend may emit as a copy of
     the taken side?"""
-    if node.op_type != "Where" or not node.doc_string.startswith(IF_SELECT_TAG):
+    if not is_select_of_if(node):
         return False
     c, t, e, y = (graph.type_of(x) for x in (*node.inputs, node.outputs[0]))
     if any(v is None or not v.is_static for v in (c, t, e, y)):
@@ -559,3 +571,16 @@ def _common(a: Guard, b: Guard) -> Guard:
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return a[:n]
+
+
+@register_pass("lower_if_select")
+def lower_if_select(graph: Graph) -> Graph:
+    """o2e.IfSelect as the ONNX Where it means (both sides computed, then selected): for the
+    backends that do not run only the taken branch (MPS, Core ML)."""
+    if not any(is_select_of_if(n) for n in graph.nodes):
+        return graph
+    nodes = [
+        n.replace(op_type="Where", domain="", attrs={}) if is_select_of_if(n) else n
+        for n in graph.nodes
+    ]
+    return graph.with_nodes(nodes)

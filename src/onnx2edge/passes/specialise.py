@@ -32,7 +32,7 @@ import onnx
 
 from ..errors import Onnx2EdgeError
 from ..ir import Graph, Node, TensorType, Value
-from .control_flow import IF_SELECT_TAG, fix_input_hint, inline_control_flow, runtime_if_of
+from .control_flow import fix_input_hint, inline_control_flow, is_select_of_if, runtime_if_of
 from .fold_constants import fold_constants
 from .infer_shapes import infer_shapes
 from .registry import register_pass
@@ -167,7 +167,7 @@ def _reason(graph: Graph, node: Node) -> str:
 
 def _adoptable(graph: Graph, node: Node) -> bool:
     """Is the node's output shape a function of its input shapes and constants only?"""
-    if node.doc_string.startswith(IF_SELECT_TAG):
+    if is_select_of_if(node):
         return False  # a run-time If's branches must agree by themselves (check_if_selects)
     if node.op_type in _VALUE_SHAPED or any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)

@@ -225,7 +225,10 @@ def _internal_schemas() -> list[OpSchema]:
     )
     # MaxPool's inference sets Indices only when the node has a second output
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
-    return [qgemm, qadd, qconcat, qmaxpool, *(_qavg_schema(op) for op in _QAVG)]
+    return [
+        qgemm, qadd, qconcat, qmaxpool, *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
+        _bounded_schema(),
+    ]  # fmt: skip
 
 
 # o2e.QAveragePool / QGlobalAveragePool: the base pool's attributes and shape inference, the
@@ -320,7 +323,81 @@ def _schema(f: FusedOp) -> OpSchema:
     return schema
 
 
-INTERNAL_OPS = ("QGemm", "QAdd", "QConcat", "QMaxPool", "QAveragePool", "QGlobalAveragePool")
+INTERNAL_OPS = (
+    "QGemm", "QAdd", "QConcat", "QMaxPool", "QAveragePool", "QGlobalAveragePool", "IfSelect",
+    "Bounded",
+)  # fmt: skip
+
+
+def _if_select_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    # both sides have the output's type and shape; sides that differ leave it unknown (and
+    # check_if_selects refuses the If)
+    elem = _elem_type(ctx, 1) or _elem_type(ctx, 2)
+    a, b = _dims(ctx, 1), _dims(ctx, 2)
+    if elem is not None:
+        _set_output(ctx, elem, a if a == b else None)
+
+
+def _if_select_schema() -> OpSchema:
+    """o2e.IfSelect (passes/control_flow.select_runtime_if): the output of a run-time If,
+    `then` when `cond` holds else `else`. The two sides are the If's branches inlined; a
+    backend may compute only the taken one (C: control_flow.runtime_if_guards) or both and
+    select (its meaning is Where's on a scalar condition)."""
+    sch = OpSchema(
+        "IfSelect",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op: the output of the run-time If `if_name`, `then` when the scalar "
+        "`cond` holds, else `else` (both of the output's shape and type).",
+        inputs=[_Param("cond", "B", ""), _Param("then", "T", ""), _Param("else", "T", "")],
+        outputs=[_Param("output", "T", "")],
+        type_constraints=[
+            ("B", ["tensor(bool)"], ""),
+            ("T", [f"tensor({t})" for t in _ALL_TYPES], ""),
+        ],
+        attributes=[
+            OpSchema.Attribute(
+                "if_name", OpSchema.AttrType.STRING, "the If node's name", required=True
+            )
+        ],
+    )
+    sch.set_type_and_shape_inference_function(_if_select_infer)
+    return sch
+
+
+def _bounded_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    elem = _elem_type(ctx, 0)
+    if elem is not None:
+        _set_output(ctx, elem, _dims(ctx, 0))
+
+
+def _bounded_schema() -> OpSchema:
+    """o2e.Bounded (passes/bounded.py): its input, a data-dependent output (NonMaxSuppression,
+    Unique) sized by its upper bound, of which only a run-time extent along `axis` is filled;
+    the generated code reports that extent (C: `<prefix>_output_count(i)`)."""
+    sch = OpSchema(
+        "Bounded",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op: X unchanged, shaped by an upper bound; only a run-time extent "
+        "along `axis` holds values (the rest is unspecified).",
+        inputs=[_Param("X", "T", "")],
+        outputs=[_Param("Y", "T", "")],
+        type_constraints=[("T", [f"tensor({t})" for t in _ALL_TYPES], "")],
+        attributes=[
+            OpSchema.Attribute(
+                "axis", OpSchema.AttrType.INT, "the axis whose extent varies", required=True
+            )
+        ],
+    )
+    sch.set_type_and_shape_inference_function(_bounded_infer)
+    return sch
+
+
+_ALL_TYPES = (
+    "float", "double", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8",
+    "uint16", "uint32", "uint64", "bool", "string",
+)  # fmt: skip
 
 
 def _register() -> None:

@@ -17,10 +17,11 @@ from ..refusal import Refusal
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
 from .device import DEVICES, device
-from .emitter import STORAGES, ModelEmitter
+from .emitter import STORAGES
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
 from .kernels.gemm.gemm import MAX_THREADS, MAX_THREADS_LIMIT
+from .phases import refusals
 from .quantized_io import quantized_io_of
 from .readme import readme
 from .writer import check_name, default_name, write_model, write_support_files
@@ -203,7 +204,7 @@ class CBackend(Backend):
         )
 
     def check(self, graph: Graph, options: Mapping[str, Any] | None = None) -> list[Refusal]:
-        return ModelEmitter(graph).refusals()
+        return refusals(graph)  # the checks alone: no emitter built
 
     def emit(self, graph: Graph, out_dir: Path, options: Mapping[str, Any]) -> ConvertResult:
         wf = options.get("weights_file")

@@ -16,7 +16,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,18 +24,20 @@ from ...errors import UnsupportedError
 from ...ir import Graph, Node
 from ...ir.graph import STRING_BYTES, STRING_DTYPE
 from ...ir.proto import release_pages
-from ...passes.control_flow import Guard, is_if_select, runtime_if_guards
 from ...semantics.attrs import attr as semantic_attr
 from ...semantics.fused import base_domain, base_op
-from ..refusal import Refusal
-from .concat_alias import concat_aliases
 from .device import GENERIC, Device, build_guard
 from .fp16 import fp16_storable
-from .nchwc_plan import LayoutPlan, plan_layout
+from .nchwc_plan import EMPTY, LayoutPlan
 from .ops import load_all
-from .ops.unsupported import UNSUPPORTED
-from .planner import Buffer, plan
-from .residual_alias import residual_aliases
+from .planner import Buffer
+
+if TYPE_CHECKING:
+    from .phases import Analyses
+
+# the run-time If conditions a node runs under, outermost first: ((cond tensor, taken), ...)
+# (passes/control_flow.runtime_if_guards, run by the if_guards phase)
+Guard = tuple[tuple[str, bool], ...]
 
 CTYPES: dict[str, str] = {
     "float32": "float",
@@ -310,10 +312,25 @@ class NodeContext:
 OpEmitFn = Callable[[NodeContext], str]
 
 
+def effective_kernel_options(
+    device: Device, kernel_options: Mapping[str, str] | None
+) -> Mapping[str, str]:
+    """convert --kernels: strategy name -> "off" or its own setting (ops/conv_spec.py). A
+    microcontroller (--device) keeps tensors NCHW: the channel-blocked chains are built for
+    SIMD lanes, and on one scalar core their 1x1 layers ran 2.2x the instructions of the GEMM
+    (DS-CNN float on mps2-an386: 4.15 M against 1.92 M per pointwise layer)."""
+    return {**({"nchwc": "off"} if device.is_mcu else {}), **dict(kernel_options or {})}
+
+
 class ModelEmitter:
+    """Writes one C block a node, in graph order, from the analyses the phases before it
+    made (phases.py: run-time If guards, layout plan, Concat aliases); it reports what the
+    phases after it need (steps, scratch, residual candidates) and plans nothing itself."""
+
     def __init__(
         self,
         graph: Graph,
+        analyses: Analyses,
         prefix: str = "model",
         weights_file: bool | None = None,
         optimize: str = "speed",
@@ -323,6 +340,7 @@ class ModelEmitter:
         max_threads: int = 4,
     ) -> None:
         self.graph = graph
+        self.analyses = analyses
         # convert --max-threads: thread slots every per-thread workspace is planned for (one
         # on a microcontroller device: its build guard refuses threads)
         self.max_threads = 1 if device.is_mcu else max_threads
@@ -360,14 +378,7 @@ class ModelEmitter:
         # (Winograd's transformed 3x3 weights: 16/9 of the ONNX size); "size": weights kept at
         # about their ONNX size (only layout padding)
         self.optimize = optimize
-        # convert --kernels: strategy name -> "off" or its own setting (kernels/conv/conv_spec.py). A
-        # microcontroller (--device) keeps tensors NCHW: the channel-blocked chains are built
-        # for SIMD lanes, and on one scalar core their 1x1 layers ran 2.2x the instructions of
-        # the GEMM (DS-CNN float on mps2-an386: 4.15 M against 1.92 M per pointwise layer)
-        self.kernel_options: Mapping[str, str] = {
-            **({"nchwc": "off"} if device.is_mcu else {}),
-            **dict(kernel_options or {}),
-        }
+        self.kernel_options = effective_kernel_options(device, kernel_options)
         self.layer_strategies: dict[str, str] = {}  # node -> the strategy that wrote it
         # node -> (strategy, why) for each strategy before the chosen one (strategy.select;
         # the manifest's stats.kernel_refusals)
@@ -378,14 +389,24 @@ class ModelEmitter:
         self.node_kernels: dict[str, list[str]] = {}
         self.node_scratch: dict[str, int] = {}
         self.node_constants: dict[str, list[str]] = {}
-        # tensors kept channel-blocked between layers, and the layers that run so (issue 9)
-        self.layout_plan: LayoutPlan = plan_layout(graph, self.kernel_options)
-        self.concat_aliases: dict[str, tuple[str, int]] = {}  # set by emit (concat_alias.py)
         # fused residual adds that may run in place (residual_alias.py): output -> (residual,
-        # step), registered by the kernels; emit keeps those it can take in residual_inplace
+        # step), registered by the kernels; the residual_aliases phase keeps those it can take
         self.residual_candidates: dict[str, tuple[str, int]] = {}
-        self.residual_inplace: dict[str, str] = {}
         self._make_tensors()
+
+    @property
+    def layout_plan(self) -> LayoutPlan:
+        """Tensors kept channel-blocked between layers, and the layers that run so (issue 9)."""
+        return self.analyses.layout_plan or EMPTY
+
+    @property
+    def concat_aliases(self) -> dict[str, tuple[str, int]]:
+        """Concat inputs written in place in their output's buffer (concat_alias.py)."""
+        return self.analyses.concat_aliases
+
+    @property
+    def residual_inplace(self) -> dict[str, str]:
+        return self.analyses.residual_inplace
 
     # --- naming ------------------------------------------------------------------------------
     def _ident(self, base: str) -> str:
@@ -414,10 +435,8 @@ class ModelEmitter:
 
     def _tensor(self, name: str, kind: str, pre: str) -> Tensor:
         t = self.graph.type_of(name)
-        if t is None or not t.is_static:
-            from ...passes.specialise import why_dynamic
-
-            raise UnsupportedError(why_dynamic(self.graph, name))
+        if t is None or not t.is_static:  # the static_shapes phase said why first
+            raise UnsupportedError(f"tensor {name!r} has no static shape")
         return Tensor(name, self._ident(pre + c_ident(name)), t.static_shape, t.dtype, kind)
 
     def tensor(self, name: str) -> Tensor:
@@ -455,63 +474,15 @@ class ModelEmitter:
             self.helpers[name] = code
 
     # --- emission ------------------------------------------------------------------------------
-    def unsupported(self) -> list[str]:
-        return [str(r) for r in self.refusals()]
-
-    def refusals(self) -> list[Refusal]:
-        """Every node this emitter cannot write, as records (CBackend.check)."""
-        problems: list[Refusal] = []
-        opset = self.graph.opset
-        for node in self.graph.nodes:
-            spec = self.ops.get(op_key(node))
-            if spec is None:
-                if node.domain not in ("", "ai.onnx"):
-                    why = f"no C emitter in domain '{node.domain}'"
-                    problems.append(Refusal.of(node, opset, why))
-                    continue
-                why = UNSUPPORTED.get(node.op_type)
-                problems.append(
-                    Refusal.of(node, opset, f"no C emitter for this op{f' ({why})' if why else ''}")
-                )
-                continue
-            for name in (*node.inputs, *node.outputs):
-                if not name:
-                    continue
-                t = self.graph.type_of(name)
-                if t is None or not t.is_static:
-                    from ...passes.specialise import why_dynamic
-
-                    problems.append(Refusal.of(node, opset, why_dynamic(self.graph, name)))
-                    break
-                if t.dtype == STRING_DTYPE and base_op(node) not in STRING_OPS:
-                    why = f"{node.op_type} on strings is not supported"
-                    problems.append(Refusal.of(node, opset, why))
-                    break
-                if t.dtype.name not in CTYPES and not (
-                    t.dtype.name in STORAGE_CTYPES and base_op(node) in STORAGE_DTYPE_OPS
-                ):
-                    why = f"dtype {t.dtype.name} of '{name}' is not supported"
-                    problems.append(Refusal.of(node, opset, why))
-                    break
-            else:
-                if spec.check is not None and (why := spec.check(node, self.graph)):
-                    problems.append(Refusal.of(node, opset, why))
-        return problems
-
     def emit(self) -> dict[str, Any]:
+        """Every node's block; returns the emit phase's results (phases.py)."""
         g = self.graph
         blocks: list[str] = []
         steps: dict[str, list[int]] = {}
         scratch: list[Buffer] = []
-        # A run-time If runs only its taken branch: nodes are wrapped in `if` statements on
-        # their guards (control_flow.runtime_if_guards). The arena plan stays the straight-line
-        # one, which keeps every buffer of both branches valid whichever runs.
-        guards = runtime_if_guards(g)
+        guards = self.analyses.guards
         if self.device.is_mcu:  # first in model.c: a build it was not planned for stops here
             self.add_helper("o2e_device_guard", build_guard(self.device))
-        # Concat inputs written in place in their output's buffer (concat_alias.py)
-        kinds = {n: t.kind for n, t in self.tensors.items()}
-        self.concat_aliases = concat_aliases(g, kinds, set(guards))
         opened: Guard = ()
         written_under: dict[str, Guard] = {}
         for step, node in enumerate(g.nodes):
@@ -521,7 +492,7 @@ class ModelEmitter:
             opened = guard
             ctx = NodeContext(self, node, step)
             named_before = set(self.referenced)
-            if is_if_select(g, node):
+            if node.name in self.analyses.if_selects:
                 body = self._if_select(node)
             else:
                 body = self.ops[op_key(node)].emit(ctx)
@@ -545,36 +516,6 @@ class ModelEmitter:
             for name in node.inputs:
                 release_pages(g.initializers.get(name))
         blocks.extend(self._guard_lines(opened, ()))
-        buffers = []
-        # outputs written over their residual's buffer (residual_alias.py): the root buffer
-        # lives until the last reader of any tensor of its chain
-        excluded = set(self.concat_aliases) | {y for y, _ in self.concat_aliases.values()}
-        self.residual_inplace = residual_aliases(
-            {
-                y: c
-                for y, c in self.residual_candidates.items()
-                if not guards.get(g.nodes[c[1]].name)
-            },
-            steps,
-            kinds,
-            {n: t.nbytes for n, t in self.tensors.items()},
-            excluded,
-        )
-        chained: dict[str, list[int]] = {}
-        for y, root in self.residual_inplace.items():
-            chained.setdefault(root, []).extend(steps[y])
-        # a concat output with aliased inputs is live from the first of their producers
-        first: dict[str, int] = {}
-        for x, (y, _) in self.concat_aliases.items():
-            first[y] = min(first.get(y, min(steps[x])), min(steps[x]))
-        for name, t in self.tensors.items():
-            if t.kind != "arena" or name in self.concat_aliases or name in self.residual_inplace:
-                continue
-            used = steps.get(name, [0]) + ([first[name]] if name in first else [])
-            used += chained.get(name, [])
-            buffers.append(
-                Buffer(name, t.nbytes, min(used), max(used), written_under.get(name, ()))
-            )
         # graph outputs that are constants or inputs get copied at the end
         tail = []
         for i, name in enumerate(g.outputs):
@@ -582,14 +523,14 @@ class ModelEmitter:
             if t.kind in ("const", "input"):
                 out = f"(({t.ctype} *)outputs[{i}])"
                 tail.append(f"  memcpy({out}, {t.sym}, {t.nbytes});  /* output {_cmt(name)} */")
-        if self.fp16_keys:
-            self._check_fp16_scope(tail)
-        offsets, arena = plan(buffers + scratch)
-        for x, (y, off) in self.concat_aliases.items():
-            offsets[x] = offsets[y] + off
-        for y, root in self.residual_inplace.items():
-            offsets[y] = offsets[root]
-        return {"blocks": blocks, "offsets": offsets, "arena": arena, "tail": tail}
+        return {
+            "blocks": blocks,
+            "tail": tail,
+            "steps": steps,
+            "scratch": scratch,
+            "written_under": written_under,
+            "residual_candidates": self.residual_candidates,
+        }
 
     def fp16_in_kernel(self, node: str, weights: np.ndarray) -> bool:
         """Whether a kernel that can read half weights itself (o2e_sgemv_packed_h,
@@ -629,7 +570,7 @@ class ModelEmitter:
         self.fp16_layer_bytes[ctx.node.name] = sum(4 * self.const_data[k].size for k in used)
         return "\n".join([*lines, body])
 
-    def _check_fp16_scope(self, tail: list[str]) -> None:
+    def check_fp16_scope(self, tail: list[str]) -> None:
         """Widened fp16 weights exist only inside the block of a layer that reads them: code
         outside any block (helper functions, output copies) may not name them."""
         outside = "\n".join([*self.helpers.values(), *tail])

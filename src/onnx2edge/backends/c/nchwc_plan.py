@@ -16,7 +16,7 @@ BLOCK is fixed at conversion, not per ISA: one generated model.c compiles for AV
 zmm per block), AVX2 (two ymm), NEON (four q) and portable C.
 
 The plan is a pure function of the graph and the `--kernels` options (`nchwc=off` empties
-it), computed once per model (emitter.ModelEmitter) and read by ConvSpec.of: a tensor is
+it), computed once per model (the layout_plan phase, phases.py) and read by ConvSpec.of: a tensor is
 blocked when its producer and every consumer are chain members reading it as data (input 0,
 or the residual input 3), and it is not a graph output. Members are then checked against
 the layouts they got (a depthwise layer needs both sides blocked, a residual must be in its

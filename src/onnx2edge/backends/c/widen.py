@@ -80,7 +80,7 @@ def widen_small_floats(graph: Graph) -> Graph:
             or node.domain not in ("", "ai.onnx")
             or _native(node.op_type)
             or any(a in node.attrs for a in _TYPED_ATTRS)
-            or bounded_axes(node)  # a run-time-sized output must stay the graph output
+            or bounded_axes(graph, node)  # a run-time-sized output must stay the graph output
         ):
             nodes.append(node)
             continue

@@ -146,6 +146,7 @@ class CoreMLBackend(Backend):
         return out
 
     required_passes = (
+        "lower_if_select",  # o2e.IfSelect: both branches run, then Where selects
         "lower_dynamic_quantize_lstm",
         "fold_constants",
         "coreml_float16_as_float",  # fp16 models: Casts between floats become Identity

@@ -72,6 +72,7 @@ class MPSBackend(Backend):
     )
 
     required_passes = (
+        "lower_if_select",  # o2e.IfSelect: both branches run, then Where selects
         "lower_dynamic_quantize_lstm",
         "fold_constants",
         "infer_shapes",

@@ -11,7 +11,7 @@ so it stays true to the code.
    an ONNX op you do not register goes in ops/unsupported.py with its reason.
 2. Check: `_check(node, graph) -> str | None` refuses a node the emitter cannot do, with a
    reason the user reads (`convert`, `check` and the conformance list print it). It runs after
-   the generic checks of ModelEmitter.unsupported(): every tensor has a static shape and a
+   the generic checks of phases.refusals(): every tensor has a static shape and a
    dtype of emitter.CTYPES (float16 etc. only for ops listed in STORAGE_DTYPE_OPS).
 3. Emit: `my_op(ctx) -> str` returns the C statements of one node. Everything comes from the
    NodeContext (emitter.py): ctx.x(i) / ctx.y(i) are the input / output Tensors (.sym the C

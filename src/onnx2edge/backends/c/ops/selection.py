@@ -8,19 +8,23 @@ stores the actual extent in `o2e_out_count[i]` (the writer's array behind
 from __future__ import annotations
 
 from ....ir import Graph, Node
-from ....passes.bounded import bounded_axes
+from ....passes.bounded import bounded_axes, bounded_output
 from ..emitter import NodeContext
 from . import register_op
 from .dtypes import allow_storage_dtypes, compute_ctype, load_expr
 
 
 def _bounded_check(node: Node, graph: Graph) -> str | None:
-    axes = bounded_axes(node)
+    axes = bounded_axes(graph, node)
     if not axes:
         return f"{node.op_type}: output size unknown (input shapes not static)"
     for k in axes:
-        name = node.outputs[k]
-        if name not in graph.outputs or graph.consumers(name):
+        name = bounded_output(graph, node.outputs[k]) or node.outputs[k]
+        if (
+            name not in graph.outputs
+            or graph.consumers(name)
+            or len(graph.consumers(node.outputs[k])) > 1
+        ):
             return (
                 f"{node.op_type} output '{name}' has a size known only at run time: it must be "
                 "a graph output that no other node reads"
@@ -30,9 +34,17 @@ def _bounded_check(node: Node, graph: Graph) -> str | None:
 
 def _count(ctx: NodeContext, k: int, var: str) -> str:
     """The statement recording output k's run-time extent (nothing when it is unused)."""
-    if not ctx.has_output(k) or ctx.node.outputs[k] not in ctx.graph.outputs:
+    y = bounded_output(ctx.graph, ctx.node.outputs[k]) if ctx.has_output(k) else None
+    if y is None or y not in ctx.graph.outputs:
         return ""
-    return f"o2e_out_count[{list(ctx.graph.outputs).index(ctx.node.outputs[k])}] = (int64_t){var};"
+    return f"o2e_out_count[{list(ctx.graph.outputs).index(y)}] = (int64_t){var};"
+
+
+@register_op("o2e:Bounded")
+def emit_bounded(ctx: NodeContext) -> str:
+    """The bound's bytes, copied (the producer stored the run-time extent)."""
+    x, y = ctx.x(0), ctx.y()
+    return f"memcpy({y.sym}, {x.sym}, {y.nbytes});" if y.nbytes else "/* empty */"
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,4 +240,4 @@ for (int64_t p = 0; p < nu; ++p) {rank}[{perm}[p]] = p;
 {body}"""
 
 
-allow_storage_dtypes("Unique")
+allow_storage_dtypes("Unique", "Bounded")  # o2e.Bounded only copies bytes

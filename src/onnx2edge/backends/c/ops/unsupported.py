@@ -3,7 +3,7 @@ that says so. tests/test_op_coverage.py checks that every ONNX op is registered 
 this package or listed here, and that nothing listed here is registered (remove the entry when
 you add the op; ops/TEMPLATE.py shows how).
 
-ModelEmitter.unsupported() appends the reason to "no C emitter for this op", so `convert`,
+phases.refusals() appends the reason to "no C emitter for this op", so `convert`,
 `check` and the conformance list (tests/conformance/c.expected) show it. The reasons come from
 that conformance run: "not written yet" where nothing else refuses the op's cases; otherwise
 what does (sequence, optional or string data; a shape only known at run time).
