@@ -315,7 +315,7 @@ OpEmitFn = Callable[[NodeContext], str]
 def effective_kernel_options(
     device: Device, kernel_options: Mapping[str, str] | None
 ) -> Mapping[str, str]:
-    """convert --kernels: strategy name -> "off" or its own setting (ops/conv_spec.py). A
+    """convert --kernels: strategy name -> "off" or its own setting (kernels/conv/conv_spec.py). A
     microcontroller (--device) keeps tensors NCHW: the channel-blocked chains are built for
     SIMD lanes, and on one scalar core their 1x1 layers ran 2.2x the instructions of the GEMM
     (DS-CNN float on mps2-an386: 4.15 M against 1.92 M per pointwise layer)."""

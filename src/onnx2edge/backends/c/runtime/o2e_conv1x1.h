@@ -1,5 +1,5 @@
 /* o2e_conv1x1.h - 1x1 convolutions on narrow maps, output channels in the vector lanes
- * (ops/conv_pointwise.py chooses it; issue 9).
+ * (kernels/conv/conv_pointwise.py chooses it; issue 9).
  *
  *   y[m][p] = act(b[m] + sum_k w[m][k] . x[k][p'] + r[m][p])   (NCHW, one image, P = OH*OW)
  *
@@ -103,7 +103,7 @@ typedef struct {
 
 /* A call's arguments and its weight layout: wfmt 0, the panels above; O2E_GEMM_MR, the GEMM's
  * packed A ([M8 / 8][K][8], M rounded up to 8: o2e_pack_a) with bias M floats or NULL and res
- * possibly y itself (ops/conv_gemm.py's 1x1 layers at AVX2: o2e_conv1x1_lanes_packed_a). */
+ * possibly y itself (kernels/conv/conv_gemm.py's 1x1 layers at AVX2: o2e_conv1x1_lanes_packed_a). */
 typedef struct {
   o2e_pw_args a;
   int wfmt;
@@ -291,7 +291,7 @@ O2E_GEMM_FN void o2e_pw_residual_(int nl, int P, const float *r, float *y, o2e_a
 }
 
 /* y[l][p] = act(t[p][l] + r[l][p]) for l < nl, p < pn (row stride P): the packed-A path's
- * store, one element at a time, so that r may be y itself (ops/conv_gemm.py lets a 1x1
+ * store, one element at a time, so that r may be y itself (kernels/conv/conv_gemm.py lets a 1x1
  * layer's output take its residual's buffer); o2e_act1_ is the GEMM epilogue's activation. */
 O2E_GEMM_FN void o2e_pw_store_res_(const float *t, int nl, int pn, const float *r, float *y,
                                    int P, o2e_act act) {
@@ -412,12 +412,12 @@ O2E_GEMM_FN void o2e_conv1x1_lanes(const o2e_pw_args *a, int threaded) {
 }
 
 /* The same over the GEMM's packed weights (a->w from o2e_pack_a, a->bias M floats or NULL,
- * a->res may be a->y): ops/conv_gemm.py's 1x1 layers on 9x9 .. 14x14 maps at AVX2. */
+ * a->res may be a->y): kernels/conv/conv_gemm.py's 1x1 layers on 9x9 .. 14x14 maps at AVX2. */
 O2E_GEMM_FN void o2e_conv1x1_lanes_packed_a(const o2e_pw_args *a, int threaded) {
   o2e_conv1x1_lanes_fmt_(a, O2E_GEMM_MR, threaded);
 }
 
-/* ---- k x k convolutions on narrow maps (ops/conv_narrow.py) ------------------------------
+/* ---- k x k convolutions on narrow maps (kernels/conv/conv_narrow.py) ------------------------------
  * The same tiles for any 2-D kernel, stride, dilation and padding: K = C * KH * KW, and the
  * packing gathers the im2col column of each output pixel (zero where a tap falls in the
  * padding) into the pixel tiles, in the order of the ONNX weights (c, ky, kx). On a map of

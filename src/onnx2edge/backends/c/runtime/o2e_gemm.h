@@ -501,7 +501,7 @@ typedef struct {
   const float *x; /* C x H x W input (one group's channels) */
   int H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW;
   /* phased (strided convolutions): x holds, per channel, the sh x sw phase planes of the
-   * zero-bordered input, each H x W (ops/pool2d.py phase_split: plane (a, b) element [r][q] is
+   * zero-bordered input, each H x W (kernels/pool/pool2d.py phase_split: plane (a, b) element [r][q] is
    * xpad[r*sh + a][q*sw + b]); every row of B is then a run of plain copies, no bounds */
   int phased;
 } o2e_conv_b;

@@ -1,5 +1,5 @@
 /* o2e_nchwc.h - channel-blocked (NCHW16c) 1x1 and depthwise 3x3 convolutions on narrow maps
- * (ops/conv_nchwc.py writes the calls, backends/c/nchwc_plan.py decides which tensors are
+ * (kernels/conv/conv_nchwc.py writes the calls, backends/c/nchwc_plan.py decides which tensors are
  * blocked; issue 9).
  *
  * A blocked tensor of C channels, one image: [C/16][H][W][16], channel c of pixel p at
