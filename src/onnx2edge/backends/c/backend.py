@@ -16,11 +16,10 @@ from ..base import Backend, BackendOption, ConvertResult, read_manifest, registe
 from ..refusal import Refusal
 from . import widen as _widen  # noqa: F401  (registers the widen_small_floats pass)
 from .build import DEBUG_FLAGS, arch_flags, arch_of, build_and_run, cached_shared, is_emulated
-from .device import DEVICES, device
+from .device import DEVICES, MAX_THREADS, MAX_THREADS_LIMIT, device
 from .emitter import STORAGES
 from .footprint import MODES as FOOTPRINT_MODES
 from .footprint import footprint
-from .kernels.gemm.gemm import MAX_THREADS, MAX_THREADS_LIMIT
 from .phases import refusals
 from .quantized_io import quantized_io_of
 from .readme import readme
@@ -141,8 +140,8 @@ class CBackend(Backend):
         ),
         BackendOption(
             "device",
-            "the build the arena is planned for: generic (every instruction set, up to 4 "
-            "threads) or a microcontroller, cortex-m4|cortex-m7|cortex-m33|cortex-m55 (the "
+            "the build the arena is planned for: generic (every instruction set, up to "
+            f"{MAX_THREADS} threads) or a microcontroller, cortex-m4|cortex-m7|cortex-m33|cortex-m55 (the "
             "portable kernels on one thread; other builds refused with #error)",
             choices=tuple(DEVICES),
             default="generic",

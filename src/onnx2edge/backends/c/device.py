@@ -3,7 +3,7 @@
 The generated C chooses its kernels when it is compiled (AVX-512, AVX2, NEON or portable C;
 one thread, or a pool with -DO2E_THREADS=n), while the arena is sized when it is converted.
 `generic` plans for every build (each workspace as large as the largest kernel variant needs,
-for `GENERIC_THREADS` threads): right for a server, wasteful on a microcontroller, where a
+for `MAX_THREADS` threads): right for a server, wasteful on a microcontroller, where a
 DS-CNN keyword spotter reserved 821 KB of arena and touched 98 KB. A microcontroller device
 plans for the one build it will run, the portable kernels on one thread, and the generated C
 refuses (#error) to build any other way, so a mismatch cannot overrun the arena.
@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 # o2e_gemm.h's kernel variants, as gemm_pack._VARIANTS names them
 ALL_VARIANTS = ("avx512", "avx2", "portable", "neon")
-GENERIC_THREADS = 4  # convert --max-threads' default (kernels/gemm/gemm.MAX_THREADS)
+# convert --max-threads: the default (the one place that says it: the option, the phases, the
+# emitter, the writer and the generic device read it here), and the most a conversion may plan
+# for. Workspaces are planned for that many threads; model.c's #error stops a build with a
+# larger O2E_THREADS, and <name>_set_threads refuses a larger count at run time (writer.py).
+MAX_THREADS = 4
+MAX_THREADS_LIMIT = 256
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class Device:
 DEVICES: dict[str, Device] = {
     d.name: d
     for d in (
-        Device("generic", GENERIC_THREADS, ALL_VARIANTS, "any CPU, up to 4 threads"),
+        Device("generic", MAX_THREADS, ALL_VARIANTS, f"any CPU, up to {MAX_THREADS} threads"),
         Device("cortex-m4", 1, ("portable",), "Cortex-M4F: portable C, one thread", "dsp"),
         Device("cortex-m7", 1, ("portable",), "Cortex-M7: portable C, one thread", "dsp"),
         Device("cortex-m33", 1, ("portable",), "Cortex-M33: portable C, one thread", "dsp"),

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,9 +27,9 @@ from ...ir.graph import STRING_BYTES, STRING_DTYPE
 from ...ir.proto import release_pages
 from ...semantics.attrs import attr as semantic_attr
 from ...semantics.fused import base_domain, base_op
-from .device import GENERIC, Device, build_guard
+from .device import GENERIC, MAX_THREADS, Device, build_guard
 from .fp16 import fp16_storable
-from .nchwc_plan import EMPTY, LayoutPlan
+from .nchwc_plan import EMPTY, BlockedRole, LayoutPlan
 from .ops import load_all
 from .planner import Buffer
 
@@ -237,16 +238,82 @@ _SCHEMA: Any = object()  # NodeContext.attr's "no default passed": use the schem
 
 @dataclass
 class NodeContext:
-    """What an op emitter sees of the model while it writes one node's code."""
+    """What an op emitter sees of the model while it writes one node's code: a narrow
+    interface. The graph, the node and its tensors; the conversion's options (read-only); the
+    analyses about this node (layout role, Concat aliases); and small recording methods for
+    what the emitter reports to the phases after it (runtime headers, the strategy chosen and
+    the ones refused, sparse layers, in-place residuals). The emitter itself stays private
+    (`_emitter`): ops and kernels never reach past this interface into it
+    (tests/test_c_node_context.py)."""
 
-    model: ModelEmitter
+    _emitter: ModelEmitter = field(repr=False)
     node: Node
     step: int
     scratch_requests: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def graph(self) -> Graph:
-        return self.model.graph
+        return self._emitter.graph
+
+    # --- the conversion's options (read-only) ---------------------------------------------
+    @property
+    def device(self) -> Device:
+        """convert --device: the build the workspaces are planned for (device.py)."""
+        return self._emitter.device
+
+    @property
+    def kernel_options(self) -> Mapping[str, str]:
+        """convert --kernels as the emitter applies it (effective_kernel_options)."""
+        return MappingProxyType(self._emitter.kernel_options)
+
+    @property
+    def optimize(self) -> str:
+        """convert --optimize: "speed" or "size"."""
+        return self._emitter.optimize
+
+    @property
+    def max_threads(self) -> int:
+        """Thread slots a per-thread workspace holds (convert --max-threads; one on a
+        microcontroller device)."""
+        return self._emitter.max_threads
+
+    # --- the analyses about this node ------------------------------------------------------
+    @property
+    def layout_role(self) -> BlockedRole | None:
+        """This node's channel-blocked layouts (nchwc_plan.py), None when it runs NCHW."""
+        return self._emitter.layout_plan.role(self.node)
+
+    def concat_alias(self, name: str) -> tuple[str, int] | None:
+        """(Concat output, byte offset) when tensor `name` is written in place in a Concat's
+        output (concat_alias.py), else None."""
+        return self._emitter.concat_aliases.get(name)
+
+    # --- what this node reports -------------------------------------------------------------
+    def require_runtime(self, *files: str) -> None:
+        """Ship these files of runtime/ with the generated code (the code includes them)."""
+        self._emitter.runtime_files.update(files)
+
+    def record_strategy(self, name: str, refusals: Sequence[tuple[str, str]]) -> None:
+        """The strategy that writes this node and (strategy, why) for each one before it that
+        refused (the manifest's stats.layer_kernels and stats.kernel_refusals)."""
+        self._emitter.layer_strategies[self.node.name] = name
+        self._emitter.kernel_refusals[self.node.name] = list(refusals)
+
+    def record_sparse(self, entry: Mapping[str, Any]) -> None:
+        """This node runs a sparse kernel (kernels/gemm/sparse.py; the manifest's
+        sparse_layers)."""
+        self._emitter.sparse_layers.append(dict(entry))
+
+    def offer_residual(self, residual: str) -> None:
+        """This node's output may take `residual`'s buffer (its kernel adds the residual in
+        place); the residual_aliases phase decides (residual_alias.py)."""
+        self._emitter.residual_candidates[self.node.outputs[0]] = (residual, self.step)
+
+    def fp16_in_kernel(self, weights: np.ndarray) -> bool:
+        """Whether this node's kernel, one that can read half weights itself, should store
+        `weights` as fp16 (--weights fp16 and they fit); if so the node is recorded as one
+        reading fp16 in its kernel (ModelEmitter.fp16_in_kernel)."""
+        return self._emitter.fp16_in_kernel(self.node.name, weights)
 
     @property
     def n_inputs(self) -> int:
@@ -257,10 +324,10 @@ class NodeContext:
 
     def x(self, i: int) -> Tensor:
         """Input i (raise if absent: check has_input for optional inputs)."""
-        return self.model.tensor(self.node.inputs[i])
+        return self._emitter.tensor(self.node.inputs[i])
 
     def y(self, i: int = 0) -> Tensor:
-        return self.model.tensor(self.node.outputs[i])
+        return self._emitter.tensor(self.node.outputs[i])
 
     def has_output(self, i: int) -> bool:
         return i < len(self.node.outputs) and bool(self.node.outputs[i])
@@ -284,29 +351,29 @@ class NodeContext:
 
     def helper(self, name: str, code: str) -> str:
         """Add a static C function (or other top-level code) once; returns `name`."""
-        self.model.add_helper(name, code)
+        self._emitter.add_helper(name, code)
         return name
 
     def weight(self, hint: str, arr: np.ndarray) -> str:
         """A derived constant (e.g. repacked weights); returns its C symbol."""
-        return self.model.add_constant(f"{self.node.name}_{hint}", arr).sym
+        return self._emitter.add_constant(f"{self.node.name}_{hint}", arr).sym
 
     def scratch(self, nbytes: int, ctype: str = "float") -> str:
         """Arena memory for this node only (e.g. im2col columns); a C pointer expression."""
         key = f"scratch:{self.node.name}:{len(self.scratch_requests)}"
         self.scratch_requests.append((key, int(nbytes)))
         macro = f"S_{c_ident(self.node.name)}_{len(self.scratch_requests) - 1}"
-        self.model.scratch_macros[key] = (macro, ctype)
+        self._emitter.scratch_macros[key] = (macro, ctype)
         return macro
 
     def unique(self, base: str) -> str:
-        return self.model.unique_local(base)
+        return self._emitter.unique_local(base)
 
     def kernel(self, name: str) -> None:
         """Record which kernel this node runs (reported by `convert` and `bench`)."""
         key = f"{self.op}: {name}"
-        self.model.kernels[key] = self.model.kernels.get(key, 0) + 1
-        self.model.node_kernels.setdefault(self.node.name, []).append(name)
+        self._emitter.kernels[key] = self._emitter.kernels.get(key, 0) + 1
+        self._emitter.node_kernels.setdefault(self.node.name, []).append(name)
 
 
 OpEmitFn = Callable[[NodeContext], str]
@@ -337,7 +404,7 @@ class ModelEmitter:
         kernel_options: Mapping[str, str] | None = None,
         device: Device = GENERIC,
         weights_fp16: bool = False,
-        max_threads: int = 4,
+        max_threads: int = MAX_THREADS,
     ) -> None:
         self.graph = graph
         self.analyses = analyses

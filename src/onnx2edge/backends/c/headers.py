@@ -30,4 +30,4 @@ def include(ctx: NodeContext, header: str) -> None:
     """`#include "header"` once in the generated C, at the place of the first kernel needing
     it (before the code using it), and the header with the ones it includes in the output."""
     ctx.helper(header, f'#include "{header}"\n')
-    ctx.model.runtime_files.update(needs(header))
+    ctx.require_runtime(*needs(header))

@@ -31,7 +31,7 @@ from ...pipeline import run as run_phases
 from ...semantics.fused import base_op
 from ..refusal import Refusal
 from .concat_alias import concat_aliases
-from .device import GENERIC, Device
+from .device import GENERIC, MAX_THREADS, Device
 from .emitter import (
     CTYPES,
     STORAGE_CTYPES,
@@ -92,7 +92,7 @@ class Options:
     kernel_options: Mapping[str, str] = field(default_factory=dict)
     device: Device = GENERIC
     weights_fp16: bool = False
-    max_threads: int = 4
+    max_threads: int = MAX_THREADS
 
 
 # --- the phases ------------------------------------------------------------------------------

@@ -81,8 +81,7 @@ def select(ctx: NodeContext, strategies: Sequence[S], spec: HasKernels) -> S:
     (the manifest's stats.layer_kernels and stats.kernel_refusals)."""
     refusals: list[Refusal] = []
     strategy = choose(strategies, spec, refusals)
-    ctx.model.layer_strategies[ctx.node.name] = strategy.name
-    ctx.model.kernel_refusals[ctx.node.name] = refusals
+    ctx.record_strategy(strategy.name, refusals)
     return strategy
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import Onnx2EdgeError
 from ...ir import Graph
-from .device import GENERIC, Device
+from .device import GENERIC, MAX_THREADS, Device
 from .emitter import (
     INLINE_WEIGHT_LIMIT,
     STORAGES,
@@ -24,7 +24,6 @@ from .emitter import (
     array_literal,
     c_ident,
 )
-from .kernels.gemm.gemm import MAX_THREADS
 from .kernels.gemm.sparse import BREAK_EVEN as _SPARSE_BREAK_EVEN
 from .kernels.gemm.sparse import mode as sparse_mode
 from .phases import Analyses, emit_model

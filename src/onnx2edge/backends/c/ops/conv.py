@@ -116,7 +116,7 @@ def conv(ctx: NodeContext) -> str:
     r = ctx.node.inputs[3] if spec.residual else ""
     if strategy.inplace_residual and r and r not in ctx.node.inputs[:3]:
         # the output may take the residual's buffer (residual_alias.py decides)
-        ctx.model.residual_candidates[ctx.node.outputs[0]] = (r, ctx.step)
+        ctx.offer_residual(r)
     if not spec.residual or strategy.fuses_residual:
         return strategy.emit(ctx, spec)
     # the residual and activation come after the kernel: run it without them, then one pass

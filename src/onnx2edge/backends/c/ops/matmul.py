@@ -127,7 +127,7 @@ def _emit_fc_skip_zeros(ctx: NodeContext, spec: MatMulSpec) -> str:
     for q in range(blocks):
         rows = wv.reshape(N, K)[q * FC_NB : (q + 1) * FC_NB]
         wt[q, :, : rows.shape[0]] = rows.T
-    half = ctx.model.fp16_in_kernel(ctx.node.name, wt)
+    half = ctx.fp16_in_kernel(wt)
     blocked = ctx.weight("wt_f16" if half else "wt", wt.astype(np.float16) if half else wt)
     nz = ctx.scratch(K * 4, "int")
     st, post = act_struct(spec.act)
@@ -151,7 +151,7 @@ def _emit_fc_gemv(ctx: NodeContext, spec: MatMulSpec) -> str:
     wv = _fc_scaled(spec)
     bias = _fc_bias(ctx, spec)
     ctx.kernel("fully connected as packed GEMV")
-    if ctx.model.fp16_in_kernel(ctx.node.name, wv):  # --weights fp16: widened in registers
+    if ctx.fp16_in_kernel(wv):  # --weights fp16: widened in registers
         packed = ctx.weight("packed_f16", pack_a(wv.reshape(N, K)).astype(np.float16))
         _use_engine(ctx)
         ws = ctx.scratch(gemm_workspace(ctx, N, 1, K, threads=1), "void")

@@ -531,7 +531,7 @@ class QConvSpec:
 
     @classmethod
     def of(cls, ctx: NodeContext) -> QConvSpec:
-        return cls(ctx.node, int8_plan(ctx.graph, ctx.node), ctx.model.kernel_options)
+        return cls(ctx.node, int8_plan(ctx.graph, ctx.node), ctx.kernel_options)
 
 
 def _refuse_int8(spec: QConvSpec) -> str | None:

@@ -97,7 +97,7 @@ def concat(ctx: NodeContext) -> str:
         inner = int(np.prod(t.shape[axis:]))
         if inner == 0 or outer == 0:
             continue
-        if ctx.model.concat_aliases.get(t.name) == (y.name, off * es):
+        if ctx.concat_alias(t.name) == (y.name, off * es):
             # its producer wrote it in place (concat_alias.py)
             lines.append(f"/* {t.sym}: written in place */")
             off += inner

@@ -42,9 +42,9 @@ def _include(ctx: NodeContext) -> None:
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
     # a microcontroller conversion runs the scalar loops on every build (device.py): the
     # vector ones reorder the chain's input into a scratch buffer its arena does not hold
-    scalar = "#define O2E_NCHWC_SCALAR\n" if ctx.model.device.is_mcu else ""
+    scalar = "#define O2E_NCHWC_SCALAR\n" if ctx.device.is_mcu else ""
     ctx.helper("o2e_nchwc_include", f'{scalar}#include "{HEADER}"\n')
-    ctx.model.runtime_files.add(HEADER)
+    ctx.require_runtime(HEADER)
 
 
 def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
@@ -66,7 +66,7 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     off = f"(size_t)n * {M * P}"
     # the reorder to blocks runs only in the vector build (O2E_NC_VEC), which a --device
     # conversion does not compile (_include: O2E_NCHWC_SCALAR)
-    xs = "NULL" if role.x or ctx.model.device.is_mcu else ctx.scratch(K * P * 4)
+    xs = "NULL" if role.x or ctx.device.is_mcu else ctx.scratch(K * P * 4)
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
@@ -106,7 +106,7 @@ def _depthwise(ctx: NodeContext, spec: ConvSpec) -> str:
 
 def global_avgpool(ctx: NodeContext) -> str | None:
     """GlobalAveragePool of a blocked tensor (the chain's exit, nchwc_plan), or None (NCHW)."""
-    role = ctx.model.layout_plan.role(ctx.node)
+    role = ctx.layout_role
     if role is None or not role.x:
         return None
     x, y = ctx.x(0), ctx.y(0)

@@ -52,16 +52,16 @@ SCALAR_SUB = 8
 
 def include(ctx: NodeContext) -> None:
     """o2e_conv1x1.h; a --device conversion (device.py) builds its portable loops everywhere."""
-    scalar = "#define O2E_PW_SCALAR\n" if ctx.model.device.is_mcu else ""
+    scalar = "#define O2E_PW_SCALAR\n" if ctx.device.is_mcu else ""
     ctx.helper("o2e_conv1x1_include", f'{scalar}#include "{HEADER}"\n')
-    ctx.model.runtime_files.add(HEADER)
+    ctx.require_runtime(HEADER)
 
 
 def scratch(ctx: NodeContext, K: int, P: int) -> tuple[str, str]:
     """The packed input (K x pixel tiles) and the per-thread partial sums (pixel tiles x a
     channel tile): for the widest tiles of any build, or the portable ones of a --device build
     (o2e_pw_ntiles_ tiles of SCALAR_PX pixels, SCALAR_SUB channels)."""
-    if ctx.model.device.is_mcu:
+    if ctx.device.is_mcu:
         px = -(-P // SCALAR_PX) * SCALAR_PX
         return ctx.scratch(K * px * 4), ctx.scratch(plan_threads(ctx) * px * SCALAR_SUB * 4)
     xp = ctx.scratch(K * (P + PXMAX) * 4)
@@ -168,7 +168,7 @@ def avx2_branch(
     K, M = spec.C, spec.M
     H, W = spec.x.shape[2], spec.x.shape[3]
     P = spec.y.shape[2] * spec.y.shape[3]
-    if ctx.model.device.is_mcu:  # no AVX2 in a --device build (device.py): the GEMM alone
+    if ctx.device.is_mcu:  # no AVX2 in a --device build (device.py): the GEMM alone
         return gemm
     include(ctx)
     ctx.kernel("1x1 as GEMM: at AVX2 output channels in lanes over the packed weights")

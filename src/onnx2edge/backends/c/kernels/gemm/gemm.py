@@ -30,11 +30,6 @@ from ...emitter import NodeContext, c_literal
 from ...gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
 from ...ops.common import act_expr
 
-# convert --max-threads: the default, and the most a conversion may plan for. Workspaces are
-# planned for that many threads; model.c's #error stops a build with a larger O2E_THREADS, and
-# <name>_set_threads refuses a larger count at run time (writer.py).
-MAX_THREADS = 4
-MAX_THREADS_LIMIT = 256
 HEADER = "o2e_gemm.h"
 _GUARD = f'#include "{HEADER}"\n' + blocking_guard()
 
@@ -42,7 +37,7 @@ _GUARD = f'#include "{HEADER}"\n' + blocking_guard()
 def plan_threads(ctx: NodeContext) -> int:
     """Thread slots a workspace holds: convert --max-threads, or one for a microcontroller
     build (convert --device, ../device.py, whose #error guard stops a threaded build)."""
-    return ctx.model.max_threads
+    return ctx.max_threads
 
 
 def gemm_workspace(
@@ -51,7 +46,7 @@ def gemm_workspace(
     """Arena bytes for one o2e_sgemm* call, for the kernels and threads of the planned build
     (`threads`: a caller that gives each thread its own call says 1)."""
     n = plan_threads(ctx) if threads is None else threads
-    return sgemm_workspace_bytes(M, N, K, n, conv=conv, variants=ctx.model.device.variants)
+    return sgemm_workspace_bytes(M, N, K, n, conv=conv, variants=ctx.device.variants)
 
 
 # o2e_gemm.h's names of the kinds past LeakyRelu: the generated code names them (the writer
@@ -81,7 +76,7 @@ def act_struct(act: Activation | None, vmath: bool = True) -> tuple[str, bool]:
 
 def _use_engine(ctx: NodeContext) -> None:
     ctx.helper("o2e_gemm_include", _GUARD)
-    ctx.model.runtime_files.add(HEADER)
+    ctx.require_runtime(HEADER)
 
 
 def post_act(act: Activation | None, post: bool, M: int, N: int, C: str, ldc: int) -> str:

@@ -58,7 +58,7 @@ class MatMulSpec:
             "b": b,
             "y": y,
             "act": fused_act(ctx),
-            "kernels": ctx.model.kernel_options,
+            "kernels": ctx.kernel_options,
             "weights": ctx.const(1),
         }
         if ctx.op == "Gemm":

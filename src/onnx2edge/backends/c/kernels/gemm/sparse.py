@@ -142,14 +142,14 @@ def _padded(a: np.ndarray, least: int = MIN_STORED) -> np.ndarray:
 
 def _use(ctx: NodeContext) -> None:
     ctx.helper("o2e_sparse_include", f'#include "{HEADER}"\n')
-    ctx.model.runtime_files.add(HEADER)
+    ctx.require_runtime(HEADER)
 
 
 def _record(ctx: NodeContext, kind: str, w: np.ndarray, nnz: int, stored: int) -> None:
     fmt = {"fc_batch1_bsr": "BSC 16x1", "fc_batch1": "CSC"}.get(kind, "CSR")
     name = kind.replace("_bsr", "").replace("_", " ")
     ctx.kernel(f"sparse {name} ({fmt})")
-    ctx.model.sparse_layers.append(
+    ctx.record_sparse(
         {
             "node": ctx.node.name,
             "kind": kind,
@@ -196,7 +196,7 @@ def try_fc(
 ) -> str | None:
     """y[B][N] = alpha * x[B][K] . W^T + beta * C with W[N][K] constant, or None (stay dense)."""
     kind = "fc_batch1" if B == 1 else "fc_batchN"
-    m = mode(ctx.model.kernel_options)
+    m = mode(ctx.kernel_options)
     if w is not None and B == 1 and sparse_applicable(np.asarray(w), "fc_batch1_bsr", m):
         kind = "fc_batch1_bsr"
     elif w is None or not sparse_applicable(np.asarray(w), kind, m):

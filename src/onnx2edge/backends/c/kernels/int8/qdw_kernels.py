@@ -15,7 +15,7 @@ CB = 16  # O2E_QDWC_CB: channels per block (one AVX-512 register of int32 sums)
 
 def use_runtime(ctx: NodeContext) -> None:
     ctx.helper("o2e_qdw_include", f'#include "{HEADER}"')
-    ctx.model.runtime_files.add(HEADER)
+    ctx.require_runtime(HEADER)
 
 
 def _pad16(v: np.ndarray) -> np.ndarray:
@@ -65,7 +65,7 @@ def depthwise(
     xz = plan.x_zp + (128 if plan.x_signed else 0)
     flip = "0x80" if plan.x_signed else "0"
     geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
-    if ctx.model.device.is_mcu:
+    if ctx.device.is_mcu:
         # channel by channel into an int16 plane (o2e_qdwn: SMLAD on tap pairs with the DSP
         # extension): no channel-block transposes, which a microcontroller has no vectors for
         ctx.kernel("int8 depthwise (channel planes)")

@@ -17,7 +17,7 @@ MR, NR = 8, 16  # O2E_QMR / O2E_QNR
 
 def _use(ctx: NodeContext) -> None:
     ctx.helper("o2e_qgemm_include", f'#include "{HEADER}"')
-    ctx.model.runtime_files.add(HEADER)
+    ctx.require_runtime(HEADER)
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
@@ -48,7 +48,7 @@ def _panel_bytes(ctx: NodeContext, K: int, P: int) -> int:
 
 def _mve(ctx: NodeContext) -> bool:
     """A --device cortex-m55 conversion: o2e_qgemm16 on weights packed for Helium."""
-    return ctx.model.device.int8 == "mve"
+    return ctx.device.int8 == "mve"
 
 
 def _chunk_bytes(ctx: NodeContext, K: int, P: int) -> int:
@@ -57,7 +57,7 @@ def _chunk_bytes(ctx: NodeContext, K: int, P: int) -> int:
     columns of K rounded up to 16 bytes."""
     if _mve(ctx):
         return min(P, 16) * -(-K // 16) * 16
-    return _panel_bytes(ctx, K, min(P, 2 * NR) if ctx.model.device.is_mcu else 2 * NR)
+    return _panel_bytes(ctx, K, min(P, 2 * NR) if ctx.device.is_mcu else 2 * NR)
 
 
 def _rows_fn(ctx: NodeContext) -> str:
@@ -200,7 +200,7 @@ def _matmul(ctx: NodeContext, plan: Int8Plan) -> str:
     K, N = plan.w.shape[1], plan.w.shape[0]
     R = a.size // K
     A, bias, rowsum, sc = _consts(ctx, plan)
-    if R == 1 and ctx.model.device.int8 == "dsp":
+    if R == 1 and ctx.device.int8 == "dsp":
         # batch 1 on a microcontroller: a matrix-vector product, the vector widened once
         ctx.kernel("int8 gemv (batch 1)")
         xs = ctx.scratch(-(-K // 4) * 8, "uint8_t")

@@ -35,8 +35,8 @@ class PoolSpec:
             y=y,
             geom=pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset),
             indices=ctx.op == "MaxPool" and ctx.has_output(1),
-            kernels=ctx.model.kernel_options,
-            layout=ctx.model.layout_plan.role(ctx.node),
+            kernels=ctx.kernel_options,
+            layout=ctx.layout_role,
         )
 
 
