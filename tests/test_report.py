@@ -64,9 +64,8 @@ def test_collect_marks_what_mpsnngraph_cannot_run(tmp_path: Path) -> None:
     assert by["conv"]["placement"] == "gpu"
 
 
-def test_report_runs_the_frontend_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """check, prepare, the footprint and verify share one loaded model: the frontend (read,
-    check, shape inference, folding, specialisation) runs once per report, not per step."""
+def _count_frontend_runs(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The models the frontend (loader.load) runs on from now on, one entry a run."""
     import onnx2edge.frontend as frontend
     import onnx2edge.frontend.loader as loader
 
@@ -79,6 +78,13 @@ def test_report_runs_the_frontend_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loader, "load", counting)
     monkeypatch.setattr(frontend, "load", counting)
+    return calls
+
+
+def test_report_runs_the_frontend_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check, prepare, the footprint and verify share one loaded model: the frontend (read,
+    check, shape inference, folding, specialisation) runs once per report, not per step."""
+    calls = _count_frontend_runs(monkeypatch)
     from onnx2edge.backends.c.emitter import ModelEmitter
 
     emits: list[str] = []
@@ -124,13 +130,22 @@ def test_page_is_self_contained(tmp_path: Path) -> None:
 # --- issue 29 item 7 ----------------------------------------------------------------------------
 
 
-def test_fused_group_row_has_latency_error_kernel_and_bytes(tmp_path: Path) -> None:
+def test_fused_group_row_has_latency_error_kernel_and_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Conv + BatchNorm + Relu run as one C node: its row carries the group's latency (profile
     of the kept node) and error (of the group's last output, which the kept node writes); it
     used to be latency on the Conv row, error on the Relu row. Also the kernel chosen (the
     manifest's layer_kernels strategy and the kernel label), the strategies that refused it,
-    and the layer's RAM / flash bytes."""
-    data = collect(_model_with_refusal(tmp_path), target="c", bench=True, verify=True)
+    and the layer's RAM / flash bytes.
+
+    And --bench runs on the report's loaded model (issue 32, item 5): its conversion, its
+    random inputs and its profile's graph reuse the one frontend run (they ran it three more
+    times)."""
+    model = _model_with_refusal(tmp_path)
+    calls = _count_frontend_runs(monkeypatch)
+    data = collect(model, target="c", bench=True, verify=True)
+    assert len(calls) == 1, calls
     by = {n["name"]: n for n in data["nodes"]}
     conv = by["conv"]
     assert conv["ms"] is not None and conv["ms"] > 0

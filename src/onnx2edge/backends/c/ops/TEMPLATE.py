@@ -22,7 +22,11 @@ so it stays true to the code.
    semantics/records.py; a literal default only where no schema has one, allow-listed with its
    reason in tests/test_c_attr_defaults.py), ctx.helper(name, code) a static C function added once,
    ctx.scratch(nbytes, ctype) arena memory for this node only, ctx.weight(hint, array) a
-   derived constant (repacked weights), ctx.kernel(name) records the kernel chosen. Shapes are
+   derived constant (repacked weights), ctx.kernel(name) records the kernel chosen; the
+   conversion's options are read-only properties (ctx.device, ctx.kernel_options, ctx.optimize,
+   ctx.max_threads) and what the phases after the emitter read goes through small recording
+   methods (ctx.require_runtime, ctx.offer_residual, ...): the emitter itself is not part of the
+   interface (no ctx.model; tests/test_c_node_context.py). Shapes are
    static, so loop bounds are constants; the code must be C99 that compiles under
    build.STRICT_FLAGS (-Wall -Wextra -Werror) and follow onnxruntime on NaN and Inf.
 4. Static C (a function that does not depend on the node, e.g. a vector helper): a header
