@@ -300,3 +300,28 @@ def test_suite_doc_never_keeps_a_stale_chart(
     suite.write_doc([_result("resnet50", 1, 0.9)], doc)
     assert not stale.exists()
     assert "![ratio chart]" not in doc.read_text()
+
+
+def test_suite_runs_the_frontend_once_a_network(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each thread count of a network and its gap profile bench the same loaded model (issue
+    32, item 5): the frontend runs once a network, not once a bench run. The runs themselves
+    are stood in for (bench_model is timed by the tests above); what is checked is the model
+    each one gets."""
+    from onnx2edge.frontend.handle import LoadedModel
+
+    seen: list[tuple[object, int, bool]] = []
+
+    def bench(model: object, *, threads: int = 1, profile: bool = False, **_: object) -> dict:
+        seen.append((model, threads, profile))
+        ms = {"ours_ms": 3.0, "ort_ms": 1.0, "ratio": 3.0, "threads": threads}
+        return {**ms, "profile": [], "ort_profile_unattributed_ms": 0.0}
+
+    monkeypatch.setattr(suite, "bench_model", bench)
+    monkeypatch.setattr(suite, "_source", lambda *_: example)
+    results = suite.run_suite(["resnet50"], threads=(1, 2))  # misses its 1.0 target: profiled
+    assert [r["threads"] for r in results] == [1, 2] and "gaps" in results[0]
+    assert [(t, p) for _, t, p in seen] == [(1, False), (1, True), (2, False)]
+    (model,) = {id(m): m for m, _, _ in seen}.values()
+    assert isinstance(model, LoadedModel) and model.source == example

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Onnx2EdgeError
+from ..frontend.handle import LoadedModel
 from ..host import cpu_name
 from . import zoo
 from .harness import QUANT_TOL, bench_model
@@ -152,10 +153,12 @@ def run_suite(
                 if q:
                     say(f"{tag}: quantizing (static QDQ, per-channel, {CALIB_SAMPLES} samples)")
                     path = quantize_for_bench(path, Path(tmp) / f"{base}_int8.onnx")
+                # the frontend runs once a network: each thread count and the profile reuse it
+                model = LoadedModel(path)
                 for t in threads:
                     say(f"{tag}, {t} thread(s)")
                     r = bench_model(
-                        path,
+                        model,
                         threads=t,
                         runs=runs,
                         warmup=warmup,
@@ -183,7 +186,7 @@ def run_suite(
                     ):
                         say(f"{tag} misses its target: profiling both sides per node")
                         r["gaps"] = _profiled_gaps(
-                            path, runs, warmup, say, arch, cpu_clock, rounds, ort_isa
+                            model, runs, warmup, say, arch, cpu_clock, rounds, ort_isa
                         )
             except Onnx2EdgeError as e:
                 # one network our side (or onnxruntime) cannot run must not cost the rest of a
@@ -238,7 +241,7 @@ def suite_plan(suite: str, models: Sequence[str] | None, int8: bool) -> list[tup
 
 
 def _profiled_gaps(
-    path: Path,
+    model: LoadedModel,
     runs: int,
     warmup: int,
     say: Callable[[str], None],
@@ -251,7 +254,7 @@ def _profiled_gaps(
     onnxruntime); a profiling failure is recorded, not raised: the timed rows stand."""
     try:
         p = bench_model(
-            path,
+            model,
             threads=1,
             runs=max(5, runs // 2),
             warmup=warmup,
