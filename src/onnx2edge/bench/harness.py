@@ -380,14 +380,19 @@ def bench_model(
     from ..compare import compare, within_spread
     from ..runtime import random_inputs
 
-    # the frontend runs once: the conversion, the random inputs and the profile's graph share it
+    # the frontend runs once: the conversion, the random inputs and the profile's graph share
+    # it (its notes on stderr, as `convert` prints them)
     handle = (
         model
         if isinstance(model, LoadedModel)
-        else api.load(Path(model), input_shapes=input_shapes, fixed_inputs=fixed_inputs)
+        else LoadedModel(Path(model), input_shapes, fixed_inputs, quiet=False)
     )
     source = source_of(handle)
-    name = Path(source).name if isinstance(source, str | Path) else f"{handle.label}.onnx"
+    name = (
+        Path(source).name
+        if isinstance(source, str | Path)
+        else f"{source.graph.name or 'model'}.onnx"  # an in-memory ModelProto
+    )
     tmp = tempfile.TemporaryDirectory(prefix="onnx2edge-bench-")
     work = Path(work_dir) if work_dir else Path(tmp.name)
     out = work / "c"

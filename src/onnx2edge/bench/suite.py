@@ -154,7 +154,7 @@ def run_suite(
                     say(f"{tag}: quantizing (static QDQ, per-channel, {CALIB_SAMPLES} samples)")
                     path = quantize_for_bench(path, Path(tmp) / f"{base}_int8.onnx")
                 # the frontend runs once a network: each thread count and the profile reuse it
-                model = LoadedModel(path)
+                model = LoadedModel(path, quiet=False)
                 for t in threads:
                     say(f"{tag}, {t} thread(s)")
                     r = bench_model(
