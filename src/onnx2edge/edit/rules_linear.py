@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
-from ..semantics.attrs import attr
+from ..semantics.attrs import attr, gemm_attrs
 from .rules import Builder, default_domain, register_rule, single_consumer
 
 
@@ -32,29 +32,30 @@ def gemm_to_conv(graph: Graph) -> Graph:
             else None
         )
         a_shape = _static(graph, n.inputs[0]) if bv is not None else None
+        ga = gemm_attrs(n, graph.opset)
         if (
             a_shape is None
             or len(a_shape) != 2
             or not default_domain(n)
-            or attr(n, "transA")
+            or ga.trans_a
             or (
                 len(n.inputs) > 2
                 and n.inputs[2]
                 and (
                     cv is None
-                    or cv.size not in (1, bv.shape[1 - int(attr(n, "transB"))])
+                    or cv.size not in (1, bv.shape[1 - int(ga.trans_b)])
                     or (cv.ndim == 2 and cv.shape[0] != 1)
                 )
             )
         ):
             b.keep(n)
             continue
-        w = bv.T if attr(n, "transB") else bv  # [K, M]
-        w = (w.astype(np.float64) * attr(n, "alpha")).astype(bv.dtype)
+        w = bv.T if ga.trans_b else bv  # [K, M]
+        w = (w.astype(np.float64) * ga.alpha).astype(bv.dtype)
         m = w.shape[1]
         ins = [None, b.const(n, "weight", np.ascontiguousarray(w.T).reshape(m, w.shape[0], 1, 1))]
         if cv is not None:
-            bias = np.broadcast_to(cv.reshape(-1).astype(np.float64) * attr(n, "beta"), (m,))
+            bias = np.broadcast_to(cv.reshape(-1).astype(np.float64) * ga.beta, (m,))
             ins.append(b.const(n, "bias", bias.astype(bv.dtype)))
         x4 = b.add(
             n,

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..ir import Graph, Node, TensorType, Value
 from ..semantics.records import reduce_attrs, resize_attrs, softmax_attrs
+from ..semantics.shape_ops import axis_attr
 from .rules import Builder, make_attr, register_rule
 
 TO_NCHW = (0, 3, 1, 2)
@@ -222,8 +223,13 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
             if q is None or _perm(q) != p or len(graph.consumers(i)) != 1 or i in graph.outputs:
                 return None
             new_inputs[k] = q.inputs[0]
-        attrs["axis"] = make_attr(p[n.attr("axis") % r])
-    elif n.op_type == "Resize" and graph.opset >= 13 and n.attr("axes") is None and r == 4:
+        attrs["axis"] = make_attr(p[axis_attr(n, graph.opset, r)])
+    elif (
+        n.op_type == "Resize"
+        and graph.opset >= 13
+        and resize_attrs(n, graph.opset).axes is None
+        and r == 4
+    ):
         # scales / sizes are per axis: permute them with the data (roi only matters for
         # tf_crop_and_resize, which is left alone)
         if resize_attrs(n, graph.opset).coordinate_transformation_mode == "tf_crop_and_resize":
@@ -236,9 +242,9 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
                     return None
                 new_inputs[k] = b.const(n, f"nhwc{k}", np.ascontiguousarray(v[list(inv)]))
     elif n.op_type in _REDUCE and reduce_attrs(n, graph.opset).keepdims:
-        axes = n.attr("axes")
+        axes = reduce_attrs(n, graph.opset, r).axes
         if axes is not None:
-            attrs["axes"] = make_attr([p[a % r] for a in axes])
+            attrs["axes"] = make_attr([p[a] for a in axes])
         elif len(n.inputs) > 1 and n.inputs[1]:
             av = graph.const(n.inputs[1])
             if av is None:

@@ -21,12 +21,16 @@ class LayerNormAttrs:
     stash_type: int  # onnx.TensorProto type of the statistics (1 = float32)
 
 
-def layer_norm_attrs(node: Node, opset: int | None = None, rank: int | None = None) -> LayerNormAttrs:
+def layer_norm_attrs(
+    node: Node, opset: int | None = None, rank: int | None = None
+) -> LayerNormAttrs:
     axis = int(attr(node, "axis", opset))
     if rank is not None:
         require(node, opset, axis_in(axis, rank))
         axis = axis + rank if axis < 0 else axis
-    return LayerNormAttrs(axis, float(attr(node, "epsilon", opset)), int(attr(node, "stash_type", opset)))
+    return LayerNormAttrs(
+        axis, float(attr(node, "epsilon", opset)), int(attr(node, "stash_type", opset))
+    )
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,11 @@ class PoolAttrs:
         return None
 
     def geometry(
-        self, node: Node, x_shape: Sequence[int], y_shape: Sequence[int] | None = None, opset: int | None = None
+        self,
+        node: Node,
+        x_shape: Sequence[int],
+        y_shape: Sequence[int] | None = None,
+        opset: int | None = None,
     ) -> ConvGeometry:
         """The window (conv_geometry.pool_geometry: the one formula for every backend)."""
         return pool_geometry(node, x_shape, y_shape, opset)
