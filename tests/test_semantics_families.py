@@ -281,7 +281,7 @@ def test_layer_group_lrn_lp_norm_records() -> None:
     got = run_node("LpNormalization", [x], 1, {"p": 1, "axis": 1}, engine="onnxruntime")
     np.testing.assert_allclose(got[0], want, rtol=1e-5)
     with pytest.raises(InvalidAttributes, match="p 3"):
-        lp_norm_attrs(_node("LpNormalization", p=3), 1)
+        lp_norm_attrs(_node("LpNormalization", p=3), 1, rank=4)
 
 
 # --------------------------------------------------------------------------------------------

@@ -99,12 +99,16 @@ class LpNormAttrs:
     axis: int
     p: int  # 1 or 2
 
+    def problem(self) -> str | None:
+        return None if self.p in (1, 2) else f"p {self.p} is not 1 or 2"
+
 
 def lp_norm_attrs(node: Node, opset: int | None = None, rank: int | None = None) -> LpNormAttrs:
+    """With `rank`, the axis normalised and a p other than 1 or 2 raising InvalidAttributes
+    (`problem()` gives the reason to a check)."""
     axis, p = int(attr(node, "axis", opset)), int(attr(node, "p", opset))
-    if p not in (1, 2):
-        raise invalid(node, opset, f"p {p} is not 1 or 2")
     if rank is not None:
+        require(node, opset, LpNormAttrs(axis, p).problem())
         require(node, opset, axis_in(axis, rank))
         axis = axis + rank if axis < 0 else axis
     return LpNormAttrs(axis, p)

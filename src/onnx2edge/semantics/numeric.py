@@ -44,6 +44,7 @@ def clip_attrs(node: Node, opset: int) -> ClipAttrs:
 class CastAttrs:
     to: int  # onnx.TensorProto data type (0 for CastLike)
     saturate: bool  # float8 targets only: clamp to the finite range instead of NaN / Inf
+    round_mode: str  # float -> float8 / float4 rounding (Cast-25; 'up' by default)
 
     @property
     def dtype(self) -> np.dtype:
@@ -52,12 +53,14 @@ class CastAttrs:
 
 def cast_attrs(node: Node, opset: int | None = None) -> CastAttrs:
     """Cast, and CastLike (`to` 0: the type of its input 1)."""
+    sat = bool(int(attr(node, "saturate", opset)))
+    mode = str(attr(node, "round_mode", opset))
     if node.op_type == "CastLike":
-        return CastAttrs(0, bool(int(attr(node, "saturate", opset))))
+        return CastAttrs(0, sat, mode)
     to = attr(node, "to", opset)
     if to is None or int(to) not in onnx.TensorProto.DataType.values() or int(to) == 0:
         raise invalid(node, opset, f"'to' {to!r} is not an ONNX data type")
-    return CastAttrs(int(to), bool(int(attr(node, "saturate", opset))))
+    return CastAttrs(int(to), sat, mode)
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,12 @@ class ResizeAttrs:
     axes: tuple[int, ...] | None
     keep_aspect_ratio_policy: str
     legacy: bool
+    scales: tuple[float, ...] | None = None  # Upsample-7's attribute (an input from 9)
 
 
 def resize_attrs(node: Node, opset: int) -> ResizeAttrs:
     legacy = node.op_type == "Upsample" or opset < 11
+    scales = attr(node, "scales", opset) if node.op_type == "Upsample" and opset < 9 else None
     # Upsample (deprecated since 10) means Resize-10: Resize's schema fills its defaults
     node = node.replace(op_type="Resize")
     axes = attr(node, "axes", opset)
@@ -56,6 +58,7 @@ def resize_attrs(node: Node, opset: int) -> ResizeAttrs:
         axes=None if axes is None else tuple(int(i) for i in axes),
         keep_aspect_ratio_policy=str(attr(node, "keep_aspect_ratio_policy", opset)),
         legacy=legacy,
+        scales=None if scales is None else tuple(float(s) for s in scales),
     )
 
 

@@ -423,10 +423,8 @@ def cast(ctx: NodeContext) -> str:
     src, out = ctx.x(0), ctx.y(0)
     if np.dtype(src.dtype) == np.dtype(out.dtype):
         return elementwise(ctx, [src], out, "a")
-    saturate = cast_attrs(ctx.node, ctx.graph.opset).saturate  # before 19: 19's default
-    round_mode = ctx.attr("round_mode")
-    if isinstance(round_mode, bytes):
-        round_mode = round_mode.decode()
+    ca = cast_attrs(ctx.node, ctx.graph.opset)  # saturate before 19: 19's default
+    saturate, round_mode = ca.saturate, ca.round_mode
     sct = _ctype(src)
     if out.dtype.kind == "b":
         return _ew(ctx, [src], out, "a != 0", src="bool")

@@ -18,7 +18,7 @@ import numpy as np
 from ....ir import Graph, Node
 from ....semantics.activations import Activation, vm
 from ....semantics.attrs import attr, epsilon
-from ....semantics.batchnorm import bn_affine
+from ....semantics.batchnorm import bn_affine, bn_attrs
 from ....semantics.norms import group_norm_attrs, layer_norm_attrs, lp_norm_attrs, lrn_attrs
 from ....semantics.records import softmax_attrs
 from ..emitter import NodeContext, Tensor, c_literal
@@ -396,8 +396,8 @@ def mean_variance_norm(ctx: NodeContext) -> str:
 
 
 def _lp_check(node: Node, graph: Graph) -> str | None:
-    if (p := int(attr(node, "p", graph.opset))) not in (1, 2):  # (lp_norm_attrs would raise)
-        return f"LpNormalization with p={p} is not defined (p is 1 or 2)"
+    if (why := lp_norm_attrs(node, graph.opset).problem()) is not None:
+        return f"LpNormalization with {why}: not defined"
     return float_input(node, graph)
 
 
@@ -426,15 +426,13 @@ for (size_t i = 0; i < {inner}; ++i) {{
 # BatchNormalization
 # --------------------------------------------------------------------------------------------
 def _training(node: Node, graph: Graph) -> bool:
-    if graph.opset >= 14:
-        return bool(int(attr(node, "training_mode", graph.opset)))
-    return any(node.outputs[1:])
+    return bn_attrs(node, graph.opset).training
 
 
 def _bn_check(node: Node, graph: Graph) -> str | None:
     if (why := float_input(node, graph)) is not None:
         return why
-    if graph.opset < 9 and int(attr(node, "spatial", graph.opset)) == 0:
+    if graph.opset < 9 and not bn_attrs(node, graph.opset).spatial:
         return "BatchNormalization with spatial=0 (per-activation statistics) is not supported"
     if _training(node, graph) and graph.opset < 14:
         return f"training-mode BatchNormalization at opset {graph.opset} is not supported (opset 14 and later are)"
@@ -481,7 +479,7 @@ def _batchnorm_training(ctx: NodeContext, x: Tensor, y: Tensor) -> str:
     N, C = x.shape[0], x.shape[1] if x.rank > 1 else 1
     S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
     eps = c_literal(epsilon(ctx.node, ctx.graph.opset), np.float64)
-    mom = c_literal(float(attr(ctx.node, "momentum", ctx.graph.opset)), np.float64)
+    mom = c_literal(bn_attrs(ctx.node, ctx.graph.opset).momentum, np.float64)
     g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
     out = []
     if ctx.has_output(1):
