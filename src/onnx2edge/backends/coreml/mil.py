@@ -17,7 +17,8 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
-from ...semantics.norms import lrn_attrs
+from ...semantics.batchnorm import bn_attrs
+from ...semantics.norms import layer_norm_attrs, lrn_attrs
 from ...semantics.pooling import pool_attrs
 from ...semantics.records import reduce_attrs, reduced_axes, softmax_attrs
 from ...semantics.shape_ops import axis_attr, slice_attrs, split_attrs, transpose_perm
@@ -154,7 +155,8 @@ def _mish(c: _Ctx, n: Node, mb: Any) -> None:
 def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(attr(n, "axis", g.opset)) % rank
+    ln = layer_norm_attrs(n, g.opset, rank)
+    axis = ln.axis
     if any(o for o in n.outputs[1:]):
         raise Refuse("LayerNormalization's mean / inv_std_dev outputs are not supported")
     tail = static_shape(g, n.inputs[0])[axis:]
@@ -170,7 +172,7 @@ def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
         mb.layer_norm(
             x=c.x(n.inputs[0]),
             axes=list(range(axis, rank)),
-            epsilon=np.float32(attr(n, "epsilon", g.opset)),
+            epsilon=np.float32(ln.epsilon),
             name=c.out(n),
             **kw,
         ),
@@ -560,7 +562,7 @@ def _bn(c: _Ctx, n: Node, mb: Any) -> None:
             variance=var,
             gamma=gamma,
             beta=beta,
-            epsilon=float(attr(n, "epsilon")),
+            epsilon=bn_attrs(n, g.opset).epsilon,
             name=c.out(n),
         ),
     )

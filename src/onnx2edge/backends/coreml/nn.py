@@ -21,6 +21,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
+from ...semantics.batchnorm import bn_attrs
 from ...semantics.norms import lrn_attrs
 from ...semantics.pooling import pool_attrs
 from ...semantics.records import reduced_axes, softmax_attrs
@@ -531,7 +532,7 @@ def _bn(c: _Ctx, n: Node) -> None:
         var,
         n.inputs[0],
         n.outputs[0],
-        epsilon=float(attr(n, "epsilon")),
+        epsilon=bn_attrs(n, g.opset).epsilon,
     )
     c.layer("batchnorm")
 
