@@ -398,3 +398,27 @@ def test_quantize_axis_and_block_size() -> None:
     # before 13 there is no axis (the scale is a scalar): the nearest version's default, 1
     assert quant_attrs(_node("DequantizeLinear", ("x", "s")), 10).axis == 1
     assert quant_attrs(_node("QuantizeLinear", ("x", "s"), block_size=-1), 21).problem() is not None
+
+
+def test_inconsistent_attributes_are_one_line_and_exit_2(tmp_path, capsys) -> None:  # noqa: ANN001
+    """A record's InvalidAttributes reaches the user as the CLI's one-line error, exit 2,
+    nothing written."""
+    from onnx2edge.cli import main
+
+    graph = oh.make_graph(
+        [oh.make_node("DepthToSpace", ["x"], ["y"], name="d2s", blocksize=2, mode="XYZ")],
+        "g",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 2, 2])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 4, 4])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    out = tmp_path / "out"
+    assert main(["convert", str(tmp_path / "m.onnx"), "--target", "c", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "onnx2edge: error: node 'd2s' (op DepthToSpace, opset 13): unknown mode 'XYZ' (DCR or CRD)"
+    )
+    assert "Traceback" not in "\n".join(err)
+    assert not out.exists()
