@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
-from ..semantics.attrs import attr, gemm_attrs
+from ..semantics.attrs import gemm_attrs
+from ..semantics.conv_geometry import conv_geometry
 from .rules import Builder, default_domain, register_rule, single_consumer
 
 
@@ -87,16 +88,19 @@ def conv_to_gemm(graph: Graph) -> Graph:
     for n in graph.nodes:
         wv = graph.const(n.inputs[1]) if n.op_type == "Conv" and len(n.inputs) > 1 else None
         xs = _static(graph, n.inputs[0]) if wv is not None else None
+        # the window as every backend reads it (auto_pad resolved: SAME on a 1x1 kernel pads 0)
+        geo = (
+            conv_geometry(n, xs, wv.shape, None, graph.opset)
+            if xs is not None and len(xs) == 4 and wv is not None and wv.ndim == 4
+            else None
+        )
         ok = (
-            xs is not None
-            and len(xs) == 4
-            and xs[2:] == (1, 1)
-            and wv is not None
-            and wv.shape[2:] == (1, 1)
-            and attr(n, "group") == 1
+            geo is not None
+            and geo.in_spatial == (1, 1)
+            and geo.kernel == (1, 1)
+            and geo.group == 1
             and default_domain(n)
-            and not any(n.attr("pads") or ())  # no schema default: zeros
-            and attr(n, "auto_pad") in ("NOTSET", "VALID")
+            and not any(geo.pads)
             and (len(n.inputs) < 3 or not n.inputs[2] or graph.const(n.inputs[2]) is not None)
         )
         if not ok:
