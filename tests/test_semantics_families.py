@@ -422,3 +422,23 @@ def test_inconsistent_attributes_are_one_line_and_exit_2(tmp_path, capsys) -> No
     )
     assert "Traceback" not in "\n".join(err)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("bounds", [{}, {"min": -1.0}])
+def test_c_clip_6_absent_bound_clamps_inf(tmp_path, bounds: dict) -> None:  # noqa: ANN001
+    """The C backend reads Clip-6's bounds from the record: an absent bound is the schema's
+    float32 extreme, so +-Inf clamp to +-FLT_MAX as in onnxruntime (it used to emit no clamp)."""
+    from onnx2edge import api
+
+    graph = oh.make_graph(
+        [oh.make_node("Clip", ["x"], ["y"], name="clip", **bounds)],
+        "g",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [6])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [6])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 6)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    x = np.array([np.inf, -np.inf, np.nan, 2.5, -3.0, -0.0], np.float32)
+    rep = api.verify(tmp_path / "m.onnx", target="c", inputs={"x": x}, rtol=0, atol=0)
+    assert rep.ok, rep.format()
