@@ -8,6 +8,13 @@ a conditional of literals such as `-1 if opset >= 13 else 1` - in backends/ or e
 allow-list below, where the schema has no default to read. A computed fallback (one per
 spatial axis, the input's rank) passes: the schema cannot express it.
 
+A second scan (issue 32 item 1) fails on any by-name read - `X.attr("name", ...)` or
+`semantics.attrs.attr(node, "name", ...)` - of an attribute that only ops with a typed record
+declare (semantics/families.py: `perm` is Transpose's, `count_include_pad` AveragePool's,
+`select_last_index` ArgMax / ArgMin's...): those emitters read the record, where the opset
+differences and the validation live. Names shared with ops without a record (`axis`, `mode`)
+cannot be told apart by the scan and stay out of it.
+
 Run as a script to list every call with a literal default.
 """
 
@@ -31,10 +38,6 @@ SCANNED = (SRC / "backends", SRC / "edit")
 ALLOWED: dict[tuple[str, str], str] = {
     ("regex.py", "pattern"): "RegexFullMatch: no schema default (required in practice); '' lets "
     "the check refuse a malformed node instead of crashing",
-    ("rnn.py", "layout"): "DynamicQuantizeLSTM (com.microsoft): onnx has no schema for it; "
-    "onnxruntime's contrib schema's default",
-    ("rnn.py", "direction"): "DynamicQuantizeLSTM (com.microsoft): onnx has no schema for it; "
-    "onnxruntime's contrib schema's default",
     ("strings.py", "delimiter"): "StringSplit: no schema default; the spec's text: absent or "
     "empty splits at runs of whitespace",
     ("tfidf.py", "pool_int64s"): "TfIdfVectorizer: no schema default; absent means empty",
@@ -131,6 +134,61 @@ def test_every_allowed_literal_is_still_used_and_has_no_schema_default() -> None
         sch = onnx.defs.get_schema(op)
         for name in names:
             assert not sch.attributes[name].default_value.name, f"{op}.{name} has a default now"
+
+
+# (file name, attribute) -> why a by-name read of a recorded attribute stays
+RECORD_READ_ALLOWED: dict[tuple[str, str], str] = {
+    ("common.py", "output_shape"): "Core ML refuses a ConvTranspose that has an output_shape: "
+    "a presence test, no value is read",
+}
+
+
+def recorded_only_attributes() -> set[str]:
+    """Attribute names that only ops with a semantics record declare (any opset, ONNX's
+    default domain)."""
+    from onnx2edge.semantics.families import RECORDS
+
+    declared: dict[str, set[str]] = {}
+    for s in onnx.defs.get_all_schemas_with_history():
+        if s.domain in ("", "ai.onnx"):
+            for name in s.attributes:
+                declared.setdefault(name, set()).add(s.name)
+    return {name for name, ops in declared.items() if ops <= set(RECORDS)}
+
+
+def by_name_reads(names: set[str]) -> Iterator[Call]:
+    """Every `X.attr("name", ...)` / `attr(node, "name", ...)` of one of `names`."""
+    for root in SCANNED:
+        for path in sorted(root.rglob("*.py")):
+            for n in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(n, ast.Call):
+                    continue
+                f, a = n.func, n.args
+                arg = None
+                if isinstance(f, ast.Attribute) and f.attr == "attr" and a:
+                    arg = a[0]
+                elif isinstance(f, ast.Name) and f.id == "attr" and len(a) >= 2:
+                    arg = a[1]
+                if isinstance(arg, ast.Constant) and arg.value in names:
+                    yield Call(path, n.lineno, arg.value, None)
+
+
+def test_recorded_attributes_are_read_through_their_record() -> None:
+    names = recorded_only_attributes()
+    # the scan is not vacuous: the families' own attributes are in it
+    assert {"perm", "count_include_pad", "select_last_index", "num_groups", "transA"} <= names
+    bad = [
+        f"{c.path.relative_to(SRC)}:{c.line} reads {c.name!r} by name"
+        for c in by_name_reads(names)
+        if (c.path.name, c.name) not in RECORD_READ_ALLOWED
+    ]
+    assert not bad, (
+        "attributes of ops with a semantics record read by name: read the record "
+        "(semantics/families.py lists the reader of each op), or allow-list with the reason:\n"
+        + "\n".join(bad)
+    )
+    used = {(c.path.name, c.name) for c in by_name_reads(names)}
+    assert set(RECORD_READ_ALLOWED) <= used, f"stale: {set(RECORD_READ_ALLOWED) - used}"
 
 
 if __name__ == "__main__":

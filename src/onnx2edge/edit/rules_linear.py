@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
-from ..semantics.attrs import attr
+from ..semantics.attrs import gemm_attrs
+from ..semantics.conv_geometry import conv_geometry
 from .rules import Builder, default_domain, register_rule, single_consumer
 
 
@@ -32,29 +33,30 @@ def gemm_to_conv(graph: Graph) -> Graph:
             else None
         )
         a_shape = _static(graph, n.inputs[0]) if bv is not None else None
+        ga = gemm_attrs(n, graph.opset)
         if (
             a_shape is None
             or len(a_shape) != 2
             or not default_domain(n)
-            or attr(n, "transA")
+            or ga.trans_a
             or (
                 len(n.inputs) > 2
                 and n.inputs[2]
                 and (
                     cv is None
-                    or cv.size not in (1, bv.shape[1 - int(attr(n, "transB"))])
+                    or cv.size not in (1, bv.shape[1 - int(ga.trans_b)])
                     or (cv.ndim == 2 and cv.shape[0] != 1)
                 )
             )
         ):
             b.keep(n)
             continue
-        w = bv.T if attr(n, "transB") else bv  # [K, M]
-        w = (w.astype(np.float64) * attr(n, "alpha")).astype(bv.dtype)
+        w = bv.T if ga.trans_b else bv  # [K, M]
+        w = (w.astype(np.float64) * ga.alpha).astype(bv.dtype)
         m = w.shape[1]
         ins = [None, b.const(n, "weight", np.ascontiguousarray(w.T).reshape(m, w.shape[0], 1, 1))]
         if cv is not None:
-            bias = np.broadcast_to(cv.reshape(-1).astype(np.float64) * attr(n, "beta"), (m,))
+            bias = np.broadcast_to(cv.reshape(-1).astype(np.float64) * ga.beta, (m,))
             ins.append(b.const(n, "bias", bias.astype(bv.dtype)))
         x4 = b.add(
             n,
@@ -86,16 +88,19 @@ def conv_to_gemm(graph: Graph) -> Graph:
     for n in graph.nodes:
         wv = graph.const(n.inputs[1]) if n.op_type == "Conv" and len(n.inputs) > 1 else None
         xs = _static(graph, n.inputs[0]) if wv is not None else None
+        # the window as every backend reads it (auto_pad resolved: SAME on a 1x1 kernel pads 0)
+        geo = (
+            conv_geometry(n, xs, wv.shape, None, graph.opset)
+            if xs is not None and len(xs) == 4 and wv is not None and wv.ndim == 4
+            else None
+        )
         ok = (
-            xs is not None
-            and len(xs) == 4
-            and xs[2:] == (1, 1)
-            and wv is not None
-            and wv.shape[2:] == (1, 1)
-            and attr(n, "group") == 1
+            geo is not None
+            and geo.in_spatial == (1, 1)
+            and geo.kernel == (1, 1)
+            and geo.group == 1
             and default_domain(n)
-            and not any(n.attr("pads") or ())  # no schema default: zeros
-            and attr(n, "auto_pad") in ("NOTSET", "VALID")
+            and not any(geo.pads)
             and (len(n.inputs) < 3 or not n.inputs[2] or graph.const(n.inputs[2]) is not None)
         )
         if not ok:

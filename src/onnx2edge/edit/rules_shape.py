@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph
-from ..semantics.records import reduce_attrs, resize_attrs
+from ..semantics.records import reduce_attrs, reduced_axes, resize_attrs
 from .rules import Builder, default_domain, register_rule
 
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -140,14 +140,6 @@ def resize_normalize(graph: Graph) -> Graph:
     return b.result()
 
 
-def _reduce_axes(graph: Graph, n) -> list[int] | None:  # noqa: ANN001
-    axes = n.attr("axes")
-    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
-        av = graph.const(n.inputs[1])
-        axes = None if av is None else [int(a) for a in av.reshape(-1)]
-    return None if axes is None else list(axes)
-
-
 @register_rule("reducemean_to_gap", ops=("ReduceMean",), targets=("mps",))
 def reducemean_to_gap(graph: Graph) -> Graph:
     """ReduceMean over the spatial axes of a 4-D tensor -> GlobalAveragePool (the same mean;
@@ -162,8 +154,8 @@ def reducemean_to_gap(graph: Graph) -> Graph:
         xs = (
             _static(graph, n.inputs[0]) if n.op_type == "ReduceMean" and default_domain(n) else None
         )
-        axes = _reduce_axes(graph, n) if xs is not None and len(xs) == 4 else None
-        if axes is None or sorted(a % 4 for a in axes) != [2, 3]:
+        axes = reduced_axes(n, graph, 4) if xs is not None and len(xs) == 4 else None
+        if axes != [2, 3]:
             b.keep(n)
             continue
         if reduce_attrs(n, graph.opset).keepdims:

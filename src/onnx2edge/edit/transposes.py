@@ -16,6 +16,7 @@ import numpy as np
 
 from ..ir import Graph, Node, TensorType, Value
 from ..semantics.records import reduce_attrs, resize_attrs, softmax_attrs
+from ..semantics.shape_ops import axis_attr, transpose_perm
 from .rules import Builder, make_attr, register_rule
 
 TO_NCHW = (0, 3, 1, 2)
@@ -88,11 +89,15 @@ _REDUCE = {
 }
 
 
-def _perm(n: Node) -> tuple[int, ...] | None:
+def _perm(graph: Graph, n: Node) -> tuple[int, ...] | None:
+    """A Transpose's permutation (semantics: an absent perm reverses the axes); None for
+    another op, or when the rank it needs is unknown."""
     if n.op_type != "Transpose" or n.domain not in ("", "ai.onnx"):
         return None
-    p = n.attr("perm")
-    return tuple(int(x) for x in p) if p is not None else None
+    rank = _rank(graph, n.inputs[0])
+    if rank is None and "perm" in n.attrs:
+        rank = len(n.attrs["perm"].value)
+    return None if rank is None else transpose_perm(n, rank, graph.opset)
 
 
 def _compose(p1: Sequence[int], p2: Sequence[int]) -> tuple[int, ...]:
@@ -119,9 +124,9 @@ def _fold_pairs(graph: Graph) -> Graph:
     changed = False
     for n in graph.nodes:
         n = n.replace(inputs=tuple(rename.get(i, i) for i in n.inputs))
-        p2 = _perm(n)
+        p2 = _perm(graph, n)
         prod = next((m for m in reversed(nodes) if n.inputs and n.inputs[0] in m.outputs), None)
-        p1 = _perm(prod) if prod is not None else None
+        p1 = _perm(graph, prod) if prod is not None else None
         if p2 is None or p1 is None or len(p1) != len(p2):
             nodes.append(n)
             continue
@@ -168,7 +173,7 @@ def _push_down_once(graph: Graph) -> Graph | None:
     """Move one Transpose below the op that reads it (the op then runs on the untransposed
     layout with remapped constants / axes). Returns None when nothing moved."""
     for t in graph.nodes:
-        p = _perm(t)
+        p = _perm(graph, t)
         if p is None:
             continue
         cons = graph.consumers(t.outputs[0])
@@ -208,7 +213,7 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
                     return None
                 full = cv.reshape((1,) * (r - cv.ndim) + cv.shape)
                 new_inputs[k] = b.const(n, f"nhwc{k}", np.ascontiguousarray(full.transpose(inv)))
-            elif q is not None and _perm(q) == p and len(graph.consumers(i)) == 1:
+            elif q is not None and _perm(graph, q) == p and len(graph.consumers(i)) == 1:
                 new_inputs[k] = q.inputs[0]
             else:
                 return None
@@ -219,11 +224,21 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
     elif n.op_type == "Concat":
         for k, i in enumerate(n.inputs):
             q = graph.producer(i)
-            if q is None or _perm(q) != p or len(graph.consumers(i)) != 1 or i in graph.outputs:
+            if (
+                q is None
+                or _perm(graph, q) != p
+                or len(graph.consumers(i)) != 1
+                or i in graph.outputs
+            ):
                 return None
             new_inputs[k] = q.inputs[0]
-        attrs["axis"] = make_attr(p[n.attr("axis") % r])
-    elif n.op_type == "Resize" and graph.opset >= 13 and n.attr("axes") is None and r == 4:
+        attrs["axis"] = make_attr(p[axis_attr(n, graph.opset, r)])
+    elif (
+        n.op_type == "Resize"
+        and graph.opset >= 13
+        and resize_attrs(n, graph.opset).axes is None
+        and r == 4
+    ):
         # scales / sizes are per axis: permute them with the data (roi only matters for
         # tf_crop_and_resize, which is left alone)
         if resize_attrs(n, graph.opset).coordinate_transformation_mode == "tf_crop_and_resize":
@@ -236,9 +251,9 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
                     return None
                 new_inputs[k] = b.const(n, f"nhwc{k}", np.ascontiguousarray(v[list(inv)]))
     elif n.op_type in _REDUCE and reduce_attrs(n, graph.opset).keepdims:
-        axes = n.attr("axes")
+        axes = reduce_attrs(n, graph.opset, r).axes
         if axes is not None:
-            attrs["axes"] = make_attr([p[a % r] for a in axes])
+            attrs["axes"] = make_attr([p[a] for a in axes])
         elif len(n.inputs) > 1 and n.inputs[1]:
             av = graph.const(n.inputs[1])
             if av is None:
@@ -260,7 +275,7 @@ def _move_below(graph: Graph, t: Node, p: tuple[int, ...], n: Node) -> Graph | N
         if i
         and i != x
         and graph.producer(i) is not None
-        and _perm(graph.producer(i)) == p  # type: ignore[arg-type]
+        and _perm(graph, graph.producer(i)) == p  # type: ignore[arg-type]
         and n.op_type in (_BINARY | {"Concat"})
     }
     nodes = []
@@ -280,7 +295,7 @@ def _pull_up_once(graph: Graph) -> Graph | None:
     """Move one Transpose above a single-use unary op / binary op with a constant operand
     (the mirror of `_push_down_once`, for the output side)."""
     for t in graph.nodes:
-        p = _perm(t)
+        p = _perm(graph, t)
         if p is None:
             continue
         n = graph.producer(t.inputs[0])

@@ -7,7 +7,8 @@ BatchNormalization's epsilon is the float32 value 9.999999747378752e-06, the sam
 explicit `epsilon=1e-5` attribute decodes to). Internal ops (domain `o2e`, see fused.py) have
 their schemas in fused.py and are resolved by `attrs` the same way.
 
-The small frozen records (`GemmAttrs`, `NormAttrs`, ...) are the typed view the backends share.
+`GemmAttrs` is the typed view of Gemm the backends share; the other families' records live in
+records.py, pooling.py, shape_ops.py, numeric.py and norms.py (families.py lists them).
 """
 
 from __future__ import annotations
@@ -133,24 +134,6 @@ def gemm_attrs(node: Node, opset: int | None = None) -> GemmAttrs:
     a = attrs(node, opset)
     return GemmAttrs(
         float(a["alpha"]), float(a["beta"]), bool(int(a["transA"])), bool(int(a["transB"]))
-    )
-
-
-@dataclass(frozen=True)
-class NormAttrs:
-    """BatchNormalization / InstanceNormalization / LayerNormalization / GroupNormalization."""
-
-    epsilon: float
-    axis: int | None = None  # LayerNormalization
-    num_groups: int | None = None  # GroupNormalization
-
-
-def norm_attrs(node: Node, opset: int | None = None) -> NormAttrs:
-    a = attrs(node, opset)
-    return NormAttrs(
-        float(a["epsilon"]),
-        int(a["axis"]) if "axis" in a else None,
-        int(a["num_groups"]) if "num_groups" in a else None,
     )
 
 

@@ -8,10 +8,37 @@ computed in float64 from the constant parameters, ε the node's or the schema's 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..ir import Graph, Node
-from .attrs import epsilon
+from .attrs import attr, epsilon
+
+
+@dataclass(frozen=True)
+class BatchNormAttrs:
+    """BatchNormalization's attributes at the node's opset: `training` is the attribute
+    training_mode from opset 14, before it the presence of the running-statistics outputs
+    (opset 9-13 have no attribute); `spatial` (before 9; 1 after, per-channel statistics)."""
+
+    epsilon: float
+    momentum: float
+    training: bool
+    spatial: bool
+
+
+def bn_attrs(node: Node, opset: int) -> BatchNormAttrs:
+    if opset >= 14:
+        training = bool(int(attr(node, "training_mode", opset)))
+    else:
+        training = any(node.outputs[1:])
+    return BatchNormAttrs(
+        epsilon(node, opset),
+        float(attr(node, "momentum", opset)),
+        training,
+        bool(int(attr(node, "spatial", opset))),
+    )
 
 
 def bn_affine(graph: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | None:

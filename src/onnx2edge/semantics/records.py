@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Node
+import numpy as np
+
+from ..ir import Graph, Node
 from .attrs import attr
+from .invalid import axis_in, require
+from .shape_ops import axes_attr, axes_from_input, axis_attr
 
 
 @dataclass(frozen=True)
@@ -32,10 +36,12 @@ class ResizeAttrs:
     axes: tuple[int, ...] | None
     keep_aspect_ratio_policy: str
     legacy: bool
+    scales: tuple[float, ...] | None = None  # Upsample-7's attribute (an input from 9)
 
 
 def resize_attrs(node: Node, opset: int) -> ResizeAttrs:
     legacy = node.op_type == "Upsample" or opset < 11
+    scales = attr(node, "scales", opset) if node.op_type == "Upsample" and opset < 9 else None
     # Upsample (deprecated since 10) means Resize-10: Resize's schema fills its defaults
     node = node.replace(op_type="Resize")
     axes = attr(node, "axes", opset)
@@ -52,6 +58,7 @@ def resize_attrs(node: Node, opset: int) -> ResizeAttrs:
         axes=None if axes is None else tuple(int(i) for i in axes),
         keep_aspect_ratio_policy=str(attr(node, "keep_aspect_ratio_policy", opset)),
         legacy=legacy,
+        scales=None if scales is None else tuple(float(s) for s in scales),
     )
 
 
@@ -71,7 +78,8 @@ def softmax_attrs(node: Node, opset: int) -> SoftmaxAttrs:
 
 @dataclass(frozen=True)
 class PadAttrs:
-    """Pad: `mode`, and before opset 11 the attributes that became inputs (`pads`, `value`)."""
+    """Pad: `mode`, and before opset 11 the attributes that became inputs (`pads`, Pad-1's
+    `paddings`; `value`)."""
 
     mode: str
     pads: tuple[int, ...] | None  # opset < 11 only
@@ -81,6 +89,8 @@ class PadAttrs:
 def pad_attrs(node: Node, opset: int) -> PadAttrs:
     if opset < 11:
         pads = attr(node, "pads", opset)
+        if pads is None:  # Pad-1 called them paddings
+            pads = attr(node, "paddings", opset)
         return PadAttrs(
             str(attr(node, "mode", opset)),
             None if pads is None else tuple(int(p) for p in pads),
@@ -92,19 +102,82 @@ def pad_attrs(node: Node, opset: int) -> PadAttrs:
 @dataclass(frozen=True)
 class ReduceAttrs:
     """Reduce*: `axes` from the attribute (None when absent or given as an input),
-    `keepdims`, `noop_with_empty_axes` (opset 18 / ReduceSum 13; 0 before)."""
+    `axes_input`: the op's opset takes axes as input 1 (18 on, ReduceSum 13 on), `keepdims`,
+    `noop_with_empty_axes` (opset 18 / ReduceSum 13; 0 before)."""
 
     axes: tuple[int, ...] | None
     keepdims: bool
     noop_with_empty_axes: bool
+    axes_input: bool = False
 
 
-def reduce_attrs(node: Node, opset: int) -> ReduceAttrs:
-    axes = attr(node, "axes", opset)
+def reduce_attrs(node: Node, opset: int, rank: int | None = None) -> ReduceAttrs:
+    """With `rank`, the attribute's axes normalised and checked (InvalidAttributes)."""
     return ReduceAttrs(
-        None if axes is None else tuple(int(a) for a in axes),
+        axes_attr(node, opset, rank),
         bool(int(attr(node, "keepdims", opset))),
         bool(int(attr(node, "noop_with_empty_axes", opset))),
+        axes_from_input(node.op_type, opset),
+    )
+
+
+def reduced_axes(node: Node, graph: Graph, rank: int) -> list[int] | None:
+    """The axes a Reduce* node reduces, sorted and non-negative, from its attribute (before
+    the op's axes became an input) or its constant input; no axes means all of them, or none
+    (an element-wise op, returned as []) with noop_with_empty_axes. None: the axes are
+    computed at run time. Axes outside the rank raise InvalidAttributes."""
+    ra = reduce_attrs(node, graph.opset)
+    axes: list[int] = list(ra.axes or ())
+    if ra.axes is None and len(node.inputs) > 1 and node.inputs[1]:
+        c = graph.const(node.inputs[1])
+        t = graph.type_of(node.inputs[1])
+        if c is not None:
+            axes = [int(a) for a in np.asarray(c).reshape(-1)]
+        elif t is None or not t.is_static or t.size != 0:
+            return None  # (an empty axes tensor is known to be empty, whatever its values)
+    if not axes:
+        return [] if ra.noop_with_empty_axes else list(range(rank))
+    for a in axes:
+        require(node, graph.opset, axis_in(a, rank, "axes value"))
+    return sorted({a + rank if a < 0 else a for a in axes})
+
+
+@dataclass(frozen=True)
+class ArgAttrs:
+    """ArgMax / ArgMin: `select_last_index` arrived in opset 12 with 0 (the first index of
+    the extreme, the only meaning before)."""
+
+    axis: int
+    keepdims: bool
+    select_last_index: bool
+
+
+def arg_attrs(node: Node, opset: int, rank: int | None = None) -> ArgAttrs:
+    return ArgAttrs(
+        axis_attr(node, opset, rank),
+        bool(int(attr(node, "keepdims", opset))),
+        bool(int(attr(node, "select_last_index", opset))),
+    )
+
+
+@dataclass(frozen=True)
+class TopKAttrs:
+    """TopK: `k` an attribute before opset 10 (an input from 10: None), `largest` / `sorted`
+    from opset 11 (1 before: the largest, sorted)."""
+
+    axis: int
+    largest: bool
+    sorted: bool
+    k: int | None
+
+
+def topk_attrs(node: Node, opset: int, rank: int | None = None) -> TopKAttrs:
+    k = attr(node, "k", opset) if opset < 10 else None
+    return TopKAttrs(
+        axis_attr(node, opset, rank),
+        bool(int(attr(node, "largest", opset))),
+        bool(int(attr(node, "sorted", opset))),
+        None if k is None else int(k),
     )
 
 

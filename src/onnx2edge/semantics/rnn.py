@@ -67,6 +67,11 @@ class RecurrentAttrs:
 
 
 def recurrent_attrs(node: Node, opset: int | None = None) -> RecurrentAttrs:
+    """RNN / GRU / LSTM, and com.microsoft's DynamicQuantizeLSTM: onnx has no schema for it,
+    onnxruntime's contrib schema declares LSTM's attributes with LSTM's defaults (forward,
+    no clip, input_forget 0; no layout: 0), so LSTM's newest schema supplies them."""
+    if node.op_type == "DynamicQuantizeLSTM":
+        node, opset = node.replace(op_type="LSTM", domain=""), None
     direction = str(attr(node, "direction", opset))
     clip = attr(node, "clip", opset)
     return RecurrentAttrs(

@@ -15,6 +15,7 @@ from onnx import TensorProto
 
 from ...ir import Graph, TensorType, Value
 from ...passes.registry import register_pass
+from ...semantics.numeric import cast_attrs
 
 _FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16)
 
@@ -38,7 +39,8 @@ def coreml_float16_as_float(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.op_type == "Cast" and n.domain in ("", "ai.onnx"):
             src = graph.type_of(n.inputs[0])
-            if int(n.attr("to")) in _FLOATS and src is not None and src.elem_type in _FLOATS:
+            to = cast_attrs(n, graph.opset).to
+            if to in _FLOATS and src is not None and src.elem_type in _FLOATS:
                 n = n.replace(op_type="Identity", attrs={})
         nodes.append(n)
     values = {k: Value(v.name, _widen(v.type)) for k, v in graph.values.items()}

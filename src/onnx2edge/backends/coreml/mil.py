@@ -17,7 +17,11 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
-from ...semantics.records import reduce_attrs, softmax_attrs
+from ...semantics.batchnorm import bn_attrs
+from ...semantics.norms import layer_norm_attrs, lrn_attrs
+from ...semantics.pooling import pool_attrs
+from ...semantics.records import reduce_attrs, reduced_axes, softmax_attrs
+from ...semantics.shape_ops import axis_attr, slice_attrs, split_attrs, transpose_perm
 from ..refusal import Refusal
 from ._ct import coremltools
 from .common import (
@@ -151,7 +155,8 @@ def _mish(c: _Ctx, n: Node, mb: Any) -> None:
 def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(attr(n, "axis", g.opset)) % rank
+    ln = layer_norm_attrs(n, g.opset, rank)
+    axis = ln.axis
     if any(o for o in n.outputs[1:]):
         raise Refuse("LayerNormalization's mean / inv_std_dev outputs are not supported")
     tail = static_shape(g, n.inputs[0])[axis:]
@@ -167,7 +172,7 @@ def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
         mb.layer_norm(
             x=c.x(n.inputs[0]),
             axes=list(range(axis, rank)),
-            epsilon=np.float32(attr(n, "epsilon", g.opset)),
+            epsilon=np.float32(ln.epsilon),
             name=c.out(n),
             **kw,
         ),
@@ -351,7 +356,8 @@ def _pool(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     if len(n.outputs) > 1 and n.outputs[1]:
         raise Refuse("MaxPool indices output is not supported")
-    k = [int(v) for v in n.attr("kernel_shape")]
+    pa = pool_attrs(n, g.opset)
+    k = list(pa.kernel_shape or ())
     geo = conv_geometry(n, tuple(k))
     if any(d != 1 for d in geo["dilations"]):
         raise Refuse("dilated pooling is not supported")
@@ -379,13 +385,14 @@ def _pool(c: _Ctx, n: Node, mb: Any) -> None:
     if n.op_type == "MaxPool":
         c.set(n, mb.max_pool(**args))
     else:
-        excl = not bool(attr(n, "count_include_pad"))
+        excl = not pa.count_include_pad
         c.set(n, mb.avg_pool(exclude_padding_from_average=excl, **args))
 
 
 @_op("LRN")
 def _lrn(c: _Ctx, n: Node, mb: Any) -> None:
-    size = int(n.attr("size"))
+    lr = lrn_attrs(n, c.graph.opset)
+    size = lr.size
     if size % 2 == 0:
         raise Refuse("LRN with an even size centres its window differently; not supported")
     c.set(
@@ -393,9 +400,9 @@ def _lrn(c: _Ctx, n: Node, mb: Any) -> None:
         mb.local_response_norm(
             x=c.x(n.inputs[0]),
             size=size,
-            alpha=float(attr(n, "alpha")),
-            beta=float(attr(n, "beta")),
-            k=float(attr(n, "bias")),
+            alpha=lr.alpha,
+            beta=lr.beta,
+            k=lr.bias,
             name=c.out(n),
         ),
     )
@@ -408,14 +415,12 @@ def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
     if n.op_type.startswith("Global"):
         axes, keep = list(range(2, rank)), True
     else:
-        axes_v = n.attr("axes")
-        if axes_v is None and len(n.inputs) > 1 and n.inputs[1]:
-            axes_v = const(g, n, 1, "axes")
-        if axes_v is None or len(axes_v) == 0:
-            if reduce_attrs(n, g.opset).noop_with_empty_axes:
-                raise Refuse("noop_with_empty_axes=1 is not supported")
-            axes_v = range(rank)
-        axes, keep = sorted(int(a) % rank for a in axes_v), reduce_attrs(n, g.opset).keepdims
+        ra = reduced_axes(n, g, rank)
+        if ra is None:
+            const(g, n, 1, "axes")  # refuses, naming the input computed at run time
+        if not ra and rank:
+            raise Refuse("noop_with_empty_axes=1 is not supported")
+        axes, keep = list(ra or ()), reduce_attrs(n, g.opset).keepdims
     fn = {
         "Mean": mb.reduce_mean,
         "Max": mb.reduce_max,
@@ -435,7 +440,7 @@ def _reshape(c: _Ctx, n: Node, mb: Any) -> None:
 @_op("Transpose")
 def _transpose(c: _Ctx, n: Node, mb: Any) -> None:
     rank = len(static_shape(c.graph, n.inputs[0]))
-    perm = [int(p) for p in n.attr("perm", list(range(rank))[::-1])]
+    perm = list(transpose_perm(n, rank, c.graph.opset))
     c.set(n, mb.transpose(x=c.x(n.inputs[0]), perm=perm, name=c.out(n)))
 
 
@@ -444,14 +449,15 @@ def _concat(c: _Ctx, n: Node, mb: Any) -> None:
     rank = len(static_shape(c.graph, n.outputs[0]))
     vals = [c.x(i) for i in n.inputs if i]
     vals = [v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in vals]
-    c.set(n, mb.concat(values=vals, axis=int(n.attr("axis")) % rank, name=c.out(n)))
+    axis = axis_attr(n, c.graph.opset, rank)
+    c.set(n, mb.concat(values=vals, axis=axis, name=c.out(n)))
 
 
 @_op("Split")
 def _split(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     xs = static_shape(g, n.inputs[0])
-    axis = int(attr(n, "axis", g.opset)) % len(xs)
+    axis = split_attrs(n, g.opset, len(xs)).axis
     sizes = [static_shape(g, o)[axis] for o in n.outputs]
     vs = mb.split(
         x=c.x(n.inputs[0]), split_sizes=np.array(sizes, np.int32), axis=axis, name=c.out(n)
@@ -465,9 +471,9 @@ def _split(c: _Ctx, n: Node, mb: Any) -> None:
 def _slice(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     xs = static_shape(g, n.inputs[0])
-    if g.opset < 10:
-        starts, ends = n.attr("starts"), n.attr("ends")
-        axes, steps = n.attr("axes"), None
+    sa = slice_attrs(n, g.opset)
+    if sa is not None:  # Slice-1: attributes
+        starts, ends, axes, steps = sa.starts, sa.ends, sa.axes, sa.steps
     else:
         starts, ends = const(g, n, 1, "starts"), const(g, n, 2, "ends")
         axes, steps = opt_const(g, n, 3), opt_const(g, n, 4)
@@ -500,7 +506,7 @@ def _gather(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
     idx = const(g, n, 1, "Gather's indices")
     rank = len(static_shape(g, n.inputs[0]))
-    axis = int(attr(n, "axis", g.opset)) % rank
+    axis = axis_attr(n, g.opset, rank)
     size = static_shape(g, n.inputs[0])[axis]
     # ONNX allows negative indices; MIL's gather doc does not promise to: normalise them.
     idx = np.where(idx < 0, idx + size, idx).astype(np.int32)
@@ -556,7 +562,7 @@ def _bn(c: _Ctx, n: Node, mb: Any) -> None:
             variance=var,
             gamma=gamma,
             beta=beta,
-            epsilon=float(attr(n, "epsilon")),
+            epsilon=bn_attrs(n, g.opset).epsilon,
             name=c.out(n),
         ),
     )

@@ -21,7 +21,11 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...semantics.attrs import attr
-from ...semantics.records import softmax_attrs
+from ...semantics.batchnorm import bn_attrs
+from ...semantics.norms import lrn_attrs
+from ...semantics.pooling import pool_attrs
+from ...semantics.records import reduced_axes, softmax_attrs
+from ...semantics.shape_ops import axis_attr, slice_attrs, split_attrs
 from ..refusal import Refusal
 from ._ct import coremltools
 from .common import (
@@ -285,7 +289,8 @@ def _pool(c: _Ctx, n: Node) -> None:
     g = c.graph
     if len(n.outputs) > 1 and n.outputs[1]:
         raise Refuse("MaxPool indices output is not supported")
-    k = [int(v) for v in n.attr("kernel_shape")]
+    pa = pool_attrs(n, g.opset)
+    k = list(pa.kernel_shape or ())
     geo = conv_geometry(n, tuple(k))
     if any(d != 1 for d in geo["dilations"]):
         raise Refuse("dilated pooling is not supported")
@@ -317,7 +322,7 @@ def _pool(c: _Ctx, n: Node) -> None:
         padding_type=padding,
         input_name=n.inputs[0],
         output_name=n.outputs[0],
-        exclude_pad_area=not bool(attr(n, "count_include_pad")),
+        exclude_pad_area=not pa.count_include_pad,
         padding_top=t,
         padding_bottom=bot,
         padding_left=left,
@@ -328,7 +333,8 @@ def _pool(c: _Ctx, n: Node) -> None:
 
 @_op("LRN")
 def _lrn(c: _Ctx, n: Node) -> None:
-    size = int(n.attr("size"))
+    lr = lrn_attrs(n, c.graph.opset)
+    size = lr.size
     if size % 2 == 0:
         raise Refuse("LRN with an even size centres its window differently; not supported")
     chw(c.graph, n.inputs[0])
@@ -336,10 +342,10 @@ def _lrn(c: _Ctx, n: Node) -> None:
         n.name,
         n.inputs[0],
         n.outputs[0],
-        alpha=float(attr(n, "alpha")),
-        beta=float(attr(n, "beta")),
+        alpha=lr.alpha,
+        beta=lr.beta,
         local_size=size,
-        k=float(attr(n, "bias")),
+        k=lr.bias,
     )
     c.layer("lrn")
 
@@ -354,11 +360,11 @@ def _gpool(c: _Ctx, n: Node) -> None:
 
 
 def _reduce_axes(g: Graph, n: Node) -> list[int]:
-    axes = n.attr("axes")
-    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
-        axes = const(g, n, 1, "axes")
-    rank = len(static_shape(g, n.inputs[0]))
-    return sorted(int(a) % rank for a in (axes if axes is not None else range(rank)))
+    """semantics.records.reduced_axes ([] with noop_with_empty_axes); computed axes refuse."""
+    axes = reduced_axes(n, g, len(static_shape(g, n.inputs[0])))
+    if axes is None:
+        const(g, n, 1, "axes")  # refuses, naming the input computed at run time
+    return list(axes or ())
 
 
 @_op("ReduceMean", "ReduceMax")
@@ -389,7 +395,7 @@ def _flatten(c: _Ctx, n: Node) -> None:
 def _concat(c: _Ctx, n: Node) -> None:
     g = c.graph
     rank = len(static_shape(g, n.outputs[0]))
-    if int(n.attr("axis")) % rank != 1:
+    if axis_attr(n, g.opset, rank) != 1:
         raise Refuse("only channel concatenation (axis 1) maps onto the Concat layer")
     ins = [i for i in n.inputs if i]
     for i in ins:
@@ -465,7 +471,7 @@ def _split(c: _Ctx, n: Node) -> None:
     # SplitLayerParams: equal parts along the channel axis (-3), a Core ML 2 layer.
     g = c.graph
     chw(g, n.inputs[0])
-    if _channel_axis(g, n.inputs[0], int(attr(n, "axis", g.opset))) != "channel":
+    if _channel_axis(g, n.inputs[0], split_attrs(n, g.opset).axis) != "channel":
         raise Refuse("only channel splits (axis 1) map onto the Split layer")
     sizes = {static_shape(g, o)[1] for o in n.outputs if o}
     if len(sizes) != 1 or not all(n.outputs):
@@ -478,9 +484,9 @@ def _split(c: _Ctx, n: Node) -> None:
 def _slice(c: _Ctx, n: Node) -> None:
     # SliceLayerParams: one of channel / height / width, positive stride; one layer per axis.
     g = c.graph
-    if g.opset < 10:
-        starts, ends = n.attr("starts"), n.attr("ends")
-        axes, steps = n.attr("axes"), None
+    sa = slice_attrs(n, g.opset)
+    if sa is not None:  # Slice-1: attributes
+        starts, ends, axes, steps = sa.starts, sa.ends, sa.axes, sa.steps
     else:
         starts, ends = const(g, n, 1, "starts"), const(g, n, 2, "ends")
         axes, steps = opt_const(g, n, 3), opt_const(g, n, 4)
@@ -526,7 +532,7 @@ def _bn(c: _Ctx, n: Node) -> None:
         var,
         n.inputs[0],
         n.outputs[0],
-        epsilon=float(attr(n, "epsilon")),
+        epsilon=bn_attrs(n, g.opset).epsilon,
     )
     c.layer("batchnorm")
 

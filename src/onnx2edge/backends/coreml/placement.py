@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir import Graph, Node
-from ...semantics.attrs import ints
+from ...semantics.pooling import pool_attrs
 from ...semantics.records import resize_attrs
 from . import mil, nn
 
@@ -205,8 +205,9 @@ def _ane_rule(
             x = _shape(graph, n.inputs[0])
             k, s = (list(x[2:]) if x else [1]), [1]
         else:
-            k = [int(v) for v in n.attr("kernel_shape")]  # required
-            s = list(ints(n, "strides", len(k), 1))  # no schema default: 1 per axis
+            pa = pool_attrs(n, graph.opset)
+            k = list(pa.kernel_shape or ())
+            s = list(pa.strides or (1,) * len(k))  # no schema default: 1 per axis
         if max(k) > 13 or max(s) > 2:
             return (
                 "unsupported",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
-from ...semantics.attrs import attr
+from ...semantics.records import reduced_axes
 from ..refusal import Refusal
 from .params import ParamBlob
 
@@ -148,15 +148,9 @@ def image_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 def _reduce_axes(lw: Lowering, node: Node, rank: int) -> list[int] | None:
-    """The reduced axes (non-negative, sorted); None means all axes."""
-    axes_attr = node.attr("axes")
-    takes_input = lw.g.opset >= (13 if node.op_type == "ReduceSum" else 18)
-    if takes_input and len(node.inputs) > 1 and node.inputs[1]:
-        axes = [int(a) for a in lw.const(node, 1, "axes").reshape(-1)]
-    elif not takes_input and axes_attr is not None:
-        axes = [int(a) for a in axes_attr]
-    else:
-        axes = []
-    if not axes:
-        return None if not attr(node, "noop_with_empty_axes", lw.g.opset) else []
-    return sorted({a + rank if a < 0 else a for a in axes})
+    """The reduced axes (non-negative, sorted; [] with noop_with_empty_axes), as
+    semantics.records.reduced_axes reads them; axes computed at run time refuse."""
+    axes = reduced_axes(node, lw.g, rank)
+    if axes is None:
+        lw.const(node, 1, "axes")  # raises the refusal naming the computed input
+    return axes

@@ -21,11 +21,14 @@ import numpy as np
 
 from ...ir import Node
 from ...semantics.activations import ACTIVATIONS, as_activation, swift_expr
-from ...semantics.attrs import attr, gemm_attrs
+from ...semantics.attrs import gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual, unfused
-from ...semantics.records import resize_attrs
+from ...semantics.norms import layer_norm_attrs
+from ...semantics.numeric import quant_attrs
+from ...semantics.records import pad_attrs, resize_attrs, softmax_attrs
 from ...semantics.rnn import CELLS, recurrent_attrs, rnn_act_expr, rnn_activations
+from ...semantics.shape_ops import axis_attr, slice_attrs, split_attrs, transpose_perm
 from .core import _reduce_axes, swift_float
 
 if TYPE_CHECKING:
@@ -149,7 +152,7 @@ def _reshape(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Transpose")
 def _transpose(lw: Lowering, node: Node) -> None:
     rank = len(_shape(lw, node.inputs[0]))
-    perm = node.attr("perm") or list(range(rank))[::-1]
+    perm = list(transpose_perm(node, rank, lw.g.opset))
     x = lw.cpu_in(node.inputs[0])
     lw.cpu_out(node, node.outputs[0], f"cpuTranspose({x}, {_ints(perm)})")
 
@@ -157,7 +160,7 @@ def _transpose(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Concat")
 def _concat(lw: Lowering, node: Node) -> None:
     out = _shape(lw, node.outputs[0])
-    axis = _axis(int(node.attr("axis")), len(out))
+    axis = axis_attr(node, lw.g.opset, len(out))
     xs = [lw.cpu_in(i) for i in node.inputs if i and int(np.prod(_shape(lw, i))) > 0]
     lw.cpu_out(node, node.outputs[0], f"cpuConcat([{', '.join(xs)}], axis: {axis}, {_ints(out)})")
 
@@ -166,11 +169,10 @@ def slice_params(lw: Lowering, node: Node) -> tuple[list[int], list[int]]:
     """Normalised (starts, steps) of a Slice for every axis of its input (ONNX clamping)."""
     shape = _shape(lw, node.inputs[0])
     rank = len(shape)
-    if lw.g.opset < 10:
-        starts_v = list(node.attr("starts"))
-        ends_v = list(node.attr("ends"))
-        axes_v = list(node.attr("axes") or range(len(starts_v)))
-        steps_v = [1] * len(starts_v)
+    sa = slice_attrs(node, lw.g.opset)
+    if sa is not None:  # Slice-1: attributes
+        starts_v, ends_v = list(sa.starts), list(sa.ends)
+        axes_v, steps_v = list(sa.axes), list(sa.steps)
     else:
 
         def const(i: int) -> list[int] | None:
@@ -211,7 +213,7 @@ def _slice(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Split")
 def _split(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
-    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
+    axis = split_attrs(node, lw.g.opset, len(shape)).axis
     x = lw.cpu_in(node.inputs[0])
     at = 0
     for o in node.outputs:
@@ -228,10 +230,11 @@ def _split(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Softmax", "LogSoftmax")
 def _softmax(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
-    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
+    sm = softmax_attrs(node, lw.g.opset)
+    axis = _axis(sm.axis, len(shape))
     x = lw.cpu_in(node.inputs[0])
     log = "true" if node.op_type == "LogSoftmax" else "false"
-    if lw.g.opset < 13 and axis != len(shape) - 1:
+    if sm.flattens and axis != len(shape) - 1:
         # Before opset 13 Softmax flattens to 2-D at `axis`: normalise over all trailing axes.
         flat = [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))]
         lw.cpu_out(
@@ -289,7 +292,7 @@ def _gemm(lw: Lowering, node: Node) -> None:
 @cpu_emitter("Gather")
 def _gather(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
-    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
+    axis = axis_attr(node, lw.g.opset, len(shape))
     t = lw.g.type_of(node.inputs[1])
     if t is None or t.dtype.kind not in "iu":
         raise CPURefuse("Gather indices must be an integer tensor")
@@ -424,10 +427,11 @@ def _dynamic_quantize(lw: Lowering, node: Node) -> None:
 
 
 def _quant_axis(lw: Lowering, node: Node) -> int:
-    if node.attr("block_size"):
+    qa = quant_attrs(node, lw.g.opset)
+    if qa.block_size:
         raise CPURefuse("blocked quantization (block_size)")
     rank = len(_shape(lw, node.inputs[0]))
-    return _axis(int(attr(node, "axis", lw.g.opset)), rank) if rank else 0
+    return qa.scale_axis(rank) if rank else 0
 
 
 @cpu_emitter("QuantizeLinear")
@@ -498,12 +502,13 @@ def _conv_integer(lw: Lowering, node: Node) -> None:
 def _pad(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
     rank = len(shape)
-    mode = str(attr(node, "mode", lw.g.opset))
+    pa = pad_attrs(node, lw.g.opset)
+    mode = pa.mode
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise CPURefuse(f"Pad mode '{mode}'")
-    if lw.g.opset < 11:
-        pads = [int(p) for p in node.attr("pads")]
-        value = float(attr(node, "value", lw.g.opset))
+    if pa.value is not None:  # Pad-1/2: attributes
+        pads = list(pa.pads or (0,) * (2 * rank))
+        value = pa.value
     else:
         pv = lw.g.const(node.inputs[1])
         if pv is None:
@@ -571,7 +576,7 @@ def _recurrent(lw: Lowering, node: Node) -> None:
         for d in range(ndir)
     ]
     reverse = [direction == "reverse" or d == 1 for d in range(ndir)]
-    clip = node.attr("clip")
+    clip = ra.clip
     hidden = _shape(lw, node.inputs[2])[2]
     x, w, r = (lw.cpu_in(i) for i in node.inputs[:3])
     b, seq, h0 = _opt_in(lw, node, 3), _opt_in(lw, node, 4), _opt_in(lw, node, 5)
@@ -592,11 +597,12 @@ def _recurrent(lw: Lowering, node: Node) -> None:
 @cpu_emitter("LayerNormalization")
 def _layer_norm(lw: Lowering, node: Node) -> None:
     shape = _shape(lw, node.inputs[0])
-    axis = _axis(int(attr(node, "axis", lw.g.opset)), len(shape))
+    ln = layer_norm_attrs(node, lw.g.opset, len(shape))
+    axis = ln.axis
     if len(node.outputs) > 1 and any(node.outputs[1:]):
         raise CPURefuse("LayerNormalization's Mean / InvStdDev outputs (training)")
     x, scale, bias = lw.cpu_in(node.inputs[0]), lw.cpu_in(node.inputs[1]), _opt_in(lw, node, 2)
-    eps = float(attr(node, "epsilon", lw.g.opset))
+    eps = ln.epsilon
     lw.cpu_out(
         node,
         node.outputs[0],

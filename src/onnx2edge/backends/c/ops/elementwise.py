@@ -15,6 +15,7 @@ from ....ir import Graph, Node
 from ....semantics.activations import ACTIVATIONS, vm
 from ....semantics.attrs import attr
 from ....semantics.fused import base_op
+from ....semantics.numeric import cast_attrs, clip_attrs
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import act_expr, elementwise, fused_act
@@ -387,11 +388,10 @@ def clip(ctx: NodeContext) -> str:
     ct = _ctype(out)
     lo = hi = None
     ops = [t]
-    if ctx.graph.opset < 11:
-        # None, not Clip-6's schema default +-FLT_MAX: an absent bound emits no clamp at all
-        lo, hi = ctx.node.attr("min"), ctx.node.attr("max")
-        lo = None if lo is None else _lit(ct, lo)
-        hi = None if hi is None else _lit(ct, hi)
+    ca = clip_attrs(ctx.node, ctx.graph.opset)
+    if not ca.from_inputs:
+        # Clip-6: an absent bound is the schema's +-FLT_MAX, which clamps +-Inf (onnxruntime)
+        lo, hi = _lit(ct, ca.min), _lit(ct, ca.max)
     else:
         for idx in (1, 2):
             if ctx.has_input(idx):
@@ -423,10 +423,8 @@ def cast(ctx: NodeContext) -> str:
     src, out = ctx.x(0), ctx.y(0)
     if np.dtype(src.dtype) == np.dtype(out.dtype):
         return elementwise(ctx, [src], out, "a")
-    saturate = bool(int(ctx.attr("saturate")))  # before opset 19: 19's default (attrs.default)
-    round_mode = ctx.attr("round_mode")
-    if isinstance(round_mode, bytes):
-        round_mode = round_mode.decode()
+    ca = cast_attrs(ctx.node, ctx.graph.opset)  # saturate before 19: 19's default
+    saturate, round_mode = ca.saturate, ca.round_mode
     sct = _ctype(src)
     if out.dtype.kind == "b":
         return _ew(ctx, [src], out, "a != 0", src="bool")

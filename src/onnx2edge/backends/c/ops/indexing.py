@@ -17,6 +17,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....semantics.records import scatter_reduction
+from ....semantics.shape_ops import axis_attr
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import norm_axis, strides
@@ -33,7 +34,7 @@ def gather(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis")), x.rank)
+    axis = axis_attr(ctx.node, ctx.graph.opset, x.rank)
     outer = int(np.prod(x.shape[:axis]))
     n = x.shape[axis]
     inner = int(np.prod(x.shape[axis + 1 :]))
@@ -52,7 +53,7 @@ def gather_elements(ctx: NodeContext) -> str:
     x, idx, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis")), x.rank)
+    axis = axis_attr(ctx.node, ctx.graph.opset, x.rank)
     xs = strides(x.shape)
     stmt = (
         f"{{ int64_t k = (int64_t){idx.sym}[o]; if (k < 0) k += {x.shape[axis]}; "
@@ -133,7 +134,7 @@ def scatter_elements(ctx: NodeContext) -> str:
     """y = data; y[i.. with i_axis = indices[i..]] (op)= updates[i..], in index order (so
     duplicates resolve as the reference does: last write wins, or reduce)."""
     x, idx, upd, y = ctx.x(0), ctx.x(1), ctx.x(2), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis")), x.rank)
+    axis = axis_attr(ctx.node, ctx.graph.opset, x.rank)
     ys = strides(y.shape)
     code = (
         ""
@@ -197,7 +198,7 @@ def tensor_scatter(ctx: NodeContext) -> str:
     """A KV-cache write (ONNX TensorScatter-24): y = past; for batch b (axis 0) the update's
     steps go to rows write_indices[b] + s along `axis`, modulo its length in circular mode."""
     x, upd, y = ctx.x(0), ctx.x(1), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis")), x.rank)
+    axis = axis_attr(ctx.node, ctx.graph.opset, x.rank)
     code = copy_code(y.sym, x.sym, y.nbytes)
     steps = upd.shape[axis]
     if upd.size == 0:
@@ -234,11 +235,11 @@ def compress(ctx: NodeContext) -> str:
     x, cond, y = ctx.x(0), ctx.x(1), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis_attr = ctx.attr("axis")  # no schema default: absent, the flattened input
-    if axis_attr is None:
+    axis_given = ctx.attr("axis")  # no schema default: absent, the flattened input
+    if axis_given is None:
         outer, n, inner, m = 1, x.size, 1, y.size
     else:
-        axis = norm_axis(int(axis_attr), x.rank)
+        axis = norm_axis(int(axis_given), x.rank)
         outer = int(np.prod(x.shape[:axis]))
         n, m = x.shape[axis], y.shape[axis]
         inner = int(np.prod(x.shape[axis + 1 :]))
@@ -334,7 +335,7 @@ def one_hot(ctx: NodeContext) -> str:
     idx, vals, y = ctx.x(0), ctx.x(2), ctx.y(0)
     if y.size == 0:
         return "/* empty */"
-    axis = norm_axis(int(ctx.attr("axis")), y.rank)
+    axis = axis_attr(ctx.node, ctx.graph.opset, y.rank)
     depth = y.shape[axis]
     outer = int(np.prod(y.shape[:axis]))
     inner = int(np.prod(y.shape[axis + 1 :]))

@@ -17,8 +17,10 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....semantics.activations import Activation, vm
-from ....semantics.attrs import attr, attrs, epsilon
-from ....semantics.batchnorm import bn_affine
+from ....semantics.attrs import attr, epsilon
+from ....semantics.batchnorm import bn_affine, bn_attrs
+from ....semantics.norms import group_norm_attrs, layer_norm_attrs, lp_norm_attrs, lrn_attrs
+from ....semantics.records import softmax_attrs
 from ..emitter import NodeContext, Tensor, c_literal
 from ..kernels.gemm.gemm import _use_engine
 from ..kernels.pool import pool2d
@@ -59,8 +61,9 @@ def softmax_split(ctx: NodeContext, x: Tensor) -> tuple[int, int, int]:
     the op runs over the second dim (default axis 1); from 13 it runs over `axis` alone
     (default -1). ONNX Softmax-13 changelog.
     """
-    axis = norm_axis(int(attr(ctx.node, "axis", ctx.graph.opset)), x.rank)  # 1, from 13 -1
-    if ctx.graph.opset < 13:
+    sm = softmax_attrs(ctx.node, ctx.graph.opset)  # axis 1, from 13 -1
+    axis = norm_axis(sm.axis, x.rank)
+    if sm.flattens:
         return int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])), 1
     return split_axis(x.shape, axis)
 
@@ -118,7 +121,7 @@ def layer_norm(ctx: NodeContext) -> str:
     """
     x, y = ctx.x(0), ctx.y(0)
     rms = ctx.node.op_type == "RMSNormalization"
-    axis = norm_axis(int(attr(ctx.node, "axis", ctx.graph.opset)), x.rank)
+    axis = layer_norm_attrs(ctx.node, ctx.graph.opset, x.rank).axis
     outer, n = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
     if x.size == 0:
         return "/* empty */"
@@ -324,7 +327,11 @@ def _group_norm_check(node: Node, graph: Graph) -> str | None:
     t = graph.type_of(node.inputs[0])
     if t is not None and t.shape is not None and len(t.shape) < 2:
         return f"{node.op_type} needs an input of rank >= 2"
-    groups = int(node.attr("num_groups") or 0) if node.op_type == "GroupNormalization" else 1
+    groups = (
+        group_norm_attrs(node, graph.opset).num_groups
+        if node.op_type == "GroupNormalization"
+        else 1
+    )
     if t is not None and t.shape is not None and (groups <= 0 or t.shape[1] % groups):
         return f"GroupNormalization num_groups={groups} does not divide the {t.shape[1]} channels"
     return None
@@ -336,7 +343,7 @@ def group_norm(ctx: NodeContext) -> str:
     x = ctx.x(0)
     if x.size == 0:
         return "/* empty */"
-    groups = int(ctx.attr("num_groups"))
+    groups = group_norm_attrs(ctx.node, ctx.graph.opset, x.shape[1]).num_groups
     per_group = ctx.graph.opset < 21 and ctx.x(1).size == groups and groups != x.shape[1]
     return _group_norm_code(ctx, groups, per_group)
 
@@ -389,8 +396,8 @@ def mean_variance_norm(ctx: NodeContext) -> str:
 
 
 def _lp_check(node: Node, graph: Graph) -> str | None:
-    if int(attr(node, "p", graph.opset)) not in (1, 2):
-        return f"LpNormalization with p={node.attr('p')} is not defined (p is 1 or 2)"
+    if (why := lp_norm_attrs(node, graph.opset).problem()) is not None:
+        return f"LpNormalization with {why}: not defined"
     return float_input(node, graph)
 
 
@@ -400,9 +407,9 @@ def lp_norm(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     if x.size == 0:
         return "/* empty */"
-    a = attrs(ctx.node, ctx.graph.opset)
-    outer, n, inner = split_axis(x.shape, norm_axis(int(a["axis"]), x.rank))
-    p = int(a["p"])
+    lp = lp_norm_attrs(ctx.node, ctx.graph.opset, x.rank)
+    outer, n, inner = split_axis(x.shape, lp.axis)
+    p = lp.p
     term, norm = ("fabs((double)v)", "acc") if p == 1 else ("(double)v * v", "sqrt(acc)")
     return f"""for (size_t o = 0; o < {outer}; ++o)
 for (size_t i = 0; i < {inner}; ++i) {{
@@ -419,15 +426,13 @@ for (size_t i = 0; i < {inner}; ++i) {{
 # BatchNormalization
 # --------------------------------------------------------------------------------------------
 def _training(node: Node, graph: Graph) -> bool:
-    if graph.opset >= 14:
-        return bool(int(attr(node, "training_mode", graph.opset)))
-    return any(node.outputs[1:])
+    return bn_attrs(node, graph.opset).training
 
 
 def _bn_check(node: Node, graph: Graph) -> str | None:
     if (why := float_input(node, graph)) is not None:
         return why
-    if graph.opset < 9 and int(attr(node, "spatial", graph.opset)) == 0:
+    if graph.opset < 9 and not bn_attrs(node, graph.opset).spatial:
         return "BatchNormalization with spatial=0 (per-activation statistics) is not supported"
     if _training(node, graph) and graph.opset < 14:
         return f"training-mode BatchNormalization at opset {graph.opset} is not supported (opset 14 and later are)"
@@ -474,7 +479,7 @@ def _batchnorm_training(ctx: NodeContext, x: Tensor, y: Tensor) -> str:
     N, C = x.shape[0], x.shape[1] if x.rank > 1 else 1
     S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
     eps = c_literal(epsilon(ctx.node, ctx.graph.opset), np.float64)
-    mom = c_literal(float(attr(ctx.node, "momentum", ctx.graph.opset)), np.float64)
+    mom = c_literal(bn_attrs(ctx.node, ctx.graph.opset).momentum, np.float64)
     g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
     out = []
     if ctx.has_output(1):
@@ -608,9 +613,9 @@ def lrn(ctx: NodeContext) -> str:
         return "/* empty */"
     N, C = x.shape[:2]
     S = int(np.prod(x.shape[2:]))
-    size = int(ctx.attr("size"))
-    beta = float(attr(ctx.node, "beta", ctx.graph.opset))
-    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    lr = lrn_attrs(ctx.node, ctx.graph.opset)
+    size, beta = lr.size, lr.beta
+    lo, hi = lr.before, lr.after
     T = x.ctype
     t = "f32" if T == "float" else "f64"
     mode = {0.75: "b075", 0.5: "b05", 1.0: "b1"}.get(beta, "pow")
@@ -633,7 +638,7 @@ def lrn(ctx: NodeContext) -> str:
     L = lambda v: c_literal(v, x.dtype)  # noqa: E731
     fields = (
         f".x = {x.sym}, .y = {y.sym}, .C = {C}, .S = {S}, .nb = {nb}, .lo = {lo}, .hi = {hi}, "
-        f".alpha = {L(float(ctx.attr('alpha')) / size)}, .bias = {L(float(ctx.attr('bias')))}, "
+        f".alpha = {L(lr.alpha / size)}, .bias = {L(lr.bias)}, "
         f".beta = {L(beta)}"
     )
     run = f"o2e_parallel_for({n}, {name}, &a);" if threaded else f"{name}(&a, 0, {n});"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
-from ....semantics.attrs import attr, attrs
+from ....semantics.pooling import pool_attrs
 from ..emitter import NodeContext
 from ..kernels.conv import conv_nchwc
 from ..kernels.pool import pool2d, pool_rows
@@ -55,8 +55,8 @@ def _emit_loop(ctx: NodeContext, spec: PoolSpec) -> str:
     geo = spec.geom
     ks, st, dl, pads = list(geo.kernel), list(geo.strides), list(geo.dilations), list(geo.pads)
     in_sp, out_sp = x.shape[2:], y.shape[2:]
-    a = attrs(ctx.node, ctx.graph.opset)  # each op has its own: p (LpPool), count_include_pad
-    include_pad, p = int(a.get("count_include_pad", 0)), int(a.get("p", 2))
+    pa = pool_attrs(ctx.node, ctx.graph.opset)  # count_include_pad (AveragePool), p (LpPool)
+    include_pad, p = int(pa.count_include_pad), pa.p
     want_idx = op == "MaxPool" and ctx.has_output(1)
     lines = [
         f"for (int nc = 0; nc < {N * C}; ++nc) {{",
@@ -85,7 +85,7 @@ def _emit_loop(ctx: NodeContext, spec: PoolSpec) -> str:
     if op == "MaxPool":
         # the first maximum wins; storage_order 1 numbers the indices column-major (MaxPool spec)
         idx = off
-        if int(attr(ctx.node, "storage_order", ctx.graph.opset)):
+        if pa.storage_order:
             idx = f"i{nsp - 1}"
             for d in reversed(range(nsp - 1)):
                 idx = f"({idx} * {in_sp[d]} + i{d})"
@@ -130,7 +130,7 @@ def _emit_global_loop(ctx: NodeContext, spec: PoolSpec) -> str:
     elif op == "GlobalMaxPool":  # NaN propagates from the first element, as in the reference
         body, res = "if (i == 0 || v > acc) acc = v;", "acc"
     else:
-        p = int(attr(ctx.node, "p", ctx.graph.opset))
+        p = pool_attrs(ctx.node, ctx.graph.opset).p
         body, res = f"acc += pow{F}(fabs{F}(v), {p});", f"pow{F}(acc, ({ct})1 / {p})"
     init = "-INFINITY" if op == "GlobalMaxPool" and ct in FLOAT else "0"
     return f"""for (int nc = 0; nc < {NC}; ++nc) {{

@@ -16,6 +16,8 @@ import numpy as np
 
 from ....passes.qdq_int8 import DOMAIN, int8_plan
 from ....semantics.conv_geometry import pool_geometry
+from ....semantics.pooling import pool_attrs
+from ....semantics.shape_ops import axis_attr
 from ..emitter import NodeContext
 from ..kernels.int8.qdw_kernels import qadd as qadd_vector
 from ..kernels.int8.qgemm_kernels import _use, try_int8
@@ -51,7 +53,7 @@ def qconcat(ctx: NodeContext) -> str:
     an empty one means the scales agree and the bytes are copied."""
     y = ctx.y(0)
     # QConcat's schema (semantics/fused.py) requires axis, as Concat's does
-    axis = int(ctx.attr("axis")) % y.rank
+    axis = axis_attr(ctx.node, ctx.graph.opset, y.rank)
     outer = int(np.prod(y.shape[:axis]))
     lines, off = [], 0
     row = int(np.prod(y.shape[axis:]))
@@ -192,7 +194,7 @@ def qavgpool(ctx: NodeContext) -> str:
     OH, OW = y.shape[2:]
     (kh, kw), (sh, sw) = g.kernel, g.strides
     pt, pl = g.pads[0], g.pads[1]
-    include_pad = bool(int(ctx.attr("count_include_pad") or 0))
+    include_pad = pool_attrs(ctx.node, ctx.graph.opset).count_include_pad
     # indexed by the byte's bit pattern: int8 -128..-1 are entries 128..255
     v = np.arange(256, dtype=np.uint8).view(np.dtype(x.dtype)).astype(np.int32)
     lut = (xs * (v - xz).astype(np.float32)).astype(np.float32)

@@ -18,15 +18,15 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ....passes.qdq_int8 import Int8Plan, int8_plan
-from ....semantics.attrs import attr
 from ....semantics.conv_geometry import conv_geometry
 from ....semantics.fused import activation_of
+from ....semantics.numeric import quant_attrs
 from ..emitter import NodeContext, Tensor, ctype_of
 from ..kernels.int8.qdw_kernels import try_quantize
 from ..kernels.int8.qgemm_kernels import try_int8
 from ..strategy import AUTO, Strategy, select
 from . import register_op
-from .common import elementwise, norm_axis, strides
+from .common import elementwise, strides
 from .dtypes import (
     FLOAT_FORMATS,
     allow_storage_dtypes,
@@ -86,8 +86,8 @@ def _granularity(
     """(axis, block): axis -1 means per tensor, block 0 per axis."""
     if int(np.prod(s_shape)) == 1 and len(s_shape) <= 1:
         return -1, 0
-    axis = norm_axis(int(attr(node, "axis", opset)), len(x_shape))
-    return axis, int(attr(node, "block_size", opset)) if opset >= 21 else 0
+    qa = quant_attrs(node, opset)
+    return qa.scale_axis(len(x_shape)), qa.block_size
 
 
 def _qdq_check(node: Node, graph: Graph) -> str | None:
@@ -144,7 +144,7 @@ def _qdq_loop(ctx: NodeContext, x: Tensor, scale: Tensor, body: Callable[[str, s
 
 def _quant_dtype(ctx: NodeContext, x: Tensor, scale: Tensor) -> np.dtype:
     """The type x / scale is computed in: `precision` if given, else numpy's promotion (the reference)."""
-    p = int(ctx.attr("precision") or 0)  # DequantizeLinear has none: numpy's promotion
+    p = quant_attrs(ctx.node, ctx.graph.opset).precision
     if p:
         from onnx.helper import tensor_dtype_to_np_dtype
 
@@ -181,7 +181,7 @@ def quantize_linear(ctx: NodeContext) -> str:
             return f"{v} {y.sym}[{xi}] = {store_expr(ctx, y.dtype, f'!(v >= {lo}) ? {lo} : (v > {hi} ? {hi} : v)', src='int64_t')};"
         if yn == "float4_e2m1fn" and zp is not None:
             q = f"{q} + {load_expr(ctx, zp.dtype, f'{zp.sym}[{si}]')}"
-        sat = bool(int(ctx.attr("saturate")))
+        sat = quant_attrs(ctx.node, ctx.graph.opset).saturate
         return f"{y.sym}[{xi}] = {store_expr(ctx, y.dtype, q, src=ct, saturate=sat)};"
 
     return _qdq_loop(ctx, x, s, body)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ir import Graph, Node
-from ....semantics.attrs import attr
+from ....semantics.records import arg_attrs, reduced_axes, topk_attrs
 from ..emitter import NodeContext, Tensor
 from ..kernels.pool import pool2d
 from . import register_op
@@ -32,10 +32,6 @@ REDUCE_OPS = (
     "ReduceLogSumExp",
     "ReduceSumSquare",
 )
-# the opset from which `axes` is an input instead of an attribute (ONNX operator changelog)
-AXES_INPUT_SINCE = {"ReduceSum": 13}
-AXES_INPUT_SINCE_DEFAULT = 18
-
 INT_MIN = {
     "int8_t": "INT8_MIN",
     "int16_t": "INT16_MIN",
@@ -145,22 +141,9 @@ def fold_of(op: str, dtype: np.dtype, ctype: str) -> Fold:
 
 
 def reduce_axes(node: Node, graph: Graph, rank: int) -> list[int] | None:
-    """The reduced axes (sorted, non-negative), or None when they are only known at run time."""
-    since = AXES_INPUT_SINCE.get(node.op_type, AXES_INPUT_SINCE_DEFAULT)
-    axes: list[int] = []
-    if graph.opset < since or node.attr("axes") is not None:
-        axes = list(node.attr("axes") or ())  # no schema default: absent, all axes
-    elif len(node.inputs) > 1 and node.inputs[1]:
-        c = graph.const(node.inputs[1])
-        t = graph.type_of(node.inputs[1])
-        if c is not None:
-            axes = [int(a) for a in np.asarray(c).reshape(-1)]
-        elif t is None or not t.is_static or t.size != 0:
-            return None  # (an empty axes tensor is known to be empty, whatever its values)
-    if not axes:
-        # no axes: all of them, unless noop_with_empty_axes (then the op is element-wise)
-        return [] if int(attr(node, "noop_with_empty_axes", graph.opset)) else list(range(rank))
-    return sorted({norm_axis(int(a), rank) for a in axes})
+    """The reduced axes (sorted, non-negative), or None when they are only known at run time
+    (semantics.records.reduced_axes: [] with noop_with_empty_axes, the op is element-wise)."""
+    return reduced_axes(node, graph, rank)
 
 
 def _reduce_check(node: Node, graph: Graph) -> str | None:
@@ -287,12 +270,13 @@ def reduce(ctx: NodeContext) -> str:
 def arg_max_min(ctx: NodeContext) -> str:
     """Index of the first (or with select_last_index, the last) extreme value along `axis`."""
     x, y = ctx.x(0), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis")), x.rank)
+    aa = arg_attrs(ctx.node, ctx.graph.opset, x.rank)
+    axis = aa.axis
     outer, n, inner = split_axis(x.shape, axis)
     if y.size == 0 or n == 0:
         return "/* empty */"
     cmp = ">" if ctx.node.op_type == "ArgMax" else "<"
-    if int(ctx.attr("select_last_index")):
+    if aa.select_last_index:
         cmp += "="
     return f"""for (size_t o = 0; o < {outer}; ++o)
 for (size_t i = 0; i < {inner}; ++i) {{
@@ -316,13 +300,14 @@ def top_k(ctx: NodeContext) -> str:
     Insertion into the sorted output: O(n·k), no scratch memory.
     """
     x, yv = ctx.x(0), ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis")), x.rank)
+    ta = topk_attrs(ctx.node, ctx.graph.opset, x.rank)
+    axis = ta.axis
     outer, n, inner = split_axis(x.shape, axis)
     k = yv.shape[axis]
     if yv.size == 0:
         return "/* k = 0: empty outputs */"
     # `better` is strict: an equal value never passes an earlier one (the reference's tie rule)
-    better = ">" if int(ctx.attr("largest")) else "<"
+    better = ">" if ta.largest else "<"
     yi = ctx.y(1).sym if ctx.has_output(1) else None
     move_i = f" ix[{along('p', inner)}] = ix[{along('p - 1', inner)}];" if yi else ""
     set_i = f" ix[{along('p', inner)}] = (int64_t)j;" if yi else ""

@@ -163,7 +163,7 @@ def _params(node: Node, graph: Graph) -> dict:
         "scales_attr": None,
     }
     if op == "Upsample" and opset < 9:
-        p["scales_attr"] = [float(v) for v in node.attr("scales")]  # required
+        p["scales_attr"] = list(r.scales or ())  # required
         return p
     if legacy:
         p["scales"] = 1

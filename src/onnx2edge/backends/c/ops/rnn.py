@@ -96,7 +96,7 @@ def recurrent(ctx: NodeContext) -> str:
     S, B = (x.shape[0], x.shape[1]) if layout == 0 else (x.shape[1], x.shape[0])
     acts = _activations(ctx.node)
     n_act = len(_CELLS[op][1])
-    clip = ctx.attr("clip")
+    clip = ra.clip
     gemv = ctx.helper(f"o2e_rnn_gemv_{T_}", GEMV.replace("{T}", T_))
 
     # Strides: X [S][B][I] or [B][S][I]; Y [S][D][B][H] or [B][S][D][H];
@@ -220,7 +220,7 @@ def _dqlstm_check(node: Node, graph: Graph) -> str | None:
     x = graph.type_of(node.inputs[0])
     if x is None or x.dtype != np.float32:
         return "DynamicQuantizeLSTM on float32 only (onnxruntime's kernel)"
-    if int(node.attr("layout", 0)) != 0:
+    if recurrent_attrs(node, graph.opset).layout != 0:
         return "DynamicQuantizeLSTM with layout 1 (onnxruntime's kernel reads layout 0 only)"
     if len(node.inputs) < 12 or not all(node.inputs[8:12]):
         return "DynamicQuantizeLSTM needs W/R scales and zero points (inputs 8-11)"
@@ -256,7 +256,8 @@ def dynamic_quantize_lstm(ctx: NodeContext) -> str:
     The float LSTM on dequantized weights (what Core ML / MPS run) differs from this by a
     quantization step of X and h at every step."""
     x, w, r = ctx.x(0), ctx.x(1), ctx.x(2)
-    direction = ctx.attr("direction", "forward")
+    dq = recurrent_attrs(ctx.node, ctx.graph.opset)
+    direction = dq.direction
     ndir, n_in, GH = w.shape
     H = r.shape[1]
     S, B = x.shape[0], x.shape[1]
@@ -295,9 +296,7 @@ def dynamic_quantize_lstm(ctx: NodeContext) -> str:
         wb = f"({bias.sym} + {d * 2 * GH})" if bias else None
         rb = f"({bias.sym} + {d * 2 * GH + GH})" if bias else None
         p = f"({peep.sym} + {d * 3 * H})" if peep else None
-        st = _Step(
-            ctx, acts[d * 3 : d * 3 + 3], H, n_in, "", "", "", wb, rb, p, ctx.attr("clip"), "float"
-        )
+        st = _Step(ctx, acts[d * 3 : d * 3 + 3], H, n_in, "", "", "", wb, rb, p, dq.clip, "float")
         cell = _lstm_cell(st)[2:]  # the update after the two gate products
         lines.append(f"/* {'reverse' if reverse else 'forward'} direction */")
         for t0, name in ((h0, "hall"), (c0, "call")):
@@ -401,7 +400,7 @@ def _gru_cell(st: _Step) -> list[str]:
     and Ht = (1 - zt) ⊙ ht + zt ⊙ Ht-1. Gate order in W, R, B: z, r, h."""
     H, n_in, gemv, wd, rd, wb, rb, T_ = st.H, st.n_in, st.gemv, st.wd, st.rd, st.wb, st.rb, st.T
     (f, g), clip = st.act, st.clip
-    lbr = int(st.ctx.attr("linear_before_reset"))
+    lbr = int(recurrent_attrs(st.ctx.node, st.ctx.graph.opset).linear_before_reset)
     whb = f"({wb} + {2 * H})" if wb else "NULL"
     rhb = f"({rb} + {2 * H})" if rb else "NULL"
     zero = f"({T_})0"
@@ -454,7 +453,9 @@ def _lstm_cell(st: _Step) -> list[str]:
     pf = f" + {p}[{2 * H} + j] * c[j]" if p else ""
     gf = f"gates[{2 * H} + j]{pf}"
     forget = (
-        "1 - gi" if int(st.ctx.attr("input_forget")) else _act_expr(f, _clip(clip, "gf", T_), T_)
+        "1 - gi"
+        if recurrent_attrs(st.ctx.node, st.ctx.graph.opset).input_forget
+        else _act_expr(f, _clip(clip, "gf", T_), T_)
     )
     po = f" + {p}[{H} + j] * cn" if p else ""
     return [

@@ -14,7 +14,15 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import ints
 from ....semantics.records import pad_attrs
+from ....semantics.shape_ops import (
+    axis_attr,
+    depth_space_attrs,
+    slice_attrs,
+    split_attrs,
+    transpose_perm,
+)
 from ..emitter import NodeContext, Tensor, c_literal
 from . import register_op
 from .common import elementwise, merge_dims, norm_axis, strides
@@ -53,7 +61,7 @@ def shape_size(ctx: NodeContext) -> str:
 @register_op("Transpose")
 def transpose(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
-    perm = [norm_axis(int(p), x.rank) for p in ctx.attr("perm", list(reversed(range(x.rank))))]
+    perm = transpose_perm(ctx.node, x.rank, ctx.graph.opset)
     xs = strides(x.shape)
     # read x at the permuted strides, write y contiguously
     return strided_copy(y.sym, x.sym, y.shape, [xs[p] for p in perm])
@@ -85,7 +93,7 @@ def strided_copy(
 @register_op("Concat")
 def concat(ctx: NodeContext) -> str:
     y = ctx.y(0)
-    axis = norm_axis(int(ctx.attr("axis")), y.rank)
+    axis = axis_attr(ctx.node, ctx.graph.opset, y.rank)
     outer = int(np.prod(y.shape[:axis]))
     inner_y = int(np.prod(y.shape[axis:]))
     lines, off = [], 0
@@ -114,7 +122,7 @@ def split(ctx: NodeContext) -> str:
     """The output shapes (static) say where each part starts, whether `split` is an input,
     an attribute, or `num_outputs` (uneven last chunk, Split-18)."""
     x = ctx.x(0)
-    axis = norm_axis(int(ctx.attr("axis")), x.rank)
+    axis = split_attrs(ctx.node, ctx.graph.opset, x.rank).axis
     outer = int(np.prod(x.shape[:axis]))
     inner_x = int(np.prod(x.shape[axis:]))
     es = np.dtype(x.dtype).itemsize
@@ -147,10 +155,9 @@ def _slice_params(ctx: NodeContext) -> tuple[list[int], list[int]] | None:
     """Per-axis start and step when every parameter is known at conversion time."""
     x = ctx.x(0)
     r = x.rank
-    if ctx.graph.opset < 10:
-        starts = list(ctx.attr("starts"))
-        axes = list(ctx.attr("axes", list(range(len(starts)))))
-        steps = [1] * len(starts)
+    sa = slice_attrs(ctx.node, ctx.graph.opset)
+    if sa is not None:  # Slice-1: attributes
+        starts, axes, steps = list(sa.starts), list(sa.axes), list(sa.steps)
     else:
         if any(ctx.has_input(i) and ctx.const(i) is None for i in (1, 3, 4)):
             return None
@@ -213,7 +220,7 @@ def _pad_begin_static(ctx: NodeContext) -> list[int] | None:
     """Begin pads per axis (negative: crop), when known at conversion time."""
     r = ctx.x(0).rank
     if ctx.graph.opset < 11:
-        pads = list(ctx.attr("pads", ctx.attr("paddings", [0] * (2 * r))))
+        pads = pad_attrs(ctx.node, ctx.graph.opset).pads or (0,) * (2 * r)
         return [int(p) for p in pads[:r]]
     if ctx.const(1) is None or (ctx.has_input(3) and ctx.const(3) is None):
         return None
@@ -322,9 +329,10 @@ def _pad_check(node: Node, graph: Graph) -> str | None:
 def pad(ctx: NodeContext) -> str:
     x, y = ctx.x(0), ctx.y(0)
     r = x.rank
-    mode = ctx.attr("mode")
-    if ctx.graph.opset < 11:
-        value = c_literal(float(ctx.attr("value")), y.dtype)  # Pad-1/2: schema default 0.0
+    pa = pad_attrs(ctx.node, ctx.graph.opset)
+    mode = pa.mode
+    if pa.value is not None:  # Pad-1/2: an attribute, schema default 0.0
+        value = c_literal(pa.value, y.dtype)
     elif ctx.has_input(2) and ctx.x(2).size:
         v = ctx.const(2)
         value = (
@@ -386,9 +394,9 @@ def tile(ctx: NodeContext) -> str:
 def depth_space(ctx: NodeContext) -> str:
     """Both are a reshape to 6-D, a transpose, and a reshape back (ONNX spec formulas)."""
     x, y = ctx.x(0), ctx.y(0)
-    b = int(ctx.attr("blocksize"))
+    ds = depth_space_attrs(ctx.node, ctx.graph.opset)
+    b, mode = ds.blocksize, ds.mode
     N, C, H, W = x.shape
-    mode = ctx.attr("mode")
     if ctx.node.op_type == "DepthToSpace":
         c2 = C // (b * b)
         if mode == "DCR":
@@ -419,9 +427,10 @@ def col2im(ctx: NodeContext) -> str:
     N, C = y.shape[:2]
     K = x.shape[1] // max(C, 1)
     L = x.shape[2]
-    dil = [int(v) for v in ctx.attr("dilations", [1] * nd)]
-    pads = [int(v) for v in ctx.attr("pads", [0] * (2 * nd))]
-    st = [int(v) for v in ctx.attr("strides", [1] * nd)]
+    # no schema defaults: the spec's prose says 1 per axis, 0 pads
+    dil = list(ints(ctx.node, "dilations", nd, 1, ctx.graph.opset))
+    pads = list(ints(ctx.node, "pads", 2 * nd, 0, ctx.graph.opset))
+    st = list(ints(ctx.node, "strides", nd, 1, ctx.graph.opset))
     if y.size == 0:
         return "/* empty */"
     blk = ctx.const(2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import Graph, Node
+from ....semantics.attrs import attr, ints
 from ..emitter import NodeContext, c_literal
 from . import register_op
 from .common import strides
@@ -25,9 +26,9 @@ def _check(node: Node, graph: Graph) -> str | None:
 
 
 def _inferred(node: Node, shape: tuple[int, ...]) -> tuple[int, ...]:
-    k = [int(v) for v in node.attr("kernel_shape")]
-    s = [int(v) for v in node.attr("strides", [1] * len(k))]
-    p = [int(v) for v in node.attr("pads", [0] * 2 * len(k))]
+    k = [int(v) for v in attr(node, "kernel_shape")]  # required
+    # no schema defaults: the spec's prose says stride 1 and no pads per axis
+    s, p = ints(node, "strides", len(k), 1), ints(node, "pads", 2 * len(k), 0)
     sp = [(shape[d + 2] - 1) * s[d] - (p[d] + p[len(k) + d]) + k[d] for d in range(len(k))]
     return (shape[0], shape[1], *sp)
 

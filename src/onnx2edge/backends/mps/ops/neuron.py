@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ....ir import Node
-from ....semantics.attrs import attr
+from ....semantics.records import softmax_attrs
 from ..core import (
     Img,
     Layer,
@@ -174,10 +174,10 @@ def _erf_gelu(lw: Lowering, node: Node) -> None:
 def _softmax(lw: Lowering, node: Node) -> None:
     x = lw.img(node.inputs[0])
     rank = len(lw.g.shape_of(node.inputs[0]))
-    axis = int(attr(node, "axis", lw.g.opset))
-    axis = axis + rank if axis < 0 else axis
+    sm = softmax_attrs(node, lw.g.opset)
+    axis = sm.axis + rank if sm.axis < 0 else sm.axis
     spatial = x.h * x.w > 1
-    over_channels = axis == 1 and (lw.g.opset >= 13 or not spatial or rank == 2)
+    over_channels = axis == 1 and (not sm.flattens or not spatial or rank == 2)
     if x.flat_of and x.flat_of[1] * x.flat_of[2] > 1 or not over_channels:
         raise Refuse(
             f"softmax over axis {axis} of a rank-{rank} tensor; MPSCNNSoftMax normalizes over feature channels only"

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ....ir import Node
-from ....semantics.attrs import attr, epsilon
+from ....semantics.attrs import epsilon
 from ....semantics.batchnorm import bn_affine
+from ....semantics.norms import lrn_attrs
 from ..core import (
     Img,
     Refuse,
@@ -67,7 +68,8 @@ def _instancenorm(lw: Lowering, node: Node) -> None:
 @emitter("LRN")
 def _lrn(lw: Lowering, node: Node) -> None:
     x = lw.img(node.inputs[0])
-    size = int(node.attr("size"))
+    lr = lrn_attrs(node, lw.g.opset)
+    size = lr.size
     if size % 2 == 0:
         # MPSCNNNormalization.h sums channels [k - N/2, k + (N-1)/2], ONNX [k - (N-1)/2, k + N/2]:
         # for even N the windows differ by one channel and the kernel has no offset to fix it.
@@ -80,9 +82,9 @@ def _lrn(lw: Lowering, node: Node) -> None:
     # formula with delta = bias (same window for odd sizes).
     lines = [
         f"let {var} = MPSCNNCrossChannelNormalizationNode(source: {x.var}, kernelSize: {size})",
-        f"{var}.alpha = {swift_float(attr(node, 'alpha', lw.g.opset))}",
-        f"{var}.beta = {swift_float(attr(node, 'beta', lw.g.opset))}",
-        f"{var}.delta = {swift_float(attr(node, 'bias', lw.g.opset))}",
+        f"{var}.alpha = {swift_float(lr.alpha)}",
+        f"{var}.beta = {swift_float(lr.beta)}",
+        f"{var}.delta = {swift_float(lr.bias)}",
     ]
     lw.emit(
         var,

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ....ir import Node
-from ....semantics.attrs import attr
 from ....semantics.conv_geometry import pool_geometry
+from ....semantics.pooling import pool_attrs
+from ....semantics.records import reduce_attrs
 from ..core import (
     Img,
     Layer,
     Refuse,
-    _ints,
     _reduce_axes,
 )
 from .common import (
@@ -38,7 +38,7 @@ def _pool(lw: Lowering, node: Node) -> None:
     if glob:
         k, s, pads = [x.h, x.w], [1, 1], [0, 0, 0, 0]
     else:
-        k = _ints(node.attr("kernel_shape"), 2, 1)
+        k = list(pool_attrs(node, lw.g.opset).kernel_shape or ())
         if len(k) != 2:
             raise Refuse(f"{len(k)}-D pooling; MPS pooling is 2-D only")
         geo = pool_geometry(node, (1, x.c, x.h, x.w), (1, oc, oh, ow), lw.g.opset)
@@ -48,7 +48,7 @@ def _pool(lw: Lowering, node: Node) -> None:
     is_max = "Max" in node.op_type
     cls = "MPSCNNPoolingMaxNode" if is_max else "MPSCNNPoolingAverageNode"
     counts_pad = (
-        not is_max and not glob and bool(attr(node, "count_include_pad", lw.g.opset)) and any(pads)
+        not is_max and not glob and pool_attrs(node, lw.g.opset).count_include_pad and any(pads)
     )
     if counts_pad and (pads[0] != pads[2] or pads[1] != pads[3]):
         raise Refuse(
@@ -116,7 +116,7 @@ def _reduce(lw: Lowering, node: Node) -> None:
             steps.append((f"MPSNNReductionColumn{op}Node", (c, 1, w)))
     out_shape = tuple(lw.g.shape_of(node.outputs[0]))
     oc, oh, ow = steps[-1][1] if steps else (x.c, x.h, x.w)
-    keep = attr(node, "keepdims", lw.g.opset)
+    keep = reduce_attrs(node, lw.g.opset).keepdims
     if not keep and out_shape != (1, oc) and int(np.prod(out_shape)) != oc * oh * ow:
         raise Refuse(f"reduction to shape {list(out_shape)}")
     if not keep and (oh * ow > 1 and out_shape != (1, oc, oh, ow)):

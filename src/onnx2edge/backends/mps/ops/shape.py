@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ....ir import Node
-from ....semantics.attrs import attr
-from ....semantics.records import resize_attrs
+from ....semantics.records import pad_attrs, resize_attrs
+from ....semantics.shape_ops import axis_attr, split_attrs, transpose_perm
 from ..core import (
     Img,
     Layer,
@@ -74,8 +74,8 @@ def _channel_shuffle(lw: Lowering, node: Node, x: Img, shape: tuple[int, ...]) -
     tr = lw.sole_consumer(node.outputs[0])
     if tr is None or tr.op_type != "Transpose":
         return False
-    perm = list(tr.attr("perm") or [])
     k = len(shape)
+    perm = list(transpose_perm(tr, k, lw.g.opset))
     if len(perm) != k or perm[0] != 0 or perm[-2:] != [k - 2, k - 1]:
         return False
     back = lw.sole_consumer(tr.outputs[0])
@@ -98,8 +98,7 @@ def _channel_shuffle(lw: Lowering, node: Node, x: Img, shape: tuple[int, ...]) -
 def _concat(lw: Lowering, node: Node) -> None:
     srcs = [lw.img(i) for i in node.inputs]
     rank = len(lw.g.shape_of(node.outputs[0]))
-    axis = int(node.attr("axis"))
-    axis = axis + rank if axis < 0 else axis
+    axis = axis_attr(node, lw.g.opset, rank)
     if axis != 1 or any(s.flat_of for s in srcs):
         raise Refuse(
             f"concatenation on axis {axis}; MPSNNConcatenationNode joins feature channels only"
@@ -148,17 +147,17 @@ def _concat(lw: Lowering, node: Node) -> None:
 @emitter("Pad")
 def _pad(lw: Lowering, node: Node) -> None:
     x = lw.img(node.inputs[0])
-    mode = attr(node, "mode", lw.g.opset)
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if lw.g.opset >= 11:
+    pa = pad_attrs(node, lw.g.opset)
+    mode = pa.mode
+    if pa.value is None:  # opset 11+: inputs
         pads = lw.const(node, 1, "pads").astype(np.int64).tolist()
         cv = lw.opt_const(node, 2)
         value = float(cv.reshape(-1)[0]) if cv is not None and cv.size else 0.0
         if len(node.inputs) > 3 and node.inputs[3]:
             raise Refuse("Pad with an axes input is not supported; pad all axes")
     else:
-        pads = list(node.attr("pads"))
-        value = float(attr(node, "value", lw.g.opset))
+        pads = list(pa.pads or (0,) * 8)
+        value = pa.value
     if len(pads) != 8 or pads[0] or pads[1] or pads[4] or pads[5]:
         raise Refuse(
             f"pads {pads} touch the batch or channel axis; MPSNNPadNode pads width and height here"
@@ -311,8 +310,7 @@ def _slice(lw: Lowering, node: Node) -> None:
 def _split(lw: Lowering, node: Node) -> None:
     x = lw.img(node.inputs[0])
     rank = len(lw.g.shape_of(node.inputs[0]))
-    axis = int(attr(node, "axis", lw.g.opset))
-    axis = axis + rank if axis < 0 else axis
+    axis = split_attrs(node, lw.g.opset, rank).axis
     if rank != 4:
         raise Refuse(f"split of a rank-{rank} tensor")
     at = 0

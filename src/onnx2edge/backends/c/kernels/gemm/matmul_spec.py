@@ -19,6 +19,7 @@ import numpy as np
 
 from .....semantics.activations import Activation
 from .....semantics.attrs import gemm_attrs
+from .....semantics.numeric import gemm_dims
 from ...emitter import NodeContext, Tensor
 from ...ops.common import fused_act
 from ...strategy import AUTO, OFF, Strategy, choose
@@ -63,8 +64,7 @@ class MatMulSpec:
         }
         if ctx.op == "Gemm":
             ga = gemm_attrs(ctx.node, ctx.graph.opset)
-            M, K = (a.shape[1], a.shape[0]) if ga.trans_a else a.shape
-            N = b.shape[0] if ga.trans_b else b.shape[1]
+            M, K, N = gemm_dims(ga, a.shape, b.shape)
             return cls(
                 op="Gemm",
                 M=M,

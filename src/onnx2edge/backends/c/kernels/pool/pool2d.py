@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .....semantics.attrs import attr
+from .....semantics.pooling import pool_attrs
 from ...emitter import NodeContext
 from ...headers import include
 from ..gemm.gemm import _use_engine, plan_threads
@@ -412,7 +412,7 @@ def emit_planes(ctx: NodeContext, spec: PoolSpec) -> str:
         "WQ": str(WQ),
     }
     if op == "AveragePool":
-        inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
+        inc = pool_attrs(ctx.node, ctx.graph.opset).count_include_pad
         dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
         dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
         # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .....semantics.attrs import attr
+from .....semantics.pooling import pool_attrs
 from ...emitter import NodeContext
 from ...headers import include
 from .pool2d import _divisors, call_planes, refuse_2d
@@ -385,7 +385,7 @@ def emit(ctx: NodeContext, spec: PoolSpec) -> str:
     (kh, kw), (sh, sw), (dh, dw), pads = geo.kernel, geo.strides, geo.dilations, geo.pads
     divisors = None
     if op == "AveragePool":
-        inc = bool(int(attr(ctx.node, "count_include_pad", ctx.graph.opset)))
+        inc = pool_attrs(ctx.node, ctx.graph.opset).count_include_pad
         dr = _divisors(H, OH, kh, sh, dh, pads[0], pads[2], inc)
         dc = _divisors(W, OW, kw, sw, dw, pads[1], pads[3], inc)
         # a window entirely outside the input sums to 0: divide by 1 (the generic loop's cnt ? : 0)
