@@ -167,4 +167,59 @@ static inline __attribute__((always_inline)) void o2e_lanes_tile(const int KH, c
 #endif
 }
 
+/* Writes x (H x W) into the transposed zero-bordered plane: xt[(w + pl) * Hp + h + pt] =
+ * x[h][w] (Wp rows of Hp; the border keeps the zeros the caller set). */
+static inline void o2e_lanes_pad_transposed(const float *restrict x, int H, int W, int pt, int pl,
+    int Wp, int Hp, float *restrict xt)
+{
+  (void)Wp;
+  for (int h = 0; h < H; h++)
+    for (int w = 0; w < W; w++) xt[(size_t)(w + pl) * Hp + h + pt] = x[(size_t)h * W + w];
+}
+
+/* One layer's row loop (kernels/conv/conv_lanes.py), its geometry as arguments: the generated
+ * row function calls it with literals. OH x OW: the output map as the tiles see it (transposed
+ * for a k x 1 filter), ys0 / ys1: y strides of a tile's row and of its pixels; NT tiles per row
+ * (O2E_LANES_NT); prefetch: pull the next block's weights (span floats) into L2 from the store
+ * loops, pfk lines per channel stored, chunk floats per tile. */
+typedef struct {
+  int OH, OW, M, NT, ys0, ys1;
+  int blocks, prefetch, span, chunk, pfk;
+} o2e_lanes_geom;
+typedef void (*o2e_lanes_tile_fn)(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float *t);
+/* The fused activation of one output (the activation table's expression), or NULL. */
+typedef float (*o2e_lanes_act_fn)(float v);
+
+/* Units [u0, u1) (32-channel block, output row); t: this thread's tile scratch. The store loop
+ * adds the bias and the activation, writing the tile into the NCHW output. Not in the tile
+ * loop, the prefetch: there it cost GCC the broadcasts it keeps in registers (5x5 tile: 70 ->
+ * 214 broadcasts per 500 FMAs). */
+static inline __attribute__((always_inline)) void o2e_lanes_rows(const o2e_lanes_geom g,
+    const o2e_lanes_args *a, float *t, int u0, int u1, o2e_lanes_tile_fn tile, o2e_lanes_act_fn act)
+{
+  for (int u = u0; u < u1; u++) {
+    const int mb = u / g.OH, oh = u % g.OH, m = mb * 32, nl = g.M - m < 32 ? g.M - m : 32;
+    for (int q = 0; q < g.NT; q++) { /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
+      /* g.OW % g.NT == 0: every tile as wide, a constant (gcc does not fold the difference;
+       * the inlined tile then keeps one width, not all) */
+      const int ow0 = q * g.OW / g.NT;
+      const int P = g.OW % g.NT == 0 ? g.OW / g.NT : (q + 1) * g.OW / g.NT - ow0;
+      tile(a, mb, oh, ow0, P, t);
+      const float *pf = g.prefetch && mb + 1 < g.blocks && (oh * g.NT + q + 1) * g.chunk <= g.span
+          ? a->w + (size_t)(mb + 1) * g.span + (size_t)(oh * g.NT + q) * g.chunk : NULL;
+      for (int l = 0; l < nl; l++) {
+        if (pf)
+          for (int k = 0; k < g.pfk; k++)
+            __builtin_prefetch(pf + (size_t)(l * g.pfk + k) * 16, 0, 2);
+        float *restrict yr =
+            a->y + (size_t)(m + l) * (g.OH * g.OW) + (size_t)oh * g.ys0 + (size_t)ow0 * g.ys1;
+        for (int p = 0; p < P; p++) {
+          const float v = t[32 * p + l] + (a->bias ? a->bias[m + l] : 0.0f);
+          yr[(size_t)p * g.ys1] = act ? act(v) : v;
+        }
+      }
+    }
+  }
+}
+
 #endif /* O2E_LANES_H */

@@ -210,4 +210,26 @@ static inline __attribute__((always_inline)) void o2e_stl_units(const o2e_stl_ge
   }
 }
 
+/* Copies one image x (C x H x W) into the zero-bordered C x HP x WP buffer d the tiles read
+ * (pt rows, pl columns of padding before it): the rows and columns the tiles read, so a tap
+ * never tests the border. */
+static inline void o2e_stl_pad(const float *restrict x, int C, int H, int W, int pt, int pl,
+    int HP, int WP, float *restrict d)
+{
+  const int ncopy = W < WP - pl ? W : (WP - pl > 0 ? WP - pl : 0), nl = pl < WP ? pl : WP;
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < HP; ++r) { /* padded row r: input row r - pt */
+      float *restrict dr = d + ((size_t)c * HP + r) * WP;
+      const int ih = r - pt;
+      if (ih < 0 || ih >= H) {
+        for (int q = 0; q < WP; ++q) dr[q] = 0.0f;
+        continue;
+      }
+      const float *restrict s = x + ((size_t)c * H + ih) * W;
+      for (int q = 0; q < nl; ++q) dr[q] = 0.0f;
+      for (int q = 0; q < ncopy; ++q) dr[pl + q] = s[q];
+      for (int q = pl + ncopy; q < WP; ++q) dr[q] = 0.0f;
+    }
+}
+
 #endif /* O2E_STEM_LANES_H */

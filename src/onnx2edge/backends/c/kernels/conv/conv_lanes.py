@@ -79,26 +79,6 @@ def _transposed(spec: ConvSpec) -> bool:
     return kw == 1 and kh > 1 and spec.st == [1, 1] and spec.y.shape[2] >= MIN_OW
 
 
-def _pad_transposed(ctx: NodeContext) -> str:
-    """The C helper that copies one channel, transposed, into its zero-bordered plane."""
-    name = "o2e_lanes_pad_transposed"
-    ctx.helper(
-        name,
-        f"""
-/* Writes x (H x W) into the transposed zero-bordered plane: xt[(w + pl) * Hp + h + pt] =
- * x[h][w] (Wp rows of Hp; the border keeps the zeros the caller set). */
-static void {name}(const float *restrict x, int H, int W, int pt, int pl, int Wp, int Hp,
-    float *restrict xt)
-{{
-  (void)Wp;
-  for (int h = 0; h < H; h++)
-    for (int w = 0; w < W; w++) xt[(size_t)(w + pl) * Hp + h + pt] = x[(size_t)h * W + w];
-}}
-""",
-    )
-    return name
-
-
 def refuse(spec: ConvSpec) -> str | None:
     if (why := refuse_not_rearrangeable(spec)) is not None:
         return why
@@ -172,7 +152,7 @@ static void {tile}(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, floa
 }}
 """,
     )
-    pad = _pad_transposed(ctx) if tr else pool2d.phase_split(ctx, sh, sw)
+    pad = "o2e_lanes_pad_transposed" if tr else pool2d.phase_split(ctx, sh, sw)
     ctx.kernel("direct conv (output channels in lanes)")
     xp = ctx.scratch(C * sh * sw * Hp * Wp * 4)
     threads = plan_threads(ctx)  # tile scratch per thread (gemm.MAX_THREADS, or one: --device)
@@ -190,37 +170,24 @@ static void {tile}(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, floa
     pfk = -(-span // (16 * OH * ntiles * LANES))
     prefetch = (2 * span + C * sh * sw * Hp * Wp) * 4 <= PREFETCH_L2
     chunk = LANES * pfk * 16  # floats prefetched per tile
-    pfc = f"""const float *pf = mb + 1 < {blocks} && (oh * {nt} + q + 1) * {chunk} <= {span}
-          ? a->w + (size_t)(mb + 1) * {span} + (size_t)(oh * {nt} + q) * {chunk} : NULL;"""
-    pfl = f"""if (pf)
-          for (int k = 0; k < {pfk}; k++)
-            __builtin_prefetch(pf + (size_t)(l * {pfk} + k) * 16, 0, 2);"""
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
+    fn = "NULL"  # the store loop's activation: the table's expression
+    if act is not None:
+        fn = ctx.helper(
+            f"{name}_act",
+            f"\nstatic inline float {name}_act(float v) {{ return {act_expr(act, 'v')}; }}\n",
+        )
+    rows = f"{OH}, {OW}, {M}, {nt}, {ys[0]}, {ys[1]}, {blocks}, {int(prefetch)}, {span}, {chunk}, {pfk}"
+    thread = "o2e_parallel_thread()" if threaded else "0"
     ctx.helper(
         name,
         f"""
 static void {name}(void *arg, int u0, int u1)
 {{
   const o2e_lanes_args *a = (const o2e_lanes_args *)arg;
-  float *t = a->t + (size_t){PX * LANES} * (size_t)({"o2e_parallel_thread()" if threaded else "0"});
-  for (int u = u0; u < u1; u++) {{
-    const int mb = u / {OH}, oh = u % {OH}, m = mb * {LANES}, nl = {M} - m < {LANES} ? {M} - m : {LANES};
-    for (int q = 0; q < {nt}; q++) {{ /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
-      const int ow0 = q * {OW} / {nt}, P = (q + 1) * {OW} / {nt} - ow0;
-      {tile}(a, mb, oh, ow0, P, t);
-      {pfc if prefetch else ""}
-      for (int l = 0; l < nl; l++) {{
-        {pfl if prefetch else ""}
-        float *restrict yr =
-            a->y + (size_t)(m + l) * {OH * OW} + (size_t)oh * {ys[0]} + (size_t)ow0 * {ys[1]};
-        for (int p = 0; p < P; p++) {{
-          const float v = t[{LANES} * p + l] + (a->bias ? a->bias[m + l] : 0.0f);
-          yr[(size_t)p * {ys[1]}] = {act_expr(act, "v")};
-        }}
-      }}
-    }}
-  }}
+  float *t = a->t + (size_t){PX * LANES} * (size_t)({thread});
+  o2e_lanes_rows((o2e_lanes_geom){{{rows}}}, a, t, u0, u1, {tile}, {fn});
 }}
 """,
     )

@@ -76,27 +76,14 @@ def refuse(spec: ConvSpec) -> str | None:
 
 
 def _pad(ctx: NodeContext, spec: ConvSpec, HP: int, WP: int) -> tuple[str, str]:
-    """(C statements copying image n into a zero-bordered HP x WP buffer, the buffer): the
-    rows and columns the tiles read, so a tap never tests the border."""
+    """(C statement copying image n into a zero-bordered HP x WP buffer, the buffer): the
+    rows and columns the tiles read, so a tap never tests the border (o2e_stl_pad)."""
     x = spec.x
     _, C, H, W = x.shape
     pt, pl = spec.pads[0], spec.pads[1]
     buf = ctx.scratch(C * HP * WP * 4)
-    ncopy = max(0, min(W, WP - pl))
-    code = f"""  for (int c = 0; c < {C}; ++c)
-    for (int r = 0; r < {HP}; ++r) {{ /* padded row r: input row r - {pt} */
-      float *restrict d = {buf} + ((size_t)c * {HP} + r) * {WP};
-      const int ih = r - {pt};
-      if (ih < 0 || ih >= {H}) {{
-        for (int q = 0; q < {WP}; ++q) d[q] = 0.0f;
-        continue;
-      }}
-      const float *restrict s = {x.sym} + (((size_t)n * {C} + c) * {H} + ih) * {W};
-      for (int q = 0; q < {min(pl, WP)}; ++q) d[q] = 0.0f;
-      for (int q = 0; q < {ncopy}; ++q) d[{pl} + q] = s[q];
-      for (int q = {pl + ncopy}; q < {WP}; ++q) d[q] = 0.0f;
-    }}"""
-    return code, buf
+    src = f"{x.sym} + (size_t)n * {C * H * W}"
+    return f"  o2e_stl_pad({src}, {C}, {H}, {W}, {pt}, {pl}, {HP}, {WP}, {buf});", buf
 
 
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
