@@ -6,6 +6,7 @@ portable, native (AVX-512), AVX2 (x86-64-v3) and threaded builds, and under ASan
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 from pathlib import Path
 
@@ -180,7 +181,10 @@ def test_kx1_transposed_matches_onnxruntime(tmp_path: Path, case: str, arch: str
     assert api.convert(path, "c", out).stats["kernels"].get(LANES) == 1
     code = (out / "model.c").read_text()
     assert "o2e_lanes_pad_transposed" in code
-    assert "__builtin_prefetch" in code  # the next block's weights: small working set
+    # the next block's weights prefetched (small working set): o2e_lanes_geom's prefetch flag
+    geom = re.search(r"o2e_lanes_rows\(\(o2e_lanes_geom\)\{(.*?)\}", code)
+    assert geom is not None
+    assert re.sub(r"O2E_LANES_NT\(\d+, \d+\)", "NT", geom.group(1)).split(", ")[7] == "1"
     feeds = _nonfinite_feeds(path)
     got = api.run(out, feeds, options={"arch": arch})
     ref = ort_run(onnx.load(path), feeds)

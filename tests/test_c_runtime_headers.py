@@ -69,3 +69,93 @@ def test_header_includes_are_copied(header: str) -> None:
     assert all(d in HEADERS for d in got)
     guard = re.search(r"^#ifndef (O2E_\w+)\n#define \1$", text, re.MULTILINE)
     assert guard is not None, f"{header}: no include guard"
+
+
+# --- conv kernels' entry points, instantiated (issue 32 item 2, helper hdrconv) -------------
+# The conv kernels in runtime headers are always-inline functions taking the layer's geometry
+# as arguments; the generated C calls them with literals. -fsyntax-only checks their text, this
+# compiles a call with literals at -O2 (as model.c does), so the warnings that need the folded
+# constants (array bounds of the register blocks, unused values of a dead ISA branch) fail too.
+CONV_CALLS = {
+    "o2e_conv_stem.h": """
+void f(const o2e_stem_args *a, float *planes);
+static void act(float *restrict y, int nm, int n, size_t ys) { (void)y, (void)nm, (void)n, (void)ys; }
+void f(const o2e_stem_args *a, float *planes)
+{
+  o2e_stem_rows((o2e_stem_geom){3, 3, 3, 2, 2, 18, 26, 32, 17, 23, 16, O2E_STEM_CLAMP_LOHI, 0.0f, 6.0f}, a, 0, 17, NULL);
+  o2e_stem_rows((o2e_stem_geom){1, 1, 3, 3, 3, 8, 20, 16, 7, 18, 16, O2E_STEM_CLAMP_NONE, 0.0f, 0.0f}, a, 0, 7, act);
+  o2e_stem_border(planes, 2, 3, 18, 100, 2, 0, 10, 36);
+}
+""",
+    "o2e_stem_lanes.h": """
+void f(const o2e_stem_args *a);
+static float act(float v) { return v < 0.0f ? 0.0f : v; }
+void f(const o2e_stem_args *a)
+{
+  o2e_stl_units((o2e_stl_geom){3, 3, 3, 2, 2, 19, 27, 96, 9, 13, 48, O2E_STL_CLAMP_LO, 0.0f, 0.0f}, a, 0, 18, act);
+  o2e_stl_units((o2e_stl_geom){1, 2, 3, 1, 1, 6, 23, 96, 5, 21, 48, O2E_STL_CLAMP_ACT, 0.0f, 0.0f}, a, 0, 10, act);
+}
+""",
+    "o2e_lanes.h": """
+void f(const o2e_lanes_args *a, float *t);
+static void half(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int h, float *t)
+{
+  o2e_lanes_half(3, 1, 2, 1, a, mb, oh, ow0, P, h, t);
+}
+void f(const o2e_lanes_args *a, float *t) { o2e_lanes_tile(3, 1, 2, 1, a, 0, 1, 4, 12, t, half); }
+""",
+    "o2e_dwrows.h": """
+void f(const o2e_win2d_args *a);
+static void tail(float *restrict p, size_t n) { (void)p, (void)n; }
+void f(const o2e_win2d_args *a)
+{
+  o2e_dwrows(3, 3, 1, 1, O2E_DWR_RELU, a, 0, 4, NULL);
+  o2e_dwrows(3, 3, 2, 2, O2E_DWR_HSWISH, a, 0, 4, tail);
+  o2e_dwrows(3, 1, 2, 1, O2E_DWR_CLIP, a, 0, 4, NULL);
+  o2e_dwrows(1, 3, 1, 2, O2E_DWR_HSIG, a, 0, 4, NULL);
+}
+""",
+}
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_conv_kernel_headers_compile_called_with_literals(target: str, tmp_path: Path) -> None:
+    cc, *flags = TARGETS[target]
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} not installed")
+    if target.startswith("x86") and "x86_64" not in _dumpmachine(cc):
+        pytest.skip(f"{cc} does not target x86-64")
+    failed = {}
+    for h, body in CONV_CALLS.items():
+        src = tmp_path / f"{h}.c"
+        src.write_text(f'#include "{h}"\n{body}')
+        cmd = [cc, *flags, *STRICT_FLAGS, "-O2", "-c", "-I", str(RUNTIME), str(src)]
+        r = subprocess.run([*cmd, "-o", str(tmp_path / "x.o")], capture_output=True, text=True)
+        if r.returncode != 0:
+            failed[h] = r.stderr[:600]
+    assert not failed, failed
+
+
+def test_conv_header_constants_match_the_kernels() -> None:
+    """The numbers a conv header and its Python side both hold: o2e_dwrows.h's activation kinds
+    (the activation table's gemm_kind) and tap limit, o2e_lanes.h's widest AVX-512 tile."""
+    from onnx2edge.backends.c.kernels.conv import conv_dwrows, conv_lanes
+    from onnx2edge.semantics import activations as acts
+
+    def macros(header: str) -> dict[str, str]:
+        text = (RUNTIME / header).read_text()
+        return dict(re.findall(r"^#define (O2E_\w+) (\S+)", text, re.MULTILINE))
+
+    dw = macros("o2e_dwrows.h")
+    assert int(dw["O2E_DWR_MAXK"]) == conv_dwrows.MAX_K
+    for kind, name in conv_dwrows._KIND_C.items():
+        assert int(dw[name]) == kind
+    assert {acts.GEMM_RELU, acts.GEMM_CLIP} <= set(conv_dwrows._KIND_C)
+    lanes = (RUNTIME / "o2e_lanes.h").read_text()
+    widths = [
+        int(p)
+        for p in re.findall(
+            r"case (\d+): o2e_lanes_p\(KH, KW, SH, SW, \1, a, mb, oh, ow0, t\)", lanes
+        )
+    ]
+    assert max(widths) == conv_lanes.PX512

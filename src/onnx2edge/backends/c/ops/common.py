@@ -173,3 +173,10 @@ static void {fn}(float *restrict p, size_t n)
 """,
     )
     return f"_{tag}", f"{fn}(a->y + (size_t)i0 * OH * OW, (size_t)(i1 - i0) * OH * OW);"
+
+
+def act_tail_fn(ctx: NodeContext, act: Activation | None) -> tuple[str, str]:
+    """act_tail's (suffix, the function a kernel calls over its planes), ("", "NULL") for no
+    activation: for the kernels in runtime headers, which take it as a pointer."""
+    suffix, stmt = act_tail(ctx, act)
+    return suffix, stmt.split("(", 1)[0] if stmt else "NULL"

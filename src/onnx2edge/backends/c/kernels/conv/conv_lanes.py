@@ -79,26 +79,6 @@ def _transposed(spec: ConvSpec) -> bool:
     return kw == 1 and kh > 1 and spec.st == [1, 1] and spec.y.shape[2] >= MIN_OW
 
 
-def _pad_transposed(ctx: NodeContext) -> str:
-    """The C helper that copies one channel, transposed, into its zero-bordered plane."""
-    name = "o2e_lanes_pad_transposed"
-    ctx.helper(
-        name,
-        f"""
-/* Writes x (H x W) into the transposed zero-bordered plane: xt[(w + pl) * Hp + h + pt] =
- * x[h][w] (Wp rows of Hp; the border keeps the zeros the caller set). */
-static void {name}(const float *restrict x, int H, int W, int pt, int pl, int Wp, int Hp,
-    float *restrict xt)
-{{
-  (void)Wp;
-  for (int h = 0; h < H; h++)
-    for (int w = 0; w < W; w++) xt[(size_t)(w + pl) * Hp + h + pt] = x[(size_t)h * W + w];
-}}
-""",
-    )
-    return name
-
-
 def refuse(spec: ConvSpec) -> str | None:
     if (why := refuse_not_rearrangeable(spec)) is not None:
         return why
@@ -120,129 +100,6 @@ def refuse(spec: ConvSpec) -> str | None:
         and not spec.residual
     )
     return None if ok else f"needs >= {MIN_M} outputs, >= {MIN_K} taps, a wide map, no residual"
-
-
-# The tile loops with the filter size as constants (one copy per kh x kw), so the taps of a
-# channel unroll: a 7x1 filter otherwise pays the loop overhead of a 1-tap inner loop.
-TILE = r"""
-#if defined(__AVX512F__)
-static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_lanes_args *a, int mb, int oh,
-                                                         int ow0, float *t)
-{
-  __m512 a0[12], a1[12];
-  const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32);
-  for (int p = 0; p < P; p++) a0[p] = a1[p] = _mm512_setzero_ps();
-  for (int c = 0; c < a->C; c++) {
-    const float *xc = a->x + (size_t)c * (SH * SW) * a->Hp * a->Wp + (size_t)oh * a->Wp + ow0;
-#pragma GCC unroll 16
-    for (int i = 0; i < KH; i++)
-#pragma GCC unroll 16
-      for (int j = 0; j < KW; j++) {
-        const float *xr = xc + (size_t)((i % SH) * SW + j % SW) * a->Hp * a->Wp + (size_t)(i / SH) * a->Wp + j / SW;
-        const __m512 w0 = _mm512_loadu_ps(wp + (i * KW + j) * 32), w1 = _mm512_loadu_ps(wp + (i * KW + j) * 32 + 16);
-#pragma GCC unroll 12
-        for (int p = 0; p < P; p++) {
-          const __m512 b = _mm512_set1_ps(xr[p]);
-          a0[p] = _mm512_fmadd_ps(b, w0, a0[p]);
-          a1[p] = _mm512_fmadd_ps(b, w1, a1[p]);
-        }
-      }
-    wp += KH * KW * 32;
-  }
-  for (int p = 0; p < P; p++) {
-    _mm512_storeu_ps(t + 32 * p, a0[p]);
-    _mm512_storeu_ps(t + 32 * p + 16, a1[p]);
-  }
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-/* AVX2: 16 ymm registers hold 16 lanes x P <= 6 pixels (12 accumulators + 2 weight vectors +
- * 1 broadcast); per tap 2 weight loads and P broadcasts feed 2·P FMAs. Lane half h (0, 1)
- * of the 32-lane block goes to t[p][16h .. 16h + 16]. The accumulators are named variables
- * and every weight / broadcast value is pinned to a register where it is loaded (empty asm):
- * with an array and free scheduling GCC hoisted the broadcasts of the next taps and spilled
- * accumulators (32 stack moves per 108 FMAs in the 3x3 / 2 tile, 49 per 300 in the 5x5). */
-#ifndef O2E_LANES_PIN_
-#define O2E_LANES_PIN_(v) __asm__("" : "+x"(v))
-#define O2E_LANES_FMA_(p)                                                                        \
-  if (P > p) {                                                                                   \
-    __m256 b = _mm256_broadcast_ss(xr + p);                                                      \
-    O2E_LANES_PIN_(b);                                                                           \
-    a0##p = _mm256_fmadd_ps(b, w0, a0##p);                                                       \
-    a1##p = _mm256_fmadd_ps(b, w1, a1##p);                                                       \
-  }
-#define O2E_LANES_ST_(p)                                                                         \
-  if (P > p) {                                                                                   \
-    _mm256_storeu_ps(t + 32 * p + 16 * h, a0##p);                                                \
-    _mm256_storeu_ps(t + 32 * p + 16 * h + 8, a1##p);                                            \
-  }
-#endif
-static inline __attribute__((always_inline)) void NAME_p(const int P, const o2e_lanes_args *a, int mb, int oh,
-                                                         int ow0, int h, float *t)
-{
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a04 = a00, a05 = a00;
-  __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00, a14 = a00, a15 = a00;
-  const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32) + 16 * h;
-  for (int c = 0; c < a->C; c++) {
-    const float *xc = a->x + (size_t)c * (SH * SW) * a->Hp * a->Wp + (size_t)oh * a->Wp + ow0;
-#pragma GCC unroll 16
-    for (int i = 0; i < KH; i++)
-#pragma GCC unroll 16
-      for (int j = 0; j < KW; j++) {
-        const float *xr = xc + (size_t)((i % SH) * SW + j % SW) * a->Hp * a->Wp + (size_t)(i / SH) * a->Wp + j / SW;
-        __m256 w0 = _mm256_loadu_ps(wp + (i * KW + j) * 32), w1 = _mm256_loadu_ps(wp + (i * KW + j) * 32 + 8);
-        O2E_LANES_PIN_(w0);
-        O2E_LANES_PIN_(w1);
-        O2E_LANES_FMA_(0) O2E_LANES_FMA_(1) O2E_LANES_FMA_(2)
-        O2E_LANES_FMA_(3) O2E_LANES_FMA_(4) O2E_LANES_FMA_(5)
-      }
-    wp += KH * KW * 32;
-  }
-  O2E_LANES_ST_(0) O2E_LANES_ST_(1) O2E_LANES_ST_(2) O2E_LANES_ST_(3) O2E_LANES_ST_(4) O2E_LANES_ST_(5)
-}
-
-static void NAME_h(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int h, float *t)
-{
-  switch (P) { /* one register-resident copy per width */
-  case 6: NAME_p(6, a, mb, oh, ow0, h, t); return;
-  case 5: NAME_p(5, a, mb, oh, ow0, h, t); return;
-  case 4: NAME_p(4, a, mb, oh, ow0, h, t); return;
-  case 3: NAME_p(3, a, mb, oh, ow0, h, t); return;
-  case 2: NAME_p(2, a, mb, oh, ow0, h, t); return;
-  default: NAME_p(1, a, mb, oh, ow0, h, t); return;
-  }
-}
-#endif
-
-/* Accumulates the tile (block mb, row oh, pixels [ow0, ow0 + P)) into t[p][32]. */
-static void NAME(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float *t)
-{
-#if defined(__AVX512F__)
-  switch (P) { /* one register-resident copy per width, up to PX512 */
-PCASES  default: NAME_p(1, a, mb, oh, ow0, t); return;
-  }
-#elif defined(__AVX2__) && defined(__FMA__)
-  /* a tile of up to 12 pixels as two balanced halves of <= 6, each lane half in turn */
-  const int P0 = P > 6 ? (P + 1) / 2 : P;
-  for (int h = 0; h < 2; h++) {
-    NAME_h(a, mb, oh, ow0, P0, h, t);
-    if (P > P0) NAME_h(a, mb, oh, ow0 + P0, P - P0, h, t + 32 * P0);
-  }
-#else
-  const float *wp = a->w + (size_t)mb * a->C * (KH * KW * 32);
-  for (int k = 0; k < P * 32; k++) t[k] = 0.0f;
-  for (int c = 0; c < a->C; c++)
-    for (int i = 0; i < KH; i++) {
-      for (int j = 0; j < KW; j++, wp += 32)
-        for (int p = 0; p < P; p++) {
-          const float b = a->x[(size_t)(c * (SH * SW) + (i % SH) * SW + j % SW) * a->Hp * a->Wp +
-                               (size_t)(oh + i / SH) * a->Wp + ow0 + j / SW + p];
-          float *restrict tp = t + 32 * p;
-          for (int l = 0; l < 32; l++) tp[l] += b * wp[l];
-        }
-    }
-#endif
-}
-"""
 
 
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
@@ -280,19 +137,22 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     include(ctx, "o2e_intrinsics.h")
     include(ctx, "o2e_lanes.h")
     tile = f"o2e_lanes_tile{kh}x{kw}_s{sh}x{sw}"
-    cases = "".join(
-        f"  case {p}: {tile}_p({p}, a, mb, oh, ow0, t); return;\n" for p in range(PX512, 1, -1)
-    )
+    geom = f"{kh}, {kw}, {sh}, {sw}"  # literals: the taps unroll (one copy per filter size)
     ctx.helper(
         tile,
-        TILE.replace("NAME", tile)
-        .replace("KH", str(kh))
-        .replace("KW", str(kw))
-        .replace("SH", str(sh))
-        .replace("SW", str(sw))
-        .replace("PCASES", cases),
+        f"""
+static void {tile}_h(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, int h, float *t)
+{{
+  o2e_lanes_half({geom}, a, mb, oh, ow0, P, h, t);
+}}
+
+static void {tile}(const o2e_lanes_args *a, int mb, int oh, int ow0, int P, float *t)
+{{
+  o2e_lanes_tile({geom}, a, mb, oh, ow0, P, t, {tile}_h);
+}}
+""",
     )
-    pad = _pad_transposed(ctx) if tr else pool2d.phase_split(ctx, sh, sw)
+    pad = "o2e_lanes_pad_transposed" if tr else pool2d.phase_split(ctx, sh, sw)
     ctx.kernel("direct conv (output channels in lanes)")
     xp = ctx.scratch(C * sh * sw * Hp * Wp * 4)
     threads = plan_threads(ctx)  # tile scratch per thread (gemm.MAX_THREADS, or one: --device)
@@ -310,37 +170,24 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     pfk = -(-span // (16 * OH * ntiles * LANES))
     prefetch = (2 * span + C * sh * sw * Hp * Wp) * 4 <= PREFETCH_L2
     chunk = LANES * pfk * 16  # floats prefetched per tile
-    pfc = f"""const float *pf = mb + 1 < {blocks} && (oh * {nt} + q + 1) * {chunk} <= {span}
-          ? a->w + (size_t)(mb + 1) * {span} + (size_t)(oh * {nt} + q) * {chunk} : NULL;"""
-    pfl = f"""if (pf)
-          for (int k = 0; k < {pfk}; k++)
-            __builtin_prefetch(pf + (size_t)(l * {pfk} + k) * 16, 0, 2);"""
     if threaded:
         _use_engine(ctx)  # o2e_parallel_for / o2e_parallel_thread, declared before the row function
+    fn = "NULL"  # the store loop's activation: the table's expression
+    if act is not None:
+        fn = ctx.helper(
+            f"{name}_act",
+            f"\nstatic inline float {name}_act(float v) {{ return {act_expr(act, 'v')}; }}\n",
+        )
+    rows = f"{OH}, {OW}, {M}, {nt}, {ys[0]}, {ys[1]}, {blocks}, {int(prefetch)}, {span}, {chunk}, {pfk}"
+    thread = "o2e_parallel_thread()" if threaded else "0"
     ctx.helper(
         name,
         f"""
 static void {name}(void *arg, int u0, int u1)
 {{
   const o2e_lanes_args *a = (const o2e_lanes_args *)arg;
-  float *t = a->t + (size_t){PX * LANES} * (size_t)({"o2e_parallel_thread()" if threaded else "0"});
-  for (int u = u0; u < u1; u++) {{
-    const int mb = u / {OH}, oh = u % {OH}, m = mb * {LANES}, nl = {M} - m < {LANES} ? {M} - m : {LANES};
-    for (int q = 0; q < {nt}; q++) {{ /* balanced tiles: 13 pixels as 7 + 6, not 12 + 1 */
-      const int ow0 = q * {OW} / {nt}, P = (q + 1) * {OW} / {nt} - ow0;
-      {tile}(a, mb, oh, ow0, P, t);
-      {pfc if prefetch else ""}
-      for (int l = 0; l < nl; l++) {{
-        {pfl if prefetch else ""}
-        float *restrict yr =
-            a->y + (size_t)(m + l) * {OH * OW} + (size_t)oh * {ys[0]} + (size_t)ow0 * {ys[1]};
-        for (int p = 0; p < P; p++) {{
-          const float v = t[{LANES} * p + l] + (a->bias ? a->bias[m + l] : 0.0f);
-          yr[(size_t)p * {ys[1]}] = {act_expr(act, "v")};
-        }}
-      }}
-    }}
-  }}
+  float *t = a->t + (size_t){PX * LANES} * (size_t)({thread});
+  o2e_lanes_rows((o2e_lanes_geom){{{rows}}}, a, t, u0, u1, {tile}, {fn});
 }}
 """,
     )

@@ -43,8 +43,6 @@ x86-64-v3 - 1.29 vs 2.92, 3.64 vs 4.47, 0.83 vs 2.25, 0.38 vs 0.57.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from .....semantics.activations import Activation, clip_bounds
@@ -103,159 +101,47 @@ def refuse(spec: ConvSpec) -> str | None:
     return None
 
 
-# The vector type per ISA: lanes L, output channels per block MB, vectors per block VB.
-
-# One block and the row loop, with the geometry as constants (one copy per layer geometry).
-KERNEL = r"""
-/* NAME_MB output channels [m0, m0 + nm) x VB vectors of output row oh from column ow0 (n of
- * them inside the row); xp: the planes at (oh, ow0), wp: the weights at column m0. */
-#define NAME_MB O2E_SMB
-#define NAME_VB O2E_SVB
-static inline __attribute__((always_inline)) void NAME_b(const int VB, const float *restrict xp,
-    const float *restrict wp, const float *restrict bp, float *restrict yp, int nm, int n)
-{
-  o2e_sv acc[NAME_MB][NAME_VB];
-#pragma GCC unroll 16
-  for (int m = 0; m < NAME_MB; m++) {
-    const o2e_sv b = o2e_sv_set1(bp && m < nm ? bp[m] : 0.0f);
-#pragma GCC unroll 4
-    for (int v = 0; v < VB; v++) acc[m][v] = b;
-  }
-  for (int c = 0; c < CC; c++)
-    for (int i = 0; i < KH; i++) {
-      const float *restrict xr = xp + (size_t)(c * (SH * SW) + (i % SH) * SW) * (HQ * WQ) + (size_t)(i / SH) * WQ;
-      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * 8;
-#pragma GCC unroll 16
-      for (int j = 0; j < KW; j++) {
-        const float *restrict xj = xr + (size_t)(j % SW) * (HQ * WQ) + j / SW;
-        o2e_sv xv[NAME_VB];
-#pragma GCC unroll 4
-        for (int v = 0; v < VB; v++) {
-          xv[v] = o2e_sv_load(xj + v * O2E_SL);
-          O2E_SREG(xv[v]);
-        }
-#pragma GCC unroll 16
-        for (int m = 0; m < NAME_MB; m++) {
-          o2e_sv w = o2e_sv_set1(wr[j * 8 + m]);
-          O2E_SREG(w);
-#pragma GCC unroll 4
-          for (int v = 0; v < VB; v++) acc[m][v] = o2e_sv_fma(xv[v], w, acc[m][v]);
-        }
-      }
-    }
-#pragma GCC unroll 16
-  for (int m = 0; m < NAME_MB; m++) {
-    if (m >= nm) break;
-#pragma GCC unroll 4
-    for (int v = 0; v < VB; v++) {
-      VACT
-      float *restrict p = yp + (size_t)m * (OH * OW) + v * O2E_SL;
-      const int r = n - v * O2E_SL;
-      if (r >= O2E_SL)
-        o2e_sv_store(p, acc[m][v]);
-      else if (r > 0)
-        o2e_sv_store_n(p, acc[m][v], r);
-    }
-  }
-}
-
-/* Output rows [r0, r1) of one image: every channel block, the row in balanced blocks. */
-static void NAME(void *arg, int r0, int r1)
-{
-  const o2e_stem_args *a = (const o2e_stem_args *)arg;
-  enum { NV = (OW + O2E_SL - 1) / O2E_SL, NB = (NV + NAME_VB - 1) / NAME_VB };
-  /* bands of rows, each channel block over the whole band: the block writes NAME_MB
-   * channel rows (pages) at a time, not all MM (96 rows 48 kB apart thrash the TLB) */
-  for (int ob = r0; ob < r1; ob += BAND) {
-    const int oe = ob + BAND < r1 ? ob + BAND : r1;
-    for (int m0 = 0; m0 < MM; m0 += NAME_MB)
-    for (int oh = ob; oh < oe; oh++) {
-      const int nm = MM - m0 < NAME_MB ? MM - m0 : NAME_MB;
-      const float *bp = a->bias ? a->bias + m0 : NULL;
-      float *yr = a->y + (size_t)m0 * (OH * OW) + (size_t)oh * OW;
-      for (int q = 0; q < NB; q++) {
-        const int v0 = q * NV / NB, vb = (q + 1) * NV / NB - v0, ow0 = v0 * O2E_SL;
-        const int n = OW - ow0 < vb * O2E_SL ? OW - ow0 : vb * O2E_SL;
-        const float *xp = a->x + (size_t)oh * WQ + ow0;
-        switch (vb) { /* one register-resident copy per width */
-#if NAME_VB >= 4
-        case 4: NAME_b(4, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
-#endif
-#if NAME_VB >= 3
-        case 3: NAME_b(3, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
-#endif
-        case 2: NAME_b(2, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
-        default: NAME_b(1, xp, a->w + (size_t)(m0 / 8) * (CC * KH * KW * 8) + m0 % 8, bp, yr + ow0, nm, n); break;
-        }ACT
-      }
-    }
-  }
-}
-"""
+NO_CLAMP = ("O2E_STEM_CLAMP_NONE", "0.0f", "0.0f")
 
 
-def register_act(act: Activation | None) -> str | None:
+def register_act(act: Activation | None) -> tuple[str, str, str] | None:
     """The fused activation on the accumulators before the store, for the clamps (Relu, Clip
-    with lo <= hi): o2e_sv_lo / _hi are `v < lo ? lo : v` / `v > hi ? hi : v` lane by lane
-    (NaN and -0.0 kept, as the table's expression). None: the loop of _act_loop instead."""
-    if act is None:
-        return ""
+    with lo <= hi), as o2e_stem_geom's (clamp, lo, hi): o2e_sv_lo / _hi are `v < lo ? lo : v`
+    / `v > hi ? hi : v` lane by lane (NaN and -0.0 kept, as the table's expression). None: an
+    activation function after each block instead (_act_fn)."""
     lit = lambda x: c_literal(x, np.float32)  # noqa: E731
+    if act is None:
+        return NO_CLAMP
     if act.op == "Relu":
-        return "acc[m][v] = o2e_sv_lo(acc[m][v], 0.0f);"
+        return ("O2E_STEM_CLAMP_LO", "0.0f", "0.0f")
     lo, hi = clip_bounds(act.alpha, act.beta)  # a missing bound: the largest finite value
     if act.op == "Clip" and lo <= hi:
-        return f"acc[m][v] = o2e_sv_hi(o2e_sv_lo(acc[m][v], {lit(lo)}), {lit(hi)});"
+        return ("O2E_STEM_CLAMP_LOHI", lit(lo), lit(hi))
     return None
 
 
-def _act_loop(spec: ConvSpec) -> str:
-    """The fused activation over a block just stored (nm channels x n pixels, in L1)."""
+def _act_fn(ctx: NodeContext, spec: ConvSpec, name: str) -> str:
+    """The fused activation over a block just stored (nm channel rows x n pixels, in L1), as
+    the o2e_stem_act_fn `name`; "NULL" when the accumulators take it (register_act)."""
     if spec.act is None or register_act(spec.act) is not None:
-        return ""
-    return f"""
-        for (int m = 0; m < nm; m++) {{ /* the fused activation (the table's expression) */
-          float *restrict yb = yr + (size_t)m * (OH * OW) + ow0;
-          for (int p = 0; p < n; p++) {{ const float v = yb[p]; yb[p] = {act_expr(spec.act, "v")}; }}
-        }}"""
-
-
-# Output rows per band (see the row loop); a module constant so A/B runs can vary it.
-BAND = 16
-
-
-def _border(ctx: NodeContext, sh: int, sw: int) -> str:
-    """The C helper zeroing what phase_split leaves of one channel's planes (the padding and
-    the columns / rows past the input): the arena is shared, so this runs every call, and
-    costs a fraction of clearing the whole planes (1 MB for a 299x299 RGB input)."""
-    name = f"o2e_stem_border_s{sh}x{sw}"
-    return ctx.helper(
+        return "NULL"
+    ctx.helper(
         name,
         f"""
-static void {name}(float *restrict planes, int H, int W, int pt, int pl, int HQ, int WQ)
+static void {name}(float *restrict y, int nm, int n, size_t ys)
 {{
-  for (int a = 0; a < {sh}; ++a)
-    for (int b = 0; b < {sw}; ++b) {{
-      float *restrict p = planes + (size_t)(a * {sw} + b) * HQ * WQ;
-      /* the columns phase_split writes: source column q*{sw} + b - pl in [0, W) */
-      int q0 = pl > b ? (pl - b + {sw - 1}) / {sw} : 0, q1 = (W + pl - b + {sw - 1}) / {sw};
-      if (q0 > WQ) q0 = WQ;
-      if (q1 > WQ) q1 = WQ;
-      if (q1 < q0) q1 = q0;
-      for (int r = 0; r < HQ; ++r) {{
-        const int ih = r * {sh} + a - pt;
-        float *restrict row = p + (size_t)r * WQ;
-        if (ih < 0 || ih >= H) {{
-          for (int q = 0; q < WQ; ++q) row[q] = 0.0f;
-        }} else {{
-          for (int q = 0; q < q0; ++q) row[q] = 0.0f;
-          for (int q = q1; q < WQ; ++q) row[q] = 0.0f;
-        }}
-      }}
-    }}
+  for (int m = 0; m < nm; m++) {{ /* the fused activation (the table's expression) */
+    float *restrict yb = y + (size_t)m * ys;
+    for (int p = 0; p < n; p++) {{ const float v = yb[p]; yb[p] = {act_expr(spec.act, "v")}; }}
+  }}
 }}
 """,
     )
+    return name
+
+
+# Output rows per band (see o2e_stem_rows); a module constant so A/B runs can vary it.
+BAND = 16
 
 
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
@@ -276,27 +162,22 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     wsym = ctx.weight("stem", wc)
     include(ctx, "o2e_intrinsics.h")
     include(ctx, "o2e_stem_vectors.h")
-    consts = {
-        "CC": C,
-        "KH": kh,
-        "KW": kw,
-        "SH": sh,
-        "SW": sw,
-        "HQ": HQ,
-        "WQ": WQ,
-        "MP": MP,
-        "MM": M,
-        "OH": OH,
-        "OW": OW,
-        "BAND": BAND,
-    }
-    body = KERNEL.replace("VACT", register_act(spec.act) or "").replace("ACT", _act_loop(spec))
+    include(ctx, "o2e_conv_stem.h")
     name = f"o2e_stem_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
-    for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
-        body = re.sub(rf"\b{k}\b", str(v), body)
-    ctx.helper(name, body.replace("NAME", name))
+    clamp, lo, hi = register_act(spec.act) or NO_CLAMP  # else: act, after each block
+    act = _act_fn(ctx, spec, f"{name}_act")
+    geom = f"{C}, {kh}, {kw}, {sh}, {sw}, {HQ}, {WQ}, {M}, {OH}, {OW}, {BAND}, {clamp}, {lo}, {hi}"
+    ctx.helper(
+        name,
+        f"""
+/* output rows [r0, r1): the layer's geometry as constants (one copy per layer) */
+static void {name}(void *arg, int r0, int r1)
+{{
+  o2e_stem_rows((o2e_stem_geom){{{geom}}}, (const o2e_stem_args *)arg, r0, r1, {act});
+}}
+""",
+    )
     split = pool2d.phase_split(ctx, sh, sw)
-    border = _border(ctx, sh, sw)
     ctx.kernel("stem conv (strided, few input channels)")
     plane = sh * sw * HQ * WQ
     nfl = C * plane + SLACK
@@ -310,7 +191,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
             f"for (int n = 0; n < {N}; ++n) {{",
             f"  memset({xp} + {C * plane}, 0, {SLACK * 4});",
             f"  for (int c = 0; c < {C}; ++c) {{",
-            f"    {border}({xp} + (size_t)c * {plane}, {H}, {W}, {pt}, {pl}, {HQ}, {WQ});",
+            f"    o2e_stem_border({xp} + (size_t)c * {plane}, {sh}, {sw}, {H}, {W}, {pt}, {pl}, "
+            f"{HQ}, {WQ});",
             f"    {split}({x.sym} + ((size_t)n * {C} + c) * {H * W}, "
             f"{H}, {W}, {pt}, {pl}, {HQ}, {WQ}, {xp} + (size_t)c * {plane});",
             "  }",

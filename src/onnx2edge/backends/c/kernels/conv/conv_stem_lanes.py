@@ -37,8 +37,6 @@ x86-64-v3 - 2.25 vs 2.94, 2.07 vs 2.76, 4.14 vs 4.91.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ...emitter import NodeContext
@@ -53,116 +51,10 @@ MAX_C = 4  # RGB(A) stems; more input channels have enough K per pixel for the G
 MIN_K = 100  # smaller kernels: the pixel-lanes stem measured faster
 MIN_M = 16
 MIN_OW = 8
-MAX_P = 8  # the widest tile of any ISA
 WB = 48  # weight block: AVX-512's CB; the other ISAs' (16, 8) divide it
 # idle lanes: M = 64 would run as 48 + 48 channels (ResNet50's 7x7 / 2 stem: 2.13 ms vs 1.94
 # in the pixel-lanes stem; 64 x 6 tiles, 4 vectors, also 2.13)
 MAX_IDLE = 0.1
-
-
-# AVX-512 with VL: 8 pixel vectors of 16 channels -> 16 channel rows of 8 pixels, in registers
-
-KERNEL = r"""
-#if defined(__AVX512F__) && defined(__AVX512VL__) && REGACT
-#define NAME_FAST 1
-#else
-#define NAME_FAST 0
-#endif
-/* One tile: channels [0, O2E_CB) of the weight block wp x P pixels of one output row;
- * xp: the input at (oh * SH, ow0 * SW); the sums go to t[p][O2E_CB]. */
-static inline __attribute__((always_inline)) void NAME_t(const int P, const float *restrict xp,
-    const float *restrict wp, float *restrict t, const float *restrict bp, int nl,
-    float *restrict yp)
-{
-  o2e_sv acc[O2E_CP][O2E_CNV];
-#pragma GCC unroll 8
-  for (int p = 0; p < P; p++)
-#pragma GCC unroll 4
-    for (int v = 0; v < O2E_CNV; v++) acc[p][v] = o2e_sv_set1(0.0f);
-  for (int c = 0; c < CC; c++)
-    for (int i = 0; i < KH; i++) {
-      const float *restrict xr = xp + (size_t)c * (HP * WP) + (size_t)i * WP;
-      const float *restrict wr = wp + (size_t)((c * KH + i) * KW) * WB;
-#pragma GCC unroll 16
-      for (int j = 0; j < KW; j++) {
-        o2e_sv w[O2E_CNV];
-#pragma GCC unroll 4
-        for (int v = 0; v < O2E_CNV; v++) {
-          w[v] = o2e_sv_load(wr + j * WB + v * O2E_SL);
-          O2E_SREG(w[v]);
-        }
-#pragma GCC unroll 8
-        for (int p = 0; p < P; p++) {
-          o2e_sv b = o2e_sv_set1(xr[p * SW + j]);
-          O2E_SREG(b);
-#pragma GCC unroll 4
-          for (int v = 0; v < O2E_CNV; v++) acc[p][v] = o2e_sv_fma(b, w[v], acc[p][v]);
-        }
-        O2E_TAP_END();
-      }
-    }
-#if NAME_FAST
-  /* bias and activation on the accumulators, then each 16-channel vector block transposed
-   * in registers into its channel rows (yp: channel m0, row oh, column ow0) */
-  const __mmask8 mk = (__mmask8)((1u << P) - 1u);
-  (void)t;
-#pragma GCC unroll 4
-  for (int v = 0; v < O2E_CNV; v++) {
-    const int nv = nl - v * 16;
-    if (nv <= 0) break;
-    const __mmask16 mv = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
-    const __m512 bv = bp ? _mm512_maskz_loadu_ps(mv, bp + v * 16) : _mm512_setzero_ps();
-    __m512 r[8];
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; p++) {
-      r[p] = p < P ? _mm512_add_ps(acc[p][v], bv) : _mm512_setzero_ps();
-      VACT
-    }
-    o2e_stl_store16(r, mk, nv, yp + (size_t)v * 16 * (OH * OW), OH * OW);
-  }
-#else
-  (void)bp, (void)nl, (void)yp;
-#pragma GCC unroll 8
-  for (int p = 0; p < P; p++)
-#pragma GCC unroll 4
-    for (int v = 0; v < O2E_CNV; v++) o2e_sv_store(t + p * O2E_CB + v * O2E_SL, acc[p][v]);
-#endif
-}
-
-/* Units [u0, u1): (channel block, output row) pairs of one image. */
-static void NAME(void *arg, int u0, int u1)
-{
-  const o2e_stem_args *a = (const o2e_stem_args *)arg;
-  enum { NT = (OW + O2E_CP - 1) / O2E_CP };
-  float t[O2E_CP * O2E_CB];
-  for (int u = u0; u < u1; u++) {
-    const int mb = u / OH, oh = u % OH, m0 = mb * O2E_CB;
-    const int nl = MM - m0 < O2E_CB ? MM - m0 : O2E_CB;
-    const float *wp = a->w + (size_t)(m0 / WB) * (CC * KH * KW * WB) + m0 % WB;
-    for (int q = 0; q < NT; q++) { /* balanced tiles: 55 pixels as 8 x 6 + 7 */
-      const int ow0 = q * OW / NT, P = (q + 1) * OW / NT - ow0;
-      const float *xp = a->x + (size_t)oh * SH * WP + (size_t)ow0 * SW;
-      const float *bp = a->bias ? a->bias + m0 : NULL;
-      float *yp = a->y + ((size_t)m0 * OH + oh) * OW + ow0;
-      switch (P) { /* one register-resident copy per width */
-CASES
-      default: NAME_t(1, xp, wp, t, bp, nl, yp); break;
-      }
-#if !NAME_FAST
-      for (int l = 0; l < nl; l++) { /* into the NCHW rows: bias, activation */
-        const float b = a->bias ? a->bias[m0 + l] : 0.0f;
-        const size_t o = ((size_t)(m0 + l) * OH + oh) * OW + ow0;
-        float *restrict yr = a->y + o;
-        for (int p = 0; p < P; p++) {
-          const float v = t[p * O2E_CB + l] + b;
-          yr[p] = ACT;
-        }
-      }
-#endif
-    }
-  }
-}
-"""
 
 
 def refuse(spec: ConvSpec) -> str | None:
@@ -184,27 +76,14 @@ def refuse(spec: ConvSpec) -> str | None:
 
 
 def _pad(ctx: NodeContext, spec: ConvSpec, HP: int, WP: int) -> tuple[str, str]:
-    """(C statements copying image n into a zero-bordered HP x WP buffer, the buffer): the
-    rows and columns the tiles read, so a tap never tests the border."""
+    """(C statement copying image n into a zero-bordered HP x WP buffer, the buffer): the
+    rows and columns the tiles read, so a tap never tests the border (o2e_stl_pad)."""
     x = spec.x
     _, C, H, W = x.shape
     pt, pl = spec.pads[0], spec.pads[1]
     buf = ctx.scratch(C * HP * WP * 4)
-    ncopy = max(0, min(W, WP - pl))
-    code = f"""  for (int c = 0; c < {C}; ++c)
-    for (int r = 0; r < {HP}; ++r) {{ /* padded row r: input row r - {pt} */
-      float *restrict d = {buf} + ((size_t)c * {HP} + r) * {WP};
-      const int ih = r - {pt};
-      if (ih < 0 || ih >= {H}) {{
-        for (int q = 0; q < {WP}; ++q) d[q] = 0.0f;
-        continue;
-      }}
-      const float *restrict s = {x.sym} + (((size_t)n * {C} + c) * {H} + ih) * {W};
-      for (int q = 0; q < {min(pl, WP)}; ++q) d[q] = 0.0f;
-      for (int q = 0; q < {ncopy}; ++q) d[{pl} + q] = s[q];
-      for (int q = {pl + ncopy}; q < {WP}; ++q) d[q] = 0.0f;
-    }}"""
-    return code, buf
+    src = f"{x.sym} + (size_t)n * {C * H * W}"
+    return f"  o2e_stl_pad({src}, {C}, {H}, {W}, {pt}, {pl}, {HP}, {WP}, {buf});", buf
 
 
 def emit(ctx: NodeContext, spec: ConvSpec) -> str:
@@ -227,31 +106,27 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     padded = any(spec.pads)
     # the rows / columns the tiles read: the whole input when unpadded
     HP, WP = ((OH - 1) * sh + kh, (OW - 1) * sw + kw) if padded else (H, W)
-    consts = {
-        "CC": C,
-        "KH": kh,
-        "KW": kw,
-        "SH": sh,
-        "SW": sw,
-        "HP": HP,
-        "WP": WP,
-        "MM": M,
-        "OH": OH,
-        "OW": OW,
-        "WB": WB,
-    }
-    cases = "\n".join(
-        f"#if O2E_CP >= {p}\n      case {p}: NAME_t({p}, xp, wp, t, bp, nl, yp); break;\n#endif"
-        for p in range(MAX_P, 1, -1)
-    )
-    reg = conv_stem.register_act(spec.act)  # None: an activation the registers do not run
-    body = KERNEL.replace("CASES", cases).replace("REGACT", "0" if reg is None else "1")
-    body = body.replace("VACT", (reg or "").replace("acc[m][v]", "r[p]"))
-    body = body.replace("ACT", act_expr(spec.act, "v"))
     name = f"o2e_stem_lanes_{C}x{kh}x{kw}_s{sh}x{sw}_{M}_{OH}x{OW}_{ctx.step}"
-    for k, v in consts.items():  # whole identifiers only (O2E_SL keeps its name)
-        body = re.sub(rf"\b{k}\b", str(v), body)
-    ctx.helper(name, body.replace("NAME", name))
+    reg = conv_stem.register_act(spec.act)  # None: an activation the registers do not run
+    clamp, lo, hi = ("O2E_STEM_CLAMP_ACT", "0.0f", "0.0f") if reg is None else reg
+    clamp = clamp.replace("O2E_STEM_", "O2E_STL_")
+    act = "NULL"  # the store loop's activation (every ISA but AVX-512 with VL, or not a clamp)
+    if spec.act is not None:
+        act = ctx.helper(
+            f"{name}_act",
+            f"\nstatic inline float {name}_act(float v) {{ return {act_expr(spec.act, 'v')}; }}\n",
+        )
+    geom = f"{C}, {kh}, {kw}, {sh}, {sw}, {HP}, {WP}, {M}, {OH}, {OW}, {WB}, {clamp}, {lo}, {hi}"
+    ctx.helper(
+        name,
+        f"""
+/* units [u0, u1): the layer's geometry as constants (one copy per layer) */
+static void {name}(void *arg, int u0, int u1)
+{{
+  o2e_stl_units((o2e_stl_geom){{{geom}}}, (const o2e_stem_args *)arg, u0, u1, {act});
+}}
+""",
+    )
     ctx.kernel("stem conv (output channels in lanes)")
     units = f"(({M} + O2E_CB - 1) / O2E_CB) * {OH}"  # (channel block, row); CB per ISA
     threaded = OH > 1 and M * OH * OW * C * kh * kw >= pool2d.PAR_MIN_WORK
