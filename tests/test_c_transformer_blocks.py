@@ -1,0 +1,96 @@
+"""Transformer and audio blocks on the C backend's fast paths (issue 34): 1-D convolutions
+(Whisper's stem) through the 2-D kernels, checked against onnxruntime with NaN / Inf in
+the input and the bias, at every instruction set (x86-64-v2, v3, the host's own, aarch64
+under qemu)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2edge import api
+from onnx2edge.runtime import ort_run
+from onnx2edge.verify import compare
+
+from conftest import ALL_ISAS, make_model, save, tensor, vi
+
+# case: (strategy the 2-D view goes to, C, M, L, k, stride, pad, group, dilation, activation)
+CONV1D = {
+    "c1": ("implicit_gemm", 16, 48, 40, 3, 1, 1, 1, 1, "Gelu"),  # Whisper's first layer
+    "c2": ("lanes", 192, 64, 160, 3, 2, 1, 1, 1, "Gelu"),  # and its strided second
+    "few": ("direct", 8, 4, 40, 5, 1, 2, 1, 1, "Relu"),
+    "pointwise": ("gemm_1x1", 16, 24, 30, 1, 1, 0, 1, 1, "Sigmoid"),
+    "strided1x1": ("subsample_gemm", 16, 24, 30, 1, 2, 0, 1, 1, None),
+    "dilated": ("implicit_gemm", 8, 40, 37, 3, 1, 2, 1, 2, "Tanh"),
+    "grouped": ("implicit_gemm", 8, 16, 33, 3, 1, 1, 2, 1, None),
+    "depthwise": ("dw_rows", 16, 16, 40, 7, 1, 3, 16, 1, "Relu"),
+    "short": ("im2col_gemm", 8, 48, 7, 3, 1, 0, 1, 1, None),  # < 16 outputs
+}
+
+
+def _conv1d_branch(name: str, rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """Conv(1-D) -> activation with NaN / +-Inf input samples and bias channels."""
+    _, C, M, L, k, s, p, g, d, act = CONV1D[name]
+    w = (rng.standard_normal((M, C // g, k)) / np.sqrt(C * k / g)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    b[:2] = [np.nan, np.inf]
+    x = rng.standard_normal((1, C, L)).astype(np.float32)
+    x[0, :, 3] = np.nan
+    x[0, 0, L - 2] = np.inf
+    x[0, C - 1, L // 2] = -np.inf
+    attrs = {"kernel_shape": [k], "strides": [s], "pads": [p, p], "group": g, "dilations": [d]}
+    c = f"c_{name}"
+    nodes = [
+        helper.make_node("Conv", [f"x_{name}", f"w_{name}", f"b_{name}"], [c], name=c, **attrs)
+    ]
+    y = f"y_{name}"
+    nodes.append(helper.make_node(act, [c], [y]) if act else helper.make_node("Identity", [c], [y]))
+    inits = [tensor(f"w_{name}", w), tensor(f"b_{name}", b)]
+    return nodes, [vi(f"x_{name}", [1, C, L])], {f"x_{name}": x}, inits
+
+
+def _conv1d_residual(rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """x + Conv1d(x) -> Relu: the residual fused into the GEMM epilogue."""
+    C, L = 32, 50
+    w = (rng.standard_normal((C, C, 3)) / np.sqrt(3 * C)).astype(np.float32)
+    x = rng.standard_normal((1, C, L)).astype(np.float32)
+    x[0, 1, 7] = np.inf
+    nodes = [
+        helper.make_node("Conv", ["x_res", "w_res"], ["c_res"], pads=[1, 1], name="c_res"),
+        helper.make_node("Add", ["c_res", "x_res"], ["a_res"]),
+        helper.make_node("Relu", ["a_res"], ["y_res"]),
+    ]
+    return nodes, [vi("x_res", [1, C, L])], {"x_res": x}, [tensor("w_res", w)]
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_conv1d_runs_the_2d_kernels(tmp_path: Path, arch: str) -> None:
+    """Every 1-D case goes to the 2-D strategy of its shape (none to the N-d loop) and matches
+    onnxruntime, NaN and Inf included."""
+    rng = np.random.default_rng(34)
+    nodes, ins, feeds, inits = [], [], {}, []
+    branches = [_conv1d_branch(n, rng) for n in CONV1D] + [_conv1d_residual(rng)]
+    for n, i, f, w in branches:
+        nodes += n
+        ins += i
+        feeds.update(f)
+        inits += w
+    model = make_model(nodes, ins, [], inits, opset=20)  # Gelu
+    model = onnx.shape_inference.infer_shapes(model)
+    model.graph.output.extend(v for v in model.graph.value_info if v.name.startswith("y_"))
+    path = save(model, tmp_path / "m.onnx")
+    res = api.convert(path, "c", tmp_path / "out")
+    chosen = res.stats["layer_kernels"]
+    want = {f"c_{n}": case[0] for n, case in CONV1D.items()}
+    assert {k: v for k, v in chosen.items() if k in want} == want, chosen
+    assert chosen["c_res"] != "nd_loop", chosen
+    ref = ort_run(onnx.load(path), feeds)
+    assert any(np.isnan(v).any() for v in ref.values())
+    assert any(np.isinf(v).any() for v in ref.values())
+    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
