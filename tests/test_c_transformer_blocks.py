@@ -5,6 +5,9 @@ under qemu)."""
 
 from __future__ import annotations
 
+import platform
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -67,13 +70,37 @@ def _conv1d_residual(rng: np.random.Generator) -> tuple[list, list, dict, list]:
     return nodes, [vi("x_res", [1, C, L])], {"x_res": x}, [tensor("w_res", w)]
 
 
-@pytest.mark.parametrize("arch", ALL_ISAS)
-def test_conv1d_runs_the_2d_kernels(tmp_path: Path, arch: str) -> None:
-    """Every 1-D case goes to the 2-D strategy of its shape (none to the N-d loop) and matches
-    onnxruntime, NaN and Inf included."""
+def _softmax_rows(rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """Softmax / LogSoftmax over the last axis (runtime/o2e_softmax.h): rows shorter than a
+    vector, of a vector multiple and with a tail, with NaN, +Inf, only -Inf, large spreads;
+    an opset-11-style flattening axis and a non-last axis (the generic loop) beside them."""
+    nodes, ins, feeds = [], [], {}
+    for name, shape, op, axis in [
+        ("sm7", [3, 7], "Softmax", -1),
+        ("sm48", [2, 5, 48], "Softmax", -1),
+        ("sm37", [4, 37], "Softmax", -1),
+        ("lsm37", [4, 37], "LogSoftmax", -1),
+        ("lsm64", [2, 3, 64], "LogSoftmax", 2),
+        ("smmid", [3, 21, 5], "Softmax", 1),
+    ]:
+        x = (rng.standard_normal(shape) * 4).astype(np.float32)
+        rows = x.reshape(-1, shape[-1])
+        rows[0, 3] = np.nan
+        rows[1, 2] = np.inf
+        rows[2, :] = -np.inf
+        if len(rows) > 3:
+            rows[3, :4] = [100, -100, 88, -300]  # exp underflows to 0 beside exp(0)
+        nodes.append(helper.make_node(op, [f"x_{name}"], [f"y_{name}"], axis=axis))
+        ins.append(vi(f"x_{name}", shape))
+        feeds[f"x_{name}"] = x
+    return nodes, ins, feeds, []
+
+
+def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     rng = np.random.default_rng(34)
     nodes, ins, feeds, inits = [], [], {}, []
-    branches = [_conv1d_branch(n, rng) for n in CONV1D] + [_conv1d_residual(rng)]
+    branches = [_conv1d_branch(n, rng) for n in CONV1D]
+    branches += [_conv1d_residual(rng), _softmax_rows(rng)]
     for n, i, f, w in branches:
         nodes += n
         ins += i
@@ -82,15 +109,65 @@ def test_conv1d_runs_the_2d_kernels(tmp_path: Path, arch: str) -> None:
     model = make_model(nodes, ins, [], inits, opset=20)  # Gelu
     model = onnx.shape_inference.infer_shapes(model)
     model.graph.output.extend(v for v in model.graph.value_info if v.name.startswith("y_"))
-    path = save(model, tmp_path / "m.onnx")
-    res = api.convert(path, "c", tmp_path / "out")
-    chosen = res.stats["layer_kernels"]
-    want = {f"c_{n}": case[0] for n, case in CONV1D.items()}
-    assert {k: v for k, v in chosen.items() if k in want} == want, chosen
-    assert chosen["c_res"] != "nd_loop", chosen
+    path = save(model, tmp / "m.onnx")
+    res = api.convert(path, "c", tmp / "out")
+    return path, feeds, res.stats["layer_kernels"]
+
+
+@pytest.fixture(scope="module")
+def blocks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict, dict]:
+    """The converted folder (the C does not depend on the ISA), feeds, onnxruntime's outputs
+    and the strategy of each Conv."""
+    tmp = tmp_path_factory.mktemp("transformer_blocks")
+    path, feeds, chosen = _build(tmp)
     ref = ort_run(onnx.load(path), feeds)
     assert any(np.isnan(v).any() for v in ref.values())
     assert any(np.isinf(v).any() for v in ref.values())
-    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    return tmp / "out", feeds, ref, chosen
+
+
+def test_conv1d_runs_the_2d_kernels(blocks: tuple[Path, dict, dict, dict]) -> None:
+    """Every 1-D case goes to the 2-D strategy of its shape, none to the N-d loop."""
+    chosen = blocks[3]
+    want = {f"c_{n}": case[0] for n, case in CONV1D.items()}
+    assert {k: v for k, v in chosen.items() if k in want} == want, chosen
+    assert chosen["c_res"] not in ("nd_loop", None), chosen
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_blocks_vs_onnxruntime(arch: str, blocks: tuple[Path, dict, dict, dict]) -> None:
+    """NaN where onnxruntime has NaN, the same infinities, else verify's tolerance."""
+    out, feeds, ref, _ = blocks
+    got = api.run(out, feeds, options={"arch": arch})
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+def test_softmax_loops_vectorise(tmp_path: Path, blocks: tuple[Path, dict, dict, dict]) -> None:
+    """Every loop of o2e_softmax.h over a row is vectorised at x86-64-v3 (compile only; the
+    scalar tails and the lane merges aside), with the model.c's pragma in force."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the -march names are x86-64 levels")
+    out = blocks[0]
+    assert "o2e_softmax_rows" in (out / "model.c").read_text()
+    cmd = ["gcc", "-O3", "-march=x86-64-v3", "-ffp-contract=fast", f"-I{out}", "-c"]
+    r = subprocess.run(
+        [*cmd, str(out / "model.c"), "-o", str(tmp_path / "m.o"), "-fopt-info-vec-optimized"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    done = set(re.findall(r"o2e_softmax\.h:(\d+):\d+: optimized: loop vectorized", r.stderr))
+    lines = (out / "o2e_softmax.h").read_text().splitlines()
+    # the loops over a row's vectors: j in steps of 16 with their 16-lane bodies, and the
+    # whole-row stores
+    loops = [
+        i + 1
+        for i, ln in enumerate(lines)
+        if re.match(r"\s*for \(l = 0; l < 16; \+\+l\) (m|s)\[l\] (=|\+=) [^0-]", ln)
+        or re.match(r"\s*for \(l = 0; l < 16; \+\+l\) \{$", ln)
+        or re.match(r"\s*for \(j = 0; j < n; \+\+j\)", ln)
+    ]
+    assert len(loops) == 5, loops
+    scalar = [(n, lines[n - 1].strip()) for n in loops if str(n) not in done]
+    assert not scalar, (scalar, sorted(done))

@@ -60,6 +60,8 @@ void sdpa_block_set_trace(void (*cb)(const char *, const void *, size_t)) { o2e_
 #error "GEMM workspaces were sized for the default O2E_GEMM_KC, O2E_GEMM_SB, O2E_GEMM_CONV_SB, O2E_GEMM_A_BYTES, O2E_GEMM_MC_MIN, O2E_SN_KB (KC >= 64): lower them or reconvert"
 #endif
 
+#include "o2e_softmax.h"
+
 /* ---- weights ---- */
 /* the weights' checksum (writer.weights_checksum): catches a corrupt or stale file */
 static uint64_t o2e_checksum(const unsigned char *p, size_t n)
@@ -322,17 +324,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(18); O2E_TRACE("val_71", T_val_71, 3200);
   /* node node_Softmax_72: Softmax(val_71) -> val_72  [axis=-1] */
   {
-    for (size_t o = 0; o < 80; ++o)
-    for (size_t i = 0; i < 1; ++i) {
-      const float *xs = T_val_71 + o * 10 + i;
-      float *ys = T_val_72 + o * 10 + i;
-      float mx = xs[0];
-      double sum = 0.0;
-      for (size_t j = 1; j < 10; ++j) if (xs[j] > mx) mx = xs[j];
-      for (size_t j = 0; j < 10; ++j) ys[j] = o2e_expf(xs[j] - mx);
-      for (size_t j = 0; j < 10; ++j) sum += ys[j];
-      for (size_t j = 0; j < 10; ++j) ys[j] = (float)(ys[j] / sum);
-    }
+    { o2e_softmax_args a = {T_val_71, T_val_72, 10, 0}; o2e_softmax_rows(&a, 0, 80); }
   }
   O2E_PROF(19); O2E_TRACE("val_72", T_val_72, 3200);
   /* node node_scaled_dot_product_attention: MatMul(val_72, getitem_1) -> scaled_dot_product_attention */

@@ -20,6 +20,7 @@ from ....semantics.activations import Activation, vm
 from ....semantics.attrs import attr, attrs, epsilon
 from ....semantics.batchnorm import bn_affine
 from ..emitter import NodeContext, Tensor, c_literal
+from ..headers import include
 from ..kernels.gemm.gemm import _use_engine
 from ..kernels.pool import pool2d
 from . import register_op
@@ -83,6 +84,8 @@ for (size_t i = 0; i < {inner}; ++i) {{
   for (size_t j = 1; j < {n}; ++j) if (xs[{along("j", inner)}] > xs[{along("best", inner)}]) best = j;
   for (size_t j = 0; j < {n}; ++j) ys[{along("j", inner)}] = j == best ? 1 : 0;
 }}"""
+    if x.ctype == "float" and inner == 1:
+        return _softmax_rows(ctx, op == "LogSoftmax", outer, n)
     # subtract the max first: exp never overflows (softmax_large_number). exp in the input's
     # precision (float: o2e_vmath.h's, 1 ulp, in a loop of its own that vectorises: the
     # exponentials are stored, then summed in double).
@@ -104,6 +107,17 @@ for (size_t i = 0; i < {inner}; ++i) {{
   for (size_t j = 1; j < {n}; ++j) if (xs[{along("j", inner)}] > mx) mx = xs[{along("j", inner)}];
 {tail}
 }}"""
+
+
+def _softmax_rows(ctx: NodeContext, log: bool, rows: int, n: int) -> str:
+    """float32 over the last axis: runtime/o2e_softmax.h (vectorised max, exp + sum, scale),
+    its rows split across threads when there are enough of them."""
+    include(ctx, "o2e_softmax.h")
+    args = f"o2e_softmax_args a = {{{ctx.x(0).sym}, {ctx.y(0).sym}, {n}, {int(log)}}};"
+    if rows > 1 and rows * n >= pool2d.PAR_MIN_WORK:
+        _use_engine(ctx)
+        return f"{{ {args} o2e_parallel_for({rows}, o2e_softmax_rows, &a); }}"
+    return f"{{ {args} o2e_softmax_rows(&a, 0, {rows}); }}"
 
 
 # --------------------------------------------------------------------------------------------
