@@ -96,17 +96,46 @@ def _softmax_rows(rng: np.random.Generator) -> tuple[list, list, dict, list]:
     return nodes, ins, feeds, []
 
 
+def _layer_norms(rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """LayerNormalization / RMSNormalization over the last axis (the vectorised row kernel):
+    rows with NaN, Inf, a mean far above the spread (100 + N(0, 1)), rows shorter than the
+    lanes; Mean / InvStdDev asked for; a scale without bias; axis -2 (two dims per row)."""
+    nodes, ins, feeds, inits = [], [], {}, []
+    for name, shape, op, axis, bias, stats in [
+        ("ln192", [2, 5, 192], "LayerNormalization", -1, True, True),
+        ("ln7", [3, 7], "LayerNormalization", -1, False, False),
+        ("ln2d", [2, 4, 6, 10], "LayerNormalization", -2, True, False),
+        ("rms48", [4, 48], "RMSNormalization", -1, False, False),
+    ]:
+        row = shape[axis:]
+        x = rng.standard_normal(shape).astype(np.float32)
+        rows = x.reshape(-1, int(np.prod(row)))
+        rows[0, 3] = np.nan
+        rows[1, 2] = np.inf
+        rows[2, :] += 100  # (onnxruntime's float mean drifts from the exact result past this)
+        scale = rng.standard_normal(row).astype(np.float32)
+        inputs = [f"x_{name}", f"s_{name}"] + ([f"b_{name}"] if bias else [])
+        outs = [f"y_{name}"] + ([f"y_{name}_mean", f"y_{name}_inv"] if stats else [])
+        nodes.append(helper.make_node(op, inputs, outs, axis=axis, epsilon=1e-5))
+        ins.append(vi(f"x_{name}", shape))
+        feeds[f"x_{name}"] = x
+        inits.append(tensor(f"s_{name}", scale))
+        if bias:
+            inits.append(tensor(f"b_{name}", rng.standard_normal(row).astype(np.float32)))
+    return nodes, ins, feeds, inits
+
+
 def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     rng = np.random.default_rng(34)
     nodes, ins, feeds, inits = [], [], {}, []
     branches = [_conv1d_branch(n, rng) for n in CONV1D]
-    branches += [_conv1d_residual(rng), _softmax_rows(rng)]
+    branches += [_conv1d_residual(rng), _softmax_rows(rng), _layer_norms(rng)]
     for n, i, f, w in branches:
         nodes += n
         ins += i
         feeds.update(f)
         inits += w
-    model = make_model(nodes, ins, [], inits, opset=20)  # Gelu
+    model = make_model(nodes, ins, [], inits, opset=23)  # Gelu, RMSNormalization
     model = onnx.shape_inference.infer_shapes(model)
     model.graph.output.extend(v for v in model.graph.value_info if v.name.startswith("y_"))
     path = save(model, tmp / "m.onnx")
@@ -129,6 +158,8 @@ def blocks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict, 
 def test_conv1d_runs_the_2d_kernels(blocks: tuple[Path, dict, dict, dict]) -> None:
     """Every 1-D case goes to the 2-D strategy of its shape, none to the N-d loop."""
     chosen = blocks[3]
+    assert "o2e_layer_norm_rows(" in (blocks[0] / "model.c").read_text()
+    assert "o2e_rms_norm_rows(" in (blocks[0] / "model.c").read_text()
     want = {f"c_{n}": case[0] for n, case in CONV1D.items()}
     assert {k: v for k, v in chosen.items() if k in want} == want, chosen
     assert chosen["c_res"] not in ("nd_loop", None), chosen

@@ -137,6 +137,8 @@ def layer_norm(ctx: NodeContext) -> str:
     if x.size == 0:
         return "/* empty */"
     eps = c_literal(epsilon(ctx.node, ctx.graph.opset), np.float64)
+    if (fast := _layer_norm_rows(ctx, rms, axis, outer, n, eps)) is not None:
+        return fast
     sc = ctx.x(1)
     scale = f" * {sc.sym}[{bcast_index(sc.shape, x.shape, axis, 'o', 'j')}]"
     bias = ""
@@ -170,6 +172,105 @@ def layer_norm(ctx: NodeContext) -> str:
         lines.append(f"  {ctx.y(2).sym}[o] = ({ctx.y(2).ctype})inv;")
     lines.append("}")
     return "\n".join(lines)
+
+
+LN_ARGS = """
+/* Arguments of the LayerNormalization / RMSNormalization row kernel (norm.py): rows of n
+ * values, scale and bias (NULL: none) of n values; mean / inv (NULL: not asked) per row. */
+typedef struct {
+  const float *x, *scale, *bias;
+  float *y, *mean, *inv;
+  size_t n;
+  double eps;
+} o2e_layer_norm_args;
+"""
+
+LN_KERNEL = """
+/* {what} over rows [r0, r1) (norm.py): the statistics by o2e_moments_f32 (float lanes merged in
+ * double, each block centred on its own pivot), then one vectorised pass
+ * y = ((x - m) * s + t) * scale + bias, with m the mean rounded to float (as GroupNormalization's
+ * kernel: the subtraction is exact near the mean). */
+static void {name}(void *arg, int r0, int r1)
+{
+  const o2e_layer_norm_args *a = (const o2e_layer_norm_args *)arg;
+  const size_t n = a->n;
+  const float *restrict scale = a->scale, *restrict bias = a->bias;
+  int r;
+  for (r = r0; r < r1; ++r) {
+    const float *restrict x = a->x + (size_t)r * n;
+    float *restrict y = a->y + (size_t)r * n;
+    double mean, m2, msq; /* msq: the mean of x^2 (RMSNormalization) */
+    size_t j;
+    o2e_moments_f32(x, n, &mean, &m2);
+    msq = mean * mean + m2 / (double)n;
+    if (!isfinite(mean)) { /* an Inf: centring made it NaN; the plain sums keep Inf (as onnxruntime) */
+      double sum = 0.0, sq = 0.0;
+      for (j = 0; j < n; ++j) {
+        sum += x[j];
+        sq += (double)x[j] * x[j];
+      }
+      mean = sum / (double)n;
+      m2 = sq - mean * sum;
+      msq = sq / (double)n;
+    }
+    {
+{stats}
+      const float m = (float)mean, sc = (float)inv, sh = (float)((mean - m) * -inv);
+      if (bias)
+        for (j = 0; j < n; ++j) y[j] = ((x[j] - m) * sc + sh) * scale[j] + bias[j];
+      else
+        for (j = 0; j < n; ++j) y[j] = ((x[j] - m) * sc + sh) * scale[j];
+      if (a->mean) a->mean[r] = (float)mean;
+      if (a->inv) a->inv[r] = (float)inv;
+    }
+  }
+}
+"""
+
+
+def _row_vector(t_shape: tuple[int, ...], shape: tuple[int, ...], axis: int) -> bool:
+    """A tensor of `t_shape` broadcast to `shape` reads element j of every row (the dims from
+    `axis` on) at j: one vector of the row's length shared by all rows."""
+    want = [0] * axis + list(strides(tuple(shape[axis:])))
+    got = broadcast_strides(t_shape, shape)
+    return all(g == w or n == 1 for g, w, n in zip(got, want, shape, strict=True))
+
+
+def _layer_norm_rows(
+    ctx: NodeContext, rms: bool, axis: int, rows: int, n: int, eps: str
+) -> str | None:
+    """float32 with scale and bias of the row's n values (the usual transformer layer): the
+    vectorised row kernel above, rows split across threads; None for the general loop."""
+    x = ctx.x(0)
+    ins = [ctx.x(1)] + ([ctx.x(2)] if not rms and ctx.has_input(2) else [])
+    stats = [ctx.y(i) for i in (1, 2) if not rms and ctx.has_output(i)]
+    if (
+        x.ctype != "float"
+        or any(t.ctype != "float" or not _row_vector(t.shape, x.shape, axis) for t in ins)
+        or any(t.ctype != "float" for t in stats)
+    ):
+        return None
+    ctx.helper("o2e_layer_norm_args", LN_ARGS)
+    ctx.helper("o2e_moments_f32", _fill(MOMENTS, T="float", t="f32", B=MOMENTS_BLOCK))
+    if rms:  # no centring
+        name, what = "o2e_rms_norm_rows", "RMSNormalization"
+        stats = "      const double inv = 1.0 / sqrt(msq + a->eps);\n      mean = 0.0;"
+    else:
+        name, what = "o2e_layer_norm_rows", "LayerNormalization"
+        stats = "      const double inv = 1.0 / sqrt(m2 / (double)n + a->eps);\n      (void)msq;"
+    ctx.helper(name, _fill(LN_KERNEL, name=name, what=what, stats=stats))
+    ctx.kernel("vectorised rows (blocked moments)")
+    opt = [ctx.y(i).sym if not rms and ctx.has_output(i) else "NULL" for i in (1, 2)]
+    fields = (
+        f".x = {x.sym}, .scale = {ins[0].sym}, .bias = {ins[1].sym if len(ins) > 1 else 'NULL'}, "
+        f".y = {ctx.y(0).sym}, .mean = {opt[0]}, .inv = {opt[1]}, .n = {n}, .eps = {eps}"
+    )
+    if rows > 1 and 2 * x.size >= pool2d.PAR_MIN_WORK:
+        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+        run = f"o2e_parallel_for({rows}, {name}, &a);"
+    else:
+        run = f"{name}(&a, 0, {rows});"
+    return f"{{\n  o2e_layer_norm_args a = {{{fields}}};\n  {run}\n}}"
 
 
 # --------------------------------------------------------------------------------------------
