@@ -96,6 +96,37 @@ def _softmax_rows(rng: np.random.Generator) -> tuple[list, list, dict, list]:
     return nodes, ins, feeds, []
 
 
+def _scaled_softmaxes(rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """Attention's Softmax(scores * 1/sqrt(d)): the scalar Mul folded into the softmax kernel
+    (o2e.ScaledSoftmax), operands in either order, LogSoftmax, a negative scale; left alone: a
+    non-last axis, and a product something else reads too."""
+    nodes, ins, feeds, inits = [], [], {}, []
+    cases = [
+        ("ss", [2, 3, 40], "Softmax", -1, 0.125, False),
+        ("ssr", [5, 19], "Softmax", 1, 0.3, True),  # Mul(c, x); axis 1 of 2-D is the last
+        ("sls", [4, 33], "LogSoftmax", -1, -0.7, False),
+        ("smid", [3, 6, 5], "Softmax", 1, 0.5, False),  # not the last axis: unfused
+        ("sboth", [4, 20], "Softmax", -1, 0.25, False),  # the product is an output too
+    ]
+    for name, shape, op, axis, c, rev in cases:
+        x = (rng.standard_normal(shape) * 6).astype(np.float32)
+        rows = x.reshape(-1, shape[-1])
+        rows[0, 3] = np.nan
+        rows[1, 2] = np.inf
+        rows[2, :] = -np.inf
+        rows[3, :3] = [200, -200, 150]
+        mul_in = [f"c_{name}", f"x_{name}"] if rev else [f"x_{name}", f"c_{name}"]
+        prod = f"y_{name}_prod" if name == "sboth" else f"p_{name}"
+        nodes += [
+            helper.make_node("Mul", mul_in, [prod]),
+            helper.make_node(op, [prod], [f"y_{name}"], axis=axis),
+        ]
+        ins.append(vi(f"x_{name}", shape))
+        feeds[f"x_{name}"] = x
+        inits.append(tensor(f"c_{name}", np.array(c, np.float32)))
+    return nodes, ins, feeds, inits
+
+
 def _layer_norms(rng: np.random.Generator) -> tuple[list, list, dict, list]:
     """LayerNormalization / RMSNormalization over the last axis (the vectorised row kernel):
     rows with NaN, Inf, a mean far above the spread (100 + N(0, 1)), rows shorter than the
@@ -130,6 +161,7 @@ def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     nodes, ins, feeds, inits = [], [], {}, []
     branches = [_conv1d_branch(n, rng) for n in CONV1D]
     branches += [_conv1d_residual(rng), _softmax_rows(rng), _layer_norms(rng)]
+    branches.append(_scaled_softmaxes(rng))
     for n, i, f, w in branches:
         nodes += n
         ins += i
@@ -163,6 +195,14 @@ def test_conv1d_runs_the_2d_kernels(blocks: tuple[Path, dict, dict, dict]) -> No
     want = {f"c_{n}": case[0] for n, case in CONV1D.items()}
     assert {k: v for k, v in chosen.items() if k in want} == want, chosen
     assert chosen["c_res"] not in ("nd_loop", None), chosen
+
+
+def test_scaled_softmax_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
+    """The scalar Mul before a last-axis softmax is gone, the others stay."""
+    src = (blocks[0] / "model.c").read_text()
+    fused = set(re.findall(r"/\* node \S+: o2e\.ScaledSoftmax\((x_\w+), ", src))
+    assert fused == {"x_ss", "x_ssr", "x_sls"}, fused
+    assert re.search(r": Mul\(x_smid, c_smid\)", src) and re.search(r": Mul\(x_sboth, ", src)
 
 
 @pytest.mark.parametrize("arch", ALL_ISAS)

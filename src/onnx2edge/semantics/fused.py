@@ -36,6 +36,7 @@ fused forms:
 | `o2e.QConcat` | Concat of quantized tensors, each requantized to the output's scale by a 256-entry table ("" when the scales agree) | X0, table0, X1, table1, ... |
 | `o2e.QMaxPool` | MaxPool on int8 / uint8 (no Indices output) | X |
 | `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
+| `o2e.ScaledSoftmax` | Softmax(X * scale) (LogSoftmax with `log` 1) over the last axis, X float32, scale a float32 scalar constant: attention's scores times 1/sqrt(d) (C backend, passes/fuse_softmax_scale) | X, scale |
 | `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 """
 
@@ -227,7 +228,7 @@ def _internal_schemas() -> list[OpSchema]:
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
     return [
         qgemm, qadd, qconcat, qmaxpool, *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
-        _bounded_schema(),
+        _bounded_schema(), _scaled_softmax_schema(),
     ]  # fmt: skip
 
 
@@ -325,8 +326,30 @@ def _schema(f: FusedOp) -> OpSchema:
 
 INTERNAL_OPS = (
     "QGemm", "QAdd", "QConcat", "QMaxPool", "QAveragePool", "QGlobalAveragePool", "IfSelect",
-    "Bounded",
+    "Bounded", "ScaledSoftmax",
 )  # fmt: skip
+
+
+def _scaled_softmax_schema() -> OpSchema:
+    """o2e.ScaledSoftmax (passes/fuse_softmax_scale.py): Softmax(X * scale) over the last axis,
+    LogSoftmax with `log` 1; X * scale is rounded to float32 before the softmax, as the Mul it
+    replaces did."""
+    base = onnx.defs.get_schema("Softmax", onnx.defs.onnx_opset_version(), "")
+    sch = OpSchema(
+        "ScaledSoftmax",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op: Softmax(X * scale) (LogSoftmax when log = 1) over the last "
+        "axis; scale a float32 scalar.",
+        inputs=[_Param("X", "T", ""), _Param("scale", "T", "")],
+        outputs=[_Param("Y", "T", "")],
+        type_constraints=[("T", ["tensor(float)"], "")],
+        attributes=[
+            OpSchema.Attribute("log", make_attribute("log", 0), "1: LogSoftmax"),
+        ],
+    )
+    sch.set_type_and_shape_inference_function(base.get_type_and_shape_inference_function())
+    return sch
 
 
 def _if_select_infer(ctx: onnx.shape_inference.InferenceContext) -> None:

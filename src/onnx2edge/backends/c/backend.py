@@ -186,6 +186,7 @@ class CBackend(Backend):
         "widen_small_floats",  # before the fusions: each widened op rounds its own result
         "fuse_residual",
         "fuse_activation",
+        "fuse_softmax_scale",  # attention's 1/sqrt(d) Mul folded into its Softmax
         "qdq_to_int8",
         "eliminate_dead_nodes",
     )

@@ -324,7 +324,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(18); O2E_TRACE("val_71", T_val_71, 3200);
   /* node node_Softmax_72: Softmax(val_71) -> val_72  [axis=-1] */
   {
-    { o2e_softmax_args a = {T_val_71, T_val_72, 10, 0}; o2e_softmax_rows(&a, 0, 80); }
+    { o2e_softmax_args a = {T_val_71, T_val_72, 10, 0, 1.0f}; o2e_softmax_rows(&a, 0, 80); }
   }
   O2E_PROF(19); O2E_TRACE("val_72", T_val_72, 3200);
   /* node node_scaled_dot_product_attention: MatMul(val_72, getitem_1) -> scaled_dot_product_attention */

@@ -19,6 +19,7 @@ from ....ir import Graph, Node
 from ....semantics.activations import Activation, vm
 from ....semantics.attrs import attr, attrs, epsilon
 from ....semantics.batchnorm import bn_affine
+from ....semantics.fused import DOMAIN
 from ..emitter import NodeContext, Tensor, c_literal
 from ..headers import include
 from ..kernels.gemm.gemm import _use_engine
@@ -85,7 +86,7 @@ for (size_t i = 0; i < {inner}; ++i) {{
   for (size_t j = 0; j < {n}; ++j) ys[{along("j", inner)}] = j == best ? 1 : 0;
 }}"""
     if x.ctype == "float" and inner == 1:
-        return _softmax_rows(ctx, op == "LogSoftmax", outer, n)
+        return _softmax_rows(ctx, op == "LogSoftmax", outer, n, "1.0f")
     # subtract the max first: exp never overflows (softmax_large_number). exp in the input's
     # precision (float: o2e_vmath.h's, 1 ulp, in a loop of its own that vectorises: the
     # exponentials are stored, then summed in double).
@@ -109,15 +110,36 @@ for (size_t i = 0; i < {inner}; ++i) {{
 }}"""
 
 
-def _softmax_rows(ctx: NodeContext, log: bool, rows: int, n: int) -> str:
+def _softmax_rows(ctx: NodeContext, log: bool, rows: int, n: int, scale: str) -> str:
     """float32 over the last axis: runtime/o2e_softmax.h (vectorised max, exp + sum, scale),
     its rows split across threads when there are enough of them."""
     include(ctx, "o2e_softmax.h")
-    args = f"o2e_softmax_args a = {{{ctx.x(0).sym}, {ctx.y(0).sym}, {n}, {int(log)}}};"
+    x, y = ctx.x(0).sym, ctx.y(0).sym
+    args = f"o2e_softmax_args a = {{{x}, {y}, {n}, {int(log)}, {scale}}};"
     if rows > 1 and rows * n >= pool2d.PAR_MIN_WORK:
         _use_engine(ctx)
         return f"{{ {args} o2e_parallel_for({rows}, o2e_softmax_rows, &a); }}"
     return f"{{ {args} o2e_softmax_rows(&a, 0, {rows}); }}"
+
+
+def _scaled_softmax_check(node: Node, graph: Graph) -> str | None:
+    if node.domain != DOMAIN:
+        return f"{node.op_type} outside the {DOMAIN} domain"
+    c = graph.const(node.inputs[1])
+    return None if c is not None and c.size == 1 else "scale is not a scalar constant"
+
+
+@register_op("o2e:ScaledSoftmax", check=_scaled_softmax_check)
+def scaled_softmax(ctx: NodeContext) -> str:
+    """Softmax(X * scale) over the last axis (passes/fuse_softmax_scale.py)."""
+    x = ctx.x(0)
+    c = ctx.const(1)
+    assert c is not None  # the check
+    if x.size == 0:
+        return "/* empty */"
+    n = x.shape[-1]
+    log = bool(ctx.attr("log"))
+    return _softmax_rows(ctx, log, x.size // n, n, c_literal(float(c.reshape(-1)[0]), np.float32))
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,18 +13,24 @@
 #include <stddef.h>
 #include "o2e_vmath.h"
 
-/* rows [r0, r1) of n values: y[r] = softmax(x[r]) (log: LogSoftmax); x and y do not overlap */
+/* rows [r0, r1) of n values: y[r] = softmax(x[r] * scale) (log: LogSoftmax): o2e.ScaledSoftmax,
+ * 1 for a plain Softmax (an exact product). The maximum is taken of the rounded products, as
+ * after a separate Mul; in exp(x * scale - max) the compiler may fuse the product into the
+ * subtraction (-ffp-contract=fast: one rounding fewer, a relative change of at most
+ * |x * scale - max| * 2^-24 in the exponential). x and y do not overlap. */
 typedef struct {
   const float *x;
   float *y;
   size_t n;
   int log;
+  float scale;
 } o2e_softmax_args;
 
 static void o2e_softmax_rows(void *arg, int r0, int r1)
 {
   const o2e_softmax_args *a = (const o2e_softmax_args *)arg;
   const size_t n = a->n, n16 = n - n % 16;
+  const float c = a->scale;
   for (int r = r0; r < r1; ++r) {
     const float *restrict xs = a->x + (size_t)r * n;
     float *restrict ys = a->y + (size_t)r * n;
@@ -37,29 +43,32 @@ static void o2e_softmax_rows(void *arg, int r0, int r1)
     for (l = 0; l < 16; ++l) m[l] = -INFINITY;
     for (j = 0; j < n16; j += 16)
 #pragma GCC unroll 1 /* unrolled, the 16 maxima would be 16 scalar reductions; kept, a vector one */
-      for (l = 0; l < 16; ++l) m[l] = xs[j + l] > m[l] ? xs[j + l] : m[l];
+      for (l = 0; l < 16; ++l) {
+        const float t = xs[j + l] * c;
+        m[l] = t > m[l] ? t : m[l];
+      }
     for (l = 0; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
-    for (j = n16; j < n; ++j) mx = xs[j] > mx ? xs[j] : mx;
+    for (j = n16; j < n; ++j) mx = xs[j] * c > mx ? xs[j] * c : mx;
     for (l = 0; l < 16; ++l) s[l] = 0.0f;
     if (a->log) {
       for (j = 0; j < n16; j += 16)
-        for (l = 0; l < 16; ++l) s[l] += o2e_expf(xs[j + l] - mx);
-      for (j = n16; j < n; ++j) sum += o2e_expf(xs[j] - mx);
+        for (l = 0; l < 16; ++l) s[l] += o2e_expf(xs[j + l] * c - mx);
+      for (j = n16; j < n; ++j) sum += o2e_expf(xs[j] * c - mx);
       for (l = 0; l < 16; ++l) sum += s[l];
       {
         const double lse = mx + log(sum);
-        for (j = 0; j < n; ++j) ys[j] = (float)(xs[j] - lse);
+        for (j = 0; j < n; ++j) ys[j] = (float)(xs[j] * c - lse);
       }
       continue;
     }
     for (j = 0; j < n16; j += 16)
       for (l = 0; l < 16; ++l) {
-        const float e = o2e_expf(xs[j + l] - mx);
+        const float e = o2e_expf(xs[j + l] * c - mx);
         ys[j + l] = e;
         s[l] += e;
       }
     for (j = n16; j < n; ++j) {
-      ys[j] = o2e_expf(xs[j] - mx);
+      ys[j] = o2e_expf(xs[j] * c - mx);
       sum += ys[j];
     }
     for (l = 0; l < 16; ++l) sum += s[l];
