@@ -127,6 +127,59 @@ def _scaled_softmaxes(rng: np.random.Generator) -> tuple[list, list, dict, list]
     return nodes, ins, feeds, inits
 
 
+def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """nn.Linear as transformers export it, MatMul(x, W) + b (+ activation), fused into one
+    GEMM with the bias and activation in its epilogue (o2e.MatMulAddAct): [B, T, K] inputs
+    (the batch folded into M), the bias first or second, shaped [N], [1, 1, N] or one value,
+    GELU as torch writes it (Div, Erf, Add, Mul, Mul), one row (the GEMV and the zero-skipping
+    fully connected kernels); left alone: a product something else reads too."""
+    nodes, ins, feeds, inits = [], [], {}, []
+    cases = [  # name, x shape, N, bias shape, bias first, activation
+        ("lg", [2, 9, 24], 40, [40], False, "gelu"),
+        ("lr", [1, 17, 32], 48, [1, 1, 48], True, "Relu"),
+        ("l1", [3, 5, 8], 12, [1], False, None),
+        ("lv", [1, 1, 64], 24, [24], False, "Sigmoid"),  # one row: fc_gemv
+        ("lz", [1, 40], 256, [256], True, "Tanh"),  # one row, N = 256: fc_skip_zeros
+        ("lo", [2, 6, 16], 8, [8], False, None),  # the product is an output too
+    ]
+    for name, shape, N, bshape, first, act in cases:
+        K = shape[-1]
+        x = rng.standard_normal(shape).astype(np.float32)
+        xr = x.reshape(-1, K)
+        xr[0, 1] = np.nan
+        if len(xr) > 1:
+            xr[1, 2] = np.inf
+        w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+        b = rng.standard_normal(bshape).astype(np.float32)
+        b.reshape(-1)[-1] = -np.inf if b.size > 1 else b.reshape(-1)[-1]
+        mm = f"y_{name}_mm" if name == "lo" else f"m_{name}"
+        add_in = [f"b_{name}", mm] if first else [mm, f"b_{name}"]
+        t = f"t_{name}" if act else f"y_{name}"
+        nodes += [
+            helper.make_node("MatMul", [f"x_{name}", f"w_{name}"], [mm]),
+            helper.make_node("Add", add_in, [t]),
+        ]
+        if act == "gelu":
+            nodes += [
+                helper.make_node("Div", [t, "sqrt2"], [f"d_{name}"]),
+                helper.make_node("Erf", [f"d_{name}"], [f"e_{name}"]),
+                helper.make_node("Add", [f"e_{name}", "one"], [f"a_{name}"]),
+                helper.make_node("Mul", [t, f"a_{name}"], [f"g_{name}"]),
+                helper.make_node("Mul", [f"g_{name}", "half"], [f"y_{name}"]),
+            ]
+        elif act:
+            nodes.append(helper.make_node(act, [t], [f"y_{name}"]))
+        ins.append(vi(f"x_{name}", shape))
+        feeds[f"x_{name}"] = x
+        inits += [tensor(f"w_{name}", w), tensor(f"b_{name}", b)]
+    inits += [
+        tensor("sqrt2", np.array(np.sqrt(2), np.float32)),
+        tensor("one", np.array(1, np.float32)),
+        tensor("half", np.array(0.5, np.float32)),
+    ]
+    return nodes, ins, feeds, inits
+
+
 def _layer_norms(rng: np.random.Generator) -> tuple[list, list, dict, list]:
     """LayerNormalization / RMSNormalization over the last axis (the vectorised row kernel):
     rows with NaN, Inf, a mean far above the spread (100 + N(0, 1)), rows shorter than the
@@ -161,7 +214,7 @@ def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     nodes, ins, feeds, inits = [], [], {}, []
     branches = [_conv1d_branch(n, rng) for n in CONV1D]
     branches += [_conv1d_residual(rng), _softmax_rows(rng), _layer_norms(rng)]
-    branches.append(_scaled_softmaxes(rng))
+    branches += [_scaled_softmaxes(rng), _linear_layers(rng)]
     for n, i, f, w in branches:
         nodes += n
         ins += i
@@ -203,6 +256,29 @@ def test_scaled_softmax_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
     fused = set(re.findall(r"/\* node \S+: o2e\.ScaledSoftmax\((x_\w+), ", src))
     assert fused == {"x_ss", "x_ssr", "x_sls"}, fused
     assert re.search(r": Mul\(x_smid, c_smid\)", src) and re.search(r": Mul\(x_sboth, ", src)
+
+
+def test_linear_layers_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
+    """MatMul + bias (+ activation) is one node, the activation in the GEMM's epilogue; the
+    Add after a product something else reads stays."""
+    src = (blocks[0] / "model.c").read_text()
+    fused = dict(
+        re.findall(r"/\* node \S+: o2e\.MatMulAddAct\(x_(\w+), [^\]]*activation=(\w*)", src)
+    )
+    want = {"lg": "Gelu", "lr": "Relu", "l1": "", "lv": "Sigmoid", "lz": "Tanh"}
+    assert fused == want, fused
+    assert re.search(r": Add\(y_lo_mm, b_lo\)", src)
+    assert not re.search(r": (Erf|Sigmoid|Tanh|Relu)\(", src)
+    chosen = blocks[3]
+    assert chosen["MatMul_" + _node_index(src, "x_lv")] == "fc_gemv", chosen
+    assert chosen["MatMul_" + _node_index(src, "x_lz")] == "fc_skip_zeros", chosen
+    assert chosen["MatMul_" + _node_index(src, "x_lg")] == "folded_gemm", chosen
+
+
+def _node_index(src: str, x: str) -> str:
+    m = re.search(r"/\* node MatMul_(\d+): o2e\.MatMulAddAct\(" + x + ",", src)
+    assert m is not None, x
+    return m.group(1)
 
 
 @pytest.mark.parametrize("arch", ALL_ISAS)

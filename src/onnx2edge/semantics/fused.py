@@ -12,6 +12,7 @@ attribute defaults in attrs.py and onnx's checker know them):
 | `o2e.ConvTransposeAct` | act(ConvTranspose(X, W, B)) | X, W, B? |
 | `o2e.GemmAct` | act(Gemm(A, B, C)) | A, B, C? |
 | `o2e.MatMulAct` | act(MatMul(A, B)) | A, B |
+| `o2e.MatMulAddAct` | act(MatMul(A, B) + R), R broadcast to the product (C backend: a bias of N values, passes/fuse_matmul_bias) | A, B, R |
 | `o2e.AddAct` | act(Add(A, B)) | A, B |
 | `o2e.InstanceNormalizationAct` | act(InstanceNormalization(X, scale, B)) | X, scale, B |
 | `o2e.BatchNormalizationAct` | act(BatchNormalization(X, ...)), inference, one output (MPS only: a BN left unfolded is a channel affine there, a 1x1 depthwise convolution with a neuron) | X, scale, B, mean, var |
@@ -75,6 +76,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         FusedOp("ConvTransposeAct", "ConvTranspose"),
         FusedOp("GemmAct", "Gemm"),
         FusedOp("MatMulAct", "MatMul"),
+        FusedOp("MatMulAddAct", "MatMul", residual=True),
         FusedOp("AddAct", "Add"),
         FusedOp("InstanceNormalizationAct", "InstanceNormalization"),
         FusedOp("BatchNormalizationAct", "BatchNormalization"),
@@ -511,13 +513,26 @@ def with_residual(conv: Node, residual: str, outputs: tuple[str, ...]) -> Node:
     )
 
 
+def with_residual_add(node: Node, residual: str, outputs: tuple[str, ...]) -> Node:
+    """A plain MatMul plus a tensor added to its result: o2e.MatMulAddAct without
+    activation."""
+    attrs = {**node.attrs, "activation": Attr(AttributeProto.STRING, "")}
+    return node.replace(
+        op_type=_fused_name(node.op_type, True),
+        domain=DOMAIN,
+        inputs=(*node.inputs, residual),
+        outputs=outputs,
+        attrs=attrs,
+    )
+
+
 def unfused(node: Node) -> Node:
     """The plain ONNX node under a fused op: base op type, activation attributes and the
     residual input dropped (outputs unchanged)."""
     if not is_fused(node):
         return node
     attrs = {k: v for k, v in node.attrs.items() if k not in ACT_ATTRS}
-    inputs = node.inputs[:3] if has_residual(node) else node.inputs
+    inputs = node.inputs[:-1] if has_residual(node) else node.inputs  # R is the last
     while inputs and not inputs[-1]:
         inputs = inputs[:-1]
     return node.replace(op_type=base_op(node), domain=base_domain(node), attrs=attrs, inputs=inputs)
