@@ -174,25 +174,25 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   const float *const in_input = (const float *)inputs[0];  /* input: 1x10x64 */
   float *const out_output = (float *)outputs[0];  /* output: 1x10x64 */
   float *const T_linear = (float *)(o2e_arena + 269120);  /* linear: 1x10x64 */
-  float *const T_view = (float *)(o2e_arena + 0);  /* view: 1x10x8x8 */
+  float *const T_view = (float *)(o2e_arena + 269120);  /* view: 1x10x8x8 */
   float *const T_transpose = (float *)(o2e_arena + 274240);  /* transpose: 1x8x10x8 */
   float *const T_linear_1 = (float *)(o2e_arena + 269120);  /* linear_1: 1x10x128 */
-  float *const T_view_1 = (float *)(o2e_arena + 0);  /* view_1: 1x10x2x8x8 */
-  float *const T_permute = (float *)(o2e_arena + 5120);  /* permute: 2x1x8x10x8 */
-  float *const T_val_20 = (float *)(o2e_arena + 0);  /* val_20: 1x1x8x10x8 */
-  float *const T_getitem = (float *)(o2e_arena + 2560);  /* getitem: 1x8x10x8 */
-  float *const T_val_25 = (float *)(o2e_arena + 0);  /* val_25: 1x1x8x10x8 */
+  float *const T_view_1 = (float *)(o2e_arena + 269120);  /* view_1: 1x10x2x8x8 */
+  float *const T_permute = (float *)(o2e_arena + 0);  /* permute: 2x1x8x10x8 */
+  float *const T_val_20 = (float *)(o2e_arena + 5120);  /* val_20: 1x1x8x10x8 */
+  float *const T_getitem = (float *)(o2e_arena + 5120);  /* getitem: 1x8x10x8 */
+  float *const T_val_25 = (float *)(o2e_arena + 238528);  /* val_25: 1x1x8x10x8 */
   float *const T_getitem_1 = (float *)(o2e_arena + 238528);  /* getitem_1: 1x8x10x8 */
   float *const T_val_62 = (float *)(o2e_arena + 0);  /* val_62: 8x10x8 */
   float *const T_val_63 = (float *)(o2e_arena + 2560);  /* val_63: 8x8x10 */
-  float *const T_val_65 = (float *)(o2e_arena + 0);  /* val_65: 1x8x8x10 */
+  float *const T_val_65 = (float *)(o2e_arena + 2560);  /* val_65: 1x8x8x10 */
   float *const T_val_67 = (float *)(o2e_arena + 241088);  /* val_67: 1x8x10x8 */
   float *const T_val_69 = (float *)(o2e_arena + 243648);  /* val_69: 1x8x8x10 */
   float *const T_val_70 = (float *)(o2e_arena + 235328);  /* val_70: 1x8x10x10 */
   float *const T_val_71 = (float *)(o2e_arena + 0);  /* val_71: 1x8x10x10 */
   float *const T_val_72 = (float *)(o2e_arena + 201280);  /* val_72: 1x8x10x10 */
   float *const T_scaled_dot_product_attention = (float *)(o2e_arena + 204480);  /* scaled_dot_product_attention: 1x8x10x8 */
-  float *const T_transpose_1 = (float *)(o2e_arena + 0);  /* transpose_1: 1x10x8x8 */
+  float *const T_transpose_1 = (float *)(o2e_arena + 269120);  /* transpose_1: 1x10x8x8 */
   float *const T_view_2 = (float *)(o2e_arena + 269120);  /* view_2: 1x10x64 */
   O2E_PROF_BEGIN
   (void)inputs; (void)outputs; (void)o2e_arena;
@@ -207,7 +207,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(0); O2E_TRACE("linear", T_linear, 2560);
   /* node node_view: Reshape(linear, val_7) -> view  [allowzero=1] */
   {
-    if ((const void *)T_view != (const void *)T_linear) memmove(T_view, T_linear, 2560);
+    /* T_linear: written in place */
   }
   O2E_PROF(1); O2E_TRACE("view", T_view, 2560);
   /* node node_transpose: Transpose(view) -> transpose  [perm=[0, 2, 1, 3]] */
@@ -225,7 +225,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(3); O2E_TRACE("linear_1", T_linear_1, 5120);
   /* node node_view_1: Reshape(linear_1, val_16) -> view_1  [allowzero=1] */
   {
-    if ((const void *)T_view_1 != (const void *)T_linear_1) memmove(T_view_1, T_linear_1, 5120);
+    /* T_linear_1: written in place */
   }
   O2E_PROF(4); O2E_TRACE("view_1", T_view_1, 5120);
   /* node node_permute: Transpose(view_1) -> permute  [perm=[2, 0, 3, 1, 4]] */
@@ -244,7 +244,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(6); O2E_TRACE("val_20", T_val_20, 2560);
   /* node node_unbind__0: Squeeze(val_20, val_17) -> getitem */
   {
-    if ((const void *)T_getitem != (const void *)T_val_20) memmove(T_getitem, T_val_20, 2560);
+    /* T_val_20: written in place */
   }
   O2E_PROF(7); O2E_TRACE("getitem", T_getitem, 2560);
   /* node node_Slice_25: Slice(permute, val_18, val_23, val_17) -> val_25 */
@@ -255,7 +255,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(8); O2E_TRACE("val_25", T_val_25, 2560);
   /* node node_unbind__1: Squeeze(val_25, val_17) -> getitem_1 */
   {
-    if ((const void *)T_getitem_1 != (const void *)T_val_25) memmove(T_getitem_1, T_val_25, 2560);
+    /* T_val_25: written in place */
   }
   O2E_PROF(9); O2E_TRACE("getitem_1", T_getitem_1, 2560);
   /* node node_Reshape_62: Reshape(getitem, val_61) -> val_62  [allowzero=0] */
@@ -273,7 +273,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(11); O2E_TRACE("val_63", T_val_63, 2560);
   /* node node_Reshape_65: Reshape(val_63, val_64) -> val_65  [allowzero=0] */
   {
-    if ((const void *)T_val_65 != (const void *)T_val_63) memmove(T_val_65, T_val_63, 2560);
+    /* T_val_63: written in place */
   }
   O2E_PROF(12); O2E_TRACE("val_65", T_val_65, 2560);
   /* node node_Mul_67: Mul(transpose, val_66) -> val_67 */
@@ -328,7 +328,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   O2E_PROF(19); O2E_TRACE("transpose_1", T_transpose_1, 2560);
   /* node node_view_2: Reshape(transpose_1, val_77) -> view_2  [allowzero=1] */
   {
-    if ((const void *)T_view_2 != (const void *)T_transpose_1) memmove(T_view_2, T_transpose_1, 2560);
+    /* T_transpose_1: written in place */
   }
   O2E_PROF(20); O2E_TRACE("view_2", T_view_2, 2560);
   /* node node_MatMul_79: o2e.MatMulAddAct(view_2, val_78, o.bias) -> output  [activation=] */
