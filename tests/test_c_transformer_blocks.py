@@ -180,6 +180,39 @@ def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
     return nodes, ins, feeds, inits
 
 
+def _head_split(rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """Attention's head split as torch exports it: qkv = x W + b -> Reshape [T, 3, H, d] ->
+    Transpose -> Split -> Squeeze: the Reshape and the Squeezes copy nothing (their inputs are
+    written in place); a Reshape of a graph input, and one whose input is read twice, copy."""
+    T, H, d = 7, 2, 4
+    D = H * d
+    x = rng.standard_normal((1, T, D)).astype(np.float32)
+    x[0, 1, 2] = np.nan
+    shape = np.array([1, T, 3, H, d], np.int64)
+    nodes = [
+        helper.make_node("MatMul", ["x_hs", "w_hs"], ["qkv_hs"]),
+        helper.make_node("Reshape", ["qkv_hs", "shape_hs"], ["r_hs"]),
+        helper.make_node("Transpose", ["r_hs"], ["t_hs"], perm=[2, 0, 3, 1, 4]),
+        helper.make_node("Split", ["t_hs"], ["q_hs", "k_hs", "v_hs"], axis=0, num_outputs=3),
+        *[
+            helper.make_node("Squeeze", [f"{n}_hs", "zero_hs"], [f"s{n}_hs"])
+            for n in ("q", "k", "v")
+        ],
+        *[helper.make_node("Neg", [f"s{n}_hs"], [f"y_hs_{n}"]) for n in ("q", "k", "v")],
+        helper.make_node("Reshape", ["x_hs", "flat_hs"], ["y_hs_flat"]),  # a graph input
+        helper.make_node("Abs", ["x_hs"], ["u_hs"]),
+        helper.make_node("Reshape", ["u_hs", "flat_hs"], ["y_hs_u"]),  # u read twice
+        helper.make_node("Neg", ["u_hs"], ["y_hs_neg"]),
+    ]
+    inits = [
+        tensor("w_hs", (rng.standard_normal((D, 3 * D)) / np.sqrt(D)).astype(np.float32)),
+        tensor("shape_hs", shape),
+        tensor("zero_hs", np.array([0], np.int64)),
+        tensor("flat_hs", np.array([1, -1], np.int64)),
+    ]
+    return nodes, [vi("x_hs", [1, T, D])], {"x_hs": x}, inits
+
+
 def _layer_norms(rng: np.random.Generator) -> tuple[list, list, dict, list]:
     """LayerNormalization / RMSNormalization over the last axis (the vectorised row kernel):
     rows with NaN, Inf, a mean far above the spread (100 + N(0, 1)), rows shorter than the
@@ -214,7 +247,7 @@ def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     nodes, ins, feeds, inits = [], [], {}, []
     branches = [_conv1d_branch(n, rng) for n in CONV1D]
     branches += [_conv1d_residual(rng), _softmax_rows(rng), _layer_norms(rng)]
-    branches += [_scaled_softmaxes(rng), _linear_layers(rng)]
+    branches += [_scaled_softmaxes(rng), _linear_layers(rng), _head_split(rng)]
     for n, i, f, w in branches:
         nodes += n
         ins += i
@@ -279,6 +312,15 @@ def _node_index(src: str, x: str) -> str:
     m = re.search(r"/\* node MatMul_(\d+): o2e\.MatMulAddAct\(" + x + ",", src)
     assert m is not None, x
     return m.group(1)
+
+
+def test_reshapes_copy_nothing(blocks: tuple[Path, dict, dict, dict]) -> None:
+    """The head split's Reshape and Squeezes are written in place by their producers."""
+    src = (blocks[0] / "model.c").read_text()
+    for x in ("qkv_hs", "q_hs", "k_hs", "v_hs"):
+        assert re.search(rf"T_{x}: written in place", src), x
+    for x in ("x_hs", "u_hs"):
+        assert not re.search(rf"\w*_{x}: written in place", src), x
 
 
 @pytest.mark.parametrize("arch", ALL_ISAS)
