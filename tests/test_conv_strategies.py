@@ -88,7 +88,7 @@ CASES = {
     "narrow": ({"C": 64, "M": 48, "H": 14, "k": 3, "stride": 2, "pad": 1}, ""),
     # outputs under 16 positions: the narrow-map kernel (K >= 128, M >= 32) comes first
     "im2col_gemm": ({"C": 16, "M": 48, "H": 5, "k": 3}, "narrow=off"),
-    "nd_loop": ({"C": 4, "M": 8, "H": 9, "k": 3, "pad": 1, "nd": 1}, ""),
+    "nd_loop": ({"C": 4, "M": 8, "H": 5, "k": 3, "pad": 1, "nd": 3}, ""),  # 1-D: the 2-D view
 }
 
 

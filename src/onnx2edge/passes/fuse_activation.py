@@ -190,7 +190,10 @@ def _gelu_patterns(graph: Graph, producers: Collection[str]) -> list[tuple[Node,
     return out
 
 
-@register_pass("fuse_activation", after=("fold_constants", "fold_batchnorm", "fuse_residual"))
+@register_pass(
+    "fuse_activation",
+    after=("fold_constants", "fold_batchnorm", "fuse_residual", "fuse_matmul_bias"),
+)
 def fuse_activation(graph: Graph) -> Graph:
     return fuse_activations(graph, gelu_pattern=True)
 

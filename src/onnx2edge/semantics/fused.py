@@ -12,6 +12,7 @@ attribute defaults in attrs.py and onnx's checker know them):
 | `o2e.ConvTransposeAct` | act(ConvTranspose(X, W, B)) | X, W, B? |
 | `o2e.GemmAct` | act(Gemm(A, B, C)) | A, B, C? |
 | `o2e.MatMulAct` | act(MatMul(A, B)) | A, B |
+| `o2e.MatMulAddAct` | act(MatMul(A, B) + R), R broadcast to the product (C backend: a bias of N values, passes/fuse_matmul_bias) | A, B, R |
 | `o2e.AddAct` | act(Add(A, B)) | A, B |
 | `o2e.InstanceNormalizationAct` | act(InstanceNormalization(X, scale, B)) | X, scale, B |
 | `o2e.BatchNormalizationAct` | act(BatchNormalization(X, ...)), inference, one output (MPS only: a BN left unfolded is a channel affine there, a 1x1 depthwise convolution with a neuron) | X, scale, B, mean, var |
@@ -36,6 +37,7 @@ fused forms:
 | `o2e.QConcat` | Concat of quantized tensors, each requantized to the output's scale by a 256-entry table ("" when the scales agree) | X0, table0, X1, table1, ... |
 | `o2e.QMaxPool` | MaxPool on int8 / uint8 (no Indices output) | X |
 | `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
+| `o2e.ScaledSoftmax` | Softmax(X * scale) (LogSoftmax with `log` 1) over the last axis, X float32, scale a float32 scalar constant: attention's scores times 1/sqrt(d) (C backend, passes/fuse_softmax_scale) | X, scale |
 | `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 """
 
@@ -74,6 +76,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         FusedOp("ConvTransposeAct", "ConvTranspose"),
         FusedOp("GemmAct", "Gemm"),
         FusedOp("MatMulAct", "MatMul"),
+        FusedOp("MatMulAddAct", "MatMul", residual=True),
         FusedOp("AddAct", "Add"),
         FusedOp("InstanceNormalizationAct", "InstanceNormalization"),
         FusedOp("BatchNormalizationAct", "BatchNormalization"),
@@ -227,7 +230,7 @@ def _internal_schemas() -> list[OpSchema]:
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
     return [
         qgemm, qadd, qconcat, qmaxpool, *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
-        _bounded_schema(),
+        _bounded_schema(), _scaled_softmax_schema(),
     ]  # fmt: skip
 
 
@@ -325,8 +328,30 @@ def _schema(f: FusedOp) -> OpSchema:
 
 INTERNAL_OPS = (
     "QGemm", "QAdd", "QConcat", "QMaxPool", "QAveragePool", "QGlobalAveragePool", "IfSelect",
-    "Bounded",
+    "Bounded", "ScaledSoftmax",
 )  # fmt: skip
+
+
+def _scaled_softmax_schema() -> OpSchema:
+    """o2e.ScaledSoftmax (passes/fuse_softmax_scale.py): Softmax(X * scale) over the last axis,
+    LogSoftmax with `log` 1; X * scale is rounded to float32 before the softmax, as the Mul it
+    replaces did."""
+    base = onnx.defs.get_schema("Softmax", onnx.defs.onnx_opset_version(), "")
+    sch = OpSchema(
+        "ScaledSoftmax",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op: Softmax(X * scale) (LogSoftmax when log = 1) over the last "
+        "axis; scale a float32 scalar.",
+        inputs=[_Param("X", "T", ""), _Param("scale", "T", "")],
+        outputs=[_Param("Y", "T", "")],
+        type_constraints=[("T", ["tensor(float)"], "")],
+        attributes=[
+            OpSchema.Attribute("log", make_attribute("log", 0), "1: LogSoftmax"),
+        ],
+    )
+    sch.set_type_and_shape_inference_function(base.get_type_and_shape_inference_function())
+    return sch
 
 
 def _if_select_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
@@ -488,13 +513,26 @@ def with_residual(conv: Node, residual: str, outputs: tuple[str, ...]) -> Node:
     )
 
 
+def with_residual_add(node: Node, residual: str, outputs: tuple[str, ...]) -> Node:
+    """A plain MatMul plus a tensor added to its result: o2e.MatMulAddAct without
+    activation."""
+    attrs = {**node.attrs, "activation": Attr(AttributeProto.STRING, "")}
+    return node.replace(
+        op_type=_fused_name(node.op_type, True),
+        domain=DOMAIN,
+        inputs=(*node.inputs, residual),
+        outputs=outputs,
+        attrs=attrs,
+    )
+
+
 def unfused(node: Node) -> Node:
     """The plain ONNX node under a fused op: base op type, activation attributes and the
     residual input dropped (outputs unchanged)."""
     if not is_fused(node):
         return node
     attrs = {k: v for k, v in node.attrs.items() if k not in ACT_ATTRS}
-    inputs = node.inputs[:3] if has_residual(node) else node.inputs
+    inputs = node.inputs[:-1] if has_residual(node) else node.inputs  # R is the last
     while inputs and not inputs[-1]:
         inputs = inputs[:-1]
     return node.replace(op_type=base_op(node), domain=base_domain(node), attrs=attrs, inputs=inputs)

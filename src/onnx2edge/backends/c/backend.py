@@ -184,7 +184,9 @@ class CBackend(Backend):
         "bound_data_dependent",  # NonMaxSuppression, Unique: outputs sized by a bound
         "widen_small_floats",  # before the fusions: each widened op rounds its own result
         "fuse_residual",
+        "fuse_matmul_bias",  # MatMul + bias Add: one GEMM with the bias in its epilogue
         "fuse_activation",
+        "fuse_softmax_scale",  # attention's 1/sqrt(d) Mul folded into its Softmax
         "qdq_to_int8",
         "eliminate_dead_nodes",
     )

@@ -1,4 +1,4 @@
-"""Concat without copies: inputs written straight into their slice of the output.
+"""Concat and Reshape without copies: inputs written straight into their slice of the output.
 
 A Concat whose slices are contiguous in its output (everything before the axis has extent 1:
 batch-1 NCHW concatenated on channels, as in SqueezeNet's fire modules, Inception's and
@@ -13,6 +13,7 @@ producers to the output's last reader; an aliased input gets no buffer of its ow
 offset is the output's plus its slice's). Skipped, and copied as before: graph inputs and
 outputs, inputs read by other nodes too or repeated in the Concat, inputs that are
 themselves concat outputs with aliases (no chains), and nodes under a run-time If guard.
+Reshape / Flatten / Squeeze / Unsqueeze are a Concat of one input under the same rules.
 """
 
 from __future__ import annotations
@@ -42,20 +43,25 @@ def concat_aliases(
     targets: set[str] = set()  # concat outputs that received aliases
     aliases: dict[str, tuple[str, int]] = {}
     for node in graph.nodes:
-        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx") or node.name in guarded:
+        reshape = node.op_type in RESHAPES
+        if (
+            not (node.op_type == "Concat" or reshape)
+            or node.domain not in ("", "ai.onnx")
+            or node.name in guarded
+        ):
             continue
         y = node.outputs[0]
         ty = graph.type_of(y)
         if kinds.get(y) != "arena" or ty is None or not ty.is_static:
             continue
         shape = ty.static_shape
-        axis = int(node.attrs["axis"].value)
+        axis = 0 if reshape else int(node.attrs["axis"].value)
         axis += len(shape) if axis < 0 else 0
         if int(np.prod(shape[:axis], dtype=np.int64)) != 1:
             continue  # slices interleave: every outer index has its own run
         itemsize = np.dtype(ty.dtype).itemsize
         off = 0
-        for x in node.inputs:
+        for x in node.inputs[:1] if reshape else node.inputs:
             if not x:
                 continue
             tx = graph.type_of(x)
@@ -77,3 +83,9 @@ def concat_aliases(
                 targets.add(y)
             off += nbytes
     return aliases
+
+
+# Ops that only rename bytes: their input, written by its producer straight into the output's
+# buffer (one slice at offset 0), leaves them nothing to copy (ops/shape.py `reshape`).
+# Attention's head split runs three of them per block (Reshape, Squeeze after Split...).
+RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")

@@ -34,12 +34,12 @@
 
 #ifdef O2E_PROFILE  /* per-node times for `onnx2edge bench --profile` (needs POSIX clock_gettime) */
 #include <time.h>
-static double o2e_prof_ms[25];
+static double o2e_prof_ms[22];
 #ifndef O2E_PROF_CLOCK
 #define O2E_PROF_CLOCK CLOCK_MONOTONIC
 #endif
 static double o2e_prof_now(void) { struct timespec ts; clock_gettime(O2E_PROF_CLOCK, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; }
-void sdpa_block_profile(double *ms) { for (int i = 0; i < 25; ++i) ms[i] = o2e_prof_ms[i]; }
+void sdpa_block_profile(double *ms) { for (int i = 0; i < 22; ++i) ms[i] = o2e_prof_ms[i]; }
 #define O2E_PROF_BEGIN double o2e_t0 = o2e_prof_now(), o2e_t1;
 #define O2E_PROF(i) do { o2e_t1 = o2e_prof_now(); o2e_prof_ms[i] += o2e_t1 - o2e_t0; o2e_t0 = o2e_t1; } while (0)
 #else
@@ -60,6 +60,8 @@ void sdpa_block_set_trace(void (*cb)(const char *, const void *, size_t)) { o2e_
 #error "GEMM workspaces were sized for the default O2E_GEMM_KC, O2E_GEMM_SB, O2E_GEMM_CONV_SB, O2E_GEMM_A_BYTES, O2E_GEMM_MC_MIN, O2E_SN_KB (KC >= 64): lower them or reconvert"
 #endif
 
+#include "o2e_softmax.h"
+
 /* ---- weights ---- */
 /* the weights' checksum (writer.weights_checksum): catches a corrupt or stale file */
 static uint64_t o2e_checksum(const unsigned char *p, size_t n)
@@ -79,13 +81,13 @@ static uint64_t o2e_checksum(const unsigned char *p, size_t n)
 }
 static unsigned char o2e_weights[67072] O2E_ALIGNED;  /* filled by sdpa_block_init() */
 #define W_val_0 ((const float *)(o2e_weights + 0))  /* val_0: 64x64 */
-#define W_q_bias ((const float *)(o2e_weights + 16384))  /* q.bias: 64 */
+#define W_node_MatMul_1_bias ((const float *)(o2e_weights + 16384))  /* node_MatMul_1_bias: 64 */
 #define W_val_8 ((const float *)(o2e_weights + 16640))  /* val_8: 64x128 */
-#define W_kv_bias ((const float *)(o2e_weights + 49408))  /* kv.bias: 128 */
+#define W_node_MatMul_9_bias ((const float *)(o2e_weights + 49408))  /* node_MatMul_9_bias: 128 */
 #define W_val_66 ((const float *)(o2e_weights + 49920))  /* val_66: 1 */
 #define W_val_51 ((const float *)(o2e_weights + 49984))  /* val_51: 10x10 */
 #define W_val_78 ((const float *)(o2e_weights + 50432))  /* val_78: 64x64 */
-#define W_o_bias ((const float *)(o2e_weights + 66816))  /* o.bias: 64 */
+#define W_node_MatMul_79_bias ((const float *)(o2e_weights + 66816))  /* node_MatMul_79_bias: 64 */
 static int o2e_ready = 0;  /* weights in place: set by sdpa_block_init* */
 
 /* ---- activations: one arena per context, offsets from the liveness planner ---- */
@@ -171,54 +173,43 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   {
   const float *const in_input = (const float *)inputs[0];  /* input: 1x10x64 */
   float *const out_output = (float *)outputs[0];  /* output: 1x10x64 */
-  float *const T_val_1 = (float *)(o2e_arena + 269120);  /* val_1: 1x10x64 */
-  float *const T_linear = (float *)(o2e_arena + 0);  /* linear: 1x10x64 */
-  float *const T_view = (float *)(o2e_arena + 2560);  /* view: 1x10x8x8 */
+  float *const T_linear = (float *)(o2e_arena + 269120);  /* linear: 1x10x64 */
+  float *const T_view = (float *)(o2e_arena + 269120);  /* view: 1x10x8x8 */
   float *const T_transpose = (float *)(o2e_arena + 274240);  /* transpose: 1x8x10x8 */
-  float *const T_val_9 = (float *)(o2e_arena + 269120);  /* val_9: 1x10x128 */
-  float *const T_linear_1 = (float *)(o2e_arena + 0);  /* linear_1: 1x10x128 */
-  float *const T_view_1 = (float *)(o2e_arena + 5120);  /* view_1: 1x10x2x8x8 */
+  float *const T_linear_1 = (float *)(o2e_arena + 269120);  /* linear_1: 1x10x128 */
+  float *const T_view_1 = (float *)(o2e_arena + 269120);  /* view_1: 1x10x2x8x8 */
   float *const T_permute = (float *)(o2e_arena + 0);  /* permute: 2x1x8x10x8 */
   float *const T_val_20 = (float *)(o2e_arena + 5120);  /* val_20: 1x1x8x10x8 */
-  float *const T_getitem = (float *)(o2e_arena + 7680);  /* getitem: 1x8x10x8 */
-  float *const T_val_25 = (float *)(o2e_arena + 5120);  /* val_25: 1x1x8x10x8 */
+  float *const T_getitem = (float *)(o2e_arena + 5120);  /* getitem: 1x8x10x8 */
+  float *const T_val_25 = (float *)(o2e_arena + 238528);  /* val_25: 1x1x8x10x8 */
   float *const T_getitem_1 = (float *)(o2e_arena + 238528);  /* getitem_1: 1x8x10x8 */
   float *const T_val_62 = (float *)(o2e_arena + 0);  /* val_62: 8x10x8 */
   float *const T_val_63 = (float *)(o2e_arena + 2560);  /* val_63: 8x8x10 */
-  float *const T_val_65 = (float *)(o2e_arena + 0);  /* val_65: 1x8x8x10 */
+  float *const T_val_65 = (float *)(o2e_arena + 2560);  /* val_65: 1x8x8x10 */
   float *const T_val_67 = (float *)(o2e_arena + 241088);  /* val_67: 1x8x10x8 */
   float *const T_val_69 = (float *)(o2e_arena + 243648);  /* val_69: 1x8x8x10 */
   float *const T_val_70 = (float *)(o2e_arena + 235328);  /* val_70: 1x8x10x10 */
   float *const T_val_71 = (float *)(o2e_arena + 0);  /* val_71: 1x8x10x10 */
   float *const T_val_72 = (float *)(o2e_arena + 201280);  /* val_72: 1x8x10x10 */
   float *const T_scaled_dot_product_attention = (float *)(o2e_arena + 204480);  /* scaled_dot_product_attention: 1x8x10x8 */
-  float *const T_transpose_1 = (float *)(o2e_arena + 0);  /* transpose_1: 1x10x8x8 */
+  float *const T_transpose_1 = (float *)(o2e_arena + 269120);  /* transpose_1: 1x10x8x8 */
   float *const T_view_2 = (float *)(o2e_arena + 269120);  /* view_2: 1x10x64 */
-  float *const T_val_79 = (float *)(o2e_arena + 271680);  /* val_79: 1x10x64 */
   O2E_PROF_BEGIN
   (void)inputs; (void)outputs; (void)o2e_arena;
-  (void)in_input; (void)out_output; (void)T_val_1; (void)T_linear; (void)T_view; (void)T_transpose; (void)T_val_9; (void)T_linear_1;
-  (void)T_view_1; (void)T_permute; (void)T_val_20; (void)T_getitem; (void)T_val_25; (void)T_getitem_1; (void)T_val_62; (void)T_val_63;
-  (void)T_val_65; (void)T_val_67; (void)T_val_69; (void)T_val_70; (void)T_val_71; (void)T_val_72; (void)T_scaled_dot_product_attention; (void)T_transpose_1;
-  (void)T_view_2; (void)T_val_79;
+  (void)in_input; (void)out_output; (void)T_linear; (void)T_view; (void)T_transpose; (void)T_linear_1; (void)T_view_1; (void)T_permute;
+  (void)T_val_20; (void)T_getitem; (void)T_val_25; (void)T_getitem_1; (void)T_val_62; (void)T_val_63; (void)T_val_65; (void)T_val_67;
+  (void)T_val_69; (void)T_val_70; (void)T_val_71; (void)T_val_72; (void)T_scaled_dot_product_attention; (void)T_transpose_1; (void)T_view_2;
 
-  /* node node_MatMul_1: MatMul(input, val_0) -> val_1 */
+  /* node node_MatMul_1: o2e.MatMulAddAct(input, val_0, q.bias) -> linear  [activation=] */
   {
-    o2e_sgemm(10, 64, 64, in_input, 64, W_val_0, 64, T_val_1, 64, 0, NULL, NULL, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_MatMul_1_0);
+    o2e_sgemm(10, 64, 64, in_input, 64, W_val_0, 64, T_linear, 64, 0, NULL, W_node_MatMul_1_bias, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_MatMul_1_0);
   }
-  O2E_PROF(0); O2E_TRACE("val_1", T_val_1, 2560);
-  /* node node_linear: Add(val_1, q.bias) -> linear */
-  {
-    for (size_t i0 = 0; i0 < 10; ++i0)
-      for (size_t i1 = 0; i1 < 64; ++i1)
-        { const float a = T_val_1[i0*64 + i1]; const float b = W_q_bias[i1]; T_linear[i0*64 + i1] = (float)(a + b); }
-  }
-  O2E_PROF(1); O2E_TRACE("linear", T_linear, 2560);
+  O2E_PROF(0); O2E_TRACE("linear", T_linear, 2560);
   /* node node_view: Reshape(linear, val_7) -> view  [allowzero=1] */
   {
-    if ((const void *)T_view != (const void *)T_linear) memmove(T_view, T_linear, 2560);
+    /* T_linear: written in place */
   }
-  O2E_PROF(2); O2E_TRACE("view", T_view, 2560);
+  O2E_PROF(1); O2E_TRACE("view", T_view, 2560);
   /* node node_transpose: Transpose(view) -> transpose  [perm=[0, 2, 1, 3]] */
   {
     for (size_t i0 = 0; i0 < 8; ++i0)
@@ -226,24 +217,17 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
         for (size_t i2 = 0; i2 < 8; ++i2)
           T_transpose[i0 * 80 + i1 * 8 + i2] = T_view[i0 * 8 + i1 * 64 + i2];
   }
-  O2E_PROF(3); O2E_TRACE("transpose", T_transpose, 2560);
-  /* node node_MatMul_9: MatMul(input, val_8) -> val_9 */
+  O2E_PROF(2); O2E_TRACE("transpose", T_transpose, 2560);
+  /* node node_MatMul_9: o2e.MatMulAddAct(input, val_8, kv.bias) -> linear_1  [activation=] */
   {
-    o2e_sgemm(10, 128, 64, in_input, 64, W_val_8, 128, T_val_9, 128, 0, NULL, NULL, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_MatMul_9_0);
+    o2e_sgemm(10, 128, 64, in_input, 64, W_val_8, 128, T_linear_1, 128, 0, NULL, W_node_MatMul_9_bias, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_MatMul_9_0);
   }
-  O2E_PROF(4); O2E_TRACE("val_9", T_val_9, 5120);
-  /* node node_linear_1: Add(val_9, kv.bias) -> linear_1 */
-  {
-    for (size_t i0 = 0; i0 < 10; ++i0)
-      for (size_t i1 = 0; i1 < 128; ++i1)
-        { const float a = T_val_9[i0*128 + i1]; const float b = W_kv_bias[i1]; T_linear_1[i0*128 + i1] = (float)(a + b); }
-  }
-  O2E_PROF(5); O2E_TRACE("linear_1", T_linear_1, 5120);
+  O2E_PROF(3); O2E_TRACE("linear_1", T_linear_1, 5120);
   /* node node_view_1: Reshape(linear_1, val_16) -> view_1  [allowzero=1] */
   {
-    if ((const void *)T_view_1 != (const void *)T_linear_1) memmove(T_view_1, T_linear_1, 5120);
+    /* T_linear_1: written in place */
   }
-  O2E_PROF(6); O2E_TRACE("view_1", T_view_1, 5120);
+  O2E_PROF(4); O2E_TRACE("view_1", T_view_1, 5120);
   /* node node_permute: Transpose(view_1) -> permute  [perm=[2, 0, 3, 1, 4]] */
   {
     for (size_t i0 = 0; i0 < 16; ++i0)
@@ -251,34 +235,34 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
         for (size_t i2 = 0; i2 < 8; ++i2)
           T_permute[i0 * 80 + i1 * 8 + i2] = T_view_1[i0 * 8 + i1 * 128 + i2];
   }
-  O2E_PROF(7); O2E_TRACE("permute", T_permute, 5120);
+  O2E_PROF(5); O2E_TRACE("permute", T_permute, 5120);
   /* node node_Slice_20: Slice(permute, val_17, val_18, val_17) -> val_20 */
   {
     for (size_t i0 = 0; i0 < 640; ++i0)
       T_val_20[i0] = T_permute[i0];
   }
-  O2E_PROF(8); O2E_TRACE("val_20", T_val_20, 2560);
+  O2E_PROF(6); O2E_TRACE("val_20", T_val_20, 2560);
   /* node node_unbind__0: Squeeze(val_20, val_17) -> getitem */
   {
-    if ((const void *)T_getitem != (const void *)T_val_20) memmove(T_getitem, T_val_20, 2560);
+    /* T_val_20: written in place */
   }
-  O2E_PROF(9); O2E_TRACE("getitem", T_getitem, 2560);
+  O2E_PROF(7); O2E_TRACE("getitem", T_getitem, 2560);
   /* node node_Slice_25: Slice(permute, val_18, val_23, val_17) -> val_25 */
   {
     for (size_t i0 = 0; i0 < 640; ++i0)
       T_val_25[i0] = T_permute[640 + i0];
   }
-  O2E_PROF(10); O2E_TRACE("val_25", T_val_25, 2560);
+  O2E_PROF(8); O2E_TRACE("val_25", T_val_25, 2560);
   /* node node_unbind__1: Squeeze(val_25, val_17) -> getitem_1 */
   {
-    if ((const void *)T_getitem_1 != (const void *)T_val_25) memmove(T_getitem_1, T_val_25, 2560);
+    /* T_val_25: written in place */
   }
-  O2E_PROF(11); O2E_TRACE("getitem_1", T_getitem_1, 2560);
+  O2E_PROF(9); O2E_TRACE("getitem_1", T_getitem_1, 2560);
   /* node node_Reshape_62: Reshape(getitem, val_61) -> val_62  [allowzero=0] */
   {
     if ((const void *)T_val_62 != (const void *)T_getitem) memmove(T_val_62, T_getitem, 2560);
   }
-  O2E_PROF(12); O2E_TRACE("val_62", T_val_62, 2560);
+  O2E_PROF(10); O2E_TRACE("val_62", T_val_62, 2560);
   /* node node_Transpose_63: Transpose(val_62) -> val_63  [perm=[0, 2, 1]] */
   {
     for (size_t i0 = 0; i0 < 8; ++i0)
@@ -286,24 +270,24 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
         for (size_t i2 = 0; i2 < 10; ++i2)
           T_val_63[i0 * 80 + i1 * 10 + i2] = T_val_62[i0 * 80 + i1 + i2 * 8];
   }
-  O2E_PROF(13); O2E_TRACE("val_63", T_val_63, 2560);
+  O2E_PROF(11); O2E_TRACE("val_63", T_val_63, 2560);
   /* node node_Reshape_65: Reshape(val_63, val_64) -> val_65  [allowzero=0] */
   {
-    if ((const void *)T_val_65 != (const void *)T_val_63) memmove(T_val_65, T_val_63, 2560);
+    /* T_val_63: written in place */
   }
-  O2E_PROF(14); O2E_TRACE("val_65", T_val_65, 2560);
+  O2E_PROF(12); O2E_TRACE("val_65", T_val_65, 2560);
   /* node node_Mul_67: Mul(transpose, val_66) -> val_67 */
   {
     for (size_t i0 = 0; i0 < 640; ++i0)
       { const float a = T_transpose[i0]; const float b = W_val_66[0]; T_val_67[i0] = (float)(a * b); }
   }
-  O2E_PROF(15); O2E_TRACE("val_67", T_val_67, 2560);
+  O2E_PROF(13); O2E_TRACE("val_67", T_val_67, 2560);
   /* node node_Mul_69: Mul(val_65, val_66) -> val_69 */
   {
     for (size_t i0 = 0; i0 < 640; ++i0)
       { const float a = T_val_65[i0]; const float b = W_val_66[0]; T_val_69[i0] = (float)(a * b); }
   }
-  O2E_PROF(16); O2E_TRACE("val_69", T_val_69, 2560);
+  O2E_PROF(14); O2E_TRACE("val_69", T_val_69, 2560);
   /* node node_MatMul_70: MatMul(val_67, val_69) -> val_70 */
   {
     for (int bi = 0; bi < 8; ++bi) {
@@ -312,29 +296,19 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
       o2e_sgemm(10, 10, 8, T_val_67 + (size_t)d1 * 80 + (size_t)d0 * 640, 8, T_val_69 + (size_t)d1 * 80 + (size_t)d0 * 640, 10, T_val_70 + (size_t)bi * 100, 10, 0, NULL, NULL, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_MatMul_70_0);
     }
   }
-  O2E_PROF(17); O2E_TRACE("val_70", T_val_70, 3200);
+  O2E_PROF(15); O2E_TRACE("val_70", T_val_70, 3200);
   /* node node_Add_71: Add(val_70, val_51) -> val_71 */
   {
     for (size_t i0 = 0; i0 < 8; ++i0)
       for (size_t i1 = 0; i1 < 100; ++i1)
         { const float a = T_val_70[i0*100 + i1]; const float b = W_val_51[i1]; T_val_71[i0*100 + i1] = (float)(a + b); }
   }
-  O2E_PROF(18); O2E_TRACE("val_71", T_val_71, 3200);
+  O2E_PROF(16); O2E_TRACE("val_71", T_val_71, 3200);
   /* node node_Softmax_72: Softmax(val_71) -> val_72  [axis=-1] */
   {
-    for (size_t o = 0; o < 80; ++o)
-    for (size_t i = 0; i < 1; ++i) {
-      const float *xs = T_val_71 + o * 10 + i;
-      float *ys = T_val_72 + o * 10 + i;
-      float mx = xs[0];
-      double sum = 0.0;
-      for (size_t j = 1; j < 10; ++j) if (xs[j] > mx) mx = xs[j];
-      for (size_t j = 0; j < 10; ++j) ys[j] = o2e_expf(xs[j] - mx);
-      for (size_t j = 0; j < 10; ++j) sum += ys[j];
-      for (size_t j = 0; j < 10; ++j) ys[j] = (float)(ys[j] / sum);
-    }
+    { o2e_softmax_args a = {T_val_71, T_val_72, 10, 0, 1.0f}; o2e_softmax_rows(&a, 0, 80); }
   }
-  O2E_PROF(19); O2E_TRACE("val_72", T_val_72, 3200);
+  O2E_PROF(17); O2E_TRACE("val_72", T_val_72, 3200);
   /* node node_scaled_dot_product_attention: MatMul(val_72, getitem_1) -> scaled_dot_product_attention */
   {
     for (int bi = 0; bi < 8; ++bi) {
@@ -343,7 +317,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
       o2e_sgemm(10, 8, 10, T_val_72 + (size_t)d1 * 100 + (size_t)d0 * 800, 10, T_getitem_1 + (size_t)d1 * 80 + (size_t)d0 * 640, 8, T_scaled_dot_product_attention + (size_t)bi * 80, 8, 0, NULL, NULL, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_scaled_dot_product_attention_0);
     }
   }
-  O2E_PROF(20); O2E_TRACE("scaled_dot_product_attention", T_scaled_dot_product_attention, 2560);
+  O2E_PROF(18); O2E_TRACE("scaled_dot_product_attention", T_scaled_dot_product_attention, 2560);
   /* node node_transpose_1: Transpose(scaled_dot_product_attention) -> transpose_1  [perm=[0, 2, 1, 3]] */
   {
     for (size_t i0 = 0; i0 < 10; ++i0)
@@ -351,24 +325,17 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
         for (size_t i2 = 0; i2 < 8; ++i2)
           T_transpose_1[i0 * 64 + i1 * 8 + i2] = T_scaled_dot_product_attention[i0 * 8 + i1 * 80 + i2];
   }
-  O2E_PROF(21); O2E_TRACE("transpose_1", T_transpose_1, 2560);
+  O2E_PROF(19); O2E_TRACE("transpose_1", T_transpose_1, 2560);
   /* node node_view_2: Reshape(transpose_1, val_77) -> view_2  [allowzero=1] */
   {
-    if ((const void *)T_view_2 != (const void *)T_transpose_1) memmove(T_view_2, T_transpose_1, 2560);
+    /* T_transpose_1: written in place */
   }
-  O2E_PROF(22); O2E_TRACE("view_2", T_view_2, 2560);
-  /* node node_MatMul_79: MatMul(view_2, val_78) -> val_79 */
+  O2E_PROF(20); O2E_TRACE("view_2", T_view_2, 2560);
+  /* node node_MatMul_79: o2e.MatMulAddAct(view_2, val_78, o.bias) -> output  [activation=] */
   {
-    o2e_sgemm(10, 64, 64, T_view_2, 64, W_val_78, 64, T_val_79, 64, 0, NULL, NULL, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_MatMul_79_0);
+    o2e_sgemm(10, 64, 64, T_view_2, 64, W_val_78, 64, out_output, 64, 0, NULL, W_node_MatMul_79_bias, NULL, 0, (o2e_act){0, 0.0f, 0.0f}, S_node_MatMul_79_0);
   }
-  O2E_PROF(23); O2E_TRACE("val_79", T_val_79, 2560);
-  /* node node_linear_2: Add(val_79, o.bias) -> output */
-  {
-    for (size_t i0 = 0; i0 < 10; ++i0)
-      for (size_t i1 = 0; i1 < 64; ++i1)
-        { const float a = T_val_79[i0*64 + i1]; const float b = W_o_bias[i1]; out_output[i0*64 + i1] = (float)(a + b); }
-  }
-  O2E_PROF(24); O2E_TRACE("output", out_output, 2560);
+  O2E_PROF(21); O2E_TRACE("output", out_output, 2560);
   }
   return 0;
 }

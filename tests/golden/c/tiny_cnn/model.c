@@ -1952,7 +1952,7 @@ int tiny_cnn_run_ctx(tiny_cnn_ctx *ctx, const void *const *inputs, void *const *
   float *const T_pw2_relu = (float *)(o2e_arena + 302912);  /* pw2.relu: 1x16x16x16 */
   float *const T_res2 = (float *)(o2e_arena + 504832);  /* res2: 1x16x16x16 */
   float *const T_conv3_relu = (float *)(o2e_arena + 472064);  /* conv3.relu: 1x32x16x16 */
-  float *const T_gap = (float *)(o2e_arena + 0);  /* gap: 1x32x1x1 */
+  float *const T_gap = (float *)(o2e_arena + 1088);  /* gap: 1x32x1x1 */
   float *const T_flat = (float *)(o2e_arena + 1088);  /* flat: 1x32 */
   O2E_PROF_BEGIN
   (void)inputs; (void)outputs; (void)o2e_arena;
@@ -2022,7 +2022,7 @@ int tiny_cnn_run_ctx(tiny_cnn_ctx *ctx, const void *const *inputs, void *const *
   O2E_PROF(6); O2E_TRACE("gap", T_gap, 128);
   /* node flatten: Flatten(gap) -> flat */
   {
-    if ((const void *)T_flat != (const void *)T_gap) memmove(T_flat, T_gap, 128);
+    /* T_gap: written in place */
   }
   O2E_PROF(7); O2E_TRACE("flat", T_flat, 128);
   /* node fc: Gemm(flat, fc.weight, fc.bias) -> logits  [transB=1] */

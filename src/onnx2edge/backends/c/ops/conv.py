@@ -112,6 +112,8 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
 @register_op("Conv", check=conv_check)
 def conv(ctx: NodeContext) -> str:
     spec = ConvSpec.of(ctx)
+    if spec.nsp == 1:  # (N, C, L) runs as (N, C, 1, L): the 2-D kernels' speed (Whisper)
+        spec = spec.as_2d()
     strategy = select(ctx, STRATEGIES, spec)
     r = ctx.node.inputs[3] if spec.residual else ""
     if strategy.inplace_residual and r and r not in ctx.node.inputs[:3]:

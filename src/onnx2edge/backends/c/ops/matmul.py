@@ -57,6 +57,8 @@ def _refuse_sparse(spec: MatMulSpec) -> str | None:
     ops = _sparse_operands(spec)
     if ops is None:
         return "not a constant 2-D weight times a matrix of rows"
+    if spec.op == "MatMul" and spec.has_c:
+        return "MatMul with a fused bias (the sparse kernels add none)"
     w, rows = ops
     m = sparse.mode(spec.kernels)
     bsr = rows == 1 and sparse.sparse_applicable(np.asarray(w), "fc_batch1_bsr", m)
@@ -90,8 +92,9 @@ def _fc_scaled(spec: MatMulSpec) -> np.ndarray:
 
 
 def _fc_bias(ctx: NodeContext, spec: MatMulSpec) -> str | None:
-    """The bias vector (beta * C broadcast to N), registered as a weight; None without one."""
-    if spec.op != "Gemm" or not spec.has_c or spec.beta == 0.0:
+    """The bias vector (beta * C broadcast to N), registered as a weight; None without one
+    (Gemm's C, or the bias of an o2e.MatMulAddAct)."""
+    if not spec.has_c or spec.beta == 0.0:
         return None
     cc = spec.bias
     assert cc is not None and cc.size in (1, spec.N)  # MatMulSpec.is_fc
@@ -258,9 +261,13 @@ def _refuse_folded(spec: MatMulSpec) -> str | None:
 
 
 def _emit_folded(ctx: NodeContext, spec: MatMulSpec) -> str:
-    """MatMul with a 2-D B: the batch folded into M, one GEMM."""
+    """MatMul with a 2-D B: the batch folded into M, one GEMM (a fused bias in its
+    epilogue)."""
     a, y, N, K = spec.a, spec.y, spec.N, spec.K
-    return gemm_call(ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, act=spec.act)
+    bias = _fc_bias(ctx, spec)
+    return gemm_call(
+        ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, bias_n=bias, act=spec.act
+    )
 
 
 def _refuse_batched(spec: MatMulSpec) -> str | None:
@@ -273,6 +280,7 @@ def _emit_batched(ctx: NodeContext, spec: MatMulSpec) -> str:
     M, N, K, batch, nb = spec.M, spec.N, spec.K, list(spec.batch), spec.nb
     a_st = _batch_strides(list(spec.a_shape[:-2]), batch, M * K)
     b_st = _batch_strides(list(spec.b_shape[:-2]), batch, K * N)
+    bias = _fc_bias(ctx, spec)  # registered before the loop: one vector for every matrix
     lines = [f"for (int bi = 0; bi < {nb}; ++bi) {{"]
     rem = "bi"
     aoff, boff = [], []
@@ -298,6 +306,7 @@ def _emit_batched(ctx: NodeContext, spec: MatMulSpec) -> str:
             N,
             f"{y.sym} + (size_t)bi * {M * N}",
             N,
+            bias_n=bias,
             act=spec.act,
         )
     )

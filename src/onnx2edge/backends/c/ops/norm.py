@@ -19,9 +19,11 @@ from ....ir import Graph, Node
 from ....semantics.activations import Activation, vm
 from ....semantics.attrs import attr, epsilon
 from ....semantics.batchnorm import bn_affine, bn_attrs
+from ....semantics.fused import DOMAIN
 from ....semantics.norms import group_norm_attrs, layer_norm_attrs, lp_norm_attrs, lrn_attrs
 from ....semantics.records import softmax_attrs
 from ..emitter import NodeContext, Tensor, c_literal
+from ..headers import include
 from ..kernels.gemm.gemm import _use_engine
 from ..kernels.pool import pool2d
 from . import register_op
@@ -86,6 +88,8 @@ for (size_t i = 0; i < {inner}; ++i) {{
   for (size_t j = 1; j < {n}; ++j) if (xs[{along("j", inner)}] > xs[{along("best", inner)}]) best = j;
   for (size_t j = 0; j < {n}; ++j) ys[{along("j", inner)}] = j == best ? 1 : 0;
 }}"""
+    if x.ctype == "float" and inner == 1:
+        return _softmax_rows(ctx, op == "LogSoftmax", outer, n, "1.0f")
     # subtract the max first: exp never overflows (softmax_large_number). exp in the input's
     # precision (float: o2e_vmath.h's, 1 ulp, in a loop of its own that vectorises: the
     # exponentials are stored, then summed in double).
@@ -109,6 +113,38 @@ for (size_t i = 0; i < {inner}; ++i) {{
 }}"""
 
 
+def _softmax_rows(ctx: NodeContext, log: bool, rows: int, n: int, scale: str) -> str:
+    """float32 over the last axis: runtime/o2e_softmax.h (vectorised max, exp + sum, scale),
+    its rows split across threads when there are enough of them."""
+    include(ctx, "o2e_softmax.h")
+    x, y = ctx.x(0).sym, ctx.y(0).sym
+    args = f"o2e_softmax_args a = {{{x}, {y}, {n}, {int(log)}, {scale}}};"
+    if rows > 1 and rows * n >= pool2d.PAR_MIN_WORK:
+        _use_engine(ctx)
+        return f"{{ {args} o2e_parallel_for({rows}, o2e_softmax_rows, &a); }}"
+    return f"{{ {args} o2e_softmax_rows(&a, 0, {rows}); }}"
+
+
+def _scaled_softmax_check(node: Node, graph: Graph) -> str | None:
+    if node.domain != DOMAIN:
+        return f"{node.op_type} outside the {DOMAIN} domain"
+    c = graph.const(node.inputs[1])
+    return None if c is not None and c.size == 1 else "scale is not a scalar constant"
+
+
+@register_op("o2e:ScaledSoftmax", check=_scaled_softmax_check)
+def scaled_softmax(ctx: NodeContext) -> str:
+    """Softmax(X * scale) over the last axis (passes/fuse_softmax_scale.py)."""
+    x = ctx.x(0)
+    c = ctx.const(1)
+    assert c is not None  # the check
+    if x.size == 0:
+        return "/* empty */"
+    n = x.shape[-1]
+    log = bool(ctx.attr("log"))
+    return _softmax_rows(ctx, log, x.size // n, n, c_literal(float(c.reshape(-1)[0]), np.float32))
+
+
 # --------------------------------------------------------------------------------------------
 # LayerNormalization / RMSNormalization: statistics over the trailing dims from `axis`
 # --------------------------------------------------------------------------------------------
@@ -126,6 +162,8 @@ def layer_norm(ctx: NodeContext) -> str:
     if x.size == 0:
         return "/* empty */"
     eps = c_literal(epsilon(ctx.node, ctx.graph.opset), np.float64)
+    if (fast := _layer_norm_rows(ctx, rms, axis, outer, n, eps)) is not None:
+        return fast
     sc = ctx.x(1)
     scale = f" * {sc.sym}[{bcast_index(sc.shape, x.shape, axis, 'o', 'j')}]"
     bias = ""
@@ -159,6 +197,105 @@ def layer_norm(ctx: NodeContext) -> str:
         lines.append(f"  {ctx.y(2).sym}[o] = ({ctx.y(2).ctype})inv;")
     lines.append("}")
     return "\n".join(lines)
+
+
+LN_ARGS = """
+/* Arguments of the LayerNormalization / RMSNormalization row kernel (norm.py): rows of n
+ * values, scale and bias (NULL: none) of n values; mean / inv (NULL: not asked) per row. */
+typedef struct {
+  const float *x, *scale, *bias;
+  float *y, *mean, *inv;
+  size_t n;
+  double eps;
+} o2e_layer_norm_args;
+"""
+
+LN_KERNEL = """
+/* {what} over rows [r0, r1) (norm.py): the statistics by o2e_moments_f32 (float lanes merged in
+ * double, each block centred on its own pivot), then one vectorised pass
+ * y = ((x - m) * s + t) * scale + bias, with m the mean rounded to float (as GroupNormalization's
+ * kernel: the subtraction is exact near the mean). */
+static void {name}(void *arg, int r0, int r1)
+{
+  const o2e_layer_norm_args *a = (const o2e_layer_norm_args *)arg;
+  const size_t n = a->n;
+  const float *restrict scale = a->scale, *restrict bias = a->bias;
+  int r;
+  for (r = r0; r < r1; ++r) {
+    const float *restrict x = a->x + (size_t)r * n;
+    float *restrict y = a->y + (size_t)r * n;
+    double mean, m2, msq; /* msq: the mean of x^2 (RMSNormalization) */
+    size_t j;
+    o2e_moments_f32(x, n, &mean, &m2);
+    msq = mean * mean + m2 / (double)n;
+    if (!isfinite(mean)) { /* an Inf: centring made it NaN; the plain sums keep Inf (as onnxruntime) */
+      double sum = 0.0, sq = 0.0;
+      for (j = 0; j < n; ++j) {
+        sum += x[j];
+        sq += (double)x[j] * x[j];
+      }
+      mean = sum / (double)n;
+      m2 = sq - mean * sum;
+      msq = sq / (double)n;
+    }
+    {
+{stats}
+      const float m = (float)mean, sc = (float)inv, sh = (float)((mean - m) * -inv);
+      if (bias)
+        for (j = 0; j < n; ++j) y[j] = ((x[j] - m) * sc + sh) * scale[j] + bias[j];
+      else
+        for (j = 0; j < n; ++j) y[j] = ((x[j] - m) * sc + sh) * scale[j];
+      if (a->mean) a->mean[r] = (float)mean;
+      if (a->inv) a->inv[r] = (float)inv;
+    }
+  }
+}
+"""
+
+
+def _row_vector(t_shape: tuple[int, ...], shape: tuple[int, ...], axis: int) -> bool:
+    """A tensor of `t_shape` broadcast to `shape` reads element j of every row (the dims from
+    `axis` on) at j: one vector of the row's length shared by all rows."""
+    want = [0] * axis + list(strides(tuple(shape[axis:])))
+    got = broadcast_strides(t_shape, shape)
+    return all(g == w or n == 1 for g, w, n in zip(got, want, shape, strict=True))
+
+
+def _layer_norm_rows(
+    ctx: NodeContext, rms: bool, axis: int, rows: int, n: int, eps: str
+) -> str | None:
+    """float32 with scale and bias of the row's n values (the usual transformer layer): the
+    vectorised row kernel above, rows split across threads; None for the general loop."""
+    x = ctx.x(0)
+    ins = [ctx.x(1)] + ([ctx.x(2)] if not rms and ctx.has_input(2) else [])
+    stats = [ctx.y(i) for i in (1, 2) if not rms and ctx.has_output(i)]
+    if (
+        x.ctype != "float"
+        or any(t.ctype != "float" or not _row_vector(t.shape, x.shape, axis) for t in ins)
+        or any(t.ctype != "float" for t in stats)
+    ):
+        return None
+    ctx.helper("o2e_layer_norm_args", LN_ARGS)
+    ctx.helper("o2e_moments_f32", _fill(MOMENTS, T="float", t="f32", B=MOMENTS_BLOCK))
+    if rms:  # no centring
+        name, what = "o2e_rms_norm_rows", "RMSNormalization"
+        stats = "      const double inv = 1.0 / sqrt(msq + a->eps);\n      mean = 0.0;"
+    else:
+        name, what = "o2e_layer_norm_rows", "LayerNormalization"
+        stats = "      const double inv = 1.0 / sqrt(m2 / (double)n + a->eps);\n      (void)msq;"
+    ctx.helper(name, _fill(LN_KERNEL, name=name, what=what, stats=stats))
+    ctx.kernel("vectorised rows (blocked moments)")
+    opt = [ctx.y(i).sym if not rms and ctx.has_output(i) else "NULL" for i in (1, 2)]
+    fields = (
+        f".x = {x.sym}, .scale = {ins[0].sym}, .bias = {ins[1].sym if len(ins) > 1 else 'NULL'}, "
+        f".y = {ctx.y(0).sym}, .mean = {opt[0]}, .inv = {opt[1]}, .n = {n}, .eps = {eps}"
+    )
+    if rows > 1 and 2 * x.size >= pool2d.PAR_MIN_WORK:
+        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+        run = f"o2e_parallel_for({rows}, {name}, &a);"
+    else:
+        run = f"{name}(&a, 0, {rows});"
+    return f"{{\n  o2e_layer_norm_args a = {{{fields}}};\n  {run}\n}}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -35,8 +35,11 @@ def _has(node: Node, i: int) -> bool:
 
 @register_op("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 def reshape(ctx: NodeContext) -> str:
-    """Same bytes, new shape: a copy (the planner could alias these; a memcpy is cheap)."""
+    """Same bytes, new shape: nothing when the producer wrote the input into the output's
+    buffer (concat_alias.py), else a copy."""
     x, y = ctx.x(0), ctx.y(0)
+    if ctx.concat_alias(x.name) == (y.name, 0):
+        return f"/* {x.sym}: written in place */"
     code = copy_code(y.sym, x.sym, y.nbytes)
     return code
 

@@ -378,7 +378,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     kh, kw = ks
     residual = spec.residual
     g = _Geom(spec.geom, residual)
-    wc = ctx.const(1).astype(np.float32)
+    assert spec.weights is not None  # refuse: constant weights
+    wc = spec.weights.astype(np.float32)
     # [pass][c][i][j][m]: the weights of one block, in the order the block reads them
     blocks, m0 = [], 0
     for MB in passes(M):

@@ -27,7 +27,7 @@ from .....ir import Graph, Node
 from .....semantics.activations import Activation
 from .....semantics.conv_geometry import ConvGeometry, conv_geometry, resolve_pads
 from .....semantics.fused import has_residual
-from ...emitter import NodeContext, Tensor
+from ...emitter import ConstTensor, NodeContext, Tensor
 from ...nchwc_plan import BlockedRole
 from ...ops.checks import float32_input
 from ...ops.common import fused_act
@@ -156,9 +156,48 @@ class ConvSpec:
             return None
         return self.graph.const(self.node.inputs[2])
 
+    def as_2d(self) -> ConvSpec:
+        """A 1-D convolution (N, C, L) as the 2-D one it equals, (N, C, 1, L) with a 1 x k
+        kernel, so the 2-D strategies (implicit GEMM, lanes, direct...) take it: the buffers
+        are the same bytes, only the shapes the kernels read gain a unit axis."""
+        assert self.nsp == 1, "only a 1-D convolution has a 2-D view"
+        g = self.geom
+        geom = dataclasses.replace(
+            g,
+            in_spatial=(1, *g.in_spatial),
+            out_spatial=(1, *g.out_spatial),
+            kernel=(1, *g.kernel),
+            strides=(1, *g.strides),
+            dilations=(1, *g.dilations),
+            pads=(0, g.pads[0], 0, g.pads[1]),
+            auto_pad="NOTSET",  # the pads above are resolved
+            output_padding=(0, 0),
+        )
+        return dataclasses.replace(
+            self,
+            geom=geom,
+            x=_unit_axis(self.x),
+            w=_unit_axis(self.w),
+            y=_unit_axis(self.y),
+            weights=None if self.weights is None else self.weights[:, :, None, :],
+        )
+
     def without_epilogue(self) -> ConvSpec:
         """The same layer with its residual and activation left to a pass after the kernel."""
         return dataclasses.replace(self, act=None, residual=False)
+
+
+def _unit_axis(t: Tensor) -> Tensor:
+    """The tensor with a unit axis before its last one, under the same C symbol. Built field by
+    field: reading a constant's `sym` (as dataclasses.replace would) marks it as referenced
+    and would write the original weights beside the kernel's repacked copy."""
+    shape = (*t.shape[:-1], 1, t.shape[-1])
+    if not isinstance(t, ConstTensor):
+        return dataclasses.replace(t, shape=shape)
+    view = ConstTensor(t.name, object.__getattribute__(t, "sym"), shape, t.dtype, t.kind)
+    for extra in ("_key", "_referenced"):
+        object.__setattr__(view, extra, object.__getattribute__(t, extra))
+    return view
 
 
 def refuse_not_rearrangeable(spec: ConvSpec, *, constant_bias: bool = False) -> str | None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .....semantics.activations import Activation
 from .....semantics.attrs import gemm_attrs
+from .....semantics.fused import has_residual
 from .....semantics.numeric import gemm_dims
 from ...emitter import NodeContext, Tensor
 from ...ops.common import fused_act
@@ -44,7 +45,7 @@ class MatMulSpec:
     trans_b: bool
     alpha: float
     beta: float
-    has_c: bool  # Gemm: a C input (the bias)
+    has_c: bool  # Gemm: a C input; o2e.MatMulAddAct: its bias (N values along the last axis)
     act: Activation | None
     kernels: Mapping[str, str] = field(default_factory=dict)  # convert --kernels
     # not part of the record's identity: the constant B and C (None when computed at run time)
@@ -87,6 +88,8 @@ class MatMulSpec:
         if len(bsh) == 1:
             bsh = [bsh[0], 1]
         batch = tuple(np.broadcast_shapes(tuple(ash[:-2]), tuple(bsh[:-2])))
+        # o2e.MatMulAddAct (passes/fuse_matmul_bias): the bias of N values as Gemm's C
+        biased = has_residual(ctx.node)
         return cls(
             op="MatMul",
             M=ash[-2],
@@ -98,8 +101,9 @@ class MatMulSpec:
             trans_a=False,
             trans_b=False,
             alpha=1.0,
-            beta=0.0,
-            has_c=False,
+            beta=1.0 if biased else 0.0,
+            has_c=biased,
+            bias=ctx.const(2) if biased else None,
             **common,
         )
 
