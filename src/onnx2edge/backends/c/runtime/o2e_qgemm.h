@@ -69,6 +69,21 @@
 #define O2E_QSTEP 64
 #endif
 
+/* The packed weights are one stream read front to back (row blocks of 8 x K4 steps in
+ * order), and a network's weights do not stay in cache between inferences (ResNet50's are
+ * 26 MB): the kernels prefetch O2E_QPF bytes ahead of the step they read. Without it a
+ * 512 x 4608 layer at 7 x 7 (ResNet50's res5 3 x 3) waited on DRAM at half speed, 0.65 ms
+ * against 0.36 with it (AMD Zen 5, caches flushed before each call; 3-8 KB ahead measured
+ * alike, 1 KB recovered half). */
+#if defined(__x86_64__) && defined(__SSE__)
+/* inline assembly: the address is past the end of a small layer's array, which gcc's
+ * -Warray-bounds reports for _mm_prefetch (a prefetch never faults) */
+#define O2E_QPF 4096
+#define O2E_QPREFETCH(p) __asm__("prefetcht0 %c1(%0)" : : "r"(p), "i"(O2E_QPF))
+#else
+#define O2E_QPREFETCH(p) ((void)0)
+#endif
+
 /* 4 packed int8 weights read as one int32 (may_alias: the packed array is int8) */
 typedef int32_t o2e_qi32 __attribute__((may_alias, aligned(1)));
 typedef int64_t o2e_qi64 __attribute__((may_alias, aligned(1)));
@@ -471,6 +486,7 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
           c7 = c0;
   for (size_t k = 0; k < K4; ++k, a += 32, b += 64) {
     const __m512i x = _mm512_loadu_si512((const void *)b);
+    O2E_QPREFETCH(a);
     O2E_QV4(0, c0, c1, c2, c3);
     O2E_QV4(4, c4, c5, c6, c7);
   }
@@ -500,6 +516,7 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
     const int16_t *bp = b16 + cq * K4 * 16;
     size_t k = K4;
     do {
+      if (cq == 0) O2E_QPREFETCH(ap);
       const __m256i wl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)ap));
       const __m256i wh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(ap + 16)));
       __m256i x = _mm256_set1_epi64x(*(const o2e_qi64 *)bp);
@@ -634,6 +651,7 @@ static inline void o2e_qkernel2(size_t K4, const int8_t *a, const uint8_t *b, co
           c7 = c0, d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0, t;
   for (size_t k = 0; k < K4; ++k, a += 32, b += 64, b2 += 64) {
     const __m512i x = _mm512_loadu_si512((const void *)b), y = _mm512_loadu_si512((const void *)b2);
+    O2E_QPREFETCH(a);
     O2E_QV4(0, c0, c1, c2, c3, d0, d1, d2, d3);
     O2E_QV4(4, c4, c5, c6, c7, d4, d5, d6, d7);
   }
@@ -661,6 +679,8 @@ static inline void o2e_qkernel_col(size_t K4, const int8_t *a, const uint8_t *b,
   c = _mm256_dpbusd_epi32(c, _mm256_set1_epi32(*(const o2e_qi32 *)(b + (i) * 64)),              \
                           _mm256_loadu_si256((const __m256i *)(a + (i) * 32)))
   for (size_t n = K4 / 4; n; --n, a += 128, b += 256) {
+    O2E_QPREFETCH(a);
+    O2E_QPREFETCH(a + 64);
     O2E_QCOL1(c0, 0);
     O2E_QCOL1(c1, 1);
     O2E_QCOL1(c2, 2);
