@@ -669,10 +669,13 @@ static inline void o2e_qkernel2(size_t K4, const int8_t *a, const uint8_t *b, co
 #endif
 
 #if defined(O2E_Q_VNNI)
+/* up to this many columns of a panel run as single columns (o2e_qkernel_col), not a panel */
+#define O2E_QCOLS 3
 /* One column (a matrix-vector product: a classifier's Gemm at batch 1), 8 rows: the column's
  * 4 bytes of each step broadcast against the step's 8 x 4 weights in one 256-bit vpdpbusd,
  * where o2e_qkernel would compute 16 columns for it. 4 accumulators over consecutive steps
- * hide vpdpbusd's latency. Writes acc[r * 16] (column 0 of o2e_qkernel's layout). */
+ * hide vpdpbusd's latency. Writes acc[r * 16] (column 0 of o2e_qkernel's layout; b + 4 j and
+ * acc + j: column j). */
 static inline void o2e_qkernel_col(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc) {
   __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
 #define O2E_QCOL1(c, i)                                                                          \
@@ -854,7 +857,9 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
     int two = 0;
     (void)two;
 #if defined(O2E_Q_VNNI)
-    two = P - p0 > O2E_QNR;
+    /* 17..19 columns left (a 7 x 7 map's 49 = 32 + 17): one panel, then the last 1..3 as
+     * single columns, where a pair of panels computes 32 */
+    two = P - p0 > O2E_QNR + O2E_QCOLS;
     if (two) np = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
 #endif
     for (size_t m0 = 0; m0 < M; m0 += O2E_QMR) {
@@ -880,8 +885,8 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
 #if defined(O2E_Q_VNNI)
       if (two)
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
-      else if (np == 1)
-        o2e_qkernel_col(K4, ap, bp, acc[0]);
+      else if (np <= O2E_QCOLS)
+        for (size_t j = 0; j < np; ++j) o2e_qkernel_col(K4, ap, bp + 4 * j, acc[0] + j);
       else
 #endif
         o2e_qkernel(K4, ap, bp, acc[0], np);
