@@ -90,6 +90,9 @@ DW_CASES = {
     "k5_s2_asym": (16, 12, 12, 5, 2, [2, 1, 2, 2], 1, np.uint8, 3, 128, None),
     "dilated": (5, 10, 9, 3, 1, [2, 2, 2, 2], 2, np.uint8, 128, 0, None),
     "s2_nopad": (19, 7, 8, 3, 2, [0, 0, 0, 0], 1, np.uint8, 77, 250, None),
+    # rows of 16 pixels or more: o2e_qdwc_fill row by row (a partial last group per row)
+    "wide_rows": (20, 5, 37, 3, 1, [1, 1, 1, 1], 1, np.uint8, 9, 100, None),
+    "wide_s2_asym": (17, 6, 34, 3, 2, [0, 1, 1, 0], 1, np.int8, 5, -3, "Relu"),
 }
 
 
