@@ -51,11 +51,12 @@ def test_one_column_gemm_bit_exact(
 
 
 @pytest.mark.parametrize("arch", ALL_ISAS)
-@pytest.mark.parametrize("rows", [19, 49])
+@pytest.mark.parametrize("rows", [19, 27, 49])
 def test_columns_past_a_panel_bit_exact(
     tmp_path_factory: pytest.TempPathFactory, rows: int, arch: str
 ) -> None:
-    """19 = 16 + 3 and 49 = 32 + 16 + 1 columns: the tail after whole panels."""
+    """19 = 16 + 3 and 49 = 32 + 16 + 1 columns: the tail after whole panels; 27 = 16 + 11:
+    a pair of panels, the second partial; N = 13 rows: a partial row tile."""
     _check(tmp_path_factory, np.uint8, arch, rows)
 
 

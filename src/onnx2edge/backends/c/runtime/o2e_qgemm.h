@@ -664,6 +664,49 @@ static inline void o2e_qkernel2(size_t K4, const int8_t *a, const uint8_t *b, co
   _mm512_storeu_si512(acc2 + 64, d4), _mm512_storeu_si512(acc2 + 80, d5);
   _mm512_storeu_si512(acc2 + 96, d6), _mm512_storeu_si512(acc2 + 112, d7);
 }
+
+/* o2e_qkernel2 with the requantisation done in registers, for output rows of contiguous
+ * columns (yp = 1): the sums start from the bias (the same wrapping int32 sum as adding it
+ * after), then o2e_qrequant_row's instructions per row and panel, stored straight to y (the
+ * second panel's n2 columns masked; rows past mr not stored). A layer of small K (MobileNet's
+ * expansions: K = 24, 32) spent as long storing the 16 accumulators and requantising them
+ * from memory as computing them. */
+static inline void o2e_qkernel2_rq(size_t K4, const int8_t *a, const uint8_t *b,
+                                   const uint8_t *b2, const int32_t *bias, const float *scale,
+                                   float flo, float fhi, int32_t zp, uint8_t *yo, size_t ym,
+                                   size_t mr, size_t n2) {
+#define O2E_QB(r) _mm512_set1_epi32((r) < mr ? bias[r] : 0)
+  __m512i c0 = O2E_QB(0), c1 = O2E_QB(1), c2 = O2E_QB(2), c3 = O2E_QB(3), c4 = O2E_QB(4),
+          c5 = O2E_QB(5), c6 = O2E_QB(6), c7 = O2E_QB(7), d0 = c0, d1 = c1, d2 = c2, d3 = c3,
+          d4 = c4, d5 = c5, d6 = c6, d7 = c7, t;
+#undef O2E_QB
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64, b2 += 64) {
+    const __m512i x = _mm512_loadu_si512((const void *)b), y = _mm512_loadu_si512((const void *)b2);
+    O2E_QPREFETCH(a);
+    O2E_QV4(0, c0, c1, c2, c3, d0, d1, d2, d3);
+    O2E_QV4(4, c4, c5, c6, c7, d4, d5, d6, d7);
+  }
+  const __m512 lo = _mm512_set1_ps(flo), hi = _mm512_set1_ps(fhi);
+  const __m512i z = _mm512_set1_epi32(zp);
+  const __mmask16 k2 = (__mmask16)((1u << n2) - 1); /* n2 <= 16 */
+#define O2E_QRQ1(v, s, dst, km)                                                                 \
+  do {                                                                                          \
+    __m512 f_ = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);                                        \
+    f_ = _mm512_min_ps(_mm512_max_ps(f_, lo), hi);                                              \
+    const __m512i q_ = _mm512_add_epi32(_mm512_cvtps_epi32(f_), z); /* nearest-even */          \
+    _mm_mask_storeu_epi8(dst, km, _mm512_cvtepi32_epi8(q_));                                    \
+  } while (0)
+#define O2E_QRQ2(r, cv, dv)                                                                     \
+  if ((r) < mr) {                                                                               \
+    const __m512 s_ = _mm512_set1_ps(scale[r]);                                                 \
+    O2E_QRQ1(cv, s_, yo + (r) * ym, (__mmask16)0xFFFF);                                         \
+    O2E_QRQ1(dv, s_, yo + (r) * ym + 16, k2);                                                   \
+  }
+  O2E_QRQ2(0, c0, d0) O2E_QRQ2(1, c1, d1) O2E_QRQ2(2, c2, d2) O2E_QRQ2(3, c3, d3)
+  O2E_QRQ2(4, c4, d4) O2E_QRQ2(5, c5, d5) O2E_QRQ2(6, c6, d6) O2E_QRQ2(7, c7, d7)
+#undef O2E_QRQ2
+#undef O2E_QRQ1
+}
 #undef O2E_QV4
 #undef O2E_QV2
 #endif
@@ -883,6 +926,11 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
       }
 #endif
 #if defined(O2E_Q_VNNI)
+      if (two && yp == 1) {
+        o2e_qkernel2_rq(K4, ap, bp, bp + K4 * 64, bias + m0, scale + m0, flo, fhi, zp,
+                        y + m0 * ym + p0, ym, M - m0 < O2E_QMR ? M - m0 : O2E_QMR, np - O2E_QNR);
+        continue;
+      }
       if (two)
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
       else if (np <= O2E_QCOLS)
