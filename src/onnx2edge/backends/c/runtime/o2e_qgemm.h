@@ -675,7 +675,12 @@ static inline void o2e_qkernel2_rq(size_t K4, const int8_t *a, const uint8_t *b,
                                    const uint8_t *b2, const int32_t *bias, const float *scale,
                                    float flo, float fhi, int32_t zp, uint8_t *yo, size_t ym,
                                    size_t mr, size_t n2) {
-#define O2E_QB(r) _mm512_set1_epi32((r) < mr ? bias[r] : 0)
+  /* the tile's rows copied by a loop to mr: indexing bias[r] under (r < mr) for constant r
+   * is what gcc's -Warray-bounds reports on a layer of fewer than 8 channels */
+  int32_t bb[O2E_QMR] = {0};
+  float ss[O2E_QMR] = {0};
+  for (size_t r = 0; r < mr; ++r) bb[r] = bias[r], ss[r] = scale[r];
+#define O2E_QB(r) _mm512_set1_epi32(bb[r])
   __m512i c0 = O2E_QB(0), c1 = O2E_QB(1), c2 = O2E_QB(2), c3 = O2E_QB(3), c4 = O2E_QB(4),
           c5 = O2E_QB(5), c6 = O2E_QB(6), c7 = O2E_QB(7), d0 = c0, d1 = c1, d2 = c2, d3 = c3,
           d4 = c4, d5 = c5, d6 = c6, d7 = c7, t;
@@ -698,7 +703,7 @@ static inline void o2e_qkernel2_rq(size_t K4, const int8_t *a, const uint8_t *b,
   } while (0)
 #define O2E_QRQ2(r, cv, dv)                                                                     \
   if ((r) < mr) {                                                                               \
-    const __m512 s_ = _mm512_set1_ps(scale[r]);                                                 \
+    const __m512 s_ = _mm512_set1_ps(ss[r]);                                                    \
     O2E_QRQ1(cv, s_, yo + (r) * ym, (__mmask16)0xFFFF);                                         \
     O2E_QRQ1(dv, s_, yo + (r) * ym + 16, k2);                                                   \
   }
@@ -972,6 +977,69 @@ static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *ap
   }
 }
 
+
+/* A stride-1 or strided convolution over o2e_qpad's / o2e_qphase's planes (rows of wp bytes,
+ * OW of them real): the product over the OH * wp extended columns, then o2e_qcompact drops
+ * the wp - OW extra ones per row into y (yext: M * OH * wp bytes of scratch). With AVX-512
+ * VNNI and VBMI only the OH * OW real columns are computed: a chunk of 32 spans at most 64
+ * bytes of a plane row (checked; else the extended path), loaded masked and compacted by one
+ * vpermb per k row before the 4 x 16 byte transposes, and the results go straight to y.
+ * ResNet50's 7 x 7 3 x 3 layers computed 63 columns for 49 (14 x 14: 224 for 196). */
+static inline void o2e_qconv_planes(size_t M, size_t OH, size_t OW, size_t wp, size_t K,
+                                    const int8_t *apack, const uint8_t *src,
+                                    const int32_t *rowoff, uint8_t flip, uint8_t *pk,
+                                    const int32_t *bias, const int32_t *rowsum,
+                                    const float *scale, int32_t zp, int32_t lo, int32_t hi,
+                                    uint8_t *yext, uint8_t *y) {
+#if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
+  const size_t P = OH * OW, K4 = (K + 3) / 4, gap = wp - OW;
+  /* the widest chunk: 32 columns over the most rows they can touch */
+  if (OW >= 1 && 31 + (31 / OW + 1) * gap < 64) {
+    const __m128i f = _mm_set1_epi8((char)flip);
+    for (size_t p0 = 0; p0 < P; p0 += 2 * O2E_QNR) {
+      const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
+      const size_t e0 = (p0 / OW) * wp + p0 % OW;
+      uint8_t idx[64];
+      size_t span = 0;
+      for (size_t j = 0; j < 64; ++j) {
+        const size_t p = p0 + (j < nc ? j : 0);
+        idx[j] = (uint8_t)((p / OW) * wp + p % OW - e0);
+        if (idx[j] + 1u > span) span = idx[j] + 1u;
+      }
+      const __m512i ix = _mm512_loadu_si512(idx);
+      const __mmask64 m = span >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << span) - 1);
+      uint8_t *pan0 = pk, *pan1 = pk + K4 * 64;
+      for (size_t k4 = 0; k4 < K4; ++k4) {
+        __m256i r[4];
+        for (size_t t = 0; t < 4; ++t) {
+          const size_t k = k4 * 4 + t;
+          r[t] = k < K ? _mm512_castsi512_si256(_mm512_permutexvar_epi8(
+                             ix, _mm512_maskz_loadu_epi8(m, src + rowoff[k] + e0)))
+                       : _mm256_set1_epi8((char)flip); /* k past K: zero weights */
+        }
+        for (size_t h = 0; h < 2; ++h) {
+          const __m128i r0 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[0], 1) : _mm256_castsi256_si128(r[0]), f);
+          const __m128i r1 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[1], 1) : _mm256_castsi256_si128(r[1]), f);
+          const __m128i r2 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[2], 1) : _mm256_castsi256_si128(r[2]), f);
+          const __m128i r3 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[3], 1) : _mm256_castsi256_si128(r[3]), f);
+          const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
+          const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
+          uint8_t *d = (h ? pan1 : pan0) + k4 * 64;
+          _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
+          _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
+          _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
+          _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(a1, b1));
+        }
+      }
+      o2e_qgemm(M, nc, K, apack, pk, bias, rowsum, scale, zp, lo, hi, y + p0, P, 1);
+    }
+    return;
+  }
+#endif
+  o2e_qgemm_rows(M, OH * wp, K, apack, src, 0, rowoff, flip, pk, bias, rowsum, scale, zp, lo, hi,
+                 yext, OH * wp, 1);
+  o2e_qcompact(yext, M, OH, OW, wp, y);
+}
 
 /* A fully connected layer at batch 1 (convert --device): y[n * yn] = requant(sum_k A[n][k] x[k]
  * + bias[n]) for N outputs of K inputs, A packed as for o2e_qgemm. The Arm DSP build widens x
