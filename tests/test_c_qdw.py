@@ -90,6 +90,9 @@ DW_CASES = {
     "k5_s2_asym": (16, 12, 12, 5, 2, [2, 1, 2, 2], 1, np.uint8, 3, 128, None),
     "dilated": (5, 10, 9, 3, 1, [2, 2, 2, 2], 2, np.uint8, 128, 0, None),
     "s2_nopad": (19, 7, 8, 3, 2, [0, 0, 0, 0], 1, np.uint8, 77, 250, None),
+    # rows of 16 pixels or more: o2e_qdwc_fill row by row (a partial last group per row)
+    "wide_rows": (20, 5, 37, 3, 1, [1, 1, 1, 1], 1, np.uint8, 9, 100, None),
+    "wide_s2_asym": (17, 6, 34, 3, 2, [0, 1, 1, 0], 1, np.int8, 5, -3, "Relu"),
 }
 
 
@@ -246,3 +249,49 @@ def test_strided_1x1_subsample(sub_models: list, arch: str) -> None:
         ref = ort_run(onnx.load(str(q)), x)["y"]
         got = build_and_run(c, arch, x)["y"]
         assert np.array_equal(got, ref), (C, W, s, np.argwhere(got != ref)[:5])
+
+
+def _concat_model(dt: type) -> onnx.ModelProto:
+    """DQ(a), DQ(b) -> Concat on the last axis -> Q: both inputs at scales other than the
+    output's (o2e QConcat's tables); a: rows of 150 bytes (64-byte vectors and a tail), b: 10."""
+    e = QTYPES[dt]
+    zs = {np.uint8: (131, 7, 100), np.int8: (-5, 30, 2)}[dt]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["da"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["db"]),
+        helper.make_node("Concat", ["da", "db"], ["c"], axis=2),
+        helper.make_node("QuantizeLinear", ["c", "sc", "zc"], ["y"]),
+    ]
+    inits = [tensor(k, np.array(v, np.float32)) for k, v in (("sa", 0.03), ("sb", 0.11))]
+    inits += [tensor("sc", np.array(0.05, np.float32))]
+    inits += [tensor(k, np.array(v, dt)) for k, v in zip(("za", "zb", "zc"), zs, strict=True)]
+    ins = [vi("a", [3, 2, 150], e), vi("b", [3, 2, 10], e)]
+    return make_model(nodes, ins, [vi("y", [3, 2, 160], e)], inits, opset=13)
+
+
+@pytest.fixture(scope="module")
+def concat_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    d = tmp_path_factory.mktemp("qconcat")
+    out = {}
+    for dt in (np.uint8, np.int8):
+        name = np.dtype(dt).name
+        q = save(_concat_model(dt), d / f"{name}.onnx")
+        c = d / f"{name}_c"
+        api.convert(q, "c", c)
+        assert "o2e_qlut(" in (c / "model.c").read_text()
+        out[name] = (q, c)
+    return out
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_concat_requantisation_tables(concat_models: dict, arch: str) -> None:
+    """o2e_qlut (vpermi2b lookups with AVX-512 VBMI, else a byte loop): every byte value of
+    each input through its table, equal to onnxruntime's bytes."""
+    for name, (q, c) in concat_models.items():
+        dt = np.dtype(name).type
+        a = np.resize(_byte_range(dt), (3, 2, 150)).astype(dt)
+        b = np.resize(_byte_range(dt)[::-7], (3, 2, 10)).astype(dt)
+        ref = ort_run(onnx.load(str(q)), {"a": a, "b": b})["y"]
+        got = build_and_run(c, arch, {"a": a, "b": b})["y"]
+        assert len(np.unique(ref)) > 100, name
+        assert np.array_equal(got, ref), (name, np.argwhere(got != ref)[:5])

@@ -1,6 +1,7 @@
 """runtime/o2e_qgemm.h o2e_qkernel_col: a one-column int8 product (a classifier's Gemm / MatMul
 at batch 1) on AVX-512 VNNI, bit-exact against onnxruntime (the other ISAs keep o2e_qkernel and
-are checked here too). The model takes and returns quantized bytes."""
+are checked here too); also the 1..3 columns past a panel (O2E_QCOLS: a 7 x 7 map's 49 = 32 +
+16 + 1) that VNNI runs as single columns. The model takes and returns quantized bytes."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from conftest import ALL_ISAS, make_model, save, tensor, vi
 K, N = 147, 13
 
 
-def _model(dt: type) -> onnx.ModelProto:
+def _model(dt: type, rows: int = 1) -> onnx.ModelProto:
     rng = np.random.default_rng(41)
     wq = rng.integers(-128, 128, (K, N)).astype(np.int8)
     wq[:, 0] = -128  # the widest products
@@ -38,7 +39,7 @@ def _model(dt: type) -> onnx.ModelProto:
         tensor("wq", wq), tensor("ws", ws), tensor("wz", np.zeros(N, np.int8)),
         tensor("ys", np.array(0.4, np.float32)), tensor("yz", np.array(xz, dt)),
     ]  # fmt: skip
-    return make_model(nodes, [vi("x", [1, K], e)], [vi("y", [1, N], e)], inits, opset=13)
+    return make_model(nodes, [vi("x", [rows, K], e)], [vi("y", [rows, N], e)], inits, opset=13)
 
 
 @pytest.mark.parametrize("arch", ALL_ISAS)
@@ -46,15 +47,29 @@ def _model(dt: type) -> onnx.ModelProto:
 def test_one_column_gemm_bit_exact(
     tmp_path_factory: pytest.TempPathFactory, dt: type, arch: str
 ) -> None:
+    _check(tmp_path_factory, dt, arch, 1)
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+@pytest.mark.parametrize("rows", [19, 27, 49])
+def test_columns_past_a_panel_bit_exact(
+    tmp_path_factory: pytest.TempPathFactory, rows: int, arch: str
+) -> None:
+    """19 = 16 + 3 and 49 = 32 + 16 + 1 columns: the tail after whole panels; 27 = 16 + 11:
+    a pair of panels, the second partial; N = 13 rows: a partial row tile."""
+    _check(tmp_path_factory, np.uint8, arch, rows)
+
+
+def _check(tmp_path_factory: pytest.TempPathFactory, dt: type, arch: str, rows: int) -> None:
     d = tmp_path_factory.mktemp("qgemv")
-    q = save(_model(dt), d / "m.onnx")
+    q = save(_model(dt, rows), d / "m.onnx")
     c = d / "c"
     api.convert(q, "c", c)
     assert "o2e_qgemm(" in (c / "model.c").read_text()
     i = np.iinfo(dt)
     rng = np.random.default_rng(42)
     for trial in range(3):
-        xv = rng.integers(i.min, i.max + 1, (1, K)).astype(dt)
+        xv = rng.integers(i.min, i.max + 1, (rows, K)).astype(dt)
         if trial == 1:
             xv[:] = i.max  # extreme: every product at its widest under column 0's -128s
         x = {"x": xv}

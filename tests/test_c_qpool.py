@@ -38,6 +38,8 @@ CASES = [
     ),
     ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, (2, 3, 8, 8)),
     ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}, (1, 4, 9, 9)),
+    # ceil mode without pads (SqueezeNet): a last window past the bottom and right edges
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 4, 14, 13)),
 ]
 
 

@@ -293,14 +293,17 @@ def _lut(src: tuple[float, int, str], dst: tuple[float, int, str]) -> np.ndarray
 
 
 def _plain_pool(node: Node, graph: Graph) -> bool:
-    """A 2-D MaxPool o2e.QMaxPool's kernel runs: explicit pads, no dilation, no ceil mode."""
+    """A 2-D MaxPool o2e.QMaxPool's kernel runs: explicit pads, no dilation; ceil mode
+    without pads (SqueezeNet's pools): the extra last window reads the planes' border of the
+    smallest byte, which never wins over the real value it also holds."""
     t = graph.type_of(node.inputs[0])
     if t is None or not t.is_static or len(t.static_shape) != 4:
         return False
     if attr(node, "storage_order", graph.opset):
         return False
     g = pool_geometry(node, t.static_shape, None, graph.opset)
-    return g.auto_pad == "NOTSET" and not g.ceil_mode and g.unit_dilation
+    ceil_ok = not g.ceil_mode or not any(g.pads)
+    return g.auto_pad == "NOTSET" and ceil_ok and g.unit_dilation
 
 
 _PASSTHROUGH = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")

@@ -20,6 +20,7 @@ from ....semantics.pooling import pool_attrs
 from ....semantics.shape_ops import axis_attr
 from ..emitter import NodeContext
 from ..kernels.int8.qdw_kernels import qadd as qadd_vector
+from ..kernels.int8.qdw_kernels import use_runtime as qdw_runtime
 from ..kernels.int8.qgemm_kernels import _use, try_int8
 from . import register_op
 
@@ -62,11 +63,10 @@ def qconcat(ctx: NodeContext) -> str:
         n = int(np.prod(x.shape[axis:]))
         src, dst = f"(const uint8_t *){x.sym} + o * {n}", f"(uint8_t *){y.sym} + o * {row} + {off}"
         if ctx.has_input(i + 1):
+            # o2e_qlut: vpermi2b lookups where AVX-512 VBMI is compiled in (runtime/o2e_qdw.h)
+            qdw_runtime(ctx)
             lut = ctx.x(i + 1).sym
-            lines.append(
-                f"{{ const uint8_t *s = {src}; uint8_t *d = {dst};\n"
-                f"  for (size_t j = 0; j < {n}; ++j) d[j] = (uint8_t){lut}[s[j]]; }}"
-            )
+            lines.append(f"o2e_qlut({n}, {src}, (const uint8_t *){lut}, {dst});")
         else:
             lines.append(f"memcpy({dst}, {src}, {n});")
         off += n
@@ -78,7 +78,7 @@ def qconcat(ctx: NodeContext) -> str:
 @register_op("o2e:QMaxPool", check=_internal)
 def qmaxpool(ctx: NodeContext) -> str:
     """2-D MaxPool on quantized bytes (o2e_qmaxpool): the pass checked kernel, pads, strides
-    (no dilation, no ceil mode)."""
+    (no dilation; ceil mode only without pads)."""
     x, y = ctx.x(0), ctx.y(0)
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]

@@ -140,6 +140,39 @@ static inline void o2e_qdwc_fill(const uint8_t *x, size_t cn, size_t H, size_t W
   const size_t CB = O2E_QDWC_CB, HW = H * W;
   size_t iy = 0, ix = 0; /* of pixel p */
 #if defined(O2E_QD_V128)
+  if (W >= 16) {
+    /* row by row: 16 pixels of a row land side by side in the plane, no per-pixel bounds
+     * (the flat loop below spends more on them than on the transposes) */
+    const size_t n = Wp > (size_t)pw ? (Wp - (size_t)pw < W ? Wp - (size_t)pw : W) : 0;
+    for (iy = 0; iy < H; ++iy) {
+      const size_t py = iy + (size_t)ph;
+      if (py >= Hp) break;
+      uint8_t *d = plane + (py * Wp + (size_t)pw) * CB;
+      for (size_t x0 = 0; x0 < n; x0 += 16) {
+        o2e_qd_v v[16];
+        const size_t np = n - x0 < 16 ? n - x0 : 16, p0 = iy * W + x0;
+        for (size_t c = 0; c < 16; ++c) {
+          const uint8_t *src = x + (c < cn ? c : 0) * HW + p0;
+          if (p0 + 16 <= HW) { /* the lanes past the row are not stored */
+            v[c] = O2E_QD_LD(src);
+          } else {
+            uint8_t tmp[16] = {0};
+            memcpy(tmp, src, np);
+            v[c] = O2E_QD_LD(tmp);
+          }
+        }
+        o2e_qd_tr16(v);
+#if defined(__SSE2__)
+        const o2e_qd_v f = _mm_set1_epi8((char)flip);
+        for (size_t j = 0; j < np; ++j) O2E_QD_ST(d + (x0 + j) * CB, _mm_xor_si128(v[j], f));
+#else
+        const o2e_qd_v f = vdupq_n_u8(flip);
+        for (size_t j = 0; j < np; ++j) O2E_QD_ST(d + (x0 + j) * CB, veorq_u8(v[j], f));
+#endif
+      }
+    }
+    return;
+  }
   for (size_t p0 = 0; p0 < HW; p0 += 16) {
     o2e_qd_v v[16];
     const size_t np = HW - p0 < 16 ? HW - p0 : 16;
@@ -258,6 +291,135 @@ static inline void o2e_qdwc_pixel(const uint8_t *s, const int32_t *off, size_t T
 #endif
 }
 
+#if defined(O2E_QD_AVX512)
+/* x * w per lane: x zero-extended to 32 bits, so the int16 pair product (x, 0) . (w lo, w hi)
+ * is exactly x * w; AVX-512 VNNI's vpdpwssd adds it in one instruction (wrapping, as
+ * vpaddd), else vpmaddwd + vpaddd */
+#if defined(__AVX512VNNI__)
+#define O2E_QD_MAC(a, v, w) _mm512_dpwssd_epi32(a, v, w)
+#else
+#define O2E_QD_MAC(a, v, w) _mm512_add_epi32(a, _mm512_madd_epi16(v, w))
+#endif
+#define O2E_QD_X(q) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q)))
+/* 16 sums (bias included) -> 16 bytes at dst, o2e_qdwc_requant16's instructions (vs, vlo, vhi,
+ * vz: scale, bounds and zero point as vectors in the caller) */
+#define O2E_QD_RQ(a, dst)                                                                       \
+  do {                                                                                          \
+    __m512 f_ = _mm512_mul_ps(_mm512_cvtepi32_ps(a), vs);                                       \
+    f_ = _mm512_min_ps(_mm512_max_ps(f_, vlo), vhi);                                            \
+    const __m512i q_ = _mm512_add_epi32(_mm512_cvtps_epi32(f_), vz); /* nearest-even */         \
+    _mm_storeu_si128((__m128i *)(dst), _mm512_cvtepi32_epi8(q_));                               \
+  } while (0)
+/* Every output pixel of one channel block into tile[P][16]: four pixels of a row per round
+ * (each tap's weights loaded once for the four, four independent sums), the sums starting
+ * from the bias, requantised as o2e_qdwc_requant16 (the same instructions). */
+static inline void o2e_qdwc_rows_avx512_(const uint8_t *plane, size_t Wp, size_t OH, size_t OW,
+                                         size_t sh, size_t sw, const int32_t *off, size_t T,
+                                         const int32_t *wb, const int32_t *bias,
+                                         const float *scale, float flo, float fhi, int32_t zp,
+                                         uint8_t *t) {
+  const size_t CB = O2E_QDWC_CB, d = sw * CB;
+  const __m512i vb = _mm512_loadu_si512(bias), vz = _mm512_set1_epi32(zp);
+  const __m512 vs = _mm512_loadu_ps(scale), vlo = _mm512_set1_ps(flo), vhi = _mm512_set1_ps(fhi);
+  for (size_t oy = 0; oy < OH; ++oy) {
+    const uint8_t *prow = plane + oy * sh * Wp * CB;
+    size_t ox = 0;
+    for (; ox + 4 <= OW; ox += 4, t += 4 * CB) {
+      const uint8_t *p = prow + ox * d;
+      __m512i a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+      for (size_t k = 0; k < T; ++k) {
+        const __m512i wv = _mm512_loadu_si512(wb + k * 16);
+        const uint8_t *q = p + off[k];
+        a0 = O2E_QD_MAC(a0, O2E_QD_X(q), wv);
+        a1 = O2E_QD_MAC(a1, O2E_QD_X(q + d), wv);
+        a2 = O2E_QD_MAC(a2, O2E_QD_X(q + 2 * d), wv);
+        a3 = O2E_QD_MAC(a3, O2E_QD_X(q + 3 * d), wv);
+      }
+      O2E_QD_RQ(a0, t);
+      O2E_QD_RQ(a1, t + CB);
+      O2E_QD_RQ(a2, t + 2 * CB);
+      O2E_QD_RQ(a3, t + 3 * CB);
+    }
+    for (; ox < OW; ++ox, t += CB) {
+      const uint8_t *p = prow + ox * d;
+      __m512i a0 = vb;
+      for (size_t k = 0; k < T; ++k)
+        a0 = O2E_QD_MAC(a0, O2E_QD_X(p + off[k]), _mm512_loadu_si512(wb + k * 16));
+      O2E_QD_RQ(a0, t);
+    }
+  }
+}
+#undef O2E_QD_X
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define O2E_QD_VBMI 1
+#define O2E_QD_MAXKH 7
+/* Kernels 3 wide (dilation 1 across): the three taps of a kernel row meet in one vpdpbusd
+ * (4 bytes x 4 int8 weights per lane, the fourth weight zero). The plane holds pixels of 16
+ * channel bytes side by side, so taps kx = 0..2 (and one more) of an output are 64
+ * contiguous bytes, [pixel][channel]; one vpermb turns them into [channel][pixel], the
+ * 4-byte groups vpdpbusd multiplies (u8 x s8, the four products summed exactly and added
+ * wrapping: the sums of the vpdpwssd path bit for bit). Three instructions per 3 taps of 16
+ * channels where that path takes two per tap. The load is masked to the 48 bytes used (the
+ * last output of the last row would read past the plane). Weight bytes per kernel row:
+ * [16 channels][w0 w1 w2 0], built per channel block from the int32 weights. */
+static inline void o2e_qdwc_rows3_vbmi_(const uint8_t *plane, size_t Wp, size_t OH, size_t OW,
+                                        size_t sh, size_t sw, const int32_t *off, size_t kh,
+                                        const int32_t *wb, const int32_t *bias,
+                                        const float *scale, float flo, float fhi, int32_t zp,
+                                        uint8_t *t) {
+  const size_t CB = O2E_QDWC_CB, d = sw * CB;
+  const __m512i vb = _mm512_loadu_si512(bias), vz = _mm512_set1_epi32(zp);
+  const __m512 vs = _mm512_loadu_ps(scale), vlo = _mm512_set1_ps(flo), vhi = _mm512_set1_ps(fhi);
+  /* byte 4 c + j of the result = byte 16 j + c of the 64 loaded */
+  const __m512i perm = _mm512_set_epi32(0x3F2F1F0F, 0x3E2E1E0E, 0x3D2D1D0D, 0x3C2C1C0C,
+                                        0x3B2B1B0B, 0x3A2A1A0A, 0x39291909, 0x38281808,
+                                        0x37271707, 0x36261606, 0x35251505, 0x34241404,
+                                        0x33231303, 0x32221202, 0x31211101, 0x30201000);
+  const __mmask64 m48 = 0xFFFFFFFFFFFFull;
+  __m512i wr[O2E_QD_MAXKH];
+  size_t ro[O2E_QD_MAXKH];
+  for (size_t ky = 0; ky < kh; ++ky) {
+    int8_t wv[64];
+    for (size_t c = 0; c < CB; ++c) {
+      for (size_t j = 0; j < 3; ++j) wv[4 * c + j] = (int8_t)wb[(ky * 3 + j) * CB + c];
+      wv[4 * c + 3] = 0;
+    }
+    wr[ky] = _mm512_loadu_si512(wv);
+    ro[ky] = (size_t)off[ky * 3];
+  }
+#define O2E_QD_R3(q) _mm512_permutexvar_epi8(perm, _mm512_maskz_loadu_epi8(m48, q))
+  for (size_t oy = 0; oy < OH; ++oy) {
+    const uint8_t *prow = plane + oy * sh * Wp * CB;
+    size_t ox = 0;
+    for (; ox + 4 <= OW; ox += 4, t += 4 * CB) {
+      const uint8_t *p = prow + ox * d;
+      __m512i a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+      for (size_t ky = 0; ky < kh; ++ky) {
+        const uint8_t *q = p + ro[ky];
+        a0 = _mm512_dpbusd_epi32(a0, O2E_QD_R3(q), wr[ky]);
+        a1 = _mm512_dpbusd_epi32(a1, O2E_QD_R3(q + d), wr[ky]);
+        a2 = _mm512_dpbusd_epi32(a2, O2E_QD_R3(q + 2 * d), wr[ky]);
+        a3 = _mm512_dpbusd_epi32(a3, O2E_QD_R3(q + 3 * d), wr[ky]);
+      }
+      O2E_QD_RQ(a0, t);
+      O2E_QD_RQ(a1, t + CB);
+      O2E_QD_RQ(a2, t + 2 * CB);
+      O2E_QD_RQ(a3, t + 3 * CB);
+    }
+    for (; ox < OW; ++ox, t += CB) {
+      const uint8_t *p = prow + ox * d;
+      __m512i a0 = vb;
+      for (size_t ky = 0; ky < kh; ++ky) a0 = _mm512_dpbusd_epi32(a0, O2E_QD_R3(p + ro[ky]), wr[ky]);
+      O2E_QD_RQ(a0, t);
+    }
+  }
+#undef O2E_QD_R3
+}
+#endif
+#undef O2E_QD_RQ
+#endif
+
 /* Rows / columns of the padded plane the outputs read. */
 #define O2E_QDWC_HP(OH, kh, sh, dh) (((size_t)(OH) - 1) * (size_t)(sh) + ((size_t)(kh) - 1) * (size_t)(dh) + 1)
 #define O2E_QDWC_WP(OW, kw, sw, dw) (((size_t)(OW) - 1) * (size_t)(sw) + ((size_t)(kw) - 1) * (size_t)(dw) + 1)
@@ -283,6 +445,17 @@ static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, 
     o2e_qdwc_fill(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, plane);
     const int32_t *wb = w + (c0 / CB) * T * CB;
     uint8_t *t = tile;
+#if defined(O2E_QD_VBMI)
+    if (kw == 3 && dw == 1 && kh <= O2E_QD_MAXKH)
+      o2e_qdwc_rows3_vbmi_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, (size_t)kh, wb,
+                           bias + c0, scale + c0, flo, fhi, zp, t);
+    else
+#endif
+#if defined(O2E_QD_AVX512)
+    o2e_qdwc_rows_avx512_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, T, wb, bias + c0,
+                          scale + c0, flo, fhi, zp, t);
+    if (0)
+#endif
     for (size_t oy = 0; oy < OH; ++oy) {
       const uint8_t *prow = plane + oy * (size_t)sh * Wp * CB;
       for (size_t ox = 0; ox < OW; ++ox, t += CB) {
@@ -714,6 +887,34 @@ static inline void o2e_qsubsample(const uint8_t *x, size_t C, size_t H, size_t W
       }
       for (; ox < OW; ++ox) r[ox] = xr[ox * (size_t)sw];
     }
+}
+
+/* y[i] = lut[x[i]] over n bytes: a quantized Concat's requantisation of an input to the
+ * output's scale (QuantizeLinear(DequantizeLinear(v)) tabulated for every byte at conversion,
+ * so exact by construction). AVX-512 VBMI: the 256-byte table in four registers, vpermi2b
+ * looks up 64 bytes in each half (index bits 0-6) and bit 7 picks the half: 4 instructions
+ * per 64 bytes where the scalar loop takes a load and a store per byte. */
+static inline void o2e_qlut(size_t n, const uint8_t *x, const uint8_t *lut, uint8_t *y) {
+  size_t i = 0;
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+  const __m512i t0 = _mm512_loadu_si512(lut), t1 = _mm512_loadu_si512(lut + 64);
+  const __m512i t2 = _mm512_loadu_si512(lut + 128), t3 = _mm512_loadu_si512(lut + 192);
+#define O2E_QLUT64(v)                                                                           \
+  _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), _mm512_permutex2var_epi8(t0, v, t1),          \
+                         _mm512_permutex2var_epi8(t2, v, t3))
+  for (; i + 64 <= n; i += 64) {
+    const __m512i v = _mm512_loadu_si512(x + i);
+    _mm512_storeu_si512(y + i, O2E_QLUT64(v));
+  }
+  if (i < n) {
+    const __mmask64 k = ((__mmask64)1 << (n - i)) - 1; /* n - i < 64 */
+    const __m512i v = _mm512_maskz_loadu_epi8(k, x + i);
+    _mm512_mask_storeu_epi8(y + i, k, O2E_QLUT64(v));
+  }
+#undef O2E_QLUT64
+  return;
+#endif
+  for (; i < n; ++i) y[i] = lut[x[i]];
 }
 
 #endif /* O2E_QDW_H */

@@ -69,6 +69,21 @@
 #define O2E_QSTEP 64
 #endif
 
+/* The packed weights are one stream read front to back (row blocks of 8 x K4 steps in
+ * order), and a network's weights do not stay in cache between inferences (ResNet50's are
+ * 26 MB): the kernels prefetch O2E_QPF bytes ahead of the step they read. Without it a
+ * 512 x 4608 layer at 7 x 7 (ResNet50's res5 3 x 3) waited on DRAM at half speed, 0.65 ms
+ * against 0.36 with it (AMD Zen 5, caches flushed before each call; 3-8 KB ahead measured
+ * alike, 1 KB recovered half). */
+#if defined(__x86_64__) && defined(__SSE__)
+/* inline assembly: the address is past the end of a small layer's array, which gcc's
+ * -Warray-bounds reports for _mm_prefetch (a prefetch never faults) */
+#define O2E_QPF 4096
+#define O2E_QPREFETCH(p) __asm__("prefetcht0 %c1(%0)" : : "r"(p), "i"(O2E_QPF))
+#else
+#define O2E_QPREFETCH(p) ((void)0)
+#endif
+
 /* 4 packed int8 weights read as one int32 (may_alias: the packed array is int8) */
 typedef int32_t o2e_qi32 __attribute__((may_alias, aligned(1)));
 typedef int64_t o2e_qi64 __attribute__((may_alias, aligned(1)));
@@ -471,6 +486,7 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
           c7 = c0;
   for (size_t k = 0; k < K4; ++k, a += 32, b += 64) {
     const __m512i x = _mm512_loadu_si512((const void *)b);
+    O2E_QPREFETCH(a);
     O2E_QV4(0, c0, c1, c2, c3);
     O2E_QV4(4, c4, c5, c6, c7);
   }
@@ -500,6 +516,7 @@ static inline void o2e_qkernel(size_t K4, const int8_t *a, const uint8_t *b, int
     const int16_t *bp = b16 + cq * K4 * 16;
     size_t k = K4;
     do {
+      if (cq == 0) O2E_QPREFETCH(ap);
       const __m256i wl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)ap));
       const __m256i wh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(ap + 16)));
       __m256i x = _mm256_set1_epi64x(*(const o2e_qi64 *)bp);
@@ -634,6 +651,7 @@ static inline void o2e_qkernel2(size_t K4, const int8_t *a, const uint8_t *b, co
           c7 = c0, d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0, t;
   for (size_t k = 0; k < K4; ++k, a += 32, b += 64, b2 += 64) {
     const __m512i x = _mm512_loadu_si512((const void *)b), y = _mm512_loadu_si512((const void *)b2);
+    O2E_QPREFETCH(a);
     O2E_QV4(0, c0, c1, c2, c3, d0, d1, d2, d3);
     O2E_QV4(4, c4, c5, c6, c7, d4, d5, d6, d7);
   }
@@ -646,21 +664,74 @@ static inline void o2e_qkernel2(size_t K4, const int8_t *a, const uint8_t *b, co
   _mm512_storeu_si512(acc2 + 64, d4), _mm512_storeu_si512(acc2 + 80, d5);
   _mm512_storeu_si512(acc2 + 96, d6), _mm512_storeu_si512(acc2 + 112, d7);
 }
+
+/* o2e_qkernel2 with the requantisation done in registers, for output rows of contiguous
+ * columns (yp = 1): the sums start from the bias (the same wrapping int32 sum as adding it
+ * after), then o2e_qrequant_row's instructions per row and panel, stored straight to y (the
+ * second panel's n2 columns masked; rows past mr not stored). A layer of small K (MobileNet's
+ * expansions: K = 24, 32) spent as long storing the 16 accumulators and requantising them
+ * from memory as computing them. */
+static inline void o2e_qkernel2_rq(size_t K4, const int8_t *a, const uint8_t *b,
+                                   const uint8_t *b2, const int32_t *bias, const float *scale,
+                                   float flo, float fhi, int32_t zp, uint8_t *yo, size_t ym,
+                                   size_t mr, size_t n2) {
+  /* the tile's rows copied by a loop to mr: indexing bias[r] under (r < mr) for constant r
+   * is what gcc's -Warray-bounds reports on a layer of fewer than 8 channels */
+  int32_t bb[O2E_QMR] = {0};
+  float ss[O2E_QMR] = {0};
+  for (size_t r = 0; r < mr; ++r) bb[r] = bias[r], ss[r] = scale[r];
+#define O2E_QB(r) _mm512_set1_epi32(bb[r])
+  __m512i c0 = O2E_QB(0), c1 = O2E_QB(1), c2 = O2E_QB(2), c3 = O2E_QB(3), c4 = O2E_QB(4),
+          c5 = O2E_QB(5), c6 = O2E_QB(6), c7 = O2E_QB(7), d0 = c0, d1 = c1, d2 = c2, d3 = c3,
+          d4 = c4, d5 = c5, d6 = c6, d7 = c7, t;
+#undef O2E_QB
+  for (size_t k = 0; k < K4; ++k, a += 32, b += 64, b2 += 64) {
+    const __m512i x = _mm512_loadu_si512((const void *)b), y = _mm512_loadu_si512((const void *)b2);
+    O2E_QPREFETCH(a);
+    O2E_QV4(0, c0, c1, c2, c3, d0, d1, d2, d3);
+    O2E_QV4(4, c4, c5, c6, c7, d4, d5, d6, d7);
+  }
+  const __m512 lo = _mm512_set1_ps(flo), hi = _mm512_set1_ps(fhi);
+  const __m512i z = _mm512_set1_epi32(zp);
+  const __mmask16 k2 = (__mmask16)((1u << n2) - 1); /* n2 <= 16 */
+#define O2E_QRQ1(v, s, dst, km)                                                                 \
+  do {                                                                                          \
+    __m512 f_ = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);                                        \
+    f_ = _mm512_min_ps(_mm512_max_ps(f_, lo), hi);                                              \
+    const __m512i q_ = _mm512_add_epi32(_mm512_cvtps_epi32(f_), z); /* nearest-even */          \
+    _mm_mask_storeu_epi8(dst, km, _mm512_cvtepi32_epi8(q_));                                    \
+  } while (0)
+#define O2E_QRQ2(r, cv, dv)                                                                     \
+  if ((r) < mr) {                                                                               \
+    const __m512 s_ = _mm512_set1_ps(ss[r]);                                                    \
+    O2E_QRQ1(cv, s_, yo + (r) * ym, (__mmask16)0xFFFF);                                         \
+    O2E_QRQ1(dv, s_, yo + (r) * ym + 16, k2);                                                   \
+  }
+  O2E_QRQ2(0, c0, d0) O2E_QRQ2(1, c1, d1) O2E_QRQ2(2, c2, d2) O2E_QRQ2(3, c3, d3)
+  O2E_QRQ2(4, c4, d4) O2E_QRQ2(5, c5, d5) O2E_QRQ2(6, c6, d6) O2E_QRQ2(7, c7, d7)
+#undef O2E_QRQ2
+#undef O2E_QRQ1
+}
 #undef O2E_QV4
 #undef O2E_QV2
 #endif
 
 #if defined(O2E_Q_VNNI)
+/* up to this many columns of a panel run as single columns (o2e_qkernel_col), not a panel */
+#define O2E_QCOLS 3
 /* One column (a matrix-vector product: a classifier's Gemm at batch 1), 8 rows: the column's
  * 4 bytes of each step broadcast against the step's 8 x 4 weights in one 256-bit vpdpbusd,
  * where o2e_qkernel would compute 16 columns for it. 4 accumulators over consecutive steps
- * hide vpdpbusd's latency. Writes acc[r * 16] (column 0 of o2e_qkernel's layout). */
+ * hide vpdpbusd's latency. Writes acc[r * 16] (column 0 of o2e_qkernel's layout; b + 4 j and
+ * acc + j: column j). */
 static inline void o2e_qkernel_col(size_t K4, const int8_t *a, const uint8_t *b, int32_t *acc) {
   __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
 #define O2E_QCOL1(c, i)                                                                          \
   c = _mm256_dpbusd_epi32(c, _mm256_set1_epi32(*(const o2e_qi32 *)(b + (i) * 64)),              \
                           _mm256_loadu_si256((const __m256i *)(a + (i) * 32)))
   for (size_t n = K4 / 4; n; --n, a += 128, b += 256) {
+    O2E_QPREFETCH(a);
+    O2E_QPREFETCH(a + 64);
     O2E_QCOL1(c0, 0);
     O2E_QCOL1(c1, 1);
     O2E_QCOL1(c2, 2);
@@ -834,7 +905,9 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
     int two = 0;
     (void)two;
 #if defined(O2E_Q_VNNI)
-    two = P - p0 > O2E_QNR;
+    /* 17..19 columns left (a 7 x 7 map's 49 = 32 + 17): one panel, then the last 1..3 as
+     * single columns, where a pair of panels computes 32 */
+    two = P - p0 > O2E_QNR + O2E_QCOLS;
     if (two) np = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
 #endif
     for (size_t m0 = 0; m0 < M; m0 += O2E_QMR) {
@@ -858,10 +931,15 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
       }
 #endif
 #if defined(O2E_Q_VNNI)
+      if (two && yp == 1) {
+        o2e_qkernel2_rq(K4, ap, bp, bp + K4 * 64, bias + m0, scale + m0, flo, fhi, zp,
+                        y + m0 * ym + p0, ym, M - m0 < O2E_QMR ? M - m0 : O2E_QMR, np - O2E_QNR);
+        continue;
+      }
       if (two)
         o2e_qkernel2(K4, ap, bp, bp + K4 * 64, acc[0], acc[1]);
-      else if (np == 1)
-        o2e_qkernel_col(K4, ap, bp, acc[0]);
+      else if (np <= O2E_QCOLS)
+        for (size_t j = 0; j < np; ++j) o2e_qkernel_col(K4, ap, bp + 4 * j, acc[0] + j);
       else
 #endif
         o2e_qkernel(K4, ap, bp, acc[0], np);
@@ -899,6 +977,69 @@ static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *ap
   }
 }
 
+
+/* A stride-1 or strided convolution over o2e_qpad's / o2e_qphase's planes (rows of wp bytes,
+ * OW of them real): the product over the OH * wp extended columns, then o2e_qcompact drops
+ * the wp - OW extra ones per row into y (yext: M * OH * wp bytes of scratch). With AVX-512
+ * VNNI and VBMI only the OH * OW real columns are computed: a chunk of 32 spans at most 64
+ * bytes of a plane row (checked; else the extended path), loaded masked and compacted by one
+ * vpermb per k row before the 4 x 16 byte transposes, and the results go straight to y.
+ * ResNet50's 7 x 7 3 x 3 layers computed 63 columns for 49 (14 x 14: 224 for 196). */
+static inline void o2e_qconv_planes(size_t M, size_t OH, size_t OW, size_t wp, size_t K,
+                                    const int8_t *apack, const uint8_t *src,
+                                    const int32_t *rowoff, uint8_t flip, uint8_t *pk,
+                                    const int32_t *bias, const int32_t *rowsum,
+                                    const float *scale, int32_t zp, int32_t lo, int32_t hi,
+                                    uint8_t *yext, uint8_t *y) {
+#if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
+  const size_t P = OH * OW, K4 = (K + 3) / 4, gap = wp - OW;
+  /* the widest chunk: 32 columns over the most rows they can touch */
+  if (OW >= 1 && 31 + (31 / OW + 1) * gap < 64) {
+    const __m128i f = _mm_set1_epi8((char)flip);
+    for (size_t p0 = 0; p0 < P; p0 += 2 * O2E_QNR) {
+      const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
+      const size_t e0 = (p0 / OW) * wp + p0 % OW;
+      uint8_t idx[64];
+      size_t span = 0;
+      for (size_t j = 0; j < 64; ++j) {
+        const size_t p = p0 + (j < nc ? j : 0);
+        idx[j] = (uint8_t)((p / OW) * wp + p % OW - e0);
+        if (idx[j] + 1u > span) span = idx[j] + 1u;
+      }
+      const __m512i ix = _mm512_loadu_si512(idx);
+      const __mmask64 m = span >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << span) - 1);
+      uint8_t *pan0 = pk, *pan1 = pk + K4 * 64;
+      for (size_t k4 = 0; k4 < K4; ++k4) {
+        __m256i r[4];
+        for (size_t t = 0; t < 4; ++t) {
+          const size_t k = k4 * 4 + t;
+          r[t] = k < K ? _mm512_castsi512_si256(_mm512_permutexvar_epi8(
+                             ix, _mm512_maskz_loadu_epi8(m, src + rowoff[k] + e0)))
+                       : _mm256_set1_epi8((char)flip); /* k past K: zero weights */
+        }
+        for (size_t h = 0; h < 2; ++h) {
+          const __m128i r0 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[0], 1) : _mm256_castsi256_si128(r[0]), f);
+          const __m128i r1 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[1], 1) : _mm256_castsi256_si128(r[1]), f);
+          const __m128i r2 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[2], 1) : _mm256_castsi256_si128(r[2]), f);
+          const __m128i r3 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[3], 1) : _mm256_castsi256_si128(r[3]), f);
+          const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
+          const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
+          uint8_t *d = (h ? pan1 : pan0) + k4 * 64;
+          _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
+          _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
+          _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
+          _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(a1, b1));
+        }
+      }
+      o2e_qgemm(M, nc, K, apack, pk, bias, rowsum, scale, zp, lo, hi, y + p0, P, 1);
+    }
+    return;
+  }
+#endif
+  o2e_qgemm_rows(M, OH * wp, K, apack, src, 0, rowoff, flip, pk, bias, rowsum, scale, zp, lo, hi,
+                 yext, OH * wp, 1);
+  o2e_qcompact(yext, M, OH, OW, wp, y);
+}
 
 /* A fully connected layer at batch 1 (convert --device): y[n * yn] = requant(sum_k A[n][k] x[k]
  * + bias[n]) for N outputs of K inputs, A packed as for o2e_qgemm. The Arm DSP build widens x

@@ -120,9 +120,13 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         lines += [
             f"  o2e_qpad(xn, {C}, {H}, {W}, {hp}, {wp}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
             f"{padded});",
-            f"  {_rows_fn(ctx)}({M}, {pe}, {K}, {A}, {padded}, 0, {offs}, {_flip(plan)}, {pk}, "
-            f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {pe}, 1);",
-            f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wp}, {yp} + n * {M * P});",
+            *_planes_product(
+                ctx,
+                plan,
+                (M, OH, OW, wp, K),
+                (A, bias, rowsum, sc),
+                (padded, offs, pk, yext, f"{yp} + n * {M * P}"),
+            ),
             "}",
         ]
         return "\n".join(lines)
@@ -187,12 +191,43 @@ def _phase_conv(
     lines += [
         f"  o2e_qphase(xn, {C}, {H}, {W}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {hq}, {wq}, "
         f"(uint8_t){padv}, {planes});",
-        f"  {_rows_fn(ctx)}({M}, {pe}, {K}, {A}, {planes}, 0, {offs}, {_flip(plan)}, {pk}, "
-        f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {pe}, 1);",
-        f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wq}, (uint8_t *){y.sym} + n * {M * OH * OW});",
+        *_planes_product(
+            ctx,
+            plan,
+            (M, OH, OW, wq, K),
+            consts,
+            (planes, offs, pk, yext, f"(uint8_t *){y.sym} + n * {M * OH * OW}"),
+        ),
         "}",
     ]
     return "\n".join(lines)
+
+
+def _planes_product(
+    ctx: NodeContext,
+    plan: Int8Plan,
+    dims: tuple[int, int, int, int, int],
+    consts: tuple[str, str, str, str],
+    bufs: tuple[str, str, str, str, str],
+) -> list[str]:
+    """The product over o2e_qpad's / o2e_qphase's planes (bufs: planes, row offsets, panel
+    scratch, extended output, y): o2e_qconv_planes (only the real columns where AVX-512 VBMI
+    allows, else the extended ones and o2e_qcompact), on Helium o2e_qgemm16_rows and
+    o2e_qcompact."""
+    M, OH, OW, wp, K = dims
+    A, bias, rowsum, sc = consts
+    src, offs, pk, yext, y = bufs
+    if _rows_fn(ctx) == "o2e_qgemm_rows":
+        return [
+            f"  o2e_qconv_planes({M}, {OH}, {OW}, {wp}, {K}, {A}, {src}, {offs}, {_flip(plan)}, "
+            f"{pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {y});"
+        ]
+    pe = OH * wp
+    return [
+        f"  {_rows_fn(ctx)}({M}, {pe}, {K}, {A}, {src}, 0, {offs}, {_flip(plan)}, {pk}, "
+        f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yext}, {pe}, 1);",
+        f"  o2e_qcompact({yext}, {M}, {OH}, {OW}, {wp}, {y});",
+    ]
 
 
 def _matmul(ctx: NodeContext, plan: Int8Plan) -> str:
