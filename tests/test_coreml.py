@@ -492,3 +492,29 @@ def test_check_coreml_statuses() -> None:
         r["op"]: r for r in placement.check_coreml(_graph(TORCH / "lstm_classifier.dynamo.onnx"))
     }
     assert lstm["LSTM"]["status"] == "unsupported"
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_empty_max_min_reduction_refused_at_check(op: str) -> None:
+    # ONNX gives -inf / +inf for an empty max / min; Core ML documents no result for it, so
+    # both formats refuse it at check time (conformance: test_reduce_{max,min}_empty_set)
+    # instead of emitting a model whose device result is unknown.
+    from onnx2edge.backends import get_backend
+    from onnx2edge.backends.coreml import evaluate
+    from onnx2edge.errors import Onnx2EdgeError
+
+    node = helper.make_node(op, ["x"], ["y"], axes=[2, 3], keepdims=1)
+    m = make_model([node], [vi("x", [1, 2, 0, 3])], [vi("y", [1, 2, 1, 1])], opset=13)
+    g = frontend.load(m, quiet=True)
+    # neuralnetwork has no ReduceMin layer at all
+    for fmt in FORMATS if op == "ReduceMax" else ("mlprogram",):
+        refusals = get_backend("coreml").check(g, {"format": fmt})
+        assert [r.op for r in refusals] == [op], refusals
+        assert "axis 2 of size 0" in refusals[0].reason
+    # the evaluator says it does not model it rather than crashing inside NumPy
+    fn = evaluate.mil_reduce_max if op == "ReduceMax" else evaluate.mil_reduce_min
+    with pytest.raises(Onnx2EdgeError, match="size 0 is not modelled"):
+        fn(np.zeros((1, 2, 0, 3), np.float32), axes=[2, 3], keep_dims=True)
+    # a non-empty reduction over the same axes is still emitted
+    m2 = make_model([node], [vi("x", [1, 2, 4, 3])], [vi("y", [1, 2, 1, 1])], opset=13)
+    assert get_backend("coreml").check(frontend.load(m2, quiet=True), {}) == []

@@ -115,6 +115,23 @@ def resize_params(graph: Graph, node: Node) -> dict[str, Any]:
     raise Refuse(f"Resize mode={mode} is not supported")
 
 
+def nonempty_reduction(graph: Graph, node: Node, axes: list[int]) -> None:
+    """Refuse a ReduceMax / ReduceMin (or GlobalMaxPool) over an axis of size 0.
+
+    ONNX defines the empty max / min as the lowest / highest value of the type (-inf / +inf
+    for float32); Core ML's reduce_max / reduce_min (MIL) and ReduceLayerParams MAX / MIN (NN)
+    document no result for an empty reduction, so what a device computes is unknown."""
+    if "Max" not in node.op_type and "Min" not in node.op_type:
+        return
+    shape = static_shape(graph, node.inputs[0])
+    empty = [a for a in axes if shape[a] == 0]
+    if empty:
+        raise Refuse(
+            f"{node.op_type} over axis {empty[0]} of size 0 (shape {list(shape)}): Core ML "
+            "documents no result for an empty max / min reduction"
+        )
+
+
 # Ops neither Core ML format has: the backend requires their decomposition pass (listed in
 # CoreMLBackend.required_passes) and judges them per node by their parts (node_reasons).
 DECOMPOSED = ("HardSwish",)

@@ -30,6 +30,7 @@ from .common import (
     deconv_crop,
     float_tensor,
     gemm_weights,
+    nonempty_reduction,
     opt_const,
     pad_amounts,
     pad_mode,
@@ -416,6 +417,7 @@ def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
                 raise Refuse("noop_with_empty_axes=1 is not supported")
             axes_v = range(rank)
         axes, keep = sorted(int(a) % rank for a in axes_v), reduce_attrs(n, g.opset).keepdims
+    nonempty_reduction(g, n, axes)
     fn = {
         "Mean": mb.reduce_mean,
         "Max": mb.reduce_max,

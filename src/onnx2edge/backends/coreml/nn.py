@@ -34,6 +34,7 @@ from .common import (
     deconv_crop,
     float_tensor,
     gemm_weights,
+    nonempty_reduction,
     opt_const,
     pad_amounts,
     pad_mode,
@@ -366,6 +367,7 @@ def _reduce(c: _Ctx, n: Node) -> None:
     g = c.graph
     if len(static_shape(g, n.inputs[0])) != 4 or _reduce_axes(g, n) != [2, 3]:
         raise Refuse("only reductions over H and W of a 4-D tensor are supported")
+    nonempty_reduction(g, n, [2, 3])
     mode = "avg" if n.op_type == "ReduceMean" else "max"
     c.b.add_reduce(n.name, n.inputs[0], n.outputs[0], axis="HW", mode=mode)
     c.layer("reduce")
