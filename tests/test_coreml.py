@@ -32,7 +32,7 @@ from coreml_support import assert_valid, coreml_files_valid  # noqa: E402, F401
 
 TORCH = Path(__file__).parent / "fixtures" / "torch"
 FORMATS = ("neuralnetwork", "mlprogram")
-KEYS = {"node", "op", "status", "placement", "reason", "rule", "source"}
+KEYS = {"node", "op", "status", "placement", "reason", "rule", "source", "fix"}
 
 
 def _verify(model: Path, fmt: str, **kw) -> None:  # noqa: ANN003
