@@ -10,6 +10,7 @@ from .....semantics.activations import Activation
 from ...emitter import NodeContext
 from ...headers import include
 from ..gemm.gemm import (
+    GemmCall,
     _use_engine,
     act_struct,
     gemm_call,
@@ -265,18 +266,20 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
         if packed is not None:
             call = gemm_packed_call(
                 ctx,
-                f"{packed} + (size_t)g * {stride}",
-                mg,
-                ncols,
-                K,
-                b_mat,
-                ncols,
-                out,
-                P,
-                bias_m=bg,
-                act=act,
-                residual=r,
-                ldr=P,
+                GemmCall(
+                    m=mg,
+                    n=ncols,
+                    k=K,
+                    a=f"{packed} + (size_t)g * {stride}",
+                    b=b_mat,
+                    ldb=ncols,
+                    c=out,
+                    ldc=P,
+                    bias_m=bg,
+                    act=act,
+                    residual=r,
+                    ldr=P,
+                ),
             )
             if pointwise and conv_pointwise.avx2_lanes(spec):  # AVX2 builds: lanes kernel
                 call = conv_pointwise.avx2_branch(ctx, spec, packed, xin, out, bg, r, call)
@@ -286,19 +289,21 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
             code.append(
                 gemm_call(
                     ctx,
-                    mg,
-                    ncols,
-                    K,
-                    wg,
-                    K,
-                    b_mat,
-                    ncols,
-                    out,
-                    P,
-                    bias_m=bg,
-                    act=act,
-                    residual=r,
-                    ldr=P,
+                    GemmCall(
+                        m=mg,
+                        n=ncols,
+                        k=K,
+                        a=wg,
+                        lda=K,
+                        b=b_mat,
+                        ldb=ncols,
+                        c=out,
+                        ldc=P,
+                        bias_m=bg,
+                        act=act,
+                        residual=r,
+                        ldr=P,
+                    ),
                 )
             )
         return code
