@@ -518,3 +518,27 @@ def test_empty_max_min_reduction_refused_at_check(op: str) -> None:
     # a non-empty reduction over the same axes is still emitted
     m2 = make_model([node], [vi("x", [1, 2, 4, 3])], [vi("y", [1, 2, 1, 1])], opset=13)
     assert get_backend("coreml").check(frontend.load(m2, quiet=True), {}) == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mish_decomposed_matches_onnxruntime_and_validates(tmp_path: Path, fmt: str) -> None:
+    # No Mish layer / MIL op: the required decompose_mish pass leaves softplus, tanh and a
+    # multiply in both formats (neuralnetwork had no Mish at all before); the evaluator matches
+    # onnxruntime and Core ML's validator accepts the file (autouse coreml_files_valid).
+    w = np.random.RandomState(1).randn(4, 3, 3, 3).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Mish", ["c"], ["y"], name="mish"),
+    ]
+    m = make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 8, 8])], [tensor("w", w)], 18)
+    model = save(m, tmp_path / "m.onnx")
+    out = tmp_path / "o"
+    rep = api.verify(
+        model, target="coreml", options={"format": fmt, "precision": "fp32"}, work_dir=out
+    )
+    assert rep.ok, rep.format()
+    info = json.loads((out / MODEL_INFO).read_text())
+    assert_valid(out / info["file"])
+    spec = ct.models.MLModel(str(out / info["file"]), skip_model_load=True).get_spec()
+    text = str(spec)
+    assert "softplus" in text.lower() and "tanh" in text.lower()

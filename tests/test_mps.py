@@ -1292,3 +1292,26 @@ def test_verify_says_the_gpu_part_ran_on_the_cpu_model(sim_dir: Path, tmp_path: 
     assert last.startswith("PASS: target mps, ran on a CPU model of MPS (sim)"), last
     assert "not Apple hardware" in last
     assert "CPU model" in report.as_dict()["ran_on"]
+
+
+@needs_swift
+def test_mish_decomposed_matches_onnxruntime(sim_dir: Path, tmp_path: Path) -> None:
+    """No Mish neuron: the required decompose_mish pass leaves softPlus and tanH neurons and a
+    multiplication node; the CPU model of MPS runs them against onnxruntime's Mish."""
+    w = np.random.default_rng(3).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+            helper.make_node("Mish", ["c"], ["y"], name="mish"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    check_against_ort(model, tmp_path)
+    swift = "".join(p.read_text() for p in (tmp_path / "out" / "Sources").rglob("*.swift"))
+    assert "with: .softPlus, a: 1.0, b: 1.0" in swift and "MPSCNNNeuronTanHNode" in swift
+    assert "MPSNNMultiplicationNode" in swift

@@ -10,7 +10,7 @@ from .bounded import bound_data_dependent  # noqa: E402, F401
 from .fuse_activation import activation_of, fuse_activation  # noqa: E402
 from .fuse_residual import fuse_residual, has_residual  # noqa: E402
 from .infer_shapes import infer_shapes  # noqa: E402
-from .decompose import decompose_hardswish  # noqa: E402, F401
+from .decompose import decompose_hardswish, decompose_mish  # noqa: E402, F401
 from .qdq_int8 import qdq_to_int8  # noqa: E402
 from .registry import PASSES, fixed_point, register_pass, run_passes
 from .simplify import eliminate_dead_nodes, remove_identity  # noqa: E402

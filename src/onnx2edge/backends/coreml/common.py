@@ -174,7 +174,7 @@ def other_target_fix(node: Node) -> str | None:
 
 # Ops neither Core ML format has: the backend requires their decomposition pass (listed in
 # CoreMLBackend.required_passes) and judges them per node by their parts (node_reasons).
-DECOMPOSED = ("HardSwish",)
+DECOMPOSED = ("HardSwish", "Mish")
 
 
 def decomposed(graph: Graph) -> tuple[Graph, dict[str, str]]:

@@ -140,17 +140,6 @@ def _gelu(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, mb.gelu(x=c.x(n.inputs[0]), mode=mode, name=c.out(n)))
 
 
-@_op("Mish")
-def _mish(c: _Ctx, n: Node, mb: Any) -> None:
-    # No MIL mish op: x * tanh(softplus(x)), as ONNX defines Mish.
-    x, nm = c.x(n.inputs[0]), c.out(n)
-    sp = mb.softplus(x=x, name=f"{nm}_softplus")
-    th = mb.tanh(x=sp, name=f"{nm}_tanh")
-    c.lowered.layers += ["softplus", "tanh"]
-    c.set(n, mb.mul(x=x, y=th, name=nm))
-    c.lowered.fusions.append({"node": n.name, "op": "Mish", "emitted": ["softplus", "tanh", "mul"]})
-
-
 @_op("LayerNormalization")
 def _layernorm(c: _Ctx, n: Node, mb: Any) -> None:
     g = c.graph
