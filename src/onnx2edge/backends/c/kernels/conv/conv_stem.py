@@ -53,7 +53,7 @@ from ...headers import include
 from ...ops.common import act_expr
 from ..gemm.gemm import _use_engine
 from ..pool import pool2d
-from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
 
 MAX_C = 4  # input channels: RGB(A) stems; more channels have enough K for the GEMM
 # C·kh·kw. AlexNet's / NIN's 11x11 / 4 stems (363 taps) measured slower here than the
@@ -322,4 +322,4 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     )
 
 
-STRATEGY = ConvStrategy("stem", refuse, emit)
+STRATEGY = register(ConvStrategy("stem", refuse, emit), rank=80)
