@@ -982,10 +982,12 @@ def test_refuses_lstm(tmp_path: Path) -> None:
         "'lstm1'" in p and "LSTM" in p and "opset 17" in p and "recurrent" in p for p in problems
     ), problems
     # The CPU runs the LSTM in Swift, but then nothing would run on the GPU.
+    # The record names what to do instead: the C backend emits LSTM (Refusal.fix).
     problems = _unsupported(model, tmp_path)
     assert problems == [
         "no node runs on the GPU: MPSNNGraph needs at least one image node; this model is not a "
-        "convolutional network over [1, C, H, W] images"
+        "convolutional network over [1, C, H, W] images; "
+        "onnx2edge convert MODEL --target c -o OUT/ (the C backend emits LSTM)"
     ], problems
 
 
@@ -1011,7 +1013,8 @@ def test_refuses_attention(tmp_path: Path) -> None:
     # The CPU tail could run all of it, but then it is not an MPSNNGraph model.
     assert _unsupported(model, tmp_path) == [
         "no node runs on the GPU: MPSNNGraph needs at least one image node; this model is not a "
-        "convolutional network over [1, C, H, W] images"
+        "convolutional network over [1, C, H, W] images; "
+        "onnx2edge convert MODEL --target c -o OUT/ (the C backend emits every op)"
     ]
 
 
