@@ -51,7 +51,7 @@ def _c_fix(graph: Graph, nodes: list[Node]) -> str | None:
     from ..base import BACKENDS
 
     c = BACKENDS.get("c")
-    if c is None:
+    if c is None or not nodes:  # a graph folded to nothing: nothing to convert elsewhere
         return None
     ops = c().supported_ops
 
