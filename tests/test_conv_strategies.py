@@ -92,6 +92,29 @@ CASES = {
 }
 
 
+def test_strategy_modules_register_themselves() -> None:
+    """A strategy module registers its strategy at a rank (no central list to edit): every
+    kernels/conv module's STRATEGY is in the list, in rank order, and a rank or name taken
+    twice is refused."""
+    import importlib
+    import pkgutil
+
+    from onnx2edge.backends.c.kernels import conv as package
+    from onnx2edge.backends.c.kernels.conv import conv_spec
+
+    for m in pkgutil.iter_modules(package.__path__):
+        s = getattr(importlib.import_module(f"{package.__name__}.{m.name}"), "STRATEGY", None)
+        assert s is None or s in conv_ops.STRATEGIES, m.name
+    ranks = [conv_spec._REGISTERED[s.name][0] for s in conv_ops.STRATEGIES]
+    assert ranks == sorted(set(ranks))
+    first = conv_ops.STRATEGIES[0]
+    with pytest.raises(ValueError, match="share rank"):
+        conv_spec.register(conv_spec.ConvStrategy("x", first.refuse, first.emit), rank=ranks[0])
+    with pytest.raises(ValueError, match="registered twice"):
+        conv_spec.register(conv_spec.ConvStrategy(first.name, first.refuse, first.emit), rank=1)
+    assert conv_spec.strategies() == conv_ops.STRATEGIES  # nothing left registered by the test
+
+
 def test_the_list_is_declared_once_and_ends_with_fallbacks() -> None:
     names = [s.name for s in conv_ops.STRATEGIES]
     assert len(names) == len(set(names)) and set(CASES) == set(names)

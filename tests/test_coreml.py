@@ -32,7 +32,7 @@ from coreml_support import assert_valid, coreml_files_valid  # noqa: E402, F401
 
 TORCH = Path(__file__).parent / "fixtures" / "torch"
 FORMATS = ("neuralnetwork", "mlprogram")
-KEYS = {"node", "op", "status", "placement", "reason", "rule", "source"}
+KEYS = {"node", "op", "status", "placement", "reason", "rule", "source", "fix"}
 
 
 def _verify(model: Path, fmt: str, **kw) -> None:  # noqa: ANN003
@@ -492,3 +492,53 @@ def test_check_coreml_statuses() -> None:
         r["op"]: r for r in placement.check_coreml(_graph(TORCH / "lstm_classifier.dynamo.onnx"))
     }
     assert lstm["LSTM"]["status"] == "unsupported"
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_empty_max_min_reduction_refused_at_check(op: str) -> None:
+    # ONNX gives -inf / +inf for an empty max / min; Core ML documents no result for it, so
+    # both formats refuse it at check time (conformance: test_reduce_{max,min}_empty_set)
+    # instead of emitting a model whose device result is unknown.
+    from onnx2edge.backends import get_backend
+    from onnx2edge.backends.coreml import evaluate
+    from onnx2edge.errors import Onnx2EdgeError
+
+    node = helper.make_node(op, ["x"], ["y"], axes=[2, 3], keepdims=1)
+    m = make_model([node], [vi("x", [1, 2, 0, 3])], [vi("y", [1, 2, 1, 1])], opset=13)
+    g = frontend.load(m, quiet=True)
+    # neuralnetwork has no ReduceMin layer at all
+    for fmt in FORMATS if op == "ReduceMax" else ("mlprogram",):
+        refusals = get_backend("coreml").check(g, {"format": fmt})
+        assert [r.op for r in refusals] == [op], refusals
+        assert "axis 2 of size 0" in refusals[0].reason
+    # the evaluator says it does not model it rather than crashing inside NumPy
+    fn = evaluate.mil_reduce_max if op == "ReduceMax" else evaluate.mil_reduce_min
+    with pytest.raises(Onnx2EdgeError, match="size 0 is not modelled"):
+        fn(np.zeros((1, 2, 0, 3), np.float32), axes=[2, 3], keep_dims=True)
+    # a non-empty reduction over the same axes is still emitted
+    m2 = make_model([node], [vi("x", [1, 2, 4, 3])], [vi("y", [1, 2, 1, 1])], opset=13)
+    assert get_backend("coreml").check(frontend.load(m2, quiet=True), {}) == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mish_decomposed_matches_onnxruntime_and_validates(tmp_path: Path, fmt: str) -> None:
+    # No Mish layer / MIL op: the required decompose_mish pass leaves softplus, tanh and a
+    # multiply in both formats (neuralnetwork had no Mish at all before); the evaluator matches
+    # onnxruntime and Core ML's validator accepts the file (autouse coreml_files_valid).
+    w = np.random.RandomState(1).randn(4, 3, 3, 3).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Mish", ["c"], ["y"], name="mish"),
+    ]
+    m = make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 8, 8])], [tensor("w", w)], 18)
+    model = save(m, tmp_path / "m.onnx")
+    out = tmp_path / "o"
+    rep = api.verify(
+        model, target="coreml", options={"format": fmt, "precision": "fp32"}, work_dir=out
+    )
+    assert rep.ok, rep.format()
+    info = json.loads((out / MODEL_INFO).read_text())
+    assert_valid(out / info["file"])
+    spec = ct.models.MLModel(str(out / info["file"]), skip_model_load=True).get_spec()
+    text = str(spec)
+    assert "softplus" in text.lower() and "tanh" in text.lower()

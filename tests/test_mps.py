@@ -982,10 +982,12 @@ def test_refuses_lstm(tmp_path: Path) -> None:
         "'lstm1'" in p and "LSTM" in p and "opset 17" in p and "recurrent" in p for p in problems
     ), problems
     # The CPU runs the LSTM in Swift, but then nothing would run on the GPU.
+    # The record names what to do instead: the C backend emits LSTM (Refusal.fix).
     problems = _unsupported(model, tmp_path)
     assert problems == [
         "no node runs on the GPU: MPSNNGraph needs at least one image node; this model is not a "
-        "convolutional network over [1, C, H, W] images"
+        "convolutional network over [1, C, H, W] images; "
+        "onnx2edge convert MODEL --target c -o OUT/ (the C backend emits LSTM)"
     ], problems
 
 
@@ -1011,7 +1013,8 @@ def test_refuses_attention(tmp_path: Path) -> None:
     # The CPU tail could run all of it, but then it is not an MPSNNGraph model.
     assert _unsupported(model, tmp_path) == [
         "no node runs on the GPU: MPSNNGraph needs at least one image node; this model is not a "
-        "convolutional network over [1, C, H, W] images"
+        "convolutional network over [1, C, H, W] images; "
+        "onnx2edge convert MODEL --target c -o OUT/ (the C backend emits every op)"
     ]
 
 
@@ -1292,3 +1295,26 @@ def test_verify_says_the_gpu_part_ran_on_the_cpu_model(sim_dir: Path, tmp_path: 
     assert last.startswith("PASS: target mps, ran on a CPU model of MPS (sim)"), last
     assert "not Apple hardware" in last
     assert "CPU model" in report.as_dict()["ran_on"]
+
+
+@needs_swift
+def test_mish_decomposed_matches_onnxruntime(sim_dir: Path, tmp_path: Path) -> None:
+    """No Mish neuron: the required decompose_mish pass leaves softPlus and tanH neurons and a
+    multiplication node; the CPU model of MPS runs them against onnxruntime's Mish."""
+    w = np.random.default_rng(3).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+            helper.make_node("Mish", ["c"], ["y"], name="mish"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    check_against_ort(model, tmp_path)
+    swift = "".join(p.read_text() for p in (tmp_path / "out" / "Sources").rglob("*.swift"))
+    assert "with: .softPlus, a: 1.0, b: 1.0" in swift and "MPSCNNNeuronTanHNode" in swift
+    assert "MPSNNMultiplicationNode" in swift

@@ -150,6 +150,49 @@ def test_hardswish_decomposition_is_required_not_hand_copied() -> None:
         np.testing.assert_array_equal(x * hsig, want)
 
 
+def test_mish_decomposition_is_required_not_hand_copied() -> None:
+    """Mish is decomposed once (passes/decompose.py) into ONNX's own definition, x *
+    tanh(softplus(x)), by MPS and Core ML, which carry no Mish emitter of their own; C keeps
+    the op (one activation-table expression). The parts, run by onnxruntime, give its Mish
+    (NaN and +-Inf included)."""
+    from onnx2edge import frontend
+    from onnx2edge.backends.c.backend import CBackend
+    from onnx2edge.backends.coreml import mil, nn
+    from onnx2edge.backends.coreml.backend import CoreMLBackend
+    from onnx2edge.backends.mps.backend import MPSBackend
+    from onnx2edge.backends.mps.ops.common import EMITTERS
+    from onnx2edge.passes.decompose import decompose_mish
+
+    for backend, emitters in (
+        (MPSBackend, EMITTERS),
+        (CoreMLBackend, {**mil.MIL_OPS, **nn.NN_OPS}),
+    ):
+        assert "decompose_mish" in backend.required_passes
+        assert "Mish" not in emitters
+    assert "decompose_mish" not in CBackend.required_passes
+
+    x = np.array([np.nan, np.inf, -np.inf, -0.0, -30, -3, -0.5, 0.25, 3, 30], np.float32)
+    model = oh.make_model(
+        oh.make_graph(
+            [oh.make_node("Mish", ["x"], ["y"], name="m")],
+            "g",
+            [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [10])],
+            [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [10])],
+        ),
+        opset_imports=[oh.make_opsetid("", 18)],
+    )
+    g = decompose_mish(frontend.load(model, quiet=True))
+    assert [n.op_type for n in g.nodes] == ["Softplus", "Tanh", "Mul"]
+    assert all(g.type_of(n.outputs[0]) == g.type_of("x") for n in g.nodes)  # typed
+    sp = run_node("Softplus", [x], 18, engine="onnxruntime")[0]
+    th = run_node("Tanh", [sp], 18, engine="onnxruntime")[0]
+    want = run_node("Mish", [x], 18, engine="onnxruntime")[0]
+    with np.errstate(invalid="ignore"):  # NaN * anything is NaN, as Mish(NaN) is
+        got = x * th
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
 def test_resize_10_reaches_the_backends_as_asymmetric(tmp_path: Path) -> None:
     """The record, not a per-backend fallback, gives Resize-10 its meaning: the MPS CPU tail
     samples at asymmetric coordinates (the schema of Resize-11 would say half_pixel). Emit

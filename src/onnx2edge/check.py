@@ -4,7 +4,9 @@ or is it unsupported (and why). One registry serves every target.
 A checker is `fn(graph) -> list[dict]` registered with `@register_checker(target)`; the graph
 is the frontend's (shapes static, constants folded). Each dict has the keys of `ENTRY_KEYS`:
 node, op, status ('supported' | 'replaceable' | 'unsupported'), placement (str or None),
-reason, rule (str or None), source (str or None: where the verdict comes from).
+reason, rule (str or None), source (str or None: where the verdict comes from); optionally
+fix (str or None: the command that removes the refusal, from the backend's `Refusal.fix`, or
+`rewrite --for` for a node a verified rule replaces; `check_model` fills it when absent).
 
 Every registered backend is a check target: `backend_check` asks the backend itself
 (`Backend.check`: the `Refusal` records `convert` refuses with) and tries the rewrite rules of
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from .backends.refusal import Refusal
 
 CheckFn = Callable[[Graph], list[dict[str, Any]]]
-ENTRY_KEYS = ("node", "op", "status", "placement", "reason", "rule", "source")
+ENTRY_KEYS = ("node", "op", "status", "placement", "reason", "rule", "source", "fix")
 STATUSES = ("supported", "replaceable", "unsupported")
 
 # Checkers registered by hand (tests, plugins); the backends' own come from the registry.
@@ -72,17 +74,31 @@ def available_targets() -> list[str]:
 
 
 # --- backend-driven checkers ----------------------------------------------------------------
-def _refusals(records: Sequence[Refusal]) -> tuple[dict[str, str], list[str]]:
-    """A backend's records -> (node name -> reason, reasons about the graph as a whole)."""
+def _refusals(records: Sequence[Refusal]) -> tuple[dict[str, str], list[Refusal]]:
+    """A backend's records -> (node name -> reason, the records about the graph as a whole)."""
     by_node: dict[str, str] = {}
-    other: list[str] = []
+    other: list[Refusal] = []
     for r in records:
         if r.node is None:
-            other.append(r.why)
+            other.append(r)
             continue
         prev = by_node.get(r.node)
-        by_node[r.node] = f"{prev}; {r.why}" if prev else r.why
+        by_node[r.node] = f"{prev}; {r.reason}" if prev else r.reason
     return by_node, other
+
+
+def _fixes(records: Sequence[Refusal]) -> dict[str, str]:
+    """node name -> the backend's fix (the first one given for the node)."""
+    out: dict[str, str] = {}
+    for r in records:
+        if r.node is not None and r.fix:
+            out.setdefault(r.node, r.fix)
+    return out
+
+
+def rewrite_fix(target: str) -> str:
+    """The command that applies the verified rules `check` proposes for `target`."""
+    return f"onnx2edge rewrite MODEL -o OUT.onnx --for {target}"
 
 
 def backend_check(
@@ -105,11 +121,13 @@ def backend_check(
 
     opts = dict(options or {})
 
-    def refusals(g: Graph) -> tuple[dict[str, str], list[str]]:
+    def refusals(g: Graph) -> tuple[dict[str, str], list[Refusal]]:
         return _refusals(backend.check(run_passes(g, backend.required_passes), opts))
 
     lowered = run_passes(graph, backend.required_passes)
-    refused, other = _refusals(backend.check(lowered, opts))
+    records = backend.check(lowered, opts)
+    refused, other = _refusals(records)
+    fixes = _fixes(records)
     still = _refusals(backend.check(lowered, fallback[1]))[0] if fallback else refused
     after = {n.name for n in lowered.nodes}
     tried: dict[str, tuple[set[str], dict[str, str]]] = {}  # rule -> (names left, refusals)
@@ -135,13 +153,19 @@ def backend_check(
             "reason": "",
             "rule": None,
             "source": source,
+            "fix": None,
         }
         if node.name in refused and fallback and node.name not in still:
             e.update(
                 placement=fallback[0], reason=f"{refused[node.name]} (runs on the {fallback[0]})"
             )
         elif node.name in refused:
-            e.update(status="unsupported", placement=None, reason=refused[node.name])
+            e.update(
+                status="unsupported",
+                placement=None,
+                reason=refused[node.name],
+                fix=fixes.get(node.name),
+            )
         if node.name in refused:
             for rule, (names, again) in tried.items():
                 prefix = f"{node.name}/"
@@ -157,16 +181,17 @@ def backend_check(
             e["reason"] = "folded or fused into a neighbour by the backend's passes"
         entries.append(e)
     _confirm_together(graph, entries, refusals)
-    for line in other:
+    for r in other:
         entries.append(
             {
                 "node": None,
                 "op": None,
                 "status": "unsupported",
                 "placement": None,
-                "reason": line,
+                "reason": r.reason,
                 "rule": None,
                 "source": source,
+                "fix": r.fix,
             }
         )
     return entries
@@ -371,10 +396,16 @@ def check_model(
     graph = handle.after(DEFAULT_PASSES)
     entries = _checker(target, kwargs)(graph)
     for e in entries:
+        e.setdefault("fix", None)  # optional for a checker: most refusals have no known fix
         missing = [k for k in ENTRY_KEYS if k not in e]
         if missing or e["status"] not in STATUSES:
             raise ValueError(f"checker for {target} returned a malformed entry {e!r}")
     entries = confirm_replaceable(graph, target, entries, kwargs)
+    for e in entries:
+        if e["status"] == "replaceable" and e["rule"] in _rule_names():
+            e["fix"] = rewrite_fix(target)  # the rule, run on a copy, was checked again
+        elif e.get("fix") == rewrite_fix(target) or e["status"] == "supported":
+            e["fix"] = None
     totals = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
     src = source_of(model)
     name = str(src) if isinstance(src, str | Path) else model_label(src)
@@ -382,6 +413,12 @@ def check_model(
     if kwargs:
         rep["options"] = {"format" if k == "fmt" else k: v for k, v in kwargs.items()}
     return rep
+
+
+def _rule_names() -> set[str]:
+    from .edit import RULES
+
+    return set(RULES)
 
 
 def format_check(rep: dict[str, Any]) -> str:
@@ -398,10 +435,14 @@ def format_check(rep: dict[str, Any]) -> str:
             )
         )
     widths = [min(max(len(r[i]) for r in rows), 40) for i in range(5)]
-    lines = [
-        "  ".join(c[:40].ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
-        for r in rows
-    ]
+    lines = []
+    fixes = [None, *(e.get("fix") for e in rep["nodes"])]  # None: the header row
+    for r, fix in zip(rows, fixes, strict=True):
+        lines.append(
+            "  ".join(c[:40].ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+        )
+        if fix:
+            lines.append(f"{'':{widths[0]}}  fix: {fix}")
     t = rep["totals"]
     lines.append(
         f"{rep['target']}: {t['supported']} supported, {t['replaceable']} replaceable "

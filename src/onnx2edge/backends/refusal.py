@@ -8,9 +8,10 @@ model's opset, why, and what to do about it when the backend knows (`fix`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..ir import Node
+from ..ir import Graph, Node
+from ..passes.specialise import dynamic_fix, why_dynamic
 
 ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -35,12 +36,29 @@ class Refusal:
         """A refusal of the graph as a whole (an input, an output, the model)."""
         return cls(None, None, "", None, reason, fix)
 
+    @classmethod
+    def dynamic(cls, graph: Graph, node: Node) -> Refusal | None:
+        """The refusal of `node` when one of its tensors has no static shape (every backend
+        needs static shapes), with the command that fixes the shape when an input decides
+        it; None when every tensor is static."""
+        for name in (*node.inputs, *node.outputs):
+            t = graph.type_of(name) if name else None
+            if name and (t is None or not t.is_static):
+                return cls.of(node, graph.opset, why_dynamic(graph, name), dynamic_fix(graph, name))
+        return None
+
     @property
     def qualified_op(self) -> str | None:
         """The op as messages name it: with its domain when that is not ONNX's."""
         if self.op is None or self.domain in ONNX_DOMAINS:
             return self.op
         return f"{self.domain}.{self.op}"
+
+    @property
+    def status_line(self) -> str:
+        """`str(self)` without the fix: what the refusal is, for lists that record statuses
+        (tests/conformance/<target>.expected), where advice would only add churn."""
+        return str(replace(self, fix=None))
 
     @property
     def why(self) -> str:

@@ -348,7 +348,8 @@ def load_case(
                     input_shapes={k: v for k, v in shapes.items() if k not in fixed},
                 )
                 g = run_passes(g, (*DEFAULT_PASSES, *passes))
-                return g, [str(r) for r in refusals(g)]
+                # the status without the fix: advice is not what the case's line records
+                return g, [getattr(r, "status_line", str(r)) for r in refusals(g)]
             except Onnx2EdgeError as e:
                 return None, [str(e)]
 

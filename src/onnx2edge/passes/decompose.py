@@ -1,8 +1,9 @@
 """Decompositions a backend requires (issue 32, item 1): an op the backend has no native form
 for, rewritten once here into ops it has, instead of a hand copy in each emitter. A backend
-lists the pass in its `required_passes` (MPS and Core ML: decompose_hardswish; C keeps
-HardSwish, which its activation table renders as one expression), and edit's rewrite rule of
-the same meaning (edit/rules_activation.py: hardswish_decompose) is this function.
+lists the pass in its `required_passes` (MPS and Core ML: decompose_hardswish and
+decompose_mish; C keeps both, which its activation table renders as one expression each), and
+edit's rewrite rule of the same meaning (edit/rules_activation.py: hardswish_decompose) is
+this function.
 
 `decompose_with_origin` also says which original node each new node comes from, so a
 per-node report (Core ML's placement check) can judge an op by its parts and still report it
@@ -21,7 +22,7 @@ from .registry import register_pass
 Fresh = Callable[[str], str]
 
 
-def _hardswish(n: Node, fresh: Fresh) -> tuple[list[Node], str]:
+def _hardswish(n: Node, fresh: Fresh) -> tuple[list[Node], list[str]]:
     """HardSwish(x) = x * HardSigmoid(x; alpha=1/6, beta=1/2): ONNX's own definition (its
     schema's function body), the same values (NaN, and -Inf * 0 = NaN, included)."""
     x = n.inputs[0]
@@ -30,13 +31,27 @@ def _hardswish(n: Node, fresh: Fresh) -> tuple[list[Node], str]:
     return [
         Node(fresh(f"{n.name}/hsig"), "HardSigmoid", (x,), (gate,), ab),
         Node(fresh(f"{n.name}/mul"), "Mul", (x, gate), (n.outputs[0],)),
-    ], gate
+    ], [gate]
 
 
-# op -> (node, fresh-name maker) -> (replacement nodes, the one new intermediate tensor, which
-# has the op's input type)
-DECOMPOSITIONS: dict[str, Callable[[Node, Fresh], tuple[list[Node], str]]] = {
+def _mish(n: Node, fresh: Fresh) -> tuple[list[Node], list[str]]:
+    """Mish(x) = x * tanh(softplus(x)): ONNX's own definition (its schema's function body),
+    each step an op MPS (softPlus and tanH neurons, a multiplication node) and Core ML (MIL
+    softplus, tanh, mul; NeuralNetwork softplus / tanh activations, multiply) have."""
+    x = n.inputs[0]
+    sp, th = fresh(f"{n.name}/softplus:0"), fresh(f"{n.name}/tanh:0")
+    return [
+        Node(fresh(f"{n.name}/softplus"), "Softplus", (x,), (sp,)),
+        Node(fresh(f"{n.name}/tanh"), "Tanh", (sp,), (th,)),
+        Node(fresh(f"{n.name}/mul"), "Mul", (x, th), (n.outputs[0],)),
+    ], [sp, th]
+
+
+# op -> (node, fresh-name maker) -> (replacement nodes, the new intermediate tensors, which
+# have the op's input type)
+DECOMPOSITIONS: dict[str, Callable[[Node, Fresh], tuple[list[Node], list[str]]]] = {
     "HardSwish": _hardswish,
+    "Mish": _mish,
 }
 
 
@@ -69,10 +84,10 @@ def decompose_with_origin(graph: Graph, ops: Iterable[str]) -> tuple[Graph, dict
         if n.op_type not in ops or n.domain not in ("", "ai.onnx"):
             nodes.append(n)
             continue
-        parts, mid = DECOMPOSITIONS[n.op_type](n, fresh)
+        parts, mids = DECOMPOSITIONS[n.op_type](n, fresh)
         nodes += parts
         origin.update({p.name: n.name for p in parts})
-        values[mid] = Value(mid, graph.type_of(n.inputs[0]))
+        values.update({m: Value(m, graph.type_of(n.inputs[0])) for m in mids})
     return graph.with_nodes(nodes, values=values), origin
 
 
@@ -84,3 +99,13 @@ def decompose_hardswish(graph: Graph) -> Graph:
     after:   x -> HardSigmoid(1/6, 0.5) -> Mul(x, .) -> y
     """
     return decompose_with_origin(graph, ("HardSwish",))[0]
+
+
+@register_pass("decompose_mish", after=("fold_constants", "infer_shapes"))
+def decompose_mish(graph: Graph) -> Graph:
+    """Mish -> x * tanh(softplus(x)), exact (ONNX's definition).
+
+    before:  x -> Mish -> y
+    after:   x -> Softplus -> Tanh -> Mul(x, .) -> y
+    """
+    return decompose_with_origin(graph, ("Mish",))[0]

@@ -32,7 +32,13 @@ import onnx
 
 from ..errors import Onnx2EdgeError
 from ..ir import Graph, Node, TensorType, Value
-from .control_flow import fix_input_hint, inline_control_flow, is_select_of_if, runtime_if_of
+from .control_flow import (
+    deciding_inputs,
+    fix_input_hint,
+    inline_control_flow,
+    is_select_of_if,
+    runtime_if_of,
+)
 from .fold_constants import fold_constants
 from .infer_shapes import infer_shapes
 from .registry import register_pass
@@ -142,6 +148,56 @@ def why_dynamic(graph: Graph, name: str) -> str:
             )
         cur = dyn[0]
     return f"tensor '{name}' has no static shape"
+
+
+def dynamic_fix(graph: Graph, name: str) -> str | None:
+    """The command that gives tensor `name` a static shape, for `Refusal.fix` (None when only
+    the run-time data decides it, e.g. NonZero's output, or no input decides it).
+
+    Follows the same chain as `why_dynamic`: a graph input without a static shape takes
+    `set-shape`; a shape computed from the values of graph inputs takes `constant`, which
+    binds those inputs to values and folds what follows (what `--fix-input` does at
+    conversion)."""
+    seen: set[str] = set()
+    cur = name
+    while cur not in seen:
+        seen.add(cur)
+        node = graph.producer(cur)
+        if node is None:
+            if cur not in graph.inputs:
+                return None
+            return f"onnx2edge set-shape MODEL -o OUT.onnx --input-shape {cur}=DIMS"
+        dyn = [i for i in node.inputs if i and not _is_static(graph, i)]
+        if dyn:
+            cur = dyn[0]
+            continue
+        if node.op_type in _VALUE_SHAPED:
+            return None
+        runtime = [
+            node.inputs[i]
+            for i in _SHAPE_INPUTS.get(node.op_type, ())
+            if i < len(node.inputs) and node.inputs[i] and not graph.is_const(node.inputs[i])
+        ]
+        names = [n for r in runtime for n in deciding_inputs(graph, r)]
+        if not names:
+            return None
+        values = " ".join(f"--value {n}=VALUE" for n in dict.fromkeys(names))
+        return f"onnx2edge constant MODEL -o OUT.onnx {values}"
+    return None
+
+
+def bind_fix(graph: Graph, name: str) -> str | None:
+    """For graph input `name` that only decides shapes (a Reshape target, Pad amounts...):
+    the command that binds it to a value, for `Refusal.fix` (None when data flows from it)."""
+    uses = [
+        i
+        for n in graph.nodes
+        for i, x in enumerate(n.inputs)
+        if x == name and i not in _SHAPE_INPUTS.get(n.op_type, ())
+    ]
+    if name not in graph.inputs or uses or not graph.consumers(name):
+        return None
+    return f"onnx2edge constant MODEL -o OUT.onnx --value {name}=VALUE"
 
 
 def _is_static(graph: Graph, name: str) -> bool:

@@ -274,14 +274,18 @@ def emit_model(graph: Graph, **options: Any) -> tuple[ModelEmitter, Analyses]:
 
 def refusals(graph: Graph) -> list[Refusal]:
     """Every node the C backend cannot emit, as records (CBackend.check, the conformance
-    harness); no emitter is built. A tensor without a static shape raises, as the conversion
-    would (static_shapes)."""
-    _static_shapes(graph, Options(), Analyses())
+    harness); no emitter is built. A node with a tensor without a static shape is refused
+    with the command that fixes the shape (Refusal.dynamic); a tensor no node touches
+    without one raises, as the conversion would (static_shapes)."""
     ops = load_all()
     opset = graph.opset
     problems: list[Refusal] = []
     for node in graph.nodes:
         if is_select_of_if(node):  # the emitter writes it itself (a copy of the taken side)
+            continue
+        if (dynamic := Refusal.dynamic(graph, node)) is not None:
+            # first: a Loop / If left in place because values decide it says so, with the fix
+            problems.append(dynamic)
             continue
         spec = ops.get(op_key(node))
         if spec is None:
@@ -298,9 +302,7 @@ def refusals(graph: Graph) -> list[Refusal]:
             if not name:
                 continue
             t = graph.type_of(name)
-            if t is None or not t.is_static:
-                problems.append(Refusal.of(node, opset, why_dynamic(graph, name)))
-                break
+            assert t is not None  # Refusal.dynamic: every tensor of the node has a type
             if t.dtype == STRING_DTYPE and base_op(node) not in STRING_OPS:
                 problems.append(
                     Refusal.of(node, opset, f"{node.op_type} on strings is not supported")
@@ -315,6 +317,8 @@ def refusals(graph: Graph) -> list[Refusal]:
         else:
             if spec.check is not None and (why := spec.check(node, graph)):
                 problems.append(Refusal.of(node, opset, why))
+    if not problems:
+        _static_shapes(graph, Options(), Analyses())
     return problems
 
 

@@ -155,6 +155,7 @@ class CoreMLBackend(Backend):
         "eliminate_dead_nodes",
         "fold_batchnorm",
         "decompose_hardswish",  # common.DECOMPOSED: no HardSwish layer in either format
+        "decompose_mish",  # common.DECOMPOSED: no Mish layer / MIL op
     )
 
     def checkers(self) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from ...ir import Graph, Node
 from ...passes.decompose import decompose_with_origin
+from ...passes.specialise import bind_fix, dynamic_fix
 from ...semantics.activations import clip_params
 from ...semantics.attrs import attr, gemm_attrs, ints
 from ...semantics.records import pad_attrs, resize_attrs
@@ -17,7 +18,12 @@ FORMATS = ("neuralnetwork", "mlprogram")
 
 
 class Refuse(Exception):
-    """A node the chosen Core ML format cannot express; the message says why."""
+    """A node the chosen Core ML format cannot express; the message says why, `fix` (when
+    known) the command that removes the refusal (Refusal.fix)."""
+
+    def __init__(self, reason: str, fix: str | None = None) -> None:
+        super().__init__(reason)
+        self.fix = fix
 
 
 @dataclass
@@ -34,7 +40,7 @@ class Lowered:
 def static_shape(graph: Graph, name: str) -> tuple[int, ...]:
     t = graph.type_of(name)
     if t is None or not t.is_static:
-        raise Refuse(f"tensor '{name}' has no static shape; fix it with --input-shape")
+        raise Refuse(f"tensor '{name}' has no static shape", dynamic_fix(graph, name))
     return tuple(int(d) for d in t.static_shape)
 
 
@@ -42,7 +48,8 @@ def float_tensor(graph: Graph, name: str) -> None:
     t = graph.type_of(name)
     if t is None or t.dtype != np.float32:
         raise Refuse(
-            f"tensor '{name}' is {None if t is None else t.dtype}, only float32 is supported"
+            f"tensor '{name}' is {None if t is None else t.dtype}, only float32 is supported",
+            bind_fix(graph, name),  # an input that only decides a shape: bind it
         )
 
 
@@ -115,9 +122,59 @@ def resize_params(graph: Graph, node: Node) -> dict[str, Any]:
     raise Refuse(f"Resize mode={mode} is not supported")
 
 
+def nonempty_reduction(graph: Graph, node: Node, axes: list[int]) -> None:
+    """Refuse a ReduceMax / ReduceMin (or GlobalMaxPool) over an axis of size 0.
+
+    ONNX defines the empty max / min as the lowest / highest value of the type (-inf / +inf
+    for float32); Core ML's reduce_max / reduce_min (MIL) and ReduceLayerParams MAX / MIN (NN)
+    document no result for an empty reduction, so what a device computes is unknown."""
+    if "Max" not in node.op_type and "Min" not in node.op_type:
+        return
+    shape = static_shape(graph, node.inputs[0])
+    empty = [a for a in axes if shape[a] == 0]
+    if empty:
+        raise Refuse(
+            f"{node.op_type} over axis {empty[0]} of size 0 (shape {list(shape)}): Core ML "
+            "documents no result for an empty max / min reduction"
+        )
+
+
+# The ops each format's emitter maps, filled as mil.py / nn.py register them: a refusal in one
+# format names the other when it has the op (neither module imports the other).
+OPS_BY_FORMAT: dict[str, set[str]] = {fmt: set() for fmt in FORMATS}
+
+
+def unmapped(node: Node, fmt: str) -> Refuse:
+    """`node`'s op has no emitter in format `fmt`: the refusal, with the other format's or
+    the C backend's command when that one has it."""
+    what = "MIL op mapping" if fmt == "mlprogram" else "Core ML NeuralNetwork layer"
+    other = next(f for f in FORMATS if f != fmt)
+    if node.domain in ("", "ai.onnx") and node.op_type in OPS_BY_FORMAT[other]:
+        fix: str | None = (
+            f"onnx2edge convert MODEL --target coreml --format {other} -o OUT/ "
+            f"(it emits {node.op_type})"
+        )
+    else:
+        fix = other_target_fix(node)
+    return Refuse(f"no {what} for this op in onnx2edge", fix)
+
+
+def other_target_fix(node: Node) -> str | None:
+    """For an op neither Core ML format maps: converting for the C backend, when it emits
+    the op (Refusal.fix)."""
+    from ..base import BACKENDS
+
+    c = BACKENDS.get("c")
+    if c is None or (node.domain if node.domain != "ai.onnx" else "", node.op_type) not in (
+        c().supported_ops
+    ):
+        return None
+    return f"onnx2edge convert MODEL --target c -o OUT/ (the C backend emits {node.op_type})"
+
+
 # Ops neither Core ML format has: the backend requires their decomposition pass (listed in
 # CoreMLBackend.required_passes) and judges them per node by their parts (node_reasons).
-DECOMPOSED = ("HardSwish",)
+DECOMPOSED = ("HardSwish", "Mish")
 
 
 def decomposed(graph: Graph) -> tuple[Graph, dict[str, str]]:

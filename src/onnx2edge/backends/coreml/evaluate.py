@@ -321,6 +321,8 @@ def nn_reduce(p: Any, x: np.ndarray) -> np.ndarray:
     fn = {"SUM": np.sum, "AVG": np.mean, "PROD": np.prod, "MAX": np.max, "MIN": np.min}.get(mode)
     if fn is None:
         raise Onnx2EdgeError(f"evaluator: reduce mode {mode} is not modelled")
+    if mode in ("MAX", "MIN") and any(x.shape[a] == 0 for a in axes):
+        raise Onnx2EdgeError(f"evaluator: reduce {mode} over an axis of size 0 is not modelled")
     return fn(x, axis=axes, keepdims=True)
 
 
@@ -652,8 +654,17 @@ def mil_less_equal(x, y, **_: Any) -> np.ndarray:
     return np.less_equal(x, y)
 
 
+def _nonempty(op: str, x: np.ndarray, axes: Any) -> None:
+    # Core ML documents no result for an empty max / min (the emitters refuse it): a model
+    # that reaches here anyway is outside what the evaluator knows, not a NumPy crash.
+    ax = _axes(axes, x.ndim) or tuple(range(x.ndim))
+    if any(x.shape[a] == 0 for a in ax):
+        raise Onnx2EdgeError(f"evaluator: {op} over an axis of size 0 is not modelled")
+
+
 def mil_reduce_min(x, axes=None, keep_dims=False, **_: Any) -> np.ndarray:
     """[MIL] reduction.reduce_min."""
+    _nonempty("reduce_min", x, axes)
     return np.min(x, axis=_axes(axes, x.ndim), keepdims=bool(keep_dims))
 
 
@@ -742,6 +753,7 @@ def mil_reduce_mean(x, axes=None, keep_dims=False, **_: Any) -> np.ndarray:
 
 def mil_reduce_max(x, axes=None, keep_dims=False, **_: Any) -> np.ndarray:
     """[MIL] reduction.reduce_max."""
+    _nonempty("reduce_max", x, axes)
     return np.max(x, axis=_axes(axes, x.ndim), keepdims=bool(keep_dims))
 
 

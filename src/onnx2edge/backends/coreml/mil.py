@@ -25,6 +25,7 @@ from ...semantics.shape_ops import axis_attr, slice_attrs, split_attrs, transpos
 from ..refusal import Refusal
 from ._ct import coremltools
 from .common import (
+    OPS_BY_FORMAT,
     Lowered,
     Refuse,
     clip_bounds,
@@ -34,6 +35,7 @@ from .common import (
     deconv_crop,
     float_tensor,
     gemm_weights,
+    nonempty_reduction,
     opt_const,
     pad_amounts,
     pad_mode,
@@ -41,6 +43,7 @@ from .common import (
     pool_out,
     resize_params,
     static_shape,
+    unmapped,
 )
 
 
@@ -90,6 +93,7 @@ def _op(*names: str) -> Callable[[Emit], Emit]:
     def deco(fn: Emit) -> Emit:
         for n in names:
             MIL_OPS[n] = fn
+            OPS_BY_FORMAT["mlprogram"].add(n)
         return fn
 
     return deco
@@ -138,17 +142,6 @@ def _gelu(c: _Ctx, n: Node, mb: Any) -> None:
     if mode is None:
         raise Refuse(f"Gelu approximate='{approx}' is not supported")
     c.set(n, mb.gelu(x=c.x(n.inputs[0]), mode=mode, name=c.out(n)))
-
-
-@_op("Mish")
-def _mish(c: _Ctx, n: Node, mb: Any) -> None:
-    # No MIL mish op: x * tanh(softplus(x)), as ONNX defines Mish.
-    x, nm = c.x(n.inputs[0]), c.out(n)
-    sp = mb.softplus(x=x, name=f"{nm}_softplus")
-    th = mb.tanh(x=sp, name=f"{nm}_tanh")
-    c.lowered.layers += ["softplus", "tanh"]
-    c.set(n, mb.mul(x=x, y=th, name=nm))
-    c.lowered.fusions.append({"node": n.name, "op": "Mish", "emitted": ["softplus", "tanh", "mul"]})
 
 
 @_op("LayerNormalization")
@@ -421,6 +414,7 @@ def _reduce(c: _Ctx, n: Node, mb: Any) -> None:
         if not ra and rank:
             raise Refuse("noop_with_empty_axes=1 is not supported")
         axes, keep = list(ra or ()), reduce_attrs(n, g.opset).keepdims
+    nonempty_reduction(g, n, axes)
     fn = {
         "Mean": mb.reduce_mean,
         "Max": mb.reduce_max,
@@ -619,25 +613,27 @@ def _where(c: _Ctx, n: Node, mb: Any) -> None:
     c.set(n, mb.select(cond=cond, a=a, b=b, name=c.out(n)))
 
 
-def _emit_one(ctx: _Ctx, n: Node, mb: Any) -> str | None:
-    """Emit one node; the reason it is refused, or None."""
+def _emit_one(ctx: _Ctx, n: Node, mb: Any) -> Refuse | None:
+    """Emit one node; why it is refused, or None."""
     emit = MIL_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
     try:
+        if (dynamic := Refusal.dynamic(ctx.graph, n)) is not None:
+            raise Refuse(dynamic.reason, dynamic.fix)
         if emit is None:
-            raise Refuse("no MIL op mapping for this op in onnx2edge")
+            raise unmapped(n, "mlprogram")
         for o in n.outputs[1:]:
             if o and n.op_type not in ("Split", "LayerNormalization"):
                 raise Refuse("extra outputs are not supported")
         emit(ctx, n, mb)
     except Refuse as e:
-        return str(e)
+        return e
     except (ValueError, TypeError, AssertionError) as e:  # MIL's own type checks
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"MIL rejected it: {msg}"
+        return Refuse(f"MIL rejected it: {msg}")
     return None
 
 
-def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
+def _alone(graph: Graph, n: Node, names: dict[str, str]) -> Refuse | None:
     """Why node n is refused when emitted alone, its tensor inputs as placeholders (for
     nodes downstream of a refused one, and when the graph's own inputs are refused)."""
     from coremltools.converters.mil import Builder as mb
@@ -652,10 +648,10 @@ def _alone(graph: Graph, n: Node, names: dict[str, str]) -> str | None:
                 dt = dtypes.get(np.dtype(t.dtype), types.int32) if t is not None else types.fp32
                 shape = static_shape(graph, i)
                 if not shape:  # MIL placeholders (function inputs) have rank >= 1
-                    return f"rank-0 input '{i}' cannot be judged apart from its producer"
+                    return Refuse(f"rank-0 input '{i}' cannot be judged apart from its producer")
                 specs[names[i]] = mb.placeholder(shape=shape, dtype=dt)
     except Refuse as e:
-        return str(e)
+        return e
     with Function(specs) as fn:
         ctx = _Ctx(graph, names)
         for i in n.inputs:
@@ -685,11 +681,11 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[Ref
             raise
         # Still judge every node on its own, so one run names all the work.
         each = [
-            Refusal.of(n, graph.opset, why)
+            Refusal.of(n, graph.opset, str(why), why.fix)
             for n in graph.nodes
             if (why := _alone(graph, n, names)) is not None
         ]
-        return None, [Refusal.graph(f"graph inputs/outputs: {e}"), *each], Lowered()
+        return None, [Refusal.graph(f"graph inputs/outputs: {e}", e.fix), *each], Lowered()
     specs = {names[i]: mb.placeholder(shape=static_shape(graph, i)) for i in graph.inputs}
     prog = Program()
     with Function(specs) as fn:
@@ -702,13 +698,13 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[Ref
                 # Its input comes from a refused node: judge it on placeholders instead.
                 skipped.update(n.outputs)
                 if collect and (why := _alone(graph, n, names)) is not None:
-                    refusals.append(Refusal.of(n, graph.opset, why))
+                    refusals.append(Refusal.of(n, graph.opset, str(why), why.fix))
                 continue
             why = _emit_one(ctx, n, mb)
             if why is not None:
                 if not collect:
-                    raise Refuse(f"{n.name} ({n.op_type}): {why}")
-                refusals.append(Refusal.of(n, graph.opset, why))
+                    raise Refuse(f"{n.name} ({n.op_type}): {why}", why.fix)
+                refusals.append(Refusal.of(n, graph.opset, str(why), why.fix))
                 skipped.update(n.outputs)
         if refusals:
             return None, refusals, ctx.lowered
@@ -727,10 +723,15 @@ def build_program(graph: Graph, *, collect: bool = False) -> tuple[Any, list[Ref
 
 def node_reasons(graph: Graph) -> dict[str, str]:
     """node name -> why the mlprogram emitter refuses it (absent when it is emitted)."""
+    return {k: r.reason for k, r in node_refusals(graph).items()}
+
+
+def node_refusals(graph: Graph) -> dict[str, Refusal]:
+    """node name -> the mlprogram emitter's refusal of it (its reason and fix)."""
     graph, origin = decomposed(graph)  # a decomposed op is judged by its parts
     _, refusals, _ = build_program(graph, collect=True)
-    out: dict[str, str] = {}
+    out: dict[str, Refusal] = {}
     for r in refusals:
         if r.node is not None:
-            out.setdefault(origin.get(r.node, r.node), r.reason)
+            out.setdefault(origin.get(r.node, r.node), r)
     return out

@@ -29,6 +29,7 @@ from ...semantics.shape_ops import axis_attr, slice_attrs, split_attrs
 from ..refusal import Refusal
 from ._ct import coremltools
 from .common import (
+    OPS_BY_FORMAT,
     Lowered,
     Refuse,
     clip_bounds,
@@ -38,6 +39,7 @@ from .common import (
     deconv_crop,
     float_tensor,
     gemm_weights,
+    nonempty_reduction,
     opt_const,
     pad_amounts,
     pad_mode,
@@ -45,6 +47,7 @@ from .common import (
     pool_out,
     resize_params,
     static_shape,
+    unmapped,
 )
 
 
@@ -87,6 +90,7 @@ def _op(*names: str) -> Callable[[Emit], Emit]:
     def deco(fn: Emit) -> Emit:
         for n in names:
             NN_OPS[n] = fn
+            OPS_BY_FORMAT["neuralnetwork"].add(n)
         return fn
 
     return deco
@@ -372,6 +376,7 @@ def _reduce(c: _Ctx, n: Node) -> None:
     g = c.graph
     if len(static_shape(g, n.inputs[0])) != 4 or _reduce_axes(g, n) != [2, 3]:
         raise Refuse("only reductions over H and W of a 4-D tensor are supported")
+    nonempty_reduction(g, n, [2, 3])
     mode = "avg" if n.op_type == "ReduceMean" else "max"
     c.b.add_reduce(n.name, n.inputs[0], n.outputs[0], axis="HW", mode=mode)
     c.layer("reduce")
@@ -680,9 +685,9 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[Refusal], L
         if not collect:
             raise
         # Still judge every node on its own, so one run names all the work.
-        why, _ = node_reasons(graph)
-        each = [Refusal.of(n, graph.opset, why[n.name]) for n in graph.nodes if n.name in why]
-        return None, [Refusal.graph(f"graph inputs/outputs: {e}"), *each], Lowered()
+        why = node_refusals(graph)[0]
+        each = [why[n.name] for n in graph.nodes if n.name in why]
+        return None, [Refusal.graph(f"graph inputs/outputs: {e}", e.fix), *each], Lowered()
     b = NeuralNetworkBuilder(ins, outs, disable_rank5_shape_mapping=True, use_float_arraytype=True)
     ctx = _Ctx(graph, b)
     rank2_in = [i for i in graph.inputs if len(static_shape(graph, i)) == 2]
@@ -693,15 +698,12 @@ def build(graph: Graph, *, collect: bool = False) -> tuple[Any, list[Refusal], L
         b.add_reshape_static(_blob4(i), i, _blob4(i), [1, chw(graph, i)[0], 1, 1])
         ctx.layer("reshapeStatic")
     for n in graph.nodes:
-        fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
         try:
-            if fn is None:
-                raise Refuse("no Core ML NeuralNetwork layer for this op in onnx2edge")
-            fn(ctx, n)
+            _emit(ctx, n)
         except Refuse as e:
             if not collect:
-                raise Refuse(f"{n.name} ({n.op_type}): {e}") from None
-            refusals.append(Refusal.of(n, graph.opset, str(e)))
+                raise Refuse(f"{n.name} ({n.op_type}): {e}", e.fix) from None
+            refusals.append(Refusal.of(n, graph.opset, str(e), e.fix))
     for o in rank2_out:
         if o in rank2_in:  # an input passed straight through
             continue
@@ -737,18 +739,36 @@ class _Sink:
         return lambda *a, **k: None
 
 
+def _emit(ctx: _Ctx, n: Node) -> None:
+    """Emit one node; raises Refuse (with the fix when one is known) when it cannot."""
+    if (dynamic := Refusal.dynamic(ctx.graph, n)) is not None:
+        raise Refuse(dynamic.reason, dynamic.fix)
+    fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+    if fn is None:
+        raise unmapped(n, "neuralnetwork")
+    fn(ctx, n)
+
+
 def node_reasons(graph: Graph) -> tuple[dict[str, str], Lowered]:
     """node name -> why the neuralnetwork emitter refuses it (absent when it is emitted),
     plus the replacements the emitter would apply."""
+    refusals, lowered = node_refusals(graph)
+    return {k: r.reason for k, r in refusals.items()}, lowered
+
+
+def node_refusals(graph: Graph) -> tuple[dict[str, Refusal], Lowered]:
+    """node name -> the neuralnetwork emitter's refusal of it (reason and fix), plus the
+    replacements the emitter would apply."""
+    src = graph
     graph, origin = decomposed(graph)  # a decomposed op is judged by its parts
     ctx = _Ctx(graph, _Sink())
-    out: dict[str, str] = {}
+    nodes = {n.name: n for n in src.nodes}
+    out: dict[str, Refusal] = {}
     for n in graph.nodes:
-        fn = NN_OPS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
         try:
-            if fn is None:
-                raise Refuse("no Core ML NeuralNetwork layer for this op in onnx2edge")
-            fn(ctx, n)
+            _emit(ctx, n)
         except Refuse as e:
-            out.setdefault(origin.get(n.name, n.name), str(e))
+            name = origin.get(n.name, n.name)
+            if name not in out:
+                out[name] = Refusal.of(nodes.get(name, n), graph.opset, str(e), e.fix)
     return out, ctx.lowered

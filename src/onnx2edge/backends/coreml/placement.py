@@ -65,7 +65,13 @@ RESIZE = {"Resize", "Upsample"}
 
 
 def _entry(
-    n: Node, status: str, placement: str | None, reason: str, rule: str | None, source: str
+    n: Node,
+    status: str,
+    placement: str | None,
+    reason: str,
+    rule: str | None,
+    source: str,
+    fix: str | None = None,
 ) -> dict[str, Any]:
     return {
         "node": n.name,
@@ -75,12 +81,15 @@ def _entry(
         "reason": reason,
         "rule": rule,
         "source": source,
+        "fix": fix,
     }
 
 
 def check_coreml(graph: Graph) -> list[dict[str, Any]]:
-    nn_why, lowered = nn.node_reasons(graph)
-    mil_why = mil.node_reasons(graph)
+    nn_refused, lowered = nn.node_refusals(graph)
+    mil_refused = mil.node_refusals(graph)
+    nn_why = {k: r.reason for k, r in nn_refused.items()}
+    mil_why = {k: r.reason for k, r in mil_refused.items()}
     repl = {r["node"]: r for r in lowered.replacements}
     out = []
     for n in graph.nodes:
@@ -130,6 +139,8 @@ def check_coreml(graph: Graph) -> list[dict[str, Any]]:
                     f"neuralnetwork: {nn_why[n.name]}; mlprogram: {mil_why[n.name]}",
                     None,
                     EMITTERS,
+                    # the ML Program's fix first: it is the default format
+                    mil_refused[n.name].fix or nn_refused[n.name].fix,
                 )
             )
     return out

@@ -80,6 +80,7 @@ class MPSBackend(Backend):
         "eliminate_dead_nodes",
         "fold_batchnorm",
         "decompose_hardswish",  # no HardSwish neuron: x * HardSigmoid(x), two MPSNN nodes
+        "decompose_mish",  # no Mish neuron: softPlus and tanH neurons, a multiplication node
         "fuse_activation_mps",
     )
 

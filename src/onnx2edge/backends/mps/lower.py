@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Graph, Node
+from ...passes.specialise import bind_fix
 from ...semantics.activations import ACTIVATIONS, as_activation, clip_params, mps_neuron
 from ...semantics.fused import base_op, is_fused
 from ..refusal import Refusal
@@ -43,6 +44,24 @@ from .core import (
 from .cpu import CPU_EMITTERS, CPURefuse, cpu_fused
 from .ops import EMITTERS, HEAVY_OPS, MATMUL_OF_ACTIVATIONS, NO_NODE
 from .params import ParamBlob
+
+
+def _c_fix(graph: Graph, nodes: list[Node]) -> str | None:
+    """Converting for the C backend, when it emits every op of `nodes` (Refusal.fix)."""
+    from ..base import BACKENDS
+
+    c = BACKENDS.get("c")
+    if c is None or not nodes:  # a graph folded to nothing: nothing to convert elsewhere
+        return None
+    ops = c().supported_ops
+
+    def key(n: Node) -> tuple[str, str]:  # an o2e.<Op>Act node is its base op for C too
+        return ("" if n.domain in ("", "ai.onnx") or is_fused(n) else n.domain, base_op(n))
+
+    if any(key(n) not in ops for n in nodes):
+        return None
+    which = "every op" if len(nodes) > 1 else f"{base_op(nodes[0])}"
+    return f"onnx2edge convert MODEL --target c -o OUT/ (the C backend emits {which})"
 
 
 def _onnx_or_fused(node: Node) -> bool:
@@ -383,7 +402,8 @@ class Lowering:
                     self.cpu_origin[name] = f"graph input '{name}' (not an image)"
                     self.placement.append((f"graph input '{name}'", "cpu", str(e)))
                     continue
-                refusals.append(Refusal.graph(f"graph input '{name}': {e}"))
+                fix = bind_fix(self.g, name)  # an input that only decides a shape
+                refusals.append(Refusal.graph(f"graph input '{name}': {e}", fix))
                 self.poisoned.add(name)
                 continue
             var = self.fresh(name)
@@ -398,6 +418,12 @@ class Lowering:
             op = base_op(node)  # an o2e.<Op>Act node is lowered by its base op's emitter
             emitter = EMITTERS.get(op) if _onnx_or_fused(node) else None
             ins = [i for i in node.inputs if i]
+            if (dynamic := Refusal.dynamic(self.g, node)) is not None:
+                # neither an MPSImage nor the CPU tail's arrays take a shape known only at
+                # run time (whatever its inputs)
+                refusals.append(dynamic)
+                self.poisoned.update(o for o in node.outputs if o)
+                continue
             # Downstream of a refused node only ops with no MPS node (and no CPU code) at all
             # are reported (their refusal does not depend on the inputs); the rest would only
             # echo it.
@@ -410,7 +436,7 @@ class Lowering:
                     why = NO_NODE.get(op, "MPSNNGraph has no node for this op")
                     if self.cpu:
                         why += f"; the CPU has no Swift {op} either"
-                    refusals.append(Refusal.of(node, self.g.opset, why))
+                    refusals.append(Refusal.of(node, self.g.opset, why, _c_fix(self.g, [node])))
                 continue
             live = [i for i in ins if self.g.const(i) is None]
             g = self.gpu_segment(live)
@@ -446,14 +472,17 @@ class Lowering:
                     problem = self.on_cpu(node, why) if self.cpu else why
             self.enter(1)
             if problem is not None:
-                refusals.append(Refusal.of(node, self.g.opset, problem))
+                # an op with no MPS node and no Swift CPU code: the C backend may take it
+                fix = _c_fix(self.g, [node]) if emitter is None and op not in CPU_EMITTERS else None
+                refusals.append(Refusal.of(node, self.g.opset, problem, fix))
                 self.poisoned.update(o for o in node.outputs if o)
         if not heavy and not refusals:
             # Element-wise nodes alone would only move data to the GPU and back.
             refusals.append(
                 Refusal.graph(
                     "no node runs on the GPU: MPSNNGraph needs at least one image node; "
-                    "this model is not a convolutional network over [1, C, H, W] images"
+                    "this model is not a convolutional network over [1, C, H, W] images",
+                    _c_fix(self.g, self.g.nodes),
                 )
             )
         graphs = [self.gpu_segs[k] for k in sorted(self.gpu_segs) if self.gpu_segs[k].layers]

@@ -4,26 +4,22 @@ Each strategy (kernels/conv/conv_spec.py `ConvStrategy`) lives with its kernel: 
 (sparse.py), depthwise planes (conv_depthwise.py), Winograd (winograd.py), the two direct
 kernels (conv_lanes.py, conv_direct.py), the GEMM family (conv_gemm.py), and here the N-d
 loop. The first one that does not refuse a layer writes it: to add one (an ISA variant, a
-blocked NCHWc layout), put it in its own module under kernels/conv/ and in `STRATEGIES` below.
+blocked NCHWc layout), put it in its own module under kernels/conv/, registered at its rank
+(`register(ConvStrategy(...), rank=N)`); `STRATEGIES` below collects them in rank order.
 """
 
 from __future__ import annotations
 
 from ..emitter import NodeContext
-from ..kernels.conv import (
-    conv_depthwise,
-    conv_direct,
-    conv_dwrows,
-    conv_gemm,
-    conv_lanes,
-    conv_narrow,
-    conv_nchwc,
-    conv_pointwise,
-    conv_stem,
-    conv_stem_lanes,
-    winograd,
+from ..kernels.conv.conv_spec import (
+    AUTO,
+    OFF,
+    ConvSpec,
+    ConvStrategy,
+    conv_check,
+    register,
+    strategies,
 )
-from ..kernels.conv.conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, conv_check
 from ..kernels.gemm import sparse
 from ..strategy import select
 from . import register_op
@@ -33,8 +29,11 @@ from .common import act_expr
 # pruned 1x1 weights (issue 14): kernels/gemm/sparse.py decides on the density and writes the kernel
 # --------------------------------------------------------------------------------------------
 # auto: where the density pays (sparse.BREAK_EVEN); force: any zero weight; off: dense only
-SPARSE = ConvStrategy(
-    "sparse", sparse.refuse_conv1x1, sparse.emit_conv1x1, settings=(AUTO, OFF, "force")
+SPARSE = register(
+    ConvStrategy(
+        "sparse", sparse.refuse_conv1x1, sparse.emit_conv1x1, settings=(AUTO, OFF, "force")
+    ),
+    rank=20,
 )
 
 
@@ -86,27 +85,16 @@ def _emit_nd(ctx: NodeContext, spec: ConvSpec) -> str:
 
 
 # N-d convolutions other than 2-D: the fallback, so it cannot be switched off
-ND_LOOP = ConvStrategy("nd_loop", _refuse_nd, _emit_nd, fuses_residual=False, settings=(AUTO,))
-
-# Preference order: the first strategy that does not refuse a layer writes it.
-STRATEGIES: tuple[ConvStrategy, ...] = (
-    conv_nchwc.STRATEGY,  # members of channel-blocked chains (nchwc_plan.py): all of them
-    SPARSE,
-    conv_dwrows.STRATEGY,  # depthwise on rows of >= 16 outputs
-    conv_depthwise.STRATEGY,
-    winograd.STRATEGY,  # 3x3 stride-1 convs with enough channels
-    conv_narrow.STRATEGY,  # other k x k on maps of <= 64 pixels: output channels in the lanes
-    conv_stem_lanes.STRATEGY,  # RGB stems with >= 100 taps: output channels in lanes
-    conv_stem.STRATEGY,  # other strided RGB stems: output pixels in lanes
-    conv_lanes.STRATEGY,  # many output channels, wide maps
-    conv_direct.STRATEGY,  # few output channels / 1xk layers
-    conv_pointwise.STRATEGY,  # 1x1 on maps of <= 64 pixels: output channels in the lanes
-    conv_gemm.IMPLICIT_GEMM,
-    conv_gemm.GEMM_1X1,
-    conv_gemm.SUBSAMPLE_GEMM,
-    conv_gemm.IM2COL_GEMM,  # takes any 2-D convolution
-    ND_LOOP,  # takes any other
+ND_LOOP = register(
+    ConvStrategy("nd_loop", _refuse_nd, _emit_nd, fuses_residual=False, settings=(AUTO,)),
+    rank=160,
 )
+
+# Preference order: the ranks the strategy modules register at (kernels/conv/conv_spec.py
+# `register`: nchwc 10, sparse 20 (above), dw_rows 30, depthwise 40, winograd 50, narrow 60,
+# stem_lanes 70, stem 80, lanes 90, direct 100, pointwise 110, the GEMM family 120-150 ending
+# with im2col_gemm, nd_loop 160 (above)); the first that does not refuse a layer writes it.
+STRATEGIES: tuple[ConvStrategy, ...] = strategies()
 
 
 @register_op("Conv", check=conv_check)

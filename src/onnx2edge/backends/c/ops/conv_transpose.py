@@ -8,7 +8,13 @@ from ....semantics.activations import Activation
 from ....semantics.conv_geometry import conv_transpose_geometry
 from ..emitter import NodeContext, Tensor
 from ..kernels.conv.conv_spec import conv_check
-from ..kernels.gemm.gemm import _use_engine, gemm_call, gemm_workspace, packed_weights
+from ..kernels.gemm.gemm import (
+    GemmCall,
+    _use_engine,
+    gemm_call,
+    gemm_workspace,
+    packed_weights,
+)
 from ..kernels.pool import pool2d
 from . import register_op
 from .common import act_expr, fused_act
@@ -61,15 +67,17 @@ def conv_transpose(ctx: NodeContext) -> str:
         "  "
         + gemm_call(
             ctx,
-            K,
-            P,
-            cg,
-            f"{wsym} + (size_t)g * {K * cg}",
-            cg,
-            f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {P}",
-            P,
-            col,
-            P,
+            GemmCall(
+                m=K,
+                n=P,
+                k=cg,
+                a=f"{wsym} + (size_t)g * {K * cg}",
+                lda=cg,
+                b=f"{x.sym} + ((size_t)n * {C} + (size_t)g * {cg}) * {P}",
+                ldb=P,
+                c=col,
+                ldc=P,
+            ),
         )
     )
     # col2im over N-d

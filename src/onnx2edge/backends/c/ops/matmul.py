@@ -14,6 +14,7 @@ from ..emitter import NodeContext, c_literal
 from ..gemm_pack import pack_a
 from ..kernels.gemm import sparse
 from ..kernels.gemm.gemm import (
+    GemmCall,
     _use_engine,
     act_struct,
     gemm_call,
@@ -165,8 +166,12 @@ def _emit_fc_gemv(ctx: NodeContext, spec: MatMulSpec) -> str:
         )
     packed, _ = packed_weights(ctx, "packed", wv.reshape(1, N, K))
     return gemm_packed_call(
-        ctx, packed, N, 1, K, spec.a.sym, 1, spec.y.sym, 1, bias_m=bias, act=spec.act
-    )
+        ctx,
+        GemmCall(
+            m=N, n=1, k=K, a=packed, b=spec.a.sym, ldb=1, c=spec.y.sym, ldc=1, bias_m=bias,
+            act=spec.act,
+        ),
+    )  # fmt: skip
 
 
 def _all_finite(w: np.ndarray, rows: int = 1024) -> bool:
@@ -226,7 +231,8 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
             c_full = c
     act = spec.act
     if alpha != 1.0 or c_full is not None:
-        lines.append(gemm_call(ctx, M, N, K, a_sym, K, b_sym, N, y.sym, N))
+        g = GemmCall(m=M, n=N, k=K, a=a_sym, lda=K, b=b_sym, ldb=N, c=y.sym, ldc=N)
+        lines.append(gemm_call(ctx, g))
         cst = broadcast_strides(c_full.shape, (M, N)) if c_full is not None else [0, 0]
         add = (
             f" + {c_literal(beta, np.float32)} * {c_full.sym}[i * {cst[0]} + j * {cst[1]}]"
@@ -237,22 +243,10 @@ def _emit_gemm(ctx: NodeContext, spec: MatMulSpec) -> str:
             f"for (int i = 0; i < {M}; ++i) for (int j = 0; j < {N}; ++j) {{ const float v = {c_literal(alpha, np.float32)} * {y.sym}[i * {N} + j]{add}; {y.sym}[i * {N} + j] = {act_expr(act, 'v')}; }}"
         )
     else:
-        lines.append(
-            gemm_call(
-                ctx,
-                M,
-                N,
-                K,
-                a_sym,
-                K,
-                b_sym,
-                N,
-                y.sym,
-                N,
-                bias_n=bias_n,
-                act=act,
-            )
+        g = GemmCall(
+            m=M, n=N, k=K, a=a_sym, lda=K, b=b_sym, ldb=N, c=y.sym, ldc=N, bias_n=bias_n, act=act
         )
+        lines.append(gemm_call(ctx, g))
     return "\n".join(lines)
 
 
@@ -265,9 +259,20 @@ def _emit_folded(ctx: NodeContext, spec: MatMulSpec) -> str:
     epilogue)."""
     a, y, N, K = spec.a, spec.y, spec.N, spec.K
     bias = _fc_bias(ctx, spec)
-    return gemm_call(
-        ctx, spec.rows, N, K, a.sym, K, spec.b.sym, N, y.sym, N, bias_n=bias, act=spec.act
+    g = GemmCall(
+        m=spec.rows,
+        n=N,
+        k=K,
+        a=a.sym,
+        lda=K,
+        b=spec.b.sym,
+        ldb=N,
+        c=y.sym,
+        ldc=N,
+        bias_n=bias,
+        act=spec.act,
     )
+    return gemm_call(ctx, g)
 
 
 def _refuse_batched(spec: MatMulSpec) -> str | None:
@@ -297,17 +302,19 @@ def _emit_batched(ctx: NodeContext, spec: MatMulSpec) -> str:
         "  "
         + gemm_call(
             ctx,
-            M,
-            N,
-            K,
-            f"{a.sym} + {ao}",
-            K,
-            f"{b.sym} + {bo}",
-            N,
-            f"{y.sym} + (size_t)bi * {M * N}",
-            N,
-            bias_n=bias,
-            act=spec.act,
+            GemmCall(
+                m=M,
+                n=N,
+                k=K,
+                a=f"{a.sym} + {ao}",
+                lda=K,
+                b=f"{b.sym} + {bo}",
+                ldb=N,
+                c=f"{y.sym} + (size_t)bi * {M * N}",
+                ldc=N,
+                bias_n=bias,
+                act=spec.act,
+            ),
         )
     )
     lines.append("}")

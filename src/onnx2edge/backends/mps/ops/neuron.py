@@ -1,6 +1,7 @@
-"""Activations as MPSCNNNeuron nodes (and the ones built from several nodes: Mish, the Erf
-GELU pattern), Softmax. HardSwish has no neuron: the backend requires the decompose_hardswish
-pass (passes/decompose.py), which leaves HardSigmoid and Mul.
+"""Activations as MPSCNNNeuron nodes (and the Erf GELU pattern as one geLU neuron), Softmax.
+HardSwish and Mish have no neuron: the backend requires the decompose_hardswish and
+decompose_mish passes (passes/decompose.py), which leave HardSigmoid and Mul, Softplus, Tanh
+and Mul.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from ....ir import Node
 from ....semantics.records import softmax_attrs
 from ..core import (
     Img,
-    Layer,
     Refuse,
 )
 from .common import (
@@ -81,39 +81,6 @@ def _prelu(lw: Lowering, node: Node) -> None:
         lines,
         node.outputs[0],
         Img(f"{var}.resultImage", x.c, x.h, x.w),
-    )
-
-
-@emitter("Mish")
-def _mish(lw: Lowering, node: Node) -> None:
-    # No Mish neuron: x * tanh(softplus(x)) from MPSCNNNeuronType.h's softPlus (a log(1 +
-    # exp(b x)), a = b = 1) and tanH (a tanh(b x), a = b = 1) and a multiplication node.
-    x = lw.img(node.inputs[0])
-    base = node.name or node.outputs[0]
-    sp, th, var = lw.fresh(base + "_softplus"), lw.fresh(base + "_tanh"), lw.fresh(base)
-    lw.layers.append(
-        Layer(
-            sp,
-            [f"ONNX node '{node.name}' (Mish = x * tanh(softplus(x))), softplus"],
-            [f"let {sp} = MPSCNNNeuronSoftPlusNode(source: {x.var}, a: 1.0, b: 1.0)"],
-        )
-    )
-    lw.layers.append(
-        Layer(
-            th,
-            [f"ONNX node '{node.name}' (Mish), tanh"],
-            [f"let {th} = MPSCNNNeuronTanHNode(source: {sp}.resultImage, a: 1.0, b: 1.0)"],
-        )
-    )
-    lw.emit(
-        var,
-        [f"ONNX node '{node.name}' (Mish), product"],
-        [
-            f"let {var} = MPSNNMultiplicationNode("
-            f"leftSource: {x.var}, rightSource: {th}.resultImage)"
-        ],
-        node.outputs[0],
-        Img(f"{var}.resultImage", x.c, x.h, x.w, x.flat_of),
     )
 
 

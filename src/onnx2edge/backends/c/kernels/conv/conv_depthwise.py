@@ -19,7 +19,7 @@ from ...emitter import NodeContext, c_literal
 from ...headers import include
 from ...ops.common import act_tail, clip_bounds
 from ..pool import pool2d
-from .conv_spec import ConvSpec, ConvStrategy
+from .conv_spec import ConvSpec, ConvStrategy, register
 
 # The activations the depthwise kernels apply in registers (o2e_gemm.h's kinds: the same
 # comparisons as o2e_act1_, so a NaN passes): name tag, scalar statement on v, NEON
@@ -201,4 +201,4 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
 
 # The residual add runs as a pass after the kernel; activations other than Relu / Clip at the end
 # of each kernel call, over its planes (common.act_tail).
-STRATEGY = ConvStrategy("depthwise", refuse, emit, fuses_residual=False)
+STRATEGY = register(ConvStrategy("depthwise", refuse, emit, fuses_residual=False), rank=40)

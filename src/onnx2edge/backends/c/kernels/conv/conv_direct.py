@@ -45,7 +45,7 @@ from ...headers import include
 from ...ops.common import act_expr
 from ..gemm.gemm import _use_engine
 from ..pool import pool2d
-from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
 
 # Applies up to this many output channels: the input is re-read once per pass of 4 channels,
 # which stays cheaper than the GEMM's packing of the implicit column matrix (kh·kw copies of
@@ -400,4 +400,4 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     return f"{{\n  {init}\n  {name}(&a, 0, {rows});\n}}"
 
 
-STRATEGY = ConvStrategy("direct", refuse, emit)
+STRATEGY = register(ConvStrategy("direct", refuse, emit), rank=100)

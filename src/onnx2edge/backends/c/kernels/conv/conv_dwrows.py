@@ -32,7 +32,7 @@ from ...headers import include
 from ...ops.common import act_tail_fn
 from ..pool import pool2d
 from .conv_depthwise import KIND_TAGS, register_params
-from .conv_spec import ConvSpec, ConvStrategy
+from .conv_spec import ConvSpec, ConvStrategy, register
 
 # Output rows shorter than this keep the plane kernel (conv_depthwise.py): one row per vector
 # would leave most lanes empty (7x7: 7 of 16), while its flat loop runs across rows.
@@ -139,4 +139,4 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
 
 # The residual add runs as a pass after the kernel; activations other than Relu / Clip at the end
 # of each kernel call, over its planes (common.act_tail).
-STRATEGY = ConvStrategy("dw_rows", refuse, emit, fuses_residual=False)
+STRATEGY = register(ConvStrategy("dw_rows", refuse, emit, fuses_residual=False), rank=30)

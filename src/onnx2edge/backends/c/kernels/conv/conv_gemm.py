@@ -10,6 +10,7 @@ from .....semantics.activations import Activation
 from ...emitter import NodeContext
 from ...headers import include
 from ..gemm.gemm import (
+    GemmCall,
     _use_engine,
     act_struct,
     gemm_call,
@@ -20,7 +21,7 @@ from ..gemm.gemm import (
 )
 from ..pool import pool2d
 from . import conv_pointwise
-from .conv_spec import AUTO, ConvSpec, ConvStrategy
+from .conv_spec import AUTO, ConvSpec, ConvStrategy, register
 
 # The GEMM engine's small-N paths read B in place, so the implicit im2col needs N above them
 # (O2E_GEMM_SMALLN is 12).
@@ -265,18 +266,20 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
         if packed is not None:
             call = gemm_packed_call(
                 ctx,
-                f"{packed} + (size_t)g * {stride}",
-                mg,
-                ncols,
-                K,
-                b_mat,
-                ncols,
-                out,
-                P,
-                bias_m=bg,
-                act=act,
-                residual=r,
-                ldr=P,
+                GemmCall(
+                    m=mg,
+                    n=ncols,
+                    k=K,
+                    a=f"{packed} + (size_t)g * {stride}",
+                    b=b_mat,
+                    ldb=ncols,
+                    c=out,
+                    ldc=P,
+                    bias_m=bg,
+                    act=act,
+                    residual=r,
+                    ldr=P,
+                ),
             )
             if pointwise and conv_pointwise.avx2_lanes(spec):  # AVX2 builds: lanes kernel
                 call = conv_pointwise.avx2_branch(ctx, spec, packed, xin, out, bg, r, call)
@@ -286,19 +289,21 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
             code.append(
                 gemm_call(
                     ctx,
-                    mg,
-                    ncols,
-                    K,
-                    wg,
-                    K,
-                    b_mat,
-                    ncols,
-                    out,
-                    P,
-                    bias_m=bg,
-                    act=act,
-                    residual=r,
-                    ldr=P,
+                    GemmCall(
+                        m=mg,
+                        n=ncols,
+                        k=K,
+                        a=wg,
+                        lda=K,
+                        b=b_mat,
+                        ldb=ncols,
+                        c=out,
+                        ldc=P,
+                        bias_m=bg,
+                        act=act,
+                        residual=r,
+                        ldr=P,
+                    ),
                 )
             )
         return code
@@ -318,14 +323,21 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
 
 # The GEMM engine's epilogue reads R[i][j] and writes C[i][j] in the same tile (K slices keep
 # partial sums in scratch when R overlaps C), so the residual's buffer may hold the output.
-IMPLICIT_GEMM = ConvStrategy(
-    "implicit_gemm", _refuse_implicit, _emit_implicit, inplace_residual=True
+IMPLICIT_GEMM = register(
+    ConvStrategy("implicit_gemm", _refuse_implicit, _emit_implicit, inplace_residual=True),
+    rank=120,
 )
-GEMM_1X1 = ConvStrategy("gemm_1x1", _refuse_1x1, _emit_1x1, inplace_residual=True)
-SUBSAMPLE_GEMM = ConvStrategy(
-    "subsample_gemm", _refuse_subsample, _emit_subsample, inplace_residual=True
+GEMM_1X1 = register(
+    ConvStrategy("gemm_1x1", _refuse_1x1, _emit_1x1, inplace_residual=True), rank=130
+)
+SUBSAMPLE_GEMM = register(
+    ConvStrategy("subsample_gemm", _refuse_subsample, _emit_subsample, inplace_residual=True),
+    rank=140,
 )
 # the 2-D fallback: takes any 2-D convolution, so it cannot be switched off
-IM2COL_GEMM = ConvStrategy(
-    "im2col_gemm", _refuse_im2col, _emit_im2col, settings=(AUTO,), inplace_residual=True
+IM2COL_GEMM = register(
+    ConvStrategy(
+        "im2col_gemm", _refuse_im2col, _emit_im2col, settings=(AUTO,), inplace_residual=True
+    ),
+    rank=150,
 )

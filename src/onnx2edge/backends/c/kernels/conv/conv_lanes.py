@@ -46,7 +46,7 @@ from ...headers import include
 from ...ops.common import act_expr
 from ..gemm.gemm import _use_engine, plan_threads
 from ..pool import pool2d
-from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
 
 LANES = 32  # output channels per tile: two AVX-512 vectors
 PX = 12  # tile scratch and the widest tile of the AVX2 / portable paths (2 x 6 pixels)
@@ -208,4 +208,4 @@ static void {name}(void *arg, int u0, int u1)
     )
 
 
-STRATEGY = ConvStrategy("lanes", refuse, emit)
+STRATEGY = register(ConvStrategy("lanes", refuse, emit), rank=90)

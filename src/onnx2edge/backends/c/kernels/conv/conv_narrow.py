@@ -24,7 +24,7 @@ from ...emitter import NodeContext
 from ..gemm.gemm import _use_engine, act_struct, post_act
 from ..pool import pool2d
 from . import conv_pointwise
-from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
 
 MAX_P = 64
 MIN_K = 128
@@ -89,4 +89,4 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     return "\n".join(lines) + post_act(spec.act, post, N * M, P, y.sym, P)
 
 
-STRATEGY = ConvStrategy("narrow", refuse, emit)
+STRATEGY = register(ConvStrategy("narrow", refuse, emit), rank=60)

@@ -21,7 +21,7 @@ from ...emitter import NodeContext
 from ...nchwc_plan import BLOCK, NAME
 from ..gemm.gemm import _use_engine, act_struct
 from ..pool import pool2d
-from .conv_spec import ConvSpec, ConvStrategy
+from .conv_spec import ConvSpec, ConvStrategy, register
 
 HEADER = "o2e_nchwc.h"
 
@@ -131,4 +131,4 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     return _pointwise(ctx, spec)
 
 
-STRATEGY = ConvStrategy(NAME, refuse, emit)
+STRATEGY = register(ConvStrategy(NAME, refuse, emit), rank=10)

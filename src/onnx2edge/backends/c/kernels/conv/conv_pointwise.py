@@ -25,7 +25,7 @@ import numpy as np
 from ...emitter import NodeContext
 from ..gemm.gemm import _use_engine, act_struct, plan_threads, post_act
 from ..pool import pool2d
-from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
 
 HEADER = "o2e_conv1x1.h"
 PANEL = 16  # O2E_PW_PANEL: channels per weight panel
@@ -116,7 +116,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     return "\n".join(lines) + post_act(act, post, N * M, P, y.sym, P)
 
 
-STRATEGY = ConvStrategy("pointwise", refuse, emit)
+STRATEGY = register(ConvStrategy("pointwise", refuse, emit), rank=110)
 
 
 # --------------------------------------------------------------------------------------------

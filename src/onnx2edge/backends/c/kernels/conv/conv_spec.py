@@ -11,8 +11,10 @@ value: winograd=2|4 forces the tile size); the choice is then recorded per layer
 manifest (stats.layer_kernels, with every refusal in stats.kernel_refusals) and the options under options.kernels, so an output can be
 reproduced from its manifest.
 
-Where to add a strategy: a module next to this one defining `STRATEGY = ConvStrategy(...)`,
-then its place in ops/conv.py's `STRATEGIES` (earlier = preferred when several apply).
+Where to add a strategy: a module next to this one defining
+`STRATEGY = register(ConvStrategy(...), rank=N)`; `strategies()` imports every module of this
+package and orders what they registered by rank (lower = preferred when several apply), so
+no central list is edited (ops/conv.py's `STRATEGIES` is that order).
 """
 
 from __future__ import annotations
@@ -223,6 +225,35 @@ class ConvStrategy(Strategy[ConvSpec]):
 
     fuses_residual: bool = True
     inplace_residual: bool = False
+
+
+# name -> (rank, strategy): filled by `register` as the strategy modules are imported
+_REGISTERED: dict[str, tuple[int, ConvStrategy]] = {}
+
+
+def register(strategy: ConvStrategy, *, rank: int) -> ConvStrategy:
+    """Add `strategy` to the Conv list at `rank` (lower = tried first); returns it. Names and
+    ranks are unique: two strategies at one rank would leave their order to import order."""
+    for name, (r, s) in _REGISTERED.items():
+        if name == strategy.name and s is not strategy:
+            raise ValueError(f"Conv strategy '{name}' registered twice")
+        if r == rank and name != strategy.name:
+            raise ValueError(f"Conv strategies '{name}' and '{strategy.name}' share rank {rank}")
+    _REGISTERED[strategy.name] = (rank, strategy)
+    return strategy
+
+
+def strategies() -> tuple[ConvStrategy, ...]:
+    """Every registered Conv strategy in preference order, after importing each module of
+    this package (a new strategy module is found without editing a list)."""
+    import importlib
+    import pkgutil
+
+    from .. import conv as package
+
+    for mod in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        importlib.import_module(f"{package.__name__}.{mod}")
+    return tuple(s for _, s in sorted(_REGISTERED.values(), key=lambda rs: rs[0]))
 
 
 def conv_pads(

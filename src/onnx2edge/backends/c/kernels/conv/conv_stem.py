@@ -51,7 +51,7 @@ from ...headers import include
 from ...ops.common import act_expr
 from ..gemm.gemm import _use_engine
 from ..pool import pool2d
-from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
 
 MAX_C = 4  # input channels: RGB(A) stems; more channels have enough K for the GEMM
 # C·kh·kw. AlexNet's / NIN's 11x11 / 4 stems (363 taps) measured slower here than the
@@ -204,4 +204,4 @@ static void {name}(void *arg, int r0, int r1)
     )
 
 
-STRATEGY = ConvStrategy("stem", refuse, emit)
+STRATEGY = register(ConvStrategy("stem", refuse, emit), rank=80)

@@ -45,7 +45,7 @@ from ...ops.common import act_expr
 from ..gemm.gemm import _use_engine
 from ..pool import pool2d
 from . import conv_stem
-from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable
+from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
 
 MAX_C = 4  # RGB(A) stems; more input channels have enough K per pixel for the GEMM
 MIN_K = 100  # smaller kernels: the pixel-lanes stem measured faster
@@ -149,4 +149,4 @@ static void {name}(void *arg, int u0, int u1)
     )
 
 
-STRATEGY = ConvStrategy("stem_lanes", refuse, emit, fuses_residual=False)
+STRATEGY = register(ConvStrategy("stem_lanes", refuse, emit, fuses_residual=False), rank=70)

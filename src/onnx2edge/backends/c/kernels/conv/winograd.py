@@ -50,7 +50,7 @@ from .....semantics.fused import base_op
 from ...emitter import NodeContext, Tensor
 from ...ops.common import act_expr
 from ..gemm.gemm import _use_engine, act_struct, gemm_workspace, packed_weights, plan_threads
-from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy
+from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, register
 
 # Interpolation points per output tile size m (infinity is always the last point).
 POINTS: dict[int, tuple[Fraction, ...]] = {
@@ -882,4 +882,6 @@ def _post_act(act: Activation | None, y: Tensor) -> str:
 
 
 # convert --kernels winograd=2|4 forces the tile size where Winograd applies at all
-STRATEGY = ConvStrategy(STRATEGY_NAME, refuse, emit, settings=(AUTO, OFF, "2", "4"))
+STRATEGY = register(
+    ConvStrategy(STRATEGY_NAME, refuse, emit, settings=(AUTO, OFF, "2", "4")), rank=50
+)

@@ -11,6 +11,8 @@ activations get one pass afterwards.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .....semantics.activations import (
@@ -88,32 +90,41 @@ def post_act(act: Activation | None, post: bool, M: int, N: int, C: str, ldc: in
     )
 
 
-def gemm_call(
-    ctx: NodeContext,
-    M: int,
-    N: int,
-    K: int,
-    A: str,
-    lda: int,
-    B: str,
-    ldb: int,
-    C: str,
-    ldc: int,
-    *,
-    bias_m: str | None = None,
-    bias_n: str | None = None,
-    act: Activation | None = None,
-    residual: str | None = None,
-    ldr: int = 0,
-) -> str:
-    """C[M][N] = act(A[M][K]·B[K][N] + bias_m[M] + bias_n[N] + R), A read from memory."""
+@dataclass(frozen=True, kw_only=True)
+class GemmCall:
+    """One call of the GEMM engine: C[M][N] = act(A[M][K]·B[K][N] + bias_m[M] + bias_n[N] + R).
+
+    Each matrix is a C expression with its row stride; `a` is A in memory (gemm_call, row
+    stride `lda`) or the symbol of A packed at conversion (gemm_packed_call, no stride)."""
+
+    m: int
+    n: int
+    k: int
+    a: str
+    b: str
+    ldb: int
+    c: str
+    ldc: int
+    lda: int = 0  # gemm_call only
+    bias_m: str | None = None  # per row of C
+    bias_n: str | None = None  # per column of C
+    act: Activation | None = None
+    residual: str | None = None  # R, added before the activation
+    ldr: int = 0  # R's row stride
+
+
+def gemm_call(ctx: NodeContext, g: GemmCall) -> str:
+    """`g` with A read from memory."""
+    if g.lda < g.k:
+        raise ValueError(f"gemm_call: lda {g.lda} < K {g.k} (A[M][K] needs its row stride)")
     _use_engine(ctx)
-    ctx.kernel(f"sgemm{' gemv' if N == 1 else ''}")
-    ws = ctx.scratch(gemm_workspace(ctx, M, N, K), "void")
-    st, post = act_struct(act)
+    ctx.kernel(f"sgemm{' gemv' if g.n == 1 else ''}")
+    ws = ctx.scratch(gemm_workspace(ctx, g.m, g.n, g.k), "void")
+    st, post = act_struct(g.act)
     return (
-        f"o2e_sgemm({M}, {N}, {K}, {A}, {lda}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, {bias_n or 'NULL'}, "
-        f"{residual or 'NULL'}, {ldr}, {st}, {ws});" + post_act(act, post, M, N, C, ldc)
+        f"o2e_sgemm({g.m}, {g.n}, {g.k}, {g.a}, {g.lda}, {g.b}, {g.ldb}, {g.c}, {g.ldc}, 0, "
+        f"{g.bias_m or 'NULL'}, {g.bias_n or 'NULL'}, {g.residual or 'NULL'}, {g.ldr}, {st}, "
+        f"{ws});" + post_act(g.act, post, g.m, g.n, g.c, g.ldc)
     )
 
 
@@ -130,29 +141,13 @@ def packed_weights(ctx: NodeContext, hint: str, mats: np.ndarray) -> tuple[str, 
     return ctx.weight(hint, packed.astype(np.float32, copy=False)), size
 
 
-def gemm_packed_call(
-    ctx: NodeContext,
-    packed: str,
-    M: int,
-    N: int,
-    K: int,
-    B: str,
-    ldb: int,
-    C: str,
-    ldc: int,
-    *,
-    bias_m: str | None = None,
-    bias_n: str | None = None,
-    act: Activation | None = None,
-    residual: str | None = None,
-    ldr: int = 0,
-) -> str:
-    """C = act(packed_A · B + biases + R) with A packed at conversion time."""
+def gemm_packed_call(ctx: NodeContext, g: GemmCall) -> str:
+    """`g` with A packed at conversion time (`g.a` the packed symbol, packed_weights)."""
     _use_engine(ctx)
-    ws = ctx.scratch(gemm_workspace(ctx, M, N, K), "void")
-    st, post = act_struct(act)
+    ws = ctx.scratch(gemm_workspace(ctx, g.m, g.n, g.k), "void")
+    st, post = act_struct(g.act)
     return (
-        f"o2e_sgemm_packed({M}, {N}, {K}, {packed}, {B}, {ldb}, {C}, {ldc}, 0, {bias_m or 'NULL'}, "
-        f"{bias_n or 'NULL'}, {residual or 'NULL'}, {ldr}, {st}, {ws});"
-        + post_act(act, post, M, N, C, ldc)
+        f"o2e_sgemm_packed({g.m}, {g.n}, {g.k}, {g.a}, {g.b}, {g.ldb}, {g.c}, {g.ldc}, 0, "
+        f"{g.bias_m or 'NULL'}, {g.bias_n or 'NULL'}, {g.residual or 'NULL'}, {g.ldr}, {st}, "
+        f"{ws});" + post_act(g.act, post, g.m, g.n, g.c, g.ldc)
     )
