@@ -243,6 +243,8 @@ class NodeContext:
     node: Node
     step: int
     scratch_requests: list[tuple[str, int]] = field(default_factory=list)
+    # tensors of later nodes this node writes (a fused pool's output): live from this step
+    early_writes: list[str] = field(default_factory=list)
 
     @property
     def graph(self) -> Graph:
@@ -392,6 +394,9 @@ class ModelEmitter:
         # fused residual adds that may run in place (residual_alias.py): output -> (residual,
         # step), registered by the kernels; the residual_aliases phase keeps those it can take
         self.residual_candidates: dict[str, tuple[str, int]] = {}
+        # squeeze-and-excitation (issue 34): GlobalAveragePool node -> the depthwise Conv that
+        # already wrote its means (kernels/conv/se_pool.py); the pool then emits nothing
+        self.pooled_by: dict[str, str] = {}
         self._make_tensors()
 
     @property
@@ -510,7 +515,7 @@ class ModelEmitter:
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
             block = f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"
             blocks.append(_indent(block, 2 * len(guard)) if guard else block)
-            for name in (*node.inputs, *node.outputs):
+            for name in (*node.inputs, *node.outputs, *ctx.early_writes):
                 if name:
                     steps.setdefault(name, []).append(step)
             for name in node.inputs:

@@ -31,6 +31,7 @@ from ...emitter import NodeContext
 from ...headers import include
 from ...ops.common import act_tail
 from ..pool import pool2d
+from . import se_pool
 from .conv_depthwise import KIND_TAGS, NEON_ACT, SCALAR_ACT, register_params
 from .conv_spec import ConvSpec, ConvStrategy
 
@@ -170,7 +171,14 @@ def _vector_rows(kh: int, kw: int, sw: int, kind: int) -> dict[str, str]:
 
 
 def _kernel(
-    ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, kind: int, tail: Activation | None
+    ctx: NodeContext,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    kind: int,
+    tail: Activation | None,
+    pool: bool = False,
 ) -> str:
     """The row-ring depthwise kernel for one filter geometry and fused activation; its name.
 
@@ -178,7 +186,7 @@ def _kernel(
     tail: any other activation (SiLU, HardSwish, ...), applied by the kernel to the planes it
     wrote, after them (common.act_tail says why there), not as a pass over y; per row, a
     28-wide row left 12 columns to the loop's scalar remainder."""
-    suffix, tail_loop = act_tail(ctx, tail)
+    suffix, tail_loop = act_tail(ctx, tail, pool)
     tail_loop = f"\n  {tail_loop}" if tail_loop else ""
     name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{KIND_TAGS[kind]}{suffix}"
     include(ctx, "o2e_win2d.h")
@@ -278,7 +286,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     sh, sw = spec.st
     # the activations the kernel applies in registers; any other at the end of each call
     kind, lo, hi, post = register_params(spec.act)
-    name = _kernel(ctx, kh, kw, sh, sw, kind, post)
+    pool = se_pool.pool_target(ctx, spec)
+    name = _kernel(ctx, kh, kw, sh, sw, kind, post, pool is not None)
     ctx.kernel("depthwise rows")
     RW = row_floats(OW, kw, sw)
     fields = {
@@ -297,6 +306,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "WQ": str(RW),
         "lo": lo,
         "hi": hi,
+        "pool": se_pool.claim(ctx, pool),
     }
     n = N * C
     work = n * (H * W + OH * OW * (kh * kw + 1))
