@@ -91,7 +91,7 @@ def test_node_context_has_no_public_emitter() -> None:
     em, ctx = _context()
     assert not hasattr(NodeContext, "model") and not hasattr(ctx, "model")
     public_fields = {f.name for f in dataclasses.fields(NodeContext) if not f.name.startswith("_")}
-    assert public_fields == {"node", "step", "scratch_requests"}
+    assert public_fields == {"node", "step", "scratch_requests", "early_writes"}
     for name in dir(ctx):
         if not name.startswith("_"):
             value = getattr(ctx, name)
@@ -108,8 +108,10 @@ def test_options_are_read_only_and_records_reach_the_emitter() -> None:
     ctx.require_runtime("o2e_gemm.h")
     ctx.record_strategy("winner", [("loser", "too narrow")])
     ctx.offer_residual("res")
+    ctx.claim_pool("gap", "means")
     assert "o2e_gemm.h" in em.runtime_files
     assert em.layer_strategies["r"] == "winner"
     assert em.kernel_refusals["r"] == [("loser", "too narrow")]
     assert em.residual_candidates["y"] == ("res", 0)
+    assert em.pooled_by["gap"] == "r" and ctx.early_writes == ["means"]
     assert ctx.layout_role is None and ctx.concat_alias("x") is None

@@ -250,6 +250,8 @@ class NodeContext:
     node: Node
     step: int
     scratch_requests: list[tuple[str, int]] = field(default_factory=list)
+    # tensors of later nodes this node writes (a fused pool's output): live from this step
+    early_writes: list[str] = field(default_factory=list)
 
     @property
     def graph(self) -> Graph:
@@ -288,6 +290,19 @@ class NodeContext:
         output (concat_alias.py), else None."""
         return self._emitter.concat_aliases.get(name)
 
+    def guarded(self, node: str) -> bool:
+        """Whether node `node` runs under a run-time If guard (phases.if_guards)."""
+        return bool(self._emitter.analyses.guards.get(node))
+
+    def tensor(self, name: str) -> Tensor:
+        """Any tensor of the graph by name (a consumer's output a fused kernel writes)."""
+        return self._emitter.tensor(name)
+
+    @property
+    def pooled_by(self) -> str | None:
+        """The depthwise layer that writes this GlobalAveragePool's means (se_pool.py)."""
+        return self._emitter.pooled_by.get(self.node.name)
+
     # --- what this node reports -------------------------------------------------------------
     def require_runtime(self, *files: str) -> None:
         """Ship these files of runtime/ with the generated code (the code includes them)."""
@@ -308,6 +323,12 @@ class NodeContext:
         """This node's output may take `residual`'s buffer (its kernel adds the residual in
         place); the residual_aliases phase decides (residual_alias.py)."""
         self._emitter.residual_candidates[self.node.outputs[0]] = (residual, self.step)
+
+    def claim_pool(self, pool_node: str, out: str) -> None:
+        """This node's kernel writes GlobalAveragePool `pool_node`'s output `out` (se_pool.py):
+        that pool emits nothing and `out` is live from this step."""
+        self._emitter.pooled_by[pool_node] = self.node.name
+        self.early_writes.append(out)
 
     def fp16_in_kernel(self, weights: np.ndarray) -> bool:
         """Whether this node's kernel, one that can read half weights itself, should store
@@ -459,6 +480,9 @@ class ModelEmitter:
         # fused residual adds that may run in place (residual_alias.py): output -> (residual,
         # step), registered by the kernels; the residual_aliases phase keeps those it can take
         self.residual_candidates: dict[str, tuple[str, int]] = {}
+        # squeeze-and-excitation (issue 34): GlobalAveragePool node -> the depthwise Conv that
+        # already wrote its means (kernels/conv/se_pool.py); the pool then emits nothing
+        self.pooled_by: dict[str, str] = {}
         self._make_tensors()
 
     @property
@@ -577,7 +601,7 @@ class ModelEmitter:
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
             block = f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"
             blocks.append(_indent(block, 2 * len(guard)) if guard else block)
-            for name in (*node.inputs, *node.outputs):
+            for name in (*node.inputs, *node.outputs, *ctx.early_writes):
                 if name:
                     steps.setdefault(name, []).append(step)
             for name in node.inputs:

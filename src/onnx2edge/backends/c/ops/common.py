@@ -144,7 +144,7 @@ def norm_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def act_tail(ctx: NodeContext, act: Activation | None) -> tuple[str, str]:
+def act_tail(ctx: NodeContext, act: Activation | None, pool: bool = False) -> tuple[str, str]:
     """A kernel-name suffix for `act` and the C statement a depthwise kernel over planes
     [i0, i1) of OH * OW floats at a->y runs after its plane loop: `act` over the planes it
     just wrote (one thread's share, in its L2), for the activations the kernel does not apply
@@ -152,17 +152,19 @@ def act_tail(ctx: NodeContext, act: Activation | None) -> tuple[str, str]:
     16-128 KB batches inside the loop the activation cost 30 % more than one pass after it;
     at the end of the call it costs the same as that pass and is split across the threads
     with the convolution. The loop is a function of its own (its o2e_vmath.h constants stay
-    out of the kernel's registers); in float it vectorises. ("", "") for no activation."""
-    if act is None:
+    out of the kernel's registers); in float it vectorises. ("", "") for no activation.
+    pool: the pass also writes each plane's mean to a->pool (kernels/conv/se_pool.py)."""
+    if act is None and not pool:
         return "", ""
-    tag = act.op.lower()
-    if act.alpha or act.beta:  # the parameters are literals of the kernel: part of its name
+    tag = act.op.lower() if act is not None else ""
+    if act is not None and (act.alpha or act.beta):  # literals of the kernel: in its name
         digest = hashlib.sha1(repr((act.alpha, act.beta)).encode()).hexdigest()[:8]
         tag += f"_{digest}"
-    fn = f"o2e_act_{tag}"
-    ctx.helper(
-        fn,
-        f"""
+    if not pool:
+        fn = f"o2e_act_{tag}"
+        ctx.helper(
+            fn,
+            f"""
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((noinline))
 #endif
@@ -171,8 +173,46 @@ static void {fn}(float *restrict p, size_t n)
   for (size_t q = 0; q < n; ++q) {{ const float v = p[q]; p[q] = {act_expr(act, "v")}; }}
 }}
 """,
+        )
+        return f"_{tag}", f"{fn}(a->y + (size_t)i0 * OH * OW, (size_t)(i1 - i0) * OH * OW);"
+    fn = f"o2e_act_{tag}_pool" if act is not None else "o2e_planes_pool"
+    loop = (
+        ""
+        if act is None
+        else f"""
+    for (size_t q = 0; q < (c1 - c0) * S; ++q) {{ const float v = q0[q]; q0[q] = {act_expr(act, "v")}; }}"""
     )
-    return f"_{tag}", f"{fn}(a->y + (size_t)i0 * OH * OW, (size_t)(i1 - i0) * OH * OW);"
+    ctx.helper(
+        fn,
+        f"""
+/* planes [0, np) of S floats at p: {"the activation, then " if act else ""}each plane's mean to m[] (se_pool.py),
+ * in chunks of whole planes of about 16 KB, summed while in L1 in o2e_global_avgpool's order */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noinline))
+#endif
+static void {fn}(float *restrict p, size_t np, size_t S, float *restrict m)
+{{
+  const size_t per = S >= 4096 ? 1 : 4096 / S, S16 = S - S % 16;
+  for (size_t c0 = 0; c0 < np; c0 += per) {{
+    const size_t c1 = c0 + per < np ? c0 + per : np;
+    float *restrict q0 = p + c0 * S;
+    (void)q0;{loop}
+    for (size_t c = c0; c < c1; ++c) {{
+      const float *restrict xc = p + c * S;
+      float part[16] = {{0.0f}}, acc = 0.0f;
+      for (size_t k = 0; k < S16; k += 16)
+        for (int l = 0; l < 16; ++l) part[l] += xc[k + l];
+      for (size_t k = S16; k < S; ++k) acc += xc[k];
+      for (int l = 0; l < 16; ++l) acc += part[l];
+      m[c] = acc / (float)S;
+    }}
+  }}
+}}
+""",
+    )
+    suffix = f"_{tag}_pool" if act is not None else "_pool"
+    call = f"{fn}(a->y + (size_t)i0 * OH * OW, (size_t)(i1 - i0), (size_t)OH * OW, a->pool + i0);"
+    return suffix, call
 
 
 def act_tail_fn(ctx: NodeContext, act: Activation | None) -> tuple[str, str]:

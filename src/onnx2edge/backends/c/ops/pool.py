@@ -151,6 +151,15 @@ def _emit_blocked_gap(ctx: NodeContext, spec: PoolSpec) -> str:
     return code
 
 
+def _refuse_unfused_gap(spec: PoolSpec) -> str | None:
+    return None if spec.pooled_by else "no depthwise layer wrote the means"
+
+
+def _emit_fused_gap(ctx: NodeContext, spec: PoolSpec) -> str:
+    ctx.kernel("means written by the depthwise layer")
+    return "/* the means were written by the depthwise layer that feeds this pool (se_pool.py) */"
+
+
 # Preference order: the first strategy that does not refuse a node writes it. The loops take
 # any node, so they cannot be switched off.
 STRATEGIES: tuple[PoolStrategy, ...] = (
@@ -159,6 +168,9 @@ STRATEGIES: tuple[PoolStrategy, ...] = (
     PoolStrategy("pool_loop", _take_any, _emit_loop, settings=(AUTO,)),
 )
 GLOBAL_STRATEGIES: tuple[PoolStrategy, ...] = (
+    # squeeze-and-excitation: the depthwise layer already wrote the means (kernels/conv/se_pool.py,
+    # decided when that layer was emitted, so not an option here)
+    PoolStrategy("gap_fused", _refuse_unfused_gap, _emit_fused_gap, settings=(AUTO,)),
     # a blocked input (nchwc_plan.py) must be read blocked: `--kernels nchwc=off` plans none
     PoolStrategy("gap_nchwc", _refuse_blocked_gap, _emit_blocked_gap, settings=(AUTO,)),
     PoolStrategy("gap_sum", pool2d.refuse_global_sum, pool2d.emit_global_sum),

@@ -16,6 +16,7 @@ typedef struct {
   int (*thread)(void);
   int C, H, W, OH, OW, pt, pl, HQ, WQ;
   float lo, hi; /* Clip bounds of a fused activation */
+  float *pool;   /* depthwise kernels: the mean of each output plane i goes to pool[i] (or NULL) */
 } o2e_win2d_args;
 
 #endif /* O2E_WIN2D_H */

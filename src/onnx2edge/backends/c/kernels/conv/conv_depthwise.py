@@ -19,6 +19,7 @@ from ...emitter import NodeContext, c_literal
 from ...headers import include
 from ...ops.common import act_tail, clip_bounds
 from ..pool import pool2d
+from . import se_pool
 from .conv_spec import ConvSpec, ConvStrategy, register
 
 # The activations the depthwise kernels apply in registers (o2e_gemm.h's kinds: the same
@@ -83,6 +84,7 @@ def _dw_kernel(
     dw: int,
     kind: int,
     tail: Activation | None = None,
+    pool: bool = False,
 ) -> str:
     """A depthwise kernel specialised for one filter geometry and fused activation; its name.
 
@@ -97,7 +99,7 @@ def _dw_kernel(
     tail: any other activation (SiLU, HardSwish, ...), applied by the kernel to the planes it
     wrote, after them (common.act_tail says why there), not as a pass over y.
     """
-    suffix, tail_loop = act_tail(ctx, tail)
+    suffix, tail_loop = act_tail(ctx, tail, pool)
     tail_loop = f"\n  {tail_loop}" if tail_loop else ""
     name = f"o2e_dw{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}{KIND_TAGS[kind]}{suffix}"
     include(ctx, "o2e_win2d.h")
@@ -172,7 +174,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     pt, pl, bias = spec.pads[0], spec.pads[1], spec.bias
     # the activations the kernel applies in registers; any other at the end of each call
     kind, lo, hi, post = register_params(spec.act)
-    name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind, post)
+    pool = se_pool.pool_target(ctx, spec)
+    name = _dw_kernel(ctx, kh, kw, sh, sw, dh, dw, kind, post, pool is not None)
     ctx.kernel("depthwise direct")
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
     pf, wf = pool2d.plane_floats(OH, OW, kh, kw, sh, sw, dh, dw)
@@ -192,6 +195,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "WQ": str(WQ),
         "lo": lo,
         "hi": hi,
+        "pool": se_pool.claim(ctx, pool),
     }
     n = N * C
     work = n * (H * W + OH * WQ * (kh * kw + 1))

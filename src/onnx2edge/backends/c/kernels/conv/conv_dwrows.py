@@ -29,8 +29,9 @@ from .....semantics.activations import (
 )
 from ...emitter import NodeContext
 from ...headers import include
-from ...ops.common import act_tail_fn
+from ...ops.common import act_tail, act_tail_fn
 from ..pool import pool2d
+from . import se_pool
 from .conv_depthwise import KIND_TAGS, register_params
 from .conv_spec import ConvSpec, ConvStrategy, register
 
@@ -62,7 +63,14 @@ _KIND_C = {
 
 
 def _kernel(
-    ctx: NodeContext, kh: int, kw: int, sh: int, sw: int, kind: int, tail: Activation | None
+    ctx: NodeContext,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    kind: int,
+    tail: Activation | None,
+    pool: bool = False,
 ) -> str:
     """The row-ring depthwise kernel for one filter geometry and fused activation; its name.
 
@@ -70,17 +78,27 @@ def _kernel(
     tail: any other activation (SiLU, HardSwish, ...), applied by the kernel to the planes it
     wrote, after them (common.act_tail says why there), not as a pass over y; per row, a
     28-wide row left 12 columns to the loop's scalar remainder."""
-    suffix, tail_fn = act_tail_fn(ctx, tail)
+    if pool:  # the header's tail takes no pool: the wrapper runs act + means after it
+        suffix, tail_stmt = act_tail(ctx, tail, pool)
+        tail_fn = "NULL"
+    else:
+        (suffix, tail_fn), tail_stmt = act_tail_fn(ctx, tail), ""
     name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{KIND_TAGS[kind]}{suffix}"
     include(ctx, "o2e_intrinsics.h")
     include(ctx, "o2e_dwrows.h")
     args = f"{kh}, {kw}, {sh}, {sw}, {_KIND_C[kind]}"  # literals: the taps unroll
+    after = (
+        "\n  { const o2e_win2d_args *a = (const o2e_win2d_args *)arg;"
+        f" const size_t OH = (size_t)a->OH, OW = (size_t)a->OW; {tail_stmt} }}"
+        if tail_stmt
+        else ""
+    )
     return ctx.helper(
         name,
         f"""
 static void {name}(void *arg, int i0, int i1)
 {{
-  o2e_dwrows({args}, (const o2e_win2d_args *)arg, i0, i1, {tail_fn});
+  o2e_dwrows({args}, (const o2e_win2d_args *)arg, i0, i1, {tail_fn});{after}
 }}
 """,
     )
@@ -111,7 +129,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     sh, sw = spec.st
     # the activations the kernel applies in registers; any other at the end of each call
     kind, lo, hi, post = register_params(spec.act)
-    name = _kernel(ctx, kh, kw, sh, sw, kind, post)
+    pool = se_pool.pool_target(ctx, spec)
+    name = _kernel(ctx, kh, kw, sh, sw, kind, post, pool is not None)
     ctx.kernel("depthwise rows")
     RW = row_floats(OW, kw, sw)
     fields = {
@@ -130,6 +149,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "WQ": str(RW),
         "lo": lo,
         "hi": hi,
+        "pool": se_pool.claim(ctx, pool),
     }
     n = N * C
     work = n * (H * W + OH * OW * (kh * kw + 1))

@@ -25,6 +25,9 @@ class PoolSpec:
     kernels: Mapping[str, str] = field(default_factory=dict)  # convert --kernels
     # the node's layouts when it is in a channel-blocked chain (nchwc_plan.py), else None
     layout: BlockedRole | None = None
+    # GlobalAveragePool: the depthwise layer whose kernel already wrote the means
+    # (kernels/conv/se_pool.py), else None
+    pooled_by: str | None = None
 
     @classmethod
     def of(cls, ctx: NodeContext) -> PoolSpec:
@@ -37,6 +40,7 @@ class PoolSpec:
             indices=ctx.op == "MaxPool" and ctx.has_output(1),
             kernels=ctx.kernel_options,
             layout=ctx.layout_role,
+            pooled_by=ctx.pooled_by,
         )
 
 
