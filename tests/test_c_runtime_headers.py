@@ -118,6 +118,40 @@ void f(const o2e_win2d_args *a)
 }
 
 
+# Headers whose kernels are always_inline bodies the generated wrappers call with constants
+# (hdrmisc): each is instantiated here for the geometries the emitters pass, and compiled at -O2
+# under the strict flags, so warnings that only appear once a body is inlined with constants
+# (bounds, maybe-uninitialized) fail here rather than in a user's build.
+INSTANCES = {
+    "o2e_pool_rows.h": "\n".join(
+        f"void p_{op}_{kh}_{kw}_{sh}_{sw}_{pf}(void *a, int i0, int i1) "
+        f"{{ o2e_pool_rows(a, i0, i1, O2E_POOL_{op}, {kh}, {kw}, {sh}, {sw}, {pf}); }}"
+        for op, kh, kw, sh, sw, pf in (
+            ("MAX", 1, 1, 1, 1, 0),
+            ("MAX", 3, 3, 2, 2, 1),
+            ("MAX", 16, 8, 3, 1, 0),
+            ("AVG", 2, 2, 2, 2, 0),
+            ("AVG", 3, 7, 1, 2, 1),
+        )
+    ),
+    "o2e_winograd.h": "\n".join(
+        f"void w{m}(void *a, int u0, int u1) {{ static const o2e_wino_plan p = "
+        f"{{{m}, 2, 8, 9, 9, 1, 1, 8, 9, 9, 5, 5, 2, 3, {{10, 5}}, {{16, 16}}, {{144, 144}}, "
+        f"{{144, 144}}, 64, 400, 40, 6000, 6000, 4096, {{1, 0.0f, 0.0f}}, 1}}; "
+        f"o2e_winograd_blocks((const o2e_wino_block_args *)a, &p, u0, u1); }}"
+        for m in (2, 4)
+    ),
+    "o2e_norm.h": "\n".join(
+        [
+            "static inline float relu(float v) { return v < 0 ? 0 : v; }",
+            "static inline double relud(double v) { return v < 0 ? 0 : v; }",
+            "void g(void *a, int b0, int b1) { o2e_group_norm_f32(a, b0, b1, relu); }",
+            "void gd(void *a, int b0, int b1) { o2e_group_norm_f64(a, b0, b1, relud); }",
+        ]
+    ),
+}
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_conv_kernel_headers_compile_called_with_literals(target: str, tmp_path: Path) -> None:
     cc, *flags = TARGETS[target]
@@ -159,3 +193,18 @@ def test_conv_header_constants_match_the_kernels() -> None:
         )
     ]
     assert max(widths) == conv_lanes.PX512
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("header", sorted(INSTANCES))
+def test_inline_kernels_compile_with_constants(target: str, header: str, tmp_path: Path) -> None:
+    cc, *flags = TARGETS[target]
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} not installed")
+    if target.startswith("x86") and "x86_64" not in _dumpmachine(cc):
+        pytest.skip(f"{cc} does not target x86-64")
+    src = tmp_path / "use.c"
+    src.write_text(f'#include "{header}"\n{INSTANCES[header]}\n')
+    cmd = [cc, *flags, *STRICT_FLAGS, "-O2", "-Wno-missing-prototypes", "-c", "-o", "/dev/null"]
+    r = subprocess.run([*cmd, "-I", str(RUNTIME), str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[:2000]

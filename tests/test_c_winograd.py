@@ -204,8 +204,7 @@ def test_kernel_choice(tmp_path: Path) -> None:
 HARNESS = r"""
 #include <stdio.h>
 #include <stdlib.h>
-#include "o2e_gemm.h"
-@KERNELS@
+#include "o2e_winograd.h"
 static float *load(const char *path, size_t n) {
   float *p = malloc(n * sizeof(float));
   FILE *f = fopen(path, "rb");
@@ -282,8 +281,7 @@ def test_kernels_stay_inside_planned_scratch(
     res = rng.standard_normal((M, OH, OW)).astype(np.float32)
     packed = np.concatenate([pack_a(k) for k in winograd.transform_weights(w, m)])
     stride = packed_a_size(M, C)
-    fin, fin_code = winograd._input_kernel(m)
-    fout, fout_code = winograd._output_kernel(m)
+    fin, fout = f"o2e_winograd_f{m}_in", f"o2e_winograd_f{m}_out"  # runtime/o2e_winograd.h
     calls, ws = [], 64
     for row0 in range(0, plan.TH, r):
         nth = min(r, plan.TH - row0)
@@ -298,11 +296,6 @@ def test_kernels_stay_inside_planned_scratch(
     sizes = plan.scratch()
     src = HARNESS
     for key, val in {
-        "@KERNELS@": winograd.IVDEP
-        + winograd.DIRECT
-        + winograd._direct_kernel(m)[1]
-        + fin_code
-        + fout_code,
         "@BN@": nzbits.size + negbits.size,
         "@NZN@": nzbits.size,
         "@US@": stride,

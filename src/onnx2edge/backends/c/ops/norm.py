@@ -199,60 +199,6 @@ def layer_norm(ctx: NodeContext) -> str:
     return "\n".join(lines)
 
 
-LN_ARGS = """
-/* Arguments of the LayerNormalization / RMSNormalization row kernel (norm.py): rows of n
- * values, scale and bias (NULL: none) of n values; mean / inv (NULL: not asked) per row. */
-typedef struct {
-  const float *x, *scale, *bias;
-  float *y, *mean, *inv;
-  size_t n;
-  double eps;
-} o2e_layer_norm_args;
-"""
-
-LN_KERNEL = """
-/* {what} over rows [r0, r1) (norm.py): the statistics by o2e_moments_f32 (float lanes merged in
- * double, each block centred on its own pivot), then one vectorised pass
- * y = ((x - m) * s + t) * scale + bias, with m the mean rounded to float (as GroupNormalization's
- * kernel: the subtraction is exact near the mean). */
-static void {name}(void *arg, int r0, int r1)
-{
-  const o2e_layer_norm_args *a = (const o2e_layer_norm_args *)arg;
-  const size_t n = a->n;
-  const float *restrict scale = a->scale, *restrict bias = a->bias;
-  int r;
-  for (r = r0; r < r1; ++r) {
-    const float *restrict x = a->x + (size_t)r * n;
-    float *restrict y = a->y + (size_t)r * n;
-    double mean, m2, msq; /* msq: the mean of x^2 (RMSNormalization) */
-    size_t j;
-    o2e_moments_f32(x, n, &mean, &m2);
-    msq = mean * mean + m2 / (double)n;
-    if (!isfinite(mean)) { /* an Inf: centring made it NaN; the plain sums keep Inf (as onnxruntime) */
-      double sum = 0.0, sq = 0.0;
-      for (j = 0; j < n; ++j) {
-        sum += x[j];
-        sq += (double)x[j] * x[j];
-      }
-      mean = sum / (double)n;
-      m2 = sq - mean * sum;
-      msq = sq / (double)n;
-    }
-    {
-{stats}
-      const float m = (float)mean, sc = (float)inv, sh = (float)((mean - m) * -inv);
-      if (bias)
-        for (j = 0; j < n; ++j) y[j] = ((x[j] - m) * sc + sh) * scale[j] + bias[j];
-      else
-        for (j = 0; j < n; ++j) y[j] = ((x[j] - m) * sc + sh) * scale[j];
-      if (a->mean) a->mean[r] = (float)mean;
-      if (a->inv) a->inv[r] = (float)inv;
-    }
-  }
-}
-"""
-
-
 def _row_vector(t_shape: tuple[int, ...], shape: tuple[int, ...], axis: int) -> bool:
     """A tensor of `t_shape` broadcast to `shape` reads element j of every row (the dims from
     `axis` on) at j: one vector of the row's length shared by all rows."""
@@ -275,15 +221,8 @@ def _layer_norm_rows(
         or any(t.ctype != "float" for t in stats)
     ):
         return None
-    ctx.helper("o2e_layer_norm_args", LN_ARGS)
-    ctx.helper("o2e_moments_f32", _fill(MOMENTS, T="float", t="f32", B=MOMENTS_BLOCK))
-    if rms:  # no centring
-        name, what = "o2e_rms_norm_rows", "RMSNormalization"
-        stats = "      const double inv = 1.0 / sqrt(msq + a->eps);\n      mean = 0.0;"
-    else:
-        name, what = "o2e_layer_norm_rows", "LayerNormalization"
-        stats = "      const double inv = 1.0 / sqrt(m2 / (double)n + a->eps);\n      (void)msq;"
-    ctx.helper(name, _fill(LN_KERNEL, name=name, what=what, stats=stats))
+    include(ctx, HEADER)  # o2e_layer_norm_rows / o2e_rms_norm_rows
+    name = "o2e_rms_norm_rows" if rms else "o2e_layer_norm_rows"
     ctx.kernel("vectorised rows (blocked moments)")
     opt = [ctx.y(i).sym if not rms and ctx.has_output(i) else "NULL" for i in (1, 2)]
     fields = (
@@ -301,121 +240,11 @@ def _layer_norm_rows(
 # --------------------------------------------------------------------------------------------
 # GroupNormalization / InstanceNormalization: statistics per sample and group of channels
 # --------------------------------------------------------------------------------------------
-# Elements per block of the moments pass: a block is centred on its own mean while it sits in
-# L1, so its float partial sums see no cancellation; 1024 keeps the per-block double merge
-# (a division or two) small next to the vector work.
+# The kernels (o2e_moments_*, o2e_group_norm_*, o2e_lrn_*) are C in runtime/o2e_norm.h; its
+# O2E_MOMENTS_BLOCK and O2E_LRN_BLOCK are these.
+HEADER = "o2e_norm.h"
 MOMENTS_BLOCK = 1024
-
-GN_ARGS = """
-/* Arguments of the GroupNormalization / InstanceNormalization kernel: block b of the N*G
- * blocks is the cg*S contiguous values of group b % G of sample b / G; the scale and bias of
- * channel c are at [c], or at [group] when per_group. */
-typedef struct {
-  const {T} *x, *scale, *bias;
-  {T} *y;
-  int G, cg, per_group;
-  size_t S;
-  double eps;
-} o2e_group_norm_args_{t};
-"""
-
-MOMENTS = """
-/* Mean and sum of squared deviations of x[0, n), in one pass over memory. Each block of
- * {B} values is read three times while it is in L1: for its rough mean (the pivot), then for
- * the sums of d = x - pivot and of d*d, each in 32 {T} lanes that the compiler vectorises (one
- * lane array per loop: gcc shuffles badly when a loop feeds two); the blocks are merged in
- * double (Chan, Golub and LeVeque's pairwise update). Centring each block first keeps the
- * float sums free of cancellation however large the mean is next to the spread, which a
- * running sum of x*x is not; 32 lanes keep the adds off a single latency chain. */
-static void o2e_moments_{t}(const {T} *restrict x, size_t n, double *mean_out, double *m2_out)
-{
-  double mean = 0.0, m2 = 0.0;
-  size_t done = 0;
-  while (done < n) {
-    const size_t len = n - done < {B} ? n - done : {B};
-    const {T} *restrict b = x + done;
-    {T} s[32], q[32], pivot = 0;
-    double ds = 0.0, dq = 0.0;
-    size_t j;
-    int l;
-    for (l = 0; l < 32; ++l) s[l] = q[l] = 0;
-    for (j = 0; j + 32 <= len; j += 32)
-      for (l = 0; l < 32; ++l) s[l] += b[j + l];
-    for (; j < len; ++j) pivot += b[j];
-    for (l = 0; l < 32; ++l) {
-      pivot += s[l];
-      s[l] = 0;
-    }
-    pivot /= ({T})len;
-    for (j = 0; j + 32 <= len; j += 32)
-      for (l = 0; l < 32; ++l) s[l] += b[j + l] - pivot;
-    for (j = 0; j + 32 <= len; j += 32)
-      for (l = 0; l < 32; ++l) {
-        const {T} d = b[j + l] - pivot;
-        q[l] += d * d;
-      }
-    for (; j < len; ++j) {
-      const double d = b[j] - pivot;
-      ds += d;
-      dq += d * d;
-    }
-    for (l = 0; l < 32; ++l) {
-      ds += s[l];
-      dq += q[l];
-    }
-    {
-      const double bmean = pivot + ds / (double)len, bm2 = dq - ds * ds / (double)len;
-      const double delta = bmean - mean, total = (double)(done + len);
-      mean += delta * ((double)len / total);
-      m2 += (bm2 > 0 ? bm2 : 0) + delta * delta * ((double)done * (double)len / total);
-    }
-    done += len;
-  }
-  *mean_out = mean;
-  *m2_out = m2;
-}
-"""
-
-GN_KERNEL = """
-/* GroupNormalization / InstanceNormalization{what} over blocks [b0, b1) (norm.py). The output
- * is (x - m) * s + t with m the mean rounded to {T}: the subtraction is exact for values near
- * the mean, so a large mean costs no precision, and the loop vectorises. */
-static void {name}(void *arg, int b0, int b1)
-{
-  const o2e_group_norm_args_{t} *a = (const o2e_group_norm_args_{t} *)arg;
-  const size_t S = a->S, n = (size_t)a->cg * S;
-  int b, k;
-  for (b = b0; b < b1; ++b) {
-    const {T} *restrict x = a->x + (size_t)b * n;
-    {T} *restrict y = a->y + (size_t)b * n;
-    const int g = b % a->G;
-    double mean, m2;
-    o2e_moments_{t}(x, n, &mean, &m2);
-    {
-      const double inv = 1.0 / sqrt(m2 / (double)n + a->eps);
-      const {T} m = ({T})mean;
-      for (k = 0; k < a->cg; ++k) {
-        const int at = a->per_group ? g : g * a->cg + k;
-        const double s = inv * a->scale[at];
-        const {T} sc = ({T})s, sh = ({T})(a->bias[at] - (mean - m) * s);
-        const {T} *restrict xc = x + (size_t)k * S;
-        {T} *restrict yc = y + (size_t)k * S;
-        size_t i;
-        for (i = 0; i < S; ++i) {
-          const {T} v = (xc[i] - m) * sc + sh;
-          yc[i] = {act};
-        }
-      }
-    }
-  }
-}
-"""
-
-
-def _fill(code: str, **kw: object) -> str:
-    for k, v in kw.items():
-        code = code.replace("{" + k + "}", str(v))
-    return code
+LRN_BLOCK = 128
 
 
 def _act_suffix(act: Activation | None) -> str:
@@ -439,11 +268,16 @@ def _group_norm_code(ctx: NodeContext, groups: int, per_group: bool) -> str:
     N, C = x.shape[:2]
     S = int(np.prod(x.shape[2:]))
     act = fused_act(ctx)
-    ctx.helper(f"o2e_group_norm_args_{t}", _fill(GN_ARGS, T=T, t=t))
-    ctx.helper(f"o2e_moments_{t}", _fill(MOMENTS, T=T, t=t, B=MOMENTS_BLOCK))
-    name = f"o2e_group_norm_{t}{_act_suffix(act)}"
-    what = f" with a fused {act.op}" if act else ""
-    ctx.helper(name, _fill(GN_KERNEL, T=T, t=t, name=name, what=what, act=act_expr(act, "v", T)))
+    include(ctx, HEADER)
+    name = f"o2e_group_norm_{t}_plain"
+    if act is not None:
+        # the activation as a static inline function the kernel's loop inlines (o2e_norm.h)
+        name = f"o2e_group_norm_{t}{_act_suffix(act)}"
+        ctx.helper(
+            name,
+            f"static inline {T} {name}_act({T} v) {{ return {act_expr(act, 'v', T)}; }}\n"
+            f"static void {name}(void *arg, int b0, int b1) {{ o2e_group_norm_{t}(arg, b0, b1, {name}_act); }}\n",
+        )
     ctx.kernel("one-pass blocked moments" + (f" + {act.op}" if act else ""))
     n = N * groups
     threaded = n > 1 and 2 * x.size >= pool2d.PAR_MIN_WORK
@@ -644,102 +478,7 @@ def _batchnorm_training(ctx: NodeContext, x: Tensor, y: Tensor) -> str:
 # --------------------------------------------------------------------------------------------
 # LRN
 # --------------------------------------------------------------------------------------------
-# Pixels per unit of work: the window sums of one block for all channels stay in L1, and
-# small maps (13x13, 27x27) still give a few units to split across threads.
-LRN_BLOCK = 128
-
-LRN_ARGS = """
-/* Arguments of the LRN kernel: unit u is pixels [(u % nb) * {B}, ...) of sample u / nb, all
- * C channels of it; the window of channel c is [c - lo, c + hi] clipped to [0, C). */
-typedef struct {
-  const {T} *x;
-  {T} *y;
-  int C, S, nb, lo, hi;
-  {T} alpha, bias, beta; /* alpha already divided by size */
-} o2e_lrn_args_{t};
-"""
-
-LRN_KERNEL = """
-/* LRN (y = x / (bias + alpha * window sum of x^2)^beta, {what}) over units [u0, u1) (norm.py).
- * Each unit loops over channels with the pixels innermost, so the window sums and the scaling
- * vectorise across pixels; the window is only `size` values, summed directly. */
-static void {name}(void *arg, int u0, int u1)
-{
-  const o2e_lrn_args_{t} *a = (const o2e_lrn_args_{t} *)arg;
-  const int C = a->C, S = a->S;
-  const {T} alpha = a->alpha, bias = a->bias, beta = a->beta;
-  {T} sq[{B}];
-  int u, c, k, i;
-  (void)beta;
-  for (u = u0; u < u1; ++u) {
-    const int i0 = (u % a->nb) * {B}, len = S - i0 < {B} ? S - i0 : {B};
-    const size_t base = (size_t)(u / a->nb) * C * S + i0;
-    for (c = 0; c < C; ++c) {
-      const int k0 = c < a->lo ? 0 : c - a->lo, k1 = c + a->hi < C ? c + a->hi : C - 1;
-      const {T} *restrict xc = a->x + base + (size_t)c * S;
-      {T} *restrict yc = a->y + base + (size_t)c * S;
-      for (i = 0; i < len; ++i) sq[i] = 0;
-      for (k = k0; k <= k1; ++k) {
-        const {T} *restrict xk = a->x + base + (size_t)k * S;
-        for (i = 0; i < len; ++i) sq[i] += xk[i] * xk[i];
-      }
-      i = 0;
-{vector}      for (; i < len; ++i) {
-        const {T} t = bias + alpha * sq[i];
-        yc[i] = {scalar};
-      }
-    }
-  }
-}
-"""
-
-# x / t^beta for the betas with a short form of correctly rounded operations (a few ulp from
-# the exact power, and much faster than powf); the intrinsics exist because gcc will not
-# vectorise sqrtf under the default -fmath-errno. The scalar tail may contract bias + alpha*sq
-# into an fma where the vector loop does not: an ulp of difference, tied to the pixel's
-# position in its block, not to the thread count.
-_LRN_SCALAR = {
-    "b075": "xc[i] / {sqrt}(t * {sqrt}(t))",  # t^0.75 = sqrt(t * sqrt(t))
-    "b05": "xc[i] / {sqrt}(t)",
-    "b1": "xc[i] / t",
-    "pow": "xc[i] * {pow}(t, -beta)",
-}
-_LRN_VECTOR = {
-    "b075": "{P}_div_ps(x, {P}_sqrt_ps({P}_mul_ps(t, {P}_sqrt_ps(t))))",
-    "b05": "{P}_div_ps(x, {P}_sqrt_ps(t))",
-}
-
-
-def _lrn_vector(mode: str) -> str:
-    if mode not in _LRN_VECTOR:
-        return ""
-    out = []
-    for guard, P, w in (
-        ("#if defined(__AVX512F__)", "_mm512", 16),
-        ("#elif defined(__AVX__)", "_mm256", 8),
-    ):
-        V = "__m512" if w == 16 else "__m256"
-        expr = _LRN_VECTOR[mode].replace("{P}", P)
-        out.append(
-            f"""{guard}
-      {{
-        const {V} va = {P}_set1_ps(alpha), vb = {P}_set1_ps(bias);
-        for (; i + {w} <= len; i += {w}) {{
-          const {V} x = {P}_loadu_ps(xc + i);
-          const {V} t = {P}_add_ps(vb, {P}_mul_ps(va, {P}_loadu_ps(sq + i)));
-          {P}_storeu_ps(yc + i, {expr});
-        }}
-      }}
-"""
-        )
-    return "".join(out) + "#endif\n"
-
-
-LRN_INTRINSICS = """
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
-"""
+# LRN_BLOCK (above, O2E_LRN_BLOCK in o2e_norm.h): pixels per unit of work.
 
 
 @register_op("LRN", check=float_input)
@@ -756,16 +495,8 @@ def lrn(ctx: NodeContext) -> str:
     T = x.ctype
     t = "f32" if T == "float" else "f64"
     mode = {0.75: "b075", 0.5: "b05", 1.0: "b1"}.get(beta, "pow")
-    F = "f" if T == "float" else ""
-    scalar = _LRN_SCALAR[mode].replace("{sqrt}", f"sqrt{F}").replace("{pow}", f"pow{F}")
-    vector = _lrn_vector(mode) if T == "float" else ""
-    if vector:
-        ctx.helper("o2e_lrn_intrinsics", LRN_INTRINSICS)
-    ctx.helper(f"o2e_lrn_args_{t}", _fill(LRN_ARGS, T=T, t=t, B=LRN_BLOCK))
+    include(ctx, HEADER)
     name = f"o2e_lrn_{t}_{mode}"
-    what = "any beta" if mode == "pow" else f"beta = {beta:g}"
-    code = _fill(LRN_KERNEL, T=T, t=t, B=LRN_BLOCK, name=name, what=what)
-    ctx.helper(name, code.replace("{vector}", vector).replace("{scalar}", scalar))
     ctx.kernel("channel window vectorised over pixels")
     nb = (S + LRN_BLOCK - 1) // LRN_BLOCK
     n = N * nb

@@ -38,7 +38,6 @@ the output transform.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -48,6 +47,7 @@ from .....ir import Graph, Node
 from .....semantics.activations import Activation
 from .....semantics.fused import base_op
 from ...emitter import NodeContext, Tensor
+from ...headers import include
 from ...ops.common import act_expr
 from ..gemm.gemm import _use_engine, act_struct, gemm_workspace, packed_weights, plan_threads
 from .conv_spec import AUTO, OFF, ConvSpec, ConvStrategy, register
@@ -96,84 +96,6 @@ STRATEGY_NAME = "winograd"
 # between threads; with fewer it shares the (m + 2)^2 products of each block.
 BLOCK_PARALLEL_MIN = 2
 
-# One job per transformed-tile position k: M[k] = U[k] · V[k] on the calling thread, in that
-# thread's share of the workspace.
-GEMMS = r"""
-typedef struct {
-  const float *packed;
-  size_t wstride;
-  const float *v;
-  size_t vs;
-  float *mm;
-  size_t ms;
-  int M, nt, C, ld;
-  char *ws;
-  size_t ws_per;
-} o2e_wino_gemm_args;
-
-static void o2e_wino_gemms(void *arg, int k0, int k1)
-{
-  const o2e_wino_gemm_args *a = (const o2e_wino_gemm_args *)arg;
-  char *ws = a->ws + a->ws_per * (size_t)o2e_parallel_thread();
-  for (int k = k0; k < k1; ++k)
-    o2e_sgemm_packed_local(a->M, a->nt, a->C, a->packed + (size_t)k * a->wstride, a->v + (size_t)k * a->vs,
-                           a->ld, a->mm + (size_t)k * a->ms, a->ld, ws);
-}
-"""
-
-
-BLOCK_ARGS = r"""
-typedef struct {
-  const float *x, *packed, *bias, *res;
-  float *y, *e, *rb, *v, *mm; /* e, rb, v, mm: MAX_THREADS slots each */
-  char *ws;
-  const uint8_t *nz, *neg; /* bits of the 3x3 weights, for the tiles computed directly */
-} o2e_wino_block_args;
-"""
-
-
-TRANSFORM_ARGS = r"""
-/* One block's transforms, split by channel across threads (each in its own e / rb slot). */
-typedef struct {
-  const float *x;
-  int C, H, W, pt, pl, row0, nth, TW, ld;
-  size_t vs, ms;
-  float *e;
-  size_t e_slot;
-  float *rb;
-  size_t rb_slot;
-  float *v, *mm;
-  int M, OH, OW;
-  const float *bias, *res;
-  float *y;
-  o2e_act act;
-  const float *u; /* for the tiles computed directly: the packed U[k], us floats apart, */
-  size_t us;
-  const uint8_t *nz, *neg; /* and the bits of the 3x3 weights */
-} o2e_wino_tr_args;
-"""
-PAR_IN = r"""
-static void NAME(void *arg, int c0, int c1)
-{
-  const o2e_wino_tr_args *a = (const o2e_wino_tr_args *)arg;
-  const int t = o2e_parallel_thread();
-  FIN(a->x + (size_t)c0 * a->H * a->W, c1 - c0, a->H, a->W, a->pt, a->pl, a->row0, a->nth, a->TW, a->ld, a->vs,
-      a->e + (size_t)t * a->e_slot, a->rb + (size_t)t * a->rb_slot, a->v + (size_t)c0 * a->ld);
-}
-"""
-PAR_OUT = r"""
-static void NAME(void *arg, int o0, int o1)
-{
-  const o2e_wino_tr_args *a = (const o2e_wino_tr_args *)arg;
-  const int t = o2e_parallel_thread();
-  const size_t plane = (size_t)a->OH * a->OW;
-  const o2e_wino_direct dx = {a->x, a->u, a->nz, a->neg, a->us, a->C, a->H, a->W, a->pt, a->pl, o0};
-  FOUT(a->mm + (size_t)o0 * a->ld, o1 - o0, a->row0, a->nth, a->TW, a->ld, a->ms, a->OH, a->OW,
-       a->bias ? a->bias + o0 : NULL, a->res ? a->res + o0 * plane : NULL, a->y + o0 * plane, a->act,
-       a->e + (size_t)t * a->e_slot, &dx);
-}
-"""
-
 # Non-finite inputs. The transforms mix a whole (m + 2)² input tile into every output of its tile,
 # so one Inf made all m² outputs NaN (Inf - Inf), where onnxruntime's direct convolution gives
 # +-Inf / NaN only where the 3x3 window reads it, and finite values elsewhere. A tile whose input
@@ -181,117 +103,16 @@ static void NAME(void *arg, int o0, int o1)
 # not finite (every column of Bᵀ and Aᵀ has a nonzero: a non-finite value reaches at least one
 # output, and a sum with a non-finite term is not finite); the output transform checks that sum
 # per tile (m² adds per tile and output channel, vectorised) and recomputes such tiles directly
-# (_direct_kernel). The 3x3 weights are not stored again for that (they cost 9/36 of F(4x4)'s
+# (o2e_winograd_f{m}_direct). The 3x3 weights are not stored again for that (they cost 9/36 of F(4x4)'s
 # weights, 9/16 of F(2x2)'s: SqueezeNet's weight bytes +21%): a finite input is multiplied by
 # the weight recovered from U = G·g·Gᵀ (g = L·U·Lᵀ with L an exact left inverse of G, ~1 ulp of
 # the weights' scale: the finite outputs match onnxruntime's to float rounding), and a
 # non-finite one by the weight's sign, 0 for a zero weight (0 * Inf = NaN, +-1 * Inf = +-Inf, as
 # the exact product): two bits per weight (nonzero, negative), 1/16 of the float32 weights. A
 # finite input whose transforms overflow is recomputed the same way.
-DIRECT = r"""
-typedef struct {
-  const float *x, *u;         /* one image [C][H][W]; the packed U[k] (MR = 8 rows per panel), */
-  const uint8_t *nz, *neg;    /* bits of the 3x3 weights [M][C][3][3]: nonzero, negative */
-  size_t us;                  /* floats between the U[k] */
-  int C, H, W, pt, pl, o0;    /* o0: the first output channel of the caller's range */
-} o2e_wino_direct;
-"""
-
-
-def _direct_kernel(m: int) -> tuple[str, str]:
-    """C for the direct computation of one output tile of one channel (see DIRECT)."""
-    _, g, _ = matrices(m)
-    n = m + 2
-    # rows of G for the points 0, 1 and infinity: an invertible 3 x 3 block, exact
-    rows = (0, 1, n - 1)
-    inv = _inverse3([g[r] for r in rows])  # g = inv · (those rows of U) · invᵀ
-    lines = [
-        f"const float u{a}_{b} = uc[{rows[a] * n + rows[b]} * d->us];"
-        for a in range(3)
-        for b in range(3)
-    ]
-    lines += [
-        f"const float t{a}_{b} = {_lin(inv[a], [f'u{k}_{b}' for k in range(3)])};"
-        for a in range(3)
-        for b in range(3)
-    ]
-    lines += [
-        f"gw[{a * 3 + b}] = {_lin(inv[b], [f't{a}_{k}' for k in range(3)])};"
-        for a in range(3)
-        for b in range(3)
-    ]
-    body = "\n".join("    " + ln for ln in lines)
-    name = f"o2e_winograd_f{m}_direct"
-    code = f"""
-/* Outputs [r0, r0+{m}) x [q0, q0+{m}) (clipped to OH x OW) of output channel o (of d's range), the
- * 3x3 window over the zero-padded input directly, + bias, + residual, activation (the output
- * transform's kinds): a tile that read NaN / Inf. Weights recovered from the packed U (see
- * winograd.py, DIRECT); a non-finite input is multiplied by its weight's sign, or 0. */
-static void {name}(const o2e_wino_direct *d, int o, int r0, int q0, int OH, int OW, float b,
-    const float *restrict res, float *restrict y, o2e_act act)
-{{
-  const int og = d->o0 + o;
-  const size_t base = (size_t)(og / 8) * d->C * 8 + (size_t)(og % 8);
-  float acc[{m * m}];
-  for (int p = 0; p < {m * m}; ++p) acc[p] = 0.0f;
-  for (int c = 0; c < d->C; ++c) {{
-    const float *uc = d->u + base + (size_t)c * 8;
-    const float *xc = d->x + (size_t)c * d->H * d->W;
-    const size_t w0 = ((size_t)og * d->C + (size_t)c) * 9;
-    float gw[9];
-{body}
-    for (int a = 0; a < {m} && r0 + a < OH; ++a)
-      for (int e = 0; e < {m} && q0 + e < OW; ++e) {{
-        float s = 0.0f;
-        for (int i = 0; i < 3; ++i) {{
-          const int ih = r0 + a - d->pt + i;
-          if (ih < 0 || ih >= d->H) continue;
-          for (int j = 0; j < 3; ++j) {{
-            const int iw = q0 + e - d->pl + j;
-            const size_t bit = w0 + (size_t)(i * 3 + j);
-            float xv, wv;
-            if (iw < 0 || iw >= d->W) continue;
-            xv = xc[(size_t)ih * d->W + iw];
-            if (xv - xv == 0.0f) wv = gw[i * 3 + j];
-            else if (d->nz[bit >> 3] >> (bit & 7) & 1) wv = (d->neg[bit >> 3] >> (bit & 7) & 1) ? -1.0f : 1.0f;
-            else wv = 0.0f;
-            s += wv * xv;
-          }}
-        }}
-        acc[a * {m} + e] += s;
-      }}
-  }}
-  for (int a = 0; a < {m} && r0 + a < OH; ++a)
-    for (int e = 0; e < {m} && q0 + e < OW; ++e) {{
-      const size_t at = (size_t)(r0 + a) * OW + (size_t)(q0 + e);
-      float v = acc[a * {m} + e] + b;
-      if (res) v += res[at];
-      switch (act.kind) {{
-      case 1: v = v < 0.0f ? 0.0f : v; break;
-      case 2: v = v < act.a ? act.a : v; v = v > act.b ? act.b : v; break;
-      case 3: v = v < 0.0f ? v * act.a : v; break;
-      default: v = o2e_act1_(v, act); break; /* HardSigmoid, HardSwish, o2e_vmath.h kinds */
-      }}
-      y[at] = v;
-    }}
-}}
-"""
-    return name, code
-
-
-def _inverse3(m: list[list[Fraction]]) -> list[list[Fraction]]:
-    """The exact inverse of a 3 x 3 matrix of Fractions (Gauss-Jordan)."""
-    a = [[*row, *(Fraction(int(i == j)) for j in range(3))] for i, row in enumerate(m)]
-    for col in range(3):
-        piv = next(r for r in range(col, 3) if a[r][col] != 0)
-        a[col], a[piv] = a[piv], a[col]
-        p = a[col][col]
-        a[col] = [v / p for v in a[col]]
-        for r in range(3):
-            if r != col and a[r][col] != 0:
-                f = a[r][col]
-                a[r] = [v - f * w for v, w in zip(a[r], a[col], strict=True)]
-    return [row[3:] for row in a]
+# The transforms, the direct tiles and the drivers are C in runtime/o2e_winograd.h: one
+# specialised function per tile size m, for the Bᵀ and Aᵀ of matrices(m).
+HEADER = "o2e_winograd.h"
 
 
 def weight_bits(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -378,246 +199,6 @@ def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
     u = np.einsum("ik,ockl,jl->ijoc", gm, w.astype(np.float64), gm, optimize=True)
     n = m + 2
     return u.reshape(n * n, w.shape[0], w.shape[1]).astype(np.float32)
-
-
-# --------------------------------------------------------------------------------------------
-# straight-line C for the transforms
-# --------------------------------------------------------------------------------------------
-def _sandwich(
-    t: list[list[Fraction]], src: str, n: int, store: Callable[[int, int, str], str]
-) -> list[str]:
-    """C lines for T·X·Tᵀ with X the n x n scalars `{src}{i}_{j}`: s = T·X column by column,
-    then each output (k, l) = row k of s times row l of T, written by store(k, l, expr)."""
-    rows = range(len(t))
-    lines = [
-        f"const float s{k}_{j} = {_lin(t[k], [f'{src}{i}_{j}' for i in range(n)])};"
-        for k in rows
-        for j in range(n)
-    ]
-    return lines + [
-        store(k, ll, _lin(t[ll], [f"s{k}_{j}" for j in range(n)])) for k in rows for ll in rows
-    ]
-
-
-def _sandwich_cols(
-    t: list[list[Fraction]],
-    src: str,
-    n: int,
-    load: Callable[[int, int], str],
-    store: Callable[[int, int, str], str],
-) -> list[str]:
-    """_sandwich with X's column j loaded (load(i, j)) right before s = T·X's column j: gcc keeps
-    the source order, so at most one column of X and the rows of s are live at once (with all of
-    X loaded first, 36 + 24 values of F(4x4)'s output transform spilled to the stack)."""
-    rows = range(len(t))
-    lines: list[str] = []
-    for j in range(n):
-        lines += [f"const float {src}{i}_{j} = {load(i, j)};" for i in range(n)]
-        lines += [
-            f"const float s{k}_{j} = {_lin(t[k], [f'{src}{i}_{j}' for i in range(n)])};"
-            for k in rows
-        ]
-    return lines + [
-        store(k, ll, _lin(t[ll], [f"s{k}_{j}" for j in range(n)])) for k in rows for ll in rows
-    ]
-
-
-def _lin(coeffs: list[Fraction], terms: list[str]) -> str:
-    """Σ coeffs[i]·terms[i] as C, skipping zeros and writing ±1 as a plain sum."""
-    out = ""
-    for c, t in zip(coeffs, terms, strict=True):
-        if c == 0:
-            continue
-        mag = abs(c)
-        term = t if mag == 1 else f"{_lit(mag)} * {t}"
-        out += (" - " if c < 0 else " + ") + term if out else ("-" if c < 0 else "") + term
-    return out or "0.0f"
-
-
-def _lit(v: Fraction) -> str:
-    return f"{v.numerator}.0f" if v.denominator == 1 else f"({v.numerator}.0f / {v.denominator}.0f)"
-
-
-# O2E_IVDEP asserts that a loop has no loop-carried memory dependence, so the compiler
-# vectorises it without run-time overlap checks between the many rows one pointer addresses
-# (gcc gives up past 10 such checks). O2E_PREFETCH asks for a cache line ahead of its use.
-# Compilers that know neither get nothing.
-IVDEP = """
-#if defined(__clang__)
-#define O2E_IVDEP _Pragma("clang loop vectorize(assume_safety)")
-#elif defined(__GNUC__)
-#define O2E_IVDEP _Pragma("GCC ivdep")
-#else
-#define O2E_IVDEP
-#endif
-#if defined(__GNUC__)
-#define O2E_PREFETCH(p) __builtin_prefetch(p)
-#define O2E_PREFETCH_W(p) __builtin_prefetch(p, 1)
-#else
-#define O2E_PREFETCH(p) ((void)(p))
-#define O2E_PREFETCH_W(p) ((void)(p))
-#endif
-"""
-
-
-def _input_kernel(m: int) -> tuple[str, str]:
-    _, _, bt = matrices(m)
-    n = m + 2
-    name = f"o2e_winograd_f{m}_in"
-    # input (i, j) of tile t is plane (i % m)·n + j at offset (i / m)·TW + t (see the C comment)
-    lines = [
-        f"const float d{i}_{j} = et[{(i % m) * n + j} * es{f' + {i // m} * (size_t)TW' if i // m else ''} + u];"
-        for i in range(n)
-        for j in range(n)
-    ]
-    # v = Bᵀ·d·B
-    lines += _sandwich(bt, "d", n, lambda k, ll, e: f"vt[{k * n + ll} * vs + u] = {e};")
-    body = "\n".join("        " + ln for ln in lines)
-    split = " ".join(f"e0[{j} * es + u] = q[{j}];" for j in range(n))
-    code = f"""
-/* Winograd F({m}x{m},3x3) input transform of one block of tile rows (rows row0 .. row0+nth-1 of
- * TW tiles, nt = nth*TW tiles): v[k][c][t] = (B^T d B)[k] for channel c's {n}x{n} input tile t,
- * rows of v ld floats apart (ld: nt rounded up to {VEC}), matrices v[k] vs floats apart.
- * Each channel is first split by phase: plane a*{n}+j holds xp[{m}R+a][{m}tw+j] at R*TW+tw (xp: the
- * zero-padded input, R = 0..nth), so input (i, j) of every tile t = th*TW+tw sits at offset
- * (i/{m})*TW + t of plane (i%{m})*{n}+j: the transform is then one loop over all tiles, in chunks of
- * {VEC} that vectorise whatever the map width. e: {m * n} planes of es floats (ld+TW+{VEC}, rounded up
- * to an odd number of chunks: planes read together then fall in different cache sets); rb: one
- * zero-padded input row ({m}*TW+{m} floats, TW rounded up to {VEC}). */
-static void {name}(const float *restrict x, int C, int H, int W, int pt, int pl, int row0, int nth,
-    int TW, int ld, size_t vs, float *restrict e, float *restrict rb, float *restrict v)
-{{
-  size_t es = ((size_t)ld + TW + {2 * VEC - 1}) / {VEC} * {VEC};
-  if (es / {VEC} % 2 == 0) es += {VEC};
-  const int tp = (TW + {VEC - 1}) / {VEC} * {VEC}; /* TW rounded up to whole chunks */
-  const int rw = {m} * tp + {m};
-  for (int q = 0; q < rw; ++q) rb[q] = 0.0f; /* only [pl, pl+W) is rewritten below */
-  for (int p = 0; p < {m * n}; ++p) /* chunk padding past the last row of tiles: zeros */
-    for (size_t q = (size_t)(nth + 1) * TW; q < es; ++q) e[p * es + q] = 0.0f;
-  for (int c = 0; c < C; ++c) {{
-    const float *restrict xc = x + (size_t)c * H * W;
-    /* rows in increasing order: a row's last chunk overruns into the start of the next row,
-     * which that row then overwrites (past the last row: the padding lanes, whose results
-     * nothing reads) */
-    for (int r = 0; r < {m} * nth + 2; ++r) {{
-      const int ir = row0 * {m} + r - pt;
-      float *restrict er = e + (size_t)(r % {m}) * {n} * es + (size_t)(r / {m}) * TW;
-      if (ir < 0 || ir >= H) {{
-        for (int j = 0; j < {n}; ++j)
-          for (int tw = 0; tw < tp; ++tw) er[j * es + tw] = 0.0f;
-        continue;
-      }}
-      if (c + 1 < C) /* the same row of the next channel, from memory while this one is used */
-        for (int q = 0; q < W; q += 16) O2E_PREFETCH(xc + (size_t)H * W + (size_t)ir * W + q);
-      for (int q = 0; q < W && pl + q < rw; ++q) rb[pl + q] = xc[(size_t)ir * W + q];
-      for (int tw0 = 0; tw0 < TW; tw0 += {VEC}) {{
-        const float *restrict q0 = rb + {m} * tw0;
-        float *restrict e0 = er + tw0;
-        O2E_IVDEP
-        for (int u = 0; u < {VEC}; ++u) {{
-          const float *q = q0 + {m} * u;
-          {split}
-        }}
-      }}
-    }}
-    for (int t0 = 0; t0 < ld; t0 += {VEC}) {{
-      const float *restrict et = e + t0;
-      float *restrict vt = v + (size_t)c * ld + t0;
-      O2E_IVDEP
-      for (int u = 0; u < {VEC}; ++u) {{
-{body}
-      }}
-    }}
-  }}
-}}
-"""
-    return name, code
-
-
-def _output_kernel(m: int) -> tuple[str, str]:
-    at, _, _ = matrices(m)
-    n = m + 2
-    name = f"o2e_winograd_f{m}_out"
-    # y = Aᵀ·M·A + bias; column j of M is loaded just before the products that use it
-    lines = _sandwich_cols(
-        at,
-        "m",
-        n,
-        lambda i, j: f"mt[{i * n + j} * ms + u]",
-        lambda a, b, e: f"ft[{a * m + b} * fs + u] = b + {e};",
-    )
-    body = "\n".join("        " + ln for ln in lines)
-    rows = "\n".join(
-        f"        const float *restrict f{b} = f + (a * {m} + {b}) * fs + (size_t)th * TW;"
-        for b in range(m)
-    )
-    inter = " ".join(f"yr[{m} * tw + {b}] = f{b}[tw];" for b in range(m))
-    tile_sum = " + ".join(f"ft[{p} * fs + u]" for p in range(m * m))
-    code = f"""
-/* Winograd F({m}x{m},3x3) output transform of one block of tile rows: y = A^T M A + bias for each
- * output channel o from mm[k][o][t] (nt = nth*TW tiles, rows ld floats apart, matrices ms floats
- * apart), first as {m * m} planes f[a*{m}+b][t] (chunks of {VEC} tiles; planes fs floats apart, an odd
- * number of chunks), then interleaved into y's rows with the residual and
- * the activation; outputs past OH x OW (edge tiles) are dropped. A tile whose outputs sum to a
- * non-finite value read NaN / Inf: it is recomputed directly (o2e_winograd_f{m}_direct, dx). */
-static void {name}(const float *restrict mm, int M, int row0, int nth, int TW, int ld, size_t ms, int OH,
-    int OW, const float *restrict bias, const float *restrict res, float *restrict y, o2e_act act, float *restrict f,
-    const o2e_wino_direct *dx)
-{{
-  const size_t fs = (size_t)ld + (ld / {VEC} % 2 == 0 ? {VEC} : 0);
-  const int full = OW / {m}, nt = nth * TW;
-  for (int o = 0; o < M; ++o) {{
-    const float b = bias ? bias[o] : 0.0f;
-    int bad = 0;
-    for (int t0 = 0; t0 < ld; t0 += {VEC}) {{
-      const float *restrict mt = mm + (size_t)o * ld + t0;
-      float *restrict ft = f + t0;
-      O2E_IVDEP
-      for (int u = 0; u < {VEC}; ++u) {{
-{body}
-      }}
-      for (int u = 0; u < {VEC}; ++u) {{ /* padding tiles past nt do not count */
-        const float s = {tile_sum};
-        bad |= (t0 + u < nt) & (s - s != 0.0f);
-      }}
-    }}
-    for (int th = 0; th < nth; ++th)
-      for (int a = 0; a < {m}; ++a) {{
-        const int r = (row0 + th) * {m} + a;
-        if (r >= OH) break;
-        float *restrict yr = y + ((size_t)o * OH + r) * OW;
-        if (o + 1 < M) /* the same row of the next channel, from memory while this one is written */
-          for (int q = 0; q < OW; q += 16) {{
-            O2E_PREFETCH_W(yr + (size_t)OH * OW + q);
-            if (res) O2E_PREFETCH(res + ((size_t)(o + 1) * OH + r) * OW + q);
-          }}
-{rows}
-        O2E_IVDEP
-        for (int tw = 0; tw < full; ++tw) {{ {inter} }}
-        for (int ow = full * {m}; ow < OW; ++ow) yr[ow] = f[(a * {m} + ow % {m}) * fs + (size_t)th * TW + ow / {m}];
-        if (res) {{
-          const float *restrict rr = res + ((size_t)o * OH + r) * OW;
-          for (int ow = 0; ow < OW; ++ow) yr[ow] += rr[ow];
-        }}
-        switch (act.kind) {{
-        case 1: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? 0.0f : yr[ow]; break;
-        case 2: for (int ow = 0; ow < OW; ++ow) {{ const float v = yr[ow] < act.a ? act.a : yr[ow]; yr[ow] = v > act.b ? act.b : v; }} break;
-        case 3: for (int ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] < 0.0f ? yr[ow] * act.a : yr[ow]; break;
-        default: o2e_act_n_(yr, (size_t)OW, act); break; /* the others (none: a no-op) */
-        }}
-      }}
-    if (bad)
-      for (int t = 0; t < nt; ++t) {{
-        float s = 0.0f;
-        for (int p = 0; p < {m * m}; ++p) s += f[p * fs + t];
-        if (s - s == 0.0f) continue;
-        o2e_winograd_f{m}_direct(dx, o, (row0 + t / TW) * {m}, t % TW * {m}, OH, OW, b,
-                                 res ? res + (size_t)o * OH * OW : NULL, y + (size_t)o * OH * OW, act);
-      }}
-  }}
-}}
-"""
-    return name, code
 
 
 # --------------------------------------------------------------------------------------------
@@ -721,14 +302,11 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     if spec.residual:
         ctx.kernel("residual add in the Winograd output transform")
         res = ctx.x(3).sym
-    fin, fin_code = _input_kernel(m)
-    fout, fout_code = _output_kernel(m)
     # for the tiles with a non-finite input (DIRECT): the weights' nonzero and sign bits
     nz, neg = (
         ctx.weight(h, b)
         for h, b in zip(("wino_nz", "wino_neg"), weight_bits(ctx.const(1)), strict=True)
     )
-    fdir, fdir_code = _direct_kernel(m)
     full, rem = divmod(plan.TH, rows)
     nblocks = full + (1 if rem else 0)
     sizes = plan.scratch()
@@ -736,11 +314,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     ws_per = _rup64(gemm_workspace(ctx, M, nt_max, C, threads=1))  # one thread's
     # the GEMM engine (o2e_sgemm_packed_local, o2e_parallel_for) comes before the kernels
     _use_engine(ctx)
-    ctx.helper("o2e_ivdep", IVDEP)
-    ctx.helper("o2e_wino_direct", DIRECT)
-    ctx.helper(fdir, fdir_code)
-    ctx.helper(fin, fin_code)
-    ctx.helper(fout, fout_code)
+    include(ctx, HEADER)
     head = (
         f"/* Winograd F({m}x{m},3x3): {plan.TH}x{TW} tiles, {rows} tile row(s) per block, {n * n} GEMMs "
         f"{M}x(tiles)x{C} per block */"
@@ -752,38 +326,19 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         slots = [ctx.scratch(f * 4 * plan_threads(ctx)) for f in sizes]
         ws = ctx.scratch(ws_per * plan_threads(ctx), "char")
         name = f"o2e_winograd_blocks_{ctx.step}"
-        r = f"a->res + (size_t)b * {M * OH * OW}" if res else "NULL"
-        geo = {nth: plan.strides(nth) for nth in {rows, rem or rows}}
-        pick = lambda i: f"nth == {rows} ? {geo[rows][i]} : {geo[rem or rows][i]}"  # noqa: E731
-        ctx.helper("o2e_wino_block_args", BLOCK_ARGS)
+        geo = [plan.strides(rows), plan.strides(rem or rows)]
+        fields = [m, N, C, H, W, pt, pl, M, OH, OW, plan.TH, TW, rows, nblocks]
+        pairs = [f"{{{geo[0][i]}, {geo[1][i]}}}" for i in range(4)]
+        record = ", ".join(map(str, fields)) + ", " + ", ".join(pairs)
+        record += f", {stride}, {', '.join(map(str, sizes))}, {ws_per}, {st_act.removeprefix('(o2e_act)')}, {int(res is not None)}"
         ctx.helper(
             name,
             f"""
-/* blocks [u0, u1) of node {ctx.node.name!r}: block u is image u / {nblocks}, tile rows from (u % {nblocks})·{rows} */
+/* the Winograd blocks of node {ctx.node.name!r} (runtime/o2e_winograd.h) */
 static void {name}(void *arg, int u0, int u1)
 {{
-  const o2e_wino_block_args *a = (const o2e_wino_block_args *)arg;
-  const o2e_act act = {st_act};
-  const int t = o2e_parallel_thread();
-  float *e = a->e + (size_t)t * {sizes[0]}, *rb = a->rb + (size_t)t * {sizes[1]};
-  float *v = a->v + (size_t)t * {sizes[2]}, *mm = a->mm + (size_t)t * {sizes[3]};
-  char *ws = a->ws + (size_t)t * {ws_per};
-  for (int u = u0; u < u1; ++u) {{
-    const int b = u / {nblocks}, row0 = u % {nblocks} * {rows};
-    const int nth = {plan.TH} - row0 < {rows} ? {plan.TH} - row0 : {rows};
-    const int nt = {pick(0)}, ld = {pick(1)};
-    const size_t vs = {pick(2)}, ms = {pick(3)};
-    (void)nt;
-    {fin}(a->x + (size_t)b * {C * H * W}, {C}, {H}, {W}, {pt}, {pl}, row0, nth, {TW}, ld, vs, e, rb, v);
-    for (int k = 0; k < {n * n}; ++k)
-      o2e_sgemm_packed_local({M}, nt, {C}, a->packed + (size_t)k * {stride}, v + (size_t)k * vs, ld,
-                             mm + (size_t)k * ms, ld, ws);
-    {{
-      const o2e_wino_direct dx = {{a->x + (size_t)b * {C * H * W}, a->packed, a->nz, a->neg, {stride}, {C}, {H}, {W}, {pt}, {pl}, 0}};
-      {fout}(mm, {M}, row0, nth, {TW}, ld, ms, {OH}, {OW}, a->bias, {r}, a->y + (size_t)b * {M * OH * OW}, act, e,
-             &dx);
-    }}
-  }}
+  static const o2e_wino_plan p = {{{record}}};
+  o2e_winograd_blocks((const o2e_wino_block_args *)arg, &p, u0, u1);
 }}
 """,
         )
@@ -800,11 +355,7 @@ static void {name}(void *arg, int u0, int u1)
         e, rb = (ctx.scratch(f * 4 * plan_threads(ctx)) for f in sizes[:2])
         v, mm = (ctx.scratch(f * 4) for f in sizes[2:])
         ws = ctx.scratch(ws_per * plan_threads(ctx), "char")
-        ctx.helper("o2e_wino_gemms", GEMMS)
-        ctx.helper("o2e_wino_tr_args", TRANSFORM_ARGS)
         par_in, par_out = f"o2e_winograd_f{m}_in_par", f"o2e_winograd_f{m}_out_par"
-        ctx.helper(par_in, PAR_IN.replace("NAME", par_in).replace("FIN", fin))
-        ctx.helper(par_out, PAR_OUT.replace("NAME", par_out).replace("FOUT", fout))
 
         def block(row0: str, nth: int) -> str:
             nt, ld, vs, ms = plan.strides(nth)
