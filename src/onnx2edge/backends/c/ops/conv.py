@@ -15,6 +15,7 @@ from ..kernels.conv import (
     conv_direct,
     conv_dwrows,
     conv_gemm,
+    conv_grouped,
     conv_lanes,
     conv_narrow,
     conv_nchwc,
@@ -94,6 +95,7 @@ STRATEGIES: tuple[ConvStrategy, ...] = (
     SPARSE,
     conv_dwrows.STRATEGY,  # depthwise on rows of >= 16 outputs
     conv_depthwise.STRATEGY,
+    conv_grouped.STRATEGY,  # grouped, few channels a group: groups across threads
     winograd.STRATEGY,  # 3x3 stride-1 convs with enough channels
     conv_narrow.STRATEGY,  # other k x k on maps of <= 64 pixels: output channels in the lanes
     conv_stem_lanes.STRATEGY,  # RGB stems with >= 100 taps: output channels in lanes
