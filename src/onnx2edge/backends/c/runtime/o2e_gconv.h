@@ -11,7 +11,7 @@
  * every tap of an output is a fixed offset away, and multiplies them by the group's weights,
  * packed at conversion time as [group][ceil(mg / 8)][K][8]. A tile is 8 output channels x
  * O2E_GC_NB output pixels in plain C loops of constant trip count, which the compiler turns
- * into vector FMAs with the tile in registers (16 zmm at AVX-512, 16 ymm at AVX2, 16 q at NEON).
+ * into vector FMAs with the tile in registers (16 zmm at AVX-512, 8 ymm at AVX2, 16 q at NEON).
  */
 #ifndef O2E_GCONV_H
 #define O2E_GCONV_H
@@ -22,10 +22,11 @@
 
 #define O2E_GC_MB 8
 #define O2E_GC_KMAX 576 /* taps a group at most (conv_grouped.MAX_K) */
+#define O2E_GC_NBMAX 32 /* the widest tile: the planes' slack (conv_grouped.NB_MAX) */
+/* 16 accumulators at AVX-512 (32 zmm); 8 elsewhere: AVX2's 16 ymm cannot also hold 2 x 8
+ * (gcc spilled the tile to the stack), NEON's 32 q registers hold 16 */
 #if defined(__AVX512F__)
 #define O2E_GC_NB 32
-#elif defined(__AVX__)
-#define O2E_GC_NB 16
 #else
 #define O2E_GC_NB 8
 #endif
@@ -42,16 +43,18 @@ typedef struct {
   const float *bias; /* [M] or NULL */
   const float *res;  /* [M][P] or NULL */
   float *y;          /* [M][P] */
-  float *ws;         /* per thread ws_per floats: the group's phase planes and O2E_GC_NB slack */
+  float *ws;         /* per thread ws_per floats: the group's phase planes, O2E_GC_NBMAX
+                      * floats of slack, the wide output [ceil(mg / 8) * 8][nq rounded up] */
   size_t ws_per;
   o2e_gconv_split_fn split;
   int cg, mg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OH, OW, HQ, WQ;
   o2e_act act;
 } o2e_gconv_args;
 
-/* t = sum_k a[k] x b[off[k] .. + O2E_GC_NB): a is [K][8] (8 output channels a tap). */
+/* wide[r][0 .. O2E_GC_NB) = sum_k a[k][r] x b[off[k] .. + O2E_GC_NB) for the 8 rows r of a
+ * panel: a is [K][8] (8 output channels a tap), wide's rows are ldw apart. */
 static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
-                            const int *restrict off, int K, float t[O2E_GC_MB][O2E_GC_NB])
+                            const int *restrict off, int K, float *restrict wide, size_t ldw)
 {
   float acc[O2E_GC_MB][O2E_GC_NB];
   for (int r = 0; r < O2E_GC_MB; ++r)
@@ -62,21 +65,40 @@ static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
     for (int r = 0; r < O2E_GC_MB; ++r)
       for (int j = 0; j < O2E_GC_NB; ++j) acc[r][j] += ak[r] * bk[j];
   }
-  memcpy(t, acc, sizeof acc);
+  for (int r = 0; r < O2E_GC_MB; ++r)
+    for (int j = 0; j < O2E_GC_NB; ++j) wide[(size_t)r * ldw + j] = acc[r][j];
+}
+
+/* d[0..n) = act(s + bias + r): one output row out of the wide tile rows (vector loops; Relu,
+ * the common case, inline, keeping NaN; the other kinds by o2e_act_n_). */
+static void o2e_gconv_row_(float *d, const float *restrict s, const float *r, int n, float bias,
+                           o2e_act act)
+{
+  if (r)
+    for (int i = 0; i < n; ++i) d[i] = s[i] + bias + r[i];
+  else
+    for (int i = 0; i < n; ++i) d[i] = s[i] + bias;
+  if (act.kind == O2E_ACT_RELU)
+    for (int i = 0; i < n; ++i) d[i] = d[i] < 0.0f ? 0.0f : d[i];
+  else
+    o2e_act_n_(d, (size_t)n, act);
 }
 
 /* Groups [g0, g1). A group's input becomes phase planes, in which tap (c, ky, kx) of output
  * (oh, ow) sits at a fixed offset from oh*WQ + ow: the flat index q = oh*WQ + ow runs in whole
- * tiles over (OH - 1)*WQ + OW positions, and the columns ow >= OW are computed and dropped
- * (no im2col: a 7x7 map's rows of 7 made that cost more than the products). */
+ * tiles over (OH - 1)*WQ + OW positions into a wide buffer (no im2col: a 7x7 map's rows of 7
+ * made that cost more than the products), whose rows then drop the columns ow >= OW as the
+ * epilogue stores them. */
 static void o2e_gconv_groups(void *arg, int g0, int g1)
 {
   const o2e_gconv_args *a = (const o2e_gconv_args *)arg;
   const int khw = a->kh * a->kw, K = a->cg * khw, P = a->OH * a->OW;
   const int mblk = (a->mg + O2E_GC_MB - 1) / O2E_GC_MB;
-  const size_t plane = (size_t)a->sh * a->sw * a->HQ * a->WQ;
+  const size_t plane = (size_t)a->sh * a->sw * a->HQ * a->WQ, nplanes = a->cg * plane;
   const int nq = (a->OH - 1) * a->WQ + a->OW;
+  const size_t ldw = (size_t)(nq + O2E_GC_NB - 1) / O2E_GC_NB * O2E_GC_NB;
   float *buf = a->ws + a->ws_per * (size_t)o2e_parallel_thread();
+  float *wide = buf + nplanes + O2E_GC_NBMAX; /* [mblk * 8][ldw] */
   int off[O2E_GC_KMAX];
   for (int k = 0; k < K; ++k) {
     const int c = k / khw, ky = k / a->kw % a->kh, kx = k % a->kw;
@@ -85,37 +107,22 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
              rx / a->sw;
   }
   for (int g = g0; g < g1; ++g) {
-    memset(buf, 0, a->ws_per * sizeof(float));
+    memset(buf, 0, (nplanes + O2E_GC_NBMAX) * sizeof(float));
     for (int c = 0; c < a->cg; ++c)
       a->split(a->x + ((size_t)g * a->cg + c) * a->H * a->W, a->H, a->W, a->pt, a->pl, a->HQ,
                a->WQ, buf + c * plane);
-    for (int q0 = 0; q0 < nq; q0 += O2E_GC_NB) {
-      const int nb = nq - q0 < O2E_GC_NB ? nq - q0 : O2E_GC_NB;
-      for (int mb = 0; mb < mblk; ++mb) {
-        float t[O2E_GC_MB][O2E_GC_NB];
-        const int m0 = g * a->mg + mb * O2E_GC_MB;
-        const int mr = a->mg - mb * O2E_GC_MB < O2E_GC_MB ? a->mg - mb * O2E_GC_MB : O2E_GC_MB;
-        o2e_gconv_tile_(a->w + ((size_t)g * mblk + mb) * K * O2E_GC_MB, buf + q0, off, K, t);
-        for (int r = 0; r < mr; ++r) {
-          const float bv = a->bias ? a->bias[m0 + r] : 0.0f;
-          const size_t row = (size_t)(m0 + r) * P;
-          int oh = q0 / a->WQ, ow = q0 % a->WQ;
-          for (int j = 0; j < nb; ++j) {
-            if (ow < a->OW) {
-              const size_t o = row + (size_t)oh * a->OW + ow;
-              float v = t[r][j] + bv;
-              if (a->res) v += a->res[o];
-              if (a->act.kind != O2E_ACT_NONE && a->act.kind < O2E_ACT_VM_FIRST_)
-                v = o2e_act1_(v, a->act);
-              a->y[o] = v;
-            }
-            if (++ow == a->WQ) ow = 0, ++oh;
-          }
-        }
-      }
+    for (int mb = 0; mb < mblk; ++mb) {
+      const float *wp = a->w + ((size_t)g * mblk + mb) * K * O2E_GC_MB;
+      for (int q0 = 0; q0 < nq; q0 += O2E_GC_NB)
+        o2e_gconv_tile_(wp, buf + q0, off, K, wide + (size_t)mb * O2E_GC_MB * ldw + q0, ldw);
     }
-    if (a->act.kind >= O2E_ACT_VM_FIRST_) /* the group's outputs, just stored */
-      o2e_act_vm_n_(a->y + (size_t)g * a->mg * P, (size_t)a->mg * P, a->act);
+    for (int m = 0; m < a->mg; ++m) {
+      const size_t row = (size_t)(g * a->mg + m) * P;
+      const float bv = a->bias ? a->bias[g * a->mg + m] : 0.0f;
+      for (int oh = 0; oh < a->OH; ++oh)
+        o2e_gconv_row_(a->y + row + (size_t)oh * a->OW, wide + (size_t)m * ldw + (size_t)oh * a->WQ,
+                       a->res ? a->res + row + (size_t)oh * a->OW : NULL, a->OW, bv, a->act);
+    }
   }
 }
 

@@ -64,7 +64,9 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     K, P = spec.cg * kh * kw, OH * OW
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
     wsym = ctx.weight("gconv", pack(spec.weights, group))
-    ws_per = spec.cg * sh * sw * HQ * WQ + NB_MAX  # the tail tile reads past the planes
+    nq = (OH - 1) * WQ + OW  # o2e_gconv_groups' flat positions, in whole tiles
+    wide = -(-spec.mg // MB) * MB * (-(-nq // NB_MAX) * NB_MAX)
+    ws_per = spec.cg * sh * sw * HQ * WQ + NB_MAX + wide  # the tail tile reads past the planes
     ws = ctx.scratch(ws_per * 4 * plan_threads(ctx))
     split = pool2d.phase_split(ctx, sh, sw)
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
