@@ -126,8 +126,9 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
   }
 }
 
-/* The whole convolution of one image; `threaded`: split the items across the pool. */
-static void o2e_gconv(const o2e_gconv_args *a, int group, int threaded)
+/* The whole convolution of one image; `threaded`: split the groups across the pool (inline:
+ * builds below AVX-512 include the header but take the implicit GEMM, conv_grouped.py). */
+static inline void o2e_gconv(const o2e_gconv_args *a, int group, int threaded)
 {
   if (threaded)
     o2e_parallel_for(group, o2e_gconv_groups, (void *)a);
