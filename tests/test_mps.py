@@ -1318,3 +1318,24 @@ def test_mish_decomposed_matches_onnxruntime(sim_dir: Path, tmp_path: Path) -> N
     swift = "".join(p.read_text() for p in (tmp_path / "out" / "Sources").rglob("*.swift"))
     assert "with: .softPlus, a: 1.0, b: 1.0" in swift and "MPSCNNNeuronTanHNode" in swift
     assert "MPSNNMultiplicationNode" in swift
+
+
+@needs_swift
+def test_gemm_attributes_on_gpu_and_cpu(sim_dir: Path, tmp_path: Path) -> None:
+    """Gemm's transB, alpha, beta and a one-value C on MPSCNNFullyConnected, then transA (no
+    GPU form: the activation would be transposed) in the Swift CPU tail, both read as
+    semantics' gemm_attrs / gemm_dims say; every value against onnxruntime."""
+    rng = np.random.default_rng(3)
+    p = {
+        "w1": _w(rng, 6, 8), "c1": np.array([0.25], np.float32), "shape": np.array([6, 1]),
+        "w2": _w(rng, 3, 6), "c2": _w(rng, 1, 3),
+    }  # fmt: skip
+    n = helper.make_node
+    nodes = [
+        n("Gemm", ["x", "w1", "c1"], ["h"], name="fc_gpu", transB=1, alpha=0.5, beta=2.0),
+        n("Reshape", ["h", "shape"], ["hc"], name="to_column"),
+        n("Gemm", ["hc", "w2", "c2"], ["y"], name="fc_cpu", transA=1, transB=1, alpha=1.5, beta=-1.0),
+    ]  # fmt: skip
+    check_against_ort(_model(nodes, {"x": [1, 8]}, ("y", [1, 3]), p, name="gemms"), tmp_path)
+    where = {q["node"].split("'")[1]: q["on"] for q in _placement(tmp_path)}
+    assert where["fc_gpu"] == "gpu" and where["fc_cpu"] == "cpu", where

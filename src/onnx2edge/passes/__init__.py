@@ -12,6 +12,7 @@ from .fuse_residual import fuse_residual, has_residual  # noqa: E402
 from .fuse_softmax_scale import fuse_softmax_scale  # noqa: E402, F401
 from .fuse_matmul_bias import fuse_matmul_bias  # noqa: E402, F401
 from .infer_shapes import infer_shapes  # noqa: E402
+from .compose_gelu import compose_gelu  # noqa: E402, F401
 from .decompose import decompose_hardswish, decompose_mish  # noqa: E402, F401
 from .qdq_int8 import qdq_to_int8  # noqa: E402
 from .registry import PASSES, fixed_point, register_pass, run_passes

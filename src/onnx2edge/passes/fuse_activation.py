@@ -14,7 +14,8 @@ memory. SiLU written as two nodes (torch's export of nn.SiLU, EfficientNet's blo
 
 fuses the same way, as the table's Swish (alpha 1): one pass over the tensor instead of three;
 so does GELU written out with Erf (torch's export of F.gelu below opset 20: Div, Erf, Add,
-Mul, Mul) as the table's Gelu (the C backend's pass; MPS keeps its nodes).
+Mul, Mul; compose_gelu.gelu_chains matches it) as the table's Gelu (the C backend's pass;
+MPS requires compose_gelu instead, a Gelu node its own fusion then takes).
 `fuse_activations` is the same pass with options (which producers, which activations,
 a veto per pair): a backend whose layers fuse fewer activations (MPS: only MPSCNNNeuron types,
 into convolutions and fully connected layers) registers it with its own options.
@@ -24,11 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-import numpy as np
-
 from ..ir import Graph, Node
 from ..semantics.activations import FUSABLE, Activation, as_activation
 from ..semantics.fused import activation_of, base_op, is_fused, with_activation, with_domain
+from .compose_gelu import gelu_chains
 from .registry import register_pass
 
 __all__ = ["Activation", "activation_of", "fuse_activation", "fuse_activations"]
@@ -95,77 +95,13 @@ def _silu_patterns(graph: Graph, producers: Collection[str]) -> list[tuple[Node,
     return out
 
 
-def _scalar(graph: Graph, name: str) -> float | None:
-    v = graph.const(name)
-    if v is None or np.asarray(v).size != 1 or np.asarray(v).dtype.kind != "f":
-        return None
-    return float(np.asarray(v).reshape(-1)[0])
-
-
-def _std(node: Node | None, op: str) -> bool:
-    return node is not None and node.op_type == op and node.domain in ("", "ai.onnx")
-
-
-def _other(node: Node, name: str) -> str | None:
-    """The operand of a binary `node` that is not `name` (None when both are)."""
-    a, b = node.inputs
-    return b if a == name and b != name else a if b == name and a != name else None
-
-
 def _gelu_patterns(graph: Graph, producers: Collection[str]) -> list[tuple[Node, list[Node]]]:
     """(producer, [the pattern's nodes, the last one writing the result]) of each GELU written
-    out as torch exports F.gelu below opset 20:
-
-        t -> Div(t, sqrt 2) | Mul(t, 1 / sqrt 2) -> Erf -> Add(., 1) -> a;
-        Mul(Mul(t, a), 0.5) or Mul(Mul(t, 0.5), a)
-
-    (operands in either order), whose intermediates feed nothing else, t produced by a
-    fusable producer."""
+    out with Erf (compose_gelu.gelu_chains: the one matcher every backend uses) whose t is
+    produced by a fusable producer and feeds nothing but the pattern."""
     out = []
-    r2 = float(np.sqrt(2.0))
-    for erf in graph.nodes:
-        if not _std(erf, "Erf"):
-            continue
-        scale = graph.producer(erf.inputs[0])
-        if not (_std(scale, "Div") or _std(scale, "Mul")) or len(scale.inputs) != 2:  # type: ignore[union-attr]
-            continue
-        assert scale is not None
-        t, k = scale.inputs
-        if graph.const(t) is not None:
-            t, k = k, t
-        kv = _scalar(graph, k)
-        want = r2 if scale.op_type == "Div" else 1 / r2
-        if kv is None or abs(kv - want) > 1e-6 * want or t == k:
-            continue
-        adds = graph.consumers(erf.outputs[0])
-        if len(adds) != 1 or not _std(adds[0], "Add") or erf.outputs[0] in graph.outputs:
-            continue
-        add = adds[0]
-        one = _other(add, erf.outputs[0])
-        if one is None or _scalar(graph, one) != 1.0:
-            continue
-        mul1s = graph.consumers(add.outputs[0])
-        # Mul(t, a) then Mul(., 0.5); or Mul(t, 0.5) then Mul(., a)
-        if len(mul1s) != 1 or not _std(mul1s[0], "Mul"):
-            continue
-        m2 = mul1s[0]
-        first = graph.producer(_other(m2, add.outputs[0]) or "")
-        if _other(m2, add.outputs[0]) == t:  # Mul(t, a) -> Mul(., 0.5)
-            nxt = graph.consumers(m2.outputs[0])
-            if len(nxt) != 1 or not _std(nxt[0], "Mul"):
-                continue
-            half = _other(nxt[0], m2.outputs[0])
-            chain = [scale, erf, add, m2, nxt[0]]
-        elif _std(first, "Mul"):  # Mul(t, 0.5) -> Mul(., a)
-            assert first is not None
-            half = _other(first, t)
-            chain = [scale, erf, add, first, m2]
-        else:
-            continue
-        if half is None or _scalar(graph, half) != 0.5:
-            continue
+    for t, chain in gelu_chains(graph):
         prod = graph.producer(t)
-        inner = [n.outputs[0] for n in chain[:-1]]
         users = {n.name for n in chain}
         if (
             prod is None
@@ -175,16 +111,7 @@ def _gelu_patterns(graph: Graph, producers: Collection[str]) -> list[tuple[Node,
             or len(prod.outputs) != 1
             or t in graph.outputs
             or {n.name for n in graph.consumers(t)} - users
-            or any(
-                v in graph.outputs
-                or len(graph.consumers(v)) != 1
-                or graph.consumers(v)[0].name not in users
-                for v in inner
-            )
         ):
-            continue
-        tt, ty = graph.type_of(t), graph.type_of(chain[-1].outputs[0])
-        if tt is None or ty is None or tt.elem_type != ty.elem_type or tt.shape != ty.shape:
             continue
         out.append((prod, chain))
     return out

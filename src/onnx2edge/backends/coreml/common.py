@@ -12,6 +12,7 @@ from ...passes.decompose import decompose_with_origin
 from ...passes.specialise import bind_fix, dynamic_fix
 from ...semantics.activations import clip_params
 from ...semantics.attrs import attr, gemm_attrs, ints
+from ...semantics.numeric import gemm_dims
 from ...semantics.records import pad_attrs, resize_attrs
 
 FORMATS = ("neuralnetwork", "mlprogram")
@@ -197,22 +198,24 @@ def gemm_weights(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray | Non
         if b.ndim != 2:
             raise Refuse("MatMul's constant operand must be 2-D")
         return b.T.astype(np.float32), None
-    ga = gemm_attrs(node, graph.opset) if node.op_type == "Gemm" else None
-    if ga is not None and ga.trans_a:
+    ga = gemm_attrs(node, graph.opset)
+    if ga.trans_a:
         raise Refuse("Gemm with transA=1 is not supported")
-    w = const(graph, node, 1, "Gemm's B")
-    w = w if ga is not None and ga.trans_b else w.T
-    alpha, beta = (ga.alpha, ga.beta) if ga is not None else (1.0, 1.0)
+    b = const(graph, node, 1, "Gemm's B")
+    try:  # (M, K, N) as the schema reads transA / transB (semantics/numeric.py)
+        _, _, n = gemm_dims(ga, static_shape(graph, node.inputs[0]), b.shape)
+    except ValueError as e:
+        raise Refuse(str(e)) from e
+    w = b if ga.trans_b else b.T  # (N, K)
     c = opt_const(graph, node, 2)
     if len(node.inputs) > 2 and node.inputs[2] and c is None:
         raise Refuse("Gemm's C must be a constant")
-    n = w.shape[0]
     bias = None
     if c is not None:
         if c.size not in (1, n):
             raise Refuse(f"Gemm's C of shape {list(c.shape)} is not a per-output bias")
-        bias = (np.broadcast_to(c.reshape(-1), (n,)) * beta).astype(np.float32)
-    return (w * alpha).astype(np.float32), bias
+        bias = (np.broadcast_to(c.reshape(-1), (n,)) * ga.beta).astype(np.float32)
+    return (w * ga.alpha).astype(np.float32), bias
 
 
 def pool_out(size: int, k: int, s: int, before: int, after: int, ceil: bool) -> int:

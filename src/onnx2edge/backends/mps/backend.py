@@ -81,6 +81,7 @@ class MPSBackend(Backend):
         "fold_batchnorm",
         "decompose_hardswish",  # no HardSwish neuron: x * HardSigmoid(x), two MPSNN nodes
         "decompose_mish",  # no Mish neuron: softPlus and tanH neurons, a multiplication node
+        "compose_gelu",  # Erf GELU (torch below opset 20) -> Gelu: one geLU neuron, no Erf node
         "fuse_activation_mps",
     )
 

@@ -25,7 +25,7 @@ from ...semantics.attrs import gemm_attrs
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual, unfused
 from ...semantics.norms import layer_norm_attrs
-from ...semantics.numeric import quant_attrs
+from ...semantics.numeric import gemm_dims, quant_attrs
 from ...semantics.records import pad_attrs, resize_attrs, softmax_attrs
 from ...semantics.rnn import CELLS, recurrent_attrs, rnn_act_expr, rnn_activations
 from ...semantics.shape_ops import axis_attr, slice_attrs, split_attrs, transpose_perm
@@ -272,12 +272,15 @@ def _matmul(lw: Lowering, node: Node) -> None:
 def _gemm(lw: Lowering, node: Node) -> None:
     a = lw.cpu_in(node.inputs[0])
     b = lw.cpu_in(node.inputs[1])
-    sa, sb = _shape(lw, node.inputs[0]), _shape(lw, node.inputs[1])
     ga = gemm_attrs(node, lw.g.opset)
+    try:  # A, B of Gemm's (M, K) x (K, N) as the schema reads transA / transB
+        gemm_dims(ga, _shape(lw, node.inputs[0]), _shape(lw, node.inputs[1]))
+    except ValueError as e:
+        raise CPURefuse(str(e)) from e
     if ga.trans_a:
-        a, sa = f"cpuTranspose({a}, [1, 0])", sa[::-1]
+        a = f"cpuTranspose({a}, [1, 0])"
     if ga.trans_b:
-        b, sb = f"cpuTranspose({b}, [1, 0])", sb[::-1]
+        b = f"cpuTranspose({b}, [1, 0])"
     out = _shape(lw, node.outputs[0])
     expr = f"cpuMatMul({a}, {b}, {_ints(out)})"
     alpha, beta = ga.alpha, ga.beta

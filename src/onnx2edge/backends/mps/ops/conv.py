@@ -10,6 +10,7 @@ from ....ir import Node
 from ....semantics.attrs import gemm_attrs
 from ....semantics.conv_geometry import conv_geometry, conv_transpose_geometry
 from ....semantics.fused import base_op
+from ....semantics.numeric import gemm_dims
 from ..core import (
     Img,
     Refuse,
@@ -165,14 +166,13 @@ def _gemm(lw: Lowering, node: Node) -> None:
     if ga.trans_a:
         raise Refuse("transA=1 transposes the activation; MPSCNNFullyConnected needs transA=0")
     bmat = lw.const(node, 1, "B").astype(np.float64)
-    w = bmat if ga.trans_b else bmat.T
-    w = w * ga.alpha
+    try:  # (M, K, N) as the schema reads transA / transB (semantics/numeric.py)
+        _, _, n = gemm_dims(ga, lw.g.shape_of(node.inputs[0]), bmat.shape)
+    except ValueError as e:
+        raise Refuse(str(e)) from e
+    w = (bmat if ga.trans_b else bmat.T) * ga.alpha  # (N, K)
     c = lw.opt_const(node, 2)
-    bias = (
-        np.zeros(w.shape[0])
-        if c is None
-        else np.broadcast_to(c.astype(np.float64).reshape(-1), (w.shape[0],))
-    )
+    bias = np.zeros(n) if c is None else np.broadcast_to(c.astype(np.float64).reshape(-1), (n,))
     _fully_connected(lw, node, x, w, bias * ga.beta)
 
 

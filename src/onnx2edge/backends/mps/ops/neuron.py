@@ -1,7 +1,8 @@
-"""Activations as MPSCNNNeuron nodes (and the Erf GELU pattern as one geLU neuron), Softmax.
+"""Activations as MPSCNNNeuron nodes, Softmax.
 HardSwish and Mish have no neuron: the backend requires the decompose_hardswish and
 decompose_mish passes (passes/decompose.py), which leave HardSigmoid and Mul, Softplus, Tanh
-and Mul.
+and Mul. GELU written out with Erf (torch below opset 20) is one Gelu node by then: the
+backend requires compose_gelu (passes/compose_gelu.py), so it is one geLU neuron.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ from ..core import (
     Refuse,
 )
 from .common import (
-    NO_NODE,
     _neuron_layer,
-    _scalar,
     emitter,
 )
 
@@ -81,59 +80,6 @@ def _prelu(lw: Lowering, node: Node) -> None:
         lines,
         node.outputs[0],
         Img(f"{var}.resultImage", x.c, x.h, x.w),
-    )
-
-
-@emitter("Erf")
-def _erf_gelu(lw: Lowering, node: Node) -> None:
-    """GELU as exporters decompose it before opset 20, x * 0.5 * (1 + erf(x / sqrt(2))), as
-    one MPSCNNNeuronType.geLU neuron (MPSCNNNeuronType.h, iOS 13). The Div (or Mul by
-    1/sqrt(2)) before the Erf was already emitted as a linear neuron; it is left unused."""
-    producers = [n for n in lw.g.nodes if node.inputs[0] in n.outputs]
-    scaled = producers[0] if producers else None
-    ok_scale = scaled is not None and (
-        scaled.op_type == "Div" and _scalar(lw, scaled.inputs[1]) is not None
-        and abs(_scalar(lw, scaled.inputs[1]) - 2**0.5) < 1e-4  # type: ignore[operator]
-        or scaled.op_type == "Mul" and _scalar(lw, scaled.inputs[1]) is not None
-        and abs(_scalar(lw, scaled.inputs[1]) - 2**-0.5) < 1e-4  # type: ignore[operator]
-    )  # fmt: skip
-    if not ok_scale:
-        raise Refuse(NO_NODE["Erf"])
-    x_name = scaled.inputs[0]  # type: ignore[union-attr]
-    add = lw.sole_consumer(node.outputs[0])
-    if add is None or add.op_type != "Add" or _scalar(lw, add.inputs[1]) != 1.0:
-        raise Refuse(NO_NODE["Erf"])
-    chain, t, have_x, half = [add], add.outputs[0], False, False
-    for _ in range(2):
-        m = lw.sole_consumer(t)
-        if m is None or m.op_type != "Mul":
-            break
-        other = m.inputs[1] if m.inputs[0] == t else m.inputs[0]
-        if other == x_name and not have_x:
-            have_x = True
-        elif _scalar(lw, other) == 0.5 and not half:
-            half = True
-        else:
-            break
-        chain.append(m)
-        t = m.outputs[0]
-    # x * 0.5 might also come first: Mul(x, 0.5) feeding the last Mul.
-    if not (have_x and half):
-        raise Refuse(NO_NODE["Erf"])
-    x = lw.img(x_name)
-    for n in chain:
-        lw.absorbed.add(id(n))
-    names = ", ".join(f"'{n.name}'" for n in chain)
-    var = lw.fresh(node.name or node.outputs[0])
-    lw.emit(
-        var,
-        [
-            f"ONNX nodes '{scaled.name}', '{node.name}', {names} (GELU: x * 0.5 * (1 + erf(x / "  # type: ignore[union-attr]
-            "sqrt 2)), one geLU neuron)"
-        ],  # fmt: skip
-        [f"let {var} = MPSCNNNeuronGeLUNode(source: {x.var})"],
-        t,
-        Img(f"{var}.resultImage", x.c, x.h, x.w, x.flat_of),
     )
 
 
