@@ -134,6 +134,11 @@ INSTANCES = {
             ("AVG", 3, 7, 1, 2, 1),
         )
     ),
+    "o2e_phase_split.h": "\n".join(
+        f"void s{sh}x{sw}(const float *x, int H, int W, int pt, int pl, int HQ, int WQ, float *pl_) "
+        f"{{ o2e_phase_split(x, H, W, pt, pl, HQ, WQ, pl_, {sh}, {sw}); }}"
+        for sh, sw in ((1, 1), (2, 2), (3, 3), (1, 2), (2, 1), (4, 4))
+    ),
     "o2e_winograd.h": "\n".join(
         f"void w{m}(void *a, int u0, int u1) {{ static const o2e_wino_plan p = "
         f"{{{m}, 2, 8, 9, 9, 1, 1, 8, 9, 9, 5, 5, 2, 3, {{10, 5}}, {{16, 16}}, {{144, 144}}, "

@@ -156,77 +156,16 @@ def compact(ctx: NodeContext) -> str:
 
 
 def phase_split(ctx: NodeContext, sh: int, sw: int) -> str:
-    """The C helper that copies one channel into its phase planes (interior only)."""
+    """The C helper that copies one channel into its phase planes (interior only): a wrapper
+    passing the stride as constants to runtime/o2e_phase_split.h's always_inline body."""
     name = f"o2e_phase_split_s{sh}x{sw}"
-    if sw == 2:
-        return _phase_split2(ctx, sh)
-    if sw == 1:
-        copy = f"{copy_row(ctx)}(d + q0, s + (q0 + b - pl), q1 - q0);"
-    else:
-        copy = f"for (int q = q0; q < q1; ++q) d[q] = s[q * {sw} + b - pl];"
-    ctx.helper(
-        name,
-        f"""
-/* Copies one (H x W) channel into the {sh}x{sw} phase planes of its padded version:
- * plane (a, b) (at planes + (a*{sw} + b)*HQ*WQ) holds xpad[r*{sh} + a][q*{sw} + b] at [r][q].
- * Only input pixels are written; the border keeps the fill value the caller set once. */
-static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
-    float *restrict planes)
-{{
-  for (int b = 0; b < {sw}; ++b) {{
-    /* columns q whose source iw = q*{sw} + b - pl lies in [0, W) */
-    const int q0 = pl > b ? (pl - b + {sw - 1}) / {sw} : 0;
-    int q1 = (W + pl - b + {sw - 1}) / {sw};
-    if (q1 > WQ) q1 = WQ;
-    for (int ih = 0; ih < H; ++ih) {{
-      const int ph = ih + pt, r = ph / {sh};
-      if (r >= HQ) break;
-      {{
-        const float *restrict s = x + (size_t)ih * W;
-        float *restrict d = planes + ((size_t)((ph % {sh}) * {sw} + b) * HQ + r) * WQ;
-        {copy}
-      }}
-    }}
-  }}
-}}
-""",
-    )
-    return name
-
-
-def _phase_split2(ctx: NodeContext, sh: int) -> str:
-    """phase_split for a column stride of 2: each row is deinterleaved in one pass."""
-    name = f"o2e_phase_split_s{sh}x2"
     include(ctx, "o2e_intrinsics.h")
-    include(ctx, "o2e_deinterleave2.h")
+    include(ctx, "o2e_phase_split.h")
     ctx.helper(
         name,
-        f"""
-/* Copies one (H x W) channel into the {sh}x2 phase planes of its padded version:
- * plane (a, b) (at planes + (a*2 + b)*HQ*WQ) holds xpad[r*{sh} + a][q*2 + b] at [r][q].
- * Only input pixels are written; the border keeps the fill value the caller set once. */
-static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
-    float *restrict planes)
-{{
-  /* source columns whose padded column iw + pl falls inside the planes (q < WQ) */
-  const int m = W < 2 * WQ - pl ? W : 2 * WQ - pl;
-  for (int ih = 0; ih < H; ++ih) {{
-    const int ph = ih + pt, r = ph / {sh};
-    if (r >= HQ) break;
-    {{
-      const float *restrict s = x + (size_t)ih * W;
-      float *restrict d0 = planes + ((size_t)((ph % {sh}) * 2) * HQ + r) * WQ;
-      float *restrict d1 = d0 + (size_t)HQ * WQ;
-      if (pl % 2 == 0) {{
-        o2e_deinterleave2(d0 + pl / 2, d1 + pl / 2, s, m);
-      }} else if (m > 0) {{ /* column 0 is odd in the padded row */
-        d1[pl / 2] = s[0];
-        o2e_deinterleave2(d0 + (pl + 1) / 2, d1 + (pl + 1) / 2, s + 1, m - 1);
-      }}
-    }}
-  }}
-}}
-""",
+        f"static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, "
+        f"int WQ, float *restrict planes) "
+        f"{{ o2e_phase_split(x, H, W, pt, pl, HQ, WQ, planes, {sh}, {sw}); }}\n",
     )
     return name
 
