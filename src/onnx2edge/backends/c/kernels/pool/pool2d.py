@@ -233,66 +233,16 @@ def call_planes(
 def _pool_kernel(
     ctx: NodeContext, op: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
 ) -> str:
-    """One pooling kernel per window geometry: its name (the C code is added as a helper)."""
+    """One pooling kernel per window geometry: its name. The C is runtime/o2e_pool2d.h's
+    always_inline body; the wrapper passes the geometry as constants so the taps unroll."""
     name = f"o2e_{op.lower()}{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}"
-    include(ctx, "o2e_win2d.h")
-    split = phase_split(ctx, sh, sw)
-    decl, reads = tap_refs(kh, kw, sh, sw, dh, dw)
-    wide = phase_geometry(1, 1, kh, kw, sh, sw, dh, dw)[1] != 1  # WQ > OW: rows to compact
-    out = "yw" if wide else "yc"
-    if op == "MaxPool":
-        # a > b ? a : b is one vmaxps; -inf borders never win
-        body = f"float v = {reads[0]};\n" + "".join(
-            f"          {{ const float t = {r}; v = t > v ? t : v; }}\n" for r in reads[1:]
-        )
-        fill, store = "-INFINITY", compact(ctx) if wide else ""
-    else:
-        # the same row-major summation order as the generic loop; zero borders add nothing
-        body = f"float v = {reads[0]};\n" + "".join(f"          v += {r};\n" for r in reads[1:])
-        fill = "0.0f"
-        store = "for (int oh = 0; oh < OH; ++oh) for (int ow = 0; ow < OW; ++ow) yc[oh * OW + ow] = yw[oh * WQ + ow] / (a->dr[oh] * a->dc[ow]);"
-        out = "yw"  # AveragePool always divides in the compaction pass
-        wide = True
-    scalar = body.rstrip() + f"\n          {out}[p] = v;"
     include(ctx, "o2e_intrinsics.h")
-    if op == "MaxPool":  # t > v ? t : v, lane by lane, as the scalar loop (NaN included)
-        loop = neon_loop(
-            wide,
-            reads,
-            lambda t: t,
-            lambda v, t, _k: f"vbslq_f32(vcgtq_f32({t}, {v}), {t}, {v})",
-            lambda v: v,
-            out,
-            scalar,
-        )
-    else:
-        loop = neon_loop(
-            wide,
-            reads,
-            lambda t: t,
-            lambda v, t, _k: f"vaddq_f32({v}, {t})",
-            lambda v: v,
-            out,
-            scalar,
-        )
+    include(ctx, "o2e_pool2d.h")
+    kind = "O2E_P2D_MAX" if op == "MaxPool" else "O2E_P2D_AVG"
     ctx.helper(
         name,
-        f"""
-/* {op} {kh}x{kw}, stride {sh}x{sw}, dilation {dh}x{dw}, over planes [i0, i1) (pool2d.py). */
-static void {name}(void *arg, int i0, int i1)
-{{
-{kernel_prologue(sh, sw, fill, wide)}
-  {decl}
-  for (int i = i0; i < i1; ++i) {{
-    float *restrict yc = a->y + (size_t)i * OH * OW;
-    {split}(a->x + (size_t)i * H * W, H, W, a->pt, a->pl, HQ, WQ, planes);
-    {{
-      {loop}
-    }}
-    {store if wide else "(void)yc;"}
-  }}
-}}
-""",
+        f"static void {name}(void *arg, int i0, int i1) "
+        f"{{ o2e_pool_planes(arg, i0, i1, {kind}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}); }}\n",
     )
     return name
 
