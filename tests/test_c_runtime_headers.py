@@ -134,6 +134,22 @@ INSTANCES = {
             ("AVG", 3, 7, 1, 2, 1),
         )
     ),
+    "o2e_phase_split.h": "\n".join(
+        f"void s{sh}x{sw}(const float *x, int H, int W, int pt, int pl, int HQ, int WQ, float *pl_) "
+        f"{{ o2e_phase_split(x, H, W, pt, pl, HQ, WQ, pl_, {sh}, {sw}); }}"
+        for sh, sw in ((1, 1), (2, 2), (3, 3), (1, 2), (2, 1), (4, 4))
+    ),
+    "o2e_pool2d.h": "\n".join(
+        f"void q_{op}_{kh}_{kw}_{sh}_{sw}_{dh}_{dw}(void *a, int i0, int i1) "
+        f"{{ o2e_pool_planes(a, i0, i1, O2E_P2D_{op}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}); }}"
+        for op, kh, kw, sh, sw, dh, dw in (
+            ("MAX", 1, 1, 1, 1, 1, 1),
+            ("MAX", 3, 3, 2, 2, 1, 1),
+            ("MAX", 5, 1, 3, 3, 1, 1),
+            ("AVG", 3, 3, 1, 1, 2, 2),
+            ("AVG", 7, 7, 3, 2, 1, 1),
+        )
+    ),
     "o2e_winograd.h": "\n".join(
         f"void w{m}(void *a, int u0, int u1) {{ static const o2e_wino_plan p = "
         f"{{{m}, 2, 8, 9, 9, 1, 1, 8, 9, 9, 5, 5, 2, 3, {{10, 5}}, {{16, 16}}, {{144, 144}}, "

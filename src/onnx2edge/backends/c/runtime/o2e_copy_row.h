@@ -5,11 +5,18 @@
 #define O2E_COPY_ROW_H
 #include "o2e_intrinsics.h"
 
+/* unused: a header including several of these (o2e_phase_split.h) must not trip -Wunused-function */
+#if defined(__GNUC__)
+#define O2E_COPY_ROW_FN static __attribute__((unused))
+#else
+#define O2E_COPY_ROW_FN static
+#endif
+
 /* Copies n floats: one row of a feature map, 7 to a few hundred floats. Compilers turn a copy
  * loop into a memcpy call, which costs more than the copy itself for the short rows of small
  * maps (and makes the caller save its vector registers); AVX-512 moves a row in 16-float
  * blocks, the last one masked (masked-off lanes are neither read nor written). */
-static void o2e_copy_row(float *restrict d, const float *restrict s, int n)
+O2E_COPY_ROW_FN void o2e_copy_row(float *restrict d, const float *restrict s, int n)
 {
 #if defined(__AVX512F__)
   int q = 0;

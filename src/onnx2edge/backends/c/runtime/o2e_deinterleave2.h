@@ -5,11 +5,18 @@
 #define O2E_DEINTERLEAVE2_H
 #include "o2e_intrinsics.h"
 
+/* unused: a header including several of these (o2e_phase_split.h) must not trip -Wunused-function */
+#if defined(__GNUC__)
+#define O2E_DEINTERLEAVE2_FN static __attribute__((unused))
+#else
+#define O2E_DEINTERLEAVE2_FN static
+#endif
+
 /* Splits n consecutive floats into their even (d0[k] = s[2k]) and odd (d1[k] = s[2k+1])
  * positions: the two column phases of a stride-2 window. AVX-512 reads 32 floats and writes
  * 16 + 16 with two permutes (the last block masked); AVX2 reads 16 and writes 8 + 8 (the
  * remainder by the plain loop); other targets use the plain loop. */
-static void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
+O2E_DEINTERLEAVE2_FN void o2e_deinterleave2(float *restrict d0, float *restrict d1, const float *restrict s, int n)
 {
 #if defined(__AVX512F__)
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);

@@ -156,77 +156,16 @@ def compact(ctx: NodeContext) -> str:
 
 
 def phase_split(ctx: NodeContext, sh: int, sw: int) -> str:
-    """The C helper that copies one channel into its phase planes (interior only)."""
+    """The C helper that copies one channel into its phase planes (interior only): a wrapper
+    passing the stride as constants to runtime/o2e_phase_split.h's always_inline body."""
     name = f"o2e_phase_split_s{sh}x{sw}"
-    if sw == 2:
-        return _phase_split2(ctx, sh)
-    if sw == 1:
-        copy = f"{copy_row(ctx)}(d + q0, s + (q0 + b - pl), q1 - q0);"
-    else:
-        copy = f"for (int q = q0; q < q1; ++q) d[q] = s[q * {sw} + b - pl];"
-    ctx.helper(
-        name,
-        f"""
-/* Copies one (H x W) channel into the {sh}x{sw} phase planes of its padded version:
- * plane (a, b) (at planes + (a*{sw} + b)*HQ*WQ) holds xpad[r*{sh} + a][q*{sw} + b] at [r][q].
- * Only input pixels are written; the border keeps the fill value the caller set once. */
-static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
-    float *restrict planes)
-{{
-  for (int b = 0; b < {sw}; ++b) {{
-    /* columns q whose source iw = q*{sw} + b - pl lies in [0, W) */
-    const int q0 = pl > b ? (pl - b + {sw - 1}) / {sw} : 0;
-    int q1 = (W + pl - b + {sw - 1}) / {sw};
-    if (q1 > WQ) q1 = WQ;
-    for (int ih = 0; ih < H; ++ih) {{
-      const int ph = ih + pt, r = ph / {sh};
-      if (r >= HQ) break;
-      {{
-        const float *restrict s = x + (size_t)ih * W;
-        float *restrict d = planes + ((size_t)((ph % {sh}) * {sw} + b) * HQ + r) * WQ;
-        {copy}
-      }}
-    }}
-  }}
-}}
-""",
-    )
-    return name
-
-
-def _phase_split2(ctx: NodeContext, sh: int) -> str:
-    """phase_split for a column stride of 2: each row is deinterleaved in one pass."""
-    name = f"o2e_phase_split_s{sh}x2"
     include(ctx, "o2e_intrinsics.h")
-    include(ctx, "o2e_deinterleave2.h")
+    include(ctx, "o2e_phase_split.h")
     ctx.helper(
         name,
-        f"""
-/* Copies one (H x W) channel into the {sh}x2 phase planes of its padded version:
- * plane (a, b) (at planes + (a*2 + b)*HQ*WQ) holds xpad[r*{sh} + a][q*2 + b] at [r][q].
- * Only input pixels are written; the border keeps the fill value the caller set once. */
-static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, int WQ,
-    float *restrict planes)
-{{
-  /* source columns whose padded column iw + pl falls inside the planes (q < WQ) */
-  const int m = W < 2 * WQ - pl ? W : 2 * WQ - pl;
-  for (int ih = 0; ih < H; ++ih) {{
-    const int ph = ih + pt, r = ph / {sh};
-    if (r >= HQ) break;
-    {{
-      const float *restrict s = x + (size_t)ih * W;
-      float *restrict d0 = planes + ((size_t)((ph % {sh}) * 2) * HQ + r) * WQ;
-      float *restrict d1 = d0 + (size_t)HQ * WQ;
-      if (pl % 2 == 0) {{
-        o2e_deinterleave2(d0 + pl / 2, d1 + pl / 2, s, m);
-      }} else if (m > 0) {{ /* column 0 is odd in the padded row */
-        d1[pl / 2] = s[0];
-        o2e_deinterleave2(d0 + (pl + 1) / 2, d1 + (pl + 1) / 2, s + 1, m - 1);
-      }}
-    }}
-  }}
-}}
-""",
+        f"static void {name}(const float *restrict x, int H, int W, int pt, int pl, int HQ, "
+        f"int WQ, float *restrict planes) "
+        f"{{ o2e_phase_split(x, H, W, pt, pl, HQ, WQ, planes, {sh}, {sw}); }}\n",
     )
     return name
 
@@ -294,66 +233,16 @@ def call_planes(
 def _pool_kernel(
     ctx: NodeContext, op: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
 ) -> str:
-    """One pooling kernel per window geometry: its name (the C code is added as a helper)."""
+    """One pooling kernel per window geometry: its name. The C is runtime/o2e_pool2d.h's
+    always_inline body; the wrapper passes the geometry as constants so the taps unroll."""
     name = f"o2e_{op.lower()}{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}"
-    include(ctx, "o2e_win2d.h")
-    split = phase_split(ctx, sh, sw)
-    decl, reads = tap_refs(kh, kw, sh, sw, dh, dw)
-    wide = phase_geometry(1, 1, kh, kw, sh, sw, dh, dw)[1] != 1  # WQ > OW: rows to compact
-    out = "yw" if wide else "yc"
-    if op == "MaxPool":
-        # a > b ? a : b is one vmaxps; -inf borders never win
-        body = f"float v = {reads[0]};\n" + "".join(
-            f"          {{ const float t = {r}; v = t > v ? t : v; }}\n" for r in reads[1:]
-        )
-        fill, store = "-INFINITY", compact(ctx) if wide else ""
-    else:
-        # the same row-major summation order as the generic loop; zero borders add nothing
-        body = f"float v = {reads[0]};\n" + "".join(f"          v += {r};\n" for r in reads[1:])
-        fill = "0.0f"
-        store = "for (int oh = 0; oh < OH; ++oh) for (int ow = 0; ow < OW; ++ow) yc[oh * OW + ow] = yw[oh * WQ + ow] / (a->dr[oh] * a->dc[ow]);"
-        out = "yw"  # AveragePool always divides in the compaction pass
-        wide = True
-    scalar = body.rstrip() + f"\n          {out}[p] = v;"
     include(ctx, "o2e_intrinsics.h")
-    if op == "MaxPool":  # t > v ? t : v, lane by lane, as the scalar loop (NaN included)
-        loop = neon_loop(
-            wide,
-            reads,
-            lambda t: t,
-            lambda v, t, _k: f"vbslq_f32(vcgtq_f32({t}, {v}), {t}, {v})",
-            lambda v: v,
-            out,
-            scalar,
-        )
-    else:
-        loop = neon_loop(
-            wide,
-            reads,
-            lambda t: t,
-            lambda v, t, _k: f"vaddq_f32({v}, {t})",
-            lambda v: v,
-            out,
-            scalar,
-        )
+    include(ctx, "o2e_pool2d.h")
+    kind = "O2E_P2D_MAX" if op == "MaxPool" else "O2E_P2D_AVG"
     ctx.helper(
         name,
-        f"""
-/* {op} {kh}x{kw}, stride {sh}x{sw}, dilation {dh}x{dw}, over planes [i0, i1) (pool2d.py). */
-static void {name}(void *arg, int i0, int i1)
-{{
-{kernel_prologue(sh, sw, fill, wide)}
-  {decl}
-  for (int i = i0; i < i1; ++i) {{
-    float *restrict yc = a->y + (size_t)i * OH * OW;
-    {split}(a->x + (size_t)i * H * W, H, W, a->pt, a->pl, HQ, WQ, planes);
-    {{
-      {loop}
-    }}
-    {store if wide else "(void)yc;"}
-  }}
-}}
-""",
+        f"static void {name}(void *arg, int i0, int i1) "
+        f"{{ o2e_pool_planes(arg, i0, i1, {kind}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}); }}\n",
     )
     return name
 
