@@ -27,6 +27,7 @@ from onnx2edge.bench.harness import (
 )
 from onnx2edge.cli import main
 from onnx2edge.errors import Onnx2EdgeError
+from onnx2edge.frontend.handle import LoadedModel
 
 from conftest import make_model, tensor, vi
 
@@ -407,8 +408,8 @@ def test_a_network_that_fails_keeps_its_row_and_the_rest_of_the_suite(
     """An hour-long suite does not stop at one network our side cannot run: its rows say why,
     the others are timed, tabled and targeted as usual."""
 
-    def fake_bench(path: Path, **kw) -> dict:  # noqa: ANN003
-        if "vgg16" in path.name:
+    def fake_bench(model: LoadedModel, **kw) -> dict:  # noqa: ANN003
+        if "vgg16" in model.source.name:  # the suite hands bench_model one loaded model
             raise Onnx2EdgeError("unsupported op Foo\nsecond line")
         return {k: v for k, v in _r("mnist_mlp", kw["threads"], 0.5, 1.0, None, "seed").items()}
 
