@@ -24,6 +24,10 @@ from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, registe
 
 MB = 8  # output channels per tile (O2E_GC_MB)
 NB_MAX = 32  # widest tile (O2E_GC_NB at AVX-512): the tail slot is sized for it
+# Input channels per group this kernel is for (RegNetX 8, ResNeXt 4-32): wider groups, a few of
+# them, are ordinary convolutions the lanes / GEMM strategies run better (a 2-group 3x1 layer of
+# 168 channels a group stays on the lanes kernel).
+MAX_CG = 32
 MAX_MG = 64  # above this, one product per group has rows enough for the GEMM engine
 MAX_K = 576  # taps per output (cg * kh * kw): 64 channels of 3x3 (O2E_GC_KMAX)
 MAX_PLANES_BYTES = 8 << 20  # a thread's copy of one group's input (conv_gemm.PHASED_MAX_BYTES)
@@ -34,6 +38,8 @@ def refuse(spec: ConvSpec) -> str | None:
         return why
     if spec.nsp != 2 or spec.group == 1:
         return "not a 2-D grouped convolution"
+    if spec.cg > MAX_CG:
+        return f"more than {MAX_CG} input channels per group (each group is an ordinary conv)"
     if spec.mg > MAX_MG or spec.cg * spec.ks[0] * spec.ks[1] > MAX_K:
         return f"more than {MAX_MG} outputs or {MAX_K} taps per group (the GEMM's shape)"
     (OH, OW), (kh, kw), (sh, sw), (dh, dw) = spec.y.shape[2:], spec.ks, spec.st, spec.dl
