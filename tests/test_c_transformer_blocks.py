@@ -29,7 +29,7 @@ CONV1D = {
     "pointwise": ("gemm_1x1", 16, 24, 30, 1, 1, 0, 1, 1, "Sigmoid"),
     "strided1x1": ("subsample_gemm", 16, 24, 30, 1, 2, 0, 1, 1, None),
     "dilated": ("implicit_gemm", 8, 40, 37, 3, 1, 2, 1, 2, "Tanh"),
-    "grouped": ("implicit_gemm", 8, 16, 33, 3, 1, 1, 2, 1, None),
+    "grouped": ("grouped", 8, 16, 33, 3, 1, 1, 2, 1, None),  # 4 channels a group
     "depthwise": ("dw_rows", 16, 16, 40, 7, 1, 3, 16, 1, "Relu"),
     "short": ("im2col_gemm", 8, 48, 7, 3, 1, 0, 1, 1, None),  # < 16 outputs
 }
