@@ -58,15 +58,13 @@ def _refuse_sparse(spec: MatMulSpec) -> str | None:
     ops = _sparse_operands(spec)
     if ops is None:
         return "not a constant 2-D weight times a matrix of rows"
-    if spec.op == "MatMul" and spec.has_c:
-        return "MatMul with a fused bias (the sparse kernels add none)"
     w, rows = ops
     m = sparse.mode(spec.kernels)
     bsr = rows == 1 and sparse.sparse_applicable(np.asarray(w), "fc_batch1_bsr", m)
     kind = "fc_batch1" if rows == 1 else "fc_batchN"
     if not bsr and not sparse.sparse_applicable(np.asarray(w), kind, m):
         return "weights not sparse enough to pay (--kernels sparse=force to take them)"
-    if spec.op == "Gemm" and spec.has_c and spec.beta != 0.0:
+    if spec.has_c and spec.beta != 0.0:  # Gemm's C, or o2e.MatMulAddAct's bias (input 2)
         c = spec.bias
         if c is None or c.size not in (1, spec.N) or c.dtype != np.float32:
             return "bias not a float32 constant of 1 or N values"
@@ -78,7 +76,8 @@ def _emit_sparse(ctx: NodeContext, spec: MatMulSpec) -> str:
         code = sparse.try_gemm(ctx)
     else:
         w, rows = _sparse_operands(spec)  # type: ignore[misc]
-        code = sparse.try_fc(ctx, spec.a, w, spec.y, rows, spec.K, spec.N, with_bias=False)
+        # o2e.MatMulAddAct (passes/fuse_matmul_bias): its bias is input 2, as Gemm's C
+        code = sparse.try_fc(ctx, spec.a, w, spec.y, rows, spec.K, spec.N, with_bias=spec.has_c)
     assert code is not None, "kernels/gemm/sparse.py refused a layer _refuse_sparse accepted"
     return code
 
