@@ -450,3 +450,64 @@ def test_suite_refuses_options_that_would_fail_every_network(
     assert "--rounds must be at least 1" in capsys.readouterr().err
     assert main([*args, "--against", "ort,tvm"]) == 2
     assert "unknown runtime 'tvm'" in capsys.readouterr().err
+
+
+def test_an_interrupted_suite_resumes_from_its_results_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --suite --results FILE` writes each network's rows as it finishes; a second run
+    with the same file times only what is missing (a row with an error runs again), keeps the
+    rows of networks it was not asked for, and its doc holds every network asked for."""
+    timed: list[str] = []
+    fail = {"vgg16"}
+
+    def fake_bench(model: LoadedModel, **kw) -> dict:  # noqa: ANN003
+        name = model.source.stem
+        timed.append(name)
+        if name in fail:
+            raise Onnx2EdgeError("unsupported op Foo")
+        return {k: v for k, v in _r(name, kw["threads"], 0.5, 1.0, None, "seed").items()}
+
+    monkeypatch.setattr(suite, "bench_model", fake_bench)
+    monkeypatch.setattr(suite, "LoadedModel", lambda p, quiet=False: type("M", (), {"source": p}))
+    monkeypatch.setattr(suite, "_source", lambda src, base, tmp, *_: tmp / f"{base}.onnx")
+    res = tmp_path / "results.json"
+    args = ["bench", "--suite", "seed", "--results", str(res)]
+    assert main([*args, "--models", "mnist_mlp,vgg16"]) == 0
+    assert timed == ["mnist_mlp", "mnist_mlp", "vgg16"]
+    rows = json.loads(res.read_text())
+    assert [(r["name"], r["threads"], "error" in r) for r in rows] == [
+        ("mnist_mlp", 1, False),
+        ("mnist_mlp", 2, False),
+        ("vgg16", 1, True),
+        ("vgg16", 2, True),
+    ]
+    timed.clear()
+    fail.clear()
+    assert main([*args, "--models", "vgg16"]) == 0
+    assert timed == ["vgg16", "vgg16"]  # the failed network again, not the finished one
+    rows = json.loads(res.read_text())
+    assert sorted((r["name"], r["threads"], "error" in r) for r in rows) == [
+        ("mnist_mlp", 1, False),
+        ("mnist_mlp", 2, False),
+        ("vgg16", 1, False),
+        ("vgg16", 2, False),
+    ]
+    timed.clear()
+    doc = tmp_path / "doc.md"
+    assert main([*args, "--models", "mnist_mlp,vgg16", "--write-doc", str(doc)]) == 0
+    assert timed == []
+    text = doc.read_text()
+    assert "| mnist_mlp | 0.50 |" in text and "| vgg16 | 0.50 |" in text
+    capsys.readouterr()
+
+
+def test_results_file_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "r.json"
+    bad.write_text('{"a": 1}')
+    with pytest.raises(Onnx2EdgeError, match="not a results file"):
+        suite.load_results(bad)
+    bad.write_text("not json")
+    with pytest.raises(Onnx2EdgeError, match="not a results file"):
+        suite.load_results(bad)
+    assert suite.load_results(tmp_path / "none.json") == []

@@ -306,6 +306,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     s.add_argument("--models", help="comma-separated subset of the suite")
     s.add_argument(
+        "--results",
+        metavar="FILE",
+        help="suite: keep every network's rows in this JSON file as each finishes; run again "
+        "with the same file and the networks it holds are not run again (an interrupted suite "
+        "resumes, or is run in parts and written as one doc)",
+    )
+    s.add_argument(
         "--write-doc",
         metavar="FILE",
         help="suite: write the markdown table (and a PNG chart beside it)",
@@ -493,11 +500,17 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 
         models = a.models.split(",") if a.models else None
         against = harness.parse_against(a.against)
-        results = []
+        results: list[dict] = []
         archs = a.arch.split(",")
         for arch in archs:
             arch_flags(arch)  # an unknown or unusable level fails before hours of benchmarking
             _refuse_emulated_timing(arch)
+        held = suite.load_results(a.results) if a.results else []
+
+        def keep(rows: list[dict]) -> None:
+            if a.results:
+                suite.save_results(a.results, results + rows, held)
+
         for arch in archs:
             results += suite.run_suite(
                 models=models,
@@ -512,6 +525,8 @@ def _cmd_bench(a: argparse.Namespace) -> int:
                 against=against,
                 int8=a.int8,
                 cache_dir=a.cache_dir,
+                held=held,
+                on_network=keep,
             )
         if a.write_doc:
             suite.write_doc(results, Path(a.write_doc))
@@ -519,8 +534,8 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         return 0
     if not a.model:
         raise Onnx2EdgeError("bench needs a MODEL or --suite seed|modern")
-    if a.int8 or a.cache_dir:
-        raise Onnx2EdgeError("bench: --int8 and --cache-dir go with --suite")
+    if a.int8 or a.cache_dir or a.results:
+        raise Onnx2EdgeError("bench: --int8, --cache-dir and --results go with --suite")
     _refuse_emulated_timing(a.arch)
     r = harness.bench_model(
         a.model,

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import Onnx2EdgeError
 from ..frontend.handle import LoadedModel
+from ..fsutil import write_text_atomic
 from ..host import cpu_name
 from . import zoo
 from .harness import QUANT_TOL, bench_model
@@ -124,11 +125,16 @@ def run_suite(
     int8: bool = False,
     cache_dir: str | Path | None = None,
     min_seconds: float | None = None,
+    held: Sequence[dict[str, Any]] = (),
+    on_network: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Bench each model at each thread count; for a model that misses its 1-thread target, a
     profiled run (both sides per node) records where the gap is (`gaps`). rounds: ours and
     onnxruntime alternate in that many rounds (bench_model). int8: each model's static-QDQ
-    copy too (on the seed suite without --models: the SEED_INT8 networks)."""
+    copy too (on the seed suite without --models: the SEED_INT8 networks).
+    held: rows of an earlier, interrupted run (`bench --results`): a network whose rows at
+    this arch are all there and timed is not run again, its rows are reused. on_network: told
+    the rows so far after each network, so that an interrupted suite loses at most one."""
     if suite not in SUITES:
         raise Onnx2EdgeError(f"bench --suite: expected one of {', '.join(SUITES)} (got {suite!r})")
     say = log or (lambda m: None)
@@ -137,7 +143,7 @@ def run_suite(
         _need_torch()
     _check_options(arch, rounds, ort_isa, against)
     secs = MIN_SECONDS if min_seconds is None else min_seconds
-    results = []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="onnx2edge-suite-") as tmp:
         for i, (source, base, q) in enumerate(plan, 1):
             name = base + (INT8 if q else "")
@@ -148,6 +154,11 @@ def run_suite(
                 "precision": "int8" if q else "fp32",
                 "arch": arch or "native",
             }
+            kept = held_rows(held, name, meta["arch"], threads)
+            if kept:
+                say(f"{tag}: kept from the results file")
+                results += kept
+                continue
             try:
                 path = _source(source, base, Path(tmp), cache_dir, say)
                 if q:
@@ -204,7 +215,49 @@ def run_suite(
                 ]
             for f in Path(tmp).glob("*.onnx"):
                 f.unlink()
+            if on_network:
+                on_network(results)
     return results
+
+
+def load_results(path: str | Path) -> list[dict[str, Any]]:
+    """The rows a `--results` file holds ([] when it does not exist yet)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    try:
+        rows = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise Onnx2EdgeError(f"bench --results {p}: not a results file ({e})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "name" in r for r in rows):
+        raise Onnx2EdgeError(f"bench --results {p}: not a results file (expected a list of rows)")
+    return rows
+
+
+def save_results(
+    path: str | Path, rows: list[dict[str, Any]], held: Sequence[dict[str, Any]] = ()
+) -> None:
+    """Write this run's rows and the held rows it did not redo (other networks, arches)."""
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r.get("name"), r.get("arch", "native"), r.get("threads"))
+
+    new = {key(r) for r in rows}
+    merged = [r for r in held if key(r) not in new] + list(rows)
+    write_text_atomic(Path(path), json.dumps(merged, indent=1))
+
+
+def held_rows(
+    held: Sequence[dict[str, Any]], name: str, arch: str, threads: Sequence[int]
+) -> list[dict[str, Any]]:
+    """An earlier run's rows of this network at this arch, one a thread count, when all were
+    timed (a row with an error is run again: the cause may have been fixed since)."""
+    rows = {
+        r["threads"]: r
+        for r in held
+        if r.get("name") == name and r.get("arch", "native") == arch and "error" not in r
+    }
+    return [rows[t] for t in threads] if all(t in rows for t in threads) else []
 
 
 def suite_plan(suite: str, models: Sequence[str] | None, int8: bool) -> list[tuple[str, str, bool]]:
