@@ -1,9 +1,9 @@
 """Grouped convolutions with few channels a group (kernels/conv/conv_grouped.py,
 runtime/o2e_gconv.h: (group, row block) work items, 8-channel register tiles), at every ISA
-the C backend emits: x86-64-v2, x86-64-v3 (AVX2), native (AVX-512) and aarch64 (NEON builds,
-under qemu). Below AVX-512 the layer's C takes the implicit GEMM (o2e_gconv.h's 8-wide tiles
-were slower there) except on maps under 16 outputs ("tiny"), so those builds check both the
-#else branch and the header's portable tiles.
+the C backend emits: x86-64-v2, x86-64-v3 (AVX2: 4x24 intrinsics tiles), native (AVX-512: 8x32)
+and aarch64 (NEON: 8x12 intrinsics tiles, under qemu). At x86-64-v2 the layer's C takes the
+implicit GEMM except on maps under 16 outputs ("tiny"), so that build checks both the #else
+branch and the header's portable 8x8 tiles.
 
 One model holds the edges of the items and tiles: RegNetX's 8 channels a group (stride 1 and
 2), output channels per group not a multiple of the 8-row tile (3, 12) and above one tile

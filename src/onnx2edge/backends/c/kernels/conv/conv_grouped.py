@@ -30,6 +30,11 @@ NB_MAX = 32  # widest tile (O2E_GC_NB at AVX-512): the tail slot is sized for it
 MAX_CG = 32
 MAX_MG = 64  # above this, one product per group has rows enough for the GEMM engine
 MAX_K = 576  # taps per output (cg * kh * kw): 64 channels of 3x3 (O2E_GC_KMAX)
+# builds with o2e_gconv.h register tiles (o2e_gemm.h's O2E_GEMM_AVX512 / AVX2 / NEON tests)
+TILED_ISAS = (
+    "defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || "
+    "(defined(__ARM_NEON) && defined(__aarch64__))"
+)
 MAX_PLANES_BYTES = 8 << 20  # a thread's copy of one group's input (conv_gemm.PHASED_MAX_BYTES)
 
 
@@ -72,7 +77,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
     wsym = ctx.weight("gconv", pack(spec.weights, group))
     nq = (OH - 1) * WQ + OW  # o2e_gconv_groups' flat positions, in whole tiles
-    wide = -(-spec.mg // MB) * MB * (-(-nq // NB_MAX) * NB_MAX)
+    # rows of nq rounded up to the build's tile width (o2e_gconv.h: 8 to 32 per ISA)
+    wide = -(-spec.mg // MB) * MB * (nq + NB_MAX)
     ws_per = spec.cg * sh * sw * HQ * WQ + NB_MAX + wide  # the tail tile reads past the planes
     ws = ctx.scratch(ws_per * 4 * plan_threads(ctx))
     split = pool2d.phase_split(ctx, sh, sw)
@@ -94,12 +100,12 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "}",
     ]
     fast = "\n".join(lines) + post_act(spec.act, post, N * M, P, y.sym, P)
-    # measured only at AVX-512 (x86-64-v3 RegNetX-200MF: 4.9 -> 8.1 ms with 8-wide tiles):
-    # other builds keep the implicit GEMM / im2col per group
+    # AVX-512, AVX2+FMA and NEON have register tiles of their own (o2e_gconv.h); other
+    # builds (x86-64-v2, portable: 8 x 8 plain C) keep the implicit GEMM / im2col per group
     if P < conv_gemm.IMPLICIT_MIN_COLS:  # no implicit GEMM for it: this path at every ISA
         return fast
     other = conv_gemm._emit_gemm(ctx, spec, "implicit")
-    return "\n".join(["#if defined(__AVX512F__)", fast, "#else", other, "#endif"])
+    return "\n".join([f"#if {TILED_ISAS}", fast, "#else", other, "#endif"])
 
 
 # after the depthwise strategies, before Winograd: grouped, few channels a group (groups
