@@ -65,8 +65,11 @@ typedef struct {
 /* wide[r][0 .. O2E_GC_NB) = sum_k a[k][r] x b[off[k] .. + O2E_GC_NB) for the 8 rows r of a
  * panel: a is [K][8] (8 output channels a tap), wide's rows are ldw apart. */
 #if defined(O2E_GEMM_AVX2) && !defined(__AVX512F__)
-static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
-                            const int *restrict off, int K, float *restrict wide, size_t ldw)
+#define O2E_GC_VW 8 /* floats a vector: the last tile of a row range is 1 to 3 vectors wide */
+/* nv (1 to 3, a constant once inlined) vectors of 8 pixels */
+O2E_GEMM_INL void o2e_gconv_tile_v_(const float *restrict a, const float *restrict b,
+                                    const int *restrict off, int K, float *restrict wide,
+                                    size_t ldw, const int nv)
 {
   for (int h = 0; h < O2E_GC_MB; h += 4) { /* two half panels of 4 output channels */
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
@@ -74,46 +77,58 @@ static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
     const float *restrict ak = a + h;
     for (int k = 0; k < K; ++k, ak += O2E_GC_MB) {
       const float *restrict bk = b + off[k];
-      const __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
-      const __m256 b2 = _mm256_loadu_ps(bk + 16);
-      __m256 w = _mm256_broadcast_ss(ak);
-      c00 = _mm256_fmadd_ps(w, b0, c00), c01 = _mm256_fmadd_ps(w, b1, c01);
-      c02 = _mm256_fmadd_ps(w, b2, c02);
-      w = _mm256_broadcast_ss(ak + 1);
-      c10 = _mm256_fmadd_ps(w, b0, c10), c11 = _mm256_fmadd_ps(w, b1, c11);
-      c12 = _mm256_fmadd_ps(w, b2, c12);
-      w = _mm256_broadcast_ss(ak + 2);
-      c20 = _mm256_fmadd_ps(w, b0, c20), c21 = _mm256_fmadd_ps(w, b1, c21);
-      c22 = _mm256_fmadd_ps(w, b2, c22);
-      w = _mm256_broadcast_ss(ak + 3);
-      c30 = _mm256_fmadd_ps(w, b0, c30), c31 = _mm256_fmadd_ps(w, b1, c31);
-      c32 = _mm256_fmadd_ps(w, b2, c32);
+      const __m256 b0 = _mm256_loadu_ps(bk);
+      const __m256 b1 = nv > 1 ? _mm256_loadu_ps(bk + 8) : b0;
+      const __m256 b2 = nv > 2 ? _mm256_loadu_ps(bk + 16) : b0;
+#define O2E_GC_ROW_(r)                                                                           \
+  do {                                                                                           \
+    const __m256 w = _mm256_broadcast_ss(ak + r);                                                \
+    c##r##0 = _mm256_fmadd_ps(w, b0, c##r##0);                                                   \
+    if (nv > 1) c##r##1 = _mm256_fmadd_ps(w, b1, c##r##1);                                       \
+    if (nv > 2) c##r##2 = _mm256_fmadd_ps(w, b2, c##r##2);                                       \
+  } while (0)
+      O2E_GC_ROW_(0);
+      O2E_GC_ROW_(1);
+      O2E_GC_ROW_(2);
+      O2E_GC_ROW_(3);
+#undef O2E_GC_ROW_
     }
     float *restrict d = wide + (size_t)h * ldw;
-    _mm256_storeu_ps(d, c00), _mm256_storeu_ps(d + 8, c01), _mm256_storeu_ps(d + 16, c02);
-    d += ldw;
-    _mm256_storeu_ps(d, c10), _mm256_storeu_ps(d + 8, c11), _mm256_storeu_ps(d + 16, c12);
-    d += ldw;
-    _mm256_storeu_ps(d, c20), _mm256_storeu_ps(d + 8, c21), _mm256_storeu_ps(d + 16, c22);
-    d += ldw;
-    _mm256_storeu_ps(d, c30), _mm256_storeu_ps(d + 8, c31), _mm256_storeu_ps(d + 16, c32);
+#define O2E_GC_STORE_(r)                                                                         \
+  do {                                                                                           \
+    _mm256_storeu_ps(d + (size_t)r * ldw, c##r##0);                                              \
+    if (nv > 1) _mm256_storeu_ps(d + (size_t)r * ldw + 8, c##r##1);                              \
+    if (nv > 2) _mm256_storeu_ps(d + (size_t)r * ldw + 16, c##r##2);                             \
+  } while (0)
+    O2E_GC_STORE_(0);
+    O2E_GC_STORE_(1);
+    O2E_GC_STORE_(2);
+    O2E_GC_STORE_(3);
+#undef O2E_GC_STORE_
   }
 }
 #elif defined(O2E_GEMM_NEON)
-static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
-                            const int *restrict off, int K, float *restrict wide, size_t ldw)
+#define O2E_GC_VW 4
+/* nv (1 to 3, a constant once inlined) vectors of 4 pixels */
+O2E_GEMM_INL void o2e_gconv_tile_v_(const float *restrict a, const float *restrict b,
+                                    const int *restrict off, int K, float *restrict wide,
+                                    size_t ldw, const int nv)
 {
   float32x4_t c[O2E_GC_MB][3];
   for (int r = 0; r < O2E_GC_MB; ++r) c[r][0] = c[r][1] = c[r][2] = vdupq_n_f32(0.0f);
   for (int k = 0; k < K; ++k) {
     const float *restrict bk = b + off[k];
-    const float32x4_t b0 = vld1q_f32(bk), b1 = vld1q_f32(bk + 4), b2 = vld1q_f32(bk + 8);
+    const float32x4_t b0 = vld1q_f32(bk);
+    const float32x4_t b1 = nv > 1 ? vld1q_f32(bk + 4) : b0;
+    const float32x4_t b2 = nv > 2 ? vld1q_f32(bk + 8) : b0;
     const float32x4_t a0 = vld1q_f32(a + (size_t)k * O2E_GC_MB);
     const float32x4_t a1 = vld1q_f32(a + (size_t)k * O2E_GC_MB + 4);
 #define O2E_GC_ROW_(r, av, lane)                                                                 \
-  c[r][0] = vfmaq_laneq_f32(c[r][0], b0, av, lane);                                              \
-  c[r][1] = vfmaq_laneq_f32(c[r][1], b1, av, lane);                                              \
-  c[r][2] = vfmaq_laneq_f32(c[r][2], b2, av, lane)
+  do {                                                                                           \
+    c[r][0] = vfmaq_laneq_f32(c[r][0], b0, av, lane);                                            \
+    if (nv > 1) c[r][1] = vfmaq_laneq_f32(c[r][1], b1, av, lane);                                \
+    if (nv > 2) c[r][2] = vfmaq_laneq_f32(c[r][2], b2, av, lane);                                \
+  } while (0)
     O2E_GC_ROW_(0, a0, 0);
     O2E_GC_ROW_(1, a0, 1);
     O2E_GC_ROW_(2, a0, 2);
@@ -126,14 +141,32 @@ static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
   }
   for (int r = 0; r < O2E_GC_MB; ++r) {
     vst1q_f32(wide + (size_t)r * ldw, c[r][0]);
-    vst1q_f32(wide + (size_t)r * ldw + 4, c[r][1]);
-    vst1q_f32(wide + (size_t)r * ldw + 8, c[r][2]);
+    if (nv > 1) vst1q_f32(wide + (size_t)r * ldw + 4, c[r][1]);
+    if (nv > 2) vst1q_f32(wide + (size_t)r * ldw + 8, c[r][2]);
   }
+}
+#endif
+
+#if defined(O2E_GC_VW)
+/* A tile of `n` pixels at most O2E_GC_NB: the last of a range takes as few vectors as cover
+ * it (RegNetX's 7x7 maps: 61 flat positions in 2 x 24 + 16 rather than 3 x 24 on AVX2). */
+static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
+                            const int *restrict off, int K, float *restrict wide, size_t ldw,
+                            int n)
+{
+  if (n > 2 * O2E_GC_VW)
+    o2e_gconv_tile_v_(a, b, off, K, wide, ldw, 3);
+  else if (n > O2E_GC_VW)
+    o2e_gconv_tile_v_(a, b, off, K, wide, ldw, 2);
+  else
+    o2e_gconv_tile_v_(a, b, off, K, wide, ldw, 1);
 }
 #else
 static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
-                            const int *restrict off, int K, float *restrict wide, size_t ldw)
+                            const int *restrict off, int K, float *restrict wide, size_t ldw,
+                            int n)
 {
+  (void)n; /* always O2E_GC_NB wide */
   float acc[O2E_GC_MB][O2E_GC_NB];
   for (int r = 0; r < O2E_GC_MB; ++r)
     for (int j = 0; j < O2E_GC_NB; ++j) acc[r][j] = 0.0f;
@@ -193,7 +226,8 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
     for (int mb = 0; mb < mblk; ++mb) {
       const float *wp = a->w + ((size_t)g * mblk + mb) * K * O2E_GC_MB;
       for (int q0 = 0; q0 < nq; q0 += O2E_GC_NB)
-        o2e_gconv_tile_(wp, buf + q0, off, K, wide + (size_t)mb * O2E_GC_MB * ldw + q0, ldw);
+        o2e_gconv_tile_(wp, buf + q0, off, K, wide + (size_t)mb * O2E_GC_MB * ldw + q0, ldw,
+                        nq - q0);
     }
     for (int m = 0; m < a->mg; ++m) {
       const size_t row = (size_t)(g * a->mg + m) * P;
