@@ -10,8 +10,7 @@
  * planes in its own slot of the workspace (stride 1: one padded plane a channel), in which
  * every tap of an output is a fixed offset away, and multiplies them by the group's weights,
  * packed at conversion time as [group][ceil(mg / 8)][K][8]. A tile is 8 output channels x
- * O2E_GC_NB output pixels in plain C loops of constant trip count, which the compiler turns
- * into vector FMAs with the tile in registers (16 zmm at AVX-512, 8 ymm at AVX2, 16 q at NEON).
+ * O2E_GC_NB output pixels with its accumulators in registers (per ISA below).
  */
 #ifndef O2E_GCONV_H
 #define O2E_GCONV_H
@@ -240,7 +239,8 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
 }
 
 /* The whole convolution of one image; `threaded`: split the groups across the pool (inline:
- * builds below AVX-512 include the header but take the implicit GEMM, conv_grouped.py). */
+ * x86-64-v2 and portable builds include the header but take the implicit GEMM on maps of 16
+ * outputs or more, conv_grouped.py). */
 static inline void o2e_gconv(const o2e_gconv_args *a, int group, int threaded)
 {
   if (threaded)
