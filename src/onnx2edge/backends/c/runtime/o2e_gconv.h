@@ -21,7 +21,11 @@
 
 #define O2E_GC_MB 8
 #define O2E_GC_KMAX 576 /* taps a group at most (conv_grouped.MAX_K) */
-#define O2E_GC_NBMAX 32 /* the widest tile: the planes' slack (conv_grouped.NB_MAX) */
+#define O2E_GC_NBMAX 32 /* the widest tile (conv_grouped.NB_MAX) */
+/* zeros past a thread's planes (conv_grouped.SLACK): the last tile reads up to O2E_GC_NB - 1
+ * floats past the last position, which is up to O2E_GC_NBMAX floats past the planes when rows
+ * share their pad column (conv_grouped.plane_row) */
+#define O2E_GC_SLACK (2 * O2E_GC_NBMAX)
 /* Tile width in output pixels per ISA (the tile is 8 output channels x O2E_GC_NB):
  *   AVX-512: 8 x 32, plain C below (16 zmm accumulators of 32; gcc keeps them in registers);
  *   AVX2+FMA: two passes of 4 channels x 24 (12 ymm accumulators, 3 of pixels, 1 broadcast
@@ -53,7 +57,7 @@ typedef struct {
   const float *bias; /* [M] or NULL */
   const float *res;  /* [M][P] or NULL */
   float *y;          /* [M][P] */
-  float *ws;         /* per thread ws_per floats: the group's phase planes, O2E_GC_NBMAX
+  float *ws;         /* per thread ws_per floats: the group's phase planes, O2E_GC_SLACK
                       * floats of slack, the wide output [ceil(mg / 8) * 8][nq rounded up] */
   size_t ws_per;
   o2e_gconv_split_fn split;
@@ -209,7 +213,7 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
   const int nq = (a->OH - 1) * a->WQ + a->OW;
   const size_t ldw = (size_t)(nq + O2E_GC_NB - 1) / O2E_GC_NB * O2E_GC_NB;
   float *buf = a->ws + a->ws_per * (size_t)o2e_parallel_thread();
-  float *wide = buf + nplanes + O2E_GC_NBMAX; /* [mblk * 8][ldw] */
+  float *wide = buf + nplanes + O2E_GC_SLACK; /* [mblk * 8][ldw] */
   int off[O2E_GC_KMAX];
   for (int k = 0; k < K; ++k) {
     const int c = k / khw, ky = k / a->kw % a->kh, kx = k % a->kw;
@@ -218,7 +222,7 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
              rx / a->sw;
   }
   for (int g = g0; g < g1; ++g) {
-    memset(buf, 0, (nplanes + O2E_GC_NBMAX) * sizeof(float));
+    memset(buf, 0, (nplanes + O2E_GC_SLACK) * sizeof(float));
     for (int c = 0; c < a->cg; ++c)
       a->split(a->x + ((size_t)g * a->cg + c) * a->H * a->W, a->H, a->W, a->pt, a->pl, a->HQ,
                a->WQ, buf + c * plane);
