@@ -1,14 +1,15 @@
 """Grouped convolutions with few channels a group (kernels/conv/conv_grouped.py,
 runtime/o2e_gconv.h: (group, row block) work items, 8-channel register tiles), at every ISA
-the C backend emits: x86-64-v2, x86-64-v3 (AVX2), native (AVX-512) and aarch64 (NEON builds,
-under qemu). Below AVX-512 the layer's C takes the implicit GEMM (o2e_gconv.h's 8-wide tiles
-were slower there) except on maps under 16 outputs ("tiny"), so those builds check both the
-#else branch and the header's portable tiles.
+the C backend emits: x86-64-v2, x86-64-v3 (AVX2: 4x24 intrinsics tiles), native (AVX-512: 8x32)
+and aarch64 (NEON: 8x12 intrinsics tiles, under qemu). At x86-64-v2 the layer's C takes the
+implicit GEMM except on maps under 16 outputs ("tiny"), so that build checks both the #else
+branch and the header's portable 8x8 tiles.
 
 One model holds the edges of the items and tiles: RegNetX's 8 channels a group (stride 1 and
 2), output channels per group not a multiple of the 8-row tile (3, 12) and above one tile
 (20), pixel counts below one tile and between tiles (the zero-padded tail), several row
-blocks a group, dilation, asymmetric pads, a 1x3 kernel, no bias, a batch of 2, a residual add
+blocks a group, dilation, asymmetric pads, plane rows sharing their pad column (stride 1 and
+row stride 2), a 1x3 kernel, no bias, a batch of 2, a residual add
 followed by Clip, an activation applied by o2e_vmath.h (Sigmoid), and NaN / +-Inf in the input
 and the residual.
 """
@@ -54,6 +55,10 @@ CASES = {
     "m3_dil": (1, 8, 6, 2, (13, 11), (3, 3), (1, 2), (2, 1, 0, 2), (2, 1), True, False, "Sigmoid"),
     "m20_rows": (1, 8, 40, 2, (40, 40), (1, 3), (1, 1), (0, 1, 0, 1), (1, 1), True, False, None),
     "tiny": (1, 12, 12, 3, (4, 5), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, False, "LeakyRelu"),
+    # column stride 1: plane rows share their pad column (conv_grouped.plane_row), here with
+    # pads l 2 / r 1 and a dilated row, and under a row stride of 2
+    "shared_pad": (1, 16, 16, 2, (9, 12), (3, 3), (1, 1), (1, 2, 1, 1), (1, 2), True, True, "Relu"),
+    "s2x1": (1, 16, 16, 2, (10, 9), (3, 3), (2, 1), (1, 1, 1, 1), (1, 1), True, False, "Relu"),
 }
 
 

@@ -10,8 +10,7 @@
  * planes in its own slot of the workspace (stride 1: one padded plane a channel), in which
  * every tap of an output is a fixed offset away, and multiplies them by the group's weights,
  * packed at conversion time as [group][ceil(mg / 8)][K][8]. A tile is 8 output channels x
- * O2E_GC_NB output pixels in plain C loops of constant trip count, which the compiler turns
- * into vector FMAs with the tile in registers (16 zmm at AVX-512, 8 ymm at AVX2, 16 q at NEON).
+ * O2E_GC_NB output pixels with its accumulators in registers (per ISA below).
  */
 #ifndef O2E_GCONV_H
 #define O2E_GCONV_H
@@ -22,11 +21,26 @@
 
 #define O2E_GC_MB 8
 #define O2E_GC_KMAX 576 /* taps a group at most (conv_grouped.MAX_K) */
-#define O2E_GC_NBMAX 32 /* the widest tile: the planes' slack (conv_grouped.NB_MAX) */
-/* 16 accumulators at AVX-512 (32 zmm); 8 elsewhere: AVX2's 16 ymm cannot also hold 2 x 8
- * (gcc spilled the tile to the stack), NEON's 32 q registers hold 16 */
+#define O2E_GC_NBMAX 32 /* the widest tile (conv_grouped.NB_MAX) */
+/* zeros past a thread's planes (conv_grouped.SLACK): the last tile reads up to O2E_GC_NB - 1
+ * floats past the last position, which is up to O2E_GC_NBMAX floats past the planes when rows
+ * share their pad column (conv_grouped.plane_row) */
+#define O2E_GC_SLACK (2 * O2E_GC_NBMAX)
+/* Tile width in output pixels per ISA (the tile is 8 output channels x O2E_GC_NB):
+ *   AVX-512: 8 x 32, plain C below (16 zmm accumulators of 32; gcc keeps them in registers);
+ *   AVX2+FMA: two passes of 4 channels x 24 (12 ymm accumulators, 3 of pixels, 1 broadcast
+ *     weight: all 16 ymm; 7 loads a step for 12 FMAs, where 8 x 8 took 9 loads for 8 FMAs
+ *     and was 1.6x slower than the implicit GEMM), intrinsics: gcc spilled an 8 x 16 plain-C
+ *     tile to the stack;
+ *   NEON (aarch64): 8 x 12, intrinsics (24 q accumulators, 3 of pixels, the 8 weights of a
+ *     tap in 2 q read by lane: 29 of 32 q, 5 loads a step for 24 FMAs);
+ *   other builds: 8 x 8 plain C. */
 #if defined(__AVX512F__)
 #define O2E_GC_NB 32
+#elif defined(O2E_GEMM_AVX2)
+#define O2E_GC_NB 24
+#elif defined(O2E_GEMM_NEON)
+#define O2E_GC_NB 12
 #else
 #define O2E_GC_NB 8
 #endif
@@ -43,7 +57,7 @@ typedef struct {
   const float *bias; /* [M] or NULL */
   const float *res;  /* [M][P] or NULL */
   float *y;          /* [M][P] */
-  float *ws;         /* per thread ws_per floats: the group's phase planes, O2E_GC_NBMAX
+  float *ws;         /* per thread ws_per floats: the group's phase planes, O2E_GC_SLACK
                       * floats of slack, the wide output [ceil(mg / 8) * 8][nq rounded up] */
   size_t ws_per;
   o2e_gconv_split_fn split;
@@ -53,9 +67,109 @@ typedef struct {
 
 /* wide[r][0 .. O2E_GC_NB) = sum_k a[k][r] x b[off[k] .. + O2E_GC_NB) for the 8 rows r of a
  * panel: a is [K][8] (8 output channels a tap), wide's rows are ldw apart. */
-static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
-                            const int *restrict off, int K, float *restrict wide, size_t ldw)
+#if defined(O2E_GEMM_AVX2) && !defined(__AVX512F__)
+#define O2E_GC_VW 8 /* floats a vector: the last tile of a row range is 1 to 3 vectors wide */
+/* nv (1 to 3, a constant once inlined) vectors of 8 pixels */
+O2E_GEMM_INL void o2e_gconv_tile_v_(const float *restrict a, const float *restrict b,
+                                    const int *restrict off, int K, float *restrict wide,
+                                    size_t ldw, const int nv)
 {
+  for (int h = 0; h < O2E_GC_MB; h += 4) { /* two half panels of 4 output channels */
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+    __m256 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+    const float *restrict ak = a + h;
+    for (int k = 0; k < K; ++k, ak += O2E_GC_MB) {
+      const float *restrict bk = b + off[k];
+      const __m256 b0 = _mm256_loadu_ps(bk);
+      const __m256 b1 = nv > 1 ? _mm256_loadu_ps(bk + 8) : b0;
+      const __m256 b2 = nv > 2 ? _mm256_loadu_ps(bk + 16) : b0;
+#define O2E_GC_ROW_(r)                                                                           \
+  do {                                                                                           \
+    const __m256 w = _mm256_broadcast_ss(ak + r);                                                \
+    c##r##0 = _mm256_fmadd_ps(w, b0, c##r##0);                                                   \
+    if (nv > 1) c##r##1 = _mm256_fmadd_ps(w, b1, c##r##1);                                       \
+    if (nv > 2) c##r##2 = _mm256_fmadd_ps(w, b2, c##r##2);                                       \
+  } while (0)
+      O2E_GC_ROW_(0);
+      O2E_GC_ROW_(1);
+      O2E_GC_ROW_(2);
+      O2E_GC_ROW_(3);
+#undef O2E_GC_ROW_
+    }
+    float *restrict d = wide + (size_t)h * ldw;
+#define O2E_GC_STORE_(r)                                                                         \
+  do {                                                                                           \
+    _mm256_storeu_ps(d + (size_t)r * ldw, c##r##0);                                              \
+    if (nv > 1) _mm256_storeu_ps(d + (size_t)r * ldw + 8, c##r##1);                              \
+    if (nv > 2) _mm256_storeu_ps(d + (size_t)r * ldw + 16, c##r##2);                             \
+  } while (0)
+    O2E_GC_STORE_(0);
+    O2E_GC_STORE_(1);
+    O2E_GC_STORE_(2);
+    O2E_GC_STORE_(3);
+#undef O2E_GC_STORE_
+  }
+}
+#elif defined(O2E_GEMM_NEON)
+#define O2E_GC_VW 4
+/* nv (1 to 3, a constant once inlined) vectors of 4 pixels */
+O2E_GEMM_INL void o2e_gconv_tile_v_(const float *restrict a, const float *restrict b,
+                                    const int *restrict off, int K, float *restrict wide,
+                                    size_t ldw, const int nv)
+{
+  float32x4_t c[O2E_GC_MB][3];
+  for (int r = 0; r < O2E_GC_MB; ++r) c[r][0] = c[r][1] = c[r][2] = vdupq_n_f32(0.0f);
+  for (int k = 0; k < K; ++k) {
+    const float *restrict bk = b + off[k];
+    const float32x4_t b0 = vld1q_f32(bk);
+    const float32x4_t b1 = nv > 1 ? vld1q_f32(bk + 4) : b0;
+    const float32x4_t b2 = nv > 2 ? vld1q_f32(bk + 8) : b0;
+    const float32x4_t a0 = vld1q_f32(a + (size_t)k * O2E_GC_MB);
+    const float32x4_t a1 = vld1q_f32(a + (size_t)k * O2E_GC_MB + 4);
+#define O2E_GC_ROW_(r, av, lane)                                                                 \
+  do {                                                                                           \
+    c[r][0] = vfmaq_laneq_f32(c[r][0], b0, av, lane);                                            \
+    if (nv > 1) c[r][1] = vfmaq_laneq_f32(c[r][1], b1, av, lane);                                \
+    if (nv > 2) c[r][2] = vfmaq_laneq_f32(c[r][2], b2, av, lane);                                \
+  } while (0)
+    O2E_GC_ROW_(0, a0, 0);
+    O2E_GC_ROW_(1, a0, 1);
+    O2E_GC_ROW_(2, a0, 2);
+    O2E_GC_ROW_(3, a0, 3);
+    O2E_GC_ROW_(4, a1, 0);
+    O2E_GC_ROW_(5, a1, 1);
+    O2E_GC_ROW_(6, a1, 2);
+    O2E_GC_ROW_(7, a1, 3);
+#undef O2E_GC_ROW_
+  }
+  for (int r = 0; r < O2E_GC_MB; ++r) {
+    vst1q_f32(wide + (size_t)r * ldw, c[r][0]);
+    if (nv > 1) vst1q_f32(wide + (size_t)r * ldw + 4, c[r][1]);
+    if (nv > 2) vst1q_f32(wide + (size_t)r * ldw + 8, c[r][2]);
+  }
+}
+#endif
+
+#if defined(O2E_GC_VW)
+/* A tile of `n` pixels at most O2E_GC_NB: the last of a range takes as few vectors as cover
+ * it (RegNetX's 7x7 maps: 61 flat positions in 2 x 24 + 16 rather than 3 x 24 on AVX2). */
+static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
+                            const int *restrict off, int K, float *restrict wide, size_t ldw,
+                            int n)
+{
+  if (n > 2 * O2E_GC_VW)
+    o2e_gconv_tile_v_(a, b, off, K, wide, ldw, 3);
+  else if (n > O2E_GC_VW)
+    o2e_gconv_tile_v_(a, b, off, K, wide, ldw, 2);
+  else
+    o2e_gconv_tile_v_(a, b, off, K, wide, ldw, 1);
+}
+#else
+static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
+                            const int *restrict off, int K, float *restrict wide, size_t ldw,
+                            int n)
+{
+  (void)n; /* always O2E_GC_NB wide */
   float acc[O2E_GC_MB][O2E_GC_NB];
   for (int r = 0; r < O2E_GC_MB; ++r)
     for (int j = 0; j < O2E_GC_NB; ++j) acc[r][j] = 0.0f;
@@ -68,6 +182,7 @@ static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
   for (int r = 0; r < O2E_GC_MB; ++r)
     for (int j = 0; j < O2E_GC_NB; ++j) wide[(size_t)r * ldw + j] = acc[r][j];
 }
+#endif
 
 /* d[0..n) = act(s + bias + r): one output row out of the wide tile rows (vector loops; Relu,
  * the common case, inline, keeping NaN; the other kinds by o2e_act_n_). */
@@ -98,7 +213,7 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
   const int nq = (a->OH - 1) * a->WQ + a->OW;
   const size_t ldw = (size_t)(nq + O2E_GC_NB - 1) / O2E_GC_NB * O2E_GC_NB;
   float *buf = a->ws + a->ws_per * (size_t)o2e_parallel_thread();
-  float *wide = buf + nplanes + O2E_GC_NBMAX; /* [mblk * 8][ldw] */
+  float *wide = buf + nplanes + O2E_GC_SLACK; /* [mblk * 8][ldw] */
   int off[O2E_GC_KMAX];
   for (int k = 0; k < K; ++k) {
     const int c = k / khw, ky = k / a->kw % a->kh, kx = k % a->kw;
@@ -107,14 +222,15 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
              rx / a->sw;
   }
   for (int g = g0; g < g1; ++g) {
-    memset(buf, 0, (nplanes + O2E_GC_NBMAX) * sizeof(float));
+    memset(buf, 0, (nplanes + O2E_GC_SLACK) * sizeof(float));
     for (int c = 0; c < a->cg; ++c)
       a->split(a->x + ((size_t)g * a->cg + c) * a->H * a->W, a->H, a->W, a->pt, a->pl, a->HQ,
                a->WQ, buf + c * plane);
     for (int mb = 0; mb < mblk; ++mb) {
       const float *wp = a->w + ((size_t)g * mblk + mb) * K * O2E_GC_MB;
       for (int q0 = 0; q0 < nq; q0 += O2E_GC_NB)
-        o2e_gconv_tile_(wp, buf + q0, off, K, wide + (size_t)mb * O2E_GC_MB * ldw + q0, ldw);
+        o2e_gconv_tile_(wp, buf + q0, off, K, wide + (size_t)mb * O2E_GC_MB * ldw + q0, ldw,
+                        nq - q0);
     }
     for (int m = 0; m < a->mg; ++m) {
       const size_t row = (size_t)(g * a->mg + m) * P;
@@ -127,7 +243,8 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
 }
 
 /* The whole convolution of one image; `threaded`: split the groups across the pool (inline:
- * builds below AVX-512 include the header but take the implicit GEMM, conv_grouped.py). */
+ * x86-64-v2 and portable builds include the header but take the implicit GEMM on maps of 16
+ * outputs or more, conv_grouped.py). */
 static inline void o2e_gconv(const o2e_gconv_args *a, int group, int threaded)
 {
   if (threaded)

@@ -1,4 +1,4 @@
-"""Grouped convolutions with few channels per group: groups (and row blocks) across threads.
+"""Grouped convolutions with few channels per group: groups across threads.
 
 RegNetX's 3x3 layers have 8 input and 8 output channels per group (24 to 46 groups). The
 implicit GEMM ran them as one product per group (M = 8, K = 72), the groups one after the
@@ -8,7 +8,8 @@ thread. runtime/o2e_gconv.h makes the group the unit of work: a thread splits th
 input into zero-bordered phase planes in its own workspace slot (pool2d.phase_split, as the
 implicit GEMM does) and multiplies them by the group's 8-row weight panels (packed here) in
 register tiles read straight from the planes, adding bias, residual and activation as it
-stores.
+stores. Tiles: AVX-512 8 x 32, AVX2 2 x (4 x 24), NEON 8 x 12 (o2e_gconv.h); x86-64-v2 and
+portable builds keep the implicit GEMM on maps of >= IMPLICIT_MIN_COLS outputs.
 """
 
 from __future__ import annotations
@@ -27,9 +28,15 @@ NB_MAX = 32  # widest tile (O2E_GC_NB at AVX-512): the tail slot is sized for it
 # Input channels per group this kernel is for (RegNetX 8, ResNeXt 4-32): wider groups, a few of
 # them, are ordinary convolutions the lanes / GEMM strategies run better (a 2-group 3x1 layer of
 # 168 channels a group stays on the lanes kernel).
+SLACK = 2 * NB_MAX  # floats past a thread's planes (O2E_GC_SLACK), zero
 MAX_CG = 32
 MAX_MG = 64  # above this, one product per group has rows enough for the GEMM engine
 MAX_K = 576  # taps per output (cg * kh * kw): 64 channels of 3x3 (O2E_GC_KMAX)
+# builds with o2e_gconv.h register tiles (o2e_gemm.h's O2E_GEMM_AVX512 / AVX2 / NEON tests)
+TILED_ISAS = (
+    "defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || "
+    "(defined(__ARM_NEON) && defined(__aarch64__))"
+)
 MAX_PLANES_BYTES = 8 << 20  # a thread's copy of one group's input (conv_gemm.PHASED_MAX_BYTES)
 
 
@@ -47,6 +54,17 @@ def refuse(spec: ConvSpec) -> str | None:
     if spec.cg * sh * sw * HQ * WQ * 4 > MAX_PLANES_BYTES:
         return f"a group's phase planes over {MAX_PLANES_BYTES >> 20} MB"
     return None
+
+
+def plane_row(W: int, WQ: int, sw: int, pl: int, pr: int) -> int:
+    """Floats a plane row: a column stride of 1 lets a row's right pad be the next row's left
+    pad (both zero, never written), W + max(pl, pr) instead of W + pl + pr: fewer flat
+    positions computed and dropped (RegNetX's 7x7 maps: 55 instead of 61, 56 instead of 64 in
+    AVX2 tiles). The last row's right pad then reads min(pl, pr) floats past its plane: the next
+    plane's left pad or the workspace's SLACK."""
+    if sw != 1 or not 0 < min(pl, pr) <= NB_MAX:
+        return WQ
+    return W + max(pl, pr)
 
 
 def pack(weights: np.ndarray, group: int) -> np.ndarray:
@@ -70,10 +88,13 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     pt, pl = spec.pads[0], spec.pads[1]
     K, P = spec.cg * kh * kw, OH * OW
     HQ, WQ = pool2d.phase_geometry(OH, OW, kh, kw, sh, sw, dh, dw)
+    WQ = plane_row(W, WQ, sw, spec.pads[1], spec.pads[3])
     wsym = ctx.weight("gconv", pack(spec.weights, group))
     nq = (OH - 1) * WQ + OW  # o2e_gconv_groups' flat positions, in whole tiles
-    wide = -(-spec.mg // MB) * MB * (-(-nq // NB_MAX) * NB_MAX)
-    ws_per = spec.cg * sh * sw * HQ * WQ + NB_MAX + wide  # the tail tile reads past the planes
+    # rows of nq rounded up to the build's tile width (o2e_gconv.h: 8 to 32 per ISA)
+    wide = -(-spec.mg // MB) * MB * (nq + NB_MAX)
+    # SLACK: the last tile reads past the planes, the shared pad column up to min(pl, pr) more
+    ws_per = spec.cg * sh * sw * HQ * WQ + SLACK + wide
     ws = ctx.scratch(ws_per * 4 * plan_threads(ctx))
     split = pool2d.phase_split(ctx, sh, sw)
     _use_engine(ctx)  # o2e_act, o2e_act1_, o2e_parallel_for
@@ -94,12 +115,12 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
         "}",
     ]
     fast = "\n".join(lines) + post_act(spec.act, post, N * M, P, y.sym, P)
-    # measured only at AVX-512 (x86-64-v3 RegNetX-200MF: 4.9 -> 8.1 ms with 8-wide tiles):
-    # other builds keep the implicit GEMM / im2col per group
+    # AVX-512, AVX2+FMA and NEON have register tiles of their own (o2e_gconv.h); other
+    # builds (x86-64-v2, portable: 8 x 8 plain C) keep the implicit GEMM / im2col per group
     if P < conv_gemm.IMPLICIT_MIN_COLS:  # no implicit GEMM for it: this path at every ISA
         return fast
     other = conv_gemm._emit_gemm(ctx, spec, "implicit")
-    return "\n".join(["#if defined(__AVX512F__)", fast, "#else", other, "#endif"])
+    return "\n".join([f"#if {TILED_ISAS}", fast, "#else", other, "#endif"])
 
 
 # after the depthwise strategies, before Winograd: grouped, few channels a group (groups
