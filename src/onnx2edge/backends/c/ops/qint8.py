@@ -75,6 +75,17 @@ def qconcat(ctx: NodeContext) -> str:
     return f"for (size_t o = 0; o < {outer}; ++o) {{\n  {body}\n}}"
 
 
+@register_op("o2e:QLut", check=_internal)
+def qlut(ctx: NodeContext) -> str:
+    """An element-wise op between DequantizeLinear and QuantizeLinear as a 256-byte table
+    (passes/qdq_int8._rewrite_lut, _gated_self): o2e_qlut, vpermi2b where VBMI is compiled in."""
+    x, y = ctx.x(0), ctx.y(0)
+    qdw_runtime(ctx)
+    ctx.kernel("int8 table lookup")
+    n = int(np.prod(x.shape))
+    return f"o2e_qlut({n}, (const uint8_t *){x.sym}, (const uint8_t *){ctx.x(1).sym}, (uint8_t *){y.sym});"
+
+
 @register_op("o2e:QMaxPool", check=_internal)
 def qmaxpool(ctx: NodeContext) -> str:
     """2-D MaxPool on quantized bytes (o2e_qmaxpool): the pass checked kernel, pads, strides
