@@ -18,7 +18,8 @@ QLinearMatMul; a fused one by its `base_op`) into what the kernels need, compute
 zero point subtracted, per-output requantisation scales x_scale * w_scale / y_scale in
 float32 (onnxruntime's order of operations), the int32 bias, the output clamp. A pattern the
 kernels cannot run (3-D convolutions, grouped non-depthwise convolutions, weights that do not
-fit int8 after their zero point, per-row activation scales) is left as it was.
+fit int8 after their zero point, per-row activation scales) is left as it was. Grouped
+convolutions run one product per group.
 Only the C backend runs this pass.
 """
 
@@ -54,7 +55,9 @@ class Int8Plan:
     kind: "gemm" (conv as an implicit GEMM), "depthwise" or "matmul" (activations [R, K] times
     constant [K, N]). w: int8 [M, K] (M output channels or columns) minus its zero point;
     bias: int32 [M]; scale: float32 [M]; x_zp / y_zp the activation zero points; x_signed
-    whether activations are int8; lo / hi the output clamp (type range and fused activation).
+    whether activations are int8; lo / hi the output clamp (type range and fused activation);
+    groups: a grouped convolution's groups (kind "gemm", w's rows group after group, each
+    [M / groups, C / groups * kh * kw]).
     """
 
     kind: str
@@ -66,6 +69,7 @@ class Int8Plan:
     y_zp: int
     lo: int
     hi: int
+    groups: int = 1
 
 
 def _scalar(graph: Graph, name: str) -> np.ndarray | None:
@@ -127,10 +131,10 @@ def int8_plan(graph: Graph, node: Node) -> Int8Plan | None:
             return None
         M, cg = w.shape[0], w.shape[1]
         C, g = x.static_shape[1], int(node.attr("group", 1))
-        if g == 1:
-            kind = "gemm"
-        elif g == C == M and cg == 1:
+        if g == C == M and cg == 1:
             kind = "depthwise"
+        elif g >= 1 and C == g * cg and M % g == 0:
+            kind = "gemm"  # grouped: one product per group (RegNet, ResNeXt)
         else:
             return None
         wz_b = wz.reshape(-1, 1, 1, 1) if wz.size > 1 else wz.reshape(())
@@ -157,9 +161,10 @@ def int8_plan(graph: Graph, node: Node) -> Int8Plan | None:
     bounds = _clamp_bounds(node, f32(ys.reshape(-1)[0]), yz_i, yn)
     if bounds is None or not np.all(np.isfinite(scale)):
         return None
+    groups = int(node.attr("group", 1)) if kind == "gemm" and op[1] == "QLinearConv" else 1
     return Int8Plan(
         kind, np.ascontiguousarray(w2.astype(np.int8)), bias, scale, xz_i, xn == "int8", yz_i,
-        *bounds,
+        *bounds, groups,
     )  # fmt: skip
 
 
