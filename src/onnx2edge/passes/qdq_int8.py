@@ -446,6 +446,8 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
         # QLinearMul's float32 product DQ(x) * DQ(gate), quantized: a table of x alone
         table = rw.const(f"{node.name}/lut", _quantize(gs[1], qp))
         return Node(node.name, "QLut", (gs[0], table), q.outputs, {}, domain=DOMAIN), q
+    if op == "Mul" and activation_of(node) is None:
+        return _rewrite_mul(rw, node, q)
     if op == "Concat":
         ins: list[str] = []
         for i in node.inputs:
@@ -468,6 +470,39 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
         ins += [rw.zp(node, db, 2), q.inputs[1], rw.zp(node, q, 2)]
         return _integer_node(node, "QAdd", DOMAIN, tuple(ins), q.outputs, {}), q
     return None
+
+
+def mul_rows(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    """How many rows o2e QMul's B gives one value each when A has shape `a`: B of A's shape
+    with trailing axes of 1 (squeeze-and-excitation's [N, C, 1, 1] gate); None otherwise."""
+    if len(a) != len(b) or a == b:
+        return None
+    k = len(b)
+    while k > 0 and b[k - 1] == 1:
+        k -= 1
+    if k == len(b) or tuple(b[:k]) != tuple(a[:k]):
+        return None
+    return int(np.prod(a[:k]))
+
+
+def _rewrite_mul(rw: _Rewrite, node: Node, q: Node) -> tuple[Node, Node] | None:
+    """DQ(A), DQ(B) -> Mul -> Q of one shape, or B one value per row of A (the gate of a
+    squeeze-and-excitation block): o2e QMul, onnxruntime's QLinearMul in float32."""
+    g = rw.graph
+    da, db = _dq(g, node.inputs[0]), _dq(g, node.inputs[1])
+    if da is None or db is None or _qparams(g, da) is None or _qparams(g, db) is None:
+        return None
+    ta, tb = g.type_of(da.inputs[0]), g.type_of(db.inputs[0])
+    if ta is None or tb is None or not ta.is_static or not tb.is_static:
+        return None
+    sa, sb = tuple(ta.static_shape), tuple(tb.static_shape)
+    if sa != sb and mul_rows(sa, sb) is None:
+        if mul_rows(sb, sa) is None:
+            return None
+        da, db = db, da  # the per-row operand second
+    ins = [da.inputs[0], da.inputs[1], rw.zp(node, da, 2), db.inputs[0], db.inputs[1]]
+    ins += [rw.zp(node, db, 2), q.inputs[1], rw.zp(node, q, 2)]
+    return Node(node.name, "QMul", tuple(ins), q.outputs, {}, domain=DOMAIN), q
 
 
 _AVG_POOLS = ("AveragePool", "GlobalAveragePool")
