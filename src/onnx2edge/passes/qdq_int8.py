@@ -18,7 +18,8 @@ QLinearMatMul; a fused one by its `base_op`) into what the kernels need, compute
 zero point subtracted, per-output requantisation scales x_scale * w_scale / y_scale in
 float32 (onnxruntime's order of operations), the int32 bias, the output clamp. A pattern the
 kernels cannot run (3-D convolutions, grouped non-depthwise convolutions, weights that do not
-fit int8 after their zero point, per-row activation scales) is left as it was.
+fit int8 after their zero point, per-row activation scales) is left as it was. Grouped
+convolutions run one product per group.
 Only the C backend runs this pass.
 """
 
@@ -54,7 +55,9 @@ class Int8Plan:
     kind: "gemm" (conv as an implicit GEMM), "depthwise" or "matmul" (activations [R, K] times
     constant [K, N]). w: int8 [M, K] (M output channels or columns) minus its zero point;
     bias: int32 [M]; scale: float32 [M]; x_zp / y_zp the activation zero points; x_signed
-    whether activations are int8; lo / hi the output clamp (type range and fused activation).
+    whether activations are int8; lo / hi the output clamp (type range and fused activation);
+    groups: a grouped convolution's groups (kind "gemm", w's rows group after group, each
+    [M / groups, C / groups * kh * kw]).
     """
 
     kind: str
@@ -66,6 +69,7 @@ class Int8Plan:
     y_zp: int
     lo: int
     hi: int
+    groups: int = 1
 
 
 def _scalar(graph: Graph, name: str) -> np.ndarray | None:
@@ -127,10 +131,10 @@ def int8_plan(graph: Graph, node: Node) -> Int8Plan | None:
             return None
         M, cg = w.shape[0], w.shape[1]
         C, g = x.static_shape[1], int(node.attr("group", 1))
-        if g == 1:
-            kind = "gemm"
-        elif g == C == M and cg == 1:
+        if g == C == M and cg == 1:
             kind = "depthwise"
+        elif g >= 1 and C == g * cg and M % g == 0:
+            kind = "gemm"  # grouped: one product per group (RegNet, ResNeXt)
         else:
             return None
         wz_b = wz.reshape(-1, 1, 1, 1) if wz.size > 1 else wz.reshape(())
@@ -157,9 +161,10 @@ def int8_plan(graph: Graph, node: Node) -> Int8Plan | None:
     bounds = _clamp_bounds(node, f32(ys.reshape(-1)[0]), yz_i, yn)
     if bounds is None or not np.all(np.isfinite(scale)):
         return None
+    groups = int(node.attr("group", 1)) if kind == "gemm" and op[1] == "QLinearConv" else 1
     return Int8Plan(
         kind, np.ascontiguousarray(w2.astype(np.int8)), bias, scale, xz_i, xn == "int8", yz_i,
-        *bounds,
+        *bounds, groups,
     )  # fmt: skip
 
 
@@ -308,6 +313,106 @@ def _plain_pool(node: Node, graph: Graph) -> bool:
 
 _PASSTHROUGH = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")
 
+# element-wise ops tabulated for DQ -> op -> Q (o2e QLut): each is a function of one byte
+_LUT_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Erf", "Elu")
+
+
+def _act_f32(node: Node, f: np.ndarray) -> np.ndarray | None:
+    """`node`'s element-wise op on the float32 values f, rounded to float32 once: the
+    transcendental ones in float64 then rounded (onnxruntime's float32 kernels are within an
+    ulp or two of that, which moves a quantized byte only where f / y_scale sits on a
+    rounding tie; tests/test_c_int8_lut.py checks every byte against onnxruntime)."""
+    import math
+
+    f32, d = np.float32, f.astype(np.float64)
+    op = node.op_type
+    if op == "Sigmoid":
+        return (1.0 / (1.0 + np.exp(-d))).astype(f32)
+    if op == "Tanh":
+        return np.tanh(d).astype(f32)
+    if op == "Erf":
+        return np.array([math.erf(v) for v in d], f32)
+    if op == "Relu":
+        return np.maximum(f, f32(0))
+    if op == "LeakyRelu":
+        return np.where(f < 0, f * f32(node.attr("alpha", 0.01)), f).astype(f32)
+    if op == "Elu":
+        a = f32(node.attr("alpha", 1.0))
+        return np.where(f < 0, a * np.expm1(d).astype(f32), f).astype(f32)
+    if op == "HardSigmoid":
+        a, b = f32(node.attr("alpha", 0.2)), f32(node.attr("beta", 0.5))
+        return np.clip(f * a + b, f32(0), f32(1)).astype(f32)
+    if op == "HardSwish":
+        return (f * np.clip(f * f32(1 / 6) + f32(0.5), f32(0), f32(1))).astype(f32)
+    return None
+
+
+def _dq_values(src: tuple[float, int, str]) -> np.ndarray:
+    """DequantizeLinear of every byte (index = the byte's bits), in float32."""
+    v = np.arange(256, dtype=np.uint8).view(np.dtype(src[2])).astype(np.int32)
+    return (v - src[1]).astype(np.float32) * np.float32(src[0])
+
+
+def _quantize(f: np.ndarray, dst: tuple[float, int, str]) -> np.ndarray:
+    """QuantizeLinear in float32: round half to even of f / scale, plus the zero point."""
+    lo, hi = QRANGE[dst[2]]
+    with np.errstate(all="ignore"):
+        r = f.astype(np.float32) / np.float32(dst[0])
+    r = np.nan_to_num(r, nan=0.0, posinf=hi, neginf=lo)
+    return np.clip(np.rint(r) + dst[1], lo, hi).astype(np.dtype(dst[2]))
+
+
+def _lut_source(g: Graph, node: Node) -> tuple[Node, tuple[float, int, str]] | None:
+    """The DequantizeLinear feeding a tabulated op `node` and its parameters."""
+    if node.domain != "" or node.op_type not in _LUT_OPS or len(node.inputs) != 1:
+        return None
+    dq = _dq(g, node.inputs[0])
+    p = _qparams(g, dq) if dq is not None else None
+    return (dq, p) if dq is not None and p is not None else None
+
+
+def _rewrite_lut(rw: _Rewrite, node: Node, q: Node, qp: tuple[float, int, str]) -> tuple[Node, Node] | None:  # fmt: skip
+    """DQ -> Sigmoid / HardSwish / ... -> Q: one table lookup per byte (o2e QLut)."""
+    src = _lut_source(rw.graph, node)
+    if src is None:
+        return None
+    f = _act_f32(node, _dq_values(src[1]))
+    if f is None:
+        return None
+    table = rw.const(f"{node.name}/lut", _quantize(f, qp))
+    return Node(node.name, "QLut", (src[0].inputs[0], table), q.outputs, {}, domain=DOMAIN), q
+
+
+def _gated_self(g: Graph, node: Node) -> tuple[str, np.ndarray] | None:
+    """Mul(DQ(x), DQ(Q(act(DQ(x))))): SiLU's x * sigmoid(x), HardSwish written as
+    x * hardsigmoid(x). Returns x and DQ(x) * DQ(table[x]) for every byte when the gate's
+    quantized tensor feeds only this product, else None."""
+    if node.domain != "" or node.op_type != "Mul" or len(node.inputs) != 2:
+        return None
+    for xi, gi in ((0, 1), (1, 0)):
+        dx, dgate = _dq(g, node.inputs[xi]), _dq(g, node.inputs[gi])
+        if dx is None or dgate is None:
+            continue
+        px, pg = _qparams(g, dx), _qparams(g, dgate)
+        qg = g.producer(dgate.inputs[0])
+        if px is None or pg is None or qg is None or qg.op_type != "QuantizeLinear":
+            continue
+        if qg.domain != "" or _qparams(g, qg) != pg or dgate.inputs[0] in g.outputs:
+            continue
+        if len(g.consumers(dgate.inputs[0])) != 1 or len(g.consumers(dgate.outputs[0])) != 1:
+            continue
+        act = g.producer(qg.inputs[0])
+        src = _lut_source(g, act) if act is not None else None
+        if src is None or src[0].inputs[0] != dx.inputs[0] or src[1] != px:
+            continue
+        if _only_q(g, act) is not qg:  # type: ignore[arg-type]
+            continue
+        fa = _act_f32(act, _dq_values(px))  # type: ignore[arg-type]
+        if fa is None:
+            continue
+        return dx.inputs[0], _dq_values(px) * _dq_values(pg)[_quantize(fa, pg).view(np.uint8)]
+    return None
+
 
 def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     """DQ -> MaxPool / reshapes -> Q with one scale: the op on the integers (its values are
@@ -335,6 +440,14 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
         return node.replace(inputs=(dq.inputs[0], *node.inputs[1:]), outputs=q.outputs), q
     if op in _AVG_POOLS:
         return _rewrite_avg_pool(rw, node, q, qp)
+    if op in _LUT_OPS:
+        return _rewrite_lut(rw, node, q, qp)
+    if op == "Mul" and (gs := _gated_self(g, node)) is not None:
+        # QLinearMul's float32 product DQ(x) * DQ(gate), quantized: a table of x alone
+        table = rw.const(f"{node.name}/lut", _quantize(gs[1], qp))
+        return Node(node.name, "QLut", (gs[0], table), q.outputs, {}, domain=DOMAIN), q
+    if op == "Mul" and activation_of(node) is None:
+        return _rewrite_mul(rw, node, q)
     if op == "Concat":
         ins: list[str] = []
         for i in node.inputs:
@@ -357,6 +470,39 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
         ins += [rw.zp(node, db, 2), q.inputs[1], rw.zp(node, q, 2)]
         return _integer_node(node, "QAdd", DOMAIN, tuple(ins), q.outputs, {}), q
     return None
+
+
+def mul_rows(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    """How many rows o2e QMul's B gives one value each when A has shape `a`: B of A's shape
+    with trailing axes of 1 (squeeze-and-excitation's [N, C, 1, 1] gate); None otherwise."""
+    if len(a) != len(b) or a == b:
+        return None
+    k = len(b)
+    while k > 0 and b[k - 1] == 1:
+        k -= 1
+    if k == len(b) or tuple(b[:k]) != tuple(a[:k]):
+        return None
+    return int(np.prod(a[:k]))
+
+
+def _rewrite_mul(rw: _Rewrite, node: Node, q: Node) -> tuple[Node, Node] | None:
+    """DQ(A), DQ(B) -> Mul -> Q of one shape, or B one value per row of A (the gate of a
+    squeeze-and-excitation block): o2e QMul, onnxruntime's QLinearMul in float32."""
+    g = rw.graph
+    da, db = _dq(g, node.inputs[0]), _dq(g, node.inputs[1])
+    if da is None or db is None or _qparams(g, da) is None or _qparams(g, db) is None:
+        return None
+    ta, tb = g.type_of(da.inputs[0]), g.type_of(db.inputs[0])
+    if ta is None or tb is None or not ta.is_static or not tb.is_static:
+        return None
+    sa, sb = tuple(ta.static_shape), tuple(tb.static_shape)
+    if sa != sb and mul_rows(sa, sb) is None:
+        if mul_rows(sb, sa) is None:
+            return None
+        da, db = db, da  # the per-row operand second
+    ins = [da.inputs[0], da.inputs[1], rw.zp(node, da, 2), db.inputs[0], db.inputs[1]]
+    ins += [rw.zp(node, db, 2), q.inputs[1], rw.zp(node, q, 2)]
+    return Node(node.name, "QMul", tuple(ins), q.outputs, {}, domain=DOMAIN), q
 
 
 _AVG_POOLS = ("AveragePool", "GlobalAveragePool")
@@ -413,7 +559,9 @@ def _rewrite_avg_pool(
 def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     """The integer node replacing `node` and the QuantizeLinear it absorbs, or None."""
     g = rw.graph
-    if node.domain == "" and node.op_type in (*_PASSTHROUGH, *_AVG_POOLS, "Concat", "Add"):
+    if node.domain == "" and node.op_type in (
+        *_PASSTHROUGH, *_AVG_POOLS, *_LUT_OPS, "Concat", "Add", "Mul"
+    ):  # fmt: skip
         return _rewrite_data(rw, node)
     if is_fused(node) and base_op(node) == "Add":  # o2e.AddAct (fuse_activation)
         return _rewrite_data(rw, node)
@@ -529,11 +677,20 @@ def _accepted(graph: Graph, node: Node) -> bool:
 
 
 def _drop_dead_dq(graph: Graph) -> Graph:
-    """DequantizeLinear nodes whose outputs nobody reads any more (weights, biases)."""
-    used = {i for n in graph.nodes for i in n.inputs if i} | set(graph.outputs)
-    nodes = [
-        n
-        for n in graph.nodes
-        if not (n.op_type == "DequantizeLinear" and not any(o in used for o in n.outputs))
-    ]
+    """DequantizeLinear nodes whose outputs nobody reads any more (weights, biases), and the
+    o2e QLut of a gate a product's table absorbed (x * sigmoid(x)), to a fixed point."""
+    nodes = list(graph.nodes)
+    while True:
+        used = {i for n in nodes for i in n.inputs if i} | set(graph.outputs)
+        keep = [
+            n
+            for n in nodes
+            if not (
+                (n.op_type == "DequantizeLinear" or (n.domain == DOMAIN and n.op_type == "QLut"))
+                and not any(o in used for o in n.outputs)
+            )
+        ]
+        if len(keep) == len(nodes):
+            break
+        nodes = keep
     return graph.with_nodes(nodes) if len(nodes) != len(graph.nodes) else graph

@@ -36,6 +36,8 @@ fused forms:
 | `o2e.QAdd` | QLinearAdd of two tensors of one shape (onnxruntime's com.microsoft op, in float32) | A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point |
 | `o2e.QConcat` | Concat of quantized tensors, each requantized to the output's scale by a 256-entry table ("" when the scales agree) | X0, table0, X1, table1, ... |
 | `o2e.QMaxPool` | MaxPool on int8 / uint8 (no Indices output) | X |
+| `o2e.QMul` | QLinearMul in float32: B of A's shape, or one value per leading row of A (trailing axes of 1) | A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point |
+| `o2e.QLut` | Y[i] = table[X[i]]: an element-wise op between DequantizeLinear and QuantizeLinear (Sigmoid, x * sigmoid(x), HardSwish, ...) tabulated for all 256 bytes | X, table |
 | `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 | `o2e.ScaledSoftmax` | Softmax(X * scale) (LogSoftmax with `log` 1) over the last axis, X float32, scale a float32 scalar constant: attention's scores times 1/sqrt(d) (C backend, passes/fuse_softmax_scale) | X, scale |
 | `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
@@ -148,6 +150,28 @@ def _qconcat_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
     _set_output(ctx, elem, dims)
 
 
+def _qlut_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    # the table holds the output's bytes; X's shape is kept
+    elem = _elem_type(ctx, 1)
+    if elem is not None:
+        _set_output(ctx, elem, _dims(ctx, 0))
+
+
+def _qlut_schema() -> OpSchema:
+    sch = OpSchema(
+        "QLut",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op (passes/qdq_int8): Y[i] = table[X[i]] with table[v] = "
+        "QuantizeLinear(f(DequantizeLinear(v))) for every byte v, f an element-wise op.",
+        inputs=[_Param("X", "T1", ""), _Param("table", "T2", "256 bytes")],
+        outputs=[_Param("Y", "T2", "")],
+        type_constraints=[(t, _QTYPES, "") for t in ("T1", "T2")],
+    )
+    sch.set_type_and_shape_inference_function(_qlut_infer)
+    return sch
+
+
 def _internal_schemas() -> list[OpSchema]:
     qmm = onnx.defs.get_schema("QLinearMatMul", onnx.defs.onnx_opset_version(), "")
     qgemm = OpSchema(
@@ -192,6 +216,17 @@ def _internal_schemas() -> list[OpSchema]:
         type_constraints=[(t, _QTYPES, "") for t in ("T1", "T2", "T3")],
     )
     qadd.set_type_and_shape_inference_function(_qadd_infer)
+    qmul = OpSchema(
+        "QMul",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op (passes/qdq_int8): Q(DQ(A) * DQ(B)) in float32 as onnxruntime's "
+        "QLinearMul, B of A's shape or one value per leading row of A (trailing axes of 1).",
+        inputs=list(qadd.inputs),
+        outputs=list(qadd.outputs),
+        type_constraints=[(t, _QTYPES, "") for t in ("T1", "T2", "T3")],
+    )
+    qmul.set_type_and_shape_inference_function(_qadd_infer)
     qconcat = OpSchema(
         "QConcat",
         DOMAIN,
@@ -229,7 +264,7 @@ def _internal_schemas() -> list[OpSchema]:
     # MaxPool's inference sets Indices only when the node has a second output
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
     return [
-        qgemm, qadd, qconcat, qmaxpool, *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
+        qgemm, qadd, qmul, qconcat, qmaxpool, _qlut_schema(), *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
         _bounded_schema(), _scaled_softmax_schema(),
     ]  # fmt: skip
 
@@ -327,7 +362,7 @@ def _schema(f: FusedOp) -> OpSchema:
 
 
 INTERNAL_OPS = (
-    "QGemm", "QAdd", "QConcat", "QMaxPool", "QAveragePool", "QGlobalAveragePool", "IfSelect",
+    "QGemm", "QAdd", "QMul", "QConcat", "QMaxPool", "QLut", "QAveragePool", "QGlobalAveragePool", "IfSelect",
     "Bounded", "ScaledSoftmax",
 )  # fmt: skip
 

@@ -75,6 +75,50 @@ def qconcat(ctx: NodeContext) -> str:
     return f"for (size_t o = 0; o < {outer}; ++o) {{\n  {body}\n}}"
 
 
+@register_op("o2e:QMul", check=_internal)
+def qmul(ctx: NodeContext) -> str:
+    """QLinearMul as onnxruntime's x86 / Arm kernels compute it (o2e_qmul, runtime/o2e_qdw.h;
+    the reference float formula differs from them by a step at ties): B of A's shape, or
+    one value per row (passes/qdq_int8.mul_rows: squeeze-and-excitation's gate)."""
+    from ....passes.qdq_int8 import QRANGE, mul_rows
+
+    a, b, y = ctx.x(0), ctx.x(3), ctx.y(0)
+    g = ctx.graph
+
+    def s(i: int) -> np.float32:
+        return np.float32(g.const(ctx.node.inputs[i]).reshape(-1)[0])
+
+    def z(i: int) -> int:
+        return int(g.const(ctx.node.inputs[i]).reshape(-1)[0])
+
+    # mlas: ScaleA * ScaleB / ScaleC in float32
+    with np.errstate(all="ignore"):
+        ratio = c_float(float(np.float32(s(1) * s(4)) / s(6)))
+    rows = mul_rows(tuple(a.shape), tuple(b.shape))
+    n = a.size // rows if rows else a.size
+    bsr, bsi = (1, 0) if rows else (n, 1)
+    sgn = (np.dtype(a.dtype).name == "int8") | 2 * (np.dtype(b.dtype).name == "int8")
+    lo, hi = QRANGE[np.dtype(y.dtype).name]
+    qdw_runtime(ctx)
+    ctx.kernel("int8 mul (per-row)" if rows else "int8 mul")
+    return (
+        f"o2e_qmul({rows or 1}, {n}, (const uint8_t *){a.sym}, (const uint8_t *){b.sym}, {bsr}, "
+        f"{bsi}, {sgn}, {z(2)}, {z(5)}, {ratio}, {z(7)}, {lo}, {hi}, "
+        f"(uint8_t *){y.sym});"
+    )
+
+
+@register_op("o2e:QLut", check=_internal)
+def qlut(ctx: NodeContext) -> str:
+    """An element-wise op between DequantizeLinear and QuantizeLinear as a 256-byte table
+    (passes/qdq_int8._rewrite_lut, _gated_self): o2e_qlut, vpermi2b where VBMI is compiled in."""
+    x, y = ctx.x(0), ctx.y(0)
+    qdw_runtime(ctx)
+    ctx.kernel("int8 table lookup")
+    n = int(np.prod(x.shape))
+    return f"o2e_qlut({n}, (const uint8_t *){x.sym}, (const uint8_t *){ctx.x(1).sym}, (uint8_t *){y.sym});"
+
+
 @register_op("o2e:QMaxPool", check=_internal)
 def qmaxpool(ctx: NodeContext) -> str:
     """2-D MaxPool on quantized bytes (o2e_qmaxpool): the pass checked kernel, pads, strides

@@ -863,6 +863,135 @@ static inline void o2e_qquant(size_t n, const float *x, float scale, int32_t zp,
   }
 }
 
+/* QLinearMul as onnxruntime's SSE2 / NEON kernels compute it (mlas qlmul.cpp): the integer
+ * product (a - za) * (b - zb) in float32, times ratio = sa * sb / sc, plus (float)zc (two
+ * roundings: the pin keeps -ffp-contract=fast from fusing them into an fma), rounded half to
+ * even, saturated to [lo, hi] (an out-of-range float converts to INT32_MIN on x86, and
+ * saturates on Arm, before the packing saturation). Rows of n bytes; b read at
+ * b[r * bsr + i * bsi] (bsi 0: one value a row, squeeze-and-excitation's gate; bsi 1, bsr n:
+ * one shape). sgn bit 0 / 1: a / b are int8. */
+#if defined(__x86_64__) || defined(__i386__)
+#define O2E_QM_PIN(v) __asm__("" : "+x"(v))
+#elif defined(__aarch64__)
+#define O2E_QM_PIN(v) __asm__("" : "+w"(v))
+#endif
+static inline int32_t o2e_qmul1_(int32_t p, float ratio, float zcf) {
+#if defined(O2E_QM_PIN)
+  float t = (float)p * ratio;
+  O2E_QM_PIN(t);
+#else
+  volatile float t = (float)p * ratio;
+#endif
+  const float u = t + zcf;
+  if (!(u > -2147483648.0f && u < 2147483648.0f)) {
+#if defined(__aarch64__) || defined(__arm__)
+    return u > 0 ? INT32_MAX : INT32_MIN;
+#else
+    return INT32_MIN;
+#endif
+  }
+  return (int32_t)nearbyintf(u);
+}
+
+static inline void o2e_qmul(size_t rows, size_t n, const uint8_t *a, const uint8_t *b, size_t bsr,
+                            size_t bsi, int sgn, int32_t za, int32_t zb, float ratio, int32_t zc,
+                            int32_t lo, int32_t hi, uint8_t *y) {
+  const float zcf = (float)zc;
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t *ar = a + r * n, *br = b + r * bsr;
+    uint8_t *yr = y + r * n;
+    size_t i = 0;
+#if defined(O2E_QD_AVX512)
+    {
+      const __m512i vza = _mm512_set1_epi32(za), vzb = _mm512_set1_epi32(zb);
+      const __m512i vlo = _mm512_set1_epi32(lo), vhi = _mm512_set1_epi32(hi);
+      const __m512 vr = _mm512_set1_ps(ratio), vz = _mm512_set1_ps(zcf);
+      for (; i + 16 <= n; i += 16) {
+        const __m128i a8 = _mm_loadu_si128((const __m128i *)(ar + i));
+        const __m512i av = (sgn & 1) ? _mm512_cvtepi8_epi32(a8) : _mm512_cvtepu8_epi32(a8);
+        __m512i bv;
+        if (bsi == 0) {
+          bv = _mm512_set1_epi32((sgn & 2) ? (int32_t)(int8_t)br[0] : (int32_t)br[0]);
+        } else {
+          const __m128i b8 = _mm_loadu_si128((const __m128i *)(br + i));
+          bv = (sgn & 2) ? _mm512_cvtepi8_epi32(b8) : _mm512_cvtepu8_epi32(b8);
+        }
+        const __m512i p = _mm512_mullo_epi32(_mm512_sub_epi32(av, vza), _mm512_sub_epi32(bv, vzb));
+        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(p), vr);
+        O2E_QM_PIN(t);
+        __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(t, vz));
+        q = _mm512_min_epi32(_mm512_max_epi32(q, vlo), vhi);
+        _mm_storeu_si128((__m128i *)(yr + i), _mm512_cvtepi32_epi8(q));
+      }
+    }
+#elif defined(O2E_QD_AVX2)
+    {
+      const __m256i vza = _mm256_set1_epi32(za), vzb = _mm256_set1_epi32(zb);
+      const __m256i vlo = _mm256_set1_epi32(lo), vhi = _mm256_set1_epi32(hi);
+      const __m256 vr = _mm256_set1_ps(ratio), vz = _mm256_set1_ps(zcf);
+      for (; i + 8 <= n; i += 8) {
+        const __m128i a8 = _mm_loadl_epi64((const __m128i *)(ar + i));
+        const __m256i av = (sgn & 1) ? _mm256_cvtepi8_epi32(a8) : _mm256_cvtepu8_epi32(a8);
+        __m256i bv;
+        if (bsi == 0) {
+          bv = _mm256_set1_epi32((sgn & 2) ? (int32_t)(int8_t)br[0] : (int32_t)br[0]);
+        } else {
+          const __m128i b8 = _mm_loadl_epi64((const __m128i *)(br + i));
+          bv = (sgn & 2) ? _mm256_cvtepi8_epi32(b8) : _mm256_cvtepu8_epi32(b8);
+        }
+        const __m256i p = _mm256_mullo_epi32(_mm256_sub_epi32(av, vza), _mm256_sub_epi32(bv, vzb));
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(p), vr);
+        O2E_QM_PIN(t);
+        __m256i q = _mm256_cvtps_epi32(_mm256_add_ps(t, vz));
+        q = _mm256_min_epi32(_mm256_max_epi32(q, vlo), vhi); /* bytes: no saturation below */
+        q = _mm256_packs_epi32(q, q);
+        q = _mm256_permute4x64_epi64(q, 0x08);
+        const __m128i q16 = _mm256_castsi256_si128(q);
+        _mm_storel_epi64((__m128i *)(yr + i),
+                         lo < 0 ? _mm_packs_epi16(q16, q16) : _mm_packus_epi16(q16, q16));
+      }
+    }
+#elif defined(O2E_QD_NEON)
+    {
+      const int32x4_t vza = vdupq_n_s32(za), vzb = vdupq_n_s32(zb);
+      const int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
+      const float32x4_t vr = vdupq_n_f32(ratio), vz = vdupq_n_f32(zcf);
+      for (; i + 8 <= n; i += 8) {
+        const uint8x8_t a8 = vld1_u8(ar + i);
+        const int16x8_t a16 = (sgn & 1) ? vmovl_s8(vreinterpret_s8_u8(a8))
+                                        : vreinterpretq_s16_u16(vmovl_u8(a8));
+        int16x8_t b16;
+        if (bsi == 0) {
+          b16 = vdupq_n_s16((sgn & 2) ? (int16_t)(int8_t)br[0] : (int16_t)br[0]);
+        } else {
+          const uint8x8_t b8 = vld1_u8(br + i);
+          b16 = (sgn & 2) ? vmovl_s8(vreinterpret_s8_u8(b8)) : vreinterpretq_s16_u16(vmovl_u8(b8));
+        }
+        int32x4_t q[2];
+        for (int h = 0; h < 2; ++h) {
+          const int32x4_t av = vmovl_s16(h ? vget_high_s16(a16) : vget_low_s16(a16));
+          const int32x4_t bv = vmovl_s16(h ? vget_high_s16(b16) : vget_low_s16(b16));
+          const int32x4_t p = vmulq_s32(vsubq_s32(av, vza), vsubq_s32(bv, vzb));
+          float32x4_t t = vmulq_f32(vcvtq_f32_s32(p), vr);
+          O2E_QM_PIN(t);
+          q[h] = vminq_s32(vmaxq_s32(vcvtnq_s32_f32(vaddq_f32(t, vz)), vlo), vhi);
+        }
+        vst1_u8(yr + i, vreinterpret_u8_s8(vmovn_s16(vcombine_s16(vmovn_s32(q[0]), vmovn_s32(q[1])))));
+      }
+    }
+#endif
+    /* the tail by pointers (see o2e_qquant) */
+    const uint8_t *ae = ar + n;
+    const uint8_t *bp = br + i * bsi;
+    for (const uint8_t *ap = ar + i; ap < ae; ++ap, bp += bsi, ++i) {
+      const int32_t av = (sgn & 1) ? (int32_t)(int8_t)*ap : (int32_t)*ap;
+      const int32_t bv = (sgn & 2) ? (int32_t)(int8_t)*bp : (int32_t)*bp;
+      const int32_t q = o2e_qmul1_((av - za) * (bv - zb), ratio, zcf);
+      yr[i] = (uint8_t)(q < lo ? lo : (q > hi ? hi : q));
+    }
+  }
+}
+
 /* The column matrix of a 1x1 convolution without padding: x [C][H][W] sampled every sh rows
  * and sw columns into col [C][OH * OW] (im2col's result, without its per-tap bookkeeping;
  * stride 2 picks the even bytes 16 at a time). */

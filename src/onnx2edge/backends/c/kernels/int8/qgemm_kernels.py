@@ -64,6 +64,15 @@ def _rows_fn(ctx: NodeContext) -> str:
     return "o2e_qgemm16_rows" if _mve(ctx) else "o2e_qgemm_rows"
 
 
+def _packed(ctx: NodeContext, plan: Int8Plan) -> np.ndarray:
+    """The weights packed group after group (one group: the plain packing), flat."""
+    pack = pack_weights16 if _mve(ctx) else pack_weights
+    mg = plan.w.shape[0] // plan.groups
+    return np.concatenate(
+        [pack(plan.w[g * mg : (g + 1) * mg]).reshape(-1) for g in range(plan.groups)]
+    )
+
+
 def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
     """Packed weights, corrected bias, row sums and scales as C symbols."""
     rowsum = plan.w.astype(np.int64).sum(axis=1)
@@ -71,7 +80,14 @@ def _consts(ctx: NodeContext, plan: Int8Plan) -> tuple[str, str, str, str]:
     bias = (plan.bias.astype(np.int64) - off * rowsum).astype(np.int64)
     bias = ((bias + 2**31) % 2**32 - 2**31).astype(np.int32)  # int32 wrap, as the kernels add
     return (
-        ctx.weight("qA", pack_weights16(plan.w) if _mve(ctx) else pack_weights(plan.w)),
+        ctx.weight(
+            "qA",
+            _packed(ctx, plan)
+            if plan.groups > 1
+            else pack_weights16(plan.w)
+            if _mve(ctx)
+            else pack_weights(plan.w),
+        ),  # fmt: skip
         ctx.weight("qbias", bias),
         ctx.weight("qrowsum", rowsum.astype(np.int32)),
         ctx.weight("qscale", plan.scale),
@@ -98,6 +114,8 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     if plan.kind == "depthwise":
         # across channels in blocks of 16 (runtime/o2e_qdw.h)
         return depthwise(ctx, plan, (kh, kw), st, dl, pads)
+    if plan.groups > 1:
+        return _grouped(ctx, plan, (kh, kw), st, dl, pads)
     K = plan.w.shape[1]
     A, bias, rowsum, sc = _consts(ctx, plan)
     pointwise = kh == kw == 1 and st == [1, 1] and not any(pads)
@@ -149,6 +167,75 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         "}",
     ]
     return "\n".join(lines)
+
+
+def _grouped(
+    ctx: NodeContext,
+    plan: Int8Plan,
+    kernel: tuple[int, int],
+    st: list[int],
+    dl: list[int],
+    pads: list[int],
+) -> str:
+    """A grouped convolution (RegNet's 3x3 of 8-channel groups): the input padded / split
+    into phase planes once, then each group's product over its channels' planes with its own
+    rows of the packed weights, bias and scales (the planes' row offsets are the same for
+    every group, relative to its first channel)."""
+    x, y = ctx.x(0), ctx.y(0)
+    N, C, H, W = x.shape
+    M, OH, OW = y.shape[1:]
+    G, (kh, kw) = plan.groups, kernel
+    Cg, Mg, K = C // G, M // G, plan.w.shape[1]
+    P = OH * OW
+    A, bias, rowsum, sc = _consts(ctx, plan)
+    gsz = _packed(ctx, plan).size // G
+    consts = (f"{A} + g * {gsz}", f"{bias} + g * {Mg}", f"{rowsum} + g * {Mg}", f"{sc} + g * {Mg}")
+    xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"
+    padv = plan.x_zp & 0xFF
+    yg = f"{yp} + n * {M * P} + g * {Mg * P}"
+    lines = [
+        f"for (size_t n = 0; n < {N}; ++n) {{",
+        f"  const uint8_t *xn = {xp} + n * {C * H * W};",
+    ]
+    loop = f"  for (size_t g = 0; g < {G}; ++g) {{"
+    pointwise = kh == kw == 1 and st == [1, 1] and not any(pads)
+    if pointwise:
+        ctx.kernel("int8 grouped gemm 1x1")
+        pk = ctx.scratch(_chunk_bytes(ctx, K, P), "uint8_t")
+        body = [
+            f"    {_rows_fn(ctx)}({Mg}, {P}, {K}, {consts[0]}, xn + g * {Cg * P}, {P}, 0, "
+            f"{_flip(plan)}, {pk}, {consts[1]}, {consts[2]}, {consts[3]}, {_clamp_args(plan)}, "
+            f"{yg}, {P}, 1);"
+        ]
+        return "\n".join([*lines, loop, *body, "  }", "}"])
+    if st == [1, 1]:
+        ctx.kernel("int8 grouped padded-plane gemm")
+        wq, hq = OW + (kw - 1) * dl[1], OH + (kh - 1) * dl[0] + 1
+        planes = ctx.scratch(C * hq * wq, "uint8_t")
+        offs = ctx.weight("qrowoff", phase_offsets(Cg, kernel, [1, 1], dl, hq, wq))
+        lines.append(
+            f"  o2e_qpad(xn, {C}, {H}, {W}, {hq}, {wq}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
+            f"{planes});"
+        )
+        gplane = hq * wq * Cg
+    else:
+        ctx.kernel("int8 grouped phase-plane gemm")
+        wq = OW + (kw - 1) * dl[1] // st[1]
+        hq = OH + (kh - 1) * dl[0] // st[0] + 1
+        planes = ctx.scratch(C * st[0] * st[1] * hq * wq, "uint8_t")
+        offs = ctx.weight("qrowoff", phase_offsets(Cg, kernel, st, dl, hq, wq))
+        lines.append(
+            f"  o2e_qphase(xn, {C}, {H}, {W}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {hq}, "
+            f"{wq}, (uint8_t){padv}, {planes});"
+        )
+        gplane = st[0] * st[1] * hq * wq * Cg
+    pe = OH * wq
+    pk = ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t")
+    yext = ctx.scratch(Mg * pe, "uint8_t")
+    body = _planes_product(
+        ctx, plan, (Mg, OH, OW, wq, K), consts, (f"{planes} + g * {gplane}", offs, pk, yext, yg)
+    )
+    return "\n".join([*lines, loop, *("  " + b for b in body), "  }", "}"])
 
 
 def phase_offsets(
