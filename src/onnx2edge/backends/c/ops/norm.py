@@ -90,6 +90,8 @@ for (size_t i = 0; i < {inner}; ++i) {{
 }}"""
     if x.ctype == "float" and inner == 1:
         return _softmax_rows(ctx, op == "LogSoftmax", outer, n, "1.0f")
+    if x.ctype == "float":
+        return _softmax_cols(ctx, op == "LogSoftmax", outer, n, inner)
     # subtract the max first: exp never overflows (softmax_large_number). exp in the input's
     # precision (float: o2e_vmath.h's, 1 ulp, in a loop of its own that vectorises: the
     # exponentials are stored, then summed in double).
@@ -123,6 +125,21 @@ def _softmax_rows(ctx: NodeContext, log: bool, rows: int, n: int, scale: str) ->
         _use_engine(ctx)
         return f"{{ {args} o2e_parallel_for({rows}, o2e_softmax_rows, &a); }}"
     return f"{{ {args} o2e_softmax_rows(&a, 0, {rows}); }}"
+
+
+def _softmax_cols(ctx: NodeContext, log: bool, outer: int, n: int, inner: int) -> str:
+    """float32 over an axis before the last: runtime/o2e_softmax_cols.h (blocks of 64 columns,
+    every loop along the contiguous inner axis), its blocks split across threads when there
+    are enough of them."""
+    include(ctx, "o2e_softmax_cols.h")
+    ctx.kernel("columns (float, vectorised along the inner axis)")
+    x, y = ctx.x(0).sym, ctx.y(0).sym
+    items = outer * -(-inner // 64)
+    args = f"o2e_softmax_cols_args a = {{{x}, {y}, {n}, {inner}, {int(log)}}};"
+    if items > 1 and outer * n * inner >= pool2d.PAR_MIN_WORK:
+        _use_engine(ctx)
+        return f"{{ {args} o2e_parallel_for({items}, o2e_softmax_cols, &a); }}"
+    return f"{{ {args} o2e_softmax_cols(&a, 0, {items}); }}"
 
 
 def _scaled_softmax_check(node: Node, graph: Graph) -> str | None:
