@@ -148,3 +148,45 @@ def test_resize_rows_vs_onnxruntime(tmp_path: Path, arch: str) -> None:
         big = np.finfo(np.float32).max  # the reference's cast saturates infinities to it
         want[np.abs(want) == big] *= np.inf
         _check(build_and_run(out, arch, {"x": x}), {"y": want})
+
+
+# ------------------------------------------------------------------------------------------
+# BatchNormalization left unfolded (DenseNet's pre-activation) with its activation fused
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_batchnorm_act_vs_onnxruntime(tmp_path: Path, arch: str) -> None:
+    """Concat -> BN -> Relu (DenseNet: nothing before the BN to fold it into) and BN -> HardSwish
+    become o2e.BatchNormalizationAct, one loop storing act(x * s + t), NaN / Inf included."""
+    rng = np.random.default_rng(3)
+    c = 6
+    bn = [
+        tensor(n, v.astype(np.float32))
+        for n, v in (
+            ("g", rng.standard_normal(c)),
+            ("b", rng.standard_normal(c)),
+            ("m", rng.standard_normal(c)),
+            ("v", rng.random(c) + 0.5),
+        )
+    ]
+    nodes = [
+        helper.make_node("Concat", ["a", "c"], ["x"], axis=1),
+        helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["t"]),
+        helper.make_node("Relu", ["t"], ["y"]),
+        helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["u"]),
+        helper.make_node("HardSwish", ["u"], ["z"]),
+    ]
+    shape = [1, 3, 5, 7]
+    full = [1, c, 5, 7]
+    model = make_model(
+        nodes, [vi("a", shape), vi("c", shape)], [vi("y", full), vi("z", full)], bn, opset=17
+    )
+    path = save(model, tmp_path / "m.onnx")
+    out = tmp_path / "c"
+    api.convert(path, "c", out)
+    code = (out / "model.c").read_text()
+    assert code.count("const double s = ") == 2, "two BN loops"
+    assert "activation=Relu" in code and "activation=HardSwish" in code, "both fused"
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape).astype(np.float32)
+    for feed in ({"a": a, "c": b}, {"a": _specials(a, 4), "c": _specials(b, 5)}):
+        _check(build_and_run(out, arch, feed), ort_run(model, feed))

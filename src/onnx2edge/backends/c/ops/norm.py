@@ -28,7 +28,7 @@ from ..kernels.gemm.gemm import _use_engine
 from ..kernels.pool import pool2d
 from . import register_op
 from .checks import float_input
-from .common import act_expr, broadcast_strides, fused_act, norm_axis, strides
+from .common import act_expr, apply_act_loop, broadcast_strides, fused_act, norm_axis, strides
 from .loops import along, dim_runs, loops, offset_expr, split_axis
 
 
@@ -437,7 +437,8 @@ def batchnorm(ctx: NodeContext) -> str:
     if x.size == 0:
         return "/* empty */"
     if _training(ctx.node, ctx.graph):
-        return _batchnorm_training(ctx, x, y)
+        tail = apply_act_loop(ctx, y.sym, y.size, y.ctype)
+        return _batchnorm_training(ctx, x, y) + (f"\n{tail}" if tail else "")
     C = x.shape[1] if x.rank > 1 else 1
     S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
     N = x.shape[0]
@@ -452,12 +453,15 @@ def batchnorm(ctx: NodeContext) -> str:
         g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
         sc = f"{g}[c] / sqrt((double){v}[c] + {c_literal(eps, np.float64)})"
         sh = f"{b}[c] - {m}[c] * s"
+    # o2e.BatchNormalizationAct (fuse_activation: DenseNet's pre-activation BN -> ReLU before
+    # each convolution): the activation as each value is stored, one pass instead of two
+    store = act_expr(fused_act(ctx), "v", y.ctype)
     return f"""for (size_t n = 0; n < {N}; ++n)
 for (size_t c = 0; c < {C}; ++c) {{
   const double s = {sc}, t = {sh};
   const {x.ctype} *xc = {x.sym} + (n * {C} + c) * {S};
   {y.ctype} *yc = {y.sym} + (n * {C} + c) * {S};
-  for (size_t i = 0; i < {S}; ++i) yc[i] = ({y.ctype})(xc[i] * s + t);
+  for (size_t i = 0; i < {S}; ++i) {{ const {y.ctype} v = ({y.ctype})(xc[i] * s + t); yc[i] = {store}; }}
 }}"""
 
 
