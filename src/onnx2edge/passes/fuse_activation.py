@@ -7,7 +7,7 @@ base op's attributes plus `activation`, `activation_alpha`, `activation_beta`); 
 o2e.ConvAddAct from fuse_residual gets its activation set. Which activations fuse, and how
 their parameters are read, is the activation table's (semantics/activations.py).
 Backends apply the activation where the producer's result is stored (the GEMM epilogue for
-Conv/Gemm, the output loop of the C backend's InstanceNormalization), saving a pass over
+Conv/Gemm, the output loop of the C backend's Instance- and BatchNormalization), saving a pass over
 memory. SiLU written as two nodes (torch's export of nn.SiLU, EfficientNet's blocks),
 
     x -> Conv -> t -> Sigmoid -> s;  Mul(t, s) -> y      becomes  x -> o2e.ConvAct[Swish] -> y
@@ -40,6 +40,7 @@ PRODUCERS = (
     "MatMul",
     "Add",
     "InstanceNormalization",
+    "BatchNormalization",  # one fold_batchnorm left (DenseNet's pre-activation BN -> ReLU)
 )
 
 

@@ -33,11 +33,13 @@ def bn_attrs(node: Node, opset: int) -> BatchNormAttrs:
         training = bool(int(attr(node, "training_mode", opset)))
     else:
         training = any(node.outputs[1:])
+    # o2e.BatchNormalizationAct's one schema has no `spatial` (removed at opset 9): per channel
+    spatial = attr(node, "spatial", opset)
     return BatchNormAttrs(
         epsilon(node, opset),
         float(attr(node, "momentum", opset)),
         training,
-        bool(int(attr(node, "spatial", opset))),
+        True if spatial is None else bool(int(spatial)),
     )
 
 

@@ -848,7 +848,7 @@ VMATH_HEADER = "o2e_vmath.h"
 VMATH_CALL = re.compile(
     r"\bo2e_(?:exp|log|log1p|tanh|sigmoid|erf)f\("
     r"|\bO2E_ACT_(?:SIGMOID|TANH|SWISH|GELU|MISH)\b"
-    r"|\bo2e_softmax_rows\b"  # runtime/o2e_softmax.h's loops call them
+    r"|\bo2e_softmax_(?:rows|cols)\b"  # runtime/o2e_softmax{,_cols}.h's loops call them
 )
 VMATH_PRAGMA = [
     "#if defined(__GNUC__) && !defined(__clang__)",

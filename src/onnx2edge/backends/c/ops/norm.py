@@ -28,7 +28,7 @@ from ..kernels.gemm.gemm import _use_engine
 from ..kernels.pool import pool2d
 from . import register_op
 from .checks import float_input
-from .common import act_expr, broadcast_strides, fused_act, norm_axis, strides
+from .common import act_expr, apply_act_loop, broadcast_strides, fused_act, norm_axis, strides
 from .loops import along, dim_runs, loops, offset_expr, split_axis
 
 
@@ -90,6 +90,8 @@ for (size_t i = 0; i < {inner}; ++i) {{
 }}"""
     if x.ctype == "float" and inner == 1:
         return _softmax_rows(ctx, op == "LogSoftmax", outer, n, "1.0f")
+    if x.ctype == "float":
+        return _softmax_cols(ctx, op == "LogSoftmax", outer, n, inner)
     # subtract the max first: exp never overflows (softmax_large_number). exp in the input's
     # precision (float: o2e_vmath.h's, 1 ulp, in a loop of its own that vectorises: the
     # exponentials are stored, then summed in double).
@@ -123,6 +125,21 @@ def _softmax_rows(ctx: NodeContext, log: bool, rows: int, n: int, scale: str) ->
         _use_engine(ctx)
         return f"{{ {args} o2e_parallel_for({rows}, o2e_softmax_rows, &a); }}"
     return f"{{ {args} o2e_softmax_rows(&a, 0, {rows}); }}"
+
+
+def _softmax_cols(ctx: NodeContext, log: bool, outer: int, n: int, inner: int) -> str:
+    """float32 over an axis before the last: runtime/o2e_softmax_cols.h (blocks of 64 columns,
+    every loop along the contiguous inner axis), its blocks split across threads when there
+    are enough of them."""
+    include(ctx, "o2e_softmax_cols.h")
+    ctx.kernel("columns (float, vectorised along the inner axis)")
+    x, y = ctx.x(0).sym, ctx.y(0).sym
+    items = outer * -(-inner // 64)
+    args = f"o2e_softmax_cols_args a = {{{x}, {y}, {n}, {inner}, {int(log)}}};"
+    if items > 1 and outer * n * inner >= pool2d.PAR_MIN_WORK:
+        _use_engine(ctx)
+        return f"{{ {args} o2e_parallel_for({items}, o2e_softmax_cols, &a); }}"
+    return f"{{ {args} o2e_softmax_cols(&a, 0, {items}); }}"
 
 
 def _scaled_softmax_check(node: Node, graph: Graph) -> str | None:
@@ -420,7 +437,8 @@ def batchnorm(ctx: NodeContext) -> str:
     if x.size == 0:
         return "/* empty */"
     if _training(ctx.node, ctx.graph):
-        return _batchnorm_training(ctx, x, y)
+        tail = apply_act_loop(ctx, y.sym, y.size, y.ctype)
+        return _batchnorm_training(ctx, x, y) + (f"\n{tail}" if tail else "")
     C = x.shape[1] if x.rank > 1 else 1
     S = int(np.prod(x.shape[2:])) if x.rank > 2 else 1
     N = x.shape[0]
@@ -435,12 +453,15 @@ def batchnorm(ctx: NodeContext) -> str:
         g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
         sc = f"{g}[c] / sqrt((double){v}[c] + {c_literal(eps, np.float64)})"
         sh = f"{b}[c] - {m}[c] * s"
+    # o2e.BatchNormalizationAct (fuse_activation: DenseNet's pre-activation BN -> ReLU before
+    # each convolution): the activation as each value is stored, one pass instead of two
+    store = act_expr(fused_act(ctx), "v", y.ctype)
     return f"""for (size_t n = 0; n < {N}; ++n)
 for (size_t c = 0; c < {C}; ++c) {{
   const double s = {sc}, t = {sh};
   const {x.ctype} *xc = {x.sym} + (n * {C} + c) * {S};
   {y.ctype} *yc = {y.sym} + (n * {C} + c) * {S};
-  for (size_t i = 0; i < {S}; ++i) yc[i] = ({y.ctype})(xc[i] * s + t);
+  for (size_t i = 0; i < {S}; ++i) {{ const {y.ctype} v = ({y.ctype})(xc[i] * s + t); yc[i] = {store}; }}
 }}"""
 
 

@@ -131,6 +131,76 @@ static int o2e_resize_taps(int64_t in_w, int64_t out_w, double scale, double roi
 """
 
 
+RESIZE2D_F32 = r"""
+/* float32 Resize of the last two axes, separably: each input row a vertical tap needs is
+ * resampled along W once into a small cache (slot = row % ny: a tap's rows are consecutive
+ * after edge clamping, so two rows in use never share a slot), then each output row is the
+ * weighted sum of its ny cached rows, a contiguous loop the compiler vectorises. ny/nx = 0: that
+ * axis is copied unchanged (iy/ix unused); weights NULL (nearest): every tap weighs 1. Works in
+ * float like onnxruntime's upsample kernels (the generic loop sums in double like the spec's
+ * reference). */
+static void o2e_resize2d_f32(const float *x, float *y, size_t planes, int64_t hin, int64_t win, int64_t hout,
+                             int64_t wout, int ny, const int32_t *iy, const double *wyd, int nx,
+                             const int32_t *ix, const double *wxd, float *buf, int32_t *tags)
+{
+  const int nyc = ny ? ny : 1;
+  float *wx = buf, *wy = buf + (size_t)nx * (size_t)wout, *rows = wy + (size_t)ny * (size_t)hout;
+  for (int64_t i = 0; i < (int64_t)nx * wout; ++i) wx[i] = wxd ? (float)wxd[i] : 1.0f;
+  for (int64_t i = 0; i < (int64_t)ny * hout; ++i) wy[i] = wyd ? (float)wyd[i] : 1.0f;
+  for (size_t p = 0; p < planes; ++p) {
+    const float *xp = x + p * (size_t)(hin * win);
+    float *yp = y + p * (size_t)(hout * wout);
+    for (int s = 0; s < nyc; ++s) tags[s] = -1;
+    for (int64_t oy = 0; oy < hout; ++oy) {
+      float *restrict yr = yp + oy * wout;
+      const float *src[64];
+      float wk[64];
+      int nk = 0;
+      for (int k = 0; k < nyc && k < 64; ++k) {
+        const int32_t r = ny ? iy[oy * ny + k] : (int32_t)oy;
+        const float *restrict xr = xp + (int64_t)r * win;
+        float *restrict h = rows + (size_t)(r % nyc) * (size_t)wout;
+        if (!nx) {
+          src[nk] = xr; /* W unchanged: read the input row itself */
+        } else {
+          if (tags[r % nyc] != r) {
+            tags[r % nyc] = r;
+            if (nx == 1) {
+              for (int64_t j = 0; j < wout; ++j) h[j] = wx[j] * xr[ix[j]];
+            } else if (nx == 2) {
+              for (int64_t j = 0; j < wout; ++j)
+                h[j] = wx[2 * j] * xr[ix[2 * j]] + wx[2 * j + 1] * xr[ix[2 * j + 1]];
+            } else {
+              for (int64_t j = 0; j < wout; ++j) {
+                float a = 0;
+                for (int t = 0; t < nx; ++t) a += wx[j * nx + t] * xr[ix[j * nx + t]];
+                h[j] = a;
+              }
+            }
+          }
+          src[nk] = h;
+        }
+        wk[nk++] = ny ? wy[oy * ny + k] : 1.0f;
+      }
+      if (nk == 1 && wk[0] == 1.0f) {
+        memcpy(yr, src[0], (size_t)wout * sizeof(float));
+      } else if (nk == 2) {
+        const float *restrict a = src[0], *restrict b = src[1];
+        const float w0 = wk[0], w1 = wk[1];
+        for (int64_t j = 0; j < wout; ++j) yr[j] = w0 * a[j] + w1 * b[j];
+      } else {
+        for (int64_t j = 0; j < wout; ++j) {
+          float a = 0;
+          for (int k = 0; k < nk; ++k) a += wk[k] * src[k][j];
+          yr[j] = a;
+        }
+      }
+    }
+  }
+}
+"""
+
+
 def _taps_bound(mode: int, antialias: bool, s_lo: float) -> int:
     """The most taps an axis can need when its scale is at least `s_lo` (same formula as C)."""
     if mode == 0:
@@ -268,10 +338,12 @@ def resize(ctx: NodeContext) -> str:
         ctx.helper("o2e_resize_taps", RESIZE_TAPS)
     xs = strides(x.shape)
     ntaps: dict[int, str] = {}
+    bound: dict[int, int] = {}
     for a in tabled:
         kv = scale[a][1]
         s_lo = kv if kv is not None else max((y.shape[a] - 0.5) / x.shape[a], 1e-6)
         nmax = _taps_bound(mode, bool(p["antialias"]), s_lo) + (0 if kv is not None else 2)
+        bound[a] = nmax
         n_out = y.shape[a]
         ib = ctx.scratch(n_out * nmax * 4, "int32_t")
         wb = ctx.scratch(n_out * nmax * 8, "double") if mode else "0"
@@ -296,6 +368,10 @@ def resize(ctx: NodeContext) -> str:
         lines.append(f"const int32_t *I{a} = {ib};")
         if mode:
             lines.append(f"const double *W{a} = {wb};")
+
+    if _separable_f32(x.dtype, y.dtype, r, ctm, tabled, bound):
+        lines.append(_resize2d_call(ctx, tabled, ntaps, bound, bool(mode)))
+        return "\n".join(lines)
 
     # the loop nest: untabled axes add to the offset directly, tabled ones select a row of taps
     lines.append("size_t o = 0;")
@@ -341,6 +417,53 @@ def resize(ctx: NodeContext) -> str:
         lines.append(f"{ind[:-2]}{y.sym}[o++] = {store};")
     lines += ["  " * d + "}" for d in reversed(range(r))]
     return "\n".join(lines)
+
+
+def _separable_f32(
+    xt: np.dtype, yt: np.dtype, rank: int, ctm: int, tabled: list[int], bound: dict[int, int]
+) -> bool:
+    """float32, only the last two axes resampled, no tf_crop_and_resize box (its outside
+    pixels are not a weighted sum) and at most 64 vertical taps (o2e_resize2d_f32's arrays)."""
+    f32 = np.dtype(np.float32)
+    return (
+        np.dtype(xt) == f32
+        and np.dtype(yt) == f32
+        and rank >= 2
+        and ctm != COORD_MODES["tf_crop_and_resize"]
+        and bool(tabled)
+        and all(a >= rank - 2 for a in tabled)
+        and bound.get(rank - 2, 1) <= 64
+    )
+
+
+def _resize2d_call(
+    ctx: NodeContext,
+    tabled: list[int],
+    ntaps: dict[int, str],
+    bound: dict[int, int],
+    weighted: bool,
+) -> str:
+    """The o2e_resize2d_f32 call over the tap tables already filled (I<axis>, W<axis>)."""
+    x, y = ctx.x(0), ctx.y(0)
+    r = x.rank
+    ha, wa = r - 2, r - 1
+    ctx.helper("o2e_resize2d_f32", RESIZE2D_F32)
+    ctx.kernel("separable rows (float)")
+    planes = int(np.prod(x.shape[: r - 2], dtype=np.int64)) if r > 2 else 1
+    ny_max, nx_max = bound.get(ha, 0), bound.get(wa, 0)
+    nfloats = nx_max * y.shape[wa] + ny_max * y.shape[ha] + max(ny_max, 1) * y.shape[wa]
+    buf = ctx.scratch(nfloats * 4, "float")
+    tags = ctx.scratch(max(ny_max, 1) * 4, "int32_t")
+
+    def axis(a: int) -> str:
+        if a not in tabled:
+            return "0, 0, 0"
+        return f"{ntaps[a]}, I{a}, {f'W{a}' if weighted else '0'}"
+
+    return (
+        f"o2e_resize2d_f32({x.sym}, {y.sym}, {planes}, {x.shape[ha]}, {x.shape[wa]}, "
+        f"{y.shape[ha]}, {y.shape[wa]}, {axis(ha)}, {axis(wa)}, {buf}, {tags});"
+    )
 
 
 def _scaled(i: str, stride: int) -> str:
