@@ -185,10 +185,17 @@ static void o2e_gconv_tile_(const float *restrict a, const float *restrict b,
 #endif
 
 /* d[0..n) = act(s + bias + r): one output row out of the wide tile rows (vector loops; Relu,
- * the common case, inline, keeping NaN; the other kinds by o2e_act_n_). */
+ * the common case, inline in one pass, keeping NaN; the other kinds by o2e_act_n_). */
 static void o2e_gconv_row_(float *d, const float *restrict s, const float *r, int n, float bias,
                            o2e_act act)
 {
+  if (!r && act.kind == O2E_ACT_RELU) {
+    for (int i = 0; i < n; ++i) {
+      const float v = s[i] + bias;
+      d[i] = v < 0.0f ? 0.0f : v;
+    }
+    return;
+  }
   if (r)
     for (int i = 0; i < n; ++i) d[i] = s[i] + bias + r[i];
   else
@@ -232,12 +239,22 @@ static void o2e_gconv_groups(void *arg, int g0, int g1)
         o2e_gconv_tile_(wp, buf + q0, off, K, wide + (size_t)mb * O2E_GC_MB * ldw + q0, ldw,
                         nq - q0);
     }
+    /* Without a residual, rows are stored in whole vectors of 8: the floats written past a
+     * row's end belong to the group's later rows (next channel's rows), stored after it;
+     * rows within 8 floats of the group's end are exact (the next group may be another
+     * thread's, or past y).
+     * (7x7 maps: a row of 7 otherwise never reached the vector loop.) With one, y may share
+     * the residual's buffer, whose next row is still to be read: exact rows. */
+    const int wn = a->res ? a->OW : (a->OW + 7) & ~7, gend = a->mg * P;
     for (int m = 0; m < a->mg; ++m) {
       const size_t row = (size_t)(g * a->mg + m) * P;
       const float bv = a->bias ? a->bias[g * a->mg + m] : 0.0f;
-      for (int oh = 0; oh < a->OH; ++oh)
+      for (int oh = 0; oh < a->OH; ++oh) {
+        const int at = m * P + oh * a->OW; /* the row's start in the group's output */
         o2e_gconv_row_(a->y + row + (size_t)oh * a->OW, wide + (size_t)m * ldw + (size_t)oh * a->WQ,
-                       a->res ? a->res + row + (size_t)oh * a->OW : NULL, a->OW, bv, a->act);
+                       a->res ? a->res + row + (size_t)oh * a->OW : NULL,
+                       at + wn <= gend ? wn : a->OW, bv, a->act);
+      }
     }
   }
 }
