@@ -259,3 +259,35 @@ def test_quantized_se_block_is_all_integer(tmp_path: Path, act: str) -> None:
     got = api.run(out, x)["y"]
     ref = ort_run(onnx.load(str(q)), x)["y"]
     assert np.array_equal(got, ref)
+
+
+def test_value_moves_run_on_bytes(tmp_path: Path) -> None:
+    """DQ -> Slice / Transpose / Resize (nearest) -> Q of one scale (YOLO's head and neck):
+    the op on the bytes, no DequantizeLinear left, onnxruntime's bytes."""
+    et = TensorProto.UINT8
+    inits = [
+        tensor("s", np.array(0.05, np.float32)), tensor("z", np.array(17, np.uint8)),
+        tensor("st", np.array([1, 2], np.int64)), tensor("en", np.array([4, 7], np.int64)),
+        tensor("ax", np.array([1, 3], np.int64)),
+        tensor("sc", np.array([1, 1, 2, 2], np.float32)),
+    ]  # fmt: skip
+    nodes = []
+    for k, (op, extra, attrs) in {
+        "sl": ("Slice", ["st", "en", "ax"], {}),
+        "tr": ("Transpose", [], {"perm": [0, 2, 3, 1]}),
+        "rs": ("Resize", ["", "sc"], {"mode": "nearest"}),
+    }.items():
+        nodes += [
+            helper.make_node("DequantizeLinear", ["x", "s", "z"], [f"{k}_d"]),
+            helper.make_node(op, [f"{k}_d", *extra], [f"{k}_f"], **attrs),
+            helper.make_node("QuantizeLinear", [f"{k}_f", "s", "z"], [k]),
+        ]
+    outs = [vi("sl", [1, 3, 6, 5], et), vi("tr", [1, 6, 9, 5], et), vi("rs", [1, 5, 12, 18], et)]
+    m = make_model(nodes, [vi("x", [1, 5, 6, 9], et)], outs, inits)
+    path = save(m, tmp_path / "m.onnx")
+    out = tmp_path / "c"
+    api.convert(path, "c", out)
+    assert ": DequantizeLinear(" not in (out / "model.c").read_text()
+    x = {"x": np.random.default_rng(0).integers(0, 256, (1, 5, 6, 9), dtype=np.uint8)}
+    got, ref = api.run(out, x), ort_run(m, x)
+    assert all(np.array_equal(got[k], r) for k, r in ref.items())
