@@ -191,3 +191,103 @@ def test_quantized_mul_matches_onnxruntime(tmp_path: Path, signed: bool, arch: s
     for k, r in plain.items():
         d = np.abs(got[k].astype(np.int32) - r.astype(np.int32))
         assert d.max() <= 1 and np.mean(d == 0) > 0.97, (k, d.max(), np.mean(d == 0))
+
+
+def _se_block() -> onnx.ModelProto:
+    """conv -> SiLU (Sigmoid, Mul) -> squeeze-and-excitation (GAP, 1x1 convs, Sigmoid gate,
+    Mul) -> HardSwish -> HardSigmoid gate as torch writes MobileNetV3's, float."""
+    rng = np.random.default_rng(8)
+
+    def w(*s: int, k: float = 0.3) -> np.ndarray:
+        return (rng.standard_normal(s) * k).astype(np.float32)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s1"]),
+        helper.make_node("Mul", ["c1", "s1"], ["a1"]),
+        helper.make_node("GlobalAveragePool", ["a1"], ["p"]),
+        helper.make_node("Conv", ["p", "W2", "B2"], ["c2"]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "W3", "B3"], ["c3"]),
+        helper.make_node("Sigmoid", ["c3"], ["gate"]),
+        helper.make_node("Mul", ["a1", "gate"], ["se"]),
+        helper.make_node("HardSwish", ["se"], ["hs"]),
+        helper.make_node("Conv", ["hs", "W4", "B4"], ["c4"]),
+        helper.make_node("HardSigmoid", ["c4"], ["hg"], alpha=1 / 6),
+        helper.make_node("Mul", ["c4", "hg"], ["y"]),
+    ]
+    inits = [
+        tensor("W1", w(16, 3, 3, 3)), tensor("B1", w(16, k=0.1)),
+        tensor("W2", w(4, 16, 1, 1)), tensor("B2", w(4, k=0.1)),
+        tensor("W3", w(16, 4, 1, 1)), tensor("B3", w(16, k=0.1)),
+        tensor("W4", w(8, 16, 1, 1)), tensor("B4", w(8, k=0.1)),
+    ]  # fmt: skip
+    return make_model(nodes, [vi("x", [1, 3, 12, 12])], [vi("y", [1, 8, 12, 12])], inits)
+
+
+@pytest.mark.parametrize("act", ["QUInt8", "QInt8"])
+def test_quantized_se_block_is_all_integer(tmp_path: Path, act: str) -> None:
+    """onnxruntime's quantize_static of SiLU, an SE gate, HardSwish and x * hardsigmoid(x):
+    every op between the input's QuantizeLinear and the output's DequantizeLinear runs on the
+    bytes (QLut, QMul, int8 kernels), and the output equals onnxruntime's bit for bit."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    fp = save(_se_block(), tmp_path / "f.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            r = np.random.default_rng(9)
+            self.it = iter([{"x": r.standard_normal((1, 3, 12, 12)).astype(np.float32)} for _ in range(8)])  # fmt: skip
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    q = tmp_path / "q.onnx"
+    quantize_static(str(fp), str(q), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=getattr(QuantType, act), weight_type=QuantType.QInt8)  # fmt: skip
+    out = tmp_path / "c"
+    api.convert(q, "c", out)
+    code = (out / "model.c").read_text()
+    assert code.count("o2e_qlut(") == 4 and code.count("o2e_qmul(") == 1
+    assert code.count(": DequantizeLinear(") == 1 and code.count(": QuantizeLinear(") == 1
+    x = {"x": np.random.default_rng(3).standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    got = api.run(out, x)["y"]
+    ref = ort_run(onnx.load(str(q)), x)["y"]
+    assert np.array_equal(got, ref)
+
+
+def test_value_moves_run_on_bytes(tmp_path: Path) -> None:
+    """DQ -> Slice / Transpose / Resize (nearest) -> Q of one scale (YOLO's head and neck):
+    the op on the bytes, no DequantizeLinear left, onnxruntime's bytes."""
+    et = TensorProto.UINT8
+    inits = [
+        tensor("s", np.array(0.05, np.float32)), tensor("z", np.array(17, np.uint8)),
+        tensor("st", np.array([1, 2], np.int64)), tensor("en", np.array([4, 7], np.int64)),
+        tensor("ax", np.array([1, 3], np.int64)),
+        tensor("sc", np.array([1, 1, 2, 2], np.float32)),
+    ]  # fmt: skip
+    nodes = []
+    for k, (op, extra, attrs) in {
+        "sl": ("Slice", ["st", "en", "ax"], {}),
+        "tr": ("Transpose", [], {"perm": [0, 2, 3, 1]}),
+        "rs": ("Resize", ["", "sc"], {"mode": "nearest"}),
+    }.items():
+        nodes += [
+            helper.make_node("DequantizeLinear", ["x", "s", "z"], [f"{k}_d"]),
+            helper.make_node(op, [f"{k}_d", *extra], [f"{k}_f"], **attrs),
+            helper.make_node("QuantizeLinear", [f"{k}_f", "s", "z"], [k]),
+        ]
+    outs = [vi("sl", [1, 3, 6, 5], et), vi("tr", [1, 6, 9, 5], et), vi("rs", [1, 5, 12, 18], et)]
+    m = make_model(nodes, [vi("x", [1, 5, 6, 9], et)], outs, inits)
+    path = save(m, tmp_path / "m.onnx")
+    out = tmp_path / "c"
+    api.convert(path, "c", out)
+    assert ": DequantizeLinear(" not in (out / "model.c").read_text()
+    x = {"x": np.random.default_rng(0).integers(0, 256, (1, 5, 6, 9), dtype=np.uint8)}
+    got, ref = api.run(out, x), ort_run(m, x)
+    assert all(np.array_equal(got[k], r) for k, r in ref.items())

@@ -311,7 +311,22 @@ def _plain_pool(node: Node, graph: Graph) -> bool:
     return g.auto_pad == "NOTSET" and ceil_ok and g.unit_dilation
 
 
-_PASSTHROUGH = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze")
+_PASSTHROUGH = ("MaxPool", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Slice", "Transpose")
+
+
+def _moves_values(node: Node) -> bool:
+    """An op that only moves or compares its input's values (so it runs on the bytes when its
+    DQ and Q agree): the list above, and Resize in nearest mode (YOLO's upsampling) unless
+    tf_crop_and_resize's extrapolation value may appear."""
+    if node.op_type in _PASSTHROUGH:
+        return True
+    return (
+        node.op_type == "Resize"
+        and node.attr("mode", "nearest") in ("nearest", b"nearest")
+        and node.attr("coordinate_transformation_mode", "half_pixel")
+        not in ("tf_crop_and_resize", b"tf_crop_and_resize")
+    )
+
 
 # element-wise ops tabulated for DQ -> op -> Q (o2e QLut): each is a function of one byte
 _LUT_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Erf", "Elu")
@@ -428,7 +443,7 @@ def _rewrite_data(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     q = _only_q(g, node)
     if q is None or (qp := _qparams(g, q)) is None:
         return None
-    if op in _PASSTHROUGH:
+    if _moves_values(node):
         dq = _dq(g, node.inputs[0])
         if dq is None or _qparams(g, dq) != qp or activation_of(node) is not None:
             return None
@@ -560,7 +575,7 @@ def _rewrite(rw: _Rewrite, node: Node) -> tuple[Node, Node | None] | None:
     """The integer node replacing `node` and the QuantizeLinear it absorbs, or None."""
     g = rw.graph
     if node.domain == "" and node.op_type in (
-        *_PASSTHROUGH, *_AVG_POOLS, *_LUT_OPS, "Concat", "Add", "Mul"
+        *_PASSTHROUGH, *_AVG_POOLS, *_LUT_OPS, "Concat", "Add", "Mul", "Resize"
     ):  # fmt: skip
         return _rewrite_data(rw, node)
     if is_fused(node) and base_op(node) == "Add":  # o2e.AddAct (fuse_activation)
