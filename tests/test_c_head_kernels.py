@@ -6,6 +6,7 @@ and infinities included."""
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import subprocess
@@ -18,10 +19,11 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx2edge import api
+from onnx2edge.backends.c.build import build_executable, run_executable
 from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
-from conftest import ALL_ISAS, build_and_run, make_model, save, tensor, vi
+from conftest import ALL_ISAS, ASAN, build_and_run, make_model, save, tensor, vi
 
 F = TensorProto.FLOAT
 
@@ -133,7 +135,7 @@ def test_resize_rows_vs_onnxruntime(tmp_path: Path, arch: str) -> None:
         path = save(model, tmp_path / f"{name}.onnx")
         out = tmp_path / name
         api.convert(path, "c", out)
-        assert "o2e_resize2d_f32(" in (out / "model.c").read_text(), name
+        assert "o2e_resize2d_planes(" in (out / "model.c").read_text(), name
         x = rng.standard_normal(shape).astype(np.float32)
         _check(build_and_run(out, arch, {"x": x}), ort_run(model, {"x": x}))
         # NaN / Inf: nearest copies, as onnxruntime (the reference sums 0 * Inf: NaN); linear
@@ -190,3 +192,36 @@ def test_batchnorm_act_vs_onnxruntime(tmp_path: Path, arch: str) -> None:
     b = rng.standard_normal(shape).astype(np.float32)
     for feed in ({"a": a, "c": b}, {"a": _specials(a, 4), "c": _specials(b, 5)}):
         _check(build_and_run(out, arch, feed), ort_run(model, feed))
+
+
+def test_heads_split_across_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resize planes and softmax column blocks split across threads (each thread its own row
+    cache), under ASan / UBSan: the same results as onnxruntime, NaN / Inf included."""
+    from onnx2edge.backends.c.kernels.pool import pool2d
+
+    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every node threaded
+    shape = [2, 5, 6, 7]
+    nodes = [
+        helper.make_node("Resize", ["x", "", "s"], ["r"], mode="nearest"),
+        helper.make_node("Resize", ["x", "", "s"], ["q"], mode="linear"),
+        helper.make_node("Softmax", ["x"], ["y"], axis=1),
+    ]
+    big = [2, 5, 12, 14]
+    outs = [vi("r", big), vi("q", big), vi("y", shape)]
+    inits = [tensor("s", np.array([1, 1, 2, 2], np.float32))]
+    model = make_model(nodes, [vi("x", shape)], outs, inits, opset=19)
+    path = save(model, tmp_path / "m.onnx")
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    code = (out / "model.c").read_text()
+    assert code.count("o2e_parallel_for(") == 3, "all three nodes threaded"
+    io = json.loads((out / "onnx2edge.json").read_text())
+    exe = build_executable(out, ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"], "t")
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    got = run_executable(exe, io, {"x": x}, tmp_path)
+    _check(got, ort_run(model, {"x": x}))
+    # NaN / Inf: nearest and Softmax as onnxruntime (linear: see test_resize_rows_vs_onnxruntime)
+    x = _specials(x, 9)
+    got = run_executable(exe, io, {"x": x}, tmp_path)
+    ref = ort_run(model, {"x": x})
+    _check({k: got[k] for k in ("r", "y")}, {k: ref[k] for k in ("r", "y")})

@@ -18,6 +18,8 @@ from ....ir import Graph, Node
 from ....semantics.attrs import attr
 from ....semantics.records import resize_attrs
 from ..emitter import NodeContext, c_literal
+from ..kernels.gemm.gemm import _use_engine, plan_threads
+from ..kernels.pool import pool2d
 from . import register_op
 from .common import norm_axis, strides
 from .dtypes import allow_storage_dtypes, is_float, is_storage, load_expr, store_expr
@@ -138,18 +140,38 @@ RESIZE2D_F32 = r"""
  * weighted sum of its ny cached rows, a contiguous loop the compiler vectorises. ny/nx = 0: that
  * axis is copied unchanged (iy/ix unused); weights NULL (nearest): every tap weighs 1. Works in
  * float like onnxruntime's upsample kernels (the generic loop sums in double like the spec's
- * reference). */
-static void o2e_resize2d_f32(const float *x, float *y, size_t planes, int64_t hin, int64_t win, int64_t hout,
-                             int64_t wout, int ny, const int32_t *iy, const double *wyd, int nx,
-                             const int32_t *ix, const double *wxd, float *buf, int32_t *tags)
+ * reference). Planes [p0, p1) per call (o2e_parallel_for splits them); a thread's row cache is
+ * its slot of `rows` (ny * wout floats) and `tags` (ny ints): thread(), or slot 0 when NULL. */
+typedef struct {
+  const float *x;
+  float *y;
+  int64_t hin, win, hout, wout;
+  int ny, nx;
+  const int32_t *iy, *ix;
+  const float *wy, *wx; /* the tap weights as float (o2e_resize2d_weights), NULL: all 1 */
+  float *rows;
+  int32_t *tags;
+  int (*thread)(void);
+} o2e_resize2d_args;
+
+static inline void o2e_resize2d_weights(const double *wd, float *w, int64_t n)
 {
-  const int nyc = ny ? ny : 1;
-  float *wx = buf, *wy = buf + (size_t)nx * (size_t)wout, *rows = wy + (size_t)ny * (size_t)hout;
-  for (int64_t i = 0; i < (int64_t)nx * wout; ++i) wx[i] = wxd ? (float)wxd[i] : 1.0f;
-  for (int64_t i = 0; i < (int64_t)ny * hout; ++i) wy[i] = wyd ? (float)wyd[i] : 1.0f;
-  for (size_t p = 0; p < planes; ++p) {
-    const float *xp = x + p * (size_t)(hin * win);
-    float *yp = y + p * (size_t)(hout * wout);
+  for (int64_t i = 0; i < n; ++i) w[i] = (float)wd[i];
+}
+
+static void o2e_resize2d_planes(void *arg, int p0, int p1)
+{
+  const o2e_resize2d_args *a = (const o2e_resize2d_args *)arg;
+  const int ny = a->ny, nx = a->nx, nyc = ny ? ny : 1;
+  const int64_t hin = a->hin, win = a->win, hout = a->hout, wout = a->wout;
+  const int32_t *iy = a->iy, *ix = a->ix;
+  const float *wy = a->wy, *wx = a->wx;
+  const int t = a->thread ? a->thread() : 0;
+  float *rows = a->rows + (size_t)t * (size_t)nyc * (size_t)wout;
+  int32_t *tags = a->tags + (size_t)t * (size_t)nyc;
+  for (int p = p0; p < p1; ++p) {
+    const float *xp = a->x + (size_t)p * (size_t)(hin * win);
+    float *yp = a->y + (size_t)p * (size_t)(hout * wout);
     for (int s = 0; s < nyc; ++s) tags[s] = -1;
     for (int64_t oy = 0; oy < hout; ++oy) {
       float *restrict yr = yp + oy * wout;
@@ -165,34 +187,36 @@ static void o2e_resize2d_f32(const float *x, float *y, size_t planes, int64_t hi
         } else {
           if (tags[r % nyc] != r) {
             tags[r % nyc] = r;
-            if (nx == 1) {
+            if (nx == 1 && !wx) {
+              for (int64_t j = 0; j < wout; ++j) h[j] = xr[ix[j]];
+            } else if (nx == 1) {
               for (int64_t j = 0; j < wout; ++j) h[j] = wx[j] * xr[ix[j]];
             } else if (nx == 2) {
               for (int64_t j = 0; j < wout; ++j)
                 h[j] = wx[2 * j] * xr[ix[2 * j]] + wx[2 * j + 1] * xr[ix[2 * j + 1]];
             } else {
               for (int64_t j = 0; j < wout; ++j) {
-                float a = 0;
-                for (int t = 0; t < nx; ++t) a += wx[j * nx + t] * xr[ix[j * nx + t]];
-                h[j] = a;
+                float acc = 0;
+                for (int q = 0; q < nx; ++q) acc += wx[j * nx + q] * xr[ix[j * nx + q]];
+                h[j] = acc;
               }
             }
           }
           src[nk] = h;
         }
-        wk[nk++] = ny ? wy[oy * ny + k] : 1.0f;
+        wk[nk++] = ny && wy ? wy[oy * ny + k] : 1.0f;
       }
       if (nk == 1 && wk[0] == 1.0f) {
         memcpy(yr, src[0], (size_t)wout * sizeof(float));
       } else if (nk == 2) {
-        const float *restrict a = src[0], *restrict b = src[1];
+        const float *restrict u = src[0], *restrict v = src[1];
         const float w0 = wk[0], w1 = wk[1];
-        for (int64_t j = 0; j < wout; ++j) yr[j] = w0 * a[j] + w1 * b[j];
+        for (int64_t j = 0; j < wout; ++j) yr[j] = w0 * u[j] + w1 * v[j];
       } else {
         for (int64_t j = 0; j < wout; ++j) {
-          float a = 0;
-          for (int k = 0; k < nk; ++k) a += wk[k] * src[k][j];
-          yr[j] = a;
+          float acc = 0;
+          for (int k = 0; k < nk; ++k) acc += wk[k] * src[k][j];
+          yr[j] = acc;
         }
       }
     }
@@ -443,27 +467,47 @@ def _resize2d_call(
     bound: dict[int, int],
     weighted: bool,
 ) -> str:
-    """The o2e_resize2d_f32 call over the tap tables already filled (I<axis>, W<axis>)."""
+    """o2e_resize2d_planes over the tap tables already filled (I<axis>, W<axis>), its planes
+    split across threads when the output is large enough to pay for the hand-off."""
     x, y = ctx.x(0), ctx.y(0)
     r = x.rank
     ha, wa = r - 2, r - 1
     ctx.helper("o2e_resize2d_f32", RESIZE2D_F32)
     ctx.kernel("separable rows (float)")
     planes = int(np.prod(x.shape[: r - 2], dtype=np.int64)) if r > 2 else 1
+    threaded = planes > 1 and y.size >= pool2d.PAR_MIN_WORK and plan_threads(ctx) > 1
+    slots = plan_threads(ctx) if threaded else 1
     ny_max, nx_max = bound.get(ha, 0), bound.get(wa, 0)
-    nfloats = nx_max * y.shape[wa] + ny_max * y.shape[ha] + max(ny_max, 1) * y.shape[wa]
-    buf = ctx.scratch(nfloats * 4, "float")
-    tags = ctx.scratch(max(ny_max, 1) * 4, "int32_t")
+    lines = ["{"]
+    wts = {}
+    for a, n_max in ((ha, ny_max), (wa, nx_max)):
+        if a in tabled and weighted:
+            wts[a] = ctx.scratch(n_max * y.shape[a] * 4, "float")
+            lines.append(
+                f"  o2e_resize2d_weights(W{a}, {wts[a]}, (int64_t){ntaps[a]} * {y.shape[a]});"
+            )
+    rows = ctx.scratch(max(ny_max, 1) * y.shape[wa] * 4 * slots, "float")
+    tags = ctx.scratch(max(ny_max, 1) * 4 * slots, "int32_t")
 
-    def axis(a: int) -> str:
+    def taps(a: int) -> tuple[str, str, str]:
         if a not in tabled:
-            return "0, 0, 0"
-        return f"{ntaps[a]}, I{a}, {f'W{a}' if weighted else '0'}"
+            return "0", "NULL", "NULL"
+        return ntaps[a], f"I{a}", wts.get(a, "NULL")
 
-    return (
-        f"o2e_resize2d_f32({x.sym}, {y.sym}, {planes}, {x.shape[ha]}, {x.shape[wa]}, "
-        f"{y.shape[ha]}, {y.shape[wa]}, {axis(ha)}, {axis(wa)}, {buf}, {tags});"
+    (ny, iy, wy), (nx, ix, wx) = taps(ha), taps(wa)
+    if threaded:
+        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    fields = (
+        f".x = {x.sym}, .y = {y.sym}, .hin = {x.shape[ha]}, .win = {x.shape[wa]}, "
+        f".hout = {y.shape[ha]}, .wout = {y.shape[wa]}, .ny = {ny}, .nx = {nx}, .iy = {iy}, "
+        f".ix = {ix}, .wy = {wy}, .wx = {wx}, .rows = {rows}, .tags = {tags}, "
+        f".thread = {'o2e_parallel_thread' if threaded else 'NULL'}"
     )
+    lines.append(f"  o2e_resize2d_args a = {{{fields}}};")
+    run = "o2e_parallel_for" if threaded else "o2e_resize2d_planes"
+    args = f"{planes}, o2e_resize2d_planes, &a" if threaded else f"&a, 0, {planes}"
+    lines += [f"  {run}({args});", "}"]
+    return "\n".join(lines)
 
 
 def _scaled(i: str, stride: int) -> str:
