@@ -2,7 +2,7 @@
 at every ISA the C backend emits: x86-64-v2 (the portable loop), x86-64-v3 (AVX2, 8 lanes),
 native (AVX-512, 16) and aarch64 (NEON, 4, under qemu).
 
-One model holds the kernel's edges: rows of 16 .. 37 outputs (whole vectors and tails of
+One model holds the kernel's edges: rows of 7 .. 37 outputs (whole vectors and tails of
 every width), strides 1 and 2 in each direction, odd and even input sizes (stride 2 with
 the last column / row left over), asymmetric and zero padding, odd padding (a padded row
 that starts on the odd phase), 5x5 and 1x3 / 7x1 filters, no bias, a batch of 2, Relu /
@@ -39,6 +39,13 @@ CASES = {
     "f": (1, 2, 21, 24, 7, 1, 2, 1, (3, 0, 3, 0), True, False, "Clip"),
     "g": (1, 3, 12, 34, 3, 3, 1, 2, (0, 0, 0, 0), True, False, None),  # no padding, 1x2
     "h": (1, 7, 16, 31, 3, 3, 1, 1, (1, 1, 1, 1), True, False, "Relu"),  # NaN / Inf
+    # small maps (issue 34): rows of 7 .. 14 outputs, steps of R rows that do not divide OH
+    # (the last step recomputes rows), OH under a step, fused HardSwish / HardSigmoid
+    "i": (1, 6, 7, 7, 5, 5, 1, 1, (2, 2, 2, 2), True, False, "HardSwish"),  # OH 7: one step
+    "j": (1, 4, 28, 28, 3, 3, 2, 2, (1, 1, 1, 1), True, False, "HardSigmoid"),  # 14x14, s2
+    "k": (1, 3, 9, 11, 3, 3, 1, 1, (1, 1, 1, 1), False, False, "Relu"),  # OH 9: 5 + 5 rows
+    "l": (2, 3, 21, 15, 7, 7, 1, 1, (3, 3, 3, 3), True, False, None),  # ConvNeXt's 7x7
+    "m": (1, 3, 11, 8, 3, 1, 1, 1, (1, 0, 1, 0), True, True, "Clip"),  # 3x1, 8 wide, OH 11
 }
 
 
@@ -53,7 +60,7 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         inits.append(tensor(f"w{name}", wt))
         if has_b:
             b = rng.standard_normal(C).astype(np.float32)
-            if name == "h":
+            if name in ("h", "i"):
                 b[:3] = [np.nan, np.inf, -np.inf]  # whole channels NaN / +Inf / -Inf
                 x[0, 3, 1, 2] = np.nan
                 x[0, 4, H - 1, W - 1] = np.inf
@@ -64,7 +71,7 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         ins.append(vi(f"x{name}", [N, C, H, W]))
         OH = (H + pads[0] + pads[2] - kh) // sh + 1
         OW = (W + pads[1] + pads[3] - kw) // sw + 1
-        assert OW >= 16, name  # the kernel's minimum row
+        assert OW >= 7, name  # the kernel's minimum row
         cur = f"c{name}"
         nodes.append(
             helper.make_node(
@@ -84,7 +91,7 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
             cur = f"s{name}"
         nodes.append(act_node(act, cur, f"y{name}", alpha=0.1))
         outs.append(vi(f"y{name}", [N, C, OH, OW]))
-    return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "dw.onnx"), feeds
+    return save(make_model(nodes, ins, outs, inits, opset=14), tmp_path / "dw.onnx"), feeds
 
 
 def _check(got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> None:
@@ -128,11 +135,11 @@ def test_depthwise_rows_threads_and_bounds(
 
 
 def test_narrow_maps_and_dilation_keep_the_plane_kernel(tmp_path: Path) -> None:
-    """Rows under 16 outputs (7x7, 14x14) and dilated filters stay on the plane kernel, and
+    """Rows under 7 outputs (5x5, 6x6) and dilated filters stay on the plane kernel, and
     `--kernels dw_rows=off` switches the path off."""
     rng = np.random.default_rng(1)
     nodes, ins, outs, feeds, inits = [], [], [], {}, []
-    for name, (H, s, d) in {"n7": (7, 1, 1), "n14": (28, 2, 1), "dil": (32, 1, 2)}.items():
+    for name, (H, s, d) in {"n5": (7, 1, 1), "n6": (14, 2, 1), "dil": (32, 1, 2)}.items():
         x = rng.standard_normal((1, 4, H, H)).astype(np.float32)
         inits.append(tensor(f"w{name}", rng.standard_normal((4, 1, 3, 3)).astype(np.float32)))
         feeds[f"x{name}"] = x

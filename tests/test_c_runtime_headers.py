@@ -109,10 +109,10 @@ void f(const o2e_win2d_args *a);
 static void tail(float *restrict p, size_t n) { (void)p, (void)n; }
 void f(const o2e_win2d_args *a)
 {
-  o2e_dwrows(3, 3, 1, 1, O2E_DWR_RELU, a, 0, 4, NULL);
-  o2e_dwrows(3, 3, 2, 2, O2E_DWR_HSWISH, a, 0, 4, tail);
-  o2e_dwrows(3, 1, 2, 1, O2E_DWR_CLIP, a, 0, 4, NULL);
-  o2e_dwrows(1, 3, 1, 2, O2E_DWR_HSIG, a, 0, 4, NULL);
+  o2e_dwrows(3, 3, 1, 1, O2E_DWR_RELU, 8, 4, a, 0, 4, NULL);
+  o2e_dwrows(3, 3, 2, 2, O2E_DWR_HSWISH, 7, 4, a, 0, 4, tail);
+  o2e_dwrows(3, 1, 2, 1, O2E_DWR_CLIP, 5, 3, a, 0, 4, NULL);
+  o2e_dwrows(1, 3, 1, 2, O2E_DWR_HSIG, 1, 1, a, 0, 4, NULL);
 }
 """,
 }
@@ -188,7 +188,7 @@ def test_conv_kernel_headers_compile_called_with_literals(target: str, tmp_path:
 
 def test_conv_header_constants_match_the_kernels() -> None:
     """The numbers a conv header and its Python side both hold: o2e_dwrows.h's activation kinds
-    (the activation table's gemm_kind) and tap limit, o2e_lanes.h's widest AVX-512 tile."""
+    (the activation table's gemm_kind), tap limit and rows a step, o2e_lanes.h's widest AVX-512 tile."""
     from onnx2edge.backends.c.kernels.conv import conv_dwrows, conv_lanes
     from onnx2edge.semantics import activations as acts
 
@@ -198,6 +198,7 @@ def test_conv_header_constants_match_the_kernels() -> None:
 
     dw = macros("o2e_dwrows.h")
     assert int(dw["O2E_DWR_MAXK"]) == conv_dwrows.MAX_K
+    assert int(dw["O2E_DWR_MAXR"]) == conv_dwrows.MAX_R >= conv_dwrows.NARROW_R
     for kind, name in conv_dwrows._KIND_C.items():
         assert int(dw[name]) == kind
     assert {acts.GEMM_RELU, acts.GEMM_CLIP} <= set(conv_dwrows._KIND_C)

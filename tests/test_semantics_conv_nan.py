@@ -50,8 +50,9 @@ CASES = {
     ),
     "pointwise": (24, 1, 1, 0, 1, "LeakyRelu", False, "Conv: 1x1 as GEMM"),
     "strided1x1": (40, 1, 2, 0, 1, "HardSwish", False, "Conv: strided 1x1: subsample + GEMM"),
-    "depthwise": (16, 3, 1, 1, 16, "Clip", False, "Conv: depthwise direct"),
-    "depthwise_sig": (16, 3, 2, 1, 16, "Sigmoid", False, "Conv: depthwise direct"),
+    # stride 4: 5x5 outputs, the plane kernel (rows of >= 7 outputs and stride 1 / 2: dw rows)
+    "depthwise": (16, 3, 4, 1, 16, "Clip", False, "Conv: depthwise direct"),
+    "depthwise_sig": (16, 3, 2, 1, 16, "Sigmoid", False, "Conv: depthwise rows"),
     "winograd": (24, 3, 1, 1, 1, "Relu", False, "Conv: winograd"),
     "grouped": (24, 3, 2, 1, 2, "HardSwish", False, "Conv: grouped"),
     "grouped_sig": (12, 5, 1, 2, 4, "Sigmoid", False, "Conv: grouped"),

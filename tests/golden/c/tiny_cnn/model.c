@@ -1286,9 +1286,9 @@ static void o2e_maxpool_rows2x2_s2x2(void *arg, int i0, int i1) { o2e_pool_rows(
 
 #include "o2e_dwrows.h"
 
-static void o2e_dwrows3x3_s1x1_relu(void *arg, int i0, int i1)
+static __attribute__((noinline)) void o2e_dwrows3x3_s1x1_r8x4_relu(void *arg, int i0, int i1)
 {
-  o2e_dwrows(3, 3, 1, 1, O2E_DWR_RELU, (const o2e_win2d_args *)arg, i0, i1, NULL);
+  o2e_dwrows(3, 3, 1, 1, O2E_DWR_RELU, 8, 4, (const o2e_win2d_args *)arg, i0, i1, NULL);
 }
 
 #include "o2e_winograd.h"
@@ -1447,8 +1447,8 @@ int tiny_cnn_run_ctx(tiny_cnn_ctx *ctx, const void *const *inputs, void *const *
   /* node dw2: o2e.ConvAct(pool1, dw2.weight_bnfold, dw2_bias_bnfold) -> dw2.relu  [group=16, pads=[1, 1, 1, 1], activation=Relu, activation_alpha=0.0, activation_beta=0.0] */
   {
     {
-      o2e_win2d_args a = {.x = T_pool1, .w = W_dw2_weight_bnfold, .bias = W_dw2_bias_bnfold, .y = T_dw2_relu, .C = 16, .H = 16, .W = 16, .OH = 16, .OW = 16, .pt = 1, .pl = 1, .HQ = 0, .WQ = 48, .lo = 0.0f, .hi = 0.0f, .pool = NULL, .scratch = S_dw2_0, .slot = 192, .thread = NULL};
-      o2e_dwrows3x3_s1x1_relu(&a, 0, 16);
+      o2e_win2d_args a = {.x = T_pool1, .w = W_dw2_weight_bnfold, .bias = W_dw2_bias_bnfold, .y = T_dw2_relu, .C = 16, .H = 16, .W = 16, .OH = 16, .OW = 16, .pt = 1, .pl = 1, .HQ = 0, .WQ = 48, .lo = 0.0f, .hi = 0.0f, .pool = NULL, .scratch = S_dw2_0, .slot = 528, .thread = NULL};
+      o2e_dwrows3x3_s1x1_r8x4_relu(&a, 0, 16);
     }
   }
   O2E_PROF(2); O2E_TRACE("dw2.relu", T_dw2_relu, 16384);

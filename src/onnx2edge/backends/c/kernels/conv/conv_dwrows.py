@@ -10,11 +10,16 @@ is a unit-stride read); each output row is then computed straight into y from th
 its window covers (rows above / below the input read a zero row). The working set is
 (kh + 1) padded rows: a few KB, in L1, and y is written once.
 
-Each output row is one vector loop over its columns: AVX-512 (16 lanes, the last block
-masked), AVX2 (8, masked store), NEON (4 per vector, the tail through a small buffer), and
-the portable loop. Every lane computes b + w00·t00 + w01·t01 + ... as a chain of fused
-multiply-adds in row-major tap order, like the plane kernel. Narrow maps (rows shorter than
-a vector) keep the plane kernel, whose flat loop fills whole vectors across rows.
+The output is computed R rows at a time (issue 34), one vector loop over the columns: AVX-512
+(16 lanes, the last block masked), AVX2 (8, masked store), NEON (4 per vector, the tail
+through a small buffer), and the portable loop. Each input vector loaded feeds the
+accumulators of every one of the R rows whose window holds it (3x3 stride 1, R = 8: 30
+loads for 72 multiply-adds instead of 72), and the R chains run side by side. Every lane still
+computes b + w00·t00 + w01·t01 + ... as a chain of fused multiply-adds in row-major tap
+order, like the plane kernel. Rows of 7 .. 15 outputs leave lanes of an AVX-512 vector empty
+but measured faster than the plane kernel's flat loop (its split and compaction passes):
+MobileNetV3-small's 14x14 5x5 layers 0.73-0.81 of it, its 7x7 ones 0.78. Narrower maps keep
+the plane kernel.
 """
 
 from __future__ import annotations
@@ -35,10 +40,30 @@ from . import se_pool
 from .conv_depthwise import KIND_TAGS, register_params
 from .conv_spec import ConvSpec, ConvStrategy, register
 
-# Output rows shorter than this keep the plane kernel (conv_depthwise.py): one row per vector
-# would leave most lanes empty (7x7: 7 of 16), while its flat loop runs across rows.
-MIN_OW = 16
+# Output rows shorter than this keep the plane kernel (conv_depthwise.py): its flat loop runs
+# across rows. From 7 (half an AVX-512 vector) the rows with R rows a step measured faster.
+MIN_OW = 7
 MAX_K = 7  # taps are unrolled: kh·kw of them
+# Output rows computed a step (o2e_dwrows.h's O2E_DWR_MAXR): each loaded input vector feeds up
+# to this many rows' accumulators. Where there are 32 vector registers (AVX-512, NEON) 8 rows
+# beat 4 on 5x5 / 7x7 filters (fewer loads a multiply-add); AVX2's 16 registers keep 4.
+MAX_R = 8
+NARROW_R = 4
+
+
+def rows_per_step(OH: int, cap: int) -> int:
+    """The rows a step for a map of OH rows and at most cap a step: as many as fit, evened out
+    over the steps (OH = 28, cap 8: 4 steps of 7, not 8 + 8 + 8 + a 4-row step that
+    recomputes 4 rows)."""
+    steps = -(-OH // min(cap, OH))
+    return -(-OH // steps)
+
+
+def ring_rows(OH: int, kh: int, sh: int) -> int:
+    """Row buffers of a scratch slot: the input rows of the widest step, then the zero row."""
+    return (rows_per_step(OH, MAX_R) - 1) * sh + kh + 1
+
+
 _SLACK = 16  # floats past each row buffer's last needed column: one AVX-512 vector
 
 
@@ -70,6 +95,7 @@ def _kernel(
     sw: int,
     kind: int,
     tail: Activation | None,
+    rows: tuple[int, int],
     pool: bool = False,
 ) -> str:
     """The row-ring depthwise kernel for one filter geometry and fused activation; its name.
@@ -83,10 +109,12 @@ def _kernel(
         tail_fn = "NULL"
     else:
         (suffix, tail_fn), tail_stmt = act_tail_fn(ctx, tail), ""
-    name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}{KIND_TAGS[kind]}{suffix}"
+    r_wide, r_narrow = rows
+    name = f"o2e_dwrows{kh}x{kw}_s{sh}x{sw}_r{r_wide}x{r_narrow}{KIND_TAGS[kind]}{suffix}"
     include(ctx, "o2e_intrinsics.h")
     include(ctx, "o2e_dwrows.h")
-    args = f"{kh}, {kw}, {sh}, {sw}, {_KIND_C[kind]}"  # literals: the taps unroll
+    # literals: the taps unroll, over both choices of rows a step (o2e_dwrows.h picks one)
+    args = f"{kh}, {kw}, {sh}, {sw}, {_KIND_C[kind]}, {r_wide}, {r_narrow}"
     after = (
         "\n  { const o2e_win2d_args *a = (const o2e_win2d_args *)arg;"
         f" const size_t OH = (size_t)a->OH, OW = (size_t)a->OW; {tail_stmt} }}"
@@ -95,8 +123,10 @@ def _kernel(
     )
     return ctx.helper(
         name,
+        # noinline: inlined into the model's run function (one call site on one thread) its
+        # unrolled taps shared the register allocation of the whole network and spilled
         f"""
-static void {name}(void *arg, int i0, int i1)
+static __attribute__((noinline)) void {name}(void *arg, int i0, int i1)
 {{
   o2e_dwrows({args}, (const o2e_win2d_args *)arg, i0, i1, {tail_fn});{after}
 }}
@@ -130,7 +160,8 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     # the activations the kernel applies in registers; any other at the end of each call
     kind, lo, hi, post = register_params(spec.act)
     pool = se_pool.pool_target(ctx, spec)
-    name = _kernel(ctx, kh, kw, sh, sw, kind, post, pool is not None)
+    rows = rows_per_step(OH, MAX_R), rows_per_step(OH, NARROW_R)
+    name = _kernel(ctx, kh, kw, sh, sw, kind, post, rows, pool is not None)
     ctx.kernel("depthwise rows")
     RW = row_floats(OW, kw, sw)
     fields = {
@@ -153,7 +184,7 @@ def emit(ctx: NodeContext, spec: ConvSpec) -> str:
     }
     n = N * C
     work = n * (H * W + OH * OW * (kh * kw + 1))
-    lines = [pool2d.call_planes(ctx, name, n, work, (kh + 1) * sw * RW, fields)]
+    lines = [pool2d.call_planes(ctx, name, n, work, ring_rows(OH, kh, sh) * sw * RW, fields)]
     return "\n".join(lines)
 
 
