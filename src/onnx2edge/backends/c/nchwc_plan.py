@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from ...ir import Graph, Node
-from ...semantics.activations import ACTIVATIONS, GEMM_VM_FIRST
+from ...semantics.activations import ACTIVATIONS
 from ...semantics.conv_geometry import conv_geometry
 from ...semantics.fused import activation_of, base_op, has_residual
 
@@ -55,7 +55,8 @@ MIN_DENSITY = 0.5  # pruned 1x1 weights below this are left to the sparse kernel
 class BlockedRole:
     """A chain member's layouts: whether its input 0, output and residual input are blocked."""
 
-    kind: str  # "pointwise", "depthwise" or "gap" (a GlobalAveragePool reading blocks)
+    kind: str  # "pointwise", "depthwise", "gap" (a GlobalAveragePool reading blocks) or
+    # "gate" (an SE block's Mul x * s, s of [N][C][1][1]: x and its product blocked)
     x: bool
     y: bool
     residual: bool = False  # the node adds a residual (input 3)
@@ -79,6 +80,8 @@ def _kind(node: Node, graph: Graph) -> str | None:
     neighbours."""
     if node.op_type == "GlobalAveragePool" and node.domain in ("", "ai.onnx"):
         return "gap" if _blockable_input(node, graph) else None
+    if node.op_type == "Mul" and node.domain in ("", "ai.onnx"):
+        return "gate" if gate_data(node, graph) is not None else None
     if base_op(node) != "Conv" or node.domain not in ("", "ai.onnx", "o2e"):
         return None
     if len(node.inputs) < 2 or not node.inputs[0]:
@@ -93,9 +96,8 @@ def _kind(node: Node, graph: Graph) -> str | None:
     if len(node.inputs) > 2 and node.inputs[2] and graph.const(node.inputs[2]) is None:
         return None  # the bias is repacked at conversion time
     act = activation_of(node)
-    kind = None if act is None else ACTIVATIONS[act.op].gemm_kind
-    if act is not None and (kind is None or kind >= GEMM_VM_FIRST):
-        return None  # only the activations the kernels apply in registers
+    if act is not None and ACTIVATIONS[act.op].gemm_kind is None:
+        return None  # only the activations of the GEMM epilogue (o2e_act kinds)
     g = conv_geometry(node, xs, ws, ys, graph.opset)
     C, M = g.in_channels, g.out_channels
     if C % BLOCK or M % BLOCK or ys[2] * ys[3] > MAX_P_DW or any(d != 1 for d in g.dilations):
@@ -104,14 +106,32 @@ def _kind(node: Node, graph: Graph) -> str | None:
         if np.count_nonzero(w) < MIN_DENSITY * w.size:
             return None
         return "pointwise"
+    k = g.kernel[0]
     if (
-        g.kernel == (3, 3)
+        g.kernel in ((3, 3), (5, 5), (7, 7))
         and g.group == C == M
         and g.strides in ((1, 1), (2, 2))
-        and max(g.pads) <= 1
+        and max(g.pads) <= k // 2
         and not has_residual(node)
     ):
         return "depthwise"
+    return None
+
+
+def gate_data(node: Node, graph: Graph) -> int | None:
+    """The data input's index when the Mul is an SE gate, x [N][C][H][W] * s [N or 1][C][1][1]
+    (float32, C a multiple of BLOCK, at most MAX_P_DW pixels), else None."""
+    if len(node.inputs) != 2 or not all(node.inputs) or node.inputs[0] == node.inputs[1]:
+        return None
+    ts = [graph.type_of(n) for n in (*node.inputs, node.outputs[0])]
+    if any(t is None or not t.is_static or t.dtype != np.float32 for t in ts):
+        return None
+    a, b, y = (tuple(t.static_shape) for t in ts)  # type: ignore[union-attr]
+    for d, (x, s) in enumerate(((a, b), (b, a))):
+        if len(x) != 4 or x != y or x[1] % BLOCK or x[2] * x[3] > MAX_P_DW or x[2] * x[3] == 1:
+            continue
+        if len(s) == 4 and s[0] in (1, x[0]) and s[1] == x[1] and s[2:] == (1, 1):
+            return d
     return None
 
 
@@ -141,7 +161,7 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
             for t in n.outputs[:1]
             if t not in outputs
             and graph.consumers(t)
-            and all(_reads_as_data(c, t) and c.name in kinds for c in graph.consumers(t))
+            and all(_reads_as_data(c, t, graph) and c.name in kinds for c in graph.consumers(t))
             and (_pixels(graph, t) <= MAX_P or _next_to_depthwise(n, t, graph, kinds))
         )
         roles = {}
@@ -149,9 +169,10 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
             if n.name not in kinds:
                 continue
             res = has_residual(n)
+            d = gate_data(n, graph) if kinds[n.name] == "gate" else 0
             roles[n.name] = BlockedRole(
                 kinds[n.name],
-                n.inputs[0] in blocked,
+                n.inputs[d or 0] in blocked,
                 n.outputs[0] in blocked,
                 res,
                 res and n.inputs[3] in blocked,
@@ -170,19 +191,21 @@ def _pixels(graph: Graph, t: str) -> int:
 def _next_to_depthwise(producer: Node, t: str, graph: Graph, kinds: Mapping[str, str]) -> bool:
     """A depthwise chain member writes or reads `t`."""
     readers = graph.consumers(t)
-    return kinds[producer.name] == "depthwise" or any(
-        kinds.get(c.name) == "depthwise" for c in readers
-    )
+    near = ("depthwise", "gate")  # a gate sits between a depthwise layer and its 1x1 one
+    return kinds[producer.name] in near or any(kinds.get(c.name) in near for c in readers)
 
 
-def _reads_as_data(node: Node, t: str) -> bool:
-    """`t` is only the node's input 0 or its residual (input 3), never a weight or bias."""
+def _reads_as_data(node: Node, t: str, graph: Graph) -> bool:
+    """`t` is only the node's input 0 or its residual (input 3), never a weight or bias (a
+    gate: its data input, never the gates)."""
     idx = [i for i, n in enumerate(node.inputs) if n == t]
+    if node.op_type == "Mul":
+        return idx == [gate_data(node, graph)]
     return all(i == 0 or (i == 3 and has_residual(node)) for i in idx)
 
 
 def _consistent(role: BlockedRole) -> bool:
-    if role.kind == "depthwise":
+    if role.kind in ("depthwise", "gate"):
         return role.x and role.y
     if role.kind == "gap":
         return role.x  # an NCHW input: pool2d's kernel

@@ -17,6 +17,7 @@ from ....semantics.attrs import attr
 from ....semantics.fused import base_op
 from ....semantics.numeric import cast_attrs, clip_attrs
 from ..emitter import NodeContext, Tensor, c_literal
+from ..kernels.conv import conv_nchwc
 from . import register_op
 from .common import act_expr, elementwise, fused_act
 from .dtypes import (
@@ -306,6 +307,8 @@ def binary(ctx: NodeContext) -> str:
     if op in _BITWISE:
         return _ew(ctx, [a, b], out, f"a {_BITWISE[op]} b")
     if is_float(a.dtype):
+        if op == "Mul" and (gate := conv_nchwc.gate(ctx)) is not None:
+            return gate  # an SE gate inside a channel-blocked chain (nchwc_plan)
         return _ew(ctx, [a, b], out, _float_binary(op, ct, ctx.node))
     bits = 8 * np.dtype(a.dtype).itemsize
     return _ew(

@@ -121,12 +121,21 @@ typedef struct {
 
 typedef struct {
   const float *x;    /* blocked C x H x W */
-  const float *w;    /* [C/16][9][16] */
+  const float *w;    /* [C/16][K*K][16] */
   const float *bias; /* C floats */
   float *y;          /* blocked C x OH x OW */
   int C, H, W, OH, OW, sh, sw, pt, pl;
   o2e_act act;
+  int K;             /* kernel size: 3, 5 or 7 (pads <= K / 2) */
+  float *pool;       /* C floats: the means of y per channel (an SE block's pool), or NULL */
 } o2e_nc_dw_args;
+
+/* x * s[c] over a blocked C x P tensor (an SE block's gate, s of [C]) */
+typedef struct {
+  const float *x, *s;
+  float *y;
+  int C, P;
+} o2e_nc_gate_args;
 
 /* Balanced tiles of n items, at most `most` each: tile q covers [q*n/nt, (q+1)*n/nt). */
 O2E_GEMM_INL int o2e_nc_ntiles_(int n, int most) { return (n + most - 1) / most; }
@@ -157,17 +166,19 @@ O2E_GEMM_INL o2e_ncv o2e_nc_act_(o2e_ncv x, const o2e_act *act) {
  * tiles, whose many copies would otherwise each carry it). */
 O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_act *act) {
   size_t i;
-  if (!r && !act->kind) return;
-  for (i = 0; i < n; i += O2E_NC_VW) {
-    o2e_ncv s, t;
-    O2E_NCV_LOAD(s, y + i);
-    if (r) {
-      O2E_NCV_LOAD(t, r + i);
-      s += t;
+  const int rk = act->kind < O2E_ACT_VM_FIRST_ ? act->kind : 0; /* a register kind */
+  if (r || rk)
+    for (i = 0; i < n; i += O2E_NC_VW) {
+      o2e_ncv s, t;
+      O2E_NCV_LOAD(s, y + i);
+      if (r) {
+        O2E_NCV_LOAD(t, r + i);
+        s += t;
+      }
+      if (rk) s = o2e_nc_act_(s, act);
+      O2E_NCV_STORE(y + i, s);
     }
-    if (act->kind) s = o2e_nc_act_(s, act);
-    O2E_NCV_STORE(y + i, s);
-  }
+  if (act->kind >= O2E_ACT_VM_FIRST_) o2e_act_vm_n_(y, n, *act); /* SiLU, Sigmoid, ... */
 }
 
 /* A finished tile t[p][l] (l < nl channels from m0, p < pn pixels from p0) into NCHW rows:
@@ -287,85 +298,111 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
 }
 
 /* One depthwise tile: VW channels of one block, output row oy, pixels [ox0, ox0 + PN), stride
- * S; taps in the padding are skipped on the tile's first and last pixels (on 7- and 14-wide
- * maps every tile touches an edge). The activation is applied in registers before the store. */
-O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const o2e_nc_dw_args *a,
-                                  const float *xb, const float *wb, const float *bb, float *yb,
-                                  int oy, int ox0) {
+ * S, kernel KS x KS; taps in the padding are skipped on the tile's first and last KS / 2 pixels
+ * only (on 7- and 14-wide maps every tile touches an edge). A register activation is applied
+ * before the store (a vmath one after the row, o2e_nc_dw_units_). */
+O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const int KS,
+                                  const o2e_nc_dw_args *a, const float *xb, const float *wb,
+                                  const float *bb, float *yb, int oy, int ox0) {
   o2e_ncv acc[O2E_NC_DWPX], wv, xv;
+  const int E = KS / 2;
   int ky, kx, p;
   O2E_NCV_LOAD(wv, bb);
 #pragma GCC unroll 14
   for (p = 0; p < PN; p++) acc[p] = wv;
-  for (ky = 0; ky < 3; ky++) {
+  for (ky = 0; ky < KS; ky++) {
     const int iy = oy * a->sh - a->pt + ky;
     const float *row;
     if (iy < 0 || iy >= a->H) continue;
     row = xb + (size_t)iy * a->W * O2E_NC_BLOCK;
-    for (kx = 0; kx < 3; kx++) {
+#pragma GCC unroll 7
+    for (kx = 0; kx < KS; kx++) {
       const int ix0 = ox0 * S - a->pl + kx;
-      O2E_NCV_LOAD(wv, wb + (ky * 3 + kx) * O2E_NC_BLOCK);
+      O2E_NCV_LOAD(wv, wb + (ky * KS + kx) * O2E_NC_BLOCK);
 #pragma GCC unroll 14
       for (p = 0; p < PN; p++) {
         const int ix = ix0 + p * S;
-        /* with pads <= 1 and stride <= 2 only a tile's first and last pixels can reach into
-         * the padding (ix >= ox0*S - 1 + S for p >= 1, ix <= W + pr - 3 for p <= PN - 2,
-         * as ox0 + PN <= OW), so the inner pixels run without a test once unrolled */
-        if ((p == 0 || p == PN - 1) && (ix < 0 || ix >= a->W)) continue;
+        /* with pads <= KS / 2 only a tile's first and last KS / 2 pixels can reach into the
+         * padding: ix >= p - pl >= 0 for p >= E, and pixel ox (<= OW - 1 - j, j = PN - 1 - p)
+         * reads at most ix = W + pr - 1 - j S < W for j >= pr; so the inner pixels run
+         * without a test once unrolled */
+        if ((p < E || p >= PN - E) && (ix < 0 || ix >= a->W)) continue;
         O2E_NCV_LOAD(xv, row + (size_t)ix * O2E_NC_BLOCK);
         acc[p] += xv * wv;
       }
     }
   }
-  if (a->act.kind) /* in registers: a second pass over the block's rows cost 30-45 % here */
+  if (a->act.kind && a->act.kind < O2E_ACT_VM_FIRST_) /* in registers: a second pass over
+                                                         the block's rows cost 30-45 % here */
 #pragma GCC unroll 14
     for (p = 0; p < PN; p++) acc[p] = o2e_nc_act_(acc[p], &a->act);
 #pragma GCC unroll 14
   for (p = 0; p < PN; p++) O2E_NCV_STORE(yb + (size_t)p * O2E_NC_BLOCK, acc[p]);
 }
 
-#define O2E_NC_DW_CASE(n, S)                                                                   \
-  case n: o2e_nc_dw_tile_(n, S, a, xb, wb, bb, yb, oy, ox0); break;
+#define O2E_NC_DW_CASE(n, S, KS)                                                               \
+  case n: o2e_nc_dw_tile_(n, S, KS, a, xb, wb, bb, yb, oy, ox0); break;
 #if O2E_NC_DWPX > 7
-#define O2E_NC_DW_CASES(S)                                                                     \
-  O2E_NC_DW_CASE(14, S) O2E_NC_DW_CASE(13, S) O2E_NC_DW_CASE(12, S) O2E_NC_DW_CASE(11, S)      \
-  O2E_NC_DW_CASE(10, S) O2E_NC_DW_CASE(9, S) O2E_NC_DW_CASE(8, S) O2E_NC_DW_CASE(7, S)         \
-  O2E_NC_DW_CASE(6, S) O2E_NC_DW_CASE(5, S) O2E_NC_DW_CASE(4, S) O2E_NC_DW_CASE(3, S)          \
-  O2E_NC_DW_CASE(2, S)
+#define O2E_NC_DW_CASES(S, KS)                                                                 \
+  O2E_NC_DW_CASE(14, S, KS) O2E_NC_DW_CASE(13, S, KS) O2E_NC_DW_CASE(12, S, KS)                \
+  O2E_NC_DW_CASE(11, S, KS) O2E_NC_DW_CASE(10, S, KS) O2E_NC_DW_CASE(9, S, KS)                 \
+  O2E_NC_DW_CASE(8, S, KS) O2E_NC_DW_CASE(7, S, KS) O2E_NC_DW_CASE(6, S, KS)                   \
+  O2E_NC_DW_CASE(5, S, KS) O2E_NC_DW_CASE(4, S, KS) O2E_NC_DW_CASE(3, S, KS)                   \
+  O2E_NC_DW_CASE(2, S, KS)
 #else
-#define O2E_NC_DW_CASES(S)                                                                     \
-  O2E_NC_DW_CASE(7, S) O2E_NC_DW_CASE(6, S) O2E_NC_DW_CASE(5, S) O2E_NC_DW_CASE(4, S)          \
-  O2E_NC_DW_CASE(3, S) O2E_NC_DW_CASE(2, S)
+#define O2E_NC_DW_CASES(S, KS)                                                                 \
+  O2E_NC_DW_CASE(7, S, KS) O2E_NC_DW_CASE(6, S, KS) O2E_NC_DW_CASE(5, S, KS)                   \
+  O2E_NC_DW_CASE(4, S, KS) O2E_NC_DW_CASE(3, S, KS) O2E_NC_DW_CASE(2, S, KS)
 #endif
+#define O2E_NC_DW_SWITCH(S, KS)                                                                \
+  switch (pn) {                                                                                \
+    O2E_NC_DW_CASES(S, KS)                                                                     \
+  default: o2e_nc_dw_tile_(1, S, KS, a, xb, wb, bb, yb, oy, ox0); break;                       \
+  }
+
+/* One row of tiles (all VW-lane slices of the block), one copy per (stride, kernel size). */
+O2E_GEMM_INL void o2e_nc_dw_row_(const o2e_nc_dw_args *a, int u, int oy) {
+  const int nt = o2e_nc_ntiles_(a->OW, O2E_NC_DWPX), KK = a->K * a->K;
+  int s, q;
+  for (q = 0; q < nt; q++)
+    for (s = 0; s < O2E_NC_BLOCK; s += O2E_NC_VW) {
+      const float *xb = a->x + (size_t)u * O2E_NC_BLOCK * a->H * a->W + s;
+      const float *wb = a->w + (size_t)u * KK * O2E_NC_BLOCK + s;
+      const float *bb = a->bias + (size_t)u * O2E_NC_BLOCK + s;
+      const int ox0 = (int)((long)q * a->OW / nt);
+      const int pn = (int)((long)(q + 1) * a->OW / nt) - ox0;
+      float *yb =
+          a->y + ((size_t)u * a->OH * a->OW + (size_t)oy * a->OW + ox0) * O2E_NC_BLOCK + s;
+      const int sel = (a->sw == 1 ? 0 : 3) + (a->K == 3 ? 0 : a->K == 5 ? 1 : 2);
+      switch (sel) {
+      case 0: O2E_NC_DW_SWITCH(1, 3) break;
+      case 1: O2E_NC_DW_SWITCH(1, 5) break;
+      case 2: O2E_NC_DW_SWITCH(1, 7) break;
+      case 3: O2E_NC_DW_SWITCH(2, 3) break;
+      case 4: O2E_NC_DW_SWITCH(2, 5) break;
+      default: O2E_NC_DW_SWITCH(2, 7) break;
+      }
+    }
+}
 
 O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
   const o2e_nc_dw_args *a = (const o2e_nc_dw_args *)arg;
-  const int nt = o2e_nc_ntiles_(a->OW, O2E_NC_DWPX);
-  int u, s, oy, q;
+  const size_t rn = (size_t)a->OW * O2E_NC_BLOCK; /* one output row of a block */
+  int u, oy, l;
+  size_t i;
   for (u = u0; u < u1; u++) {
-    for (s = 0; s < O2E_NC_BLOCK; s += O2E_NC_VW) {
-      const float *xb = a->x + (size_t)u * O2E_NC_BLOCK * a->H * a->W + s;
-      const float *wb = a->w + (size_t)u * 9 * O2E_NC_BLOCK + s;
-      const float *bb = a->bias + (size_t)u * O2E_NC_BLOCK + s;
-      for (oy = 0; oy < a->OH; oy++)
-        for (q = 0; q < nt; q++) {
-          const int ox0 = (int)((long)q * a->OW / nt);
-          const int pn = (int)((long)(q + 1) * a->OW / nt) - ox0;
-          float *yb =
-              a->y + ((size_t)u * a->OH * a->OW + (size_t)oy * a->OW + ox0) * O2E_NC_BLOCK + s;
-          if (a->sw == 1) {
-            switch (pn) {
-              O2E_NC_DW_CASES(1)
-            default: o2e_nc_dw_tile_(1, 1, a, xb, wb, bb, yb, oy, ox0); break;
-            }
-          } else {
-            switch (pn) {
-              O2E_NC_DW_CASES(2)
-            default: o2e_nc_dw_tile_(1, 2, a, xb, wb, bb, yb, oy, ox0); break;
-            }
-          }
-        }
+    float sum[O2E_NC_BLOCK] = {0};
+    for (oy = 0; oy < a->OH; oy++) {
+      float *yr = a->y + ((size_t)u * a->OH + oy) * rn;
+      o2e_nc_dw_row_(a, u, oy);
+      if (a->act.kind >= O2E_ACT_VM_FIRST_) o2e_act_vm_n_(yr, rn, a->act); /* row in L1 */
+      if (a->pool) /* the SE block's pool while the row is in L1: whole-vector adds */
+        for (i = 0; i < rn; i += O2E_NC_BLOCK)
+          for (l = 0; l < O2E_NC_BLOCK; l++) sum[l] += yr[i + l];
     }
+    if (a->pool)
+      for (l = 0; l < O2E_NC_BLOCK; l++)
+        a->pool[u * O2E_NC_BLOCK + l] = sum[l] / (float)(a->OH * a->OW);
   }
 }
 #else /* portable C: the same sums in the same order, lane by lane */
@@ -397,27 +434,36 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
 
 O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
   const o2e_nc_dw_args *a = (const o2e_nc_dw_args *)arg;
+  const int KS = a->K;
   int u, oy, ox, ky, kx, l;
-  for (u = u0; u < u1; u++)
+  for (u = u0; u < u1; u++) {
+    float sum[O2E_NC_BLOCK] = {0};
     for (oy = 0; oy < a->OH; oy++)
       for (ox = 0; ox < a->OW; ox++) {
         float acc[O2E_NC_BLOCK];
         float *yp = a->y + ((size_t)u * a->OH * a->OW + (size_t)oy * a->OW + ox) * O2E_NC_BLOCK;
         for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] = a->bias[u * O2E_NC_BLOCK + l];
-        for (ky = 0; ky < 3; ky++) {
+        for (ky = 0; ky < KS; ky++) {
           const int iy = oy * a->sh - a->pt + ky;
           if (iy < 0 || iy >= a->H) continue;
-          for (kx = 0; kx < 3; kx++) {
+          for (kx = 0; kx < KS; kx++) {
             const int ix = ox * a->sw - a->pl + kx;
             const float *xp, *wp;
             if (ix < 0 || ix >= a->W) continue;
             xp = a->x + ((size_t)u * a->H * a->W + (size_t)iy * a->W + ix) * O2E_NC_BLOCK;
-            wp = a->w + ((size_t)u * 9 + ky * 3 + kx) * O2E_NC_BLOCK;
+            wp = a->w + ((size_t)u * KS * KS + ky * KS + kx) * O2E_NC_BLOCK;
             for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += xp[l] * wp[l];
           }
         }
-        for (l = 0; l < O2E_NC_BLOCK; l++) yp[l] = o2e_act1_(acc[l], a->act);
+        for (l = 0; l < O2E_NC_BLOCK; l++) {
+          yp[l] = o2e_act1_(acc[l], a->act);
+          sum[l] += yp[l];
+        }
       }
+    if (a->pool)
+      for (l = 0; l < O2E_NC_BLOCK; l++)
+        a->pool[u * O2E_NC_BLOCK + l] = sum[l] / (float)(a->OH * a->OW);
+  }
 }
 #endif
 
@@ -442,8 +488,8 @@ O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
     o2e_nc_pw_units_((void *)a, 0, units);
 }
 
-/* One image of a depthwise 3x3 layer, both sides blocked. */
-O2E_GEMM_FN void o2e_nchwc_dw3x3(const o2e_nc_dw_args *a, int threaded) {
+/* One image of a depthwise KxK layer, both sides blocked. */
+O2E_GEMM_FN void o2e_nchwc_dw(const o2e_nc_dw_args *a, int threaded) {
   const int units = a->C / O2E_NC_BLOCK;
   if (threaded)
     o2e_parallel_for(units, o2e_nc_dw_units_, (void *)a);
@@ -468,6 +514,28 @@ O2E_GEMM_FN void o2e_nchwc_gap(const float *x, float *y, int C, int P) {
       for (l = 0; l < O2E_NC_BLOCK; l++) s0[l] += xb[(size_t)p * O2E_NC_BLOCK + l];
     for (l = 0; l < O2E_NC_BLOCK; l++) y[b * O2E_NC_BLOCK + l] = (s0[l] + s1[l]) / (float)P;
   }
+}
+
+/* y = x * s[c] over one blocked image (an SE block's gating Mul inside a chain): a block's
+ * 16 gates are one vector (the plain loop vectorises at every ISA). */
+O2E_GEMM_FN void o2e_nc_gate_units_(void *arg, int u0, int u1) {
+  const o2e_nc_gate_args *a = (const o2e_nc_gate_args *)arg;
+  int u, p, l;
+  for (u = u0; u < u1; u++) {
+    const float *x = a->x + (size_t)u * a->P * O2E_NC_BLOCK, *s = a->s + u * O2E_NC_BLOCK;
+    float *y = a->y + (size_t)u * a->P * O2E_NC_BLOCK;
+    for (p = 0; p < a->P; p++)
+      for (l = 0; l < O2E_NC_BLOCK; l++)
+        y[(size_t)p * O2E_NC_BLOCK + l] = x[(size_t)p * O2E_NC_BLOCK + l] * s[l];
+  }
+}
+
+O2E_GEMM_FN void o2e_nchwc_gate(const o2e_nc_gate_args *a, int threaded) {
+  const int units = a->C / O2E_NC_BLOCK;
+  if (threaded)
+    o2e_parallel_for(units, o2e_nc_gate_units_, (void *)a);
+  else
+    o2e_nc_gate_units_((void *)a, 0, units);
 }
 
 #endif /* O2E_NCHWC_H */

@@ -18,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...emitter import NodeContext
-from ...nchwc_plan import BLOCK, NAME
+from ...nchwc_plan import BLOCK, NAME, gate_data
 from ..gemm.gemm import _use_engine, act_struct
 from ..pool import pool2d
+from . import se_pool
 from .conv_spec import ConvSpec, ConvStrategy, register
 
 HEADER = "o2e_nchwc.h"
@@ -59,7 +60,7 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     bsym = _bias(ctx, spec, M)
     _include(ctx)
     ctx.kernel(f"1x1, channel blocks ({_sides(role.x, role.y)})")
-    act_c, post = act_struct(spec.act, vmath=False)
+    act_c, post = act_struct(spec.act)
     assert not post  # nchwc_plan takes only activations the kernel applies
     res = ctx.x(3).sym if spec.residual else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
@@ -83,22 +84,27 @@ def _depthwise(ctx: NodeContext, spec: ConvSpec) -> str:
     x, y = spec.x, spec.y
     N, C, H, W = x.shape
     OH, OW = y.shape[2:]
-    w = ctx.const(1).reshape(C // BLOCK, BLOCK, 9).transpose(0, 2, 1)  # [C/16][9][16]
+    K = spec.ks[0]
+    w = ctx.const(1).reshape(C // BLOCK, BLOCK, K * K).transpose(0, 2, 1)  # [C/16][K*K][16]
     wsym = ctx.weight("nc_w", np.ascontiguousarray(w))
     bsym = _bias(ctx, spec, C)
     _include(ctx)
-    ctx.kernel(f"depthwise 3x3 stride {spec.st[0]}, channel blocks")
-    act_c, post = act_struct(spec.act, vmath=False)
+    pool = se_pool.pool_target(ctx, spec)
+    fused = ", SE pool fused" if pool else ""
+    ctx.kernel(f"depthwise {K}x{K} stride {spec.st[0]}, channel blocks{fused}")
+    act_c, post = act_struct(spec.act)
     assert not post
-    threaded = int(C * 9 * OH * OW >= pool2d.PAR_MIN_WORK and C > BLOCK)
+    threaded = int(C * K * K * OH * OW >= pool2d.PAR_MIN_WORK and C > BLOCK)
     pt, pl = spec.pads[0], spec.pads[1]
+    psym = se_pool.claim(ctx, pool)
+    poff = f" + (size_t)n * {C}" if pool else ""
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
             f"  const o2e_nc_dw_args a = {{{x.sym} + (size_t)n * {C * H * W}, {wsym}, {bsym}, "
             f"{y.sym} + (size_t)n * {C * OH * OW}, {C}, {H}, {W}, {OH}, {OW}, "
-            f"{spec.st[0]}, {spec.st[1]}, {pt}, {pl}, {act_c}}};",
-            f"  o2e_nchwc_dw3x3(&a, {threaded});",
+            f"{spec.st[0]}, {spec.st[1]}, {pt}, {pl}, {act_c}, {K}, {psym}{poff}}};",
+            f"  o2e_nchwc_dw(&a, {threaded});",
             "}",
         ]
     )
@@ -117,6 +123,31 @@ def global_avgpool(ctx: NodeContext) -> str | None:
         f"for (int n = 0; n < {N}; ++n)\n"
         f"  o2e_nchwc_gap({x.sym} + (size_t)n * {C * H * W}, {y.sym} + (size_t)n * {C}, "
         f"{C}, {H * W});"
+    )
+
+
+def gate(ctx: NodeContext) -> str | None:
+    """An SE block's gating Mul x * s inside a chain (nchwc_plan: x and the product blocked,
+    s of [N or 1][C][1][1]), or None (NCHW)."""
+    role = ctx.layout_role
+    if role is None or role.kind != "gate":
+        return None
+    d = gate_data(ctx.node, ctx.graph)
+    assert d is not None and role.x and role.y
+    x, s, y = ctx.x(d), ctx.x(1 - d), ctx.y(0)
+    N, C, H, W = x.shape
+    _include(ctx)
+    ctx.kernel("SE gate, channel blocks")
+    sn = C if s.shape[0] == N else 0
+    threaded = int(C * H * W >= pool2d.PAR_MIN_WORK and C > BLOCK)
+    return "\n".join(
+        [
+            f"for (int n = 0; n < {N}; ++n) {{",
+            f"  const o2e_nc_gate_args a = {{{x.sym} + (size_t)n * {C * H * W}, "
+            f"{s.sym} + (size_t)n * {sn}, {y.sym} + (size_t)n * {C * H * W}, {C}, {H * W}}};",
+            f"  o2e_nchwc_gate(&a, {threaded});",
+            "}",
+        ]
     )
 
 

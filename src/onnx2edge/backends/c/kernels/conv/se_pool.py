@@ -24,8 +24,13 @@ from .conv_spec import ConvSpec
 def pool_target(ctx: NodeContext, spec: ConvSpec) -> tuple[str, Tensor] | None:
     """(pool node name, its output) when a float32 GlobalAveragePool reads this layer's
     output and the kernel may write its means: neither node under a run-time If guard, the
-    output an arena tensor of [N, C, 1, 1], the layer NCHW."""
-    if spec.layout is not None or spec.y.dtype != np.float32 or spec.nsp != 2:
+    output an arena tensor of [N, C, 1, 1], the layer NCHW or a blocked depthwise layer
+    (conv_nchwc: o2e_nc_dw_units_ sums each output row while it is in L1)."""
+    if (
+        (spec.layout is not None and spec.layout.kind != "depthwise")
+        or spec.y.dtype != np.float32
+        or spec.nsp != 2
+    ):
         return None
     if ctx.guarded(ctx.node.name):
         return None

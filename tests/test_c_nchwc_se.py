@@ -1,0 +1,187 @@
+"""Channel-blocked chains through whole inverted-residual blocks (issue 34): depthwise 5x5 and
+7x7 layers, stride 1 and 2, with SiLU / HardSwish / Relu6 fused, and squeeze-and-excitation
+inside the chain (the GlobalAveragePool's means written by the blocked depthwise layer,
+se_pool.py; the gating Mul x * s reading and writing blocks), against onnxruntime at every
+ISA the C backend emits (aarch64 under qemu included), the portable loops and a threaded
+build, NaN / Inf included.
+
+One model (a batch of 2): an EfficientNet block (SiLU as Sigmoid * x, as torch exports it; SE
+with a Sigmoid gate; a residual), a MobileNetV3 block (HardSwish, stride 2, SE with a
+HardSigmoid gate written Mul(s, x)), a 7x7 Relu6 layer and an asymmetrically padded 5x5
+stride-2 layer leaving through a 1x1 layer with a Sigmoid.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2edge import api
+from onnx2edge.backends.c.build import build_executable, run_executable
+from onnx2edge.runtime import ort_run
+from onnx2edge.verify import compare, within_spread
+
+from conftest import ALL_ISAS, NATIVE, make_model, save, tensor, vi
+
+N = 2
+
+
+def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(11)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def conv(x: str, y: str, c: int, m: int, k: int = 1, s: int = 1, pads=None) -> str:
+        g = c if k > 1 else 1
+        w = rng.standard_normal((m, c // g, k, k)) / np.sqrt(c // g * k * k)
+        inits.append(tensor(f"w_{y}", w.astype(np.float32)))
+        inits.append(tensor(f"b_{y}", rng.standard_normal(m).astype(np.float32) * 0.1))
+        pads = list(pads) if pads is not None else [k // 2] * 4
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"w_{y}", f"b_{y}"],
+                [y],
+                kernel_shape=[k, k],
+                strides=[s, s],
+                pads=pads,
+                group=g,
+                name=y,
+            )
+        )
+        return y
+
+    def act(x: str, op: str) -> str:
+        y = f"{x}_{op.lower()}"
+        if op == "SiLU":
+            nodes.append(helper.make_node("Sigmoid", [x], [f"{x}_sig"]))
+            nodes.append(helper.make_node("Mul", [x, f"{x}_sig"], [y]))
+        elif op == "Clip":
+            nodes.append(helper.make_node("Clip", [x, "zero", "six"], [y]))
+        elif op == "HardSigmoid":
+            nodes.append(helper.make_node(op, [x], [y], alpha=1 / 6, beta=0.5))
+        else:
+            nodes.append(helper.make_node(op, [x], [y]))
+        return y
+
+    def se(x: str, name: str, c: int, act1: str, gate: str, swap: bool) -> str:
+        nodes.append(
+            helper.make_node("GlobalAveragePool", [x], [f"{name}_gap"], name=f"{name}_gap")
+        )
+        f1 = act(conv(f"{name}_gap", f"{name}_fc1", c, 16), act1)
+        s = act(conv(f1, f"{name}_fc2", 16, c), gate)
+        ins = [s, x] if swap else [x, s]
+        nodes.append(helper.make_node("Mul", ins, [f"{name}_mul"], name=f"{name}_mul"))
+        return f"{name}_mul"
+
+    # EfficientNet: expand, dw 5x5 SiLU, SE (Sigmoid gate), project + residual
+    t0 = conv("x", "a_in", 32, 32)  # enters the chain (the residual below is blocked)
+    e = act(conv(t0, "a_exp", 32, 64), "SiLU")
+    d = act(conv(e, "a_dw", 64, 64, 5), "SiLU")
+    m = se(d, "a_se", 64, "SiLU", "Sigmoid", False)
+    nodes.append(helper.make_node("Add", [conv(m, "a_proj", 64, 32), t0], ["a_out"]))
+    # MobileNetV3: expand, dw 5x5 stride 2 HardSwish, SE (HardSigmoid gate, Mul(s, x)), project
+    e2 = act(conv("a_out", "b_exp", 32, 64), "HardSwish")
+    d2 = act(conv(e2, "b_dw", 64, 64, 5, 2), "HardSwish")
+    conv(se(d2, "b_se", 64, "Relu", "HardSigmoid", True), "y1", 64, 48)
+    # 7x7 Relu6 at stride 1, an asymmetric 5x5 stride 2 leaving through a Sigmoid 1x1 layer
+    conv(act(conv(e2, "c_dw", 64, 64, 7), "Clip"), "y2", 64, 32)
+    t = act(conv(e2, "d_dw", 64, 64, 5, 2, (1, 1, 2, 2)), "Relu")
+    act(conv(t, "d_pw", 64, 16), "Sigmoid")
+    inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
+    outs = [
+        vi("y1", [N, 48, 7, 7]),
+        vi("y2", [N, 32, 14, 14]),
+        vi("d_pw_sigmoid", [N, 16, 7, 7]),
+    ]
+    model = make_model(nodes, [vi("x", [N, 32, 14, 14])], outs, inits, opset=17)
+    x = rng.standard_normal((N, 32, 14, 14)).astype(np.float32)
+    return save(model, tmp / "se.onnx"), {"x": x}
+
+
+@pytest.fixture(scope="module")
+def block(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path, dict]:
+    tmp = tmp_path_factory.mktemp("nchwc_se")
+    path, feeds = _model(tmp)
+    out = tmp / "out"
+    return path, feeds, out, api.convert(path, "c", out).stats
+
+
+def test_whole_blocks_run_blocked(block: tuple) -> None:
+    stats = block[3]
+    layers = stats["layer_kernels"]
+    members = {
+        "a_in",
+        "a_exp",
+        "a_dw",
+        "a_proj",
+        "b_exp",
+        "b_dw",
+        "y1",
+        "c_dw",
+        "y2",
+        "d_dw",
+        "d_pw",
+    }
+    assert all(layers[n] == "nchwc" for n in members), layers
+    kernels = stats["kernels"]
+    assert kernels["Conv: depthwise 5x5 stride 1, channel blocks, SE pool fused"] == 1, kernels
+    assert kernels["Conv: depthwise 5x5 stride 2, channel blocks, SE pool fused"] == 1, kernels
+    assert kernels["Conv: depthwise 5x5 stride 2, channel blocks"] == 1, kernels
+    assert kernels["Conv: depthwise 7x7 stride 1, channel blocks"] == 1, kernels
+    assert kernels["Mul: SE gate, channel blocks"] == 2, kernels
+    assert kernels["GlobalAveragePool: means written by the depthwise layer"] == 2, kernels
+
+
+def _check(got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> None:
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_blocks_match_onnxruntime(block: tuple, arch: str) -> None:
+    path, feeds, out, _ = block
+    _check(api.run(out, feeds, options={"arch": arch}), ort_run(onnx.load(path), feeds))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["-O2", "-DO2E_NCHWC_SCALAR"], [*NATIVE, "-DO2E_THREADS=3", "-pthread"]],
+    ids=["portable", "native_3threads"],
+)
+def test_portable_and_threaded(
+    block: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    from onnx2edge.backends.c.kernels.pool import pool2d
+
+    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer split across threads
+    path, feeds, _, _ = block
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    io = json.loads((out / "onnx2edge.json").read_text())
+    got = run_executable(build_executable(out, flags, "t"), io, feeds, tmp_path)
+    _check(got, ort_run(onnx.load(path), feeds))
+
+
+@pytest.mark.parametrize("build", [["-O2", "-DO2E_NCHWC_SCALAR"], ["-O3", "-march=x86-64-v3"]])
+def test_nan_inf(block: tuple, tmp_path: Path, build: list[str]) -> None:
+    """NaN / +-Inf in image 1 only: image 0 stays finite and matches; image 1's NaN and
+    infinities sit where onnxruntime has them (through SiLU, the SE pool and the gate)."""
+    path, feeds, out, _ = block
+    x = feeds["x"].copy()
+    x[1, 3, 2, 5], x[1, 7, 13, 13], x[1, 0, 0, 0] = np.nan, np.inf, -np.inf
+    io = json.loads((out / "onnx2edge.json").read_text())
+    native = run_executable(build_executable(out, NATIVE, "nat"), io, {"x": x}, tmp_path)
+    got = run_executable(build_executable(out, build, "b"), io, {"x": x}, tmp_path)
+    ref = ort_run(onnx.load(path), {"x": x})
+    plain = ort_run(onnx.load(path), {"x": x}, optimize=False)
+    for k, r in ref.items():
+        assert np.isfinite(r[0]).all() and not np.isfinite(r[1]).all(), k
+        for g in (got[k], native[k]):
+            rep = within_spread(compare(k, g, r, 1e-4, 1e-6), g, plain[k], r)
+            assert rep.ok, rep
