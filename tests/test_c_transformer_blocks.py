@@ -141,6 +141,7 @@ def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
         ("lv", [1, 1, 64], 24, [24], False, "Sigmoid"),  # one row: fc_gemv
         ("lz", [1, 40], 256, [256], True, "Tanh"),  # one row, N = 256: fc_skip_zeros
         ("lo", [2, 6, 16], 8, [8], False, None),  # the product is an output too
+        ("lw", [1, 21, 32], 100, [100], False, "gelu"),  # whole 48-wide tiles (AVX-512 GELU)
     ]
     for name, shape, N, bshape, first, act in cases:
         K = shape[-1]
@@ -149,7 +150,10 @@ def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
         xr[0, 1] = np.nan
         if len(xr) > 1:
             xr[1, 2] = np.inf
-        w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+        # lw: products up to ~+-12, through both of erf's ranges and its saturation
+        w = (rng.standard_normal((K, N)) / np.sqrt(K) * (4 if name == "lw" else 1)).astype(
+            np.float32
+        )
         b = rng.standard_normal(bshape).astype(np.float32)
         b.reshape(-1)[-1] = -np.inf if b.size > 1 else b.reshape(-1)[-1]
         mm = f"y_{name}_mm" if name == "lo" else f"m_{name}"
@@ -344,7 +348,7 @@ def test_linear_layers_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
     fused = dict(
         re.findall(r"/\* node \S+: o2e\.MatMulAddAct\(x_(\w+), [^\]]*activation=(\w*)", src)
     )
-    want = {"lg": "Gelu", "lr": "Relu", "l1": "", "lv": "Sigmoid", "lz": "Tanh"}
+    want = {"lg": "Gelu", "lr": "Relu", "l1": "", "lv": "Sigmoid", "lz": "Tanh", "lw": "Gelu"}
     assert fused == want, fused
     assert re.search(r": Add\(y_lo_mm, b_lo\)", src)
     assert not re.search(r": (Erf|Sigmoid|Tanh|Relu)\(", src)
