@@ -141,6 +141,7 @@ def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
         ("lv", [1, 1, 64], 24, [24], False, "Sigmoid"),  # one row: fc_gemv
         ("lz", [1, 40], 256, [256], True, "Tanh"),  # one row, N = 256: fc_skip_zeros
         ("lo", [2, 6, 16], 8, [8], False, None),  # the product is an output too
+        ("lw", [1, 21, 32], 100, [100], False, "gelu"),  # whole 48-wide tiles (AVX-512 GELU)
     ]
     for name, shape, N, bshape, first, act in cases:
         K = shape[-1]
@@ -149,7 +150,10 @@ def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
         xr[0, 1] = np.nan
         if len(xr) > 1:
             xr[1, 2] = np.inf
-        w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+        # lw: products up to ~+-12, through both of erf's ranges and its saturation
+        w = (rng.standard_normal((K, N)) / np.sqrt(K) * (4 if name == "lw" else 1)).astype(
+            np.float32
+        )
         b = rng.standard_normal(bshape).astype(np.float32)
         b.reshape(-1)[-1] = -np.inf if b.size > 1 else b.reshape(-1)[-1]
         mm = f"y_{name}_mm" if name == "lo" else f"m_{name}"
@@ -177,6 +181,51 @@ def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
         tensor("one", np.array(1, np.float32)),
         tensor("half", np.array(0.5, np.float32)),
     ]
+    return nodes, ins, feeds, inits
+
+
+def _residual_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
+    """A transformer block's end, r + (h W + b), with the residual Add in the GEMM epilogue
+    (o2e.MatMulAddAct's 4th input; without a bias its 3rd): the residual either side of the
+    Add, an arena tensor nothing reads after (the output takes its buffer) or a graph input,
+    a Relu after the Add (fused after the residual), one row, one column (the GEMV path);
+    left alone: a residual broadcast along the rows."""
+    nodes, ins, feeds, inits = [], [], {}, []
+    cases = [  # name, h shape, bias shape or None, residual first, Abs'd residual, activation
+        ("ra", [1, 9, 24], [24], True, True, None),
+        ("rb", [2, 5, 16], None, False, True, None),
+        ("rg", [1, 7, 32], [1, 32], False, False, "Relu"),
+        ("r1", [1, 1, 40], [40], True, True, None),
+        ("rn", [1, 6, 8], [1], False, True, None),  # N = 1
+        ("rw", [2, 3, 8], [8], False, False, None),  # the residual [1, 3, 8] broadcast
+    ]
+    for name, shape, bshape, first, absd, act in cases:
+        K = shape[-1]
+        N = 1 if name == "rn" else K
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.reshape(-1, K)[0, 1] = np.nan
+        x.reshape(-1, K)[-1, 0] = np.inf
+        w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+        rshape = [*shape[:-1], N] if name != "rw" else [1, *shape[1:]]
+        r = rng.standard_normal(rshape).astype(np.float32)
+        r.reshape(-1)[-1] = -np.inf
+        mm = f"m_{name}"
+        nodes.append(helper.make_node("MatMul", [f"h_{name}", f"w_{name}"], [mm]))
+        if bshape is not None:
+            nodes.append(helper.make_node("Add", [mm, f"b_{name}"], [f"mb_{name}"]))
+            mm = f"mb_{name}"
+            inits.append(tensor(f"b_{name}", rng.standard_normal(bshape).astype(np.float32)))
+        res = f"r_{name}"
+        if absd:
+            nodes.append(helper.make_node("Abs", [f"r_{name}"], [f"ra_{name}"]))
+            res = f"ra_{name}"
+        t = f"t_{name}" if act else f"y_{name}"
+        nodes.append(helper.make_node("Add", [res, mm] if first else [mm, res], [t]))
+        if act:
+            nodes.append(helper.make_node(act, [t], [f"y_{name}"]))
+        ins += [vi(f"h_{name}", shape), vi(f"r_{name}", rshape)]
+        feeds.update({f"h_{name}": x, f"r_{name}": r})
+        inits.append(tensor(f"w_{name}", w))
     return nodes, ins, feeds, inits
 
 
@@ -248,6 +297,7 @@ def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     branches = [_conv1d_branch(n, rng) for n in CONV1D]
     branches += [_conv1d_residual(rng), _softmax_rows(rng), _layer_norms(rng)]
     branches += [_scaled_softmaxes(rng), _linear_layers(rng), _head_split(rng)]
+    branches.append(_residual_layers(rng))
     for n, i, f, w in branches:
         nodes += n
         ins += i
@@ -298,7 +348,7 @@ def test_linear_layers_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
     fused = dict(
         re.findall(r"/\* node \S+: o2e\.MatMulAddAct\(x_(\w+), [^\]]*activation=(\w*)", src)
     )
-    want = {"lg": "Gelu", "lr": "Relu", "l1": "", "lv": "Sigmoid", "lz": "Tanh"}
+    want = {"lg": "Gelu", "lr": "Relu", "l1": "", "lv": "Sigmoid", "lz": "Tanh", "lw": "Gelu"}
     assert fused == want, fused
     assert re.search(r": Add\(y_lo_mm, b_lo\)", src)
     assert not re.search(r": (Erf|Sigmoid|Tanh|Relu)\(", src)
@@ -306,6 +356,20 @@ def test_linear_layers_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
     assert chosen["MatMul_" + _node_index(src, "x_lv")] == "fc_gemv", chosen
     assert chosen["MatMul_" + _node_index(src, "x_lz")] == "fc_skip_zeros", chosen
     assert chosen["MatMul_" + _node_index(src, "x_lg")] == "folded_gemm", chosen
+
+
+def test_residual_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
+    """r + (h W + b) is one GEMM adding b and r in its epilogue; an Abs'd residual nothing
+    reads after gives the output its buffer; a residual broadcast along the rows stays an
+    Add."""
+    src = (blocks[0] / "model.c").read_text()
+    fused = dict(re.findall(r"/\* node \S+: o2e\.MatMulAddAct\(h_(r\w), [^)]*, (\w+)\)", src))
+    want = {"ra": "ra_ra", "rb": "ra_rb", "rg": "r_rg", "r1": "ra_r1", "rn": "ra_rn"}
+    assert fused == {**want, "rw": "b_rw"}, fused  # rw: its bias only
+    assert re.search(r": Add\(mb_rw, r_rw\)", src)
+    assert re.search(r"MatMulAddAct\(h_rg, [^\]]*activation=Relu", src)
+    for name in ("ra", "rb", "r1", "rn"):  # (y_ names are graph outputs: their own buffers)
+        assert re.search(rf"o2e_sgemm\([^;]*\bT_ra_{name}\b", src), name
 
 
 def _node_index(src: str, x: str) -> str:

@@ -12,7 +12,7 @@ attribute defaults in attrs.py and onnx's checker know them):
 | `o2e.ConvTransposeAct` | act(ConvTranspose(X, W, B)) | X, W, B? |
 | `o2e.GemmAct` | act(Gemm(A, B, C)) | A, B, C? |
 | `o2e.MatMulAct` | act(MatMul(A, B)) | A, B |
-| `o2e.MatMulAddAct` | act(MatMul(A, B) + R), R broadcast to the product (C backend: a bias of N values, passes/fuse_matmul_bias) | A, B, R |
+| `o2e.MatMulAddAct` | act(MatMul(A, B) + R + S), R and S broadcast to the product (C backend: R a bias of N values or "", S a residual of the product's shape, passes/fuse_matmul_bias) | A, B, R, S? |
 | `o2e.AddAct` | act(Add(A, B)) | A, B |
 | `o2e.InstanceNormalizationAct` | act(InstanceNormalization(X, scale, B)) | X, scale, B |
 | `o2e.BatchNormalizationAct` | act(BatchNormalization(X, ...)), inference, one output (MPS only: a BN left unfolded is a channel affine there, a 1x1 depthwise convolution with a neuron) | X, scale, B, mean, var |
@@ -318,6 +318,16 @@ def _schema(f: FusedOp) -> OpSchema:
     if f.residual:
         # the bias becomes optional-but-positional: "" when the Conv had none
         inputs.append(OpSchema.FormalParameter("R", "T", "residual added before the activation"))
+    if f.name == "MatMulAddAct":
+        # a transformer's linear layer adds its bias (R) and then the block's residual (S)
+        inputs.append(
+            OpSchema.FormalParameter(
+                "S",
+                "T",
+                "second addend, added with R before the activation",
+                param_option=_OPTIONAL,
+            )
+        )
     attrs = _copy_attrs(base)
     attrs += [
         OpSchema.Attribute(
@@ -567,7 +577,11 @@ def unfused(node: Node) -> Node:
     if not is_fused(node):
         return node
     attrs = {k: v for k, v in node.attrs.items() if k not in ACT_ATTRS}
-    inputs = node.inputs[:-1] if has_residual(node) else node.inputs  # R is the last
+    inputs = node.inputs
+    if node.op_type == "MatMulAddAct":
+        inputs = inputs[:2]  # R and S (bias, residual) both go
+    elif has_residual(node):
+        inputs = inputs[:-1]  # R is the last
     while inputs and not inputs[-1]:
         inputs = inputs[:-1]
     return node.replace(op_type=base_op(node), domain=base_domain(node), attrs=attrs, inputs=inputs)

@@ -58,6 +58,8 @@ def _refuse_sparse(spec: MatMulSpec) -> str | None:
     ops = _sparse_operands(spec)
     if ops is None:
         return "not a constant 2-D weight times a matrix of rows"
+    if spec.residual is not None:
+        return "a fused residual (the sparse kernels add a bias only)"
     w, rows = ops
     m = sparse.mode(spec.kernels)
     bsr = rows == 1 and sparse.sparse_applicable(np.asarray(w), "fc_batch1_bsr", m)
@@ -109,6 +111,8 @@ def _fc_bias(ctx: NodeContext, spec: MatMulSpec) -> str | None:
 def _refuse_fc_skip_zeros(spec: MatMulSpec) -> str | None:
     if not spec.is_fc():
         return "not one row times a constant float32 weight"
+    if spec.residual is not None:
+        return "a fused residual (folded_gemm adds it)"
     blocks = -(-spec.N // FC_NB)
     if blocks * FC_NB > spec.N * FC_MAX_PAD:
         return f"{spec.N} outputs: padding to blocks of {FC_NB} would waste more than 10 %"
@@ -142,6 +146,8 @@ def _emit_fc_skip_zeros(ctx: NodeContext, spec: MatMulSpec) -> str:
 
 
 def _refuse_fc_gemv(spec: MatMulSpec) -> str | None:
+    if spec.residual is not None:
+        return "a fused residual (folded_gemm adds it)"
     return None if spec.is_fc() else "not one row times a constant float32 weight"
 
 
@@ -270,6 +276,8 @@ def _emit_folded(ctx: NodeContext, spec: MatMulSpec) -> str:
         ldc=N,
         bias_n=bias,
         act=spec.act,
+        residual=spec.residual.sym if spec.residual is not None else None,
+        ldr=N if spec.residual is not None else 0,
     )
     return gemm_call(ctx, g)
 
@@ -313,6 +321,12 @@ def _emit_batched(ctx: NodeContext, spec: MatMulSpec) -> str:
                 ldc=N,
                 bias_n=bias,
                 act=spec.act,
+                residual=(
+                    f"{spec.residual.sym} + (size_t)bi * {M * N}"
+                    if spec.residual is not None
+                    else None
+                ),
+                ldr=N if spec.residual is not None else 0,
             ),
         )
     )
@@ -342,7 +356,13 @@ STRATEGIES: tuple[MatMulStrategy, ...] = (
 
 def _emit(ctx: NodeContext) -> str:
     spec = MatMulSpec.of(ctx)
-    return select(ctx, STRATEGIES, spec).emit(ctx, spec)
+    strategy = select(ctx, STRATEGIES, spec)
+    r = ctx.node.inputs[-1] if spec.residual is not None else ""
+    if r and r not in ctx.node.inputs[:2]:
+        # the GEMM engine reads each residual element before it writes C's (R may alias C
+        # exactly): the output may take the residual's buffer (residual_alias.py decides)
+        ctx.offer_residual(r)
+    return strategy.emit(ctx, spec)
 
 
 @register_op("Gemm", check=_gemm_check)

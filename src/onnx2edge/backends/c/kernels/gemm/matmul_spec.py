@@ -48,6 +48,9 @@ class MatMulSpec:
     has_c: bool  # Gemm: a C input; o2e.MatMulAddAct: its bias (N values along the last axis)
     act: Activation | None
     kernels: Mapping[str, str] = field(default_factory=dict)  # convert --kernels
+    # o2e.MatMulAddAct: a tensor of Y's shape added before the activation (the block's
+    # residual, passes/fuse_matmul_bias), None without one
+    residual: Tensor | None = None
     # not part of the record's identity: the constant B and C (None when computed at run time)
     weights: np.ndarray | None = field(default=None, compare=False, repr=False)
     bias: np.ndarray | None = field(default=None, compare=False, repr=False)
@@ -88,8 +91,9 @@ class MatMulSpec:
         if len(bsh) == 1:
             bsh = [bsh[0], 1]
         batch = tuple(np.broadcast_shapes(tuple(ash[:-2]), tuple(bsh[:-2])))
-        # o2e.MatMulAddAct (passes/fuse_matmul_bias): the bias of N values as Gemm's C
-        biased = has_residual(ctx.node)
+        # o2e.MatMulAddAct (passes/fuse_matmul_bias): input 2 a bias of N values (as Gemm's
+        # C) or the residual of Y's shape, input 3 the residual after a bias
+        biased, residual = _addends(ctx, bsh[-1]) if has_residual(ctx.node) else (False, None)
         return cls(
             op="MatMul",
             M=ash[-2],
@@ -104,6 +108,7 @@ class MatMulSpec:
             beta=1.0 if biased else 0.0,
             has_c=biased,
             bias=ctx.const(2) if biased else None,
+            residual=residual,
             **common,
         )
 
@@ -148,6 +153,17 @@ class MatMulSpec:
         if self.op == "Gemm":
             return self.M == 1 and not self.trans_a and self.simple_bias()
         return len(self.b_shape) == 2 and self.rows == 1
+
+
+def _addends(ctx: NodeContext, n: int) -> tuple[bool, Tensor | None]:
+    """o2e.MatMulAddAct's addends: whether input 2 is a bias (a constant of 1 or N values
+    along the last axis), and the residual tensor (input 2 when it is not a bias, else input
+    3), None without one."""
+    c = ctx.const(2)
+    bias = c is not None and (c.size == 1 or (c.ndim >= 1 and c.shape[-1] == n and c.size == n))
+    if not bias:
+        return False, ctx.x(2)
+    return True, ctx.x(3) if ctx.has_input(3) else None
 
 
 # one kernel for a matrix product: strategy.py's `Strategy` over a `MatMulSpec`
