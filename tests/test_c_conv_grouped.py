@@ -131,9 +131,10 @@ def test_grouped_matches_onnxruntime(tmp_path: Path, arch: str, nonfinite: bool)
     "flags",
     [
         ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"],
+        ["-march=x86-64-v3", *ASAN, "-DO2E_THREADS=2", "-pthread"],  # AVX2 4x24 tiles
         ["-O2", "-DO2E_THREADS=2", "-pthread"],
     ],
-    ids=["native_asan_3threads", "portable_2threads"],
+    ids=["native_asan_3threads", "avx2_asan_2threads", "portable_2threads"],
 )
 def test_grouped_threads_and_bounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str]
