@@ -455,10 +455,11 @@ def bench_model(
             feeds[s["name"]].astype(s["dtype"]).tofile(data / f"in_{i}.bin")
             np.save(data / f"{i}.npy", feeds[s["name"]])
         env = {**os.environ, "MODEL_WEIGHTS": str(out / "model_weights.bin")}
-        from .ort_isa import DESCRIPTION, level_for, preload_env
+        from .ort_isa import DESCRIPTION, level_for, openvino_env, preload_env
 
         ort_level = level_for(arch) if ort_isa == "match" else None
         ort_env = {**os.environ, **preload_env(ort_level, work, compiler())}
+        ov_cap = openvino_env(arch)
         if min_seconds > 0:
             trial = subprocess.run(
                 [str(exe), "5", str(warmup), str(data)], capture_output=True, text=True, env=env
@@ -530,7 +531,7 @@ def bench_model(
                         runs=per,
                         warmup=warmup,
                         cpu_clock=cpu_clock,
-                        env=ort_env,
+                        env={**ort_env, **ov_cap},
                     )
                 )
         ours, ort = _merge_rounds(ours_rounds), _merge_rounds(ort_rounds)
@@ -610,6 +611,11 @@ def bench_model(
             "accurate": all(e["ok"] for e in errors.values()),
             "against": list(against),
             **({"openvino": openvino} if openvino is not None else {}),
+            **(
+                {"openvino_isa": f"{ov_cap['ONEDNN_MAX_CPU_ISA']} (ONEDNN_MAX_CPU_ISA)"}
+                if openvino is not None and ov_cap
+                else {}
+            ),
             **best_of(o["median"], r["median"], openvino),
         }
     finally:
@@ -771,4 +777,4 @@ def _openvino_lines(r: Mapping[str, Any]) -> list[str]:
         f"min {ov['stats']['min']:.3f}  peak RSS {ov['peak_rss_mb']:.0f} MB  (Python call overhead "
         f"{ov['call_overhead_ms'] * 1000:.1f} us subtracted); OpenVINO {ov['version'].split('-')[0]}, "
         f"outputs vs onnxruntime: {acc}" + ("" if ov["ok"] else " WRONG: not compared with")
-    ]
+    ] + ([f"  OpenVINO kernels: held to {r['openvino_isa']}"] if r.get("openvino_isa") else [])

@@ -26,6 +26,17 @@ DESCRIPTION = {
 }
 
 
+# OpenVINO's CPU plugin needs no shim: its kernels are oneDNN's JIT, which takes a documented
+# cap on the ISA it may use (ONEDNN_MAX_CPU_ISA) on any host
+OPENVINO_CAP = {"avx2": "AVX2", "sse4": "SSE41"}
+
+
+def openvino_env(arch: str | None) -> dict[str, str]:
+    """The environment that holds OpenVINO to the level of our `arch` build (empty: native)."""
+    level = LEVELS.get(arch or "native")
+    return {"ONEDNN_MAX_CPU_ISA": OPENVINO_CAP[level]} if level else {}
+
+
 def level_for(arch: str | None) -> str | None:
     """The level onnxruntime is held to for `--ort-isa match` with our build at `arch`."""
     return LEVELS.get(arch or "native")

@@ -716,6 +716,14 @@ def _doc_part(
             if _held(r0)
             else []
         ),
+        *(
+            [
+                f"OpenVINO held to {r0['openvino_isa']} like our build: its oneDNN kernels take "
+                "that documented cap on any host, so it runs what an AVX2-only CPU would run."
+            ]
+            if r0.get("openvino_isa") and not _held(r0)
+            else []
+        ),
         "How each side is timed: see `src/onnx2edge/bench/harness.py` (C harness with clock_gettime for ours; "
         "IOBinding loop in a separate process for onnxruntime, its Python per-call overhead measured and subtracted).",
         (
