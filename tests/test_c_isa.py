@@ -154,7 +154,7 @@ CONV_PATHS = {
     "pointwise_gemm": ("Conv: 1x1 as GEMM", 16, 40, 6, 6, 1, 1, 1, 0),
     "pointwise_lanes": ("Conv: 1x1 on a narrow map", 128, 40, 7, 7, 1, 1, 1, 0),
     "strided_1x1": ("Conv: strided 1x1", 16, 40, 8, 8, 1, 2, 1, 0),
-    "depthwise": ("Conv: depthwise direct", 8, 8, 9, 9, 3, 1, 8, 1),
+    "depthwise": ("Conv: depthwise direct", 8, 8, 5, 5, 3, 1, 8, 1),  # rows < 7: planes
     "depthwise_rows": ("Conv: depthwise rows", 8, 8, 9, 33, 3, 2, 8, 1),
     "winograd": ("Conv: winograd", 16, 40, 12, 12, 3, 1, 1, 1),
     "lanes": ("Conv: direct conv (output channels in lanes)", 64, 64, 13, 30, 3, 2, 1, 1),

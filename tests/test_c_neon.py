@@ -130,7 +130,8 @@ def _gemm_part() -> Part:
 
 def _depthwise_part() -> Part:
     """Depthwise 3x3 stride 1 + Relu, 3x3 stride 2 (odd map: the deinterleave's tail) + Clip
-    (Relu6), 5x5 stride 1 without activation, 3x1 (the loop without compaction)."""
+    (Relu6), 5x5 stride 1 without activation, 3x1 (the loop without compaction): dw rows; a
+    3x3 stride 4 on 5x6 outputs: the plane kernel."""
     rng = np.random.default_rng(12)
     inits: list = []
     c = 6
@@ -151,12 +152,21 @@ def _depthwise_part() -> Part:
         _conv("d3", "x_dw", "dw_5x5", _w(rng, c, 1, 5, 5), inits, group=c, pads=[2, 2, 2, 2]),
         # one column per window: rows need no compaction (15 x 21 = 19 x 16 + 11: the tail)
         _conv("d4", "x_dw", "dw_3x1", _w(rng, c, 1, 3, 1), inits, group=c),
+        # 5x6 outputs: rows under 7 keep the plane kernel (the others take dw rows)
+        _conv(
+            "d5", "x_dw", "dw_s4", _w(rng, c, 1, 3, 3), inits, group=c, strides=[4, 4], pads=[1] * 4
+        ),
     ]
     inits += [tensor("d_lo", np.array(0.0, np.float32)), tensor("d_hi", np.array(6.0, np.float32))]
     return (
         nodes,
         [vi("x_dw", [1, c, 17, 21])],
-        [vi("dw_s2", [1, c, 9, 11]), vi("dw_5x5", [1, c, 17, 21]), vi("dw_3x1", [1, c, 15, 21])],
+        [
+            vi("dw_s2", [1, c, 9, 11]),
+            vi("dw_5x5", [1, c, 17, 21]),
+            vi("dw_3x1", [1, c, 15, 21]),
+            vi("dw_s4", [1, c, 5, 6]),
+        ],
         inits,
     )
 
@@ -271,7 +281,7 @@ def _pointwise_part() -> Part:
 
 PARTS = {
     "gemm": (_gemm_part, {"Conv: 1x1 as GEMM"}),
-    "depthwise": (_depthwise_part, {"Conv: depthwise direct"}),
+    "depthwise": (_depthwise_part, {"Conv: depthwise direct", "Conv: depthwise rows"}),
     "pointwise": (_pointwise_part, {"Conv: 1x1 on a narrow map (output channels in lanes)"}),
     "winograd": (_winograd_part, {"Conv: winograd F(4x4,3x3)"}),
     "pool": (
