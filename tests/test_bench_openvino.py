@@ -511,3 +511,24 @@ def test_results_file_that_is_not_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(Onnx2EdgeError, match="not a results file"):
         suite.load_results(bad)
     assert suite.load_results(tmp_path / "none.json") == []
+
+
+def test_openvino_is_held_to_the_isa_of_an_avx2_build() -> None:
+    """`bench --arch x86-64-v3` caps OpenVINO's oneDNN kernels at AVX2 (v2: SSE4.1) through
+    oneDNN's ONEDNN_MAX_CPU_ISA; a native build leaves it the host's set."""
+    from onnx2edge.bench.ort_isa import openvino_env
+
+    assert openvino_env("x86-64-v3") == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert openvino_env("x86-64-v2") == {"ONEDNN_MAX_CPU_ISA": "SSE41"}
+    assert openvino_env("native") == {} and openvino_env(None) == {}
+
+
+def test_the_doc_says_openvino_was_held(tmp_path: Path) -> None:
+    ov = {"ms": 0.9, "ok": True}
+    r = {**_r("mobilenetv3_small", 1, 1.0, 1.1, ov), "arch": "x86-64-v3"}
+    r["openvino_isa"] = "AVX2 (ONEDNN_MAX_CPU_ISA)"
+    doc = tmp_path / "m.md"
+    suite.write_doc([r], doc)
+    assert "OpenVINO held to AVX2 (ONEDNN_MAX_CPU_ISA) like our build" in doc.read_text()
+    suite.write_doc([{k: v for k, v in r.items() if k != "openvino_isa"}], doc)
+    assert "OpenVINO held to" not in doc.read_text()

@@ -26,8 +26,12 @@ DESCRIPTION = {
 }
 
 
-# OpenVINO's CPU plugin needs no shim: its kernels are oneDNN's JIT, which takes a documented
-# cap on the ISA it may use (ONEDNN_MAX_CPU_ISA) on any host
+# OpenVINO's CPU plugin needs no shim for most of its time: its convolution, MatMul and
+# element-wise kernels are oneDNN's JIT, which takes a documented cap on the ISA it may use
+# (ONEDNN_MAX_CPU_ISA) on any host. Checked in its runtime model (primitiveType): MobileNetV3's
+# convolutions become brgconv_avx2_*, but the plugin's own Reduce and MVN kernels stay
+# jit_avx512 (the doc says so). With the cap and no f32 precision hint, compile_model fails on
+# bf16 hosts: the bench always asks for f32.
 OPENVINO_CAP = {"avx2": "AVX2", "sse4": "SSE41"}
 
 

@@ -718,8 +718,10 @@ def _doc_part(
         ),
         *(
             [
-                f"OpenVINO held to {r0['openvino_isa']} like our build: its oneDNN kernels take "
-                "that documented cap on any host, so it runs what an AVX2-only CPU would run."
+                f"OpenVINO held to {r0['openvino_isa']} like our build: oneDNN's documented cap, "
+                "which its convolution, MatMul and element-wise kernels obey on any host (checked "
+                "in its runtime model: brgconv_avx2_*); its own Reduce and MVN (LayerNorm) "
+                "kernels still use AVX-512."
             ]
             if r0.get("openvino_isa") and not _held(r0)
             else []
