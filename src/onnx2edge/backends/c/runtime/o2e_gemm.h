@@ -325,7 +325,77 @@ O2E_GEMM_INL __m512 o2e_gelu16_(__m512 x) {
   return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x),
                        _mm512_add_ps(_mm512_set1_ps(1.0f), erf));
 }
+#elif defined(O2E_GEMM_AVX2)
+/* the same on 8 floats (x86-64-v3: the 4 x 24 tile's GELU 0.29 ms a ViT MLP layer over a
+ * 0.52 ms GEMM before, 0.18 ms as a separate pass) */
+O2E_GEMM_INL __m256 o2e_gelu8_(__m256 x) {
+  const __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118f));
+  const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), u);
+  const __m256 as = _mm256_min_ps(a, _mm256_set1_ps(0.921875f));
+  const __m256 t = _mm256_mul_ps(as, as);
+  __m256 p = _mm256_set1_ps(8.3650084e-05f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-8.1413949e-04f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(5.2009057e-03f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-2.6859341e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.1283694e-01f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-3.7612635e-01f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.1283792e+00f));
+  const __m256 small = _mm256_mul_ps(p, as);
+  const __m256 ac = _mm256_min_ps(a, _mm256_set1_ps(3.9375f));
+  const __m256 v = _mm256_mul_ps(_mm256_sub_ps(ac, _mm256_set1_ps(2.4296875f)),
+                                 _mm256_set1_ps(0.66321244f));
+  __m256 q = _mm256_set1_ps(-3.4914419e-06f);
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-1.1071875e-06f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(5.2331729e-05f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-2.4919354e-04f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(9.8057429e-04f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-3.5421334e-03f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(1.1988470e-02f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-3.9383005e-02f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-2.1405845e+00f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-7.8709469e+00f));
+  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-7.4351177e+00f));
+  /* exp(q): Cody-Waite as o2e_vm_exp_core */
+  const __m256 shift = _mm256_set1_ps(12582912.0f);
+  const __m256 kf = _mm256_fmadd_ps(q, _mm256_set1_ps(1.44269504088896341f), shift);
+  const __m256 n = _mm256_sub_ps(kf, shift);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), q);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 e = _mm256_set1_ps(1.9875691500e-4f);
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.3981999507e-3f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(8.3334519073e-3f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(4.1665795894e-2f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.6666665459e-1f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(5.0000001201e-1f));
+  e = _mm256_add_ps(_mm256_fmadd_ps(e, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i ni = _mm256_sub_epi32(
+      _mm256_and_si256(_mm256_castps_si256(kf), _mm256_set1_epi32(0x7fffff)),
+      _mm256_set1_epi32(0x400000));
+  const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+  const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(e, s));
+  const __m256 lt = _mm256_cmp_ps(a, _mm256_set1_ps(0.921875f), _CMP_LT_OQ);
+  const __m256 erf_abs = _mm256_blendv_ps(big, small, lt);
+  const __m256 erf = _mm256_castsi256_ps(_mm256_or_si256(
+      _mm256_castps_si256(erf_abs),
+      _mm256_and_si256(_mm256_castps_si256(u), _mm256_set1_epi32((int)0x80000000u))));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
+                       _mm256_add_ps(_mm256_set1_ps(1.0f), erf));
+}
 #endif
+
+/* x[0..i) = GELU(x) (erf form) a whole vector at a time; returns i (0 without the
+ * intrinsics: the caller's loop, which gcc vectorises, does the rest) */
+O2E_GEMM_FN size_t o2e_gelu_vec_(float *x, size_t n) {
+  size_t i = 0;
+#if defined(O2E_GEMM_AVX512)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, o2e_gelu16_(_mm512_loadu_ps(x + i)));
+#elif defined(O2E_GEMM_AVX2)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, o2e_gelu8_(_mm256_loadu_ps(x + i)));
+#else
+  (void)x, (void)n;
+#endif
+  return i;
+}
 
 /* x[0..n) = act(x[0..n)) for a vmath kind: the kind dispatched once, outside the loops, so
  * each loop is one vectorised o2e_vmath.h body (the generated model.c starts with the pragma
@@ -345,18 +415,11 @@ O2E_GEMM_FN void o2e_act_vm_n_(float *x, size_t n, o2e_act act) {
       O2E_ACT_LOOP_(O2E_ACT_SWISH);
     break;
   case O2E_ACT_GELU:
-#if defined(O2E_GEMM_AVX512)
-    if (a == 0) {
-      for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, o2e_gelu16_(_mm512_loadu_ps(x + i)));
-      for (; i < n; i++) x[i] = o2e_act_vm1_(x[i], O2E_ACT_GELU, a, b);
-      break;
-    }
-#endif
     if (a != 0)
       for (i = 0; i < n; i++)
         x[i] = 0.5f * x[i] * (1 + o2e_tanhf(0.7978845608f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
     else
-      for (i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1 + o2e_erff(x[i] * 0.70710678118f));
+      for (i = o2e_gelu_vec_(x, n); i < n; i++) x[i] = 0.5f * x[i] * (1 + o2e_erff(x[i] * 0.70710678118f));
     break;
   case O2E_ACT_MISH: O2E_ACT_LOOP_(O2E_ACT_MISH); break;
   default: break;
@@ -381,6 +444,15 @@ O2E_GEMM_FN void o2e_act_tile_(float *x, size_t ld, int rows, int n, o2e_act act
         float *p = x + (size_t)r * ld + j;
         _mm512_storeu_ps(p, o2e_gelu16_(_mm512_loadu_ps(p)));
       }
+  } else
+#elif defined(O2E_GEMM_AVX2)
+  if (act.kind == O2E_ACT_GELU && act.a == 0) {
+    for (r = 0; r < rows; r++) {
+      float *xr = x + (size_t)r * ld;
+      for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(xr + j, o2e_gelu8_(_mm256_loadu_ps(xr + j)));
+      for (; j < n; j++) xr[j] = o2e_act_vm1_(xr[j], O2E_ACT_GELU, 0.0f, 0.0f);
+    }
+    return;
   } else
 #endif
   if (nv > 0) {
