@@ -8,7 +8,8 @@ build, NaN / Inf included.
 One model (a batch of 2): an EfficientNet block (SiLU as Sigmoid * x, as torch exports it; SE
 with a Sigmoid gate; a residual), a MobileNetV3 block (HardSwish, stride 2, SE with a
 HardSigmoid gate written Mul(s, x)), a 7x7 Relu6 layer and an asymmetrically padded 5x5
-stride-2 layer leaving through a 1x1 layer with a Sigmoid.
+stride-2 layer leaving through a 1x1 layer with a Sigmoid, and a chain entered from 24
+channels and left to 40 (NCHW sides of any channel count, zero-padded to whole blocks).
 """
 
 from __future__ import annotations
@@ -93,11 +94,18 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
     conv(act(conv(e2, "c_dw", 64, 64, 7), "Clip"), "y2", 64, 32)
     t = act(conv(e2, "d_dw", 64, 64, 5, 2, (1, 1, 2, 2)), "Relu")
     act(conv(t, "d_pw", 64, 16), "Sigmoid")
+    # NCHW sides of 24 and 40 channels (EfficientNet's): entering and leaving 1x1 layers pad
+    # them to whole blocks; the 40-channel exit adds an NCHW residual on a 7x7 map
+    o = act(conv(conv("x", "o_in", 32, 24), "o_exp", 24, 64), "HardSwish")
+    o = act(conv(o, "o_dw", 64, 64, 3, 2), "Relu")
+    r = conv("x", "o_res", 32, 40, 1, 2)
+    nodes.append(helper.make_node("Add", [conv(o, "o_proj", 64, 40), r], ["y_odd"]))
     inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
     outs = [
         vi("y1", [N, 48, 7, 7]),
         vi("y2", [N, 32, 14, 14]),
         vi("d_pw_sigmoid", [N, 16, 7, 7]),
+        vi("y_odd", [N, 40, 7, 7]),
     ]
     model = make_model(nodes, [vi("x", [N, 32, 14, 14])], outs, inits, opset=17)
     x = rng.standard_normal((N, 32, 14, 14)).astype(np.float32)

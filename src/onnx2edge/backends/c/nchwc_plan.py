@@ -100,13 +100,17 @@ def _kind(node: Node, graph: Graph) -> str | None:
         return None  # only the activations of the GEMM epilogue (o2e_act kinds)
     g = conv_geometry(node, xs, ws, ys, graph.opset)
     C, M = g.in_channels, g.out_channels
-    if C % BLOCK or M % BLOCK or ys[2] * ys[3] > MAX_P_DW or any(d != 1 for d in g.dilations):
+    if ys[2] * ys[3] > MAX_P_DW or any(d != 1 for d in g.dilations):
         return None
+    # a 1x1 layer's NCHW side may have any channel count (conv_nchwc pads it to whole blocks);
+    # a blocked tensor's channels are whole blocks (plan_layout)
     if g.kernel == (1, 1) and g.group == 1 and g.strides == (1, 1) and not any(g.pads):
         if np.count_nonzero(w) < MIN_DENSITY * w.size:
             return None
         return "pointwise"
     k = g.kernel[0]
+    if C % BLOCK:
+        return None
     if (
         g.kernel in ((3, 3), (5, 5), (7, 7))
         and g.group == C == M
@@ -160,6 +164,7 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
             if n.name in kinds and kinds[n.name] != "gap"  # its output: 1x1 maps, NCHW
             for t in n.outputs[:1]
             if t not in outputs
+            and graph.type_of(t).static_shape[1] % BLOCK == 0  # type: ignore[union-attr]
             and graph.consumers(t)
             and all(_reads_as_data(c, t, graph) and c.name in kinds for c in graph.consumers(t))
             and (_pixels(graph, t) <= MAX_P or _next_to_depthwise(n, t, graph, kinds))

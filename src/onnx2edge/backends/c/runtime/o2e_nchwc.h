@@ -114,9 +114,10 @@ typedef struct {
   const float *res;  /* M x P in y's layout, added before the activation, or NULL */
   float *y;          /* M x P output: blocked, or NCHW when !yblk */
   float *xs;         /* scratch, K x P floats: an NCHW input reordered to blocks */
-  int M, K, P;
+  int M, K, P;       /* M, K: multiples of 16 (weights and bias zero-padded) */
   int xblk, yblk;
   o2e_act act;
+  int Kn, Mn;        /* the real channel counts (< K, M on the NCHW side of a chain's edge) */
 } o2e_nc_pw_args;
 
 typedef struct {
@@ -167,8 +168,8 @@ O2E_GEMM_INL o2e_ncv o2e_nc_act_(o2e_ncv x, const o2e_act *act) {
 O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_act *act) {
   size_t i;
   const int rk = act->kind < O2E_ACT_VM_FIRST_ ? act->kind : 0; /* a register kind */
-  if (r || rk)
-    for (i = 0; i < n; i += O2E_NC_VW) {
+  if (r || rk) {
+    for (i = 0; i + O2E_NC_VW <= n; i += O2E_NC_VW) {
       o2e_ncv s, t;
       O2E_NCV_LOAD(s, y + i);
       if (r) {
@@ -178,6 +179,9 @@ O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_
       if (rk) s = o2e_nc_act_(s, act);
       O2E_NCV_STORE(y + i, s);
     }
+    for (; i < n; i++) /* an NCHW output of Mn % 16 channels on a map of P % 16 pixels */
+      y[i] = rk ? o2e_act1_(y[i] + (r ? r[i] : 0.0f), *act) : y[i] + (r ? r[i] : 0.0f);
+  }
   if (act->kind >= O2E_ACT_VM_FIRST_) o2e_act_vm_n_(y, n, *act); /* SiLU, Sigmoid, ... */
 }
 
@@ -243,7 +247,8 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < NV; v++) O2E_NCV_STORE(t + (p * O2E_NC_NV + v) * O2E_NC_VW, acc[p][v]);
-    o2e_nc_store_nchw_(t, NV * O2E_NC_VW, PN, a->y + (size_t)m0 * P + p0, P);
+    const int nl = a->Mn - m0 < NV * O2E_NC_VW ? a->Mn - m0 : NV * O2E_NC_VW; /* real ones */
+    o2e_nc_store_nchw_(t, nl, PN, a->y + (size_t)m0 * P + p0, P);
   }
 }
 
@@ -293,7 +298,7 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
       }
     }
     o2e_nc_epilogue_(a->y + (size_t)m0 * a->P, a->res ? a->res + (size_t)m0 * a->P : NULL,
-                     (size_t)nl * a->P, &a->act);
+                     (size_t)(a->Mn - m0 < nl ? a->Mn - m0 : nl) * a->P, &a->act);
   }
 }
 
@@ -416,12 +421,12 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
     for (p = 0; p < P; p++) {
       float acc[O2E_NC_BLOCK];
       for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] = a->bias[u * O2E_NC_BLOCK + l];
-      for (k = 0; k < K; k++) {
+      for (k = 0; k < a->Kn; k++) { /* the padded channels' weights are zeros */
         const float b = a->x[(size_t)(k / O2E_NC_BLOCK) * O2E_NC_BLOCK * P +
                              (size_t)(k % O2E_NC_BLOCK) * ls + (size_t)p * ps];
         for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * w[(size_t)k * O2E_NC_BLOCK + l];
       }
-      for (l = 0; l < O2E_NC_BLOCK; l++) {
+      for (l = 0; l < O2E_NC_BLOCK && u * O2E_NC_BLOCK + l < a->Mn; l++) {
         const size_t i = a->yblk ? ((size_t)u * P + p) * O2E_NC_BLOCK + l
                                  : (size_t)(u * O2E_NC_BLOCK + l) * P + p;
         float s = acc[l];
@@ -477,9 +482,9 @@ O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
     int kb, p, l;
     for (kb = 0; kb < a->K / O2E_NC_BLOCK; kb++)
       for (p = 0; p < P; p++)
-        for (l = 0; l < O2E_NC_BLOCK; l++)
+        for (l = 0; l < O2E_NC_BLOCK; l++) /* zeros for the channels past Kn */
           a->xs[((size_t)kb * P + p) * O2E_NC_BLOCK + l] =
-              a->x[((size_t)kb * O2E_NC_BLOCK + l) * P + p];
+              kb * O2E_NC_BLOCK + l < a->Kn ? a->x[((size_t)kb * O2E_NC_BLOCK + l) * P + p] : 0;
   }
 #endif
   if (threaded)
