@@ -1,4 +1,4 @@
-/* o2e_nchwc.h - channel-blocked (NCHW16c) 1x1 and depthwise 3x3 convolutions on narrow maps
+/* o2e_nchwc.h - channel-blocked (NCHW16c) 1x1 and depthwise KxK convolutions on narrow maps
  * (kernels/conv/conv_nchwc.py writes the calls, backends/c/nchwc_plan.py decides which tensors are
  * blocked; issue 9).
  *
@@ -16,16 +16,21 @@
  *              the chain's exit). No packing, no K slices: a tile's weights (K x 16..32
  *              floats) come from L1/L2 once per pixel tile.
  *   depthwise: y[c][oy][ox] = act(b[c] + sum_{ky,kx} w[c][ky][kx] . x[c][iy][ix]),
- *              3x3, stride 1 or 2, pads <= 1, both sides blocked: channels in the lanes, a
- *              row of up to DWPX output pixels in registers, so narrow maps (7, 14 wide)
- *              need no per-plane edge code: taps falling in the padding are skipped per
- *              pixel on the edge tiles only.
+ *              K x K (3, 5, 7), stride 1 or 2, pads <= K / 2, both sides blocked: channels
+ *              in the lanes, a row of up to DWPX output pixels in registers, so narrow maps
+ *              (7, 14 wide) need no per-plane edge code: taps falling in the padding are
+ *              skipped per pixel on the edge tiles' first and last K / 2 pixels only. A vmath
+ *              activation (SiLU, ...) runs over each finished output row (in L1), and an SE
+ *              block's pool (`pool`) sums the rows there too (issue 34).
+ *   SE gate:   y[c][p] = x[c][p] * s[c] (an SE block's Mul inside a chain).
  *   GlobalAveragePool of a blocked input (the chain's exit before a 7x7 head): y[c] is the mean
  *              of channel c over the P pixels, written as [C] (a 1x1 map: the same in both
  *              layouts), so the layer before it stores whole vectors.
- * Weights are rearranged at conversion time: 1x1 [M/16][K][16], depthwise [C/16][9][16].
- * Activations (o2e_act kinds 1-5: Relu, Clip, LeakyRelu, HardSigmoid, HardSwish) by compare
- * and select, so NaN passes as in o2e_act1_.
+ * Weights are rearranged at conversion time: 1x1 [M/16][K][16] (an NCHW side of Kn / Mn
+ * channels zero-padded to whole blocks), depthwise [C/16][K*K][16].
+ * Activations: o2e_act kinds 1-5 (Relu, Clip, LeakyRelu, HardSigmoid, HardSwish) by compare
+ * and select, so NaN passes as in o2e_act1_; the vmath kinds by o2e_act_vm_n_ over stored
+ * rows / tiles.
  * Work units are blocks of output channels, split by o2e_parallel_for; results do not depend
  * on the split. Define O2E_NCHWC_SCALAR to build the portable loops on a vector-capable host
  * (the tests do).

@@ -1,4 +1,5 @@
-"""Channel-blocked (NCHW16c) 1x1 and depthwise 3x3 layers on narrow maps (issue 9).
+"""Channel-blocked (NCHW16c) 1x1 and depthwise KxK layers on narrow maps (issues 9, 34), and
+the SE gate (x * s) inside a chain.
 
 backends/c/nchwc_plan.py decides which tensors stay blocked between layers (chains of
 depthwise and 1x1 layers on maps of <= MAX_P pixels, MAX_P_DW next to a depthwise layer,
