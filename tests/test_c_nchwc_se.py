@@ -8,7 +8,9 @@ build, NaN / Inf included.
 One model (a batch of 2): an EfficientNet block (SiLU as Sigmoid * x, as torch exports it; SE
 with a Sigmoid gate; a residual), a MobileNetV3 block (HardSwish, stride 2, SE with a
 HardSigmoid gate written Mul(s, x)), a 7x7 Relu6 layer and an asymmetrically padded 5x5
-stride-2 layer leaving through a 1x1 layer with a Sigmoid.
+stride-2 layer leaving through a 1x1 layer with a Sigmoid, and a chain entered from 24
+channels and left to 152 (NCHW sides zero-padded to whole blocks), and one entered from 24 that the
+plan refuses (too much padding).
 """
 
 from __future__ import annotations
@@ -93,11 +95,23 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
     conv(act(conv(e2, "c_dw", 64, 64, 7), "Clip"), "y2", 64, 32)
     t = act(conv(e2, "d_dw", 64, 64, 5, 2, (1, 1, 2, 2)), "Relu")
     act(conv(t, "d_pw", 64, 16), "Sigmoid")
+    # NCHW sides of 152 channels: entering and leaving 1x1 layers pad them to whole blocks
+    # (160); the exit adds an NCHW residual on a 7x7 map (24 x 49 values past the last whole
+    # tile: the epilogue's scalar tail)
+    o = act(conv(conv("x", "o_in", 32, 152), "o_exp", 152, 64), "HardSwish")
+    o = act(conv(o, "o_dw", 64, 64, 3, 2), "Relu")
+    r = conv("x", "o_res", 32, 152, 1, 2)
+    nodes.append(helper.make_node("Add", [conv(o, "o_proj", 64, 152), r], ["y_odd"]))
+    # 24 channels (+33 % padding): the plan leaves that edge NCHW and the chain starts after it
+    o = act(conv(conv("x", "q_in", 32, 24), "q_exp", 24, 64), "Relu")
+    conv(act(conv(o, "q_dw", 64, 64, 3), "Relu"), "q_proj", 64, 32)
     inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
     outs = [
         vi("y1", [N, 48, 7, 7]),
         vi("y2", [N, 32, 14, 14]),
         vi("d_pw_sigmoid", [N, 16, 7, 7]),
+        vi("y_odd", [N, 152, 7, 7]),
+        vi("q_proj", [N, 32, 14, 14]),
     ]
     model = make_model(nodes, [vi("x", [N, 32, 14, 14])], outs, inits, opset=17)
     x = rng.standard_normal((N, 32, 14, 14)).astype(np.float32)
@@ -127,7 +141,11 @@ def test_whole_blocks_run_blocked(block: tuple) -> None:
         "y2",
         "d_dw",
         "d_pw",
+        "o_exp",
+        "o_dw",
+        "o_proj",
     }
+    assert layers["q_exp"] != "nchwc" and layers["q_dw"] != "nchwc", layers
     assert all(layers[n] == "nchwc" for n in members), layers
     kernels = stats["kernels"]
     assert kernels["Conv: depthwise 5x5 stride 1, channel blocks, SE pool fused"] == 1, kernels

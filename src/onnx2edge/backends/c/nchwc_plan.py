@@ -2,9 +2,11 @@
 
 On MobileNets' narrow maps (14x14, 7x7) the packed GEMM's pixel strips are part empty and
 the depthwise kernels have short rows: onnxruntime keeps those activations in channel blocks
-([C/16][H][W][16]) from layer to layer. Here the same: a chain of depthwise 3x3 and 1x1
-convolutions (fused activation / residual included) whose channel counts are multiples of
-BLOCK keeps its intermediate tensors blocked, and kernels/conv/conv_nchwc.py writes every node of the
+([C/16][H][W][16]) from layer to layer. Here the same: a chain of depthwise 3x3 / 5x5 / 7x7
+and 1x1 convolutions (fused activation / residual included) and squeeze-and-excitation blocks
+(issue 34: a GlobalAveragePool reading the depthwise layer's blocks mid-chain, its gating Mul
+x * s a member `gate`) whose tensors' channel counts are multiples of BLOCK keeps its
+intermediate tensors blocked (a 1x1 layer's NCHW side may have any count), and kernels/conv/conv_nchwc.py writes every node of the
 chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
 broadcasts one input scalar at a time) and writes either (blocked: whole vectors; NCHW: a
 transposing store), so chains start and end at 1x1 layers; a depthwise layer only runs
@@ -48,6 +50,11 @@ MAX_P = 784
 # (the input's reorder), conv3_1/sep level. Plain 1x1 -> 1x1 tensors over MAX_P (ResNet50's
 # 56x56 stage) stay NCHW: there the packed GEMM is as fast and shared with the other kernels.
 MAX_P_DW = 3136
+# A 1x1 layer's NCHW side of c channels (not a multiple of BLOCK) is padded to whole blocks
+# when that adds at most this fraction of work. EfficientNet-B0's 24 / 40 (+33 % / +20 %),
+# tools/ab_nodes.py native under load: the entering 1x1 layers 1.24-1.34x and the leaving
+# 144 -> 24 one 1.45x main's time, more than the 5x5 depthwise layers gained (0.85-0.89x).
+MAX_PAD_WASTE = 0.1
 MIN_DENSITY = 0.5  # pruned 1x1 weights below this are left to the sparse kernels
 
 
@@ -100,13 +107,19 @@ def _kind(node: Node, graph: Graph) -> str | None:
         return None  # only the activations of the GEMM epilogue (o2e_act kinds)
     g = conv_geometry(node, xs, ws, ys, graph.opset)
     C, M = g.in_channels, g.out_channels
-    if C % BLOCK or M % BLOCK or ys[2] * ys[3] > MAX_P_DW or any(d != 1 for d in g.dilations):
+    if ys[2] * ys[3] > MAX_P_DW or any(d != 1 for d in g.dilations):
         return None
+    # a 1x1 layer's NCHW side may have any channel count (conv_nchwc pads it to whole blocks);
+    # a blocked tensor's channels are whole blocks (plan_layout)
     if g.kernel == (1, 1) and g.group == 1 and g.strides == (1, 1) and not any(g.pads):
+        if any(-(-c // BLOCK) * BLOCK > (1 + MAX_PAD_WASTE) * c for c in (C, M)):
+            return None
         if np.count_nonzero(w) < MIN_DENSITY * w.size:
             return None
         return "pointwise"
     k = g.kernel[0]
+    if C % BLOCK:
+        return None
     if (
         g.kernel in ((3, 3), (5, 5), (7, 7))
         and g.group == C == M
@@ -160,6 +173,7 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
             if n.name in kinds and kinds[n.name] != "gap"  # its output: 1x1 maps, NCHW
             for t in n.outputs[:1]
             if t not in outputs
+            and graph.type_of(t).static_shape[1] % BLOCK == 0  # type: ignore[union-attr]
             and graph.consumers(t)
             and all(_reads_as_data(c, t, graph) and c.name in kinds for c in graph.consumers(t))
             and (_pixels(graph, t) <= MAX_P or _next_to_depthwise(n, t, graph, kinds))

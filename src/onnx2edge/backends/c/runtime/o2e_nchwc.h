@@ -1,4 +1,4 @@
-/* o2e_nchwc.h - channel-blocked (NCHW16c) 1x1 and depthwise 3x3 convolutions on narrow maps
+/* o2e_nchwc.h - channel-blocked (NCHW16c) 1x1 and depthwise KxK convolutions on narrow maps
  * (kernels/conv/conv_nchwc.py writes the calls, backends/c/nchwc_plan.py decides which tensors are
  * blocked; issue 9).
  *
@@ -16,16 +16,21 @@
  *              the chain's exit). No packing, no K slices: a tile's weights (K x 16..32
  *              floats) come from L1/L2 once per pixel tile.
  *   depthwise: y[c][oy][ox] = act(b[c] + sum_{ky,kx} w[c][ky][kx] . x[c][iy][ix]),
- *              3x3, stride 1 or 2, pads <= 1, both sides blocked: channels in the lanes, a
- *              row of up to DWPX output pixels in registers, so narrow maps (7, 14 wide)
- *              need no per-plane edge code: taps falling in the padding are skipped per
- *              pixel on the edge tiles only.
+ *              K x K (3, 5, 7), stride 1 or 2, pads <= K / 2, both sides blocked: channels
+ *              in the lanes, a row of up to DWPX output pixels in registers, so narrow maps
+ *              (7, 14 wide) need no per-plane edge code: taps falling in the padding are
+ *              skipped per pixel on the edge tiles' first and last K / 2 pixels only. A vmath
+ *              activation (SiLU, ...) runs over each finished output row (in L1), and an SE
+ *              block's pool (`pool`) sums the rows there too (issue 34).
+ *   SE gate:   y[c][p] = x[c][p] * s[c] (an SE block's Mul inside a chain).
  *   GlobalAveragePool of a blocked input (the chain's exit before a 7x7 head): y[c] is the mean
  *              of channel c over the P pixels, written as [C] (a 1x1 map: the same in both
  *              layouts), so the layer before it stores whole vectors.
- * Weights are rearranged at conversion time: 1x1 [M/16][K][16], depthwise [C/16][9][16].
- * Activations (o2e_act kinds 1-5: Relu, Clip, LeakyRelu, HardSigmoid, HardSwish) by compare
- * and select, so NaN passes as in o2e_act1_.
+ * Weights are rearranged at conversion time: 1x1 [M/16][K][16] (an NCHW side of Kn / Mn
+ * channels zero-padded to whole blocks), depthwise [C/16][K*K][16].
+ * Activations: o2e_act kinds 1-5 (Relu, Clip, LeakyRelu, HardSigmoid, HardSwish) by compare
+ * and select, so NaN passes as in o2e_act1_; the vmath kinds by o2e_act_vm_n_ over stored
+ * rows / tiles.
  * Work units are blocks of output channels, split by o2e_parallel_for; results do not depend
  * on the split. Define O2E_NCHWC_SCALAR to build the portable loops on a vector-capable host
  * (the tests do).
@@ -114,9 +119,10 @@ typedef struct {
   const float *res;  /* M x P in y's layout, added before the activation, or NULL */
   float *y;          /* M x P output: blocked, or NCHW when !yblk */
   float *xs;         /* scratch, K x P floats: an NCHW input reordered to blocks */
-  int M, K, P;
+  int M, K, P;       /* M, K: multiples of 16 (weights and bias zero-padded) */
   int xblk, yblk;
   o2e_act act;
+  int Kn, Mn;        /* the real channel counts (< K, M on the NCHW side of a chain's edge) */
 } o2e_nc_pw_args;
 
 typedef struct {
@@ -167,8 +173,8 @@ O2E_GEMM_INL o2e_ncv o2e_nc_act_(o2e_ncv x, const o2e_act *act) {
 O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_act *act) {
   size_t i;
   const int rk = act->kind < O2E_ACT_VM_FIRST_ ? act->kind : 0; /* a register kind */
-  if (r || rk)
-    for (i = 0; i < n; i += O2E_NC_VW) {
+  if (r || rk) {
+    for (i = 0; i + O2E_NC_VW <= n; i += O2E_NC_VW) {
       o2e_ncv s, t;
       O2E_NCV_LOAD(s, y + i);
       if (r) {
@@ -178,6 +184,9 @@ O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_
       if (rk) s = o2e_nc_act_(s, act);
       O2E_NCV_STORE(y + i, s);
     }
+    for (; i < n; i++) /* an NCHW output of Mn % 16 channels on a map of P % 16 pixels */
+      y[i] = rk ? o2e_act1_(y[i] + (r ? r[i] : 0.0f), *act) : y[i] + (r ? r[i] : 0.0f);
+  }
   if (act->kind >= O2E_ACT_VM_FIRST_) o2e_act_vm_n_(y, n, *act); /* SiLU, Sigmoid, ... */
 }
 
@@ -243,7 +252,8 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
       for (v = 0; v < NV; v++) O2E_NCV_STORE(t + (p * O2E_NC_NV + v) * O2E_NC_VW, acc[p][v]);
-    o2e_nc_store_nchw_(t, NV * O2E_NC_VW, PN, a->y + (size_t)m0 * P + p0, P);
+    const int nl = a->Mn - m0 < NV * O2E_NC_VW ? a->Mn - m0 : NV * O2E_NC_VW; /* real ones */
+    o2e_nc_store_nchw_(t, nl, PN, a->y + (size_t)m0 * P + p0, P);
   }
 }
 
@@ -293,7 +303,7 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
       }
     }
     o2e_nc_epilogue_(a->y + (size_t)m0 * a->P, a->res ? a->res + (size_t)m0 * a->P : NULL,
-                     (size_t)nl * a->P, &a->act);
+                     (size_t)(a->Mn - m0 < nl ? a->Mn - m0 : nl) * a->P, &a->act);
   }
 }
 
@@ -416,12 +426,12 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
     for (p = 0; p < P; p++) {
       float acc[O2E_NC_BLOCK];
       for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] = a->bias[u * O2E_NC_BLOCK + l];
-      for (k = 0; k < K; k++) {
+      for (k = 0; k < a->Kn; k++) { /* the padded channels' weights are zeros */
         const float b = a->x[(size_t)(k / O2E_NC_BLOCK) * O2E_NC_BLOCK * P +
                              (size_t)(k % O2E_NC_BLOCK) * ls + (size_t)p * ps];
         for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * w[(size_t)k * O2E_NC_BLOCK + l];
       }
-      for (l = 0; l < O2E_NC_BLOCK; l++) {
+      for (l = 0; l < O2E_NC_BLOCK && u * O2E_NC_BLOCK + l < a->Mn; l++) {
         const size_t i = a->yblk ? ((size_t)u * P + p) * O2E_NC_BLOCK + l
                                  : (size_t)(u * O2E_NC_BLOCK + l) * P + p;
         float s = acc[l];
@@ -477,9 +487,9 @@ O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
     int kb, p, l;
     for (kb = 0; kb < a->K / O2E_NC_BLOCK; kb++)
       for (p = 0; p < P; p++)
-        for (l = 0; l < O2E_NC_BLOCK; l++)
+        for (l = 0; l < O2E_NC_BLOCK; l++) /* zeros for the channels past Kn */
           a->xs[((size_t)kb * P + p) * O2E_NC_BLOCK + l] =
-              a->x[((size_t)kb * O2E_NC_BLOCK + l) * P + p];
+              kb * O2E_NC_BLOCK + l < a->Kn ? a->x[((size_t)kb * O2E_NC_BLOCK + l) * P + p] : 0;
   }
 #endif
   if (threaded)

@@ -1,4 +1,5 @@
-"""Channel-blocked (NCHW16c) 1x1 and depthwise 3x3 layers on narrow maps (issue 9).
+"""Channel-blocked (NCHW16c) 1x1 and depthwise KxK layers on narrow maps (issues 9, 34), and
+the SE gate (x * s) inside a chain.
 
 backends/c/nchwc_plan.py decides which tensors stay blocked between layers (chains of
 depthwise and 1x1 layers on maps of <= MAX_P pixels, MAX_P_DW next to a depthwise layer,
@@ -33,9 +34,10 @@ def refuse(spec: ConvSpec) -> str | None:
 
 
 def _bias(ctx: NodeContext, spec: ConvSpec, m: int) -> str:
+    """The bias zero-padded to `m` channels (a multiple of BLOCK)."""
     b = np.zeros(m, np.float32)
     if spec.has_bias:  # a constant (nchwc_plan checked): its own symbol is not named
-        b[:] = ctx.const(2).reshape(m)
+        b[: spec.M] = ctx.const(2).reshape(spec.M)
     return ctx.weight("nc_bias", b)
 
 
@@ -52,10 +54,16 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     role = spec.layout
     assert role is not None
     x, y = spec.x, spec.y
-    N, K = x.shape[:2]
-    M = spec.M
+    N, Kn = x.shape[:2]
+    Mn = spec.M
+    # an NCHW side may have any channel count (EfficientNet's 24 and 40): zero-padded
+    # weights and bias to whole blocks, the padded input channels reordered as zeros and the
+    # padded output channels never stored
+    K, M = _up(Kn), _up(Mn)
     P = y.shape[2] * y.shape[3]
-    w = ctx.const(1).reshape(M // BLOCK, BLOCK, K).transpose(0, 2, 1)  # [M/16][K][16]
+    w = np.zeros((M, K), np.float32)
+    w[:Mn, :Kn] = ctx.const(1).reshape(Mn, Kn)
+    w = w.reshape(M // BLOCK, BLOCK, K).transpose(0, 2, 1)  # [M/16][K][16]
     wsym = ctx.weight("nc_w", np.ascontiguousarray(w))
     bsym = _bias(ctx, spec, M)
     _include(ctx)
@@ -64,16 +72,16 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     assert not post  # nchwc_plan takes only activations the kernel applies
     res = ctx.x(3).sym if spec.residual else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
-    off = f"(size_t)n * {M * P}"
+    off = f"(size_t)n * {Mn * P}"
     # the reorder to blocks runs only in the vector build (O2E_NC_VEC), which a --device
     # conversion does not compile (_include: O2E_NCHWC_SCALAR)
     xs = "NULL" if role.x or ctx.device.is_mcu else ctx.scratch(K * P * 4)
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
-            f"  const o2e_nc_pw_args a = {{{x.sym} + (size_t)n * {K * P}, {wsym}, {bsym}, "
+            f"  const o2e_nc_pw_args a = {{{x.sym} + (size_t)n * {Kn * P}, {wsym}, {bsym}, "
             f"{f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, {xs}, {M}, {K}, {P}, "
-            f"{int(role.x)}, {int(role.y)}, {act_c}}};",
+            f"{int(role.x)}, {int(role.y)}, {act_c}, {Kn}, {Mn}}};",
             f"  o2e_nchwc_conv1x1(&a, {threaded});",
             "}",
         ]
@@ -149,6 +157,10 @@ def gate(ctx: NodeContext) -> str | None:
             "}",
         ]
     )
+
+
+def _up(c: int) -> int:
+    return -(-c // BLOCK) * BLOCK
 
 
 def _sides(xb: bool, yb: bool) -> str:
