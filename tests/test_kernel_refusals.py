@@ -106,9 +106,10 @@ def test_global_pool_strategies(tmp_path: Path) -> None:
     assert api.verify(path, target="c").ok
 
 
-def _qconv_model(path: Path, group: int) -> Path:
-    """A uint8 QLinearConv 3x3 with 4 channels in `group` groups (2: neither plain nor
-    depthwise, which the int8 kernels do not run)."""
+def _qconv_model(path: Path, group: int, wz: int = 0) -> Path:
+    """A uint8 QLinearConv 3x3 with 4 channels in `group` groups (2: grouped, one int8 product
+    per group). A weight zero point of -100 puts w - wz outside int8, which the int8 kernels'
+    operands cannot hold: the reference loops run it."""
     rng = np.random.default_rng(9)
     w = rng.integers(-100, 100, (4, 4 // group, 3, 3)).astype(np.int8)
     inits = [
@@ -116,7 +117,7 @@ def _qconv_model(path: Path, group: int) -> Path:
         tensor("xz", np.uint8(128)),
         tensor("w", w),
         tensor("ws", np.float32(0.01)),
-        tensor("wz", np.int8(0)),
+        tensor("wz", np.int8(wz)),
         tensor("ys", np.float32(0.2)),
         tensor("yz", np.uint8(128)),
     ]
@@ -138,9 +139,12 @@ def _qconv_model(path: Path, group: int) -> Path:
     return save(m, path)
 
 
-@pytest.mark.parametrize(("group", "name"), [(1, "int8_gemm"), (2, "qconv_reference")])
-def test_qlinearconv_strategies(tmp_path: Path, group: int, name: str) -> None:
-    path = _qconv_model(tmp_path / "q.onnx", group)
+@pytest.mark.parametrize(
+    ("group", "wz", "name"),
+    [(1, 0, "int8_gemm"), (2, 0, "int8_gemm"), (1, -100, "qconv_reference")],
+)
+def test_qlinearconv_strategies(tmp_path: Path, group: int, wz: int, name: str) -> None:
+    path = _qconv_model(tmp_path / "q.onnx", group, wz)
     res = api.convert(path, "c", tmp_path / "out")
     assert res.stats["layer_kernels"] == {"qconv": name}
     refused = res.stats["kernel_refusals"]["qconv"]

@@ -207,7 +207,9 @@ def test_fused_ops_have_schemas_and_roundtrip() -> None:
         version = fused.VERSION if f.base_domain else onnx.defs.onnx_opset_version()
         base = onnx.defs.get_schema(f.base, version, f.base_domain)
         assert set(base.attributes) | set(fused.ACT_ATTRS) == set(s.attributes)
-        assert len(s.inputs) == len(base.inputs) + int(f.residual)
+        # MatMulAddAct: a linear layer's bias (R) and then the block's residual (S)
+        extra = int(f.residual) + int(f.name == "MatMulAddAct")
+        assert len(s.inputs) == len(base.inputs) + extra
     m = make_model(
         [
             helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
