@@ -54,12 +54,17 @@ int main(int argc, char **argv) {
   void *out[NOUT];
   size_t in_n[NIN] = {IN_SIZES}, out_n[NOUT] = {OUT_SIZES};
   if (PREFIX_init(argv[1])) { fprintf(stderr, "PREFIX_init failed\n"); return 1; }
+  size_t in_w[NIN] = {IN_WIDTHS}, out_w[NOUT] = {OUT_WIDTHS};
+  int in_f[NIN] = {IN_FLOAT};
   for (int i = 0; i < NIN; ++i) {
-    float *x = malloc(in_n[i] * sizeof(float));
-    for (size_t j = 0; j < in_n[i]; ++j) x[j] = (float)((j * 7919u) % 1000u) / 1000.0f - 0.5f;
+    unsigned char *x = calloc(in_n[i], in_w[i]);
+    for (size_t j = 0; j < in_n[i]; ++j) {
+      if (in_f[i]) ((float *)x)[j] = (float)((j * 7919u) % 1000u) / 1000.0f - 0.5f;
+      else x[j * in_w[i]] = (unsigned char)(j % 100u); /* small ids: valid Gather indices */
+    }
     in[i] = x;
   }
-  for (int i = 0; i < NOUT; ++i) out[i] = malloc(out_n[i] * sizeof(float));
+  for (int i = 0; i < NOUT; ++i) out[i] = calloc(out_n[i], out_w[i]);
   for (int i = 0; i < NNODES; ++i) best[i] = 1e30;
   PREFIX_run(in, out);
   for (int r = 0; r < runs; ++r) {
@@ -110,13 +115,23 @@ def node_names(model_c: str) -> dict[int, str]:
     return {int(i): n for i, n in reversed(found)}
 
 
-def io_sizes(model_h: str) -> tuple[list[int], list[int]]:
-    """Element counts of the inputs and outputs, from the header's `#define <NAME>_*_SIZE`
-    lines (float32 models: the harness fills the inputs with floats)."""
-    ins = [int(v) for v in re.findall(r"#define \w+_INPUT_\d+_SIZE\s+(\d+)", model_h)]
-    outs = [int(v) for v in re.findall(r"#define \w+_OUTPUT_\d+_SIZE\s+(\d+)", model_h)]
-    if not ins or not outs or "float32" not in model_h:
-        raise SystemExit("ab_nodes: model.h declares no float32 inputs / outputs")
+# bytes per element of the dtypes the header's size comments name
+WIDTHS = {"float32": 4, "float16": 2, "int64": 8, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
+
+
+def io_sizes(model_h: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(element count, dtype) of the inputs and outputs, from the header's
+    `#define <NAME>_*_SIZE n  /* dims dtype */` lines. Integer inputs (token ids) get small
+    values, float ones a fixed ramp: filling an int64 input with floats made MiniLM's
+    embedding Gather read out of bounds."""
+    pat = r"#define \w+_{}_\d+_SIZE\s+(\d+)\s*/\*\s*\S+\s+(\w+)\s*\*/"
+    ins = [(int(n), t) for n, t in re.findall(pat.format("INPUT"), model_h)]
+    outs = [(int(n), t) for n, t in re.findall(pat.format("OUTPUT"), model_h)]
+    if not ins or not outs:
+        raise SystemExit("ab_nodes: model.h declares no inputs / outputs")
+    unknown = {t for _, t in ins + outs} - WIDTHS.keys()
+    if unknown:
+        raise SystemExit(f"ab_nodes: no harness fill for dtype {sorted(unknown)}")
     return ins, outs
 
 
@@ -131,8 +146,11 @@ def build(gen: Path, arch: str, cflags: str, exe: Path) -> None:
         .replace("NNODES", str(nnodes))
         .replace("NIN", str(len(ins)))
         .replace("NOUT", str(len(outs)))
-        .replace("IN_SIZES", ", ".join(map(str, ins)))
-        .replace("OUT_SIZES", ", ".join(map(str, outs)))
+        .replace("IN_SIZES", ", ".join(str(n) for n, _ in ins))
+        .replace("OUT_SIZES", ", ".join(str(n) for n, _ in outs))
+        .replace("IN_WIDTHS", ", ".join(str(WIDTHS[t]) for _, t in ins))
+        .replace("OUT_WIDTHS", ", ".join(str(WIDTHS[t]) for _, t in outs))
+        .replace("IN_FLOAT", ", ".join("1" if t == "float32" else "0" for _, t in ins))
     )
     (exe.parent / "ab_main.c").write_text(harness)
     flags = ["-std=c99", "-O3", f"-march={arch}", "-ffp-contract=fast", "-D_POSIX_C_SOURCE=200809L"]
