@@ -160,3 +160,44 @@ def test_verify_loadable_by_ort_ir_version(example: Path) -> None:
     m = model_from_graph(g)
     assert m.ir_version <= MAX_IR_VERSION
     onnx.checker.check_model(m)
+
+
+def _dq_graph(scale: float):  # noqa: ANN202 - a Graph whose output "y" a DequantizeLinear makes
+    from onnx2edge.ir.proto import graph_from_model
+
+    m = make_model(
+        [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")],
+        [helper.make_tensor_value_info("q", onnx.TensorProto.UINT8, [200])],
+        [vi("y", [200])],
+        [tensor("s", np.array(scale, np.float32)), tensor("z", np.array(128, np.uint8))],
+    )
+    return graph_from_model(m)
+
+
+def test_dequantized_output_within_one_step() -> None:
+    """A QDQ model's float output that misses the float rules passes when every element is
+    within one step of its DequantizeLinear scale and at most 1 % are a step off (float ties
+    before the QuantizeLinear); two steps, a systematic one-step shift, NaN out of place or an
+    output no DequantizeLinear makes do not pass."""
+    step = 0.05
+    g = _dq_graph(step)
+    ref = (np.arange(200, dtype=np.float32) - 100) * np.float32(step)
+    one = ref.copy()
+    one[7] += step  # one tie flipped: 0.5 % of the elements
+    rep = api._within_dq_step(compare("y", one, ref, 1e-4, 0), one, ref, g)
+    assert rep.ok and rep.quant_step and rep.step_share == pytest.approx(0.005)
+    assert "0.50% one step off" in rep.note() and "DequantizeLinear" in rep.tolerance(1e-4, 0)
+    assert rep.as_dict()["step_share"] == pytest.approx(0.005)
+    two = ref.copy()
+    two[7] += 2 * step
+    assert not api._within_dq_step(compare("y", two, ref, 1e-4, 0), two, ref, g).ok
+    shifted = ref.copy()
+    shifted[::2] -= step  # half the elements a step low: a rounding bug, not ties
+    rep = api._within_dq_step(compare("y", shifted, ref, 1e-4, 0), shifted, ref, g)
+    assert not rep.ok and "beyond" in rep.note()
+    nan = one.copy()
+    nan[9] = np.nan
+    assert not api._within_dq_step(compare("y", nan, ref, 1e-4, 0), nan, ref, g).ok
+    plain = _dq_graph(step).replace(nodes=())  # no producer: the float rules stand
+    rep = compare("y", one, ref, 1e-4, 0)
+    assert api._within_dq_step(rep, one, ref, plain) is rep

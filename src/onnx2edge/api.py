@@ -547,6 +547,7 @@ def verify(
         say("running onnxruntime unoptimised (its own float32 spread on this model)")
         plain = ort_run(original, ref_feeds, [o.name for o in outputs], optimize=False)
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
+        outputs = [_within_dq_step(o, ours[o.name], ref[o.name], ref_graph) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
     return VerifyReport(
         target,
@@ -572,6 +573,37 @@ def _within_steps(rep: TensorReport, ours: Any, ref: np.ndarray) -> TensorReport
         float(np.abs(np.asarray(ours, np.int64) - ref.astype(np.int64)).max()) if ref.size else 0.0
     )
     return replace(rep, max_abs=err, max_rel=err, ok=err <= 1, exact=False, quant_step=True)
+
+
+# share of a DequantizeLinear output's elements allowed one step off: ties flipped by float
+# rounding are rare (LR-ASPP int8: 0.45 %); a rounding bug (truncation) moves about half
+DQ_STEP_SHARE = 0.01
+
+
+def _within_dq_step(rep: TensorReport, ours: Any, ref: np.ndarray, graph: Graph) -> TensorReport:
+    """A float output that a QDQ model's DequantizeLinear produces, judged in its quantization
+    steps when it missed the float rules: the float op before the output's QuantizeLinear sits
+    on a rounding tie wherever its exact value is a half step (a bilinear Resize's 0.25 / 0.75
+    weights make that common), and any float reassociation -- the freedom the float tolerance
+    grants -- flips the byte there by one step. Passes when every finite element is within one
+    step of onnxruntime's and at most DQ_STEP_SHARE of them differ; NaN / Inf must match."""
+    node = graph.producer(rep.name)
+    if rep.ok or node is None or node.op_type != "DequantizeLinear" or rep.exact:
+        return rep
+    scale = graph.const(node.inputs[1]) if len(node.inputs) > 1 else None
+    o, r = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+    if scale is None or scale.size != 1 or o.shape != r.shape or not r.size:
+        return rep
+    step = float(scale.reshape(()))
+    if not step > 0 or not np.array_equal(np.isfinite(o), np.isfinite(r)):
+        return rep
+    fin = np.isfinite(r)
+    if not np.array_equal(o[~fin], r[~fin], equal_nan=True):
+        return rep
+    steps = np.abs(o[fin] - r[fin]) / step
+    within = bool(steps.max(initial=0.0) <= 1.0 + 1e-4)
+    share = float((steps > 0.5).mean()) if steps.size else 0.0
+    return replace(rep, ok=within and share <= DQ_STEP_SHARE, quant_step=True, step_share=share)
 
 
 def _sha256(model: Model) -> str:

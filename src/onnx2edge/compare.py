@@ -41,6 +41,8 @@ class TensorReport:
     ort_spread_rel: float | None = None
     exact: bool = False  # an integer / bool tensor: compared for equality
     quant_step: bool = False  # a quantized output: within one step of the format's runtime
+    # a QDQ model's DequantizeLinear output judged in steps: the share of elements one step off
+    step_share: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -51,12 +53,18 @@ class TensorReport:
             "ok": self.ok,
             **({"node": self.node, "op": self.op} if self.node else {}),
             **({"ort_spread_rel": self.ort_spread_rel} if self.ort_spread_rel is not None else {}),
+            **({"step_share": self.step_share} if self.step_share is not None else {}),
         }
 
     def tolerance(self, rtol: float, atol: float) -> str:
         """The rule that decided `ok`, in words: the one `format` and `--json` state."""
         if self.exact:
             return "exact (integer / bool tensor)"
+        if self.quant_step and self.step_share is not None:
+            return (
+                "within one step of its DequantizeLinear scale, on at most 1% of elements "
+                f"({self.step_share:.2%} one step off; {atol:g} + {rtol:g} * max|ref| missed)"
+            )
         if self.quant_step:
             return "within one quantization step (int8 output)"
         if self.ort_spread_rel is not None:
@@ -68,6 +76,12 @@ class TensorReport:
         return f"max|err| <= {atol:g} + {rtol:g} * max|ref|"
 
     def note(self) -> str:
+        if self.step_share is not None:
+            verdict = "within" if self.ok else "beyond"
+            return (
+                f" ({verdict} one step of its DequantizeLinear scale on at most 1% of elements: "
+                f"{self.step_share:.2%} one step off)"
+            )
         if self.ort_spread_rel is None:
             return ""
         verdict = "within" if self.ok else "beyond"
