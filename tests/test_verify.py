@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +202,18 @@ def test_dequantized_output_within_one_step() -> None:
     plain = _dq_graph(step).replace(nodes=())  # no producer: the float rules stand
     rep = compare("y", one, ref, 1e-4, 0)
     assert api._within_dq_step(rep, one, ref, plain) is rep
+
+
+def test_per_layer_quantized_bytes_one_step() -> None:
+    """--per-layer: a QuantizeLinear's bytes one step off pass (the exposed reference rounds
+    in float what onnxruntime's fused integer kernel rounds otherwise); two steps, or bytes
+    another op makes, still fail."""
+    ref = np.arange(10, dtype=np.uint8)
+    one, two = ref.copy(), ref.copy()
+    one[3] += 1
+    two[3] += 2
+    rep = replace(compare("q", one, ref, 0, 0), node="n", op="QuantizeLinear")
+    assert api._layer_step(rep).ok and api._layer_step(rep).quant_step
+    assert not api._layer_step(replace(rep, max_abs=2.0, max_rel=2.0)).ok
+    assert not api._layer_step(replace(compare("q", two, ref, 0, 0), op="QuantizeLinear")).ok
+    assert not api._layer_step(replace(rep, op="Cast")).ok

@@ -549,6 +549,7 @@ def verify(
         outputs = [within_spread(o, ours[o.name], plain[o.name], ref[o.name]) for o in outputs]
         outputs = [_within_dq_step(o, ours[o.name], ref[o.name], ref_graph) for o in outputs]
     layers = compare_all(layer_names, ours, ref, rtol, atol, ref_graph) if per_layer else []
+    layers = [_layer_step(r) for r in layers]
     return VerifyReport(
         target,
         rtol,
@@ -573,6 +574,17 @@ def _within_steps(rep: TensorReport, ours: Any, ref: np.ndarray) -> TensorReport
         float(np.abs(np.asarray(ours, np.int64) - ref.astype(np.int64)).max()) if ref.size else 0.0
     )
     return replace(rep, max_abs=err, max_rel=err, ok=err <= 1, exact=False, quant_step=True)
+
+
+def _layer_step(rep: TensorReport) -> TensorReport:
+    """A QuantizeLinear's intermediate bytes in a --per-layer run, allowed one step: exposing
+    every tensor as an output stops onnxruntime fusing DQ -> Conv -> Q into its integer
+    QLinearConv, so the reference rounds those layers in float and differs by a step at ties
+    (LR-ASPP int8: a depthwise layer named as the first divergence though it was exact in
+    the normal build). The outputs are still judged on the normal run."""
+    if rep.ok or not rep.exact or rep.op != "QuantizeLinear" or rep.max_abs > 1:
+        return rep
+    return replace(rep, ok=True, exact=False, quant_step=True)
 
 
 # share of a DequantizeLinear output's elements allowed one step off: ties flipped by float
