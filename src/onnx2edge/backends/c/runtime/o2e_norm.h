@@ -13,6 +13,8 @@
 #include <stddef.h>
 #if defined(__AVX__)
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 #if defined(__GNUC__)
@@ -431,5 +433,83 @@ O2E_NORM_INL void o2e_norm_rows(void *arg, int r0, int r1, int rms)
 
 O2E_NORM_FN void o2e_layer_norm_rows(void *arg, int r0, int r1) { o2e_norm_rows(arg, r0, r1, 0); }
 O2E_NORM_FN void o2e_rms_norm_rows(void *arg, int r0, int r1) { o2e_norm_rows(arg, r0, r1, 1); }
+
+/* Positions per step of the channel LayerNorm (o2e.ChannelLayerNorm, norm.CHANNEL_LANES): its
+ * loops run along the contiguous positions in 16 float lanes (one AVX-512 vector, two AVX2 or
+ * four NEON ones), each position's C values read three times while C * 64 bytes sit in L1. */
+#define O2E_CN_LANES 16
+
+/* o2e.ChannelLayerNorm: x [N, C, S] normalised over C at each of the N * S positions; scale and
+ * bias (NULL: none) of C values. A unit of work is one step of O2E_CN_LANES positions of one
+ * sample (the last one of a sample shorter): n_steps per sample. */
+typedef struct {
+  const float *x, *scale, *bias;
+  float *y;
+  size_t C, S, n_steps;
+  float eps;
+} o2e_channel_norm_args;
+
+/* v[l] = 1 / sqrt(v[l]) for O2E_CN_LANES lanes: the vector square root of each ISA (a loop of
+ * sqrtf does not vectorise while sqrtf may set errno) and the portable loop elsewhere. */
+O2E_NORM_INL void o2e_cn_rsqrt(float *v)
+{
+#if defined(__AVX512F__)
+  _mm512_storeu_ps(v, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(_mm512_loadu_ps(v))));
+#elif defined(__AVX__)
+  int l;
+  for (l = 0; l < O2E_CN_LANES; l += 8)
+    _mm256_storeu_ps(v + l, _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(_mm256_loadu_ps(v + l))));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  int l;
+  for (l = 0; l < O2E_CN_LANES; l += 4)
+    vst1q_f32(v + l, vdivq_f32(vdupq_n_f32(1.0f), vsqrtq_f32(vld1q_f32(v + l))));
+#else
+  int l;
+  for (l = 0; l < O2E_CN_LANES; ++l) v[l] = 1.0f / sqrtf(v[l]);
+#endif
+}
+
+/* One step of `len` (<= O2E_CN_LANES) positions at x / y, channel stride S: two passes for the
+ * statistics (the mean, then the squared deviations from it: no cancellation however large
+ * the mean is next to the spread), then y = (x - mean) * inv * scale[c] + bias[c]. float
+ * sums of C terms, as onnxruntime's LayerNorm; a position holding an Inf or NaN gets NaN at
+ * every channel (its deviations are NaN), as onnxruntime's channels-last LayerNorm gives. */
+O2E_NORM_INL void o2e_cn_step(const o2e_channel_norm_args *a, const float *restrict x,
+                              float *restrict y, size_t len)
+{
+  const size_t C = a->C, S = a->S;
+  const float rc = 1.0f / (float)C;
+  float m[O2E_CN_LANES], q[O2E_CN_LANES];
+  size_t c, l;
+  for (l = 0; l < O2E_CN_LANES; ++l) m[l] = q[l] = 0;
+  for (c = 0; c < C; ++c)
+    for (l = 0; l < len; ++l) m[l] += x[c * S + l];
+  for (l = 0; l < O2E_CN_LANES; ++l) m[l] *= rc;
+  for (c = 0; c < C; ++c)
+    for (l = 0; l < len; ++l) {
+      const float d = x[c * S + l] - m[l];
+      q[l] += d * d;
+    }
+  for (l = 0; l < O2E_CN_LANES; ++l) q[l] = q[l] * rc + a->eps;
+  o2e_cn_rsqrt(q);
+  for (c = 0; c < C; ++c) {
+    const float sc = a->scale[c], b = a->bias ? a->bias[c] : 0.0f;
+    for (l = 0; l < len; ++l) y[c * S + l] = (x[c * S + l] - m[l]) * q[l] * sc + b;
+  }
+}
+
+O2E_NORM_FN void o2e_channel_norm(void *arg, int s0, int s1)
+{
+  const o2e_channel_norm_args *a = (const o2e_channel_norm_args *)arg;
+  int s;
+  for (s = s0; s < s1; ++s) {
+    const size_t n = (size_t)s / a->n_steps, p = ((size_t)s % a->n_steps) * O2E_CN_LANES;
+    const size_t off = n * a->C * a->S + p;
+    if (a->S - p >= O2E_CN_LANES)
+      o2e_cn_step(a, a->x + off, a->y + off, O2E_CN_LANES); /* a constant trip count: vector loops */
+    else
+      o2e_cn_step(a, a->x + off, a->y + off, a->S - p);
+  }
+}
 
 #endif /* O2E_NORM_H */
