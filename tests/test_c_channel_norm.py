@@ -201,3 +201,42 @@ def test_convnext_vs_onnxruntime(arch: str, convnext: tuple[Path, dict, dict]) -
     got = api.run(out, feeds, options={"arch": arch})
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+def test_elementwise_region_and_unfolded_scale(tmp_path: Path) -> None:
+    """Constants first in Sub / Div (operand order kept), a [1, 1, 1, K] constant, a unary op
+    with attributes, two region tensors combined; a MatMul's product scaled by a gamma holding
+    an Inf stays a Mul (folding it would turn its zeros' NaN into Inf * 0 elsewhere)."""
+    rng = np.random.default_rng(7)
+    n = helper.make_node
+    nodes = [
+        n("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+        n("Sub", ["c1", "t"], ["s"]),
+        n("Div", ["s", "c2"], ["d"]),
+        n("LeakyRelu", ["d"], ["r"], alpha=0.3),
+        n("Mul", ["r", "t"], ["p"]),
+        n("MatMul", ["p", "w"], ["mm"]),
+        n("Mul", ["mm", "g"], ["ls"]),
+        n("Transpose", ["ls"], ["y"], perm=[0, 3, 1, 2]),
+    ]
+    g = np.ones(5, np.float32)
+    g[2] = np.inf
+    inits = [
+        tensor("c1", _r(rng, 6)),
+        tensor("c2", _r(rng, 1, 1, 1, 6) + 3),
+        tensor("w", _r(rng, 6, 5)),
+        tensor("g", g),
+    ]
+    model = make_model(nodes, [vi("x", [2, 6, 3, 4])], [vi("y", [2, 5, 3, 4])], inits)
+    path = save(model, tmp_path / "m.onnx")
+    graph = fold_constants(load(path))
+    f = channel_norm(graph)
+    ops = [node.op_type for node in f.nodes]
+    assert "Transpose" not in ops and ops.count("Mul") == 2 and "Conv" in ops, ops
+    feeds = {"x": _r(rng, 2, 6, 3, 4)}
+    # unoptimised: onnxruntime's own Conv + Mul fusion would fold the Inf into the weights
+    a = ort_run(model_from_graph(graph), feeds, optimize=False)["y"]
+    b = ort_run(model_from_graph(f), feeds, optimize=False)["y"]
+    assert compare("y", b, a, 1e-5, 1e-6).ok
+    assert np.isinf(a).any()
+    assert api.verify(path, target="c", inputs=feeds).ok

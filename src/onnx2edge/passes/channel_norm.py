@@ -296,7 +296,8 @@ def channel_norm(graph: Graph) -> Graph:
     # a Transpose-back writing a graph output: an Identity keeps the output's name
     for old in renames:
         if old in out_names:
-            nodes.append(Node(f"{old}_identity", "Identity", (_follow(renames, old),), (old,)))
+            name = graph.unique_name(f"{old}_identity")
+            nodes.append(Node(name, "Identity", (_follow(renames, old),), (old,)))
     g = graph.with_nodes(nodes, initializers=inits, values=values)
     return _fold_affine(with_domain(g), convs)
 
