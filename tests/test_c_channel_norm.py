@@ -109,22 +109,23 @@ def _convnext(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
     nodes += [*kept[0], n("Softmax", ["k_ln"], ["y_soft"], axis=-1)]
     inits += kept[1]
     nodes += [n("Transpose", ["ds"], ["y_last"], perm=[0, 2, 3, 1])]
-    # a norm of the input itself: 45 positions (two steps of 16 and a tail), 20 channels
+    # a norm of the input itself: 2 x 1665 positions (104 steps of 16 and a tail of 1), 20
+    # channels: enough to split across threads
     direct = _norm("d_", "x2", 20, rng)
     nodes += direct[0]
     inits += direct[1]
     outs = [vi("y", [1, 40, 7, 7]), vi("y_soft", [1, 7, 7, 40]), vi("y_last", [1, 7, 7, 40])]
-    outs.append(vi("d_out", [2, 20, 5, 9]))
+    outs.append(vi("d_out", [2, 20, 45, 37]))
     nodes.append(n("Identity", ["k_out"], ["y"]))
-    model = make_model(nodes, [vi("x", [1, 3, 56, 56]), vi("x2", [2, 20, 5, 9])], outs, inits)
+    model = make_model(nodes, [vi("x", [1, 3, 56, 56]), vi("x2", [2, 20, 45, 37])], outs, inits)
     x = _r(rng, 1, 3, 56, 56)
     x[0, :, 0, 0] = np.nan  # stem position (0, 0): NaN at every channel from there on
     x[0, 1, 52, 53] = np.inf  # (all within the 7x7 map's lower right; its (0, 5) stays finite)
     x[0, :, 28:36, 28:36] += 100  # a mean far above the spread
-    x2 = _r(rng, 2, 20, 5, 9)
+    x2 = _r(rng, 2, 20, 45, 37)
     x2[0, 3, 0, 1] = np.nan
     x2[0, 5, 2, 2] = np.inf
-    x2[1, 0, 4, 8] = -np.inf  # in the tail
+    x2[1, 0, 44, 36] = -np.inf  # in the tail
     x2[1, 7, 1, 1], x2[1, 8, 1, 1] = np.inf, -np.inf
     x2[1, :, 3, :] += 1000  # a mean far above the spread
     return save(model, tmp / "convnext.onnx"), {"x": x, "x2": x2}
