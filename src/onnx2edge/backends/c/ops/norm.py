@@ -1,6 +1,6 @@
 """Normalisations and the softmax family: Softmax / LogSoftmax / Hardmax, LayerNormalization,
 RMSNormalization, GroupNormalization, InstanceNormalization, MeanVarianceNormalization,
-LpNormalization, BatchNormalization, LRN.
+LpNormalization, BatchNormalization, LRN, and o2e.ChannelLayerNorm (passes/channel_norm.py).
 
 float32 and float64. Statistics (sums, means, variances) accumulate in double: the reference
 computes them with numpy's pairwise sums, which a float running sum would drift from. The

@@ -1,5 +1,5 @@
-/* o2e_norm.h - GroupNormalization / InstanceNormalization and LRN kernels (ops/norm.py), float
- * and double. Static C moved out of ops/norm.py (issue 32): the generated model.c includes it
+/* o2e_norm.h - GroupNormalization / InstanceNormalization, LRN, LayerNormalization rows and
+ * o2e.ChannelLayerNorm kernels (ops/norm.py), float and double. Static C moved out of ops/norm.py (issue 32): the generated model.c includes it
  * where a kernel needs it (backends/c/headers.py); it compiles on its own.
  *
  * Statistics accumulate in double, as the reference's numpy sums do; the kernels keep that
