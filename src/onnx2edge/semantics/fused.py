@@ -40,6 +40,7 @@ fused forms:
 | `o2e.QLut` | Y[i] = table[X[i]]: an element-wise op between DequantizeLinear and QuantizeLinear (Sigmoid, x * sigmoid(x), HardSwish, ...) tabulated for all 256 bytes | X, table |
 | `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 | `o2e.ScaledSoftmax` | Softmax(X * scale) (LogSoftmax with `log` 1) over the last axis, X float32, scale a float32 scalar constant: attention's scores times 1/sqrt(d) (C backend, passes/fuse_softmax_scale) | X, scale |
+| `o2e.ChannelLayerNorm` | LayerNormalization over axis 1 of X [N, C, ...] at each position, = Transpose(0, 2, .., 1) -> LayerNormalization(axis -1, epsilon) -> Transpose back; scale, B [C] (C backend, passes/channel_norm: ConvNeXt's channels-last LayerNorm) | X, scale, B? |
 | `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 """
 
@@ -265,7 +266,7 @@ def _internal_schemas() -> list[OpSchema]:
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
     return [
         qgemm, qadd, qmul, qconcat, qmaxpool, _qlut_schema(), *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
-        _bounded_schema(), _scaled_softmax_schema(),
+        _bounded_schema(), _scaled_softmax_schema(), _channel_layer_norm_schema(),
     ]  # fmt: skip
 
 
@@ -373,7 +374,7 @@ def _schema(f: FusedOp) -> OpSchema:
 
 INTERNAL_OPS = (
     "QGemm", "QAdd", "QMul", "QConcat", "QMaxPool", "QLut", "QAveragePool", "QGlobalAveragePool", "IfSelect",
-    "Bounded", "ScaledSoftmax",
+    "Bounded", "ScaledSoftmax", "ChannelLayerNorm",
 )  # fmt: skip
 
 
@@ -396,6 +397,32 @@ def _scaled_softmax_schema() -> OpSchema:
         ],
     )
     sch.set_type_and_shape_inference_function(base.get_type_and_shape_inference_function())
+    return sch
+
+
+def _channel_layer_norm_schema() -> OpSchema:
+    """o2e.ChannelLayerNorm (passes/channel_norm.py): LayerNormalization over axis 1 alone,
+    each of the N * spatial positions normalised over its C values: exactly
+    Transpose(0, 2, .., 1) -> LayerNormalization(axis -1, epsilon) -> Transpose back, with
+    scale and B of C values."""
+    sch = OpSchema(
+        "ChannelLayerNorm",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op: LayerNormalization over the channel axis (1) of X [N, C, ...] "
+        "at each position, Y = (X - mean) / sqrt(var + epsilon) * scale[c] + B[c].",
+        inputs=[
+            _Param("X", "T", ""),
+            _Param("scale", "T", "[C]"),
+            _Param("B", "T", "[C]", param_option=_OPTIONAL),
+        ],
+        outputs=[_Param("Y", "T", "")],
+        type_constraints=[("T", ["tensor(float)"], "")],
+        attributes=[
+            OpSchema.Attribute("epsilon", make_attribute("epsilon", 1e-5), "added to var"),
+        ],
+    )
+    sch.set_type_and_shape_inference_function(_bounded_infer)  # Y has X's type and shape
     return sch
 
 

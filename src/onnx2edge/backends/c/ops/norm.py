@@ -1,6 +1,6 @@
 """Normalisations and the softmax family: Softmax / LogSoftmax / Hardmax, LayerNormalization,
 RMSNormalization, GroupNormalization, InstanceNormalization, MeanVarianceNormalization,
-LpNormalization, BatchNormalization, LRN.
+LpNormalization, BatchNormalization, LRN, and o2e.ChannelLayerNorm (passes/channel_norm.py).
 
 float32 and float64. Statistics (sums, means, variances) accumulate in double: the reference
 computes them with numpy's pairwise sums, which a float running sum would drift from. The
@@ -532,3 +532,52 @@ def lrn(ctx: NodeContext) -> str:
     )
     run = f"o2e_parallel_for({n}, {name}, &a);" if threaded else f"{name}(&a, 0, {n});"
     return f"{{\n  o2e_lrn_args_{t} a = {{{fields}}};\n  {run}\n}}"
+
+
+# --------------------------------------------------------------------------------------------
+# o2e.ChannelLayerNorm: LayerNorm over the channel axis at each position (passes/channel_norm)
+# --------------------------------------------------------------------------------------------
+CHANNEL_LANES = 16  # o2e_norm.h's O2E_CN_LANES
+
+
+def _channel_norm_check(node: Node, graph: Graph) -> str | None:
+    if node.domain != DOMAIN:
+        return f"{node.op_type} outside the {DOMAIN} domain"
+    t = graph.type_of(node.inputs[0])
+    if t is None or t.dtype != np.float32 or not t.is_static or len(t.static_shape) < 2:
+        return "X is not a float32 tensor of static shape [N, C, ...]"
+    c = t.static_shape[1]
+    for i in node.inputs[1:]:
+        v = graph.const(i) if i else None
+        if i and (v is None or v.dtype != np.float32 or v.size != c):
+            return "scale / B are not float32 constants of C values"
+    return None
+
+
+@register_op("o2e:ChannelLayerNorm", check=_channel_norm_check)
+def channel_layer_norm(ctx: NodeContext) -> str:
+    """Each position of x [N, C, S...] normalised over its C values (runtime/o2e_norm.h's
+    o2e_channel_norm: 16 positions at a time in vector lanes), steps split across threads."""
+    x, y = ctx.x(0), ctx.y(0)
+    if x.size == 0:
+        return "/* empty */"
+    n, c = x.shape[0], x.shape[1]
+    s = x.size // (n * c)
+    steps = -(-s // CHANNEL_LANES)
+    include(ctx, HEADER)
+    ctx.kernel("positions in vector lanes (two-pass moments over C)")
+    bias = ctx.x(2).sym if ctx.has_input(2) else "NULL"
+    eps = c_literal(float(ctx.attr("epsilon")), np.float32)
+    fields = (
+        f".x = {x.sym}, .scale = {ctx.x(1).sym}, .bias = {bias}, .y = {y.sym}, "
+        f".C = {c}, .S = {s}, .n_steps = {steps}, .eps = {eps}"
+    )
+    items = n * steps
+    # ~0.2 ns an element on one core: below PAR_MIN_WORK elements (ConvNeXt-atto's 14x14 and
+    # 7x7 stages, a few microseconds) waking the pool costs about what the split saves
+    if items > 1 and x.size >= pool2d.PAR_MIN_WORK:
+        _use_engine(ctx)
+        run = f"o2e_parallel_for({items}, o2e_channel_norm, &a);"
+    else:
+        run = f"o2e_channel_norm(&a, 0, {items});"
+    return f"{{\n  o2e_channel_norm_args a = {{{fields}}};\n  {run}\n}}"

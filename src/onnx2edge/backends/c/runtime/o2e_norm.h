@@ -1,5 +1,5 @@
-/* o2e_norm.h - GroupNormalization / InstanceNormalization and LRN kernels (ops/norm.py), float
- * and double. Static C moved out of ops/norm.py (issue 32): the generated model.c includes it
+/* o2e_norm.h - GroupNormalization / InstanceNormalization, LRN, LayerNormalization rows and
+ * o2e.ChannelLayerNorm kernels (ops/norm.py), float and double. Static C moved out of ops/norm.py (issue 32): the generated model.c includes it
  * where a kernel needs it (backends/c/headers.py); it compiles on its own.
  *
  * Statistics accumulate in double, as the reference's numpy sums do; the kernels keep that
@@ -13,6 +13,8 @@
 #include <stddef.h>
 #if defined(__AVX__)
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 #if defined(__GNUC__)
@@ -431,5 +433,134 @@ O2E_NORM_INL void o2e_norm_rows(void *arg, int r0, int r1, int rms)
 
 O2E_NORM_FN void o2e_layer_norm_rows(void *arg, int r0, int r1) { o2e_norm_rows(arg, r0, r1, 0); }
 O2E_NORM_FN void o2e_rms_norm_rows(void *arg, int r0, int r1) { o2e_norm_rows(arg, r0, r1, 1); }
+
+/* Positions per step of the channel LayerNorm (o2e.ChannelLayerNorm, norm.CHANNEL_LANES): its
+ * loops run along the contiguous positions in 16 float lanes (one AVX-512 vector, two AVX2 or
+ * four NEON ones), each position's C values read three times while C * 64 bytes sit in L1. */
+#define O2E_CN_LANES 16
+
+/* o2e.ChannelLayerNorm: x [N, C, S] normalised over C at each of the N * S positions; scale and
+ * bias (NULL: none) of C values. A unit of work is one step of O2E_CN_LANES positions of one
+ * sample (the last one of a sample shorter): n_steps per sample. */
+typedef struct {
+  const float *x, *scale, *bias;
+  float *y;
+  size_t C, S, n_steps;
+  float eps;
+} o2e_channel_norm_args;
+
+/* v[l] = 1 / sqrt(v[l]) for O2E_CN_LANES lanes: the vector square root of each ISA (a loop of
+ * sqrtf does not vectorise while sqrtf may set errno) and the portable loop elsewhere. */
+O2E_NORM_INL void o2e_cn_rsqrt(float *v)
+{
+#if defined(__AVX512F__)
+  _mm512_storeu_ps(v, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(_mm512_loadu_ps(v))));
+#elif defined(__AVX__)
+  int l;
+  for (l = 0; l < O2E_CN_LANES; l += 8)
+    _mm256_storeu_ps(v + l, _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(_mm256_loadu_ps(v + l))));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  int l;
+  for (l = 0; l < O2E_CN_LANES; l += 4)
+    vst1q_f32(v + l, vdivq_f32(vdupq_n_f32(1.0f), vsqrtq_f32(vld1q_f32(v + l))));
+#else
+  int l;
+  for (l = 0; l < O2E_CN_LANES; ++l) v[l] = 1.0f / sqrtf(v[l]);
+#endif
+}
+
+/* One step of `len` (<= O2E_CN_LANES) positions at x / y, channel stride S: two passes for the
+ * statistics (the mean, then the squared deviations from it: no cancellation however large
+ * the mean is next to the spread), then y = (x - mean) * inv * scale[c] + bias[c]. float
+ * sums of C terms, as onnxruntime's LayerNorm; a position holding an Inf or NaN gets NaN at
+ * every channel (its deviations are NaN), as onnxruntime's channels-last LayerNorm gives. */
+O2E_NORM_INL void o2e_cn_step(const o2e_channel_norm_args *a, const float *restrict x,
+                              float *restrict y, size_t len)
+{
+  const size_t C = a->C, S = a->S;
+  const float rc = 1.0f / (float)C;
+  float m[O2E_CN_LANES], q[O2E_CN_LANES];
+  size_t c, l;
+  for (l = 0; l < O2E_CN_LANES; ++l) m[l] = q[l] = 0;
+  for (c = 0; c < C; ++c)
+    for (l = 0; l < len; ++l) m[l] += x[c * S + l];
+  for (l = 0; l < O2E_CN_LANES; ++l) m[l] *= rc;
+  for (c = 0; c < C; ++c)
+    for (l = 0; l < len; ++l) {
+      const float d = x[c * S + l] - m[l];
+      q[l] += d * d;
+    }
+  for (l = 0; l < O2E_CN_LANES; ++l) q[l] = q[l] * rc + a->eps;
+  o2e_cn_rsqrt(q);
+  for (c = 0; c < C; ++c) {
+    const float sc = a->scale[c], b = a->bias ? a->bias[c] : 0.0f;
+    for (l = 0; l < len; ++l) y[c * S + l] = (x[c * S + l] - m[l]) * q[l] * sc + b;
+  }
+}
+
+#if defined(__GNUC__)
+/* A full step in GCC's vector extension, vectors of the target's width (zmm, ymm, xmm / NEON
+ * q), O2E_CN_NV of them side by side: the sums stay in registers across the channel loop (the
+ * lane-array form above keeps them in memory, a store-forward on each add). */
+#if defined(__AVX512F__)
+#define O2E_CN_VB 64
+#elif defined(__AVX__)
+#define O2E_CN_VB 32
+#else
+#define O2E_CN_VB 16
+#endif
+#define O2E_CN_VL (O2E_CN_VB / 4)
+#define O2E_CN_NV (O2E_CN_LANES / O2E_CN_VL)
+typedef float o2e_cn_v __attribute__((vector_size(O2E_CN_VB), aligned(4), may_alias));
+O2E_NORM_INL void o2e_cn_full(const o2e_channel_norm_args *a, const float *restrict x, float *restrict y)
+{
+  const size_t C = a->C, S = a->S;
+  const float rc = 1.0f / (float)C;
+  o2e_cn_v m[O2E_CN_NV], q[O2E_CN_NV];
+  float v[O2E_CN_LANES];
+  size_t c;
+  int k;
+  for (k = 0; k < O2E_CN_NV; ++k) m[k] = q[k] = (o2e_cn_v){0};
+  for (c = 0; c < C; ++c)
+#pragma GCC unroll 4
+    for (k = 0; k < O2E_CN_NV; ++k) m[k] += *(const o2e_cn_v *)(x + c * S + k * O2E_CN_VL);
+  for (k = 0; k < O2E_CN_NV; ++k) m[k] *= rc;
+  for (c = 0; c < C; ++c)
+#pragma GCC unroll 4
+    for (k = 0; k < O2E_CN_NV; ++k) {
+      const o2e_cn_v d = *(const o2e_cn_v *)(x + c * S + k * O2E_CN_VL) - m[k];
+      q[k] += d * d;
+    }
+  for (k = 0; k < O2E_CN_NV; ++k) {
+    q[k] = q[k] * rc + a->eps;
+    __builtin_memcpy(v + k * O2E_CN_VL, &q[k], O2E_CN_VB);
+  }
+  o2e_cn_rsqrt(v);
+  for (k = 0; k < O2E_CN_NV; ++k) __builtin_memcpy(&q[k], v + k * O2E_CN_VL, O2E_CN_VB);
+  for (c = 0; c < C; ++c) {
+    const float sc = a->scale[c], b = a->bias ? a->bias[c] : 0.0f;
+#pragma GCC unroll 4
+    for (k = 0; k < O2E_CN_NV; ++k)
+      *(o2e_cn_v *)(y + c * S + k * O2E_CN_VL) = (*(const o2e_cn_v *)(x + c * S + k * O2E_CN_VL) - m[k]) * (q[k] * sc) + b;
+  }
+}
+#define O2E_CN_FULL(a, x, y) o2e_cn_full(a, x, y)
+#else
+#define O2E_CN_FULL(a, x, y) o2e_cn_step(a, x, y, O2E_CN_LANES)
+#endif
+
+O2E_NORM_FN void o2e_channel_norm(void *arg, int s0, int s1)
+{
+  const o2e_channel_norm_args *a = (const o2e_channel_norm_args *)arg;
+  int s;
+  for (s = s0; s < s1; ++s) {
+    const size_t n = (size_t)s / a->n_steps, p = ((size_t)s % a->n_steps) * O2E_CN_LANES;
+    const size_t off = n * a->C * a->S + p;
+    if (a->S - p >= O2E_CN_LANES)
+      O2E_CN_FULL(a, a->x + off, a->y + off);
+    else
+      o2e_cn_step(a, a->x + off, a->y + off, a->S - p);
+  }
+}
 
 #endif /* O2E_NORM_H */
