@@ -2443,6 +2443,12 @@ O2E_GEMM_INL void o2e_pf_c_(const o2e_gemm_args_ *g, int i, int rows, int j) {
     }
 }
 
+/* Element (k, j) of a B packed at conversion (o2e_sgemm_bpacked); j a multiple of NR. */
+O2E_GEMM_INL const float *o2e_bpk_(const o2e_gemm_args_ *g, int k, int j) {
+  return g->B + (size_t)(j / O2E_GEMM_PB) * O2E_GEMM_PB * g->K + (size_t)k * O2E_GEMM_PB +
+         j % O2E_GEMM_PB;
+}
+
 /* The blocked product for rows [m0, m1) x columns [n0, n1) (m0 a multiple of 8).
  *
  * Loop order, outer to inner: M blocks of mc rows; NR-wide column strips of B; K slices of
@@ -2497,8 +2503,18 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
         o2e_epi_ e;
         o2e_pf_ pf;
         /* the block of B that comes next in this loop order */
-        if (direct || g->conv || g->b_packed) /* small, or packed already: read in place */
+        if (direct || g->conv) /* a convolution's input is small and read in place */
           o2e_pf_init_(&pf, NULL, 0, 0, 0, 0);
+        else if (g->b_packed) /* the same blocks in the strips packed at conversion */
+          o2e_pf_init_(&pf,
+                       pc + kc < K   ? o2e_bpk_(g, pc + kc, jb)
+                       : jb + NB < n1 ? o2e_bpk_(g, 0, jb + NB)
+                       : ie < m1      ? o2e_bpk_(g, 0, n0)
+                                      : NULL,
+                       pc + kc < K ? (K - pc - kc < kcb ? K - pc - kc : kcb) : (K < kcb ? K : kcb),
+                       pc + kc < K ? nb : jb + NB < n1 ? (n1 - jb - NB < NB ? n1 - jb - NB : NB)
+                                                      : (n1 - n0 < NB ? n1 - n0 : NB),
+                       O2E_GEMM_PB, npan * nstrips);
         else if (pc + kc < K)
           o2e_pf_init_(&pf, bsrc + (size_t)kc * g->ldb, K - pc - kc < kcb ? K - pc - kc : kcb,
                        nb, g->ldb, npan * nstrips);
@@ -2524,8 +2540,7 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
           const int jr = jb + sidx * O2E_GEMM_NR;
           const int nr = n1 - jr < O2E_GEMM_NR ? n1 - jr : O2E_GEMM_NR;
           const int in_place = direct && nr == O2E_GEMM_NR;
-          const float *bk = g->b_packed ? g->B + (size_t)(jr / O2E_GEMM_PB) * O2E_GEMM_PB * K +
-                                              (size_t)pc * O2E_GEMM_PB + jr % O2E_GEMM_PB
+          const float *bk = g->b_packed ? o2e_bpk_(g, pc, jr)
                             : in_place ? bsrc + sidx * O2E_GEMM_NR
                                        : bp + (size_t)sidx * O2E_GEMM_NR * kc;
           const int w = g->b_packed ? O2E_GEMM_PB : in_place ? g->ldb : o2e_panel_w_(nr);
