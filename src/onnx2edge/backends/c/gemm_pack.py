@@ -55,6 +55,39 @@ def pack_a(a: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
+PB = 48  # must match O2E_GEMM_PB in runtime/o2e_gemm.h (a multiple of every kernel's NR)
+
+
+def packed_b_size(k: int, n: int) -> int:
+    """Number of float32 values `pack_b` returns for a k x n matrix."""
+    if k <= 0 or n <= 0:
+        return 0
+    return -(-n // PB) * PB * k
+
+
+def pack_b(b: np.ndarray) -> np.ndarray:
+    """Pack a constant 2-D (K, N) B operand into the layout `o2e_sgemm_bpacked` reads.
+
+    Columns are grouped into strips of PB = 48; strip q holds columns 48q .. 48q+47 of every
+    row, row-major: element (k, 48q + j) sits at ``q * 48 * K + k * 48 + j``; columns past N
+    are zeros. Each ISA's kernel reads an NR-wide part of a strip with row stride 48, and a
+    K slice of a strip is one contiguous run, so the run time never packs B.
+    """
+    b = np.asarray(b)
+    if b.ndim != 2:
+        raise ValueError(f"pack_b needs a 2-D (K, N) matrix, got shape {b.shape}")
+    b = b.astype(np.float32, copy=False)
+    k, n = b.shape
+    if k == 0 or n == 0:
+        return np.zeros(0, np.float32)
+    strips = -(-n // PB)
+    out = np.zeros((strips, k, PB), np.float32)
+    for q in range(strips):
+        cols = b[:, q * PB : (q + 1) * PB]
+        out[q, :, : cols.shape[1]] = cols
+    return out.reshape(-1)
+
+
 # Default blocking of o2e_gemm.h, per kernel variant: (KC, NR, A-block bytes, small-N limit).
 _SB = 1
 _CONV_SB = 4  # O2E_GEMM_CONV_SB: the implicit im2col's strips (o2e_sgemm_packed_conv)

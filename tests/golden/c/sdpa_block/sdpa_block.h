@@ -41,7 +41,7 @@ extern "C" {
 #define SDPA_BLOCK_ARENA_BYTES 276800
 #define SDPA_BLOCK_ARENA_ALIGN 64
 #define SDPA_BLOCK_MAX_THREADS 4
-#define SDPA_BLOCK_WEIGHT_BYTES 66964
+#define SDPA_BLOCK_WEIGHT_BYTES 71060
 #define SDPA_BLOCK_WEIGHTS_IN_FILE 1
 
 /* one instance: its activation arena (and, for bounded outputs, their extents) */

@@ -11,7 +11,7 @@ import numpy as np
 
 from ....ir import Graph, Node
 from ..emitter import NodeContext, c_literal
-from ..gemm_pack import pack_a
+from ..gemm_pack import pack_a, pack_b
 from ..kernels.gemm import sparse
 from ..kernels.gemm.gemm import (
     GemmCall,
@@ -21,6 +21,7 @@ from ..kernels.gemm.gemm import (
     gemm_packed_call,
     gemm_workspace,
     packed_weights,
+    packs_b,
     post_act,
 )
 from ..kernels.gemm.matmul_spec import AUTO, OFF, MatMulSpec, MatMulStrategy
@@ -264,14 +265,19 @@ def _emit_folded(ctx: NodeContext, spec: MatMulSpec) -> str:
     epilogue)."""
     a, y, N, K = spec.a, spec.y, spec.N, spec.K
     bias = _fc_bias(ctx, spec)
+    w = spec.weights
+    # a constant B (a projection's weight): packed here, never at run time
+    b_packed = w is not None and w.dtype == np.float32 and packs_b(spec.rows, N)
+    b = ctx.weight("packed_b", pack_b(w.reshape(K, N))) if b_packed else spec.b.sym
     g = GemmCall(
         m=spec.rows,
         n=N,
         k=K,
         a=a.sym,
         lda=K,
-        b=spec.b.sym,
+        b=b,
         ldb=N,
+        b_packed=b_packed,
         c=y.sym,
         ldc=N,
         bias_n=bias,

@@ -118,6 +118,14 @@
 #define O2E_GEMM_NR 8
 #define O2E_GEMM_VW 8
 #endif
+/* Column strips of a B packed at conversion (o2e_sgemm_bpacked, gemm_pack.pack_b): strip q
+ * holds columns [q PB, q PB + PB) of all K rows, row-major with row stride PB, zero past N.
+ * 48 is a multiple of every kernel's NR, so one layout serves every ISA: an NR-wide strip of
+ * it is PB / NR panels side by side, and any K slice of one is a contiguous run of rows. */
+#define O2E_GEMM_PB 48
+#if O2E_GEMM_PB % O2E_GEMM_NR != 0
+#error "O2E_GEMM_PB must be a multiple of O2E_GEMM_NR"
+#endif
 #ifndef O2E_GEMM_KC /* K slice: a KC x NR strip of packed B stays in L1 */
 #if defined(O2E_GEMM_AVX512)
 #define O2E_GEMM_KC 256 /* 48 KB: 2-6 % faster than 160 on a 48 KB-L1 AVX-512 core (Zen 5) */
@@ -2090,6 +2098,7 @@ typedef struct {
   int ldr;
   o2e_act act;
   const o2e_conv_b *conv; /* B is a convolution's implicit im2col matrix (B, ldb unused) */
+  int b_packed; /* B packed at conversion in O2E_GEMM_PB-wide strips (ldb unused) */
 } o2e_gemm_args_;
 
 #define O2E_GEMM_RUP16_(n) (((size_t)(n) + 15u) & ~(size_t)15u)
@@ -2434,6 +2443,12 @@ O2E_GEMM_INL void o2e_pf_c_(const o2e_gemm_args_ *g, int i, int rows, int j) {
     }
 }
 
+/* Element (k, j) of a B packed at conversion (o2e_sgemm_bpacked); j a multiple of NR. */
+O2E_GEMM_INL const float *o2e_bpk_(const o2e_gemm_args_ *g, int k, int j) {
+  return g->B + (size_t)(j / O2E_GEMM_PB) * O2E_GEMM_PB * g->K + (size_t)k * O2E_GEMM_PB +
+         j % O2E_GEMM_PB;
+}
+
 /* The blocked product for rows [m0, m1) x columns [n0, n1) (m0 a multiple of 8).
  *
  * Loop order, outer to inner: M blocks of mc rows; NR-wide column strips of B; K slices of
@@ -2466,8 +2481,8 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
     /* Packing pays off when enough A panels reuse a strip; with few panels the kernel reads
      * B in place - if the row stride is an odd number of cache lines the strip's rows
      * spread over all L1 sets, so up to 8 panels still read it without conflicts. */
-    const int direct = !g->conv && (npan <= 4 || (npan <= 8 && g->ldb % 16 == 0 &&
-                                                 (g->ldb / 16) % 2 == 1));
+    const int direct = !g->conv && !g->b_packed &&
+                       (npan <= 4 || (npan <= 8 && g->ldb % 16 == 0 && (g->ldb / 16) % 2 == 1));
     /* a residual is read (without one, 56x56 / 54x54 maps measured 0.92-1.0x: within the
      * noise), C's rows are at least O2E_GEMM_PF_C_MINLD floats apart (closer rows, the
      * hardware prefetchers follow them) and the next strip's C and R lines of the whole block
@@ -2483,13 +2498,23 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
       const int nfull = nb / O2E_GEMM_NR;
       for (pc = 0; pc < K; pc += kcb) {
         const int kc = K - pc < kcb ? K - pc : kcb;
-        const float *bsrc = g->conv ? NULL : g->B + (size_t)pc * g->ldb + jb;
+        const float *bsrc = g->conv || g->b_packed ? NULL : g->B + (size_t)pc * g->ldb + jb;
         int sidx;
         o2e_epi_ e;
         o2e_pf_ pf;
         /* the block of B that comes next in this loop order */
         if (direct || g->conv) /* a convolution's input is small and read in place */
           o2e_pf_init_(&pf, NULL, 0, 0, 0, 0);
+        else if (g->b_packed) /* the same blocks in the strips packed at conversion */
+          o2e_pf_init_(&pf,
+                       pc + kc < K   ? o2e_bpk_(g, pc + kc, jb)
+                       : jb + NB < n1 ? o2e_bpk_(g, 0, jb + NB)
+                       : ie < m1      ? o2e_bpk_(g, 0, n0)
+                                      : NULL,
+                       pc + kc < K ? (K - pc - kc < kcb ? K - pc - kc : kcb) : (K < kcb ? K : kcb),
+                       pc + kc < K ? nb : jb + NB < n1 ? (n1 - jb - NB < NB ? n1 - jb - NB : NB)
+                                                      : (n1 - n0 < NB ? n1 - n0 : NB),
+                       O2E_GEMM_PB, npan * nstrips);
         else if (pc + kc < K)
           o2e_pf_init_(&pf, bsrc + (size_t)kc * g->ldb, K - pc - kc < kcb ? K - pc - kc : kcb,
                        nb, g->ldb, npan * nstrips);
@@ -2503,6 +2528,8 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
           o2e_pf_init_(&pf, NULL, 0, 0, 0, 0);
         if (g->conv)
           o2e_pack_b_conv_(g->conv, pc, kc, jb, nb, bp);
+        else if (g->b_packed)
+          ; /* packed at conversion: the kernels read its strips in place */
         else if (!direct)
           o2e_pack_b_(kc, nb, bsrc, g->ldb, bp);
         else if (nfull < nstrips) /* only the partial last strip needs padding */
@@ -2513,9 +2540,10 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
           const int jr = jb + sidx * O2E_GEMM_NR;
           const int nr = n1 - jr < O2E_GEMM_NR ? n1 - jr : O2E_GEMM_NR;
           const int in_place = direct && nr == O2E_GEMM_NR;
-          const float *bk = in_place ? bsrc + sidx * O2E_GEMM_NR
-                                     : bp + (size_t)sidx * O2E_GEMM_NR * kc;
-          const int w = in_place ? g->ldb : o2e_panel_w_(nr);
+          const float *bk = g->b_packed ? o2e_bpk_(g, pc, jr)
+                            : in_place ? bsrc + sidx * O2E_GEMM_NR
+                                       : bp + (size_t)sidx * O2E_GEMM_NR * kc;
+          const int w = g->b_packed ? O2E_GEMM_PB : in_place ? g->ldb : o2e_panel_w_(nr);
           int ip;
           for (ip = 0; ip < npan; ip++) {
             const int i = ic + ip * O2E_GEMM_MR;
@@ -2580,10 +2608,10 @@ O2E_GEMM_FN void o2e_gemm_job_run_(const o2e_gemm_job_ *j, int tid) {
   }
   if (j->m0 >= j->m1 || j->n0 >= j->n1) return;
   ws = j->ws + j->ws_per * (size_t)tid;
-  if (j->g->N == 1 && !j->g->conv)
+  if (j->g->N == 1 && !j->g->conv && !j->g->b_packed)
     o2e_gemv_run_(j->g, j->m0, j->m1, ws);
 #if O2E_GEMM_SMALLN > 1
-  else if (j->g->N <= O2E_GEMM_SMALLN && !j->g->conv)
+  else if (j->g->N <= O2E_GEMM_SMALLN && !j->g->conv && !j->g->b_packed)
     o2e_sn_run_(j->g, j->m0, j->m1, ws);
 #endif
   else
@@ -2902,6 +2930,7 @@ O2E_GEMM_FN void o2e_sgemm(int M, int N, int K, const float *A, int lda, const f
   g.ldr = ldr;
   g.act = act;
   g.conv = NULL;
+  g.b_packed = 0;
   o2e_gemm_dispatch_(&g, workspace);
 }
 
@@ -2927,6 +2956,36 @@ O2E_GEMM_FN void o2e_sgemm_packed(int M, int N, int K, const float *packed_A, co
   g.ldr = ldr;
   g.act = act;
   g.conv = NULL;
+  g.b_packed = 0;
+  o2e_gemm_dispatch_(&g, workspace);
+}
+
+/* o2e_sgemm with B constant and packed at conversion (gemm_pack.pack_b: O2E_GEMM_PB-wide
+ * strips, zero-padded past N): no packing of B at run time, each strip a contiguous stream.
+ * Any N runs the blocked product (the N == 1 and small-N paths, which read B by rows, are
+ * for callers that do not pack); the workspace is o2e_sgemm_workspace(M, N, K). */
+O2E_GEMM_FN void o2e_sgemm_bpacked(int M, int N, int K, const float *A, int lda,
+                                   const float *packed_B, float *C, int ldc, int accumulate,
+                                   const float *bias_m, const float *bias_n, const float *R,
+                                   int ldr, o2e_act act, void *workspace) {
+  o2e_gemm_args_ g;
+  memset(&g, 0, sizeof g);
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.lda = lda;
+  g.B = packed_B;
+  g.ldb = O2E_GEMM_PB;
+  g.b_packed = 1;
+  g.C = C;
+  g.ldc = ldc;
+  g.accumulate = accumulate;
+  g.bm = bias_m;
+  g.bn = bias_n;
+  g.R = R;
+  g.ldr = ldr;
+  g.act = act;
   o2e_gemm_dispatch_(&g, workspace);
 }
 

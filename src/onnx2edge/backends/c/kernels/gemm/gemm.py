@@ -2,7 +2,8 @@
 
 The engine is `runtime/o2e_gemm.h` (packed AVX-512 / AVX2 / portable micro-kernels, chosen at
 compile time; optional pthreads with -DO2E_THREADS=n, up to convert --max-threads). Constant A operands (conv weights,
-fully-connected weights) are packed at conversion time by `gemm_pack.pack_a`, so generated code
+fully-connected weights) are packed at conversion time by `gemm_pack.pack_a`, and constant B
+operands (a MatMul's weight times a matrix of rows) by `gemm_pack.pack_b`, so generated code
 never repacks them. Bias, residual and Relu / Clip / LeakyRelu / HardSigmoid / HardSwish are
 applied in the GEMM epilogue while each tile is still in registers; Sigmoid, Tanh, SiLU/Swish,
 GELU and Mish (o2e_vmath.h) to each tile right after its store, while it is in L1; other fused
@@ -29,7 +30,7 @@ from .....semantics.activations import (
     clip_bounds,
 )
 from ...emitter import NodeContext, c_literal
-from ...gemm_pack import blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
+from ...gemm_pack import PB, blocking_guard, pack_a, packed_a_size, sgemm_workspace_bytes
 from ...ops.common import act_expr
 
 HEADER = "o2e_gemm.h"
@@ -111,21 +112,32 @@ class GemmCall:
     act: Activation | None = None
     residual: str | None = None  # R, added before the activation
     ldr: int = 0  # R's row stride
+    b_packed: bool = False  # gemm_call: `b` is B packed at conversion (gemm_pack.pack_b)
 
 
 def gemm_call(ctx: NodeContext, g: GemmCall) -> str:
-    """`g` with A read from memory."""
+    """`g` with A read from memory (and B packed at conversion when `g.b_packed`)."""
     if g.lda < g.k:
         raise ValueError(f"gemm_call: lda {g.lda} < K {g.k} (A[M][K] needs its row stride)")
     _use_engine(ctx)
-    ctx.kernel(f"sgemm{' gemv' if g.n == 1 else ''}")
+    ctx.kernel(f"sgemm{' gemv' if g.n == 1 else ''}{', B packed' if g.b_packed else ''}")
     ws = ctx.scratch(gemm_workspace(ctx, g.m, g.n, g.k), "void")
     st, post = act_struct(g.act)
+    fn, b = ("o2e_sgemm_bpacked", g.b) if g.b_packed else ("o2e_sgemm", f"{g.b}, {g.ldb}")
     return (
-        f"o2e_sgemm({g.m}, {g.n}, {g.k}, {g.a}, {g.lda}, {g.b}, {g.ldb}, {g.c}, {g.ldc}, 0, "
+        f"{fn}({g.m}, {g.n}, {g.k}, {g.a}, {g.lda}, {b}, {g.c}, {g.ldc}, 0, "
         f"{g.bias_m or 'NULL'}, {g.bias_n or 'NULL'}, {g.residual or 'NULL'}, {g.ldr}, {st}, "
         f"{ws});" + post_act(g.act, post, g.m, g.n, g.c, g.ldc)
     )
+
+
+def packs_b(m: int, n: int) -> bool:
+    """Whether a product with a constant B of n columns, over m rows of A, should take B packed
+    at conversion (o2e_sgemm_bpacked): the run time then never copies B into panels (4-8 % of
+    a ViT / MiniLM projection at AVX-512, 2-4 % at AVX2: o2e_gemm.h's O2E_GEMM_PB). Not for
+    one row (the GEMV paths) nor for N <= 12 (AVX-512's small-N path reads B by rows), nor
+    where padding N to whole strips would add more than a quarter to B."""
+    return m > 1 and n > 12 and -(-n // PB) * PB - n <= n // 4
 
 
 def packed_weights(ctx: NodeContext, hint: str, mats: np.ndarray) -> tuple[str, int]:
