@@ -2,7 +2,7 @@
 
 before:  q, kT -> MatMul -> s -> [Mul(s, c) | Div(s, c)] -> [Add(., mask)] -> Softmax(axis=-1)
               -> p -> MatMul(p, v) -> y [-> Transpose(0, 2, 1, 3) -> y']
-after:   q, k, v[, mask] -> o2e.Attention[scale, layout, k_transposed, out_layout] -> y (or y')
+after:   q, k, v[, mask] -> o2e.FusedAttention[scale, layout, k_transposed, out_layout] -> y (or y')
 
 Why: the score tensor (Whisper-tiny: 6 heads x 1500 x 1500 floats per block, 54 MB) was
 written by the first MatMul, read and written by the scale and the Softmax, and read by the
@@ -191,7 +191,7 @@ def _match(graph: Graph, mm2: Node) -> tuple[Node, set[str], Node | None] | None
     }
     fused = Node(
         name=mm2.name,
-        op_type="Attention",
+        op_type="FusedAttention",
         inputs=(*inputs, *((mask,) if mask else ())),
         outputs=(out,),
         attrs=attrs,

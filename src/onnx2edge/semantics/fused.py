@@ -40,7 +40,7 @@ fused forms:
 | `o2e.QLut` | Y[i] = table[X[i]]: an element-wise op between DequantizeLinear and QuantizeLinear (Sigmoid, x * sigmoid(x), HardSwish, ...) tabulated for all 256 bytes | X, table |
 | `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 | `o2e.ScaledSoftmax` | Softmax(X * scale) (LogSoftmax with `log` 1) over the last axis, X float32, scale a float32 scalar constant: attention's scores times 1/sqrt(d) (C backend, passes/fuse_softmax_scale) | X, scale |
-| `o2e.Attention` | softmax(Q . K^T * scale + mask) . V per head (`attention_reference`): attention's MatMul, scale, mask Add, Softmax, MatMul as one op reading Q / K / V in the exporter's layout (`layout` "bhsd": Q [.., M, D], K [.., N, D] (or K^T [.., D, N] with `k_transposed` 1), V [.., N, E]; "packed": all three the one [B, T, 3, H, D] qkv tensor), the output [.., M, E] or head-merged [B, M, H, E] (`out_layout` "bshd") (C backend, passes/fuse_attention) | Q, K, V, mask? |
+| `o2e.FusedAttention` | softmax(Q . K^T * scale + mask) . V per head (`attention_reference`): attention's MatMul, scale, mask Add, Softmax, MatMul as one op reading Q / K / V in the exporter's layout (`layout` "bhsd": Q [.., M, D], K [.., N, D] (or K^T [.., D, N] with `k_transposed` 1), V [.., N, E]; "packed": all three the one [B, T, 3, H, D] qkv tensor), the output [.., M, E] or head-merged [B, M, H, E] (`out_layout` "bshd") (C backend, passes/fuse_attention) | Q, K, V, mask? |
 | `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 """
 
@@ -376,14 +376,14 @@ def _schema(f: FusedOp) -> OpSchema:
 
 INTERNAL_OPS = (
     "QGemm", "QAdd", "QMul", "QConcat", "QMaxPool", "QLut", "QAveragePool", "QGlobalAveragePool", "IfSelect",
-    "Bounded", "ScaledSoftmax", "Attention",
+    "Bounded", "ScaledSoftmax", "FusedAttention",
 )  # fmt: skip
 
 
 def attention_heads(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, layout: str, k_transposed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(Q [.., M, D], K^T [.., D, N], V [.., N, E]) of o2e.Attention's inputs."""
+    """(Q [.., M, D], K^T [.., D, N], V [.., N, E]) of o2e.FusedAttention's inputs."""
     if layout == "packed":  # [B, T, 3, H, D] -> three [B, H, T, D]
         q, k, v = (q[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
         return q, np.swapaxes(k, -1, -2), v
@@ -401,7 +401,7 @@ def attention_reference(
     k_transposed: int = 0,
     out_layout: str = "bhsd",
 ) -> np.ndarray:
-    """o2e.Attention's meaning in float32, each step rounded as the ONNX ops it replaces:
+    """o2e.FusedAttention's meaning in float32, each step rounded as the ONNX ops it replaces:
     MatMul, Mul by scale, Add mask, Softmax(axis=-1) (onnxruntime's: NaN for a row holding NaN
     or +Inf, or only -Inf), MatMul, then Transpose(0, 2, 1, 3) for out_layout "bshd"."""
     qh, kt, vh = attention_heads(q, k, v, layout, k_transposed)
@@ -437,9 +437,9 @@ def _attention_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
 
 
 def _attention_schema() -> OpSchema:
-    """o2e.Attention (passes/fuse_attention.py): `attention_reference`."""
+    """o2e.FusedAttention (passes/fuse_attention.py): `attention_reference`."""
     sch = OpSchema(
-        "Attention",
+        "FusedAttention",
         DOMAIN,
         VERSION,
         "onnx2edge internal op: softmax(Q . K^T * scale + mask) . V per head, in the layouts "

@@ -1,4 +1,4 @@
-"""o2e.Attention (passes/fuse_attention.py): softmax(Q . K^T * scale + mask) . V per head in
+"""o2e.FusedAttention (passes/fuse_attention.py): softmax(Q . K^T * scale + mask) . V per head in
 runtime/o2e_attention.h, Q / K / V read in place through strides of the layout the exporter
 produced, the output written in the graph's layout (head-merged when the pass took the
 Transpose in)."""
@@ -33,7 +33,7 @@ def _check(node: Node, graph: Graph) -> str | None:
     for name in node.inputs:
         t = graph.type_of(name) if name else None
         if name and (t is None or t.dtype != np.float32 or not t.is_static):
-            return "o2e.Attention needs float32 operands of static shape"
+            return "o2e.FusedAttention needs float32 operands of static shape"
     return None
 
 
@@ -68,7 +68,7 @@ def _dims(ctx: NodeContext) -> dict[str, int]:
     return s
 
 
-@register_op("o2e:Attention", check=_check)
+@register_op("o2e:FusedAttention", check=_check)
 def fused_attention(ctx: NodeContext) -> str:
     """Blocks of 32 query rows of one head: scores, row softmax and the product with V in the
     thread's cache-sized scratch (runtime/o2e_attention.h)."""

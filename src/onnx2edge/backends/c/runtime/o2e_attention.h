@@ -1,4 +1,4 @@
-/* o2e_attention.h - fused scaled-dot-product attention of float32 heads (o2e.Attention,
+/* o2e_attention.h - fused scaled-dot-product attention of float32 heads (o2e.FusedAttention,
  * passes/fuse_attention.py, ops/fused_attention.py):
  *
  *   Y[b, h] = softmax(Q[b, h] . K[b, h]^T * scale + mask[b, h]) . V[b, h]
