@@ -192,6 +192,14 @@ def test_attention_vs_onnxruntime(arch: str, attn: tuple[Path, Path, dict, dict]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
 
 
+def test_attention_plain_floats(attn: tuple[Path, Path, dict, dict]) -> None:
+    """The portable tiles (plain floats, what a compiler without GNU vectors builds)."""
+    _, out, feeds, ref = attn
+    got = api.run(out, feeds, options={"cflags": ["-O2", "-DO2E_ATT_SCALAR"]})
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
 def test_attention_threads(tmp_path: Path, attn: tuple[Path, Path, dict, dict]) -> None:
     """Two threads (heads x row blocks split) give the one-thread result bit for bit."""
     path, _, feeds, ref = attn

@@ -94,9 +94,9 @@ static sdpa_block_ctx o2e_default_ctx = {o2e_static_arena, O2E_THREADS};
 
 #define S_node_MatMul_1_0 ((void *)(o2e_arena + 0))
 #define S_node_MatMul_9_0 ((void *)(o2e_arena + 0))
-#define S_node_scaled_dot_product_attention_0 ((float *)(o2e_arena + 0))
-#define S_node_scaled_dot_product_attention_1 ((float *)(o2e_arena + 14464))
-#define S_node_scaled_dot_product_attention_2 ((float *)(o2e_arena + 8192))
+#define S_node_scaled_dot_product_attention_0 ((float *)(o2e_arena + 19584))
+#define S_node_scaled_dot_product_attention_1 ((float *)(o2e_arena + 0))
+#define S_node_scaled_dot_product_attention_2 ((float *)(o2e_arena + 10240))
 #define S_node_MatMul_79_0 ((void *)(o2e_arena + 0))
 
 int sdpa_block_ctx_init(sdpa_block_ctx *ctx, void *arena, size_t arena_bytes)
@@ -178,13 +178,13 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
   float *const T_permute = (float *)(o2e_arena + 0);  /* permute: 2x1x8x10x8 */
   float *const T_val_20 = (float *)(o2e_arena + 5120);  /* val_20: 1x1x8x10x8 */
   float *const T_getitem = (float *)(o2e_arena + 5120);  /* getitem: 1x8x10x8 */
-  float *const T_val_25 = (float *)(o2e_arena + 19584);  /* val_25: 1x1x8x10x8 */
-  float *const T_getitem_1 = (float *)(o2e_arena + 19584);  /* getitem_1: 1x8x10x8 */
+  float *const T_val_25 = (float *)(o2e_arena + 27776);  /* val_25: 1x1x8x10x8 */
+  float *const T_getitem_1 = (float *)(o2e_arena + 27776);  /* getitem_1: 1x8x10x8 */
   float *const T_val_62 = (float *)(o2e_arena + 0);  /* val_62: 8x10x8 */
   float *const T_val_63 = (float *)(o2e_arena + 2560);  /* val_63: 8x8x10 */
   float *const T_val_65 = (float *)(o2e_arena + 2560);  /* val_65: 1x8x8x10 */
-  float *const T_val_67 = (float *)(o2e_arena + 22144);  /* val_67: 1x8x10x8 */
-  float *const T_val_69 = (float *)(o2e_arena + 24704);  /* val_69: 1x8x8x10 */
+  float *const T_val_67 = (float *)(o2e_arena + 30336);  /* val_67: 1x8x10x8 */
+  float *const T_val_69 = (float *)(o2e_arena + 32896);  /* val_69: 1x8x8x10 */
   float *const T_transpose_1 = (float *)(o2e_arena + 269120);  /* transpose_1: 1x10x8x8 */
   float *const T_view_2 = (float *)(o2e_arena + 269120);  /* view_2: 1x10x64 */
   O2E_PROF_BEGIN
@@ -286,7 +286,7 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
     {
       o2e_attention_args a = {.q = T_val_67, .k = T_val_69, .v = T_getitem_1, .mask = W_val_51, .y = T_transpose_1, .kt = S_node_scaled_dot_product_attention_0, .vp = S_node_scaled_dot_product_attention_1, .s = S_node_scaled_dot_product_attention_2, .thread = NULL, .H = 8, .M = 10, .N = 10, .D = 8, .E = 8, .q_sb = 640, .q_sh = 80, .q_sm = 8, .k_sb = 640, .k_sh = 80, .k_sn = 1, .k_sd = 10, .v_sb = 640, .v_sh = 80, .v_sn = 8, .m_sb = 100, .m_sh = 0, .m_sm = 10, .m_sn = 1, .y_sb = 640, .y_sh = 8, .y_sm = 64, .scale = 1.0e+00f};
       o2e_attention_pack(&a, 0, 8);
-      o2e_attention_rows(&a, 0, 8);
+      o2e_attention_rows(&a, 0, 8 * (((10) + O2E_ATT_RB - 1) / O2E_ATT_RB));
     }
   }
   O2E_PROF(15); O2E_TRACE("transpose_1", T_transpose_1, 2560);

@@ -16,7 +16,10 @@ from ..kernels.pool import pool2d
 from . import register_op
 from .common import broadcast_strides
 
-RB = 32  # runtime/o2e_attention.h's O2E_ATT_RB: query rows of a block
+# runtime/o2e_attention.h's bounds over every build (its tiles depend on the ISA the C is
+# compiled for, the scratch is planned here): at most 32 query rows a block (O2E_ATT_RB), keys
+# padded to a multiple of 32 (O2E_ATT_NP), values to at most a multiple of 32 (O2E_ATT_EP)
+RB = 32
 
 
 def _np(n: int) -> int:
@@ -24,7 +27,7 @@ def _np(n: int) -> int:
 
 
 def _ep(e: int) -> int:
-    return -(-e // 16) * 16
+    return -(-e // 32) * 32
 
 
 def _check(node: Node, graph: Graph) -> str | None:
@@ -70,7 +73,7 @@ def _dims(ctx: NodeContext) -> dict[str, int]:
 
 @register_op("o2e:FusedAttention", check=_check)
 def fused_attention(ctx: NodeContext) -> str:
-    """Blocks of 32 query rows of one head: scores, row softmax and the product with V in the
+    """Blocks of query rows of one head: scores, row softmax and the product with V in the
     thread's cache-sized scratch (runtime/o2e_attention.h)."""
     include(ctx, "o2e_attention.h")
     ctx.kernel("fused attention (row blocks, scores kept in cache)")
@@ -78,11 +81,11 @@ def fused_attention(ctx: NodeContext) -> str:
     B, H, M, N, D, E = (d[c] for c in "BHMNDE")
     if min(B, H, M, N, D, E) == 0:
         return "/* empty */"
-    heads, items = B * H, B * H * -(-M // RB)
+    heads, items = B * H, f"{B * H} * ((({M}) + O2E_ATT_RB - 1) / O2E_ATT_RB)"
     work = heads * M * N * (D + E)
-    threaded = items > 1 and work >= pool2d.PAR_MIN_WORK
+    threaded = (heads > 1 or M > RB) and work >= pool2d.PAR_MIN_WORK
     slots = ctx.max_threads if threaded else 1
-    per_thread = RB * _np(N) + RB * _ep(E) + RB
+    per_thread = RB * (_np(N) + _ep(E) + 1 + D)  # O2E_ATT_THREAD_FLOATS
     kt = ctx.scratch(4 * heads * D * _np(N))
     vp = ctx.scratch(4 * heads * N * _ep(E))
     sc = ctx.scratch(4 * per_thread * slots)

@@ -32,6 +32,7 @@
 #define O2E_ATTENTION_H
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 #include "o2e_vmath.h"
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -42,22 +43,72 @@
 #define O2E_ATT_FN static
 #endif
 
-/* rows of a block, the register tiles of Q . K^T (TR rows x CW keys) and of P . V (PR rows x
- * 16 * k values), and the key slice of P . V that stays in L1 */
-#if defined(__AVX512F__)
-#define O2E_ATT_TR 8 /* 8 x 32: 16 zmm accumulators, 2 loads + 8 broadcasts per 16 FMAs */
-#define O2E_ATT_PR 4 /* 4 x 64 in the widest P . V tile: 16 zmm */
-#else
-#define O2E_ATT_TR 4 /* 4 x 16: 8 ymm (AVX2), 16 q (NEON) accumulators */
+/* The register tiles, on GNU vector types of the build's width (no intrinsics: one source for
+ * AVX-512, AVX2, SSE and NEON; plain floats elsewhere): Q . K^T is TR rows x NK vectors of keys
+ * (broadcast one Q value, FMA it with NK vectors of a K^T row), P . V is PR rows x NV vectors of
+ * values. Written as auto-vectorised float loops the tiles went through the stack at AVX2.
+ * AVX-512: 8 x 32 and 8 x 32 (16 zmm accumulators each, 2 loads + 8 broadcasts per 16 FMAs);
+ * AVX2: 6 x 16 (12 ymm); NEON: 6 x 16 (24 q); SSE: 4 x 8. RB query rows a block (a multiple
+ * of TR and PR): their RB x np scores (Whisper: 188 KB) stay in the thread's L2.
+ * O2E_ATT_SCALAR: the plain-float tiles on any host (tests run them). */
+#if defined(O2E_ATT_SCALAR)
+#define O2E_ATT_VW 1
+#define O2E_ATT_TR 4
+#define O2E_ATT_NK 4
 #define O2E_ATT_PR 4
+#define O2E_ATT_NV 4
+#define O2E_ATT_RB 32
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__AVX512F__)
+#define O2E_ATT_VW 16
+#define O2E_ATT_TR 8
+#define O2E_ATT_NK 2
+#define O2E_ATT_PR 8
+#define O2E_ATT_NV 2
+#define O2E_ATT_RB 32
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__AVX__)
+#define O2E_ATT_VW 8
+#define O2E_ATT_TR 6
+#define O2E_ATT_NK 2
+#define O2E_ATT_PR 6
+#define O2E_ATT_NV 2
+#define O2E_ATT_RB 24
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__ARM_NEON) && defined(__aarch64__)
+#define O2E_ATT_VW 4
+#define O2E_ATT_TR 6
+#define O2E_ATT_NK 4
+#define O2E_ATT_PR 6
+#define O2E_ATT_NV 4
+#define O2E_ATT_RB 24
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
+#define O2E_ATT_VW 4
+#define O2E_ATT_TR 4
+#define O2E_ATT_NK 2
+#define O2E_ATT_PR 4
+#define O2E_ATT_NV 2
+#define O2E_ATT_RB 32
+#else
+#define O2E_ATT_VW 1 /* plain floats */
+#define O2E_ATT_TR 4
+#define O2E_ATT_NK 4
+#define O2E_ATT_PR 4
+#define O2E_ATT_NV 4
+#define O2E_ATT_RB 32
 #endif
-#define O2E_ATT_RB 32  /* query rows of a block: RB x np scores (Whisper: 188 KB) per thread */
+#if O2E_ATT_VW > 1
+typedef float o2e_attv __attribute__((vector_size(4 * O2E_ATT_VW)));
+#else
+typedef float o2e_attv;
+#endif
+#define O2E_ATT_KW (O2E_ATT_NK * O2E_ATT_VW) /* keys of a Q . K^T tile */
+#define O2E_ATT_EW (O2E_ATT_NV * O2E_ATT_VW) /* values of a P . V tile */
 #define O2E_ATT_KC 256 /* keys of one P . V slice (64 values: 64 KB of V) */
+/* the conversion sizes the scratch for every build: np a multiple of 32 >= every KW, ep of
+ * at most 32 >= every EW, RB at most 32 */
 #define O2E_ATT_NP(n) (((n) + 31) / 32 * 32)
-#define O2E_ATT_EP(e) (((e) + 15) / 16 * 16)
+#define O2E_ATT_EP(e) (((e) + O2E_ATT_EW - 1) / O2E_ATT_EW * O2E_ATT_EW)
 /* floats of one thread's scratch: scores, the output block, the row sums */
-#define O2E_ATT_THREAD_FLOATS(n, e) \
-  ((size_t)O2E_ATT_RB * O2E_ATT_NP(n) + (size_t)O2E_ATT_RB * O2E_ATT_EP(e) + O2E_ATT_RB)
+#define O2E_ATT_THREAD_FLOATS(n, d, e) \
+  ((size_t)O2E_ATT_RB * (O2E_ATT_NP(n) + O2E_ATT_EP(e) + 1 + (d)))
 
 typedef struct {
   const float *q, *k, *v, *mask; /* mask NULL: none */
@@ -112,50 +163,64 @@ O2E_ATT_FN void o2e_attention_pack(void *arg, int h0, int h1)
   }
 }
 
-/* S[r][j0 .. j0 + CW) = Q[r] . K^T[:, j0 ..] * scale for TR rows (rows past nr repeat the last
- * one and are not stored) */
-O2E_ATT_INL void o2e_att_qk_tile(const int TR, const int CW, const float *q, ptrdiff_t q_sm,
-    int nr, const float *kt, int np, int D, float scale, float *s, int ldS)
+O2E_ATT_INL o2e_attv o2e_att_load(const float *p)
 {
-  float acc[O2E_ATT_TR][32];
-  const float *qr[O2E_ATT_TR];
-  for (int r = 0; r < TR; ++r) {
-    qr[r] = q + (ptrdiff_t)(r < nr ? r : nr - 1) * q_sm;
-    for (int l = 0; l < CW; ++l) acc[r][l] = 0.0f;
-  }
-  for (int d = 0; d < D; ++d) {
-    const float *restrict kr = kt + (size_t)d * np;
-    for (int r = 0; r < TR; ++r) {
-      const float qv = qr[r][d];
-      for (int l = 0; l < CW; ++l) acc[r][l] += qv * kr[l];
-    }
-  }
-  for (int r = 0; r < TR; ++r)
-    if (r < nr)
-      for (int l = 0; l < CW; ++l) s[(size_t)r * ldS + l] = acc[r][l] * scale;
+  o2e_attv v;
+  memcpy(&v, p, sizeof v);
+  return v;
 }
 
-/* O[r][e0 .. e0 + EW) += P[r][j0 .. j1) . V[j0 .. j1][e0 ..] for PR rows */
-O2E_ATT_INL void o2e_att_pv_tile(const int PR, const int EW, const float *p, int ldP, int nr,
-    const float *vp, int ep, int j0, int j1, float *o, int ldO)
+/* S[r][j .. j + KW) = Q[r] . K^T[:, j ..] * scale for TR rows, Q packed k-major [D][TR]
+ * (only the first nr rows stored) */
+O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, int D, float scale,
+    float *s, int ldS)
 {
-  float acc[O2E_ATT_PR][64];
-  const float *pr[O2E_ATT_PR];
-  for (int r = 0; r < PR; ++r) {
-    const int rr = r < nr ? r : nr - 1;
-    pr[r] = p + (size_t)rr * ldP;
-    for (int l = 0; l < EW; ++l) acc[r][l] = o[(size_t)rr * ldO + l];
-  }
-  for (int j = j0; j < j1; ++j) {
-    const float *restrict vr = vp + (size_t)j * ep;
-    for (int r = 0; r < PR; ++r) {
-      const float pv = pr[r][j];
-      for (int l = 0; l < EW; ++l) acc[r][l] += pv * vr[l];
+  const o2e_attv zero = {0.0f};
+  o2e_attv acc[O2E_ATT_TR][O2E_ATT_NK];
+  int r, n;
+  for (r = 0; r < O2E_ATT_TR; ++r)
+    for (n = 0; n < O2E_ATT_NK; ++n) acc[r][n] = zero;
+  for (int d = 0; d < D; ++d) {
+    const float *kr = kt + (size_t)d * np;
+    o2e_attv kv[O2E_ATT_NK];
+    for (n = 0; n < O2E_ATT_NK; ++n) kv[n] = o2e_att_load(kr + n * O2E_ATT_VW);
+    for (r = 0; r < O2E_ATT_TR; ++r) {
+      const float q = qp[d * O2E_ATT_TR + r];
+      for (n = 0; n < O2E_ATT_NK; ++n) acc[r][n] += q * kv[n];
     }
   }
-  for (int r = 0; r < PR; ++r)
-    if (r < nr)
-      for (int l = 0; l < EW; ++l) o[(size_t)r * ldO + l] = acc[r][l];
+  for (r = 0; r < nr; ++r)
+    for (n = 0; n < O2E_ATT_NK; ++n) {
+      const o2e_attv v = acc[r][n] * scale;
+      memcpy(s + (size_t)r * ldS + n * O2E_ATT_VW, &v, sizeof v);
+    }
+}
+
+/* O[r][e .. e + EW) += P[r][j0 .. j1) . V[j0 .. j1][e ..] for PR rows (rows past nr repeat the
+ * last one and are not stored) */
+O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, int ep, int j0,
+    int j1, float *o, int ldO)
+{
+  o2e_attv acc[O2E_ATT_PR][O2E_ATT_NV];
+  const float *pr[O2E_ATT_PR];
+  int r, n;
+  for (r = 0; r < O2E_ATT_PR; ++r) {
+    const int rr = r < nr ? r : nr - 1;
+    pr[r] = p + (size_t)rr * ldP;
+    for (n = 0; n < O2E_ATT_NV; ++n) acc[r][n] = o2e_att_load(o + (size_t)rr * ldO + n * O2E_ATT_VW);
+  }
+  for (int j = j0; j < j1; ++j) {
+    const float *vr = vp + (size_t)j * ep;
+    o2e_attv vv[O2E_ATT_NV];
+    for (n = 0; n < O2E_ATT_NV; ++n) vv[n] = o2e_att_load(vr + n * O2E_ATT_VW);
+    for (r = 0; r < O2E_ATT_PR; ++r) {
+      const float pj = pr[r][j];
+      for (n = 0; n < O2E_ATT_NV; ++n) acc[r][n] += pj * vv[n];
+    }
+  }
+  for (r = 0; r < nr; ++r)
+    for (n = 0; n < O2E_ATT_NV; ++n)
+      memcpy(o + (size_t)r * ldO + n * O2E_ATT_VW, &acc[r][n], sizeof acc[r][n]);
 }
 
 /* the row softmax of n scores in place, unnormalised: s[j] = exp(s[j] (+ mask[j]) - max);
@@ -197,8 +262,8 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
   const o2e_attention_args *a = (const o2e_attention_args *)arg;
   const int N = a->N, D = a->D, E = a->E, np = O2E_ATT_NP(N), ep = O2E_ATT_EP(E);
   const int nblk = (a->M + O2E_ATT_RB - 1) / O2E_ATT_RB;
-  float *S = a->s + (size_t)(a->thread ? a->thread() : 0) * O2E_ATT_THREAD_FLOATS(N, E);
-  float *O = S + (size_t)O2E_ATT_RB * np, *inv = O + (size_t)O2E_ATT_RB * ep;
+  float *S = a->s + (size_t)(a->thread ? a->thread() : 0) * O2E_ATT_THREAD_FLOATS(N, D, E);
+  float *O = S + (size_t)O2E_ATT_RB * np, *inv = O + (size_t)O2E_ATT_RB * ep, *QP = inv + O2E_ATT_RB;
   for (int it = i0; it < i1; ++it) {
     const int bh = it / nblk, b = bh / a->H, h = bh % a->H;
     const int r0 = it % nblk * O2E_ATT_RB;
@@ -206,18 +271,17 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
     const float *q = a->q + b * a->q_sb + h * a->q_sh + (ptrdiff_t)r0 * a->q_sm;
     const float *kt = a->kt + (size_t)bh * D * np, *vp = a->vp + (size_t)bh * N * ep;
     /* scores: key panels outermost, so a D x 32 panel of K^T stays in L1 across the rows */
-    for (int j = 0; j < np; j += 32)
+    /* the block's Q rows k-major in groups of TR ([r / TR][d][TR]): one pointer feeds the
+     * broadcasts */
+    for (int r = 0; r < (nr + O2E_ATT_TR - 1) / O2E_ATT_TR * O2E_ATT_TR; ++r) {
+      const float *qr = q + (ptrdiff_t)(r < nr ? r : nr - 1) * a->q_sm;
+      float *qp = QP + (size_t)(r / O2E_ATT_TR) * D * O2E_ATT_TR + r % O2E_ATT_TR;
+      for (int d = 0; d < D; ++d) qp[d * O2E_ATT_TR] = qr[d];
+    }
+    for (int j = 0; j < np; j += O2E_ATT_KW)
       for (int r = 0; r < nr; r += O2E_ATT_TR) {
         const int m = nr - r < O2E_ATT_TR ? nr - r : O2E_ATT_TR;
-#if defined(__AVX512F__)
-        o2e_att_qk_tile(O2E_ATT_TR, 32, q + (ptrdiff_t)r * a->q_sm, a->q_sm, m, kt + j, np, D,
-            a->scale, S + (size_t)r * np + j, np);
-#else
-        o2e_att_qk_tile(O2E_ATT_TR, 16, q + (ptrdiff_t)r * a->q_sm, a->q_sm, m, kt + j, np, D,
-            a->scale, S + (size_t)r * np + j, np);
-        o2e_att_qk_tile(O2E_ATT_TR, 16, q + (ptrdiff_t)r * a->q_sm, a->q_sm, m, kt + j + 16, np,
-            D, a->scale, S + (size_t)r * np + j + 16, np);
-#endif
+        o2e_att_qk(QP + (size_t)r * D, m, kt + j, np, D, a->scale, S + (size_t)r * np + j, np);
       }
     for (int r = 0; r < nr; ++r) {
       const float *mrow =
@@ -231,15 +295,8 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
         const int m = nr - r < O2E_ATT_PR ? nr - r : O2E_ATT_PR;
         const float *p = S + (size_t)r * np;
         float *o = O + (size_t)r * ep;
-        int e = 0;
-#if defined(__AVX512F__) /* 16 and 8 zmm accumulators; 4 x 16 elsewhere (8 ymm, 16 q) */
-        for (; e + 64 <= ep; e += 64)
-          o2e_att_pv_tile(O2E_ATT_PR, 64, p, np, m, vp + e, ep, j0, j1, o + e, ep);
-        for (; e + 32 <= ep; e += 32)
-          o2e_att_pv_tile(O2E_ATT_PR, 32, p, np, m, vp + e, ep, j0, j1, o + e, ep);
-#endif
-        for (; e < ep; e += 16)
-          o2e_att_pv_tile(O2E_ATT_PR, 16, p, np, m, vp + e, ep, j0, j1, o + e, ep);
+        for (int e = 0; e < ep; e += O2E_ATT_EW)
+          o2e_att_pv(p, np, m, vp + e, ep, j0, j1, o + e, ep);
       }
     }
     for (int r = 0; r < nr; ++r) {
