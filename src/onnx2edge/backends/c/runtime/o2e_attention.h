@@ -11,16 +11,17 @@
  *
  * Two steps, each a data-parallel loop (o2e_parallel_for when threaded):
  *   o2e_attention_pack (per head): K^T to [D][np] (np = N padded to a multiple of 32, zeros
- *     past N) and V to [N][ep] (ep = E padded to 16), both read in place through strides from
- *     the layout the exporter produced (Whisper / ViT: one [B, T, 3, H, D] qkv tensor, no
- *     Transpose / Split copies);
+ *     past N) and, when E is not a multiple of the P . V tile, V to [N][ep] (zero padded), both
+ *     read through strides from the layout the exporter produced (Whisper / ViT: one
+ *     [B, T, 3, H, D] qkv tensor, no Transpose / Split copies; Q, and V of whole tiles, are
+ *     read there in place);
  *   o2e_attention_rows (per head x block of RB rows): scores in register tiles (broadcast one Q
  *     value, FMA it with a row of K^T), the mask added and the row maximum taken in one pass,
  *     exp(s - max) with o2e_vmath.h's vectorised exp and its sum, the unnormalised P . V in
  *     register tiles over slices of 256 keys, and 1 / sum applied when the rows are stored
  *     (to the head-merged [B, M, H, E] layout when the graph's Transpose went into the op).
- * Every loop is written over 16 lanes so the compiler vectorises it at every ISA (AVX-512,
- * AVX2 + FMA, SSE, NEON) - no intrinsics; the tile sizes are chosen per ISA below.
+ * No intrinsics: the tiles are on GNU vector types of the build's width, the softmax loops over
+ * 16 lanes the compiler vectorises (AVX-512, AVX2 + FMA, SSE, NEON).
  *
  * NaN / Inf as onnxruntime's MatMul -> Softmax -> MatMul: a NaN score makes the row's sum, so
  * its output row, NaN; a +Inf score, or a row of only -Inf (all masked), gives NaN (Inf - Inf)
@@ -140,12 +141,14 @@ O2E_ATT_FN void o2e_attention_pack(void *arg, int h0, int h1)
     const float *v = a->v + b * a->v_sb + h * a->v_sh;
     float *kt = a->kt + (size_t)bh * D * np, *vp = a->vp + (size_t)bh * N * ep;
     if (a->k_sd == 1) {
-      /* K rows [N][D] -> columns: blocks of 16 keys, so each K row is read once in order */
+      /* K rows [N][D] -> columns, 16 keys at a time: their 16 rows stay in L1 while each
+       * K^T row gets 16 contiguous values */
       for (int n0 = 0; n0 < N; n0 += 16) {
         const int nn = N - n0 < 16 ? N - n0 : 16;
-        for (int j = 0; j < nn; ++j) {
-          const float *kr = k + (ptrdiff_t)(n0 + j) * a->k_sn;
-          for (int d = 0; d < D; ++d) kt[(size_t)d * np + n0 + j] = kr[d];
+        const float *k0 = k + (ptrdiff_t)n0 * a->k_sn;
+        for (int d = 0; d < D; ++d) {
+          float *o = kt + (size_t)d * np + n0;
+          for (int j = 0; j < nn; ++j) o[j] = k0[(ptrdiff_t)j * a->k_sn + d];
         }
       }
     } else {
@@ -154,7 +157,7 @@ O2E_ATT_FN void o2e_attention_pack(void *arg, int h0, int h1)
     }
     for (int d = 0; d < D; ++d)
       for (int n = N; n < np; ++n) kt[(size_t)d * np + n] = 0.0f;
-    for (int n = 0; n < N; ++n) {
+    for (int n = 0; n < N && E % O2E_ATT_EW; ++n) { /* else P . V reads V in place */
       const float *vr = v + (ptrdiff_t)n * a->v_sn;
       float *o = vp + (size_t)n * ep;
       for (int e = 0; e < E; ++e) o[e] = vr[e];
@@ -198,7 +201,7 @@ O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, in
 
 /* O[r][e .. e + EW) += P[r][j0 .. j1) . V[j0 .. j1][e ..] for PR rows (rows past nr repeat the
  * last one and are not stored) */
-O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, int ep, int j0,
+O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, ptrdiff_t ldV, int j0,
     int j1, float *o, int ldO)
 {
   o2e_attv acc[O2E_ATT_PR][O2E_ATT_NV];
@@ -210,7 +213,7 @@ O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, in
     for (n = 0; n < O2E_ATT_NV; ++n) acc[r][n] = o2e_att_load(o + (size_t)rr * ldO + n * O2E_ATT_VW);
   }
   for (int j = j0; j < j1; ++j) {
-    const float *vr = vp + (size_t)j * ep;
+    const float *vr = vp + (ptrdiff_t)j * ldV;
     o2e_attv vv[O2E_ATT_NV];
     for (n = 0; n < O2E_ATT_NV; ++n) vv[n] = o2e_att_load(vr + n * O2E_ATT_VW);
     for (r = 0; r < O2E_ATT_PR; ++r) {
@@ -269,7 +272,10 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
     const int r0 = it % nblk * O2E_ATT_RB;
     const int nr = a->M - r0 < O2E_ATT_RB ? a->M - r0 : O2E_ATT_RB;
     const float *q = a->q + b * a->q_sb + h * a->q_sh + (ptrdiff_t)r0 * a->q_sm;
-    const float *kt = a->kt + (size_t)bh * D * np, *vp = a->vp + (size_t)bh * N * ep;
+    const float *kt = a->kt + (size_t)bh * D * np;
+    /* V in place when its rows are whole tiles (Whisper, ViT: E = 64), else packed */
+    const float *vp = E % O2E_ATT_EW ? a->vp + (size_t)bh * N * ep : a->v + b * a->v_sb + h * a->v_sh;
+    const ptrdiff_t ldV = E % O2E_ATT_EW ? ep : a->v_sn;
     /* scores: key panels outermost, so a D x 32 panel of K^T stays in L1 across the rows */
     /* the block's Q rows k-major in groups of TR ([r / TR][d][TR]): one pointer feeds the
      * broadcasts */
@@ -296,7 +302,7 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
         const float *p = S + (size_t)r * np;
         float *o = O + (size_t)r * ep;
         for (int e = 0; e < ep; e += O2E_ATT_EW)
-          o2e_att_pv(p, np, m, vp + e, ep, j0, j1, o + e, ep);
+          o2e_att_pv(p, np, m, vp + e, ldV, j0, j1, o + e, ep);
       }
     }
     for (int r = 0; r < nr; ++r) {
