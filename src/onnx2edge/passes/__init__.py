@@ -11,6 +11,7 @@ from .fuse_activation import activation_of, fuse_activation  # noqa: E402
 from .fuse_residual import fuse_residual, has_residual  # noqa: E402
 from .channel_norm import channel_norm  # noqa: E402, F401
 from .fuse_softmax_scale import fuse_softmax_scale  # noqa: E402, F401
+from .fuse_attention import fuse_attention  # noqa: E402, F401
 from .fuse_matmul_bias import fuse_matmul_bias  # noqa: E402, F401
 from .infer_shapes import infer_shapes  # noqa: E402
 from .compose_gelu import compose_gelu  # noqa: E402, F401

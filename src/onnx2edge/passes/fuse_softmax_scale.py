@@ -44,7 +44,7 @@ def _last_axis(graph: Graph, sm: Node, rank: int) -> bool:
     return rank > 0 and axis % rank == rank - 1
 
 
-@register_pass("fuse_softmax_scale", after=("fold_constants", "fuse_activation"))
+@register_pass("fuse_softmax_scale", after=("fold_constants", "fuse_activation", "fuse_attention"))
 def fuse_softmax_scale(graph: Graph) -> Graph:
     fused: dict[str, Node] = {}
     dropped: set[str] = set()

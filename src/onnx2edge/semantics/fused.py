@@ -41,13 +41,16 @@ fused forms:
 | `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 | `o2e.ScaledSoftmax` | Softmax(X * scale) (LogSoftmax with `log` 1) over the last axis, X float32, scale a float32 scalar constant: attention's scores times 1/sqrt(d) (C backend, passes/fuse_softmax_scale) | X, scale |
 | `o2e.ChannelLayerNorm` | LayerNormalization over axis 1 of X [N, C, ...] at each position, = Transpose(0, 2, .., 1) -> LayerNormalization(axis -1, epsilon) -> Transpose back; scale, B [C] (C backend, passes/channel_norm: ConvNeXt's channels-last LayerNorm) | X, scale, B? |
+| `o2e.FusedAttention` | softmax(Q . K^T * scale + mask) . V per head (`attention_reference`): attention's MatMul, scale, mask Add, Softmax, MatMul as one op reading Q / K / V in the exporter's layout (`layout` "bhsd": Q [.., M, D], K [.., N, D] (or K^T [.., D, N] with `k_transposed` 1), V [.., N, E]; "packed": all three the one [B, T, 3, H, D] qkv tensor), the output [.., M, E] or head-merged [B, M, H, E] (`out_layout` "bshd") (C backend, passes/fuse_attention) | Q, K, V, mask? |
 | `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import onnx.defs
 import onnx.helper
 import onnx.shape_inference
@@ -266,7 +269,7 @@ def _internal_schemas() -> list[OpSchema]:
     qmaxpool.set_type_and_shape_inference_function(mp.get_type_and_shape_inference_function())
     return [
         qgemm, qadd, qmul, qconcat, qmaxpool, _qlut_schema(), *(_qavg_schema(op) for op in _QAVG), _if_select_schema(),
-        _bounded_schema(), _scaled_softmax_schema(), _channel_layer_norm_schema(),
+        _bounded_schema(), _scaled_softmax_schema(), _channel_layer_norm_schema(), _attention_schema(),
     ]  # fmt: skip
 
 
@@ -374,8 +377,91 @@ def _schema(f: FusedOp) -> OpSchema:
 
 INTERNAL_OPS = (
     "QGemm", "QAdd", "QMul", "QConcat", "QMaxPool", "QLut", "QAveragePool", "QGlobalAveragePool", "IfSelect",
-    "Bounded", "ScaledSoftmax", "ChannelLayerNorm",
+    "Bounded", "ScaledSoftmax", "ChannelLayerNorm", "FusedAttention",
 )  # fmt: skip
+
+
+def attention_heads(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, layout: str, k_transposed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Q [.., M, D], K^T [.., D, N], V [.., N, E]) of o2e.FusedAttention's inputs."""
+    if layout == "packed":  # [B, T, 3, H, D] -> three [B, H, T, D]
+        q, k, v = (q[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+        return q, np.swapaxes(k, -1, -2), v
+    return q, (k if k_transposed else np.swapaxes(k, -1, -2)), v
+
+
+def attention_reference(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    scale: float = 1.0,
+    layout: str = "bhsd",
+    k_transposed: int = 0,
+    out_layout: str = "bhsd",
+) -> np.ndarray:
+    """o2e.FusedAttention's meaning in float32, each step rounded as the ONNX ops it replaces:
+    MatMul, Mul by scale, Add mask, Softmax(axis=-1) (onnxruntime's: NaN for a row holding NaN
+    or +Inf, or only -Inf), MatMul, then Transpose(0, 2, 1, 3) for out_layout "bshd"."""
+    qh, kt, vh = attention_heads(q, k, v, layout, k_transposed)
+    with np.errstate(all="ignore"):
+        s = np.matmul(qh, kt).astype(np.float32) * np.float32(scale)
+        if mask is not None:
+            s = s + mask.astype(np.float32)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+        y = np.matmul(p, vh).astype(np.float32)
+    return y.transpose(0, 2, 1, 3) if out_layout == "bshd" else y
+
+
+def _attention_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
+    def get(name: str, default: Any) -> Any:
+        a = ctx.get_attribute(name)
+        return onnx.helper.get_attribute_value(a) if a is not None else default
+
+    layout = get("layout", b"bhsd")
+    layout = layout.decode() if isinstance(layout, bytes) else layout
+    out_layout = get("out_layout", b"bhsd")
+    out_layout = out_layout.decode() if isinstance(out_layout, bytes) else out_layout
+    q, v = _dims(ctx, 0), _dims(ctx, 2)
+    if q is None or v is None:
+        return
+    if layout == "packed":  # [B, T, 3, H, D]
+        dims: list[int | str] = [q[0], q[3], q[1], v[4]]
+    else:
+        dims = [*q[:-1], v[-1]]
+    if out_layout == "bshd":
+        dims = [dims[0], dims[2], dims[1], dims[3]]
+    _set_output(ctx, onnx.TensorProto.FLOAT, dims)
+
+
+def _attention_schema() -> OpSchema:
+    """o2e.FusedAttention (passes/fuse_attention.py): `attention_reference`."""
+    sch = OpSchema(
+        "FusedAttention",
+        DOMAIN,
+        VERSION,
+        "onnx2edge internal op: softmax(Q . K^T * scale + mask) . V per head, in the layouts "
+        "`layout` / `out_layout` name (see onnx2edge.semantics.fused.attention_reference).",
+        inputs=[
+            _Param("Q", "T", ""),
+            _Param("K", "T", ""),
+            _Param("V", "T", ""),
+            _Param("mask", "T", "added to the scaled scores", param_option=_OPTIONAL),
+        ],
+        outputs=[_Param("Y", "T", "")],
+        type_constraints=[("T", ["tensor(float)"], "")],
+        attributes=[
+            OpSchema.Attribute("scale", make_attribute("scale", 1.0), "scores' factor"),
+            OpSchema.Attribute("layout", make_attribute("layout", "bhsd"), "bhsd or packed"),
+            OpSchema.Attribute("k_transposed", make_attribute("k_transposed", 0), "K is K^T"),
+            OpSchema.Attribute("out_layout", make_attribute("out_layout", "bhsd"), "or bshd"),
+        ],
+    )
+    sch.set_type_and_shape_inference_function(_attention_infer)
+    return sch
 
 
 def _scaled_softmax_schema() -> OpSchema:

@@ -183,6 +183,7 @@ class CBackend(Backend):
         "fold_batchnorm",
         "bound_data_dependent",  # NonMaxSuppression, Unique: outputs sized by a bound
         "widen_small_floats",  # before the fusions: each widened op rounds its own result
+        "fuse_attention",  # MatMul, scale, mask, Softmax, MatMul: one op (o2e_attention.h)
         "channel_norm",  # ConvNeXt's channels-last LayerNorm + MLP on NCHW: 1x1 convs
         "fuse_residual",
         "fuse_matmul_bias",  # MatMul + bias Add: one GEMM with the bias in its epilogue

@@ -1,0 +1,224 @@
+"""Fused attention (passes/fuse_attention.py -> o2e.FusedAttention -> runtime/o2e_attention.h),
+checked against onnxruntime at every instruction set (x86-64-v2, v3, the host's own, aarch64
+under qemu): the exporters' packed-qkv layout with the head merge taken in, a K^T operand, a
+mask with -Inf entries and an all-masked row, NaN / Inf in Q, K, V and the mask, sequences that
+are not a multiple of a row block or of a vector."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2edge import api
+from onnx2edge.ir.proto import graph_from_model
+from onnx2edge.passes import run_passes
+from onnx2edge.runtime import ort_run
+from onnx2edge.semantics.fused import attention_reference
+from onnx2edge.verify import compare
+
+from conftest import ALL_ISAS, make_model, save, tensor, vi
+
+
+def _c(name: str, arr: np.ndarray | list[int], dtype: type = np.int64) -> onnx.TensorProto:
+    return tensor(name, np.asarray(arr, dtype=dtype))
+
+
+def _packed(p: str, T: int, H: int, D: int) -> tuple[list, list, list]:
+    """timm / Whisper: qkv [1, T, 3HD] -> Reshape -> Transpose(2, 0, 3, 1, 4) -> Split ->
+    Squeeze, K^T by Transpose, MatMul, Mul(d^-0.5), Softmax, MatMul, Transpose(0, 2, 1, 3),
+    Reshape [1, T, HD]."""
+    n = helper.make_node
+    nodes = [
+        n("Reshape", [f"x_{p}", f"{p}_s5"], [f"{p}_r"]),
+        n("Transpose", [f"{p}_r"], [f"{p}_t"], perm=[2, 0, 3, 1, 4]),
+        n("Split", [f"{p}_t", f"{p}_ones"], [f"{p}_q5", f"{p}_k5", f"{p}_v5"], axis=0),
+        *[n("Squeeze", [f"{p}_{c}5", f"{p}_z"], [f"{p}_{c}"]) for c in "qkv"],
+        n("Transpose", [f"{p}_k"], [f"{p}_kt"], perm=[0, 1, 3, 2]),
+        n("MatMul", [f"{p}_q", f"{p}_kt"], [f"{p}_s"]),
+        n("Mul", [f"{p}_s", f"{p}_c"], [f"{p}_ss"]),
+        n("Softmax", [f"{p}_ss"], [f"{p}_p"], axis=-1),
+        n("MatMul", [f"{p}_p", f"{p}_v"], [f"{p}_o"]),
+        n("Transpose", [f"{p}_o"], [f"{p}_om"], perm=[0, 2, 1, 3]),
+        n("Reshape", [f"{p}_om", f"{p}_s3"], [f"y_{p}"]),
+    ]
+    inits = [
+        _c(f"{p}_s5", [1, T, 3, H, D]),
+        _c(f"{p}_ones", [1, 1, 1]),
+        _c(f"{p}_z", [0]),
+        _c(f"{p}_s3", [1, T, H * D]),
+        tensor(f"{p}_c", np.array(D**-0.5, dtype=np.float32)),
+    ]
+    return nodes, [vi(f"x_{p}", [1, T, 3 * H * D])], inits
+
+
+def _masked(p: str) -> tuple[list, list, list]:
+    """BERT-style: separate Q, K, V [1, 3, 40, 16 / 8], Div by sqrt(d), an additive mask
+    [1, 1, 40, 40] input, no head merge."""
+    n = helper.make_node
+    nodes = [
+        n("Transpose", [f"k_{p}"], [f"{p}_kt"], perm=[0, 1, 3, 2]),
+        n("MatMul", [f"q_{p}", f"{p}_kt"], [f"{p}_s"]),
+        n("Div", [f"{p}_s", f"{p}_c"], [f"{p}_ss"]),
+        n("Add", [f"m_{p}", f"{p}_ss"], [f"{p}_sm"]),
+        n("Softmax", [f"{p}_sm"], [f"{p}_p"], axis=-1),
+        n("MatMul", [f"{p}_p", f"v_{p}"], [f"y_{p}"]),
+    ]
+    ins = [
+        vi(f"q_{p}", [1, 3, 40, 16]),
+        vi(f"k_{p}", [1, 3, 40, 16]),
+        vi(f"v_{p}", [1, 3, 40, 8]),
+        vi(f"m_{p}", [1, 1, 40, 40]),
+    ]
+    return nodes, ins, [tensor(f"{p}_c", np.array(4.0, dtype=np.float32))]
+
+
+def _rank3_kt(p: str) -> tuple[list, list, list]:
+    """[B, M, D] . K^T given as [B, D, N] (no Transpose to look through), no scale, a mask of
+    N values broadcast to every row."""
+    n = helper.make_node
+    nodes = [
+        n("MatMul", [f"q_{p}", f"kt_{p}"], [f"{p}_s"]),
+        n("Add", [f"{p}_s", f"m_{p}"], [f"{p}_sm"]),
+        n("Softmax", [f"{p}_sm"], [f"{p}_p"], axis=2),
+        n("MatMul", [f"{p}_p", f"v_{p}"], [f"y_{p}"]),
+    ]
+    ins = [
+        vi(f"q_{p}", [2, 5, 8]),
+        vi(f"kt_{p}", [2, 8, 70]),
+        vi(f"v_{p}", [2, 70, 40]),
+        vi(f"m_{p}", [70]),
+    ]
+    return nodes, ins, []
+
+
+def _feeds(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    f = {
+        "x_pk": rng.standard_normal((1, 37, 3 * 2 * 24)).astype(np.float32),
+        "x_pw": rng.standard_normal((1, 70, 3 * 3 * 64)).astype(np.float32),
+        "q_mk": rng.standard_normal((1, 3, 40, 16)).astype(np.float32),
+        "k_mk": rng.standard_normal((1, 3, 40, 16)).astype(np.float32),
+        "v_mk": rng.standard_normal((1, 3, 40, 8)).astype(np.float32),
+        "m_mk": np.where(rng.random((1, 1, 40, 40)) < 0.2, -np.inf, 0.0).astype(np.float32),
+        "q_r3": rng.standard_normal((2, 5, 8)).astype(np.float32),
+        "kt_r3": rng.standard_normal((2, 8, 70)).astype(np.float32),
+        "v_r3": rng.standard_normal((2, 70, 40)).astype(np.float32),
+        "m_r3": rng.standard_normal(70).astype(np.float32),
+    }
+    x = f["x_pk"]
+    x[0, 3, 5] = np.nan  # a Q value of head 0: row 3 NaN in that head
+    x[0, 7, 48 + 2] = np.inf  # a K value of head 0: every row of head 0 meets Inf * q
+    x[0, 11, 96 + 30] = -np.inf  # a V value of head 1: its column 6 NaN / Inf
+    f["x_pw"] *= 3.0  # large spreads: exp underflows for most keys
+    f["q_mk"][0, 1, 4, 0] = np.inf
+    f["k_mk"][0, 2, 9, 3] = np.nan
+    f["v_mk"][0, 0, 13, 1] = np.nan
+    m = f["m_mk"]
+    m[0, 0, 6, :] = -np.inf  # an all-masked row: NaN, as onnxruntime's Softmax
+    m[0, 0, 8, 17] = np.nan
+    m[0, 0, 12, 5] = np.inf
+    f["m_r3"][[3, 64]] = -np.inf
+    return f
+
+
+@pytest.fixture(scope="module")
+def attn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict, dict]:
+    tmp = tmp_path_factory.mktemp("fused_attention")
+    nodes, ins, inits = [], [], []
+    for part in (
+        _packed("pk", 37, 2, 24),
+        _packed("pw", 70, 3, 64),
+        _masked("mk"),
+        _rank3_kt("r3"),
+    ):
+        nodes += part[0]
+        ins += part[1]
+        inits += part[2]
+    model = make_model(nodes, ins, [], inits)
+    model = onnx.shape_inference.infer_shapes(model)
+    model.graph.output.extend(v for v in model.graph.value_info if v.name.startswith("y_"))
+    path = save(model, tmp / "m.onnx")
+    feeds = _feeds(np.random.default_rng(35))
+    ref = ort_run(onnx.load(path), feeds)
+    assert all(np.isnan(ref[k]).any() for k in ("y_pk", "y_mk"))
+    api.convert(path, "c", tmp / "out")
+    return path, tmp / "out", feeds, ref
+
+
+def test_every_attention_fused(attn: tuple[Path, Path, dict, dict]) -> None:
+    """Each chain is one o2e.FusedAttention in the layout the pass read; the packed one's Transpose
+    / Split / Squeeze copies and the head-merge Transpose are gone."""
+    src = (attn[1] / "model.c").read_text()
+    ops = re.findall(r"/\* node \S+: o2e\.FusedAttention\((\w+)[^\n]*", src)
+    assert sorted(ops) == ["pk_r", "pw_r", "q_mk", "q_r3"], ops
+    assert "o2e_attention_rows(" in src
+    assert not re.search(r"/\* node \S+: (Softmax|Transpose|Split|Squeeze|Div)\(", src)
+    attrs = dict(re.findall(r"o2e\.FusedAttention\((\w+),[^\n]*?(layout=\w+)", src))
+    assert attrs == {"pk_r": "layout=packed", "pw_r": "layout=packed",
+                     "q_mk": "layout=bhsd", "q_r3": "layout=bhsd"}, attrs  # fmt: skip
+
+
+def test_pass_keeps_the_meaning(attn: tuple[Path, Path, dict, dict]) -> None:
+    """attention_reference on the fused node's operands is onnxruntime's unfused result."""
+    path, _, feeds, ref = attn
+    g = run_passes(graph_from_model(onnx.load(path)), ["fold_constants", "fuse_attention"])
+    fused = [nd for nd in g.nodes if nd.op_type == "FusedAttention"]
+    assert len(fused) == 4
+    for nd in fused:
+        y = nd.outputs[0]
+        if y not in ref:  # the packed ones write the merge Transpose's output, reshaped after
+            y = "y_" + y.split("_")[0]
+        # the packed ones read the qkv input's [1, T, 3, H, D] view
+        args = [
+            (feeds[i] if i in feeds else feeds["x_" + i[:2]]).reshape(g.shape_of(i))
+            for i in nd.inputs
+        ]
+        kw = {k: nd.attr(k) for k in ("scale", "layout", "k_transposed", "out_layout")}
+        got = attention_reference(*args, **kw).reshape(ref[y].shape)
+        r = compare(y, got, ref[y], 1e-4, 1e-5)
+        assert r.ok, (y, r.max_abs, r.max_rel)
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_attention_vs_onnxruntime(arch: str, attn: tuple[Path, Path, dict, dict]) -> None:
+    """NaN where onnxruntime has NaN, the same infinities, else verify's tolerance."""
+    _, out, feeds, ref = attn
+    got = api.run(out, feeds, options={"arch": arch})
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+def test_attention_plain_floats(attn: tuple[Path, Path, dict, dict]) -> None:
+    """The portable tiles (plain floats, what a compiler without GNU vectors builds)."""
+    _, out, feeds, ref = attn
+    got = api.run(out, feeds, options={"cflags": ["-O2", "-DO2E_ATT_SCALAR"]})
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+def test_attention_threads(tmp_path: Path, attn: tuple[Path, Path, dict, dict]) -> None:
+    """Two threads (heads x row blocks split) give the one-thread result bit for bit."""
+    path, _, feeds, ref = attn
+    api.convert(path, "c", tmp_path / "t2", options={"max_threads": 2})
+    one = api.run(tmp_path / "t2", feeds, options={"cflags": ["-O2"]})
+    two = api.run(
+        tmp_path / "t2", feeds, options={"cflags": ["-O2", "-DO2E_THREADS=2", "-pthread"]}
+    )
+    for k in ref:
+        np.testing.assert_array_equal(one[k], two[k])
+        assert compare(k, two[k], ref[k], 1e-4, 1e-5).ok, k
+
+
+def test_schema_leaves_onnx_reference_working() -> None:
+    """onnx's reference evaluator (fold_constants) wants op names unique across domains: the
+    internal op is not called `Attention` (ONNX 23's op)."""
+    import subprocess
+    import sys
+
+    code = "import onnx2edge.semantics.fused; import onnx.reference"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
