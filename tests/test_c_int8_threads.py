@@ -27,7 +27,7 @@ from onnx2edge.backends.c.build import build_and_run
 from onnx2edge.backends.c.kernels.int8 import qdw_kernels
 from onnx2edge.runtime import ort_run
 
-from conftest import ALL_ISAS, make_model, save, tensor, vi
+from conftest import ALL_ISAS, ASAN, SANITIZE_NATIVE, make_model, save, tensor, vi
 
 SHAPE = (1, 16, 28, 28)
 THREADS = ["-DO2E_THREADS=2", "-pthread"]
@@ -155,3 +155,27 @@ def _step(q) -> float:  # noqa: ANN001
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in m.graph.initializer}
     dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y")
     return float(inits[dq.input[1]])
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param([*SANITIZE_NATIVE, "-DO2E_THREADS=3", "-pthread"], id="native_asan_3threads"),
+        pytest.param([*ASAN, "-DO2E_THREADS=2", "-pthread"], id="portable_asan_2threads"),
+    ],
+)
+def test_threaded_int8_under_sanitizers(converted, flags: list[str], tmp_path) -> None:  # noqa: ANN001
+    """Per-thread scratch slots stay inside their arena blocks (ASan), with more threads than
+    some layers have units."""
+    import json
+
+    from onnx2edge.backends.c.build import build_executable, run_executable
+
+    q, serial, split = converted
+    x = {"x": np.random.default_rng(14).standard_normal(SHAPE).astype(np.float32)}
+    io = json.loads((split / "onnx2edge.json").read_text())
+    got = run_executable(build_executable(split, flags, "san"), io, x, split)["y"]
+    # the same kernels on one thread: the flags without the pool
+    one_flags = [f for f in flags if not f.startswith("-DO2E_THREADS") and f != "-pthread"]
+    one = run_executable(build_executable(serial, one_flags, "san1"), io, x, serial)["y"]
+    assert np.array_equal(one.view(np.uint32), got.view(np.uint32))

@@ -124,7 +124,11 @@ def qlut(ctx: NodeContext) -> str:
     ctx.kernel("int8 table lookup")
     n = int(np.prod(x.shape))
     return qlut_call(
-        ctx, n, f"(const uint8_t *){x.sym}", f"(const uint8_t *){ctx.x(1).sym}", f"(uint8_t *){y.sym}"
+        ctx,
+        n,
+        f"(const uint8_t *){x.sym}",
+        f"(const uint8_t *){ctx.x(1).sym}",
+        f"(uint8_t *){y.sym}",
     )
 
 
