@@ -107,7 +107,7 @@ def qmul(ctx: NodeContext) -> str:
     lo, hi = QRANGE[np.dtype(y.dtype).name]
     qdw_runtime(ctx)
     ctx.kernel("int8 mul (per-row)" if rows else "int8 mul")
-    units = rows if rows > 1 else -(-n // PAR_BYTES)
+    units = rows if rows and rows > 1 else -(-n // PAR_BYTES)
     mt = split(ctx, a.size, units, qdw.PAR_MIN_BYTES)
     return (
         f"o2e_qmul{'_mt' if mt else ''}({rows or 1}, {n}, (const uint8_t *){a.sym}, "
