@@ -1085,12 +1085,21 @@ typedef struct {
   o2e_qpar_thread thread;
 } o2e_qdwc_par_args;
 
+/* Blocks [b0, b1) with the geometry as arguments: a model's per-layer wrapper
+ * (kernels/int8/qdw_kernels.py) passes constants, as the serial call inlined into it does. */
+static inline __attribute__((always_inline)) void o2e_qdwc_units_k_(
+    const o2e_qdwc_par_args *a, int b0, int b1, size_t C, size_t H, size_t W, size_t OH,
+    size_t OW, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
+  uint8_t *plane = a->ws + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  o2e_qdwc_blocks((size_t)b0, (size_t)b1, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, a->x,
+                  a->flip, a->xz, a->w, a->off, a->bias, a->scale, a->zp, a->lo, a->hi, a->y,
+                  plane, plane + a->tile);
+}
+
 static inline void o2e_qdwc_units_(void *arg, int b0, int b1) {
   const o2e_qdwc_par_args *a = (const o2e_qdwc_par_args *)arg;
-  uint8_t *plane = a->ws + a->slot * (size_t)(a->thread ? a->thread() : 0);
-  o2e_qdwc_blocks((size_t)b0, (size_t)b1, a->C, a->H, a->W, a->OH, a->OW, a->kh, a->kw, a->sh,
-                  a->sw, a->ph, a->pw, a->dh, a->dw, a->x, a->flip, a->xz, a->w, a->off, a->bias,
-                  a->scale, a->zp, a->lo, a->hi, a->y, plane, plane + a->tile);
+  o2e_qdwc_units_k_(a, b0, b1, a->C, a->H, a->W, a->OH, a->OW, a->kh, a->kw, a->sh, a->sw, a->ph,
+                    a->pw, a->dh, a->dw);
 }
 
 /* o2e_qdwc split by channel blocks: ws holds slot bytes per thread, the plane then (at tile)
@@ -1100,17 +1109,19 @@ static inline void o2e_qdwc_mt(size_t C, size_t H, size_t W, size_t OH, size_t O
                                uint8_t flip, int32_t xz, const int32_t *w, const int32_t *off,
                                const int32_t *bias, const float *scale, int32_t zp, int32_t lo,
                                int32_t hi, uint8_t *y, uint8_t *ws, size_t slot, size_t tile,
-                               o2e_qpar_for par, o2e_qpar_thread thread) {
+                               o2e_qpar_for par, o2e_qpar_thread thread,
+                               void (*units)(void *ctx, int begin, int end)) {
   o2e_qdwc_par_args a = {.C = C, .H = H, .W = W, .OH = OH, .OW = OW, .kh = kh, .kw = kw,
                          .sh = sh, .sw = sw, .ph = ph, .pw = pw, .dh = dh, .dw = dw, .x = x,
                          .flip = flip, .xz = xz, .w = w, .off = off, .bias = bias,
                          .scale = scale, .zp = zp, .lo = lo, .hi = hi, .y = y, .ws = ws,
                          .slot = slot, .tile = tile, .thread = thread};
   const int nb = (int)((C + O2E_QDWC_CB - 1) / O2E_QDWC_CB);
+  void (*fn)(void *, int, int) = units ? units : o2e_qdwc_units_;
   if (par)
-    par(nb, o2e_qdwc_units_, &a);
+    par(nb, fn, &a);
   else
-    o2e_qdwc_units_(&a, 0, nb);
+    fn(&a, 0, nb);
 }
 
 /* The element-wise kernels' operands: one struct for o2e_qlut / o2e_qadd / o2e_qmul. */

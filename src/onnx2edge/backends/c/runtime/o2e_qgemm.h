@@ -993,7 +993,8 @@ static inline int o2e_qplanes_direct(size_t OW, size_t wp) {
 #if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
 /* Columns [p0, p0 + nc) (nc <= 32) of the real OH x OW output packed from the planes into the
  * two panels at pk: one masked load and vpermb per k row, then the 4 x 16 byte transposes. */
-static inline void o2e_qplanes_pack_(size_t OW, size_t wp, size_t K, const uint8_t *src,
+static inline __attribute__((always_inline)) void o2e_qplanes_pack_(
+    size_t OW, size_t wp, size_t K, const uint8_t *src,
                                      const int32_t *rowoff, uint8_t flip, size_t p0, size_t nc,
                                      uint8_t *pk) {
   const size_t K4 = (K + 3) / 4;
@@ -1105,41 +1106,64 @@ typedef struct {
   size_t OW, wp;        /* direct planes: real columns read from rows of wp bytes (else 0) */
 } o2e_qgemm_par_args;
 
-static inline void o2e_qgemm_units_(void *arg, int u0, int u1) {
-  const o2e_qgemm_par_args *a = (const o2e_qgemm_par_args *)arg;
-  const size_t K4 = (a->K + 3) / 4;
+/* Units [u0, u1): the dimensions as arguments, so a model's per-layer wrapper
+ * (kernels/int8/qgemm_kernels.py) passes them as constants and gets a specialised copy, as the
+ * serial calls inlined into the model are (the generic o2e_qgemm_units_ reads them from a). */
+static inline __attribute__((always_inline)) void o2e_qgemm_units_k_(
+    const o2e_qgemm_par_args *a, int u0, int u1, size_t M, size_t P, size_t K, size_t ym,
+    size_t yp, size_t OW, size_t wp) {
+  const size_t K4 = (K + 3) / 4;
   uint8_t *pk = a->pk + a->slot * (size_t)(a->thread ? a->thread() : 0);
   size_t packed = (size_t)-1;
+  (void)OW;
+  (void)wp;
   for (int u = u0; u < u1; ++u) {
     const size_t chunk = (size_t)u / a->parts, part = (size_t)u % a->parts;
     const size_t p0 = chunk * 2 * O2E_QNR, m0 = part * a->mpart;
-    const size_t nc = a->P - p0 < 2 * O2E_QNR ? a->P - p0 : 2 * O2E_QNR;
-    if (m0 >= a->M) continue;
-    const size_t mm = a->M - m0 < a->mpart ? a->M - m0 : a->mpart;
+    const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
+    if (m0 >= M) continue;
+    const size_t mm = M - m0 < a->mpart ? M - m0 : a->mpart;
     if (packed != chunk) {
 #if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
-      if (a->OW)
-        o2e_qplanes_pack_(a->OW, a->wp, a->K, a->src, a->rowoff, a->flip, p0, nc, pk);
+      if (OW)
+        o2e_qplanes_pack_(OW, wp, K, a->src, a->rowoff, a->flip, p0, nc, pk);
       else
 #endif
-        o2e_qpack_rows_at(a->src + p0, a->ld, a->rowoff, a->K, nc, a->flip, pk);
+        o2e_qpack_rows_at(a->src + p0, a->ld, a->rowoff, K, nc, a->flip, pk);
       packed = chunk;
     }
-    o2e_qgemm(mm, nc, a->K, a->apack + (m0 / O2E_QMR) * K4 * 32, pk, a->bias + m0,
-              a->rowsum + m0, a->scale + m0, a->zp, a->lo, a->hi, a->y + m0 * a->ym + p0 * a->yp,
-              a->ym, a->yp);
+    o2e_qgemm(mm, nc, K, a->apack + (m0 / O2E_QMR) * K4 * 32, pk, a->bias + m0, a->rowsum + m0,
+              a->scale + m0, a->zp, a->lo, a->hi, a->y + m0 * ym + p0 * yp, ym, yp);
   }
 }
 
-static inline void o2e_qgemm_par_(o2e_qgemm_par_args *a, o2e_qpar_for par) {
+static inline void o2e_qgemm_units_(void *arg, int u0, int u1) {
+  const o2e_qgemm_par_args *a = (const o2e_qgemm_par_args *)arg;
+  o2e_qgemm_units_k_(a, u0, u1, a->M, a->P, a->K, a->ym, a->yp, a->OW, a->wp);
+}
+
+/* o2e_qconv_planes' units with its geometry as arguments: the real columns straight into y
+ * (o2e_qplanes_direct) or the extended ones into yext. */
+static inline __attribute__((always_inline)) void o2e_qplanes_units_k_(
+    const o2e_qgemm_par_args *a, int u0, int u1, size_t M, size_t OH, size_t OW, size_t wp,
+    size_t K) {
+  const int d = o2e_qplanes_direct(OW, wp);
+  const size_t P = d ? OH * OW : OH * wp;
+  o2e_qgemm_units_k_(a, u0, u1, M, P, K, P, 1, d ? OW : 0, wp);
+}
+
+typedef void (*o2e_qunits_fn)(void *ctx, int begin, int end);
+
+static inline void o2e_qgemm_par_(o2e_qgemm_par_args *a, o2e_qpar_for par, o2e_qunits_fn units) {
   const size_t nchunks = (a->P + 2 * O2E_QNR - 1) / (2 * O2E_QNR);
   const size_t tiles = (a->M + O2E_QMR - 1) / O2E_QMR;
+  const o2e_qunits_fn fn = units ? units : o2e_qgemm_units_;
   a->parts = o2e_qparts(a->M, nchunks);
   a->mpart = (tiles + a->parts - 1) / a->parts * O2E_QMR;
   if (par)
-    par((int)(nchunks * a->parts), o2e_qgemm_units_, a);
+    par((int)(nchunks * a->parts), fn, a);
   else
-    o2e_qgemm_units_(a, 0, (int)(nchunks * a->parts));
+    fn(a, 0, (int)(nchunks * a->parts));
 }
 
 /* o2e_qgemm_rows split across threads: pk holds slot bytes (O2E_QPANEL_BYTES(K, 32) or more)
@@ -1150,12 +1174,12 @@ static inline void o2e_qgemm_rows_mt(size_t M, size_t P, size_t K, const int8_t 
                                      const int32_t *bias, const int32_t *rowsum,
                                      const float *scale, int32_t zp, int32_t lo, int32_t hi,
                                      uint8_t *y, size_t ym, size_t yp, o2e_qpar_for par,
-                                     o2e_qpar_thread thread) {
+                                     o2e_qpar_thread thread, o2e_qunits_fn units) {
   o2e_qgemm_par_args a = {.M = M, .P = P, .K = K, .apack = apack, .src = src, .ld = ld,
                           .rowoff = rowoff, .flip = flip, .pk = pk, .slot = slot,
                           .thread = thread, .bias = bias, .rowsum = rowsum, .scale = scale,
                           .zp = zp, .lo = lo, .hi = hi, .y = y, .ym = ym, .yp = yp};
-  o2e_qgemm_par_(&a, par);
+  o2e_qgemm_par_(&a, par, units);
 }
 
 /* o2e_qconv_planes split across threads (pk: slot bytes per thread; yext as there). */
@@ -1165,18 +1189,18 @@ static inline void o2e_qconv_planes_mt(size_t M, size_t OH, size_t OW, size_t wp
                                        size_t slot, const int32_t *bias, const int32_t *rowsum,
                                        const float *scale, int32_t zp, int32_t lo, int32_t hi,
                                        uint8_t *yext, uint8_t *y, o2e_qpar_for par,
-                                       o2e_qpar_thread thread) {
+                                       o2e_qpar_thread thread, o2e_qunits_fn units) {
   if (o2e_qplanes_direct(OW, wp)) {
     o2e_qgemm_par_args a = {.M = M, .P = OH * OW, .K = K, .apack = apack, .src = src,
                             .rowoff = rowoff, .flip = flip, .pk = pk, .slot = slot,
                             .thread = thread, .bias = bias, .rowsum = rowsum, .scale = scale,
                             .zp = zp, .lo = lo, .hi = hi, .y = y, .ym = OH * OW, .yp = 1,
                             .OW = OW, .wp = wp};
-    o2e_qgemm_par_(&a, par);
+    o2e_qgemm_par_(&a, par, units);
     return;
   }
   o2e_qgemm_rows_mt(M, OH * wp, K, apack, src, 0, rowoff, flip, pk, slot, bias, rowsum, scale, zp,
-                    lo, hi, yext, OH * wp, 1, par, thread);
+                    lo, hi, yext, OH * wp, 1, par, thread, units);
   o2e_qcompact(yext, M, OH, OW, wp, y);
 }
 
@@ -1200,21 +1224,28 @@ typedef struct {
   uint8_t *y;
 } o2e_qgroups_args;
 
-static inline void o2e_qgroups_(void *arg, int g0, int g1) {
-  const o2e_qgroups_args *a = (const o2e_qgroups_args *)arg;
+static inline __attribute__((always_inline)) void o2e_qgroups_k_(const o2e_qgroups_args *a,
+                                                                  int g0, int g1, size_t Mg,
+                                                                  size_t OH, size_t OW, size_t wp,
+                                                                  size_t K) {
   uint8_t *pk = a->ws + a->slot * (size_t)(a->thread ? a->thread() : 0);
-  const size_t P = a->OH * a->OW;
+  const size_t P = OH * OW;
   for (size_t g = (size_t)g0; g < (size_t)g1; ++g) {
-    const size_t m0 = g * a->Mg;
+    const size_t m0 = g * Mg;
     if (!a->rowoff)
-      o2e_qgemm_rows(a->Mg, P, a->K, a->apack + g * a->asz, a->src + g * a->ssz, P, NULL, a->flip,
-                     pk, a->bias + m0, a->rowsum + m0, a->scale + m0, a->zp, a->lo, a->hi,
+      o2e_qgemm_rows(Mg, P, K, a->apack + g * a->asz, a->src + g * a->ssz, P, NULL, a->flip, pk,
+                     a->bias + m0, a->rowsum + m0, a->scale + m0, a->zp, a->lo, a->hi,
                      a->y + m0 * P, P, 1);
     else
-      o2e_qconv_planes(a->Mg, a->OH, a->OW, a->wp, a->K, a->apack + g * a->asz,
-                       a->src + g * a->ssz, a->rowoff, a->flip, pk, a->bias + m0, a->rowsum + m0,
-                       a->scale + m0, a->zp, a->lo, a->hi, pk + a->yoff, a->y + m0 * P);
+      o2e_qconv_planes(Mg, OH, OW, wp, K, a->apack + g * a->asz, a->src + g * a->ssz, a->rowoff,
+                       a->flip, pk, a->bias + m0, a->rowsum + m0, a->scale + m0, a->zp, a->lo,
+                       a->hi, pk + a->yoff, a->y + m0 * P);
   }
+}
+
+static inline void o2e_qgroups_(void *arg, int g0, int g1) {
+  const o2e_qgroups_args *a = (const o2e_qgroups_args *)arg;
+  o2e_qgroups_k_(a, g0, g1, a->Mg, a->OH, a->OW, a->wp, a->K);
 }
 
 static inline void o2e_qgroups_mt(size_t G, size_t Mg, size_t OH, size_t OW, size_t wp, size_t K,
@@ -1222,15 +1253,17 @@ static inline void o2e_qgroups_mt(size_t G, size_t Mg, size_t OH, size_t OW, siz
                                   const int32_t *rowoff, uint8_t flip, uint8_t *ws, size_t slot,
                                   size_t yoff, const int32_t *bias, const int32_t *rowsum,
                                   const float *scale, int32_t zp, int32_t lo, int32_t hi,
-                                  uint8_t *y, o2e_qpar_for par, o2e_qpar_thread thread) {
+                                  uint8_t *y, o2e_qpar_for par, o2e_qpar_thread thread,
+                                  o2e_qunits_fn units) {
   o2e_qgroups_args a = {.Mg = Mg, .OH = OH, .OW = OW, .wp = wp, .K = K, .asz = asz,
                         .ssz = ssz, .apack = apack, .src = src, .rowoff = rowoff, .flip = flip,
                         .ws = ws, .slot = slot, .yoff = yoff, .thread = thread, .bias = bias,
                         .rowsum = rowsum, .scale = scale, .zp = zp, .lo = lo, .hi = hi, .y = y};
+  const o2e_qunits_fn fn = units ? units : o2e_qgroups_;
   if (par)
-    par((int)G, o2e_qgroups_, &a);
+    par((int)G, fn, &a);
   else
-    o2e_qgroups_(&a, 0, (int)G);
+    fn(&a, 0, (int)G);
 }
 
 /* o2e_qgemm (B packed whole, o2e_qpack_cols) split across threads by parts of the M rows. */

@@ -45,6 +45,19 @@ PAR = "o2e_parallel_for"
 PAR_THREAD = "o2e_parallel_for, o2e_parallel_thread"
 
 
+def units_wrapper(ctx: NodeContext, name: str, args_type: str, call: str) -> str:
+    """A work-unit function of one layer's geometry: `call` (an always_inline *_k_ body of the
+    runtime, given `a`, `u0`, `u1` and the dimensions as constants) in a static function that
+    o2e_parallel_for can call; shared by the layers of the same geometry. Its name."""
+    ctx.helper(
+        name,
+        f"static void {name}(void *arg, int u0, int u1) {{\n"
+        f"  const {args_type} *a = (const {args_type} *)arg;\n"
+        f"  {call};\n}}",
+    )
+    return name
+
+
 def use_runtime(ctx: NodeContext) -> None:
     ctx.helper("o2e_qdw_include", f'#include "{HEADER}"')
     ctx.require_runtime(HEADER)
@@ -123,12 +136,19 @@ def depthwise(
         pbytes = slot_bytes(hp * wp * CB)
         slot = slot_bytes(pbytes + tile_bytes)
         ws = ctx.scratch(slot * plan_threads(ctx), "uint8_t")
+        dims = f"{C}, {H}, {W}, {OH}, {OW}, {geo}"
+        units = units_wrapper(
+            ctx,
+            "o2e_qdu_" + dims.replace(", ", "_"),
+            "o2e_qdwc_par_args",
+            f"o2e_qdwc_units_k_(a, u0, u1, {dims})",
+        )
         return (
             f"for (size_t n = 0; n < {N}; ++n)\n"
             f"  o2e_qdwc_mt({C}, {H}, {W}, {OH}, {OW}, {geo}, "
             f"(const uint8_t *){x.sym} + n * {C * H * W}, {flip}, {xz}, {w}, {off}, {bias}, "
             f"{sc}, {plan.y_zp}, {plan.lo}, {plan.hi}, (uint8_t *){y.sym} + n * {C * OH * OW}, "
-            f"{ws}, {slot}, {pbytes}, {PAR_THREAD});"
+            f"{ws}, {slot}, {pbytes}, {PAR_THREAD}, {units});"
         )
     plane = ctx.scratch(hp * wp * CB, "uint8_t")
     tile = ctx.scratch(tile_bytes, "uint8_t")

@@ -11,7 +11,7 @@ from .....semantics.conv_geometry import conv_geometry
 from ...emitter import NodeContext
 from ..gemm.gemm import plan_threads
 from . import qdw_kernels as qdw
-from .qdw_kernels import PAR, PAR_THREAD, depthwise, slot_bytes, split, use_runtime
+from .qdw_kernels import PAR, PAR_THREAD, depthwise, slot_bytes, split, units_wrapper, use_runtime
 
 HEADER = "o2e_qgemm.h"
 MR, NR = 8, 16  # O2E_QMR / O2E_QNR
@@ -89,6 +89,37 @@ def _pk(ctx: NodeContext, K: int, pe: int, macs: int, units: int) -> _Panels:
         out.slot = slot
         return out
     return _Panels(ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t"))
+
+
+def _rows_units(ctx: NodeContext, M: int, P: int, K: int, ym: int) -> str:
+    """o2e_qgemm_rows_mt's unit function for these dimensions (yp 1)."""
+    dims = f"{M}, {P}, {K}, {ym}, 1"
+    return units_wrapper(
+        ctx,
+        "o2e_qgu_" + dims.replace(", ", "_"),
+        "o2e_qgemm_par_args",
+        f"o2e_qgemm_units_k_(a, u0, u1, {dims}, 0, 0)",
+    )
+
+
+def _planes_units(ctx: NodeContext, M: int, OH: int, OW: int, wp: int, K: int) -> str:
+    dims = f"{M}, {OH}, {OW}, {wp}, {K}"
+    return units_wrapper(
+        ctx,
+        "o2e_qpu_" + dims.replace(", ", "_"),
+        "o2e_qgemm_par_args",
+        f"o2e_qplanes_units_k_(a, u0, u1, {dims})",
+    )
+
+
+def _groups_units(ctx: NodeContext, Mg: int, OH: int, OW: int, wp: int, K: int) -> str:
+    dims = f"{Mg}, {OH}, {OW}, {wp}, {K}"
+    return units_wrapper(
+        ctx,
+        "o2e_qgg_" + dims.replace(", ", "_"),
+        "o2e_qgroups_args",
+        f"o2e_qgroups_k_(a, u0, u1, {dims})",
+    )
 
 
 def _units(M: int, P: int) -> int:
@@ -203,7 +234,7 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         lines += [
             f"  o2e_qgemm_rows_mt({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {slot}, "
             f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {P}, 1, "
-            f"{PAR_THREAD});",
+            f"{PAR_THREAD}, {_rows_units(ctx, M, P, K, P)});",
             "}",
         ]
         return "\n".join(lines)
@@ -254,7 +285,7 @@ def _grouped(
                 *lines,
                 f"  o2e_qgroups_mt({G}, {Mg}, {OH}, {OW}, 0, {K}, {A}, {gsz}, xn, {Cg * P}, NULL, "
                 f"{_flip(plan)}, {ws}, {slot}, 0, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
-                f"{yp} + n * {M * P}, {PAR_THREAD});",
+                f"{yp} + n * {M * P}, {PAR_THREAD}, {_groups_units(ctx, Mg, OH, OW, 0, K)});",
                 "}",
             ]
         )
@@ -296,7 +327,8 @@ def _grouped(
         lines.append(
             f"  o2e_qgroups_mt({G}, {Mg}, {OH}, {OW}, {wq}, {K}, {A}, {gsz}, {planes}, {gplane}, "
             f"{offs}, {_flip(plan)}, {ws}, {slot}, {pkb}, {bias}, {rowsum}, {sc}, "
-            f"{_clamp_args(plan)}, {yp} + n * {M * P}, {PAR_THREAD});"
+            f"{_clamp_args(plan)}, {yp} + n * {M * P}, {PAR_THREAD}, "
+            f"{_groups_units(ctx, Mg, OH, OW, wq, K)});"
         )
         return "\n".join([*lines, "}"])
     pk = ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t")
@@ -377,7 +409,7 @@ def _planes_product(
         return [
             f"  o2e_qconv_planes_mt({M}, {OH}, {OW}, {wp}, {K}, {A}, {src}, {offs}, "
             f"{_flip(plan)}, {pk}, {pk.slot}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
-            f"{yext}, {y}, {PAR_THREAD});"
+            f"{yext}, {y}, {PAR_THREAD}, {_planes_units(ctx, M, OH, OW, wp, K)});"
         ]
     if _rows_fn(ctx) == "o2e_qgemm_rows":
         return [
