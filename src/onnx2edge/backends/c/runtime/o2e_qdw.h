@@ -407,12 +407,15 @@ static inline void o2e_qdwc_rows3_vbmi_(const uint8_t *plane, size_t Wp, size_t 
       O2E_QD_RQ(a2, t + 2 * CB);
       O2E_QD_RQ(a3, t + 3 * CB);
     }
-    for (; ox < OW; ++ox, t += CB) {
-      const uint8_t *p = prow + ox * d;
+    /* the last OW % 4 (indexed from t: gcc, inlining with constants, flagged the pointer
+     * stepping form with -Waggressive-loop-optimizations) */
+    for (size_t j = 0; j < OW - ox; ++j) {
+      const uint8_t *p = prow + (ox + j) * d;
       __m512i a0 = vb;
       for (size_t ky = 0; ky < kh; ++ky) a0 = _mm512_dpbusd_epi32(a0, O2E_QD_R3(p + ro[ky]), wr[ky]);
-      O2E_QD_RQ(a0, t);
+      O2E_QD_RQ(a0, t + j * CB);
     }
+    t += (OW - ox) * CB;
   }
 #undef O2E_QD_R3
 }
