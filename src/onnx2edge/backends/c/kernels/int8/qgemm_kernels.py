@@ -221,8 +221,10 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         return _phase_conv(ctx, plan, (A, bias, rowsum, sc), lines, (kh, kw), st, dl, pads)
     ctx.kernel("int8 gemm 1x1" if pointwise else "int8 subsample gemm")
     mt = _split(ctx, N * M * K * P, _units(M, P))
-    pk, slot = _slots(ctx, _chunk_bytes(ctx, K, P)) if mt else (None, 0)
-    pk = pk or ctx.scratch(_chunk_bytes(ctx, K, P), "uint8_t")
+    if mt:
+        pk, slot = _slots(ctx, _chunk_bytes(ctx, K, P))
+    else:
+        pk, slot = ctx.scratch(_chunk_bytes(ctx, K, P), "uint8_t"), 0
     src = "xn"
     if subsample:
         # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
