@@ -19,7 +19,10 @@ from ....semantics.conv_geometry import pool_geometry
 from ....semantics.pooling import pool_attrs
 from ....semantics.shape_ops import axis_attr
 from ..emitter import NodeContext
+from ..kernels.int8 import qdw_kernels as qdw
+from ..kernels.int8.qdw_kernels import PAR, PAR_BYTES, split
 from ..kernels.int8.qdw_kernels import qadd as qadd_vector
+from ..kernels.int8.qdw_kernels import qlut as qlut_call
 from ..kernels.int8.qdw_kernels import use_runtime as qdw_runtime
 from ..kernels.int8.qgemm_kernels import _use, try_int8
 from . import register_op
@@ -66,7 +69,10 @@ def qconcat(ctx: NodeContext) -> str:
             # o2e_qlut: vpermi2b lookups where AVX-512 VBMI is compiled in (runtime/o2e_qdw.h)
             qdw_runtime(ctx)
             lut = ctx.x(i + 1).sym
-            lines.append(f"o2e_qlut({n}, {src}, (const uint8_t *){lut}, {dst});")
+            if outer == 1:  # batch 1: the table lookup may split across threads
+                lines.append(qlut_call(ctx, n, src, f"(const uint8_t *){lut}", dst))
+            else:
+                lines.append(f"o2e_qlut({n}, {src}, (const uint8_t *){lut}, {dst});")
         else:
             lines.append(f"memcpy({dst}, {src}, {n});")
         off += n
@@ -101,10 +107,12 @@ def qmul(ctx: NodeContext) -> str:
     lo, hi = QRANGE[np.dtype(y.dtype).name]
     qdw_runtime(ctx)
     ctx.kernel("int8 mul (per-row)" if rows else "int8 mul")
+    units = rows if rows and rows > 1 else -(-n // PAR_BYTES)
+    mt = split(ctx, a.size, units, qdw.PAR_MIN_BYTES)
     return (
-        f"o2e_qmul({rows or 1}, {n}, (const uint8_t *){a.sym}, (const uint8_t *){b.sym}, {bsr}, "
-        f"{bsi}, {sgn}, {z(2)}, {z(5)}, {ratio}, {z(7)}, {lo}, {hi}, "
-        f"(uint8_t *){y.sym});"
+        f"o2e_qmul{'_mt' if mt else ''}({rows or 1}, {n}, (const uint8_t *){a.sym}, "
+        f"(const uint8_t *){b.sym}, {bsr}, {bsi}, {sgn}, {z(2)}, {z(5)}, {ratio}, {z(7)}, {lo}, "
+        f"{hi}, (uint8_t *){y.sym}{', ' + PAR if mt else ''});"
     )
 
 
@@ -113,10 +121,15 @@ def qlut(ctx: NodeContext) -> str:
     """An element-wise op between DequantizeLinear and QuantizeLinear as a 256-byte table
     (passes/qdq_int8._rewrite_lut, _gated_self): o2e_qlut, vpermi2b where VBMI is compiled in."""
     x, y = ctx.x(0), ctx.y(0)
-    qdw_runtime(ctx)
     ctx.kernel("int8 table lookup")
     n = int(np.prod(x.shape))
-    return f"o2e_qlut({n}, (const uint8_t *){x.sym}, (const uint8_t *){ctx.x(1).sym}, (uint8_t *){y.sym});"
+    return qlut_call(
+        ctx,
+        n,
+        f"(const uint8_t *){x.sym}",
+        f"(const uint8_t *){ctx.x(1).sym}",
+        f"(uint8_t *){y.sym}",
+    )
 
 
 @register_op("o2e:QMaxPool", check=_internal)

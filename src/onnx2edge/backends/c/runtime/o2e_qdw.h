@@ -407,12 +407,15 @@ static inline void o2e_qdwc_rows3_vbmi_(const uint8_t *plane, size_t Wp, size_t 
       O2E_QD_RQ(a2, t + 2 * CB);
       O2E_QD_RQ(a3, t + 3 * CB);
     }
-    for (; ox < OW; ++ox, t += CB) {
-      const uint8_t *p = prow + ox * d;
+    /* the last OW % 4 (indexed from t: gcc, inlining with constants, flagged the pointer
+     * stepping form with -Waggressive-loop-optimizations) */
+    for (size_t j = 0; j < OW - ox; ++j) {
+      const uint8_t *p = prow + (ox + j) * d;
       __m512i a0 = vb;
       for (size_t ky = 0; ky < kh; ++ky) a0 = _mm512_dpbusd_epi32(a0, O2E_QD_R3(p + ro[ky]), wr[ky]);
-      O2E_QD_RQ(a0, t);
+      O2E_QD_RQ(a0, t + j * CB);
     }
+    t += (OW - ox) * CB;
   }
 #undef O2E_QD_R3
 }
@@ -429,18 +432,21 @@ static inline void o2e_qdwc_rows3_vbmi_(const uint8_t *plane, size_t Wp, size_t 
  * byte after the flip (the plane's border); bias includes - xz * sum_t w[t]. plane: Hp * Wp *
  * 16 bytes of scratch, tile: O2E_QDWC_TILE(OH * OW) bytes. */
 #define O2E_QDWC_TILE(P) ((((size_t)(P) + 15) / 16) * 16 * O2E_QDWC_CB)
-static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
-                            int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
-                            uint8_t flip, int32_t xz, const int32_t *w, const int32_t *off,
-                            const int32_t *bias, const float *scale, int32_t zp, int32_t lo,
-                            int32_t hi, uint8_t *y, uint8_t *plane, uint8_t *tile) {
+/* Channel blocks [b0, b1) of o2e_qdwc (blocks of O2E_QDWC_CB channels): independent, each in
+ * the plane and tile given (o2e_qdwc_mt: one pair per thread). */
+static inline void o2e_qdwc_blocks(size_t b0, size_t b1, size_t C, size_t H, size_t W, size_t OH,
+                                   size_t OW, int kh, int kw, int sh, int sw, int ph, int pw,
+                                   int dh, int dw, const uint8_t *x, uint8_t flip, int32_t xz,
+                                   const int32_t *w, const int32_t *off, const int32_t *bias,
+                                   const float *scale, int32_t zp, int32_t lo, int32_t hi,
+                                   uint8_t *y, uint8_t *plane, uint8_t *tile) {
   const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw, P = OH * OW;
   const size_t Hp = O2E_QDWC_HP(OH, kh, sh, dh), Wp = O2E_QDWC_WP(OW, kw, sw, dw);
   const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
   int32_t acc[O2E_QDWC_CB] __attribute__((aligned(64)));
   memset(plane, (int)(uint8_t)xz, Hp * Wp * CB);
   memset(tile + P * CB, 0, O2E_QDWC_TILE(P) - P * CB);
-  for (size_t c0 = 0; c0 < C; c0 += CB) {
+  for (size_t c0 = b0 * CB; c0 < C && c0 < b1 * CB; c0 += CB) {
     const size_t cn = C - c0 < CB ? C - c0 : CB;
     o2e_qdwc_fill(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, plane);
     const int32_t *wb = w + (c0 / CB) * T * CB;
@@ -466,6 +472,15 @@ static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, 
     o2e_qdwc_store(tile, cn, P, y + c0 * P);
   }
   (void)dw;
+}
+
+static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
+                            int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
+                            uint8_t flip, int32_t xz, const int32_t *w, const int32_t *off,
+                            const int32_t *bias, const float *scale, int32_t zp, int32_t lo,
+                            int32_t hi, uint8_t *y, uint8_t *plane, uint8_t *tile) {
+  o2e_qdwc_blocks(0, (C + O2E_QDWC_CB - 1) / O2E_QDWC_CB, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw,
+                  dh, dw, x, flip, xz, w, off, bias, scale, zp, lo, hi, y, plane, tile);
 }
 
 /* ---- o2e_qdwn: depthwise convolution channel by channel (convert --device, issue 31) ----
@@ -1044,6 +1059,146 @@ static inline void o2e_qlut(size_t n, const uint8_t *x, const uint8_t *lut, uint
   return;
 #endif
   for (; i < n; ++i) y[i] = lut[x[i]];
+}
+
+/* ---- two threads and more --------------------------------------------------------------
+ * The generated code passes the threading runtime's o2e_parallel_for / o2e_parallel_thread
+ * (runtime/o2e_gemm.h) as pointers. o2e_qdwc splits by channel blocks, each thread in its own
+ * plane + tile slot; the element-wise kernels by rows (o2e_qmul's per-row gate) or by
+ * O2E_QPAR_BYTES blocks, a multiple of every vector step, so each byte takes the same vector or
+ * tail path as in one call over everything: results do not depend on the split. */
+#ifndef O2E_QPAR_TYPES
+#define O2E_QPAR_TYPES
+typedef void (*o2e_qpar_for)(int n, void (*fn)(void *ctx, int begin, int end), void *ctx);
+typedef int (*o2e_qpar_thread)(void);
+#endif
+#define O2E_QPAR_BYTES 4096
+
+typedef struct {
+  size_t C, H, W, OH, OW;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  const uint8_t *x;
+  uint8_t flip;
+  int32_t xz;
+  const int32_t *w, *off, *bias;
+  const float *scale;
+  int32_t zp, lo, hi;
+  uint8_t *y, *ws;
+  size_t slot, tile; /* bytes per thread; the tile's offset in a slot */
+  o2e_qpar_thread thread;
+} o2e_qdwc_par_args;
+
+/* Blocks [b0, b1) with the geometry as arguments: a model's per-layer wrapper
+ * (kernels/int8/qdw_kernels.py) passes constants, as the serial call inlined into it does. */
+static inline __attribute__((always_inline)) void o2e_qdwc_units_k_(
+    const o2e_qdwc_par_args *a, int b0, int b1, size_t C, size_t H, size_t W, size_t OH,
+    size_t OW, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
+  uint8_t *plane = a->ws + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  o2e_qdwc_blocks((size_t)b0, (size_t)b1, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, a->x,
+                  a->flip, a->xz, a->w, a->off, a->bias, a->scale, a->zp, a->lo, a->hi, a->y,
+                  plane, plane + a->tile);
+}
+
+static inline void o2e_qdwc_units_(void *arg, int b0, int b1) {
+  const o2e_qdwc_par_args *a = (const o2e_qdwc_par_args *)arg;
+  o2e_qdwc_units_k_(a, b0, b1, a->C, a->H, a->W, a->OH, a->OW, a->kh, a->kw, a->sh, a->sw, a->ph,
+                    a->pw, a->dh, a->dw);
+}
+
+/* o2e_qdwc split by channel blocks: ws holds slot bytes per thread, the plane then (at tile)
+ * the tile. */
+static inline void o2e_qdwc_mt(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
+                               int sh, int sw, int ph, int pw, int dh, int dw, const uint8_t *x,
+                               uint8_t flip, int32_t xz, const int32_t *w, const int32_t *off,
+                               const int32_t *bias, const float *scale, int32_t zp, int32_t lo,
+                               int32_t hi, uint8_t *y, uint8_t *ws, size_t slot, size_t tile,
+                               o2e_qpar_for par, o2e_qpar_thread thread,
+                               void (*units)(void *ctx, int begin, int end)) {
+  o2e_qdwc_par_args a = {.C = C, .H = H, .W = W, .OH = OH, .OW = OW, .kh = kh, .kw = kw,
+                         .sh = sh, .sw = sw, .ph = ph, .pw = pw, .dh = dh, .dw = dw, .x = x,
+                         .flip = flip, .xz = xz, .w = w, .off = off, .bias = bias,
+                         .scale = scale, .zp = zp, .lo = lo, .hi = hi, .y = y, .ws = ws,
+                         .slot = slot, .tile = tile, .thread = thread};
+  const int nb = (int)((C + O2E_QDWC_CB - 1) / O2E_QDWC_CB);
+  void (*fn)(void *, int, int) = units ? units : o2e_qdwc_units_;
+  if (par)
+    par(nb, fn, &a);
+  else
+    fn(&a, 0, nb);
+}
+
+/* The element-wise kernels' operands: one struct for o2e_qlut / o2e_qadd / o2e_qmul. */
+typedef struct {
+  size_t n, rows, bsr, bsi;
+  const uint8_t *a, *b;
+  int sgn;
+  float f0, f1, f2;
+  int32_t z0, z1, z2, lo, hi;
+  uint8_t *y;
+} o2e_qew_args;
+
+static inline void o2e_qlut_units_(void *arg, int u0, int u1) {
+  const o2e_qew_args *e = (const o2e_qew_args *)arg;
+  const size_t i0 = (size_t)u0 * O2E_QPAR_BYTES;
+  const size_t i1 = (size_t)u1 * O2E_QPAR_BYTES < e->n ? (size_t)u1 * O2E_QPAR_BYTES : e->n;
+  o2e_qlut(i1 - i0, e->a + i0, e->b, e->y + i0);
+}
+
+static inline void o2e_qlut_mt(size_t n, const uint8_t *x, const uint8_t *lut, uint8_t *y,
+                               o2e_qpar_for par) {
+  o2e_qew_args e = {.n = n, .a = x, .b = lut, .y = y};
+  const int nu = (int)((n + O2E_QPAR_BYTES - 1) / O2E_QPAR_BYTES);
+  if (par)
+    par(nu, o2e_qlut_units_, &e);
+  else
+    o2e_qlut_units_(&e, 0, nu);
+}
+
+static inline void o2e_qadd_units_(void *arg, int u0, int u1) {
+  const o2e_qew_args *e = (const o2e_qew_args *)arg;
+  const size_t i0 = (size_t)u0 * O2E_QPAR_BYTES;
+  const size_t i1 = (size_t)u1 * O2E_QPAR_BYTES < e->n ? (size_t)u1 * O2E_QPAR_BYTES : e->n;
+  o2e_qadd(i1 - i0, e->a + i0, e->b + i0, e->sgn, e->f0, e->f1, e->f2, e->lo, e->hi, e->y + i0);
+}
+
+static inline void o2e_qadd_mt(size_t n, const uint8_t *a, const uint8_t *b, int sgn, float rac,
+                               float rbc, float fixed, int32_t lo, int32_t hi, uint8_t *y,
+                               o2e_qpar_for par) {
+  o2e_qew_args e = {.n = n, .a = a, .b = b, .sgn = sgn, .f0 = rac, .f1 = rbc, .f2 = fixed,
+                    .lo = lo, .hi = hi, .y = y};
+  const int nu = (int)((n + O2E_QPAR_BYTES - 1) / O2E_QPAR_BYTES);
+  if (par)
+    par(nu, o2e_qadd_units_, &e);
+  else
+    o2e_qadd_units_(&e, 0, nu);
+}
+
+/* o2e_qmul by rows when there are several (a row's bytes in one call), else by blocks. */
+static inline void o2e_qmul_units_(void *arg, int u0, int u1) {
+  const o2e_qew_args *e = (const o2e_qew_args *)arg;
+  if (e->rows > 1) {
+    const size_t r0 = (size_t)u0;
+    o2e_qmul((size_t)(u1 - u0), e->n, e->a + r0 * e->n, e->b + r0 * e->bsr, e->bsr, e->bsi,
+             e->sgn, e->z0, e->z1, e->f0, e->z2, e->lo, e->hi, e->y + r0 * e->n);
+    return;
+  }
+  const size_t i0 = (size_t)u0 * O2E_QPAR_BYTES;
+  const size_t i1 = (size_t)u1 * O2E_QPAR_BYTES < e->n ? (size_t)u1 * O2E_QPAR_BYTES : e->n;
+  o2e_qmul(1, i1 - i0, e->a + i0, e->b + i0 * e->bsi, e->bsr, e->bsi, e->sgn, e->z0, e->z1, e->f0,
+           e->z2, e->lo, e->hi, e->y + i0);
+}
+
+static inline void o2e_qmul_mt(size_t rows, size_t n, const uint8_t *a, const uint8_t *b,
+                               size_t bsr, size_t bsi, int sgn, int32_t za, int32_t zb,
+                               float ratio, int32_t zc, int32_t lo, int32_t hi, uint8_t *y,
+                               o2e_qpar_for par) {
+  o2e_qew_args e = {.n = n, .rows = rows, .bsr = bsr, .bsi = bsi, .a = a, .b = b, .sgn = sgn,
+                    .f0 = ratio, .z0 = za, .z1 = zb, .z2 = zc, .lo = lo, .hi = hi, .y = y};
+  const int nu = rows > 1 ? (int)rows : (int)((n + O2E_QPAR_BYTES - 1) / O2E_QPAR_BYTES);
+  if (par)
+    par(nu, o2e_qmul_units_, &e);
+  else
+    o2e_qmul_units_(&e, 0, nu);
 }
 
 #endif /* O2E_QDW_H */

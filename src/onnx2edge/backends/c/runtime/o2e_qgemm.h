@@ -978,6 +978,63 @@ static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *ap
 }
 
 
+/* Whether o2e_qconv_planes computes only the real columns (AVX-512 VNNI + VBMI, and the widest
+ * chunk of 32 columns spans at most 64 bytes of plane rows). */
+static inline int o2e_qplanes_direct(size_t OW, size_t wp) {
+#if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
+  return OW >= 1 && 31 + (31 / OW + 1) * (wp - OW) < 64;
+#else
+  (void)OW;
+  (void)wp;
+  return 0;
+#endif
+}
+
+#if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
+/* Columns [p0, p0 + nc) (nc <= 32) of the real OH x OW output packed from the planes into the
+ * two panels at pk: one masked load and vpermb per k row, then the 4 x 16 byte transposes. */
+static inline __attribute__((always_inline)) void o2e_qplanes_pack_(
+    size_t OW, size_t wp, size_t K, const uint8_t *src,
+                                     const int32_t *rowoff, uint8_t flip, size_t p0, size_t nc,
+                                     uint8_t *pk) {
+  const size_t K4 = (K + 3) / 4;
+  const __m128i f = _mm_set1_epi8((char)flip);
+  const size_t e0 = (p0 / OW) * wp + p0 % OW;
+  uint8_t idx[64];
+  size_t span = 0;
+  for (size_t j = 0; j < 64; ++j) {
+    const size_t p = p0 + (j < nc ? j : 0);
+    idx[j] = (uint8_t)((p / OW) * wp + p % OW - e0);
+    if (idx[j] + 1u > span) span = idx[j] + 1u;
+  }
+  const __m512i ix = _mm512_loadu_si512(idx);
+  const __mmask64 m = span >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << span) - 1);
+  uint8_t *pan0 = pk, *pan1 = pk + K4 * 64;
+  for (size_t k4 = 0; k4 < K4; ++k4) {
+    __m256i r[4];
+    for (size_t t = 0; t < 4; ++t) {
+      const size_t k = k4 * 4 + t;
+      r[t] = k < K ? _mm512_castsi512_si256(_mm512_permutexvar_epi8(
+                         ix, _mm512_maskz_loadu_epi8(m, src + rowoff[k] + e0)))
+                   : _mm256_set1_epi8((char)flip); /* k past K: zero weights */
+    }
+    for (size_t h = 0; h < 2; ++h) {
+      const __m128i r0 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[0], 1) : _mm256_castsi256_si128(r[0]), f);
+      const __m128i r1 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[1], 1) : _mm256_castsi256_si128(r[1]), f);
+      const __m128i r2 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[2], 1) : _mm256_castsi256_si128(r[2]), f);
+      const __m128i r3 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[3], 1) : _mm256_castsi256_si128(r[3]), f);
+      const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
+      const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
+      uint8_t *d = (h ? pan1 : pan0) + k4 * 64;
+      _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
+      _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
+      _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
+      _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(a1, b1));
+    }
+  }
+}
+#endif
+
 /* A stride-1 or strided convolution over o2e_qpad's / o2e_qphase's planes (rows of wp bytes,
  * OW of them real): the product over the OH * wp extended columns, then o2e_qcompact drops
  * the wp - OW extra ones per row into y (yext: M * OH * wp bytes of scratch). With AVX-512
@@ -992,45 +1049,11 @@ static inline void o2e_qconv_planes(size_t M, size_t OH, size_t OW, size_t wp, s
                                     const float *scale, int32_t zp, int32_t lo, int32_t hi,
                                     uint8_t *yext, uint8_t *y) {
 #if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
-  const size_t P = OH * OW, K4 = (K + 3) / 4, gap = wp - OW;
-  /* the widest chunk: 32 columns over the most rows they can touch */
-  if (OW >= 1 && 31 + (31 / OW + 1) * gap < 64) {
-    const __m128i f = _mm_set1_epi8((char)flip);
+  if (o2e_qplanes_direct(OW, wp)) {
+    const size_t P = OH * OW;
     for (size_t p0 = 0; p0 < P; p0 += 2 * O2E_QNR) {
       const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
-      const size_t e0 = (p0 / OW) * wp + p0 % OW;
-      uint8_t idx[64];
-      size_t span = 0;
-      for (size_t j = 0; j < 64; ++j) {
-        const size_t p = p0 + (j < nc ? j : 0);
-        idx[j] = (uint8_t)((p / OW) * wp + p % OW - e0);
-        if (idx[j] + 1u > span) span = idx[j] + 1u;
-      }
-      const __m512i ix = _mm512_loadu_si512(idx);
-      const __mmask64 m = span >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << span) - 1);
-      uint8_t *pan0 = pk, *pan1 = pk + K4 * 64;
-      for (size_t k4 = 0; k4 < K4; ++k4) {
-        __m256i r[4];
-        for (size_t t = 0; t < 4; ++t) {
-          const size_t k = k4 * 4 + t;
-          r[t] = k < K ? _mm512_castsi512_si256(_mm512_permutexvar_epi8(
-                             ix, _mm512_maskz_loadu_epi8(m, src + rowoff[k] + e0)))
-                       : _mm256_set1_epi8((char)flip); /* k past K: zero weights */
-        }
-        for (size_t h = 0; h < 2; ++h) {
-          const __m128i r0 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[0], 1) : _mm256_castsi256_si128(r[0]), f);
-          const __m128i r1 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[1], 1) : _mm256_castsi256_si128(r[1]), f);
-          const __m128i r2 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[2], 1) : _mm256_castsi256_si128(r[2]), f);
-          const __m128i r3 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[3], 1) : _mm256_castsi256_si128(r[3]), f);
-          const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
-          const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
-          uint8_t *d = (h ? pan1 : pan0) + k4 * 64;
-          _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
-          _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
-          _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
-          _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(a1, b1));
-        }
-      }
+      o2e_qplanes_pack_(OW, wp, K, src, rowoff, flip, p0, nc, pk);
       o2e_qgemm(M, nc, K, apack, pk, bias, rowsum, scale, zp, lo, hi, y + p0, P, 1);
     }
     return;
@@ -1039,6 +1062,248 @@ static inline void o2e_qconv_planes(size_t M, size_t OH, size_t OW, size_t wp, s
   o2e_qgemm_rows(M, OH * wp, K, apack, src, 0, rowoff, flip, pk, bias, rowsum, scale, zp, lo, hi,
                  yext, OH * wp, 1);
   o2e_qcompact(yext, M, OH, OW, wp, y);
+}
+
+/* ---- two threads and more --------------------------------------------------------------
+ * The generated code passes the threading runtime's o2e_parallel_for / o2e_parallel_thread
+ * (runtime/o2e_gemm.h, included after this header) as pointers. Work units are (chunk of 32
+ * columns, part of the output channels) pairs, chunk-major, so a thread's contiguous range
+ * packs each chunk once; the channel parts (whole 8-row tiles) only split the small maps
+ * (7 x 7: 2 chunks). Every output byte is the same sum over the same packed chunk with the
+ * same requantisation whichever thread computes it: results do not depend on the split. */
+#ifndef O2E_QPAR_TYPES
+#define O2E_QPAR_TYPES
+typedef void (*o2e_qpar_for)(int n, void (*fn)(void *ctx, int begin, int end), void *ctx);
+typedef int (*o2e_qpar_thread)(void);
+#endif
+#define O2E_QPAR_UNITS 8 /* units a split aims at: O2E_PAR_CHUNKS per thread at 2 threads */
+
+/* Channel parts of a product of M rows over nchunks column chunks: powers of two while the
+ * units stay under O2E_QPAR_UNITS and each part keeps two 8-row tiles. */
+static inline size_t o2e_qparts(size_t M, size_t nchunks) {
+  const size_t tiles = (M + O2E_QMR - 1) / O2E_QMR;
+  size_t parts = 1;
+  while (nchunks * parts < O2E_QPAR_UNITS && tiles >= 4 * parts) parts *= 2;
+  return parts;
+}
+
+typedef struct {
+  size_t M, P, K; /* P: the columns computed (extended ones on the extended planes path) */
+  const int8_t *apack;
+  const uint8_t *src;
+  size_t ld;
+  const int32_t *rowoff;
+  uint8_t flip;
+  uint8_t *pk; /* slot bytes per thread */
+  size_t slot;
+  o2e_qpar_thread thread;
+  const int32_t *bias, *rowsum;
+  const float *scale;
+  int32_t zp, lo, hi;
+  uint8_t *y;
+  size_t ym, yp;
+  size_t parts, mpart; /* channel parts, rows per part (a multiple of O2E_QMR) */
+  size_t OW, wp;        /* direct planes: real columns read from rows of wp bytes (else 0) */
+} o2e_qgemm_par_args;
+
+/* Units [u0, u1): the dimensions as arguments, so a model's per-layer wrapper
+ * (kernels/int8/qgemm_kernels.py) passes them as constants and gets a specialised copy, as the
+ * serial calls inlined into the model are (the generic o2e_qgemm_units_ reads them from a). */
+static inline __attribute__((always_inline)) void o2e_qgemm_units_k_(
+    const o2e_qgemm_par_args *a, int u0, int u1, size_t M, size_t P, size_t K, size_t ym,
+    size_t yp, size_t OW, size_t wp) {
+  const size_t K4 = (K + 3) / 4;
+  uint8_t *pk = a->pk + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  size_t packed = (size_t)-1;
+  (void)OW;
+  (void)wp;
+  for (int u = u0; u < u1; ++u) {
+    const size_t chunk = (size_t)u / a->parts, part = (size_t)u % a->parts;
+    const size_t p0 = chunk * 2 * O2E_QNR, m0 = part * a->mpart;
+    const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
+    if (m0 >= M) continue;
+    const size_t mm = M - m0 < a->mpart ? M - m0 : a->mpart;
+    if (packed != chunk) {
+#if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
+      if (OW)
+        o2e_qplanes_pack_(OW, wp, K, a->src, a->rowoff, a->flip, p0, nc, pk);
+      else
+#endif
+        o2e_qpack_rows_at(a->src + p0, a->ld, a->rowoff, K, nc, a->flip, pk);
+      packed = chunk;
+    }
+    o2e_qgemm(mm, nc, K, a->apack + (m0 / O2E_QMR) * K4 * 32, pk, a->bias + m0, a->rowsum + m0,
+              a->scale + m0, a->zp, a->lo, a->hi, a->y + m0 * ym + p0 * yp, ym, yp);
+  }
+}
+
+static inline void o2e_qgemm_units_(void *arg, int u0, int u1) {
+  const o2e_qgemm_par_args *a = (const o2e_qgemm_par_args *)arg;
+  o2e_qgemm_units_k_(a, u0, u1, a->M, a->P, a->K, a->ym, a->yp, a->OW, a->wp);
+}
+
+/* o2e_qconv_planes' units with its geometry as arguments: the real columns straight into y
+ * (o2e_qplanes_direct) or the extended ones into yext. */
+static inline __attribute__((always_inline)) void o2e_qplanes_units_k_(
+    const o2e_qgemm_par_args *a, int u0, int u1, size_t M, size_t OH, size_t OW, size_t wp,
+    size_t K) {
+  const int d = o2e_qplanes_direct(OW, wp);
+  const size_t P = d ? OH * OW : OH * wp;
+  o2e_qgemm_units_k_(a, u0, u1, M, P, K, P, 1, d ? OW : 0, wp);
+}
+
+typedef void (*o2e_qunits_fn)(void *ctx, int begin, int end);
+
+static inline void o2e_qgemm_par_(o2e_qgemm_par_args *a, o2e_qpar_for par, o2e_qunits_fn units) {
+  const size_t nchunks = (a->P + 2 * O2E_QNR - 1) / (2 * O2E_QNR);
+  const size_t tiles = (a->M + O2E_QMR - 1) / O2E_QMR;
+  const o2e_qunits_fn fn = units ? units : o2e_qgemm_units_;
+  a->parts = o2e_qparts(a->M, nchunks);
+  a->mpart = (tiles + a->parts - 1) / a->parts * O2E_QMR;
+  if (par)
+    par((int)(nchunks * a->parts), fn, a);
+  else
+    fn(a, 0, (int)(nchunks * a->parts));
+}
+
+/* o2e_qgemm_rows split across threads: pk holds slot bytes (O2E_QPANEL_BYTES(K, 32) or more)
+ * per thread. */
+static inline void o2e_qgemm_rows_mt(size_t M, size_t P, size_t K, const int8_t *apack,
+                                     const uint8_t *src, size_t ld, const int32_t *rowoff,
+                                     uint8_t flip, uint8_t *pk, size_t slot,
+                                     const int32_t *bias, const int32_t *rowsum,
+                                     const float *scale, int32_t zp, int32_t lo, int32_t hi,
+                                     uint8_t *y, size_t ym, size_t yp, o2e_qpar_for par,
+                                     o2e_qpar_thread thread, o2e_qunits_fn units) {
+  o2e_qgemm_par_args a = {.M = M, .P = P, .K = K, .apack = apack, .src = src, .ld = ld,
+                          .rowoff = rowoff, .flip = flip, .pk = pk, .slot = slot,
+                          .thread = thread, .bias = bias, .rowsum = rowsum, .scale = scale,
+                          .zp = zp, .lo = lo, .hi = hi, .y = y, .ym = ym, .yp = yp};
+  o2e_qgemm_par_(&a, par, units);
+}
+
+/* o2e_qconv_planes split across threads (pk: slot bytes per thread; yext as there). */
+static inline void o2e_qconv_planes_mt(size_t M, size_t OH, size_t OW, size_t wp, size_t K,
+                                       const int8_t *apack, const uint8_t *src,
+                                       const int32_t *rowoff, uint8_t flip, uint8_t *pk,
+                                       size_t slot, const int32_t *bias, const int32_t *rowsum,
+                                       const float *scale, int32_t zp, int32_t lo, int32_t hi,
+                                       uint8_t *yext, uint8_t *y, o2e_qpar_for par,
+                                       o2e_qpar_thread thread, o2e_qunits_fn units) {
+  if (o2e_qplanes_direct(OW, wp)) {
+    o2e_qgemm_par_args a = {.M = M, .P = OH * OW, .K = K, .apack = apack, .src = src,
+                            .rowoff = rowoff, .flip = flip, .pk = pk, .slot = slot,
+                            .thread = thread, .bias = bias, .rowsum = rowsum, .scale = scale,
+                            .zp = zp, .lo = lo, .hi = hi, .y = y, .ym = OH * OW, .yp = 1,
+                            .OW = OW, .wp = wp};
+    o2e_qgemm_par_(&a, par, units);
+    return;
+  }
+  o2e_qgemm_rows_mt(M, OH * wp, K, apack, src, 0, rowoff, flip, pk, slot, bias, rowsum, scale, zp,
+                    lo, hi, yext, OH * wp, 1, par, thread, units);
+  o2e_qcompact(yext, M, OH, OW, wp, y);
+}
+
+/* G independent products (a grouped convolution) split across threads by group: group g
+ * reads weights apack + g * asz, its rows of bias / rowsum / scale (Mg each), the source
+ * src + g * ssz, and writes y + g * Mg * OH * OW. rowoff NULL: a 1x1 product over rows of
+ * ld = OH * OW bytes (o2e_qgemm_rows); else o2e_qconv_planes (rows of wp). slot: the bytes
+ * of each thread's panel scratch followed by its extended output (yoff on). */
+typedef struct {
+  size_t Mg, OH, OW, wp, K, asz, ssz;
+  const int8_t *apack;
+  const uint8_t *src;
+  const int32_t *rowoff;
+  uint8_t flip;
+  uint8_t *ws;
+  size_t slot, yoff;
+  o2e_qpar_thread thread;
+  const int32_t *bias, *rowsum;
+  const float *scale;
+  int32_t zp, lo, hi;
+  uint8_t *y;
+} o2e_qgroups_args;
+
+static inline __attribute__((always_inline)) void o2e_qgroups_k_(const o2e_qgroups_args *a,
+                                                                  int g0, int g1, size_t Mg,
+                                                                  size_t OH, size_t OW, size_t wp,
+                                                                  size_t K) {
+  uint8_t *pk = a->ws + a->slot * (size_t)(a->thread ? a->thread() : 0);
+  const size_t P = OH * OW;
+  for (size_t g = (size_t)g0; g < (size_t)g1; ++g) {
+    const size_t m0 = g * Mg;
+    if (!a->rowoff)
+      o2e_qgemm_rows(Mg, P, K, a->apack + g * a->asz, a->src + g * a->ssz, P, NULL, a->flip, pk,
+                     a->bias + m0, a->rowsum + m0, a->scale + m0, a->zp, a->lo, a->hi,
+                     a->y + m0 * P, P, 1);
+    else
+      o2e_qconv_planes(Mg, OH, OW, wp, K, a->apack + g * a->asz, a->src + g * a->ssz, a->rowoff,
+                       a->flip, pk, a->bias + m0, a->rowsum + m0, a->scale + m0, a->zp, a->lo,
+                       a->hi, pk + a->yoff, a->y + m0 * P);
+  }
+}
+
+static inline void o2e_qgroups_(void *arg, int g0, int g1) {
+  const o2e_qgroups_args *a = (const o2e_qgroups_args *)arg;
+  o2e_qgroups_k_(a, g0, g1, a->Mg, a->OH, a->OW, a->wp, a->K);
+}
+
+static inline void o2e_qgroups_mt(size_t G, size_t Mg, size_t OH, size_t OW, size_t wp, size_t K,
+                                  const int8_t *apack, size_t asz, const uint8_t *src, size_t ssz,
+                                  const int32_t *rowoff, uint8_t flip, uint8_t *ws, size_t slot,
+                                  size_t yoff, const int32_t *bias, const int32_t *rowsum,
+                                  const float *scale, int32_t zp, int32_t lo, int32_t hi,
+                                  uint8_t *y, o2e_qpar_for par, o2e_qpar_thread thread,
+                                  o2e_qunits_fn units) {
+  o2e_qgroups_args a = {.Mg = Mg, .OH = OH, .OW = OW, .wp = wp, .K = K, .asz = asz,
+                        .ssz = ssz, .apack = apack, .src = src, .rowoff = rowoff, .flip = flip,
+                        .ws = ws, .slot = slot, .yoff = yoff, .thread = thread, .bias = bias,
+                        .rowsum = rowsum, .scale = scale, .zp = zp, .lo = lo, .hi = hi, .y = y};
+  const o2e_qunits_fn fn = units ? units : o2e_qgroups_;
+  if (par)
+    par((int)G, fn, &a);
+  else
+    fn(&a, 0, (int)G);
+}
+
+/* o2e_qgemm (B packed whole, o2e_qpack_cols) split across threads by parts of the M rows. */
+typedef struct {
+  size_t M, P, K, mpart;
+  const int8_t *apack;
+  const uint8_t *bpack;
+  const int32_t *bias, *rowsum;
+  const float *scale;
+  int32_t zp, lo, hi;
+  uint8_t *y;
+  size_t ym, yp;
+} o2e_qgemm_m_args;
+
+static inline void o2e_qgemm_mparts_(void *arg, int q0, int q1) {
+  const o2e_qgemm_m_args *a = (const o2e_qgemm_m_args *)arg;
+  const size_t K4 = (a->K + 3) / 4;
+  for (size_t q = (size_t)q0; q < (size_t)q1; ++q) {
+    const size_t m0 = q * a->mpart;
+    if (m0 >= a->M) continue;
+    const size_t mm = a->M - m0 < a->mpart ? a->M - m0 : a->mpart;
+    o2e_qgemm(mm, a->P, a->K, a->apack + (m0 / O2E_QMR) * K4 * 32, a->bpack, a->bias + m0,
+              a->rowsum + m0, a->scale + m0, a->zp, a->lo, a->hi, a->y + m0 * a->ym, a->ym,
+              a->yp);
+  }
+}
+
+static inline void o2e_qgemm_mt(size_t M, size_t P, size_t K, const int8_t *apack,
+                                const uint8_t *bpack, const int32_t *bias, const int32_t *rowsum,
+                                const float *scale, int32_t zp, int32_t lo, int32_t hi, uint8_t *y,
+                                size_t ym, size_t yp, o2e_qpar_for par) {
+  const size_t tiles = (M + O2E_QMR - 1) / O2E_QMR;
+  const size_t parts = tiles < O2E_QPAR_UNITS ? tiles : O2E_QPAR_UNITS;
+  o2e_qgemm_m_args a = {.M = M, .P = P, .K = K, .mpart = (tiles + parts - 1) / parts * O2E_QMR,
+                        .apack = apack, .bpack = bpack, .bias = bias, .rowsum = rowsum,
+                        .scale = scale, .zp = zp, .lo = lo, .hi = hi, .y = y, .ym = ym, .yp = yp};
+  if (par)
+    par((int)parts, o2e_qgemm_mparts_, &a);
+  else
+    o2e_qgemm_mparts_(&a, 0, (int)parts);
 }
 
 /* A fully connected layer at batch 1 (convert --device): y[n * yn] = requant(sum_k A[n][k] x[k]

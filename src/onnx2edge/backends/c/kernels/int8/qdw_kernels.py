@@ -8,9 +8,54 @@ import numpy as np
 
 from .....passes.qdq_int8 import Int8Plan
 from ...emitter import NodeContext, c_literal
+from ..gemm.gemm import _use_engine, plan_threads
 
 HEADER = "o2e_qdw.h"
 CB = 16  # O2E_QDWC_CB: channels per block (one AVX-512 register of int32 sums)
+PAR_BYTES = 4096  # O2E_QPAR_BYTES: the element-wise kernels' unit of a thread split
+
+# Work below which an int8 kernel runs on the calling thread: handing a range to a spinning
+# pool worker and joining costs a few microseconds. The int8 kernels do 2-4x more per
+# instruction than the float ones (pool2d.PAR_MIN_WORK counts float operations), so the
+# thresholds are higher: multiply-adds of a product (VNNI: 64 a cycle), tap operations plus
+# plane bytes of a depthwise layer, bytes of an element-wise op (a table lookup runs ~30 bytes
+# a cycle with VBMI, the float-formula Add / Mul a few).
+PAR_MIN_MACS = 1 << 19
+PAR_MIN_DW = 1 << 17
+PAR_MIN_BYTES = 1 << 15
+PAR_MIN_LUT = 1 << 17
+SLOT_ALIGN = 64  # per-thread scratch slots start on cache lines
+
+
+def slot_bytes(n: int) -> int:
+    return -(-max(n, 1) // SLOT_ALIGN) * SLOT_ALIGN
+
+
+def split(ctx: NodeContext, work: int, units: int, threshold: int) -> bool:
+    """Whether a kernel splits its `units` across threads: a build planned for more than one
+    thread (never a microcontroller's), enough work to pay the hand-off, two units at least.
+    When it does, the threading runtime (o2e_parallel_for, o2e_gemm.h) joins the includes."""
+    threaded = plan_threads(ctx) > 1 and units > 1 and work >= threshold
+    if threaded:
+        _use_engine(ctx)
+    return threaded
+
+
+PAR = "o2e_parallel_for"
+PAR_THREAD = "o2e_parallel_for, o2e_parallel_thread"
+
+
+def units_wrapper(ctx: NodeContext, name: str, args_type: str, call: str) -> str:
+    """A work-unit function of one layer's geometry: `call` (an always_inline *_k_ body of the
+    runtime, given `a`, `u0`, `u1` and the dimensions as constants) in a static function that
+    o2e_parallel_for can call; shared by the layers of the same geometry. Its name."""
+    ctx.helper(
+        name,
+        f"static void {name}(void *arg, int u0, int u1) {{\n"
+        f"  const {args_type} *a = (const {args_type} *)arg;\n"
+        f"  {call};\n}}",
+    )
+    return name
 
 
 def use_runtime(ctx: NodeContext) -> None:
@@ -84,8 +129,29 @@ def depthwise(
     off = ctx.weight("qtap", tap_offsets(kh, kw, dl[0], dl[1], wp))
     bias = ctx.weight("qbias16", _pad16(depthwise_bias(plan.bias, plan.w, xz)))
     sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
+    tile_bytes = -(-OH * OW // 16) * 16 * CB
+    blocks = -(-C // CB)
+    if split(ctx, N * C * (H * W + OH * OW * kh * kw), blocks, PAR_MIN_DW):
+        # channel blocks across threads, each with its own plane + tile (o2e_qdwc_mt)
+        pbytes = slot_bytes(hp * wp * CB)
+        slot = slot_bytes(pbytes + tile_bytes)
+        ws = ctx.scratch(slot * plan_threads(ctx), "uint8_t")
+        dims = f"{C}, {H}, {W}, {OH}, {OW}, {geo}"
+        units = units_wrapper(
+            ctx,
+            "o2e_qdu_" + dims.replace(", ", "_"),
+            "o2e_qdwc_par_args",
+            f"o2e_qdwc_units_k_(a, u0, u1, {dims})",
+        )
+        return (
+            f"for (size_t n = 0; n < {N}; ++n)\n"
+            f"  o2e_qdwc_mt({C}, {H}, {W}, {OH}, {OW}, {geo}, "
+            f"(const uint8_t *){x.sym} + n * {C * H * W}, {flip}, {xz}, {w}, {off}, {bias}, "
+            f"{sc}, {plan.y_zp}, {plan.lo}, {plan.hi}, (uint8_t *){y.sym} + n * {C * OH * OW}, "
+            f"{ws}, {slot}, {pbytes}, {PAR_THREAD}, {units});"
+        )
     plane = ctx.scratch(hp * wp * CB, "uint8_t")
-    tile = ctx.scratch(-(-OH * OW // 16) * 16 * CB, "uint8_t")
+    tile = ctx.scratch(tile_bytes, "uint8_t")
     return (
         f"for (size_t n = 0; n < {N}; ++n)\n"
         f"  o2e_qdwc({C}, {H}, {W}, {OH}, {OW}, {geo}, (const uint8_t *){x.sym} + n * {C * H * W}, "
@@ -117,9 +183,11 @@ def qadd(
     lit = [c_literal(np.float32(v), np.float32) for v in (rac, rbc, fixed)]
     use_runtime(ctx)
     ctx.kernel("int8 add (vector)")
+    mt = split(ctx, y.size, -(-y.size // PAR_BYTES), PAR_MIN_BYTES)
     return (
-        f"o2e_qadd({y.size}, (const uint8_t *){a.sym}, (const uint8_t *){b.sym}, {sgn}, "
-        f"{lit[0]}, {lit[1]}, {lit[2]}, {int(bounds[0])}, {int(bounds[1])}, (uint8_t *){y.sym});"
+        f"o2e_qadd{'_mt' if mt else ''}({y.size}, (const uint8_t *){a.sym}, "
+        f"(const uint8_t *){b.sym}, {sgn}, {lit[0]}, {lit[1]}, {lit[2]}, {int(bounds[0])}, "
+        f"{int(bounds[1])}, (uint8_t *){y.sym}{', ' + PAR if mt else ''});"
     )
 
 
@@ -145,3 +213,11 @@ def try_quantize(ctx: NodeContext, per_tensor: bool, qdtype: np.dtype) -> str | 
         f"o2e_qquant({x.size}, (const float *){x.sym}, {s.sym}[0], {zp}, {lo}, {hi}, "
         f"(uint8_t *){y.sym});"
     )
+
+
+def qlut(ctx: NodeContext, n: int, src: str, lut: str, dst: str) -> str:
+    """o2e_qlut over n bytes (split in PAR_BYTES blocks across threads when it pays)."""
+    use_runtime(ctx)
+    if split(ctx, n, -(-n // PAR_BYTES), PAR_MIN_LUT):
+        return f"o2e_qlut_mt({n}, {src}, {lut}, {dst}, {PAR});"
+    return f"o2e_qlut({n}, {src}, {lut}, {dst});"

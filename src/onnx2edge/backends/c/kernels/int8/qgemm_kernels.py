@@ -9,7 +9,9 @@ import numpy as np
 from .....passes.qdq_int8 import Int8Plan, int8_plan
 from .....semantics.conv_geometry import conv_geometry
 from ...emitter import NodeContext
-from .qdw_kernels import depthwise, use_runtime
+from ..gemm.gemm import plan_threads
+from . import qdw_kernels as qdw
+from .qdw_kernels import PAR, PAR_THREAD, depthwise, slot_bytes, split, units_wrapper, use_runtime
 
 HEADER = "o2e_qgemm.h"
 MR, NR = 8, 16  # O2E_QMR / O2E_QNR
@@ -58,6 +60,71 @@ def _chunk_bytes(ctx: NodeContext, K: int, P: int) -> int:
     if _mve(ctx):
         return min(P, 16) * -(-K // 16) * 16
     return _panel_bytes(ctx, K, min(P, 2 * NR) if ctx.device.is_mcu else 2 * NR)
+
+
+def _split(ctx: NodeContext, macs: int, units: int) -> bool:
+    """Whether a product splits across threads (o2e_qgemm.h's *_mt kernels; not Helium's
+    o2e_qgemm16, which microcontrollers run on one thread anyway)."""
+    return not _mve(ctx) and split(ctx, macs, units, qdw.PAR_MIN_MACS)
+
+
+def _slots(ctx: NodeContext, nbytes: int) -> tuple[str, int]:
+    """Scratch of one slot of nbytes per planned thread: its symbol and the slot's size."""
+    slot = slot_bytes(nbytes)
+    return ctx.scratch(slot * plan_threads(ctx), "uint8_t"), slot
+
+
+class _Panels(str):
+    """Panel scratch: the C symbol, and its per-thread slot size when the product splits
+    across threads (0: one call on the calling thread)."""
+
+    slot: int = 0
+
+
+def _pk(ctx: NodeContext, K: int, pe: int, macs: int, units: int) -> _Panels:
+    """The panel scratch of a product over pe columns: one slot per thread when it splits."""
+    if _split(ctx, macs, units):
+        sym, slot = _slots(ctx, _chunk_bytes(ctx, K, pe))
+        out = _Panels(sym)
+        out.slot = slot
+        return out
+    return _Panels(ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t"))
+
+
+def _rows_units(ctx: NodeContext, M: int, P: int, K: int, ym: int) -> str:
+    """o2e_qgemm_rows_mt's unit function for these dimensions (yp 1)."""
+    dims = f"{M}, {P}, {K}, {ym}, 1"
+    return units_wrapper(
+        ctx,
+        "o2e_qgu_" + dims.replace(", ", "_"),
+        "o2e_qgemm_par_args",
+        f"o2e_qgemm_units_k_(a, u0, u1, {dims}, 0, 0)",
+    )
+
+
+def _planes_units(ctx: NodeContext, M: int, OH: int, OW: int, wp: int, K: int) -> str:
+    dims = f"{M}, {OH}, {OW}, {wp}, {K}"
+    return units_wrapper(
+        ctx,
+        "o2e_qpu_" + dims.replace(", ", "_"),
+        "o2e_qgemm_par_args",
+        f"o2e_qplanes_units_k_(a, u0, u1, {dims})",
+    )
+
+
+def _groups_units(ctx: NodeContext, Mg: int, OH: int, OW: int, wp: int, K: int) -> str:
+    dims = f"{Mg}, {OH}, {OW}, {wp}, {K}"
+    return units_wrapper(
+        ctx,
+        "o2e_qgg_" + dims.replace(", ", "_"),
+        "o2e_qgroups_args",
+        f"o2e_qgroups_k_(a, u0, u1, {dims})",
+    )
+
+
+def _units(M: int, P: int) -> int:
+    """Work units of o2e_qgemm_par_ at most: chunks of 32 columns times 8-row tiles."""
+    return -(-P // (2 * NR)) * -(-M // MR)
 
 
 def _rows_fn(ctx: NodeContext) -> str:
@@ -133,7 +200,7 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         off = (c_ * hp * wp + ky * dl[0] * wp + kx * dl[1]).reshape(-1).astype(np.int32)
         offs = ctx.weight("qrowoff", off)
         padded = ctx.scratch(C * hp * wp, "uint8_t")
-        pk = ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t")
+        pk = _pk(ctx, K, pe, M * K * OH * OW, _units(M, pe))
         yext = ctx.scratch(M * pe, "uint8_t")
         lines += [
             f"  o2e_qpad(xn, {C}, {H}, {W}, {hp}, {wp}, {pads[0]}, {pads[1]}, (uint8_t){padv}, "
@@ -153,7 +220,11 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         # strided: phase planes read at K offsets, no column matrix (o2e_qphase)
         return _phase_conv(ctx, plan, (A, bias, rowsum, sc), lines, (kh, kw), st, dl, pads)
     ctx.kernel("int8 gemm 1x1" if pointwise else "int8 subsample gemm")
-    pk = ctx.scratch(_chunk_bytes(ctx, K, P), "uint8_t")
+    mt = _split(ctx, N * M * K * P, _units(M, P))
+    if mt:
+        pk, slot = _slots(ctx, _chunk_bytes(ctx, K, P))
+    else:
+        pk, slot = ctx.scratch(_chunk_bytes(ctx, K, P), "uint8_t"), 0
     src = "xn"
     if subsample:
         # strided 1x1 (ResNet shortcuts): a plain subsample (runtime/o2e_qdw.h)
@@ -161,6 +232,14 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
         use_runtime(ctx)
         lines.append(f"  o2e_qsubsample(xn, {C}, {H}, {W}, {OH}, {OW}, {st[0]}, {st[1]}, {col});")
         src = col
+    if mt:
+        lines += [
+            f"  o2e_qgemm_rows_mt({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {slot}, "
+            f"{bias}, {rowsum}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {P}, 1, "
+            f"{PAR_THREAD}, {_rows_units(ctx, M, P, K, P)});",
+            "}",
+        ]
+        return "\n".join(lines)
     lines += [
         f"  {_rows_fn(ctx)}({M}, {P}, {K}, {A}, {src}, {P}, 0, {_flip(plan)}, {pk}, {bias}, "
         f"{rowsum}, {sc}, {_clamp_args(plan)}, {yp} + n * {M * P}, {P}, 1);",
@@ -199,6 +278,19 @@ def _grouped(
     ]
     loop = f"  for (size_t g = 0; g < {G}; ++g) {{"
     pointwise = kh == kw == 1 and st == [1, 1] and not any(pads)
+    mt = _split(ctx, N * M * K * P, G)
+    if pointwise and mt:
+        ctx.kernel("int8 grouped gemm 1x1")
+        ws, slot = _slots(ctx, _chunk_bytes(ctx, K, P))
+        return "\n".join(
+            [
+                *lines,
+                f"  o2e_qgroups_mt({G}, {Mg}, {OH}, {OW}, 0, {K}, {A}, {gsz}, xn, {Cg * P}, NULL, "
+                f"{_flip(plan)}, {ws}, {slot}, 0, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
+                f"{yp} + n * {M * P}, {PAR_THREAD}, {_groups_units(ctx, Mg, OH, OW, 0, K)});",
+                "}",
+            ]
+        )
     if pointwise:
         ctx.kernel("int8 grouped gemm 1x1")
         pk = ctx.scratch(_chunk_bytes(ctx, K, P), "uint8_t")
@@ -230,6 +322,17 @@ def _grouped(
         )
         gplane = st[0] * st[1] * hq * wq * Cg
     pe = OH * wq
+    if mt:
+        # groups across threads, each with its own panels and extended output (o2e_qgroups_mt)
+        pkb = slot_bytes(_chunk_bytes(ctx, K, pe))
+        ws, slot = _slots(ctx, pkb + Mg * pe)
+        lines.append(
+            f"  o2e_qgroups_mt({G}, {Mg}, {OH}, {OW}, {wq}, {K}, {A}, {gsz}, {planes}, {gplane}, "
+            f"{offs}, {_flip(plan)}, {ws}, {slot}, {pkb}, {bias}, {rowsum}, {sc}, "
+            f"{_clamp_args(plan)}, {yp} + n * {M * P}, {PAR_THREAD}, "
+            f"{_groups_units(ctx, Mg, OH, OW, wq, K)});"
+        )
+        return "\n".join([*lines, "}"])
     pk = ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t")
     yext = ctx.scratch(Mg * pe, "uint8_t")
     body = _planes_product(
@@ -272,7 +375,7 @@ def _phase_conv(
     pe = OH * wq
     offs = ctx.weight("qrowoff", phase_offsets(C, kernel, st, dl, hq, wq))
     planes = ctx.scratch(C * st[0] * st[1] * hq * wq, "uint8_t")
-    pk = ctx.scratch(_chunk_bytes(ctx, K, pe), "uint8_t")
+    pk = _pk(ctx, K, pe, M * K * OH * OW, _units(M, pe))
     yext = ctx.scratch(M * pe, "uint8_t")
     padv = plan.x_zp & 0xFF
     lines += [
@@ -304,6 +407,12 @@ def _planes_product(
     M, OH, OW, wp, K = dims
     A, bias, rowsum, sc = consts
     src, offs, pk, yext, y = bufs
+    if getattr(pk, "slot", 0):
+        return [
+            f"  o2e_qconv_planes_mt({M}, {OH}, {OW}, {wp}, {K}, {A}, {src}, {offs}, "
+            f"{_flip(plan)}, {pk}, {pk.slot}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
+            f"{yext}, {y}, {PAR_THREAD}, {_planes_units(ctx, M, OH, OW, wp, K)});"
+        ]
     if _rows_fn(ctx) == "o2e_qgemm_rows":
         return [
             f"  o2e_qconv_planes({M}, {OH}, {OW}, {wp}, {K}, {A}, {src}, {offs}, {_flip(plan)}, "
@@ -340,10 +449,12 @@ def _matmul(ctx: NodeContext, plan: Int8Plan) -> str:
         )
     pk = ctx.scratch(_panel_bytes(ctx, K, R), "uint8_t")
     ctx.kernel("int8 gemm (matmul)")
+    # split by parts of the N output rows (the packed columns are shared, read only)
+    mt = _split(ctx, N * K * R, -(-N // MR))
     return (
         f"o2e_qpack_cols((const uint8_t *){a.sym}, {R}, {K}, {_flip(plan)}, {pk});\n"
-        f"o2e_qgemm({N}, {R}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, {_clamp_args(plan)}, "
-        f"(uint8_t *){y.sym}, 1, {N});"
+        f"o2e_qgemm{'_mt' if mt else ''}({N}, {R}, {K}, {A}, {pk}, {bias}, {rowsum}, {sc}, "
+        f"{_clamp_args(plan)}, (uint8_t *){y.sym}, 1, {N}{', ' + PAR if mt else ''});"
     )
 
 
