@@ -108,7 +108,7 @@ def concat(ctx: NodeContext) -> str:
         inner = int(np.prod(t.shape[axis:]))
         if inner == 0 or outer == 0:
             continue
-        if ctx.concat_alias(t.name) == (y.name, off * es):
+        if _in_place(ctx, t.name, y.name, off * es):
             # its producer wrote it in place (concat_alias.py)
             lines.append(f"/* {t.sym}: written in place */")
             off += inner
@@ -118,6 +118,15 @@ def concat(ctx: NodeContext) -> str:
         )
         off += inner
     return "\n".join(lines) or "/* empty */"
+
+
+def _in_place(ctx: NodeContext, x: str, y: str, off: int) -> bool:
+    """Input x already sits at byte `off` of Concat output y: aliased into y itself, or y is
+    a prefix view of a dense block's home and x was placed there (concat_alias.py)."""
+    ax, ay = ctx.concat_alias(x), ctx.concat_alias(y)
+    if ax == (y, off):
+        return True
+    return ax is not None and ay is not None and ax == (ay[0], ay[1] + off)
 
 
 @register_op("Split")
