@@ -183,6 +183,7 @@ class CBackend(Backend):
         "fold_batchnorm",
         "bound_data_dependent",  # NonMaxSuppression, Unique: outputs sized by a bound
         "widen_small_floats",  # before the fusions: each widened op rounds its own result
+        "pool_before_pointwise",  # 1x1 Conv -> AveragePool: the conv on the pooled map
         "fuse_residual",
         "fuse_matmul_bias",  # MatMul + bias Add: one GEMM with the bias in its epilogue
         "fuse_activation",
