@@ -1,6 +1,7 @@
 """Concat inputs written in place in their output's buffer (backends/c/concat_alias.py):
 which inputs are aliased (single-reader arena tensors of a batch-1 concat) and which are still
 copied (graph inputs, tensors read twice, nested concats, interleaved slices, graph outputs),
+and dense blocks (every Concat a prefix of the block's last one: all views of its buffer),
 each model checked against onnxruntime at every ISA (aarch64 under qemu), NaN / Inf included."""
 
 from __future__ import annotations
@@ -122,6 +123,38 @@ CASES = {
         1,
         2,
     ),
+    # a dense block (DenseNet): every Concat's inputs are a prefix of the last one's, so
+    # all are views of its buffer: a (3 concats), f1 (2) and f2 (1) in place, no copies
+    "dense": (
+        [
+            _unary("Relu", "x", "a"),
+            N("Concat", ["a"], ["c1"], axis=1),
+            _unary("Neg", "c1", "f1"),
+            N("Concat", ["a", "f1"], ["c2"], axis=1),
+            _unary("Sigmoid", "c2", "f2"),
+            N("Concat", ["a", "f1", "f2"], ["c3"], axis=1),
+            _unary("Tanh", "c3", "z"),
+        ],
+        ["z"],
+        1,
+        6,
+    ),
+    # f1 also read by another node: not a dense chain; only f2 (one reader) in place
+    "dense_extra_reader": (
+        [
+            _unary("Relu", "x", "a"),
+            N("Concat", ["a"], ["c1"], axis=1),
+            _unary("Neg", "c1", "f1"),
+            N("Concat", ["a", "f1"], ["c2"], axis=1),
+            _unary("Sigmoid", "c2", "f2"),
+            N("Concat", ["a", "f1", "f2"], ["c3"], axis=1),
+            _unary("Tanh", "c3", "z"),
+            _unary("Abs", "f1", "w"),
+        ],
+        ["z", "w"],
+        1,
+        1,
+    ),
 }
 
 
@@ -141,7 +174,9 @@ def test_which_inputs_are_written_in_place(tmp_path: Path, case: str) -> None:
 
 
 @pytest.mark.parametrize("arch", ALL_ISAS)
-@pytest.mark.parametrize("case", ["mixed", "nested", "long_lived", "axis3_and_output"])
+@pytest.mark.parametrize(
+    "case", ["mixed", "nested", "long_lived", "axis3_and_output", "dense", "dense_extra_reader"]
+)
 def test_matches_onnxruntime(tmp_path: Path, case: str, arch: str) -> None:
     nodes, outputs, batch, _ = CASES[case]
     path = _model(tmp_path / "m.onnx", nodes, outputs, batch)

@@ -134,3 +134,61 @@ def test_fixture_plans_never_collide(
     fixture: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _checked_convert(monkeypatch, FIXTURES / fixture, tmp_path / "c")
+
+
+def _dense_block(path: Path, layers: int = 4) -> Path:
+    """DenseNet-style block built with onnx.helper: BN -> ReLU -> 1x1 Conv -> ReLU -> 3x3 Conv
+    per layer, each layer reading the Concat of the block input and every earlier output."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    c0, grow = 8, 4
+    inits, nodes, feats = [], [helper.make_node("Relu", ["x"], ["f0"])], ["f0"]
+    for i in range(layers):
+        cin = c0 + grow * i
+        nodes.append(helper.make_node("Concat", list(feats), [f"cat{i}"], axis=1))
+        for n, v in (("g", 1.0), ("b", 0.1), ("m", 0.0), ("v", 1.0)):
+            arr = (v + 0.1 * rng.standard_normal(cin)).astype(np.float32)
+            inits.append(numpy_helper.from_array(np.abs(arr) if n == "v" else arr, f"{n}{i}"))
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [f"cat{i}", f"g{i}", f"b{i}", f"m{i}", f"v{i}"],
+                [f"bn{i}"],
+            )
+        )
+        nodes.append(helper.make_node("Relu", [f"bn{i}"], [f"r{i}"]))
+        w1 = rng.standard_normal((16, cin, 1, 1)).astype(np.float32) * 0.3
+        w3 = rng.standard_normal((grow, 16, 3, 3)).astype(np.float32) * 0.1
+        inits += [numpy_helper.from_array(w1, f"w1_{i}"), numpy_helper.from_array(w3, f"w3_{i}")]
+        nodes.append(helper.make_node("Conv", [f"r{i}", f"w1_{i}"], [f"p{i}"]))
+        nodes.append(helper.make_node("Relu", [f"p{i}"], [f"q{i}"]))
+        nodes.append(helper.make_node("Conv", [f"q{i}", f"w3_{i}"], [f"f{i + 1}"], pads=[1] * 4))
+        feats.append(f"f{i + 1}")
+    nodes.append(helper.make_node("Concat", list(feats), ["cat"], axis=1))
+    nodes.append(
+        helper.make_node("AveragePool", ["cat"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c0, 12, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(
+        helper.make_graph(nodes, "dense", [x], [y], inits),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    m.ir_version = 8
+    onnx.save(onnx.shape_inference.infer_shapes(m), path)
+    return path
+
+
+def test_dense_block_plan_never_collides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every feature map of a dense block is placed in the block's last Concat, the earlier
+    Concats are views of its first bytes: nothing copied, nothing overwritten while read."""
+    seen = _checked_convert(monkeypatch, _dense_block(tmp_path / "dense.onnx"), tmp_path / "c")
+    aliases = seen["emitter"].concat_aliases
+    assert {x for x, (y, _) in aliases.items() if y == "cat"} == {
+        *(f"f{i}" for i in range(5)),
+        *(f"cat{i}" for i in range(4)),
+    }
+    assert "memcpy" not in (tmp_path / "c" / "model.c").read_text()

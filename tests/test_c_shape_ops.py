@@ -390,6 +390,26 @@ def test_transpose(tmp_path: Path, perm: list[int]) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "shape, perm",
+    [
+        ((1, 20, 16, 2, 32, 2), [0, 3, 5, 2, 4, 1]),  # MobileViT's unfold: read in x's order
+        ((2, 2, 16, 16, 20), [0, 4, 2, 1, 3]),  # its fold: reads 20 apart, y's order kept
+        ((3, 17, 1030), [0, 2, 1]),  # an odd-sized far read
+    ],
+)
+def test_transpose_far_reads(tmp_path: Path, shape: tuple[int, ...], perm: list[int]) -> None:
+    """Transposes whose write order reads x >= 4 KB apart loop in x's order instead."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[[0, 5, 77]] = [np.nan, np.inf, -np.inf]
+    check(
+        tmp_path,
+        helper.make_node("Transpose", ["x"], ["y"], perm=perm),
+        {"x": x},
+        x.transpose(perm).shape,
+    )
+
+
 @pytest.mark.parametrize("runtime", [False, True])
 def test_split_input(tmp_path: Path, runtime: bool) -> None:
     x = img(2, 9, 3)

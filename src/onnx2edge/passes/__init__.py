@@ -8,6 +8,7 @@ from .fold_constants import fold_constants  # noqa: E402, I001  (registers itsel
 from .fold_batchnorm import fold_batchnorm  # noqa: E402
 from .bounded import bound_data_dependent  # noqa: E402, F401
 from .fuse_activation import activation_of, fuse_activation  # noqa: E402
+from .pool_before_pointwise import pool_before_pointwise  # noqa: E402, F401
 from .fuse_residual import fuse_residual, has_residual  # noqa: E402
 from .channel_norm import channel_norm  # noqa: E402, F401
 from .fuse_softmax_scale import fuse_softmax_scale  # noqa: E402, F401

@@ -185,6 +185,7 @@ class CBackend(Backend):
         "widen_small_floats",  # before the fusions: each widened op rounds its own result
         "fuse_attention",  # MatMul, scale, mask, Softmax, MatMul: one op (o2e_attention.h)
         "channel_norm",  # ConvNeXt's channels-last LayerNorm + MLP on NCHW: 1x1 convs
+        "pool_before_pointwise",  # 1x1 Conv -> AveragePool: the conv on the pooled map
         "fuse_residual",
         "fuse_matmul_bias",  # MatMul + bias Add: one GEMM with the bias in its epilogue
         "fuse_activation",

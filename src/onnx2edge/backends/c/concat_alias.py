@@ -14,6 +14,16 @@ offset is the output's plus its slice's). Skipped, and copied as before: graph i
 outputs, inputs read by other nodes too or repeated in the Concat, inputs that are
 themselves concat outputs with aliases (no chains), and nodes under a run-time If guard.
 Reshape / Flatten / Squeeze / Unsqueeze are a Concat of one input under the same rules.
+
+Dense blocks (DenseNet): layer i of a block concatenates the block input and every earlier
+layer's output, so each feature map is read by every later Concat and the plain rule above
+(one reader) aliases none of them: each layer copied the whole growing stack again, O(L^2)
+bytes per block. When a batch-1 Concat's inputs start with exactly the inputs of other
+Concats on the same axis (their input lists are prefixes of its own), all of them are views
+of its buffer: every input is written in place at its offset in the largest Concat (the
+block's home), each prefix Concat's output is the home's first bytes (an alias at offset 0),
+and no Concat of the block copies anything. Taken only when every input of the home can be
+placed (arena tensors, read by nothing but these Concats, unguarded producers).
 """
 
 from __future__ import annotations
@@ -42,7 +52,10 @@ def concat_aliases(
     outputs = set(graph.outputs)
     targets: set[str] = set()  # concat outputs that received aliases
     aliases: dict[str, tuple[str, int]] = {}
+    _dense_chains(graph, kinds, guarded, readers, producer, outputs, aliases, targets)
     for node in graph.nodes:
+        if node.outputs and (node.outputs[0] in targets or node.outputs[0] in aliases):
+            continue  # placed as a dense chain
         reshape = node.op_type in RESHAPES
         if (
             not (node.op_type == "Concat" or reshape)
@@ -83,6 +96,93 @@ def concat_aliases(
                 targets.add(y)
             off += nbytes
     return aliases
+
+
+def _contiguous_concat(
+    node, graph: Graph, kinds: Mapping[str, str], guarded: set[str]
+) -> tuple[int, list[int]] | None:
+    """(axis, byte size of each input) of a Concat whose inputs are contiguous runs of its
+    arena output (batch-1 style), all static, non-empty, of the output's dtype; else None."""
+    if node.op_type != "Concat" or node.domain not in ("", "ai.onnx") or node.name in guarded:
+        return None
+    y = node.outputs[0]
+    ty = graph.type_of(y)
+    if kinds.get(y) != "arena" or ty is None or not ty.is_static:
+        return None
+    shape = ty.static_shape
+    axis = int(node.attrs["axis"].value)
+    axis += len(shape) if axis < 0 else 0
+    if int(np.prod(shape[:axis], dtype=np.int64)) != 1:
+        return None
+    sizes = []
+    for x in node.inputs:
+        tx = graph.type_of(x) if x else None
+        if tx is None or not tx.is_static or tx.dtype != ty.dtype:
+            return None
+        nbytes = int(np.prod(tx.static_shape, dtype=np.int64)) * np.dtype(ty.dtype).itemsize
+        if nbytes <= 0:
+            return None
+        sizes.append(nbytes)
+    return axis, sizes
+
+
+def _dense_chains(
+    graph: Graph,
+    kinds: Mapping[str, str],
+    guarded: set[str],
+    readers: Mapping[str, int],
+    producer: Mapping[str, str],
+    outputs: set[str],
+    aliases: dict[str, tuple[str, int]],
+    targets: set[str],
+) -> None:
+    """Place dense blocks (module docstring): fills `aliases` and `targets` in place."""
+    concats = {}
+    for node in graph.nodes:
+        got = _contiguous_concat(node, graph, kinds, guarded)
+        if got is not None and node.outputs[0] not in outputs:
+            concats[node.outputs[0]] = (node, *got)
+    placed: set[str] = set()
+    # largest first: a block's last Concat is the home of every earlier one
+    for home in sorted(concats, key=lambda y: -len(concats[y][0].inputs)):
+        if home in placed:
+            continue
+        node, axis, sizes = concats[home]
+        ins = list(node.inputs)
+        prefixes = [
+            y
+            for y, (q, qaxis, _) in concats.items()
+            if y != home
+            and y not in placed
+            and qaxis == axis
+            and len(q.inputs) < len(ins)
+            and list(q.inputs) == ins[: len(q.inputs)]
+        ]
+        if not prefixes or len(set(ins)) != len(ins):
+            continue
+        # each input is read once by the home and once by every prefix that holds it
+        held = {x: 1 + sum(x in concats[p][0].inputs for p in prefixes) for x in ins}
+        if not all(
+            kinds.get(x) == "arena"
+            and x not in outputs
+            and x not in aliases
+            and x not in targets
+            and x not in concats
+            and x in producer
+            and producer[x] not in guarded
+            and readers.get(x) == held[x]
+            for x in ins
+        ):
+            continue
+        off = 0
+        for x, nbytes in zip(ins, sizes, strict=True):
+            aliases[x] = (home, off)
+            off += nbytes
+        for p in prefixes:
+            aliases[p] = (home, 0)
+            placed.add(p)
+        targets.add(home)
+        placed.add(home)
 
 
 # Ops that only rename bytes: their input, written by its producer straight into the output's

@@ -449,16 +449,21 @@ def batchnorm(ctx: NodeContext) -> str:
         scale = ctx.weight("scale", affine[0].astype(x.dtype))
         shift = ctx.weight("shift", affine[1].astype(x.dtype))
         sc, sh = f"{scale}[c]", f"{shift}[c]"
+        # scale and shift already rounded to x's type: one fused multiply-add per element in
+        # that type (rounded once, as the double's product and sum rounded at the store),
+        # a vector loop of x's width where double halved it (DenseNet's 58 pre-activations)
+        st = x.ctype if x.ctype in ("float", "double") else "double"
     else:
         g, b, m, v = (ctx.x(i).sym for i in range(1, 5))
         sc = f"{g}[c] / sqrt((double){v}[c] + {c_literal(eps, np.float64)})"
         sh = f"{b}[c] - {m}[c] * s"
+        st = "double"
     # o2e.BatchNormalizationAct (fuse_activation: DenseNet's pre-activation BN -> ReLU before
     # each convolution): the activation as each value is stored, one pass instead of two
     store = act_expr(fused_act(ctx), "v", y.ctype)
     return f"""for (size_t n = 0; n < {N}; ++n)
 for (size_t c = 0; c < {C}; ++c) {{
-  const double s = {sc}, t = {sh};
+  const {st} s = {sc}, t = {sh};
   const {x.ctype} *xc = {x.sym} + (n * {C} + c) * {S};
   {y.ctype} *yc = {y.sym} + (n * {C} + c) * {S};
   for (size_t i = 0; i < {S}; ++i) {{ const {y.ctype} v = ({y.ctype})(xc[i] * s + t); yc[i] = {store}; }}
