@@ -123,6 +123,8 @@ typedef struct {
   int xblk, yblk;
   o2e_act act;
   int Kn, Mn;        /* the real channel counts (< K, M on the NCHW side of a chain's edge) */
+  const float *gate; /* K floats: an SE gate folded in (y = W (x * s) as (W s) x), or NULL */
+  float *ws;         /* scratch, M x K floats: the weights scaled by the gate */
 } o2e_nc_pw_args;
 
 typedef struct {
@@ -275,6 +277,22 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
   }
 }
 
+/* ws = w[m][k] s[k] for output channels [m0, m0 + nl) (their whole blocks: [K][16] each, so
+ * one contiguous range of w): an SE gate folded into the layer, scaled once per image instead
+ * of a pass writing the gated tensor. (w s) x rounds as x s then w only up to the product's
+ * last bit; NaN / Inf arise from the same operands (s is a gate in [0, 1]). */
+O2E_GEMM_FN void o2e_nc_gate_w_(const o2e_nc_pw_args *a, int m0, int nl) {
+  const float *w = a->w + (size_t)m0 * a->K;
+  float *ws = a->ws + (size_t)m0 * a->K;
+  int b, k, l;
+  for (b = 0; b < nl / O2E_NC_BLOCK; b++)
+    for (k = 0; k < a->K; k++) {
+      const float g = a->gate[k];
+      const size_t o = ((size_t)b * a->K + k) * O2E_NC_BLOCK;
+      for (l = 0; l < O2E_NC_BLOCK; l++) ws[o + l] = w[o + l] * g;
+    }
+}
+
 /* `NV`-vector tiles over all pixels for input channels [k0, k1) (one copy per pixel count a
  * tile can have). */
 #define O2E_NC_PW_CASE(n, NV)                                                                  \
@@ -302,13 +320,17 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
 #endif
 
 O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
-  const o2e_nc_pw_args *a = (const o2e_nc_pw_args *)arg;
+  const o2e_nc_pw_args *a0 = (const o2e_nc_pw_args *)arg;
+  o2e_nc_pw_args ag = *a0; /* with the gated weights when a gate is folded in */
+  const o2e_nc_pw_args *a = &ag;
   const int kc = a->yblk ? O2E_NC_KC : a->K; /* partial sums wait in a blocked y only */
   const float *x = a->xblk ? a->x : a->xs;
   int u, q, k0, nt;
+  if (a0->gate) ag.w = a0->ws;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_NC_SUB;
     const int nl = a->M - m0 < O2E_NC_SUB ? a->M - m0 : O2E_NC_SUB;
+    if (a0->gate) o2e_nc_gate_w_(a0, m0, nl);
     for (k0 = 0; k0 < a->K; k0 += kc) {
       const int k1 = a->K - k0 < kc ? a->K : k0 + kc;
       switch (nl / O2E_NC_VW) { /* the last tile of the layer may be narrower */
@@ -445,7 +467,8 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
       for (k = 0; k < a->Kn; k++) { /* the padded channels' weights are zeros */
         const float b = a->x[(size_t)(k / O2E_NC_BLOCK) * O2E_NC_BLOCK * P +
                              (size_t)(k % O2E_NC_BLOCK) * ls + (size_t)p * ps];
-        for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * w[(size_t)k * O2E_NC_BLOCK + l];
+        const float g = a->gate ? a->gate[k] : 1.0f; /* a folded SE gate: (w s) x */
+        for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * (w[(size_t)k * O2E_NC_BLOCK + l] * g);
       }
       for (l = 0; l < O2E_NC_BLOCK && u * O2E_NC_BLOCK + l < a->Mn; l++) {
         const size_t i = a->yblk ? ((size_t)u * P + p) * O2E_NC_BLOCK + l
