@@ -5,7 +5,8 @@ the depthwise kernels have short rows: onnxruntime keeps those activations in ch
 ([C/16][H][W][16]) from layer to layer. Here the same: a chain of depthwise 3x3 / 5x5 / 7x7
 and 1x1 convolutions (fused activation / residual included) and squeeze-and-excitation blocks
 (issue 34: a GlobalAveragePool reading the depthwise layer's blocks mid-chain, its gating Mul
-x * s a member `gate`) whose tensors' channel counts are multiples of BLOCK keeps its
+x * s a member `gate`, folded into the 1x1 layer reading its product where that pays:
+fold_gates) whose tensors' channel counts are multiples of BLOCK keeps its
 intermediate tensors blocked (a 1x1 layer's NCHW side may have any count), and kernels/conv/conv_nchwc.py writes every node of the
 chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
 broadcasts one input scalar at a time) and writes either (blocked: whole vectors; NCHW: a
