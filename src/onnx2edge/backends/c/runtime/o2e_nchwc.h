@@ -124,7 +124,8 @@ typedef struct {
   o2e_act act;
   int Kn, Mn;        /* the real channel counts (< K, M on the NCHW side of a chain's edge) */
   const float *gate; /* K floats: an SE gate folded in (y = W (x * s) as (W s) x), or NULL */
-  float *ws;         /* scratch, M x K floats: the weights scaled by the gate */
+  float *ws;         /* scratch, max(M, P) x K floats: the weights scaled by the gate (or,
+                        below AVX-512, the gated input) */
 } o2e_nc_pw_args;
 
 typedef struct {
@@ -516,10 +517,27 @@ O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
 }
 #endif
 
+O2E_GEMM_FN void o2e_nchwc_gate(const o2e_nc_gate_args *a, int threaded);
+
 /* One image of a 1x1 layer (on the thread pool when `threaded`: the converter sets it for
  * layers worth the hand-off). */
 O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
   const int units = (a->M + O2E_NC_SUB - 1) / O2E_NC_SUB;
+#if O2E_NC_VEC && !defined(__AVX512F__)
+  if (a->gate) { /* narrower vectors: scaling the weights cost more than the gated input
+                    (EfficientNet-B0's 14x14 projections 1.07-1.09x at x86-64-v3), so the
+                    gated input x s goes to the scratch (K x P floats) and the layer reads it */
+    const o2e_nc_gate_args ga = {a->x, a->gate, a->ws, a->K, a->P};
+    o2e_nc_pw_args g = *a;
+    o2e_nchwc_gate(&ga, threaded);
+    g.x = a->ws, g.gate = NULL, g.ws = NULL;
+    if (threaded)
+      o2e_parallel_for(units, o2e_nc_pw_units_, (void *)&g);
+    else
+      o2e_nc_pw_units_((void *)&g, 0, units);
+    return;
+  }
+#endif
 #if O2E_NC_VEC
   if (!a->xblk) { /* entering the chain: reorder the input to blocks once, for every tile */
     const int P = a->P;

@@ -83,7 +83,8 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     # the reorder to blocks runs only in the vector build (O2E_NC_VEC), which a --device
     # conversion does not compile (_include: O2E_NCHWC_SCALAR)
     xs = "NULL" if role.x or ctx.device.is_mcu else ctx.scratch(K * P * 4)
-    ws = "NULL" if role.gate is None else ctx.scratch(M * K * 4)  # the gated weights
+    # the gated weights (or, below AVX-512, the gated input: o2e_nchwc_conv1x1)
+    ws = "NULL" if role.gate is None else ctx.scratch(max(M, P) * K * 4)
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
