@@ -1,7 +1,8 @@
 """Channel-blocked chains through whole inverted-residual blocks (issue 34): depthwise 5x5 and
 7x7 layers, stride 1 and 2, with SiLU / HardSwish / Relu6 fused, and squeeze-and-excitation
 inside the chain (the GlobalAveragePool's means written by the blocked depthwise layer,
-se_pool.py; the gating Mul x * s reading and writing blocks), against onnxruntime at every
+se_pool.py; the gating Mul x * s reading and writing blocks, or folded into the projection's
+weights), against onnxruntime at every
 ISA the C backend emits (aarch64 under qemu included), the portable loops and a threaded
 build, NaN / Inf included.
 
@@ -90,7 +91,9 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
     # MobileNetV3: expand, dw 5x5 stride 2 HardSwish, SE (HardSigmoid gate, Mul(s, x)), project
     e2 = act(conv("a_out", "b_exp", 32, 64), "HardSwish")
     d2 = act(conv(e2, "b_dw", 64, 64, 5, 2), "HardSwish")
-    conv(se(d2, "b_se", 64, "Relu", "HardSigmoid", True), "y1", 64, 48)
+    # (64 outputs on 7x7: more weights than pixels, so the gate stays a pass of its own;
+    # a_se's on 14x14 is folded into a_proj's weights)
+    conv(se(d2, "b_se", 64, "Relu", "HardSigmoid", True), "y1", 64, 64)
     # 7x7 Relu6 at stride 1, an asymmetric 5x5 stride 2 leaving through a Sigmoid 1x1 layer
     conv(act(conv(e2, "c_dw", 64, 64, 7), "Clip"), "y2", 64, 32)
     t = act(conv(e2, "d_dw", 64, 64, 5, 2, (1, 1, 2, 2)), "Relu")
@@ -107,7 +110,7 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
     conv(act(conv(o, "q_dw", 64, 64, 3), "Relu"), "q_proj", 64, 32)
     inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
     outs = [
-        vi("y1", [N, 48, 7, 7]),
+        vi("y1", [N, 64, 7, 7]),
         vi("y2", [N, 32, 14, 14]),
         vi("d_pw_sigmoid", [N, 16, 7, 7]),
         vi("y_odd", [N, 152, 7, 7]),
@@ -152,7 +155,9 @@ def test_whole_blocks_run_blocked(block: tuple) -> None:
     assert kernels["Conv: depthwise 5x5 stride 2, channel blocks, SE pool fused"] == 1, kernels
     assert kernels["Conv: depthwise 5x5 stride 2, channel blocks"] == 1, kernels
     assert kernels["Conv: depthwise 7x7 stride 1, channel blocks"] == 1, kernels
-    assert kernels["Mul: SE gate, channel blocks"] == 2, kernels
+    assert kernels["Mul: SE gate, channel blocks"] == 1, kernels
+    assert kernels["Mul: SE gate folded into the 1x1 layer"] == 1, kernels
+    assert kernels["Conv: 1x1, channel blocks (in chain), SE gate folded"] == 1, kernels
     assert kernels["GlobalAveragePool: means written by the depthwise layer"] == 2, kernels
 
 

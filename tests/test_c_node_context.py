@@ -91,7 +91,7 @@ def test_node_context_has_no_public_emitter() -> None:
     em, ctx = _context()
     assert not hasattr(NodeContext, "model") and not hasattr(ctx, "model")
     public_fields = {f.name for f in dataclasses.fields(NodeContext) if not f.name.startswith("_")}
-    assert public_fields == {"node", "step", "scratch_requests", "early_writes"}
+    assert public_fields == {"node", "step", "scratch_requests", "early_writes", "extra_reads"}
     for name in dir(ctx):
         if not name.startswith("_"):
             value = getattr(ctx, name)

@@ -264,6 +264,9 @@ class NodeContext:
     scratch_requests: list[tuple[str, int]] = field(default_factory=list)
     # tensors of later nodes this node writes (a fused pool's output): live from this step
     early_writes: list[str] = field(default_factory=list)
+    # tensors this node reads that are not its inputs (a folded SE gate's x and s): live
+    # through this step
+    extra_reads: list[str] = field(default_factory=list)
 
     @property
     def graph(self) -> Graph:
@@ -341,6 +344,12 @@ class NodeContext:
         that pool emits nothing and `out` is live from this step."""
         self._emitter.pooled_by[pool_node] = self.node.name
         self.early_writes.append(out)
+
+    def also_reads(self, *names: str) -> None:
+        """This node's kernel reads tensors `names` besides its inputs (conv_nchwc: an SE
+        gate folded into the 1x1 layer reads the gate's inputs), so they stay live through
+        this step."""
+        self.extra_reads.extend(names)
 
     def fp16_in_kernel(self, weights: np.ndarray) -> bool:
         """Whether this node's kernel, one that can read half weights itself, should store
@@ -613,7 +622,7 @@ class ModelEmitter:
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
             block = f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"
             blocks.append(_indent(block, 2 * len(guard)) if guard else block)
-            for name in (*node.inputs, *node.outputs, *ctx.early_writes):
+            for name in (*node.inputs, *node.outputs, *ctx.early_writes, *ctx.extra_reads):
                 if name:
                     steps.setdefault(name, []).append(step)
             for name in node.inputs:

@@ -5,7 +5,8 @@ the depthwise kernels have short rows: onnxruntime keeps those activations in ch
 ([C/16][H][W][16]) from layer to layer. Here the same: a chain of depthwise 3x3 / 5x5 / 7x7
 and 1x1 convolutions (fused activation / residual included) and squeeze-and-excitation blocks
 (issue 34: a GlobalAveragePool reading the depthwise layer's blocks mid-chain, its gating Mul
-x * s a member `gate`) whose tensors' channel counts are multiples of BLOCK keeps its
+x * s a member `gate`, folded into the 1x1 layer reading its product where that pays:
+fold_gates) whose tensors' channel counts are multiples of BLOCK keeps its
 intermediate tensors blocked (a 1x1 layer's NCHW side may have any count), and kernels/conv/conv_nchwc.py writes every node of the
 chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
 broadcasts one input scalar at a time) and writes either (blocked: whole vectors; NCHW: a
@@ -28,7 +29,7 @@ output's layout, a 1x1 layer with neither side blocked gains nothing) until noth
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -68,6 +69,11 @@ class BlockedRole:
     y: bool
     residual: bool = False  # the node adds a residual (input 3)
     r: bool = False  # ... which is blocked
+    # an SE gate folded into the 1x1 layer reading its product (fold_gates): the gate emits
+    # nothing (folded) and the 1x1 layer scales its weights by s and reads x (gate: the names
+    # of x and s)
+    folded: bool = False
+    gate: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,8 +199,38 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
             )
         drop = {name for name, r in roles.items() if not _consistent(r)}
         if not drop:
-            return LayoutPlan(roles, blocked)
+            return LayoutPlan(fold_gates(graph, roles), blocked)
         kinds = {k: v for k, v in kinds.items() if k not in drop}
+
+
+def fold_gates(graph: Graph, roles: Mapping[str, BlockedRole]) -> dict[str, BlockedRole]:
+    """`roles` with each SE gate x * s whose product only a blocked 1x1 layer reads as its
+    input folded into that layer: it computes w[m][k] s[k] per image (o2e_nchwc.h) and reads
+    x, so the gated tensor is never written. Taken where the weights are no larger than the
+    tensor (M <= P: scaling them costs no more than the gate's pass over x; EfficientNet's
+    14x14 projections, not its 7x7 ones)."""
+    out = dict(roles)
+    for n in graph.nodes:
+        role = roles.get(n.name)
+        if role is None or role.kind != "gate":
+            continue
+        readers = graph.consumers(n.outputs[0])
+        if len(readers) != 1:
+            continue
+        conv = readers[0]
+        cr = roles.get(conv.name)
+        if cr is None or cr.kind != "pointwise" or not cr.x or cr.gate is not None:
+            continue
+        if [i for i, t in enumerate(conv.inputs) if t == n.outputs[0]] != [0]:
+            continue
+        m = graph.type_of(conv.outputs[0]).static_shape[1]  # type: ignore[union-attr]
+        if -(-m // BLOCK) * BLOCK > _pixels(graph, n.outputs[0]):
+            continue
+        d = gate_data(n, graph)
+        assert d is not None
+        out[n.name] = replace(role, folded=True)
+        out[conv.name] = replace(cr, gate=(n.inputs[d], n.inputs[1 - d]))
+    return out
 
 
 def _pixels(graph: Graph, t: str) -> int:

@@ -11,9 +11,9 @@
  *              a tile is NV vectors of output channels x PN pixels in registers; per input
  *              channel k one broadcast scalar per pixel and NV weight vectors. The input is
  *              read in either layout (blocked or NCHW: only the scalar's address differs) and
- *              the output written in either (blocked: whole vectors, with the residual added
- *              and the activation applied in registers; NCHW: a transposing scalar store at
- *              the chain's exit). No packing, no K slices: a tile's weights (K x 16..32
+ *              the output written in either (blocked: whole vectors; NCHW: a transposing
+ *              scalar store at the chain's exit), the residual and activation applied to
+ *              each tile right after its store, while it is in L1. No packing, no K slices: a tile's weights (K x 16..32
  *              floats) come from L1/L2 once per pixel tile.
  *   depthwise: y[c][oy][ox] = act(b[c] + sum_{ky,kx} w[c][ky][kx] . x[c][iy][ix]),
  *              K x K (3, 5, 7), stride 1 or 2, pads <= K / 2, both sides blocked: channels
@@ -123,6 +123,9 @@ typedef struct {
   int xblk, yblk;
   o2e_act act;
   int Kn, Mn;        /* the real channel counts (< K, M on the NCHW side of a chain's edge) */
+  const float *gate; /* K floats: an SE gate folded in (y = W (x * s) as (W s) x), or NULL */
+  float *ws;         /* scratch, max(M, P) x K floats: the weights scaled by the gate (or,
+                        below AVX-512, the gated input) */
 } o2e_nc_pw_args;
 
 typedef struct {
@@ -166,10 +169,10 @@ O2E_GEMM_INL o2e_ncv o2e_nc_act_(o2e_ncv x, const o2e_act *act) {
   }
 }
 
-/* y[i] = act(y[i] + r[i]) (r may be NULL) over n floats, n a multiple of the vector width:
- * the output of a channel tile is one contiguous range in either layout, so the residual and
- * activation are one pass over it while it is still in L1 / L2 (kept out of the register
- * tiles, whose many copies would otherwise each carry it). */
+/* y[i] = act(y[i] + r[i]) (r may be NULL) over n floats, n a multiple of the vector width: a
+ * 1x1 tile's output just stored, one block's PN pixels (blocked y) or the tile's buffer (an NCHW
+ * y), so the residual and activation run while it is in L1 (kept out of the register tiles,
+ * whose many copies would otherwise each carry it). */
 O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_act *act) {
   size_t i;
   const int rk = act->kind < O2E_ACT_VM_FIRST_ ? act->kind : 0; /* a register kind */
@@ -190,12 +193,20 @@ O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_
   if (act->kind >= O2E_ACT_VM_FIRST_) o2e_act_vm_n_(y, n, *act); /* SiLU, Sigmoid, ... */
 }
 
-/* A finished tile t[p][l] (l < nl channels from m0, p < pn pixels from p0) into NCHW rows:
- * the layer leaves the chain. */
-O2E_GEMM_FN void o2e_nc_store_nchw_(const float *t, int nl, int pn, float *y, int P) {
+/* A finished tile t[p][l] (l < nl channels from m0, p < pn pixels from p0, rows of ld floats)
+ * into NCHW rows: the layer leaves the chain. */
+O2E_GEMM_FN void o2e_nc_store_nchw_(const float *t, int ld, int nl, int pn, float *y, int P) {
   int l, p;
   for (l = 0; l < nl; l++)
-    for (p = 0; p < pn; p++) y[(size_t)l * P + p] = t[p * O2E_NC_NV * O2E_NC_VW + l];
+    for (p = 0; p < pn; p++) y[(size_t)l * P + p] = t[p * ld + l];
+}
+
+/* The residual of an NCHW output gathered into a tile t[p][l] (rows of ld floats), so the
+ * tile's epilogue adds it before the activation. */
+O2E_GEMM_FN void o2e_nc_add_nchw_(float *t, int ld, int nl, int pn, const float *r, int P) {
+  int l, p;
+  for (l = 0; l < nl; l++)
+    for (p = 0; p < pn; p++) t[p * ld + l] += r[(size_t)l * P + p];
 }
 
 /* One 1x1 tile: channels [m0, m0 + NV*VW) x pixels [p0, p0 + PN), input channels
@@ -246,15 +257,41 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
     for (v = 0; v < NV; v++)
 #pragma GCC unroll 12
       for (p = 0; p < PN; p++) O2E_NCV_STORE(yb[v] + (size_t)p * O2E_NC_BLOCK, acc[p][v]);
-  } else {
+    if (k1 == K) /* the last slice: residual and activation over the tile just stored (in L1:
+                    one pass over the channel tile after the layer cost 5-11 % per layer) */
+      for (v = 0; v < NV * O2E_NC_VW; v += O2E_NC_BLOCK) {
+        const size_t o = ((size_t)((m0 + v) / O2E_NC_BLOCK) * P + p0) * O2E_NC_BLOCK;
+        o2e_nc_epilogue_(a->y + o, a->res ? a->res + o : NULL, (size_t)PN * O2E_NC_BLOCK,
+                         &a->act);
+      }
+  } else { /* K in one slice: the tile finished in a buffer, then transposed into y */
     float t[O2E_NC_PXMAX * O2E_NC_NV * O2E_NC_VW];
+    const int ld = NV * O2E_NC_VW;
+    const int nl = a->Mn - m0 < ld ? a->Mn - m0 : ld; /* the real channels */
 #pragma GCC unroll 12
     for (p = 0; p < PN; p++)
 #pragma GCC unroll 4
-      for (v = 0; v < NV; v++) O2E_NCV_STORE(t + (p * O2E_NC_NV + v) * O2E_NC_VW, acc[p][v]);
-    const int nl = a->Mn - m0 < NV * O2E_NC_VW ? a->Mn - m0 : NV * O2E_NC_VW; /* real ones */
-    o2e_nc_store_nchw_(t, nl, PN, a->y + (size_t)m0 * P + p0, P);
+      for (v = 0; v < NV; v++) O2E_NCV_STORE(t + p * ld + v * O2E_NC_VW, acc[p][v]);
+    if (a->res) o2e_nc_add_nchw_(t, ld, nl, PN, a->res + (size_t)m0 * P + p0, P);
+    o2e_nc_epilogue_(t, NULL, (size_t)PN * ld, &a->act);
+    o2e_nc_store_nchw_(t, ld, nl, PN, a->y + (size_t)m0 * P + p0, P);
   }
+}
+
+/* ws = w[m][k] s[k] for output channels [m0, m0 + nl) (their whole blocks: [K][16] each, so
+ * one contiguous range of w): an SE gate folded into the layer, scaled once per image instead
+ * of a pass writing the gated tensor. (w s) x rounds as x s then w only up to the product's
+ * last bit; NaN / Inf arise from the same operands (s is a gate in [0, 1]). */
+O2E_GEMM_FN void o2e_nc_gate_w_(const o2e_nc_pw_args *a, int m0, int nl) {
+  const float *w = a->w + (size_t)m0 * a->K;
+  float *ws = a->ws + (size_t)m0 * a->K;
+  int b, k, l;
+  for (b = 0; b < nl / O2E_NC_BLOCK; b++)
+    for (k = 0; k < a->K; k++) {
+      const float g = a->gate[k];
+      const size_t o = ((size_t)b * a->K + k) * O2E_NC_BLOCK;
+      for (l = 0; l < O2E_NC_BLOCK; l++) ws[o + l] = w[o + l] * g;
+    }
 }
 
 /* `NV`-vector tiles over all pixels for input channels [k0, k1) (one copy per pixel count a
@@ -284,13 +321,17 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
 #endif
 
 O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
-  const o2e_nc_pw_args *a = (const o2e_nc_pw_args *)arg;
+  const o2e_nc_pw_args *a0 = (const o2e_nc_pw_args *)arg;
+  o2e_nc_pw_args ag = *a0; /* with the gated weights when a gate is folded in */
+  const o2e_nc_pw_args *a = &ag;
   const int kc = a->yblk ? O2E_NC_KC : a->K; /* partial sums wait in a blocked y only */
   const float *x = a->xblk ? a->x : a->xs;
   int u, q, k0, nt;
+  if (a0->gate) ag.w = a0->ws;
   for (u = u0; u < u1; u++) {
     const int m0 = u * O2E_NC_SUB;
     const int nl = a->M - m0 < O2E_NC_SUB ? a->M - m0 : O2E_NC_SUB;
+    if (a0->gate) o2e_nc_gate_w_(a0, m0, nl);
     for (k0 = 0; k0 < a->K; k0 += kc) {
       const int k1 = a->K - k0 < kc ? a->K : k0 + kc;
       switch (nl / O2E_NC_VW) { /* the last tile of the layer may be narrower */
@@ -302,8 +343,6 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
       default: O2E_NC_PW_ROW(O2E_NC_NV, O2E_NC_PX, O2E_NC_PW_CASES) break;
       }
     }
-    o2e_nc_epilogue_(a->y + (size_t)m0 * a->P, a->res ? a->res + (size_t)m0 * a->P : NULL,
-                     (size_t)(a->Mn - m0 < nl ? a->Mn - m0 : nl) * a->P, &a->act);
   }
 }
 
@@ -429,7 +468,8 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
       for (k = 0; k < a->Kn; k++) { /* the padded channels' weights are zeros */
         const float b = a->x[(size_t)(k / O2E_NC_BLOCK) * O2E_NC_BLOCK * P +
                              (size_t)(k % O2E_NC_BLOCK) * ls + (size_t)p * ps];
-        for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * w[(size_t)k * O2E_NC_BLOCK + l];
+        const float g = a->gate ? a->gate[k] : 1.0f; /* a folded SE gate: (w s) x */
+        for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * (w[(size_t)k * O2E_NC_BLOCK + l] * g);
       }
       for (l = 0; l < O2E_NC_BLOCK && u * O2E_NC_BLOCK + l < a->Mn; l++) {
         const size_t i = a->yblk ? ((size_t)u * P + p) * O2E_NC_BLOCK + l
@@ -477,10 +517,27 @@ O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
 }
 #endif
 
+O2E_GEMM_FN void o2e_nchwc_gate(const o2e_nc_gate_args *a, int threaded);
+
 /* One image of a 1x1 layer (on the thread pool when `threaded`: the converter sets it for
  * layers worth the hand-off). */
 O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
   const int units = (a->M + O2E_NC_SUB - 1) / O2E_NC_SUB;
+#if O2E_NC_VEC && !defined(__AVX512F__)
+  if (a->gate) { /* narrower vectors: scaling the weights cost more than the gated input
+                    (EfficientNet-B0's 14x14 projections 1.07-1.09x at x86-64-v3), so the
+                    gated input x s goes to the scratch (K x P floats) and the layer reads it */
+    const o2e_nc_gate_args ga = {a->x, a->gate, a->ws, a->K, a->P};
+    o2e_nc_pw_args g = *a;
+    o2e_nchwc_gate(&ga, threaded);
+    g.x = a->ws, g.gate = NULL, g.ws = NULL;
+    if (threaded)
+      o2e_parallel_for(units, o2e_nc_pw_units_, (void *)&g);
+    else
+      o2e_nc_pw_units_((void *)&g, 0, units);
+    return;
+  }
+#endif
 #if O2E_NC_VEC
   if (!a->xblk) { /* entering the chain: reorder the input to blocks once, for every tile */
     const int P = a->P;

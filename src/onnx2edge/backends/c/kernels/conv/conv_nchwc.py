@@ -1,5 +1,6 @@
 """Channel-blocked (NCHW16c) 1x1 and depthwise KxK layers on narrow maps (issues 9, 34), and
-the SE gate (x * s) inside a chain.
+the SE gate (x * s) inside a chain, or folded into the 1x1 layer that reads its product (the
+layer scales its weights by s per image and reads x: nchwc_plan.fold_gates).
 
 backends/c/nchwc_plan.py decides which tensors stay blocked between layers (chains of
 depthwise and 1x1 layers on maps of <= MAX_P pixels, MAX_P_DW next to a depthwise layer,
@@ -54,6 +55,11 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     role = spec.layout
     assert role is not None
     x, y = spec.x, spec.y
+    gate = "NULL"
+    if role.gate is not None:  # an SE gate folded in (nchwc_plan.fold_gates): read x, scale w
+        x, s = ctx.tensor(role.gate[0]), ctx.tensor(role.gate[1])
+        ctx.also_reads(x.name, s.name)
+        gate = f"{s.sym} + (size_t)n * {x.shape[1] if s.shape[0] == x.shape[0] else 0}"
     N, Kn = x.shape[:2]
     Mn = spec.M
     # an NCHW side may have any channel count (EfficientNet's 24 and 40): zero-padded
@@ -67,7 +73,8 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     wsym = ctx.weight("nc_w", np.ascontiguousarray(w))
     bsym = _bias(ctx, spec, M)
     _include(ctx)
-    ctx.kernel(f"1x1, channel blocks ({_sides(role.x, role.y)})")
+    folded = ", SE gate folded" if role.gate is not None else ""
+    ctx.kernel(f"1x1, channel blocks ({_sides(role.x, role.y)}){folded}")
     act_c, post = act_struct(spec.act)
     assert not post  # nchwc_plan takes only activations the kernel applies
     res = ctx.x(3).sym if spec.residual else None
@@ -76,12 +83,14 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     # the reorder to blocks runs only in the vector build (O2E_NC_VEC), which a --device
     # conversion does not compile (_include: O2E_NCHWC_SCALAR)
     xs = "NULL" if role.x or ctx.device.is_mcu else ctx.scratch(K * P * 4)
+    # the gated weights (or, below AVX-512, the gated input: o2e_nchwc_conv1x1)
+    ws = "NULL" if role.gate is None else ctx.scratch(max(M, P) * K * 4)
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
             f"  const o2e_nc_pw_args a = {{{x.sym} + (size_t)n * {Kn * P}, {wsym}, {bsym}, "
             f"{f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, {xs}, {M}, {K}, {P}, "
-            f"{int(role.x)}, {int(role.y)}, {act_c}, {Kn}, {Mn}}};",
+            f"{int(role.x)}, {int(role.y)}, {act_c}, {Kn}, {Mn}, {gate}, {ws}}};",
             f"  o2e_nchwc_conv1x1(&a, {threaded});",
             "}",
         ]
@@ -142,6 +151,9 @@ def gate(ctx: NodeContext) -> str | None:
         return None
     d = gate_data(ctx.node, ctx.graph)
     assert d is not None and role.x and role.y
+    if role.folded:  # the 1x1 layer reading the product scales its weights instead
+        ctx.kernel("SE gate folded into the 1x1 layer")
+        return "/* folded into the next 1x1 layer (its weights scaled by the gate) */"
     x, s, y = ctx.x(d), ctx.x(1 - d), ctx.y(0)
     N, C, H, W = x.shape
     _include(ctx)
