@@ -2908,19 +2908,22 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
 }
 
 /* ==== public entry points ================================================================= */
-O2E_GEMM_FN void o2e_sgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-                           float *C, int ldc, int accumulate, const float *bias_m,
-                           const float *bias_n, const float *R, int ldr, o2e_act act,
-                           void *workspace) {
+/* The three entry points differ only in how A and B are laid out (a_packed, b_packed). */
+O2E_GEMM_INL void o2e_gemm_call_(int M, int N, int K, const float *A, int lda, int a_packed,
+                                 const float *B, int ldb, int b_packed, float *C, int ldc,
+                                 int accumulate, const float *bias_m, const float *bias_n,
+                                 const float *R, int ldr, o2e_act act, void *workspace) {
   o2e_gemm_args_ g;
+  memset(&g, 0, sizeof g);
   g.M = M;
   g.N = N;
   g.K = K;
   g.A = A;
   g.lda = lda;
-  g.a_packed = 0;
+  g.a_packed = a_packed;
   g.B = B;
   g.ldb = ldb;
+  g.b_packed = b_packed;
   g.C = C;
   g.ldc = ldc;
   g.accumulate = accumulate;
@@ -2930,34 +2933,23 @@ O2E_GEMM_FN void o2e_sgemm(int M, int N, int K, const float *A, int lda, const f
   g.ldr = ldr;
   g.act = act;
   g.conv = NULL;
-  g.b_packed = 0;
   o2e_gemm_dispatch_(&g, workspace);
+}
+
+O2E_GEMM_FN void o2e_sgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                           float *C, int ldc, int accumulate, const float *bias_m,
+                           const float *bias_n, const float *R, int ldr, o2e_act act,
+                           void *workspace) {
+  o2e_gemm_call_(M, N, K, A, lda, 0, B, ldb, 0, C, ldc, accumulate, bias_m, bias_n, R, ldr, act,
+                 workspace);
 }
 
 O2E_GEMM_FN void o2e_sgemm_packed(int M, int N, int K, const float *packed_A, const float *B,
                                   int ldb, float *C, int ldc, int accumulate,
                                   const float *bias_m, const float *bias_n, const float *R,
                                   int ldr, o2e_act act, void *workspace) {
-  o2e_gemm_args_ g;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = packed_A;
-  g.lda = K;
-  g.a_packed = 1;
-  g.B = B;
-  g.ldb = ldb;
-  g.C = C;
-  g.ldc = ldc;
-  g.accumulate = accumulate;
-  g.bm = bias_m;
-  g.bn = bias_n;
-  g.R = R;
-  g.ldr = ldr;
-  g.act = act;
-  g.conv = NULL;
-  g.b_packed = 0;
-  o2e_gemm_dispatch_(&g, workspace);
+  o2e_gemm_call_(M, N, K, packed_A, K, 1, B, ldb, 0, C, ldc, accumulate, bias_m, bias_n, R, ldr,
+                 act, workspace);
 }
 
 /* o2e_sgemm with B constant and packed at conversion (gemm_pack.pack_b: O2E_GEMM_PB-wide
@@ -2968,25 +2960,8 @@ O2E_GEMM_FN void o2e_sgemm_bpacked(int M, int N, int K, const float *A, int lda,
                                    const float *packed_B, float *C, int ldc, int accumulate,
                                    const float *bias_m, const float *bias_n, const float *R,
                                    int ldr, o2e_act act, void *workspace) {
-  o2e_gemm_args_ g;
-  memset(&g, 0, sizeof g);
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = A;
-  g.lda = lda;
-  g.B = packed_B;
-  g.ldb = O2E_GEMM_PB;
-  g.b_packed = 1;
-  g.C = C;
-  g.ldc = ldc;
-  g.accumulate = accumulate;
-  g.bm = bias_m;
-  g.bn = bias_n;
-  g.R = R;
-  g.ldr = ldr;
-  g.act = act;
-  o2e_gemm_dispatch_(&g, workspace);
+  o2e_gemm_call_(M, N, K, A, lda, 0, packed_B, O2E_GEMM_PB, 1, C, ldc, accumulate, bias_m, bias_n,
+                 R, ldr, act, workspace);
 }
 
 /* A product with a packed A and no epilogue yet (the callers below add theirs). */
