@@ -157,9 +157,9 @@ def test_every_attention_fused(attn: tuple[Path, Path, dict, dict]) -> None:
     assert sorted(ops) == ["pk_r", "pw_r", "q_mk", "q_r3"], ops
     assert "o2e_attention_rows(" in src
     assert not re.search(r"/\* node \S+: (Softmax|Transpose|Split|Squeeze|Div)\(", src)
-    attrs = dict(re.findall(r"o2e\.FusedAttention\((\w+),[^\n]*?(layout=\w+)", src))
-    assert attrs == {"pk_r": "layout=packed", "pw_r": "layout=packed",
-                     "q_mk": "layout=bhsd", "q_r3": "layout=bhsd"}, attrs  # fmt: skip
+    attrs = dict(re.findall(r"o2e\.FusedAttention\((\w+),[^\n]*?(qkv_layout=\w+)", src))
+    assert attrs == {"pk_r": "qkv_layout=packed", "pw_r": "qkv_layout=packed",
+                     "q_mk": "qkv_layout=bhsd", "q_r3": "qkv_layout=bhsd"}, attrs  # fmt: skip
 
 
 def test_pass_keeps_the_meaning(attn: tuple[Path, Path, dict, dict]) -> None:
@@ -177,7 +177,8 @@ def test_pass_keeps_the_meaning(attn: tuple[Path, Path, dict, dict]) -> None:
             (feeds[i] if i in feeds else feeds["x_" + i[:2]]).reshape(g.shape_of(i))
             for i in nd.inputs
         ]
-        kw = {k: nd.attr(k) for k in ("scale", "layout", "k_transposed", "out_layout")}
+        kw = {k: nd.attr(k) for k in ("scale", "k_transposed", "out_layout")}
+        kw["layout"] = nd.attr("qkv_layout")
         got = attention_reference(*args, **kw).reshape(ref[y].shape)
         r = compare(y, got, ref[y], 1e-4, 1e-5)
         assert r.ok, (y, r.max_abs, r.max_rel)

@@ -14,7 +14,7 @@ Operands are read in the exporter's layout instead of through its copies:
   otherwise kT itself (`k_transposed` 1);
 - timm / Whisper / MiniLM / MobileViT's packed projection: q, k, v = Squeeze(Split(Transpose(
   X, perm=(2, 0, 3, 1, 4)), axis 0)) of one qkv tensor X [B, T, 3, H, D]: the op reads X three
-  times (`layout` "packed") and the Transpose / Split / Squeeze die;
+  times (`qkv_layout` "packed") and the Transpose / Split / Squeeze die;
 - a head merge Transpose(0, 2, 1, 3) that alone reads the output goes into the op
   (`out_layout` "bshd": it writes [B, M, H, E]).
 Only float32 with static shapes, Q / K / V of one rank (3 or 4) and the same batch dims (no
@@ -185,7 +185,7 @@ def _match(graph: Graph, mm2: Node) -> tuple[Node, set[str], Node | None] | None
                 out = merge.outputs[0]
     attrs = {
         "scale": Attr(AttributeProto.FLOAT, scale),
-        "layout": Attr(AttributeProto.STRING, layout),
+        "qkv_layout": Attr(AttributeProto.STRING, layout),
         "k_transposed": Attr(AttributeProto.INT, k_transposed),
         "out_layout": Attr(AttributeProto.STRING, "bshd" if merge else "bhsd"),
     }

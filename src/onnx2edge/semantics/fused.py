@@ -41,7 +41,7 @@ fused forms:
 | `o2e.QAveragePool` | AveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 | `o2e.ScaledSoftmax` | Softmax(X * scale) (LogSoftmax with `log` 1) over the last axis, X float32, scale a float32 scalar constant: attention's scores times 1/sqrt(d) (C backend, passes/fuse_softmax_scale) | X, scale |
 | `o2e.ChannelLayerNorm` | LayerNormalization over axis 1 of X [N, C, ...] at each position, = Transpose(0, 2, .., 1) -> LayerNormalization(axis -1, epsilon) -> Transpose back; scale, B [C] (C backend, passes/channel_norm: ConvNeXt's channels-last LayerNorm) | X, scale, B? |
-| `o2e.FusedAttention` | softmax(Q . K^T * scale + mask) . V per head (`attention_reference`): attention's MatMul, scale, mask Add, Softmax, MatMul as one op reading Q / K / V in the exporter's layout (`layout` "bhsd": Q [.., M, D], K [.., N, D] (or K^T [.., D, N] with `k_transposed` 1), V [.., N, E]; "packed": all three the one [B, T, 3, H, D] qkv tensor), the output [.., M, E] or head-merged [B, M, H, E] (`out_layout` "bshd") (C backend, passes/fuse_attention) | Q, K, V, mask? |
+| `o2e.FusedAttention` | softmax(Q . K^T * scale + mask) . V per head (`attention_reference`): attention's MatMul, scale, mask Add, Softmax, MatMul as one op reading Q / K / V in the exporter's layout (`qkv_layout` "bhsd": Q [.., M, D], K [.., N, D] (or K^T [.., D, N] with `k_transposed` 1), V [.., N, E]; "packed": all three the one [B, T, 3, H, D] qkv tensor), the output [.., M, E] or head-merged [B, M, H, E] (`out_layout` "bshd") (C backend, passes/fuse_attention) | Q, K, V, mask? |
 | `o2e.QGlobalAveragePool` | GlobalAveragePool on int8 / uint8 as onnxruntime's com.microsoft QLinearGlobalAveragePool computes it | X, X_scale, X_zero_point, Y_scale, Y_zero_point |
 """
 
@@ -421,7 +421,7 @@ def _attention_infer(ctx: onnx.shape_inference.InferenceContext) -> None:
         a = ctx.get_attribute(name)
         return onnx.helper.get_attribute_value(a) if a is not None else default
 
-    layout = get("layout", b"bhsd")
+    layout = get("qkv_layout", b"bhsd")
     layout = layout.decode() if isinstance(layout, bytes) else layout
     out_layout = get("out_layout", b"bhsd")
     out_layout = out_layout.decode() if isinstance(out_layout, bytes) else out_layout
@@ -455,7 +455,9 @@ def _attention_schema() -> OpSchema:
         type_constraints=[("T", ["tensor(float)"], "")],
         attributes=[
             OpSchema.Attribute("scale", make_attribute("scale", 1.0), "scores' factor"),
-            OpSchema.Attribute("layout", make_attribute("layout", "bhsd"), "bhsd or packed"),
+            OpSchema.Attribute(
+                "qkv_layout", make_attribute("qkv_layout", "bhsd"), "bhsd or packed"
+            ),
             OpSchema.Attribute("k_transposed", make_attribute("k_transposed", 0), "K is K^T"),
             OpSchema.Attribute("out_layout", make_attribute("out_layout", "bhsd"), "or bshd"),
         ],

@@ -43,7 +43,7 @@ def _check(node: Node, graph: Graph) -> str | None:
 def _dims(ctx: NodeContext) -> dict[str, int]:
     """B, H, M, N, D, E and the element strides of every operand."""
     q, k, v = ctx.x(0).shape, ctx.x(1).shape, ctx.x(2).shape
-    if ctx.attr("layout") == "packed":  # [B, T, 3, H, D]
+    if ctx.attr("qkv_layout") == "packed":  # [B, T, 3, H, D]
         B, T, _, H, D = q
         row = 3 * H * D
         s = {"B": B, "H": H, "M": T, "N": T, "D": D, "E": D}
@@ -90,7 +90,7 @@ def fused_attention(ctx: NodeContext) -> str:
     vp = ctx.scratch(4 * heads * N * _ep(E))
     sc = ctx.scratch(4 * per_thread * slots)
     x = [ctx.x(i).sym for i in range(3)]
-    if ctx.attr("layout") == "packed":
+    if ctx.attr("qkv_layout") == "packed":
         x = [x[0], f"{x[1]} + {H * D}", f"{x[2]} + {2 * H * D}"]
     mask, m = "NULL", [0, 0, 0, 0]
     if ctx.n_inputs > 3 and ctx.has_input(3):
