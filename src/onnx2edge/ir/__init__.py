@@ -1,5 +1,5 @@
 """The intermediate representation every pass and backend works on."""
 
-from .graph import Attr, Graph, Node, TensorType, Value
+from .graph import Attr, Graph, Node, TensorType, Value, name_factory
 
-__all__ = ["Attr", "Graph", "Node", "TensorType", "Value"]
+__all__ = ["Attr", "Graph", "Node", "TensorType", "Value", "name_factory"]

@@ -11,7 +11,7 @@ Everything is a frozen dataclass; passes build new graphs with `Graph.replace(..
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -196,6 +196,20 @@ class Graph:
         while f"{base}_{i}" in taken:
             i += 1
         return f"{base}_{i}"
+
+
+def name_factory(taken: set[str]) -> Callable[[str], str]:
+    """A function giving each call a name not in `taken` (base, else base_1, base_2, ...) and
+    adding it there: for passes that add many names to a graph they are still building."""
+
+    def fresh(base: str) -> str:
+        name, i = base, 1
+        while name in taken:
+            name, i = f"{base}_{i}", i + 1
+        taken.add(name)
+        return name
+
+    return fresh
 
 
 def _subgraph_refs(nodes: Iterable[Node]) -> set[str]:

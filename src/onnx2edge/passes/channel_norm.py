@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto, TensorProto
 
-from ..ir import Attr, Graph, Node
+from ..ir import Attr, Graph, Node, name_factory
 from ..ir.graph import TensorType, Value
 from ..semantics.fused import DOMAIN, with_domain
 from .registry import register_pass
@@ -159,12 +159,7 @@ def _rewrite(
     """New NCHW nodes (by the name of the member node they replace), renames of the
     Transpose-back outputs to their NCHW tensors, and the names of the convolutions made."""
 
-    def fresh(base: str) -> str:
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
-        taken.add(name)
-        return name
+    fresh = name_factory(taken)
 
     nchw = {t1.outputs[0]: t1.inputs[0]}  # channels-last tensor -> its NCHW twin
     at: dict[str, list[Node]] = {}

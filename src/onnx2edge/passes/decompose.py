@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from onnx import AttributeProto
 
-from ..ir import Attr, Graph, Node, Value
+from ..ir import Attr, Graph, Node, Value, name_factory
 from .registry import register_pass
 
 Fresh = Callable[[str], str]
@@ -70,12 +70,7 @@ def decompose_with_origin(graph: Graph, ops: Iterable[str]) -> tuple[Graph, dict
         | {o for n in graph.nodes for o in n.outputs}
     )
 
-    def fresh(base: str) -> str:
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
-        taken.add(name)
-        return name
+    fresh = name_factory(taken)
 
     nodes: list[Node] = []
     values = dict(graph.values)

@@ -444,7 +444,7 @@ def _attention_schema() -> OpSchema:
         DOMAIN,
         VERSION,
         "onnx2edge internal op: softmax(Q . K^T * scale + mask) . V per head, in the layouts "
-        "`layout` / `out_layout` name (see onnx2edge.semantics.fused.attention_reference).",
+        "`qkv_layout` / `out_layout` name (see onnx2edge.semantics.fused.attention_reference).",
         inputs=[
             _Param("Q", "T", ""),
             _Param("K", "T", ""),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ...ir import Attr, Graph, Node, TensorType, Value
+from ...ir import Attr, Graph, Node, TensorType, Value, name_factory
 from ...passes.bounded import bounded_axes
 from ...passes.registry import register_pass
 
@@ -61,12 +61,7 @@ def widen_small_floats(graph: Graph) -> Graph:
     inits = dict(graph.initializers)
     taken = set(values) | set(inits) | {o for n in graph.nodes for o in n.outputs}
 
-    def fresh(base: str) -> str:
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
-        taken.add(name)
-        return name
+    fresh = name_factory(taken)
 
     def float_value(name: str, like: str) -> None:
         t = graph.type_of(like)
