@@ -42,15 +42,20 @@ def pack_a(a: np.ndarray) -> np.ndarray:
     if a.ndim > 2:
         a = a.reshape(a.shape[0], -1)
     a = a.astype(np.float32, copy=False)
+    return _panels(a, MR)
+
+
+def _panels(a: np.ndarray, width: int) -> np.ndarray:
+    """The rows of a float32 (M, K) matrix in panels of `width`, each panel column-major:
+    (panels, width, K) -> (panels, K, width), rows past M zero. Filled panel by panel, so a
+    large weight is copied once (not padded, then transposed)."""
     m, k = a.shape
     if m == 0 or k == 0:
         return np.zeros(0, np.float32)
-    panels = -(-m // MR)
-    # (panels, MR, K) -> (panels, K, MR): the MR rows of one column become adjacent. Filled
-    # panel by panel, so a large weight is copied once (not padded, then transposed).
-    out = np.zeros((panels, k, MR), np.float32)
+    panels = -(-m // width)
+    out = np.zeros((panels, k, width), np.float32)
     for p in range(panels):
-        rows = a[p * MR : (p + 1) * MR]
+        rows = a[p * width : (p + 1) * width]
         out[p, :, : rows.shape[0]] = rows.T
     return out.reshape(-1)
 
@@ -76,16 +81,7 @@ def pack_b(b: np.ndarray) -> np.ndarray:
     b = np.asarray(b)
     if b.ndim != 2:
         raise ValueError(f"pack_b needs a 2-D (K, N) matrix, got shape {b.shape}")
-    b = b.astype(np.float32, copy=False)
-    k, n = b.shape
-    if k == 0 or n == 0:
-        return np.zeros(0, np.float32)
-    strips = -(-n // PB)
-    out = np.zeros((strips, k, PB), np.float32)
-    for q in range(strips):
-        cols = b[:, q * PB : (q + 1) * PB]
-        out[q, :, : cols.shape[1]] = cols
-    return out.reshape(-1)
+    return _panels(b.astype(np.float32, copy=False).T, PB)  # B's columns are A's rows
 
 
 # Default blocking of o2e_gemm.h, per kernel variant: (KC, NR, A-block bytes, small-N limit).
