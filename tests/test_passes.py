@@ -167,3 +167,29 @@ def test_eliminate_dead_and_identity(tmp_path: Path) -> None:
     f = eliminate_dead_nodes(remove_identity(g))
     assert [n.op_type for n in f.nodes] == ["Relu"] and f.nodes[0].inputs == ("x",)
     _same_numerics(g, f, {"x": _r(4)})
+
+
+def test_pass_named_again_runs_again() -> None:
+    """The frontend's list starts with clean-ups that a backend's list names again at its end:
+    each mention runs (the backend's fusions leave dead nodes only the second one removes)."""
+    from onnx2edge.passes.registry import PASSES, pass_stages, register_pass, run_passes
+
+    ran: list[str] = []
+    for name in ("_t_a", "_t_b", "_t_c"):
+        register_pass(name)(lambda g, name=name: (ran.append(name), g)[1])
+    try:
+        assert pass_stages(["_t_a", "_t_b", "_t_c", "_t_a", "_t_b"]) == [
+            ["_t_a", "_t_b", "_t_c"],
+            ["_t_a", "_t_b"],
+        ]
+        run_passes(load(_tiny_model()), ["_t_a", "_t_b", "_t_c", "_t_b"])
+        assert ran == ["_t_a", "_t_b", "_t_c", "_t_b"]
+    finally:
+        for name in ("_t_a", "_t_b", "_t_c"):
+            PASSES.pop(name)
+
+
+def _tiny_model():
+    x = vi("x", [1, 4])
+    y = vi("y", [1, 4])
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])

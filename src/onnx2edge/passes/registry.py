@@ -61,7 +61,20 @@ def fixed_point(fn: PassFn, graph: Graph, max_iter: int = 20) -> Graph:
     return graph
 
 
+def pass_stages(names: Iterable[str]) -> list[list[str]]:
+    """Split a pass list where a name comes again: a frontend's clean-up list followed by a
+    backend's list that ends with the same clean-up must run that clean-up twice (once more
+    after the backend's fusions), not once where it was first named."""
+    stages: list[list[str]] = [[]]
+    for n in names:
+        if n in stages[-1]:
+            stages.append([])
+        stages[-1].append(n)
+    return [s for s in stages if s]
+
+
 def run_passes(graph: Graph, names: Iterable[str]) -> Graph:
-    for n in order_passes(names):
-        graph = PASSES[n].fn(graph)
+    for stage in pass_stages(names):
+        for n in order_passes(stage):
+            graph = PASSES[n].fn(graph)
     return graph
