@@ -223,3 +223,16 @@ def test_schema_leaves_onnx_reference_working() -> None:
     code = "import onnx2edge.semantics.fused; import onnx.reference"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_attention_macs(attn: tuple[Path, Path, dict, dict]) -> None:
+    """bench --profile's GFLOP/s column: a fused attention counts the MACs of the two MatMuls
+    it replaced (it read 0 before)."""
+    from onnx2edge.analysis import node_macs
+
+    path = attn[0]
+    g = api.prepare(path, "c")
+    fused = [nd for nd in g.nodes if nd.op_type == "FusedAttention"]
+    assert fused and all(node_macs(g, nd) > 0 for nd in fused)
+    total = sum(node_macs(g, nd) for nd in g.nodes)
+    assert total == api.inspect(path)["total_macs"]

@@ -62,7 +62,22 @@ def node_macs(graph: Graph, node: Node) -> int:
         if a is None or y is None:
             return 0
         return _prod(y) * (a[-1] if len(a) else 1)
+    if op == f"{DOMAIN}:FusedAttention":
+        return _attention_macs(graph, node)
     return 0
+
+
+def _attention_macs(graph: Graph, node: Node) -> int:
+    """Q . K^T plus P . V of o2e.FusedAttention: rows x keys x (D + E)."""
+    k, y = _shape(graph, node.inputs[1]), _shape(graph, node.outputs[0])
+    if k is None or y is None or len(k) < 2 or not y:
+        return 0
+    if node.attr("qkv_layout") == "packed":  # [B, T, 3, H, D]
+        n, d = k[1], k[-1]
+    else:
+        n, d = (k[-1], k[-2]) if node.attr("k_transposed") else (k[-2], k[-1])
+    rows = _prod(y) // max(y[-1], 1)
+    return rows * n * (d + y[-1])
 
 
 def inspect_graph(graph: Graph) -> dict[str, Any]:
