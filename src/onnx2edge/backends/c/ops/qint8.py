@@ -141,10 +141,8 @@ def qmaxpool(ctx: NodeContext) -> str:
     OH, OW = y.shape[2:]
     g = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
     (kh, kw), (sh, sw), pads = g.kernel, g.strides, g.pads
-    qw = OW + (kw - 1) // sw + 1
-    rp = OH + (kh - 1) // sh + 2
-    plane = ctx.scratch(sh * sw * rp * qw, "uint8_t")
-    acc = ctx.scratch(OH * qw, "uint8_t")
+    # O2E_QMAXPOOL_SCRATCH: a channel's plane, or the padded row and its maxima
+    plane = ctx.scratch(H * W + 2 * ((OW - 1) * sw + kw + W + 2 * pads[1]), "uint8_t")
     flip = "0x80" if np.dtype(x.dtype).name == "int8" else "0"
     _use(ctx)
     ctx.kernel("int8 maxpool")
@@ -152,7 +150,7 @@ def qmaxpool(ctx: NodeContext) -> str:
         f"for (size_t n = 0; n < {N}; ++n)\n"
         f"  o2e_qmaxpool({C}, {H}, {W}, {OH}, {OW}, {kh}, {kw}, {sh}, {sw}, {pads[0]}, {pads[1]}, "
         f"(const uint8_t *){x.sym} + n * {C * H * W}, {flip}, (uint8_t *){y.sym} + n * {C * OH * OW}, "
-        f"{plane}, {acc});"
+        f"{plane});"
     )
 
 

@@ -1545,41 +1545,108 @@ static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, i
 }
 
 /* MaxPool on quantized bytes (2-D, no dilation): the order of int8 values is the order of
- * their bytes xor 0x80 as uint8, so both types run as uint8. Each channel is split into
- * sh * sw phase planes with a border of 0 (below every value: padding never wins, as in
- * MaxPool), then every tap is one long vpmaxub-friendly loop over OH * QW outputs (columns
- * past OW computed and dropped). plane: sh * sw * RP * QW bytes, acc: OH * QW bytes. */
+ * their bytes xor 0x80 as uint8, so both types run as uint8.
+ * Every window inside the image (no padding, no ceil mode's extra window: SqueezeNet's and
+ * most pools) takes the flat path: per channel, plane[p] = the max of x[p .. p + kw) over the
+ * whole H * W channel as one contiguous loop (p near a row's end mixes in the next row: never
+ * read), then in place plane[p] = the max of plane[p + k * W], k < kh, again one loop, and the
+ * output picks plane[oy * sh * W + ox * sw]. Long vpmaxub loops instead of short rows: the
+ * phase planes this replaced gathered each byte into sh * sw planes first, and rows of 111
+ * bytes spend half their time in loop tails.
+ * Otherwise separable by output row: the rows its window covers (inside the image: padding
+ * never wins, as in MaxPool) max-ed into row between borders of 0 (below every value), then
+ * each output takes the max of its kw bytes of row.
+ * plane: O2E_QMAXPOOL_SCRATCH bytes. */
+#define O2E_QMAXPOOL_ROW(W, OW, kw, sw, pw) \
+  (((size_t)(OW) - 1) * (size_t)(sw) + (size_t)(kw) + (size_t)(W) + 2 * (size_t)(pw))
+#define O2E_QMAXPOOL_SCRATCH(H, W, OW, kw, sw, pw) \
+  ((size_t)(H) * (size_t)(W) + 2 * O2E_QMAXPOOL_ROW(W, OW, kw, sw, pw))
+
+static inline void o2e_qmaxpool_flat(size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
+                                     int sh, int sw, const uint8_t *restrict xc, uint8_t flip,
+                                     uint8_t *restrict yc, uint8_t *restrict plane) {
+  const size_t n = H * W, nh = n - (size_t)(kw - 1), nv = nh - (size_t)(kh - 1) * W;
+  if (kw == 3) {
+    for (size_t p = 0; p < nh; ++p) {
+      const uint8_t a = (uint8_t)(xc[p] ^ flip), b = (uint8_t)(xc[p + 1] ^ flip),
+                    c = (uint8_t)(xc[p + 2] ^ flip);
+      const uint8_t m = b > a ? b : a;
+      plane[p] = c > m ? c : m;
+    }
+  } else {
+    for (size_t p = 0; p < nh; ++p) plane[p] = (uint8_t)(xc[p] ^ flip);
+    for (int k = 1; k < kw; ++k)
+      for (size_t p = 0; p < nh; ++p) {
+        const uint8_t v = (uint8_t)(xc[p + (size_t)k] ^ flip);
+        plane[p] = v > plane[p] ? v : plane[p];
+      }
+  }
+  if (kh == 3) {
+    const size_t W2 = 2 * W;
+    for (size_t p = 0; p < nv; ++p) {
+      const uint8_t a = plane[p], b = plane[p + W], c = plane[p + W2];
+      const uint8_t m = b > a ? b : a;
+      plane[p] = c > m ? c : m;
+    }
+  } else {
+    for (int k = 1; k < kh; ++k) {
+      const size_t o = (size_t)k * W;
+      for (size_t p = 0; p < nv; ++p) plane[p] = plane[p + o] > plane[p] ? plane[p + o] : plane[p];
+    }
+  }
+  for (size_t oy = 0; oy < OH; ++oy) {
+    const uint8_t *src = plane + oy * (size_t)sh * W;
+    uint8_t *yr = yc + oy * OW;
+    if (sw == 2)
+      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(src[2 * ox] ^ flip);
+    else
+      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(src[ox * (size_t)sw] ^ flip);
+  }
+}
+
 static inline void o2e_qmaxpool(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh,
                                 int kw, int sh, int sw, int ph, int pw, const uint8_t *x,
-                                uint8_t flip, uint8_t *y, uint8_t *plane, uint8_t *acc) {
-  const size_t QW = O2E_QDW_QW(OW, kw, sw, 1), RP = O2E_QDW_RP(OH, kh, sh, 1);
-  const size_t PS = RP * QW, N = OH * QW;
+                                uint8_t flip, uint8_t *y, uint8_t *plane) {
+  if (ph == 0 && pw == 0 && (OW - 1) * (size_t)sw + (size_t)kw <= W &&
+      (OH - 1) * (size_t)sh + (size_t)kh <= H) {
+    for (size_t c = 0; c < C; ++c)
+      o2e_qmaxpool_flat(H, W, OH, OW, kh, kw, sh, sw, x + c * H * W, flip, y + c * OH * OW, plane);
+    return;
+  }
+  const size_t L = O2E_QMAXPOOL_ROW(W, OW, kw, sw, pw);
+  uint8_t *row = plane, *acc = plane + L;
+  memset(row, 0, L);
+  uint8_t *rw = row + pw; /* rw[i]: column i of the image */
   for (size_t c = 0; c < C; ++c) {
-    memset(plane, 0, (size_t)sh * sw * PS);
     const uint8_t *xc = x + c * H * W;
-    for (size_t iy = 0; iy < H; ++iy) {
-      const size_t py = iy + ph, r = py / sh;
-      if (r >= RP) continue;
-      uint8_t *prow = plane + (py % sh) * sw * PS + r * QW;
-      const uint8_t *xr = xc + iy * W;
-      for (int cp = 0; cp < sw; ++cp) {
-        size_t qa, qb;
-        o2e_qphase_range(W, QW, sw, pw, cp, &qa, &qb);
-        uint8_t *d = prow + (size_t)cp * PS;
-        const uint8_t *sx = xr + cp - pw;
-        for (size_t q = qa; q < qb; ++q) d[q] = (uint8_t)(sx[q * sw] ^ flip);
-      }
-    }
-    memset(acc, 0, N);
-    for (int ky = 0; ky < kh; ++ky)
-      for (int kx = 0; kx < kw; ++kx) {
-        const uint8_t *src = plane + (((size_t)ky % sh) * sw + (size_t)kx % sw) * PS +
-                             ((size_t)ky / sh) * QW + (size_t)kx / sw;
-        for (size_t i = 0; i < N; ++i) acc[i] = src[i] > acc[i] ? src[i] : acc[i];
-      }
+    uint8_t *yc = y + c * OH * OW;
     for (size_t oy = 0; oy < OH; ++oy) {
-      uint8_t *yr = y + (c * OH + oy) * OW;
-      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(acc[oy * QW + ox] ^ flip);
+      const ptrdiff_t y0 = (ptrdiff_t)(oy * (size_t)sh) - ph;
+      const size_t ra = y0 < 0 ? 0 : (size_t)y0;
+      const size_t rb = (size_t)(y0 + kh) < H ? (size_t)(y0 + kh) : H;
+      if (ra >= rb) { /* no row inside: not with pads < kernel; the smallest value then */
+        for (size_t i = 0; i < W; ++i) rw[i] = 0;
+      } else {
+        const uint8_t *r0 = xc + ra * W;
+        for (size_t i = 0; i < W; ++i) rw[i] = (uint8_t)(r0[i] ^ flip);
+        for (size_t k = 1; k < rb - ra; ++k) {
+          const uint8_t *rr = r0 + k * W;
+          for (size_t i = 0; i < W; ++i) {
+            const uint8_t v = (uint8_t)(rr[i] ^ flip);
+            rw[i] = v > rw[i] ? v : rw[i];
+          }
+        }
+      }
+      for (size_t ox = 0; ox < OW; ++ox) acc[ox] = row[ox * (size_t)sw];
+      for (int kx = 1; kx < kw; ++kx) {
+        const uint8_t *s = row + kx;
+        for (size_t ox = 0; ox < OW; ++ox) {
+          const uint8_t v = s[ox * (size_t)sw];
+          acc[ox] = v > acc[ox] ? v : acc[ox];
+        }
+      }
+      uint8_t *yr = yc + oy * OW;
+      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(acc[ox] ^ flip);
     }
   }
 }
