@@ -73,6 +73,9 @@ def qconcat(ctx: NodeContext) -> str:
                 lines.append(qlut_call(ctx, n, src, f"(const uint8_t *){lut}", dst))
             else:
                 lines.append(f"o2e_qlut({n}, {src}, (const uint8_t *){lut}, {dst});")
+        elif outer == 1 and ctx.concat_alias(x.name) == (y.name, off):
+            # its producer wrote it in place (concat_alias.py): SqueezeNet's fire modules
+            lines.append(f"/* {x.sym}: written in place */")
         else:
             lines.append(f"memcpy({dst}, {src}, {n});")
         off += n
