@@ -184,10 +184,10 @@ def test_qdq_average_pools_on_a_board(tmp_path: Path) -> None:
         assert np.array_equal(got["yq"], ort_run(model, x)["yq"]), i
 
 
-# MaxPool windows for both of o2e_qmaxpool's paths: every window inside the image (the flat
-# channel loops: SqueezeNet's pool1 rows, 3x3 and other kernels, strides 1 to 3) and the rows
-# with padding or ceil mode's extra window; rows wider than a 64-byte vector with a tail,
-# begin and end pads that differ
+# MaxPool windows for both of o2e_qmaxpool's planes: every window inside the image (read in
+# place: SqueezeNet's pool1 rows, 3x3 and other kernels, strides 1 to 3) and a padded copy
+# (padding, ceil mode's extra window); rows wider than a 64-byte vector with a tail, begin
+# and end pads that differ
 MAXPOOL_WINDOWS = [
     ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 3, 27, 111)),
     ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 3, 14, 70)),

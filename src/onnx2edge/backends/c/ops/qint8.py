@@ -144,8 +144,8 @@ def qmaxpool(ctx: NodeContext) -> str:
     OH, OW = y.shape[2:]
     g = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
     (kh, kw), (sh, sw), pads = g.kernel, g.strides, g.pads
-    # O2E_QMAXPOOL_SCRATCH: a channel's plane, or the padded row and its maxima
-    plane = ctx.scratch(H * W + 2 * ((OW - 1) * sw + kw + W + 2 * pads[1]), "uint8_t")
+    # O2E_QMAXPOOL_SCRATCH: the window maxima and the padded channel, one plane each
+    plane = ctx.scratch(2 * ((OH - 1) * sh + kh) * ((OW - 1) * sw + kw), "uint8_t")
     flip = "0x80" if np.dtype(x.dtype).name == "int8" else "0"
     _use(ctx)
     ctx.kernel("int8 maxpool")

@@ -1545,109 +1545,87 @@ static inline void o2e_qdw(size_t C, size_t H, size_t W, size_t OH, size_t OW, i
 }
 
 /* MaxPool on quantized bytes (2-D, no dilation): the order of int8 values is the order of
- * their bytes xor 0x80 as uint8, so both types run as uint8.
- * Every window inside the image (no padding, no ceil mode's extra window: SqueezeNet's and
- * most pools) takes the flat path: per channel, plane[p] = the max of x[p .. p + kw) over the
- * whole H * W channel as one contiguous loop (p near a row's end mixes in the next row: never
- * read), then in place plane[p] = the max of plane[p + k * W], k < kh, again one loop, and the
- * output picks plane[oy * sh * W + ox * sw]. Long vpmaxub loops instead of short rows: the
- * phase planes this replaced gathered each byte into sh * sw planes first, and rows of 111
- * bytes spend half their time in loop tails.
- * Otherwise separable by output row: the rows its window covers (inside the image: padding
- * never wins, as in MaxPool) max-ed into row between borders of 0 (below every value), then
- * each output takes the max of its kw bytes of row.
- * plane: O2E_QMAXPOOL_SCRATCH bytes. */
-#define O2E_QMAXPOOL_ROW(W, OW, kw, sw, pw) \
-  (((size_t)(OW) - 1) * (size_t)(sw) + (size_t)(kw) + (size_t)(W) + 2 * (size_t)(pw))
-#define O2E_QMAXPOOL_SCRATCH(H, W, OW, kw, sw, pw) \
-  ((size_t)(H) * (size_t)(W) + 2 * O2E_QMAXPOOL_ROW(W, OW, kw, sw, pw))
+ * their bytes xor 0x80 as uint8, so both types run as uint8. Per channel, over a plane of
+ * Hp = (OH - 1) * sh + kh rows of Wp = (OW - 1) * sw + kw bytes (the image itself when every
+ * window is inside it: SqueezeNet's pools; else a copy with a border of 0, below every value,
+ * so padding never wins, as in MaxPool, and ceil mode's last window reads border only where
+ * it is past the image): t[p] = the max of plane[p .. p + kw) over the whole plane as one
+ * contiguous loop (p near a row's end mixes in the next row: never read), then in place
+ * t[p] = the max of t[p + k * Wp], k < kh, again one loop, and the output picks
+ * t[oy * sh * Wp + ox * sw]. Long vpmaxub loops: the phase planes this replaced gathered
+ * each byte into sh * sw planes first (SqueezeNet int8's three pools 0.22 -> 0.09 ms), and
+ * a loop per output row of 111 bytes spent half its time in loop tails.
+ * scratch: O2E_QMAXPOOL_SCRATCH bytes. */
+#define O2E_QMAXPOOL_SCRATCH(OH, OW, kh, kw, sh, sw)                    \
+  (2 * (((size_t)(OH) - 1) * (size_t)(sh) + (size_t)(kh)) *             \
+   (((size_t)(OW) - 1) * (size_t)(sw) + (size_t)(kw)))
 
-static inline void o2e_qmaxpool_flat(size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,
-                                     int sh, int sw, const uint8_t *restrict xc, uint8_t flip,
-                                     uint8_t *restrict yc, uint8_t *restrict plane) {
-  const size_t n = H * W, nh = n - (size_t)(kw - 1), nv = nh - (size_t)(kh - 1) * W;
+static inline void o2e_qmaxpool_plane(size_t Hp, size_t Wp, size_t OH, size_t OW, int kh,
+                                      int kw, int sh, int sw, const uint8_t *restrict xc,
+                                      uint8_t flip_in, uint8_t flip_out, uint8_t *restrict yc,
+                                      uint8_t *restrict t) {
+  const size_t n = Hp * Wp, nh = n - (size_t)(kw - 1), nv = nh - (size_t)(kh - 1) * Wp;
   if (kw == 3) {
     for (size_t p = 0; p < nh; ++p) {
-      const uint8_t a = (uint8_t)(xc[p] ^ flip), b = (uint8_t)(xc[p + 1] ^ flip),
-                    c = (uint8_t)(xc[p + 2] ^ flip);
+      const uint8_t a = (uint8_t)(xc[p] ^ flip_in), b = (uint8_t)(xc[p + 1] ^ flip_in),
+                    c = (uint8_t)(xc[p + 2] ^ flip_in);
       const uint8_t m = b > a ? b : a;
-      plane[p] = c > m ? c : m;
+      t[p] = c > m ? c : m;
     }
   } else {
-    for (size_t p = 0; p < nh; ++p) plane[p] = (uint8_t)(xc[p] ^ flip);
+    for (size_t p = 0; p < nh; ++p) t[p] = (uint8_t)(xc[p] ^ flip_in);
     for (int k = 1; k < kw; ++k)
       for (size_t p = 0; p < nh; ++p) {
-        const uint8_t v = (uint8_t)(xc[p + (size_t)k] ^ flip);
-        plane[p] = v > plane[p] ? v : plane[p];
+        const uint8_t v = (uint8_t)(xc[p + (size_t)k] ^ flip_in);
+        t[p] = v > t[p] ? v : t[p];
       }
   }
   if (kh == 3) {
-    const size_t W2 = 2 * W;
+    const size_t W2 = 2 * Wp;
     for (size_t p = 0; p < nv; ++p) {
-      const uint8_t a = plane[p], b = plane[p + W], c = plane[p + W2];
+      const uint8_t a = t[p], b = t[p + Wp], c = t[p + W2];
       const uint8_t m = b > a ? b : a;
-      plane[p] = c > m ? c : m;
+      t[p] = c > m ? c : m;
     }
   } else {
     for (int k = 1; k < kh; ++k) {
-      const size_t o = (size_t)k * W;
-      for (size_t p = 0; p < nv; ++p) plane[p] = plane[p + o] > plane[p] ? plane[p + o] : plane[p];
+      const size_t o = (size_t)k * Wp;
+      for (size_t p = 0; p < nv; ++p) t[p] = t[p + o] > t[p] ? t[p + o] : t[p];
     }
   }
   for (size_t oy = 0; oy < OH; ++oy) {
-    const uint8_t *src = plane + oy * (size_t)sh * W;
+    const uint8_t *src = t + oy * (size_t)sh * Wp;
     uint8_t *yr = yc + oy * OW;
     if (sw == 2)
-      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(src[2 * ox] ^ flip);
+      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(src[2 * ox] ^ flip_out);
     else
-      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(src[ox * (size_t)sw] ^ flip);
+      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(src[ox * (size_t)sw] ^ flip_out);
   }
 }
 
 static inline void o2e_qmaxpool(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh,
                                 int kw, int sh, int sw, int ph, int pw, const uint8_t *x,
-                                uint8_t flip, uint8_t *y, uint8_t *plane) {
-  if (ph == 0 && pw == 0 && (OW - 1) * (size_t)sw + (size_t)kw <= W &&
-      (OH - 1) * (size_t)sh + (size_t)kh <= H) {
+                                uint8_t flip, uint8_t *y, uint8_t *scratch) {
+  const size_t Hp = (OH - 1) * (size_t)sh + (size_t)kh, Wp = (OW - 1) * (size_t)sw + (size_t)kw;
+  uint8_t *t = scratch, *pad = scratch + Hp * Wp;
+  if (ph == 0 && pw == 0 && Hp <= H && Wp <= W) {
     for (size_t c = 0; c < C; ++c)
-      o2e_qmaxpool_flat(H, W, OH, OW, kh, kw, sh, sw, x + c * H * W, flip, y + c * OH * OW, plane);
+      o2e_qmaxpool_plane(H, W, OH, OW, kh, kw, sh, sw, x + c * H * W, flip, flip,
+                         y + c * OH * OW, t);
     return;
   }
-  const size_t L = O2E_QMAXPOOL_ROW(W, OW, kw, sw, pw);
-  uint8_t *row = plane, *acc = plane + L;
-  memset(row, 0, L);
-  uint8_t *rw = row + pw; /* rw[i]: column i of the image */
+  /* the image's rows [ra, rb) and columns [0, cw) land inside the padded plane */
+  const size_t ra = (size_t)ph, rb = H + (size_t)ph < Hp ? H + (size_t)ph : Hp;
+  const size_t cw = (size_t)pw >= Wp ? 0 : W + (size_t)pw < Wp ? W : Wp - (size_t)pw;
+  memset(pad, 0, Hp * Wp);
   for (size_t c = 0; c < C; ++c) {
     const uint8_t *xc = x + c * H * W;
-    uint8_t *yc = y + c * OH * OW;
-    for (size_t oy = 0; oy < OH; ++oy) {
-      const ptrdiff_t y0 = (ptrdiff_t)(oy * (size_t)sh) - ph;
-      const size_t ra = y0 < 0 ? 0 : (size_t)y0;
-      const size_t rb = (size_t)(y0 + kh) < H ? (size_t)(y0 + kh) : H;
-      if (ra >= rb) { /* no row inside: not with pads < kernel; the smallest value then */
-        for (size_t i = 0; i < W; ++i) rw[i] = 0;
-      } else {
-        const uint8_t *r0 = xc + ra * W;
-        for (size_t i = 0; i < W; ++i) rw[i] = (uint8_t)(r0[i] ^ flip);
-        for (size_t k = 1; k < rb - ra; ++k) {
-          const uint8_t *rr = r0 + k * W;
-          for (size_t i = 0; i < W; ++i) {
-            const uint8_t v = (uint8_t)(rr[i] ^ flip);
-            rw[i] = v > rw[i] ? v : rw[i];
-          }
-        }
-      }
-      for (size_t ox = 0; ox < OW; ++ox) acc[ox] = row[ox * (size_t)sw];
-      for (int kx = 1; kx < kw; ++kx) {
-        const uint8_t *s = row + kx;
-        for (size_t ox = 0; ox < OW; ++ox) {
-          const uint8_t v = s[ox * (size_t)sw];
-          acc[ox] = v > acc[ox] ? v : acc[ox];
-        }
-      }
-      uint8_t *yr = yc + oy * OW;
-      for (size_t ox = 0; ox < OW; ++ox) yr[ox] = (uint8_t)(acc[ox] ^ flip);
+    for (size_t r = ra; r < rb; ++r) {
+      const uint8_t *xr = xc + (r - ra) * W;
+      uint8_t *pr = pad + r * Wp + pw;
+      for (size_t i = 0; i < cw; ++i) pr[i] = (uint8_t)(xr[i] ^ flip);
     }
+    o2e_qmaxpool_plane(Hp, Wp, OH, OW, kh, kw, sh, sw, pad, 0, flip, y + c * OH * OW, t);
   }
 }
 
