@@ -57,8 +57,9 @@ def concat_aliases(
         if node.outputs and (node.outputs[0] in targets or node.outputs[0] in aliases):
             continue  # placed as a dense chain
         reshape = node.op_type in RESHAPES
-        # o2e.QConcat (int8, passes/qdq_int8): inputs (x_i, table_i); an x_i without a table
-        # is copied byte for byte (its scale is the output's) and is placed like a Concat's
+        # o2e.QConcat (int8, passes/qdq_int8): inputs (x_i, table_i), placed like a Concat's:
+        # an x_i without a table is copied byte for byte (its scale is the output's), one with a
+        # table is then looked up in place (o2e_qlut reads each vector before it writes it)
         qconcat = node.op_type == "QConcat" and node.domain == "o2e"
         onnx_op = (node.op_type == "Concat" or reshape) and node.domain in ("", "ai.onnx")
         if node.name in guarded or not (onnx_op or qconcat):
@@ -74,12 +75,8 @@ def concat_aliases(
             continue  # slices interleave: every outer index has its own run
         itemsize = np.dtype(ty.dtype).itemsize
         off = 0
-        if qconcat:  # (x_i, table_i); a trailing empty table may be left out
-            ins = [*node.inputs, ""] if len(node.inputs) % 2 else list(node.inputs)
-            pairs = list(zip(ins[0::2], ins[1::2], strict=True))
-        else:
-            pairs = [(x, "") for x in (node.inputs[:1] if reshape else node.inputs)]
-        for x, table in pairs:
+        ins = node.inputs[0::2] if qconcat else node.inputs[:1] if reshape else node.inputs
+        for x in ins:
             if not x:
                 continue
             tx = graph.type_of(x)
@@ -96,7 +93,6 @@ def concat_aliases(
                 and producer[x] not in guarded
                 and tx.dtype == ty.dtype
                 and nbytes > 0
-                and not table
             ):
                 aliases[x] = (y, off)
                 targets.add(y)

@@ -54,7 +54,8 @@ def _internal(node, graph) -> str | None:  # noqa: ANN001
 def qconcat(ctx: NodeContext) -> str:
     """Concat of quantized tensors: inputs (x_i, table_i); a table requantizes x_i to the
     output's scale (QuantizeLinear(DequantizeLinear(v)) for each byte, see qdq_int8._lut),
-    an empty one means the scales agree and the bytes are copied."""
+    an empty one means the scales agree and the bytes are copied. An input its producer wrote
+    into its slice of y (concat_alias.py) is not copied, and its table is looked up in place."""
     y = ctx.y(0)
     # QConcat's schema (semantics/fused.py) requires axis, as Concat's does
     axis = axis_attr(ctx.node, ctx.graph.opset, y.rank)
