@@ -6,6 +6,7 @@ each model checked against onnxruntime at every ISA (aarch64 under qemu), NaN / 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +188,56 @@ def test_matches_onnxruntime(tmp_path: Path, case: str, arch: str) -> None:
         ref = ort_run(onnx.load(path), x)
         for name in outputs:
             np.testing.assert_allclose(got[name], ref[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _qdq_concat(path: Path) -> Path:
+    """int8 QDQ: two table ops (o2e QLut) feed a Concat whose output scale is the first one's
+    (copied byte for byte: written in place, no copy) and not the second's (written in place,
+    then requantized there by its table); a third table op reads the concat."""
+    u8 = TensorProto.UINT8
+
+    def q(x: str, y: str, s: str) -> list:
+        return [N("QuantizeLinear", [x, s, "z"], [y])]
+
+    def dq(x: str, y: str, s: str) -> onnx.NodeProto:
+        return N("DequantizeLinear", [x, s, "z"], [y])
+
+    nodes = [
+        dq("xq", "xf", "s0"),
+        N("Sigmoid", ["xf"], ["a"]), *q("a", "aq", "s1"),
+        N("Tanh", ["xf"], ["b"]), *q("b", "bq", "s2"),
+        dq("aq", "ad", "s1"), dq("bq", "bd", "s2"),
+        N("Concat", ["ad", "bd"], ["c"], axis=1), *q("c", "cq", "s1"),
+        dq("cq", "cd", "s1"), N("Relu", ["cd"], ["r"]), *q("r", "y", "s1"),
+    ]  # fmt: skip
+    inits = [
+        helper.make_tensor("s0", TensorProto.FLOAT, [], [0.031]),
+        helper.make_tensor("s1", TensorProto.FLOAT, [], [0.0047]),
+        helper.make_tensor("s2", TensorProto.FLOAT, [], [0.0081]),
+        helper.make_tensor("z", u8, [], [128]),
+    ]
+    g = helper.make_graph(
+        nodes, "qconcat", [helper.make_tensor_value_info("xq", u8, [1, 3, 5, 7])],
+        [helper.make_tensor_value_info("y", u8, None)], inits,
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    onnx.save(onnx.shape_inference.infer_shapes(m), path)
+    return path
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_int8_concat_input_written_in_place(tmp_path: Path, arch: str) -> None:
+    """o2e.QConcat: its inputs are placed like a Concat's; a requantization table is then
+    applied in place (the table op's output is the concat's second half)."""
+    path = _qdq_concat(tmp_path / "q.onnx")
+    api.convert(path, "c", tmp_path / "out")
+    code = (tmp_path / "out" / "model.c").read_text()
+    assert "o2e.QConcat(" in code and code.count(IN_PLACE) == 1
+    # the table op wrote bq at byte 105 of cq's buffer, where the lookup reads and writes
+    offs = dict(re.findall(r"uint8_t \*const (T_\w+) = \(uint8_t \*\)\(o2e_arena \+ (\d+)\)", code))
+    assert int(offs["T_bq"]) == int(offs["T_cq"]) + 105 and int(offs["T_aq"]) == int(offs["T_cq"])
+    assert "o2e_qlut(105, (const uint8_t *)T_bq + o * 105" in code
+    x = {"xq": np.random.default_rng(6).integers(0, 256, (1, 3, 5, 7)).astype(np.uint8)}
+    got = build_and_run(tmp_path / "out", arch, x)["y"]
+    assert np.array_equal(got, ort_run(onnx.load(path), x)["y"])

@@ -22,7 +22,8 @@ from onnx2edge.backends.c import mcu
 from onnx2edge.backends.c.build import build_and_run
 from onnx2edge.runtime import ort_run
 
-from conftest import save
+from conftest import ALL_ISAS, save
+from conftest import build_and_run as build_at
 
 # (op, attributes, input shape): global (by op and by a whole-image window), windows with
 # and without padding / count_include_pad, strides, a non-square image
@@ -181,3 +182,35 @@ def test_qdq_average_pools_on_a_board(tmp_path: Path) -> None:
         x = _inputs(model, i)
         got, _ = mcu.build_and_run(out, "cortex-m4", x)
         assert np.array_equal(got["yq"], ort_run(model, x)["yq"]), i
+
+
+# MaxPool windows for both of o2e_qmaxpool's planes: every window inside the image (read in
+# place: SqueezeNet's pool1 rows, 3x3 and other kernels, strides 1 to 3) and a padded copy
+# (padding, ceil mode's extra window); rows wider than a 64-byte vector with a tail, begin
+# and end pads that differ
+MAXPOOL_WINDOWS = [
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 3, 27, 111)),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 3, 14, 70)),
+    ({"kernel_shape": [2, 3], "strides": [1, 3]}, (1, 2, 7, 40)),
+    ({"kernel_shape": [3, 3], "strides": [1, 1]}, (1, 2, 5, 66)),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 0]}, (1, 2, 9, 70)),
+    ({"kernel_shape": [2, 2], "strides": [2, 2]}, (1, 2, 8, 67)),
+    ({"kernel_shape": [1, 1], "strides": [2, 2]}, (1, 2, 5, 9)),
+    ({"kernel_shape": [2, 3], "strides": [1, 1], "pads": [1, 0, 0, 2]}, (1, 2, 6, 80)),
+    ({"kernel_shape": [3, 4], "strides": [3, 3], "pads": [1, 2, 2, 1]}, (1, 2, 10, 13)),
+]
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_qdq_max_pool_every_isa(tmp_path: Path, arch: str) -> None:
+    """o2e_qmaxpool (runtime/o2e_qgemm.h) bit for bit with onnxruntime at every ISA the C is
+    built for (its loops are left to each compiler's vectoriser), int8 and uint8."""
+    rng = np.random.default_rng(11)
+    for i, (attrs, shape) in enumerate(MAXPOOL_WINDOWS):
+        for signed in (True, False):
+            model = _qdq_pool("MaxPool", attrs, shape, rng, signed)
+            out = _convert(model, tmp_path / f"{i}{signed:d}")
+            assert "o2e_qmaxpool(" in (out / "model.c").read_text()
+            x = _inputs(model, i)
+            got = build_at(out, arch, x)["yq"]
+            assert np.array_equal(got, ort_run(model, x)["yq"]), (attrs, signed)

@@ -17,7 +17,7 @@ from ..frontend.handle import LoadedModel
 from ..fsutil import write_text_atomic
 from ..host import cpu_name
 from . import zoo
-from .harness import QUANT_TOL, bench_model
+from .harness import QUANT_SPREAD, QUANT_TOL, bench_model
 
 SEED_SUITE = [
     "alexnet",
@@ -691,8 +691,9 @@ def _doc_part(
                 "the synchronous `infer` timed in its own process with its Python call overhead "
                 "measured and subtracted (`src/onnx2edge/bench/openvino_runner.py`). Its outputs "
                 "are checked against onnxruntime's like ours (int8 models: within "
-                f"{QUANT_TOL:g} of the output's largest magnitude, its int8 rounding being its "
-                "own); a model it cannot load says so in its cell."
+                f"{QUANT_TOL:g} of the output's largest magnitude or {QUANT_SPREAD:g}x "
+                "onnxruntime's own int8-vs-unoptimised spread on that model, its int8 rounding "
+                "being its own); a model it cannot load says so in its cell."
             ]
             if ov
             else []

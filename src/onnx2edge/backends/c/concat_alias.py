@@ -57,11 +57,12 @@ def concat_aliases(
         if node.outputs and (node.outputs[0] in targets or node.outputs[0] in aliases):
             continue  # placed as a dense chain
         reshape = node.op_type in RESHAPES
-        if (
-            not (node.op_type == "Concat" or reshape)
-            or node.domain not in ("", "ai.onnx")
-            or node.name in guarded
-        ):
+        # o2e.QConcat (int8, passes/qdq_int8): inputs (x_i, table_i), placed like a Concat's:
+        # an x_i without a table is copied byte for byte (its scale is the output's), one with a
+        # table is then looked up in place (o2e_qlut reads each vector before it writes it)
+        qconcat = node.op_type == "QConcat" and node.domain == "o2e"
+        onnx_op = (node.op_type == "Concat" or reshape) and node.domain in ("", "ai.onnx")
+        if node.name in guarded or not (onnx_op or qconcat):
             continue
         y = node.outputs[0]
         ty = graph.type_of(y)
@@ -74,7 +75,8 @@ def concat_aliases(
             continue  # slices interleave: every outer index has its own run
         itemsize = np.dtype(ty.dtype).itemsize
         off = 0
-        for x in node.inputs[:1] if reshape else node.inputs:
+        ins = node.inputs[0::2] if qconcat else node.inputs[:1] if reshape else node.inputs
+        for x in ins:
             if not x:
                 continue
             tx = graph.type_of(x)

@@ -54,7 +54,8 @@ def _internal(node, graph) -> str | None:  # noqa: ANN001
 def qconcat(ctx: NodeContext) -> str:
     """Concat of quantized tensors: inputs (x_i, table_i); a table requantizes x_i to the
     output's scale (QuantizeLinear(DequantizeLinear(v)) for each byte, see qdq_int8._lut),
-    an empty one means the scales agree and the bytes are copied."""
+    an empty one means the scales agree and the bytes are copied. An input its producer wrote
+    into its slice of y (concat_alias.py) is not copied, and its table is looked up in place."""
     y = ctx.y(0)
     # QConcat's schema (semantics/fused.py) requires axis, as Concat's does
     axis = axis_attr(ctx.node, ctx.graph.opset, y.rank)
@@ -73,6 +74,9 @@ def qconcat(ctx: NodeContext) -> str:
                 lines.append(qlut_call(ctx, n, src, f"(const uint8_t *){lut}", dst))
             else:
                 lines.append(f"o2e_qlut({n}, {src}, (const uint8_t *){lut}, {dst});")
+        elif outer == 1 and ctx.concat_alias(x.name) == (y.name, off):
+            # its producer wrote it in place (concat_alias.py): SqueezeNet's fire modules
+            lines.append(f"/* {x.sym}: written in place */")
         else:
             lines.append(f"memcpy({dst}, {src}, {n});")
         off += n
@@ -141,10 +145,8 @@ def qmaxpool(ctx: NodeContext) -> str:
     OH, OW = y.shape[2:]
     g = pool_geometry(ctx.node, x.shape, y.shape, ctx.graph.opset)
     (kh, kw), (sh, sw), pads = g.kernel, g.strides, g.pads
-    qw = OW + (kw - 1) // sw + 1
-    rp = OH + (kh - 1) // sh + 2
-    plane = ctx.scratch(sh * sw * rp * qw, "uint8_t")
-    acc = ctx.scratch(OH * qw, "uint8_t")
+    # O2E_QMAXPOOL_SCRATCH: the window maxima and the padded channel, one plane each
+    plane = ctx.scratch(2 * ((OH - 1) * sh + kh) * ((OW - 1) * sw + kw), "uint8_t")
     flip = "0x80" if np.dtype(x.dtype).name == "int8" else "0"
     _use(ctx)
     ctx.kernel("int8 maxpool")
@@ -152,7 +154,7 @@ def qmaxpool(ctx: NodeContext) -> str:
         f"for (size_t n = 0; n < {N}; ++n)\n"
         f"  o2e_qmaxpool({C}, {H}, {W}, {OH}, {OW}, {kh}, {kw}, {sh}, {sw}, {pads[0]}, {pads[1]}, "
         f"(const uint8_t *){x.sym} + n * {C * H * W}, {flip}, (uint8_t *){y.sym} + n * {C * OH * OW}, "
-        f"{plane}, {acc});"
+        f"{plane});"
     )
 
 
