@@ -25,9 +25,9 @@ from conftest import ALL_ISAS, make_model, save, tensor, vi
 CONV1D = {
     "c1": ("implicit_gemm", 16, 48, 40, 3, 1, 1, 1, 1, "Gelu"),  # Whisper's first layer
     "c2": ("taps1d", 192, 64, 160, 3, 2, 1, 1, 1, "Gelu"),  # and its strided second
-    "taps_s1": ("taps1d", 64, 48, 70, 3, 1, 1, 1, 1, "Gelu"),  # one plane, taps at offsets
-    "taps_dil": ("taps1d", 64, 40, 140, 3, 2, 2, 1, 2, None),  # every tap in plane 0
-    "taps_s3": ("taps1d", 80, 24, 50, 5, 3, 2, 1, 1, "Relu"),  # three planes, offsets 0 / 1
+    "taps_s1": ("taps1d", 128, 48, 70, 3, 1, 1, 1, 1, "Gelu"),  # one plane, taps at offsets
+    "taps_dil": ("taps1d", 128, 40, 140, 3, 2, 2, 1, 2, None),  # every tap in plane 0
+    "taps_s3": ("taps1d", 128, 24, 50, 5, 3, 2, 1, 1, "Relu"),  # three planes, offsets 0 / 1
     "few": ("direct", 8, 4, 40, 5, 1, 2, 1, 1, "Relu"),
     "pointwise": ("gemm_1x1", 16, 24, 30, 1, 1, 0, 1, 1, "Sigmoid"),
     "strided1x1": ("subsample_gemm", 16, 24, 30, 1, 2, 0, 1, 1, None),
@@ -62,7 +62,7 @@ def _conv1d_branch(name: str, rng: np.random.Generator) -> tuple[list, list, dic
 def _conv1d_residual(
     rng: np.random.Generator, C: int = 32, p: str = "res", L: int = 50
 ) -> tuple[list, list, dict, list]:
-    """x + Conv1d(x) -> Relu: the residual fused into the GEMM epilogue (from 64 channels
+    """x + Conv1d(x) -> Relu: the residual fused into the GEMM epilogue (from 128 channels
     into the first of taps1d's per-tap GEMMs, the later ones adding the sum so far; over 64
     positions, where the narrow-map kernel stops)."""
     w = (rng.standard_normal((C, C, 3)) / np.sqrt(3 * C)).astype(np.float32)
@@ -301,7 +301,7 @@ def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     rng = np.random.default_rng(34)
     nodes, ins, feeds, inits = [], [], {}, []
     branches = [_conv1d_branch(n, rng) for n in CONV1D]
-    branches += [_conv1d_residual(rng), _conv1d_residual(rng, 64, "res64", 70)]
+    branches += [_conv1d_residual(rng), _conv1d_residual(rng, 128, "res128", 70)]
     branches += [_softmax_rows(rng), _layer_norms(rng)]
     branches += [_scaled_softmaxes(rng), _linear_layers(rng), _head_split(rng)]
     branches.append(_residual_layers(rng))
@@ -338,7 +338,7 @@ def test_conv1d_runs_the_2d_kernels(blocks: tuple[Path, dict, dict, dict]) -> No
     want = {f"c_{n}": case[0] for n, case in CONV1D.items()}
     assert {k: v for k, v in chosen.items() if k in want} == want, chosen
     assert chosen["c_res"] not in ("nd_loop", None), chosen
-    assert chosen["c_res64"] == "taps1d", chosen
+    assert chosen["c_res128"] == "taps1d", chosen
 
 
 def test_scaled_softmax_fused(blocks: tuple[Path, dict, dict, dict]) -> None:
