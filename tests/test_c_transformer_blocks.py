@@ -24,7 +24,10 @@ from conftest import ALL_ISAS, make_model, save, tensor, vi
 # case: (strategy the 2-D view goes to, C, M, L, k, stride, pad, group, dilation, activation)
 CONV1D = {
     "c1": ("implicit_gemm", 16, 48, 40, 3, 1, 1, 1, 1, "Gelu"),  # Whisper's first layer
-    "c2": ("lanes", 192, 64, 160, 3, 2, 1, 1, 1, "Gelu"),  # and its strided second
+    "c2": ("taps1d", 192, 64, 160, 3, 2, 1, 1, 1, "Gelu"),  # and its strided second
+    "taps_s1": ("taps1d", 128, 48, 70, 3, 1, 1, 1, 1, "Gelu"),  # one plane, taps at offsets
+    "taps_dil": ("taps1d", 128, 40, 140, 3, 2, 2, 1, 2, None),  # every tap in plane 0
+    "taps_s3": ("taps1d", 128, 24, 50, 5, 3, 2, 1, 1, "Relu"),  # three planes, offsets 0 / 1
     "few": ("direct", 8, 4, 40, 5, 1, 2, 1, 1, "Relu"),
     "pointwise": ("gemm_1x1", 16, 24, 30, 1, 1, 0, 1, 1, "Sigmoid"),
     "strided1x1": ("subsample_gemm", 16, 24, 30, 1, 2, 0, 1, 1, None),
@@ -56,18 +59,21 @@ def _conv1d_branch(name: str, rng: np.random.Generator) -> tuple[list, list, dic
     return nodes, [vi(f"x_{name}", [1, C, L])], {f"x_{name}": x}, inits
 
 
-def _conv1d_residual(rng: np.random.Generator) -> tuple[list, list, dict, list]:
-    """x + Conv1d(x) -> Relu: the residual fused into the GEMM epilogue."""
-    C, L = 32, 50
+def _conv1d_residual(
+    rng: np.random.Generator, C: int = 32, p: str = "res", L: int = 50
+) -> tuple[list, list, dict, list]:
+    """x + Conv1d(x) -> Relu: the residual fused into the GEMM epilogue (from 128 channels
+    into the first of taps1d's per-tap GEMMs, the later ones adding the sum so far; over 64
+    positions, where the narrow-map kernel stops)."""
     w = (rng.standard_normal((C, C, 3)) / np.sqrt(3 * C)).astype(np.float32)
     x = rng.standard_normal((1, C, L)).astype(np.float32)
     x[0, 1, 7] = np.inf
     nodes = [
-        helper.make_node("Conv", ["x_res", "w_res"], ["c_res"], pads=[1, 1], name="c_res"),
-        helper.make_node("Add", ["c_res", "x_res"], ["a_res"]),
-        helper.make_node("Relu", ["a_res"], ["y_res"]),
+        helper.make_node("Conv", [f"x_{p}", f"w_{p}"], [f"c_{p}"], pads=[1, 1], name=f"c_{p}"),
+        helper.make_node("Add", [f"c_{p}", f"x_{p}"], [f"a_{p}"]),
+        helper.make_node("Relu", [f"a_{p}"], [f"y_{p}"]),
     ]
-    return nodes, [vi("x_res", [1, C, L])], {"x_res": x}, [tensor("w_res", w)]
+    return nodes, [vi(f"x_{p}", [1, C, L])], {f"x_{p}": x}, [tensor(f"w_{p}", w)]
 
 
 def _softmax_rows(rng: np.random.Generator) -> tuple[list, list, dict, list]:
@@ -295,7 +301,8 @@ def _build(tmp: Path) -> tuple[Path, dict[str, np.ndarray], dict[str, str]]:
     rng = np.random.default_rng(34)
     nodes, ins, feeds, inits = [], [], {}, []
     branches = [_conv1d_branch(n, rng) for n in CONV1D]
-    branches += [_conv1d_residual(rng), _softmax_rows(rng), _layer_norms(rng)]
+    branches += [_conv1d_residual(rng), _conv1d_residual(rng, 128, "res128", 70)]
+    branches += [_softmax_rows(rng), _layer_norms(rng)]
     branches += [_scaled_softmaxes(rng), _linear_layers(rng), _head_split(rng)]
     branches.append(_residual_layers(rng))
     for n, i, f, w in branches:
@@ -331,6 +338,7 @@ def test_conv1d_runs_the_2d_kernels(blocks: tuple[Path, dict, dict, dict]) -> No
     want = {f"c_{n}": case[0] for n, case in CONV1D.items()}
     assert {k: v for k, v in chosen.items() if k in want} == want, chosen
     assert chosen["c_res"] not in ("nd_loop", None), chosen
+    assert chosen["c_res128"] == "taps1d", chosen
 
 
 def test_scaled_softmax_fused(blocks: tuple[Path, dict, dict, dict]) -> None:

@@ -81,6 +81,8 @@ CASES = {
     "winograd": ({"C": 32, "M": 32, "H": 20, "k": 3, "pad": 1}, ""),
     "stem": ({"C": 3, "M": 16, "H": 40, "k": 3, "stride": 2, "pad": 1}, ""),
     "stem_lanes": ({"C": 3, "M": 48, "H": 40, "k": 7, "stride": 2, "pad": 3}, ""),
+    # 1-D (its 2-D view), Whisper's strided second layer in small; 100 outputs: not narrow
+    "taps1d": ({"C": 128, "M": 48, "H": 200, "k": 3, "stride": 2, "pad": 1, "nd": 1}, ""),
     "lanes": ({"C": 32, "M": 64, "H": 20, "k": 5, "pad": 2}, ""),
     "direct": ({"C": 16, "M": 4, "H": 20, "k": 3, "pad": 1}, ""),
     "pointwise": ({"C": 128, "M": 64, "H": 7, "k": 1}, "sparse=off"),

@@ -92,7 +92,7 @@ ND_LOOP = register(
 
 # Preference order: the ranks the strategy modules register at (kernels/conv/conv_spec.py
 # `register`: nchwc 10, sparse 20 (above), dw_rows 30, depthwise 40, winograd 50, narrow 60,
-# stem_lanes 70, stem 80, lanes 90, direct 100, pointwise 110, the GEMM family 120-150 ending
+# stem_lanes 70, stem 80, taps1d 85, lanes 90, direct 100, pointwise 110, the GEMM family 120-150 ending
 # with im2col_gemm, nd_loop 160 (above)); the first that does not refuse a layer writes it.
 STRATEGIES: tuple[ConvStrategy, ...] = strategies()
 

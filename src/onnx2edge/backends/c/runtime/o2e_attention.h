@@ -20,6 +20,8 @@
  *     exp(s - max) with o2e_vmath.h's vectorised exp and its sum, the unnormalised P . V in
  *     register tiles over slices of 256 keys, and 1 / sum applied when the rows are stored
  *     (to the head-merged [B, M, H, E] layout when the graph's Transpose went into the op).
+ *     Without a mask the row maxima are taken lane-wise as the score tiles leave the registers
+ *     (no separate pass over the RB x N block), and exp runs as o2e_att_expneg (x <= 0 only).
  * No intrinsics: the tiles are on GNU vector types of the build's width, the softmax loops over
  * 16 lanes the compiler vectorises (AVX-512, AVX2 + FMA, SSE, NEON).
  *
@@ -97,8 +99,13 @@
 #endif
 #if O2E_ATT_VW > 1
 typedef float o2e_attv __attribute__((vector_size(4 * O2E_ATT_VW)));
+typedef int o2e_atti __attribute__((vector_size(4 * O2E_ATT_VW)));
+/* a > b ? a : b lane-wise (a NaN a gives b, as the scalar form) */
+#define O2E_ATT_VMAX(a, b) \
+  ((o2e_attv)((((o2e_atti)(a)) & ((a) > (b))) | (((o2e_atti)(b)) & ~((a) > (b)))))
 #else
 typedef float o2e_attv;
+#define O2E_ATT_VMAX(a, b) ((a) > (b) ? (a) : (b))
 #endif
 #define O2E_ATT_KW (O2E_ATT_NK * O2E_ATT_VW) /* keys of a Q . K^T tile */
 #define O2E_ATT_EW (O2E_ATT_NV * O2E_ATT_VW) /* values of a P . V tile */
@@ -176,7 +183,7 @@ O2E_ATT_INL o2e_attv o2e_att_load(const float *p)
 /* S[r][j .. j + KW) = Q[r] . K^T[:, j ..] * scale for TR rows, Q packed k-major [D][TR]
  * (only the first nr rows stored) */
 O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, int D, float scale,
-    float *s, int ldS)
+    float *s, int ldS, float *rmax)
 {
   const o2e_attv zero = {0.0f};
   o2e_attv acc[O2E_ATT_TR][O2E_ATT_NK];
@@ -194,9 +201,16 @@ O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, in
   }
   for (r = 0; r < nr; ++r)
     for (n = 0; n < O2E_ATT_NK; ++n) {
-      const o2e_attv v = acc[r][n] * scale;
-      memcpy(s + (size_t)r * ldS + n * O2E_ATT_VW, &v, sizeof v);
+      acc[r][n] *= scale;
+      memcpy(s + (size_t)r * ldS + n * O2E_ATT_VW, &acc[r][n], sizeof acc[r][n]);
     }
+  /* the row maxima of whole tiles of keys, lane-wise (rmax [TR][VW]): a NaN score does not move
+   * them (as the row pass: s > m ? s : m) */
+  for (r = 0; r < nr && rmax; ++r) {
+    o2e_attv mx = o2e_att_load(rmax + r * O2E_ATT_VW);
+    for (n = 0; n < O2E_ATT_NK; ++n) mx = O2E_ATT_VMAX(acc[r][n], mx);
+    memcpy(rmax + r * O2E_ATT_VW, &mx, sizeof mx);
+  }
 }
 
 /* O[r][e .. e + EW) += P[r][j0 .. j1) . V[j0 .. j1][e ..] for PR rows (rows past nr repeat the
@@ -226,9 +240,36 @@ O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, pt
       memcpy(o + (size_t)r * ldO + n * O2E_ATT_VW, &acc[r][n], sizeof acc[r][n]);
 }
 
+/* exp(x) for the softmax's x = s - max <= 0, -Inf or NaN: o2e_expf's reduction and polynomial
+ * (so its bound), without the overflow clamp, and 2^n applied as 2^(n + 64) . 2^-64 instead of
+ * two halves (both factors normal for n in [-150, 0]; a denormal result is rounded once, by the
+ * last multiply, as o2e_expf's): the same value bit for bit (test_c_fused_attention.py checks
+ * it at every ISA) with fewer vector operations (no overflow clamp, no halving of n). The exp
+ * pass was about a fifth of Whisper's attention (1500 keys a row). */
+O2E_ATT_INL float o2e_att_expneg(float x)
+{
+  const float shift = 12582912.0f; /* 1.5 * 2^23 */
+  const float xc = x < -104.0f ? -104.0f : x;
+  const float kf = xc * 1.44269504088896341f + shift;
+  const float n = kf - shift;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.0f;
+  /* the low bits of kf hold n + 2^22; the shift drops the rest: 2^(n + 64) */
+  const float s = o2e_vm_asf((o2e_vm_asu(kf) + (uint32_t)(127 + 64 - 0x400000)) << 23);
+  return y * s * 5.42101086e-20f; /* 2^-64 */
+}
+
 /* the row softmax of n scores in place, unnormalised: s[j] = exp(s[j] (+ mask[j]) - max);
  * returns 1 / sum (NaN when the row holds a NaN, a +Inf or only -Inf, as onnxruntime) */
-O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mask, ptrdiff_t m_sn)
+O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mask, ptrdiff_t m_sn,
+    const float *vmax, int nmax)
 {
   const int n16 = n - n % 16;
   float m[16], t[16], mx = -INFINITY;
@@ -238,16 +279,21 @@ O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mas
     for (j = 0; j < n; ++j) s[j] += mask[j];
   else if (mask)
     for (j = 0; j < n; ++j) s[j] += mask[(ptrdiff_t)j * m_sn];
-  for (l = 0; l < 16; ++l) m[l] = -INFINITY;
-  for (j = 0; j < n16; j += 16)
+  if (vmax) { /* no mask: the maxima of the first nmax scores came with them */
+    for (l = 0; l < O2E_ATT_VW; ++l) mx = vmax[l] > mx ? vmax[l] : mx;
+    for (j = nmax; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
+  } else {
+    for (l = 0; l < 16; ++l) m[l] = -INFINITY;
+    for (j = 0; j < n16; j += 16)
 #pragma GCC unroll 1
-    for (l = 0; l < 16; ++l) m[l] = s[j + l] > m[l] ? s[j + l] : m[l];
-  for (l = 0; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
-  for (j = n16; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
+      for (l = 0; l < 16; ++l) m[l] = s[j + l] > m[l] ? s[j + l] : m[l];
+    for (l = 0; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
+    for (j = n16; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
+  }
   for (l = 0; l < 16; ++l) t[l] = 0.0f;
   for (j = 0; j < n16; j += 16)
     for (l = 0; l < 16; ++l) {
-      const float e = o2e_expf(s[j + l] - mx);
+      const float e = o2e_att_expneg(s[j + l] - mx);
       s[j + l] = e;
       t[l] += e;
     }
@@ -267,6 +313,7 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
   const int nblk = (a->M + O2E_ATT_RB - 1) / O2E_ATT_RB;
   float *S = a->s + (size_t)(a->thread ? a->thread() : 0) * O2E_ATT_THREAD_FLOATS(N, D, E);
   float *O = S + (size_t)O2E_ATT_RB * np, *inv = O + (size_t)O2E_ATT_RB * ep, *QP = inv + O2E_ATT_RB;
+  float VM[O2E_ATT_RB * O2E_ATT_VW]; /* lane-wise row maxima */
   for (int it = i0; it < i1; ++it) {
     const int bh = it / nblk, b = bh / a->H, h = bh % a->H;
     const int r0 = it % nblk * O2E_ATT_RB;
@@ -284,15 +331,20 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
       float *qp = QP + (size_t)(r / O2E_ATT_TR) * D * O2E_ATT_TR + r % O2E_ATT_TR;
       for (int d = 0; d < D; ++d) qp[d * O2E_ATT_TR] = qr[d];
     }
+    /* the row maxima ride along with the scores of whole key tiles when there is no mask */
+    const int nmax = a->mask ? 0 : N / O2E_ATT_KW * O2E_ATT_KW;
+    for (size_t i = 0; i < (size_t)O2E_ATT_RB * O2E_ATT_VW; ++i) VM[i] = -INFINITY;
     for (int j = 0; j < np; j += O2E_ATT_KW)
       for (int r = 0; r < nr; r += O2E_ATT_TR) {
         const int m = nr - r < O2E_ATT_TR ? nr - r : O2E_ATT_TR;
-        o2e_att_qk(QP + (size_t)r * D, m, kt + j, np, D, a->scale, S + (size_t)r * np + j, np);
+        o2e_att_qk(QP + (size_t)r * D, m, kt + j, np, D, a->scale, S + (size_t)r * np + j, np,
+            j < nmax ? VM + (size_t)r * O2E_ATT_VW : NULL);
       }
     for (int r = 0; r < nr; ++r) {
       const float *mrow =
           a->mask ? a->mask + b * a->m_sb + h * a->m_sh + (ptrdiff_t)(r0 + r) * a->m_sm : NULL;
-      inv[r] = o2e_att_softmax_row(S + (size_t)r * np, N, mrow, a->m_sn);
+      inv[r] = o2e_att_softmax_row(S + (size_t)r * np, N, mrow, a->m_sn,
+          a->mask ? NULL : VM + (size_t)r * O2E_ATT_VW, nmax);
     }
     for (size_t i = 0; i < (size_t)nr * ep; ++i) O[i] = 0.0f;
     for (int j0 = 0; j0 < N; j0 += O2E_ATT_KC) {
