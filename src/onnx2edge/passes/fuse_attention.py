@@ -190,7 +190,9 @@ def _match(graph: Graph, mm2: Node) -> tuple[Node, set[str], Node | None] | None
         "out_layout": Attr(AttributeProto.STRING, "bshd" if merge else "bhsd"),
     }
     fused = Node(
-        name=mm2.name,
+        # named after the chain's first node: bench --profile gives a node onnxruntime kept
+        # (Softmax, the second MatMul) to the nearest of ours at or before it
+        name=mm1.name,
         op_type="FusedAttention",
         inputs=(*inputs, *((mask,) if mask else ())),
         outputs=(out,),

@@ -94,9 +94,9 @@ static sdpa_block_ctx o2e_default_ctx = {o2e_static_arena, O2E_THREADS};
 
 #define S_node_MatMul_1_0 ((void *)(o2e_arena + 0))
 #define S_node_MatMul_9_0 ((void *)(o2e_arena + 0))
-#define S_node_scaled_dot_product_attention_0 ((float *)(o2e_arena + 19584))
-#define S_node_scaled_dot_product_attention_1 ((float *)(o2e_arena + 0))
-#define S_node_scaled_dot_product_attention_2 ((float *)(o2e_arena + 10240))
+#define S_node_MatMul_70_0 ((float *)(o2e_arena + 19584))
+#define S_node_MatMul_70_1 ((float *)(o2e_arena + 0))
+#define S_node_MatMul_70_2 ((float *)(o2e_arena + 10240))
 #define S_node_MatMul_79_0 ((void *)(o2e_arena + 0))
 
 int sdpa_block_ctx_init(sdpa_block_ctx *ctx, void *arena, size_t arena_bytes)
@@ -281,10 +281,10 @@ int sdpa_block_run_ctx(sdpa_block_ctx *ctx, const void *const *inputs, void *con
       { const float a = T_val_65[i0]; const float b = W_val_66[0]; T_val_69[i0] = (float)(a * b); }
   }
   O2E_PROF(14); O2E_TRACE("val_69", T_val_69, 2560);
-  /* node node_scaled_dot_product_attention: o2e.FusedAttention(val_67, val_69, getitem_1, val_51) -> transpose_1  [scale=1.0, qkv_layout=bhsd, k_transposed=1, out_layout=bshd] */
+  /* node node_MatMul_70: o2e.FusedAttention(val_67, val_69, getitem_1, val_51) -> transpose_1  [scale=1.0, qkv_layout=bhsd, k_transposed=1, out_layout=bshd] */
   {
     {
-      o2e_attention_args a = {.q = T_val_67, .k = T_val_69, .v = T_getitem_1, .mask = W_val_51, .y = T_transpose_1, .kt = S_node_scaled_dot_product_attention_0, .vp = S_node_scaled_dot_product_attention_1, .s = S_node_scaled_dot_product_attention_2, .thread = NULL, .H = 8, .M = 10, .N = 10, .D = 8, .E = 8, .q_sb = 640, .q_sh = 80, .q_sm = 8, .k_sb = 640, .k_sh = 80, .k_sn = 1, .k_sd = 10, .v_sb = 640, .v_sh = 80, .v_sn = 8, .m_sb = 100, .m_sh = 0, .m_sm = 10, .m_sn = 1, .y_sb = 640, .y_sh = 8, .y_sm = 64, .scale = 1.0e+00f};
+      o2e_attention_args a = {.q = T_val_67, .k = T_val_69, .v = T_getitem_1, .mask = W_val_51, .y = T_transpose_1, .kt = S_node_MatMul_70_0, .vp = S_node_MatMul_70_1, .s = S_node_MatMul_70_2, .thread = NULL, .H = 8, .M = 10, .N = 10, .D = 8, .E = 8, .q_sb = 640, .q_sh = 80, .q_sm = 8, .k_sb = 640, .k_sh = 80, .k_sn = 1, .k_sd = 10, .v_sb = 640, .v_sh = 80, .v_sn = 8, .m_sb = 100, .m_sh = 0, .m_sm = 10, .m_sn = 1, .y_sb = 640, .y_sh = 8, .y_sm = 64, .scale = 1.0e+00f};
       o2e_attention_pack(&a, 0, 8);
       o2e_attention_rows(&a, 0, 8 * (((10) + O2E_ATT_RB - 1) / O2E_ATT_RB));
     }
