@@ -396,10 +396,13 @@ def test_transpose(tmp_path: Path, perm: list[int]) -> None:
         ((1, 20, 16, 2, 32, 2), [0, 3, 5, 2, 4, 1]),  # MobileViT's unfold: read in x's order
         ((2, 2, 16, 16, 20), [0, 4, 2, 1, 3]),  # its fold: reads 20 apart, y's order kept
         ((3, 17, 1030), [0, 2, 1]),  # an odd-sized far read
+        ((1, 384, 1500), [0, 2, 1]),  # Whisper's, beyond L2: copied in 16 x 16 tiles
+        ((3, 300, 2, 331), [0, 3, 2, 1]),  # tiled with part tiles and a dim between
     ],
 )
 def test_transpose_far_reads(tmp_path: Path, shape: tuple[int, ...], perm: list[int]) -> None:
-    """Transposes whose write order reads x >= 4 KB apart loop in x's order instead."""
+    """Transposes whose write order reads x >= 4 KB apart loop in x's order instead, or in
+    tiles when bigger than L2."""
     x = rng.standard_normal(shape).astype(np.float32)
     x.reshape(-1)[[0, 5, 77]] = [np.nan, np.inf, -np.inf]
     check(

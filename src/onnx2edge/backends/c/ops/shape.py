@@ -67,6 +67,8 @@ def transpose(ctx: NodeContext) -> str:
     perm = transpose_perm(ctx.node, x.rank, ctx.graph.opset)
     xs = strides(x.shape)
     src = [xs[p] for p in perm]
+    if int(np.prod(y.shape)) and (k_in := _tile_axis(*merge_dims(y.shape, [src]))) is not None:
+        return _copy_tiled(y.sym, x.sym, *merge_dims(y.shape, [src]), k_in)
     if int(np.prod(y.shape)) and (order := _read_order(*merge_dims(y.shape, [src]))):
         return _copy_in_order(y.sym, x.sym, *merge_dims(y.shape, [src]), order)
     # read x at the permuted strides, write y contiguously
@@ -88,6 +90,52 @@ def _read_order(dims: list[int], sts: list[list[int]]) -> list[int] | None:
     if len(dims) < 2 or dims[-1] < LONG_LOOP or abs(src[-1]) < FAR_READ or min(src) < 0:
         return None
     return sorted(range(len(dims)), key=lambda d: -src[d])
+
+
+# A transpose bigger than L2 (Whisper's [384][1500] -> [1500][384], 2.3 MB: 1.4 ms in either
+# loop order, every read or every write a cache line of its own) copies TILE x TILE squares:
+# the tile's TILE source and TILE destination lines stay in L1 while it is copied (0.11 ms;
+# onnxruntime 0.06; tiles of 8: the same, of 32: 0.18).
+TILE = 16
+TILE_MIN_ELEMS = 1 << 18
+
+
+def _tile_axis(dims: list[int], sts: list[list[int]]) -> int | None:
+    """The dim x is contiguous along, when the copy is big enough to tile with y's last dim."""
+    src = sts[0]
+    if len(dims) < 2 or int(np.prod(dims)) < TILE_MIN_ELEMS or dims[-1] < TILE or src[-1] < TILE:
+        return None
+    k = next((k for k in range(len(dims) - 1) if src[k] == 1), None)
+    return k if k is not None and dims[k] >= TILE else None
+
+
+def _copy_tiled(dst: str, src: str, dims: list[int], sts: list[list[int]], k_in: int) -> str:
+    out_st = strides(tuple(dims))
+    last = len(dims) - 1
+    idx = [f"i{k}" for k in range(len(dims))]
+    code, level = "", 0
+    for k in range(len(dims)):
+        if k not in (k_in, last):
+            code += "  " * level + f"for (size_t {idx[k]} = 0; {idx[k]} < {dims[k]}; ++{idx[k]})\n"
+            level += 1
+    for k in (k_in, last):
+        code += "  " * level + f"for (size_t b{k} = 0; b{k} < {dims[k]}; b{k} += {TILE})\n"
+        level += 1
+    for k in (k_in, last):
+        i = idx[k]
+        code += "  " * level + (
+            f"for (size_t {i} = b{k}; {i} < b{k} + {TILE} && {i} < {dims[k]}; ++{i})\n"
+        )
+        level += 1
+    w = " + ".join(
+        f"{idx[k]} * {out_st[k]}" if out_st[k] != 1 else idx[k] for k in range(len(dims))
+    )
+    r = " + ".join(
+        f"{idx[k]} * {sts[0][k]}" if sts[0][k] != 1 else idx[k]
+        for k in range(len(dims))
+        if sts[0][k]
+    )
+    return code + "  " * level + f"{dst}[{w}] = {src}[{r or '0'}];"
 
 
 def _copy_in_order(
