@@ -23,12 +23,12 @@ PAR_BYTES = 4096  # O2E_QPAR_BYTES: the element-wise kernels' unit of a thread s
 # Each threshold is PAR_MIN_US of its kernel's single-thread rate (measured per node, 10th
 # percentiles of `bench --profile`, AMD EPYC AVX-512 VNNI; an AVX2 or slower core takes
 # longer for the same work, so these err towards not splitting): products ~200 multiply-adds a
-# ns (VNNI 1x1 convolutions 300-400, matmul-shaped QGemm 130-200), depthwise ~30 tap
-# operations a ns, the float-formula element-wise ops (QAdd, QMul) ~15 bytes a ns, a VBMI
+# ns (VNNI 1x1 convolutions 300-400, matmul-shaped QGemm 130-200), depthwise ~45 tap
+# operations a ns (35-50), the float-formula element-wise ops (QAdd, QMul) ~15 bytes a ns, a VBMI
 # table lookup ~40.
 PAR_MIN_US = 10
 PAR_MIN_MACS = 200_000 * PAR_MIN_US
-PAR_MIN_DW = 30_000 * PAR_MIN_US
+PAR_MIN_DW = 45_000 * PAR_MIN_US
 PAR_MIN_BYTES = 15_000 * PAR_MIN_US
 PAR_MIN_LUT = 40_000 * PAR_MIN_US
 SPLIT_THREADS = 2  # the rule is taken at the smallest split: two threads
