@@ -220,6 +220,16 @@ def test_min_seconds_raises_the_runs_of_small_models(example: Path) -> None:
     r = bench_model(example, runs=3, warmup=1, min_seconds=0.05)
     assert 3 < r["runs"] <= 2000
     assert r["accurate"]
+    # both sides warm up for about a quarter of min_seconds first, never below `warmup`
+    assert 1 <= r["warmup"] <= 1000
+
+
+def test_warmup_lasts_a_share_of_min_seconds() -> None:
+    from onnx2edge.bench.harness import MAX_WARMUP, warmup_runs
+
+    assert warmup_runs(2.0, 1.0) == 500  # 0.5 s of 1 ms runs
+    assert warmup_runs(2.0, 100.0) == 5
+    assert warmup_runs(2.0, 0.01) == MAX_WARMUP  # sub-millisecond models: capped
 
 
 def test_fused_ops_count_their_base_ops_macs() -> None:

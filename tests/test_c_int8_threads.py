@@ -179,3 +179,33 @@ def test_threaded_int8_under_sanitizers(converted, flags: list[str], tmp_path) -
     one_flags = [f for f in flags if not f.startswith("-DO2E_THREADS") and f != "-pthread"]
     one = run_executable(build_executable(serial, one_flags, "san1"), io, x, serial)["y"]
     assert np.array_equal(one.view(np.uint32), got.view(np.uint32))
+
+
+class _Ctx:
+    """The two NodeContext members `qdw_kernels.split` reads or calls."""
+
+    def __init__(self, max_threads: int) -> None:
+        self.max_threads = max_threads
+        self.used: list[str] = []
+
+    def helper(self, name: str, _text: str) -> None:
+        self.used.append(name)
+
+    def require_runtime(self, header: str) -> None:
+        self.used.append(header)
+
+
+def test_split_rule_is_work_per_thread() -> None:
+    """A layer splits when each of two threads gets the threshold's work (PAR_MIN_US at the
+    kernel's rate), whatever --max-threads planned; never with one unit or a 1-thread plan."""
+    t = qdw_kernels.PAR_MIN_MACS
+    assert t == 200_000 * qdw_kernels.PAR_MIN_US
+    for planned in (2, 4, 8):
+        assert qdw_kernels.split(_Ctx(planned), 2 * t, 8, t)
+        assert not qdw_kernels.split(_Ctx(planned), 2 * t - 2, 8, t)
+    assert qdw_kernels.split(_Ctx(4), 2 * t, 2, t)
+    assert not qdw_kernels.split(_Ctx(4), 10 * t, 1, t)  # one unit: nothing to share
+    assert not qdw_kernels.split(_Ctx(1), 10 * t, 8, t)  # a build planned for one thread
+    ctx = _Ctx(2)
+    assert not qdw_kernels.split(ctx, t, 8, t) and ctx.used == []  # serial: no runtime pulled in
+    assert qdw_kernels.split(ctx, 4 * t, 8, t) and "o2e_gemm.h" in ctx.used

@@ -259,6 +259,13 @@ def match_ort_nodes(
 RTOL, ATOL = 1e-4, 1e-6
 # cap on the runs min_seconds may ask for (sub-millisecond models)
 MAX_RUNS = 2000
+# With min_seconds, each side's process first runs for about this share of it untimed (at
+# least `warmup` runs, at most MAX_WARMUP): a host that was idle (the first network of a
+# suite window) runs a process's first fraction of a second slower, at 2 threads most (a
+# parked second vCPU, caches and page tables cold), and 3 warm-up runs of a 0.5 ms model
+# are 1.5 ms of it. Both sides warm up alike; the timed runs are the steady state.
+WARMUP_SHARE = 0.25
+MAX_WARMUP = 1000
 
 
 def _merge_rounds(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -277,6 +284,11 @@ def _merge_rounds(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             for name, d in out["nodes"].items()
         }
     return out
+
+
+def warmup_runs(min_seconds: float, est_ms: float) -> int:
+    """Untimed runs that last about WARMUP_SHARE of min_seconds at est_ms a run (capped)."""
+    return min(MAX_WARMUP, int(WARMUP_SHARE * min_seconds * 1000 / max(est_ms, 1e-3)))
 
 
 def _stats(ms: Sequence[float]) -> dict[str, float]:
@@ -353,7 +365,8 @@ def bench_model(
 
     min_seconds: raise `runs` until our side's timed loop lasts about this long (from a short
     trial run), so that small models get enough runs for a stable median; both sides then run
-    the same number of times.
+    the same number of times, each after an untimed warm-up of about a quarter of that time
+    (WARMUP_SHARE; `warmup` runs at least).
 
     arch: the `-march` the C is built for (x86-64-v2 / -v3 / -v4 / native), so that an AVX-512
     host can time the AVX2 kernels too.
@@ -467,6 +480,7 @@ def bench_model(
             if trial.returncode == 0:
                 est = float(np.median(json.loads(trial.stdout)["times_ms"]))
                 runs = max(runs, min(MAX_RUNS, int(min_seconds * 1000 / max(est, 1e-3))))
+                warmup = max(warmup, warmup_runs(min_seconds, est))
         per = -(-runs // rounds)  # runs per round: both sides run rounds * per times
         runs = per * rounds
         from ..frontend.loader import bind_inputs, fix_input_shapes, load_model
@@ -585,6 +599,7 @@ def bench_model(
             "model": name,
             "threads": threads,
             "runs": runs,
+            "warmup": warmup,
             "ours_ms": o["median"],
             "ort_ms": r["median"],
             "ratio": o["median"] / r["median"],

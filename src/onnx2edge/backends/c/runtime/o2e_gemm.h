@@ -209,10 +209,14 @@
 #define O2E_PACK_PD 16
 #endif
 /* Below this much work (flops; a product with N < 16 counts 16 / N times its flops, being
- * memory bound) a call stays on one thread: handing work to a spinning pool worker costs
- * ~1 us, waking a parked one 20-50 us; 5e6 flops take ~25 us on one core. */
+ * memory bound) a call stays on one thread, and each further thread needs half of it: the
+ * rule of the int8 kernels (kernels/int8/qdw_kernels.py, `split`), about 10 us a thread. A
+ * parallel region costs ~2-6 us on a 2-vCPU host (hand-off, join, the job counter's cache line
+ * crossing cores), far more when the host stalls the second vCPU mid-job; 4e6 flops take
+ * ~18 us on one core (~220 GFLOP/s). At 1e6, MobileViT-xs's 256 x 256 x 24 attention products
+ * (3.1e6 flops, 14 us) split 64 times a run into 7 us halves. */
 #ifndef O2E_GEMM_MT_FLOPS
-#define O2E_GEMM_MT_FLOPS 1e6
+#define O2E_GEMM_MT_FLOPS 4e6
 #endif
 
 #ifndef O2E_ACT_DEFINED
@@ -2862,6 +2866,8 @@ O2E_GEMM_FN void o2e_gemm_dispatch_(const o2e_gemm_args_ *g, void *workspace) {
      * disjoint parts of B and share A); otherwise split the rows (each thread packs B). */
     const int split_n = g->N > 1 && npan >= 4 * nt;
     if (flops < O2E_GEMM_MT_FLOPS) nt = 1;
+    else if (nt > 2 && nt * (0.5 * O2E_GEMM_MT_FLOPS) > flops)
+      nt = (int)(flops / (0.5 * O2E_GEMM_MT_FLOPS));
     if (!split_n && panels < nt) nt = panels;
     if (split_n && npan < nt) nt = npan;
     /* Column ranges of 4+ panels, up to O2E_PAR_CHUNKS per thread (claimed dynamically);
@@ -3258,7 +3264,7 @@ O2E_GEMM_FN void o2e_fc_skip_zeros(int N, int K, const float *wt, const float *x
   f.act = act;
   {
     const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
-    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 8)) /* no run-time double */
+    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 32)) /* no run-time double */
       o2e_parallel_for(nq, o2e_fc_blocks_, &f);
     else
       o2e_fc_blocks_(&f, 0, nq);
@@ -3422,7 +3428,7 @@ O2E_GEMM_FN void o2e_fc_skip_zeros_h(int N, int K, const uint16_t *wt, const flo
   f.act = act;
   {
     const int nq = (N + O2E_FC_NB - 1) / O2E_FC_NB;
-    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 8))
+    if (nq > 1 && (long long)n * N >= (long long)(O2E_GEMM_MT_FLOPS / 32))
       o2e_parallel_for(nq, o2e_fc_blocks_h_, &f);
     else
       o2e_fc_blocks_h_(&f, 0, nq);
