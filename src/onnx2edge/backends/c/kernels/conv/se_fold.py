@@ -11,7 +11,8 @@ The chains fold their gates the same way in o2e_nchwc.h (nchwc_plan.fold_gates).
 The rounding differs from the graph's in the last place: x (s w) against (x s) w.
 
 Taken for batch 1, a float32 x [1][C][H][W] times s [1][C][1][1] whose product only the
-1x1 layer reads (as its input 0), a float32 constant weight and neither node in a chain.
+1x1 layer reads (as its input 0), a float32 constant weight, M <= H x W (the weights no
+larger than the map, as nchwc_plan.fold_gates) and neither node in a chain.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ def _folding_conv(mul: Node, graph: Graph) -> Node | None:
     g = conv_geometry(conv, xs, w.shape, ys, graph.opset)
     pointwise = g.kernel == (1, 1) and g.strides == (1, 1) and not any(g.pads)
     if not pointwise or g.group != 1 or any(d != 1 for d in g.dilations):
+        return None
+    if g.out_channels > xs[2] * xs[3]:
+        # scaling M x C weights (and packing them at run time) would cost more than the
+        # gate's C x P pass: MobileNetV3's 7x7 projections (as nchwc_plan.fold_gates)
         return None
     return conv
 
