@@ -300,6 +300,10 @@ class NodeContext:
         """This node's channel-blocked layouts (nchwc_plan.py), None when it runs NCHW."""
         return self._emitter.layout_plan.role(self.node)
 
+    def layout_role_of(self, node: str) -> BlockedRole | None:
+        """Node `node`'s channel-blocked layouts (se_fold.py asks about a gate's neighbour)."""
+        return self._emitter.layout_plan.roles.get(node)
+
     def concat_alias(self, name: str) -> tuple[str, int] | None:
         """(Concat output, byte offset) when tensor `name` is written in place in a Concat's
         output (concat_alias.py), else None."""

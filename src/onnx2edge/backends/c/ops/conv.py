@@ -11,6 +11,7 @@ blocked NCHWc layout), put it in its own module under kernels/conv/, registered 
 from __future__ import annotations
 
 from ..emitter import NodeContext
+from ..kernels.conv import se_fold
 from ..kernels.conv.conv_spec import (
     AUTO,
     OFF,
@@ -100,6 +101,9 @@ STRATEGIES: tuple[ConvStrategy, ...] = strategies()
 @register_op("Conv", check=conv_check)
 def conv(ctx: NodeContext) -> str:
     spec = ConvSpec.of(ctx)
+    gated = ""
+    if se_fold.gate_of(ctx) is not None:  # an NCHW SE gate x * s taken into the weights
+        spec, gated = se_fold.gated_spec(ctx, spec)
     if spec.nsp == 1:  # (N, C, L) runs as (N, C, 1, L): the 2-D kernels' speed (Whisper)
         spec = spec.as_2d()
     strategy = select(ctx, STRATEGIES, spec)
@@ -107,6 +111,12 @@ def conv(ctx: NodeContext) -> str:
     if strategy.inplace_residual and r and r not in ctx.node.inputs[:3]:
         # the output may take the residual's buffer (residual_alias.py decides)
         ctx.offer_residual(r)
+    if gated:
+        return gated + "\n" + _emit(ctx, strategy, spec)
+    return _emit(ctx, strategy, spec)
+
+
+def _emit(ctx: NodeContext, strategy: ConvStrategy, spec: ConvSpec) -> str:
     if not spec.residual or strategy.fuses_residual:
         return strategy.emit(ctx, spec)
     # the residual and activation come after the kernel: run it without them, then one pass

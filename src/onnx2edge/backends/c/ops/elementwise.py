@@ -17,7 +17,7 @@ from ....semantics.attrs import attr
 from ....semantics.fused import base_op
 from ....semantics.numeric import cast_attrs, clip_attrs
 from ..emitter import NodeContext, Tensor, c_literal
-from ..kernels.conv import conv_nchwc
+from ..kernels.conv import conv_nchwc, se_fold
 from . import register_op
 from .common import act_expr, elementwise, fused_act
 from .dtypes import (
@@ -309,6 +309,9 @@ def binary(ctx: NodeContext) -> str:
     if is_float(a.dtype):
         if op == "Mul" and (gate := conv_nchwc.gate(ctx)) is not None:
             return gate  # an SE gate inside a channel-blocked chain (nchwc_plan)
+        if op == "Mul" and se_fold.folds(ctx):  # the NCHW 1x1 layer after it scales its weights
+            ctx.kernel("SE gate folded into the 1x1 layer's weights")
+            return "/* folded into the next 1x1 layer (its weights scaled by the gate) */"
         return _ew(ctx, [a, b], out, _float_binary(op, ct, ctx.node))
     bits = 8 * np.dtype(a.dtype).itemsize
     return _ew(

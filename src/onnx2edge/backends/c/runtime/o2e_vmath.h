@@ -181,9 +181,18 @@ O2E_VM_INLINE float o2e_sigmoidf(float x)
   p = p * r + 4.1668388993e-2f;
   p = p * r + 1.6666521132e-1f;
   p = p * r + 4.9999994040e-1f;
-  const float y = p * (r * r) + r + 1.0f;
+  const float q = p * (r * r) + r; /* e^r - 1 */
   /* n + 191 in [41, 191]: shifting kf's bits by 23 leaves exactly the biased exponent */
-  const float e = y * o2e_vm_asf(o2e_vm_asu(kf) << 23); /* exp(-|x|) * 2^64 */
+  const float s = o2e_vm_asf(o2e_vm_asu(kf) << 23);
+#if defined(__FMA__) || defined(__aarch64__)
+  /* (q + 1) * s as one fused multiply-add: s is a normal power of two, so q * s + s rounds
+   * once to s * round(q + 1), the same float as the add then the exact multiply (checked bit
+   * for bit over all 2^32 inputs, x86-64-v3 and native), one instruction fewer: 5 % of SiLU
+   * (issue 34, EfficientNet). Without FMA the mul + add measured slower than add + mul. */
+  const float e = q * s + s; /* exp(-|x|) * 2^64 */
+#else
+  const float e = (q + 1.0f) * s; /* exp(-|x|) * 2^64 */
+#endif
   const float d = e * 5.42101086242752217e-20f + 1.0f;   /* 1 + exp(-|x|) */
   /* x < 0: e / (1 + e); else 1 / (1 + e); NaN: e is NaN */
   return (x < 0.0f ? e : 18446744073709551616.0f) / d * 5.42101086242752217e-20f;
