@@ -135,6 +135,22 @@
 #define O2E_GEMM_KC 160
 #endif
 #endif
+/* K slice of a B packed at conversion (o2e_sgemm_bpacked: a transformer's weights). AVX-512:
+ * a 256-row slice of a 48-wide strip is 48 KB, the whole L1 of a Zen 5 core, and the A rows
+ * and C tile streaming past it evicted it: 192-row slices (36 KB) ran ViT-tiny's fc2
+ * (197 x 192, K 768: 4 slices, not 3) 0.94-0.98x. AVX2: KC = 160 cut K = 192 (ViT-tiny's
+ * qkv, proj and fc1) into two slices of 96; one slice of 192 (an 18 KB strip of 24 columns)
+ * ran fc1 0.96-0.99x (tools/ab_nodes.py, per-node minima of interleaved builds, 1 thread).
+ * The slice is this only where the workspace allows (o2e_gemm_run_): K <= O2E_GEMM_KC_BPK
+ * (one slice: no partial-sum tile T) or K > O2E_GEMM_KC (o2e_ws_floats_sb_ holds T); a packed
+ * B needs no KC-row packing buffer, so O2E_GEMM_KC_BPK may exceed O2E_GEMM_KC. */
+#ifndef O2E_GEMM_KC_BPK
+#if defined(O2E_GEMM_AVX512) || defined(O2E_GEMM_AVX2)
+#define O2E_GEMM_KC_BPK 192
+#else
+#define O2E_GEMM_KC_BPK O2E_GEMM_KC
+#endif
+#endif
 #ifndef O2E_GEMM_SB /* NR strips packed together: B is read in rows of SB * NR floats */
 #define O2E_GEMM_SB 1
 #endif
@@ -160,6 +176,19 @@
 #endif
 #ifndef O2E_GEMM_PF_B_LOC /* cache level hint for prefetching the next B strip */
 #define O2E_GEMM_PF_B_LOC 2
+#endif
+/* ... and of the next strip of a B packed at conversion (o2e_sgemm_bpacked: a transformer's
+ * weights, 0.15-2.4 MB a matrix, read from L3 or memory once a layer): into L1. In the model
+ * (tools/ab_nodes.py, per-node minima of interleaved builds, AVX-512, 1 thread) ViT-tiny's MLP
+ * layers (197 x 768 x 192 and back) ran 0.95-0.98x, MiniLM-L6's (128 x 1536 x 384 and back)
+ * 0.94-0.98x against the L2 hint (AVX-512); convolutions, whose B is built at run time, keep
+ * O2E_GEMM_PF_B_LOC. */
+#ifndef O2E_GEMM_PF_BPK_LOC
+#if defined(O2E_GEMM_AVX512)
+#define O2E_GEMM_PF_BPK_LOC 3
+#else /* x86-64-v3 on the same host: 1.00-1.03x, not taken */
+#define O2E_GEMM_PF_BPK_LOC O2E_GEMM_PF_B_LOC
+#endif
 #endif
 #ifndef O2E_GEMM_PF_C_BYTES /* most C + R bytes of one strip prefetched a strip ahead */
 #define O2E_GEMM_PF_C_BYTES (256 * 1024)
@@ -2406,7 +2435,9 @@ O2E_GEMM_INL const float *o2e_bpk_(const o2e_gemm_args_ *g, int k, int j) {
 O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, int n1,
                                float *ws) {
   const int K = g->K;
-  const int nkb = (K + O2E_GEMM_KC - 1) / O2E_GEMM_KC;
+  const int kcap =
+      g->b_packed && (K <= O2E_GEMM_KC_BPK || K > O2E_GEMM_KC) ? O2E_GEMM_KC_BPK : O2E_GEMM_KC;
+  const int nkb = (K + kcap - 1) / kcap;
   const int kcb = (K + nkb - 1) / nkb;
   const int mcb = o2e_mc_(g->M, K);
   const int use_t = o2e_need_t_(g, nkb);
@@ -2490,7 +2521,11 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
             const int i = ic + ip * O2E_GEMM_MR;
             const float *a = lda ? g->A + (size_t)i * lda + pc
                                  : a0 + (size_t)ip * O2E_GEMM_MR * K + (size_t)pc * O2E_GEMM_MR;
-            if (O2E_GEMM_PF_B_LOC >= 0) O2E_PF_STEP_(pf, O2E_GEMM_PF_B_LOC >= 0 ? O2E_GEMM_PF_B_LOC : 0);
+            if (g->b_packed) {
+              if (O2E_GEMM_PF_BPK_LOC >= 0)
+                O2E_PF_STEP_(pf, O2E_GEMM_PF_BPK_LOC >= 0 ? O2E_GEMM_PF_BPK_LOC : 0);
+            } else if (O2E_GEMM_PF_B_LOC >= 0)
+              O2E_PF_STEP_(pf, O2E_GEMM_PF_B_LOC >= 0 ? O2E_GEMM_PF_B_LOC : 0);
             if (!lda) /* the A panel of the next call in this loop order */
               e.pf_a = ip + 1 < npan ? a + (size_t)O2E_GEMM_MR * K
                        : sidx + 1 < nstrips ? a0 + (size_t)pc * O2E_GEMM_MR
