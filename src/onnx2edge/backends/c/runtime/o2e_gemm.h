@@ -151,6 +151,17 @@
 #define O2E_GEMM_KC_BPK O2E_GEMM_KC
 #endif
 #endif
+/* ... and with at most 128 rows (16 A panels sweep each slice) and K > KC, 128-row slices at
+ * AVX-512: MiniLM-L6 (M 128; K 384 -> 3 x 128, K 1536 -> 12 x 128) ran its qkv, fc1 and fc2
+ * 0.93-0.98x the 192-row slices (model total 0.95x), where ViT-tiny's fc2 (M 197, K 768)
+ * ran 1.02-1.03x with 128 (and 1.00-1.03x with 160): taken for the few-row case only. */
+#ifndef O2E_GEMM_KC_BPK_FEW
+#if defined(O2E_GEMM_AVX512)
+#define O2E_GEMM_KC_BPK_FEW 128
+#else
+#define O2E_GEMM_KC_BPK_FEW O2E_GEMM_KC_BPK
+#endif
+#endif
 #ifndef O2E_GEMM_SB /* NR strips packed together: B is read in rows of SB * NR floats */
 #define O2E_GEMM_SB 1
 #endif
@@ -2435,8 +2446,10 @@ O2E_GEMM_INL const float *o2e_bpk_(const o2e_gemm_args_ *g, int k, int j) {
 O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, int n1,
                                float *ws) {
   const int K = g->K;
-  const int kcap =
-      g->b_packed && (K <= O2E_GEMM_KC_BPK || K > O2E_GEMM_KC) ? O2E_GEMM_KC_BPK : O2E_GEMM_KC;
+  const int kcap = !g->b_packed                         ? O2E_GEMM_KC
+                   : K > O2E_GEMM_KC && g->M <= 16 * O2E_GEMM_MR ? O2E_GEMM_KC_BPK_FEW
+                   : K <= O2E_GEMM_KC_BPK || K > O2E_GEMM_KC   ? O2E_GEMM_KC_BPK
+                                                                 : O2E_GEMM_KC;
   const int nkb = (K + kcap - 1) / kcap;
   const int kcb = (K + nkb - 1) / nkb;
   const int mcb = o2e_mc_(g->M, K);
