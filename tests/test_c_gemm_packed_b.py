@@ -5,7 +5,7 @@ onnxruntime at every ISA the C backend emits (aarch64 under qemu).
 The layout is one for every ISA (48-column strips, a multiple of each kernel's NR: 48 at
 AVX-512, 24 at AVX2, 12 at NEON, 8 portable), so _model's cases give each kernel partial
 strips: N = 90 (tails 42 / 18 / 6 / 2 at NR 48 / 24 / 12 / 8) and N = 40 (one strip, zero
-padded) and N = 576 (whole strips; 3 threads split them by columns); K across K slices (600: three at KC = 256, four at 160) and within one; M not a
+padded) and N = 576 (whole strips; 3 threads split them by columns); K across K slices (M 45, K 600: five of 120 at AVX-512, four of 150 at AVX2; M 140, K 300: two of 150) and within one, K = 240 (one slice at AVX-512, two at AVX2); M not a
 multiple of the 8-row panels (45, 37), few panels (M = 24: the path that reads B in place
 otherwise), a batch folded into M, a bias, a residual Add, a fused Relu, and NaN / Inf in A.
 """
@@ -59,6 +59,12 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray], int]:
         "b": ((2, 12, 64), 90, True, False, False),  # batch folded: M = 24 (3 panels)
         "c": ((37, 130), 40, False, True, False),  # one zero-padded strip
         "d": ((1, 37, 96), 576, True, False, True),  # whole strips, split by columns
+        # K between O2E_GEMM_KC_BPK (192) and KC (256 at AVX-512: one slice, the workspace
+        # has no partial-sum tile there; two of 120 at AVX2, whose KC is 160)
+        "e": ((1, 21, 240), 48, True, True, False),
+        # more than 128 rows and K > KC: 192-row slices at AVX-512 (at most 128 rows, as "a":
+        # O2E_GEMM_KC_BPK_FEW's 128)
+        "f": ((1, 140, 300), 48, True, True, False),
     }
     for name, (ash, n, has_b, res, relu) in cases.items():
         k = ash[-1]

@@ -135,6 +135,33 @@
 #define O2E_GEMM_KC 160
 #endif
 #endif
+/* K slice of a B packed at conversion (o2e_sgemm_bpacked: a transformer's weights). AVX-512:
+ * a 256-row slice of a 48-wide strip is 48 KB, the whole L1 of a Zen 5 core, and the A rows
+ * and C tile streaming past it evicted it: 192-row slices (36 KB) ran ViT-tiny's fc2
+ * (197 x 192, K 768: 4 slices, not 3) 0.94-0.98x. AVX2: KC = 160 cut K = 192 (ViT-tiny's
+ * qkv, proj and fc1) into two slices of 96; one slice of 192 (an 18 KB strip of 24 columns)
+ * ran fc1 0.96-0.99x (tools/ab_nodes.py, per-node minima of interleaved builds, 1 thread).
+ * The slice is this only where the workspace allows (o2e_gemm_run_): K <= O2E_GEMM_KC_BPK
+ * (one slice: no partial-sum tile T) or K > O2E_GEMM_KC (o2e_ws_floats_sb_ holds T); a packed
+ * B needs no KC-row packing buffer, so O2E_GEMM_KC_BPK may exceed O2E_GEMM_KC. */
+#ifndef O2E_GEMM_KC_BPK
+#if defined(O2E_GEMM_AVX512) || defined(O2E_GEMM_AVX2)
+#define O2E_GEMM_KC_BPK 192
+#else
+#define O2E_GEMM_KC_BPK O2E_GEMM_KC
+#endif
+#endif
+/* ... and with at most 128 rows (16 A panels sweep each slice) and K > KC, 128-row slices at
+ * AVX-512: MiniLM-L6 (M 128; K 384 -> 3 x 128, K 1536 -> 12 x 128) ran its qkv, fc1 and fc2
+ * 0.93-0.98x the 192-row slices (model total 0.95x), where ViT-tiny's fc2 (M 197, K 768)
+ * ran 1.02-1.03x with 128 (and 1.00-1.03x with 160): taken for the few-row case only. */
+#ifndef O2E_GEMM_KC_BPK_FEW
+#if defined(O2E_GEMM_AVX512)
+#define O2E_GEMM_KC_BPK_FEW 128
+#else
+#define O2E_GEMM_KC_BPK_FEW O2E_GEMM_KC_BPK
+#endif
+#endif
 #ifndef O2E_GEMM_SB /* NR strips packed together: B is read in rows of SB * NR floats */
 #define O2E_GEMM_SB 1
 #endif
@@ -160,6 +187,19 @@
 #endif
 #ifndef O2E_GEMM_PF_B_LOC /* cache level hint for prefetching the next B strip */
 #define O2E_GEMM_PF_B_LOC 2
+#endif
+/* ... and of the next strip of a B packed at conversion (o2e_sgemm_bpacked: a transformer's
+ * weights, 0.15-2.4 MB a matrix, read from L3 or memory once a layer): into L1. In the model
+ * (tools/ab_nodes.py, per-node minima of interleaved builds, AVX-512, 1 thread) ViT-tiny's MLP
+ * layers (197 x 768 x 192 and back) ran 0.95-0.98x, MiniLM-L6's (128 x 1536 x 384 and back)
+ * 0.94-0.98x against the L2 hint (AVX-512); convolutions, whose B is built at run time, keep
+ * O2E_GEMM_PF_B_LOC. */
+#ifndef O2E_GEMM_PF_BPK_LOC
+#if defined(O2E_GEMM_AVX512)
+#define O2E_GEMM_PF_BPK_LOC 3
+#else /* x86-64-v3 on the same host: 1.00-1.03x, not taken */
+#define O2E_GEMM_PF_BPK_LOC O2E_GEMM_PF_B_LOC
+#endif
 #endif
 #ifndef O2E_GEMM_PF_C_BYTES /* most C + R bytes of one strip prefetched a strip ahead */
 #define O2E_GEMM_PF_C_BYTES (256 * 1024)
@@ -253,7 +293,9 @@ enum {
 
 /* One element of a vmath kind, the same expressions as the activation table's C column
  * (semantics/activations.py), so a fused epilogue and the standalone op agree: NaN in gives
- * NaN out, selects rather than fminf / fmaxf (calls gcc would not vectorise). */
+ * NaN out, selects rather than fminf / fmaxf (calls gcc would not vectorise). GELU's erf form
+ * is the one exception: o2e_gelu_erff, one polynomial in place of the table's o2e_erff (half
+ * the instructions), within its stated bound of the exact value. */
 O2E_GEMM_INL float o2e_act_vm1_(float x, int kind, float a, float b) {
   (void)b; /* no vmath kind has a second parameter */
   switch (kind) {
@@ -266,7 +308,7 @@ O2E_GEMM_INL float o2e_act_vm1_(float x, int kind, float a, float b) {
   case O2E_ACT_GELU:
     if (a != 0)
       return 0.5f * x * (1 + o2e_tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
-    return 0.5f * x * (1 + o2e_erff(x * 0.70710678118f));
+    return o2e_gelu_erff(x); /* the table's o2e_erff within o2e_gelu_erff's bound (o2e_vmath.h) */
   case O2E_ACT_MISH: { /* x tanh(softplus(x)) = x n / (n + 2), n = e^x (e^x + 2): the table's */
     const float e = o2e_expf(x > 20 ? 20 : x);
     const float n = e * (e + 2);
@@ -278,120 +320,59 @@ O2E_GEMM_INL float o2e_act_vm1_(float x, int kind, float a, float b) {
 }
 
 #if defined(O2E_GEMM_AVX512)
-/* GELU, erf form, on 16 floats: o2e_erff's polynomials (o2e_vmath.h) written with
- * intrinsics. gcc's vectorised o2e_act_vm1_ loop ran the 8 x 48 tile of a ViT MLP layer
- * (197 x 768, K 192) at 0.14 ms a layer over the GEMM's 0.25 (tools: a 200-call minimum,
- * 1 thread, Zen 5), more than a separate pass over the whole output (0.085 ms): this one keeps
- * the constants in registers across the tile. NaN in, NaN out (x multiplies the result);
- * q <= -1.6, so exp(q) needs one scale 2^n (n >= -30), not o2e_vm_exp_core's two. */
+/* GELU, erf form, on 16 floats: o2e_gelu_erff (o2e_vmath.h) written with intrinsics, which
+ * keep its constants in registers across a tile. With o2e_erff's two polynomials and exp it
+ * took 65 us over a ViT MLP layer's 197 x 768 output (0.43 ns a value, 200-call minimum,
+ * 1 thread, AVX-512 EPYC; 12 layers: 0.8 ms of a 13.5 ms model), 36 us with this one.
+ * x is clamped first (min / max return their second operand for a NaN x, finite), so NaN
+ * comes back through 0.5 x; +Inf gives +Inf, -Inf gives NaN (-Inf * 0) as onnxruntime. */
 O2E_GEMM_INL __m512 o2e_gelu16_(__m512 x) {
-  const __m512 u = _mm512_mul_ps(x, _mm512_set1_ps(0.70710678118f));
-  const __m512 a = _mm512_abs_ps(u);
-  const __m512 as = _mm512_min_ps(a, _mm512_set1_ps(0.921875f));
-  const __m512 t = _mm512_mul_ps(as, as);
-  __m512 p = _mm512_set1_ps(8.3650084e-05f);
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-8.1413949e-04f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(5.2009057e-03f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-2.6859341e-02f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.1283694e-01f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-3.7612635e-01f));
-  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.1283792e+00f));
-  const __m512 small = _mm512_mul_ps(p, as);
-  const __m512 ac = _mm512_min_ps(a, _mm512_set1_ps(3.9375f));
-  const __m512 v = _mm512_mul_ps(_mm512_sub_ps(ac, _mm512_set1_ps(2.4296875f)),
-                                 _mm512_set1_ps(0.66321244f));
-  __m512 q = _mm512_set1_ps(-3.4914419e-06f);
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(-1.1071875e-06f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(5.2331729e-05f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(-2.4919354e-04f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(9.8057429e-04f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(-3.5421334e-03f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(1.1988470e-02f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(-3.9383005e-02f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(-2.1405845e+00f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(-7.8709469e+00f));
-  q = _mm512_fmadd_ps(q, v, _mm512_set1_ps(-7.4351177e+00f));
-  /* exp(q): Cody-Waite as o2e_vm_exp_core */
-  const __m512 shift = _mm512_set1_ps(12582912.0f);
-  const __m512 kf = _mm512_fmadd_ps(q, _mm512_set1_ps(1.44269504088896341f), shift);
-  const __m512 n = _mm512_sub_ps(kf, shift);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), q);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 e = _mm512_set1_ps(1.9875691500e-4f);
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.3981999507e-3f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(8.3334519073e-3f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(4.1665795894e-2f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.6666665459e-1f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(5.0000001201e-1f));
-  e = _mm512_add_ps(_mm512_fmadd_ps(e, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  const __m512i ni = _mm512_sub_epi32(
-      _mm512_and_si512(_mm512_castps_si512(kf), _mm512_set1_epi32(0x7fffff)),
-      _mm512_set1_epi32(0x400000));
-  const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
-  const __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(e, s));
-  const __mmask16 lt = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.921875f), _CMP_LT_OQ);
-  const __m512 erf_abs = _mm512_mask_blend_ps(lt, big, small);
-  const __m512 erf = _mm512_castsi512_ps(_mm512_or_si512(
-      _mm512_castps_si512(erf_abs),
-      _mm512_and_si512(_mm512_castps_si512(u), _mm512_set1_epi32((int)0x80000000u))));
-  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x),
-                       _mm512_add_ps(_mm512_set1_ps(1.0f), erf));
+  const __m512 xc = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(5.65685415f)), _mm512_set1_ps(-5.65685415f));
+  const __m512 t = _mm512_fmsub_ps(_mm512_mul_ps(xc, xc), _mm512_set1_ps(0.0625f), _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(-6.91915571e-04f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(2.03516195e-03f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.73429656e-03f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.48855348e-03f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-5.78157464e-03f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.17900288e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.62661150e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(2.26289127e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-3.21829505e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(4.25284766e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-5.28793223e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(6.37659207e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-7.61592761e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(9.31093246e-02f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.24858342e-01f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(2.49984160e-01f));
+  __m512 e = _mm512_mul_ps(xc, p);
+  e = _mm512_max_ps(_mm512_min_ps(e, _mm512_set1_ps(1.0f)), _mm512_set1_ps(-1.0f));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 #elif defined(O2E_GEMM_AVX2)
-/* the same on 8 floats (x86-64-v3: the 4 x 24 tile's GELU 0.29 ms a ViT MLP layer over a
- * 0.52 ms GEMM before, 0.18 ms as a separate pass) */
+/* the same on 8 floats */
 O2E_GEMM_INL __m256 o2e_gelu8_(__m256 x) {
-  const __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118f));
-  const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), u);
-  const __m256 as = _mm256_min_ps(a, _mm256_set1_ps(0.921875f));
-  const __m256 t = _mm256_mul_ps(as, as);
-  __m256 p = _mm256_set1_ps(8.3650084e-05f);
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-8.1413949e-04f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(5.2009057e-03f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-2.6859341e-02f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.1283694e-01f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-3.7612635e-01f));
-  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.1283792e+00f));
-  const __m256 small = _mm256_mul_ps(p, as);
-  const __m256 ac = _mm256_min_ps(a, _mm256_set1_ps(3.9375f));
-  const __m256 v = _mm256_mul_ps(_mm256_sub_ps(ac, _mm256_set1_ps(2.4296875f)),
-                                 _mm256_set1_ps(0.66321244f));
-  __m256 q = _mm256_set1_ps(-3.4914419e-06f);
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-1.1071875e-06f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(5.2331729e-05f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-2.4919354e-04f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(9.8057429e-04f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-3.5421334e-03f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(1.1988470e-02f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-3.9383005e-02f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-2.1405845e+00f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-7.8709469e+00f));
-  q = _mm256_fmadd_ps(q, v, _mm256_set1_ps(-7.4351177e+00f));
-  /* exp(q): Cody-Waite as o2e_vm_exp_core */
-  const __m256 shift = _mm256_set1_ps(12582912.0f);
-  const __m256 kf = _mm256_fmadd_ps(q, _mm256_set1_ps(1.44269504088896341f), shift);
-  const __m256 n = _mm256_sub_ps(kf, shift);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), q);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 e = _mm256_set1_ps(1.9875691500e-4f);
-  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.3981999507e-3f));
-  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(8.3334519073e-3f));
-  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(4.1665795894e-2f));
-  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.6666665459e-1f));
-  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(5.0000001201e-1f));
-  e = _mm256_add_ps(_mm256_fmadd_ps(e, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i ni = _mm256_sub_epi32(
-      _mm256_and_si256(_mm256_castps_si256(kf), _mm256_set1_epi32(0x7fffff)),
-      _mm256_set1_epi32(0x400000));
-  const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
-  const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(e, s));
-  const __m256 lt = _mm256_cmp_ps(a, _mm256_set1_ps(0.921875f), _CMP_LT_OQ);
-  const __m256 erf_abs = _mm256_blendv_ps(big, small, lt);
-  const __m256 erf = _mm256_castsi256_ps(_mm256_or_si256(
-      _mm256_castps_si256(erf_abs),
-      _mm256_and_si256(_mm256_castps_si256(u), _mm256_set1_epi32((int)0x80000000u))));
-  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x),
-                       _mm256_add_ps(_mm256_set1_ps(1.0f), erf));
+  const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(5.65685415f)), _mm256_set1_ps(-5.65685415f));
+  const __m256 t = _mm256_fmsub_ps(_mm256_mul_ps(xc, xc), _mm256_set1_ps(0.0625f), _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(-6.91915571e-04f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(2.03516195e-03f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.73429656e-03f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48855348e-03f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-5.78157464e-03f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.17900288e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.62661150e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(2.26289127e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-3.21829505e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(4.25284766e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-5.28793223e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(6.37659207e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-7.61592761e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(9.31093246e-02f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.24858342e-01f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(2.49984160e-01f));
+  __m256 e = _mm256_mul_ps(xc, p);
+  e = _mm256_max_ps(_mm256_min_ps(e, _mm256_set1_ps(1.0f)), _mm256_set1_ps(-1.0f));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 #endif
 
@@ -431,7 +412,7 @@ O2E_GEMM_FN void o2e_act_vm_n_(float *x, size_t n, o2e_act act) {
       for (i = 0; i < n; i++)
         x[i] = 0.5f * x[i] * (1 + o2e_tanhf(0.7978845608f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
     else
-      for (i = o2e_gelu_vec_(x, n); i < n; i++) x[i] = 0.5f * x[i] * (1 + o2e_erff(x[i] * 0.70710678118f));
+      for (i = o2e_gelu_vec_(x, n); i < n; i++) x[i] = o2e_gelu_erff(x[i]);
     break;
   case O2E_ACT_MISH: O2E_ACT_LOOP_(O2E_ACT_MISH); break;
   default: break;
@@ -2469,7 +2450,11 @@ O2E_GEMM_INL const float *o2e_bpk_(const o2e_gemm_args_ *g, int k, int j) {
 O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, int n1,
                                float *ws) {
   const int K = g->K;
-  const int nkb = (K + O2E_GEMM_KC - 1) / O2E_GEMM_KC;
+  const int kcap = !g->b_packed                         ? O2E_GEMM_KC
+                   : K > O2E_GEMM_KC && g->M <= 16 * O2E_GEMM_MR ? O2E_GEMM_KC_BPK_FEW
+                   : K <= O2E_GEMM_KC_BPK || K > O2E_GEMM_KC   ? O2E_GEMM_KC_BPK
+                                                                 : O2E_GEMM_KC;
+  const int nkb = (K + kcap - 1) / kcap;
   const int kcb = (K + nkb - 1) / nkb;
   const int mcb = o2e_mc_(g->M, K);
   const int use_t = o2e_need_t_(g, nkb);
@@ -2553,7 +2538,11 @@ O2E_GEMM_FN void o2e_gemm_run_(const o2e_gemm_args_ *g, int m0, int m1, int n0, 
             const int i = ic + ip * O2E_GEMM_MR;
             const float *a = lda ? g->A + (size_t)i * lda + pc
                                  : a0 + (size_t)ip * O2E_GEMM_MR * K + (size_t)pc * O2E_GEMM_MR;
-            if (O2E_GEMM_PF_B_LOC >= 0) O2E_PF_STEP_(pf, O2E_GEMM_PF_B_LOC >= 0 ? O2E_GEMM_PF_B_LOC : 0);
+            if (g->b_packed) {
+              if (O2E_GEMM_PF_BPK_LOC >= 0)
+                O2E_PF_STEP_(pf, O2E_GEMM_PF_BPK_LOC >= 0 ? O2E_GEMM_PF_BPK_LOC : 0);
+            } else if (O2E_GEMM_PF_B_LOC >= 0)
+              O2E_PF_STEP_(pf, O2E_GEMM_PF_B_LOC >= 0 ? O2E_GEMM_PF_B_LOC : 0);
             if (!lda) /* the A panel of the next call in this loop order */
               e.pf_a = ip + 1 < npan ? a + (size_t)O2E_GEMM_MR * K
                        : sidx + 1 < nstrips ? a0 + (size_t)pc * O2E_GEMM_MR
