@@ -9,9 +9,10 @@ build, NaN / Inf included.
 One model (a batch of 2): an EfficientNet block (SiLU as Sigmoid * x, as torch exports it; SE
 with a Sigmoid gate; a residual), a MobileNetV3 block (HardSwish, stride 2, SE with a
 HardSigmoid gate written Mul(s, x)), a 7x7 Relu6 layer and an asymmetrically padded 5x5
-stride-2 layer leaving through a 1x1 layer with a Sigmoid, and a chain entered from 24
-channels and left to 152 (NCHW sides zero-padded to whole blocks), and one entered from 24 that the
-plan refuses (too much padding).
+stride-2 layer leaving through a 1x1 layer with a Sigmoid, a chain entered from 152
+channels and left to 152 (NCHW sides zero-padded to whole blocks), a 1x1 layer writing 24
+channels that the plan refuses (too much padding), and MobileNetV3-style blocks of 72 and 88
+channels kept blocked in padded blocks (SE on 72, a pool reading 120 padded channels).
 """
 
 from __future__ import annotations
@@ -105,9 +106,21 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
     o = act(conv(o, "o_dw", 64, 64, 3, 2), "Relu")
     r = conv("x", "o_res", 32, 152, 1, 2)
     nodes.append(helper.make_node("Add", [conv(o, "o_proj", 64, 152), r], ["y_odd"]))
-    # 24 channels (+33 % padding): the plan leaves that edge NCHW and the chain starts after it
+    # 24 output channels (+33 % padding): the plan leaves that layer NCHW; the chain starts
+    # after it (an entering layer reads only the real input channels)
     o = act(conv(conv("x", "q_in", 32, 24), "q_exp", 24, 64), "Relu")
     conv(act(conv(o, "q_dw", 64, 64, 3), "Relu"), "q_proj", 64, 32)
+    # MobileNetV3's counts that are not multiples of 16 (72, 88, 120): blocked tensors padded
+    # to whole blocks (nchwc_plan.pad_pays), an SE block on 72 channels (its gate folded), a
+    # 5x5 stride-2 layer on 88, a 1x1 layer writing 120 padded channels for a pool reading
+    # blocks; the NaN / Inf test sends NaN through the padding lanes (0 weights x NaN)
+    p = act(conv(conv("x", "p_in", 32, 24), "p_exp", 24, 72), "HardSwish")
+    p = act(conv(p, "p_dw", 72, 72, 3), "HardSwish")
+    p = conv(se(p, "p_se", 72, "Relu", "HardSigmoid", False), "p_proj", 72, 48)
+    p = act(conv(p, "p_exp2", 48, 88), "Relu")
+    p = act(conv(p, "p_dw2", 88, 88, 5, 2), "Relu")
+    conv(p, "p_out", 88, 120)
+    nodes.append(helper.make_node("GlobalAveragePool", [conv(p, "p_head", 88, 120)], ["p_gap"]))
     inits += [tensor("zero", np.array(0, np.float32)), tensor("six", np.array(6, np.float32))]
     outs = [
         vi("y1", [N, 64, 7, 7]),
@@ -115,6 +128,8 @@ def _model(tmp: Path) -> tuple[Path, dict[str, np.ndarray]]:
         vi("d_pw_sigmoid", [N, 16, 7, 7]),
         vi("y_odd", [N, 152, 7, 7]),
         vi("q_proj", [N, 32, 14, 14]),
+        vi("p_out", [N, 120, 7, 7]),
+        vi("p_gap", [N, 120, 1, 1]),
     ]
     model = make_model(nodes, [vi("x", [N, 32, 14, 14])], outs, inits, opset=17)
     x = rng.standard_normal((N, 32, 14, 14)).astype(np.float32)
@@ -147,18 +162,30 @@ def test_whole_blocks_run_blocked(block: tuple) -> None:
         "o_exp",
         "o_dw",
         "o_proj",
+        "q_exp",
+        "q_dw",
+        "q_proj",
+        "p_exp",
+        "p_dw",
+        "p_proj",
+        "p_exp2",
+        "p_dw2",
+        "p_out",
+        "p_head",
     }
-    assert layers["q_exp"] != "nchwc" and layers["q_dw"] != "nchwc", layers
+    assert layers["q_in"] != "nchwc" and layers["p_in"] != "nchwc", layers
     assert all(layers[n] == "nchwc" for n in members), layers
     kernels = stats["kernels"]
     assert kernels["Conv: depthwise 5x5 stride 1, channel blocks, SE pool fused"] == 1, kernels
     assert kernels["Conv: depthwise 5x5 stride 2, channel blocks, SE pool fused"] == 1, kernels
-    assert kernels["Conv: depthwise 5x5 stride 2, channel blocks"] == 1, kernels
+    assert kernels["Conv: depthwise 5x5 stride 2, channel blocks"] == 2, kernels  # d_dw, p_dw2
+    assert kernels["Conv: depthwise 3x3 stride 1, channel blocks, SE pool fused"] == 1, kernels
     assert kernels["Conv: depthwise 7x7 stride 1, channel blocks"] == 1, kernels
     assert kernels["Mul: SE gate, channel blocks"] == 1, kernels
-    assert kernels["Mul: SE gate folded into the 1x1 layer"] == 1, kernels
-    assert kernels["Conv: 1x1, channel blocks (in chain), SE gate folded"] == 1, kernels
-    assert kernels["GlobalAveragePool: means written by the depthwise layer"] == 2, kernels
+    assert kernels["Mul: SE gate folded into the 1x1 layer"] == 2, kernels
+    assert kernels["Conv: 1x1, channel blocks (in chain), SE gate folded"] == 2, kernels
+    assert kernels["GlobalAveragePool: means written by the depthwise layer"] == 3, kernels
+    assert kernels["GlobalAveragePool: channel blocks"] == 1, kernels  # p_gap: 120 padded
 
 
 def _check(got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> None:

@@ -6,9 +6,9 @@ the depthwise kernels have short rows: onnxruntime keeps those activations in ch
 and 1x1 convolutions (fused activation / residual included) and squeeze-and-excitation blocks
 (issue 34: a GlobalAveragePool reading the depthwise layer's blocks mid-chain, its gating Mul
 x * s a member `gate`, folded into the 1x1 layer reading its product where that pays:
-fold_gates) whose tensors' channel counts are multiples of BLOCK keeps its
-intermediate tensors blocked (a 1x1 layer's NCHW side may have any count), and kernels/conv/conv_nchwc.py writes every node of the
-chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
+fold_gates) keeps its intermediate tensors blocked (channel counts that are not multiples
+of BLOCK padded to whole blocks where pad_pays), and kernels/conv/conv_nchwc.py writes every
+node of the chain. No reorder node is needed at the chain's edges: a 1x1 layer reads either layout (it
 broadcasts one input scalar at a time) and writes either (blocked: whole vectors; NCHW: a
 transposing store), so chains start and end at 1x1 layers; a depthwise layer only runs
 inside a chain (blocked in and out). A chain may also end at a GlobalAveragePool that reads
@@ -51,11 +51,16 @@ MAX_P = 784
 # (the input's reorder), conv3_1/sep level. Plain 1x1 -> 1x1 tensors over MAX_P (ResNet50's
 # 56x56 stage) stay NCHW: there the packed GEMM is as fast and shared with the other kernels.
 MAX_P_DW = 3136
-# A 1x1 layer's NCHW side of c channels (not a multiple of BLOCK) is padded to whole blocks
-# when that adds at most this fraction of work. EfficientNet-B0's 24 / 40 (+33 % / +20 %),
-# tools/ab_nodes.py native under load: the entering 1x1 layers 1.24-1.34x and the leaving
-# 144 -> 24 one 1.45x main's time, more than the 5x5 depthwise layers gained (0.85-0.89x).
-MAX_PAD_WASTE = 0.1
+# Channel counts that are not multiples of BLOCK are padded to whole blocks (a blocked
+# tensor's padding lanes are never read into a real channel: o2e_nchwc.h). One rule, pad_pays,
+# says where: a layer whose padded work (up(c) / c) times the blocked kernel's measured time
+# at whole blocks relative to the NCHW kernel's (BLOCKED_COST) stays within the NCHW time.
+# The padding a layer computes: a depthwise layer's channels, a 1x1 layer's output channels
+# (an input's padding is not read: its tiles stop at the real input channels; an NCHW input's
+# is zeros in the reorder). Measured per node against main (tools/ab_nodes.py, native):
+# depthwise 0.3-0.8x, 1x1 0.82-0.92x (MAX_P's note); EfficientNet-B0's 144 -> 24 leaving
+# layer (+33 %) 1.45x main's time.
+BLOCKED_COST = {"depthwise": 0.8, "pointwise": 0.9}
 MIN_DENSITY = 0.5  # pruned 1x1 weights below this are left to the sparse kernels
 
 
@@ -83,6 +88,12 @@ class LayoutPlan:
 
     def role(self, node: Node) -> BlockedRole | None:
         return self.roles.get(node.name)
+
+    def stored_nbytes(self, name: str, shape: tuple[int, ...], nbytes: int) -> int:
+        """A tensor's buffer size: a blocked one's channels padded to whole blocks."""
+        if name not in self.blocked or shape[1] % BLOCK == 0:
+            return nbytes
+        return nbytes // shape[1] * padded(shape[1])
 
 
 EMPTY = LayoutPlan({}, frozenset())
@@ -115,16 +126,14 @@ def _kind(node: Node, graph: Graph) -> str | None:
     C, M = g.in_channels, g.out_channels
     if ys[2] * ys[3] > MAX_P_DW or any(d != 1 for d in g.dilations):
         return None
-    # a 1x1 layer's NCHW side may have any channel count (conv_nchwc pads it to whole blocks);
-    # a blocked tensor's channels are whole blocks (plan_layout)
     if g.kernel == (1, 1) and g.group == 1 and g.strides == (1, 1) and not any(g.pads):
-        if any(-(-c // BLOCK) * BLOCK > (1 + MAX_PAD_WASTE) * c for c in (C, M)):
+        if not pad_pays(M, "pointwise"):
             return None
         if np.count_nonzero(w) < MIN_DENSITY * w.size:
             return None
         return "pointwise"
     k = g.kernel[0]
-    if C % BLOCK:
+    if not pad_pays(C, "depthwise"):
         return None
     if (
         g.kernel in ((3, 3), (5, 5), (7, 7))
@@ -137,9 +146,20 @@ def _kind(node: Node, graph: Graph) -> str | None:
     return None
 
 
+def padded(c: int) -> int:
+    """c channels stored blocked: whole blocks."""
+    return -(-c // BLOCK) * BLOCK
+
+
+def pad_pays(c: int, kind: str) -> bool:
+    """A `kind` layer computing c channels padded to whole blocks is faster blocked than NCHW
+    (BLOCKED_COST); always at whole blocks."""
+    return padded(c) * BLOCKED_COST[kind] <= c
+
+
 def gate_data(node: Node, graph: Graph) -> int | None:
     """The data input's index when the Mul is an SE gate, x [N][C][H][W] * s [N or 1][C][1][1]
-    (float32, C a multiple of BLOCK, at most MAX_P_DW pixels), else None."""
+    (float32, at most MAX_P_DW pixels), else None."""
     if len(node.inputs) != 2 or not all(node.inputs) or node.inputs[0] == node.inputs[1]:
         return None
     ts = [graph.type_of(n) for n in (*node.inputs, node.outputs[0])]
@@ -147,7 +167,7 @@ def gate_data(node: Node, graph: Graph) -> int | None:
         return None
     a, b, y = (tuple(t.static_shape) for t in ts)  # type: ignore[union-attr]
     for d, (x, s) in enumerate(((a, b), (b, a))):
-        if len(x) != 4 or x != y or x[1] % BLOCK or x[2] * x[3] > MAX_P_DW or x[2] * x[3] == 1:
+        if len(x) != 4 or x != y or x[2] * x[3] > MAX_P_DW or x[2] * x[3] == 1:
             continue
         if len(s) == 4 and s[0] in (1, x[0]) and s[1] == x[1] and s[2:] == (1, 1):
             return d
@@ -155,12 +175,11 @@ def gate_data(node: Node, graph: Graph) -> int | None:
 
 
 def _blockable_input(node: Node, graph: Graph) -> bool:
-    """Input 0 is a static float32 NCHW tensor whose channels fill whole blocks."""
+    """Input 0 is a static float32 NCHW tensor (its producer decides whether it is blocked)."""
     t = graph.type_of(node.inputs[0]) if node.inputs and node.inputs[0] else None
     if t is None or not t.is_static or t.dtype != np.float32:
         return False
-    shape = t.static_shape
-    return len(shape) == 4 and shape[1] % BLOCK == 0
+    return len(t.static_shape) == 4
 
 
 def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
@@ -179,7 +198,6 @@ def plan_layout(graph: Graph, kernels: Mapping[str, str]) -> LayoutPlan:
             if n.name in kinds and kinds[n.name] != "gap"  # its output: 1x1 maps, NCHW
             for t in n.outputs[:1]
             if t not in outputs
-            and graph.type_of(t).static_shape[1] % BLOCK == 0  # type: ignore[union-attr]
             and graph.consumers(t)
             and all(_reads_as_data(c, t, graph) and c.name in kinds for c in graph.consumers(t))
             and (_pixels(graph, t) <= MAX_P or _next_to_depthwise(n, t, graph, kinds))
@@ -224,7 +242,7 @@ def fold_gates(graph: Graph, roles: Mapping[str, BlockedRole]) -> dict[str, Bloc
         if [i for i, t in enumerate(conv.inputs) if t == n.outputs[0]] != [0]:
             continue
         m = graph.type_of(conv.outputs[0]).static_shape[1]  # type: ignore[union-attr]
-        if -(-m // BLOCK) * BLOCK > _pixels(graph, n.outputs[0]):
+        if padded(m) > _pixels(graph, n.outputs[0]):
             continue
         d = gate_data(n, graph)
         assert d is not None

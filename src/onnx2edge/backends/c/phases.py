@@ -172,10 +172,16 @@ def _residual_aliases(graph: Graph, opts: Options, res: Analyses) -> dict[str, A
         },
         res.steps,
         res.tensor_kinds,
-        {n: t.nbytes for n, t in res.emitter.tensors.items()},
+        {n: _stored_nbytes(res, n, t) for n, t in res.emitter.tensors.items()},
         excluded,
     )
     return {"residual_inplace": inplace}
+
+
+def _stored_nbytes(res: Analyses, name: str, t: Any) -> int:
+    """A tensor's buffer: a channel-blocked one holds whole blocks (nchwc_plan)."""
+    plan = res.layout_plan
+    return t.nbytes if plan is None else plan.stored_nbytes(name, t.shape, t.nbytes)
 
 
 def _arena_plan(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
@@ -202,7 +208,13 @@ def _arena_plan(graph: Graph, opts: Options, res: Analyses) -> dict[str, Any]:
         used = steps.get(name, [0]) + ([first[name]] if name in first else [])
         used += chained.get(name, [])
         buffers.append(
-            Buffer(name, t.nbytes, min(used), max(used), res.written_under.get(name, ()))
+            Buffer(
+                name,
+                _stored_nbytes(res, name, t),
+                min(used),
+                max(used),
+                res.written_under.get(name, ()),
+            )
         )
     offsets, arena = plan(buffers + res.scratch)
     for x, (y, off) in res.concat_aliases.items():

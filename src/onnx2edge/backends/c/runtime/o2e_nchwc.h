@@ -6,6 +6,11 @@
  * (c/16)*16*H*W + p*16 + c%16. 16 channels are one zmm (AVX-512), two ymm (AVX2), four q
  * (NEON) or four xmm (SSE): the block does not depend on the ISA, so one model.c compiles for
  * any of them.
+ * A channel count Cn that is not a multiple of 16 (MobileNetV3's 72, 88, 120, ...) is stored
+ * as whole blocks, C = Cn rounded up: the padding lanes past Cn are written (weights and bias
+ * of 0) but their values are unspecified (0 x Inf is NaN) and no kernel lets them reach a
+ * real channel: the 1x1 tiles read input channels < Kn only, the depthwise layer and the gate
+ * are lane-wise, the pools write means of channels < Cn only (issue 34).
  *
  *   1x1:       y[m][p] = act(b[m] + sum_k w[m][k] . x[k][p] + r[m][p])
  *              a tile is NV vectors of output channels x PN pixels in registers; per input
@@ -136,14 +141,16 @@ typedef struct {
   int C, H, W, OH, OW, sh, sw, pt, pl;
   o2e_act act;
   int K;             /* kernel size: 3, 5 or 7 (pads <= K / 2) */
-  float *pool;       /* C floats: the means of y per channel (an SE block's pool), or NULL */
+  float *pool;       /* Cn floats: the means of y per channel (an SE block's pool), or NULL */
+  int Cn;            /* the real channels (C: whole blocks; the lanes past Cn are padding) */
 } o2e_nc_dw_args;
 
-/* x * s[c] over a blocked C x P tensor (an SE block's gate, s of [C]) */
+/* x * s[c] over a blocked C x P tensor (an SE block's gate, s of [Cn]: the padding lanes
+ * past Cn are multiplied by 0) */
 typedef struct {
   const float *x, *s;
   float *y;
-  int C, P;
+  int C, P, Cn;
 } o2e_nc_gate_args;
 
 /* Balanced tiles of n items, at most `most` each: tile q covers [q*n/nt, (q+1)*n/nt). */
@@ -209,6 +216,17 @@ O2E_GEMM_FN void o2e_nc_add_nchw_(float *t, int ld, int nl, int pn, const float 
     for (p = 0; p < pn; p++) t[p * ld + l] += r[(size_t)l * P + p];
 }
 
+/* one input channel l of block kb: NV weight vectors times PN broadcast pixels */
+#define O2E_NC_PW_STEP_                                                                        \
+  {                                                                                            \
+    _Pragma("GCC unroll 4") for (v = 0; v < NV; v++)                                           \
+        O2E_NCV_LOAD(wv[v], wb[v] + wo + (size_t)l * O2E_NC_BLOCK);                            \
+    _Pragma("GCC unroll 12") for (p = 0; p < PN; p++) {                                        \
+      const float b = xb[p * O2E_NC_BLOCK + l];                                                \
+      _Pragma("GCC unroll 4") for (v = 0; v < NV; v++) acc[p][v] += b * wv[v];                 \
+    }                                                                                          \
+  }
+
 /* One 1x1 tile: channels [m0, m0 + NV*VW) x pixels [p0, p0 + PN), input channels
  * [k0, k1) of a blocked input. The first slice starts from the bias, later ones from the
  * partial sums in y (blocked outputs only: an NCHW output takes K in one slice). NV and PN are
@@ -219,7 +237,7 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
   const float *wb[O2E_NC_NV];
   float *yb[O2E_NC_NV];
   const int K = a->K, P = a->P;
-  int kb, l, p, v;
+  int kb, kn, l, p, v;
 #pragma GCC unroll 4
   for (v = 0; v < NV; v++) {
     const int c = m0 + v * O2E_NC_VW;
@@ -238,18 +256,17 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
 #pragma GCC unroll 4
       for (v = 0; v < NV; v++) O2E_NCV_LOAD(acc[p][v], yb[v] + (size_t)p * O2E_NC_BLOCK);
   }
-  for (kb = k0 / O2E_NC_BLOCK; kb < k1 / O2E_NC_BLOCK; kb++) {
+  /* input channels past Kn (a padded block's lanes) are never read: their values are
+   * unspecified (a padded output lane of the layer before, 0 x Inf = NaN) and 0 weights
+   * would not cancel them */
+  kn = a->Kn < k1 ? a->Kn : k1;
+  for (kb = k0 / O2E_NC_BLOCK; kb * O2E_NC_BLOCK < kn; kb++) {
     const float *xb = x + ((size_t)kb * P + p0) * O2E_NC_BLOCK;
     const size_t wo = (size_t)kb * O2E_NC_BLOCK * O2E_NC_BLOCK;
-    for (l = 0; l < O2E_NC_BLOCK; l++) {
-#pragma GCC unroll 4
-      for (v = 0; v < NV; v++) O2E_NCV_LOAD(wv[v], wb[v] + wo + (size_t)l * O2E_NC_BLOCK);
-#pragma GCC unroll 12
-      for (p = 0; p < PN; p++) {
-        const float b = xb[p * O2E_NC_BLOCK + l];
-#pragma GCC unroll 4
-        for (v = 0; v < NV; v++) acc[p][v] += b * wv[v];
-      }
+    if (kn - kb * O2E_NC_BLOCK >= O2E_NC_BLOCK) {
+      for (l = 0; l < O2E_NC_BLOCK; l++) O2E_NC_PW_STEP_
+    } else {
+      for (l = 0; l < kn - kb * O2E_NC_BLOCK; l++) O2E_NC_PW_STEP_
     }
   }
   if (a->yblk) {
@@ -287,7 +304,7 @@ O2E_GEMM_FN void o2e_nc_gate_w_(const o2e_nc_pw_args *a, int m0, int nl) {
   float *ws = a->ws + (size_t)m0 * a->K;
   int b, k, l;
   for (b = 0; b < nl / O2E_NC_BLOCK; b++)
-    for (k = 0; k < a->K; k++) {
+    for (k = 0; k < a->Kn; k++) { /* the tiles read no channel past Kn (nor gate[k] there) */
       const float g = a->gate[k];
       const size_t o = ((size_t)b * a->K + k) * O2E_NC_BLOCK;
       for (l = 0; l < O2E_NC_BLOCK; l++) ws[o + l] = w[o + l] * g;
@@ -450,7 +467,7 @@ O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
           for (l = 0; l < O2E_NC_BLOCK; l++) sum[l] += yr[i + l];
     }
     if (a->pool)
-      for (l = 0; l < O2E_NC_BLOCK; l++)
+      for (l = 0; l < O2E_NC_BLOCK && u * O2E_NC_BLOCK + l < a->Cn; l++)
         a->pool[u * O2E_NC_BLOCK + l] = sum[l] / (float)(a->OH * a->OW);
   }
 }
@@ -471,7 +488,8 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
         const float g = a->gate ? a->gate[k] : 1.0f; /* a folded SE gate: (w s) x */
         for (l = 0; l < O2E_NC_BLOCK; l++) acc[l] += b * (w[(size_t)k * O2E_NC_BLOCK + l] * g);
       }
-      for (l = 0; l < O2E_NC_BLOCK && u * O2E_NC_BLOCK + l < a->Mn; l++) {
+      /* a blocked y's padding lanes are written too (their value is never read) */
+      for (l = 0; l < O2E_NC_BLOCK && (a->yblk || u * O2E_NC_BLOCK + l < a->Mn); l++) {
         const size_t i = a->yblk ? ((size_t)u * P + p) * O2E_NC_BLOCK + l
                                  : (size_t)(u * O2E_NC_BLOCK + l) * P + p;
         float s = acc[l];
@@ -511,7 +529,7 @@ O2E_GEMM_FN void o2e_nc_dw_units_(void *arg, int u0, int u1) {
         }
       }
     if (a->pool)
-      for (l = 0; l < O2E_NC_BLOCK; l++)
+      for (l = 0; l < O2E_NC_BLOCK && u * O2E_NC_BLOCK + l < a->Cn; l++)
         a->pool[u * O2E_NC_BLOCK + l] = sum[l] / (float)(a->OH * a->OW);
   }
 }
@@ -527,7 +545,7 @@ O2E_GEMM_FN void o2e_nchwc_conv1x1(const o2e_nc_pw_args *a, int threaded) {
   if (a->gate) { /* narrower vectors: scaling the weights cost more than the gated input
                     (EfficientNet-B0's 14x14 projections 1.07-1.09x at x86-64-v3), so the
                     gated input x s goes to the scratch (K x P floats) and the layer reads it */
-    const o2e_nc_gate_args ga = {a->x, a->gate, a->ws, a->K, a->P};
+    const o2e_nc_gate_args ga = {a->x, a->gate, a->ws, a->K, a->P, a->Kn};
     o2e_nc_pw_args g = *a;
     o2e_nchwc_gate(&ga, threaded);
     g.x = a->ws, g.gate = NULL, g.ws = NULL;
@@ -564,10 +582,11 @@ O2E_GEMM_FN void o2e_nchwc_dw(const o2e_nc_dw_args *a, int threaded) {
     o2e_nc_dw_units_((void *)a, 0, units);
 }
 
-/* GlobalAveragePool of one blocked image x [C/16][P][16] into y[C]. Two interleaved partial
+/* GlobalAveragePool of one blocked image x [C/16][P][16] into y[Cn] (Cn <= C real channels,
+ * the rest padding). Two interleaved partial
  * sums per lane (even / odd pixels: the adds do not wait on each other); the plain loops
  * vectorise over the 16 lanes at every ISA, so there is no ISA branch. */
-O2E_GEMM_FN void o2e_nchwc_gap(const float *x, float *y, int C, int P) {
+O2E_GEMM_FN void o2e_nchwc_gap(const float *x, float *y, int C, int P, int Cn) {
   int b, p, l;
   for (b = 0; b < C / O2E_NC_BLOCK; b++) {
     const float *xb = x + (size_t)b * P * O2E_NC_BLOCK;
@@ -579,7 +598,8 @@ O2E_GEMM_FN void o2e_nchwc_gap(const float *x, float *y, int C, int P) {
       }
     if (p < P)
       for (l = 0; l < O2E_NC_BLOCK; l++) s0[l] += xb[(size_t)p * O2E_NC_BLOCK + l];
-    for (l = 0; l < O2E_NC_BLOCK; l++) y[b * O2E_NC_BLOCK + l] = (s0[l] + s1[l]) / (float)P;
+    for (l = 0; l < O2E_NC_BLOCK && b * O2E_NC_BLOCK + l < Cn; l++)
+      y[b * O2E_NC_BLOCK + l] = (s0[l] + s1[l]) / (float)P;
   }
 }
 
@@ -591,6 +611,11 @@ O2E_GEMM_FN void o2e_nc_gate_units_(void *arg, int u0, int u1) {
   for (u = u0; u < u1; u++) {
     const float *x = a->x + (size_t)u * a->P * O2E_NC_BLOCK, *s = a->s + u * O2E_NC_BLOCK;
     float *y = a->y + (size_t)u * a->P * O2E_NC_BLOCK;
+    float sp[O2E_NC_BLOCK] = {0};
+    if ((u + 1) * O2E_NC_BLOCK > a->Cn) { /* the padded block: s has Cn values */
+      for (l = 0; u * O2E_NC_BLOCK + l < a->Cn; l++) sp[l] = s[l];
+      s = sp;
+    }
     for (p = 0; p < a->P; p++)
       for (l = 0; l < O2E_NC_BLOCK; l++)
         y[(size_t)p * O2E_NC_BLOCK + l] = x[(size_t)p * O2E_NC_BLOCK + l] * s[l];

@@ -4,7 +4,7 @@ layer scales its weights by s per image and reads x: nchwc_plan.fold_gates).
 
 backends/c/nchwc_plan.py decides which tensors stay blocked between layers (chains of
 depthwise and 1x1 layers on maps of <= MAX_P pixels, MAX_P_DW next to a depthwise layer,
-channel counts multiples of 16) and ConvSpec.of hands each chain member its layouts
+channel counts padded to multiples of 16 where that pays) and ConvSpec.of hands each chain member its layouts
 (`spec.layout`). This strategy comes first in STRATEGIES and takes exactly the members: a
 blocked tensor has no other reader or writer, so no other strategy ever sees one. The kernels
 are in runtime/o2e_nchwc.h.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...emitter import NodeContext
-from ...nchwc_plan import BLOCK, NAME, gate_data
+from ...nchwc_plan import BLOCK, NAME, gate_data, padded
 from ..gemm.gemm import _use_engine, act_struct
 from ..pool import pool2d
 from . import se_pool
@@ -79,7 +79,9 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     assert not post  # nchwc_plan takes only activations the kernel applies
     res = ctx.x(3).sym if spec.residual else None
     threaded = int(M * K * P >= pool2d.PAR_MIN_WORK and M > 32)
-    off = f"(size_t)n * {Mn * P}"
+    # an image's stride: a blocked side holds whole blocks (nchwc_plan.padded)
+    off = f"(size_t)n * {(M if role.y else Mn) * P}"
+    xoff = f"(size_t)n * {(K if role.x else Kn) * P}"
     # the reorder to blocks runs only in the vector build (O2E_NC_VEC), which a --device
     # conversion does not compile (_include: O2E_NCHWC_SCALAR)
     xs = "NULL" if role.x or ctx.device.is_mcu else ctx.scratch(K * P * 4)
@@ -88,7 +90,7 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
-            f"  const o2e_nc_pw_args a = {{{x.sym} + (size_t)n * {Kn * P}, {wsym}, {bsym}, "
+            f"  const o2e_nc_pw_args a = {{{x.sym} + {xoff}, {wsym}, {bsym}, "
             f"{f'{res} + {off}' if res else 'NULL'}, {y.sym} + {off}, {xs}, {M}, {K}, {P}, "
             f"{int(role.x)}, {int(role.y)}, {act_c}, {Kn}, {Mn}, {gate}, {ws}}};",
             f"  o2e_nchwc_conv1x1(&a, {threaded});",
@@ -99,10 +101,13 @@ def _pointwise(ctx: NodeContext, spec: ConvSpec) -> str:
 
 def _depthwise(ctx: NodeContext, spec: ConvSpec) -> str:
     x, y = spec.x, spec.y
-    N, C, H, W = x.shape
+    N, Cn, H, W = x.shape
+    C = _up(Cn)  # padding lanes: weights and bias of 0 (o2e_nchwc.h)
     OH, OW = y.shape[2:]
     K = spec.ks[0]
-    w = ctx.const(1).reshape(C // BLOCK, BLOCK, K * K).transpose(0, 2, 1)  # [C/16][K*K][16]
+    w = np.zeros((C, K * K), np.float32)
+    w[:Cn] = ctx.const(1).reshape(Cn, K * K)
+    w = w.reshape(C // BLOCK, BLOCK, K * K).transpose(0, 2, 1)  # [C/16][K*K][16]
     wsym = ctx.weight("nc_w", np.ascontiguousarray(w))
     bsym = _bias(ctx, spec, C)
     _include(ctx)
@@ -114,13 +119,13 @@ def _depthwise(ctx: NodeContext, spec: ConvSpec) -> str:
     threaded = int(C * K * K * OH * OW >= pool2d.PAR_MIN_WORK and C > BLOCK)
     pt, pl = spec.pads[0], spec.pads[1]
     psym = se_pool.claim(ctx, pool)
-    poff = f" + (size_t)n * {C}" if pool else ""
+    poff = f" + (size_t)n * {Cn}" if pool else ""
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
             f"  const o2e_nc_dw_args a = {{{x.sym} + (size_t)n * {C * H * W}, {wsym}, {bsym}, "
             f"{y.sym} + (size_t)n * {C * OH * OW}, {C}, {H}, {W}, {OH}, {OW}, "
-            f"{spec.st[0]}, {spec.st[1]}, {pt}, {pl}, {act_c}, {K}, {psym}{poff}}};",
+            f"{spec.st[0]}, {spec.st[1]}, {pt}, {pl}, {act_c}, {K}, {psym}{poff}, {Cn}}};",
             f"  o2e_nchwc_dw(&a, {threaded});",
             "}",
         ]
@@ -133,13 +138,14 @@ def global_avgpool(ctx: NodeContext) -> str | None:
     if role is None or not role.x:
         return None
     x, y = ctx.x(0), ctx.y(0)
-    N, C, H, W = x.shape
+    N, Cn, H, W = x.shape
+    C = _up(Cn)
     _include(ctx)
     ctx.kernel("channel blocks")
     return (
         f"for (int n = 0; n < {N}; ++n)\n"
-        f"  o2e_nchwc_gap({x.sym} + (size_t)n * {C * H * W}, {y.sym} + (size_t)n * {C}, "
-        f"{C}, {H * W});"
+        f"  o2e_nchwc_gap({x.sym} + (size_t)n * {C * H * W}, {y.sym} + (size_t)n * {Cn}, "
+        f"{C}, {H * W}, {Cn});"
     )
 
 
@@ -155,24 +161,25 @@ def gate(ctx: NodeContext) -> str | None:
         ctx.kernel("SE gate folded into the 1x1 layer")
         return "/* folded into the next 1x1 layer (its weights scaled by the gate) */"
     x, s, y = ctx.x(d), ctx.x(1 - d), ctx.y(0)
-    N, C, H, W = x.shape
+    N, Cn, H, W = x.shape
+    C = _up(Cn)
     _include(ctx)
     ctx.kernel("SE gate, channel blocks")
-    sn = C if s.shape[0] == N else 0
+    sn = Cn if s.shape[0] == N else 0
     threaded = int(C * H * W >= pool2d.PAR_MIN_WORK and C > BLOCK)
     return "\n".join(
         [
             f"for (int n = 0; n < {N}; ++n) {{",
             f"  const o2e_nc_gate_args a = {{{x.sym} + (size_t)n * {C * H * W}, "
-            f"{s.sym} + (size_t)n * {sn}, {y.sym} + (size_t)n * {C * H * W}, {C}, {H * W}}};",
+            f"{s.sym} + (size_t)n * {sn}, {y.sym} + (size_t)n * {C * H * W}, {C}, {H * W}, "
+            f"{Cn}}};",
             f"  o2e_nchwc_gate(&a, {threaded});",
             "}",
         ]
     )
 
 
-def _up(c: int) -> int:
-    return -(-c // BLOCK) * BLOCK
+_up = padded
 
 
 def _sides(xb: bool, yb: bool) -> str:
