@@ -198,6 +198,9 @@ MAXPOOL_WINDOWS = [
     ({"kernel_shape": [1, 1], "strides": [2, 2]}, (1, 2, 5, 9)),
     ({"kernel_shape": [2, 3], "strides": [1, 1], "pads": [1, 0, 0, 2]}, (1, 2, 6, 80)),
     ({"kernel_shape": [3, 4], "strides": [3, 3], "pads": [1, 2, 2, 1]}, (1, 2, 10, 13)),
+    # windows of 4 and more rows (the vertical pass row by row: onnx's maxpool_2d_uint8 case)
+    ({"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}, (1, 2, 9, 20)),
+    ({"kernel_shape": [4, 2], "strides": [1, 1]}, (1, 2, 9, 70)),
 ]
 
 

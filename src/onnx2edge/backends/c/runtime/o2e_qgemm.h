@@ -1588,9 +1588,14 @@ static inline void o2e_qmaxpool_plane(size_t Hp, size_t Wp, size_t OH, size_t OW
       t[p] = c > m ? c : m;
     }
   } else {
-    for (int k = 1; k < kh; ++k) {
-      const size_t o = (size_t)k * Wp;
-      for (size_t p = 0; p < nv; ++p) t[p] = t[p + o] > t[p] ? t[p + o] : t[p];
+    /* a row at a time: row r takes rows r+1 .. r+kh-1 while they still hold their own maxima
+       (a whole pass per k would feed row r+k's already-widened maximum into row r) */
+    for (size_t p0 = 0; p0 < nv; p0 += Wp) {
+      const size_t e = p0 + Wp < nv ? p0 + Wp : nv;
+      for (int k = 1; k < kh; ++k) {
+        const size_t o = (size_t)k * Wp;
+        for (size_t p = p0; p < e; ++p) t[p] = t[p + o] > t[p] ? t[p + o] : t[p];
+      }
     }
   }
   for (size_t oy = 0; oy < OH; ++oy) {
