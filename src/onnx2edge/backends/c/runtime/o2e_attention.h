@@ -248,19 +248,8 @@ O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, pt
  * pass was about a fifth of Whisper's attention (1500 keys a row). */
 O2E_ATT_INL float o2e_att_expneg(float x)
 {
-  const float shift = 12582912.0f; /* 1.5 * 2^23 */
-  const float xc = x < -104.0f ? -104.0f : x;
-  const float kf = xc * 1.44269504088896341f + shift;
-  const float n = kf - shift;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.0f;
+  float kf;
+  const float y = o2e_vm_exp_poly(x < -104.0f ? -104.0f : x, &kf);
   /* the low bits of kf hold n + 2^22; the shift drops the rest: 2^(n + 64) */
   const float s = o2e_vm_asf((o2e_vm_asu(kf) + (uint32_t)(127 + 64 - 0x400000)) << 23);
   return y * s * 5.42101086e-20f; /* 2^-64 */
