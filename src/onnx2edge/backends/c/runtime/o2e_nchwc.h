@@ -176,28 +176,28 @@ O2E_GEMM_INL o2e_ncv o2e_nc_act_(o2e_ncv x, const o2e_act *act) {
   }
 }
 
-/* y[i] = act(y[i] + r[i]) (r may be NULL) over n floats, n a multiple of the vector width: a
- * 1x1 tile's output just stored, one block's PN pixels (blocked y) or the tile's buffer (an NCHW
- * y), so the residual and activation run while it is in L1 (kept out of the register tiles,
- * whose many copies would otherwise each carry it). */
-O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, size_t n, const o2e_act *act) {
-  size_t i;
+/* y[i] = act(y[i] + r[i]) (r may be NULL) over nv vectors: a 1x1 tile's output just stored,
+ * one block's PN pixels (blocked y) or the tile's buffer (an NCHW y), so the residual and
+ * activation run while it is in L1 (kept out of the register tiles, whose many copies would
+ * otherwise each carry it). Counted in whole vectors, as every caller's tile is: a scalar tail
+ * loop here was dead code, and GCC 12 at -march=x86-64-v3 warned (-Werror) that a constant-
+ * propagated copy of it could overflow its index. */
+O2E_GEMM_FN void o2e_nc_epilogue_(float *y, const float *r, int nv, const o2e_act *act) {
+  int i;
   const int rk = act->kind < O2E_ACT_VM_FIRST_ ? act->kind : 0; /* a register kind */
-  if (r || rk) {
-    for (i = 0; i + O2E_NC_VW <= n; i += O2E_NC_VW) {
+  if (r || rk)
+    for (i = 0; i < nv; i++) {
       o2e_ncv s, t;
-      O2E_NCV_LOAD(s, y + i);
+      O2E_NCV_LOAD(s, y + (size_t)i * O2E_NC_VW);
       if (r) {
-        O2E_NCV_LOAD(t, r + i);
+        O2E_NCV_LOAD(t, r + (size_t)i * O2E_NC_VW);
         s += t;
       }
       if (rk) s = o2e_nc_act_(s, act);
-      O2E_NCV_STORE(y + i, s);
+      O2E_NCV_STORE(y + (size_t)i * O2E_NC_VW, s);
     }
-    for (; i < n; i++) /* an NCHW output of Mn % 16 channels on a map of P % 16 pixels */
-      y[i] = rk ? o2e_act1_(y[i] + (r ? r[i] : 0.0f), *act) : y[i] + (r ? r[i] : 0.0f);
-  }
-  if (act->kind >= O2E_ACT_VM_FIRST_) o2e_act_vm_n_(y, n, *act); /* SiLU, Sigmoid, ... */
+  if (act->kind >= O2E_ACT_VM_FIRST_) /* SiLU, Sigmoid, ... */
+    o2e_act_vm_n_(y, (size_t)nv * O2E_NC_VW, *act);
 }
 
 /* A finished tile t[p][l] (l < nl channels from m0, p < pn pixels from p0, rows of ld floats)
@@ -278,7 +278,7 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
                     one pass over the channel tile after the layer cost 5-11 % per layer) */
       for (v = 0; v < NV * O2E_NC_VW; v += O2E_NC_BLOCK) {
         const size_t o = ((size_t)((m0 + v) / O2E_NC_BLOCK) * P + p0) * O2E_NC_BLOCK;
-        o2e_nc_epilogue_(a->y + o, a->res ? a->res + o : NULL, (size_t)PN * O2E_NC_BLOCK,
+        o2e_nc_epilogue_(a->y + o, a->res ? a->res + o : NULL, PN * (O2E_NC_BLOCK / O2E_NC_VW),
                          &a->act);
       }
   } else { /* K in one slice: the tile finished in a buffer, then transposed into y */
@@ -290,7 +290,7 @@ O2E_GEMM_INL void o2e_nc_pw_tile_(const int PN, const int NV, const o2e_nc_pw_ar
 #pragma GCC unroll 4
       for (v = 0; v < NV; v++) O2E_NCV_STORE(t + p * ld + v * O2E_NC_VW, acc[p][v]);
     if (a->res) o2e_nc_add_nchw_(t, ld, nl, PN, a->res + (size_t)m0 * P + p0, P);
-    o2e_nc_epilogue_(t, NULL, (size_t)PN * ld, &a->act);
+    o2e_nc_epilogue_(t, NULL, PN * NV, &a->act);
     o2e_nc_store_nchw_(t, ld, nl, PN, a->y + (size_t)m0 * P + p0, P);
   }
 }
