@@ -91,7 +91,14 @@ def test_node_context_has_no_public_emitter() -> None:
     em, ctx = _context()
     assert not hasattr(NodeContext, "model") and not hasattr(ctx, "model")
     public_fields = {f.name for f in dataclasses.fields(NodeContext) if not f.name.startswith("_")}
-    assert public_fields == {"node", "step", "scratch_requests", "early_writes", "extra_reads"}
+    assert public_fields == {
+        "node",
+        "step",
+        "scratch_requests",
+        "early_writes",
+        "extra_reads",
+        "unwritten",
+    }
     for name in dir(ctx):
         if not name.startswith("_"):
             value = getattr(ctx, name)

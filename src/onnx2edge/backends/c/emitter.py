@@ -267,6 +267,8 @@ class NodeContext:
     # tensors this node reads that are not its inputs (a folded SE gate's x and s): live
     # through this step
     extra_reads: list[str] = field(default_factory=list)
+    # outputs this node leaves unwritten (a folded SE gate's product): never traced
+    unwritten: list[str] = field(default_factory=list)
 
     @property
     def graph(self) -> Graph:
@@ -354,6 +356,12 @@ class NodeContext:
         gate folded into the 1x1 layer reads the gate's inputs), so they stay live through
         this step."""
         self.extra_reads.extend(names)
+
+    def leaves_unwritten(self) -> None:
+        """This node writes none of its outputs: the node reading them computes from this
+        node's inputs instead (se_fold.py), so `verify --per-layer` does not trace them (their
+        arena bytes are whatever was there)."""
+        self.unwritten.extend(o for o in self.node.outputs if o)
 
     def fp16_in_kernel(self, weights: np.ndarray) -> bool:
         """Whether this node's kernel, one that can read half weights itself, should store
@@ -624,7 +632,7 @@ class ModelEmitter:
                 f"/* node {_cmt(node.name)}: {op}({_cmt(', '.join(i or '-' for i in node.inputs))})"
             )
             header += f" -> {_cmt(', '.join(node.outputs))}{'  [' + _cmt(attrs) + ']' if attrs else ''} */"
-            block = f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node)}"
+            block = f"  {header}\n  {{\n{_indent(body.strip(), 4)}\n  }}\n  O2E_PROF({step}); {self._trace_calls(node, ctx.unwritten)}"
             blocks.append(_indent(block, 2 * len(guard)) if guard else block)
             for name in (*node.inputs, *node.outputs, *ctx.early_writes, *ctx.extra_reads):
                 if name:
@@ -718,10 +726,10 @@ class ModelEmitter:
             return "/* empty */"
         return f"memcpy({y.sym}, {c.sym}[0] ? (const void *){t.sym} : (const void *){e.sym}, {y.nbytes});"
 
-    def _trace_calls(self, node: Node) -> str:
+    def _trace_calls(self, node: Node, unwritten: Sequence[str]) -> str:
         calls = []
         for o in node.outputs:
-            if o and o in self.tensors:
+            if o and o in self.tensors and o not in unwritten:
                 t = self.tensors[o]
                 calls.append(f"O2E_TRACE({_cstr(o)}, {t.sym}, {t.nbytes});")
         return " ".join(calls)

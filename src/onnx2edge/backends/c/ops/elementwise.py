@@ -311,6 +311,7 @@ def binary(ctx: NodeContext) -> str:
             return gate  # an SE gate inside a channel-blocked chain (nchwc_plan)
         if op == "Mul" and se_fold.folds(ctx):  # the NCHW 1x1 layer after it scales its weights
             ctx.kernel("SE gate folded into the 1x1 layer's weights")
+            ctx.leaves_unwritten()
             return "/* folded into the next 1x1 layer (its weights scaled by the gate) */"
         return _ew(ctx, [a, b], out, _float_binary(op, ct, ctx.node))
     bits = 8 * np.dtype(a.dtype).itemsize
