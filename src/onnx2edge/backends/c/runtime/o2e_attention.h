@@ -10,11 +10,11 @@
  * never written.
  *
  * Two steps, each a data-parallel loop (o2e_parallel_for when threaded):
- *   o2e_attention_pack (per head): K^T to [D][np] (np = N padded to a multiple of 32, zeros
- *     past N) and, when E is not a multiple of the P . V tile, V to [N][ep] (zero padded), both
- *     read through strides from the layout the exporter produced (Whisper / ViT: one
- *     [B, T, 3, H, D] qkv tensor, no Transpose / Split copies; Q, and V of whole tiles, are
- *     read there in place);
+ *   o2e_attention_pack (per head): K^T to panels [np / 32][D][32] (np = N padded to a
+ *     multiple of 32, zeros past N) and, unless V's rows are whole P . V tiles ep floats
+ *     apart already, V to [N][ep] (zero padded), both read
+ *     through strides from the layout the exporter produced (Whisper / ViT: one [B, T, 3, H, D]
+ *     qkv tensor, no Transpose / Split copies; Q is read there in place);
  *   o2e_attention_rows (per head x block of RB rows): scores in register tiles (broadcast one Q
  *     value, FMA it with a row of K^T), the mask added and the row maximum taken in one pass,
  *     exp(s - max) with o2e_vmath.h's vectorised exp and its sum, the unnormalised P . V in
@@ -118,10 +118,20 @@ typedef float o2e_attv;
 #define O2E_ATT_THREAD_FLOATS(n, d, e) \
   ((size_t)O2E_ATT_RB * (O2E_ATT_NP(n) + O2E_ATT_EP(e) + 1 + (d)))
 
+/* K^T packed panel-major, [np / KP][D][KP]: the D x KP panel a Q . K^T tile reads is one
+ * contiguous 8 KB (D = 64) instead of D rows np floats apart (Whisper: 64 rows 6 KB apart, a
+ * page each: TLB misses on every tile). KP = 32, a multiple of every build's KW. */
+#define O2E_ATT_KP 32
+#define O2E_ATT_KT(D, d, n) \
+  ((size_t)(n) / O2E_ATT_KP * (size_t)(D) * O2E_ATT_KP + (size_t)(d) * O2E_ATT_KP + (size_t)(n) % O2E_ATT_KP)
+/* V packed to [N][ep] unless its rows are whole P . V tiles ep floats apart already: read in
+ * place through the packed qkv tensor (Whisper: rows 4.5 KB apart) a 256-key slice spanned
+ * 1.1 MB and a page per key */
+#define O2E_ATT_VPACK(a, ep) ((a)->E % O2E_ATT_EW != 0 || (a)->v_sn != (ep))
 typedef struct {
   const float *q, *k, *v, *mask; /* mask NULL: none */
   float *y;
-  float *kt; /* [B * H][D][np] */
+  float *kt; /* [B * H][np / KP][D][KP] */
   float *vp; /* [B * H][N][ep] */
   float *s;  /* [threads][O2E_ATT_THREAD_FLOATS] */
   int (*thread)(void); /* o2e_parallel_thread, NULL on one thread */
@@ -150,21 +160,20 @@ O2E_ATT_FN void o2e_attention_pack(void *arg, int h0, int h1)
     if (a->k_sd == 1) {
       /* K rows [N][D] -> columns, 16 keys at a time: their 16 rows stay in L1 while each
        * K^T row gets 16 contiguous values */
-      for (int n0 = 0; n0 < N; n0 += 16) {
-        const int nn = N - n0 < 16 ? N - n0 : 16;
-        const float *k0 = k + (ptrdiff_t)n0 * a->k_sn;
-        for (int d = 0; d < D; ++d) {
-          float *o = kt + (size_t)d * np + n0;
-          for (int j = 0; j < nn; ++j) o[j] = k0[(ptrdiff_t)j * a->k_sn + d];
-        }
+      /* each K row read contiguously, written down its panel's column (the 8 KB panel stays
+       * in L1) */
+      for (int n = 0; n < N; ++n) {
+        const float *kr = k + (ptrdiff_t)n * a->k_sn;
+        float *o = kt + O2E_ATT_KT(D, 0, n);
+        for (int d = 0; d < D; ++d) o[(size_t)d * O2E_ATT_KP] = kr[d];
       }
     } else {
       for (int d = 0; d < D; ++d)
-        for (int n = 0; n < N; ++n) kt[(size_t)d * np + n] = k[(ptrdiff_t)n * a->k_sn + d * a->k_sd];
+        for (int n = 0; n < N; ++n) kt[O2E_ATT_KT(D, d, n)] = k[(ptrdiff_t)n * a->k_sn + d * a->k_sd];
     }
     for (int d = 0; d < D; ++d)
-      for (int n = N; n < np; ++n) kt[(size_t)d * np + n] = 0.0f;
-    for (int n = 0; n < N && E % O2E_ATT_EW; ++n) { /* else P . V reads V in place */
+      for (int n = N; n < np; ++n) kt[O2E_ATT_KT(D, d, n)] = 0.0f;
+    for (int n = 0; n < N && O2E_ATT_VPACK(a, ep); ++n) { /* else P . V reads V in place */
       const float *vr = v + (ptrdiff_t)n * a->v_sn;
       float *o = vp + (size_t)n * ep;
       for (int e = 0; e < E; ++e) o[e] = vr[e];
@@ -182,7 +191,7 @@ O2E_ATT_INL o2e_attv o2e_att_load(const float *p)
 
 /* S[r][j .. j + KW) = Q[r] . K^T[:, j ..] * scale for TR rows, Q packed k-major [D][TR]
  * (only the first nr rows stored) */
-O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, int D, float scale,
+O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int ldK, int D, float scale,
     float *s, int ldS, float *rmax)
 {
   const o2e_attv zero = {0.0f};
@@ -191,7 +200,7 @@ O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, in
   for (r = 0; r < O2E_ATT_TR; ++r)
     for (n = 0; n < O2E_ATT_NK; ++n) acc[r][n] = zero;
   for (int d = 0; d < D; ++d) {
-    const float *kr = kt + (size_t)d * np;
+    const float *kr = kt + (size_t)d * ldK;
     o2e_attv kv[O2E_ATT_NK];
     for (n = 0; n < O2E_ATT_NK; ++n) kv[n] = o2e_att_load(kr + n * O2E_ATT_VW);
     for (r = 0; r < O2E_ATT_TR; ++r) {
@@ -309,10 +318,12 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
     const int nr = a->M - r0 < O2E_ATT_RB ? a->M - r0 : O2E_ATT_RB;
     const float *q = a->q + b * a->q_sb + h * a->q_sh + (ptrdiff_t)r0 * a->q_sm;
     const float *kt = a->kt + (size_t)bh * D * np;
-    /* V in place when its rows are whole tiles (Whisper, ViT: E = 64), else packed */
-    const float *vp = E % O2E_ATT_EW ? a->vp + (size_t)bh * N * ep : a->v + b * a->v_sb + h * a->v_sh;
-    const ptrdiff_t ldV = E % O2E_ATT_EW ? ep : a->v_sn;
-    /* scores: key panels outermost, so a D x 32 panel of K^T stays in L1 across the rows */
+    /* V in place when its rows are whole tiles already contiguous, else packed */
+    const int vpk = O2E_ATT_VPACK(a, ep);
+    const float *vp = vpk ? a->vp + (size_t)bh * N * ep : a->v + b * a->v_sb + h * a->v_sh;
+    const ptrdiff_t ldV = vpk ? ep : a->v_sn;
+    /* scores: key panels outermost, so a D x 32 panel of K^T (contiguous) stays in L1 across
+     * the rows */
     /* the block's Q rows k-major in groups of TR ([r / TR][d][TR]): one pointer feeds the
      * broadcasts */
     for (int r = 0; r < (nr + O2E_ATT_TR - 1) / O2E_ATT_TR * O2E_ATT_TR; ++r) {
@@ -326,7 +337,7 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
     for (int j = 0; j < np; j += O2E_ATT_KW)
       for (int r = 0; r < nr; r += O2E_ATT_TR) {
         const int m = nr - r < O2E_ATT_TR ? nr - r : O2E_ATT_TR;
-        o2e_att_qk(QP + (size_t)r * D, m, kt + j, np, D, a->scale, S + (size_t)r * np + j, np,
+        o2e_att_qk(QP + (size_t)r * D, m, kt + O2E_ATT_KT(D, 0, j), O2E_ATT_KP, D, a->scale, S + (size_t)r * np + j, np,
             j < nmax ? VM + (size_t)r * O2E_ATT_VW : NULL);
       }
     for (int r = 0; r < nr; ++r) {
