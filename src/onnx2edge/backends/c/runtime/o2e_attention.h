@@ -17,11 +17,12 @@
  *     qkv tensor, no Transpose / Split copies; Q is read there in place);
  *   o2e_attention_rows (per head x block of RB rows): scores in register tiles (broadcast one Q
  *     value, FMA it with a row of K^T), the mask added and the row maximum taken in one pass,
- *     exp(s - max) with o2e_vmath.h's vectorised exp and its sum, the unnormalised P . V in
+ *     exp(s - max) as a vectorised 2^x of log2-unit scores and its sum, the unnormalised P . V in
  *     register tiles over slices of 256 keys, and 1 / sum applied when the rows are stored
  *     (to the head-merged [B, M, H, E] layout when the graph's Transpose went into the op).
  *     Without a mask the row maxima are taken lane-wise as the score tiles leave the registers
- *     (no separate pass over the RB x N block), and exp runs as o2e_att_expneg (x <= 0 only).
+ *     (no separate pass over the RB x N block); the scores are kept in log2 units so the
+ *     exp runs as o2e_att_exp2neg (2^x, x <= 0 only).
  * No intrinsics: the tiles are on GNU vector types of the build's width, the softmax loops over
  * 16 lanes the compiler vectorises (AVX-512, AVX2 + FMA, SSE, NEON).
  *
@@ -249,22 +250,36 @@ O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, pt
       memcpy(o + (size_t)r * ldO + n * O2E_ATT_VW, &acc[r][n], sizeof acc[r][n]);
 }
 
-/* exp(x) for the softmax's x = s - max <= 0, -Inf or NaN: o2e_expf's reduction and polynomial
- * (so its bound), without the overflow clamp, and 2^n applied as 2^(n + 64) . 2^-64 instead of
- * two halves (both factors normal for n in [-150, 0]; a denormal result is rounded once, by the
- * last multiply, as o2e_expf's): the same value bit for bit (test_c_fused_attention.py checks
- * it at every ISA) with fewer vector operations (no overflow clamp, no halving of n). The exp
- * pass was about a fifth of Whisper's attention (1500 keys a row). */
-O2E_ATT_INL float o2e_att_expneg(float x)
+/* 2^x for the softmax's x = s - max <= 0 with the scores in log2 units (the Q . K^T tiles
+ * scale by scale * log2(e), the mask is added times log2(e)), -Inf or NaN: x = n + r, n an
+ * integer, r in [-1/2, 1/2] exact (no ln 2 reduction), a degree-6 minimax polynomial of 2^r
+ * (c0 = 1; relative error 2e-9 in exact arithmetic), 2^n from n's bits. For x < -126.5 it gives
+ * 0 (n = -127 makes 2^n's bits 0; -Inf included), true values below 2^-126, a 2^-126 absolute
+ * error against a row sum >= 1; NaN stays NaN. Measured above 2^-126: 0.90 ulp with FMA, 1.13
+ * without (x86-64-v2); test_c_fused_attention.py holds 2 ulps at every ISA. About 15 vector
+ * operations an element where the natural-base exp (ln 2 in two parts, 2^n as two factors)
+ * took 21: the exp pass was about a seventh of Whisper's attention (1500 keys a row). The one
+ * more rounding (scale * log2(e)) moves a score by 2^-24 of itself, as the scale's own. */
+#define O2E_ATT_LOG2E 1.44269504088896341f
+O2E_ATT_INL float o2e_att_exp2neg(float x)
 {
-  float kf;
-  const float y = o2e_vm_exp_poly(x < -104.0f ? -104.0f : x, &kf);
-  /* the low bits of kf hold n + 2^22; the shift drops the rest: 2^(n + 64) */
-  const float s = o2e_vm_asf((o2e_vm_asu(kf) + (uint32_t)(127 + 64 - 0x400000)) << 23);
-  return y * s * 5.42101086e-20f; /* 2^-64 */
+  const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  const float xc = x < -127.0f ? -127.0f : x;
+  const float kf = xc + shift;
+  const float r = xc - (kf - shift);
+  float p = 1.5353361960e-4f;
+  p = p * r + 1.3398875017e-3f;
+  p = p * r + 9.6184369177e-3f;
+  p = p * r + 5.5503323674e-2f;
+  p = p * r + 2.4022647738e-1f;
+  p = p * r + 6.9314718246e-1f;
+  p = p * r + 1.0f;
+  /* the low bits of kf hold n + 2^22 (n in [-127, 0]); the shift drops the rest */
+  return p * o2e_vm_asf((o2e_vm_asu(kf) + (uint32_t)(127 - 0x400000)) << 23);
 }
 
-/* the row softmax of n scores in place, unnormalised: s[j] = exp(s[j] (+ mask[j]) - max);
+/* the row softmax of n scores (log2 units) in place, unnormalised:
+ * s[j] = 2^(s[j] (+ mask[j] log2(e)) - max);
  * returns 1 / sum (NaN when the row holds a NaN, a +Inf or only -Inf, as onnxruntime) */
 O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mask, ptrdiff_t m_sn,
     const float *vmax, int nmax)
@@ -274,9 +289,9 @@ O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mas
   double sum = 0.0;
   int j, l;
   if (mask && m_sn == 1)
-    for (j = 0; j < n; ++j) s[j] += mask[j];
+    for (j = 0; j < n; ++j) s[j] += mask[j] * O2E_ATT_LOG2E;
   else if (mask)
-    for (j = 0; j < n; ++j) s[j] += mask[(ptrdiff_t)j * m_sn];
+    for (j = 0; j < n; ++j) s[j] += mask[(ptrdiff_t)j * m_sn] * O2E_ATT_LOG2E;
   if (vmax) { /* no mask: the maxima of the first nmax scores came with them */
     for (l = 0; l < O2E_ATT_VW; ++l) mx = vmax[l] > mx ? vmax[l] : mx;
     for (j = nmax; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
@@ -291,12 +306,12 @@ O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mas
   for (l = 0; l < 16; ++l) t[l] = 0.0f;
   for (j = 0; j < n16; j += 16)
     for (l = 0; l < 16; ++l) {
-      const float e = o2e_att_expneg(s[j + l] - mx);
+      const float e = o2e_att_exp2neg(s[j + l] - mx);
       s[j + l] = e;
       t[l] += e;
     }
   for (j = n16; j < n; ++j) {
-    s[j] = o2e_expf(s[j] - mx);
+    s[j] = o2e_att_exp2neg(s[j] - mx);
     sum += s[j];
   }
   for (l = 0; l < 16; ++l) sum += t[l];
@@ -331,13 +346,15 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
       float *qp = QP + (size_t)(r / O2E_ATT_TR) * D * O2E_ATT_TR + r % O2E_ATT_TR;
       for (int d = 0; d < D; ++d) qp[d * O2E_ATT_TR] = qr[d];
     }
+    /* scores in log2 units: the softmax's exp is 2^x (o2e_att_exp2neg) */
+    const float scale2 = a->scale * O2E_ATT_LOG2E;
     /* the row maxima ride along with the scores of whole key tiles when there is no mask */
     const int nmax = a->mask ? 0 : N / O2E_ATT_KW * O2E_ATT_KW;
     for (size_t i = 0; i < (size_t)O2E_ATT_RB * O2E_ATT_VW; ++i) VM[i] = -INFINITY;
     for (int j = 0; j < np; j += O2E_ATT_KW)
       for (int r = 0; r < nr; r += O2E_ATT_TR) {
         const int m = nr - r < O2E_ATT_TR ? nr - r : O2E_ATT_TR;
-        o2e_att_qk(QP + (size_t)r * D, m, kt + O2E_ATT_KT(D, 0, j), O2E_ATT_KP, D, a->scale, S + (size_t)r * np + j, np,
+        o2e_att_qk(QP + (size_t)r * D, m, kt + O2E_ATT_KT(D, 0, j), O2E_ATT_KP, D, scale2, S + (size_t)r * np + j, np,
             j < nmax ? VM + (size_t)r * O2E_ATT_VW : NULL);
       }
     for (int r = 0; r < nr; ++r) {
