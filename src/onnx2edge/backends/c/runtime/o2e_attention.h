@@ -354,8 +354,14 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
     for (int j = 0; j < np; j += O2E_ATT_KW)
       for (int r = 0; r < nr; r += O2E_ATT_TR) {
         const int m = nr - r < O2E_ATT_TR ? nr - r : O2E_ATT_TR;
-        o2e_att_qk(QP + (size_t)r * D, m, kt + O2E_ATT_KT(D, 0, j), O2E_ATT_KP, D, scale2, S + (size_t)r * np + j, np,
-            j < nmax ? VM + (size_t)r * O2E_ATT_VW : NULL);
+        const float *qp = QP + (size_t)r * D, *kp = kt + O2E_ATT_KT(D, 0, j);
+        float *sp = S + (size_t)r * np + j, *vm = VM + (size_t)r * O2E_ATT_VW;
+        /* a whole tile with the maxima its own inlined copy: the constant row count lets
+         * the tile leave from its registers (with a runtime count gcc spilled all 16) */
+        if (m == O2E_ATT_TR && j < nmax)
+          o2e_att_qk(qp, O2E_ATT_TR, kp, O2E_ATT_KP, D, scale2, sp, np, vm);
+        else
+          o2e_att_qk(qp, m, kp, O2E_ATT_KP, D, scale2, sp, np, j < nmax ? vm : NULL);
       }
     for (int r = 0; r < nr; ++r) {
       const float *mrow =
@@ -371,7 +377,10 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
         const float *p = S + (size_t)r * np;
         float *o = O + (size_t)r * ep;
         for (int e = 0; e < ep; e += O2E_ATT_EW)
-          o2e_att_pv(p, np, m, vp + e, ldV, j0, j1, o + e, ep);
+          if (m == O2E_ATT_PR) /* as above */
+            o2e_att_pv(p, np, O2E_ATT_PR, vp + e, ldV, j0, j1, o + e, ep);
+          else
+            o2e_att_pv(p, np, m, vp + e, ldV, j0, j1, o + e, ep);
       }
     }
     for (int r = 0; r < nr; ++r) {
