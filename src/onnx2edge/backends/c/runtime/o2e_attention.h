@@ -124,7 +124,7 @@ typedef float o2e_attv;
  * page each: TLB misses on every tile). KP = 32, a multiple of every build's KW. */
 #define O2E_ATT_KP 32
 #define O2E_ATT_KT(D, d, n) \
-  ((size_t)(n) / O2E_ATT_KP * (size_t)(D) * O2E_ATT_KP + (size_t)(d) * O2E_ATT_KP + (size_t)(n) % O2E_ATT_KP)
+  (((size_t)(n) / O2E_ATT_KP * (size_t)(D) + (size_t)(d)) * O2E_ATT_KP + (size_t)(n) % O2E_ATT_KP)
 /* V packed to [N][ep] unless its rows are whole P . V tiles ep floats apart already: read in
  * place through the packed qkv tensor (Whisper: rows 4.5 KB apart) a 256-key slice spanned
  * 1.1 MB and a page per key */
@@ -159,18 +159,19 @@ O2E_ATT_FN void o2e_attention_pack(void *arg, int h0, int h1)
     const float *v = a->v + b * a->v_sb + h * a->v_sh;
     float *kt = a->kt + (size_t)bh * D * np, *vp = a->vp + (size_t)bh * N * ep;
     if (a->k_sd == 1) {
-      /* K rows [N][D] -> columns, 16 keys at a time: their 16 rows stay in L1 while each
-       * K^T row gets 16 contiguous values */
-      /* each K row read contiguously, written down its panel's column (the 8 KB panel stays
-       * in L1) */
-      for (int n = 0; n < N; ++n) {
-        const float *kr = k + (ptrdiff_t)n * a->k_sn;
-        float *o = kt + O2E_ATT_KT(D, 0, n);
-        for (int d = 0; d < D; ++d) o[(size_t)d * O2E_ATT_KP] = kr[d];
+      /* K rows [N][D] -> one panel of KP keys at a time: their KP rows stay in L1 while
+       * each panel row gets KP contiguous values */
+      for (int n0 = 0; n0 < N; n0 += O2E_ATT_KP) {
+        const int nn = N - n0 < O2E_ATT_KP ? N - n0 : O2E_ATT_KP;
+        const float *k0 = k + (ptrdiff_t)n0 * a->k_sn;
+        float *o = kt + O2E_ATT_KT(D, 0, n0);
+        for (int d = 0; d < D; ++d, o += O2E_ATT_KP)
+          for (int j = 0; j < nn; ++j) o[j] = k0[(ptrdiff_t)j * a->k_sn + d];
       }
     } else {
       for (int d = 0; d < D; ++d)
-        for (int n = 0; n < N; ++n) kt[O2E_ATT_KT(D, d, n)] = k[(ptrdiff_t)n * a->k_sn + d * a->k_sd];
+        for (int n = 0; n < N; ++n)
+          kt[O2E_ATT_KT(D, d, n)] = k[(ptrdiff_t)n * a->k_sn + d * a->k_sd];
     }
     for (int d = 0; d < D; ++d)
       for (int n = N; n < np; ++n) kt[O2E_ATT_KT(D, d, n)] = 0.0f;
