@@ -122,6 +122,12 @@ def _feeds(rng: np.random.Generator) -> dict[str, np.ndarray]:
     m[0, 0, 6, :] = -np.inf  # an all-masked row: NaN, as onnxruntime's Softmax
     m[0, 0, 8, 17] = np.nan
     m[0, 0, 12, 5] = np.inf
+    # HF's additive mask value, float32's finite minimum (times log2(e) it would be -Inf): a
+    # row masked whole with it is uniform in onnxruntime (not NaN), a row masked in part drops
+    # those keys
+    fmin = np.finfo(np.float32).min
+    m[0, 0, 10, :] = fmin
+    m[0, 0, 14, :25] = fmin
     f["m_r3"][[3, 64]] = -np.inf
     # no mask, the row maxima fused into the score tiles: keys 41.. (past the whole tiles of
     # every build but the scalar one) score about +127, the others about -125, so a maximum

@@ -260,7 +260,9 @@ O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, pt
  * without (x86-64-v2); test_c_fused_attention.py holds 2 ulps at every ISA. About 15 vector
  * operations an element where the natural-base exp (ln 2 in two parts, 2^n as two factors)
  * took 21: the exp pass was about a seventh of Whisper's attention (1500 keys a row). The one
- * more rounding (scale * log2(e)) moves a score by 2^-24 of itself, as the scale's own. */
+ * more rounding (scale * log2(e)) moves a score by 2^-24 of itself, as the scale's own; a
+ * score above 2.4e38 (FLT_MAX / log2(e)) overflows to +Inf here (its row NaN) where the
+ * natural-base softmax kept it finite. */
 #define O2E_ATT_LOG2E 1.44269504088896341f
 O2E_ATT_INL float o2e_att_exp2neg(float x)
 {
@@ -279,6 +281,18 @@ O2E_ATT_INL float o2e_att_exp2neg(float x)
   return p * o2e_vm_asf((o2e_vm_asu(kf) + (uint32_t)(127 - 0x400000)) << 23);
 }
 
+/* a mask value in log2 units: m log2(e), a finite m kept finite. HF's additive mask is float32's
+ * finite minimum; times log2(e) it would be -Inf, and a row masked whole with it NaN (-Inf -
+ * -Inf) where onnxruntime's is uniform (every score rounds to the same -3.4e38). An infinite
+ * or NaN m stays itself. */
+O2E_ATT_INL float o2e_att_mask2(float m)
+{
+  const float t = m * O2E_ATT_LOG2E;
+  const float lo = t < -3.40282347e38f ? -3.40282347e38f : t;
+  const float c = lo > 3.40282347e38f ? 3.40282347e38f : lo;
+  return m < -3.40282347e38f || m > 3.40282347e38f ? m : c;
+}
+
 /* the row softmax of n scores (log2 units) in place, unnormalised:
  * s[j] = 2^(s[j] (+ mask[j] log2(e)) - max);
  * returns 1 / sum (NaN when the row holds a NaN, a +Inf or only -Inf, as onnxruntime) */
@@ -290,9 +304,9 @@ O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mas
   double sum = 0.0;
   int j, l;
   if (mask && m_sn == 1)
-    for (j = 0; j < n; ++j) s[j] += mask[j] * O2E_ATT_LOG2E;
+    for (j = 0; j < n; ++j) s[j] += o2e_att_mask2(mask[j]);
   else if (mask)
-    for (j = 0; j < n; ++j) s[j] += mask[(ptrdiff_t)j * m_sn] * O2E_ATT_LOG2E;
+    for (j = 0; j < n; ++j) s[j] += o2e_att_mask2(mask[(ptrdiff_t)j * m_sn]);
   if (vmax) { /* no mask: the maxima of the first nmax scores came with them */
     for (l = 0; l < O2E_ATT_VW; ++l) mx = vmax[l] > mx ? vmax[l] : mx;
     for (j = nmax; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
