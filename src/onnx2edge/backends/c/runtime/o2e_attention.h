@@ -10,18 +10,19 @@
  * never written.
  *
  * Two steps, each a data-parallel loop (o2e_parallel_for when threaded):
- *   o2e_attention_pack (per head): K^T to [D][np] (np = N padded to a multiple of 32, zeros
- *     past N) and, when E is not a multiple of the P . V tile, V to [N][ep] (zero padded), both
- *     read through strides from the layout the exporter produced (Whisper / ViT: one
- *     [B, T, 3, H, D] qkv tensor, no Transpose / Split copies; Q, and V of whole tiles, are
- *     read there in place);
+ *   o2e_attention_pack (per head): K^T to panels [np / 32][D][32] (np = N padded to a
+ *     multiple of 32, zeros past N) and, unless V's rows are whole P . V tiles ep floats
+ *     apart already, V to [N][ep] (zero padded), both read
+ *     through strides from the layout the exporter produced (Whisper / ViT: one [B, T, 3, H, D]
+ *     qkv tensor, no Transpose / Split copies; Q is read there in place);
  *   o2e_attention_rows (per head x block of RB rows): scores in register tiles (broadcast one Q
  *     value, FMA it with a row of K^T), the mask added and the row maximum taken in one pass,
- *     exp(s - max) with o2e_vmath.h's vectorised exp and its sum, the unnormalised P . V in
+ *     exp(s - max) as a vectorised 2^x of log2-unit scores and its sum, the unnormalised P . V in
  *     register tiles over slices of 256 keys, and 1 / sum applied when the rows are stored
  *     (to the head-merged [B, M, H, E] layout when the graph's Transpose went into the op).
  *     Without a mask the row maxima are taken lane-wise as the score tiles leave the registers
- *     (no separate pass over the RB x N block), and exp runs as o2e_att_expneg (x <= 0 only).
+ *     (no separate pass over the RB x N block); the scores are kept in log2 units so the
+ *     exp runs as o2e_att_exp2neg (2^x, x <= 0 only).
  * No intrinsics: the tiles are on GNU vector types of the build's width, the softmax loops over
  * 16 lanes the compiler vectorises (AVX-512, AVX2 + FMA, SSE, NEON).
  *
@@ -118,10 +119,20 @@ typedef float o2e_attv;
 #define O2E_ATT_THREAD_FLOATS(n, d, e) \
   ((size_t)O2E_ATT_RB * (O2E_ATT_NP(n) + O2E_ATT_EP(e) + 1 + (d)))
 
+/* K^T packed panel-major, [np / KP][D][KP]: the D x KP panel a Q . K^T tile reads is one
+ * contiguous 8 KB (D = 64) instead of D rows np floats apart (Whisper: 64 rows 6 KB apart, a
+ * page each: TLB misses on every tile). KP = 32, a multiple of every build's KW. */
+#define O2E_ATT_KP 32
+#define O2E_ATT_KT(D, d, n) \
+  (((size_t)(n) / O2E_ATT_KP * (size_t)(D) + (size_t)(d)) * O2E_ATT_KP + (size_t)(n) % O2E_ATT_KP)
+/* V packed to [N][ep] unless its rows are whole P . V tiles ep floats apart already: read in
+ * place through the packed qkv tensor (Whisper: rows 4.5 KB apart) a 256-key slice spanned
+ * 1.1 MB and a page per key */
+#define O2E_ATT_VPACK(a, ep) ((a)->E % O2E_ATT_EW != 0 || (a)->v_sn != (ep))
 typedef struct {
   const float *q, *k, *v, *mask; /* mask NULL: none */
   float *y;
-  float *kt; /* [B * H][D][np] */
+  float *kt; /* [B * H][np / KP][D][KP] */
   float *vp; /* [B * H][N][ep] */
   float *s;  /* [threads][O2E_ATT_THREAD_FLOATS] */
   int (*thread)(void); /* o2e_parallel_thread, NULL on one thread */
@@ -148,23 +159,23 @@ O2E_ATT_FN void o2e_attention_pack(void *arg, int h0, int h1)
     const float *v = a->v + b * a->v_sb + h * a->v_sh;
     float *kt = a->kt + (size_t)bh * D * np, *vp = a->vp + (size_t)bh * N * ep;
     if (a->k_sd == 1) {
-      /* K rows [N][D] -> columns, 16 keys at a time: their 16 rows stay in L1 while each
-       * K^T row gets 16 contiguous values */
-      for (int n0 = 0; n0 < N; n0 += 16) {
-        const int nn = N - n0 < 16 ? N - n0 : 16;
+      /* K rows [N][D] -> one panel of KP keys at a time: their KP rows stay in L1 while
+       * each panel row gets KP contiguous values */
+      for (int n0 = 0; n0 < N; n0 += O2E_ATT_KP) {
+        const int nn = N - n0 < O2E_ATT_KP ? N - n0 : O2E_ATT_KP;
         const float *k0 = k + (ptrdiff_t)n0 * a->k_sn;
-        for (int d = 0; d < D; ++d) {
-          float *o = kt + (size_t)d * np + n0;
+        float *o = kt + O2E_ATT_KT(D, 0, n0);
+        for (int d = 0; d < D; ++d, o += O2E_ATT_KP)
           for (int j = 0; j < nn; ++j) o[j] = k0[(ptrdiff_t)j * a->k_sn + d];
-        }
       }
     } else {
       for (int d = 0; d < D; ++d)
-        for (int n = 0; n < N; ++n) kt[(size_t)d * np + n] = k[(ptrdiff_t)n * a->k_sn + d * a->k_sd];
+        for (int n = 0; n < N; ++n)
+          kt[O2E_ATT_KT(D, d, n)] = k[(ptrdiff_t)n * a->k_sn + d * a->k_sd];
     }
     for (int d = 0; d < D; ++d)
-      for (int n = N; n < np; ++n) kt[(size_t)d * np + n] = 0.0f;
-    for (int n = 0; n < N && E % O2E_ATT_EW; ++n) { /* else P . V reads V in place */
+      for (int n = N; n < np; ++n) kt[O2E_ATT_KT(D, d, n)] = 0.0f;
+    for (int n = 0; n < N && O2E_ATT_VPACK(a, ep); ++n) { /* else P . V reads V in place */
       const float *vr = v + (ptrdiff_t)n * a->v_sn;
       float *o = vp + (size_t)n * ep;
       for (int e = 0; e < E; ++e) o[e] = vr[e];
@@ -182,7 +193,7 @@ O2E_ATT_INL o2e_attv o2e_att_load(const float *p)
 
 /* S[r][j .. j + KW) = Q[r] . K^T[:, j ..] * scale for TR rows, Q packed k-major [D][TR]
  * (only the first nr rows stored) */
-O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, int D, float scale,
+O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int ldK, int D, float scale,
     float *s, int ldS, float *rmax)
 {
   const o2e_attv zero = {0.0f};
@@ -191,7 +202,7 @@ O2E_ATT_INL void o2e_att_qk(const float *qp, int nr, const float *kt, int np, in
   for (r = 0; r < O2E_ATT_TR; ++r)
     for (n = 0; n < O2E_ATT_NK; ++n) acc[r][n] = zero;
   for (int d = 0; d < D; ++d) {
-    const float *kr = kt + (size_t)d * np;
+    const float *kr = kt + (size_t)d * ldK;
     o2e_attv kv[O2E_ATT_NK];
     for (n = 0; n < O2E_ATT_NK; ++n) kv[n] = o2e_att_load(kr + n * O2E_ATT_VW);
     for (r = 0; r < O2E_ATT_TR; ++r) {
@@ -240,22 +251,50 @@ O2E_ATT_INL void o2e_att_pv(const float *p, int ldP, int nr, const float *vp, pt
       memcpy(o + (size_t)r * ldO + n * O2E_ATT_VW, &acc[r][n], sizeof acc[r][n]);
 }
 
-/* exp(x) for the softmax's x = s - max <= 0, -Inf or NaN: o2e_expf's reduction and polynomial
- * (so its bound), without the overflow clamp, and 2^n applied as 2^(n + 64) . 2^-64 instead of
- * two halves (both factors normal for n in [-150, 0]; a denormal result is rounded once, by the
- * last multiply, as o2e_expf's): the same value bit for bit (test_c_fused_attention.py checks
- * it at every ISA) with fewer vector operations (no overflow clamp, no halving of n). The exp
- * pass was about a fifth of Whisper's attention (1500 keys a row). */
-O2E_ATT_INL float o2e_att_expneg(float x)
+/* 2^x for the softmax's x = s - max <= 0 with the scores in log2 units (the Q . K^T tiles
+ * scale by scale * log2(e), the mask is added times log2(e)), -Inf or NaN: x = n + r, n an
+ * integer, r in [-1/2, 1/2] exact (no ln 2 reduction), a degree-6 minimax polynomial of 2^r
+ * (c0 = 1; relative error 2e-9 in exact arithmetic), 2^n from n's bits. For x < -126.5 it gives
+ * 0 (n = -127 makes 2^n's bits 0; -Inf included), true values below 2^-126, a 2^-126 absolute
+ * error against a row sum >= 1; NaN stays NaN. Measured above 2^-126: 0.90 ulp with FMA, 1.13
+ * without (x86-64-v2); test_c_fused_attention.py holds 2 ulps at every ISA. About 15 vector
+ * operations an element where the natural-base exp (ln 2 in two parts, 2^n as two factors)
+ * took 21: the exp pass was about a seventh of Whisper's attention (1500 keys a row). The one
+ * more rounding (scale * log2(e)) moves a score by 2^-24 of itself, as the scale's own; a
+ * score above 2.4e38 (FLT_MAX / log2(e)) overflows to +Inf here (its row NaN) where the
+ * natural-base softmax kept it finite. */
+#define O2E_ATT_LOG2E 1.44269504088896341f
+O2E_ATT_INL float o2e_att_exp2neg(float x)
 {
-  float kf;
-  const float y = o2e_vm_exp_poly(x < -104.0f ? -104.0f : x, &kf);
-  /* the low bits of kf hold n + 2^22; the shift drops the rest: 2^(n + 64) */
-  const float s = o2e_vm_asf((o2e_vm_asu(kf) + (uint32_t)(127 + 64 - 0x400000)) << 23);
-  return y * s * 5.42101086e-20f; /* 2^-64 */
+  const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  const float xc = x < -127.0f ? -127.0f : x;
+  const float kf = xc + shift;
+  const float r = xc - (kf - shift);
+  float p = 1.5353361960e-4f;
+  p = p * r + 1.3398875017e-3f;
+  p = p * r + 9.6184369177e-3f;
+  p = p * r + 5.5503323674e-2f;
+  p = p * r + 2.4022647738e-1f;
+  p = p * r + 6.9314718246e-1f;
+  p = p * r + 1.0f;
+  /* the low bits of kf hold n + 2^22 (n in [-127, 0]); the shift drops the rest */
+  return p * o2e_vm_asf((o2e_vm_asu(kf) + (uint32_t)(127 - 0x400000)) << 23);
 }
 
-/* the row softmax of n scores in place, unnormalised: s[j] = exp(s[j] (+ mask[j]) - max);
+/* a mask value in log2 units: m log2(e), a finite m kept finite. HF's additive mask is float32's
+ * finite minimum; times log2(e) it would be -Inf, and a row masked whole with it NaN (-Inf -
+ * -Inf) where onnxruntime's is uniform (every score rounds to the same -3.4e38). An infinite
+ * or NaN m stays itself. */
+O2E_ATT_INL float o2e_att_mask2(float m)
+{
+  const float t = m * O2E_ATT_LOG2E;
+  const float lo = t < -3.40282347e38f ? -3.40282347e38f : t;
+  const float c = lo > 3.40282347e38f ? 3.40282347e38f : lo;
+  return m < -3.40282347e38f || m > 3.40282347e38f ? m : c;
+}
+
+/* the row softmax of n scores (log2 units) in place, unnormalised:
+ * s[j] = 2^(s[j] (+ mask[j] log2(e)) - max);
  * returns 1 / sum (NaN when the row holds a NaN, a +Inf or only -Inf, as onnxruntime) */
 O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mask, ptrdiff_t m_sn,
     const float *vmax, int nmax)
@@ -265,9 +304,9 @@ O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mas
   double sum = 0.0;
   int j, l;
   if (mask && m_sn == 1)
-    for (j = 0; j < n; ++j) s[j] += mask[j];
+    for (j = 0; j < n; ++j) s[j] += o2e_att_mask2(mask[j]);
   else if (mask)
-    for (j = 0; j < n; ++j) s[j] += mask[(ptrdiff_t)j * m_sn];
+    for (j = 0; j < n; ++j) s[j] += o2e_att_mask2(mask[(ptrdiff_t)j * m_sn]);
   if (vmax) { /* no mask: the maxima of the first nmax scores came with them */
     for (l = 0; l < O2E_ATT_VW; ++l) mx = vmax[l] > mx ? vmax[l] : mx;
     for (j = nmax; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
@@ -282,12 +321,12 @@ O2E_ATT_INL float o2e_att_softmax_row(float *restrict s, int n, const float *mas
   for (l = 0; l < 16; ++l) t[l] = 0.0f;
   for (j = 0; j < n16; j += 16)
     for (l = 0; l < 16; ++l) {
-      const float e = o2e_att_expneg(s[j + l] - mx);
+      const float e = o2e_att_exp2neg(s[j + l] - mx);
       s[j + l] = e;
       t[l] += e;
     }
   for (j = n16; j < n; ++j) {
-    s[j] = o2e_expf(s[j] - mx);
+    s[j] = o2e_att_exp2neg(s[j] - mx);
     sum += s[j];
   }
   for (l = 0; l < 16; ++l) sum += t[l];
@@ -309,10 +348,12 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
     const int nr = a->M - r0 < O2E_ATT_RB ? a->M - r0 : O2E_ATT_RB;
     const float *q = a->q + b * a->q_sb + h * a->q_sh + (ptrdiff_t)r0 * a->q_sm;
     const float *kt = a->kt + (size_t)bh * D * np;
-    /* V in place when its rows are whole tiles (Whisper, ViT: E = 64), else packed */
-    const float *vp = E % O2E_ATT_EW ? a->vp + (size_t)bh * N * ep : a->v + b * a->v_sb + h * a->v_sh;
-    const ptrdiff_t ldV = E % O2E_ATT_EW ? ep : a->v_sn;
-    /* scores: key panels outermost, so a D x 32 panel of K^T stays in L1 across the rows */
+    /* V in place when its rows are whole tiles already contiguous, else packed */
+    const int vpk = O2E_ATT_VPACK(a, ep);
+    const float *vp = vpk ? a->vp + (size_t)bh * N * ep : a->v + b * a->v_sb + h * a->v_sh;
+    const ptrdiff_t ldV = vpk ? ep : a->v_sn;
+    /* scores: key panels outermost, so a D x 32 panel of K^T (contiguous) stays in L1 across
+     * the rows */
     /* the block's Q rows k-major in groups of TR ([r / TR][d][TR]): one pointer feeds the
      * broadcasts */
     for (int r = 0; r < (nr + O2E_ATT_TR - 1) / O2E_ATT_TR * O2E_ATT_TR; ++r) {
@@ -320,14 +361,22 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
       float *qp = QP + (size_t)(r / O2E_ATT_TR) * D * O2E_ATT_TR + r % O2E_ATT_TR;
       for (int d = 0; d < D; ++d) qp[d * O2E_ATT_TR] = qr[d];
     }
+    /* scores in log2 units: the softmax's exp is 2^x (o2e_att_exp2neg) */
+    const float scale2 = a->scale * O2E_ATT_LOG2E;
     /* the row maxima ride along with the scores of whole key tiles when there is no mask */
     const int nmax = a->mask ? 0 : N / O2E_ATT_KW * O2E_ATT_KW;
     for (size_t i = 0; i < (size_t)O2E_ATT_RB * O2E_ATT_VW; ++i) VM[i] = -INFINITY;
     for (int j = 0; j < np; j += O2E_ATT_KW)
       for (int r = 0; r < nr; r += O2E_ATT_TR) {
         const int m = nr - r < O2E_ATT_TR ? nr - r : O2E_ATT_TR;
-        o2e_att_qk(QP + (size_t)r * D, m, kt + j, np, D, a->scale, S + (size_t)r * np + j, np,
-            j < nmax ? VM + (size_t)r * O2E_ATT_VW : NULL);
+        const float *qp = QP + (size_t)r * D, *kp = kt + O2E_ATT_KT(D, 0, j);
+        float *sp = S + (size_t)r * np + j, *vm = VM + (size_t)r * O2E_ATT_VW;
+        /* a whole tile with the maxima its own inlined copy: the constant row count lets
+         * the tile leave from its registers (with a runtime count gcc spilled all 16) */
+        if (m == O2E_ATT_TR && j < nmax)
+          o2e_att_qk(qp, O2E_ATT_TR, kp, O2E_ATT_KP, D, scale2, sp, np, vm);
+        else
+          o2e_att_qk(qp, m, kp, O2E_ATT_KP, D, scale2, sp, np, j < nmax ? vm : NULL);
       }
     for (int r = 0; r < nr; ++r) {
       const float *mrow =
@@ -343,7 +392,10 @@ O2E_ATT_FN void o2e_attention_rows(void *arg, int i0, int i1)
         const float *p = S + (size_t)r * np;
         float *o = O + (size_t)r * ep;
         for (int e = 0; e < ep; e += O2E_ATT_EW)
-          o2e_att_pv(p, np, m, vp + e, ldV, j0, j1, o + e, ep);
+          if (m == O2E_ATT_PR) /* as above */
+            o2e_att_pv(p, np, O2E_ATT_PR, vp + e, ldV, j0, j1, o + e, ep);
+          else
+            o2e_att_pv(p, np, m, vp + e, ldV, j0, j1, o + e, ep);
       }
     }
     for (int r = 0; r < nr; ++r) {

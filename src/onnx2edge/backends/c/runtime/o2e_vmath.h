@@ -82,7 +82,7 @@ O2E_VM_INLINE float o2e_vm_sel(int cond, float a, float b)
  * |r| <= ln2 / 2, a degree-6 polynomial (Cephes' coefficients), and 2^n applied in two halves
  * so that a denormal result is rounded once and an overflow gives +Inf. */
 /* exp(r) of the reduced argument, and kf, whose low bits hold n + 2^22: the part every exp
- * variant shares (o2e_vm_exp_core here, o2e_att_expneg in o2e_attention.h) */
+ * variant shares (o2e_vm_exp_core here) */
 O2E_VM_INLINE float o2e_vm_exp_poly(float x, float *kf_out)
 {
   const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
