@@ -762,9 +762,15 @@ static inline void o2e_qkernel2_rq(size_t K4, const int8_t *a, const uint8_t *b,
     __m512i q_ = sgn ? _mm512_max_epi8(_mm512_packs_epi16(a_, b_), blo)                         \
                      : _mm512_max_epu8(_mm512_packus_epi16(a_, b_), blo);                       \
     q_ = _mm512_permutexvar_epi32(rowix, q_);                                                   \
-    _mm256_mask_storeu_epi8(yo + (r) * ym, k2, _mm512_castsi512_si256(q_));                     \
-    if ((r) + 1 < mr)                                                                           \
-      _mm256_mask_storeu_epi8(yo + ((r) + 1) * ym, k2, _mm512_extracti64x4_epi64(q_, 1));       \
+    if (n2 == O2E_QNR) { /* whole rows of 32: plain stores */                                   \
+      _mm256_storeu_si256((__m256i *)(yo + (r) * ym), _mm512_castsi512_si256(q_));              \
+      if ((r) + 1 < mr)                                                                         \
+        _mm256_storeu_si256((__m256i *)(yo + ((r) + 1) * ym), _mm512_extracti64x4_epi64(q_, 1)); \
+    } else {                                                                                    \
+      _mm256_mask_storeu_epi8(yo + (r) * ym, k2, _mm512_castsi512_si256(q_));                   \
+      if ((r) + 1 < mr)                                                                         \
+        _mm256_mask_storeu_epi8(yo + ((r) + 1) * ym, k2, _mm512_extracti64x4_epi64(q_, 1));     \
+    }                                                                                           \
   }
   O2E_QRQ2(0, c0, d0, c1, d1) O2E_QRQ2(2, c2, d2, c3, d3)
   O2E_QRQ2(4, c4, d4, c5, d5) O2E_QRQ2(6, c6, d6, c7, d7)
