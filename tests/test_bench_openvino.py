@@ -84,6 +84,23 @@ def test_openvino_runner_matches_onnxruntime(tmp_path: Path, threads: int) -> No
 
 
 @needs_openvino
+def test_bench_profile_has_openvinos_layer_times_beside_ours(tmp_path: Path) -> None:
+    """--profile --against ort,openvino: OpenVINO's performance counters attributed to our
+    nodes by name (its layers are the ONNX node's name plus a suffix), a column beside
+    onnxruntime's."""
+    m = _swish_softmax_model()
+    for i, n in enumerate(m.graph.node):
+        n.name = f"{n.op_type.lower()}{i}"  # what OpenVINO names its layers after
+    path, _, _ = _write(tmp_path, m)
+    r = bench_model(path, runs=3, warmup=1, against=("ort", "openvino"), profile=True)
+    assert r["openvino"]["ok"]
+    conv = next(p for p in r["profile"] if p["op"].startswith("Conv"))
+    assert conv["ov_ms"] is not None and conv["ov_ms"] > 0
+    assert r["ov_profile_unattributed_ms"] >= 0
+    assert "OpenVINO" in format_result(r).split("GFLOP/s")[0].splitlines()[-1]
+
+
+@needs_openvino
 def test_openvino_runner_names_a_model_it_cannot_load(tmp_path: Path) -> None:
     from onnx2edge.bench.openvino_runner import run_openvino
 

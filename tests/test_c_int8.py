@@ -259,12 +259,15 @@ def test_unsupported_patterns_stay_float(tmp_path: Path) -> None:
 
 
 # (C, H, W, M, k, stride, pad): K not a multiple of 4, column tails of the 16 / 32-column
-# panels, M not a multiple of 8; padded-plane (3x3), 1x1 and im2col (stride 2) paths.
+# panels, M not a multiple of 8; padded-plane (3x3), 1x1 and im2col (stride 2) paths; 1x1 at
+# 64 and 66 columns (the wide path's edge).
 SAT_SHAPES = [
     (5, 7, 9, 11, 3, 1, 1),
     (37, 5, 7, 20, 1, 1, 0),
     (6, 9, 8, 9, 3, 2, 1),
     (4, 3, 40, 8, 3, 1, 1),
+    (16, 8, 8, 24, 1, 1, 0),  # 64 columns: both pairs of panels packed at once (O2E_QWIDE)
+    (8, 6, 11, 16, 1, 1, 0),  # 66: pairs of 32, then a 2-column tail
 ]
 
 

@@ -279,7 +279,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--runs", type=int, default=20)
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument(
-        "--profile", action="store_true", help="also time every node (build with -DO2E_PROFILE)"
+        "--profile",
+        action="store_true",
+        help="also time every node (build with -DO2E_PROFILE), beside onnxruntime's per-node profile (and OpenVINO's performance counters with --against ort,openvino)",
     )
     s.add_argument(
         "--suite",

@@ -546,6 +546,7 @@ def bench_model(
                         warmup=warmup,
                         cpu_clock=cpu_clock,
                         env={**ort_env, **ov_cap},
+                        profile=profile,
                     )
                 )
         ours, ort = _merge_rounds(ours_rounds), _merge_rounds(ort_rounds)
@@ -570,13 +571,24 @@ def bench_model(
             if "openvino" in against
             else None
         )
-        prof = None
+        prof, ov_rest = None, None
         if profile and "profile_ms" in ours:
             from ..analysis import node_macs
 
             g = api.prepare(handle, "c", options=options)
             ort_ms, ort_rest = match_ort_nodes(
                 [n.name for n in g.nodes], original, ort.get("nodes", {})
+            )
+            # OpenVINO's layers carry the ONNX node's name plus a suffix, as onnxruntime's do
+            ov_nodes = (
+                _merge_rounds(ov_rounds).get("nodes")
+                if openvino is not None and "error" not in openvino
+                else None
+            )
+            ov_ms, ov_rest = (
+                match_ort_nodes([n.name for n in g.nodes], original, ov_nodes)
+                if ov_nodes
+                else ({}, None)
             )
             prof = sorted(
                 (
@@ -588,6 +600,7 @@ def bench_model(
                         "gflops": 2 * node_macs(g, n) / (ms * 1e6) if ms > 0 else 0.0,
                         "shape": list(g.shape_of(n.outputs[0])) if g.type_of(n.outputs[0]) else [],
                         "ort_ms": ort_ms.get(n.name),
+                        **({"ov_ms": ov_ms.get(n.name)} if ov_nodes else {}),
                     }
                     for n, ms in zip(g.nodes, ours["profile_ms"], strict=False)
                 ),
@@ -596,6 +609,7 @@ def bench_model(
         return {
             "profile": prof,
             "ort_profile_unattributed_ms": ort_rest if prof is not None else None,
+            **({"ov_profile_unattributed_ms": ov_rest} if prof and ov_rest is not None else {}),
             "model": name,
             "threads": threads,
             "runs": runs,
@@ -770,12 +784,25 @@ def format_result(r: Mapping[str, Any]) -> str:
                 f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"
                 f" nodes attributed to the first node they absorbed): total {sum(p['ms'] for p in r['profile']):.3f},"
                 f" onnxruntime {sum(p['ort_ms'] or 0.0 for p in r['profile']) + r['ort_profile_unattributed_ms']:.3f}"
-                f" (of which {r['ort_profile_unattributed_ms']:.3f} in nodes it inserted)",
-                "         ours  onnxruntime  GFLOP/s  op             node",
+                f" (of which {r['ort_profile_unattributed_ms']:.3f} in nodes it inserted)"
+                + (
+                    f", OpenVINO {sum(p.get('ov_ms') or 0.0 for p in r['profile']) + r['ov_profile_unattributed_ms']:.3f}"
+                    f" (its performance counters; {r['ov_profile_unattributed_ms']:.3f} in layers it inserted)"
+                    if r.get("ov_profile_unattributed_ms") is not None
+                    else ""
+                ),
+                "         ours  onnxruntime"
+                + ("     OpenVINO" if r.get("ov_profile_unattributed_ms") is not None else "")
+                + "  GFLOP/s  op             node",
             ]
             + [
-                f"    {p['ms']:8.3f} ms {_ms(p['ort_ms'])} {p['gflops']:7.1f}  {p['op']:<14} {p['node']} "
-                f"{'x'.join(map(str, p['shape']))}"
+                f"    {p['ms']:8.3f} ms {_ms(p['ort_ms'])}"
+                + (
+                    f" {_ms(p.get('ov_ms'))}"
+                    if r.get("ov_profile_unattributed_ms") is not None
+                    else ""
+                )
+                + f" {p['gflops']:7.1f}  {p['op']:<14} {p['node']} {'x'.join(map(str, p['shape']))}"
                 for p in r["profile"][:25]
             ]
             if r.get("profile")

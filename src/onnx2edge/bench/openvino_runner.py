@@ -109,6 +109,22 @@ empty = ov.Model([ov.opset13.relu(p)], [p], "empty")
 ereq, ekeep = bound(compile_(empty), {"x": np.zeros(1, np.float32)})
 overhead = float(np.median(timed(ereq, max(cfg["runs"], 200), 20)))
 
+nodes = {}
+if cfg.get("profile"):
+    # OpenVINO's own per-layer counters (PERF_COUNT) in a separate compiled model, as
+    # onnxruntime's profile runs in a separate session: the counters cost time of their own
+    pc = core.compile_model(cfg["model"], "CPU", {**config, "PERF_COUNT": True})
+    preq, pkeep = bound(pc, feeds)
+    for _ in range(cfg["warmup"]):
+        preq.infer(share_outputs=True)
+    for _ in range(cfg["runs"]):
+        preq.infer(share_outputs=True)
+        for info in preq.get_profiling_info():
+            ms = info.real_time.total_seconds() * 1e3
+            if ms > 0:  # layers fused away or not executed report 0
+                d = nodes.setdefault(info.node_name, {"op": info.exec_type, "ms": 0.0})
+                d["ms"] += ms / cfg["runs"]
+
 def peak_kb():
     try:
         for line in open("/proc/self/status"):
@@ -119,6 +135,7 @@ def peak_kb():
     return -1
 
 print(json.dumps({"times_ms": times, "overhead_ms": overhead, "maxrss_kb": peak_kb(),
+                  "nodes": nodes,
                   "version": ov.__version__,
                   "threads": compiled.get_property("INFERENCE_NUM_THREADS"),
                   "precision": compiled.get_property("INFERENCE_PRECISION_HINT").to_string(),
@@ -137,12 +154,16 @@ def run_openvino(
     warmup: int = 3,
     cpu_clock: bool = False,
     env: Mapping[str, str] | None = None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Time `model` with OpenVINO's CPU plugin in a child process.
 
     inputs: input name -> .npy file; outputs: the .npz the outputs of the last run go to
     (keys: output_names). Returns {"times_ms", "overhead_ms", "maxrss_kb", "version", ...},
-    or {"error": why} where OpenVINO cannot load or run the model."""
+    or {"error": why} where OpenVINO cannot load or run the model. profile: also "nodes",
+    {layer name: {"op": OpenVINO's kernel, "ms": mean per run}} from its performance counters
+    (untimed runs of a separate compiled model; layers named after the ONNX node they came
+    from, with a suffix: "conv1/WithoutBiases")."""
     cfg = {
         "model": str(model),
         "threads": threads,
@@ -152,6 +173,7 @@ def run_openvino(
         "output_names": list(output_names),
         "outputs": str(outputs),
         "cpu_clock": cpu_clock,
+        "profile": profile,
     }
     p = subprocess.run(
         [sys.executable, "-c", OV_SCRIPT, json.dumps(cfg)],

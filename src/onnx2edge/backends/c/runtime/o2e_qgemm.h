@@ -141,13 +141,62 @@ static inline void o2e_qstep_put(uint8_t *panel, size_t k4, size_t K4, const uin
 #endif
 }
 
+#if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
+/* vpermt2b indices that transpose 4 rows of 32 bytes, held as (r0 | r1) and (r2 | r3), into the
+ * two 16-column panels of one K4 step: byte 4 j + t of panel h is row t, column 16 h + j. */
+static inline __m512i o2e_qtr4x32_idx_(int h) {
+  uint8_t ix[64];
+  for (int j = 0; j < 16; ++j)
+    for (int t = 0; t < 4; ++t) ix[4 * j + t] = (uint8_t)((t >> 1) * 64 + (t & 1) * 32 + 16 * h + j);
+  return _mm512_loadu_si512(ix);
+}
+
+/* One K4 step of two panels from 4 rows (r0 | r1), (r2 | r3): two vpermt2b and the flip, where
+ * the 16-byte unpacks took 8 unpacks, 4 extracts, 4 xors and 8 stores per panel pair. */
+static inline __attribute__((always_inline)) void o2e_qtr4x32_(__m512i r01, __m512i r23,
+                                                               __m512i t0, __m512i t1,
+                                                               __m512i f, uint8_t *pan0,
+                                                               uint8_t *pan1) {
+  _mm512_storeu_si512(pan0, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, t0, r23), f));
+  _mm512_storeu_si512(pan1, _mm512_xor_si512(_mm512_permutex2var_epi8(r01, t1, r23), f));
+}
+
+#endif
+
 /* Pack B given as K rows of P bytes (row k at src + k * ld) into 16-column panels; the
  * padding columns / rows are zero (their weights are zero or their results unused). */
 static inline void o2e_qpack_rows_at(const uint8_t *src, size_t ld, const int32_t *rowoff,
                                      size_t K, size_t P, uint8_t flip, uint8_t *dst) {
 #define O2E_QSRC(k) (src + (rowoff ? (size_t)rowoff[k] : (k) * ld))
   const size_t K4 = (K + 3) / 4;
-  for (size_t p0 = 0; p0 < P; p0 += 16) {
+  size_t pv = 0; /* columns packed 32 at a time */
+#if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
+  if (P >= 32) {
+    const __m512i t0 = o2e_qtr4x32_idx_(0), t1 = o2e_qtr4x32_idx_(1);
+    const __m512i f = _mm512_set1_epi8((char)flip);
+    const size_t K4f = K / 4; /* steps of 4 rows inside K; a partial last one below */
+    for (; pv + 32 <= P; pv += 32) {
+      uint8_t *pan0 = dst + (pv / 16) * K4 * 64, *pan1 = pan0 + K4 * 64;
+#define O2E_QPR_(k) _mm256_loadu_si256((const __m256i *)(O2E_QSRC(k) + pv))
+#define O2E_QP2_(k)                                                                             \
+  _mm512_inserti64x4(_mm512_castsi256_si512(O2E_QPR_(k)), O2E_QPR_((k) + 1), 1)
+      for (size_t k4 = 0; k4 < K4f; ++k4)
+        o2e_qtr4x32_(O2E_QP2_(4 * k4), O2E_QP2_(4 * k4 + 2), t0, t1, f, pan0 + k4 * 64,
+                     pan1 + k4 * 64);
+      if (K4f < K4) { /* rows past K: flip bytes, zero once flipped */
+        __m256i r[4];
+        for (size_t t = 0; t < 4; ++t)
+          r[t] = 4 * K4f + t < K ? O2E_QPR_(4 * K4f + t) : _mm256_set1_epi8((char)flip);
+        o2e_qtr4x32_(_mm512_inserti64x4(_mm512_castsi256_si512(r[0]), r[1], 1),
+                     _mm512_inserti64x4(_mm512_castsi256_si512(r[2]), r[3], 1), t0, t1, f,
+                     pan0 + K4f * 64, pan1 + K4f * 64);
+      }
+#undef O2E_QP2_
+#undef O2E_QPR_
+    }
+  }
+#endif
+  for (size_t p0 = pv; p0 < P; p0 += 16) {
     uint8_t *panel = dst + (p0 / 16) * K4 * O2E_QSTEP;
     const size_t np = P - p0 < 16 ? P - p0 : 16;
     for (size_t k4 = 0; k4 < K4; ++k4) {
@@ -691,24 +740,40 @@ static inline void o2e_qkernel2_rq(size_t K4, const int8_t *a, const uint8_t *b,
     O2E_QV4(0, c0, c1, c2, c3, d0, d1, d2, d3);
     O2E_QV4(4, c4, c5, c6, c7, d4, d5, d6, d7);
   }
-  const __m512 lo = _mm512_set1_ps(flo), hi = _mm512_set1_ps(fhi);
+  /* Two rows at a time: each sum scaled and held under hi - zp in float (min with the bound
+   * first: a NaN gives NaN, converted to INT_MIN, so lo below, as max-then-min did), rounded,
+   * + zp, then the four vectors narrowed by two saturating packs (int16, then uint8 or int8),
+   * the lower bound applied to the bytes, and one vpermd puts each row's 32 bytes together:
+   * the same bytes as clamping to [lo - zp, hi - zp] in float (rounding is monotonic and
+   * the bounds are integers), in 4 fewer instructions per vector than vpmovdb's narrowing. */
+  const __m512 hi = _mm512_set1_ps(fhi);
   const __m512i z = _mm512_set1_epi32(zp);
-  const __mmask16 k2 = (__mmask16)((1u << n2) - 1); /* n2 <= 16 */
-#define O2E_QRQ1(v, s, dst, km)                                                                 \
-  do {                                                                                          \
-    __m512 f_ = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);                                        \
-    f_ = _mm512_min_ps(_mm512_max_ps(f_, lo), hi);                                              \
-    const __m512i q_ = _mm512_add_epi32(_mm512_cvtps_epi32(f_), z); /* nearest-even */          \
-    _mm_mask_storeu_epi8(dst, km, _mm512_cvtepi32_epi8(q_));                                    \
-  } while (0)
-#define O2E_QRQ2(r, cv, dv)                                                                     \
+  const int sgn = flo + (float)zp < 0.0f; /* an int8 output: signed packs */
+  const __m512i blo = _mm512_set1_epi8((char)(int32_t)(flo + (float)zp));
+  const __m512i rowix = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __mmask32 k2 = (__mmask32)(0xFFFFu | (((1u << n2) - 1) << 16)); /* n2 <= 16 */
+#define O2E_QRQ1(v, s)                                                                          \
+  _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(hi, _mm512_mul_ps(_mm512_cvtepi32_ps(v), s))), z)
+#define O2E_QRQ2(r, cv, dv, cw, dw)                                                             \
   if ((r) < mr) {                                                                               \
-    const __m512 s_ = _mm512_set1_ps(ss[r]);                                                    \
-    O2E_QRQ1(cv, s_, yo + (r) * ym, (__mmask16)0xFFFF);                                         \
-    O2E_QRQ1(dv, s_, yo + (r) * ym + 16, k2);                                                   \
+    const __m512 s0_ = _mm512_set1_ps(ss[r]), s1_ = _mm512_set1_ps(ss[(r) + 1]);              \
+    const __m512i a_ = _mm512_packs_epi32(O2E_QRQ1(cv, s0_), O2E_QRQ1(dv, s0_));                \
+    const __m512i b_ = _mm512_packs_epi32(O2E_QRQ1(cw, s1_), O2E_QRQ1(dw, s1_));                \
+    __m512i q_ = sgn ? _mm512_max_epi8(_mm512_packs_epi16(a_, b_), blo)                         \
+                     : _mm512_max_epu8(_mm512_packus_epi16(a_, b_), blo);                       \
+    q_ = _mm512_permutexvar_epi32(rowix, q_);                                                   \
+    if (n2 == O2E_QNR) { /* whole rows of 32: plain stores */                                   \
+      _mm256_storeu_si256((__m256i *)(yo + (r) * ym), _mm512_castsi512_si256(q_));              \
+      if ((r) + 1 < mr)                                                                         \
+        _mm256_storeu_si256((__m256i *)(yo + ((r) + 1) * ym), _mm512_extracti64x4_epi64(q_, 1)); \
+    } else {                                                                                    \
+      _mm256_mask_storeu_epi8(yo + (r) * ym, k2, _mm512_castsi512_si256(q_));                   \
+      if ((r) + 1 < mr)                                                                         \
+        _mm256_mask_storeu_epi8(yo + ((r) + 1) * ym, k2, _mm512_extracti64x4_epi64(q_, 1));     \
+    }                                                                                           \
   }
-  O2E_QRQ2(0, c0, d0) O2E_QRQ2(1, c1, d1) O2E_QRQ2(2, c2, d2) O2E_QRQ2(3, c3, d3)
-  O2E_QRQ2(4, c4, d4) O2E_QRQ2(5, c5, d5) O2E_QRQ2(6, c6, d6) O2E_QRQ2(7, c7, d7)
+  O2E_QRQ2(0, c0, d0, c1, d1) O2E_QRQ2(2, c2, d2, c3, d3)
+  O2E_QRQ2(4, c4, d4, c5, d5) O2E_QRQ2(6, c6, d6, c7, d7)
 #undef O2E_QRQ2
 #undef O2E_QRQ1
 }
@@ -892,9 +957,10 @@ static inline __attribute__((always_inline)) void o2e_qdsp_rows_(
  * bpack: O2E_QPANEL_BYTES(K, P) bytes of packed B. (Blocking K so that a block of B stays in
  * L1 across the row tiles was measured slower on AVX-512 VNNI: 0.8 against 0.63 ms on a
  * 256x2304x196 product, the partial sums' loads and stores cost more than they save.) */
-static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, const uint8_t *bpack,
-                      const int32_t *bias, const int32_t *rowsum, const float *scale,
-                      int32_t zp, int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+static inline void o2e_qgemm_cols_(size_t M, size_t P, size_t K, const int8_t *apack,
+                                   const uint8_t *bpack, const int32_t *bias,
+                                   const int32_t *rowsum, const float *scale, int32_t zp,
+                                   int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
   const size_t K4 = (K + 3) / 4;
   const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
   int32_t acc[2][O2E_QMR * O2E_QNR] __attribute__((aligned(64)));
@@ -961,6 +1027,25 @@ static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, 
   }
 }
 
+/* Columns wider than one pair of panels and at most two (a 7 x 7 map's 49): row tile after row
+ * tile over all of them, so the second pair reads the tile's weights from L1 where a pass of
+ * all the rows per pair streamed every weight again (ResNet50's 7 x 7 layers: 1 to 2.4 MB,
+ * from L3). */
+#define O2E_QWIDE(P) ((P) > 2 * O2E_QNR && (P) <= 4 * O2E_QNR)
+
+static inline void o2e_qgemm(size_t M, size_t P, size_t K, const int8_t *apack, const uint8_t *bpack,
+                      const int32_t *bias, const int32_t *rowsum, const float *scale,
+                      int32_t zp, int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+  if (O2E_QWIDE(P)) {
+    const size_t K4 = (K + 3) / 4;
+    for (size_t m0 = 0; m0 < M; m0 += O2E_QMR)
+      o2e_qgemm_cols_(M - m0 < O2E_QMR ? M - m0 : O2E_QMR, P, K, apack + (m0 / O2E_QMR) * K4 * 32,
+                      bpack, bias + m0, rowsum + m0, scale + m0, zp, lo, hi, y + m0 * ym, ym, yp);
+    return;
+  }
+  o2e_qgemm_cols_(M, P, K, apack, bpack, bias, rowsum, scale, zp, lo, hi, y, ym, yp);
+}
+
 /* o2e_qgemm on activations packed 32 columns at a time (o2e_qpack_rows_at's source: K rows
  * at src + rowoff[k] or src + k * ld, P columns) into pk (O2E_QPANEL_BYTES(K, 32) bytes):
  * the chunk just packed is still in L1 / L2 when the kernel reads it, where a whole packed
@@ -970,6 +1055,13 @@ static inline void o2e_qgemm_rows(size_t M, size_t P, size_t K, const int8_t *ap
                                   uint8_t flip, uint8_t *pk, const int32_t *bias,
                                   const int32_t *rowsum, const float *scale, int32_t zp,
                                   int32_t lo, int32_t hi, uint8_t *y, size_t ym, size_t yp) {
+#if defined(O2E_Q_VNNI)
+  if (O2E_QWIDE(P)) { /* pk: O2E_QPANEL_BYTES(K, 64) (kernels/int8/qgemm_kernels.py) */
+    o2e_qpack_rows_at(src, ld, rowoff, K, P, flip, pk);
+    o2e_qgemm(M, P, K, apack, pk, bias, rowsum, scale, zp, lo, hi, y, ym, yp);
+    return;
+  }
+#endif
   for (size_t p0 = 0; p0 < P; p0 += 2 * O2E_QNR) {
     const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
     o2e_qpack_rows_at(src + p0, ld, rowoff, K, nc, flip, pk);
@@ -992,46 +1084,35 @@ static inline int o2e_qplanes_direct(size_t OW, size_t wp) {
 
 #if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
 /* Columns [p0, p0 + nc) (nc <= 32) of the real OH x OW output packed from the planes into the
- * two panels at pk: one masked load and vpermb per k row, then the 4 x 16 byte transposes. */
+ * two panels at pk: per pair of k rows one masked load each and one vpermt2b that compacts
+ * both rows' real columns into (r0 | r1), then o2e_qtr4x32_. */
 static inline __attribute__((always_inline)) void o2e_qplanes_pack_(
     size_t OW, size_t wp, size_t K, const uint8_t *src,
                                      const int32_t *rowoff, uint8_t flip, size_t p0, size_t nc,
                                      uint8_t *pk) {
   const size_t K4 = (K + 3) / 4;
-  const __m128i f = _mm_set1_epi8((char)flip);
   const size_t e0 = (p0 / OW) * wp + p0 % OW;
   uint8_t idx[64];
   size_t span = 0;
-  for (size_t j = 0; j < 64; ++j) {
+  for (size_t j = 0; j < 32; ++j) {
     const size_t p = p0 + (j < nc ? j : 0);
     idx[j] = (uint8_t)((p / OW) * wp + p % OW - e0);
+    idx[j + 32] = (uint8_t)(idx[j] + 64); /* the second row: vpermt2b's second source */
     if (idx[j] + 1u > span) span = idx[j] + 1u;
   }
-  const __m512i ix = _mm512_loadu_si512(idx);
+  const __m512i ix = _mm512_loadu_si512(idx), t0 = o2e_qtr4x32_idx_(0), t1 = o2e_qtr4x32_idx_(1);
+  const __m512i f = _mm512_set1_epi8((char)flip);
   const __mmask64 m = span >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << span) - 1);
   uint8_t *pan0 = pk, *pan1 = pk + K4 * 64;
+#define O2E_QPL_(k) (k < K ? _mm512_maskz_loadu_epi8(m, src + rowoff[k] + e0) : f)
   for (size_t k4 = 0; k4 < K4; ++k4) {
-    __m256i r[4];
-    for (size_t t = 0; t < 4; ++t) {
-      const size_t k = k4 * 4 + t;
-      r[t] = k < K ? _mm512_castsi512_si256(_mm512_permutexvar_epi8(
-                         ix, _mm512_maskz_loadu_epi8(m, src + rowoff[k] + e0)))
-                   : _mm256_set1_epi8((char)flip); /* k past K: zero weights */
-    }
-    for (size_t h = 0; h < 2; ++h) {
-      const __m128i r0 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[0], 1) : _mm256_castsi256_si128(r[0]), f);
-      const __m128i r1 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[1], 1) : _mm256_castsi256_si128(r[1]), f);
-      const __m128i r2 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[2], 1) : _mm256_castsi256_si128(r[2]), f);
-      const __m128i r3 = _mm_xor_si128(h ? _mm256_extracti128_si256(r[3], 1) : _mm256_castsi256_si128(r[3]), f);
-      const __m128i a0 = _mm_unpacklo_epi8(r0, r1), a1 = _mm_unpackhi_epi8(r0, r1);
-      const __m128i b0 = _mm_unpacklo_epi8(r2, r3), b1 = _mm_unpackhi_epi8(r2, r3);
-      uint8_t *d = (h ? pan1 : pan0) + k4 * 64;
-      _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a0, b0));
-      _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a0, b0));
-      _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(a1, b1));
-      _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(a1, b1));
-    }
+    const size_t k = k4 * 4;
+    /* rows past K: flip bytes, zero once flipped (their weights are zero anyway) */
+    const __m512i r01 = _mm512_permutex2var_epi8(O2E_QPL_(k), ix, O2E_QPL_(k + 1));
+    const __m512i r23 = _mm512_permutex2var_epi8(O2E_QPL_(k + 2), ix, O2E_QPL_(k + 3));
+    o2e_qtr4x32_(r01, r23, t0, t1, f, pan0 + k4 * 64, pan1 + k4 * 64);
   }
+#undef O2E_QPL_
 }
 #endif
 
@@ -1051,6 +1132,14 @@ static inline void o2e_qconv_planes(size_t M, size_t OH, size_t OW, size_t wp, s
 #if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
   if (o2e_qplanes_direct(OW, wp)) {
     const size_t P = OH * OW;
+    if (O2E_QWIDE(P)) { /* both pairs of panels packed (pk: O2E_QPANEL_BYTES(K, 64)) */
+      const size_t K4 = (K + 3) / 4;
+      o2e_qplanes_pack_(OW, wp, K, src, rowoff, flip, 0, 2 * O2E_QNR, pk);
+      o2e_qplanes_pack_(OW, wp, K, src, rowoff, flip, 2 * O2E_QNR, P - 2 * O2E_QNR,
+                        pk + 2 * K4 * 64);
+      o2e_qgemm(M, P, K, apack, pk, bias, rowsum, scale, zp, lo, hi, y, P, 1);
+      return;
+    }
     for (size_t p0 = 0; p0 < P; p0 += 2 * O2E_QNR) {
       const size_t nc = P - p0 < 2 * O2E_QNR ? P - p0 : 2 * O2E_QNR;
       o2e_qplanes_pack_(OW, wp, K, src, rowoff, flip, p0, nc, pk);

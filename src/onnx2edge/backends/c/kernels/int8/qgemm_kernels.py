@@ -55,11 +55,14 @@ def _mve(ctx: NodeContext) -> bool:
 
 def _chunk_bytes(ctx: NodeContext, K: int, P: int) -> int:
     """o2e_qgemm_rows' scratch: the panels of 32 columns (fewer when P is smaller, on a
-    --device conversion, whose planned arena is what a run touches); o2e_qgemm16's: up to 16
-    columns of K rounded up to 16 bytes."""
+    --device conversion, whose planned arena is what a run touches), 64 where P is wider than
+    32 (an AVX-512 VNNI build packs up to 64 columns at once: O2E_QWIDE, whose real column
+    count is at most P); o2e_qgemm16's: up to 16 columns of K rounded up to 16 bytes."""
     if _mve(ctx):
         return min(P, 16) * -(-K // 16) * 16
-    return _panel_bytes(ctx, K, min(P, 2 * NR) if ctx.device.is_mcu else 2 * NR)
+    if ctx.device.is_mcu:
+        return _panel_bytes(ctx, K, min(P, 2 * NR))
+    return _panel_bytes(ctx, K, 4 * NR if P > 2 * NR else 2 * NR)
 
 
 def _split(ctx: NodeContext, macs: int, units: int) -> bool:
