@@ -102,13 +102,14 @@ def refuse(spec: ConvSpec) -> str | None:
 
 
 NO_CLAMP = ("O2E_STEM_CLAMP_NONE", "0.0f", "0.0f")
-# HardSwish on the accumulators too (this kernel only: o2e_conv_stem.h); the scalar pass over
-# each block stayed scalar at x86-64-v3 (MobileNetV3's stem 0.42 -> 0.11 ms there)
+# HardSwish in the header's vectors too (this kernel only, o2e_conv_stem.h: on the accumulators
+# with 32 registers, over each block just stored with 16); the generated scalar pass over each
+# block stayed scalar at x86-64-v3 (MobileNetV3's stem 0.42 -> 0.11 ms there)
 HSWISH = ("O2E_STEM_CLAMP_HSWISH", "0.0f", "0.0f")
 
 
 def _stem_act(act: Activation | None) -> tuple[str, str, str] | None:
-    """register_act, and HardSwish, which o2e_stem_block also runs on the accumulators."""
+    """register_act, and HardSwish, which o2e_conv_stem.h also runs in vectors."""
     if act is not None and act.op == "HardSwish":
         return HSWISH
     return register_act(act)
