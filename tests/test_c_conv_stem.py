@@ -38,6 +38,8 @@ CASES = {
     "f": (1, 3, 40, 9, 230, (3, 3), (2, 2), (0, 0, 0, 0), True, "Relu"),  # 114 px: 8 vectors
     # Clip without a max (clamps +Inf to the largest float), on partial channel blocks
     "g": (1, 3, 20, 23, 61, (7, 7), (2, 2), (3, 3, 3, 3), True, "ClipMin"),
+    # MobileNetV3's stem: HardSwish on the accumulators (O2E_STEM_CLAMP_HSWISH), partial block
+    "h": (1, 3, 20, 37, 58, (3, 3), (2, 2), (1, 1, 1, 1), True, "HardSwish"),
 }
 
 
@@ -66,7 +68,7 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         )
         nodes.append(act_node(act, c, f"y{name}", alpha=0.1))
     inits += act_inits()
-    return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "stem.onnx"), feeds
+    return save(make_model(nodes, ins, outs, inits, opset=14), tmp_path / "stem.onnx"), feeds
 
 
 def _check(got: dict[str, np.ndarray], path: Path, feeds: dict[str, np.ndarray]) -> None:

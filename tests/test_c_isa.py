@@ -159,6 +159,8 @@ CONV_PATHS = {
     "winograd": ("Conv: winograd", 16, 40, 12, 12, 3, 1, 1, 1),
     "lanes": ("Conv: direct conv (output channels in lanes)", 64, 64, 13, 30, 3, 2, 1, 1),
     "direct": ("Conv: direct conv (few output channels)", 3, 8, 20, 30, 3, 1, 1, 1),
+    # RGB stem: Relu / Clip / HardSwish in its vectors, the others a generated pass per block
+    "stem": ("Conv: stem conv (strided, few input channels)", 3, 16, 17, 40, 3, 2, 1, 1),
     "conv_transpose": ("ConvTranspose: sub-pixel phases", 8, 4, 6, 7, 3, 2, 1, 1),
 }
 # each branch: conv -> activation (fused by the C backend)

@@ -15,6 +15,7 @@ typedef __m512 o2e_sv;
 #define o2e_sv_load(p) _mm512_loadu_ps(p)
 #define o2e_sv_set1(x) _mm512_set1_ps(x)
 #define o2e_sv_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define o2e_sv_mul(a, b) _mm512_mul_ps(a, b)
 #define o2e_sv_store(p, v) _mm512_storeu_ps(p, v)
 #define o2e_sv_store_n(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1u), v)
 #define o2e_sv_lo(v, lo) _mm512_max_ps(_mm512_set1_ps(lo), v)
@@ -27,6 +28,7 @@ typedef __m256 o2e_sv;
 #define o2e_sv_load(p) _mm256_loadu_ps(p)
 #define o2e_sv_set1(x) _mm256_set1_ps(x)
 #define o2e_sv_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define o2e_sv_mul(a, b) _mm256_mul_ps(a, b)
 #define o2e_sv_store(p, v) _mm256_storeu_ps(p, v)
 #define o2e_sv_store_n(p, v, n) \
   _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v)
@@ -40,6 +42,7 @@ typedef float32x4_t o2e_sv;
 #define o2e_sv_load(p) vld1q_f32(p)
 #define o2e_sv_set1(x) vdupq_n_f32(x)
 #define o2e_sv_fma(a, b, c) vfmaq_f32(c, a, b)
+#define o2e_sv_mul(a, b) vmulq_f32(a, b)
 #define o2e_sv_store(p, v) vst1q_f32(p, v)
 #define o2e_sv_lo(v, lo) vbslq_f32(vcltq_f32(v, vdupq_n_f32(lo)), vdupq_n_f32(lo), v)
 #define o2e_sv_hi(v, hi) vbslq_f32(vcgtq_f32(v, vdupq_n_f32(hi)), vdupq_n_f32(hi), v)
@@ -65,6 +68,11 @@ static inline o2e_sv o2e_sv_fma(o2e_sv a, o2e_sv b, o2e_sv c)
 {
   for (int k = 0; k < 4; k++) c.f[k] += a.f[k] * b.f[k];
   return c;
+}
+static inline o2e_sv o2e_sv_mul(o2e_sv a, o2e_sv b)
+{
+  for (int k = 0; k < 4; k++) a.f[k] *= b.f[k];
+  return a;
 }
 static inline void o2e_sv_store(float *p, o2e_sv v)
 {
