@@ -30,11 +30,12 @@ RATE_INT8_BYTES = 15
 RATE_INT8_LUT = 40
 # float kernels (thread CPU time of the runtime kernels, AMD EPYC AVX-512): LayerNorm / RMSNorm
 # rows 0.8-4 elements a ns (a row's fixed cost dominates short rows: ConvNeXt-atto's 3136 rows
-# of 40 take 157 us, Whisper's 1500 of 384 137 us), the channel norm, group norm alike; Softmax
-# rows 1.8-2.8 (an exp each); fused attention ~60 multiply-adds a ns (MiniLM's 12 heads of
-# 128x128x32: 0.2 ms); pooling window taps and Resize output elements, not measured per node,
-# at 4 a ns (vectorised loops at twice the norms' rate): no op splits finer than before the rule.
+# of 40 take 157 us, Whisper's 1500 of 384 137 us), group norm alike; the channel norm
+# (positions in vector lanes) ~5; Softmax rows 1.8-2.8 (an exp each); fused attention ~60
+# multiply-adds a ns (MiniLM's 12 heads of 128x128x32: 0.2 ms); pooling window taps and Resize
+# output elements, not measured per node, at 4 a ns: no op splits finer than before the rule.
 RATE_NORM = 2
+RATE_CHANNEL_NORM = 5
 RATE_SOFTMAX = 2
 RATE_ATTENTION = 60
 RATE_POOL = 4

@@ -24,7 +24,13 @@ from ....semantics.norms import group_norm_attrs, layer_norm_attrs, lp_norm_attr
 from ....semantics.records import softmax_attrs
 from ..emitter import NodeContext, Tensor, c_literal
 from ..headers import include
-from ..kernels.par_split import RATE_NORM, RATE_POOL, RATE_SOFTMAX, split_at
+from ..kernels.par_split import (
+    RATE_CHANNEL_NORM,
+    RATE_NORM,
+    RATE_POOL,
+    RATE_SOFTMAX,
+    split_at,
+)
 from . import register_op
 from .checks import float_input
 from .common import act_expr, apply_act_loop, broadcast_strides, fused_act, norm_axis, strides
@@ -572,7 +578,7 @@ def channel_layer_norm(ctx: NodeContext) -> str:
     items = n * steps
     # below the rule's work (ConvNeXt-atto's 14x14 and 7x7 stages, a few microseconds)
     # waking the pool costs about what the split saves
-    if split_at(ctx, x.size, items, RATE_NORM):
+    if split_at(ctx, x.size, items, RATE_CHANNEL_NORM):
         run = f"o2e_parallel_for({items}, o2e_channel_norm, &a);"
     else:
         run = f"o2e_channel_norm(&a, 0, {items});"
