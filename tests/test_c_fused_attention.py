@@ -222,10 +222,16 @@ def test_attention_plain_floats(attn: tuple[Path, Path, dict, dict]) -> None:
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
 
 
-def test_attention_threads(tmp_path: Path, attn: tuple[Path, Path, dict, dict]) -> None:
+def test_attention_threads(
+    tmp_path: Path, attn: tuple[Path, Path, dict, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two threads (heads x row blocks split) give the one-thread result bit for bit."""
+    from onnx2edge.backends.c.kernels import par_split
+
     path, _, feeds, ref = attn
+    monkeypatch.setattr(par_split, "PAR_MIN_US", 0)  # split however small the test's heads
     api.convert(path, "c", tmp_path / "t2", options={"max_threads": 2})
+    assert "o2e_parallel_for(" in (tmp_path / "t2" / "model.c").read_text()
     one = api.run(tmp_path / "t2", feeds, options={"cflags": ["-O2"]})
     two = api.run(
         tmp_path / "t2", feeds, options={"cflags": ["-O2", "-DO2E_THREADS=2", "-pthread"]}

@@ -197,9 +197,9 @@ def test_batchnorm_act_vs_onnxruntime(tmp_path: Path, arch: str) -> None:
 def test_heads_split_across_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Resize planes and softmax column blocks split across threads (each thread its own row
     cache), under ASan / UBSan: the same results as onnxruntime, NaN / Inf included."""
-    from onnx2edge.backends.c.kernels.pool import pool2d
+    from onnx2edge.backends.c.kernels import par_split
 
-    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every node threaded
+    monkeypatch.setattr(par_split, "PAR_MIN_US", 0)  # every node threaded
     shape = [2, 5, 6, 7]
     nodes = [
         helper.make_node("Resize", ["x", "", "s"], ["r"], mode="nearest"),

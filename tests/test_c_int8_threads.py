@@ -17,6 +17,8 @@ onnxruntime as the other int8 tests require (within one step, most bytes equal).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -209,3 +211,26 @@ def test_split_rule_is_work_per_thread() -> None:
     ctx = _Ctx(2)
     assert not qdw_kernels.split(ctx, t, 8, t) and ctx.used == []  # serial: no runtime pulled in
     assert qdw_kernels.split(ctx, 4 * t, 8, t) and "o2e_gemm.h" in ctx.used
+
+
+def test_float_ops_split_by_the_same_rule(tmp_path: Path) -> None:
+    """The float ops between Q/DQ pairs go to the threads by the int8 kernels' rule
+    (kernels/par_split.py): LayerNorm rows at RATE_NORM elements a ns split when each of two
+    threads gets PAR_MIN_US of work, not below (ConvNeXt-atto's 3136 rows of 40 split, ViT's
+    197 rows of 192 - 13 us in all - stay on the calling thread)."""
+    from onnx2edge.backends.c.kernels import par_split
+
+    assert par_split.split is qdw_kernels.split  # one rule, one place
+    assert par_split.min_work(par_split.RATE_INT8_MACS) == qdw_kernels.PAR_MIN_MACS
+    t = par_split.min_work(par_split.RATE_NORM)
+    assert par_split.pays(2 * t, 2, t) and not par_split.pays(2 * t - 2, 64, t)
+    codes = {}
+    for rows, n in ((3136, 40), (197, 192)):
+        nodes = [helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)]
+        inits = [tensor("s", np.ones(n, np.float32))]
+        m = make_model(nodes, [vi("x", [rows, n])], [vi("y", [rows, n])], inits, opset=17)
+        out = tmp_path / f"ln{rows}"
+        api.convert(save(m, tmp_path / f"ln{rows}.onnx"), "c", out)
+        codes[rows] = (out / "model.c").read_text()
+    assert "o2e_parallel_for(3136, o2e_layer_norm_rows" in codes[3136]
+    assert "o2e_layer_norm_rows(&a, 0, 197)" in codes[197]

@@ -23,6 +23,7 @@ from onnx import TensorProto, helper
 
 from onnx2edge import api
 from onnx2edge.backends.c.build import build_executable, run_executable
+from onnx2edge.backends.c.kernels import par_split
 from onnx2edge.backends.c.kernels.conv import conv_gemm
 from onnx2edge.backends.c.kernels.pool import pool2d
 from onnx2edge.runtime import ort_run
@@ -140,6 +141,8 @@ def _convert(
     path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, *, par_min: int, block_bytes: int
 ) -> dict:
     monkeypatch.setattr(pool2d, "PAR_MIN_WORK", par_min)
+    if par_min == 0:  # pooling splits by the work-per-thread rule: every node threaded
+        monkeypatch.setattr(par_split, "PAR_MIN_US", 0)
     monkeypatch.setattr(conv_gemm, "IM2COL_BLOCK_BYTES", block_bytes)
     monkeypatch.setattr(conv_gemm, "IM2COL_MIN_COLS", 1)
     res = api.convert(path, "c", out)

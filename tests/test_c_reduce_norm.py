@@ -450,7 +450,7 @@ def test_norm_kernels_threads_and_portable_builds(
     import json
 
     from onnx2edge.backends.c.build import build_executable, run_executable
-    from onnx2edge.backends.c.kernels.pool import pool2d
+    from onnx2edge.backends.c.kernels import par_split
     from onnx2edge.runtime import ort_run
 
     rng = np.random.default_rng(11)
@@ -468,7 +468,7 @@ def test_norm_kernels_threads_and_portable_builds(
     names = ["l1", "l2", "r"]
     m = make_model(nodes, [vi("x", shape)], [vi(n, shape) for n in names], inits)
     feeds = {"x": (rng.standard_normal(shape) * 2 + 1).astype(np.float32)}
-    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)
+    monkeypatch.setattr(par_split, "PAR_MIN_US", 0)  # norms split by the work-per-thread rule
     out = tmp_path / "out"
     api.convert(save(m, tmp_path / "m.onnx"), "c", out)
     code = (out / "model.c").read_text()

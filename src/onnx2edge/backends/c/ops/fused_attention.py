@@ -12,7 +12,7 @@ from ....semantics.fused import DOMAIN
 from ..emitter import NodeContext, c_literal
 from ..headers import include
 from ..kernels.gemm.gemm import _use_engine
-from ..kernels.pool import pool2d
+from ..kernels.par_split import RATE_ATTENTION, split_at
 from . import register_op
 from .common import broadcast_strides
 
@@ -83,7 +83,7 @@ def fused_attention(ctx: NodeContext) -> str:
         return "/* empty */"
     heads, items = B * H, f"{B * H} * ((({M}) + O2E_ATT_RB - 1) / O2E_ATT_RB)"
     work = heads * M * N * (D + E)
-    threaded = (heads > 1 or M > RB) and work >= pool2d.PAR_MIN_WORK
+    threaded = split_at(ctx, work, heads * -(-M // RB), RATE_ATTENTION)
     slots = ctx.max_threads if threaded else 1
     per_thread = RB * (_np(N) + _ep(E) + 1 + D)  # O2E_ATT_THREAD_FLOATS
     kt = ctx.scratch(4 * heads * D * _np(N))

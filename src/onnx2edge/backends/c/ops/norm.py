@@ -24,8 +24,13 @@ from ....semantics.norms import group_norm_attrs, layer_norm_attrs, lp_norm_attr
 from ....semantics.records import softmax_attrs
 from ..emitter import NodeContext, Tensor, c_literal
 from ..headers import include
-from ..kernels.gemm.gemm import _use_engine
-from ..kernels.pool import pool2d
+from ..kernels.par_split import (
+    RATE_CHANNEL_NORM,
+    RATE_NORM,
+    RATE_POOL,
+    RATE_SOFTMAX,
+    split_at,
+)
 from . import register_op
 from .checks import float_input
 from .common import act_expr, apply_act_loop, broadcast_strides, fused_act, norm_axis, strides
@@ -121,8 +126,7 @@ def _softmax_rows(ctx: NodeContext, log: bool, rows: int, n: int, scale: str) ->
     include(ctx, "o2e_softmax.h")
     x, y = ctx.x(0).sym, ctx.y(0).sym
     args = f"o2e_softmax_args a = {{{x}, {y}, {n}, {int(log)}, {scale}}};"
-    if rows > 1 and rows * n >= pool2d.PAR_MIN_WORK:
-        _use_engine(ctx)
+    if split_at(ctx, rows * n, rows, RATE_SOFTMAX):
         return f"{{ {args} o2e_parallel_for({rows}, o2e_softmax_rows, &a); }}"
     return f"{{ {args} o2e_softmax_rows(&a, 0, {rows}); }}"
 
@@ -136,8 +140,7 @@ def _softmax_cols(ctx: NodeContext, log: bool, outer: int, n: int, inner: int) -
     x, y = ctx.x(0).sym, ctx.y(0).sym
     items = outer * -(-inner // 64)
     args = f"o2e_softmax_cols_args a = {{{x}, {y}, {n}, {inner}, {int(log)}}};"
-    if items > 1 and outer * n * inner >= pool2d.PAR_MIN_WORK:
-        _use_engine(ctx)
+    if split_at(ctx, outer * n * inner, items, RATE_SOFTMAX):
         return f"{{ {args} o2e_parallel_for({items}, o2e_softmax_cols, &a); }}"
     return f"{{ {args} o2e_softmax_cols(&a, 0, {items}); }}"
 
@@ -246,8 +249,7 @@ def _layer_norm_rows(
         f".x = {x.sym}, .scale = {ins[0].sym}, .bias = {ins[1].sym if len(ins) > 1 else 'NULL'}, "
         f".y = {ctx.y(0).sym}, .mean = {opt[0]}, .inv = {opt[1]}, .n = {n}, .eps = {eps}"
     )
-    if rows > 1 and 2 * x.size >= pool2d.PAR_MIN_WORK:
-        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    if split_at(ctx, x.size, rows, RATE_NORM):
         run = f"o2e_parallel_for({rows}, {name}, &a);"
     else:
         run = f"{name}(&a, 0, {rows});"
@@ -297,9 +299,7 @@ def _group_norm_code(ctx: NodeContext, groups: int, per_group: bool) -> str:
         )
     ctx.kernel("one-pass blocked moments" + (f" + {act.op}" if act else ""))
     n = N * groups
-    threaded = n > 1 and 2 * x.size >= pool2d.PAR_MIN_WORK
-    if threaded:
-        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    threaded = split_at(ctx, x.size, n, RATE_NORM)
     fields = (
         f".x = {x.sym}, .scale = {ctx.x(1).sym}, .bias = {ctx.x(2).sym}, .y = {y.sym}, "
         f".G = {groups}, .cg = {C // groups}, .per_group = {int(per_group)}, .S = {S}, "
@@ -526,9 +526,7 @@ def lrn(ctx: NodeContext) -> str:
     ctx.kernel("channel window vectorised over pixels")
     nb = (S + LRN_BLOCK - 1) // LRN_BLOCK
     n = N * nb
-    threaded = n > 1 and x.size * (size + 2) >= pool2d.PAR_MIN_WORK
-    if threaded:
-        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    threaded = split_at(ctx, x.size * (size + 2), n, RATE_POOL)  # window taps, as pooling
     L = lambda v: c_literal(v, x.dtype)  # noqa: E731
     fields = (
         f".x = {x.sym}, .y = {y.sym}, .C = {C}, .S = {S}, .nb = {nb}, .lo = {lo}, .hi = {hi}, "
@@ -578,10 +576,9 @@ def channel_layer_norm(ctx: NodeContext) -> str:
         f".C = {c}, .S = {s}, .n_steps = {steps}, .eps = {eps}"
     )
     items = n * steps
-    # ~0.2 ns an element on one core: below PAR_MIN_WORK elements (ConvNeXt-atto's 14x14 and
-    # 7x7 stages, a few microseconds) waking the pool costs about what the split saves
-    if items > 1 and x.size >= pool2d.PAR_MIN_WORK:
-        _use_engine(ctx)
+    # below the rule's work (ConvNeXt-atto's 14x14 and 7x7 stages, a few microseconds)
+    # waking the pool costs about what the split saves
+    if split_at(ctx, x.size, items, RATE_CHANNEL_NORM):
         run = f"o2e_parallel_for({items}, o2e_channel_norm, &a);"
     else:
         run = f"o2e_channel_norm(&a, 0, {items});"

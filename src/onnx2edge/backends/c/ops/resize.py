@@ -19,7 +19,7 @@ from ....semantics.attrs import attr
 from ....semantics.records import resize_attrs
 from ..emitter import NodeContext, c_literal
 from ..kernels.gemm.gemm import _use_engine, plan_threads
-from ..kernels.pool import pool2d
+from ..kernels.par_split import RATE_RESIZE, split_at
 from . import register_op
 from .common import norm_axis, strides
 from .dtypes import allow_storage_dtypes, is_float, is_storage, load_expr, store_expr
@@ -475,7 +475,7 @@ def _resize2d_call(
     ctx.helper("o2e_resize2d_f32", RESIZE2D_F32)
     ctx.kernel("separable rows (float)")
     planes = int(np.prod(x.shape[: r - 2], dtype=np.int64)) if r > 2 else 1
-    threaded = planes > 1 and y.size >= pool2d.PAR_MIN_WORK and plan_threads(ctx) > 1
+    threaded = split_at(ctx, y.size, planes, RATE_RESIZE)
     slots = plan_threads(ctx) if threaded else 1
     ny_max, nx_max = bound.get(ha, 0), bound.get(wa, 0)
     lines = ["{"]

@@ -8,47 +8,32 @@ import numpy as np
 
 from .....passes.qdq_int8 import Int8Plan
 from ...emitter import NodeContext, c_literal
-from ..gemm.gemm import _use_engine, plan_threads
+from ..gemm.gemm import plan_threads
+from ..par_split import PAR_MIN_US as PAR_MIN_US  # the int8 modules' (and tests') name
+from ..par_split import (
+    RATE_INT8_BYTES,
+    RATE_INT8_DW,
+    RATE_INT8_LUT,
+    RATE_INT8_MACS,
+    min_work,
+    split,
+)
 
 HEADER = "o2e_qdw.h"
 CB = 16  # O2E_QDWC_CB: channels per block (one AVX-512 register of int32 sums)
 PAR_BYTES = 4096  # O2E_QPAR_BYTES: the element-wise kernels' unit of a thread split
 
-# One rule for every int8 kernel (`split`): a layer goes to the threads only when each of two
-# threads would get at least PAR_MIN_US of work on one core. A parallel region costs ~2-6 us
-# on the 2-vCPU test host (the job hand-off, the join, cache lines of the job counter moving
-# between cores: the 8-unit split of MobileNetV3-small's 8 us 7x7 projections ran 14 us at
-# 2 threads), and far more when the host stalls the second vCPU mid-job: MobileViT-xs int8 ran
-# 166 regions a run, 127 of them under 50 us, and was 2.07x slower at 2 threads than at 1.
-# Each threshold is PAR_MIN_US of its kernel's single-thread rate (measured per node, 10th
-# percentiles of `bench --profile`, AMD EPYC AVX-512 VNNI; an AVX2 or slower core takes
-# longer for the same work, so these err towards not splitting): products ~200 multiply-adds a
-# ns (VNNI 1x1 convolutions 300-400, matmul-shaped QGemm 130-200), depthwise ~45 tap
-# operations a ns (35-50), the float-formula element-wise ops (QAdd, QMul) ~15 bytes a ns, a VBMI
-# table lookup ~40.
-PAR_MIN_US = 10
-PAR_MIN_MACS = 200_000 * PAR_MIN_US
-PAR_MIN_DW = 45_000 * PAR_MIN_US
-PAR_MIN_BYTES = 15_000 * PAR_MIN_US
-PAR_MIN_LUT = 40_000 * PAR_MIN_US
-SPLIT_THREADS = 2  # the rule is taken at the smallest split: two threads
+# The int8 kernels' thresholds: PAR_MIN_US of each kernel's single-thread rate (the one rule
+# for every kernel's split, ../par_split.py).
+PAR_MIN_MACS = min_work(RATE_INT8_MACS)
+PAR_MIN_DW = min_work(RATE_INT8_DW)
+PAR_MIN_BYTES = min_work(RATE_INT8_BYTES)
+PAR_MIN_LUT = min_work(RATE_INT8_LUT)
 SLOT_ALIGN = 64  # per-thread scratch slots start on cache lines
 
 
 def slot_bytes(n: int) -> int:
     return -(-max(n, 1) // SLOT_ALIGN) * SLOT_ALIGN
-
-
-def split(ctx: NodeContext, work: int, units: int, threshold: int) -> bool:
-    """Whether a kernel splits its `units` across threads: a build planned for more than one
-    thread (never a microcontroller's), two units at least, and each of two threads given
-    `threshold` work or more (the rule above). When it does, the threading runtime
-    (o2e_parallel_for, o2e_gemm.h) joins the includes."""
-    share = work // min(SPLIT_THREADS, max(units, 1))
-    threaded = plan_threads(ctx) > 1 and units > 1 and share >= threshold
-    if threaded:
-        _use_engine(ctx)
-    return threaded
 
 
 PAR = "o2e_parallel_for"

@@ -36,11 +36,13 @@ import numpy as np
 from .....semantics.pooling import pool_attrs
 from ...emitter import NodeContext
 from ...headers import include
-from ..gemm.gemm import _use_engine, plan_threads
+from ..gemm.gemm import plan_threads
+from ..par_split import RATE_POOL, split_at
 from .pool_spec import PoolSpec
 
-# Work (element reads + tap operations) below which an op runs on the calling thread: the
-# hand-off to a spinning pool worker and the join cost a few microseconds (~10^4 such ops).
+# Work (multiply-adds) below which the float convolution kernels run on the calling thread
+# (their own threshold, kept; pooling, norms, Softmax, Resize and attention split by the one
+# work-per-thread rule of ../par_split.py).
 PAR_MIN_WORK = 1 << 16
 _ALIGN_FLOATS = 16  # scratch slots and planes start on 64-byte boundaries
 VW = 16  # block of the wide loops: one AVX-512 register, two AVX2 ones
@@ -209,9 +211,7 @@ def call_planes(
 
     fields: the o2e_win2d_args members to set besides scratch, slot and thread."""
     include(ctx, "o2e_win2d.h")
-    threaded = work >= PAR_MIN_WORK and n > 1
-    if threaded:
-        _use_engine(ctx)  # o2e_parallel_for and the pool live in o2e_gemm.h
+    threaded = split_at(ctx, work, n, RATE_POOL)
     scratch = (
         ctx.scratch(max(slot_floats, 1) * 4 * (plan_threads(ctx) if threaded else 1))
         if slot_floats
