@@ -235,7 +235,8 @@ def test_inline_kernels_compile_with_constants(target: str, header: str, tmp_pat
 # scalar tail in o2e_nc_epilogue_ failed MobileViT-xs's build at -march=x86-64-v3 only. Here the
 # entry points the generated code calls, compiled as model.c is (the pragma, then o2e_vmath.h and
 # the kernel headers in its order: with o2e_vmath.h after o2e_gemm.h, or more entry points called,
-# gcc clones differently and that old header passed), at two x86 levels and AArch64.
+# gcc clones differently and that old header passed), at two x86 levels: 5-15 s of CPU each
+# (AArch64's build of the same took 35 s under load, too slow for CI; its NEON code has no such tail).
 RELEASE_CALLS = """
 void f(const o2e_nc_pw_args *p, const o2e_nc_dw_args *d);
 void f(const o2e_nc_pw_args *p, const o2e_nc_dw_args *d)
@@ -246,7 +247,7 @@ void f(const o2e_nc_pw_args *p, const o2e_nc_dw_args *d)
 """
 
 
-@pytest.mark.parametrize("target", ["x86-64-v2", "x86-64-v3", "aarch64"])
+@pytest.mark.parametrize("target", ["x86-64-v2", "x86-64-v3"])
 def test_entry_points_compile_as_the_release_build(target: str, tmp_path: Path) -> None:
     from onnx2edge.backends.c.build import RELEASE_FLAGS
     from onnx2edge.backends.c.writer import VMATH_PRAGMA
