@@ -236,7 +236,7 @@ def test_inline_kernels_compile_with_constants(target: str, header: str, tmp_pat
 # entry points the generated code calls, compiled as model.c is (the pragma, then o2e_vmath.h and
 # the kernel headers in its order: with o2e_vmath.h after o2e_gemm.h, or more entry points called,
 # gcc clones differently and that old header passed), at two x86 levels: 5-15 s of CPU each
-# (AArch64's build of the same took 35 s under load, too slow for CI; its NEON code has no such tail).
+# (AArch64: the same build took 35 s of CPU under load, too slow for CI; left out).
 RELEASE_CALLS = """
 void f(const o2e_nc_pw_args *p, const o2e_nc_dw_args *d);
 void f(const o2e_nc_pw_args *p, const o2e_nc_dw_args *d)
