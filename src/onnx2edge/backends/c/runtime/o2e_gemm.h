@@ -374,7 +374,52 @@ O2E_GEMM_INL __m256 o2e_gelu8_(__m256 x) {
   e = _mm256_max_ps(_mm256_min_ps(e, _mm256_set1_ps(1.0f)), _mm256_set1_ps(-1.0f));
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
+
+/* o2e_sigmoidf (o2e_vmath.h) on 8 floats, its operations one for one (bit-identical to gcc's
+ * vectorisation of it at -march=x86-64-v3 over all 2^32 inputs, NaNs included), with two
+ * selects the intrinsics make cheaper: the clamp at -104 as one max (its second operand, -|x|,
+ * passes a NaN) where gcc compared and blended twice, and the numerator picked by x's sign bit
+ * (blendv reads only that bit; x = -0 gives the same 2^64 either way) without a compare.
+ * 21 instructions a vector where gcc's loop had 28: SiLU over a tile 0.35 -> 0.31 ns a value
+ * (AVX2 EPYC, 1 thread; EfficientNet's expand and depthwise epilogues run it). */
+O2E_GEMM_INL __m256 o2e_sigmoid8_(__m256 x) {
+  const __m256 shift = _mm256_set1_ps(12583103.0f);
+  __m256 a = _mm256_or_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)));
+  a = _mm256_max_ps(_mm256_set1_ps(-104.0f), a);
+  const __m256 kf = _mm256_fmadd_ps(a, _mm256_set1_ps(1.44269504088896341f), shift);
+  const __m256 n = _mm256_sub_ps(kf, shift);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), a);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.3814602280e-3f), r, _mm256_set1_ps(8.3687156439e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1668388993e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666521132e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.9999994040e-1f));
+  const __m256 q = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(kf), 23));
+  const __m256 e = _mm256_fmadd_ps(q, s, s);
+  const __m256 d = _mm256_fmadd_ps(e, _mm256_set1_ps(5.42101086242752217e-20f), _mm256_set1_ps(1.0f));
+  const __m256 num = _mm256_blendv_ps(_mm256_set1_ps(18446744073709551616.0f), e, x);
+  return _mm256_mul_ps(_mm256_div_ps(num, d), _mm256_set1_ps(5.42101086242752217e-20f));
+}
 #endif
+
+/* x[0..i) = SiLU(x) (sigmoid when !swish) a whole vector at a time; returns i (0 without AVX2:
+ * the caller's loop, which gcc vectorises, does the rest) */
+O2E_GEMM_FN size_t o2e_sigmoid_vec_(float *x, size_t n, int swish) {
+  size_t i = 0;
+#if defined(O2E_GEMM_AVX2)
+  if (swish)
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      _mm256_storeu_ps(x + i, _mm256_mul_ps(v, o2e_sigmoid8_(v)));
+    }
+  else
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, o2e_sigmoid8_(_mm256_loadu_ps(x + i)));
+#else
+  (void)x, (void)n, (void)swish;
+#endif
+  return i;
+}
 
 /* x[0..i) = GELU(x) (erf form) a whole vector at a time; returns i (0 without the
  * intrinsics: the caller's loop, which gcc vectorises, does the rest) */
@@ -399,11 +444,13 @@ O2E_GEMM_FN void o2e_act_vm_n_(float *x, size_t n, o2e_act act) {
   const float a = act.a, b = act.b; /* b: passed on to o2e_act_vm1_, which ignores it */
   size_t i;
   switch (act.kind) {
-  case O2E_ACT_SIGMOID: O2E_ACT_LOOP_(O2E_ACT_SIGMOID); break;
+  case O2E_ACT_SIGMOID:
+    for (i = o2e_sigmoid_vec_(x, n, 0); i < n; i++) x[i] = o2e_sigmoidf(x[i]);
+    break;
   case O2E_ACT_TANH: O2E_ACT_LOOP_(O2E_ACT_TANH); break;
   case O2E_ACT_SWISH:
     if (a == 1.0f)
-      for (i = 0; i < n; i++) x[i] = x[i] * o2e_sigmoidf(x[i]);
+      for (i = o2e_sigmoid_vec_(x, n, 1); i < n; i++) x[i] = x[i] * o2e_sigmoidf(x[i]);
     else
       O2E_ACT_LOOP_(O2E_ACT_SWISH);
     break;
@@ -456,12 +503,23 @@ O2E_GEMM_FN void o2e_act_tile_(float *x, size_t ld, int rows, int n, o2e_act act
 #define O2E_ACT_ROWS_(K)                                                                       \
   for (r = 0; r < rows; r++)                                                                   \
     for (xr = x + (size_t)r * ld, i = 0; i < (size_t)nv; i++) xr[i] = o2e_act_vm1_(xr[i], K, a, 0.0f)
+#if defined(O2E_GEMM_AVX2) /* nv: whole vectors */
+    case O2E_ACT_SIGMOID:
+      for (r = 0; r < rows; r++) (void)o2e_sigmoid_vec_(x + (size_t)r * ld, (size_t)nv, 0);
+      break;
+#else
     case O2E_ACT_SIGMOID: O2E_ACT_ROWS_(O2E_ACT_SIGMOID); break;
+#endif
     case O2E_ACT_TANH: O2E_ACT_ROWS_(O2E_ACT_TANH); break;
     case O2E_ACT_SWISH:
+#if defined(O2E_GEMM_AVX2)
+      if (a == 1.0f)
+        for (r = 0; r < rows; r++) (void)o2e_sigmoid_vec_(x + (size_t)r * ld, (size_t)nv, 1);
+#else
       if (a == 1.0f)
         for (r = 0; r < rows; r++)
           for (xr = x + (size_t)r * ld, i = 0; i < (size_t)nv; i++) xr[i] = xr[i] * o2e_sigmoidf(xr[i]);
+#endif
       else
         O2E_ACT_ROWS_(O2E_ACT_SWISH);
       break;
