@@ -758,6 +758,38 @@ def _ms(v: float | None) -> str:
     return f"{v:8.3f} ms" if v is not None else "       - ms"
 
 
+def _profile_lines(r: Mapping[str, Any]) -> list[str]:
+    """bench --profile's table: our top nodes, onnxruntime's own per-node times beside them,
+    and OpenVINO's performance counters where it ran (`ov_profile_unattributed_ms`)."""
+    prof = r.get("profile")
+    if not prof:
+        return []
+    ov = r.get("ov_profile_unattributed_ms")
+    ort_rest = r["ort_profile_unattributed_ms"]
+    head = (
+        f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"
+        f" nodes attributed to the first node they absorbed): total {sum(p['ms'] for p in prof):.3f},"
+        f" onnxruntime {sum(p['ort_ms'] or 0.0 for p in prof) + ort_rest:.3f}"
+        f" (of which {ort_rest:.3f} in nodes it inserted)"
+    )
+    if ov is not None:
+        head += (
+            f", OpenVINO {sum(p.get('ov_ms') or 0.0 for p in prof) + ov:.3f}"
+            f" (its performance counters; {ov:.3f} in layers it inserted)"
+        )
+    cols = "         ours  onnxruntime" + ("     OpenVINO" if ov is not None else "")
+    return [
+        head,
+        cols + "  GFLOP/s  op             node",
+        *(
+            f"    {p['ms']:8.3f} ms {_ms(p['ort_ms'])}"
+            + (f" {_ms(p.get('ov_ms'))}" if ov is not None else "")
+            + f" {p['gflops']:7.1f}  {p['op']:<14} {p['node']} {'x'.join(map(str, p['shape']))}"
+            for p in prof[:25]
+        ),
+    ]
+
+
 def format_result(r: Mapping[str, Any]) -> str:
     rounds = r.get("rounds", 1)
     alt = f" in {rounds} alternating rounds" if rounds > 1 else ""
@@ -779,35 +811,7 @@ def format_result(r: Mapping[str, Any]) -> str:
         f"  arch {r.get('arch', 'native')}; convert {r['convert_s']:.2f} s, build {r['build_s']:.2f} s ({r['cflags']})",
         f"  GEMM kernel: {r['gemm_kernel']}; kernels: "
         + ", ".join(f"{k} ×{v}" for k, v in r["kernels"].items()),
-        *(
-            [
-                f"  profile (ms per run, top nodes; onnxruntime's own per-node profile beside it, its fused"
-                f" nodes attributed to the first node they absorbed): total {sum(p['ms'] for p in r['profile']):.3f},"
-                f" onnxruntime {sum(p['ort_ms'] or 0.0 for p in r['profile']) + r['ort_profile_unattributed_ms']:.3f}"
-                f" (of which {r['ort_profile_unattributed_ms']:.3f} in nodes it inserted)"
-                + (
-                    f", OpenVINO {sum(p.get('ov_ms') or 0.0 for p in r['profile']) + r['ov_profile_unattributed_ms']:.3f}"
-                    f" (its performance counters; {r['ov_profile_unattributed_ms']:.3f} in layers it inserted)"
-                    if r.get("ov_profile_unattributed_ms") is not None
-                    else ""
-                ),
-                "         ours  onnxruntime"
-                + ("     OpenVINO" if r.get("ov_profile_unattributed_ms") is not None else "")
-                + "  GFLOP/s  op             node",
-            ]
-            + [
-                f"    {p['ms']:8.3f} ms {_ms(p['ort_ms'])}"
-                + (
-                    f" {_ms(p.get('ov_ms'))}"
-                    if r.get("ov_profile_unattributed_ms") is not None
-                    else ""
-                )
-                + f" {p['gflops']:7.1f}  {p['op']:<14} {p['node']} {'x'.join(map(str, p['shape']))}"
-                for p in r["profile"][:25]
-            ]
-            if r.get("profile")
-            else []
-        ),
+        *_profile_lines(r),
         "  accuracy vs onnxruntime: "
         + ", ".join(
             f"{k} max rel {v['max_rel_error']:.2g} {'ok' if v['ok'] else 'FAIL'}"

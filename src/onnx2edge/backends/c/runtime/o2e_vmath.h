@@ -81,9 +81,7 @@ O2E_VM_INLINE float o2e_vm_sel(int cond, float a, float b)
 /* exp(x) for x clamped to [-104, 89] or NaN: Cody-Waite reduction x = n ln2 + r,
  * |r| <= ln2 / 2, a degree-6 polynomial (Cephes' coefficients), and 2^n applied in two halves
  * so that a denormal result is rounded once and an overflow gives +Inf. */
-/* exp(r) of the reduced argument, and kf, whose low bits hold n + 2^22: the part every exp
- * variant shares (o2e_vm_exp_core here) */
-O2E_VM_INLINE float o2e_vm_exp_poly(float x, float *kf_out)
+O2E_VM_INLINE float o2e_vm_exp_core(float x)
 {
   const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   const float kf = x * 1.44269504088896341f + shift;
@@ -96,14 +94,7 @@ O2E_VM_INLINE float o2e_vm_exp_poly(float x, float *kf_out)
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  *kf_out = kf;
-  return p * (r * r) + r + 1.0f;
-}
-
-O2E_VM_INLINE float o2e_vm_exp_core(float x)
-{
-  float kf;
-  const float y = o2e_vm_exp_poly(x, &kf);
+  const float y = p * (r * r) + r + 1.0f;
   /* n in [-150, 129]: the low bits of kf hold n + 2^22 (two's complement through the offset) */
   const int32_t ni = (int32_t)(o2e_vm_asu(kf) & 0x7fffffu) - 0x400000;
   const int32_t n1 = ni / 2, n2 = ni - n1; /* each in [-75, 65]: 2^n1, 2^n2 are normal */
