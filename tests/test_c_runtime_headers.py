@@ -37,11 +37,7 @@ TARGETS = {
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_each_runtime_header_compiles_alone(target: str, tmp_path: Path) -> None:
-    cc, *flags = TARGETS[target]
-    if shutil.which(cc) is None:
-        pytest.skip(f"{cc} not installed")
-    if target.startswith("x86") and "x86_64" not in _dumpmachine(cc):
-        pytest.skip(f"{cc} does not target x86-64")
+    cc, *flags = _compiler(target)
     failed = {}
     for h in HEADERS:
         # a static function a header defines is used by the model.c that includes it
@@ -56,6 +52,17 @@ def test_each_runtime_header_compiles_alone(target: str, tmp_path: Path) -> None
 
 def _dumpmachine(cc: str) -> str:
     return subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True).stdout
+
+
+def _compiler(target: str) -> tuple[str, ...]:
+    """TARGETS[target] (the compiler, then its flags), or skip with the reason this host
+    cannot compile for it."""
+    cc = TARGETS[target][0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} not installed")
+    if target.startswith("x86") and "x86_64" not in _dumpmachine(cc):
+        pytest.skip(f"{cc} does not target x86-64")
+    return TARGETS[target]
 
 
 @pytest.mark.parametrize("header", HEADERS)
@@ -170,11 +177,7 @@ INSTANCES = {
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_conv_kernel_headers_compile_called_with_literals(target: str, tmp_path: Path) -> None:
-    cc, *flags = TARGETS[target]
-    if shutil.which(cc) is None:
-        pytest.skip(f"{cc} not installed")
-    if target.startswith("x86") and "x86_64" not in _dumpmachine(cc):
-        pytest.skip(f"{cc} does not target x86-64")
+    cc, *flags = _compiler(target)
     failed = {}
     for h, body in CONV_CALLS.items():
         src = tmp_path / f"{h}.c"
@@ -215,11 +218,7 @@ def test_conv_header_constants_match_the_kernels() -> None:
 @pytest.mark.parametrize("target", sorted(TARGETS))
 @pytest.mark.parametrize("header", sorted(INSTANCES))
 def test_inline_kernels_compile_with_constants(target: str, header: str, tmp_path: Path) -> None:
-    cc, *flags = TARGETS[target]
-    if shutil.which(cc) is None:
-        pytest.skip(f"{cc} not installed")
-    if target.startswith("x86") and "x86_64" not in _dumpmachine(cc):
-        pytest.skip(f"{cc} does not target x86-64")
+    cc, *flags = _compiler(target)
     src = tmp_path / "use.c"
     src.write_text(f'#include "{header}"\n{INSTANCES[header]}\n')
     cmd = [cc, *flags, *STRICT_FLAGS, "-O2", "-Wno-missing-prototypes", "-c", "-o", "/dev/null"]
@@ -252,11 +251,7 @@ def test_entry_points_compile_as_the_release_build(target: str, tmp_path: Path) 
     from onnx2edge.backends.c.build import RELEASE_FLAGS
     from onnx2edge.backends.c.writer import VMATH_PRAGMA
 
-    cc, *flags = TARGETS[target]
-    if shutil.which(cc) is None:
-        pytest.skip(f"{cc} not installed")
-    if target.startswith("x86") and "x86_64" not in _dumpmachine(cc):
-        pytest.skip(f"{cc} does not target x86-64")
+    cc, *flags = _compiler(target)
     release = [f for f in RELEASE_FLAGS if not f.startswith("-march=")]
     src = tmp_path / "use.c"
     includes = [f'#include "{h}"' for h in ("o2e_vmath.h", "o2e_gemm.h", "o2e_nchwc.h")]
