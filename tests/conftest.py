@@ -31,6 +31,18 @@ def vi(name: str, shape, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto: 
     return helper.make_tensor_value_info(name, elem, shape)
 
 
+def erf_gelu(x: str, y: str, tag: str) -> list[onnx.NodeProto]:
+    """y = x * (1 + erf(x / sqrt2)) * half, the pattern torch exports for nn.GELU(); the model
+    supplies the constants "sqrt2", "one" and "half". `tag` names the intermediates."""
+    return [
+        helper.make_node("Div", [x, "sqrt2"], [f"{tag}_d"]),
+        helper.make_node("Erf", [f"{tag}_d"], [f"{tag}_e"]),
+        helper.make_node("Add", [f"{tag}_e", "one"], [f"{tag}_a"]),
+        helper.make_node("Mul", [x, f"{tag}_a"], [f"{tag}_m"]),
+        helper.make_node("Mul", [f"{tag}_m", "half"], [y]),
+    ]
+
+
 def tensor(name: str, arr: np.ndarray) -> onnx.TensorProto:
     return numpy_helper.from_array(arr, name)
 

@@ -23,21 +23,9 @@ from onnx2edge import api
 from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
-from conftest import ALL_ISAS, make_model, save, tensor, vi
+from conftest import ALL_ISAS, erf_gelu, make_model, save, tensor, vi
 
 M, N = 29, 116
-
-
-def _gelu(nodes: list, x: str, name: str) -> str:
-    """0.5 x (1 + erf(x / sqrt 2)): the pattern torch exports for nn.GELU()."""
-    nodes += [
-        helper.make_node("Div", [x, "sqrt2"], [f"{name}_d"]),
-        helper.make_node("Erf", [f"{name}_d"], [f"{name}_e"]),
-        helper.make_node("Add", [f"{name}_e", "one"], [f"{name}_a"]),
-        helper.make_node("Mul", [x, f"{name}_a"], [f"{name}_m"]),
-        helper.make_node("Mul", [f"{name}_m", "half"], [f"{name}_g"]),
-    ]
-    return f"{name}_g"
 
 
 def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
@@ -73,7 +61,8 @@ def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
                     nodes.append(helper.make_node("Relu", [cur], [f"u{name}"]))
                     cur = f"u{name}"
                 elif act == "gelu":
-                    cur = _gelu(nodes, cur, name)
+                    nodes += erf_gelu(cur, f"{name}_g", name)
+                    cur = f"{name}_g"
                 nodes.append(helper.make_node("Identity", [cur], [f"y{name}"]))
                 outs.append(vi(f"y{name}", [1, M, N]))
     path = save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "lean_bias.onnx")

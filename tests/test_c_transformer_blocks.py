@@ -19,7 +19,7 @@ from onnx2edge import api
 from onnx2edge.runtime import ort_run
 from onnx2edge.verify import compare
 
-from conftest import ALL_ISAS, make_model, save, tensor, vi
+from conftest import ALL_ISAS, erf_gelu, make_model, save, tensor, vi
 
 # case: (strategy the 2-D view goes to, C, M, L, k, stride, pad, group, dilation, activation)
 CONV1D = {
@@ -170,13 +170,7 @@ def _linear_layers(rng: np.random.Generator) -> tuple[list, list, dict, list]:
             helper.make_node("Add", add_in, [t]),
         ]
         if act == "gelu":
-            nodes += [
-                helper.make_node("Div", [t, "sqrt2"], [f"d_{name}"]),
-                helper.make_node("Erf", [f"d_{name}"], [f"e_{name}"]),
-                helper.make_node("Add", [f"e_{name}", "one"], [f"a_{name}"]),
-                helper.make_node("Mul", [t, f"a_{name}"], [f"g_{name}"]),
-                helper.make_node("Mul", [f"g_{name}", "half"], [f"y_{name}"]),
-            ]
+            nodes += erf_gelu(t, f"y_{name}", f"gelu_{name}")
         elif act:
             nodes.append(helper.make_node(act, [t], [f"y_{name}"]))
         ins.append(vi(f"x_{name}", shape))
