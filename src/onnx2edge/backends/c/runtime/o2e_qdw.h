@@ -432,6 +432,37 @@ static inline void o2e_qdwc_rows3_vbmi_(const uint8_t *plane, size_t Wp, size_t 
  * byte after the flip (the plane's border); bias includes - xz * sum_t w[t]. plane: Hp * Wp *
  * 16 bytes of scratch, tile: O2E_QDWC_TILE(OH * OW) bytes. */
 #define O2E_QDWC_TILE(P) ((((size_t)(P) + 15) / 16) * 16 * O2E_QDWC_CB)
+/* The outputs of one channel block from its filled plane into tile[OH * OW][16] (wb: the
+ * block's weights; bias, scale: at its first channel): the kernel rows of the widest
+ * instructions compiled in. */
+static inline __attribute__((always_inline)) void o2e_qdwc_tile_(
+    const uint8_t *plane, size_t Wp, size_t OH, size_t OW, int kh, int kw, int sh, int sw, int dw,
+    const int32_t *wb, const int32_t *off, const int32_t *bias, const float *scale, float flo,
+    float fhi, int32_t zp, uint8_t *t) {
+  const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw;
+#if defined(O2E_QD_VBMI)
+  if (kw == 3 && dw == 1 && kh <= O2E_QD_MAXKH) {
+    o2e_qdwc_rows3_vbmi_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, (size_t)kh, wb, bias,
+                         scale, flo, fhi, zp, t);
+    return;
+  }
+#endif
+#if defined(O2E_QD_AVX512)
+  o2e_qdwc_rows_avx512_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, T, wb, bias, scale, flo,
+                        fhi, zp, t);
+  return;
+#endif
+  int32_t acc[O2E_QDWC_CB] __attribute__((aligned(64)));
+  for (size_t oy = 0; oy < OH; ++oy) {
+    const uint8_t *prow = plane + oy * (size_t)sh * Wp * CB;
+    for (size_t ox = 0; ox < OW; ++ox, t += CB) {
+      o2e_qdwc_pixel(prow + ox * (size_t)sw * CB, off, T, wb, acc);
+      o2e_qdwc_requant16(acc, bias, scale, flo, fhi, zp, t);
+    }
+  }
+  (void)dw;
+}
+
 /* Channel blocks [b0, b1) of o2e_qdwc (blocks of O2E_QDWC_CB channels): independent, each in
  * the plane and tile given (o2e_qdwc_mt: one pair per thread). */
 static inline void o2e_qdwc_blocks(size_t b0, size_t b1, size_t C, size_t H, size_t W, size_t OH,
@@ -443,35 +474,15 @@ static inline void o2e_qdwc_blocks(size_t b0, size_t b1, size_t C, size_t H, siz
   const size_t CB = O2E_QDWC_CB, T = (size_t)kh * (size_t)kw, P = OH * OW;
   const size_t Hp = O2E_QDWC_HP(OH, kh, sh, dh), Wp = O2E_QDWC_WP(OW, kw, sw, dw);
   const float flo = (float)(lo - zp), fhi = (float)(hi - zp);
-  int32_t acc[O2E_QDWC_CB] __attribute__((aligned(64)));
   memset(plane, (int)(uint8_t)xz, Hp * Wp * CB);
   memset(tile + P * CB, 0, O2E_QDWC_TILE(P) - P * CB);
   for (size_t c0 = b0 * CB; c0 < C && c0 < b1 * CB; c0 += CB) {
     const size_t cn = C - c0 < CB ? C - c0 : CB;
     o2e_qdwc_fill(x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, flip, plane);
-    const int32_t *wb = w + (c0 / CB) * T * CB;
-    uint8_t *t = tile;
-#if defined(O2E_QD_VBMI)
-    if (kw == 3 && dw == 1 && kh <= O2E_QD_MAXKH)
-      o2e_qdwc_rows3_vbmi_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, (size_t)kh, wb,
-                           bias + c0, scale + c0, flo, fhi, zp, t);
-    else
-#endif
-#if defined(O2E_QD_AVX512)
-    o2e_qdwc_rows_avx512_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, T, wb, bias + c0,
-                          scale + c0, flo, fhi, zp, t);
-    if (0)
-#endif
-    for (size_t oy = 0; oy < OH; ++oy) {
-      const uint8_t *prow = plane + oy * (size_t)sh * Wp * CB;
-      for (size_t ox = 0; ox < OW; ++ox, t += CB) {
-        o2e_qdwc_pixel(prow + ox * (size_t)sw * CB, off, T, wb, acc);
-        o2e_qdwc_requant16(acc, bias + c0, scale + c0, flo, fhi, zp, t);
-      }
-    }
+    o2e_qdwc_tile_(plane, Wp, OH, OW, kh, kw, sh, sw, dw, w + (c0 / CB) * T * CB, off, bias + c0,
+                   scale + c0, flo, fhi, zp, tile);
     o2e_qdwc_store(tile, cn, P, y + c0 * P);
   }
-  (void)dw;
 }
 
 static inline void o2e_qdwc(size_t C, size_t H, size_t W, size_t OH, size_t OW, int kh, int kw,

@@ -86,6 +86,26 @@ def depthwise_bias(bias: np.ndarray, w: np.ndarray, xz: int) -> np.ndarray:
     return ((b + 2**31) % 2**32 - 2**31).astype(np.int32)
 
 
+def depthwise_consts(
+    ctx: NodeContext,
+    plan: Int8Plan,
+    kernel: tuple[int, int],
+    dl: list[int],
+    wp: int,
+    prefix: str = "",
+) -> tuple[str, str, str, str]:
+    """o2e_qdwc's constants as C symbols: packed weights, tap offsets into a plane of wp
+    pixels, the bias with the input zero point's share and the scales (prefix: a name part,
+    for a node that holds another node's depthwise layer, qdwpw.py)."""
+    xz = plan.x_zp + (128 if plan.x_signed else 0)
+    return (
+        ctx.weight(prefix + "qWc", pack_depthwise(plan.w)),
+        ctx.weight(prefix + "qtap", tap_offsets(kernel[0], kernel[1], dl[0], dl[1], wp)),
+        ctx.weight(prefix + "qbias16", _pad16(depthwise_bias(plan.bias, plan.w, xz))),
+        ctx.weight(prefix + "qscale16", _pad16(plan.scale.astype(np.float32))),
+    )
+
+
 def depthwise(
     ctx: NodeContext,
     plan: Int8Plan,
@@ -120,10 +140,7 @@ def depthwise(
             f"{plan.y_zp}, {plan.lo}, {plan.hi}, (uint8_t *){y.sym} + n * {C * OH * OW}, {plane});"
         )
     ctx.kernel("int8 depthwise (channel blocks)")
-    w = ctx.weight("qWc", pack_depthwise(plan.w))
-    off = ctx.weight("qtap", tap_offsets(kh, kw, dl[0], dl[1], wp))
-    bias = ctx.weight("qbias16", _pad16(depthwise_bias(plan.bias, plan.w, xz)))
-    sc = ctx.weight("qscale16", _pad16(plan.scale.astype(np.float32)))
+    w, off, bias, sc = depthwise_consts(ctx, plan, kernel, dl, wp)
     tile_bytes = -(-OH * OW // 16) * 16 * CB
     blocks = -(-C // CB)
     if split(ctx, N * C * (H * W + OH * OW * kh * kw), blocks, PAR_MIN_DW):

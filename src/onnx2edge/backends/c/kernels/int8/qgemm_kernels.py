@@ -11,6 +11,7 @@ from .....semantics.conv_geometry import conv_geometry
 from ...emitter import NodeContext
 from ..gemm.gemm import plan_threads
 from . import qdw_kernels as qdw
+from . import qdwpw
 from .qdw_kernels import PAR, PAR_THREAD, depthwise, slot_bytes, split, units_wrapper, use_runtime
 
 HEADER = "o2e_qgemm.h"
@@ -182,6 +183,11 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     P = OH * OW
     xp, yp = f"(const uint8_t *){x.sym}", f"(uint8_t *){y.sym}"
     if plan.kind == "depthwise":
+        if qdwpw.folded(ctx):
+            # the 1x1 layer reading it computes it into its panels (qdwpw.py)
+            ctx.kernel("int8 depthwise (in the 1x1 layer reading it)")
+            ctx.leaves_unwritten()
+            return f"/* {ctx.node.name}: computed by the 1x1 layer reading it */"
         # across channels in blocks of 16 (runtime/o2e_qdw.h)
         return depthwise(ctx, plan, (kh, kw), st, dl, pads)
     if plan.groups > 1:
@@ -222,6 +228,9 @@ def _conv(ctx: NodeContext, plan: Int8Plan) -> str:
     if not pointwise and not subsample:
         # strided: phase planes read at K offsets, no column matrix (o2e_qphase)
         return _phase_conv(ctx, plan, (A, bias, rowsum, sc), lines, (kh, kw), st, dl, pads)
+    dw = qdwpw.depthwise_of(ctx) if pointwise else None
+    if dw is not None:
+        return qdwpw.emit(ctx, dw, (A, bias, rowsum, sc), _flip(plan))
     ctx.kernel("int8 gemm 1x1" if pointwise else "int8 subsample gemm")
     mt = _split(ctx, N * M * K * P, _units(M, P))
     if mt:
