@@ -110,7 +110,7 @@ def emit(ctx: NodeContext, dw: Node, pw_consts: tuple[str, str, str, str], pflip
     qdw.use_runtime(ctx)
     ctx.helper("o2e_qdwpw_include", '#include "o2e_qdwpw.h"')
     ctx.require_runtime("o2e_qdwpw.h")
-    ctx.kernel("int8 depthwise into the 1x1 layer's panels")
+    ctx.kernel("int8 gemm 1x1 over the depthwise layer before it (panels)")
     w, off, bias, sc = qdw.depthwise_consts(ctx, plan, (kh, kw), dl, wp, "dw_")
     xz = plan.x_zp + (128 if plan.x_signed else 0)
     flip = "0x80" if plan.x_signed else "0"
