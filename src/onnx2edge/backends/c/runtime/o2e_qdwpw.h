@@ -43,6 +43,39 @@ static inline void o2e_qdwpw_put_(const uint8_t *tile, size_t c0, size_t K, size
                           _mm512_shuffle_i32x4(a23, b23, 0x44), _mm512_shuffle_i32x4(a23, b23, 0xEE)};
     for (size_t s = 0; s < ns; ++s) _mm512_storeu_si512(d + s * 64, _mm512_xor_si512(g[s], f));
   }
+#elif (defined(__SSE2__) || (defined(__ARM_NEON) && defined(__aarch64__))) && !defined(O2E_Q_DSP)
+  /* four pixels at a time: their 4 x 4 words transposed, row s the step s0 + s of those
+   * pixels (AVX2: widened to the int16 sub-panel of those 4 columns, o2e_qstep_store's) */
+  for (size_t p0 = 0; p0 < P; p0 += 16) {
+    uint8_t *panel = panels + (p0 / 16) * K4 * O2E_QSTEP;
+    for (size_t i = 0; i < 4; ++i) {
+      const uint8_t *t = tile + (p0 + 4 * i) * O2E_QDWC_CB;
+#if defined(__SSE2__)
+      const __m128i f = _mm_set1_epi8((char)flip);
+      const __m128i r0 = _mm_loadu_si128((const __m128i *)t);
+      const __m128i r1 = _mm_loadu_si128((const __m128i *)(t + 16));
+      const __m128i r2 = _mm_loadu_si128((const __m128i *)(t + 32));
+      const __m128i r3 = _mm_loadu_si128((const __m128i *)(t + 48));
+      const __m128i a0 = _mm_unpacklo_epi32(r0, r1), a1 = _mm_unpacklo_epi32(r2, r3);
+      const __m128i a2 = _mm_unpackhi_epi32(r0, r1), a3 = _mm_unpackhi_epi32(r2, r3);
+      const __m128i g[4] = {_mm_unpacklo_epi64(a0, a1), _mm_unpackhi_epi64(a0, a1),
+                            _mm_unpacklo_epi64(a2, a3), _mm_unpackhi_epi64(a2, a3)};
+      for (size_t s = 0; s < ns; ++s) {
+        const __m128i v = _mm_xor_si128(g[s], f);
+#if defined(O2E_Q_AVX2)
+        _mm256_storeu_si256((__m256i *)(panel + (i * K4 + s0 + s) * 32), _mm256_cvtepu8_epi16(v));
+#else
+        _mm_storeu_si128((__m128i *)(panel + (s0 + s) * 64 + 16 * i), v);
+#endif
+      }
+#else
+      const uint32x4x4_t r = vld4q_u32((const uint32_t *)(const void *)t);
+      for (size_t s = 0; s < ns; ++s)
+        vst1q_u8(panel + (s0 + s) * 64 + 16 * i,
+                 veorq_u8(vreinterpretq_u8_u32(r.val[s]), vdupq_n_u8(flip)));
+#endif
+    }
+  }
 #else
   for (size_t p0 = 0; p0 < P; p0 += 16) {
     uint8_t *panel = panels + (p0 / 16) * K4 * O2E_QSTEP;
