@@ -423,6 +423,78 @@ static inline void o2e_qdwc_rows3_vbmi_(const uint8_t *plane, size_t Wp, size_t 
 #undef O2E_QD_RQ
 #endif
 
+#if defined(O2E_QD_AVX2)
+/* o2e_qdwc_rows_avx512_ in 256-bit halves: four pixels of a row per round, each two sums of
+ * 8 channels (eight accumulators starting from the bias, each tap's two weight vectors loaded
+ * once for the four), requantised as o2e_qdwc_requant16's AVX2 path (the same instructions),
+ * where the per-pixel o2e_qdwc_pixel stored its sums and reloaded them to requantise. */
+#define O2E_QD_X8(q) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q)))
+#define O2E_QD_MAC8(a, q, w) _mm256_add_epi32(a, _mm256_madd_epi16(O2E_QD_X8(q), w))
+#define O2E_QD_RQ8(a0, a1, dst)                                                                 \
+  do {                                                                                          \
+    __m256 f0_ = _mm256_mul_ps(_mm256_cvtepi32_ps(a0), vs0);                                    \
+    __m256 f1_ = _mm256_mul_ps(_mm256_cvtepi32_ps(a1), vs1);                                    \
+    f0_ = _mm256_min_ps(_mm256_max_ps(f0_, vlo), vhi);                                          \
+    f1_ = _mm256_min_ps(_mm256_max_ps(f1_, vlo), vhi);                                          \
+    const __m256i w_ = _mm256_permute4x64_epi64(                                                \
+        _mm256_packs_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(f0_), vz),                       \
+                           _mm256_add_epi32(_mm256_cvtps_epi32(f1_), vz)),                      \
+        0xD8);                                                                                  \
+    const __m128i l_ = _mm256_castsi256_si128(w_), h_ = _mm256_extracti128_si256(w_, 1);        \
+    _mm_storeu_si128((__m128i *)(dst), sgn ? _mm_packs_epi16(l_, h_) : _mm_packus_epi16(l_, h_)); \
+  } while (0)
+static inline void o2e_qdwc_rows_avx2_(const uint8_t *plane, size_t Wp, size_t OH, size_t OW,
+                                       size_t sh, size_t sw, const int32_t *off, size_t T,
+                                       const int32_t *wb, const int32_t *bias,
+                                       const float *scale, float flo, float fhi, int32_t zp,
+                                       uint8_t *t) {
+  const size_t CB = O2E_QDWC_CB, d = sw * CB;
+  const __m256i b0 = _mm256_loadu_si256((const __m256i *)bias);
+  const __m256i b1 = _mm256_loadu_si256((const __m256i *)(bias + 8));
+  const __m256i vz = _mm256_set1_epi32(zp);
+  const __m256 vs0 = _mm256_loadu_ps(scale), vs1 = _mm256_loadu_ps(scale + 8);
+  const __m256 vlo = _mm256_set1_ps(flo), vhi = _mm256_set1_ps(fhi);
+  const int sgn = (int32_t)flo + zp < 0; /* int8 outputs: the signed packs */
+  for (size_t oy = 0; oy < OH; ++oy) {
+    const uint8_t *prow = plane + oy * sh * Wp * CB;
+    size_t ox = 0;
+    for (; ox + 4 <= OW; ox += 4, t += 4 * CB) {
+      const uint8_t *p = prow + ox * d;
+      __m256i a0 = b0, a1 = b1, c0 = b0, c1 = b1, e0 = b0, e1 = b1, g0 = b0, g1 = b1;
+      for (size_t k = 0; k < T; ++k) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(wb + k * 16));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(wb + k * 16 + 8));
+        const uint8_t *q = p + off[k];
+        a0 = O2E_QD_MAC8(a0, q, w0), a1 = O2E_QD_MAC8(a1, q + 8, w1);
+        c0 = O2E_QD_MAC8(c0, q + d, w0), c1 = O2E_QD_MAC8(c1, q + d + 8, w1);
+        e0 = O2E_QD_MAC8(e0, q + 2 * d, w0), e1 = O2E_QD_MAC8(e1, q + 2 * d + 8, w1);
+        g0 = O2E_QD_MAC8(g0, q + 3 * d, w0), g1 = O2E_QD_MAC8(g1, q + 3 * d + 8, w1);
+      }
+      O2E_QD_RQ8(a0, a1, t);
+      O2E_QD_RQ8(c0, c1, t + CB);
+      O2E_QD_RQ8(e0, e1, t + 2 * CB);
+      O2E_QD_RQ8(g0, g1, t + 3 * CB);
+    }
+    /* the last OW % 4, indexed from t (as o2e_qdwc_rows3_vbmi_'s, for gcc's
+     * -Waggressive-loop-optimizations) */
+    for (size_t j = 0; j < OW - ox; ++j) {
+      const uint8_t *p = prow + (ox + j) * d;
+      __m256i a0 = b0, a1 = b1;
+      for (size_t k = 0; k < T; ++k) {
+        const uint8_t *q = p + off[k];
+        a0 = O2E_QD_MAC8(a0, q, _mm256_loadu_si256((const __m256i *)(wb + k * 16)));
+        a1 = O2E_QD_MAC8(a1, q + 8, _mm256_loadu_si256((const __m256i *)(wb + k * 16 + 8)));
+      }
+      O2E_QD_RQ8(a0, a1, t + j * CB);
+    }
+    t += (OW - ox) * CB;
+  }
+}
+#undef O2E_QD_RQ8
+#undef O2E_QD_MAC8
+#undef O2E_QD_X8
+#endif
+
 /* Rows / columns of the padded plane the outputs read. */
 #define O2E_QDWC_HP(OH, kh, sh, dh) (((size_t)(OH) - 1) * (size_t)(sh) + ((size_t)(kh) - 1) * (size_t)(dh) + 1)
 #define O2E_QDWC_WP(OW, kw, sw, dw) (((size_t)(OW) - 1) * (size_t)(sw) + ((size_t)(kw) - 1) * (size_t)(dw) + 1)
@@ -450,6 +522,10 @@ static inline __attribute__((always_inline)) void o2e_qdwc_tile_(
 #if defined(O2E_QD_AVX512)
   o2e_qdwc_rows_avx512_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, T, wb, bias, scale, flo,
                         fhi, zp, t);
+  return;
+#elif defined(O2E_QD_AVX2)
+  o2e_qdwc_rows_avx2_(plane, Wp, OH, OW, (size_t)sh, (size_t)sw, off, T, wb, bias, scale, flo,
+                      fhi, zp, t);
   return;
 #endif
   int32_t acc[O2E_QDWC_CB] __attribute__((aligned(64)));
