@@ -8,6 +8,7 @@ Conv -> Q, which onnxruntime runs as two QLinearConv, so every output byte is co
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +17,11 @@ import pytest
 from onnx import helper
 
 from onnx2edge import api
-from onnx2edge.backends.c.build import build_and_run
+from onnx2edge.backends.c.build import build_and_run, build_executable, run_executable
 from onnx2edge.backends.c.kernels.int8 import qdw_kernels
 from onnx2edge.runtime import ort_run
 
-from conftest import ALL_ISAS, make_model, save, tensor, vi
+from conftest import ALL_ISAS, SANITIZE_NATIVE, make_model, save, tensor, vi
 from conv_models import QTYPES
 
 THREADS = ["-DO2E_THREADS=2", "-pthread"]
@@ -165,3 +166,15 @@ def test_second_reader_keeps_the_layers_apart(tmp_path: Path) -> None:
     got = build_and_run(tmp_path / "c", "native", x)
     for k in ("y", "a"):
         assert np.array_equal(got[k], ref[k]), k
+
+
+@pytest.mark.parametrize("case", ["u8_s1", "s8_s2_odd_c"])
+def test_folded_pair_under_sanitizers(models: dict, case: str) -> None:
+    """The per-thread plane and tile slots, the panels and the tile rows read past the map
+    stay inside their arena blocks (ASan and UBSan, native, three threads)."""
+    q, _, split = models[case]
+    x = _input(CASES[case], 25)
+    io = json.loads((split / "onnx2edge.json").read_text())
+    flags = [*SANITIZE_NATIVE, "-DO2E_THREADS=3", "-pthread"]
+    got = run_executable(build_executable(split, flags, "san"), io, x, split)["y"]
+    assert np.array_equal(got, ort_run(onnx.load(str(q)), x)["y"])
