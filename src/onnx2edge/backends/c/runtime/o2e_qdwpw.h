@@ -19,11 +19,13 @@
 #include "o2e_qgemm.h"
 #include "o2e_qdw.h"
 
-/* tile[P][16] (rows past P readable) of the channel block at c0 into steps c0 / 4 .. of the
- * panels of a K-channel matrix, bytes ^ flip (as o2e_qpack_rows packs an int8 tensor) */
-static inline void o2e_qdwpw_put_(const uint8_t *tile, size_t c0, size_t K, size_t P,
+/* tile[P][16] (rows past P readable) of the channel block at c0, columns q0 .. q0 + P - 1
+ * (q0 a multiple of 16), into steps c0 / 4 .. of the panels of a K-channel matrix, bytes ^
+ * flip (as o2e_qpack_rows packs an int8 tensor) */
+static inline void o2e_qdwpw_put_(const uint8_t *tile, size_t c0, size_t K, size_t q0, size_t P,
                                   uint8_t flip, uint8_t *panels) {
   const size_t K4 = (K + 3) / 4, s0 = c0 / 4, ns = K4 - s0 < 4 ? K4 - s0 : 4;
+  panels += (q0 / 16) * K4 * O2E_QSTEP;
 #if defined(O2E_Q_VNNI)
   /* word d of i01's result: group d / 8 of pixel d % 8 of 8 tile rows as (r0 | r1), word
    * 4 (d % 8) + d / 8; i23: groups 2 and 3 */
@@ -107,6 +109,16 @@ typedef struct {
  * of at most 64 (o2e_qgemm takes those whole). */
 #define O2E_QDWPW_UNITS(P) (O2E_QWIDE(P) ? 1 : ((size_t)(P) + 2 * O2E_QNR - 1) / (2 * O2E_QNR))
 
+/* Output rows per band of the depthwise phase: whole panels (a multiple of 16 pixels) of 256
+ * pixels or more, so the tile of a block (tile bytes: O2E_QDWC_TILE of the band's pixels, or
+ * of the map's where it is smaller) is a few KB where a whole map's is 196 KB at 112 x 112,
+ * times the thread slots (kernels/int8/qdwpw.py's band_rows) */
+#define O2E_QDWPW_ROWS16(OW) ((size_t)16 / (((OW) & (~(size_t)(OW) + 1)) > 16 ? 16 : ((OW) & (~(size_t)(OW) + 1))))
+#define O2E_QDWPW_BAND(OW)                                                                      \
+  (O2E_QDWPW_ROWS16(OW) * (O2E_QDWPW_ROWS16(OW) * (OW) >= 256                                   \
+                               ? 1                                                              \
+                               : (256 + O2E_QDWPW_ROWS16(OW) * (OW) - 1) / (O2E_QDWPW_ROWS16(OW) * (OW))))
+
 /* Channel blocks [b0, b1) of the depthwise layer into the panels (the dimensions as
  * arguments: the per-layer wrappers pass constants, as for o2e_qdwc_units_k_). */
 static inline __attribute__((always_inline)) void o2e_qdwpw_dw_k_(
@@ -118,14 +130,19 @@ static inline __attribute__((always_inline)) void o2e_qdwpw_dw_k_(
   const float flo = (float)(d->lo - d->zp), fhi = (float)(d->hi - d->zp);
   uint8_t *plane = d->ws + d->slot * (size_t)(d->thread ? d->thread() : 0);
   uint8_t *tile = plane + d->tile;
+  const size_t rb = O2E_QDWPW_BAND(OW);
   memset(plane, (int)(uint8_t)d->xz, Hp * Wp * CB);
-  memset(tile + P * CB, 0, O2E_QDWC_TILE(P) - P * CB);
+  memset(tile, 0, O2E_QDWC_TILE(rb * OW < P ? rb * OW : P));
   for (size_t c0 = (size_t)b0 * CB; c0 < C && c0 < (size_t)b1 * CB; c0 += CB) {
     const size_t cn = C - c0 < CB ? C - c0 : CB;
+    const int32_t *wb = d->w + (c0 / CB) * T * CB;
     o2e_qdwc_fill(d->x + c0 * H * W, cn, H, W, Hp, Wp, ph, pw, d->flip, plane);
-    o2e_qdwc_tile_(plane, Wp, OH, OW, kh, kw, sh, sw, dw, d->w + (c0 / CB) * T * CB, d->off,
-                   d->bias + c0, d->scale + c0, flo, fhi, d->zp, tile);
-    o2e_qdwpw_put_(tile, c0, C, P, a->pflip, a->panels);
+    for (size_t oy = 0; oy < OH; oy += rb) {
+      const size_t nr = OH - oy < rb ? OH - oy : rb;
+      o2e_qdwc_tile_(plane + oy * (size_t)sh * Wp * CB, Wp, nr, OW, kh, kw, sh, sw, dw, wb,
+                     d->off, d->bias + c0, d->scale + c0, flo, fhi, d->zp, tile);
+      o2e_qdwpw_put_(tile, c0, C, oy * OW, nr * OW, a->pflip, a->panels);
+    }
   }
 }
 

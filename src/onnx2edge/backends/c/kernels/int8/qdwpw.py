@@ -93,6 +93,14 @@ def depthwise_of(ctx: NodeContext) -> Node | None:
     return dw if _usable(ctx, dw, ctx.node) else None
 
 
+def band_rows(ow: int) -> int:
+    """O2E_QDWPW_BAND: output rows of a band of the depthwise phase, whole panels (a multiple
+    of 16 pixels) of at least 256 pixels; its tile holds one band."""
+    low = ow & -ow
+    rows16 = 16 // min(low, 16)
+    return rows16 * max(1, -(-256 // (rows16 * ow)))
+
+
 def emit(ctx: NodeContext, dw: Node, pw_consts: tuple[str, str, str, str], pflip: str) -> str:
     """Both layers' code: o2e_qdwpw over the depthwise node's input into this node's output."""
     graph = ctx.graph
@@ -116,7 +124,7 @@ def emit(ctx: NodeContext, dw: Node, pw_consts: tuple[str, str, str, str], pflip
     flip = "0x80" if plan.x_signed else "0"
     geo = f"{kh}, {kw}, {st[0]}, {st[1]}, {pads[0]}, {pads[1]}, {dl[0]}, {dl[1]}"
     P = OH * OW
-    tile_bytes = -(-P // 16) * 16 * qdw.CB
+    tile_bytes = -(-min(band_rows(OW) * OW, P) // 16) * 16 * qdw.CB
     pbytes = qdw.slot_bytes(hp * wp * qdw.CB)
     slot = qdw.slot_bytes(pbytes + tile_bytes)
     dws, pws = _splits(ctx, dw, ctx.node)
