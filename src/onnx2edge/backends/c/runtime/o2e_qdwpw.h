@@ -11,7 +11,8 @@
  * target's panel format through o2e_qstep_put elsewhere). No NCHW tensor between the layers,
  * no byte transposes on either side of it. The bytes are the same as the two layers' own
  * (the same depthwise sums and requantisation, the same product over the same panel bytes).
- * panels: O2E_QPANEL_BYTES(C, OH * OW) bytes; plane and tile as o2e_qdwc's.
+ * panels: O2E_QPANEL_BYTES(C, OH * OW) bytes; the plane as o2e_qdwc's, the tile one band of
+ * output rows (O2E_QDWPW_BAND).
  */
 #ifndef O2E_QDWPW_H
 #define O2E_QDWPW_H
