@@ -24,7 +24,9 @@
  *              K x K (3, 5, 7), stride 1 or 2, pads <= K / 2, both sides blocked: channels
  *              in the lanes, a row of up to DWPX output pixels in registers, so narrow maps
  *              (7, 14 wide) need no per-plane edge code: taps falling in the padding are
- *              skipped per pixel on the edge tiles' first and last K / 2 pixels only. A vmath
+ *              skipped per pixel on the edge tiles' first and last K / 2 pixels only (AVX2,
+ *              stride 1: the K weights of a kernel row in registers, each input pixel of the
+ *              tile's window loaded once, o2e_nc_dw_tile_s1_). A vmath
  *              activation (SiLU, ...) runs over each finished output row (in L1), and an SE
  *              block's pool (`pool`) sums the rows there too (issue 34).
  *   SE gate:   y[c][p] = x[c][p] * s[c] (an SE block's Mul inside a chain).
