@@ -24,7 +24,9 @@
  *              K x K (3, 5, 7), stride 1 or 2, pads <= K / 2, both sides blocked: channels
  *              in the lanes, a row of up to DWPX output pixels in registers, so narrow maps
  *              (7, 14 wide) need no per-plane edge code: taps falling in the padding are
- *              skipped per pixel on the edge tiles' first and last K / 2 pixels only. A vmath
+ *              skipped per pixel on the edge tiles' first and last K / 2 pixels only (AVX2,
+ *              stride 1: the K weights of a kernel row in registers, each input pixel of the
+ *              tile's window loaded once, o2e_nc_dw_tile_s1_). A vmath
  *              activation (SiLU, ...) runs over each finished output row (in L1), and an SE
  *              block's pool (`pool`) sums the rows there too (issue 34).
  *   SE gate:   y[c][p] = x[c][p] * s[c] (an SE block's Mul inside a chain).
@@ -363,6 +365,51 @@ O2E_GEMM_FN void o2e_nc_pw_units_(void *arg, int u0, int u1) {
   }
 }
 
+#ifndef O2E_NC_DW_SLIDE
+#define O2E_NC_DW_SLIDE (O2E_NC_VW == 8)
+#endif
+#if O2E_NC_DW_SLIDE
+/* Stride 1 at AVX2 (16 vector registers): per kernel row, the KS weights in registers and each
+ * input pixel of the window (PN + KS - 1) loaded once, then added into every accumulator it
+ * feeds (pixel p takes input i with weight i - p): 1 load per KS FMAs instead of 1 per FMA.
+ * Each accumulator still adds its taps in the order ky, then kx ascending: the same sums as
+ * o2e_nc_dw_tile_. Registers: PN (<= 7) accumulators + KS (<= 7) weights + 1 input. */
+O2E_GEMM_INL void o2e_nc_dw_tile_s1_(const int PN, const int KS, const o2e_nc_dw_args *a,
+                                     const float *xb, const float *wb, const float *bb,
+                                     float *yb, int oy, int ox0) {
+  o2e_ncv acc[O2E_NC_DWPX], wv[7], xv;
+  const int E = KS / 2;
+  int ky, kx, i, p;
+  O2E_NCV_LOAD(xv, bb);
+#pragma GCC unroll 14
+  for (p = 0; p < PN; p++) acc[p] = xv;
+  for (ky = 0; ky < KS; ky++) {
+    const int iy = oy * a->sh - a->pt + ky;
+    const float *row;
+    if (iy < 0 || iy >= a->H) continue;
+    row = xb + (size_t)iy * a->W * O2E_NC_BLOCK;
+#pragma GCC unroll 7
+    for (kx = 0; kx < KS; kx++) O2E_NCV_LOAD(wv[kx], wb + (ky * KS + kx) * O2E_NC_BLOCK);
+#pragma GCC unroll 14
+    for (i = 0; i < PN + KS - 1; i++) {
+      const int ix = ox0 - a->pl + i;
+      /* only the window's first and last KS / 2 inputs can fall in the padding (pads <= KS /
+         2, as in o2e_nc_dw_tile_) */
+      if ((i < E || i >= PN + KS - 1 - E) && (ix < 0 || ix >= a->W)) continue;
+      O2E_NCV_LOAD(xv, row + (size_t)ix * O2E_NC_BLOCK);
+#pragma GCC unroll 7
+      for (kx = 0; kx < KS; kx++)
+        if (i - kx >= 0 && i - kx < PN) acc[i - kx] += xv * wv[kx];
+    }
+  }
+  if (a->act.kind && a->act.kind < O2E_ACT_VM_FIRST_)
+#pragma GCC unroll 14
+    for (p = 0; p < PN; p++) acc[p] = o2e_nc_act_(acc[p], &a->act);
+#pragma GCC unroll 14
+  for (p = 0; p < PN; p++) O2E_NCV_STORE(yb + (size_t)p * O2E_NC_BLOCK, acc[p]);
+}
+#endif
+
 /* One depthwise tile: VW channels of one block, output row oy, pixels [ox0, ox0 + PN), stride
  * S, kernel KS x KS; taps in the padding are skipped on the tile's first and last KS / 2 pixels
  * only (on 7- and 14-wide maps every tile touches an edge). A register activation is applied
@@ -373,6 +420,12 @@ O2E_GEMM_INL void o2e_nc_dw_tile_(const int PN, const int S, const int KS,
   o2e_ncv acc[O2E_NC_DWPX], wv, xv;
   const int E = KS / 2;
   int ky, kx, p;
+#if O2E_NC_DW_SLIDE
+  if (S == 1) {
+    o2e_nc_dw_tile_s1_(PN, KS, a, xb, wb, bb, yb, oy, ox0);
+    return;
+  }
+#endif
   O2E_NCV_LOAD(wv, bb);
 #pragma GCC unroll 14
   for (p = 0; p < PN; p++) acc[p] = wv;
