@@ -189,7 +189,7 @@ def avx2_branch(
 # the input rows read in place (o2e_conv1x1_rows_packed_a) over the GEMM's packed weights,
 # where the GEMM would copy the whole input into its B strips for a K of 16-72. Standalone,
 # 1 thread, CPU time, AMD EPYC AVX-512, this / the packed GEMM, M x P x K: 64 x 12544 x 16
-# 0.79, 16 x 12544 x 16 0.84, 72 x 3136 x 24 0.88, 24 x 3136 x 72 0.90, 32 x 3136 x 32 0.86
+# 0.87, 16 x 12544 x 16 0.87, 72 x 3136 x 24 0.91, 24 x 3136 x 72 0.92, 120 x 784 x 40 0.92
 # (MobileNetV3's and EfficientNet's first blocks). A tile re-reads all of A (M x K floats) per
 # 32-pixel strip, so A must stay in L1: ROWS_MAX_WEIGHTS. Register activations only (a vmath
 # one stays in the GEMM's epilogue).
