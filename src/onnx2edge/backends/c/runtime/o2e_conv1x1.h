@@ -462,17 +462,17 @@ O2E_GEMM_FN void o2e_convkxk_lanes(const o2e_pw_args *a, const o2e_pwk_geom *g, 
  *   y[m][p] = act(b[m] + sum_k A(m,k) . x[k][p] + r[m][p])   (NCHW, stride 1, one image)
  * over the GEMM's packed A ([M8 / 8][K][8]). MobileNetV3's and EfficientNet's first blocks
  * (16 -> 64 channels at 112x112, 24 -> 72 at 56x56, K <= 128): there the packed GEMM copies
- * the whole input into B strips for a K of 16-72, and that copy and the strip bookkeeping are
- * a fifth of the layer. Here the input rows are read in place: a tile is one 8-row panel of A
- * x 32 pixels (16 zmm accumulators), per input channel 2 pixel vectors loaded and 8 weights
- * broadcast; all panels (M x K floats, <= 32 KB: the converter's bound) run over one pixel
- * strip before the next, so the weights stay in L1 and each input strip is read once.
- * Standalone, 1 thread, AMD EPYC (Zen 5), this / the packed GEMM: 64 x 12544 x 16 0.87,
- * 16 x 12544 x 16 0.87, 72 x 3136 x 24 0.91, 24 x 3136 x 72 0.92, 120 x 784 x 40 0.92. The last strip's pixels
- * past P are masked. The residual (which may be y itself: each element is read before it is
- * written, in the same tile) and a register activation (kinds 1-5, compare-and-select as
- * o2e_act1_, so NaN passes) are applied before the store. Work units are 32-pixel strips;
- * results do not depend on the split. */
+ * the whole input into its B strips for a K of only 16-72. Here the input rows are read in
+ * place: a tile is one 8-row panel of A x 32 pixels (16 zmm accumulators), per input channel
+ * 2 pixel vectors loaded and 8 weights broadcast; all panels (M x K floats, <= 32 KB: the
+ * converter's bound) run over one pixel strip before the next, so the weights stay in L1 and
+ * each input strip is read once. Standalone, 1 thread, AMD EPYC (Zen 5), this / the packed
+ * GEMM: 64 x 12544 x 16 0.87, 16 x 12544 x 16 0.87, 72 x 3136 x 24 0.91, 24 x 3136 x 72 0.92,
+ * 120 x 784 x 40 0.92; in MobileNetV3-large (tools/ab_nodes.py, per-node minima) those layers
+ * 0.76-0.89x. The last strip's pixels past P are masked. The residual (which may be y itself:
+ * each element is read before it is written, in the same tile) and a register activation
+ * (kinds 1-5, compare-and-select as o2e_act1_, so NaN passes) are applied before the store.
+ * Work units are 32-pixel strips; results do not depend on the split. */
 #if defined(O2E_GEMM_AVX512)
 typedef struct {
   const float *A;    /* packed [M8 / 8][K][8] (o2e_pack_a, gemm_pack.pack_a) */
