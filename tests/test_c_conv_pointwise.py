@@ -27,6 +27,7 @@ from conv_models import act_inits, act_node
 
 LABEL = "Conv: 1x1 on a narrow map (output channels in lanes)"
 AVX2_LABEL = "Conv: 1x1 as GEMM: at AVX2 output channels in lanes over the packed weights"
+ROWS_LABEL = "Conv: 1x1 as GEMM: at AVX-512 input rows read in place"
 
 
 def _model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray], int]:
@@ -205,6 +206,92 @@ def test_avx2_lanes_over_packed_weights_threads_and_bounds(
     api.convert(path, "c", out)
     io = json.loads((out / "onnx2edge.json").read_text())
     flags = ["-march=x86-64-v3", *ASAN, "-DO2E_THREADS=3", "-pthread"]
+    got = run_executable(build_executable(out, flags, "t"), io, feeds, out)  # weights file
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+
+
+def _rows_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """1x1 layers of >= 512 pixels with K <= 128 (conv_pointwise.avx512_rows): at AVX-512 the
+    input rows read in place over the GEMM's packed weights, elsewhere the GEMM. M not a
+    multiple of the 8-row panels (13, 60), pixel counts whose last 32-pixel strip is partial
+    in either vector (575, 540, 784: its second vector empty) or whole (544), no bias, a batch
+    of 2, NaN / Inf in the input, residuals whose buffer the output may take, every register
+    activation, and one the kernel cannot apply (Sigmoid: the GEMM keeps that layer)."""
+    rng = np.random.default_rng(7)
+    nodes, ins, outs, inits, feeds = [], [], [], [], {}
+    # name: (N, K, M, H, W, bias, residual, activation)
+    cases = {
+        "a": (1, 16, 64, 23, 25, True, True, "Relu"),
+        "b": (2, 24, 13, 20, 27, False, False, "HardSwish"),
+        "c": (1, 72, 60, 28, 28, True, True, "Clip"),
+        "d": (1, 8, 24, 32, 17, True, False, "LeakyRelu"),
+        "e": (1, 40, 16, 16, 40, True, True, "HardSigmoid"),
+        "f": (1, 16, 16, 23, 23, True, False, "Sigmoid"),
+    }
+    for name, (N, K, M, H, W, has_b, res, act) in cases.items():
+        x = rng.standard_normal((N, K, H, W)).astype(np.float32)
+        if name == "a":
+            x[0, 3, 2, 5], x[0, 7, 22, 24], x[0, 9, 0, 0] = np.nan, np.inf, -np.inf
+        feeds[f"x{name}"] = x
+        ins.append(vi(f"x{name}", [N, K, H, W]))
+        w = (rng.standard_normal((M, K, 1, 1)) / np.sqrt(K)).astype(np.float32)
+        inits.append(tensor(f"w{name}", w))
+        conv_in = [f"x{name}", f"w{name}"]
+        if has_b:
+            inits.append(tensor(f"b{name}", rng.standard_normal(M).astype(np.float32)))
+            conv_in.append(f"b{name}")
+        cur = f"c{name}"
+        nodes.append(helper.make_node("Conv", conv_in, [cur], kernel_shape=[1, 1]))
+        if res:  # the residual is an intermediate used once: its buffer may hold the output
+            feeds[f"r{name}"] = rng.standard_normal((N, M, H, W)).astype(np.float32)
+            ins.append(vi(f"r{name}", [N, M, H, W]))
+            nodes.append(helper.make_node("Neg", [f"r{name}"], [f"n{name}"]))
+            nodes.append(helper.make_node("Add", [cur, f"n{name}"], [f"s{name}"]))
+            cur = f"s{name}"
+        if act == "Clip":
+            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"a{name}"]))
+        elif act == "LeakyRelu":
+            nodes.append(helper.make_node(act, [cur], [f"a{name}"], alpha=0.2))
+        elif act == "HardSigmoid":
+            nodes.append(helper.make_node(act, [cur], [f"a{name}"], alpha=0.3, beta=0.4))
+        else:
+            nodes.append(helper.make_node(act, [cur], [f"a{name}"]))
+        nodes.append(helper.make_node("Neg", [f"a{name}"], [f"y{name}"]))
+        outs.append(vi(f"y{name}", [N, M, H, W]))
+    inits += act_inits()
+    return save(make_model(nodes, ins, outs, inits, opset=14), tmp_path / "rows.onnx"), feeds
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_avx512_rows_over_packed_weights_match_onnxruntime(tmp_path: Path, arch: str) -> None:
+    path, feeds = _rows_model(tmp_path)
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get(ROWS_LABEL) == 5 and kernels.get("Conv: 1x1 as GEMM") == 6, kernels
+    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+    ref = ort_run(onnx.load(path), feeds)
+    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
+    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+    ya = got["ya"]  # NaN / Inf propagate (Relu keeps NaN) as in onnxruntime
+    assert np.array_equal(np.isnan(ya), np.isnan(ref["ya"])) and np.isnan(ya).any()
+
+
+def test_avx512_rows_threads_and_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AVX-512 branch split across threads under ASan / UBSan: the masked last strips and
+    the panels' rows past M stay inside the input, residual and output."""
+    import json
+
+    from onnx2edge.backends.c.build import build_executable, run_executable
+    from onnx2edge.backends.c.kernels.conv import conv_pointwise
+
+    monkeypatch.setattr(conv_pointwise, "ROWS_RATE_MACS", 0)  # every layer threaded
+    path, feeds = _rows_model(tmp_path)
+    out = tmp_path / "out"
+    api.convert(path, "c", out)
+    assert "o2e_conv1x1_rows_packed_a(&a, 1)" in (out / "model.c").read_text()
+    io = json.loads((out / "onnx2edge.json").read_text())
+    flags = ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"]
     got = run_executable(build_executable(out, flags, "t"), io, feeds, out)  # weights file
     ref = ort_run(onnx.load(path), feeds)
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]

@@ -458,4 +458,117 @@ O2E_GEMM_FN void o2e_convkxk_lanes(const o2e_pw_args *a, const o2e_pwk_geom *g, 
   o2e_pw_run_(a, 0, threaded);
 }
 
+/* ---- 1x1 layers with few input channels on wide maps, AVX-512 (kernels/conv/conv_gemm.py) ----
+ *   y[m][p] = act(b[m] + sum_k A(m,k) . x[k][p] + r[m][p])   (NCHW, stride 1, one image)
+ * over the GEMM's packed A ([M8 / 8][K][8]). MobileNetV3's and EfficientNet's first blocks
+ * (16 -> 64 channels at 112x112, 24 -> 72 at 56x56, K <= 128): there the packed GEMM copies
+ * the whole input into its B strips for a K of only 16-72. Here the input rows are read in
+ * place: a tile is one 8-row panel of A x 32 pixels (16 zmm accumulators), per input channel
+ * 2 pixel vectors loaded and 8 weights broadcast; all panels (M x K floats, <= 32 KB: the
+ * converter's bound) run over one pixel strip before the next, so the weights stay in L1 and
+ * each input strip is read once. Standalone, 1 thread, AMD EPYC (Zen 5), this / the packed
+ * GEMM: 64 x 12544 x 16 0.87, 16 x 12544 x 16 0.87, 72 x 3136 x 24 0.91, 24 x 3136 x 72 0.92,
+ * 120 x 784 x 40 0.92; in MobileNetV3-large (tools/ab_nodes.py, per-node minima) those layers
+ * 0.76-0.89x. The last strip's pixels past P are masked. The residual (which may be y itself:
+ * each element is read before it is written, in the same tile) and a register activation
+ * (kinds 1-5, compare-and-select as o2e_act1_, so NaN passes) are applied before the store.
+ * Work units are 32-pixel strips; results do not depend on the split. */
+#if defined(O2E_GEMM_AVX512)
+typedef struct {
+  const float *A;    /* packed [M8 / 8][K][8] (o2e_pack_a, gemm_pack.pack_a) */
+  const float *x;    /* K x P */
+  const float *bias; /* M floats, or NULL */
+  const float *res;  /* M x P, or NULL; may be y */
+  float *y;          /* M x P */
+  int M, K, P;
+  o2e_act act;       /* kinds 0-5 */
+} o2e_pwr_args;
+
+#define O2E_PWR_PX 32 /* pixels per strip: two zmm */
+
+O2E_GEMM_INL __m512 o2e_pwr_act_(__m512 x, const o2e_act *act) {
+  const __m512 z = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  __m512 t;
+  switch (act->kind) {
+  case O2E_ACT_RELU:
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, z, _CMP_LT_OQ), z);
+  case O2E_ACT_CLIP:
+    t = _mm512_set1_ps(act->a);
+    x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, t, _CMP_LT_OQ), t);
+    t = _mm512_set1_ps(act->b);
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, t, _CMP_GT_OQ), t);
+  case O2E_ACT_LEAKY_RELU:
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, z, _CMP_LT_OQ),
+                              _mm512_mul_ps(x, _mm512_set1_ps(act->a)));
+  case O2E_ACT_HARD_SIGMOID:
+  case O2E_ACT_HARD_SWISH:
+    t = act->kind == O2E_ACT_HARD_SWISH
+            ? _mm512_fmadd_ps(x, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f))
+            : _mm512_fmadd_ps(_mm512_set1_ps(act->a), x, _mm512_set1_ps(act->b));
+    t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, z, _CMP_LT_OQ), z);
+    t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, one, _CMP_GT_OQ), one);
+    return act->kind == O2E_ACT_HARD_SWISH ? _mm512_mul_ps(x, t) : t;
+  default:
+    return x;
+  }
+}
+
+O2E_GEMM_FN void o2e_pwr_strips_(void *arg, int s0, int s1) {
+  const o2e_pwr_args *a = (const o2e_pwr_args *)arg;
+  const int M = a->M, K = a->K, P = a->P;
+  int s, m0, k, i;
+  for (s = s0; s < s1; s++) {
+    const int p0 = s * O2E_PWR_PX, r = P - p0;
+    const __mmask16 k0 = (__mmask16)(r >= 16 ? 0xFFFFu : (1u << r) - 1u);
+    const __mmask16 k1 = (__mmask16)(r >= 32 ? 0xFFFFu : r > 16 ? (1u << (r - 16)) - 1u : 0u);
+    const float *xs = a->x + p0;
+    for (m0 = 0; m0 < M; m0 += 8) {
+      const float *ap = a->A + (size_t)m0 * K; /* panel m0 / 8: 8 K floats */
+      const int mn = M - m0 < 8 ? M - m0 : 8;
+      __m512 c0[8], c1[8];
+#pragma GCC unroll 8
+      for (i = 0; i < 8; i++)
+        c0[i] = c1[i] = _mm512_set1_ps(a->bias && i < mn ? a->bias[m0 + i] : 0.0f);
+      for (k = 0; k < K; k++) {
+        const __m512 x0 = _mm512_maskz_loadu_ps(k0, xs + (size_t)k * P);
+        const __m512 x1 = _mm512_maskz_loadu_ps(k1, xs + (size_t)k * P + 16);
+#pragma GCC unroll 8
+        for (i = 0; i < 8; i++) {
+          const __m512 w = _mm512_set1_ps(ap[(size_t)k * 8 + i]);
+          c0[i] = _mm512_fmadd_ps(w, x0, c0[i]);
+          c1[i] = _mm512_fmadd_ps(w, x1, c1[i]);
+        }
+      }
+      /* unrolled with constant indices, so c0 / c1 stay in registers (a loop to mn spilled
+         them to the stack inside the K loop: 3x slower) */
+#pragma GCC unroll 8
+      for (i = 0; i < 8; i++) {
+        const size_t o = (size_t)(m0 + i) * P + p0;
+        __m512 y0 = c0[i], y1 = c1[i];
+        if (i >= mn) break;
+        if (a->res) {
+          y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(k0, a->res + o));
+          y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(k1, a->res + o + 16));
+        }
+        if (a->act.kind) {
+          y0 = o2e_pwr_act_(y0, &a->act);
+          y1 = o2e_pwr_act_(y1, &a->act);
+        }
+        _mm512_mask_storeu_ps(a->y + o, k0, y0);
+        _mm512_mask_storeu_ps(a->y + o + 16, k1, y1);
+      }
+    }
+  }
+}
+
+/* One image; on the thread pool when `threaded` (the converter's work rule). */
+O2E_GEMM_FN void o2e_conv1x1_rows_packed_a(const o2e_pwr_args *a, int threaded) {
+  const int strips = (a->P + O2E_PWR_PX - 1) / O2E_PWR_PX;
+  if (threaded)
+    o2e_parallel_for(strips, o2e_pwr_strips_, (void *)a);
+  else
+    o2e_pwr_strips_((void *)a, 0, strips);
+}
+#endif /* O2E_GEMM_AVX512 */
+
 #endif /* O2E_CONV1X1_H */

@@ -283,6 +283,10 @@ def _emit_gemm(ctx: NodeContext, spec: ConvSpec, how: str) -> str:
             )
             if pointwise and conv_pointwise.avx2_lanes(spec):  # AVX2 builds: lanes kernel
                 call = conv_pointwise.avx2_branch(ctx, spec, packed, xin, out, bg, r, call)
+            elif pointwise and conv_pointwise.avx512_rows(spec):  # AVX-512: input in place
+                call = conv_pointwise.avx512_rows_branch(
+                    ctx, spec, f"{packed} + (size_t)g * {stride}", xin, out, bg, r, call
+                )
             code.append(call)
         else:  # weights computed at run time: read in place (named only here: emitter.ConstTensor)
             wg = f"{w.sym} + (size_t)g * {mg * K}"

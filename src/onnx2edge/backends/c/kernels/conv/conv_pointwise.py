@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...emitter import NodeContext
+from .. import par_split
 from ..gemm.gemm import _use_engine, act_struct, plan_threads, post_act
 from ..pool import pool2d
 from .conv_spec import ConvSpec, ConvStrategy, refuse_not_rearrangeable, register
@@ -181,3 +182,59 @@ def avx2_branch(
         f"o2e_conv1x1_lanes_packed_a(&a, {threaded}); }}" + post_act(spec.act, post, M, P, y, P)
     )
     return f"\n#if defined(O2E_GEMM_AVX2)\n{lanes}\n#else\n{gemm}\n#endif\n"
+
+
+# --------------------------------------------------------------------------------------------
+# 1x1 layers with few input channels on wide maps (conv_gemm.py's "1x1 as GEMM"): at AVX-512
+# the input rows read in place (o2e_conv1x1_rows_packed_a) over the GEMM's packed weights,
+# where the GEMM would copy the whole input into its B strips for a K of 16-72. Standalone,
+# 1 thread, CPU time, AMD EPYC AVX-512, this / the packed GEMM, M x P x K: 64 x 12544 x 16
+# 0.87, 16 x 12544 x 16 0.87, 72 x 3136 x 24 0.91, 24 x 3136 x 72 0.92, 120 x 784 x 40 0.92
+# (MobileNetV3's and EfficientNet's first blocks). A tile re-reads all of A (M x K floats) per
+# 32-pixel strip, so A must stay in L1: ROWS_MAX_WEIGHTS. Register activations only (a vmath
+# one stays in the GEMM's epilogue).
+ROWS_MIN_P = 512
+ROWS_MAX_K = 128
+ROWS_MAX_WEIGHTS = 8192  # M x K floats: 32 KB
+# its rate, multiply-adds a ns on one core (the 64 x 12544 x 16 layer: ~120), for the split rule
+ROWS_RATE_MACS = 100
+
+
+def avx512_rows(spec: ConvSpec) -> bool:
+    """Whether a 1x1 GEMM layer reads its input in place at AVX-512."""
+    P = spec.y.shape[2] * spec.y.shape[3]
+    return (
+        spec.group == 1
+        and P >= ROWS_MIN_P
+        and spec.C <= ROWS_MAX_K
+        and spec.M * spec.C <= ROWS_MAX_WEIGHTS
+        and not act_struct(spec.act, vmath=False)[1]
+    )
+
+
+def avx512_rows_branch(
+    ctx: NodeContext,
+    spec: ConvSpec,
+    packed: str,
+    xin: str,
+    y: str,
+    bias: str,
+    res: str | None,
+    gemm: str,
+) -> str:
+    """The GEMM statement `gemm` for one image, with the in-place rows kernel over the same
+    packed weights in its place when compiled for AVX-512 (one model.c serves every ISA)."""
+    if ctx.device.is_mcu:  # no AVX-512 in a --device build (device.py): the GEMM alone
+        return gemm
+    K, M = spec.C, spec.M
+    P = spec.y.shape[2] * spec.y.shape[3]
+    include(ctx)
+    ctx.kernel("1x1 as GEMM: at AVX-512 input rows read in place")
+    act_c, _ = act_struct(spec.act, vmath=False)
+    strips = -(-P // 32)
+    threaded = int(par_split.split_at(ctx, M * K * P, strips, ROWS_RATE_MACS))
+    rows = (
+        f"{{ const o2e_pwr_args a = {{{packed}, {xin}, {bias}, {res or 'NULL'}, {y}, "
+        f"{M}, {K}, {P}, {act_c}}}; o2e_conv1x1_rows_packed_a(&a, {threaded}); }}"
+    )
+    return f"\n#if defined(O2E_GEMM_AVX512)\n{rows}\n#else\n{gemm}\n#endif\n"
