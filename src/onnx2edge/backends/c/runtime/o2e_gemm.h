@@ -2757,7 +2757,10 @@ O2E_GEMM_INL int o2e_threads_now_(void) {
  * a worker that wakes after its call has finished cannot claim a job of the next call.
  * Each call also publishes how many threads may take part (`active`, its caller included):
  * workers numbered at or past it sit the call out, so a call never runs on more threads than
- * it was given, and per-thread workspaces are indexed below that count. */
+ * it was given, and per-thread workspaces are indexed below that count.
+ * A spinning worker that finds itself on its caller's CPU parks at once (O2E_POOL_COLOC):
+ * the scheduler kept the two threads on one CPU for long stretches on the 2-vCPU test host,
+ * where the worker's spin took the caller's time slices (issue 34's 2-thread stalls). */
 #ifndef O2E_POOL_SPIN
 #define O2E_POOL_SPIN 20000 /* polls (~0.1-0.5 ms) before a worker / the caller sleeps */
 #endif
