@@ -273,8 +273,24 @@ int main(void) {
         ["-O2", "-DO2E_THREADS=4", "-DO2E_GEMM_MT_FLOPS=0", "-DO2E_POOL_SPIN=0", "-pthread"],
         [*ASAN, "-DO2E_THREADS=3", "-DO2E_GEMM_MT_FLOPS=0", "-pthread"],
         [*TSAN, "-DO2E_THREADS=2", "-DO2E_GEMM_MT_FLOPS=0", "-pthread"],
+        [
+            "-O2",
+            "-DO2E_THREADS=2",
+            "-DO2E_GEMM_MT_FLOPS=0",
+            "-DO2E_POOL_YIELD=0",
+            "-D_POSIX_C_SOURCE=200809L",
+            "-DO2E_POOL_STATS",
+            "-pthread",
+        ],
     ],
-    ids=["serial", "2threads", "4threads_nospin", "asan_3threads", "tsan_2threads"],
+    ids=[
+        "serial",
+        "2threads",
+        "4threads_nospin",
+        "asan_3threads",
+        "tsan_2threads",
+        "2threads_stats",
+    ],
 )
 def test_parallel_for(flags: list[str], tmp_path: Path) -> None:
     """Every index runs once, on a thread numbered 0 .. O2E_THREADS - 1; nesting does not deadlock."""
@@ -288,6 +304,11 @@ def test_parallel_for(flags: list[str], tmp_path: Path) -> None:
     subprocess.run(["gcc", *WARN, *flags, f"-I{RUNTIME}", str(src), "-o", str(exe)], check=True)
     p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+    if "-DO2E_POOL_STATS" in flags:  # the diagnosis counters account for every job run
+        stats = json.loads(p.stderr.strip().splitlines()[-1])
+        assert stats["regions"] > 0
+        assert stats["caller_jobs"] + stats["worker_jobs"] >= stats["regions"]
+        assert sum(stats["join_hist"]) == stats["regions"]
 
 
 @pytest.mark.parametrize(

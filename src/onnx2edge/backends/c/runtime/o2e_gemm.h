@@ -2757,7 +2757,10 @@ O2E_GEMM_INL int o2e_threads_now_(void) {
  * a worker that wakes after its call has finished cannot claim a job of the next call.
  * Each call also publishes how many threads may take part (`active`, its caller included):
  * workers numbered at or past it sit the call out, so a call never runs on more threads than
- * it was given, and per-thread workspaces are indexed below that count. */
+ * it was given, and per-thread workspaces are indexed below that count.
+ * A spinning worker that finds itself on its caller's CPU parks at once (O2E_POOL_COLOC):
+ * the scheduler kept the two threads on one CPU for long stretches on the 2-vCPU test host,
+ * where the worker's spin took the caller's time slices (issue 34's 2-thread stalls). */
 #ifndef O2E_POOL_SPIN
 #define O2E_POOL_SPIN 20000 /* polls (~0.1-0.5 ms) before a worker / the caller sleeps */
 #endif
@@ -2773,7 +2776,16 @@ O2E_GEMM_INL int o2e_threads_now_(void) {
 #define O2E_SPINS_ O2E_POOL_SPIN
 /* every 256 polls a spinning thread yields: on an oversubscribed machine the thread it waits
  * for may be queued behind it (a no-op costing ~0.3 us when nothing else is runnable) */
-#define O2E_POLL_(spins) ((((spins) & 255) == 255) ? (void)sched_yield() : O2E_RELAX_())
+#ifndef O2E_POOL_COLOC /* 0: a worker spins even on its caller's CPU (the A/B of that rule) */
+#define O2E_POOL_COLOC 1
+#endif
+#ifndef O2E_POOL_YIELD /* polls between two sched_yield calls of a spinning thread, 0: never */
+#define O2E_POOL_YIELD 256
+#endif
+#define O2E_POLL_(spins)                                                                       \
+  ((O2E_POOL_YIELD > 0 && (spins) % (O2E_POOL_YIELD > 0 ? O2E_POOL_YIELD : 1) == 0)            \
+       ? (void)sched_yield()                                                                   \
+       : O2E_RELAX_())
 #else /* no atomics: every access under the mutex, no spinning */
 #define O2E_POOL_ATOMIC_ 0
 #define O2E_LOAD_(x) (x)
@@ -2781,6 +2793,18 @@ O2E_GEMM_INL int o2e_threads_now_(void) {
 #define O2E_RELAX_() ((void)0)
 #define O2E_SPINS_ 0
 #define O2E_POLL_(spins) ((void)(spins))
+#endif
+/* The CPU the calling thread runs on, or -1 where it cannot be read cheaply: x86's RDTSCP
+ * returns the kernel's per-CPU TSC_AUX (Linux: the CPU number in bits 0-11). */
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) &&   \
+    defined(__linux__)
+static inline int o2e_pool_cpu_(void) {
+  unsigned aux;
+  (void)__builtin_ia32_rdtscp(&aux);
+  return (int)(aux & 0xFFFu);
+}
+#else
+static inline int o2e_pool_cpu_(void) { return -1; }
 #endif
 #define O2E_POOL_MAX_JOBS_ 0xFFFF
 static struct {
@@ -2791,10 +2815,46 @@ static struct {
   int active;    /* threads the current call may use (workers 1 .. active - 1 take part) */
   uint64_t word; /* generation << 32 | job count << 16 | index of the next unclaimed job */
   int done;      /* jobs of the current generation finished */
+  int caller_cpu; /* the CPU the current call's caller published it from (-1: unknown) */
   const o2e_gemm_job_ *jobs;
+#ifdef O2E_POOL_STATS
+  long stat_wj, stat_coloc;
+#endif
   pthread_t tid[O2E_MAX_THREADS]; /* tid[t] runs as thread t (t >= 1), set before it starts */
 } o2e_pool_;
 static pthread_once_t o2e_pool_once_ = PTHREAD_ONCE_INIT;
+#ifdef O2E_POOL_STATS /* diagnosis only: how the pool's time is spent, printed at exit */
+#include <stdio.h>
+#include <time.h>
+static struct {
+  long regions, caller_parks, worker_parks, worker_jobs, caller_jobs, wakes_parked, wakes_spun;
+  long join_hist[5]; /* join waits < 10 us, < 100 us, < 1 ms, < 10 ms, more */
+  double join_ms, join_max_ms, wake_parked_ms, wake_spun_ms, wake_max_ms, region_ms, region_cpu_ms,
+      serial_ms, serial_cpu_ms, last_wall, last_cpu, publish;
+} o2e_pst_;
+static double o2e_pst_clock_(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+__attribute__((destructor)) static void o2e_pst_print_(void) {
+  fprintf(stderr,
+          "{\"regions\": %ld, \"caller_parks\": %ld, \"worker_parks\": %ld, \"worker_jobs\": %ld, "
+          "\"caller_jobs\": %ld, \"wakes_parked\": %ld, \"wakes_spun\": %ld, \"join_ms\": %.4f, "
+          "\"join_max_ms\": %.4f, \"wake_parked_ms\": %.4f, \"wake_spun_ms\": %.4f, "
+          "\"wake_max_ms\": %.4f, \"region_ms\": %.4f, \"region_cpu_ms\": %.4f, \"serial_ms\": %.4f, "
+          "\"serial_cpu_ms\": %.4f, \"colocated_parks\": %ld, \"join_hist\": [%ld, %ld, %ld, %ld, %ld]}\n",
+          o2e_pst_.regions, o2e_pst_.caller_parks, o2e_pst_.worker_parks, o2e_pst_.worker_jobs,
+          o2e_pst_.caller_jobs, o2e_pst_.wakes_parked, o2e_pst_.wakes_spun, o2e_pst_.join_ms,
+          o2e_pst_.join_max_ms, o2e_pst_.wake_parked_ms, o2e_pst_.wake_spun_ms, o2e_pst_.wake_max_ms,
+          o2e_pst_.region_ms, o2e_pst_.region_cpu_ms, o2e_pst_.serial_ms, o2e_pst_.serial_cpu_ms,
+          o2e_pool_.stat_coloc, o2e_pst_.join_hist[0], o2e_pst_.join_hist[1], o2e_pst_.join_hist[2], o2e_pst_.join_hist[3],
+          o2e_pst_.join_hist[4]);
+}
+#define O2E_PST_(stmt) stmt
+#else
+#define O2E_PST_(stmt) ((void)0)
+#endif
 
 /* Index of a job of generation gen nobody has taken yet (now ours) and the call's job
  * count, or -1. */
@@ -2843,17 +2903,41 @@ static void *o2e_pool_worker_(void *arg) {
   uint32_t seen = 0;
   for (;;) {
     int spins = 0, i, nj = 0;
+    O2E_PST_(int parked = 0);
+    /* Spinning only pays on a CPU of its own: a worker the scheduler has put on its caller's
+     * CPU (both threads runnable there, the other CPU busy or not yet balanced) would spin
+     * in the caller's time slices and stall its serial nodes by a slice (~1 ms) at a time.
+     * It parks instead; the next wake-up places it on an idle CPU if there is one. */
     while (O2E_SPINS_ > 0 && (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) == seen &&
-           spins++ < O2E_SPINS_)
+           spins++ < O2E_SPINS_) {
+      if (O2E_POOL_COLOC && (spins & 63) == 0) {
+        const int cpu = o2e_pool_cpu_();
+        if (cpu >= 0 && cpu == O2E_LOAD_(o2e_pool_.caller_cpu)) {
+          O2E_PST_(__atomic_add_fetch(&o2e_pool_.stat_coloc, 1, __ATOMIC_RELAXED));
+          break;
+        }
+      }
       O2E_POLL_(spins);
+    }
     pthread_mutex_lock(&o2e_pool_.mu);
-    while ((uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) == seen)
+    while ((uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) == seen) {
+      O2E_PST_(parked = 1);
       pthread_cond_wait(&o2e_pool_.work, &o2e_pool_.mu);
+    }
     seen = (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32);
     pthread_mutex_unlock(&o2e_pool_.mu);
     if (tid >= O2E_LOAD_(o2e_pool_.active)) continue; /* not one of this call's threads */
+#ifdef O2E_POOL_STATS
+    if (tid == 1) {
+      const double w = o2e_pst_clock_(CLOCK_MONOTONIC) - o2e_pst_.publish;
+      if (parked) o2e_pst_.worker_parks++, o2e_pst_.wakes_parked++, o2e_pst_.wake_parked_ms += w;
+      else o2e_pst_.wakes_spun++, o2e_pst_.wake_spun_ms += w;
+      if (w > o2e_pst_.wake_max_ms) o2e_pst_.wake_max_ms = w;
+    }
+#endif
     while ((i = o2e_pool_claim_(seen, &nj)) >= 0)
-      if (o2e_pool_finish_(i, nj, tid)) { /* last one: wake a caller that went to sleep */
+      if (O2E_PST_(__atomic_add_fetch(&o2e_pool_.stat_wj, 1, __ATOMIC_RELAXED)),
+          o2e_pool_finish_(i, nj, tid)) { /* last one: wake a caller that went to sleep */
         pthread_mutex_lock(&o2e_pool_.mu);
         pthread_cond_signal(&o2e_pool_.done_cv);
         pthread_mutex_unlock(&o2e_pool_.mu);
@@ -2896,22 +2980,48 @@ static void o2e_pool_run_locked_(const o2e_gemm_job_ *jobs, int njobs, int nt) {
     for (t = 0; t < njobs; t++) o2e_gemm_job_run_(&jobs[t], 0);
     return;
   }
+#ifdef O2E_POOL_STATS
+  const double st_w0 = o2e_pst_clock_(CLOCK_MONOTONIC), st_c0 = o2e_pst_clock_(CLOCK_THREAD_CPUTIME_ID);
+  double st_j0;
+  if (o2e_pst_.last_wall > 0 && st_w0 - o2e_pst_.last_wall < 20.0)
+    o2e_pst_.serial_ms += st_w0 - o2e_pst_.last_wall, o2e_pst_.serial_cpu_ms += st_c0 - o2e_pst_.last_cpu;
+  o2e_pst_.regions++;
+  o2e_pst_.publish = st_w0;
+#endif
   pthread_mutex_lock(&o2e_pool_.mu);
   /* atomic: a late worker's failed compare-exchange may still be touching the word */
   gen = (uint32_t)(O2E_LOAD_(o2e_pool_.word) >> 32) + 1u;
   o2e_pool_.jobs = jobs;
   O2E_STORE_(o2e_pool_.active, nt);
   O2E_STORE_(o2e_pool_.done, 0);
+  O2E_STORE_(o2e_pool_.caller_cpu, o2e_pool_cpu_());
   /* publishes jobs and done */
   O2E_STORE_(o2e_pool_.word, (uint64_t)gen << 32 | (uint64_t)njobs << 16);
   pthread_cond_broadcast(&o2e_pool_.work);
   pthread_mutex_unlock(&o2e_pool_.mu);
-  while ((t = o2e_pool_claim_(gen, &njobs)) >= 0) o2e_pool_finish_(t, njobs, 0);
+  while ((t = o2e_pool_claim_(gen, &njobs)) >= 0) O2E_PST_(o2e_pst_.caller_jobs++), o2e_pool_finish_(t, njobs, 0);
+  O2E_PST_(st_j0 = o2e_pst_clock_(CLOCK_MONOTONIC));
   while (O2E_SPINS_ > 0 && O2E_LOAD_(o2e_pool_.done) < njobs && spins++ < O2E_SPINS_)
     O2E_POLL_(spins);
   pthread_mutex_lock(&o2e_pool_.mu);
-  while (O2E_LOAD_(o2e_pool_.done) < njobs) pthread_cond_wait(&o2e_pool_.done_cv, &o2e_pool_.mu);
+  while (O2E_LOAD_(o2e_pool_.done) < njobs) {
+    O2E_PST_(o2e_pst_.caller_parks++);
+    pthread_cond_wait(&o2e_pool_.done_cv, &o2e_pool_.mu);
+  }
   pthread_mutex_unlock(&o2e_pool_.mu);
+#ifdef O2E_POOL_STATS
+  {
+    const double w1 = o2e_pst_clock_(CLOCK_MONOTONIC), jw = w1 - st_j0;
+    o2e_pst_.join_ms += jw;
+    if (jw > o2e_pst_.join_max_ms) o2e_pst_.join_max_ms = jw;
+    o2e_pst_.join_hist[jw < 0.01 ? 0 : jw < 0.1 ? 1 : jw < 1 ? 2 : jw < 10 ? 3 : 4]++;
+    o2e_pst_.region_ms += w1 - st_w0;
+    o2e_pst_.last_wall = w1;
+    o2e_pst_.last_cpu = o2e_pst_clock_(CLOCK_THREAD_CPUTIME_ID);
+    o2e_pst_.region_cpu_ms += o2e_pst_.last_cpu - st_c0;
+    o2e_pst_.worker_jobs = o2e_pool_.stat_wj;
+  }
+#endif
 }
 
 static void o2e_pool_run_(const o2e_gemm_job_ *jobs, int njobs, int nt) {
