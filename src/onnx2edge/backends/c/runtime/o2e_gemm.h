@@ -2774,11 +2774,11 @@ O2E_GEMM_INL int o2e_threads_now_(void) {
 #define O2E_RELAX_() ((void)0)
 #endif
 #define O2E_SPINS_ O2E_POOL_SPIN
-/* every 256 polls a spinning thread yields: on an oversubscribed machine the thread it waits
- * for may be queued behind it (a no-op costing ~0.3 us when nothing else is runnable) */
 #ifndef O2E_POOL_COLOC /* 0: a worker spins even on its caller's CPU (the A/B of that rule) */
 #define O2E_POOL_COLOC 1
 #endif
+/* every 256 polls a spinning thread yields: on an oversubscribed machine the thread it waits
+ * for may be queued behind it (a no-op costing ~0.3 us when nothing else is runnable) */
 #ifndef O2E_POOL_YIELD /* polls between two sched_yield calls of a spinning thread, 0: never */
 #define O2E_POOL_YIELD 256
 #endif
@@ -2795,15 +2795,25 @@ O2E_GEMM_INL int o2e_threads_now_(void) {
 #define O2E_POLL_(spins) ((void)(spins))
 #endif
 /* The CPU the calling thread runs on, or -1 where it cannot be read cheaply: x86's RDTSCP
- * returns the kernel's per-CPU TSC_AUX (Linux: the CPU number in bits 0-11). */
+ * returns the kernel's per-CPU TSC_AUX (Linux: the CPU number in bits 0-11). RDTSCP is an
+ * optional instruction (CPUID 0x80000001 EDX bit 27; hypervisors may hide it): asked once,
+ * when the pool starts, since executing it where it is absent faults. */
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) &&   \
     defined(__linux__)
+#include <cpuid.h>
+static int o2e_pool_rdtscp_;
+static void o2e_pool_cpu_init_(void) {
+  unsigned a, b, c, d;
+  o2e_pool_rdtscp_ = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (d >> 27 & 1u);
+}
 static inline int o2e_pool_cpu_(void) {
   unsigned aux;
+  if (!o2e_pool_rdtscp_) return -1;
   (void)__builtin_ia32_rdtscp(&aux);
   return (int)(aux & 0xFFFu);
 }
 #else
+static void o2e_pool_cpu_init_(void) {}
 static inline int o2e_pool_cpu_(void) { return -1; }
 #endif
 #define O2E_POOL_MAX_JOBS_ 0xFFFF
@@ -2948,6 +2958,7 @@ static void *o2e_pool_worker_(void *arg) {
 
 static void o2e_pool_init_(void) {
   o2e_pool_.state = 1;
+  o2e_pool_cpu_init_();
   pthread_mutex_init(&o2e_pool_.run_mu, NULL);
   pthread_mutex_init(&o2e_pool_.mu, NULL);
   pthread_cond_init(&o2e_pool_.work, NULL);
