@@ -1113,11 +1113,25 @@ static inline __attribute__((always_inline)) void o2e_qplanes_pack_(
   (k < K ? _mm256_mask_loadu_epi8(_mm256_maskz_loadu_epi8(m1, base + rowoff[k]), m2,            \
                                   base2 + rowoff[k])                                            \
          : fh)
-#define O2E_QPW_(k) _mm512_inserti64x4(_mm512_castsi256_si512(O2E_QPH_(k)), O2E_QPH_((k) + 1), 1)
-    for (size_t k4 = 0; k4 < K4; ++k4)
-      o2e_qtr4x32_(O2E_QPW_(4 * k4), O2E_QPW_(4 * k4 + 2), t0, t1, f, pan0 + k4 * 64,
-                   pan1 + k4 * 64);
-#undef O2E_QPW_
+#define O2E_QPH1_(k) (k < K ? _mm256_maskz_loadu_epi8(m1, base + rowoff[k]) : fh)
+#define O2E_QPWX_(H, k) _mm512_inserti64x4(_mm512_castsi256_si512(H(k)), H((k) + 1), 1)
+#define O2E_QPLOOPX_(H, fv)                                                                     \
+  for (size_t k4 = 0; k4 < K4; ++k4)                                                            \
+    o2e_qtr4x32_(O2E_QPWX_(H, 4 * k4), O2E_QPWX_(H, 4 * k4 + 2), t0, t1, fv, pan0 + k4 * 64,    \
+                 pan1 + k4 * 64);
+    /* one run (m2 empty) skips the merging loads; uint8 activations (flip 0) the xors */
+    const __m512i z = _mm512_setzero_si512();
+    if (m2 && flip)
+      O2E_QPLOOPX_(O2E_QPH_, f)
+    else if (m2)
+      O2E_QPLOOPX_(O2E_QPH_, z)
+    else if (flip)
+      O2E_QPLOOPX_(O2E_QPH1_, f)
+    else
+      O2E_QPLOOPX_(O2E_QPH1_, z)
+#undef O2E_QPLOOPX_
+#undef O2E_QPWX_
+#undef O2E_QPH1_
 #undef O2E_QPH_
     return;
   }
