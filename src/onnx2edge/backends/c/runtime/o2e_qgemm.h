@@ -1087,10 +1087,10 @@ static inline int o2e_qplanes_direct(size_t OW, size_t wp) {
  * two panels at pk, then o2e_qtr4x32_ per K4 step. A chunk over at most two output rows (every
  * chunk of a 28 x 28 or wider map): each k row's real columns are one or two runs of a plane
  * row, gathered by a masked load and a masked merging load wp - OW bytes on, rows k and k + 1
- * side by side by an insert. Wider spans: one masked load per row and a vpermt2b that
- * compacts a pair of rows' real columns into (r0 | r1), which cost more where both apply
- * (ResNet50 int8's 56 x 56 3 x 3 layers 4 % slower, its 7 x 7 stem 7 %; three runs per row at
- * 14 x 14 measured no gain over the vpermt2b). */
+ * side by side by an insert (one run: no merging load; uint8 activations: no xor). Wider
+ * spans: one masked load per row and a vpermt2b that compacts a pair of rows' real columns
+ * into (r0 | r1), which cost more where both apply (ResNet50 int8's 56 x 56 3 x 3 layers 6 %
+ * slower, its 7 x 7 stem 10 %; three runs per row at 14 x 14 measured no gain over it). */
 static inline __attribute__((always_inline)) void o2e_qplanes_pack_(
     size_t OW, size_t wp, size_t K, const uint8_t *src,
                                      const int32_t *rowoff, uint8_t flip, size_t p0, size_t nc,
