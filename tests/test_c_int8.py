@@ -268,6 +268,9 @@ SAT_SHAPES = [
     (4, 3, 40, 8, 3, 1, 1),
     (16, 8, 8, 24, 1, 1, 0),  # 64 columns: both pairs of panels packed at once (O2E_QWIDE)
     (8, 6, 11, 16, 1, 1, 0),  # 66: pairs of 32, then a 2-column tail
+    # 36-column rows, K = 45: chunks of 32 inside one row and over two (o2e_qplanes_pack_'s
+    # masked and merging loads), a 16-column tail inside the last row
+    (5, 4, 36, 12, 3, 1, 1),
 ]
 
 

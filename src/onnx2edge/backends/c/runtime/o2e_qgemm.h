@@ -1084,14 +1084,57 @@ static inline int o2e_qplanes_direct(size_t OW, size_t wp) {
 
 #if defined(O2E_Q_VNNI) && defined(__AVX512VBMI__)
 /* Columns [p0, p0 + nc) (nc <= 32) of the real OH x OW output packed from the planes into the
- * two panels at pk: per pair of k rows one masked load each and one vpermt2b that compacts
- * both rows' real columns into (r0 | r1), then o2e_qtr4x32_. */
+ * two panels at pk, then o2e_qtr4x32_ per K4 step. A chunk over at most two output rows (every
+ * chunk of a 28 x 28 or wider map): each k row's real columns are one or two runs of a plane
+ * row, gathered by a masked load and a masked merging load wp - OW bytes on, rows k and k + 1
+ * side by side by an insert (one run: no merging load; uint8 activations: no xor). Wider
+ * spans: one masked load per row and a vpermt2b that compacts a pair of rows' real columns
+ * into (r0 | r1), which cost more where both apply (ResNet50 int8's 56 x 56 3 x 3 layers 6 %
+ * slower, its 7 x 7 stem 10 %; three runs per row at 14 x 14 measured no gain over it). */
 static inline __attribute__((always_inline)) void o2e_qplanes_pack_(
     size_t OW, size_t wp, size_t K, const uint8_t *src,
                                      const int32_t *rowoff, uint8_t flip, size_t p0, size_t nc,
                                      uint8_t *pk) {
   const size_t K4 = (K + 3) / 4;
   const size_t e0 = (p0 / OW) * wp + p0 % OW;
+  const __m512i t0 = o2e_qtr4x32_idx_(0), t1 = o2e_qtr4x32_idx_(1);
+  const __m512i f = _mm512_set1_epi8((char)flip);
+  const uint8_t *base = src + e0; /* base + rowoff[k]: one addressing mode */
+  uint8_t *pan0 = pk, *pan1 = pk + K4 * 64;
+  const size_t len1 = OW - p0 % OW; /* the chunk's columns in its first output row */
+  if (nc <= len1 + OW) {
+    const __m256i fh = _mm256_set1_epi8((char)flip);
+    const size_t n1 = nc < len1 ? nc : len1;
+    const __mmask32 m1 = n1 >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << n1) - 1);
+    const __mmask32 m2 = (nc >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << nc) - 1)) & ~m1;
+    const uint8_t *base2 = base + (wp - OW);
+    /* rows past K: flip bytes, zero once flipped (their weights are zero anyway) */
+#define O2E_QPH_(k)                                                                             \
+  (k < K ? _mm256_mask_loadu_epi8(_mm256_maskz_loadu_epi8(m1, base + rowoff[k]), m2,            \
+                                  base2 + rowoff[k])                                            \
+         : fh)
+#define O2E_QPH1_(k) (k < K ? _mm256_maskz_loadu_epi8(m1, base + rowoff[k]) : fh)
+#define O2E_QPWX_(H, k) _mm512_inserti64x4(_mm512_castsi256_si512(H(k)), H((k) + 1), 1)
+#define O2E_QPLOOPX_(H, fv)                                                                     \
+  for (size_t k4 = 0; k4 < K4; ++k4)                                                            \
+    o2e_qtr4x32_(O2E_QPWX_(H, 4 * k4), O2E_QPWX_(H, 4 * k4 + 2), t0, t1, fv, pan0 + k4 * 64,    \
+                 pan1 + k4 * 64);
+    /* one run (m2 empty) skips the merging loads; uint8 activations (flip 0) the xors */
+    const __m512i z = _mm512_setzero_si512();
+    if (m2 && flip)
+      O2E_QPLOOPX_(O2E_QPH_, f)
+    else if (m2)
+      O2E_QPLOOPX_(O2E_QPH_, z)
+    else if (flip)
+      O2E_QPLOOPX_(O2E_QPH1_, f)
+    else
+      O2E_QPLOOPX_(O2E_QPH1_, z)
+#undef O2E_QPLOOPX_
+#undef O2E_QPWX_
+#undef O2E_QPH1_
+#undef O2E_QPH_
+    return;
+  }
   uint8_t idx[64];
   size_t span = 0;
   for (size_t j = 0; j < 32; ++j) {
@@ -1100,11 +1143,9 @@ static inline __attribute__((always_inline)) void o2e_qplanes_pack_(
     idx[j + 32] = (uint8_t)(idx[j] + 64); /* the second row: vpermt2b's second source */
     if (idx[j] + 1u > span) span = idx[j] + 1u;
   }
-  const __m512i ix = _mm512_loadu_si512(idx), t0 = o2e_qtr4x32_idx_(0), t1 = o2e_qtr4x32_idx_(1);
-  const __m512i f = _mm512_set1_epi8((char)flip);
+  const __m512i ix = _mm512_loadu_si512(idx);
   const __mmask64 m = span >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << span) - 1);
-  uint8_t *pan0 = pk, *pan1 = pk + K4 * 64;
-#define O2E_QPL_(k) (k < K ? _mm512_maskz_loadu_epi8(m, src + rowoff[k] + e0) : f)
+#define O2E_QPL_(k) (k < K ? _mm512_maskz_loadu_epi8(m, base + rowoff[k]) : f)
   for (size_t k4 = 0; k4 < K4; ++k4) {
     const size_t k = k4 * 4;
     /* rows past K: flip bytes, zero once flipped (their weights are zero anyway) */
