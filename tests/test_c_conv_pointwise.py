@@ -127,27 +127,24 @@ def test_wider_maps_and_small_k_keep_the_gemm(tmp_path: Path) -> None:
     assert kernels == {"Conv: 1x1 as GEMM": 3}, kernels
 
 
-def _packed_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    """1x1 layers of 65..196 pixels with K >= 256 and >= 1 MB of weights
-    (conv_pointwise.avx2_lanes): at AVX2 the lanes kernel over the GEMM's packed weights,
-    elsewhere the GEMM. M not a multiple of the 16-channel tile or of the 8-row panels (1030,
-    513, 520), odd pixel counts (9x11, 13x13), K across K slices and not a multiple of 256
-    (520, 300), no bias, a batch of 2, NaN / Inf in the input, and residuals whose buffer the
-    output may take (each used only by its Add) before Relu, Clip and an activation the tile
-    cannot apply (Sigmoid)."""
-    rng = np.random.default_rng(5)
+# name: (N, K, M, H, W, bias, residual, activation)
+Case = tuple[int, int, int, int, int, bool, bool, str]
+
+
+def _layers_model(
+    path: Path, cases: dict[str, Case], seed: int, nan_at: tuple, opset: int
+) -> tuple[Path, dict[str, np.ndarray]]:
+    """One 1x1 Conv per case, NaN / Inf at nan_at in case "a"'s input; a residual is an
+    intermediate used once (its buffer may hold the output), and a last Neg keeps the
+    convolution's output from being a graph output, so that it may alias."""
+    rng = np.random.default_rng(seed)
     nodes, ins, outs, inits, feeds = [], [], [], [], {}
-    # name: (N, K, M, H, W, bias, residual, activation)
-    cases = {
-        "a": (1, 256, 1030, 9, 11, True, True, "Relu"),
-        "b": (2, 520, 513, 13, 13, False, False, "Clip"),
-        "c": (1, 300, 880, 14, 14, True, True, "Sigmoid"),
-        "d": (1, 512, 520, 9, 9, True, False, "LeakyRelu"),
-    }
+    acts = {"Clip": {}, "LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}
     for name, (N, K, M, H, W, has_b, res, act) in cases.items():
         x = rng.standard_normal((N, K, H, W)).astype(np.float32)
         if name == "a":
-            x[0, 3, 2, 5], x[0, 7, 8, 10], x[0, 9, 0, 0] = np.nan, np.inf, -np.inf
+            for (c, i, j), v in zip(nan_at, (np.nan, np.inf, -np.inf), strict=True):
+                x[0, c, i, j] = v
         feeds[f"x{name}"] = x
         ins.append(vi(f"x{name}", [N, K, H, W]))
         w = (rng.standard_normal((M, K, 1, 1)) / np.sqrt(K)).astype(np.float32)
@@ -158,58 +155,36 @@ def _packed_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
             conv_in.append(f"b{name}")
         cur = f"c{name}"
         nodes.append(helper.make_node("Conv", conv_in, [cur], kernel_shape=[1, 1]))
-        if res:  # the residual is an intermediate used once: its buffer may hold the output
+        if res:
             feeds[f"r{name}"] = rng.standard_normal((N, M, H, W)).astype(np.float32)
             ins.append(vi(f"r{name}", [N, M, H, W]))
             nodes.append(helper.make_node("Neg", [f"r{name}"], [f"n{name}"]))
             nodes.append(helper.make_node("Add", [cur, f"n{name}"], [f"s{name}"]))
             cur = f"s{name}"
-        if act == "Clip":
-            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"a{name}"]))
-        elif act == "LeakyRelu":
-            nodes.append(helper.make_node(act, [cur], [f"a{name}"], alpha=0.2))
-        else:
-            nodes.append(helper.make_node(act, [cur], [f"a{name}"]))
-        # a last op, so that the convolution's output is not a graph output and may alias
+        act_in = [cur, "zero", "six"] if act == "Clip" else [cur]
+        nodes.append(helper.make_node(act, act_in, [f"a{name}"], **acts.get(act, {})))
         nodes.append(helper.make_node("Neg", [f"a{name}"], [f"y{name}"]))
         outs.append(vi(f"y{name}", [N, M, H, W]))
     inits += act_inits()
-    return save(make_model(nodes, ins, outs, inits, opset=13), tmp_path / "pa.onnx"), feeds
+    return save(make_model(nodes, ins, outs, inits, opset=opset), path), feeds
 
 
-@pytest.mark.parametrize("arch", ALL_ISAS)
-def test_avx2_lanes_over_packed_weights_match_onnxruntime(tmp_path: Path, arch: str) -> None:
-    path, feeds = _packed_model(tmp_path)
-    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
-    assert kernels.get(AVX2_LABEL) == 4 and kernels.get("Conv: 1x1 as GEMM") == 4, kernels
-    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
-    ref = ort_run(onnx.load(path), feeds)
-    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
-    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
-    ya = got["ya"]  # NaN / Inf propagate (Relu keeps NaN) as in onnxruntime
-    assert np.array_equal(np.isnan(ya), np.isnan(ref["ya"])) and np.isnan(ya).any()
-
-
-def test_avx2_lanes_over_packed_weights_threads_and_bounds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The AVX2 branch split across threads under ASan / UBSan: the clamped panel reads of M
-    tails (1030, 513, 520 channels) stay inside the packed weights."""
-    import json
-
-    from onnx2edge.backends.c.build import build_executable, run_executable
-    from onnx2edge.backends.c.kernels.pool import pool2d
-
-    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
-    path, feeds = _packed_model(tmp_path)
-    out = tmp_path / "out"
-    api.convert(path, "c", out)
-    io = json.loads((out / "onnx2edge.json").read_text())
-    flags = ["-march=x86-64-v3", *ASAN, "-DO2E_THREADS=3", "-pthread"]
-    got = run_executable(build_executable(out, flags, "t"), io, feeds, out)  # weights file
-    ref = ort_run(onnx.load(path), feeds)
-    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
-    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+def _packed_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """1x1 layers of 65..196 pixels with K >= 256 and >= 1 MB of weights
+    (conv_pointwise.avx2_lanes): at AVX2 the lanes kernel over the GEMM's packed weights,
+    elsewhere the GEMM. M not a multiple of the 16-channel tile or of the 8-row panels (1030,
+    513, 520), odd pixel counts (9x11, 13x13), K across K slices and not a multiple of 256
+    (520, 300), no bias, a batch of 2, NaN / Inf in the input, and residuals whose buffer the
+    output may take (each used only by its Add) before Relu, Clip and an activation the tile
+    cannot apply (Sigmoid)."""
+    cases = {
+        "a": (1, 256, 1030, 9, 11, True, True, "Relu"),
+        "b": (2, 520, 513, 13, 13, False, False, "Clip"),
+        "c": (1, 300, 880, 14, 14, True, True, "Sigmoid"),
+        "d": (1, 512, 520, 9, 9, True, False, "LeakyRelu"),
+    }
+    nan_at = ((3, 2, 5), (7, 8, 10), (9, 0, 0))
+    return _layers_model(tmp_path / "pa.onnx", cases, 5, nan_at, 13)
 
 
 def _rows_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
@@ -219,9 +194,6 @@ def _rows_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     in either vector (575, 540, 784: its second vector empty) or whole (544), no bias, a batch
     of 2, NaN / Inf in the input, residuals whose buffer the output may take, every register
     activation, and one the kernel cannot apply (Sigmoid: the GEMM keeps that layer)."""
-    rng = np.random.default_rng(7)
-    nodes, ins, outs, inits, feeds = [], [], [], [], {}
-    # name: (N, K, M, H, W, bias, residual, activation)
     cases = {
         "a": (1, 16, 64, 23, 25, True, True, "Relu"),
         "b": (2, 24, 13, 20, 27, False, False, "HardSwish"),
@@ -230,46 +202,11 @@ def _rows_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         "e": (1, 40, 16, 16, 40, True, True, "HardSigmoid"),
         "f": (1, 16, 16, 23, 23, True, False, "Sigmoid"),
     }
-    for name, (N, K, M, H, W, has_b, res, act) in cases.items():
-        x = rng.standard_normal((N, K, H, W)).astype(np.float32)
-        if name == "a":
-            x[0, 3, 2, 5], x[0, 7, 22, 24], x[0, 9, 0, 0] = np.nan, np.inf, -np.inf
-        feeds[f"x{name}"] = x
-        ins.append(vi(f"x{name}", [N, K, H, W]))
-        w = (rng.standard_normal((M, K, 1, 1)) / np.sqrt(K)).astype(np.float32)
-        inits.append(tensor(f"w{name}", w))
-        conv_in = [f"x{name}", f"w{name}"]
-        if has_b:
-            inits.append(tensor(f"b{name}", rng.standard_normal(M).astype(np.float32)))
-            conv_in.append(f"b{name}")
-        cur = f"c{name}"
-        nodes.append(helper.make_node("Conv", conv_in, [cur], kernel_shape=[1, 1]))
-        if res:  # the residual is an intermediate used once: its buffer may hold the output
-            feeds[f"r{name}"] = rng.standard_normal((N, M, H, W)).astype(np.float32)
-            ins.append(vi(f"r{name}", [N, M, H, W]))
-            nodes.append(helper.make_node("Neg", [f"r{name}"], [f"n{name}"]))
-            nodes.append(helper.make_node("Add", [cur, f"n{name}"], [f"s{name}"]))
-            cur = f"s{name}"
-        if act == "Clip":
-            nodes.append(helper.make_node("Clip", [cur, "zero", "six"], [f"a{name}"]))
-        elif act == "LeakyRelu":
-            nodes.append(helper.make_node(act, [cur], [f"a{name}"], alpha=0.2))
-        elif act == "HardSigmoid":
-            nodes.append(helper.make_node(act, [cur], [f"a{name}"], alpha=0.3, beta=0.4))
-        else:
-            nodes.append(helper.make_node(act, [cur], [f"a{name}"]))
-        nodes.append(helper.make_node("Neg", [f"a{name}"], [f"y{name}"]))
-        outs.append(vi(f"y{name}", [N, M, H, W]))
-    inits += act_inits()
-    return save(make_model(nodes, ins, outs, inits, opset=14), tmp_path / "rows.onnx"), feeds
+    nan_at = ((3, 2, 5), (7, 22, 24), (9, 0, 0))
+    return _layers_model(tmp_path / "rows.onnx", cases, 7, nan_at, 14)
 
 
-@pytest.mark.parametrize("arch", ALL_ISAS)
-def test_avx512_rows_over_packed_weights_match_onnxruntime(tmp_path: Path, arch: str) -> None:
-    path, feeds = _rows_model(tmp_path)
-    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
-    assert kernels.get(ROWS_LABEL) == 5 and kernels.get("Conv: 1x1 as GEMM") == 6, kernels
-    got = api.run(tmp_path / "out", feeds, options={"arch": arch})
+def _assert_matches(path: Path, feeds: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> None:
     ref = ort_run(onnx.load(path), feeds)
     bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
     assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
@@ -277,22 +214,54 @@ def test_avx512_rows_over_packed_weights_match_onnxruntime(tmp_path: Path, arch:
     assert np.array_equal(np.isnan(ya), np.isnan(ref["ya"])) and np.isnan(ya).any()
 
 
-def test_avx512_rows_threads_and_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The AVX-512 branch split across threads under ASan / UBSan: the masked last strips and
-    the panels' rows past M stay inside the input, residual and output."""
+def _threaded_asan(path: Path, feeds: dict[str, np.ndarray], out: Path, march: str) -> None:
+    """Built with 3 threads under ASan / UBSan at march, compared with onnxruntime."""
     import json
 
     from onnx2edge.backends.c.build import build_executable, run_executable
+
+    io = json.loads((out / "onnx2edge.json").read_text())
+    flags = [f"-march={march}", *ASAN, "-DO2E_THREADS=3", "-pthread"]
+    got = run_executable(build_executable(out, flags, "t"), io, feeds, out)  # weights file
+    _assert_matches(path, feeds, got)
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_avx2_lanes_over_packed_weights_match_onnxruntime(tmp_path: Path, arch: str) -> None:
+    path, feeds = _packed_model(tmp_path)
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get(AVX2_LABEL) == 4 and kernels.get("Conv: 1x1 as GEMM") == 4, kernels
+    _assert_matches(path, feeds, api.run(tmp_path / "out", feeds, options={"arch": arch}))
+
+
+def test_avx2_lanes_over_packed_weights_threads_and_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The AVX2 branch split across threads under ASan / UBSan: the clamped panel reads of M
+    tails (1030, 513, 520 channels) stay inside the packed weights."""
+    from onnx2edge.backends.c.kernels.pool import pool2d
+
+    monkeypatch.setattr(pool2d, "PAR_MIN_WORK", 0)  # every layer threaded
+    path, feeds = _packed_model(tmp_path)
+    api.convert(path, "c", tmp_path / "out")
+    _threaded_asan(path, feeds, tmp_path / "out", "x86-64-v3")
+
+
+@pytest.mark.parametrize("arch", ALL_ISAS)
+def test_avx512_rows_over_packed_weights_match_onnxruntime(tmp_path: Path, arch: str) -> None:
+    path, feeds = _rows_model(tmp_path)
+    kernels = api.convert(path, "c", tmp_path / "out").stats["kernels"]
+    assert kernels.get(ROWS_LABEL) == 5 and kernels.get("Conv: 1x1 as GEMM") == 6, kernels
+    _assert_matches(path, feeds, api.run(tmp_path / "out", feeds, options={"arch": arch}))
+
+
+def test_avx512_rows_threads_and_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AVX-512 branch split across threads under ASan / UBSan: the masked last strips and
+    the panels' rows past M stay inside the input, residual and output."""
     from onnx2edge.backends.c.kernels.conv import conv_pointwise
 
     monkeypatch.setattr(conv_pointwise, "ROWS_RATE_MACS", 0)  # every layer threaded
     path, feeds = _rows_model(tmp_path)
-    out = tmp_path / "out"
-    api.convert(path, "c", out)
-    assert "o2e_conv1x1_rows_packed_a(&a, 1)" in (out / "model.c").read_text()
-    io = json.loads((out / "onnx2edge.json").read_text())
-    flags = ["-march=native", *ASAN, "-DO2E_THREADS=3", "-pthread"]
-    got = run_executable(build_executable(out, flags, "t"), io, feeds, out)  # weights file
-    ref = ort_run(onnx.load(path), feeds)
-    bad = [r for r in (compare(k, got[k], ref[k], 1e-4, 1e-5) for k in ref) if not r.ok]
-    assert not bad, [(r.name, r.max_abs, r.max_rel) for r in bad]
+    api.convert(path, "c", tmp_path / "out")
+    assert "o2e_conv1x1_rows_packed_a(&a, 1)" in (tmp_path / "out" / "model.c").read_text()
+    _threaded_asan(path, feeds, tmp_path / "out", "native")
